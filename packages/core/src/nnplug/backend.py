@@ -1,0 +1,103 @@
+"""What a backend is, to the core.
+
+A backend package exposes, through the ``nnplug.backends`` entry point, either a
+:class:`Backend` subclass (or an instance, or a zero-argument factory returning one),
+or, for a native backend, the path of its shared object (a ``str``/``os.PathLike``,
+or a callable returning one). The Runtime then:
+
+- registers the backend's Target kind (:meth:`Backend.target_kind`),
+- registers ``device_api.<id>`` and ``target.build.<kind>`` global functions,
+- asks :meth:`Backend.supports` for each node and :meth:`Backend.build` for each
+  partition it was assigned, and runs the ``"run"`` function of the returned Module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .device import device_type_of
+from .device_api import DeviceAPI
+from .graph import Node, SubGraph
+from .target import Target
+
+
+class Module:
+    """What ``target.build.<kind>`` returns: functions looked up by name.
+
+    Every module has ``"run"``: ``run(inputs: list[Tensor]) -> list[Tensor]`` taking the
+    subgraph's inputs in order (already on the backend's device) and returning its
+    outputs in order, on the backend's device. ``run`` must be safe to call from many
+    threads at once. ``close()`` releases what the module holds (kernels, weights).
+    """
+
+    def __init__(self, functions: dict[str, Callable], close: Callable[[], None] | None = None):
+        if "run" not in functions:
+            raise TypeError("a Module needs a 'run' function")
+        self._functions = dict(functions)
+        self._close = close
+
+    def get_function(self, name: str) -> Callable:
+        try:
+            return self._functions[name]
+        except KeyError:
+            raise KeyError(
+                f"module has no function {name!r}; it has: {', '.join(sorted(self._functions))}"
+            ) from None
+
+    __getitem__ = get_function
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._functions
+
+    def close(self) -> None:
+        if self._close is not None:
+            close, self._close = self._close, None
+            close()
+
+
+class Backend:
+    """Base class of Python backends (native ones are wrapped in one by the core).
+
+    Class attributes to set: ``id`` (short lower-case name, e.g. ``"cpu"``),
+    ``device_type`` (a DLPack device name or number), and optionally ``pip_package``
+    (shown in errors when a node needs this backend and it is missing).
+    """
+
+    id: str = ""
+    device_type: int | str = "cpu"
+    pip_package: str | None = None
+
+    # -- what the core asks -------------------------------------------------------------
+    def device_api(self) -> DeviceAPI:
+        """The backend's device API (one instance, shared, thread-safe)."""
+        raise NotImplementedError
+
+    def target_kind(self) -> dict:
+        """Arguments for :func:`nnplug.target.register_target_kind` (minus the name).
+
+        Default: a kind named after the backend with no attributes of its own.
+        """
+        return {"device_type": self.device_type, "attrs": {}}
+
+    @property
+    def target_kind_name(self) -> str:
+        return self.id
+
+    def supports(self, node: Node, graph: SubGraph) -> bool:
+        """Whether this backend can run ``node``; ``graph`` gives value types/shapes."""
+        raise NotImplementedError
+
+    def build(self, subgraph: SubGraph, target: Target) -> Module:
+        """Compile ``subgraph`` for ``target``; read the device only through ``target``."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release process-wide resources when the last Runtime using it closes."""
+
+    # -- derived ------------------------------------------------------------------------
+    @property
+    def device_type_number(self) -> int:
+        return device_type_of(self.device_type)
+
+    def describe(self) -> str:
+        return f"backend {self.id!r}"

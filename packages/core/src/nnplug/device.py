@@ -1,0 +1,123 @@
+"""Devices: a (device type, index) pair with DLPack's type numbers.
+
+Standard types use DLPack's ``DLDeviceType`` values. Plugins whose device has no
+DLPack number take one from the extension range with :func:`register_device_type`.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+# DLPack's DLDeviceType values (dlpack.h).
+_STANDARD_TYPES = {
+    "cpu": 1,
+    "cuda": 2,
+    "cuda_host": 3,
+    "opencl": 4,
+    "vulkan": 7,
+    "metal": 8,
+    "vpi": 9,
+    "rocm": 10,
+    "rocm_host": 11,
+    "ext_dev": 12,
+    "cuda_managed": 13,
+    "oneapi": 14,
+    "webgpu": 15,
+    "hexagon": 16,
+    "maia": 17,
+}
+EXTENSION_TYPE_BASE = 64
+"""Device types handed out to plugins start here, clear of DLPack's own numbers."""
+
+_name_to_type: dict[str, int] = dict(_STANDARD_TYPES)
+_type_to_name: dict[int, str] = {v: k for k, v in _STANDARD_TYPES.items()}
+_lock = threading.Lock()
+
+
+def register_device_type(name: str, device_type: int | None = None) -> int:
+    """Map a new device name to a type number (next free extension number by default).
+
+    Registering the same name with the same number again is a no-op; anything that
+    would change an existing mapping raises ``ValueError``.
+    """
+    if not name or not name.replace("_", "").isalnum() or not name.islower():
+        raise ValueError(f"device type name {name!r} must be lower-case letters, digits and _")
+    with _lock:
+        if name in _name_to_type:
+            if device_type is not None and _name_to_type[name] != device_type:
+                raise ValueError(
+                    f"device type {name!r} is already {_name_to_type[name]}, not {device_type}"
+                )
+            return _name_to_type[name]
+        if device_type is None:
+            device_type = max([EXTENSION_TYPE_BASE - 1, *_type_to_name]) + 1
+        elif device_type in _type_to_name:
+            raise ValueError(
+                f"device type number {device_type} already belongs to {_type_to_name[device_type]!r}"
+            )
+        _name_to_type[name] = device_type
+        _type_to_name[device_type] = name
+        return device_type
+
+
+def device_type_of(name_or_type: str | int) -> int:
+    if isinstance(name_or_type, int):
+        if name_or_type not in _type_to_name:
+            raise ValueError(f"unknown device type number {name_or_type}")
+        return name_or_type
+    try:
+        return _name_to_type[name_or_type]
+    except KeyError:
+        raise ValueError(
+            f"unknown device type {name_or_type!r}; known: {', '.join(sorted(_name_to_type))}"
+        ) from None
+
+
+def device_type_name(device_type: int) -> str:
+    return _type_to_name.get(device_type, f"ext{device_type}")
+
+
+@dataclass(frozen=True)
+class Device:
+    """A device: DLPack type number and index. Hashable, comparable."""
+
+    device_type: int
+    index: int = 0
+
+    @property
+    def type_name(self) -> str:
+        return device_type_name(self.device_type)
+
+    def __str__(self) -> str:
+        return f"{self.type_name}:{self.index}"
+
+    def __repr__(self) -> str:
+        return f"nnplug.device({str(self)!r})"
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (self.device_type, self.index)
+
+
+def device(spec: str | int | Device, index: int | None = None) -> Device:
+    """``device("opencl", 0)``, ``device("opencl:0")``, ``device(4, 0)`` or a Device."""
+    if isinstance(spec, Device):
+        if index is not None and index != spec.index:
+            raise ValueError(f"device({spec!r}, {index}): the index is given twice")
+        return spec
+    if isinstance(spec, str) and ":" in spec:
+        if index is not None:
+            raise ValueError(f"device({spec!r}, {index}): the index is given twice")
+        name, _, idx = spec.partition(":")
+        try:
+            index = int(idx)
+        except ValueError:
+            raise ValueError(f"device {spec!r}: the index after ':' must be an integer") from None
+        spec = name
+    index = 0 if index is None else index
+    if not isinstance(index, int) or index < 0:
+        raise ValueError(f"device index must be a non-negative integer, not {index!r}")
+    return Device(device_type_of(spec), index)
+
+
+CPU = Device(1, 0)

@@ -1,0 +1,40 @@
+"""Exception types. Every error nnplug raises derives from NnplugError."""
+
+
+class NnplugError(Exception):
+    """Base class of all nnplug errors."""
+
+
+class ModelError(NnplugError):
+    """The model file or graph is malformed or cannot be checked."""
+
+
+class UnsupportedNodeError(NnplugError):
+    """No backend (or custom op) in the preference list can run a node."""
+
+
+class InputError(NnplugError, ValueError):
+    """A feed given to Network.run has the wrong name, dtype or shape."""
+
+
+class PluginError(NnplugError):
+    """A backend or operator plugin failed to load, register or run."""
+
+
+class BackendError(PluginError):
+    """A backend reported a failure; the message carries the backend's own text."""
+
+
+class CustomOpError(PluginError):
+    """A custom operator failed; the message names the op, the node and the callback."""
+
+
+class TargetError(NnplugError, ValueError):
+    """A Target description names an unknown kind or attribute, or has a wrong type."""
+
+
+class RegistryError(NnplugError, KeyError):
+    """A global function is missing or registered twice."""
+
+    def __str__(self):  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""

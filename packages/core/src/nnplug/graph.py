@@ -1,0 +1,95 @@
+"""The graph model backends see: nodes with parsed attributes, value types and shapes,
+constants as numpy arrays. Built from an ONNX model by :mod:`nnplug.loader`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+
+Dim = int | str | None
+"""A dimension: a fixed size, a symbolic name, or None (unknown)."""
+
+
+@dataclass(frozen=True)
+class ValueInfo:
+    name: str
+    dtype: np.dtype | None
+    shape: tuple[Dim, ...] | None
+    """None when the rank is unknown."""
+
+    @property
+    def is_static(self) -> bool:
+        return self.shape is not None and all(isinstance(d, int) for d in self.shape)
+
+
+@dataclass
+class Node:
+    name: str
+    op_type: str
+    domain: str
+    inputs: list[str]
+    """Input value names; "" marks an omitted optional input."""
+    outputs: list[str]
+    attrs: dict = field(default_factory=dict)
+    """Attribute values: int, float, bytes->str, numpy arrays for tensors, lists."""
+    opset: int = 0
+    """The opset version of the node's domain in the model."""
+    proto: onnx.NodeProto | None = None
+
+    def attr(self, name: str, default=None):
+        return self.attrs.get(name, default)
+
+    @property
+    def qualified_type(self) -> str:
+        return f"{self.domain or 'ai.onnx'}::{self.op_type}"
+
+    def describe(self) -> str:
+        return f"node {self.name!r} (op {self.op_type}, domain {self.domain or 'ai.onnx'}, opset {self.opset})"
+
+
+@dataclass
+class SubGraph:
+    """The part of a model given to one backend's ``target.build.<kind>``."""
+
+    nodes: list[Node]
+    """In topological order."""
+    inputs: list[str]
+    """Values computed outside (or fed by the user), in the order ``run`` receives them."""
+    outputs: list[str]
+    """Values needed outside, in the order ``run`` returns them."""
+    constants: dict[str, np.ndarray]
+    """Constant inputs (weights) of these nodes, by name."""
+    values: dict[str, ValueInfo]
+    """Types and shapes of every value the nodes touch."""
+    opsets: dict[str, int] = field(default_factory=dict)
+    name: str = "subgraph"
+
+    def value(self, name: str) -> ValueInfo:
+        return self.values.get(name) or ValueInfo(name, None, None)
+
+    def to_model(self) -> onnx.ModelProto:
+        """This subgraph as a standalone ONNX model (for backends that hand work to
+        another ONNX consumer, and for debugging)."""
+        from .loader import subgraph_to_model
+
+        return subgraph_to_model(self)
+
+
+def attribute_value(attr: onnx.AttributeProto):
+    """An ONNX attribute as a plain Python / numpy value."""
+    from onnx import numpy_helper
+
+    v = onnx.helper.get_attribute_value(attr)
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    if isinstance(v, onnx.TensorProto):
+        return numpy_helper.to_array(v)
+    if isinstance(v, list):
+        if v and isinstance(v[0], bytes):
+            return [s.decode("utf-8", "replace") for s in v]
+        if v and isinstance(v[0], onnx.TensorProto):
+            return [numpy_helper.to_array(t) for t in v]
+        return list(v)
+    return v
