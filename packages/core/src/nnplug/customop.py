@@ -1,4 +1,6 @@
-"""Custom operators (RKNN toolkit semantics), in Python.
+"""Custom operators (RKNN toolkit semantics).
+
+In Python:
 
     class MySoftmax:
         op_type = "cstSoftmax"
@@ -14,23 +16,24 @@
 An op is matched by ``op_type`` whatever (custom) domain the model's node uses. An
 ``op_type`` equal to a standard ONNX op is refused unless registered with
 ``override=True``; an override then runs instead of the backends' own kernel.
+
+Native ops (C structs of callbacks, see ``custom_op.h``) subclass :class:`CustomOp` too.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 import onnx.defs
 
+from .device import CPU, Device
+from .device_api import DeviceAPI
 from .errors import CustomOpError, PluginError
-from .graph import Node
-
-_ATTR_TYPES = (bool, int, float, np.integer, np.floating, np.ndarray, list, tuple, str)
+from .graph import Node, ValueInfo
+from .tensor import HOST_API, Tensor
 
 
 def get_node_attr(node: Node, name: str, default=None):
-    """A node attribute: bool, int32/int64, float32 scalars or arrays (numpy), or str."""
+    """A node attribute: bool, int32/int64, float32 scalars or numpy arrays, or str."""
     value = node.attrs.get(name, default)
     if isinstance(value, list) and value and all(isinstance(v, (int, float)) for v in value):
         dtype = np.int64 if all(isinstance(v, int) for v in value) else np.float32
@@ -42,25 +45,70 @@ def is_standard_op(op_type: str) -> bool:
     return onnx.defs.has(op_type, "")
 
 
-@dataclass
+class BoundOp:
+    """A custom op bound to one node on one target: what the executor runs."""
+
+    device: Device = CPU
+    api: DeviceAPI = HOST_API
+
+    def run(self, inputs: list[Tensor]) -> list[Tensor]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release per-node state (native ops call ``destroy`` here)."""
+
+
 class CustomOp:
-    """A registered custom op: the user's object plus where it came from.
+    """A registered custom op type: where it came from and what it can run on."""
 
-    ``impl`` is a Python object with ``shape_infer``/``compute`` (target ``"cpu"``), or
-    a native op record supplied by the custom-op library host.
-    """
-
-    op_type: str
-    impl: object
-    source: str
+    op_type: str = ""
+    source: str = ""
     override: bool = False
     targets: tuple[str, ...] = ("cpu",)
-    native: dict = field(default_factory=dict)
-    """For native ops: target -> native op record (see ``nnplug.native.custom_ops``)."""
+    runs_anywhere: bool = False
+    """True when it needs no backend (runs on the host whatever backends are chosen)."""
+
+    def shape_infer(self, node: Node, in_shapes: list, in_dtypes: list):
+        """``(out_shapes, out_dtypes)`` for ``node``'s outputs."""
+        raise NotImplementedError
+
+    def bind(self, node: Node, values: dict[str, ValueInfo], target: str, backend) -> BoundOp | None:
+        """Bind to ``node`` for ``target`` on ``backend`` (None: declined, use the backend's
+        own kernel)."""
+        raise NotImplementedError
 
     def describe(self) -> str:
         kind = "override of ONNX " if self.override else ""
         return f"{kind}op {self.op_type!r} from {self.source} (targets: {', '.join(self.targets)})"
+
+
+class PythonCustomOp(CustomOp):
+    """A Python object with ``op_type``, ``shape_infer`` and ``compute``; runs on the host."""
+
+    runs_anywhere = True
+    targets = ("cpu",)
+
+    def __init__(self, impl, source: str, override: bool = False):
+        self.op_type = check_python_op(impl, override)
+        self.impl = impl
+        self.source = source
+        self.override = override
+
+    def shape_infer(self, node, in_shapes, in_dtypes):
+        shapes, dtypes = self.impl.shape_infer(node, in_shapes, in_dtypes)
+        return list(shapes), list(dtypes)
+
+    def bind(self, node, values, target, backend):
+        return _PythonBound(self, node)
+
+
+class _PythonBound(BoundOp):
+    def __init__(self, op: PythonCustomOp, node: Node):
+        self.op, self.node = op, node
+
+    def run(self, inputs):
+        outs = run_python_op(self.op, self.node, [t.numpy() for t in inputs])
+        return [Tensor.from_numpy(o) for o in outs]
 
 
 def check_python_op(obj, override: bool) -> str:
@@ -81,7 +129,7 @@ def check_python_op(obj, override: bool) -> str:
     return op_type
 
 
-def run_python_op(op: CustomOp, node: Node, inputs: list[np.ndarray]) -> list[np.ndarray]:
+def run_python_op(op: PythonCustomOp, node: Node, inputs: list[np.ndarray]) -> list[np.ndarray]:
     """Call ``compute`` and check what comes back; errors name the op, node and callback."""
     try:
         outs = op.impl.compute(node, inputs)

@@ -35,7 +35,7 @@ class Tensor:
 
     @classmethod
     def empty(cls, shape, dtype, device: Device = CPU, api: DeviceAPI | None = None) -> Tensor:
-        if device.device_type == CPU.device_type and api is None:
+        if device.device_type == CPU.device_type:  # host memory is always a numpy array
             return cls.from_numpy(np.empty(shape, dtype))
         if api is None:
             raise ValueError(f"Tensor.empty on {device}: pass the device API that owns it")
@@ -81,7 +81,7 @@ class Tensor:
         device = parse_device(device)
         if device == self.device:
             return self
-        if device.device_type == CPU.device_type and api is None:
+        if device.device_type == CPU.device_type:
             return Tensor.from_numpy(self.numpy())
         api = api or _lookup_api(device)
         out = Tensor.empty(self.shape, self.dtype, device, api)

@@ -1,0 +1,155 @@
+"""The compiled plan of a network and how it runs.
+
+A plan is a list of steps in topological order. Each step is one backend partition (a
+built Module) or one custom-op node. Values cross devices only between steps; every
+value is dropped after its last use so its memory can be reused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .device import CPU, Device
+from .device_api import DeviceAPI
+from .errors import BackendError, InputError, NnplugError
+from .graph import ValueInfo
+from .tensor import HOST_API, Tensor
+
+
+@dataclass
+class Step:
+    label: str
+    """Backend id or custom-op label, for errors and ``net.assignment``."""
+    nodes: list[str]
+    inputs: list[str]
+    outputs: list[str]
+    device: Device
+    api: DeviceAPI
+    run: Callable[[list[Tensor]], list[Tensor]]
+    close: Callable[[], None] | None = None
+    frees: list[str] = field(default_factory=list)
+    """Values whose last use is this step: dropped after it runs."""
+
+
+def plan_frees(steps: list[Step], keep: set[str]) -> None:
+    """Fill each step's ``frees`` from the last step that reads each value."""
+    last_use: dict[str, int] = {}
+    for i, s in enumerate(steps):
+        for x in s.inputs:
+            last_use[x] = i
+    for name, i in last_use.items():
+        if name not in keep:
+            steps[i].frees.append(name)
+
+
+def run_steps(steps: list[Step], env: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Run ``steps`` over ``env`` (value name -> Tensor); returns env with the results."""
+    copies: dict[tuple[str, Device], Tensor] = {}
+    for s in steps:
+        ins = []
+        for x in s.inputs:
+            t = env[x]
+            if t.device != s.device:  # a partition boundary: the only place data moves
+                key = (x, s.device)
+                c = copies.get(key)
+                if c is None:
+                    c = copies[key] = t.to(s.device, None if s.device == CPU else s.api)
+                t = c
+            ins.append(t)
+        try:
+            outs = s.run(ins)
+        except NnplugError:
+            raise
+        except Exception as e:
+            raise BackendError(
+                f"{s.label} failed running node(s) {', '.join(s.nodes[:3])}"
+                f"{' ...' if len(s.nodes) > 3 else ''}: {type(e).__name__}: {e}"
+            ) from e
+        if len(outs) != len(s.outputs):
+            raise BackendError(
+                f"{s.label} returned {len(outs)} output(s) for node(s) {', '.join(s.nodes[:3])}, "
+                f"expected {len(s.outputs)}"
+            )
+        for name, t in zip(s.outputs, outs):
+            env[name] = t
+        for name in s.frees:
+            env.pop(name, None)
+            for key in [k for k in copies if k[0] == name]:
+                del copies[key]
+    return env
+
+
+def check_feeds(feeds, inputs: list[ValueInfo]) -> dict[str, Tensor]:
+    """Validate user feeds by name, dtype and shape (binding symbolic dims)."""
+    if not isinstance(feeds, dict):
+        raise InputError(f"run() takes a dict of input name -> array, not {type(feeds).__name__}")
+    expected = {v.name: v for v in inputs}
+    unknown = [k for k in feeds if k not in expected]
+    if unknown:
+        raise InputError(
+            f"unknown input(s) {', '.join(map(repr, unknown))}; the model's inputs are: "
+            f"{', '.join(expected) or 'none'}"
+        )
+    missing = [k for k in expected if k not in feeds]
+    if missing:
+        raise InputError(f"missing input(s): {', '.join(map(repr, missing))}")
+    bound: dict[str, tuple[int, str]] = {}
+    out = {}
+    for name, value in feeds.items():
+        info = expected[name]
+        t = value if isinstance(value, Tensor) else _as_tensor(name, value)
+        if info.dtype is not None and t.dtype != info.dtype:
+            raise InputError(
+                f"input {name!r} has dtype {t.dtype}, the model expects {info.dtype}; "
+                f"convert it with .astype(np.{info.dtype.name})"
+            )
+        if info.shape is not None:
+            if len(t.shape) != len(info.shape):
+                raise InputError(
+                    f"input {name!r} has shape {t.shape} (rank {len(t.shape)}), the model "
+                    f"expects rank {len(info.shape)}: {_fmt(info.shape)}"
+                )
+            for axis, (got, want) in enumerate(zip(t.shape, info.shape)):
+                if isinstance(want, int) and got != want:
+                    raise InputError(
+                        f"input {name!r} has shape {t.shape}, the model expects "
+                        f"{_fmt(info.shape)} (dimension {axis} must be {want})"
+                    )
+                if isinstance(want, str):
+                    if want in bound and bound[want][0] != got:
+                        other = bound[want][1]
+                        raise InputError(
+                            f"input {name!r} dimension {axis} ({want!r}) is {got}, but {want!r} "
+                            f"is {bound[want][0]} in input {other!r}"
+                        )
+                    bound[want] = (got, name)
+        out[name] = t
+    return out
+
+
+def _as_tensor(name: str, value) -> Tensor:
+    if hasattr(value, "__dlpack__") and not isinstance(value, np.ndarray):
+        from .tensor import from_dlpack
+
+        try:
+            return from_dlpack(value)
+        except (BufferError, TypeError) as e:
+            raise InputError(f"input {name!r}: {e}") from None
+    try:
+        arr = np.asarray(value)
+    except Exception as e:
+        raise InputError(f"input {name!r} cannot be converted to an array: {e}") from None
+    if arr.dtype == object:
+        raise InputError(f"input {name!r} is not a numeric array")
+    return Tensor.from_numpy(arr)
+
+
+def _fmt(shape) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+def host_step(label, nodes, inputs, outputs, run, close=None) -> Step:
+    return Step(label, nodes, inputs, outputs, CPU, HOST_API, run, close)

@@ -1,0 +1,221 @@
+"""ONNX model -> checked, shape-inferred :class:`Model` the planner works on."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from .errors import ModelError
+from .graph import Node, SubGraph, ValueInfo, attribute_value
+
+
+@dataclass
+class Model:
+    nodes: list[Node]
+    inputs: list[ValueInfo]
+    """Inputs the user feeds (graph inputs that are not initializers)."""
+    outputs: list[ValueInfo]
+    constants: dict[str, np.ndarray]
+    values: dict[str, ValueInfo]
+    opsets: dict[str, int]
+    name: str = "model"
+    producers: dict[str, Node] = field(default_factory=dict)
+
+
+def read_model(model) -> onnx.ModelProto:
+    """A ModelProto from a path, bytes or ModelProto, with clear errors."""
+    if isinstance(model, onnx.ModelProto):
+        return model
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        try:
+            return onnx.load_from_string(bytes(model))
+        except Exception as e:
+            raise ModelError(f"the model bytes are not a valid ONNX model: {e}") from None
+    if isinstance(model, (str, os.PathLike)):
+        path = os.fspath(model)
+        if not os.path.exists(path):
+            raise ModelError(f"model file {path!r} does not exist")
+        if os.path.isdir(path):
+            raise ModelError(f"model path {path!r} is a directory; give the .onnx file")
+        try:
+            return onnx.load(path)
+        except Exception as e:
+            raise ModelError(f"model file {path!r} is not a valid ONNX model: {e}") from None
+    raise ModelError(
+        f"a model is a path, bytes or onnx.ModelProto, not {type(model).__name__}"
+    )
+
+
+def _dims(type_proto: onnx.TypeProto):
+    if not type_proto.HasField("tensor_type"):
+        return None, None
+    tt = type_proto.tensor_type
+    dtype = None
+    if tt.elem_type:
+        try:
+            dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type))
+        except Exception:
+            dtype = None
+    if not tt.HasField("shape"):
+        return dtype, None
+    shape = []
+    for d in tt.shape.dim:
+        if d.HasField("dim_value"):
+            shape.append(int(d.dim_value))
+        elif d.HasField("dim_param") and d.dim_param:
+            shape.append(d.dim_param)
+        else:
+            shape.append(None)
+    return dtype, tuple(shape)
+
+
+def value_info(vi: onnx.ValueInfoProto) -> ValueInfo:
+    dtype, shape = _dims(vi.type)
+    return ValueInfo(vi.name, dtype, shape)
+
+
+def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
+    try:
+        return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False,
+                                                 data_prop=True)
+    except Exception as e:
+        raise ModelError(f"ONNX shape inference failed: {e}") from None
+
+
+def _collect_values(model: onnx.ModelProto) -> dict[str, ValueInfo]:
+    g = model.graph
+    values = {}
+    for vi in list(g.value_info) + list(g.input) + list(g.output):
+        info = value_info(vi)
+        old = values.get(vi.name)
+        if old is None or (old.shape is None and info.shape is not None):
+            values[vi.name] = info
+    for init in g.initializer:
+        values[init.name] = ValueInfo(
+            init.name, np.dtype(onnx.helper.tensor_dtype_to_np_dtype(init.data_type)),
+            tuple(int(d) for d in init.dims))
+    return values
+
+
+def load(model, custom_ops: dict | None = None) -> Model:
+    """Read, check and shape-infer ``model``. ``custom_ops`` (op_type -> CustomOp) supply
+    ``shape_infer`` for the nodes ONNX cannot infer."""
+    proto = read_model(model)
+    custom_ops = custom_ops or {}
+    if proto.graph.ByteSize() == 0 and not proto.graph.node:
+        raise ModelError("the model has an empty graph")
+    try:
+        onnx.checker.check_model(proto)
+    except onnx.checker.ValidationError as e:
+        text = str(e).strip().splitlines()[0]
+        # Custom-domain ops have no schema; the checker only complains for known domains.
+        raise ModelError(f"the model does not pass the ONNX checker: {text}") from None
+    except Exception as e:  # protobuf-level errors
+        raise ModelError(f"the model cannot be checked: {e}") from None
+
+    opsets = {op.domain or "": op.version for op in proto.opset_import}
+    inferred = _infer(proto)
+    values = _collect_values(inferred)
+    nodes = _make_nodes(inferred, opsets)
+    _check_topology(nodes, inferred)
+
+    if any(n.op_type in custom_ops for n in nodes):
+        values = _custom_shape_inference(inferred, nodes, values, custom_ops)
+
+    g = inferred.graph
+    constants = {}
+    for init in g.initializer:
+        constants[init.name] = numpy_helper.to_array(init)
+    inputs = [values.get(i.name) or value_info(i) for i in g.input if i.name not in constants]
+    outputs = [values.get(o.name) or value_info(o) for o in g.output]
+    producers = {o: n for n in nodes for o in n.outputs if o}
+    return Model(nodes, inputs, outputs, constants, values, opsets,
+                 name=g.name or "model", producers=producers)
+
+
+def _make_nodes(model: onnx.ModelProto, opsets: dict[str, int]) -> list[Node]:
+    nodes = []
+    seen = set()
+    for i, n in enumerate(model.graph.node):
+        name = n.name or f"{n.op_type}_{i}"
+        while name in seen:  # node names are optional and need not be unique
+            name = f"{name}_{i}"
+        seen.add(name)
+        try:
+            attrs = {a.name: attribute_value(a) for a in n.attribute}
+        except Exception as e:
+            raise ModelError(f"node {name!r} (op {n.op_type}) has an unreadable attribute: {e}") from None
+        nodes.append(Node(name, n.op_type, n.domain, list(n.input), list(n.output), attrs,
+                          opsets.get(n.domain or "", opsets.get("ai.onnx", 0)), n))
+    return nodes
+
+
+def _check_topology(nodes: list[Node], model: onnx.ModelProto) -> None:
+    g = model.graph
+    known = {i.name for i in g.input} | {t.name for t in g.initializer} | {""}
+    for n in nodes:
+        for x in n.inputs:
+            if x not in known:
+                raise ModelError(
+                    f"{n.describe()} reads {x!r}, which no earlier node, input or initializer defines"
+                )
+        known.update(n.outputs)
+    for o in g.output:
+        if o.name not in known:
+            raise ModelError(f"graph output {o.name!r} is not produced by any node or input")
+
+
+def _custom_shape_inference(model, nodes, values, custom_ops) -> dict[str, ValueInfo]:
+    """Run each custom op's shape_infer in order, feed the result back to ONNX inference
+    so the standard nodes after it get shapes too."""
+    from .errors import CustomOpError
+
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    for node in nodes:
+        op = custom_ops.get(node.op_type)
+        if op is None:
+            continue
+        ins = [values.get(x) for x in node.inputs if x]
+        if any(v is None or v.shape is None for v in ins):
+            continue  # unknown input shapes: leave the outputs to run time
+        try:
+            shapes, dtypes = op.shape_infer(node, [list(v.shape) for v in ins],
+                                            [v.dtype for v in ins])
+        except Exception as e:
+            raise CustomOpError(
+                f"custom op {node.op_type!r} failed in shape_infer() on node {node.name!r}: "
+                f"{type(e).__name__}: {e}"
+            ) from e
+        if len(shapes) != len(node.outputs) or len(dtypes) != len(node.outputs):
+            raise CustomOpError(
+                f"custom op {node.op_type!r} shape_infer() on node {node.name!r} must return "
+                f"{len(node.outputs)} shape(s) and dtype(s)"
+            )
+        for name, shape, dtype in zip(node.outputs, shapes, dtypes):
+            elem = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+            vi = onnx.helper.make_tensor_value_info(name, elem, list(shape))
+            model.graph.value_info.append(vi)
+            values[name] = value_info(vi)
+        inferred = _infer(model)
+        for k, v in _collect_values(inferred).items():
+            if k not in values or values[k].shape is None:
+                values[k] = v
+        model = inferred
+    return values
+
+
+def subgraph_to_model(sg: SubGraph) -> onnx.ModelProto:
+    def vi(name):
+        v = sg.value(name)
+        elem = onnx.helper.np_dtype_to_tensor_dtype(v.dtype) if v.dtype is not None else 0
+        return onnx.helper.make_tensor_value_info(name, elem, list(v.shape) if v.shape else None)
+
+    inits = [numpy_helper.from_array(np.asarray(a), n) for n, a in sg.constants.items()]
+    graph = onnx.helper.make_graph([n.proto for n in sg.nodes], sg.name,
+                                   [vi(i) for i in sg.inputs], [vi(o) for o in sg.outputs], inits)
+    opsets = [onnx.helper.make_opsetid(d, v) for d, v in sg.opsets.items()]
+    return onnx.helper.make_model(graph, opset_imports=opsets)

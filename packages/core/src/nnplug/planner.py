@@ -1,0 +1,140 @@
+"""From a loaded model to a plan: assign nodes, fold constants, cut partitions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .backend import Backend
+from .customop import CustomOp
+from .device import device_type_of
+from .errors import UnsupportedNodeError
+from .graph import Node, SubGraph
+from .loader import Model
+
+# Ops whose result differs run to run: never folded.
+_NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                     "Multinomial", "Bernoulli"}
+
+KNOWN_BACKEND_PACKAGES = {"cpu": "nnplug-backend-cpu", "opencl": "nnplug-backend-opencl"}
+KNOWN_OP_PACKAGES = {"cstSoftmax": "nnplug-ops-softmax"}
+
+# Which backends a custom op's target can run on: its device type.
+_TARGET_DEVICE = {"cpu": device_type_of("cpu"), "gpu": device_type_of("opencl")}
+
+
+@dataclass
+class Placement:
+    """Where one node runs: a backend, or a custom op on some target."""
+
+    backend: Backend | None
+    op: CustomOp | None = None
+    target: str | None = None  # custom ops: "cpu" or "gpu"
+    bound: object = None  # custom ops: the BoundOp that runs this node
+
+    @property
+    def label(self) -> str:
+        if self.op is not None:
+            return f"op:{self.op.op_type}@{self.target}"
+        return self.backend.id
+
+    def same_partition(self, other: Placement) -> bool:
+        return self.op is None and other.op is None and self.backend is other.backend
+
+
+def constant_nodes(model: Model, custom_ops: dict[str, CustomOp]) -> list[Node]:
+    """Standard, deterministic nodes whose inputs are all constant (transitively)."""
+    known = set(model.constants)
+    out = []
+    for n in model.nodes:
+        if (n.op_type not in custom_ops and n.op_type not in _NONDETERMINISTIC
+                and n.domain in ("", "ai.onnx") and all(x == "" or x in known for x in n.inputs)):
+            out.append(n)
+            known.update(o for o in n.outputs if o)
+    return out
+
+
+def whole_graph(model: Model, nodes: list[Node], constants: dict[str, np.ndarray]) -> SubGraph:
+    return SubGraph(nodes, [v.name for v in model.inputs], [v.name for v in model.outputs],
+                    constants, model.values, model.opsets, model.name)
+
+
+def place(node: Node, graph: SubGraph, backends: list[Backend], custom_ops: dict[str, CustomOp],
+          use_overrides: bool, bind_op) -> Placement:
+    """The first backend (or custom op for its target) in preference order that runs ``node``.
+
+    ``bind_op(op, node, target, backend)`` binds a custom op and returns the BoundOp, or
+    None when the op declines the node, so the backend's own kernel is tried next.
+    """
+    op = custom_ops.get(node.op_type)
+    if op is not None and op.override and not use_overrides:
+        op = None
+    for b in backends:
+        if op is not None:
+            for target in op.targets:
+                if _TARGET_DEVICE.get(target) == b.device_type_number:
+                    bound = bind_op(op, node, target, b)
+                    if bound is not None:
+                        return Placement(b, op, target, bound)
+        if b.supports(node, graph):
+            return Placement(b)
+    if op is not None and op.runs_anywhere:
+        bound = bind_op(op, node, "cpu", None)
+        if bound is not None:
+            return Placement(None, op, "cpu", bound)
+    raise UnsupportedNodeError(_unsupported_message(node, backends, custom_ops))
+
+
+def _unsupported_message(node: Node, backends: list[Backend], custom_ops) -> str:
+    ids = ", ".join(b.id for b in backends) or "none"
+    msg = f"no backend can run {node.describe()}; tried: {ids}"
+    if node.domain not in ("", "ai.onnx"):
+        pkg = KNOWN_OP_PACKAGES.get(node.op_type)
+        msg += (f". {node.op_type!r} is a custom op of domain {node.domain!r} and no custom op "
+                f"of that type is registered")
+        msg += f": pip install {pkg}" if pkg else "; register one with rt.register_custom_op()"
+    else:
+        missing = [p for bid, p in KNOWN_BACKEND_PACKAGES.items()
+                   if bid not in {b.id for b in backends}]
+        if missing:
+            msg += f". Another backend may run it: pip install {' or '.join(missing)}"
+    return msg
+
+
+def partitions(nodes: list[Node], placements: dict[str, Placement]) -> list[list[Node]]:
+    """Consecutive nodes (topological order) with the same backend form one partition;
+    every custom op node is its own partition."""
+    parts: list[list[Node]] = []
+    for n in nodes:
+        if parts and placements[parts[-1][-1].name].same_partition(placements[n.name]):
+            parts[-1].append(n)
+        else:
+            parts.append([n])
+    return parts
+
+
+def subgraph_for(part: list[Node], model: Model, constants: dict[str, np.ndarray],
+                 needed_after: set[str], index: int) -> SubGraph:
+    produced = {o for n in part for o in n.outputs if o}
+    inputs, consts = [], {}
+    for n in part:
+        for x in n.inputs:
+            if not x or x in produced:
+                continue
+            if x in constants:
+                consts[x] = constants[x]
+            elif x not in inputs:
+                inputs.append(x)
+    outputs = [o for n in part for o in n.outputs if o and o in needed_after]
+    values = {}
+    for n in part:
+        for x in [*n.inputs, *n.outputs]:
+            if x and x in model.values:
+                values[x] = model.values[x]
+    for name, arr in consts.items():
+        from .graph import ValueInfo
+
+        values[name] = ValueInfo(name, arr.dtype, tuple(arr.shape))
+    return SubGraph(part, inputs, outputs, consts, values, model.opsets,
+                    f"{model.name}:part{index}")

@@ -1,0 +1,502 @@
+"""Runtime (plugins and their registries) and Network (a loaded, compiled model)."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import threading
+import weakref
+from dataclasses import dataclass
+
+from . import discovery
+from .backend import Backend
+from .device import device_type_name
+from .customop import CustomOp, PythonCustomOp
+from .errors import ModelError, NnplugError, PluginError, UnsupportedNodeError
+from .executor import Step, check_feeds, host_step, plan_frees, run_steps
+from .loader import Model, load
+from .planner import KNOWN_BACKEND_PACKAGES, constant_nodes, partitions, place, subgraph_for, \
+    whole_graph
+from .plugins import BACKENDS, BackendInfo, LoadError, log, report
+from .registry import register_func, remove_func
+from .target import Target, register_target_kind, remove_target_kind
+from .tensor import Tensor
+
+RESERVED_IDS = frozenset({"auto", "all", "host", "custom", "op", "none", "default"})
+
+
+@dataclass
+class CreationOptions:
+    """How a Runtime finds its plugins."""
+
+    dynamic_backends_path: str | list[str] | None = None
+    """Folders of native backend .so files; str split on ':' or a list. None: the
+    NNPLUG_BACKEND_PATH environment variable, else ``backends/`` beside the core.
+    "" or []: load none."""
+    custom_op_paths: str | list[str] | None = None
+    """Folders of ``libnnplug_op_*.so`` custom-op libraries (same rules, variable
+    NNPLUG_CUSTOM_OP_PATH, default ``ops/`` beside the core)."""
+    backend_preference: list[str] | None = None
+    """Default backend order for ``load()``; None: registration order."""
+    entry_points: bool = True
+    """Read installed plugins (``nnplug.backends`` / ``nnplug.ops`` entry points)."""
+    disable_op_overrides: bool = False
+    """Ignore custom ops that override standard ONNX ops (use the backends' kernels)."""
+    disabled_plugins: list[str] | None = None
+    """Entry point names to skip, on top of NNPLUG_DISABLE_PLUGINS."""
+
+
+class Runtime:
+    """Holds the backends and custom ops a process can use; loads networks.
+
+    Creating one reads entry points (metadata only) and scans the native plugin folders;
+    plugins that fail are logged, recorded in ``load_errors`` and skipped.
+    """
+
+    def __init__(self, options: CreationOptions | None = None):
+        self.options = options or CreationOptions()
+        self.load_errors: list[LoadError] = []
+        self.disabled: list[str] = []
+        self._backends: dict[str, BackendInfo] = {}
+        self._leases: dict[str, object] = {}  # backend id -> lease key
+        self._ops: dict[str, CustomOp] = {}
+        self._lock = threading.RLock()
+        self._closed = False
+        self._networks: weakref.WeakSet = weakref.WeakSet()
+        disabled = discovery.disabled_names(self.options.disabled_plugins)
+        if self.options.entry_points:
+            self._load_backend_entry_points(disabled)
+        self._load_dynamic_backends()
+        if self.options.entry_points:
+            self._load_op_entry_points(disabled)
+        self._load_op_libraries()
+
+    # -- public views ---------------------------------------------------------------------
+    @property
+    def backends(self) -> dict[str, BackendInfo]:
+        with self._lock:
+            return dict(self._backends)
+
+    @property
+    def ops(self) -> dict[str, CustomOp]:
+        with self._lock:
+            return dict(self._ops)
+
+    def __repr__(self) -> str:
+        return (f"<nnplug.Runtime backends=[{', '.join(self._backends)}] "
+                f"ops=[{', '.join(self._ops)}] load_errors={len(self.load_errors)}>")
+
+    # -- backends -------------------------------------------------------------------------
+    def register_backend(self, obj, *, origin: str = "api", source: str | None = None) -> BackendInfo:
+        """Register a Backend (subclass, instance or factory) or a native backend .so path."""
+        if isinstance(obj, (str, os.PathLike)):
+            return self._register_library(os.fspath(obj), origin, source)
+        key = ("object", id(obj)) if not inspect.isclass(obj) else ("class", obj)
+        src = source or f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', type(obj).__qualname__)}"
+        return self._register(key, lambda: _instantiate(obj), origin, src)
+
+    def _register_library(self, path: str, origin: str, source: str | None) -> BackendInfo:
+        from .native import load_backend_library
+
+        real = os.path.realpath(path)
+        return self._register(("library", real), lambda: load_backend_library(real), origin,
+                              source or real)
+
+    def _register(self, key, create, origin: str, source: str, version: str | None = None) -> BackendInfo:
+        backend = BACKENDS.acquire(key, lambda: _activate(create()), _deactivate)
+        try:
+            bid = backend.id
+            if not isinstance(bid, str) or not bid or bid in RESERVED_IDS:
+                raise PluginError(f"invalid backend id {bid!r} (reserved or empty)")
+            with self._lock:
+                if bid in self._backends:
+                    raise PluginError(
+                        f"duplicate backend id {bid!r}: already registered from "
+                        f"{self._backends[bid].source}"
+                    )
+                info = BackendInfo(bid, origin, source, device_type_name(backend.device_type_number),
+                                   backend, version)
+                self._backends[bid] = info
+                self._leases[bid] = key
+            return info
+        except Exception:
+            BACKENDS.release(key)
+            raise
+
+    def _load_backend_entry_points(self, disabled: set[str]) -> None:
+        for ep in discovery.entry_points(discovery.BACKENDS_GROUP):
+            if ep.name in disabled or "*" in disabled:
+                self.disabled.append(f"{ep.group}:{ep.name}")
+                continue
+            source = discovery.describe(ep)
+            try:
+                obj = ep.load()
+            except Exception as e:
+                report(self.load_errors, LoadError(source, "import", f"{type(e).__name__}: {e}",
+                                                   f"reinstall the distribution that provides it, or set {discovery.DISABLE_ENV}={ep.name}"))
+                continue
+            try:
+                if callable(obj) and not inspect.isclass(obj) and not isinstance(obj, Backend):
+                    obj = obj()  # a factory: of a Backend, or of a native library path
+                if not (isinstance(obj, (Backend, str, os.PathLike))
+                        or (inspect.isclass(obj) and issubclass(obj, Backend))):
+                    raise TypeError(
+                        f"entry point gave {type(obj).__name__}, expected a nnplug.Backend "
+                        f"(class, instance or factory) or the path of a native backend library"
+                    )
+                self.register_backend(obj, origin="entry_point", source=source)
+                self._backends[_last_id(self, source)].version = discovery.dist_version(ep)
+            except Exception as e:
+                stage = getattr(e, "stage", "type" if isinstance(e, TypeError) else "register")
+                report(self.load_errors, LoadError(source, stage, str(e), getattr(e, "fix", None)))
+
+    def _load_dynamic_backends(self) -> None:
+        if self.options.dynamic_backends_path in ("", []):
+            return  # an empty override disables native backend loading
+        from .native import backend_search_dirs, find_backend_libraries
+
+        dirs, errors = backend_search_dirs(self.options.dynamic_backends_path)
+        for err in errors:
+            report(self.load_errors, err)
+        files, errors = find_backend_libraries(dirs)
+        for err in errors:
+            report(self.load_errors, err)
+        for path in files:
+            try:
+                self._register_library(path, "dynamic", None)
+            except Exception as e:
+                stage = getattr(e, "stage", "register")
+                reason = getattr(e, "reason", str(e))
+                if "duplicate backend id" in str(e):
+                    stage = "duplicate id"
+                elif "invalid backend id" in str(e):
+                    stage = "invalid id"
+                report(self.load_errors, LoadError(path, stage, reason, getattr(e, "fix", None)))
+
+    # -- custom ops -----------------------------------------------------------------------
+    def register_custom_op(self, obj, *, override: bool = False, source: str | None = None) -> CustomOp:
+        """Register a Python custom op object (``op_type``, ``shape_infer``, ``compute``), or
+        a ready CustomOp. Do it before ``load()``."""
+        op = obj if isinstance(obj, CustomOp) else PythonCustomOp(
+            obj, source or f"{type(obj).__module__}.{type(obj).__qualname__}", override)
+        with self._lock:
+            if op.op_type in self._ops:
+                raise PluginError(
+                    f"custom op {op.op_type!r} is already registered from "
+                    f"{self._ops[op.op_type].source}; each op type can be registered once"
+                )
+            self._ops[op.op_type] = op
+        return op
+
+    def _load_op_entry_points(self, disabled: set[str]) -> None:
+        for ep in discovery.entry_points(discovery.OPS_GROUP):
+            if ep.name in disabled or "*" in disabled:
+                self.disabled.append(f"{ep.group}:{ep.name}")
+                continue
+            source = discovery.describe(ep)
+            try:
+                obj = ep.load()
+            except Exception as e:
+                report(self.load_errors, LoadError(source, "import", f"{type(e).__name__}: {e}"))
+                continue
+            try:
+                self._register_op_plugin(obj, source)
+            except Exception as e:
+                report(self.load_errors, LoadError(source, getattr(e, "stage", "register"), str(e)))
+
+    def _register_op_plugin(self, obj, source: str) -> None:
+        """An ``nnplug.ops`` entry point gives a function that takes the Runtime and
+        registers its ops (through the public API), or a custom op class/instance."""
+        if inspect.isclass(obj):
+            obj = obj()
+        if hasattr(obj, "op_type"):
+            self.register_custom_op(obj, override=bool(getattr(obj, "override", False)),
+                                    source=source)
+        elif callable(obj):
+            obj(self)
+        else:
+            raise TypeError(
+                f"entry point gave {type(obj).__name__}; expected a custom op class/instance or "
+                f"a function taking the Runtime"
+            )
+
+    def _load_op_libraries(self) -> None:
+        """Native custom-op libraries from ``custom_op_paths`` (see ``nnplug.native.custom_ops``)."""
+        if self.options.custom_op_paths in ("", []):
+            return  # an empty override disables native op loading
+        from .native import custom_ops
+
+        custom_ops.load_op_folders(self, self.options.custom_op_paths)
+
+    # -- loading networks -----------------------------------------------------------------
+    def load(self, model, backends: list[str] | None = None,
+             targets: dict[str, str | dict | Target] | None = None) -> Network:
+        """Load, check, assign and compile ``model`` (path, bytes or onnx.ModelProto).
+
+        ``backends``: preference order (default: the creation options' order, else all
+        registered backends). ``targets``: backend id -> Target (or JSON/dict) to compile for.
+        """
+        if self._closed:
+            raise NnplugError("this Runtime is closed")
+        chosen = self._choose_backends(backends)
+        with self._lock:
+            ops = dict(self._ops)
+        m = load(model, ops)
+        return Network(self, m, chosen, ops, targets or {})
+
+    def _choose_backends(self, names) -> list[BackendInfo]:
+        with self._lock:
+            available = dict(self._backends)
+        if names is None:
+            names = self.options.backend_preference or list(available)
+        if isinstance(names, str):
+            names = [names]
+        chosen = []
+        for name in names:
+            if name not in available:
+                pkg = KNOWN_BACKEND_PACKAGES.get(name)
+                hint = f"; install it with: pip install {pkg}" if pkg else ""
+                why = next((f"; it failed to load: {e}" for e in self.load_errors
+                            if name in e.source), "")
+                raise UnsupportedNodeError(
+                    f"backend {name!r} is not available (installed: "
+                    f"{', '.join(available) or 'none'}){why}{hint}"
+                )
+            chosen.append(available[name])
+        return chosen
+
+    # -- life cycle -----------------------------------------------------------------------
+    def close(self) -> None:
+        """Release this Runtime's backends (networks still loaded keep theirs alive)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            keys = list(self._leases.values())
+            self._leases.clear()
+            ops = list(self._ops.values())
+        for op in ops:
+            release = getattr(op, "release", None)
+            if release is not None:
+                release()
+        for key in keys:
+            BACKENDS.release(key)
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _last_id(rt: Runtime, source: str) -> str:
+    return next(bid for bid, info in reversed(rt._backends.items()) if info.source == source)
+
+
+def _instantiate(obj) -> Backend:
+    if inspect.isclass(obj):
+        obj = obj()
+    elif callable(obj) and not isinstance(obj, Backend):
+        obj = obj()
+    if not isinstance(obj, Backend):
+        raise TypeError(f"expected a nnplug.Backend, got {type(obj).__name__}")
+    return obj
+
+
+def _activate(backend: Backend) -> Backend:
+    """First use of a backend in this process: register its target kind and functions."""
+    if not isinstance(backend, Backend):
+        raise TypeError(f"expected a nnplug.Backend, got {type(backend).__name__}")
+    kind_args = dict(backend.target_kind())
+    backend._nnplug_kind = register_target_kind(backend.target_kind_name, override=True, **kind_args)
+    api = backend.device_api()
+    backend._nnplug_funcs = {
+        f"device_api.{backend.id}": lambda: api,
+        f"target.build.{backend.target_kind_name}": backend.build,
+    }
+    for name, f in backend._nnplug_funcs.items():
+        register_func(name, f, override=True)
+    return backend
+
+
+def _deactivate(backend: Backend) -> None:
+    for name, f in getattr(backend, "_nnplug_funcs", {}).items():
+        remove_func(name, f)
+    remove_target_kind(backend.target_kind_name, getattr(backend, "_nnplug_kind", None))
+    backend.close()
+
+
+class Network:
+    """A loaded model, compiled for its backends. ``run`` is thread-safe."""
+
+    def __init__(self, runtime: Runtime, model: Model, backends: list[BackendInfo],
+                 ops: dict[str, CustomOp], targets: dict):
+        self.name = model.name
+        self.inputs = list(model.inputs)
+        self.outputs = list(model.outputs)
+        self.assignment: dict[str, str] = {}
+        self._constants = dict(model.constants)
+        self._steps: list[Step] = []
+        self._lease_keys = []
+        self._closed = False
+        for info in backends:  # hold the backends for as long as this network lives
+            key = runtime._leases.get(info.id)
+            if key is not None:
+                BACKENDS.retain(key)
+                self._lease_keys.append(key)
+        self._finalizer = weakref.finalize(self, _close_network, self._steps, self._lease_keys)
+        try:
+            self._compile(runtime, model, [b.backend for b in backends], ops, targets)
+        except Exception:
+            self.close()
+            raise
+        self._output_names = [o.name for o in self.outputs]
+
+    def _compile(self, runtime, model: Model, backends: list[Backend], ops, targets) -> None:
+        use_overrides = not runtime.options.disable_op_overrides
+        target_of = {}
+        for b in backends:
+            spec = targets.get(b.id, b.target_kind_name)
+            try:
+                target_of[b.id] = Target(spec)
+            except NnplugError as e:
+                raise type(e)(f"backend {b.id!r}: {e}") from None
+        unknown = set(targets) - set(target_of)
+        if unknown:
+            raise ModelError(f"targets given for backend(s) not in use: {', '.join(sorted(unknown))}")
+
+        def bind(op, node, target, backend):
+            return op.bind(node, model.values, target, backend)
+
+        # 1. Constant subgraphs: placed like any node, run once now, folded into weights.
+        const_nodes = constant_nodes(model, ops)
+        const_names = {n.name for n in const_nodes}
+        rest = [n for n in model.nodes if n.name not in const_names]
+        results = {o.name for o in model.outputs}
+        if const_nodes:
+            graph = whole_graph(model, const_nodes, self._constants)
+            placed = {n.name: place(n, graph, backends, ops, use_overrides, bind) for n in const_nodes}
+            used_later = {x for n in rest for x in n.inputs if x} | results
+            keep = {o for n in const_nodes for o in n.outputs if o} & used_later
+            steps = self._build_steps(model, const_nodes, placed, self._constants, keep, target_of)
+            try:
+                env = run_steps(steps, {})
+            finally:
+                for s in steps:
+                    if s.close:
+                        s.close()
+            for name in keep:
+                self._constants[name] = env[name].numpy()
+            for n in const_nodes:
+                self.assignment[n.name] = placed[n.name].label + " (folded)"
+
+        # 2. Everything else.
+        graph = whole_graph(model, rest, self._constants)
+        placed = {n.name: place(n, graph, backends, ops, use_overrides, bind) for n in rest}
+        for n in rest:
+            self.assignment[n.name] = placed[n.name].label
+        self._steps.extend(self._build_steps(model, rest, placed, self._constants, results,
+                                             target_of))
+        plan_frees(self._steps, results)
+
+    def _build_steps(self, model, nodes, placed, constants, keep, target_of) -> list[Step]:
+        """One step per partition of ``nodes``; ``keep``: values wanted after all of them."""
+        steps: list[Step] = []
+        parts = partitions(nodes, placed)
+        wanted_after: list[set[str]] = []  # per partition: values read after it, or kept
+        later = set(keep)
+        for part in reversed(parts):
+            wanted_after.append(set(later))
+            later.update(x for n in part for x in n.inputs if x)
+        wanted_after.reverse()
+        for i, part in enumerate(parts):
+            p = placed[part[0].name]
+            sg = subgraph_for(part, model, constants, wanted_after[i], i)
+            if p.op is not None:
+                steps.append(_custom_step(p, sg))
+                continue
+            b = p.backend
+            try:
+                module = b.build(sg, target_of[b.id])
+            except NnplugError:
+                raise
+            except Exception as e:
+                raise PluginError(
+                    f"backend {b.id!r} failed to build {len(part)} node(s) starting at "
+                    f"{part[0].describe()}: {type(e).__name__}: {e}"
+                ) from e
+            api = b.device_api()
+            steps.append(Step(b.id, [n.name for n in part], sg.inputs, sg.outputs,
+                              target_of[b.id].device, api, module["run"], module.close))
+        return steps
+
+    def run(self, feeds: dict, output_names: list[str] | None = None) -> dict:
+        """Run the network: ``{input name: array}`` -> ``{output name: numpy array}``."""
+        if self._closed:
+            raise NnplugError("this Network is closed")
+        names = self._output_names if output_names is None else list(output_names)
+        bad = [n for n in names if n not in self._output_names]
+        if bad:
+            raise ValueError(
+                f"unknown output name(s) {', '.join(map(repr, bad))}; the model's outputs: "
+                f"{', '.join(self._output_names)}"
+            )
+        env = dict(check_feeds(feeds, self.inputs))
+        for name in self._output_names:
+            if name in self._constants and name not in env:
+                env[name] = Tensor.from_numpy(self._constants[name])
+        env = run_steps(self._steps, env)
+        return {n: env[n].numpy() for n in names}
+
+    def close(self) -> None:
+        """Release kernels and backend leases (also done when the network is collected)."""
+        self._closed = True
+        self._finalizer()
+
+    def __enter__(self) -> Network:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"<nnplug.Network {self.name!r} inputs={[i.name for i in self.inputs]} "
+                f"outputs={[o.name for o in self.outputs]}>")
+
+
+def _custom_step(p, sg) -> Step:
+    """A custom op gets every input in node order; constant ones are moved to its device
+    once, here."""
+    bound = p.bound
+    node = sg.nodes[0]
+    consts = {name: Tensor.from_numpy(a).to(bound.device, bound.api)
+              for name, a in sg.constants.items()}
+    slots = [(consts[x] if x in consts else sg.inputs.index(x)) for x in node.inputs if x]
+
+    def run(ins):
+        return bound.run([ins[s] if isinstance(s, int) else s for s in slots])
+
+    return Step(p.label, [node.name], sg.inputs, sg.outputs, bound.device, bound.api, run,
+                bound.close)
+
+
+def _close_network(steps: list[Step], lease_keys: list) -> None:
+    for s in steps:
+        if s.close is not None:
+            try:
+                s.close()
+            except Exception as e:
+                log.warning("nnplug: releasing %s failed: %s", s.label, e)
+    steps.clear()
+    for key in lease_keys:
+        BACKENDS.release(key)
+    lease_keys.clear()
+
+
+__all__ = ["CreationOptions", "Runtime", "Network", "host_step"]
