@@ -1,0 +1,237 @@
+"""The ``nnplug`` command: info, run, demo, doctor, new.
+
+Errors exit with status 1 (2 for usage) and one clear line on stderr, no traceback;
+``NNPLUG_DEBUG=1`` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+from . import __version__
+from .errors import NnplugError
+
+
+def _runtime(args):
+    from .runtime import CreationOptions, Runtime
+
+    path = getattr(args, "backend_path", None)
+    return Runtime(CreationOptions(dynamic_backends_path=path if path is not None else None))
+
+
+def cmd_info(args) -> int:
+    rt = _runtime(args)
+    print(f"nnplug {__version__} ({os.path.dirname(__file__)})")
+    print("backends:")
+    for info in rt.backends.values():
+        version = f" {info.version}" if info.version else ""
+        print(f"  {info.id:<12} {info.device_type:<8} {info.origin}{version}: {info.source}")
+    if not rt.backends:
+        print("  none installed; try: pip install nnplug-backend-cpu")
+    print("custom ops:")
+    for op in rt.ops.values():
+        print(f"  {op.op_type:<12} {', '.join(op.targets):<8} {op.source}"
+              f"{' (overrides ONNX op)' if op.override else ''}")
+    if not rt.ops:
+        print("  none")
+    if rt.disabled:
+        print(f"disabled: {', '.join(rt.disabled)}")
+    if rt.load_errors:
+        print("load errors:")
+        for e in rt.load_errors:
+            print(f"  {e}")
+    rt.close()
+    return 0
+
+
+def _parse_feed(text: str):
+    name, sep, path = text.partition("=")
+    if not sep or not name or not path:
+        raise NnplugError(f"--input {text!r}: write it as NAME=FILE.npy")
+    if not os.path.exists(path):
+        raise NnplugError(f"--input {name}: file {path!r} does not exist")
+    try:
+        return name, np.load(path, allow_pickle=False)
+    except Exception as e:
+        raise NnplugError(f"--input {name}: {path!r} is not a .npy file: {e}") from None
+
+
+def random_feeds(inputs, seed: int = 0, dims: dict | None = None) -> dict:
+    """Random inputs for a network: symbolic/unknown dims become 1 (or ``dims[name]``)."""
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for v in inputs:
+        shape = [d if isinstance(d, int) else (dims or {}).get(d, 1) for d in (v.shape or ())]
+        dtype = v.dtype or np.dtype(np.float32)
+        if dtype.kind == "f":
+            feeds[v.name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind in "iu":
+            feeds[v.name] = rng.integers(0, 4, shape).astype(dtype)
+        elif dtype.kind == "b":
+            feeds[v.name] = rng.integers(0, 2, shape).astype(bool)
+        else:
+            raise NnplugError(f"input {v.name!r}: cannot make random data of dtype {dtype}")
+    return feeds
+
+
+def _summary(name: str, arr: np.ndarray) -> str:
+    text = f"  {name}: shape {list(arr.shape)} dtype {arr.dtype}"
+    if arr.size and arr.dtype.kind in "fiub":
+        flat = arr.reshape(-1)
+        text += f" min {flat.min():.6g} max {flat.max():.6g} mean {flat.astype(np.float64).mean():.6g}"
+        if arr.ndim >= 1 and arr.shape[-1] > 1 and arr.dtype.kind == "f":
+            top = np.argsort(flat[-arr.shape[-1]:])[::-1][:5]
+            text += f" top5 {top.tolist()}"
+    return text
+
+
+def run_model(model, backends, feeds=None, rt=None, repeat: int = 1) -> int:
+    own = rt is None
+    rt = rt or _runtime(argparse.Namespace())
+    try:
+        net = rt.load(model, backends=backends or None)
+        feeds = feeds if feeds else random_feeds(net.inputs)
+        times = []
+        for _ in range(max(1, repeat)):
+            t0 = time.perf_counter()
+            out = net.run(feeds)
+            times.append(time.perf_counter() - t0)
+        print(f"model {getattr(model, 'name', None) or model if isinstance(model, str) else net.name}")
+        print("inputs:")
+        for k, v in feeds.items():
+            print(_summary(k, np.asarray(v)))
+        print("outputs:")
+        for k, v in out.items():
+            print(_summary(k, v))
+        counts: dict[str, int] = {}
+        for b in net.assignment.values():
+            counts[b] = counts.get(b, 0) + 1
+        print("nodes ran on: " + ", ".join(f"{b} ({n})" for b, n in sorted(counts.items())))
+        print(f"time: {min(times) * 1e3:.2f} ms (best of {len(times)})")
+        net.close()
+    finally:
+        if own:
+            rt.close()
+    return 0
+
+
+def cmd_run(args) -> int:
+    feeds = dict(_parse_feed(t) for t in args.input or [])
+    rt = _runtime(args)
+    try:
+        return run_model(args.model, args.backend, feeds, rt, args.repeat)
+    finally:
+        rt.close()
+
+
+def cmd_demo(args) -> int:
+    """An inference on the bundled model with the best installed backend."""
+    rt = _runtime(args)
+    try:
+        if not rt.backends:
+            print("nnplug demo: no backend is installed, so nothing can run the model.\n"
+                  "Install one and try again:  pip install nnplug-backend-cpu", file=sys.stderr)
+            for e in rt.load_errors:
+                print(f"  (load error: {e})", file=sys.stderr)
+            return 1
+        from . import demo
+
+        print(f"nnplug {__version__}: demo inference, SqueezeNet 1.0 ({demo.MODEL})")
+        print(f"backends available: {', '.join(rt.backends)}")
+        net = rt.load(demo.MODEL, backends=args.backend)
+        feeds = demo.demo_input()
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            out = net.run(feeds)
+            times.append(time.perf_counter() - t0)
+        result = next(iter(out.values()))
+        expected = demo.expected_output()
+        err = float(np.max(np.abs(result - expected)))
+        ran = sorted(set(b.replace(" (folded)", "") for b in net.assignment.values()))
+        print(f"ran {len(net.assignment)} nodes on: {', '.join(ran)}")
+        print(_summary("softmax output", result))
+        print(f"best of 5 runs: {min(times) * 1e3:.2f} ms")
+        ok = bool(np.allclose(result, expected, rtol=1e-3, atol=1e-5))
+        print(f"max abs difference from ONNX's expected output: {err:.3g} -> "
+              f"{'OK' if ok else 'MISMATCH'}")
+        net.close()
+        return 0 if ok else 1
+    finally:
+        rt.close()
+
+
+def cmd_doctor(argv) -> int:
+    from .doctor import doctor_main
+
+    return doctor_main(argv)
+
+
+def cmd_new(argv) -> int:
+    from .scaffold import new_main
+
+    return new_main(argv)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="nnplug", description="nnplug: plugin-based ONNX inference")
+    p.add_argument("--version", action="version", version=f"nnplug {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    info = sub.add_parser("info", help="version, backends and ops with their source, load errors")
+    info.add_argument("--backend-path", help="native backend folders (':'-separated)")
+    info.set_defaults(func=cmd_info)
+
+    run = sub.add_parser("run", help="run a model on random or given inputs")
+    run.add_argument("model", help="path of an .onnx model")
+    run.add_argument("--backend", action="append", help="backend id, in preference order (repeatable)")
+    run.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input from a .npy file")
+    run.add_argument("--repeat", type=int, default=1, help="run this many times, report the best time")
+    run.add_argument("--backend-path", help="native backend folders (':'-separated)")
+    run.set_defaults(func=cmd_run)
+
+    demo = sub.add_parser("demo", help="an inference on a small bundled model")
+    demo.add_argument("--backend", action="append", help="backend id, in preference order")
+    demo.set_defaults(func=cmd_demo)
+
+    sub.add_parser("doctor", help="check native backend folders (and a model): nnplug doctor --help",
+                   add_help=False)
+    sub.add_parser("new", help="scaffold a backend or op package: nnplug new --help", add_help=False)
+    return p
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        if argv and argv[0] == "doctor":
+            return cmd_doctor(argv[1:])
+        if argv and argv[0] == "new":
+            return cmd_new(argv[1:])
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
+        return args.func(args)
+    except (NnplugError, OSError) as e:
+        if os.environ.get("NNPLUG_DEBUG"):
+            raise
+        print(f"nnplug: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # a bug or a plugin's own error: still one line, no traceback
+        if os.environ.get("NNPLUG_DEBUG"):
+            raise
+        print(f"nnplug: error: {type(e).__name__}: {e} (set NNPLUG_DEBUG=1 for the traceback)",
+              file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
