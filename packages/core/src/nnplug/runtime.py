@@ -10,13 +10,19 @@ from dataclasses import dataclass
 
 from . import discovery
 from .backend import Backend
-from .device import device_type_name
 from .customop import CustomOp, PythonCustomOp
+from .device import device_type_name
 from .errors import ModelError, NnplugError, PluginError, UnsupportedNodeError
 from .executor import Step, check_feeds, host_step, plan_frees, run_steps
 from .loader import Model, load
-from .planner import KNOWN_BACKEND_PACKAGES, constant_nodes, partitions, place, subgraph_for, \
-    whole_graph
+from .planner import (
+    KNOWN_BACKEND_PACKAGES,
+    constant_nodes,
+    partitions,
+    place,
+    subgraph_for,
+    whole_graph,
+)
 from .plugins import BACKENDS, BackendInfo, LoadError, log, report
 from .registry import register_func, remove_func
 from .target import Target, register_target_kind, remove_target_kind
@@ -62,7 +68,7 @@ class Runtime:
         self._ops: dict[str, CustomOp] = {}
         self._lock = threading.RLock()
         self._closed = False
-        self._networks: weakref.WeakSet = weakref.WeakSet()
+        self._op_source: str | None = None
         disabled = discovery.disabled_names(self.options.disabled_plugins)
         if self.options.entry_points:
             self._load_backend_entry_points(disabled)
@@ -177,6 +183,7 @@ class Runtime:
     def register_custom_op(self, obj, *, override: bool = False, source: str | None = None) -> CustomOp:
         """Register a Python custom op object (``op_type``, ``shape_infer``, ``compute``), or
         a ready CustomOp. Do it before ``load()``."""
+        source = source or self._op_source
         op = obj if isinstance(obj, CustomOp) else PythonCustomOp(
             obj, source or f"{type(obj).__module__}.{type(obj).__qualname__}", override)
         with self._lock:
@@ -213,7 +220,11 @@ class Runtime:
             self.register_custom_op(obj, override=bool(getattr(obj, "override", False)),
                                     source=source)
         elif callable(obj):
-            obj(self)
+            self._op_source = source  # ops it registers are attributed to the entry point
+            try:
+                obj(self)
+            finally:
+                self._op_source = None
         else:
             raise TypeError(
                 f"entry point gave {type(obj).__name__}; expected a custom op class/instance or "

@@ -1,0 +1,195 @@
+"""Loading, placing, partitioning and running models on Python backends."""
+
+import threading
+
+import numpy as np
+import onnx
+import pytest
+from models import mlp, single_op
+from numpy_backend import NumpyBackend, make_runtime
+from onnx.reference import ReferenceEvaluator
+
+import nnplug
+from nnplug import InputError, ModelError, UnsupportedNodeError
+
+
+def reference(model, feeds):
+    return ReferenceEvaluator(model).run(None, feeds)
+
+
+@pytest.fixture
+def feeds():
+    return {"x": np.random.default_rng(1).standard_normal((5, 4)).astype(np.float32)}
+
+
+def test_model_loads_from_path_bytes_and_proto(tmp_path, feeds):
+    m = mlp()
+    path = tmp_path / "mlp.onnx"
+    onnx.save(m, path)
+    want = reference(m, feeds)[0]
+    with make_runtime(NumpyBackend()) as rt:
+        for model in (str(path), path, m.SerializeToString(), m):
+            out = rt.load(model).run(feeds)["y"]
+            np.testing.assert_allclose(out, want, rtol=1e-6)
+
+
+def test_bad_model_inputs_name_the_file_or_problem(tmp_path):
+    garbage = tmp_path / "garbage.onnx"
+    garbage.write_bytes(b"\x00\x01not a model")
+    with make_runtime(NumpyBackend()) as rt:
+        with pytest.raises(ModelError, match="does not exist"):
+            rt.load(str(tmp_path / "missing.onnx"))
+        with pytest.raises(ModelError, match="garbage.onnx"):
+            rt.load(str(garbage))
+        with pytest.raises(ModelError, match="is a directory"):
+            rt.load(str(tmp_path))
+        with pytest.raises(ModelError, match="path, bytes or onnx.ModelProto"):
+            rt.load(42)
+
+
+def test_nodes_go_to_the_first_backend_that_supports_them(feeds):
+    partial = NumpyBackend(ops={"MatMul", "ConstantOfShape"}, id="partial")
+    full = NumpyBackend(id="full")
+    with make_runtime(partial, full) as rt:
+        net = rt.load(mlp(), backends=["partial", "full"])
+        assert net.assignment == {"bias": "partial (folded)", "matmul": "partial",
+                                  "add": "full", "relu": "full"}
+        np.testing.assert_allclose(net.run(feeds)["y"], reference(mlp(), feeds)[0], rtol=1e-6)
+        # the other order puts everything on "full"
+        net = rt.load(mlp(), backends=["full", "partial"])
+        assert set(net.assignment.values()) == {"full", "full (folded)"}
+
+
+def test_partitions_are_built_once_with_folded_constants():
+    partial = NumpyBackend(ops={"MatMul", "ConstantOfShape"}, id="partial")
+    full = NumpyBackend(id="full")
+    with make_runtime(partial, full) as rt:
+        rt.load(mlp(), backends=["partial", "full"])
+        # partial: one build for the constant subgraph, one for the MatMul partition
+        assert len(partial.builds) == 2
+        (sg, target), = full.builds
+        assert [n.name for n in sg.nodes] == ["add", "relu"]
+        assert sg.inputs == ["m"] and sg.outputs == ["y"]
+        np.testing.assert_array_equal(sg.constants["b"], np.full((1, 3), 0.25, np.float32))
+        assert target.kind.name == "full"
+
+
+def test_unsupported_node_error_names_op_node_domain_opset_and_backends():
+    with make_runtime(NumpyBackend()) as rt:
+        with pytest.raises(UnsupportedNodeError) as e:
+            rt.load(single_op("Tanh", [[2]]))
+    msg = str(e.value)
+    for part in ("'node'", "Tanh", "ai.onnx", "opset 17", "numpy", "pip install nnplug-backend-cpu"):
+        assert part in msg
+
+
+def test_unknown_backend_id_suggests_the_package():
+    with make_runtime(NumpyBackend()) as rt:
+        with pytest.raises(UnsupportedNodeError, match="'opencl' is not available.*pip install nnplug-backend-opencl"):
+            rt.load(mlp(), backends=["opencl"])
+
+
+def test_symbolic_dims_bind_at_run_time_and_are_checked():
+    a = onnx.helper
+    g = a.make_graph([a.make_node("Add", ["x", "z"], ["y"], name="add")], "g",
+                     [a.make_tensor_value_info("x", 1, ["B", 3]),
+                      a.make_tensor_value_info("z", 1, ["B", 3])],
+                     [a.make_tensor_value_info("y", 1, ["B", 3])])
+    m = a.make_model(g, opset_imports=[a.make_opsetid("", 17)])
+    with make_runtime(NumpyBackend()) as rt:
+        net = rt.load(m)
+        assert net.inputs[0].shape == ("B", 3)
+        for b in (1, 7):
+            x = np.ones((b, 3), np.float32)
+            assert net.run({"x": x, "z": x})["y"].shape == (b, 3)
+        with pytest.raises(InputError, match="'B'.*is 2.*is 1 in input 'x'"):
+            net.run({"x": np.ones((1, 3), np.float32), "z": np.ones((2, 3), np.float32)})
+
+
+def test_run_validates_names_dtypes_and_shapes(feeds):
+    with make_runtime(NumpyBackend()) as rt:
+        net = rt.load(mlp())
+        with pytest.raises(InputError, match="dtype float64.*astype"):
+            net.run({"x": feeds["x"].astype(np.float64)})
+        with pytest.raises(InputError, match="rank 1"):
+            net.run({"x": np.ones(4, np.float32)})
+        with pytest.raises(InputError, match="unknown input.*'q'"):
+            net.run({"x": feeds["x"], "q": 1})
+        with pytest.raises(InputError, match="missing input.*'x'"):
+            net.run({})
+        with pytest.raises(ValueError, match="unknown output name"):
+            net.run(feeds, output_names=["nope"])
+        assert list(net.run(feeds, output_names=["y"])) == ["y"]
+
+
+def test_feeds_accept_dlpack_producers(feeds):
+    with make_runtime(NumpyBackend()) as rt:
+        net = rt.load(mlp())
+        t = nnplug.Tensor.from_numpy(feeds["x"])
+        np.testing.assert_array_equal(net.run({"x": t})["y"], net.run(feeds)["y"])
+
+
+def test_one_network_runs_from_many_threads_with_identical_results():
+    rng = np.random.default_rng(2)
+    inputs = [rng.standard_normal((3, 4)).astype(np.float32) for _ in range(8)]
+    with make_runtime(NumpyBackend(ops={"MatMul", "ConstantOfShape"}, id="a"),
+                      NumpyBackend(id="b")) as rt:
+        net = rt.load(mlp())
+        want = [net.run({"x": x})["y"] for x in inputs]
+        got = [[None] * 20 for _ in inputs]
+        errors = []
+
+        def worker(i):
+            try:
+                for k in range(20):
+                    got[i][k] = net.run({"x": inputs[i]})["y"]
+            except Exception as e:  # surfaced below
+                errors.append(e)
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors
+        for i in range(8):
+            for k in range(20):
+                np.testing.assert_array_equal(got[i][k], want[i])
+
+
+def test_network_keeps_its_backends_after_the_runtime_closes(feeds):
+    rt = make_runtime(NumpyBackend())
+    net = rt.load(mlp())
+    rt.close()
+    assert "target.build.numpy" in nnplug.list_funcs("target.build.")
+    assert net.run(feeds)["y"].shape == (5, 3)
+    net.close()
+    assert "target.build.numpy" not in nnplug.list_funcs("target.build.")
+    with pytest.raises(nnplug.NnplugError, match="closed"):
+        net.run(feeds)
+
+
+def test_runtime_registers_target_kind_and_global_functions():
+    b = NumpyBackend()
+    with make_runtime(b) as rt:
+        assert rt.backends["numpy"].origin == "api"
+        assert nnplug.get_func("device_api.numpy")() is b.device_api()
+        assert "numpy" in nnplug.list_target_kinds()
+    assert "numpy" not in nnplug.list_target_kinds()
+
+
+def test_duplicate_and_reserved_backend_ids_are_refused():
+    with make_runtime(NumpyBackend()) as rt:
+        with pytest.raises(nnplug.PluginError, match="duplicate backend id 'numpy'"):
+            rt.register_backend(NumpyBackend())
+        with pytest.raises(nnplug.PluginError, match="invalid backend id 'host'"):
+            rt.register_backend(NumpyBackend(id="host"))
+
+
+def test_targets_can_be_given_per_backend():
+    b = NumpyBackend()
+    with make_runtime(b) as rt:
+        rt.load(mlp(), targets={"numpy": '{"kind": "numpy", "tag": "mine"}'})
+        assert b.builds[-1][1].attrs["tag"] == "mine"
+        with pytest.raises(nnplug.TargetError, match="backend 'numpy'.*colour"):
+            rt.load(mlp(), targets={"numpy": {"kind": "numpy", "colour": 1}})
