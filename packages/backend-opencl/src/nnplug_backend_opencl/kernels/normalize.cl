@@ -1,0 +1,36 @@
+// Normalisations across one axis: Softmax and LRN.
+
+// Softmax over `len` elements spaced `inner` apart; one work-item per (outer, inner) row.
+__kernel void softmax(__global const float* restrict x, __global float* restrict y,
+                      int len, int inner, int rows)
+{
+    const int r = get_global_id(0);
+    if (r >= rows) return;
+    const size_t base = (size_t)(r / inner) * len * inner + (r % inner);
+    float m = -INFINITY;
+    for (int i = 0; i < len; ++i) m = fmax(m, x[base + (size_t)i * inner]);
+    float s = 0.0f;
+    for (int i = 0; i < len; ++i) s += exp(x[base + (size_t)i * inner] - m);
+    const float inv = 1.0f / s;
+    for (int i = 0; i < len; ++i) y[base + (size_t)i * inner] = exp(x[base + (size_t)i * inner] - m) * inv;
+}
+
+// Local response normalisation across channels (ONNX LRN); dimension 0 = position in the plane.
+__kernel void lrn(__global const float* restrict x, __global float* restrict y,
+                  int C, int inner, int size, float alpha, float beta, float bias)
+{
+    const int p = get_global_id(0);
+    const int c = get_global_id(1);
+    const int n = get_global_id(2);
+    if (p >= inner) return;
+    const int lo = max(0, c - (size - 1) / 2);
+    const int hi = min(C - 1, c + (size - 1) - (size - 1) / 2);
+    __global const float* xp = x + (size_t)n * C * inner + p;
+    float s = 0.0f;
+    for (int i = lo; i <= hi; ++i) {
+        const float v = xp[(size_t)i * inner];
+        s += v * v;
+    }
+    const float v = xp[(size_t)c * inner];
+    y[((size_t)n * C + c) * inner + p] = v / pow(bias + alpha / (float)size * s, beta);
+}
