@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 
 log = logging.getLogger("nnplug")
 
+RESERVED_IDS = frozenset({"auto", "all", "none", "default", "host", "python", "custom", "nnplug"})
+"""Backend ids that mean something else to the host (NNP_RESERVED_BACKEND_IDS in backend.h)."""
+
 
 @dataclass(frozen=True)
 class LoadError:

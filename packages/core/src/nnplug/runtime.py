@@ -23,12 +23,11 @@ from .planner import (
     subgraph_for,
     whole_graph,
 )
-from .plugins import BACKENDS, BackendInfo, LoadError, log, report
+from .plugins import BACKENDS, RESERVED_IDS, BackendInfo, LoadError, log, report
 from .registry import register_func, remove_func
 from .target import Target, register_target_kind, remove_target_kind
 from .tensor import Tensor
 
-RESERVED_IDS = frozenset({"auto", "all", "host", "custom", "op", "none", "default"})
 
 
 @dataclass
