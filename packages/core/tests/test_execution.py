@@ -193,3 +193,17 @@ def test_targets_can_be_given_per_backend():
         assert b.builds[-1][1].attrs["tag"] == "mine"
         with pytest.raises(nnplug.TargetError, match="backend 'numpy'.*colour"):
             rt.load(mlp(), targets={"numpy": {"kind": "numpy", "colour": 1}})
+
+
+def test_constant_outputs_are_copies_the_caller_may_modify():
+    a = onnx.helper
+    g = a.make_graph([a.make_node("Relu", ["x"], ["y"], name="relu")], "g",
+                     [a.make_tensor_value_info("x", 1, [2])],
+                     [a.make_tensor_value_info("y", 1, [2]), a.make_tensor_value_info("c", 1, [2])],
+                     [onnx.numpy_helper.from_array(np.array([1, 2], np.float32), "c")])
+    m = a.make_model(g, opset_imports=[a.make_opsetid("", 17)])
+    with make_runtime(NumpyBackend()) as rt:
+        net = rt.load(m)
+        out = net.run({"x": np.zeros(2, np.float32)})
+        out["c"][:] = 99
+        assert net.run({"x": np.zeros(2, np.float32)})["c"].tolist() == [1, 2]

@@ -194,6 +194,15 @@ class Runtime:
             self._ops[op.op_type] = op
         return op
 
+    def register_custom_ops_library(self, path) -> list[CustomOp]:
+        """Load a native custom-op library (``nnplug/custom_op.h``) and register its ops.
+
+        All or none: a library whose op type is already registered is refused. Raises
+        ``nnplug.PluginError`` (with ``stage``, ``reason``, ``fix``) when it cannot be loaded."""
+        from .native import custom_ops
+
+        return custom_ops.register_library(self, path)
+
     def _load_op_entry_points(self, disabled: set[str]) -> None:
         for ep in discovery.entry_points(discovery.OPS_GROUP):
             if ep.name in disabled or "*" in disabled:
@@ -459,8 +468,8 @@ class Network:
             )
         env = dict(check_feeds(feeds, self.inputs))
         for name in self._output_names:
-            if name in self._constants and name not in env:
-                env[name] = Tensor.from_numpy(self._constants[name])
+            if name in self._constants and name not in env:  # a copy: callers may write to it
+                env[name] = Tensor.from_numpy(self._constants[name].copy())
         env = run_steps(self._steps, env)
         return {n: env[n].numpy() for n in names}
 
