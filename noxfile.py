@@ -1,0 +1,399 @@
+"""The maintainers' entry point: tests, isolation, wheels, sanitizers, lint and docs.
+
+    nox --list              # the menu
+    nox -s ci               # what CI runs: every package on one Python, plus the rest
+    nox                     # the full matrix (every Python)
+    nox -s "tests-3.12(package='backend-cpu')" -- -k conv -x
+
+Packages are discovered from ``packages/*``. Every package is tested from its built wheel,
+installed non-editable, never from the source tree. Wheels are built once per source state and
+kept in ``.nox/_dist`` (keyed by a hash of the package's files and the build flags), so the core
+is not rebuilt for every session.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+
+import nox
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10 runs nox too
+    import tomli as tomllib
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
+CI_PYTHON = "3.11"
+CORE = "core"
+DIST_CACHE = os.path.join(ROOT, ".nox", "_dist")
+
+SANITIZE_CFLAGS = ("-fsanitize=address,undefined -fno-sanitize-recover=undefined "
+                   "-fno-omit-frame-pointer -g -O1")
+SANITIZE_LDFLAGS = "-fsanitize=address,undefined"
+
+nox.options.error_on_missing_interpreters = True
+nox.options.sessions = ["lint", "tests", "isolation", "wheels", "sanitize", "docs"]
+
+
+def _put_interpreters_on_path() -> None:
+    """pyenv's shims refuse versions that are not 'global'; put each version's own bin
+    folder (newest patch release of every minor we test) first on PATH."""
+    root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
+    found = []
+    for minor in PYTHONS:
+        dirs = glob.glob(os.path.join(root, "versions", f"{minor}.*", "bin"))
+        dirs = [d for d in dirs if os.path.exists(os.path.join(d, f"python{minor}"))]
+        if dirs:
+            newest = max(dirs, key=lambda d: [int(x) if x.isdigit() else 0
+                                              for x in os.path.basename(os.path.dirname(d)).split(".")])
+            found.append(newest)
+    path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p not in found]
+    os.environ["PATH"] = os.pathsep.join(found + path)
+
+
+_put_interpreters_on_path()
+
+
+# -- packages ----------------------------------------------------------------------------
+class Package:
+    """One folder under packages/ with a pyproject.toml."""
+
+    def __init__(self, folder: str):
+        self.folder = folder
+        self.path = os.path.join(ROOT, "packages", folder)
+        with open(os.path.join(self.path, "pyproject.toml"), "rb") as f:
+            self.pyproject = tomllib.load(f)
+        project = self.pyproject.get("project", {})
+        self.dist = project.get("name", f"nnplug-{folder}")
+        self.extras = project.get("optional-dependencies", {})
+        self.entry_points = project.get("entry-points", {})
+        src = os.path.join(self.path, "src")
+        modules = sorted(d for d in os.listdir(src)
+                         if os.path.isfile(os.path.join(src, d, "__init__.py"))) \
+            if os.path.isdir(src) else []
+        self.module = modules[0] if modules else self.dist.replace("-", "_")
+        self.tests = os.path.join(self.path, "tests")
+
+    @property
+    def has_c(self) -> bool:
+        """Whether the package has C sources (its own or its tests'): sanitize covers it."""
+        return bool(glob.glob(os.path.join(self.path, "**", "*.c"), recursive=True))
+
+    @property
+    def backend_ids(self) -> list[str]:
+        return sorted(self.entry_points.get("nnplug.backends", {}))
+
+    def test_requirements(self) -> list[str]:
+        return list(self.extras.get("test", []))
+
+    def __repr__(self) -> str:
+        return f"Package({self.folder!r})"
+
+
+def _discover() -> dict[str, Package]:
+    found = {}
+    for pyproject in sorted(glob.glob(os.path.join(ROOT, "packages", "*", "pyproject.toml"))):
+        folder = os.path.basename(os.path.dirname(pyproject))
+        found[folder] = Package(folder)
+    # the core first: everything else builds on it
+    return dict(sorted(found.items(), key=lambda kv: (kv[0] != CORE, kv[0])))
+
+
+PACKAGES = _discover()
+PLUGINS = [name for name in PACKAGES if name != CORE]
+
+
+def _normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+_BY_DIST = {_normalize(p.dist): p for p in PACKAGES.values()}
+
+
+def _requirement_name(req: str) -> str:
+    return _normalize(re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", req).group(1))
+
+
+def sibling_requirements(pkg: Package) -> list[Package]:
+    """Packages from this repository named in ``pkg``'s test extra (built here, not from PyPI)."""
+    return [_BY_DIST[_requirement_name(r)] for r in pkg.test_requirements()
+            if _requirement_name(r) in _BY_DIST]
+
+
+# -- building (cached) -------------------------------------------------------------------
+_SKIP_DIRS = {"__pycache__", "build", "dist", ".nox", "_build", ".pytest_cache", ".ruff_cache"}
+_SKIP_SUFFIXES = (".pyc", ".pyo", ".so", ".o")
+
+
+def _source_digest(pkg: Package, env: dict[str, str]) -> str:
+    """A hash of what goes into the build: the package's files and the build flags."""
+    h = hashlib.sha256()
+    for root, dirs, files in os.walk(pkg.path):
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.endswith(".egg-info"))
+        for name in sorted(files):
+            if name.endswith(_SKIP_SUFFIXES):
+                continue
+            full = os.path.join(root, name)
+            h.update(os.path.relpath(full, pkg.path).encode() + b"\0")
+            with open(full, "rb") as f:
+                h.update(hashlib.sha256(f.read()).digest())
+    for key in sorted(env):
+        h.update(f"{key}={env[key]}\0".encode())
+    return h.hexdigest()[:16]
+
+
+_HAS_BUILD: set[str] = set()  # environments where `build` is installed
+
+
+class Dists:
+    def __init__(self, sdist: str, wheel: str):
+        self.sdist, self.wheel = sdist, wheel
+
+
+def build(session: nox.Session, pkg: Package, flags: dict[str, str] | None = None) -> Dists:
+    """sdist and wheel of ``pkg`` (the wheel built from the sdist, as pip users get it).
+
+    Reused while the package's files and ``flags`` (NNPLUG_CFLAGS / NNPLUG_LDFLAGS) are
+    unchanged; wheels are ``py3-none-*``, so one build serves every Python.
+    """
+    flags = dict(flags or {})
+    digest = _source_digest(pkg, flags)
+    out = os.path.join(DIST_CACHE, pkg.folder, digest)
+    wheels = glob.glob(os.path.join(out, "*.whl"))
+    sdists = glob.glob(os.path.join(out, "*.tar.gz"))
+    if len(wheels) == 1 and len(sdists) == 1:
+        session.log(f"{pkg.dist}: reusing {os.path.relpath(wheels[0], ROOT)}")
+        return Dists(sdists[0], wheels[0])
+    shutil.rmtree(out, ignore_errors=True)
+    venv = session.virtualenv.location
+    if venv not in _HAS_BUILD:
+        session.install("build")
+        _HAS_BUILD.add(venv)
+    tmp = out + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    env = {k: v for k, v in flags.items()}
+    env.setdefault("NNPLUG_CFLAGS", os.environ.get("NNPLUG_CFLAGS", ""))
+    env.setdefault("NNPLUG_LDFLAGS", os.environ.get("NNPLUG_LDFLAGS", ""))
+    session.run("python", "-m", "build", "--outdir", tmp, pkg.path, env=env)
+    wheels = glob.glob(os.path.join(tmp, "*.whl"))
+    sdists = glob.glob(os.path.join(tmp, "*.tar.gz"))
+    if len(wheels) != 1 or len(sdists) != 1:
+        session.error(f"{pkg.dist}: expected one sdist and one wheel in {tmp}, got "
+                      f"{os.listdir(tmp)}")
+    os.replace(tmp, out)
+    return Dists(os.path.join(out, os.path.basename(sdists[0])),
+                 os.path.join(out, os.path.basename(wheels[0])))
+
+
+def install_wheels(session: nox.Session, pkgs: list[Package], extras: dict[str, str] | None = None,
+                   flags: dict[str, str] | None = None, also: tuple[str, ...] = ()) -> None:
+    """Install the wheels of ``pkgs`` (plus the core) in one pip call, non-editable.
+
+    ``extras``: package folder -> extra to install with it (e.g. ``test``). Sibling
+    packages named in those extras are built here and installed from their wheels.
+    """
+    extras = dict(extras or {})
+    wanted: dict[str, Package] = {CORE: PACKAGES[CORE]}
+    for p in pkgs:
+        wanted[p.folder] = p
+    for folder, extra in extras.items():
+        if extra == "test":
+            for sib in sibling_requirements(PACKAGES[folder]):
+                wanted.setdefault(sib.folder, sib)
+    args = []
+    for folder, p in wanted.items():
+        wheel = build(session, p, flags).wheel
+        extra = extras.get(folder)
+        args.append(f"{wheel}[{extra}]" if extra and extra in p.extras else wheel)
+    session.install(*args, *also)
+
+
+@contextlib.contextmanager
+def outside_the_repo(session: nox.Session):
+    """Run commands from an empty temporary folder, so nothing imports from the checkout."""
+    with tempfile.TemporaryDirectory(prefix="nnplug-") as tmp, session.chdir(tmp):
+        yield tmp
+
+
+def check_imports_installed(session: nox.Session, pkg: Package) -> None:
+    """Import the package from the environment (not from src/) and say where it came from."""
+    code = (f"import os, sys, {pkg.module} as m; p = os.path.realpath(m.__file__); "
+            f"print('{pkg.module} from', p); "
+            f"sys.exit(0 if p.startswith(os.path.realpath(sys.prefix)) else "
+            f"'{pkg.module} was imported from outside the environment: ' + p)")
+    with outside_the_repo(session):
+        session.run("python", "-c", code)
+
+
+def run_pytest(session: nox.Session, pkg: Package, *args: str, env: dict | None = None) -> None:
+    if not os.path.isdir(pkg.tests) or not glob.glob(os.path.join(pkg.tests, "**", "test_*.py"),
+                                                     recursive=True):
+        session.error(f"{pkg.folder}: no tests under {os.path.relpath(pkg.tests, ROOT)}")
+    with session.chdir(ROOT):
+        session.run("pytest", os.path.relpath(pkg.tests, ROOT), *args, *session.posargs, env=env)
+
+
+# -- sessions ----------------------------------------------------------------------------
+@nox.session(python=PYTHONS)
+@nox.parametrize("package", list(PACKAGES))
+def tests(session: nox.Session, package: str) -> None:
+    """Build PACKAGE's wheel, install it non-editable with only the core (and its test
+    extra), check the import comes from the install, run its tests."""
+    pkg = PACKAGES[package]
+    install_wheels(session, [pkg], extras={package: "test"}, also=("pytest",))
+    check_imports_installed(session, pkg)
+    run_pytest(session, pkg)
+
+
+@nox.session(python=CI_PYTHON)
+@nox.parametrize("plugin", [*PLUGINS, "all"])
+def isolation(session: nox.Session, plugin: str) -> None:
+    """A fresh environment with the core and exactly one plugin: it works and the others are
+    reported absent. With plugin='all': everything installed, then the core's tests."""
+    check = os.path.join(ROOT, "tools", "isolation_check.py")
+    if plugin == "all":
+        install_wheels(session, [PACKAGES[p] for p in PLUGINS], extras={CORE: "test"},
+                       also=("pytest",))
+        with outside_the_repo(session):
+            session.run("python", check, "--present", *[PACKAGES[p].dist for p in PLUGINS])
+        run_pytest(session, PACKAGES[CORE])
+        return
+    pkg = PACKAGES[plugin]
+    install_wheels(session, [pkg])
+    absent = [PACKAGES[p] for p in PLUGINS if p != plugin]
+    args = ["--present", pkg.dist, "--absent", *[p.dist for p in absent]]
+    for p in absent:
+        for bid in p.backend_ids:
+            args += ["--absent-backend", bid]
+    with outside_the_repo(session):
+        session.run("python", check, *args, *session.posargs)
+
+
+@nox.session(python=PYTHONS)
+def wheels(session: nox.Session) -> None:
+    """sdist and wheel of every package; check their contents; install every wheel into this
+    clean environment and run a smoke inference (``nnplug demo``, cpu backend) from them alone."""
+    for pkg in PACKAGES.values():
+        dists = build(session, pkg)
+        _check_dists(session, pkg, dists)
+    install_wheels(session, [PACKAGES[p] for p in PLUGINS])
+    with outside_the_repo(session):
+        session.run("python", os.path.join(ROOT, "tools", "isolation_check.py"),
+                    "--present", *[PACKAGES[p].dist for p in PLUGINS])
+        session.run("nnplug", "demo", "--backend", "cpu", *session.posargs)
+
+
+def _check_dists(session: nox.Session, pkg: Package, dists: Dists) -> None:
+    """The wheel is tagged honestly and holds the package; the sdist can rebuild it."""
+    name = os.path.basename(dists.wheel)
+    tag = name[:-4].split("-")[-3:]  # python, abi, platform
+    with zipfile.ZipFile(dists.wheel) as z:
+        names = z.namelist()
+    libs = [n for n in names if n.endswith(".so") or ".so." in n]
+    problems = []
+    if not any(n.startswith(f"{pkg.module}/__init__.py") for n in names):
+        problems.append(f"no {pkg.module}/__init__.py inside")
+    if any(n.startswith(("tests/", "src/")) for n in names):
+        problems.append("tests/ or src/ copied into the wheel")
+    if pkg.has_c and os.path.exists(os.path.join(pkg.path, "hatch_build.py")):
+        if not libs:
+            problems.append("the package has C sources but the wheel has no shared object")
+        if tag[2] == "any":
+            problems.append("a wheel with a shared object must carry a platform tag, not 'any'")
+    if not libs and tag[2] != "any":
+        problems.append(f"a pure-Python wheel is tagged for platform {tag[2]}")
+    if tag[0] != "py3" or tag[1] != "none":
+        problems.append(f"tag {'-'.join(tag)}: expected py3-none-* (ctypes libraries do not "
+                        f"link libpython)")
+    with tarfile.open(dists.sdist) as t:
+        members = [m.split("/", 1)[-1] for m in t.getnames()]
+    for needed in ("pyproject.toml", "README.md"):
+        if needed not in members:
+            problems.append(f"sdist lacks {needed}")
+    if problems:
+        session.error(f"{pkg.dist}: " + "; ".join(problems))
+    session.log(f"{pkg.dist}: {name} ({len(names)} files, {len(libs)} shared object(s)), "
+                f"{os.path.basename(dists.sdist)}")
+
+
+@nox.session(python=CI_PYTHON)
+def sanitize(session: nox.Session) -> None:
+    """Build every package with -fsanitize=address,undefined (NNPLUG_CFLAGS/NNPLUG_LDFLAGS),
+    check the shared objects are instrumented, run the tests of packages with C code under
+    ASan/UBSan (tests marked slow are left out unless posargs say otherwise)."""
+    flags = {"NNPLUG_CFLAGS": SANITIZE_CFLAGS, "NNPLUG_LDFLAGS": SANITIZE_LDFLAGS}
+    native = [p for p in PACKAGES.values() if p.has_c]
+    if not native:
+        session.skip("no package has C sources yet")
+    install_wheels(session, list(PACKAGES.values()), flags=flags,
+                   extras={p.folder: "test" for p in native}, also=("pytest",))
+    site = session.run("python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+                       silent=True).strip()
+    for pkg in native:
+        libs = glob.glob(os.path.join(site, pkg.module, "**", "*.so*"), recursive=True)
+        for lib in libs:
+            with open(lib, "rb") as f:
+                if b"__asan_" not in f.read():
+                    session.error(f"{pkg.dist}: {lib} is not built with AddressSanitizer; the "
+                                  f"build hook must append NNPLUG_CFLAGS/NNPLUG_LDFLAGS")
+        session.log(f"{pkg.dist}: {len(libs)} instrumented shared object(s)")
+    libasan = subprocess.run([os.environ.get("CC", "cc"), "-print-file-name=libasan.so"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    if not os.path.isabs(libasan):
+        session.error("cannot find libasan.so (install gcc's AddressSanitizer runtime)")
+    env = dict(flags)
+    env.update({
+        "LD_PRELOAD": libasan,
+        "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1:detect_odr_violation=0",
+        "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1",
+    })
+    args = [] if session.posargs else ["-m", "not slow"]
+    for pkg in native:
+        run_pytest(session, pkg, *args, env=env)
+
+
+@nox.session(python=CI_PYTHON)
+def lint(session: nox.Session) -> None:
+    """ruff over the whole repository (config in the root pyproject.toml)."""
+    session.install("ruff")
+    session.run("ruff", "check", ".", *session.posargs)
+
+
+@nox.session(python=CI_PYTHON)
+def docs(session: nox.Session) -> None:
+    """Check docs/*.md and the READMEs: relative links resolve, ```python blocks run
+    (with every package installed from its wheel)."""
+    install_wheels(session, [PACKAGES[p] for p in PLUGINS])
+    session.run("python", os.path.join(ROOT, "tools", "check_docs.py"), *session.posargs)
+
+
+@nox.session(python=False)
+def ci(session: nox.Session) -> None:
+    """What CI runs: lint, every package's tests on Python 3.11, isolation, wheels, sanitize
+    and docs (the full Python matrix is ``nox -s tests``)."""
+    session.notify("lint")
+    for name in PACKAGES:
+        session.notify(f"tests-{CI_PYTHON}(package={name!r})")
+    session.notify(f"wheels-{CI_PYTHON}")
+    for name in [*PLUGINS, "all"]:
+        session.notify(f"isolation(plugin={name!r})")
+    session.notify("sanitize")
+    session.notify("docs")
+
+
+if __name__ == "__main__":  # `python noxfile.py` prints the package table
+    for p in PACKAGES.values():
+        print(f"{p.folder:<16} {p.dist:<24} {p.module:<24} C={p.has_c} "
+              f"backends={p.backend_ids} test-extra={p.test_requirements()}")
+    sys.exit(0)
