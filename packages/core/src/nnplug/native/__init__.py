@@ -1,10 +1,53 @@
-"""Native plugins: the C ABI headers and the host side of native (dynamic) backends."""
+"""Native plugins: the C ABI headers and the host side of native (dynamic) backends.
+
+    nnplug.get_include()                      # folder with nnplug/backend.h, nnplug/common.h
+    backend = load_backend_library("/opt/nnplug/backends/libmine.so")
+    dirs, errors = backend_search_dirs(options.dynamic_backends_path)
+    paths, errors = find_backend_libraries(dirs)
+
+See docs/dynamic-backends.md.
+"""
 
 from __future__ import annotations
 
 import os
 
+from .loader import (
+    ENV_VAR,
+    LibraryLoadError,
+    NativeLibrary,
+    backend_search_dirs,
+    default_backend_dir,
+    find_backend_libraries,
+    load_backend_library,
+    load_dynamic_backends,
+)
+
 
 def get_include() -> str:
     """The folder holding ``nnplug/backend.h`` and ``nnplug/common.h`` (pass it to ``-I``)."""
     return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "include")
+
+
+def __getattr__(name):  # the adapter classes import numpy-heavy modules: load them on use
+    if name in ("NativeBackend", "NativeDeviceAPI", "NativeBuffer"):
+        from . import backend
+
+        return getattr(backend, name)
+    raise AttributeError(f"module 'nnplug.native' has no attribute {name!r}")
+
+
+__all__ = [
+    "ENV_VAR",
+    "LibraryLoadError",
+    "NativeLibrary",
+    "backend_search_dirs",
+    "default_backend_dir",
+    "find_backend_libraries",
+    "get_include",
+    "load_backend_library",
+    "load_dynamic_backends",
+    "NativeBackend",
+    "NativeDeviceAPI",
+    "NativeBuffer",
+]

@@ -90,7 +90,8 @@ extern "C" {
 
 /* Ids a backend cannot take (they mean something else to the host). Besides these, an id must
  * be 1-32 characters of [a-z0-9_] starting with a letter. */
-#define NNP_RESERVED_BACKEND_IDS "auto", "all", "none", "default", "host", "python", "custom", "nnplug"
+#define NNP_RESERVED_BACKEND_IDS \
+  "auto", "all", "none", "default", "host", "python", "custom", "op", "nnplug"
 
 /* An opaque kernel: whatever the backend allocates in kernel_create. */
 typedef struct nnp_kernel nnp_kernel;

@@ -1,0 +1,278 @@
+"""ctypes mirrors of ``nnplug/common.h`` and ``nnplug/backend.h`` (backend ABI 1.0).
+
+Keep in step with the headers: same members, same order. Structs only grow at the end.
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+
+import numpy as np
+
+ABI_MAJOR = 1
+ABI_MINOR = 0
+ABI_PATCH = 0
+ABI_VERSION = (ABI_MAJOR, ABI_MINOR, ABI_PATCH)
+ENTRY_SYMBOL = "nnp_backend_entry"
+MAX_NDIM = 16
+RESERVED_IDS = frozenset({"auto", "all", "none", "default", "host", "python", "custom", "op",
+                          "nnplug"})
+
+# status codes
+STATUS_NAMES = {
+    0: "OK",
+    1: "ERROR",
+    2: "INVALID_ARGUMENT",
+    3: "UNSUPPORTED",
+    4: "OUT_OF_MEMORY",
+    5: "DEVICE_ERROR",
+    6: "SHAPE_ERROR",
+    7: "INTERNAL",
+}
+
+# flags
+HOST_VISIBLE = 1 << 0
+KERNELS_OWN_CONSTANTS = 1 << 1
+
+# copy kinds
+COPY_HOST_TO_DEVICE = 1
+COPY_DEVICE_TO_HOST = 2
+COPY_DEVICE_TO_DEVICE = 3
+
+# attribute value types (get_attr)
+ATTR_VALUE_NONE = 0
+ATTR_VALUE_INT = 1
+ATTR_VALUE_STRING = 2
+
+# device attribute kinds: AttrKind value -> TVM number
+DEVICE_ATTR_NUMBERS = {
+    "exist": 0,
+    "max_threads_per_block": 1,
+    "warp_size": 2,
+    "max_shared_memory_per_block": 3,
+    "compute_version": 4,
+    "device_name": 5,
+    "max_clock_rate": 6,
+    "multi_processor_count": 7,
+    "max_thread_dimensions": 8,
+    "api_version": 11,
+    "driver_version": 12,
+    "l2_cache_size_bytes": 13,
+    "total_global_memory": 14,
+    "available_global_memory": 15,
+}
+
+# node attribute types (ONNX AttributeProto numbers)
+ATTR_FLOAT, ATTR_INT, ATTR_STRING, ATTR_TENSOR, ATTR_GRAPH = 1, 2, 3, 4, 5
+ATTR_FLOATS, ATTR_INTS, ATTR_STRINGS, ATTR_TENSORS, ATTR_GRAPHS = 6, 7, 8, 9, 10
+
+
+class Version(C.Structure):
+    _fields_ = [("major", C.c_uint32), ("minor", C.c_uint32), ("patch", C.c_uint32)]
+
+    def tuple(self) -> tuple[int, int, int]:
+        return (self.major, self.minor, self.patch)
+
+
+class Device(C.Structure):
+    _fields_ = [("device_type", C.c_int32), ("device_id", C.c_int32)]
+
+
+class DType(C.Structure):
+    _fields_ = [("code", C.c_uint8), ("bits", C.c_uint8), ("lanes", C.c_uint16)]
+
+
+class Tensor(C.Structure):
+    """== DLTensor."""
+
+    _fields_ = [
+        ("data", C.c_void_p),
+        ("device", Device),
+        ("ndim", C.c_int32),
+        ("dtype", DType),
+        ("shape", C.POINTER(C.c_int64)),
+        ("strides", C.POINTER(C.c_int64)),
+        ("byte_offset", C.c_uint64),
+    ]
+
+
+class Attr(C.Structure):
+    _fields_ = [
+        ("name", C.c_char_p),
+        ("type", C.c_int32),
+        ("dtype", DType),
+        ("count", C.c_int64),
+        ("data", C.c_void_p),
+        ("ndim", C.c_int32),
+        ("shape", C.POINTER(C.c_int64)),
+    ]
+
+
+class ValueDesc(C.Structure):
+    _fields_ = [
+        ("name", C.c_char_p),
+        ("dtype", DType),
+        ("ndim", C.c_int32),
+        ("shape", C.POINTER(C.c_int64)),
+        ("const_data", C.c_void_p),
+        ("const_nbytes", C.c_uint64),
+    ]
+
+
+class NodeDesc(C.Structure):
+    _fields_ = [
+        ("name", C.c_char_p),
+        ("op_type", C.c_char_p),
+        ("domain", C.c_char_p),
+        ("opset", C.c_int64),
+        ("num_attrs", C.c_int32),
+        ("attrs", C.POINTER(Attr)),
+        ("num_inputs", C.c_int32),
+        ("inputs", C.POINTER(ValueDesc)),
+        ("num_outputs", C.c_int32),
+        ("outputs", C.POINTER(ValueDesc)),
+    ]
+
+
+class InitOptions(C.Structure):
+    _fields_ = [
+        ("struct_size", C.c_uint32),
+        ("host_abi", Version),
+        ("num_threads", C.c_int32),
+        ("config", C.c_char_p),
+    ]
+
+
+class AttrValue(C.Structure):
+    _fields_ = [("type", C.c_int32), ("i", C.c_int64), ("s", C.c_char * 256)]
+
+
+class Step(C.Structure):
+    _fields_ = [
+        ("kernel", C.c_void_p),
+        ("num_inputs", C.c_int32),
+        ("inputs", C.POINTER(Tensor)),
+        ("input_slots", C.POINTER(C.c_int32)),
+        ("num_outputs", C.c_int32),
+        ("outputs", C.POINTER(Tensor)),
+        ("output_slots", C.POINTER(C.c_int32)),
+    ]
+
+
+status = C.c_int32
+_F = C.CFUNCTYPE  # foreign calls through these release the GIL
+_p = C.c_void_p
+_i32 = C.c_int32
+_u64 = C.c_uint64
+_TP = C.POINTER(Tensor)
+
+INIT = _F(status, C.POINTER(InitOptions))
+SHUTDOWN = _F(None)
+LAST_ERROR = _F(C.c_char_p)
+SET_NUM_THREADS = _F(status, _i32)
+GET_ATTR = _F(status, Device, _i32, C.POINTER(AttrValue))
+SET_DEVICE = _F(status, Device)
+ALLOC_DATA_SPACE = _F(status, Device, _u64, _u64, DType, C.POINTER(_p))
+FREE_DATA_SPACE = _F(status, Device, _p)
+ALLOC_WORKSPACE = _F(status, Device, _u64, DType, C.POINTER(_p))
+FREE_WORKSPACE = _F(status, Device, _p)
+COPY_DATA_FROM_TO = _F(status, _p, _u64, _p, _u64, _u64, Device, Device, _i32, _p)
+CREATE_STREAM = _F(status, Device, C.POINTER(_p))
+STREAM_OP = _F(status, Device, _p)
+SYNC_STREAM_FROM_TO = _F(status, Device, _p, _p)
+SUPPORTS = _F(status, C.POINTER(NodeDesc), C.POINTER(_i32))
+FUSE = _F(status, C.POINTER(NodeDesc), _i32, C.POINTER(_i32))
+KERNEL_CREATE = _F(status, C.POINTER(NodeDesc), _i32, Device, C.POINTER(_p))
+KERNEL_DESTROY = _F(status, _p)
+KERNEL_OUTPUT_SHAPES = _F(status, _p, _TP, _i32, _i32, C.POINTER(_i32), C.POINTER(C.c_int64))
+KERNEL_WORKSPACE_SIZE = _F(status, _p, _TP, _i32, _TP, _i32, C.POINTER(_u64))
+KERNEL_RUN = _F(status, _p, _TP, _i32, _TP, _i32, _p, _u64, _p)
+RUN_STEPS = _F(status, C.POINTER(Step), _i32, C.POINTER(_p), _i32, _p, _u64, _p, C.POINTER(_i32))
+
+
+class BackendV1(C.Structure):
+    _fields_ = [
+        ("abi_version", Version),
+        ("struct_size", C.c_uint32),
+        ("flags", C.c_uint32),
+        ("id", C.c_char_p),
+        ("version", C.c_char_p),
+        ("device_type", C.c_int32),
+        ("device_type_name", C.c_char_p),
+        ("init", INIT),
+        ("shutdown", SHUTDOWN),
+        ("last_error", LAST_ERROR),
+        ("set_num_threads", SET_NUM_THREADS),
+        ("get_attr", GET_ATTR),
+        ("set_device", SET_DEVICE),
+        ("alloc_data_space", ALLOC_DATA_SPACE),
+        ("free_data_space", FREE_DATA_SPACE),
+        ("alloc_workspace", ALLOC_WORKSPACE),
+        ("free_workspace", FREE_WORKSPACE),
+        ("copy_data_from_to", COPY_DATA_FROM_TO),
+        ("create_stream", CREATE_STREAM),
+        ("free_stream", STREAM_OP),
+        ("set_stream", STREAM_OP),
+        ("stream_sync", STREAM_OP),
+        ("sync_stream_from_to", SYNC_STREAM_FROM_TO),
+        ("supports", SUPPORTS),
+        ("fuse", FUSE),
+        ("kernel_create", KERNEL_CREATE),
+        ("kernel_destroy", KERNEL_DESTROY),
+        ("kernel_output_shapes", KERNEL_OUTPUT_SHAPES),
+        ("kernel_workspace_size", KERNEL_WORKSPACE_SIZE),
+        ("kernel_run", KERNEL_RUN),
+        ("run_steps", RUN_STEPS),
+    ]
+
+
+REQUIRED_ENTRIES = (
+    "last_error", "get_attr", "alloc_data_space", "free_data_space", "copy_data_from_to",
+    "supports", "kernel_create", "kernel_destroy", "kernel_run",
+)
+PAIRED_ENTRIES = (
+    ("alloc_workspace", "free_workspace"),
+    ("create_stream", "free_stream", "set_stream", "stream_sync", "sync_stream_from_to"),
+)
+# The smallest table a 1.0 backend may hand over: everything up to run_steps.
+MIN_STRUCT_SIZE = C.sizeof(BackendV1)
+
+
+def read_table(address: int) -> tuple[BackendV1, int]:
+    """Copy a backend's table into a zeroed BackendV1: entries beyond its struct_size stay NULL."""
+    size = C.c_uint32.from_address(address + BackendV1.struct_size.offset).value
+    table = BackendV1()
+    C.memmove(C.addressof(table), address, min(size, C.sizeof(BackendV1)))
+    return table, size
+
+
+# -- dtypes -----------------------------------------------------------------------------------
+_KIND_CODE = {"i": 0, "u": 1, "f": 2, "b": 6, "c": 5}
+
+
+def dtype_of(dt) -> DType:
+    """numpy dtype -> DLDataType ({0,0,0} for None / unknown)."""
+    if dt is None:
+        return DType(0, 0, 0)
+    dt = np.dtype(dt)
+    code = _KIND_CODE.get(dt.kind)
+    if code is None:
+        if dt.kind == "V" and dt.name == "bfloat16":
+            return DType(4, 16, 1)
+        return DType(0, 0, 0)
+    return DType(code, dt.itemsize * 8, 1)
+
+
+def numpy_dtype(t: DType):
+    """DLDataType -> numpy dtype, None when numpy has no such type."""
+    kind = {0: "i", 1: "u", 2: "f", 6: "b", 5: "c"}.get(t.code)
+    if kind is None or t.lanes not in (0, 1) or t.bits % 8:
+        return None
+    try:
+        return np.dtype(f"{kind}{t.bits // 8}" if kind != "b" else "bool")
+    except TypeError:
+        return None
+
+
+def is_known(t: DType) -> bool:
+    return t.bits != 0

@@ -1,0 +1,310 @@
+"""The Python face of a native backend: a DeviceAPI and a Backend over its C function table."""
+
+from __future__ import annotations
+
+import ctypes as C
+import threading
+import weakref
+
+import numpy as np
+
+from ..backend import Backend, Module
+from ..device import CPU, Device
+from ..device_api import DeviceAPI, _Workspace, attr_kind
+from ..graph import Node, SubGraph
+from ..target import Target
+from . import abi
+from .descs import DescBuilder
+
+_NO_DTYPE = abi.DType(0, 0, 0)
+
+
+def cdev(dev: Device) -> abi.Device:
+    return abi.Device(dev.device_type, dev.index)
+
+
+def _free_buffer(lib, ptr, dev, workspace, held):
+    try:
+        if lib.loaded:
+            fn = lib.table.free_workspace if workspace else lib.table.free_data_space
+            fn(abi.Device(dev.device_type, dev.index), ptr)
+    finally:
+        if held:
+            lib.drop()
+
+
+class NativeBuffer:
+    """A data-space (or workspace) handle of a native backend. Freed by ``free_data_space``
+    (``free_workspace``) or, failing that, when garbage-collected."""
+
+    __slots__ = ("ptr", "nbytes", "device", "lib", "_finalizer", "__weakref__")
+
+    def __init__(self, lib, ptr: int, nbytes: int, device: Device, workspace: bool = False,
+                 held: bool = True):
+        self.ptr = ptr
+        self.nbytes = nbytes
+        self.device = device
+        self.lib = lib
+        if held:  # pooled workspaces do not keep the library loaded: the pool is emptied first
+            lib.hold()
+        self._finalizer = weakref.finalize(self, _free_buffer, lib, ptr, device, workspace, held)
+
+    def free(self) -> None:
+        self._finalizer()
+
+    @property
+    def freed(self) -> bool:
+        return not self._finalizer.alive
+
+    @property
+    def __array_interface__(self):
+        if not self.lib.host_visible:
+            raise TypeError(
+                f"memory of backend {self.lib.id!r} is not host-visible; copy it to the host "
+                f"with Tensor.numpy()"
+            )
+        if self.freed:
+            raise ValueError("buffer was freed")
+        return {"shape": (self.nbytes,), "typestr": "|u1", "data": (self.ptr, False),
+                "version": 3}
+
+    def __repr__(self):
+        return f"NativeBuffer({self.lib.id}, {self.nbytes} bytes on {self.device})"
+
+
+class NativeStream:
+    __slots__ = ("ptr", "device")
+
+    def __init__(self, ptr, device):
+        self.ptr = ptr
+        self.device = device
+
+
+def _host_side(buf, what: str):
+    """(address, size) of host memory given to a copy."""
+    arr = np.asarray(buf)
+    if not arr.flags.c_contiguous:
+        raise ValueError(f"copy_data_from_to: the host {what} must be C-contiguous")
+    if what == "destination" and not arr.flags.writeable:
+        raise ValueError("copy_data_from_to: the host destination is read-only")
+    return arr.ctypes.data, arr.nbytes
+
+
+class NativeDeviceAPI(DeviceAPI):
+    """TVM-style device API over a native backend's table. Handles are NativeBuffer objects."""
+
+    def __init__(self, lib):
+        super().__init__()
+        self.lib = lib
+        t = lib.table
+        self._t = t
+        self.has_streams = bool(t.create_stream)
+        self.has_workspaces = bool(t.alloc_workspace)
+
+    def __repr__(self):
+        return f"<NativeDeviceAPI of backend {self.lib.id!r}>"
+
+    def _check(self, rc, what):
+        if rc != 0:
+            raise self.lib.error(rc, what)
+
+    # -- attributes ------------------------------------------------------------------------
+    def get_attr(self, dev: Device, kind):
+        kind = attr_kind(kind)
+        out = abi.AttrValue()
+        self._check(self._t.get_attr(cdev(dev), abi.DEVICE_ATTR_NUMBERS[kind.value], C.byref(out)),
+                    f"get_attr({kind.value}) on {dev}")
+        if out.type == abi.ATTR_VALUE_INT:
+            return bool(out.i) if kind.value == "exist" else int(out.i)
+        if out.type == abi.ATTR_VALUE_STRING:
+            return out.s.decode("utf-8", "replace")
+        return False if kind.value == "exist" else None
+
+    def set_device(self, dev: Device) -> None:
+        if self._t.set_device:
+            self._check(self._t.set_device(cdev(dev)), f"set_device({dev})")
+
+    # -- memory ----------------------------------------------------------------------------
+    def alloc_data_space(self, dev: Device, nbytes: int, alignment: int = 64, dtype=None,
+                         *, _held: bool = True):
+        nbytes = int(nbytes)
+        if nbytes <= 0:
+            raise ValueError(f"alloc_data_space: nbytes must be > 0, not {nbytes}")
+        if alignment < 1 or alignment & (alignment - 1):
+            raise ValueError(f"alloc_data_space: alignment {alignment} is not a power of two")
+        out = C.c_void_p()
+        self._check(self._t.alloc_data_space(cdev(dev), nbytes, alignment,
+                                             abi.dtype_of(dtype), C.byref(out)),
+                    f"alloc_data_space({nbytes} bytes) on {dev}")
+        if not out.value:
+            raise self.lib.error(4, f"alloc_data_space({nbytes} bytes) gave a NULL handle")
+        return NativeBuffer(self.lib, out.value, nbytes, dev, held=_held)
+
+    def free_data_space(self, dev: Device, handle) -> None:
+        if isinstance(handle, _Workspace):
+            handle = handle.handle
+        if not isinstance(handle, NativeBuffer) or handle.lib is not self.lib:
+            raise ValueError(f"free_data_space: {handle!r} was not allocated by this backend")
+        handle.free()
+
+    def alloc_workspace(self, dev: Device, nbytes: int, dtype=None):
+        if not self.has_workspaces:  # the base class's pool, over unheld data-space blocks
+            size = max(4096, (int(nbytes) + 4095) // 4096 * 4096)
+            with self._pool_lock:
+                free = self._pool[(dev, size)]
+                if free:
+                    return free.pop()
+            return _Workspace(self.alloc_data_space(dev, size, _held=False), size)
+        nbytes = max(int(nbytes), 1)
+        out = C.c_void_p()
+        self._check(self._t.alloc_workspace(cdev(dev), nbytes, abi.dtype_of(dtype), C.byref(out)),
+                    f"alloc_workspace({nbytes} bytes) on {dev}")
+        return NativeBuffer(self.lib, out.value, nbytes, dev, workspace=True)
+
+    def free_workspace(self, dev: Device, handle) -> None:
+        if not self.has_workspaces:
+            return super().free_workspace(dev, handle)
+        if not isinstance(handle, NativeBuffer) or handle.lib is not self.lib:
+            raise ValueError(f"free_workspace: {handle!r} was not allocated by this backend")
+        handle.free()
+
+    # -- copies ----------------------------------------------------------------------------
+    def copy_data_from_to(self, src, src_offset, dst, dst_offset, nbytes, dev_from, dev_to,
+                          stream=None) -> None:
+        src = src.handle if isinstance(src, _Workspace) else src
+        dst = dst.handle if isinstance(dst, _Workspace) else dst
+        nbytes, src_offset, dst_offset = int(nbytes), int(src_offset), int(dst_offset)
+        if min(nbytes, src_offset, dst_offset) < 0:
+            raise ValueError("copy_data_from_to: negative size or offset")
+        src_dev = isinstance(src, NativeBuffer)
+        dst_dev = isinstance(dst, NativeBuffer)
+        for buf, is_dev in ((src, src_dev), (dst, dst_dev)):
+            if is_dev and (buf.lib is not self.lib or buf.freed):
+                raise ValueError(f"copy_data_from_to: {buf!r} is freed or not this backend's")
+        s_ptr, s_size = (src.ptr, src.nbytes) if src_dev else _host_side(src, "source")
+        d_ptr, d_size = (dst.ptr, dst.nbytes) if dst_dev else _host_side(dst, "destination")
+        if src_offset + nbytes > s_size or dst_offset + nbytes > d_size:
+            raise ValueError(
+                f"copy of {nbytes} bytes out of bounds (src {s_size} bytes at {src_offset}, "
+                f"dst {d_size} bytes at {dst_offset})"
+            )
+        if nbytes == 0:
+            return
+        if not src_dev and not dst_dev:
+            C.memmove(d_ptr + dst_offset, s_ptr + src_offset, nbytes)
+            return
+        kind = (abi.COPY_DEVICE_TO_DEVICE if src_dev and dst_dev else
+                abi.COPY_HOST_TO_DEVICE if dst_dev else abi.COPY_DEVICE_TO_HOST)
+        f_dev = src.device if src_dev else CPU
+        t_dev = dst.device if dst_dev else CPU
+        self._check(self._t.copy_data_from_to(s_ptr, src_offset, d_ptr, dst_offset, nbytes,
+                                              cdev(f_dev), cdev(t_dev), kind,
+                                              stream.ptr if stream is not None else None),
+                    f"copy_data_from_to({nbytes} bytes, {f_dev} -> {t_dev})")
+
+    # -- streams ---------------------------------------------------------------------------
+    def create_stream(self, dev: Device):
+        if not self.has_streams:
+            return None
+        out = C.c_void_p()
+        self._check(self._t.create_stream(cdev(dev), C.byref(out)), f"create_stream on {dev}")
+        return NativeStream(out.value, dev)
+
+    def _stream_op(self, fn, name, dev, stream):
+        if self.has_streams:
+            ptr = stream.ptr if isinstance(stream, NativeStream) else None
+            self._check(fn(cdev(dev), ptr), f"{name} on {dev}")
+
+    def free_stream(self, dev: Device, stream) -> None:
+        if stream is not None:
+            self._stream_op(self._t.free_stream, "free_stream", dev, stream)
+
+    def set_stream(self, dev: Device, stream) -> None:
+        self._stream_op(self._t.set_stream, "set_stream", dev, stream)
+
+    def stream_sync(self, dev: Device, stream) -> None:
+        self._stream_op(self._t.stream_sync, "stream_sync", dev, stream)
+
+    def sync_stream_from_to(self, dev: Device, event_src, event_dst) -> None:
+        if self.has_streams:
+            p = [s.ptr if isinstance(s, NativeStream) else None for s in (event_src, event_dst)]
+            self._check(self._t.sync_stream_from_to(cdev(dev), p[0], p[1]),
+                        f"sync_stream_from_to on {dev}")
+
+    # -- DLPack ----------------------------------------------------------------------------
+    def dlpack_capsule(self, tensor, stream=None):
+        """Zero-copy DLPack export of a tensor in host-visible backend memory."""
+        buf = tensor.handle
+        if not self.lib.host_visible or not isinstance(buf, NativeBuffer):
+            raise BufferError(
+                f"DLPack export from backend {self.lib.id!r} needs host-visible memory; "
+                f"use .numpy() or .to('cpu') first"
+            )
+        if stream is not None and self.has_streams:
+            self.stream_sync(tensor.device, None)
+        flat = np.asarray(buf)[tensor.byte_offset:tensor.byte_offset + tensor.nbytes]
+        return flat.view(tensor.dtype).reshape(tensor.shape).__dlpack__()
+
+
+class NativeBackend(Backend):
+    """A Backend over a loaded native library. Each object holds one lease on the library;
+    :meth:`close` releases it (modules built from it hold their own)."""
+
+    def __init__(self, lib, key, path: str):
+        self.library = lib
+        self.id = lib.id
+        self.device_type = lib.device_type
+        self.version = lib.version
+        self.path = path
+        self.abi_version = lib.abi_version
+        self._key = key
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def __repr__(self):
+        return f"<NativeBackend {self.id!r} from {self.path}>"
+
+    def describe(self) -> str:
+        return f"native backend {self.id!r} ({self.path})"
+
+    def device_api(self) -> NativeDeviceAPI:
+        return self.library.device_api
+
+    def target_kind(self) -> dict:
+        return {"device_type": self.device_type, "attrs": {}}
+
+    def set_num_threads(self, num_threads: int) -> None:
+        """Worker threads for later runs (0: the backend's choice). Process-wide."""
+        fn = self.library.table.set_num_threads
+        if not fn:
+            raise NotImplementedError(f"backend {self.id!r} has no set_num_threads")
+        self.library.check(fn(int(num_threads)), f"set_num_threads({num_threads})")
+
+    def supports(self, node: Node, graph: SubGraph) -> bool:
+        builder = DescBuilder(getattr(graph, "values", {}) or {},
+                              getattr(graph, "constants", {}) or {})
+        desc = abi.NodeDesc()
+        builder.node(node, desc)
+        out = C.c_int32(0)
+        self.library.check(self.library.table.supports(C.byref(desc), C.byref(out)),
+                           f"supports() for {node.describe()}")
+        return bool(out.value)
+
+    def build(self, subgraph: SubGraph, target: Target) -> Module:
+        from .plan import build_module
+
+        if self._closed:
+            from ..errors import BackendError
+
+            raise BackendError(f"{self.describe()} is closed")
+        dev = target.device if target is not None else Device(self.device_type, 0)
+        return build_module(self, subgraph, dev)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        from .. import plugins
+
+        plugins.BACKENDS.release(self._key)

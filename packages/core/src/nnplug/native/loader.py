@@ -1,0 +1,463 @@
+"""Finding and loading native backend shared objects.
+
+Search path: ``CreationOptions.dynamic_backends_path`` (a ``:``-separated string or a list)
+overrides ``NNPLUG_BACKEND_PATH``, which overrides the default ``backends/`` folder inside the
+installed nnplug package. Candidates are the regular files named ``*.so`` or ``*.so.N...``
+in each folder, sorted, deduplicated by real path. Each is dlopen'ed (RTLD_LOCAL), its entry
+symbol resolved, ABI version, table and id checked, then ``init`` called. A library is loaded
+once per process and shared by every Runtime through :data:`nnplug.plugins.BACKENDS`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import re
+import threading
+
+from .. import plugins
+from ..device import device_type_name, register_device_type
+from ..errors import PluginError
+from ..plugins import LoadError
+from . import abi
+
+log = logging.getLogger("nnplug")
+
+ENV_VAR = "NNPLUG_BACKEND_PATH"
+NUM_THREADS_ENV_VAR = "NNPLUG_NUM_THREADS"
+_SO_NAME = re.compile(r".*\.so(\.\d+)*$")
+_ID = re.compile(r"[a-z][a-z0-9_]{0,31}$")
+
+
+class LibraryLoadError(PluginError):
+    """A native library that could not be loaded or registered: ``stage``, ``reason``, ``fix``."""
+
+    def __init__(self, path: str, stage: str, reason: str, fix: str | None = None):
+        self.path, self.stage, self.reason, self.fix = str(path), stage, reason, fix
+        text = f"{path}: {stage}: {reason}"
+        super().__init__(f"{text} (fix: {fix})" if fix else text)
+
+    def load_error(self) -> LoadError:
+        return LoadError(self.path, self.stage, self.reason, self.fix)
+
+
+# -- search path ------------------------------------------------------------------------------
+def default_backend_dir() -> str:
+    """The ``backends/`` folder inside the installed nnplug package."""
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "backends")
+
+
+def backend_search_dirs(option=None) -> tuple[list[str], list[LoadError]]:
+    """The folders to scan, and one LoadError (stage ``path``) per entry that was skipped.
+
+    ``option`` is ``CreationOptions.dynamic_backends_path``: None (use ``NNPLUG_BACKEND_PATH``,
+    else the default folder), a ``:``-separated string or a list of paths. An empty string or
+    list disables loading. The caller reports the errors (:func:`nnplug.plugins.report`).
+    """
+    if option is None:
+        env = os.environ.get(ENV_VAR)
+        if env is None:
+            # The default folder usually does not exist: that is not worth a warning.
+            d = default_backend_dir()
+            return ([d] if os.path.isdir(d) else []), []
+        entries, origin = env.split(":"), ENV_VAR
+    elif isinstance(option, (str, bytes, os.PathLike)):
+        entries, origin = os.fsdecode(os.fspath(option)).split(":"), "dynamic_backends_path"
+    else:
+        try:
+            entries = [os.fsdecode(os.fspath(p)) for p in option]
+        except TypeError:
+            raise TypeError(
+                f"dynamic_backends_path must be a ':'-separated string or a list of paths, "
+                f"not {option!r}"
+            ) from None
+        origin = "dynamic_backends_path"
+    dirs, errors, seen = [], [], set()
+    for entry in entries:
+        if not entry or entry in seen:
+            continue
+        seen.add(entry)
+        source = f"{origin} entry {entry!r}"
+        if not os.path.isabs(entry):
+            errors.append(LoadError(source, "path", "relative path ignored",
+                                    f"use an absolute path, e.g. {os.path.abspath(entry)!r}"))
+        elif not os.path.exists(entry):
+            errors.append(LoadError(source, "path", "no such folder",
+                                    "create the folder or remove it from the path"))
+        elif not os.path.isdir(entry):
+            errors.append(LoadError(source, "path", "not a folder",
+                                    "list the folder that contains the .so, not the file"))
+        else:
+            dirs.append(entry)
+    return dirs, errors
+
+
+def find_backend_libraries(dirs) -> tuple[list[str], list[LoadError]]:
+    """Candidate files in ``dirs``: ``*.so`` / ``*.so.N...`` regular files, sorted per folder,
+    deduplicated by real path (the first name wins). Dangling links and non-files are errors."""
+    found, errors, seen = [], [], set()
+    for d in dirs:
+        try:
+            names = sorted(os.listdir(d))
+        except OSError as e:
+            errors.append(LoadError(d, "path", f"cannot list folder: {e.strerror or e}",
+                                    "check the folder's permissions"))
+            continue
+        for name in names:
+            if not _SO_NAME.match(name):
+                continue
+            path = os.path.join(d, name)
+            if os.path.islink(path) and not os.path.exists(path):
+                errors.append(LoadError(path, "file",
+                                        f"dangling symbolic link to {os.readlink(path)!r}",
+                                        "fix or remove the link"))
+                continue
+            if not os.path.isfile(path):
+                errors.append(LoadError(path, "file", "not a regular file",
+                                        "rename it or move it out of the backends folder"))
+                continue
+            real = os.path.realpath(path)
+            if real in seen:
+                continue
+            seen.add(real)
+            found.append(path)
+    return found, errors
+
+
+# -- one library --------------------------------------------------------------------------------
+def _dlclose(handle: int) -> None:
+    try:
+        import _ctypes
+
+        _ctypes.dlclose(handle)
+    except (ImportError, AttributeError):  # pragma: no cover - non-glibc platforms
+        libc = ctypes.CDLL(None)
+        libc.dlclose.argtypes = [ctypes.c_void_p]
+        libc.dlclose(handle)
+
+
+def _dlopen_fix(text: str) -> str:
+    m = re.search(r"([^\s:]+\.so[.\d]*): cannot open shared object file", text)
+    if m:
+        return (f"install the package that provides {m.group(1)}, or add the folder that holds "
+                f"it to LD_LIBRARY_PATH")
+    if "undefined symbol" in text:
+        sym = text.rsplit("undefined symbol:", 1)[-1].strip()
+        return (f"the library needs symbol {sym} that nothing loaded provides: link the library "
+                f"that defines it (-l...) when building, or rebuild against matching versions")
+    if "invalid ELF header" in text or "file too short" in text:
+        return ("this is not a shared library: remove it from the backends folder or rename it "
+                "(every *.so file there is loaded)")
+    if "wrong ELF class" in text or "ELF file's phentsize" in text or "machine" in text.lower():
+        return "the library was built for another architecture: rebuild it for this machine"
+    if "Permission denied" in text:
+        return "make the file readable by this user"
+    return "check the file with `ldd` and rebuild it as a shared library (-shared -fPIC)"
+
+
+def _mangled_entry(path: str) -> bool:
+    """Whether the file holds a C++-mangled nnp_backend_entry (declared without extern "C")."""
+    try:
+        with open(path, "rb") as f:
+            return b"_Z17nnp_backend_entry" in f.read()
+    except OSError:
+        return False
+
+
+def _num_threads() -> int:
+    text = os.environ.get(NUM_THREADS_ENV_VAR, "")
+    try:
+        return max(0, int(text)) if text else 0
+    except ValueError:
+        log.warning("nnplug: ignoring %s=%r (not an integer)", NUM_THREADS_ENV_VAR, text)
+        return 0
+
+
+class NativeLibrary:
+    """One dlopen'ed backend library: its checked function table and life cycle.
+
+    Shared by all NativeBackend objects of the process that load the same real path. It is
+    unloaded (shutdown, dlclose) after the last lease is released AND the last buffer or
+    kernel it handed out is gone.
+    """
+
+    def __init__(self, path: str, realpath: str, cdll, table: abi.BackendV1, struct_size: int):
+        self.path = path
+        self.realpath = realpath
+        self._cdll = cdll
+        self.table = table
+        self.struct_size = struct_size
+        self.abi_version = table.abi_version.tuple()
+        self.flags = table.flags
+        self.id = table.id.decode("utf-8", "replace") if table.id else ""
+        self.version = table.version.decode("utf-8", "replace") if table.version else None
+        self.device_type = int(table.device_type)
+        self.host_visible = bool(self.flags & abi.HOST_VISIBLE)
+        self.key = lease_key(realpath)
+        self._lock = threading.Lock()
+        self._unloaded = False
+        self._device_api = None
+
+    # -- opening ---------------------------------------------------------------------------
+    @classmethod
+    def open(cls, path: str, taken=()) -> NativeLibrary:
+        real = os.path.realpath(path)
+        try:
+            cdll = ctypes.CDLL(real, mode=getattr(os, "RTLD_LOCAL", 0) | getattr(os, "RTLD_NOW", 2))
+        except OSError as e:
+            text = str(e)
+            raise LibraryLoadError(path, "not loadable", text, _dlopen_fix(text)) from None
+        try:
+            lib = cls._check(path, real, cdll, taken)
+        except BaseException:
+            _dlclose(cdll._handle)
+            raise
+        lib._init()
+        return lib
+
+    @classmethod
+    def _check(cls, path, real, cdll, taken) -> NativeLibrary:
+        try:
+            entry = getattr(cdll, abi.ENTRY_SYMBOL)
+        except AttributeError:
+            if _mangled_entry(real):
+                raise LibraryLoadError(
+                    path, "no entry symbol",
+                    f"{abi.ENTRY_SYMBOL} is there only as a C++-mangled name",
+                    'declare it extern "C" (include <nnplug/backend.h>, which does)',
+                ) from None
+            raise LibraryLoadError(
+                path, "no entry symbol", f"the library does not export {abi.ENTRY_SYMBOL}",
+                "define NNP_EXPORT const nnp_backend_v1* nnp_backend_entry(const nnp_version*) "
+                "(see docs/dynamic-backends.md); not every .so is a backend: keep others out of "
+                "the backends folder",
+            ) from None
+        entry.restype = ctypes.c_void_p
+        entry.argtypes = [ctypes.POINTER(abi.Version)]
+        host = abi.Version(*abi.ABI_VERSION)
+        address = entry(ctypes.byref(host))
+        host_text = ".".join(map(str, abi.ABI_VERSION))
+        if not address:
+            raise LibraryLoadError(
+                path, "abi version", f"{abi.ENTRY_SYMBOL} returned NULL for host ABI {host_text}",
+                "the backend refuses this nnplug; install the nnplug version it was built for",
+            )
+        version = abi.Version.from_address(address).tuple()
+        vtext = ".".join(map(str, version))
+        if version[0] != abi.ABI_MAJOR:
+            fix = (f"upgrade nnplug to a release with backend ABI {version[0]}.x "
+                   f"(pip install -U nnplug)" if version[0] > abi.ABI_MAJOR else
+                   f"rebuild the backend against this nnplug's headers (nnplug.get_include()), "
+                   f"backend ABI {host_text}")
+            raise LibraryLoadError(
+                path, "abi version",
+                f"backend ABI {vtext} has major version {version[0]}; this nnplug loads "
+                f"{abi.ABI_MAJOR}.x", fix)
+        if version[1] > abi.ABI_MINOR:
+            raise LibraryLoadError(
+                path, "abi version",
+                f"backend ABI {vtext} is newer than this nnplug's {host_text}",
+                f"upgrade nnplug to a release with backend ABI >= {version[0]}.{version[1]} "
+                f"(pip install -U nnplug), or rebuild the backend against these headers",
+            )
+        table, size = abi.read_table(address)
+        cls._check_table(path, table, size)
+        ident = table.id.decode("utf-8", "replace") if table.id else ""
+        if not _ID.match(ident) or ident in abi.RESERVED_IDS:
+            why = "empty" if not ident else (
+                "reserved" if ident in abi.RESERVED_IDS else "not [a-z][a-z0-9_]{0,31}")
+            raise LibraryLoadError(
+                path, "invalid id", f"backend id {ident!r} is {why}",
+                "set the table's id to a short lower-case name such as \"mynpu\", not one of "
+                + ", ".join(sorted(abi.RESERVED_IDS)),
+            )
+        if ident in taken:
+            raise duplicate_error(path, ident, taken)
+        lib = cls(path, real, cdll, table, size)
+        lib._register_device_type()
+        return lib
+
+    @staticmethod
+    def _check_table(path, table, size):
+        if size < abi.MIN_STRUCT_SIZE:
+            raise LibraryLoadError(
+                path, "invalid table",
+                f"struct_size {size} is smaller than a backend ABI 1.0 table "
+                f"({abi.MIN_STRUCT_SIZE} bytes)",
+                "set struct_size = sizeof(nnp_backend_v1) and rebuild with nnplug's headers",
+            )
+        missing = [n for n in abi.REQUIRED_ENTRIES if not getattr(table, n)]
+        for group in abi.PAIRED_ENTRIES:
+            given = [n for n in group if getattr(table, n)]
+            if given and len(given) != len(group):
+                missing += [n for n in group if n not in given]
+        if missing:
+            raise LibraryLoadError(
+                path, "invalid table", f"entries left NULL: {', '.join(missing)}",
+                "provide them (see the REQUIRED/OPTIONAL notes in nnplug/backend.h)",
+            )
+        if table.device_type == 1 and not table.flags & abi.HOST_VISIBLE:
+            raise LibraryLoadError(
+                path, "invalid table", "a CPU backend without NNP_BACKEND_HOST_VISIBLE",
+                "set flags |= NNP_BACKEND_HOST_VISIBLE (CPU memory is host memory)",
+            )
+
+    def _register_device_type(self):
+        dt = self.device_type
+        name = self.table.device_type_name.decode() if self.table.device_type_name else None
+        try:
+            if name:
+                register_device_type(name, dt)
+            elif device_type_name(dt).startswith("ext"):
+                raise ValueError(f"device type {dt} is not a DLPack type and has no name")
+        except ValueError as e:
+            raise LibraryLoadError(
+                self.path, "invalid table", f"device type: {e}",
+                "use a DLPack device type number, or a number >= 64 with device_type_name set "
+                "to a name no other plugin uses",
+            ) from None
+
+    def _init(self):
+        if not self.table.init:
+            return
+        opts = abi.InitOptions(ctypes.sizeof(abi.InitOptions), abi.Version(*abi.ABI_VERSION),
+                               _num_threads(), None)
+        rc = self.table.init(ctypes.byref(opts))
+        if rc != 0:
+            msg = self.last_error() or f"status {abi.STATUS_NAMES.get(rc, rc)} and no message"
+            _dlclose(self._cdll._handle)
+            self._unloaded = True
+            raise LibraryLoadError(
+                self.path, "init", msg,
+                "see the backend's message (device, driver or dependency missing?)",
+            )
+
+    # -- calls -----------------------------------------------------------------------------
+    def last_error(self) -> str:
+        try:
+            text = self.table.last_error()
+        except Exception:  # noqa: BLE001 - a broken last_error must not hide the real failure
+            return ""
+        return text.decode("utf-8", "replace") if text else ""
+
+    def error(self, rc: int, what: str):
+        """A BackendError for a failed call: the backend's message, the status and ``what``."""
+        from ..errors import BackendError
+
+        msg = self.last_error() or "no message"
+        return BackendError(
+            f"backend {self.id!r}: {what} failed: {msg} "
+            f"(status {abi.STATUS_NAMES.get(rc, rc)}; library {self.path})"
+        )
+
+    def check(self, rc: int, what: str) -> None:
+        if rc != 0:
+            raise self.error(rc, what)
+
+    @property
+    def device_api(self):
+        with self._lock:
+            if self._device_api is None:
+                from .backend import NativeDeviceAPI
+
+                self._device_api = NativeDeviceAPI(self)
+            return self._device_api
+
+    # -- life cycle ------------------------------------------------------------------------
+    # Buffers, kernels and modules hold leases of their own on the library's key, so a
+    # library stays loaded (and shared, never re-initialised) while anything uses it.
+    def hold(self) -> None:
+        """Something (a buffer, a module) now depends on the library."""
+        try:
+            plugins.BACKENDS.retain(self.key)
+        except KeyError:
+            from ..errors import BackendError
+
+            raise BackendError(f"backend {self.id!r} ({self.path}) was already unloaded") from None
+
+    def drop(self) -> None:
+        plugins.BACKENDS.release(self.key)
+
+    def release(self) -> None:
+        """Called by the lease table after the last lease: shut down and unload."""
+        with self._lock:
+            if self._unloaded:
+                return
+            api = self._device_api
+        if api is not None:
+            api.release_workspaces()
+        with self._lock:
+            self._unloaded = True
+        self._finish()
+
+    @property
+    def loaded(self) -> bool:
+        return not self._unloaded
+
+    def _finish(self):
+        try:
+            if self.table.shutdown:
+                self.table.shutdown()
+        finally:
+            _dlclose(self._cdll._handle)
+            log.debug("nnplug: unloaded native backend %s (%s)", self.id, self.path)
+
+
+def duplicate_error(path: str, ident: str, taken) -> LibraryLoadError:
+    where = taken.get(ident) if isinstance(taken, dict) else None
+    first = f" (first from {where})" if where else ""
+    return LibraryLoadError(
+        path, "duplicate id", f"a backend with id {ident!r} is already registered{first}",
+        "remove one of the two libraries from the backends path, or give one another id",
+    )
+
+
+def lease_key(path: str) -> tuple[str, str]:
+    return ("native-backend", os.path.realpath(path))
+
+
+def load_backend_library(path, taken=()):
+    """Load (or share) the native backend at ``path``; a new NativeBackend holding one lease.
+
+    ``taken``: ids already registered (a set, or a dict id -> where from): such a library is
+    refused with stage ``duplicate id`` before its ``init`` runs. Raises LibraryLoadError.
+    Call ``backend.close()`` to release the lease.
+    """
+    from .backend import NativeBackend
+
+    path = os.fsdecode(os.fspath(path))
+    if not os.path.exists(path):
+        kind = "dangling symbolic link" if os.path.islink(path) else "no such file"
+        raise LibraryLoadError(path, "not found", kind, "check the path")
+    if not os.path.isfile(path):
+        raise LibraryLoadError(path, "not found", "not a regular file",
+                               "give the path of the backend's .so file")
+    key = lease_key(path)
+    lib = plugins.BACKENDS.acquire(key, lambda: NativeLibrary.open(path, taken),
+                                   lambda lib: lib.release())
+    if lib.id in taken:  # the library was already loaded by another Runtime
+        plugins.BACKENDS.release(key)
+        raise duplicate_error(path, lib.id, taken)
+    return NativeBackend(lib, key, path)
+
+
+def load_dynamic_backends(option=None, taken=None):
+    """Everything the Runtime does for ``dynamic_backends_path``: returns
+    ``([(path, NativeBackend), ...], [LoadError, ...])``. The first library with an id wins;
+    ``taken`` (id -> source) is updated. Errors are returned, not logged (use
+    :func:`nnplug.plugins.report`)."""
+    taken = {} if taken is None else taken
+    dirs, errors = backend_search_dirs(option)
+    files, more = find_backend_libraries(dirs)
+    errors += more
+    loaded = []
+    for path in files:
+        try:
+            backend = load_backend_library(path, taken)
+        except LibraryLoadError as e:
+            errors.append(e.load_error())
+            continue
+        taken[backend.id] = path
+        loaded.append((path, backend))
+    return loaded, errors

@@ -1,0 +1,606 @@
+"""Building and running a partition on a native backend.
+
+Nodes are grouped with the backend's ``fuse`` query and become kernels. When every shape is
+known at load time the partition is planned once: intermediate values get byte offsets in one
+arena, each kernel call becomes an ``nnp_step``, and a run is a single ``run_steps`` call
+with fresh slot pointers (arena, inputs, outputs). Otherwise kernels run one by one, with
+output shapes asked from the backend at run time.
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+import weakref
+
+import numpy as np
+
+from ..backend import Module
+from ..device import CPU, Device
+from ..device_api import workspace_data
+from ..errors import BackendError, InputError
+from ..graph import SubGraph
+from ..tensor import Tensor
+from . import abi
+from .backend import NativeBuffer, cdev
+from .descs import DescBuilder
+
+MAX_FUSE = 16
+"""Longest run of nodes offered to ``fuse`` at once."""
+ALIGN = 64
+
+
+class Kernel:
+    __slots__ = ("ptr", "nodes", "inputs", "outputs", "label")
+
+    def __init__(self, nodes):
+        self.nodes = nodes
+        self.ptr = None
+        produced, ins = set(), []
+        for node in nodes:
+            ins += [v for v in node.inputs if not (v and v in produced)]
+            produced.update(o for o in node.outputs if o)
+        self.inputs = ins
+        self.outputs = list(nodes[-1].outputs)
+        first = nodes[0]
+        self.label = f"node {first.name!r} (op {first.op_type})"
+        if len(nodes) > 1:
+            self.label += " fused with " + ", ".join(f"{n.name!r} ({n.op_type})" for n in nodes[1:])
+
+
+def _align(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def _nbytes(shape, dtype) -> int:
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+
+
+def plan_arena(items):
+    """items: (key, nbytes, first_step, last_step) -> ({key: offset}, total bytes).
+
+    Greedy by size: each value takes the lowest offset clear of every placed value whose
+    lifetime overlaps its own (outputs never alias inputs, so lifetimes are inclusive)."""
+    placed, offsets = [], {}
+    for key, size, first, last in sorted(items, key=lambda it: (-it[1], it[2])):
+        size = _align(max(size, 1))
+        busy = sorted((o, o + s) for (o, s, f, la) in placed if not (la < first or last < f))
+        offset = 0
+        for lo, hi in busy:
+            if offset + size <= lo:
+                break
+            offset = max(offset, hi)
+        placed.append((offset, size, first, last))
+        offsets[key] = offset
+    total = max((o + s for o, s, _, _ in placed), default=0)
+    return offsets, total
+
+
+class _State:
+    """What a module owns; closed once (explicitly or when the module is collected)."""
+
+    def __init__(self, lib, key):
+        self.lib = lib
+        self.key = key
+        self.kernels: list[Kernel] = []
+        self.buffers: list[NativeBuffer] = []
+        self.closed = False
+
+    def close(self):
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            for k in self.kernels:
+                if k.ptr:
+                    self.lib.table.kernel_destroy(k.ptr)
+                    k.ptr = None
+            for b in self.buffers:
+                b.free()
+        finally:
+            self.lib.drop()
+
+
+def build_module(backend, subgraph: SubGraph, dev: Device) -> Module:
+    lib = backend.library
+    lib.hold()
+    state = _State(lib, backend._key)
+    try:
+        runner = _build(lib, state, subgraph, dev)
+    except BaseException:
+        state.close()
+        raise
+    module = Module({"run": runner.run, "kernels": lambda: [k.label for k in state.kernels],
+                     "is_static": lambda: isinstance(runner, StaticRunner)},
+                    close=state.close)
+    weakref.finalize(module, state.close)
+    return module
+
+
+def _build(lib, state, subgraph, dev):
+    values = subgraph.values or {}
+    consts = {k: np.ascontiguousarray(v) for k, v in (subgraph.constants or {}).items()
+              if k not in subgraph.inputs}
+    nodes = list(subgraph.nodes)
+    if not nodes:
+        raise BackendError(f"backend {lib.id!r}: asked to build an empty subgraph")
+    builder = DescBuilder(values, consts)
+    groups = _group(lib, builder, nodes, subgraph.outputs)
+    for group in groups:
+        k = Kernel(group)
+        descs = DescBuilder(values, consts).nodes(group)
+        out = C.c_void_p()
+        rc = lib.table.kernel_create(descs, len(group), cdev(dev), C.byref(out))
+        if rc != 0:
+            raise lib.error(rc, f"creating the kernel of {k.label}")
+        if not out.value:
+            raise BackendError(f"backend {lib.id!r}: kernel_create for {k.label} gave NULL")
+        k.ptr = out.value
+        state.kernels.append(k)
+    spec = _Specs(values, consts)
+    if all(spec.static(v) for k in state.kernels for v in k.inputs + k.outputs) and \
+            all(spec.static(v) for v in list(subgraph.inputs) + list(subgraph.outputs)):
+        return StaticRunner(lib, state, subgraph, dev, spec, consts)
+    return DynamicRunner(lib, state, subgraph, dev, spec, consts)
+
+
+def _group(lib, builder, nodes, graph_outputs):
+    consumers: dict[str, set[int]] = {}
+    for i, n in enumerate(nodes):
+        for v in n.inputs:
+            if v:
+                consumers.setdefault(v, set()).add(i)
+    escaping = set(graph_outputs)
+    groups, i, fuse = [], 0, lib.table.fuse
+    while i < len(nodes):
+        take = 1
+        if fuse and i + 1 < len(nodes):
+            run = nodes[i:i + MAX_FUSE]
+            out = C.c_int32(1)
+            rc = fuse(builder.nodes(run), len(run), C.byref(out))
+            if rc != 0:
+                raise lib.error(rc, f"fuse() from node {nodes[i].name!r}")
+            take = out.value
+            if not 1 <= take <= len(run):
+                raise BackendError(
+                    f"backend {lib.id!r}: fuse() took {take} of {len(run)} nodes from "
+                    f"node {nodes[i].name!r}; it must be between 1 and {len(run)}"
+                )
+            # Values made inside a group must not be needed outside it.
+            while take > 1 and any(
+                    o and (o in escaping or any(c >= i + take for c in consumers.get(o, ())))
+                    for n in nodes[i:i + take - 1] for o in n.outputs):
+                take -= 1
+        groups.append(nodes[i:i + take])
+        i += take
+    return groups
+
+
+class _Specs:
+    """Static shape / dtype of values, from the graph's value infos and the constants."""
+
+    def __init__(self, values, consts):
+        self.values = values
+        self.consts = consts
+
+    def dtype(self, name):
+        if name in self.consts:
+            return self.consts[name].dtype
+        info = self.values.get(name)
+        return None if info is None or info.dtype is None else np.dtype(info.dtype)
+
+    def shape(self, name):
+        """A tuple of ints, or None when not fully known."""
+        if name in self.consts:
+            return self.consts[name].shape
+        info = self.values.get(name)
+        if info is None or info.shape is None:
+            return None
+        if all(isinstance(d, int) and d >= 0 for d in info.shape):
+            return tuple(info.shape)
+        return None
+
+    def static(self, name) -> bool:
+        return not name or (self.shape(name) is not None and self.dtype(name) is not None)
+
+
+def _fill(t: abi.Tensor, dev: Device, shape, dtype, keep: list) -> None:
+    t.device = cdev(dev)
+    t.ndim = len(shape)
+    t.dtype = abi.dtype_of(dtype)
+    if shape:
+        arr = (C.c_int64 * len(shape))(*shape)
+        keep.append(arr)
+        t.shape = arr
+
+
+def _array_of(tensor, name) -> np.ndarray:
+    if isinstance(tensor, np.ndarray):
+        return tensor
+    if isinstance(tensor, Tensor):
+        return tensor.numpy()
+    raise InputError(f"input {name!r}: expected an nnplug Tensor, got {type(tensor).__name__}")
+
+
+def _check_input(name, shape, dtype, want_shape, want_dtype):
+    if want_dtype is not None and np.dtype(dtype) != want_dtype:
+        raise InputError(f"input {name!r} has dtype {np.dtype(dtype)}, the model needs {want_dtype}")
+    if want_shape is not None and tuple(shape) != tuple(want_shape):
+        raise InputError(f"input {name!r} has shape {tuple(shape)}, the model needs {want_shape}")
+
+
+class _Runner:
+    def __init__(self, lib, state, subgraph, dev, spec, consts):
+        self.lib = lib
+        self.state = state
+        self.dev = dev
+        self.spec = spec
+        self.consts = consts
+        self.inputs = list(subgraph.inputs)
+        self.outputs = list(subgraph.outputs)
+        self.host = lib.host_visible and dev.device_type == CPU.device_type
+        self.api = lib.device_api
+        t = lib.table
+        self.own_consts = bool(lib.flags & abi.KERNELS_OWN_CONSTANTS)
+        self.kernel_run = t.kernel_run
+        self.ws_size_fn = t.kernel_workspace_size
+        self.stream_sync = t.stream_sync
+        self.const_ptr = {}  # name -> address (host) or device handle, valid for the module
+        for name, arr in consts.items():
+            if self.own_consts or not any(name in k.inputs for k in state.kernels):
+                continue
+            if self.host:
+                self.const_ptr[name] = arr.ctypes.data if arr.nbytes else None
+            elif arr.nbytes:
+                buf = self.api.alloc_data_space(dev, arr.nbytes, dtype=arr.dtype)
+                state.buffers.append(buf)
+                self.api.copy_data_from_to(arr, 0, buf, 0, arr.nbytes, CPU, dev)
+                self.const_ptr[name] = buf.ptr
+
+    def _fail(self, rc, kernel: Kernel):
+        if self.state.closed:
+            return BackendError(f"backend {self.lib.id!r}: the module was closed")
+        return self.lib.error(rc, f"running {kernel.label}")
+
+    def _device_input(self, t, name):
+        """(handle address, keep-alive) of a runtime input on this backend's device."""
+        if isinstance(t, Tensor) and isinstance(t.handle, NativeBuffer) and \
+                t.handle.lib is self.lib and t.byte_offset == 0:
+            return t.handle.ptr, t
+        arr = np.ascontiguousarray(_array_of(t, name))
+        buf = self.api.alloc_data_space(self.dev, max(arr.nbytes, 1), dtype=arr.dtype)
+        if arr.nbytes:
+            self.api.copy_data_from_to(arr, 0, buf, 0, arr.nbytes, CPU, self.dev)
+        return buf.ptr, buf
+
+    def _sync(self):
+        if self.stream_sync:
+            rc = self.stream_sync(cdev(self.dev), None)
+            if rc != 0:
+                raise self.lib.error(rc, "stream_sync after a run")
+
+    def _const_output(self, name):
+        arr = self.consts[name]
+        if self.host:
+            return Tensor.from_numpy(arr.copy())
+        return Tensor.from_numpy(arr).to(self.dev, self.api)
+
+
+class StaticRunner(_Runner):
+    """Shapes fixed at load: one arena, one ``run_steps`` call per run."""
+
+    def __init__(self, lib, state, subgraph, dev, spec, consts):
+        super().__init__(lib, state, subgraph, dev, spec, consts)
+        kernels = state.kernels
+        self.in_specs = [(spec.shape(n), spec.dtype(n)) for n in self.inputs]
+        slot = {}  # value name -> slot index
+        for i, n in enumerate(self.inputs):
+            slot.setdefault(n, 1 + i)
+        produced = {o for k in kernels for o in k.outputs if o}
+        out_slots, self.out_specs = [], []
+        for n in dict.fromkeys(self.outputs):
+            if n in produced and n not in slot:
+                slot[n] = 1 + len(self.inputs) + len(out_slots)
+                out_slots.append(n)
+                self.out_specs.append((spec.shape(n), spec.dtype(n)))
+        self.out_slot_names = out_slots
+        self.num_slots = 1 + len(self.inputs) + len(out_slots)
+        # arena: every produced value without a slot
+        first, last = {}, {}
+        for s, k in enumerate(kernels):
+            for v in k.inputs:
+                if v in first:
+                    last[v] = s
+            for o in k.outputs:
+                if o and o not in slot:
+                    first.setdefault(o, s)
+                    last[o] = s
+        offsets, total = plan_arena(
+            [(v, _nbytes(spec.shape(v), spec.dtype(v)), first[v], last[v]) for v in first])
+        # tensors of each step
+        self._keep = []
+        steps = (abi.Step * len(kernels))()
+        ws = 0
+        for s, k in enumerate(kernels):
+            step = steps[s]
+            step.kernel = k.ptr
+            for which, names in (("inputs", k.inputs), ("outputs", k.outputs)):
+                ts = (abi.Tensor * max(len(names), 1))()
+                sl = (C.c_int32 * max(len(names), 1))()
+                self._keep += [ts, sl]
+                for i, v in enumerate(names):
+                    sl[i] = -1
+                    if not v:
+                        continue
+                    _fill(ts[i], dev, spec.shape(v), spec.dtype(v), self._keep)
+                    if v in slot:
+                        sl[i] = slot[v]
+                    elif v in offsets:
+                        sl[i] = 0
+                        ts[i].byte_offset = offsets[v]
+                    else:  # a constant
+                        ts[i].data = self.const_ptr.get(v)
+                        if self.host:
+                            ts[i].device = cdev(CPU)
+                setattr(step, "num_" + which, len(names))
+                setattr(step, which, ts)
+                setattr(step, which[:-1] + "_slots", sl)
+            if self.ws_size_fn:
+                need = C.c_uint64(0)
+                rc = self.ws_size_fn(k.ptr, step.inputs, step.num_inputs, step.outputs,
+                                     step.num_outputs, C.byref(need))
+                if rc != 0:
+                    raise lib.error(rc, f"kernel_workspace_size of {k.label}")
+                ws = max(ws, need.value)
+        self.steps = steps
+        self.ws_nbytes = ws
+        self.ws_offset = _align(total)
+        self.arena_nbytes = self.ws_offset + (_align(ws) if ws else 0)
+        self._free_arenas: list = []
+        self.run_steps = lib.table.run_steps
+
+    # -- arenas (host path): reused across runs, one per concurrent run ---------------------
+    def _host_arena(self):
+        try:
+            return self._free_arenas.pop()
+        except IndexError:
+            raw = np.empty(self.arena_nbytes + ALIGN, np.uint8)
+            ptr = raw.ctypes.data
+            return raw, ptr + (-ptr) % ALIGN
+
+    def run(self, inputs):
+        if len(inputs) != len(self.inputs):
+            raise InputError(f"expected {len(self.inputs)} input(s), got {len(inputs)}")
+        slots = (C.c_void_p * self.num_slots)()
+        keep = []
+        host = self.host
+        for i, (t, (shape, dtype)) in enumerate(zip(inputs, self.in_specs)):
+            name = self.inputs[i]
+            if host:
+                arr = np.ascontiguousarray(_array_of(t, name))
+                if arr.shape != shape or arr.dtype != dtype:
+                    _check_input(name, arr.shape, arr.dtype, shape, dtype)
+                keep.append(arr)
+                slots[1 + i] = arr.ctypes.data
+            else:
+                _check_input(name, t.shape, t.dtype, shape, dtype)
+                ptr, obj = self._device_input(t, name)
+                keep.append(obj)
+                slots[1 + i] = ptr
+        base = 1 + len(self.inputs)
+        outs = []
+        for j, (shape, dtype) in enumerate(self.out_specs):
+            if host:
+                o = np.empty(shape, dtype)
+                slots[base + j] = o.ctypes.data
+            else:
+                o = self.api.alloc_data_space(self.dev, max(_nbytes(shape, dtype), 1), dtype=dtype)
+                slots[base + j] = o.ptr
+            outs.append(o)
+        arena = ws_handle = None
+        if host:
+            arena = self._host_arena()
+            slots[0] = arena[1]
+            ws = arena[1] + self.ws_offset if self.ws_nbytes else None
+        else:
+            if self.ws_offset:
+                arena = self.api.alloc_workspace(self.dev, self.ws_offset)
+                slots[0] = workspace_data(arena).ptr
+            ws = None
+            if self.ws_nbytes:
+                ws_handle = self.api.alloc_workspace(self.dev, self.ws_nbytes)
+                ws = workspace_data(ws_handle).ptr
+        try:
+            failed = self._execute(slots, ws)
+            if failed is not None:
+                raise self._fail(*failed)
+            if not host:
+                self._sync()
+        finally:
+            if host:
+                self._free_arenas.append(arena)
+            else:
+                if arena is not None:
+                    self.api.free_workspace(self.dev, arena)
+                if ws_handle is not None:
+                    self.api.free_workspace(self.dev, ws_handle)
+        return self._results(inputs, outs)
+
+    def _execute(self, slots, ws):
+        """Run every step; (status, kernel) of the failing one, or None."""
+        kernels = self.state.kernels
+        if self.state.closed:
+            raise BackendError(f"backend {self.lib.id!r}: the module was closed")
+        if self.run_steps:
+            failed = C.c_int32(-1)
+            rc = self.run_steps(self.steps, len(kernels), slots, self.num_slots, ws,
+                                self.ws_nbytes, None, C.byref(failed))
+            if rc != 0:
+                idx = failed.value if 0 <= failed.value < len(kernels) else 0
+                return rc, kernels[idx]
+            return None
+        for s, k in enumerate(kernels):
+            step = self.steps[s]
+            ins = _resolve(step.inputs, step.input_slots, step.num_inputs, slots)
+            outs = _resolve(step.outputs, step.output_slots, step.num_outputs, slots)
+            rc = self.kernel_run(k.ptr, ins, step.num_inputs, outs, step.num_outputs, ws,
+                                 self.ws_nbytes, None)
+            if rc != 0:
+                return rc, k
+        return None
+
+    def _results(self, inputs, outs):
+        by_name = dict(zip(self.out_slot_names, outs))
+        result = []
+        for n in self.outputs:
+            if n in by_name:
+                o = by_name[n]
+                shape, dtype = self.out_specs[self.out_slot_names.index(n)]
+                result.append(Tensor.from_numpy(o) if self.host else
+                              Tensor(o, shape, dtype, self.dev, self.api))
+            elif n in self.inputs:
+                result.append(inputs[self.inputs.index(n)])
+            else:
+                result.append(self._const_output(n))
+        return result
+
+
+def _resolve(tensors, slot_ids, n, slots):
+    out = (abi.Tensor * max(n, 1))()
+    for i in range(n):
+        out[i] = tensors[i]
+        if slot_ids[i] >= 0:
+            out[i].data = slots[slot_ids[i]]
+    return out
+
+
+class DynamicRunner(_Runner):
+    """Some shape unknown at load: kernels run one by one, output shapes asked at run time."""
+
+    def __init__(self, lib, state, subgraph, dev, spec, consts):
+        super().__init__(lib, state, subgraph, dev, spec, consts)
+        self.out_shapes_fn = lib.table.kernel_output_shapes
+        self.last_use = {}
+        for s, k in enumerate(state.kernels):
+            for v in k.inputs:
+                self.last_use[v] = s
+            for o in k.outputs:
+                if not o:
+                    continue
+                if spec.dtype(o) is None:
+                    raise BackendError(
+                        f"backend {lib.id!r}: the dtype of value {o!r} (output of {k.label}) "
+                        f"is unknown after shape inference; the model needs type information"
+                    )
+                if spec.shape(o) is None and not self.out_shapes_fn:
+                    raise BackendError(
+                        f"backend {lib.id!r} cannot run {k.label}: its output {o!r} has a shape "
+                        f"unknown at load time and the backend has no kernel_output_shapes; "
+                        f"give the model static shapes or use another backend"
+                    )
+
+    def run(self, inputs):
+        if len(inputs) != len(self.inputs):
+            raise InputError(f"expected {len(self.inputs)} input(s), got {len(inputs)}")
+        if self.state.closed:
+            raise BackendError(f"backend {self.lib.id!r}: the module was closed")
+        env = {}  # name -> (address, shape, dtype, keep-alive)
+        for name, t in zip(self.inputs, inputs):
+            info = self.spec.values.get(name)
+            want = None if info is None or info.shape is None else info.shape
+            shape = tuple(t.shape)
+            if want is not None and (len(want) != len(shape) or any(
+                    isinstance(w, int) and w != d for w, d in zip(want, shape))):
+                raise InputError(f"input {name!r} has shape {shape}, the model needs {tuple(want)}")
+            _check_input(name, shape, t.dtype, None, self.spec.dtype(name))
+            if self.host:
+                arr = np.ascontiguousarray(_array_of(t, name))
+                env[name] = (arr.ctypes.data, arr.shape, arr.dtype, arr)
+            else:
+                ptr, obj = self._device_input(t, name)
+                env[name] = (ptr, shape, np.dtype(t.dtype), obj)
+        for s, k in enumerate(self.state.kernels):
+            self._run_kernel(s, k, env)
+        if not self.host:
+            self._sync()
+        result = []
+        for n in self.outputs:
+            if n in env:
+                ptr, shape, dtype, obj = env[n]
+                if self.host:
+                    result.append(obj if isinstance(obj, Tensor) else Tensor.from_numpy(obj))
+                elif isinstance(obj, Tensor):
+                    result.append(obj)
+                else:
+                    result.append(Tensor(obj, shape, dtype, self.dev, self.api))
+            else:
+                result.append(self._const_output(n))
+        return result
+
+    def _run_kernel(self, s, k, env):
+        keep = []
+        n_in, n_out = len(k.inputs), len(k.outputs)
+        tin = (abi.Tensor * max(n_in, 1))()
+        for i, v in enumerate(k.inputs):
+            if not v:
+                continue
+            if v in env:
+                ptr, shape, dtype, _ = env[v]
+            else:
+                arr = self.consts[v]
+                ptr, shape, dtype = self.const_ptr.get(v), arr.shape, arr.dtype
+            _fill(tin[i], self.dev, shape, dtype, keep)
+            tin[i].data = ptr
+        shapes = []
+        if any(o and self.spec.shape(o) is None for o in k.outputs):
+            ndims = (C.c_int32 * max(n_out, 1))()
+            dims = (C.c_int64 * (max(n_out, 1) * abi.MAX_NDIM))()
+            rc = self.out_shapes_fn(k.ptr, tin, n_in, n_out, ndims, dims)
+            if rc != 0:
+                raise self._fail(rc, k)
+            for o in range(n_out):
+                nd = ndims[o]
+                row = dims[o * abi.MAX_NDIM:o * abi.MAX_NDIM + max(nd, 0)]
+                if not 0 <= nd <= abi.MAX_NDIM or any(d < 0 for d in row):
+                    raise BackendError(
+                        f"backend {self.lib.id!r}: kernel_output_shapes of {k.label} gave "
+                        f"output {o} rank {nd} dims {row}; ranks are 0..{abi.MAX_NDIM}, dims >= 0"
+                    )
+                shapes.append(tuple(row))
+        else:
+            shapes = [self.spec.shape(o) if o else () for o in k.outputs]
+        tout = (abi.Tensor * max(n_out, 1))()
+        made = {}
+        for o, v in enumerate(k.outputs):
+            if not v:
+                continue
+            shape, dtype = shapes[o], self.spec.dtype(v)
+            if self.host:
+                arr = np.empty(shape, dtype)
+                made[v] = (arr.ctypes.data, shape, dtype, arr)
+            else:
+                buf = self.api.alloc_data_space(self.dev, max(_nbytes(shape, dtype), 1), dtype=dtype)
+                made[v] = (buf.ptr, shape, dtype, buf)
+            _fill(tout[o], self.dev, shape, dtype, keep)
+            tout[o].data = made[v][0]
+        ws, ws_n, ws_handle = None, 0, None
+        if self.ws_size_fn:
+            need = C.c_uint64(0)
+            rc = self.ws_size_fn(k.ptr, tin, n_in, tout, n_out, C.byref(need))
+            if rc != 0:
+                raise self._fail(rc, k)
+            ws_n = need.value
+            if ws_n:
+                ws_handle = self.api.alloc_workspace(self.dev, ws_n)
+                ws = workspace_data(ws_handle)
+                ws = ws.ptr if isinstance(ws, NativeBuffer) else ws.ctypes.data
+        try:
+            rc = self.kernel_run(k.ptr, tin, n_in, tout, n_out, ws, ws_n, None)
+        finally:
+            if ws_handle is not None:
+                self.api.free_workspace(self.dev, ws_handle)
+        if rc != 0:
+            raise self._fail(rc, k)
+        env.update(made)
+        for v in k.inputs:
+            if v and self.last_use.get(v) == s and v not in self.outputs:
+                env.pop(v, None)
