@@ -33,8 +33,13 @@ from ..plugins import LoadError, report
 from ..tensor import HOST_API, Tensor
 from . import abi
 from .descs import DescBuilder
-from .loader import LibraryLoadError, _dlclose, _dlopen_fix, backend_search_dirs, \
-    find_backend_libraries
+from .loader import (
+    LibraryLoadError,
+    _dlclose,
+    _dlopen_fix,
+    backend_search_dirs,
+    find_backend_libraries,
+)
 
 log = logging.getLogger("nnplug.ops")
 

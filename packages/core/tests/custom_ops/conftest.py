@@ -1,0 +1,62 @@
+"""Compiles the test op library (testops.c) and its broken variants with the system cc."""
+
+import ctypes
+import os
+import shutil
+import subprocess
+
+import pytest
+
+import nnplug
+
+HERE = os.path.dirname(__file__)
+VARIANTS = {
+    "good": [],
+    "bad_major": ["-DBAD_MAJOR"],
+    "bad_minor": ["-DBAD_MINOR"],
+    "bad_native": ["-DBAD_NATIVE"],
+    "bad_no_compute": ["-DBAD_NO_COMPUTE"],
+    "no_entry": ["-DNO_ENTRY"],
+}
+
+
+@pytest.fixture(scope="session")
+def op_libs(tmp_path_factory):
+    """variant -> path of a compiled libnnplug_op_<variant>.so (each in its own folder)."""
+    cc = shutil.which(os.environ.get("CC", "cc"))
+    if cc is None:
+        if os.environ.get("NNPLUG_REQUIRE_NATIVE") == "1":
+            pytest.fail("no C compiler (cc) and NNPLUG_REQUIRE_NATIVE=1")
+        pytest.skip("no C compiler (cc) to build the test op library")
+    root = tmp_path_factory.mktemp("oplibs")
+    out = {}
+    for name, flags in VARIANTS.items():
+        d = root / name
+        d.mkdir()
+        path = d / f"libnnplug_op_{name}.so"
+        subprocess.run([cc, "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-pthread",
+                        "-Wall", "-Wno-unused", f"-I{nnplug.get_include()}", *flags,
+                        os.path.join(HERE, "testops.c"), "-o", str(path)], check=True)
+        out[name] = str(path)
+    return out
+
+
+class Events:
+    """The callback log kept by testops.c (same dlopen handle as the host's)."""
+
+    def __init__(self, path):
+        self.lib = ctypes.CDLL(path)
+        self.lib.testops_events.restype = ctypes.c_char_p
+
+    def reset(self):
+        self.lib.testops_reset()
+
+    def __call__(self):
+        return self.lib.testops_events().decode().split()
+
+
+@pytest.fixture
+def events(op_libs):
+    ev = Events(op_libs["good"])
+    ev.reset()
+    return ev
