@@ -1,0 +1,72 @@
+"""Builds the test backend (csrc/testbackend.c) and its broken variants with the system cc."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from nativelib import Stats, bare_runtime, compile_backend, compiler
+
+# name -> (source, extra flags)
+VARIANTS = {
+    "testdev": ("testbackend.c", []),
+    "testcpu": ("testbackend.c", ["-DTB_HOST_VISIBLE=1", '-DTB_ID="testcpu"']),
+    "testnorun": ("testbackend.c", ["-DTB_RUN_STEPS=0", '-DTB_ID="testnorun"']),
+    "testown": ("testbackend.c", ["-DTB_OWN_CONSTANTS=1", '-DTB_ID="testown"']),
+    "major": ("testbackend.c", ["-DTB_ABI_MAJOR=(NNP_BACKEND_ABI_MAJOR+1)", '-DTB_ID="testmajor"']),
+    "old_major": ("testbackend.c", ["-DTB_ABI_MAJOR=0", '-DTB_ID="testoldmajor"']),
+    "newer_minor": ("testbackend.c", ["-DTB_ABI_MINOR=(NNP_BACKEND_ABI_MINOR+1)",
+                                      '-DTB_ID="testnewer"']),
+    "empty_id": ("testbackend.c", ['-DTB_ID=""']),
+    "reserved_id": ("testbackend.c", ['-DTB_ID="auto"']),
+    "bad_id": ("testbackend.c", ['-DTB_ID="Bad Id"']),
+    "init_fail": ("testbackend.c", ["-DTB_INIT_FAIL=1", '-DTB_ID="testinitfail"']),
+    "short_table": ("testbackend.c", ["-DTB_STRUCT_SIZE=64", '-DTB_ID="testshort"']),
+    "no_entry": ("no_entry.c", []),
+    "mangled": ("mangled.cpp", []),
+}
+
+
+@pytest.fixture(scope="session")
+def libs(tmp_path_factory):
+    """variant -> path of its compiled .so, each alone in its own folder."""
+    root = tmp_path_factory.mktemp("native_backends")
+    out = {}
+    for name, (src, flags) in VARIANTS.items():
+        d = root / name
+        d.mkdir()
+        out[name] = compile_backend(src, str(d / f"libnnplug_{name}.so"), flags,
+                                    cpp=src.endswith(".cpp"))
+    # a backend that needs a library that is missing at load time
+    dep_dir = root / "dep"
+    dep_dir.mkdir()
+    dep_src = dep_dir / "dep.c"
+    dep_src.write_text("int nnptest_dep_value(void) { return 42; }\n")
+    dep = dep_dir / "libnnptestdep.so"
+    subprocess.run([compiler(), "-shared", "-fPIC", str(dep_src), "-o", str(dep)], check=True)
+    d = root / "missing_dep"
+    d.mkdir()
+    out["missing_dep"] = compile_backend(
+        "testbackend.c", str(d / "libnnplug_missing_dep.so"), ['-DTB_ID="testdep"'],
+        libs=[f"-L{dep_dir}", "-Wl,--no-as-needed", "-lnnptestdep"])
+    dep.unlink()
+    return out
+
+
+@pytest.fixture(scope="session")
+def stats(libs):
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            cache[name] = Stats(libs[name])
+        return cache[name]()
+
+    return get
+
+
+@pytest.fixture
+def rt():
+    r = bare_runtime()
+    yield r
+    r.close()

@@ -1,0 +1,58 @@
+"""Helpers of the native backend tests: compiling test backends, reading their counters."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+
+import pytest
+
+import nnplug
+from nnplug import CreationOptions, Runtime
+
+HERE = os.path.dirname(__file__)
+CSRC = os.path.join(HERE, "csrc")
+
+
+def compiler(cpp=False):
+    cc = shutil.which(os.environ.get("CXX" if cpp else "CC", "c++" if cpp else "cc"))
+    if cc is None:
+        if os.environ.get("NNPLUG_REQUIRE_NATIVE") == "1":
+            pytest.fail("no C/C++ compiler and NNPLUG_REQUIRE_NATIVE=1")
+        pytest.skip("no C/C++ compiler to build the test backends")
+    return cc
+
+
+def compile_backend(src: str, out: str, flags=(), cpp=False, libs=()) -> str:
+    cmd = [compiler(cpp), "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-pthread",
+           "-Wall", "-Wextra", "-Werror", f"-I{nnplug.get_include()}", *flags,
+           os.path.join(CSRC, src), "-o", out, *libs]
+    if not cpp:
+        cmd.insert(1, "-std=c99")
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return out
+
+
+class Stats:
+    """The call counters kept by testbackend.c (read through the same dlopen handle)."""
+
+    NAMES = ["alloc", "free", "live", "ws_alloc", "ws_free", "h2d", "d2h", "d2d", "kernel_run",
+             "run_steps", "streams", "stream_sync", "set_stream", "sync_from_to", "kernels_live",
+             "init", "shutdown", "threads", "set_device", "get_attr"]
+
+    def __init__(self, path):
+        self.lib = ctypes.CDLL(path)  # keeps the library mapped: counters survive unloads
+
+    def __call__(self) -> dict:
+        arr = (ctypes.c_longlong * len(self.NAMES))()
+        self.lib.tb_stats(arr, len(self.NAMES))
+        return dict(zip(self.NAMES, arr))
+
+
+def bare_runtime(**kw) -> Runtime:
+    """A Runtime that loads nothing by itself."""
+    opts = dict(entry_points=False, dynamic_backends_path="", custom_op_paths="")
+    opts.update(kw)
+    return Runtime(CreationOptions(**opts))
