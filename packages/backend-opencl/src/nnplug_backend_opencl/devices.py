@@ -6,8 +6,8 @@ visible, in platform order. ``NNPLUG_OPENCL_DEVICE`` narrows and reorders them, 
 
 - ``3``: the fourth device in the list of all devices (``nnplug-opencl-devices`` order),
 - ``1:0``: platform 1, device 0,
-- any other text: the first device whose "platform / device" name contains it
-  (case-insensitive), e.g. ``pocl`` or ``nvidia``.
+- any other text: the first device whose platform name, platform vendor or device name
+  contains it (case-insensitive), e.g. ``pocl``, ``nvidia`` or ``intel``.
 """
 
 from __future__ import annotations
@@ -65,7 +65,8 @@ def _select(selector: str, devices: list[tuple[int, int, cl.Device]]) -> cl.Devi
                 return dev
     else:
         for _, _, dev in devices:
-            if s.lower() in describe(dev).lower():
+            text = f"{describe(dev)} {dev.platform.vendor}".lower()
+            if s.lower() in text:
                 return dev
     raise BackendError(
         f"{ENV_DEVICE}={os.environ.get(ENV_DEVICE)!r}: selector {s!r} matches no OpenCL device; "
