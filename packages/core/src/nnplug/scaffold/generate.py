@@ -1,0 +1,213 @@
+"""Fill a template folder into a new package.
+
+Template files end in ``.tmpl``; in names and contents ``@@KEY@@`` is replaced by the spec's
+values (``@@NAME@@``, ``@@PACKAGE@@``, ``@@DIST@@``, ...). A path segment ``__package__``
+becomes the import package name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from dataclasses import dataclass
+from importlib import resources
+
+from .. import __version__
+
+BACKEND_ID_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+OP_TYPE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
+KINDS = {"backend-python", "backend-native", "op"}
+
+
+class ScaffoldError(ValueError):
+    """A name or folder ``nnplug new`` cannot use; the message says why and what to do."""
+
+
+def _reserved_ids() -> set[str]:
+    from ..native.abi import RESERVED_IDS as native_reserved
+    from ..runtime import RESERVED_IDS
+
+    return set(RESERVED_IDS) | set(native_reserved)
+
+
+@dataclass
+class Spec:
+    kind: str  # "backend-python", "backend-native" or "op"
+    name: str  # backend id, or op type
+    directory: str
+
+    @property
+    def short(self) -> str:
+        return self.name.lower()
+
+    @property
+    def dist(self) -> str:
+        prefix = "nnplug-ops-" if self.kind == "op" else "nnplug-backend-"
+        return prefix + self.short.replace("_", "-")
+
+    @property
+    def package(self) -> str:
+        return self.dist.replace("-", "_")
+
+    @property
+    def class_name(self) -> str:
+        return "".join(p[:1].upper() + p[1:] for p in self.name.split("_") if p)
+
+    def values(self) -> dict[str, str]:
+        major, minor = __version__.split(".")[:2]
+        return {
+            "NAME": self.name,
+            "SHORT": self.short,
+            "DIST": self.dist,
+            "PACKAGE": self.package,
+            "CLASS": self.class_name,
+            "NNPLUG_REQUIREMENT": f"nnplug>={major}.{minor}",
+            "LIBRARY": f"libnnplug_{self.short}.so",
+        }
+
+
+def check_backend_id(name: str) -> str:
+    if not BACKEND_ID_RE.match(name or ""):
+        raise ScaffoldError(
+            f"backend name {name!r} is not a valid backend id: use 1-32 characters of lower-case "
+            f"letters, digits and '_', starting with a letter (e.g. 'mynpu')"
+        )
+    if name in _reserved_ids():
+        raise ScaffoldError(
+            f"backend name {name!r} is reserved (reserved: {', '.join(sorted(_reserved_ids()))}); "
+            f"pick another"
+        )
+    return name
+
+
+def check_op_type(name: str) -> str:
+    if not OP_TYPE_RE.match(name or ""):
+        raise ScaffoldError(
+            f"op name {name!r} is not a valid op type: use letters, digits and '_', starting with a "
+            f"letter (e.g. 'MySwish')"
+        )
+    import onnx.defs
+
+    if onnx.defs.has(name, ""):
+        raise ScaffoldError(
+            f"op name {name!r} is a standard ONNX operator; generate the package under another "
+            f"name, then set `override = True` and `op_type = {name!r}` in its op class to "
+            f"replace the backends' kernel (see docs/custom-ops.md)"
+        )
+    return name
+
+
+def check_directory(path: str) -> str:
+    if os.path.exists(path):
+        if not os.path.isdir(path):
+            raise ScaffoldError(f"{path!r} exists and is not a folder; give a new folder")
+        if os.listdir(path):
+            raise ScaffoldError(f"folder {path!r} is not empty; give a new or empty folder")
+    return path
+
+
+def template_root():
+    return resources.files("nnplug.scaffold") / "templates"
+
+
+def _walk(node, rel=""):
+    for child in sorted(node.iterdir(), key=lambda c: c.name):
+        path = f"{rel}/{child.name}" if rel else child.name
+        if child.is_dir():
+            if child.name != "__pycache__":
+                yield from _walk(child, path)
+        elif child.name.endswith(".tmpl"):
+            yield path, child
+
+
+def _fill(text: str, values: dict[str, str]) -> str:
+    for key, value in values.items():
+        text = text.replace(f"@@{key}@@", value)
+    left = re.search(r"@@[A-Z_]+@@", text)
+    if left:
+        raise RuntimeError(f"template placeholder {left.group(0)} has no value")
+    return text
+
+
+def generate(spec: Spec) -> list[str]:
+    """Write the package; returns the files written (relative to ``spec.directory``)."""
+    if spec.kind not in KINDS:
+        raise ScaffoldError(f"unknown template {spec.kind!r}; one of {', '.join(sorted(KINDS))}")
+    values = spec.values()
+    root = template_root() / spec.kind
+    written = []
+    files = [(rel[: -len(".tmpl")].replace("__package__", spec.package), res)
+             for rel, res in _walk(root)]
+    check_directory(spec.directory)
+    for rel, res in files:
+        target = os.path.join(spec.directory, _fill(rel, values))
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with open(target, "w", encoding="utf-8", newline="\n") as f:
+            f.write(_fill(res.read_text(encoding="utf-8"), values))
+        written.append(os.path.relpath(target, spec.directory))
+    return written
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="nnplug new",
+        description="Generate an out-of-tree nnplug plugin package that builds, installs, is "
+                    "found by `nnplug info` and passes its own tests as generated.")
+    sub = p.add_subparsers(dest="what", metavar="{backend,op}")
+    b = sub.add_parser("backend", help="a backend package (Python or native C)")
+    b.add_argument("name", metavar="NAME", help="the backend id, e.g. mynpu ([a-z][a-z0-9_]*)")
+    b.add_argument("directory", metavar="DIR", nargs="?",
+                   help="where to create it (must not exist or be empty; default ./nnplug-backend-NAME)")
+    lang = b.add_mutually_exclusive_group()
+    lang.add_argument("--python", dest="native", action="store_false",
+                      help="kernels in Python/numpy (the default)")
+    lang.add_argument("--native", dest="native", action="store_true",
+                      help="kernels in C against nnplug's backend ABI, built by a hatchling hook")
+    b.set_defaults(native=False)
+    o = sub.add_parser("op", help="a custom-op package (Python)")
+    o.add_argument("name", metavar="NAME", help="the op type, e.g. MySwish")
+    o.add_argument("directory", metavar="DIR", nargs="?",
+                   help="where to create it (must not exist or be empty; default ./nnplug-ops-NAME)")
+    return p
+
+
+def _next_steps(spec: Spec) -> list[str]:
+    install = "pip install --no-build-isolation ." if spec.kind == "backend-native" else "pip install ."
+    return [f"  cd {spec.directory}", f"  {install}",
+            "  nnplug info          # lists it",
+            "  pytest               # its own tests, then the conformance suite",
+            "(docs: README.md in the package, and nnplug's docs/authoring.md)"]
+
+
+def new_main(argv=None) -> int:
+    """``nnplug new backend NAME [--native|--python] [DIR]`` / ``nnplug new op NAME [DIR]``."""
+    parser = _parser()
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    if not args.what:
+        parser.print_help()
+        return 2
+    try:
+        if args.what == "backend":
+            name = check_backend_id(args.name)
+            kind = "backend-native" if args.native else "backend-python"
+        else:
+            name = check_op_type(args.name)
+            kind = "op"
+        spec = Spec(kind, name, "")
+        spec.directory = args.directory or spec.dist
+        check_directory(spec.directory)
+        files = generate(spec)
+    except ScaffoldError as e:
+        print(f"nnplug new: error: {e}", file=sys.stderr)
+        return 1
+    what = {"backend-python": "Python backend", "backend-native": "native backend",
+            "op": "custom op"}[kind]
+    print(f"created {spec.dist} ({what} {name!r}) in {spec.directory}/: {len(files)} files")
+    for f in files:
+        print(f"  {f}")
+    print("next:")
+    for line in _next_steps(spec):
+        print(line)
+    return 0

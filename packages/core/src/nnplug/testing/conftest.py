@@ -1,0 +1,133 @@
+"""Fixtures and hooks of the conformance suite. Active only when a backend or op is named
+(``--nnplug-backend``, ``--nnplug-backend-path``, ``--nnplug-op``, ``--nnplug-op-library``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from . import node_tests
+from .plugin import active
+from .summary import Tally
+
+_subject_key = pytest.StashKey[object]()
+_tally_key = pytest.StashKey[Tally]()
+
+
+def pytest_ignore_collect(collection_path, config):
+    if active(config):
+        return None
+    return True  # collected by accident (e.g. a plain `pytest` over a source tree): stay out
+
+
+_tallies: list[Tally] = []  # the current session's (pytest_runtest_logreport gets no config)
+
+
+def pytest_configure(config):
+    if active(config):
+        config.stash[_tally_key] = Tally()
+        _tallies.append(config.stash[_tally_key])
+
+
+def subject(config):
+    """The Subject under test, opened once per session."""
+    if _subject_key not in config.stash:
+        from .subject import SubjectError, open_subject
+
+        try:
+            config.stash[_subject_key] = open_subject(
+                backend=config.getoption("nnplug_backend"),
+                backend_path=config.getoption("nnplug_backend_path"),
+                op=config.getoption("nnplug_op"),
+                op_library=config.getoption("nnplug_op_library"))
+        except SubjectError as e:
+            config.stash[_subject_key] = e
+    s = config.stash[_subject_key]
+    if isinstance(s, Exception):
+        pytest.exit(f"nnplug.testing: {s}", returncode=4)
+    return s
+
+
+def tolerance_overrides(config) -> dict:
+    out = {}
+    for text in config.getoption("nnplug_tolerance") or []:
+        try:
+            op, _, values = text.partition("=")
+            rtol, atol = (float(v) for v in values.split(","))
+        except ValueError:
+            raise pytest.UsageError(f"--nnplug-tolerance {text!r}: write OP=RTOL,ATOL") from None
+        out[op.strip()] = (rtol, atol)
+    return out
+
+
+@pytest.fixture(scope="session")
+def nnplug_subject(request):
+    return subject(request.config)
+
+
+@pytest.fixture(scope="session")
+def nnplug_backend(nnplug_subject):
+    if nnplug_subject.backend is None:
+        pytest.skip("no backend under test (pass --nnplug-backend NAME)")
+    return nnplug_subject.backend.backend
+
+
+@pytest.fixture(scope="session")
+def nnplug_device(nnplug_backend):
+    from ..target import Target
+
+    return Target(nnplug_backend.target_kind_name).device
+
+
+@pytest.fixture(scope="session")
+def nnplug_device_api(nnplug_backend):
+    return nnplug_backend.device_api()
+
+
+def pytest_generate_tests(metafunc):
+    if "node_case" not in metafunc.fixturenames:
+        return
+    config = metafunc.config
+    only = {s.strip() for s in (config.getoption("nnplug_only_ops") or "").split(",") if s.strip()}
+    expanded = config.getoption("nnplug_expanded")
+    cases = [c for c in node_tests.collect() if expanded or not c.expanded]
+    if only:
+        cases = [c for c in cases if set(c.op_types) & only]
+    metafunc.parametrize("node_case", cases, ids=[c.name for c in cases])
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        case = getattr(item, "callspec", None) and item.callspec.params.get("node_case")
+        if case is not None:
+            item.user_properties.append(("nnplug_ops", case.op_types))
+
+
+def pytest_runtest_logreport(report):
+    if _tallies:
+        _tallies[-1].record(report)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    tally = config.stash.get(_tally_key, None)
+    if tally is None or not tally.outcome:
+        return
+    s = config.stash.get(_subject_key, None)
+    title = f"nnplug conformance: {s.describe()}" if s is not None and not isinstance(s, Exception) \
+        else "nnplug conformance"
+    terminalreporter.write_sep("=", "nnplug conformance summary")
+    for line in tally.text(title):
+        terminalreporter.write_line(line)
+    path = config.getoption("nnplug_report")
+    if path:
+        with open(path, "w") as f:
+            f.write(tally.markdown(title))
+        terminalreporter.write_line(f"(Markdown table written to {path})")
+
+
+def pytest_unconfigure(config):
+    tally = config.stash.get(_tally_key, None)
+    if tally is not None and tally in _tallies:
+        _tallies.remove(tally)
+    s = config.stash.get(_subject_key, None)
+    if s is not None and not isinstance(s, Exception):
+        s.close()

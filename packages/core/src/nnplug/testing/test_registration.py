@@ -1,0 +1,294 @@
+"""Registration and, for native backends, ABI checks of the backend under test."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from ..errors import NnplugError, PluginError, UnsupportedNodeError
+from ..graph import Node, SubGraph, ValueInfo
+from ..registry import get_func
+from ..runtime import RESERVED_IDS as RUNTIME_RESERVED
+from ..target import Target
+
+ID_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+
+
+def _abi():
+    from ..native import abi
+
+    return abi
+
+
+def test_backend_id_is_valid(nnplug_backend):
+    bid = nnplug_backend.id
+    assert isinstance(bid, str) and ID_RE.match(bid), \
+        f"backend id {bid!r} must be 1-32 characters of [a-z0-9_] starting with a letter"
+    reserved = set(RUNTIME_RESERVED) | set(_abi().RESERVED_IDS)
+    assert bid not in reserved, f"backend id {bid!r} is reserved ({', '.join(sorted(reserved))})"
+
+
+def test_entry_point_name_is_the_backend_id(nnplug_subject, nnplug_backend):
+    ep = nnplug_subject.entry_point
+    if ep is None:
+        pytest.skip("not loaded through an entry point")
+    assert ep.name == nnplug_backend.id, (
+        f"entry point {ep.name!r} gives backend {nnplug_backend.id!r}: name the entry point "
+        f"after the id so `--backend {nnplug_backend.id}` and `nnplug info` agree")
+
+
+def test_device_type_is_known(nnplug_backend):
+    from ..device import device_type_name
+
+    number = nnplug_backend.device_type_number
+    assert isinstance(number, int) and number > 0
+    assert device_type_name(number)
+
+
+def test_target_kind_is_registered(nnplug_backend):
+    target = Target(nnplug_backend.target_kind_name)
+    assert target.kind.name == nnplug_backend.target_kind_name
+    assert target.device.device_type == nnplug_backend.device_type_number
+    assert Target(target.export()) == target, "a target must round-trip through its JSON form"
+
+
+def test_global_functions_are_registered(nnplug_backend):
+    api = get_func(f"device_api.{nnplug_backend.id}")()
+    assert api is nnplug_backend.device_api()
+    assert callable(get_func(f"target.build.{nnplug_backend.target_kind_name}"))
+
+
+def test_device_api_is_one_shared_object(nnplug_backend):
+    from ..device_api import DeviceAPI
+
+    api = nnplug_backend.device_api()
+    assert isinstance(api, DeviceAPI)
+    assert nnplug_backend.device_api() is api
+
+
+def _unknown_node():
+    return Node("n0", "NnplugNoSuchOp", "com.example.conformance", ["x"], ["y"], {}, 1)
+
+
+def test_supports_declines_an_unknown_op(nnplug_backend):
+    node = _unknown_node()
+    vi = {"x": ValueInfo("x", np.dtype(np.float32), (2, 3)), "y": ValueInfo("y", None, None)}
+    graph = SubGraph([node], ["x"], ["y"], {}, vi, {"": 17, "com.example.conformance": 1})
+    assert nnplug_backend.supports(node, graph) in (False, 0), \
+        "supports() must answer False (not raise) for ops the backend does not know"
+
+
+def _unknown_op_model():
+    node = helper.make_node("NnplugNoSuchOp", ["x"], ["y"], domain="com.example.conformance")
+    graph = helper.make_graph([node], "unknown", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                   helper.make_opsetid("com.example.conformance", 1)])
+
+
+def test_unsupported_node_is_a_clear_error(nnplug_subject, nnplug_backend):
+    with pytest.raises(UnsupportedNodeError) as e:
+        nnplug_subject.runtime.load(_unknown_op_model(), backends=[nnplug_backend.id])
+    text = str(e.value)
+    assert "NnplugNoSuchOp" in text and nnplug_backend.id in text
+
+
+def test_duplicate_registration_is_refused(nnplug_subject, nnplug_backend):
+    obj = nnplug_subject.native_path or type(nnplug_backend)
+    with pytest.raises(PluginError) as e:
+        nnplug_subject.runtime.register_backend(obj)
+    assert nnplug_backend.id in str(e.value)
+
+
+def _simple_model(op: str):
+    inputs = ["a", "b"] if op in ("Add", "Mul") else ["a"]
+    node = helper.make_node(op, inputs, ["y"])
+    vis = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [4, 64]) for n in inputs]
+    graph = helper.make_graph([node], op.lower(), vis,
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 64])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+_REFERENCE = {
+    "Add": lambda a, b: a + b, "Mul": lambda a, b: a * b,
+    "Relu": lambda a: np.maximum(a, 0), "Neg": lambda a: -a, "Abs": np.abs,
+    "Sigmoid": lambda a: 1 / (1 + np.exp(-a)),
+}
+
+
+def test_runs_concurrently_from_many_threads(nnplug_subject, nnplug_backend):
+    """A loaded network is run from 4 threads at once with distinct inputs."""
+    rt = nnplug_subject.runtime
+    for op, ref in _REFERENCE.items():
+        try:
+            net = rt.load(_simple_model(op), backends=[nnplug_backend.id])
+        except UnsupportedNodeError:
+            continue
+        break
+    else:
+        pytest.skip(f"the backend supports none of {', '.join(_REFERENCE)} on float32")
+    n_in = 2 if op in ("Add", "Mul") else 1
+    errors = []
+
+    def work(seed):
+        rng = np.random.default_rng(seed)
+        try:
+            for _ in range(20):
+                feeds = {k: rng.standard_normal((4, 64)).astype(np.float32) for k in "ab"[:n_in]}
+                got = net.run(feeds)["y"]
+                want = ref(*feeds.values())
+                if not np.allclose(got, want, rtol=1e-5, atol=1e-6):
+                    errors.append(f"thread {seed}: wrong result")
+                    return
+        except Exception as e:  # reported below, with the thread
+            errors.append(f"thread {seed}: {type(e).__name__}: {e}")
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    net.close()
+    assert not errors, f"concurrent runs of {op}: " + "; ".join(errors)
+
+
+# -- native ABI ---------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def native_path(nnplug_subject, nnplug_backend):
+    if not nnplug_subject.native_path:
+        pytest.skip("not a native backend")
+    return nnplug_subject.native_path
+
+
+def test_header_version_matches_the_host(nnplug_backend, native_path):
+    """The backend was built against a header this host accepts (same major, minor not newer),
+    and the shipped header agrees with the host's ABI."""
+    from .. import get_include
+
+    abi = _abi()
+    with open(os.path.join(get_include(), "nnplug", "backend.h")) as f:
+        text = f.read()
+    header = tuple(int(re.search(rf"#define NNP_BACKEND_ABI_{p}\s+(\d+)", text).group(1))
+                   for p in ("MAJOR", "MINOR", "PATCH"))
+    assert header == abi.ABI_VERSION, f"installed backend.h is {header}, host ABI {abi.ABI_VERSION}"
+    major, minor, _ = nnplug_backend.library.abi_version
+    assert major == abi.ABI_MAJOR and minor <= abi.ABI_MINOR, (
+        f"backend ABI {nnplug_backend.library.abi_version} cannot load on host {abi.ABI_VERSION}")
+
+
+def test_entry_symbol_gives_the_registered_table(nnplug_backend, native_path):
+    import ctypes
+
+    abi = _abi()
+    lib = ctypes.CDLL(native_path, mode=getattr(os, "RTLD_LOCAL", 0))
+    entry = getattr(lib, abi.ENTRY_SYMBOL)  # AttributeError: not exported (or C++-mangled)
+    entry.restype = ctypes.c_void_p
+    entry.argtypes = [ctypes.POINTER(abi.Version)]
+    address = entry(ctypes.byref(abi.Version(*abi.ABI_VERSION)))
+    assert address, f"{abi.ENTRY_SYMBOL} returned NULL for host ABI {abi.ABI_VERSION}"
+    table, size = abi.read_table(address)
+    assert size >= abi.MIN_STRUCT_SIZE, f"struct_size {size} < {abi.MIN_STRUCT_SIZE}"
+    assert (table.id or b"").decode() == nnplug_backend.id
+    assert table.abi_version.tuple() == nnplug_backend.library.abi_version
+    assert again_same(entry, abi, address), "the entry must return the same static table each call"
+
+
+def again_same(entry, abi, address):
+    import ctypes
+
+    return entry(ctypes.byref(abi.Version(*abi.ABI_VERSION))) == address
+
+
+def test_required_entries_are_present(nnplug_backend, native_path):
+    abi = _abi()
+    table = nnplug_backend.library.table
+    missing = [name for name in abi.REQUIRED_ENTRIES if not getattr(table, name)]
+    assert not missing, f"required table entries are NULL: {', '.join(missing)}"
+    for group in abi.PAIRED_ENTRIES:
+        present = [bool(getattr(table, n)) for n in group]
+        assert all(present) or not any(present), f"provide all or none of {', '.join(group)}"
+
+
+def test_cpu_backends_are_host_visible(nnplug_backend, native_path):
+    abi = _abi()
+    if nnplug_backend.library.device_type != 1:
+        pytest.skip("not a CPU backend")
+    assert nnplug_backend.library.flags & abi.HOST_VISIBLE, \
+        "backends with device_type NNP_DEVICE_CPU must set NNP_BACKEND_HOST_VISIBLE"
+
+
+# Broken calls made in a child process (a crash there is a failure here, not the end of the run).
+_PROBE = r"""
+import ctypes as C, json, sys
+from nnplug.native import abi
+from nnplug.native.loader import load_backend_library
+b = load_backend_library(sys.argv[1])
+t = b.library.table
+dev = abi.Device(b.library.device_type, 0)
+def err():
+    m = t.last_error()
+    return m.decode("utf-8", "replace") if m else ""
+out = {}
+def probe(name, fn):
+    print(name, file=sys.stderr, flush=True)
+    rc = fn()
+    out[name] = [int(rc), err()]
+probe("supports(NULL node)", lambda: t.supports(None, C.byref(C.c_int32())))
+probe("supports(NULL result)", lambda: t.supports(C.byref(abi.NodeDesc()), None))
+probe("kernel_create(NULL nodes)", lambda: t.kernel_create(None, 1, dev, C.byref(C.c_void_p())))
+probe("alloc_data_space(NULL out)", lambda: t.alloc_data_space(dev, 64, 64, abi.DType(2, 32, 1), None))
+probe("copy_data_from_to(NULL from)", lambda: t.copy_data_from_to(None, 0, None, 0, 16, dev, dev, abi.COPY_DEVICE_TO_DEVICE, None))
+probe("get_attr(NULL out)", lambda: t.get_attr(dev, 0, None))
+v = abi.AttrValue()
+rc = t.get_attr(dev, 9999, C.byref(v))
+out["get_attr(unknown kind)"] = [int(rc), err(), int(v.type)]
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def broken_calls(native_path):
+    proc = subprocess.run([sys.executable, "-c", _PROBE, native_path], capture_output=True,
+                          text=True, timeout=120)
+    if proc.returncode != 0:
+        last = proc.stderr.strip().splitlines()[-1:] or ["?"]
+        return {"crash": f"exit status {proc.returncode} during {last[0]}"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("call", ["supports(NULL node)", "supports(NULL result)",
+                                  "kernel_create(NULL nodes)", "alloc_data_space(NULL out)",
+                                  "copy_data_from_to(NULL from)", "get_attr(NULL out)"])
+def test_broken_call_reports_an_error(broken_calls, call):
+    """NULL arguments are refused with a status and a last_error() message, never a crash."""
+    assert "crash" not in broken_calls, f"the backend crashed: {broken_calls.get('crash')}"
+    rc, message = broken_calls[call]
+    assert rc != 0, f"{call} returned NNP_OK"
+    assert message.strip(), f"{call} returned status {rc} but last_error() is empty"
+
+
+def test_unknown_attribute_kind_is_none_not_an_error(broken_calls):
+    assert "crash" not in broken_calls, f"the backend crashed: {broken_calls.get('crash')}"
+    rc, message, value_type = broken_calls["get_attr(unknown kind)"]
+    assert rc == 0, f"get_attr(kind 9999) failed ({rc}: {message}); unknown kinds answer NONE"
+    assert value_type == 0
+
+
+def test_errors_surface_with_the_backend_message(nnplug_backend, native_path):
+    """A failing call becomes an NnplugError carrying the backend's own message."""
+    from ..device import Device
+
+    api = nnplug_backend.device_api()
+    with pytest.raises(NnplugError) as e:  # 1 EiB: no machine has it
+        api.alloc_data_space(Device(nnplug_backend.device_type_number, 0), 1 << 60)
+    text = str(e.value)
+    assert nnplug_backend.id in text and "alloc_data_space" in text, text
