@@ -133,3 +133,24 @@ def test_set_stream_is_per_thread(api):
     t.join()
     assert api.current_stream(DEV) is s and seen == [None]
     api.set_stream(DEV, None)
+
+
+def test_native_handles_for_gpu_custom_ops(api):
+    """Native GPU custom ops get the raw cl_* handles of the device and of each buffer."""
+    st = devices.state(0)
+    h = api.native_handles(DEV)
+    assert h["cl_context"] == st.context.int_ptr
+    assert h["cl_device_id"] == st.device.int_ptr
+    assert h["cl_platform_id"] == st.device.platform.int_ptr
+    assert h["cl_command_queue"] == st.queue.int_ptr
+    s = api.create_stream(DEV)
+    api.set_stream(DEV, s)
+    try:
+        assert api.native_handles(DEV)["cl_command_queue"] == s.int_ptr  # this thread's stream
+    finally:
+        api.set_stream(DEV, None)
+    buf = api.alloc_data_space(DEV, 16)
+    assert api.native_data_handle(buf) == buf.int_ptr
+    ws = api.alloc_workspace(DEV, 16)
+    assert api.native_data_handle(ws) == ws.handle.int_ptr
+    api.free_workspace(DEV, ws)

@@ -127,6 +127,19 @@ class OpenCLDeviceAPI(DeviceAPI):
         """The stream :meth:`set_stream` made current for this thread (None: the default)."""
         return getattr(self._current, "streams", {}).get(dev)
 
+    # --- raw handles, for native GPU custom ops (nnplug/custom_op.h) ----------------------
+    def native_handles(self, dev: Device) -> dict:
+        """The OpenCL objects of ``dev`` as integer handles (``cl_context`` etc.); the queue
+        is this thread's current stream, or the device's default queue."""
+        st = devices.state(dev.index)
+        queue = self.current_stream(dev) or st.queue
+        return {"cl_platform_id": st.device.platform.int_ptr, "cl_device_id": st.device.int_ptr,
+                "cl_context": st.context.int_ptr, "cl_command_queue": queue.int_ptr}
+
+    def native_data_handle(self, handle) -> int:
+        """The ``cl_mem`` behind a data-space (or workspace) handle."""
+        return workspace_data(handle).int_ptr
+
     def stream_sync(self, dev: Device, stream) -> None:
         (stream if stream is not None else devices.state(dev.index).queue).finish()
 
