@@ -232,7 +232,7 @@ class NativeDeviceAPI(DeviceAPI):
                         f"sync_stream_from_to on {dev}")
 
     # -- DLPack ----------------------------------------------------------------------------
-    def dlpack_capsule(self, tensor, stream=None):
+    def dlpack_capsule(self, tensor, stream=None, **kwargs):
         """Zero-copy DLPack export of a tensor in host-visible backend memory."""
         buf = tensor.handle
         if not self.lib.host_visible or not isinstance(buf, NativeBuffer):
@@ -243,7 +243,8 @@ class NativeDeviceAPI(DeviceAPI):
         if stream is not None and self.has_streams:
             self.stream_sync(tensor.device, None)
         flat = np.asarray(buf)[tensor.byte_offset:tensor.byte_offset + tensor.nbytes]
-        return flat.view(tensor.dtype).reshape(tensor.shape).__dlpack__()
+        # kwargs (max_version, ...) pass through: a versioned capsule imports writable.
+        return flat.view(tensor.dtype).reshape(tensor.shape).__dlpack__(**kwargs)
 
 
 class NativeBackend(Backend):
