@@ -1,0 +1,196 @@
+"""``nnplug doctor [--path DIR ...] [--no-entry-points] [MODEL]``: why a backend is or is not
+used. For every folder and file on the native backend path: found / not loadable (why) /
+loaded but not registered (why) / registered; installed (entry point) backends; with MODEL,
+which nodes each backend runs and which none can. Every failure comes with its usual fix.
+Exit status 1 when anything failed."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ._version import __version__
+from .native import abi
+from .native.loader import (
+    ENV_VAR,
+    LibraryLoadError,
+    backend_search_dirs,
+    default_backend_dir,
+    find_backend_libraries,
+    load_backend_library,
+)
+
+# stage -> the issue's category
+NOT_LOADABLE = {"not found", "file", "not loadable", "no entry symbol", "abi version",
+                "invalid table"}
+NOT_REGISTERED = {"invalid id", "duplicate id", "init", "register"}
+
+
+class _Report:
+    def __init__(self, out):
+        self.out = out
+        self.problems = 0
+
+    def line(self, text="", indent=0):
+        print("  " * indent + text, file=self.out)
+
+    def problem(self, text, fix=None, indent=0):
+        self.problems += 1
+        self.line(text, indent)
+        if fix:
+            self.line(f"fix: {fix}", indent + 2)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="nnplug doctor",
+        description="Check native backend folders, installed backends and (optionally) which "
+                    "backend runs each node of a model.")
+    p.add_argument("--path", action="append", metavar="DIR",
+                   help=f"a native backend folder (repeatable; ':'-separated lists allowed). "
+                        f"Default: ${ENV_VAR}, else {default_backend_dir()}")
+    p.add_argument("--no-entry-points", action="store_true",
+                   help="do not load installed (entry point) backends")
+    p.add_argument("model", nargs="?", help="an ONNX model to place on the backends")
+    return p
+
+
+def _category(stage: str) -> str:
+    if stage in NOT_REGISTERED:
+        return "loaded but not registered"
+    if stage == "path":
+        return "skipped"
+    return "found but not loadable"
+
+
+def _scan(rep: _Report, option, origin: str) -> dict:
+    """Folders and files, loaded one by one exactly as a Runtime would. Returns id -> backend."""
+    rep.line(f"Native backend folders ({origin}):")
+    dirs, errors = backend_search_dirs(option)
+    for e in errors:
+        rep.problem(f"{e.source}: skipped: {e.reason}", e.fix, 1)
+    if not dirs and not errors:
+        rep.line("(none)", 1)
+    loaded = {}
+    for d in dirs:
+        files, ferrs = find_backend_libraries([d])
+        rep.line(f"{d}: {len(files)} candidate file(s)", 1)
+        entries = [(p, None) for p in files] + [(e.source, e) for e in ferrs]
+        for path, err in sorted(entries, key=lambda pe: os.path.basename(pe[0])):
+            if err is not None:
+                rep.problem(f"{os.path.basename(path)}: found but not loadable: {err.reason}",
+                            err.fix, 2)
+                continue
+            try:
+                backend = load_backend_library(path, taken={k: v.path for k, v in loaded.items()})
+            except LibraryLoadError as e:
+                rep.problem(f"{os.path.basename(path)}: {_category(e.stage)}: {e.stage}: "
+                            f"{e.reason}", e.fix, 2)
+                continue
+            loaded[backend.id] = backend
+            ver = ".".join(map(str, backend.abi_version))
+            rep.line(f"{os.path.basename(path)}: registered: backend {backend.id!r} (device "
+                     f"{_device_name(backend)}, version {backend.version or '?'}, ABI {ver})", 2)
+    return loaded
+
+
+def _device_name(backend) -> str:
+    from .device import device_type_name
+
+    return device_type_name(backend.device_type_number)
+
+
+def _entry_points(rep: _Report):
+    from .runtime import CreationOptions, Runtime
+
+    rep.line("Installed backends (entry points):")
+    rt = Runtime(CreationOptions(dynamic_backends_path="", custom_op_paths=""))
+    for info in rt.backends.values():
+        rep.line(f"{info.id}: registered ({info.device_type}) from {info.source}", 1)
+    for e in rt.load_errors:
+        rep.problem(f"{e.source}: not registered: {e.stage}: {e.reason}", e.fix, 1)
+    if not rt.backends and not rt.load_errors:
+        rep.line("(none)", 1)
+    return rt
+
+
+def _model(rep: _Report, path: str, backends: list) -> None:
+    from .errors import NnplugError
+    from .loader import load
+    from .planner import whole_graph
+
+    rep.line(f"Model {path}:")
+    try:
+        model = load(path)
+    except (NnplugError, OSError) as e:
+        rep.problem(f"cannot load the model: {e}", "check the file with onnx.checker", 1)
+        return
+    graph = whole_graph(model, model.nodes, model.constants)
+    runs: dict[str, list] = {b.id: [] for b in backends}
+    nobody = []
+    for node in model.nodes:
+        chosen = None
+        for b in backends:
+            try:
+                if b.supports(node, graph):
+                    chosen = b
+                    break
+            except Exception as e:  # noqa: BLE001 - a broken supports() is itself a finding
+                rep.problem(f"backend {b.id!r}: supports() failed on {node.describe()}: {e}",
+                            "report it to the backend's authors", 1)
+        if chosen is None:
+            nobody.append(node)
+        else:
+            runs[chosen.id].append(node)
+    for b in backends:
+        names = runs[b.id]
+        if names:
+            shown = ", ".join(f"{n.name} ({n.op_type})" for n in names[:12])
+            more = f" and {len(names) - 12} more" if len(names) > 12 else ""
+            rep.line(f"backend {b.id!r} runs {len(names)} node(s): {shown}{more}", 1)
+        else:
+            rep.line(f"backend {b.id!r}: registered but runs no node of this model "
+                     f"(earlier backends in the preference list take them, or it supports none)",
+                     1)
+    if nobody:
+        ops = sorted({n.qualified_type for n in nobody})
+        rep.problem(
+            f"no backend can run {len(nobody)} node(s): "
+            + ", ".join(f"{n.name} ({n.op_type})" for n in nobody[:12]),
+            f"install or build a backend (or custom op) that implements {', '.join(ops)}", 1)
+
+
+def doctor_main(argv=None, out=None) -> int:
+    out = out or sys.stdout
+    args = _parser().parse_args(argv)
+    rep = _Report(out)
+    rep.line(f"nnplug {__version__}, native backend ABI {'.'.join(map(str, abi.ABI_VERSION))}")
+    if args.path:
+        option, origin = ":".join(args.path), "from --path"
+    elif os.environ.get(ENV_VAR) is not None:
+        option, origin = None, f"from {ENV_VAR}"
+    else:
+        option, origin = None, f"default {default_backend_dir()}"
+    loaded = _scan(rep, option, origin)
+    rt = None
+    try:
+        backends = list(loaded.values())
+        if not args.no_entry_points:
+            rt = _entry_points(rep)
+            backends += [i.backend for i in rt.backends.values() if i.id not in loaded]
+        if args.model:
+            _model(rep, args.model, backends)
+    finally:
+        if rt is not None:
+            rt.close()
+        for b in loaded.values():
+            b.close()
+    rep.line()
+    rep.line("OK: no problems found" if not rep.problems else
+             f"{rep.problems} problem(s) found")
+    return 1 if rep.problems else 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(doctor_main())
