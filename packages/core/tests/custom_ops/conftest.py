@@ -57,6 +57,9 @@ class Events:
 
 @pytest.fixture
 def events(op_libs):
+    import gc
+
+    gc.collect()  # networks of earlier tests destroy their nodes now, not in this test's log
     ev = Events(op_libs["good"])
     ev.reset()
     return ev

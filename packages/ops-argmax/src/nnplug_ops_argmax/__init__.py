@@ -1,0 +1,89 @@
+"""nnplug-ops-argmax: kernels that override the standard ONNX ``ArgMax``.
+
+Attributes ``axis`` (default 0), ``keepdims`` (default 1), ``select_last_index`` (default 0);
+float32 input, int64 output. NaN counts as the largest value (as numpy and onnx.reference):
+the first NaN of a slice wins, or the last with ``select_last_index``; ties give the first
+index, or the last with ``select_last_index``.
+
+- :class:`ArgMaxOp`: the Python op (``shape_infer`` + numpy ``compute``), also the reference.
+- ``libnnplug_op_argmax.so`` (beside this file): a C CPU kernel and an OpenCL kernel for the GPU
+  target. Inputs of other types are declined (init returns NNP_OP_SKIP), so a backend's own
+  ArgMax runs them.
+- :func:`register` (the ``nnplug.ops`` entry point). Overrides are switched off with
+  ``nnplug.CreationOptions(disable_op_overrides=True)``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import numpy as np
+
+from ._version import __version__
+
+OP_TYPE = "ArgMax"
+LIBRARY = "libnnplug_op_argmax.so"
+
+
+def argmax(x: np.ndarray, axis: int = 0, keepdims: int = 1,
+           select_last_index: int = 0) -> np.ndarray:
+    """The reference ArgMax (int64)."""
+    x = np.asarray(x)
+    if x.ndim == 0 or not -x.ndim <= axis < x.ndim:
+        raise ValueError(f"ArgMax: axis {axis} is out of range for rank {x.ndim}")
+    if x.shape[axis] == 0:
+        raise ValueError("ArgMax over an empty axis has no answer")
+    if select_last_index:
+        r = x.shape[axis] - 1 - np.argmax(np.flip(x, axis), axis=axis)
+    else:
+        r = np.argmax(x, axis=axis)
+    return (np.expand_dims(r, axis) if keepdims else r).astype(np.int64)
+
+
+class ArgMaxOp:
+    """ArgMax as a Python custom op overriding the backends' kernel."""
+
+    op_type = OP_TYPE
+    override = True
+
+    @staticmethod
+    def _attrs(node, rank):
+        axis = int(node.attrs.get("axis", 0))
+        if rank == 0 or not -rank <= axis < rank:
+            raise ValueError(f"attribute axis={axis} is out of range for an input of rank {rank}")
+        return (axis % rank, int(node.attrs.get("keepdims", 1)),
+                int(node.attrs.get("select_last_index", 0)))
+
+    def shape_infer(self, node, in_shapes, in_dtypes):
+        (shape,) = in_shapes
+        axis, keepdims, _ = self._attrs(node, len(shape))
+        out = [1 if d == axis else s for d, s in enumerate(shape) if keepdims or d != axis]
+        return [out], [np.dtype(np.int64)]
+
+    def compute(self, node, inputs):
+        (x,) = inputs
+        axis, keepdims, last = self._attrs(node, x.ndim)
+        return [argmax(x, axis, keepdims, last)]
+
+
+def library_path() -> str | None:
+    """The packaged native library, or None when this install has none (pure-Python wheel)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), LIBRARY)
+    return path if os.path.isfile(path) else None
+
+
+def register(runtime) -> None:
+    """``nnplug.ops`` entry point: register the ArgMax override with ``runtime``."""
+    path = library_path()
+    if path is not None:
+        runtime.register_custom_ops_library(path)
+        return
+    logging.getLogger("nnplug").warning(
+        "nnplug-ops-argmax: %s is missing (built without a C compiler); using the numpy "
+        "kernel. Reinstall with a compiler for the native and OpenCL kernels", LIBRARY)
+    runtime.register_custom_op(ArgMaxOp(), override=True,
+                               source=f"nnplug_ops_argmax.ArgMaxOp {__version__}")
+
+
+__all__ = ["ArgMaxOp", "OP_TYPE", "__version__", "argmax", "library_path", "register"]
