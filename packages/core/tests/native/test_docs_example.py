@@ -1,0 +1,50 @@
+"""The backend written in docs/dynamic-backends.md compiles as shown, is found through
+NNPLUG_BACKEND_PATH, passes `nnplug doctor` and runs a model."""
+
+import io
+import os
+import re
+import subprocess
+
+import numpy as np
+import pytest
+from nativelib import bare_runtime, compiler
+from onnx import TensorProto, helper
+
+import nnplug
+from nnplug.doctor import doctor_main
+
+DOC = os.path.join(os.path.dirname(__file__), *[".."] * 4, "docs", "dynamic-backends.md")
+
+
+def _example_source() -> str:
+    if not os.path.isfile(DOC):
+        pytest.skip("docs/ is not next to the tests (installed copy)")
+    text = open(DOC).read()
+    blocks = re.findall(r"```c\n(.*?)```", text, re.S)
+    return next(b for b in blocks if "nnp_backend_entry" in b)
+
+
+def test_the_documented_backend_builds_loads_and_runs(tmp_path, monkeypatch):
+    src = tmp_path / "relu_backend.c"
+    src.write_text(_example_source())
+    folder = tmp_path / "backends"
+    folder.mkdir()
+    lib = folder / "libnnplug_relu_demo.so"
+    subprocess.run([compiler(), "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall",
+                    "-Wextra", "-Werror", f"-I{nnplug.get_include()}", str(src), "-o", str(lib)],
+                   check=True, capture_output=True, text=True)
+    out = io.StringIO()
+    assert doctor_main(["--no-entry-points", "--path", str(folder)], out=out) == 0, out.getvalue()
+    assert "registered: backend 'relu_demo'" in out.getvalue()
+
+    monkeypatch.setenv("NNPLUG_BACKEND_PATH", str(folder))
+    node = helper.make_node("Relu", ["x"], ["y"], name="relu")
+    g = helper.make_graph([node], "r", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with bare_runtime(dynamic_backends_path=None) as rt:
+        assert rt.backends["relu_demo"].origin == "dynamic"
+        with rt.load(model) as net:
+            x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+            np.testing.assert_array_equal(net.run({"x": x})["y"], np.maximum(x, 0))
