@@ -2,6 +2,7 @@
 
 import ctypes
 import os
+import shlex
 import shutil
 import subprocess
 
@@ -36,7 +37,10 @@ def op_libs(tmp_path_factory):
         path = d / f"libnnplug_op_{name}.so"
         subprocess.run([cc, "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-pthread",
                         "-Wall", "-Wno-unused", f"-I{nnplug.get_include()}", *flags,
-                        os.path.join(HERE, "testops.c"), "-o", str(path)], check=True)
+                        os.path.join(HERE, "testops.c"), "-o", str(path),
+                        # sanitizer builds (nox -s sanitize) instrument the test ops too
+                        *shlex.split(os.environ.get("NNPLUG_CFLAGS", "")),
+                        *shlex.split(os.environ.get("NNPLUG_LDFLAGS", ""))], check=True)
         out[name] = str(path)
     return out
 

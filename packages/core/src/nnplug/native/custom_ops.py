@@ -371,7 +371,8 @@ def find_op_libraries(dirs) -> tuple[list[str], list[LoadError]]:
     """``libnnplug_op_*.so`` files in ``dirs``: sorted, deduplicated by real path."""
     files, errors = find_backend_libraries(dirs)
     files = [f for f in files if fnmatch.fnmatchcase(os.path.basename(f), FILE_PATTERN)]
-    errors = [e for e in errors if fnmatch.fnmatchcase(os.path.basename(e.source), FILE_PATTERN)]
+    errors = [e for e in errors  # folder errors, and files that would have been op libraries
+              if e.source in dirs or fnmatch.fnmatchcase(os.path.basename(e.source), FILE_PATTERN)]
     return files, errors
 
 
@@ -749,13 +750,23 @@ class NativeBound(BoundOp):
             shape = _static(v)
             self.out_static.append(None if shape is None or v.dtype is None
                                    else (shape, np.dtype(v.dtype)))
-        self._closed = False
+        self._specs: dict[tuple, list] = {}  # input shapes/dtypes -> output specs
         self._finalizer = weakref.finalize(self, _destroy, state)
 
     def _output_specs(self, inputs: list[Tensor]):
         shapes = [tuple(t.shape) for t in inputs]
         if all(s is not None for s in self.out_static) and shapes == self.in_shapes:
             return self.out_static
+        key = tuple(shapes) + tuple(t.dtype.str for t in inputs)
+        specs = self._specs.get(key)
+        if specs is None:
+            specs = self._infer_specs(inputs, shapes)
+            if len(self._specs) >= 64:  # symbolic shapes: keep the recent ones only
+                self._specs.clear()
+            self._specs[key] = specs
+        return specs
+
+    def _infer_specs(self, inputs: list[Tensor], shapes: list[tuple]):
         out_shapes, out_dtypes = self.state.op.shape_infer(
             self.node, [list(s) for s in shapes], [t.dtype for t in inputs])
         specs = []
