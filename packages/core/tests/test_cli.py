@@ -13,17 +13,20 @@ from test_discovery import BACKEND_MODULE, BROKEN_MODULE, install_dist
 HERE = os.path.dirname(__file__)
 
 
-@pytest.fixture
-def env(tmp_path):
+def make_env(tmp_path, backends):
     site = tmp_path / "site"
     site.mkdir()
-    install_dist(site, "nnplug-cli-plugins", {"nnplug.backends": [
-        "goodplug = plug_backends:Good", "brokenplug = plug_broken:X"]},
-        {"plug_backends": BACKEND_MODULE, "plug_broken": BROKEN_MODULE})
+    install_dist(site, "nnplug-cli-plugins", {"nnplug.backends": backends},
+                 {"plug_backends": BACKEND_MODULE, "plug_broken": BROKEN_MODULE})
     e = dict(os.environ)
     e["PYTHONPATH"] = os.pathsep.join([str(site), HERE, e.get("PYTHONPATH", "")])
     e.pop("NNPLUG_DISABLE_PLUGINS", None)
     return e
+
+
+@pytest.fixture
+def env(tmp_path):
+    return make_env(tmp_path, ["goodplug = plug_backends:Good"])
 
 
 def nnplug_cmd(args, env):
@@ -31,7 +34,8 @@ def nnplug_cmd(args, env):
                           text=True, timeout=120)
 
 
-def test_info_lists_backends_with_their_source_and_load_errors(env):
+def test_info_lists_backends_with_their_source_and_load_errors(tmp_path):
+    env = make_env(tmp_path, ["goodplug = plug_backends:Good", "brokenplug = plug_broken:X"])
     r = nnplug_cmd(["info"], env)
     assert r.returncode == 0, r.stderr
     assert "goodplug" in r.stdout and "nnplug-cli-plugins 1.0" in r.stdout

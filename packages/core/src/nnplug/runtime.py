@@ -104,8 +104,10 @@ class Runtime:
         from .native import load_backend_library
 
         real = os.path.realpath(path)
-        return self._register(("library", real), lambda: load_backend_library(real), origin,
-                              source or real)
+        with self._lock:  # a duplicate id is refused before the library's init runs
+            taken = {bid: info.source for bid, info in self._backends.items()}
+        return self._register(("library", real), lambda: load_backend_library(real, taken),
+                              origin, source or real)
 
     def _register(self, key, create, origin: str, source: str, version: str | None = None) -> BackendInfo:
         backend = BACKENDS.acquire(key, lambda: _activate(create()), _deactivate)

@@ -110,7 +110,8 @@ class Tensor:
                 f"DLPack export from {self.device} is not supported by its backend; "
                 f"use .numpy() or .to('cpu') first"
             )
-        return export(self, stream=stream)
+        return export(self, stream=stream, max_version=max_version, dl_device=dl_device,
+                      copy=copy)
 
 
 def from_dlpack(obj) -> Tensor:

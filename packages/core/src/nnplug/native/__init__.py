@@ -10,8 +10,7 @@ See docs/dynamic-backends.md.
 
 from __future__ import annotations
 
-import os
-
+from .. import get_include  # one definition, re-exported here
 from .loader import (
     ENV_VAR,
     LibraryLoadError,
@@ -22,11 +21,6 @@ from .loader import (
     load_backend_library,
     load_dynamic_backends,
 )
-
-
-def get_include() -> str:
-    """The folder holding ``nnplug/backend.h`` and ``nnplug/common.h`` (pass it to ``-I``)."""
-    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "include")
 
 
 def __getattr__(name):  # the adapter classes import numpy-heavy modules: load them on use
