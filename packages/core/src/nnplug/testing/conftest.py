@@ -13,10 +13,23 @@ _subject_key = pytest.StashKey[object]()
 _tally_key = pytest.StashKey[Tally]()
 
 
+_BACKEND_MODULES = {"test_registration.py", "test_device_api.py"}
+
+
 def pytest_ignore_collect(collection_path, config):
-    if active(config):
-        return None
-    return True  # collected by accident (e.g. a plain `pytest` over a source tree): stay out
+    if not active(config):
+        return True  # collected by accident (e.g. a plain `pytest` over a source tree): stay out
+    backend = config.getoption("nnplug_backend") or config.getoption("nnplug_backend_path")
+    ops = config.getoption("nnplug_op") or config.getoption("nnplug_op_library")
+    name = collection_path.name
+    if (name in _BACKEND_MODULES and not backend) or (name == "test_custom_ops.py" and not ops):
+        return True  # checks of the other kind of plugin
+    if name == "test_onnx_nodes.py" and not backend:
+        from ..customop import is_standard_op
+
+        if not any(is_standard_op(t) for t in subject(config).op_types):
+            return True  # no standard op overridden: ONNX has no node tests for these ops
+    return None
 
 
 _tallies: list[Tally] = []  # the current session's (pytest_runtest_logreport gets no config)
@@ -90,6 +103,9 @@ def pytest_generate_tests(metafunc):
     only = {s.strip() for s in (config.getoption("nnplug_only_ops") or "").split(",") if s.strip()}
     expanded = config.getoption("nnplug_expanded")
     cases = [c for c in node_tests.collect() if expanded or not c.expanded]
+    s = subject(config)
+    if s.backend is None:  # ops only: the node tests of the standard ops they override
+        cases = [c for c in cases if set(c.op_types) & set(s.op_types)]
     if only:
         cases = [c for c in cases if set(c.op_types) & only]
     metafunc.parametrize("node_case", cases, ids=[c.name for c in cases])
@@ -98,7 +114,7 @@ def pytest_generate_tests(metafunc):
 def pytest_collection_modifyitems(config, items):
     for item in items:
         case = getattr(item, "callspec", None) and item.callspec.params.get("node_case")
-        if case is not None:
+        if isinstance(case, node_tests.NodeCase):
             item.user_properties.append(("nnplug_ops", case.op_types))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import sys
 from dataclasses import dataclass, field
 
 from .. import discovery
@@ -47,6 +48,8 @@ class Subject:
     entry_point: object = None
     op_source: str | None = None
     op_types: list[str] = field(default_factory=list)
+    op_module: object = None
+    """The module of the ops entry point: Python op classes there serve as references."""
     backends_for_ops: list[str] = field(default_factory=list)
 
     @property
@@ -123,9 +126,10 @@ def open_backend(rt: Runtime, name: str | None, path: str | None) -> tuple[Backe
     )
 
 
-def open_ops(rt: Runtime, name: str | None, library: str | None) -> tuple[str, list[str]]:
+def open_ops(rt: Runtime, name: str | None, library: str | None):
     """Register the op package (entry point ``name``) or native op library under test."""
     before = set(rt.ops)
+    module = None
     if library:
         if not os.path.exists(library):
             raise SubjectError(f"--nnplug-op-library {library!r}: no such file")
@@ -144,6 +148,7 @@ def open_ops(rt: Runtime, name: str | None, library: str | None) -> tuple[str, l
         source = discovery.describe(ep)
         try:
             obj = ep.load()
+            module = sys.modules.get(ep.module)
         except Exception as e:
             raise SubjectError(f"op entry point {source} failed to load: {type(e).__name__}: {e}") from e
         if inspect.isclass(obj):
@@ -158,7 +163,7 @@ def open_ops(rt: Runtime, name: str | None, library: str | None) -> tuple[str, l
     added = sorted(set(rt.ops) - before)
     if not added:
         raise SubjectError(f"{source} registered no custom op")
-    return source, added
+    return source, added, module
 
 
 def open_subject(backend: str | None = None, backend_path: str | None = None,
@@ -170,7 +175,7 @@ def open_subject(backend: str | None = None, backend_path: str | None = None,
             subject.backend, subject.native_path, subject.entry_point = \
                 open_backend(rt, backend, backend_path)
         if op or op_library:
-            subject.op_source, subject.op_types = open_ops(rt, op, op_library)
+            subject.op_source, subject.op_types, subject.op_module = open_ops(rt, op, op_library)
             if subject.backend is None or subject.backend.device_type != "cpu":
                 rt.register_backend(HostBackend)
             subject.backends_for_ops = list(rt.backends)
