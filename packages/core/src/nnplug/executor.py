@@ -16,7 +16,7 @@ from .device import CPU, Device
 from .device_api import DeviceAPI
 from .errors import BackendError, InputError, NnplugError
 from .graph import ValueInfo
-from .tensor import HOST_API, Tensor
+from .tensor import Tensor
 
 
 @dataclass
@@ -149,7 +149,3 @@ def _as_tensor(name: str, value) -> Tensor:
 
 def _fmt(shape) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
-
-
-def host_step(label, nodes, inputs, outputs, run, close=None) -> Step:
-    return Step(label, nodes, inputs, outputs, CPU, HOST_API, run, close)

@@ -13,7 +13,7 @@ from .backend import Backend
 from .customop import CustomOp, PythonCustomOp
 from .device import device_type_name
 from .errors import ModelError, NnplugError, PluginError, UnsupportedNodeError
-from .executor import Step, check_feeds, host_step, plan_frees, run_steps
+from .executor import Step, check_feeds, plan_frees, run_steps
 from .loader import Model, load
 from .planner import (
     KNOWN_BACKEND_PACKAGES,
@@ -27,7 +27,6 @@ from .plugins import BACKENDS, RESERVED_IDS, BackendInfo, LoadError, log, report
 from .registry import register_func, remove_func
 from .target import Target, register_target_kind, remove_target_kind
 from .tensor import Tensor
-
 
 
 @dataclass
@@ -520,4 +519,4 @@ def _close_network(steps: list[Step], lease_keys: list) -> None:
     lease_keys.clear()
 
 
-__all__ = ["CreationOptions", "Runtime", "Network", "host_step"]
+__all__ = ["CreationOptions", "Runtime", "Network"]
