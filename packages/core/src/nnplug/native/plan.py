@@ -24,7 +24,7 @@ from . import abi
 from .backend import NativeBuffer, cdev
 from .descs import DescBuilder
 
-MAX_FUSE = 16
+MAX_FUSE = 64
 """Longest run of nodes offered to ``fuse`` at once."""
 ALIGN = 64
 
@@ -127,7 +127,7 @@ def _build(lib, state, subgraph, dev):
     groups = _group(lib, builder, nodes, subgraph.outputs)
     for group in groups:
         k = Kernel(group)
-        descs = DescBuilder(values, consts).nodes(group)
+        descs = builder.nodes(group)  # the builder owns the memory the descriptors point to
         out = C.c_void_p()
         rc = lib.table.kernel_create(descs, len(group), cdev(dev), C.byref(out))
         if rc != 0:
