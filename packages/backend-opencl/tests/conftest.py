@@ -104,8 +104,12 @@ class LimitedOpenCL:
 def new_runtime(*backends) -> nnplug.Runtime:
     rt = nnplug.Runtime(nnplug.CreationOptions(entry_points=False, dynamic_backends_path="",
                                                custom_op_paths=""))
-    for b in backends:
-        rt.register_backend(b)
+    try:
+        for b in backends:
+            rt.register_backend(b)
+    except BaseException:
+        rt.close()  # never leave a half-registered Runtime holding backend leases
+        raise
     return rt
 
 

@@ -20,9 +20,21 @@ def cpu_backends():
     """The test's reference CPU backend, and nnplug-backend-cpu when it is installed."""
     out = [pytest.param(lambda: ReferenceCPUBackend(), "refcpu", id="refcpu")]
     cpu = [ep for ep in entry_points(group="nnplug.backends") if ep.name == "cpu"]
-    if cpu:  # a class, a factory or the path of a native backend: register_backend takes each
-        out.append(pytest.param(cpu[0].load, "cpu", id="nnplug-backend-cpu"))
+    if cpu:
+        out.append(pytest.param(lambda: _resolve(cpu[0].load()), "cpu", id="nnplug-backend-cpu"))
     return out
+
+
+def _resolve(obj):
+    """An entry point's object as register_backend takes it: a Backend class or instance, or
+    the path of a native backend (entry points may hold a zero-argument callable for either)."""
+    import inspect
+
+    from nnplug import Backend
+
+    if callable(obj) and not inspect.isclass(obj) and not isinstance(obj, Backend):
+        obj = obj()
+    return obj
 
 
 def small_net() -> onnx.ModelProto:

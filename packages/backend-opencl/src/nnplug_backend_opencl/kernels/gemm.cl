@@ -61,3 +61,32 @@ __kernel void gemm(__global const float* restrict a, __global const float* restr
         yb[(size_t)(m0 + i) * N + n] = activate(v, act, act_a, act_b);
     }
 }
+
+// The same product one row per work-item, for M < TM (a fully connected layer on batch 1):
+// a straight loop the compiler can vectorise across work-items.
+__kernel void gemm_row(__global const float* restrict a, __global const float* restrict b,
+                       __global const float* restrict c, __global float* restrict y,
+                       __global const int* restrict batch_offsets,
+                       int M, int N, int K,
+                       int sam, int sak, int sbk, int sbn, int scm, int scn,
+                       float alpha, float beta, int act, float act_a, float act_b)
+{
+    const int n = get_global_id(0);
+    const int m = get_global_id(1);
+    const int bi = get_global_id(2);
+    if (n >= N || m >= M) return;
+    __global const float* ar = a + batch_offsets[2 * bi] + (size_t)m * sam;
+    __global const float* bb = b + batch_offsets[2 * bi + 1] + (size_t)n * sbn;
+    float acc = 0.0f;
+    int k = 0;
+    if (sak == 1 && sbk == 1) {  // both rows contiguous (B stored [N, K]): stream them in vectors
+        float8 acc8 = (float8)0.0f;
+        for (; k + 8 <= K; k += 8) acc8 += vload8(0, ar + k) * vload8(0, bb + k);
+        float4 acc4 = acc8.lo + acc8.hi;
+        acc = acc4.x + acc4.y + acc4.z + acc4.w;
+    }
+    for (; k < K; ++k) acc += ar[(size_t)k * sak] * bb[(size_t)k * sbk];
+    float v = alpha * acc;
+    if (beta != 0.0f) v += beta * c[(size_t)m * scm + (size_t)n * scn];
+    y[(size_t)bi * M * N + (size_t)m * N + n] = activate(v, act, act_a, act_b);
+}

@@ -11,7 +11,8 @@ TM = 4
 
 def _launch(p, node, a, b, c, y, batch_offsets, m, n, k, sa, sb, sc, alpha, beta):
     act, aa, ab = activation(node)
-    p.launch("gemm.cl", "gemm", (n, (m + TM - 1) // TM, len(batch_offsets) // 2),
+    kernel, rows = ("gemm_row", m) if m < TM else ("gemm", (m + TM - 1) // TM)
+    p.launch("gemm.cl", kernel, (n, rows, len(batch_offsets) // 2),
              [a, b, c, y, p.meta(batch_offsets), i32(m), i32(n), i32(k), i32(sa[0]), i32(sa[1]),
               i32(sb[0]), i32(sb[1]), i32(sc[0]), i32(sc[1]), f32(alpha), f32(beta), i32(act),
               f32(aa), f32(ab)])
@@ -38,7 +39,7 @@ def lower_gemm(node, p):
     if k != kb:
         raise ValueError(f"Gemm {node.name!r}: A {p.shape(a)} and B {p.shape(b)} do not agree")
     sa = (1, ak) if ta else (ak, 1)
-    if p.is_const(b) and tb:
+    if p.is_const(b) and tb and m >= TM:
         # a constant B^T is stored as [K, N] once, so neighbouring work-items read neighbours
         b = p.derived_const(("gemmB", node.name),
                             lambda: np.ascontiguousarray(np.asarray(p.const_array(node.inputs[1])).T))
