@@ -1,0 +1,50 @@
+"""Generate one package of each kind, pip install it into a fresh virtual environment (with
+the system site-packages, so the core under test is the one it sees), check `nnplug info`
+finds it, and run its own generated tests, which include the conformance suite."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from nnplug.scaffold import Spec, generate
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory):
+    root = tmp_path_factory.mktemp("venv")
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(root)],
+                   check=True)
+    python = str(root / "bin" / "python")
+    return python
+
+
+def _run(cmd, cwd, timeout=600):
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "NNPLUG_REQUIRE_NATIVE": "1",
+                               "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-6000:]}\n{proc.stderr[-4000:]}"
+    return proc.stdout
+
+
+@pytest.mark.parametrize("kind, name, listed", [
+    ("backend-python", "scaffpy", "scaffpy "),
+    pytest.param("backend-native", "scaffc", "scaffc ",
+                 marks=pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")),
+    ("op", "ScaffOp", "ScaffOp "),
+])
+def test_generated_package_installs_is_found_and_passes_its_tests(tmp_path, venv, kind, name,
+                                                                   listed):
+    pkg = tmp_path / "pkg"
+    generate(Spec(kind, name, str(pkg)))
+    # no build isolation: the build (and the native hook) must use the nnplug under test
+    _run([venv, "-m", "pip", "install", "--no-build-isolation", "--no-deps", str(pkg)], tmp_path)
+    info = _run([venv, "-m", "nnplug", "info"], tmp_path)
+    assert listed in info, info
+    assert "load errors" not in info or name not in info.split("load errors")[1], info
+    out = _run([venv, "-m", "pytest", "-q", "-p", "no:cacheprovider"], pkg)
+    assert " passed" in out and "failed" not in out, out

@@ -1,0 +1,82 @@
+"""`nnplug new`: names, folders and what it writes (fast; the install tests are in
+test_generated_packages.py)."""
+
+import os
+
+import pytest
+
+from nnplug.cli import main
+from nnplug.scaffold import Spec, generate
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["backend", "My-NPU"], "not a valid backend id"),
+    (["backend", "9lives"], "not a valid backend id"),
+    (["backend", "auto"], "is reserved"),
+    (["backend", "x" * 33], "not a valid backend id"),
+    (["op", "my-op"], "not a valid op type"),
+    (["op", "Relu"], "standard ONNX operator"),
+])
+def test_bad_names_are_refused_with_the_reason(tmp_path, capsys, argv, message):
+    assert main(["new", *argv, str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_non_empty_folder_is_refused(tmp_path, capsys):
+    (tmp_path / "keep.txt").write_text("mine")
+    assert main(["new", "backend", "mine", str(tmp_path)]) == 1
+    assert "is not empty" in capsys.readouterr().err
+    assert os.listdir(tmp_path) == ["keep.txt"]
+
+
+def test_a_file_in_the_way_is_refused(tmp_path, capsys):
+    (tmp_path / "f").write_text("")
+    assert main(["new", "op", "MyOp", str(tmp_path / "f")]) == 1
+    assert "not a folder" in capsys.readouterr().err
+
+
+def test_an_empty_folder_is_used(tmp_path, capsys):
+    assert main(["new", "backend", "mine", str(tmp_path)]) == 0
+    assert (tmp_path / "pyproject.toml").is_file()
+    assert "next:" in capsys.readouterr().out
+
+
+def test_default_folder_is_the_distribution_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["new", "op", "MySwish"]) == 0
+    assert (tmp_path / "nnplug-ops-myswish" / "src" / "nnplug_ops_myswish" / "op.py").is_file()
+
+
+def test_usage_without_arguments(capsys):
+    assert main(["new"]) == 2
+    assert "backend" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("kind, name, expected", [
+    ("backend-python", "mine", ["pyproject.toml", "README.md", "src/nnplug_backend_mine/backend.py",
+                                "tests/test_backend.py", "tests/test_conformance.py"]),
+    ("backend-native", "my_npu", ["hatch_build.py", "src/nnplug_backend_my_npu/csrc/backend.c",
+                                  "src/nnplug_backend_my_npu/__init__.py", "tests/test_backend.py"]),
+    ("op", "MySwish", ["src/nnplug_ops_myswish/op.py", "tests/test_op.py",
+                       "tests/test_conformance.py"]),
+])
+def test_templates_fill_every_placeholder(tmp_path, kind, name, expected):
+    files = generate(Spec(kind, name, str(tmp_path)))
+    for f in expected:
+        assert f in files
+    for f in files:
+        text = (tmp_path / f).read_text()
+        assert "@@" not in text, f"{f} has an unfilled placeholder"
+    pyproject = (tmp_path / "pyproject.toml").read_text()
+    group = "nnplug.ops" if kind == "op" else "nnplug.backends"
+    assert f'[project.entry-points."{group}"]' in pyproject
+
+
+def test_generated_python_is_valid(tmp_path):
+    for kind, name in (("backend-python", "a"), ("backend-native", "b"), ("op", "C")):
+        root = tmp_path / kind
+        for f in generate(Spec(kind, name, str(root))):
+            if f.endswith(".py"):
+                compile((root / f).read_text(), f, "exec")
