@@ -37,6 +37,8 @@ PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
 CI_PYTHON = "3.11"
 CORE = "core"
 DIST_CACHE = os.path.join(ROOT, ".nox", "_dist")
+CORE_INCLUDE = os.path.join(ROOT, "packages", CORE, "src", "nnplug", "include")
+BUILDER = os.path.join(ROOT, ".nox", "_builder")
 
 SANITIZE_CFLAGS = ("-fsanitize=address,undefined -fno-sanitize-recover=undefined "
                    "-fno-omit-frame-pointer -g -O1")
@@ -72,18 +74,27 @@ class Package:
     def __init__(self, folder: str):
         self.folder = folder
         self.path = os.path.join(ROOT, "packages", folder)
-        with open(os.path.join(self.path, "pyproject.toml"), "rb") as f:
-            self.pyproject = tomllib.load(f)
-        project = self.pyproject.get("project", {})
-        self.dist = project.get("name", f"nnplug-{folder}")
-        self.extras = project.get("optional-dependencies", {})
-        self.entry_points = project.get("entry-points", {})
+        self.dist = self.project.get("name", f"nnplug-{folder}")
         src = os.path.join(self.path, "src")
         modules = sorted(d for d in os.listdir(src)
                          if os.path.isfile(os.path.join(src, d, "__init__.py"))) \
             if os.path.isdir(src) else []
         self.module = modules[0] if modules else self.dist.replace("-", "_")
         self.tests = os.path.join(self.path, "tests")
+
+    @property
+    def project(self) -> dict:
+        """The ``[project]`` table, read afresh: a long nox run sees edits made meanwhile."""
+        with open(os.path.join(self.path, "pyproject.toml"), "rb") as f:
+            return tomllib.load(f).get("project", {})
+
+    @property
+    def extras(self) -> dict[str, list[str]]:
+        return self.project.get("optional-dependencies", {})
+
+    @property
+    def entry_points(self) -> dict[str, dict[str, str]]:
+        return self.project.get("entry-points", {})
 
     @property
     def has_c(self) -> bool:
@@ -137,28 +148,41 @@ _SKIP_SUFFIXES = (".pyc", ".pyo", ".so", ".o")
 
 
 def _source_digest(pkg: Package, env: dict[str, str]) -> str:
-    """A hash of what goes into the build: the package's files and the build flags."""
+    """A hash of what goes into the build: the package's files, the core's C headers (native
+    plugins compile against them) and the build flags."""
     h = hashlib.sha256()
-    for root, dirs, files in os.walk(pkg.path):
-        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.endswith(".egg-info"))
-        for name in sorted(files):
-            if name.endswith(_SKIP_SUFFIXES):
-                continue
-            full = os.path.join(root, name)
-            h.update(os.path.relpath(full, pkg.path).encode() + b"\0")
-            with open(full, "rb") as f:
-                h.update(hashlib.sha256(f.read()).digest())
+    for top in (pkg.path, CORE_INCLUDE):
+        for root, dirs, files in os.walk(top):
+            dirs[:] = sorted(d for d in dirs
+                             if d not in _SKIP_DIRS and not d.endswith(".egg-info"))
+            for name in sorted(files):
+                if name.endswith(_SKIP_SUFFIXES):
+                    continue
+                full = os.path.join(root, name)
+                h.update(os.path.relpath(full, ROOT).encode() + b"\0")
+                with open(full, "rb") as f:
+                    h.update(hashlib.sha256(f.read()).digest())
     for key in sorted(env):
         h.update(f"{key}={env[key]}\0".encode())
     return h.hexdigest()[:16]
 
 
-_HAS_BUILD: set[str] = set()  # environments where `build` is installed
-
-
 class Dists:
     def __init__(self, sdist: str, wheel: str):
         self.sdist, self.wheel = sdist, wheel
+
+
+def _builder(session: nox.Session) -> str:
+    """The Python of a small environment holding `build`, shared by every session, so the
+    environments under test get nothing but what they test."""
+    python = os.path.join(BUILDER, "bin", "python")
+    if os.path.exists(python) and subprocess.run([python, "-c", "import build"],
+                                                 capture_output=True).returncode == 0:
+        return python
+    shutil.rmtree(BUILDER, ignore_errors=True)
+    session.run(sys.executable, "-m", "virtualenv", "-q", BUILDER, external=True)
+    session.run(python, "-m", "pip", "install", "-q", "build", external=True)
+    return python
 
 
 def build(session: nox.Session, pkg: Package, flags: dict[str, str] | None = None) -> Dists:
@@ -175,23 +199,28 @@ def build(session: nox.Session, pkg: Package, flags: dict[str, str] | None = Non
     if len(wheels) == 1 and len(sdists) == 1:
         session.log(f"{pkg.dist}: reusing {os.path.relpath(wheels[0], ROOT)}")
         return Dists(sdists[0], wheels[0])
-    shutil.rmtree(out, ignore_errors=True)
-    venv = session.virtualenv.location
-    if venv not in _HAS_BUILD:
-        session.install("build")
-        _HAS_BUILD.add(venv)
-    tmp = out + ".tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
+    python = _builder(session)
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f"{digest}-", dir=os.path.dirname(out))
     env = {k: v for k, v in flags.items()}
     env.setdefault("NNPLUG_CFLAGS", os.environ.get("NNPLUG_CFLAGS", ""))
     env.setdefault("NNPLUG_LDFLAGS", os.environ.get("NNPLUG_LDFLAGS", ""))
-    session.run("python", "-m", "build", "--outdir", tmp, pkg.path, env=env)
-    wheels = glob.glob(os.path.join(tmp, "*.whl"))
-    sdists = glob.glob(os.path.join(tmp, "*.tar.gz"))
-    if len(wheels) != 1 or len(sdists) != 1:
-        session.error(f"{pkg.dist}: expected one sdist and one wheel in {tmp}, got "
-                      f"{os.listdir(tmp)}")
-    os.replace(tmp, out)
+    # The wheel is built from the unpacked sdist, away from the checkout: tell native build
+    # hooks where the core's headers are.
+    env.setdefault("NNPLUG_INCLUDE", os.environ.get("NNPLUG_INCLUDE", CORE_INCLUDE))
+    try:
+        session.run(python, "-m", "build", "--outdir", tmp, pkg.path, env=env, external=True)
+        wheels = glob.glob(os.path.join(tmp, "*.whl"))
+        sdists = glob.glob(os.path.join(tmp, "*.tar.gz"))
+        if len(wheels) != 1 or len(sdists) != 1:
+            session.error(f"{pkg.dist}: expected one sdist and one wheel, got {os.listdir(tmp)}")
+        shutil.rmtree(out, ignore_errors=True)
+        try:
+            os.rename(tmp, out)  # atomic: a half-written build is never reused
+        except OSError:  # another nox run finished the same build first: use that one
+            pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return Dists(os.path.join(out, os.path.basename(sdists[0])),
                  os.path.join(out, os.path.basename(wheels[0])))
 

@@ -42,8 +42,10 @@ def one_node_model(op_type: str, domain: str, shape=(2, 3, 5)):
     graph = helper.make_graph(
         [node], f"one_{op_type}",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        # same rank as the input, sizes left to shape inference
         [helper.make_tensor_value_info(
-            "y", TensorProto.INT64 if op_type == "ArgMax" else TensorProto.FLOAT, None)],
+            "y", TensorProto.INT64 if op_type == "ArgMax" else TensorProto.FLOAT,
+            [f"d{i}" for i in range(len(shape))])],
     )
     opsets = [helper.make_opsetid("", 17)]
     if domain:
@@ -111,15 +113,17 @@ def main() -> None:
             version = metadata.version(dist)
         except metadata.PackageNotFoundError:
             fail(f"{dist} is not installed")
+        ids = []
         for ep in entry_points_of(dist, "nnplug.backends"):
             if ep.name not in rt.backends:
                 fail(f"{dist} {version}: entry point {ep.name} = {ep.value} registered no backend "
                      f"with that id (registered: {', '.join(rt.backends) or 'none'})")
-            backend_ids.append(ep.name)
+            ids.append(ep.name)
+        backend_ids += ids
         n_ops = len(entry_points_of(dist, "nnplug.ops"))
         if n_ops and not entry_point_ops:
             fail(f"{dist} {version}: {n_ops} nnplug.ops entry point(s) but no op registered")
-        print(f"{dist} {version}: backends {backend_ids or '-'}, ops entry points {n_ops}")
+        print(f"{dist} {version}: backends {ids or '-'}, ops entry points {n_ops}")
 
     info = cli("info")
     if info.returncode != 0 or "load errors" in info.stdout:
