@@ -207,3 +207,36 @@ def test_constant_outputs_are_copies_the_caller_may_modify():
         out = net.run({"x": np.zeros(2, np.float32)})
         out["c"][:] = 99
         assert net.run({"x": np.zeros(2, np.float32)})["c"].tolist() == [1, 2]
+
+
+def test_two_live_backends_with_one_id_do_not_unpublish_each_other():
+    first, second = NumpyBackend(), NumpyBackend()
+    a = make_runtime(first)
+    b = make_runtime(second)  # same id "numpy", another object: published on top
+    assert nnplug.get_func("device_api.numpy")() is second.device_api()
+    b.close()
+    # the first backend's names are visible again, and its runtime still loads models
+    assert nnplug.get_func("device_api.numpy")() is first.device_api()
+    assert "numpy" in nnplug.list_target_kinds()
+    assert a.load(mlp()).run({"x": np.ones((1, 4), np.float32)})["y"].shape == (1, 3)
+    a.close()
+    assert "numpy" not in nnplug.list_target_kinds()
+
+
+def test_factories_are_leased_by_identity_not_by_a_reusable_id():
+    with make_runtime() as rt:
+        rt.register_backend(lambda: NumpyBackend(id="one"))
+        rt.register_backend(lambda: NumpyBackend(id="two"))
+        assert set(rt.backends) == {"one", "two"}
+
+
+def test_scalar_feeds_and_outputs_keep_rank_zero():
+    a = onnx.helper
+    g = a.make_graph([a.make_node("Add", ["x", "s"], ["y"], name="add")], "g",
+                     [a.make_tensor_value_info("x", 1, [2]), a.make_tensor_value_info("s", 1, [])],
+                     [a.make_tensor_value_info("y", 1, [2])])
+    m = a.make_model(g, opset_imports=[a.make_opsetid("", 17)])
+    with make_runtime(NumpyBackend()) as rt:
+        out = rt.load(m).run({"x": np.zeros(2, np.float32), "s": np.array(3, np.float32)})
+        assert out["y"].tolist() == [3, 3]
+    assert nnplug.Tensor.from_numpy(np.array(1.5, np.float32)).shape == ()

@@ -29,7 +29,7 @@ from .device import CPU, Device
 from .device_api import DeviceAPI
 from .errors import CustomOpError, PluginError
 from .graph import Node, ValueInfo
-from .tensor import HOST_API, Tensor
+from .tensor import HOST_API, Tensor, as_contiguous
 
 
 def get_node_attr(node: Node, name: str, default=None):
@@ -146,4 +146,4 @@ def run_python_op(op: PythonCustomOp, node: Node, inputs: list[np.ndarray]) -> l
             f"custom op {op.op_type!r} compute() on node {node.name!r} must return a list of "
             f"{len(node.outputs)} array(s)"
         )
-    return [np.ascontiguousarray(o) for o in outs]
+    return [as_contiguous(o) for o in outs]

@@ -95,7 +95,7 @@ class Runtime:
         """Register a Backend (subclass, instance or factory) or a native backend .so path."""
         if isinstance(obj, (str, os.PathLike)):
             return self._register_library(os.fspath(obj), origin, source)
-        key = ("object", id(obj)) if not inspect.isclass(obj) else ("class", obj)
+        key = _Identity(obj)
         src = source or f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', type(obj).__qualname__)}"
         return self._register(key, lambda: _instantiate(obj), origin, src)
 
@@ -329,27 +329,71 @@ def _instantiate(obj) -> Backend:
     return obj
 
 
+# Global names (target kinds, device_api.<id>, target.build.<kind>) published by live
+# backends. Two live backends may share an id (two Runtimes, two sources): the newest one
+# is visible, and when it goes the previous one is visible again.
+_published: dict[tuple[str, str], list[tuple[Backend, object]]] = {}
+_published_lock = threading.Lock()
+
+
+def _install(space: str, name: str, value) -> None:
+    if space == "kind":
+        register_target_kind(name, override=True, **value)
+    else:
+        register_func(name, value, override=True)
+
+
+def _publish(backend: Backend, space: str, name: str, value) -> None:
+    with _published_lock:
+        _install(space, name, value)
+        _published.setdefault((space, name), []).append((backend, value))
+
+
+def _withdraw(backend: Backend) -> None:
+    with _published_lock:
+        for (space, name), stack in list(_published.items()):
+            kept = [(b, v) for b, v in stack if b is not backend]
+            if len(kept) == len(stack):
+                continue
+            if kept:
+                _published[(space, name)] = kept
+                _install(space, name, kept[-1][1])
+            else:
+                del _published[(space, name)]
+                (remove_target_kind if space == "kind" else remove_func)(name)
+
+
 def _activate(backend: Backend) -> Backend:
-    """First use of a backend in this process: register its target kind and functions."""
+    """First use of a backend in this process: publish its target kind and functions."""
     if not isinstance(backend, Backend):
         raise TypeError(f"expected a nnplug.Backend, got {type(backend).__name__}")
     kind_args = dict(backend.target_kind())
-    backend._nnplug_kind = register_target_kind(backend.target_kind_name, override=True, **kind_args)
     api = backend.device_api()
-    backend._nnplug_funcs = {
-        f"device_api.{backend.id}": lambda: api,
-        f"target.build.{backend.target_kind_name}": backend.build,
-    }
-    for name, f in backend._nnplug_funcs.items():
-        register_func(name, f, override=True)
+    _publish(backend, "kind", backend.target_kind_name, kind_args)
+    _publish(backend, "func", f"device_api.{backend.id}", lambda: api)
+    _publish(backend, "func", f"target.build.{backend.target_kind_name}", backend.build)
     return backend
 
 
 def _deactivate(backend: Backend) -> None:
-    for name, f in getattr(backend, "_nnplug_funcs", {}).items():
-        remove_func(name, f)
-    remove_target_kind(backend.target_kind_name, getattr(backend, "_nnplug_kind", None))
+    _withdraw(backend)
     backend.close()
+
+
+class _Identity:
+    """A lease key for an object by identity that keeps the object alive (so its id()
+    cannot be reused by another object while the lease exists)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _Identity) and other.obj is self.obj
 
 
 class Network:

@@ -14,6 +14,13 @@ from .device_api import DeviceAPI, HostDeviceAPI
 HOST_API = HostDeviceAPI()
 
 
+def as_contiguous(array) -> np.ndarray:
+    """A C-contiguous array, copying only when needed; unlike np.ascontiguousarray it
+    keeps 0-d arrays 0-d."""
+    arr = np.asarray(array)
+    return arr if arr.flags.c_contiguous else arr.copy(order="C")
+
+
 class Tensor:
     __slots__ = ("handle", "shape", "dtype", "device", "api", "byte_offset", "__weakref__")
 
@@ -30,7 +37,7 @@ class Tensor:
     @classmethod
     def from_numpy(cls, array) -> Tensor:
         """Wrap a host array without copying (a copy only if it is not C-contiguous)."""
-        arr = np.ascontiguousarray(array)
+        arr = as_contiguous(array)
         return cls(arr, arr.shape, arr.dtype)
 
     @classmethod
