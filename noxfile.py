@@ -278,8 +278,10 @@ def run_pytest(session: nox.Session, pkg: Package, *args: str, env: dict | None 
 @nox.session(python=PYTHONS)
 @nox.parametrize("package", list(PACKAGES))
 def tests(session: nox.Session, package: str) -> None:
-    """Build PACKAGE's wheel, install it non-editable with only the core (and its test
-    extra), check the import comes from the install, run its tests."""
+    """One package on one Python: its wheel installed beside only the core, then its tests.
+
+    The package's ``test`` extra and pytest come along; the import is checked to come from
+    the environment, not from src/."""
     pkg = PACKAGES[package]
     install_wheels(session, [pkg], extras={package: "test"}, also=("pytest",))
     check_imports_installed(session, pkg)
@@ -289,8 +291,10 @@ def tests(session: nox.Session, package: str) -> None:
 @nox.session(python=CI_PYTHON)
 @nox.parametrize("plugin", [*PLUGINS, "all"])
 def isolation(session: nox.Session, plugin: str) -> None:
-    """A fresh environment with the core and exactly one plugin: it works and the others are
-    reported absent. With plugin='all': everything installed, then the core's tests."""
+    """The core plus exactly one plugin works; the others are reported absent.
+
+    plugin='all': every plugin installed together, then the core's tests (plugins break
+    nothing)."""
     check = os.path.join(ROOT, "tools", "isolation_check.py")
     if plugin == "all":
         install_wheels(session, [PACKAGES[p] for p in PLUGINS], extras={CORE: "test"},
@@ -312,8 +316,9 @@ def isolation(session: nox.Session, plugin: str) -> None:
 
 @nox.session(python=PYTHONS)
 def wheels(session: nox.Session) -> None:
-    """sdist and wheel of every package; check their contents; install every wheel into this
-    clean environment and run a smoke inference (``nnplug demo``, cpu backend) from them alone."""
+    """sdist and wheel of every package, contents checked, all installed together, demo runs.
+
+    The smoke inference (``nnplug demo --backend cpu``) runs from the installed wheels alone."""
     for pkg in PACKAGES.values():
         dists = build(session, pkg)
         _check_dists(session, pkg, dists)
@@ -359,9 +364,11 @@ def _check_dists(session: nox.Session, pkg: Package, dists: Dists) -> None:
 
 @nox.session(python=CI_PYTHON)
 def sanitize(session: nox.Session) -> None:
-    """Build every package with -fsanitize=address,undefined (NNPLUG_CFLAGS/NNPLUG_LDFLAGS),
-    check the shared objects are instrumented, run the tests of packages with C code under
-    ASan/UBSan (tests marked slow are left out unless posargs say otherwise)."""
+    """C code under AddressSanitizer and UndefinedBehaviorSanitizer: build, check, test.
+
+    Every package is built with -fsanitize=address,undefined (NNPLUG_CFLAGS/NNPLUG_LDFLAGS),
+    its shared objects checked to be instrumented, and the tests of packages with C code run
+    with the ASan runtime preloaded (tests marked slow are left out unless posargs are given)."""
     flags = {"NNPLUG_CFLAGS": SANITIZE_CFLAGS, "NNPLUG_LDFLAGS": SANITIZE_LDFLAGS}
     native = [p for p in PACKAGES.values() if p.has_c]
     if not native:
@@ -416,16 +423,16 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=CI_PYTHON)
 def docs(session: nox.Session) -> None:
-    """Check docs/*.md and the READMEs: relative links resolve, ```python blocks run
-    (with every package installed from its wheel)."""
+    """Docs and READMEs: relative links resolve, python blocks run (all packages installed)."""
     install_wheels(session, [PACKAGES[p] for p in PLUGINS])
     session.run("python", os.path.join(ROOT, "tools", "check_docs.py"), *session.posargs)
 
 
 @nox.session(python=False)
 def ci(session: nox.Session) -> None:
-    """What CI runs: lint, every package's tests on Python 3.11, isolation, wheels, sanitize
-    and docs (the full Python matrix is ``nox -s tests``)."""
+    """What CI runs: lint, every package's tests on 3.11, wheels, isolation, sanitize, docs.
+
+    Queues those sessions; the full Python matrix is ``nox`` (or ``nox -s tests wheels``)."""
     session.notify("lint")
     for name in PACKAGES:
         session.notify(f"tests-{CI_PYTHON}(package={name!r})")
