@@ -22,8 +22,10 @@ def _read(api, dev, handle, nbytes, offset=0) -> np.ndarray:
 @pytest.mark.parametrize("kind", list(AttrKind), ids=[k.value for k in AttrKind])
 def test_attribute_is_a_value_or_none(nnplug_device_api, nnplug_device, kind):
     value = nnplug_device_api.get_attr(nnplug_device, kind)
-    assert value is None or isinstance(value, (bool, int, str)), \
-        f"get_attr({kind.value}) gave {type(value).__name__} {value!r}: expected int, str or None"
+    ok = value is None or isinstance(value, (bool, int, str)) or (
+        isinstance(value, (list, tuple)) and all(isinstance(v, int) for v in value))
+    assert ok, (f"get_attr({kind.value}) gave {type(value).__name__} {value!r}: expected an int, "
+                f"a str, a list of ints (max_thread_dimensions) or None")
     if kind is AttrKind.EXIST:
         assert value, "the backend's own device must exist"
     if isinstance(value, int) and not isinstance(value, bool):
