@@ -1,0 +1,508 @@
+/* The nnplug native backend ABI (nnplug/backend.h) over the engine: entry symbol, function
+ * table, device API for host memory, capability and fuse queries, kernels. */
+#define _GNU_SOURCE
+#include "nnplug/backend.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "graph.h"
+#include "nnc.h"
+
+#ifndef NNC_VERSION
+#define NNC_VERSION "0.0.0"
+#endif
+
+static __thread char t_error[1024];
+
+static nnp_status set_error(nnp_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t_error, sizeof t_error, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+static nnp_status from_err(const nnc_err *e, nnp_status fallback)
+{
+    snprintf(t_error, sizeof t_error, "%s", e->msg[0] ? e->msg : "unknown error in the cpu backend");
+    return e->unsupported ? NNP_STATUS_UNSUPPORTED : fallback;
+}
+
+static const char *last_error(void) { return t_error; }
+
+/* ---- conversions --------------------------------------------------------------------- */
+
+static int dt_from(nnp_dtype t)
+{
+    if (t.code == 0 && t.bits == 0) return DT_UNDEF;
+    if (t.lanes > 1) return -1;
+    switch (t.code) {
+    case NNP_DTYPE_FLOAT: return t.bits == 32 ? DT_F32 : t.bits == 64 ? DT_F64 : t.bits == 16 ? DT_F16 : -1;
+    case NNP_DTYPE_INT: return t.bits == 8 ? DT_I8 : t.bits == 16 ? DT_I16 : t.bits == 32 ? DT_I32 : t.bits == 64 ? DT_I64 : -1;
+    case NNP_DTYPE_UINT: return t.bits == 8 ? DT_U8 : t.bits == 16 ? DT_U16 : t.bits == 32 ? DT_U32 : t.bits == 64 ? DT_U64 : -1;
+    case NNP_DTYPE_BOOL: return t.bits == 8 ? DT_BOOL : -1;
+    default: return -1;
+    }
+}
+
+/* Converted descriptors of a group, owning their arrays. */
+typedef struct {
+    nnc_desc_node *nodes;
+    nnc_desc_value *vals;
+    nnc_attr *attrs;
+} descs;
+
+static void descs_free(descs *d)
+{
+    free(d->nodes);
+    free(d->vals);
+    free(d->attrs);
+}
+
+static int conv_value(const nnp_value_desc *s, nnc_desc_value *d, const char *node, nnc_err *e)
+{
+    memset(d, 0, sizeof *d);
+    d->name = s->name ? s->name : "";
+    if (!d->name[0]) { d->info.ndim = 0; return NNC_OK; }
+    int dt = dt_from(s->dtype);
+    if (dt < 0 || (dt != DT_UNDEF && !nnc_dtsize(dt))) {
+        e->unsupported = 1;
+        return nnc_fail(e, "node '%s': value '%s' has an element type the cpu backend does not support", node, d->name);
+    }
+    d->info.dtype = dt;
+    d->info.ndim = s->ndim;
+    if (s->ndim > NNC_MAXDIM) {
+        e->unsupported = 1;
+        return nnc_fail(e, "node '%s': value '%s' has rank %d; the cpu backend supports up to %d", node, d->name, s->ndim, NNC_MAXDIM);
+    }
+    if (s->ndim > 0 && !s->shape) return nnc_fail(e, "node '%s': value '%s' has no shape array", node, d->name);
+    for (int i = 0; i < s->ndim && i < NNC_MAXDIM; i++) d->info.dims[i] = s->shape[i] < 0 ? -1 : s->shape[i];
+    if (s->const_data) {
+        int64_t k = nnc_info_numel(&d->info);
+        if (k < 0 || dt == DT_UNDEF || (uint64_t)k * nnc_dtsize(dt) != s->const_nbytes)
+            return nnc_fail(e, "node '%s': constant '%s' has %llu bytes, its shape and type need %lld", node, d->name,
+                            (unsigned long long)s->const_nbytes, (long long)(k < 0 ? -1 : k * (int64_t)nnc_dtsize(dt)));
+        d->info.const_data = s->const_data;
+        d->const_nbytes = s->const_nbytes;
+    }
+    return NNC_OK;
+}
+
+static void conv_attr(const nnp_attr *s, nnc_attr *d)
+{
+    memset(d, 0, sizeof *d);
+    d->name = s->name ? s->name : "";
+    d->count = s->count;
+    d->data = s->data;
+    switch (s->type) {
+    case NNP_ATTR_FLOAT: case NNP_ATTR_FLOATS:
+        d->kind = dt_from(s->dtype) == DT_F32 && (s->data || !s->count) ? s->type : AK_UNDEF;
+        break;
+    case NNP_ATTR_INT: case NNP_ATTR_INTS:
+        d->kind = dt_from(s->dtype) == DT_I64 && (s->data || !s->count) ? s->type : AK_UNDEF;
+        break;
+    case NNP_ATTR_STRING:
+        d->kind = s->data || !s->count ? AK_STRING : AK_UNDEF;
+        break;
+    case NNP_ATTR_TENSOR:
+        d->kind = AK_TENSOR;
+        d->tdtype = dt_from(s->dtype);
+        if (d->tdtype < 0) d->tdtype = DT_UNDEF;
+        d->tndim = s->ndim;
+        for (int i = 0; i < s->ndim && i < NNC_MAXDIM && s->shape; i++) d->tdims[i] = s->shape[i];
+        break;
+    default:
+        d->kind = AK_UNDEF;
+    }
+}
+
+static int build_descs(const nnp_node_desc *nodes, int32_t n, descs *d, nnc_err *e)
+{
+    memset(d, 0, sizeof *d);
+    if (!nodes || n < 1) return nnc_fail(e, "no nodes given");
+    size_t nv = 0, na = 0;
+    for (int i = 0; i < n; i++) {
+        if (nodes[i].num_inputs < 0 || nodes[i].num_outputs < 0 || nodes[i].num_attrs < 0 ||
+            (nodes[i].num_inputs && !nodes[i].inputs) || (nodes[i].num_outputs && !nodes[i].outputs) ||
+            (nodes[i].num_attrs && !nodes[i].attrs) || !nodes[i].op_type)
+            return nnc_fail(e, "node %d: malformed descriptor", i);
+        nv += (size_t)nodes[i].num_inputs + (size_t)nodes[i].num_outputs;
+        na += (size_t)nodes[i].num_attrs;
+    }
+    d->nodes = calloc((size_t)n, sizeof *d->nodes);
+    d->vals = calloc(nv + 1, sizeof *d->vals);
+    d->attrs = calloc(na + 1, sizeof *d->attrs);
+    if (!d->nodes || !d->vals || !d->attrs) return nnc_fail(e, "out of memory");
+    nnc_desc_value *v = d->vals;
+    nnc_attr *a = d->attrs;
+    for (int i = 0; i < n; i++) {
+        const nnp_node_desc *s = &nodes[i];
+        nnc_desc_node *t = &d->nodes[i];
+        t->name = s->name ? s->name : "";
+        t->op_type = s->op_type;
+        t->domain = s->domain ? s->domain : "";
+        t->opset = s->opset > 0 && s->opset < 1000 ? (int)s->opset : 0;
+        t->nattr = s->num_attrs;
+        t->attrs = a;
+        for (int j = 0; j < s->num_attrs; j++) conv_attr(&s->attrs[j], a++);
+        t->nin = s->num_inputs;
+        t->in = v;
+        for (int j = 0; j < s->num_inputs; j++) TRY(conv_value(&s->inputs[j], v++, t->name, e));
+        t->nout = s->num_outputs;
+        t->out = v;
+        for (int j = 0; j < s->num_outputs; j++) TRY(conv_value(&s->outputs[j], v++, t->name, e));
+    }
+    return NNC_OK;
+}
+
+static int conv_tensors(const nnp_tensor *src, int32_t n, nnc_tensor *dst, const char *what, nnc_err *e)
+{
+    if (n < 0 || (n && !src)) return nnc_fail(e, "%s: bad tensor list", what);
+    for (int i = 0; i < n; i++) {
+        const nnp_tensor *s = &src[i];
+        nnc_tensor *d = &dst[i];
+        memset(d, 0, sizeof *d);
+        if (s->ndim < 0 || s->ndim > NNC_MAXDIM) return nnc_fail(e, "%s %d has rank %d; at most %d is supported", what, i, s->ndim, NNC_MAXDIM);
+        if (s->ndim > 0 && !s->shape) return nnc_fail(e, "%s %d has no shape", what, i);
+        if (s->strides) return nnc_fail(e, "%s %d is strided; the cpu backend needs compact tensors", what, i);
+        if (s->data && s->device.device_type != NNP_DEVICE_CPU) return nnc_fail(e, "%s %d is not in host memory", what, i);
+        int dt = dt_from(s->dtype);
+        if (dt < 0) return nnc_fail(e, "%s %d has an unsupported element type", what, i);
+        d->dtype = dt;
+        d->ndim = s->ndim;
+        for (int k = 0; k < s->ndim; k++) {
+            if (s->shape[k] < 0) return nnc_fail(e, "%s %d has a negative dimension", what, i);
+            d->dims[k] = s->shape[k];
+        }
+        d->data = nnp_tensor_ptr(s);
+    }
+    return NNC_OK;
+}
+
+/* ---- lifecycle ----------------------------------------------------------------------- */
+
+static nnp_status cpu_init(const nnp_init_options *o)
+{
+    nnc_err e = {{0}, 0};
+    if (o && o->struct_size >= offsetof(nnp_init_options, num_threads) + sizeof(int32_t) && o->num_threads > 0)
+        nnc_set_num_threads(o->num_threads);
+    if (nnc_blas_load(NULL, &e)) return from_err(&e, NNP_STATUS_ERROR);
+    return NNP_OK;
+}
+
+static void cpu_shutdown(void) { nnc_threads_shutdown(); }
+
+static nnp_status cpu_set_num_threads(int32_t n)
+{
+    if (n < 0) return set_error(NNP_STATUS_INVALID_ARGUMENT, "set_num_threads: %d is negative", n);
+    nnc_set_num_threads(n);
+    return NNP_OK;
+}
+
+/* ---- device API ---------------------------------------------------------------------- */
+
+static int is_host(nnp_device d) { return d.device_type == NNP_DEVICE_CPU && d.device_id == 0; }
+
+static int64_t meminfo(const char *key)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    int64_t v = -1;
+    size_t kl = strlen(key);
+    if (!f) return -1;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, key, kl) && line[kl] == ':') { v = atoll(line + kl + 1) * 1024; break; }
+    fclose(f);
+    return v;
+}
+
+static nnp_status cpu_get_attr(nnp_device dev, int32_t kind, nnp_attr_value *out)
+{
+    if (!out) return set_error(NNP_STATUS_INVALID_ARGUMENT, "get_attr: out is NULL");
+    if (kind == NNP_DEVICE_ATTR_EXIST) { out->type = NNP_ATTR_VALUE_INT; out->i = is_host(dev); return NNP_OK; }
+    if (!is_host(dev)) return NNP_OK;
+    switch (kind) {
+    case NNP_DEVICE_ATTR_MULTI_PROCESSOR_COUNT:
+        out->type = NNP_ATTR_VALUE_INT;
+        out->i = nnc_num_threads();
+        break;
+    case NNP_DEVICE_ATTR_DEVICE_NAME: {
+        FILE *f = fopen("/proc/cpuinfo", "r");
+        char line[512];
+        if (f) {
+            while (fgets(line, sizeof line, f)) {
+                if (!strncmp(line, "model name", 10)) {
+                    char *c = strchr(line, ':');
+                    if (c) {
+                        c++;
+                        while (*c == ' ') c++;
+                        c[strcspn(c, "\n")] = 0;
+                        out->type = NNP_ATTR_VALUE_STRING;
+                        snprintf(out->s, sizeof out->s, "%s", c);
+                    }
+                    break;
+                }
+            }
+            fclose(f);
+        }
+        break;
+    }
+    case NNP_DEVICE_ATTR_API_VERSION:
+        out->type = NNP_ATTR_VALUE_STRING;
+        snprintf(out->s, sizeof out->s, "%s", nnc_blas_info());
+        break;
+    case NNP_DEVICE_ATTR_L2_CACHE_SIZE_BYTES: {
+        long v = sysconf(_SC_LEVEL2_CACHE_SIZE);
+        if (v > 0) { out->type = NNP_ATTR_VALUE_INT; out->i = v; }
+        break;
+    }
+    case NNP_DEVICE_ATTR_TOTAL_GLOBAL_MEMORY:
+    case NNP_DEVICE_ATTR_AVAILABLE_GLOBAL_MEMORY: {
+        int64_t v = meminfo(kind == NNP_DEVICE_ATTR_TOTAL_GLOBAL_MEMORY ? "MemTotal" : "MemAvailable");
+        if (v >= 0) { out->type = NNP_ATTR_VALUE_INT; out->i = v; }
+        break;
+    }
+    default:
+        break;
+    }
+    return NNP_OK;
+}
+
+static nnp_status cpu_alloc(nnp_device dev, uint64_t nbytes, uint64_t alignment, nnp_dtype hint, void **out)
+{
+    (void)hint;
+    if (!out) return set_error(NNP_STATUS_INVALID_ARGUMENT, "alloc_data_space: out is NULL");
+    *out = NULL;
+    if (!is_host(dev)) return set_error(NNP_STATUS_INVALID_ARGUMENT, "alloc_data_space: device %d:%d is not the cpu", dev.device_type, dev.device_id);
+    if (nbytes == 0) return set_error(NNP_STATUS_INVALID_ARGUMENT, "alloc_data_space: nbytes is 0");
+    if (alignment == 0 || (alignment & (alignment - 1)))
+        return set_error(NNP_STATUS_INVALID_ARGUMENT, "alloc_data_space: alignment %llu is not a power of two", (unsigned long long)alignment);
+    if (alignment < 64) alignment = 64;
+    void *p = NULL;
+    if (posix_memalign(&p, (size_t)alignment, (size_t)nbytes) != 0 || !p)
+        return set_error(NNP_STATUS_OUT_OF_MEMORY, "alloc_data_space: cannot allocate %llu bytes", (unsigned long long)nbytes);
+    *out = p;
+    return NNP_OK;
+}
+
+static nnp_status cpu_free(nnp_device dev, void *h)
+{
+    (void)dev;
+    free(h);
+    return NNP_OK;
+}
+
+static nnp_status cpu_copy(const void *from, uint64_t fo, void *to, uint64_t to_off, uint64_t n,
+                           nnp_device df, nnp_device dt, int32_t kind, nnp_stream stream)
+{
+    (void)df; (void)dt; (void)stream;
+    if (kind < NNP_COPY_HOST_TO_DEVICE || kind > NNP_COPY_DEVICE_TO_DEVICE)
+        return set_error(NNP_STATUS_INVALID_ARGUMENT, "copy_data_from_to: unknown kind %d", kind);
+    if (!n) return NNP_OK;
+    if (!from || !to) return set_error(NNP_STATUS_INVALID_ARGUMENT, "copy_data_from_to: NULL buffer");
+    memmove((char *)to + to_off, (const char *)from + fo, (size_t)n);
+    return NNP_OK;
+}
+
+/* ---- capabilities -------------------------------------------------------------------- */
+
+static nnp_status cpu_supports(const nnp_node_desc *node, int32_t *out)
+{
+    if (!node || !out) return set_error(NNP_STATUS_INVALID_ARGUMENT, "supports: NULL argument");
+    *out = 0;
+    nnc_err e = {{0}, 0};
+    descs d;
+    if (build_descs(node, 1, &d, &e)) { descs_free(&d); return NNP_OK; }
+    nnc_plan *p = nnc_plan_build(d.nodes, 1, 1, &e);
+    /* A node we know but whose attributes are wrong is still ours: kernel_create then
+     * reports exactly what is wrong instead of "no backend runs this node". */
+    *out = p != NULL || (!e.unsupported && nnc_find_op(node->op_type) &&
+                         (!node->domain || !node->domain[0] || !strcmp(node->domain, "ai.onnx")));
+    nnc_plan_free(p);
+    descs_free(&d);
+    return NNP_OK;
+}
+
+static nnp_status cpu_fuse(const nnp_node_desc *nodes, int32_t n, int32_t *taken)
+{
+    if (!nodes || !taken || n < 1) return set_error(NNP_STATUS_INVALID_ARGUMENT, "fuse: bad arguments");
+    nnc_err e = {{0}, 0};
+    descs d;
+    if (build_descs(nodes, n, &d, &e)) { descs_free(&d); *taken = 1; return NNP_OK; }
+    *taken = nnc_fuse_count(d.nodes, n);
+    descs_free(&d);
+    return NNP_OK;
+}
+
+/* ---- kernels ------------------------------------------------------------------------- */
+
+static nnp_status cpu_kernel_create(const nnp_node_desc *nodes, int32_t n, nnp_device dev, nnp_kernel **out)
+{
+    if (!out) return set_error(NNP_STATUS_INVALID_ARGUMENT, "kernel_create: out is NULL");
+    *out = NULL;
+    if (!is_host(dev)) return set_error(NNP_STATUS_INVALID_ARGUMENT, "kernel_create: device %d:%d is not the cpu", dev.device_type, dev.device_id);
+    nnc_err e = {{0}, 0};
+    descs d;
+    if (build_descs(nodes, n, &d, &e)) { descs_free(&d); return from_err(&e, NNP_STATUS_INVALID_ARGUMENT); }
+    nnc_plan *p = nnc_plan_build(d.nodes, n, 0, &e);
+    descs_free(&d);
+    if (!p) return from_err(&e, NNP_STATUS_INVALID_ARGUMENT);
+    *out = (nnp_kernel *)p;
+    return NNP_OK;
+}
+
+static nnp_status cpu_kernel_destroy(nnp_kernel *k)
+{
+    nnc_plan_free((nnc_plan *)k);
+    return NNP_OK;
+}
+
+/* Tensor lists: on the stack when small, else on the heap (a fused group of many nodes has
+ * one kernel input per node input). */
+#define STACKT 64
+typedef struct {
+    nnc_tensor stack[STACKT];
+    nnc_tensor *t;
+} tlist;
+
+static int tlist_init(tlist *l, int32_t n, nnc_err *e)
+{
+    l->t = n <= STACKT ? l->stack : malloc((size_t)n * sizeof(nnc_tensor));
+    return l->t ? NNC_OK : nnc_fail(e, "out of memory");
+}
+
+static void tlist_free(tlist *l)
+{
+    if (l->t != l->stack) free(l->t);
+}
+
+static nnp_status cpu_output_shapes(const nnp_kernel *k, const nnp_tensor *inputs, int32_t nin,
+                                    int32_t nout, int32_t *ndims, int64_t *shapes)
+{
+    const nnc_plan *p = (const nnc_plan *)k;
+    nnc_err e = {{0}, 0};
+    tlist in, out;
+    if (!p || !ndims || !shapes || nin < 0) return set_error(NNP_STATUS_INVALID_ARGUMENT, "kernel_output_shapes: bad arguments");
+    if (nout != p->nkout) return set_error(NNP_STATUS_INVALID_ARGUMENT, "kernel_output_shapes: %d outputs, the kernel has %d", nout, p->nkout);
+    if (tlist_init(&in, nin, &e)) return from_err(&e, NNP_STATUS_OUT_OF_MEMORY);
+    if (tlist_init(&out, nout, &e)) { tlist_free(&in); return from_err(&e, NNP_STATUS_OUT_OF_MEMORY); }
+    int rc = conv_tensors(inputs, nin, in.t, "input", &e) || nnc_plan_output_shapes(p, in.t, nin, out.t, &e);
+    if (!rc)
+        for (int j = 0; j < nout; j++) {
+            ndims[j] = out.t[j].ndim;
+            for (int d = 0; d < out.t[j].ndim; d++) shapes[j * NNP_MAX_NDIM + d] = out.t[j].dims[d];
+        }
+    tlist_free(&in);
+    tlist_free(&out);
+    return rc ? from_err(&e, NNP_STATUS_SHAPE_ERROR) : NNP_OK;
+}
+
+static nnp_status cpu_workspace_size(const nnp_kernel *k, const nnp_tensor *inputs, int32_t nin,
+                                     const nnp_tensor *outputs, int32_t nout, uint64_t *nbytes)
+{
+    (void)outputs; (void)nout;
+    const nnc_plan *p = (const nnc_plan *)k;
+    nnc_err e = {{0}, 0};
+    tlist in;
+    size_t n = 0;
+    if (!p || !nbytes || nin < 0) return set_error(NNP_STATUS_INVALID_ARGUMENT, "kernel_workspace_size: bad arguments");
+    if (tlist_init(&in, nin, &e)) return from_err(&e, NNP_STATUS_OUT_OF_MEMORY);
+    int rc = conv_tensors(inputs, nin, in.t, "input", &e) || nnc_plan_workspace(p, in.t, nin, &n, &e);
+    tlist_free(&in);
+    if (rc) return from_err(&e, NNP_STATUS_INVALID_ARGUMENT);
+    *nbytes = n;
+    return NNP_OK;
+}
+
+static nnp_status cpu_kernel_run(const nnp_kernel *k, const nnp_tensor *inputs, int32_t nin,
+                                 const nnp_tensor *outputs, int32_t nout, void *ws, uint64_t wsn,
+                                 nnp_stream stream)
+{
+    (void)stream;
+    const nnc_plan *p = (const nnc_plan *)k;
+    nnc_err e = {{0}, 0};
+    tlist in, out;
+    if (!p || nin < 0 || nout < 0) return set_error(NNP_STATUS_INVALID_ARGUMENT, "kernel_run: bad arguments");
+    if (tlist_init(&in, nin, &e)) return from_err(&e, NNP_STATUS_OUT_OF_MEMORY);
+    if (tlist_init(&out, nout, &e)) { tlist_free(&in); return from_err(&e, NNP_STATUS_OUT_OF_MEMORY); }
+    int rc = conv_tensors(inputs, nin, in.t, "input", &e) || conv_tensors(outputs, nout, out.t, "output", &e) ||
+             nnc_plan_run(p, in.t, nin, out.t, nout, ws, (size_t)wsn, &e);
+    tlist_free(&in);
+    tlist_free(&out);
+    return rc ? from_err(&e, NNP_STATUS_INVALID_ARGUMENT) : NNP_OK;
+}
+
+/* Like nnp_run_steps_default, without its limit on tensors per step. */
+static nnp_status resolve(const nnp_tensor *src, const int32_t *slot_ids, int32_t n, void *const *slots,
+                          int32_t ns, nnp_tensor *dst)
+{
+    for (int32_t i = 0; i < n; i++) {
+        int32_t s = slot_ids ? slot_ids[i] : -1;
+        dst[i] = src[i];
+        if (s >= 0) {
+            if (s >= ns || !slots) return set_error(NNP_STATUS_INVALID_ARGUMENT, "run_steps: slot %d out of range (%d slots)", s, ns);
+            dst[i].data = slots[s];
+        }
+    }
+    return NNP_OK;
+}
+
+static nnp_status cpu_run_steps(const nnp_step *steps, int32_t n, void *const *slots, int32_t ns,
+                                void *ws, uint64_t wsn, nnp_stream stream, int32_t *failed)
+{
+    nnp_tensor sin[STACKT], sout[STACKT];
+    if (n < 0 || (n && !steps)) return set_error(NNP_STATUS_INVALID_ARGUMENT, "run_steps: bad step list");
+    for (int32_t i = 0; i < n; i++) {
+        const nnp_step *st = &steps[i];
+        if (failed) *failed = i;
+        if (st->num_inputs < 0 || st->num_outputs < 0 || (st->num_inputs && !st->inputs) || (st->num_outputs && !st->outputs))
+            return set_error(NNP_STATUS_INVALID_ARGUMENT, "run_steps: step %d is malformed", i);
+        nnp_tensor *tin = st->num_inputs <= STACKT ? sin : malloc((size_t)st->num_inputs * sizeof(nnp_tensor));
+        nnp_tensor *tout = st->num_outputs <= STACKT ? sout : malloc((size_t)st->num_outputs * sizeof(nnp_tensor));
+        nnp_status rc = (!tin || !tout) ? set_error(NNP_STATUS_OUT_OF_MEMORY, "run_steps: out of memory") : NNP_OK;
+        if (rc == NNP_OK) rc = resolve(st->inputs, st->input_slots, st->num_inputs, slots, ns, tin);
+        if (rc == NNP_OK) rc = resolve(st->outputs, st->output_slots, st->num_outputs, slots, ns, tout);
+        if (rc == NNP_OK) rc = cpu_kernel_run(st->kernel, tin, st->num_inputs, tout, st->num_outputs, ws, wsn, stream);
+        if (tin && tin != sin) free(tin);
+        if (tout && tout != sout) free(tout);
+        if (rc != NNP_OK) return rc;
+    }
+    if (failed) *failed = -1;
+    return NNP_OK;
+}
+
+static const nnp_backend_v1 TABLE = {
+    .abi_version = {NNP_BACKEND_ABI_MAJOR, NNP_BACKEND_ABI_MINOR, NNP_BACKEND_ABI_PATCH},
+    .struct_size = sizeof(nnp_backend_v1),
+    .flags = NNP_BACKEND_HOST_VISIBLE | NNP_BACKEND_KERNELS_OWN_CONSTANTS,
+    .id = "cpu",
+    .version = NNC_VERSION,
+    .device_type = NNP_DEVICE_CPU,
+    .device_type_name = NULL,
+    .init = cpu_init,
+    .shutdown = cpu_shutdown,
+    .last_error = last_error,
+    .set_num_threads = cpu_set_num_threads,
+    .get_attr = cpu_get_attr,
+    .alloc_data_space = cpu_alloc,
+    .free_data_space = cpu_free,
+    .copy_data_from_to = cpu_copy,
+    .supports = cpu_supports,
+    .fuse = cpu_fuse,
+    .kernel_create = cpu_kernel_create,
+    .kernel_destroy = cpu_kernel_destroy,
+    .kernel_output_shapes = cpu_output_shapes,
+    .kernel_workspace_size = cpu_workspace_size,
+    .kernel_run = cpu_kernel_run,
+    .run_steps = cpu_run_steps,
+};
+
+NNP_EXPORT const nnp_backend_v1 *nnp_backend_entry(const nnp_version *host_abi)
+{
+    (void)host_abi; /* the host checks versions and reports a mismatch */
+    return &TABLE;
+}

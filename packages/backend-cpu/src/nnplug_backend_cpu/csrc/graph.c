@@ -1,0 +1,718 @@
+/* Building and running plans. See graph.h. */
+#include "graph.h"
+#include "ops.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define ALIGN 64
+static size_t align_up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
+
+static char *dup_str(const char *s)
+{
+    size_t n = s ? strlen(s) : 0;
+    char *d = malloc(n + 1);
+    if (d) { if (n) memcpy(d, s, n); d[n] = 0; }
+    return d;
+}
+
+static int info_static(const nnc_valinfo *v)
+{
+    if (v->dtype == DT_UNDEF || !nnc_dtsize(v->dtype) || v->ndim < 0) return 0;
+    for (int d = 0; d < v->ndim; d++)
+        if (v->dims[d] < 0) return 0;
+    return 1;
+}
+
+static size_t info_nbytes(const nnc_valinfo *v)
+{
+    int64_t k = nnc_info_numel(v);
+    return k < 0 ? 0 : (size_t)k * nnc_dtsize(v->dtype);
+}
+
+static void info_tensor(const nnc_valinfo *v, void *data, nnc_tensor *t)
+{
+    t->dtype = v->dtype;
+    t->ndim = v->ndim < 0 ? 0 : v->ndim;
+    memcpy(t->dims, v->dims, sizeof t->dims);
+    t->data = data;
+}
+
+void nnc_plan_free(nnc_plan *p)
+{
+    if (!p) return;
+    for (int i = 0; i < p->nnodes; i++) {
+        nnc_node *n = &p->nodes[i];
+        if (n->op && n->op->destroy) n->op->destroy(n);
+        else free(n->state);
+        free((char *)n->name);
+        free((char *)n->op_type);
+    }
+    for (int v = 0; v < p->nvals; v++) {
+        free(p->vals[v].name);
+        nnc_free(p->vals[v].owned);
+    }
+    free(p->nodes);
+    free(p->vals);
+    free(p->kin_val);
+    free(p->kout_val);
+    free(p);
+}
+
+/* ---- value table --------------------------------------------------------------------- */
+
+static int find_value(const nnc_plan *p, const char *name)
+{
+    for (int v = p->nvals - 1; v >= 0; v--)
+        if (!strcmp(p->vals[v].name, name)) return v;
+    return -1;
+}
+
+static int add_value(nnc_plan *p, const nnc_desc_value *d, int producer)
+{
+    nnc_value *v = &p->vals[p->nvals];
+    memset(v, 0, sizeof *v);
+    v->name = dup_str(d->name);
+    if (!v->name) return -1;
+    v->info = d->info;
+    if (v->info.ndim > NNC_MAXDIM) v->info.ndim = -1;
+    v->is_const = d->info.const_data != NULL && producer < 0;
+    v->producer = producer;
+    v->ext_out = -1;
+    v->root = p->nvals;
+    v->offset = -1;
+    return p->nvals++;
+}
+
+/* ---- fusion -------------------------------------------------------------------------- */
+
+static int consumers(const nnc_plan *p, int v, int *only)
+{
+    int c = 0;
+    for (int i = 0; i < p->nnodes; i++) {
+        const nnc_node *n = &p->nodes[i];
+        if (n->dead) continue;
+        for (int j = 0; j < n->nin; j++)
+            if (n->in[j] == v) { c++; *only = i; break; }
+    }
+    return c;
+}
+
+/* The single live consumer of v inside the plan, when v is not needed elsewhere. */
+static nnc_node *sole_consumer(nnc_plan *p, int v)
+{
+    int only = -1;
+    if (v < 0 || p->vals[v].ext_out >= 0) return NULL;
+    if (consumers(p, v, &only) != 1) return NULL;
+    return &p->nodes[only];
+}
+
+static int is_op(const nnc_node *n, const char *t) { return n && n->op && !strcmp(n->op->type, t); }
+
+static void take_output(nnc_plan *p, nnc_node *into, nnc_node *from)
+{
+    into->out[0] = from->out[0];
+    if (into->out[0] >= 0) p->vals[into->out[0]].producer = (int)(into - p->nodes);
+    from->dead = 1;
+}
+
+static void fold_affines(nnc_plan *p)
+{
+    float *scale = NULL, *shift = NULL;
+    for (int i = 0; i < p->nnodes; i++) {
+        nnc_node *c = &p->nodes[i];
+        if (c->dead) continue;
+        int conv = is_op(c, "Conv"), bn = is_op(c, "BatchNormalization");
+        if (!conv && !bn) continue;
+        int64_t C;
+        if (conv) {
+            if (!nnc_conv_can_fold(c)) continue;
+            C = nnc_conv_out_channels(c);
+        } else {
+            const nnc_valinfo *x = c->vin[0];
+            if (!x || x->ndim < 2 || x->dims[1] < 1 || c->act.kind != ACT_NONE) continue;
+            C = x->dims[1];
+        }
+        free(scale);
+        free(shift);
+        scale = malloc((size_t)C * sizeof(float));
+        shift = malloc((size_t)C * sizeof(float));
+        if (!scale || !shift) break;
+        if (bn && !nnc_bn_affine(c, C, scale, shift)) continue; /* statistics only known at run time */
+        for (;;) {
+            int v = c->out[0];
+            if (v < 0) break;
+            int rank = p->vals[v].info.ndim;
+            if (rank < 2) break;
+            nnc_node *u = sole_consumer(p, v);
+            if (!u) break;
+            if (conv && is_op(u, "BatchNormalization") && u->in[0] == v && nnc_bn_affine(u, C, scale, shift)) {
+                nnc_conv_fold_affine(c, scale, shift);
+            } else if (u->nin == 2 && nnc_per_channel_affine(u, u->in[0] == v ? 0 : 1, C, rank, scale, shift) &&
+                       (u->in[0] == v) != (u->in[1] == v)) {
+                if (conv) nnc_conv_fold_affine(c, scale, shift);
+                else nnc_channel_affine_fold(c, scale, shift);
+            } else {
+                break;
+            }
+            take_output(p, c, u);
+        }
+    }
+    free(scale);
+    free(shift);
+}
+
+static int same_static_shape(const nnc_valinfo *a, const nnc_valinfo *b)
+{
+    if (!info_static(a) || !info_static(b) || a->ndim != b->ndim) return 0;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->dims[d] != b->dims[d]) return 0;
+    return 1;
+}
+
+static void fuse_residuals(nnc_plan *p)
+{
+    for (int i = 0; i < p->nnodes; i++) {
+        nnc_node *a = &p->nodes[i];
+        if (a->dead || a->nin != 2 || !(is_op(a, "Add") || is_op(a, "Sum"))) continue;
+        if (a->in[0] < 0 || a->in[1] < 0 || a->in[0] == a->in[1] || a->out[0] < 0) continue;
+        const nnc_valinfo *o = &p->vals[a->out[0]].info;
+        int best = -1, bestk = -1;
+        for (int k = 0; k < 2; k++) {
+            int v = a->in[k], other = a->in[1 - k];
+            int pi = p->vals[v].producer;
+            if (pi < 0) continue;
+            nnc_node *c = &p->nodes[pi];
+            if (!is_op(c, "Conv") || c->dead || c->residual >= 0 || c->act.kind != ACT_NONE || c->nin >= NNC_MAXIO) continue;
+            if (sole_consumer(p, v) != a) continue;
+            if (!same_static_shape(&p->vals[v].info, o) || !same_static_shape(&p->vals[other].info, o)) continue;
+            if (p->vals[other].info.dtype != DT_F32) continue;
+            int op = p->vals[other].producer;
+            if (op >= pi) continue; /* the other operand must exist before the conv runs */
+            if (pi > best) { best = pi; bestk = k; }
+        }
+        if (best < 0) continue;
+        nnc_node *c = &p->nodes[best];
+        c->in[c->nin] = a->in[1 - bestk];
+        c->vin[c->nin] = &p->vals[a->in[1 - bestk]].info;
+        c->residual = c->nin++;
+        take_output(p, c, a);
+    }
+}
+
+static int takes_act(const nnc_node *n)
+{
+    static const char *ops[] = {"Conv", "Gemm", "BatchNormalization", "ChannelAffine", "MaxPool",
+                                "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Concat",
+                                "Add", "Sub", "Mul", "Div", "Sum", "LRN", NULL};
+    for (const char **o = ops; *o; o++)
+        if (is_op(n, *o)) return 1;
+    return 0;
+}
+
+static void fuse_activations(nnc_plan *p)
+{
+    for (int i = 0; i < p->nnodes; i++) {
+        nnc_node *r = &p->nodes[i];
+        nnc_act act;
+        if (r->dead || !(is_op(r, "Relu") || is_op(r, "Clip") || is_op(r, "LeakyRelu"))) continue;
+        if (r->in[0] < 0 || !nnc_unary_as_act(r, &act)) continue;
+        int pi = p->vals[r->in[0]].producer;
+        if (pi < 0) continue;
+        nnc_node *c = &p->nodes[pi];
+        if (c->dead || c->act.kind != ACT_NONE || !takes_act(c) || c->out[0] != r->in[0]) continue;
+        if (p->vals[r->in[0]].info.dtype != DT_F32) continue;
+        if (sole_consumer(p, r->in[0]) != r) continue;
+        c->act = act;
+        take_output(p, c, r);
+    }
+}
+
+/* ---- building ------------------------------------------------------------------------ */
+
+static int owns_const(const nnc_node *n, int j)
+{
+    return n->op && n->op->owns_const && n->op->owns_const(n, j);
+}
+
+static int plan_memory(nnc_plan *p, nnc_err *e)
+{
+    int nv = p->nvals;
+    int *first = malloc((size_t)nv * sizeof(int)), *last = malloc((size_t)nv * sizeof(int));
+    if (!first || !last) { free(first); free(last); return nnc_fail(e, "out of memory planning a kernel"); }
+    for (int v = 0; v < nv; v++) { first[v] = -1; last[v] = -1; p->vals[v].root = v; }
+    for (int i = 0; i < p->nnodes; i++) {
+        nnc_node *n = &p->nodes[i];
+        if (n->dead) continue;
+        if ((n->op->flags & OPF_ALIAS) && n->out[0] >= 0 && n->in[0] >= 0)
+            p->vals[n->out[0]].root = p->vals[n->in[0]].root;
+        for (int j = 0; j < n->nin; j++)
+            if (n->in[j] >= 0) last[p->vals[n->in[j]].root] = i;
+        for (int j = 0; j < n->nout; j++) {
+            int v = n->out[j];
+            if (v < 0) continue;
+            int r = p->vals[v].root;
+            if (first[r] < 0) first[r] = i;
+            if (last[r] < i) last[r] = i;
+        }
+    }
+    /* Intermediates: made by a live node, not a view, not a kernel output. */
+    int *cand = malloc((size_t)nv * sizeof(int));
+    int nc = 0;
+    if (!cand) { free(first); free(last); return nnc_fail(e, "out of memory planning a kernel"); }
+    for (int v = 0; v < nv; v++) {
+        nnc_value *x = &p->vals[v];
+        if (x->producer < 0 || x->ext_out >= 0 || x->root != v || x->is_const) continue;
+        if (p->nodes[x->producer].dead) continue;
+        if (!info_static(&x->info)) { x->dyn = 1; continue; }
+        x->nbytes = align_up(info_nbytes(&x->info) ? info_nbytes(&x->info) : 1);
+        cand[nc++] = v;
+    }
+    /* Greedy: biggest first, lowest offset clear of every overlapping lifetime. */
+    for (int a = 0; a < nc; a++)
+        for (int b = a + 1; b < nc; b++)
+            if (p->vals[cand[b]].nbytes > p->vals[cand[a]].nbytes) { int t = cand[a]; cand[a] = cand[b]; cand[b] = t; }
+    size_t total = 0;
+    for (int a = 0; a < nc; a++) {
+        nnc_value *x = &p->vals[cand[a]];
+        int64_t off = 0;
+        for (int moved = 1; moved;) {
+            moved = 0;
+            for (int b = 0; b < a; b++) {
+                nnc_value *y = &p->vals[cand[b]];
+                if (last[cand[a]] < first[cand[b]] || last[cand[b]] < first[cand[a]]) continue;
+                if (off < y->offset + (int64_t)y->nbytes && y->offset < off + (int64_t)x->nbytes) {
+                    off = y->offset + (int64_t)y->nbytes;
+                    moved = 1;
+                }
+            }
+        }
+        x->offset = off;
+        x->arena = 1;
+        if ((size_t)off + x->nbytes > total) total = (size_t)off + x->nbytes;
+    }
+    p->arena_bytes = total;
+    free(cand);
+    free(first);
+    free(last);
+    return NNC_OK;
+}
+
+/* Per-thread scratch of node i for the given input tensors; outputs inferred. */
+static int node_scratch(nnc_node *n, nnc_tensor *const *in, size_t *out, nnc_err *e)
+{
+    *out = 0;
+    if (!n->op->scratch) return NNC_OK;
+    nnc_tensor outs[NNC_MAXIO];
+    memset(outs, 0, sizeof outs);
+    TRY(n->op->infer(n, in, outs, e));
+    *out = align_up(n->op->scratch(n, in, outs));
+    return NNC_OK;
+}
+
+nnc_plan *nnc_plan_build(const nnc_desc_node *nodes, int nn, int probing, nnc_err *e)
+{
+    nnc_plan *p = calloc(1, sizeof *p);
+    if (!p) { nnc_fail(e, "out of memory"); return NULL; }
+    int maxv = 0, maxk = 0;
+    for (int i = 0; i < nn; i++) { maxv += nodes[i].nin + nodes[i].nout; maxk += nodes[i].nin; }
+    p->vals = calloc((size_t)maxv + 1, sizeof *p->vals);
+    p->nodes = calloc((size_t)nn + 1, sizeof *p->nodes);
+    p->kin_val = calloc((size_t)maxk + 1, sizeof(int));
+    p->kout_val = calloc((size_t)(nn ? nodes[nn - 1].nout : 0) + 1, sizeof(int));
+    if (!p->vals || !p->nodes || !p->kin_val || !p->kout_val) { nnc_fail(e, "out of memory"); goto fail; }
+    for (int i = 0; i < nn; i++) {
+        const nnc_desc_node *d = &nodes[i];
+        nnc_node *n = &p->nodes[i];
+        n->name = dup_str(d->name);
+        n->op_type = dup_str(d->op_type);
+        n->opset = d->opset;
+        n->residual = -1;
+        n->probing = probing;
+        p->nnodes = i + 1;
+        if (!n->name || !n->op_type) { nnc_fail(e, "out of memory"); goto fail; }
+        if (d->nin > NNC_MAXIO || d->nout > NNC_MAXIO) {
+            nnc_node_unsup(e, n, "more than %d inputs or outputs are not supported", NNC_MAXIO);
+            goto fail;
+        }
+        if (d->domain && d->domain[0] && strcmp(d->domain, "ai.onnx")) {
+            nnc_node_unsup(e, n, "domain '%s' is not supported by the cpu backend", d->domain);
+            goto fail;
+        }
+        n->op = nnc_find_op(d->op_type);
+        if (!n->op) { nnc_node_unsup(e, n, "this op is not supported by the cpu backend"); goto fail; }
+        n->nin = d->nin;
+        n->nout = d->nout;
+        for (int j = 0; j < d->nin; j++) {
+            const nnc_desc_value *dv = &d->in[j];
+            int v = -1;
+            if (dv->name && dv->name[0]) {
+                v = find_value(p, dv->name);
+                if (v < 0 || p->vals[v].producer < 0) {
+                    if (v < 0 && (v = add_value(p, dv, -1)) < 0) { nnc_fail(e, "out of memory"); goto fail; }
+                }
+            }
+            if (v < 0 || p->vals[v].producer < 0 || p->vals[v].producer >= i) p->kin_val[p->nkin++] = v;
+            n->in[j] = v;
+            n->vin[j] = v >= 0 ? &p->vals[v].info : NULL;
+        }
+        for (int j = 0; j < d->nout; j++) {
+            const nnc_desc_value *dv = &d->out[j];
+            int v = -1;
+            if (dv->name && dv->name[0]) {
+                if (find_value(p, dv->name) >= 0) {
+                    nnc_node_fail(e, n, "output '%s' is produced twice", dv->name);
+                    goto fail;
+                }
+                if ((v = add_value(p, dv, i)) < 0) { nnc_fail(e, "out of memory"); goto fail; }
+                p->vals[v].is_const = 0;
+                p->vals[v].info.const_data = NULL;
+            }
+            n->out[j] = v;
+            n->vout[j] = v >= 0 ? &p->vals[v].info : NULL;
+            /* ONNX shape inference leaves Dropout-7..9's mask untyped: it is the input's shape,
+             * bool from opset 10, the input's type before. */
+            if (v >= 0 && j == 1 && !strcmp(d->op_type, "Dropout") && n->in[0] >= 0 &&
+                p->vals[v].info.dtype == DT_UNDEF) {
+                p->vals[v].info = p->vals[n->in[0]].info;
+                p->vals[v].info.const_data = NULL;
+                if (d->opset >= 10 || p->vals[v].info.dtype == DT_UNDEF) p->vals[v].info.dtype = DT_BOOL;
+            }
+        }
+        int nin_used = d->nin;
+        while (nin_used > 0 && n->in[nin_used - 1] < 0) nin_used--; /* trailing omitted */
+        if (nin_used < n->op->min_in || d->nin > n->op->max_in) {
+            nnc_node_fail(e, n, "has %d inputs; this op takes %d to %d", d->nin, n->op->min_in, n->op->max_in);
+            goto fail;
+        }
+        if (d->nout < n->op->min_out || d->nout > n->op->max_out) {
+            nnc_node_unsup(e, n, "has %d outputs; the cpu backend supports %d to %d", d->nout, n->op->min_out, n->op->max_out);
+            goto fail;
+        }
+        n->nattr = d->nattr;
+        n->attrs = d->attrs;
+        if (n->op->create && n->op->create(n, e) != NNC_OK) goto fail;
+        n->attrs = NULL; /* only valid during this call */
+        n->nattr = 0;
+    }
+    if (nn > 0) {
+        const nnc_node *last = &p->nodes[nn - 1];
+        p->nkout = last->nout;
+        for (int j = 0; j < last->nout; j++) {
+            p->kout_val[j] = last->out[j];
+            if (last->out[j] >= 0) p->vals[last->out[j]].ext_out = j;
+        }
+    }
+    if (probing) return p;
+    if (nn > 1) {
+        fold_affines(p);
+        fuse_residuals(p);
+        fuse_activations(p);
+    }
+    /* Keep constants the kernels read at run time (not those packed at create). */
+    for (int v = 0; v < p->nvals; v++) {
+        nnc_value *x = &p->vals[v];
+        if (!x->is_const) continue;
+        int needed = 0;
+        for (int i = 0; i < p->nnodes && !needed; i++) {
+            const nnc_node *n = &p->nodes[i];
+            if (n->dead) continue;
+            for (int j = 0; j < n->nin; j++)
+                if (n->in[j] == v && !owns_const(n, j)) { needed = 1; break; }
+        }
+        size_t nb = info_nbytes(&x->info);
+        if (needed) {
+            x->owned = nnc_alloc(nb ? nb : 1);
+            if (!x->owned) { nnc_fail(e, "out of memory copying constant '%s'", x->name); goto fail; }
+            if (nb) memcpy(x->owned, x->info.const_data, nb);
+        }
+        x->info.const_data = x->owned; /* never the caller's pointer after this call */
+    }
+    for (int i = 0; i < p->nnodes; i++) p->live += !p->nodes[i].dead;
+    if (plan_memory(p, e)) goto fail;
+    /* Static scratch: every live node's inputs static. */
+    p->static_scratch = 1;
+    for (int i = 0; i < p->nnodes && p->static_scratch; i++) {
+        nnc_node *n = &p->nodes[i];
+        if (n->dead || !n->op->scratch) continue;
+        nnc_tensor ts[NNC_MAXIO], *in[NNC_MAXIO];
+        for (int j = 0; j < n->nin; j++) {
+            in[j] = NULL;
+            if (n->in[j] < 0) continue;
+            if (!info_static(&p->vals[n->in[j]].info)) { p->static_scratch = 0; break; }
+            info_tensor(&p->vals[n->in[j]].info, NULL, &ts[j]);
+            in[j] = &ts[j];
+        }
+        if (!p->static_scratch) break;
+        size_t s;
+        nnc_err tmp = {{0}, 0};
+        if (node_scratch(n, in, &s, &tmp)) { p->static_scratch = 0; break; }
+        if (s > p->scratch_static) p->scratch_static = s;
+    }
+    return p;
+fail:
+    nnc_plan_free(p);
+    return NULL;
+}
+
+/* ---- running ------------------------------------------------------------------------- */
+
+/* NNPLUG_CPU_PROFILE=1 prints every node's time to stderr (for tuning, not for tests). */
+static int profiling(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *v = getenv("NNPLUG_CPU_PROFILE");
+        on = v && *v && strcmp(v, "0") != 0;
+    }
+    return on;
+}
+
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+typedef struct {
+    nnc_tensor *vt;
+    char *set;
+    void **dyn;
+    int ndyn;
+} run_env;
+
+static int bind_inputs(const nnc_plan *p, const nnc_tensor *kin, int nkin, run_env *r, nnc_err *e)
+{
+    if (nkin != p->nkin) return nnc_fail(e, "the kernel got %d inputs, it has %d", nkin, p->nkin);
+    for (int k = 0; k < nkin; k++) {
+        int v = p->kin_val[k];
+        if (v < 0 || r->set[v]) continue;
+        const nnc_value *x = &p->vals[v];
+        if (x->is_const) {
+            info_tensor(&x->info, x->owned, &r->vt[v]);
+        } else {
+            const nnc_tensor *t = &kin[k];
+            if (x->info.dtype != DT_UNDEF && t->dtype != x->info.dtype)
+                return nnc_fail(e, "input '%s' has element type %s, the model declares %s", x->name,
+                                nnc_dtname(t->dtype), nnc_dtname(x->info.dtype));
+            if (x->info.ndim >= 0 && t->ndim != x->info.ndim)
+                return nnc_fail(e, "input '%s' has rank %d, the model declares %d", x->name, t->ndim, x->info.ndim);
+            if (!t->data && nnc_numel(t) > 0) return nnc_fail(e, "input '%s' has no data", x->name);
+            r->vt[v] = *t;
+        }
+        r->set[v] = 1;
+    }
+    return NNC_OK;
+}
+
+static void gather_inputs(const nnc_node *n, run_env *r, nnc_tensor **in)
+{
+    for (int j = 0; j < n->nin; j++) in[j] = n->in[j] >= 0 && r->set[n->in[j]] ? &r->vt[n->in[j]] : NULL;
+}
+
+static int check_inputs_present(const nnc_node *n, nnc_tensor *const *in, nnc_err *e)
+{
+    for (int j = 0; j < n->nin; j++)
+        if (n->in[j] >= 0 && !in[j]) return nnc_node_fail(e, n, "input %d was not computed", j);
+    if (n->op->min_in > 0 && !in[0]) return nnc_node_fail(e, n, "input 0 is missing");
+    return NNC_OK;
+}
+
+int nnc_plan_output_shapes(const nnc_plan *p, const nnc_tensor *kin, int nkin, nnc_tensor *outs, nnc_err *e)
+{
+    /* Multi-node plans are static (the fuse query guarantees it): report the known shapes.
+     * A single node infers from its actual inputs. */
+    if (p->nnodes == 1) {
+        nnc_tensor vt[2 * NNC_MAXIO + 2];
+        char set[2 * NNC_MAXIO + 2] = {0};
+        run_env r = {vt, set, NULL, 0};
+        if (p->nvals > 2 * NNC_MAXIO + 2) return nnc_fail(e, "too many values");
+        TRY(bind_inputs(p, kin, nkin, &r, e));
+        const nnc_node *n = &p->nodes[0];
+        nnc_tensor *in[NNC_MAXIO];
+        gather_inputs(n, &r, in);
+        TRY(check_inputs_present(n, in, e));
+        memset(outs, 0, sizeof(nnc_tensor) * (size_t)n->nout);
+        return n->op->infer((nnc_node *)n, in, outs, e);
+    }
+    for (int j = 0; j < p->nkout; j++) {
+        int v = p->kout_val[j];
+        memset(&outs[j], 0, sizeof outs[j]);
+        if (v < 0) continue;
+        if (!info_static(&p->vals[v].info)) return nnc_fail(e, "output '%s' has no static shape", p->vals[v].name);
+        info_tensor(&p->vals[v].info, NULL, &outs[j]);
+    }
+    return NNC_OK;
+}
+
+int nnc_plan_workspace(const nnc_plan *p, const nnc_tensor *kin, int nkin, size_t *out, nnc_err *e)
+{
+    size_t per = p->scratch_static;
+    if (!p->static_scratch && p->nnodes == 1 && p->nodes[0].op->scratch) {
+        nnc_tensor vt[2 * NNC_MAXIO + 2];
+        char set[2 * NNC_MAXIO + 2] = {0};
+        run_env r = {vt, set, NULL, 0};
+        if (p->nvals > 2 * NNC_MAXIO + 2) return nnc_fail(e, "too many values");
+        TRY(bind_inputs(p, kin, nkin, &r, e));
+        nnc_tensor *in[NNC_MAXIO];
+        gather_inputs(&p->nodes[0], &r, in);
+        TRY(check_inputs_present(&p->nodes[0], in, e));
+        TRY(node_scratch((nnc_node *)&p->nodes[0], in, &per, e));
+    }
+    *out = align_up(p->arena_bytes) + (size_t)nnc_num_threads() * per;
+    return NNC_OK;
+}
+
+int nnc_plan_run(const nnc_plan *p, const nnc_tensor *kin, int nkin, const nnc_tensor *kout, int nkout,
+                 void *ws, size_t wsn, nnc_err *e)
+{
+    if (nkout != p->nkout) return nnc_fail(e, "the kernel got %d outputs, it has %d", nkout, p->nkout);
+    size_t arena = align_up(p->arena_bytes);
+    if (p->arena_bytes && (!ws || wsn < arena))
+        return nnc_fail(e, "the workspace has %zu bytes, the kernel needs %zu", ws ? wsn : 0, arena);
+    nnc_tensor vt_stack[64];
+    char set_stack[64];
+    void *dyn_stack[16];
+    run_env r;
+    int heap = p->nvals > 64;
+    r.vt = heap ? malloc((size_t)p->nvals * sizeof(nnc_tensor)) : vt_stack;
+    r.set = heap ? calloc((size_t)p->nvals, 1) : set_stack;
+    r.dyn = dyn_stack;
+    r.ndyn = 0;
+    if (!r.vt || !r.set) { if (heap) { free(r.vt); free(r.set); } return nnc_fail(e, "out of memory"); }
+    if (!heap) memset(set_stack, 0, sizeof set_stack);
+    int rc = bind_inputs(p, kin, nkin, &r, e);
+    nnc_exec x = {NULL, 0, 0};
+    /* Scratch per thread after the arena. */
+    size_t per = p->scratch_static;
+    if (rc == NNC_OK && !p->static_scratch && p->nnodes == 1 && p->nodes[0].op->scratch) {
+        nnc_tensor *in[NNC_MAXIO];
+        gather_inputs(&p->nodes[0], &r, in);
+        rc = check_inputs_present(&p->nodes[0], in, e);
+        if (rc == NNC_OK) rc = node_scratch((nnc_node *)&p->nodes[0], in, &per, e);
+    }
+    if (rc == NNC_OK && per) {
+        size_t avail = ws && wsn > arena ? (wsn - arena) / per : 0;
+        if (avail < 1) rc = nnc_fail(e, "the workspace has %zu bytes, the kernel needs %zu", ws ? wsn : 0, arena + per);
+        x.scratch = (char *)ws + arena;
+        x.per_thread = per;
+        x.nthreads = avail > 64 ? 64 : (int)avail;
+        nnc_set_thread_limit(x.nthreads);
+    }
+    for (int i = 0; i < p->nnodes && rc == NNC_OK; i++) {
+        nnc_node *n = &p->nodes[i];
+        if (n->dead) continue;
+        nnc_tensor *in[NNC_MAXIO], outs[NNC_MAXIO];
+        gather_inputs(n, &r, in);
+        if ((rc = check_inputs_present(n, in, e))) break;
+        memset(outs, 0, sizeof(nnc_tensor) * (size_t)n->nout);
+        if ((rc = n->op->infer(n, in, outs, e))) break;
+        int empty = 1, alias_out = -1;
+        for (int j = 0; j < n->nout && rc == NNC_OK; j++) {
+            int v = n->out[j];
+            if (v < 0) { outs[j].data = NULL; continue; }
+            const nnc_value *xv = &p->vals[v];
+            size_t nb = nnc_nbytes(&outs[j]);
+            if (nnc_numel(&outs[j]) > 0) empty = 0;
+            if (outs[j].ndim > NNC_MAXDIM) { rc = nnc_node_fail(e, n, "output rank too large"); break; }
+            if (xv->ext_out >= 0) {
+                const nnc_tensor *k = &kout[xv->ext_out];
+                if (k->dtype != outs[j].dtype || !nnc_same_shape(k, &outs[j])) {
+                    char a[128], b[128];
+                    nnc_shape_str(&outs[j], a, sizeof a);
+                    nnc_shape_str(k, b, sizeof b);
+                    rc = nnc_node_fail(e, n, "output %d is %s %s but the caller allocated %s %s", j,
+                                       nnc_dtname(outs[j].dtype), a, nnc_dtname(k->dtype), b);
+                    break;
+                }
+                if (!k->data && nb) { rc = nnc_node_fail(e, n, "output %d has no buffer", j); break; }
+                outs[j].data = k->data;
+                if (j == 0 && (n->op->flags & OPF_ALIAS)) alias_out = 0;
+            } else if (j == 0 && (n->op->flags & OPF_ALIAS)) {
+                outs[j].data = in[0]->data;
+            } else if (xv->arena) {
+                if (nb > xv->nbytes) { rc = nnc_node_fail(e, n, "output %d is larger than planned", j); break; }
+                outs[j].data = (char *)ws + xv->offset;
+            } else {
+                void *m = nnc_alloc(nb ? nb : 1);
+                if (!m || r.ndyn >= 16) { nnc_free(m); rc = nnc_node_fail(e, n, "out of memory"); break; }
+                r.dyn[r.ndyn++] = m;
+                outs[j].data = m;
+            }
+        }
+        if (rc) break;
+        if (alias_out == 0) {
+            size_t nb = nnc_nbytes(&outs[0]);
+            if (nb) memmove(outs[0].data, in[0]->data, nb);
+        } else if (!empty || n->nout == 0) {
+            double t0 = profiling() ? now_ms() : 0;
+            if ((rc = n->op->run(n, in, outs, &x, e))) break;
+            if (t0 > 0) {
+                char shp[96];
+                nnc_shape_str(&outs[0], shp, sizeof shp);
+                fprintf(stderr, "nnplug-cpu: %-12s %-24s %8.3f ms  -> %s%s%s\n", n->op->type, n->name,
+                        now_ms() - t0, shp, n->act.kind ? " +act" : "", n->residual >= 0 ? " +res" : "");
+            }
+        }
+        for (int j = 0; j < n->nout; j++)
+            if (n->out[j] >= 0) { r.vt[n->out[j]] = outs[j]; r.set[n->out[j]] = 1; }
+    }
+    nnc_set_thread_limit(0);
+    for (int k = 0; k < r.ndyn; k++) nnc_free(r.dyn[k]);
+    if (heap) { free(r.vt); free(r.set); }
+    return rc;
+}
+
+/* ---- the fuse query ------------------------------------------------------------------ */
+
+static int desc_static(const nnc_desc_value *v)
+{
+    return !v->name || !v->name[0] || info_static(&v->info);
+}
+
+static int all_static(const nnc_desc_node *d)
+{
+    for (int j = 0; j < d->nout; j++)
+        if (!desc_static(&d->out[j])) return 0;
+    return 1;
+}
+
+/* Nodes that may continue a chain started by a Conv/Gemm/BN (folded or fused into it). */
+static int continues_chain(const char *op)
+{
+    static const char *ops[] = {"BatchNormalization", "Mul", "Add", "Sub", "Div", "Sum", "Relu",
+                                "Clip", "LeakyRelu", NULL};
+    for (const char **o = ops; *o; o++)
+        if (!strcmp(op, *o)) return 1;
+    return 0;
+}
+
+int nnc_fuse_count(const nnc_desc_node *nodes, int n)
+{
+    int take = 0;
+    for (int i = 0; i < n; i++) {
+        int ok = 1;
+        for (int j = 0; j < nodes[i].nout && ok; j++)
+            ok = desc_static(&nodes[i].out[j]) || (j == 1 && !strcmp(nodes[i].op_type, "Dropout"));
+        if (!ok) break;
+        take = i + 1;
+    }
+    if (take == 0) return 1;
+    /* The last node's outputs leave the kernel: they must all be typed and shaped. */
+#define LAST_OK(t) all_static(&nodes[(t) - 1])
+    while (take > 1 && !LAST_OK(take)) take--;
+    /* Do not end a full window in the middle of a Conv/BN/activation chain: leave the
+     * chain's head for the next group, so the whole chain fuses there. */
+    if (take == n && n > 2) {
+        int j = take - 1;
+        while (j > 0 && continues_chain(nodes[j].op_type)) j--;
+        int head = !strcmp(nodes[j].op_type, "Conv") || !strcmp(nodes[j].op_type, "Gemm") ||
+                   !strcmp(nodes[j].op_type, "BatchNormalization");
+        if (head && j > 0 && LAST_OK(j) &&
+            (j < take - 1 || !strcmp(nodes[j].op_type, "Conv") || !strcmp(nodes[j].op_type, "Gemm")))
+            take = j;
+    }
+    return take;
+}

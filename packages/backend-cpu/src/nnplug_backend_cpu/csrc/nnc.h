@@ -1,0 +1,191 @@
+/* Internal interface of the CPU backend's engine: tensors, attributes, ops, plans.
+ * Nothing here is part of the public ABI; abi.c translates between the two. */
+#ifndef NNC_H
+#define NNC_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define NNC_MAXDIM 8
+#define NNC_MAXIO 64 /* most inputs/outputs of one node (Concat, Sum, Split) */
+
+/* Element types use ONNX TensorProto.DataType numbers. */
+enum {
+    DT_UNDEF = 0, DT_F32 = 1, DT_U8 = 2, DT_I8 = 3, DT_U16 = 4, DT_I16 = 5, DT_I32 = 6,
+    DT_I64 = 7, DT_STR = 8, DT_BOOL = 9, DT_F16 = 10, DT_F64 = 11, DT_U32 = 12, DT_U64 = 13
+};
+size_t nnc_dtsize(int dt); /* 0 for unsupported types */
+const char *nnc_dtname(int dt);
+
+typedef struct nnc_tensor {
+    int dtype;
+    int ndim;
+    int64_t dims[NNC_MAXDIM];
+    void *data;
+} nnc_tensor;
+
+int64_t nnc_numel(const nnc_tensor *t);
+static inline size_t nnc_nbytes(const nnc_tensor *t) { return (size_t)nnc_numel(t) * nnc_dtsize(t->dtype); }
+int nnc_same_shape(const nnc_tensor *a, const nnc_tensor *b);
+void nnc_shape_str(const nnc_tensor *t, char *buf, size_t n);
+
+/* Errors: a message buffer filled by the first failure. */
+typedef struct nnc_err {
+    char msg[1024];
+    int unsupported; /* the failure is a missing feature, not a malformed node */
+} nnc_err;
+int nnc_fail(nnc_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Attributes (ONNX AttributeProto, already decoded). */
+enum { AK_UNDEF = 0, AK_FLOAT = 1, AK_INT = 2, AK_STRING = 3, AK_TENSOR = 4,
+       AK_FLOATS = 6, AK_INTS = 7, AK_STRINGS = 8 };
+typedef struct nnc_attr {
+    const char *name;
+    int kind;
+    int64_t count;     /* elements for lists/tensors, bytes for strings, 1 for scalars */
+    const void *data;  /* float*, int64_t*, char* (not terminated), tensor data */
+    int tdtype;        /* AK_TENSOR: element type */
+    int tndim;
+    int64_t tdims[NNC_MAXDIM];
+} nnc_attr;
+
+/* What a value is known to be when the plan is built. */
+typedef struct nnc_valinfo {
+    int dtype;         /* DT_UNDEF when unknown */
+    int ndim;          /* -1 when the rank is unknown */
+    int64_t dims[NNC_MAXDIM]; /* -1 for unknown dims */
+    const void *const_data; /* non-NULL for constants (weights) */
+} nnc_valinfo;
+
+struct nnc_node;
+struct nnc_exec;
+struct nnc_plan;
+
+/* One op implementation. */
+typedef struct nnc_op {
+    const char *type;
+    int min_in, max_in, min_out, max_out;
+    /* Validate attributes and what is known of the inputs; parse attributes into n->state;
+     * pre-pack constant inputs. Never reads input data except constants. */
+    int (*create)(struct nnc_node *n, nnc_err *e);
+    /* Output dtypes and shapes from the actual inputs (data of small int inputs may be read). */
+    int (*infer)(struct nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err *e);
+    int (*run)(struct nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, struct nnc_exec *x,
+               nnc_err *e);
+    void (*destroy)(struct nnc_node *n);
+    unsigned flags;
+    /* Optional: scratch bytes one worker thread needs in run (shapes only, data may be NULL). */
+    size_t (*scratch)(const struct nnc_node *n, nnc_tensor *const *in, const nnc_tensor *out);
+    /* Optional: whether create kept what it needs of constant input i (no raw copy needed). */
+    int (*owns_const)(const struct nnc_node *n, int i);
+} nnc_op;
+#define OPF_ALIAS 1u /* output 0 is input 0's data with another shape (no copy) */
+
+/* Activation fused into a producer's epilogue. */
+enum { ACT_NONE = 0, ACT_RELU, ACT_CLIP, ACT_LEAKY };
+typedef struct nnc_act {
+    int kind;
+    float a, b; /* CLIP: min, max; LEAKY: alpha */
+} nnc_act;
+
+typedef struct nnc_node {
+    const nnc_op *op;
+    const char *name;
+    const char *op_type;
+    int opset;
+    int nin, nout;
+    int in[NNC_MAXIO];  /* value ids, -1 = omitted optional input */
+    int out[NNC_MAXIO];
+    int nattr;
+    nnc_attr *attrs;
+    const nnc_valinfo *vin[NNC_MAXIO]; /* infos of inputs (NULL when omitted) */
+    const nnc_valinfo *vout[NNC_MAXIO];
+    void *state;
+    /* Epilogue fused in by the planner (ops that support it read these). */
+    nnc_act act;
+    int residual; /* input index of a tensor added before the activation, or -1 */
+    int dead;     /* folded into another node */
+    int probing;  /* created only to answer the capability query: validate, do not pack */
+} nnc_node;
+
+/* Attribute access; all validate kind and report errors naming node and attribute. */
+const nnc_attr *nnc_attr_find(const nnc_node *n, const char *name);
+int nnc_attr_int(const nnc_node *n, const char *name, int64_t def, int64_t *out, nnc_err *e);
+int nnc_attr_float(const nnc_node *n, const char *name, float def, float *out, nnc_err *e);
+/* Lists: *count = -1 when absent. */
+int nnc_attr_ints(const nnc_node *n, const char *name, int64_t *out, int maxn, int *count,
+                  nnc_err *e);
+int nnc_attr_floats(const nnc_node *n, const char *name, float *out, int maxn, int *count,
+                    nnc_err *e);
+/* String into buf (terminated); returns def when absent. */
+int nnc_attr_str(const nnc_node *n, const char *name, const char *def, char *buf, size_t n_,
+                 nnc_err *e);
+int nnc_node_fail(nnc_err *e, const nnc_node *n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* As nnc_node_fail, for a valid node using a feature this backend lacks (so the capability
+ * query answers "no" and another backend may take the node). */
+int nnc_node_unsup(nnc_err *e, const nnc_node *n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Helpers on input infos at create time. */
+static inline int nnc_in_const(const nnc_node *n, int i)
+{
+    return i < n->nin && n->vin[i] && n->vin[i]->const_data != NULL;
+}
+static inline int nnc_in_present(const nnc_node *n, int i) { return i < n->nin && n->in[i] >= 0; }
+int nnc_in_static(const nnc_node *n, int i); /* rank and dims all known */
+int64_t nnc_info_numel(const nnc_valinfo *v); /* -1 when unknown */
+int nnc_check_dtype(const nnc_node *n, int i, const int *allowed, nnc_err *e);
+/* Read an int64/int32 tensor's values (shape-like inputs) into out; error naming node. */
+int nnc_read_ints(const nnc_node *n, const nnc_tensor *t, const char *what, int64_t *out,
+                  int maxn, int *count, nnc_err *e);
+
+/* Execution context of one run: scratch memory per worker thread, inside the workspace the
+ * host passed to this call. */
+typedef struct nnc_exec {
+    char *scratch;
+    size_t per_thread;
+    int nthreads;
+} nnc_exec;
+/* Scratch buffer of worker tid, at least nbytes (64-byte aligned); NULL if too small. */
+void *nnc_scratch(nnc_exec *x, int tid, size_t nbytes);
+
+/* Thread pool. fn(arg, begin, end, tid) over [0, n) in chunks of at least grain. */
+typedef void (*nnc_range_fn)(void *arg, int64_t begin, int64_t end, int tid);
+void nnc_parallel_for(int64_t n, int64_t grain, nnc_range_fn fn, void *arg);
+/* Most threads (tids 0..limit-1) parallel_for may use on the calling thread; 0: no limit. */
+void nnc_set_thread_limit(int limit);
+int nnc_num_threads(void);
+void nnc_set_num_threads(int n);
+void nnc_threads_shutdown(void);
+
+/* BLAS (OpenBLAS, loaded at run time). Row-major sgemm C = alpha*op(A)*op(B) + beta*C. */
+int nnc_blas_load(const char *hint_path, nnc_err *e);
+void nnc_sgemm(int transa, int transb, int64_t m, int64_t n, int64_t k, float alpha,
+               const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+               int64_t ldc);
+/* Row-major sgemv: y = alpha*op(A)*x + beta*y, A is m x n. */
+void nnc_sgemv(int trans, int64_t m, int64_t n, float alpha, const float *a, int64_t lda,
+               const float *x, int64_t incx, float beta, float *y);
+const char *nnc_blas_info(void);
+
+/* Memory. */
+void *nnc_alloc(size_t nbytes); /* 64-byte aligned, NULL on failure */
+void nnc_free(void *p);
+
+/* Epilogue helpers. */
+void nnc_apply_act(float *x, int64_t n, const nnc_act *a);
+
+/* Op table. */
+const nnc_op *nnc_find_op(const char *type);
+extern const nnc_op *const nnc_all_ops[];
+
+/* Broadcasting (multidirectional) of two shapes into out; 0 or error. */
+int nnc_broadcast_shape(const nnc_tensor *a, const nnc_tensor *b, nnc_tensor *out);
+
+#define NNC_OK 0
+#define NNC_ERR (-1)
+#define TRY(x) do { if ((x) != 0) return NNC_ERR; } while (0)
+
+#endif

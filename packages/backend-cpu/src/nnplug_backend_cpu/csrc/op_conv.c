@@ -1,0 +1,471 @@
+/* Conv: im2col tiles + BLAS sgemm per (group, pixel tile, row block), a direct kernel for
+ * depthwise convolution, and an epilogue (bias, residual add, activation) applied while the
+ * tile is still in cache. Weights are packed once at create; the planner folds
+ * BatchNormalization and per-channel Mul/Add into them (nnc_conv_fold_affine). */
+#include "nnc.h"
+#include "ops.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+typedef struct {
+    int nsp;                         /* 1 or 2 spatial dims (1-D runs as H = 1) */
+    int64_t M, Cg, group, kh, kw, sh, sw, dh, dw;
+    int64_t pads[4];                 /* top, left, bottom, right (explicit pads) */
+    int auto_pad;                    /* AP_* */
+    float *w;                        /* packed [M][Cg*kh*kw] when weights are constant */
+    float *bias;                     /* [M] or NULL */
+} conv_state;
+
+int nnc_parse_auto_pad(const nnc_node *n, int *out, nnc_err *e)
+{
+    char s[32];
+    TRY(nnc_attr_str(n, "auto_pad", "NOTSET", s, sizeof s, e));
+    if (!strcmp(s, "NOTSET") || !s[0]) *out = AP_NOTSET;
+    else if (!strcmp(s, "SAME_UPPER")) *out = AP_SAME_UPPER;
+    else if (!strcmp(s, "SAME_LOWER")) *out = AP_SAME_LOWER;
+    else if (!strcmp(s, "VALID")) *out = AP_VALID;
+    else return nnc_node_fail(e, n, "attribute 'auto_pad' = '%s' is not one of NOTSET, SAME_UPPER, "
+                                    "SAME_LOWER, VALID", s);
+    return NNC_OK;
+}
+
+/* Output size and the begin/end pads actually used along one axis. */
+int nnc_window_out(int auto_pad, int ceil_mode, int64_t in, int64_t k, int64_t s, int64_t d,
+                   int64_t pb, int64_t pe, int64_t *out, int64_t *pb_used, int64_t *pe_used)
+{
+    int64_t ext = (k - 1) * d + 1;
+    if (auto_pad == AP_SAME_UPPER || auto_pad == AP_SAME_LOWER) {
+        int64_t o = (in + s - 1) / s;
+        int64_t total = (o - 1) * s + ext - in;
+        if (total < 0) total = 0;
+        *out = o;
+        *pb_used = auto_pad == AP_SAME_UPPER ? total / 2 : total - total / 2;
+        *pe_used = total - *pb_used;
+        return o > 0 ? NNC_OK : NNC_ERR;
+    }
+    if (auto_pad == AP_VALID) pb = pe = 0;
+    int64_t span = in + pb + pe - ext;
+    if (span < 0) return NNC_ERR;
+    int64_t o = ceil_mode ? (span + s - 1) / s + 1 : span / s + 1;
+    if (ceil_mode && (o - 1) * s >= in + pb) o--; /* last window must start inside */
+    *out = o;
+    *pb_used = pb;
+    *pe_used = pe;
+    return NNC_OK;
+}
+
+/* Reads kernel window attributes shared by Conv and the pools. */
+int nnc_parse_window(const nnc_node *n, int nsp, const int64_t *kernel_from_w, nnc_window *w,
+                     nnc_err *e)
+{
+    int c;
+    int64_t buf[2 * NNC_MAXDIM];
+    w->nsp = nsp;
+    TRY(nnc_parse_auto_pad(n, &w->auto_pad, e));
+    TRY(nnc_attr_ints(n, "kernel_shape", buf, NNC_MAXDIM, &c, e));
+    if (c < 0 && !kernel_from_w) return nnc_node_fail(e, n, "attribute 'kernel_shape' is required");
+    if (c >= 0 && c != nsp)
+        return nnc_node_fail(e, n, "attribute 'kernel_shape' has %d values for %d spatial dims", c, nsp);
+    for (int i = 0; i < nsp; i++) {
+        w->k[i] = c >= 0 ? buf[i] : kernel_from_w[i];
+        if (kernel_from_w && w->k[i] != kernel_from_w[i])
+            return nnc_node_fail(e, n, "attribute 'kernel_shape' (%lld) does not match the weight "
+                                 "shape (%lld)", (long long)w->k[i], (long long)kernel_from_w[i]);
+        if (w->k[i] < 1) return nnc_node_fail(e, n, "attribute 'kernel_shape' must be positive");
+    }
+    TRY(nnc_attr_ints(n, "strides", buf, NNC_MAXDIM, &c, e));
+    if (c >= 0 && c != nsp) return nnc_node_fail(e, n, "attribute 'strides' has %d values for %d spatial dims", c, nsp);
+    for (int i = 0; i < nsp; i++) {
+        w->s[i] = c >= 0 ? buf[i] : 1;
+        if (w->s[i] < 1) return nnc_node_fail(e, n, "attribute 'strides' must be positive");
+    }
+    TRY(nnc_attr_ints(n, "dilations", buf, NNC_MAXDIM, &c, e));
+    if (c >= 0 && c != nsp) return nnc_node_fail(e, n, "attribute 'dilations' has %d values for %d spatial dims", c, nsp);
+    for (int i = 0; i < nsp; i++) {
+        w->d[i] = c >= 0 ? buf[i] : 1;
+        if (w->d[i] < 1) return nnc_node_fail(e, n, "attribute 'dilations' must be positive");
+    }
+    TRY(nnc_attr_ints(n, "pads", buf, 2 * NNC_MAXDIM, &c, e));
+    if (c >= 0 && c != 2 * nsp)
+        return nnc_node_fail(e, n, "attribute 'pads' has %d values; %d spatial dims need %d", c, nsp, 2 * nsp);
+    for (int i = 0; i < 2 * nsp; i++) {
+        w->p[i] = c >= 0 ? buf[i] : 0;
+        if (w->p[i] < 0) return nnc_node_fail(e, n, "attribute 'pads' must not be negative");
+    }
+    return NNC_OK;
+}
+
+static void conv_destroy(nnc_node *n)
+{
+    conv_state *s = n->state;
+    if (!s) return;
+    nnc_free(s->w);
+    nnc_free(s->bias);
+    free(s);
+    n->state = NULL;
+}
+
+static int conv_create(nnc_node *n, nnc_err *e)
+{
+    static const int f32[] = {DT_F32, 0};
+    TRY(nnc_check_dtype(n, 0, f32, e));
+    TRY(nnc_check_dtype(n, 1, f32, e));
+    if (nnc_in_present(n, 2)) TRY(nnc_check_dtype(n, 2, f32, e));
+    const nnc_valinfo *wi = n->vin[1];
+    if (!nnc_in_static(n, 1))
+        return nnc_node_fail(e, n, "the weight input's shape must be known when the model is loaded");
+    int wr = wi->ndim;
+    if (wr != 3 && wr != 4)
+        return nnc_node_unsup(e, n, "only 1-D and 2-D convolutions are supported (weight rank %d)", wr);
+    const nnc_valinfo *xi = n->vin[0];
+    if (xi && xi->ndim >= 0 && xi->ndim != wr)
+        return nnc_node_fail(e, n, "input rank %d does not match weight rank %d", xi->ndim, wr);
+    conv_state *s = calloc(1, sizeof *s);
+    if (!s) return nnc_node_fail(e, n, "out of memory");
+    n->state = s;
+    s->nsp = wr - 2;
+    int64_t group;
+    TRY(nnc_attr_int(n, "group", 1, &group, e));
+    if (group < 1) return nnc_node_fail(e, n, "attribute 'group' must be positive, got %lld", (long long)group);
+    s->group = group;
+    s->M = wi->dims[0];
+    s->Cg = wi->dims[1];
+    if (s->M < 1 || s->Cg < 1) return nnc_node_fail(e, n, "the weight has an empty dimension");
+    if (s->M % group)
+        return nnc_node_fail(e, n, "attribute 'group' = %lld does not divide the %lld output channels",
+                             (long long)group, (long long)s->M);
+    if (xi && xi->ndim >= 2 && xi->dims[1] >= 0 && xi->dims[1] != s->Cg * group)
+        return nnc_node_fail(e, n, "input has %lld channels but weight expects %lld x group %lld",
+                             (long long)xi->dims[1], (long long)s->Cg, (long long)group);
+    nnc_window w;
+    int64_t kdims[2] = {wi->dims[2], wr == 4 ? wi->dims[3] : 0};
+    TRY(nnc_parse_window(n, s->nsp, kdims, &w, e));
+    if (s->nsp == 1) {
+        s->kh = 1; s->kw = w.k[0]; s->sh = 1; s->sw = w.s[0]; s->dh = 1; s->dw = w.d[0];
+        s->pads[0] = 0; s->pads[1] = w.p[0]; s->pads[2] = 0; s->pads[3] = w.p[1];
+    } else {
+        s->kh = w.k[0]; s->kw = w.k[1]; s->sh = w.s[0]; s->sw = w.s[1]; s->dh = w.d[0]; s->dw = w.d[1];
+        s->pads[0] = w.p[0]; s->pads[1] = w.p[1]; s->pads[2] = w.p[2]; s->pads[3] = w.p[3];
+    }
+    s->auto_pad = w.auto_pad;
+    if (s->M * s->Cg * s->kh * s->kw > INT32_MAX)
+        return nnc_node_fail(e, n, "the weight is too large (over 2^31 elements)");
+    if (nnc_in_present(n, 2)) {
+        const nnc_valinfo *bi = n->vin[2];
+        int64_t bn = nnc_info_numel(bi);
+        if (bi && bi->ndim >= 0 && (bi->ndim != 1 || (bn >= 0 && bn != s->M)))
+            return nnc_node_fail(e, n, "bias must be 1-D with %lld values", (long long)s->M);
+    }
+    /* Pack constant weights (and bias) once. */
+    if (!n->probing && nnc_in_const(n, 1) && (!nnc_in_present(n, 2) || nnc_in_const(n, 2))) {
+        size_t wn = (size_t)(s->M * s->Cg * s->kh * s->kw);
+        s->w = nnc_alloc(wn * sizeof(float));
+        s->bias = nnc_alloc((size_t)s->M * sizeof(float));
+        if (!s->w || !s->bias) return nnc_node_fail(e, n, "out of memory packing weights");
+        memcpy(s->w, wi->const_data, wn * sizeof(float));
+        if (nnc_in_present(n, 2)) memcpy(s->bias, n->vin[2]->const_data, (size_t)s->M * sizeof(float));
+        else memset(s->bias, 0, (size_t)s->M * sizeof(float));
+    }
+    return NNC_OK;
+}
+
+int nnc_conv_can_fold(const nnc_node *n)
+{
+    const conv_state *s = n->state;
+    return s && s->w && n->residual < 0 && n->act.kind == ACT_NONE;
+}
+
+int64_t nnc_conv_out_channels(const nnc_node *n) { return ((const conv_state *)n->state)->M; }
+
+void nnc_conv_fold_affine(nnc_node *n, const float *scale, const float *shift)
+{
+    conv_state *s = n->state;
+    int64_t K = s->Cg * s->kh * s->kw;
+    for (int64_t m = 0; m < s->M; m++) {
+        float a = scale ? scale[m] : 1.f, b = shift ? shift[m] : 0.f;
+        if (scale)
+            for (int64_t k = 0; k < K; k++) s->w[m * K + k] *= a;
+        s->bias[m] = s->bias[m] * a + b;
+    }
+}
+
+static int conv_geometry(const conv_state *s, const nnc_tensor *x, int64_t *H, int64_t *W,
+                         int64_t *OH, int64_t *OW, int64_t *pt, int64_t *pl)
+{
+    int64_t pb, pr;
+    *H = s->nsp == 1 ? 1 : x->dims[2];
+    *W = s->nsp == 1 ? x->dims[2] : x->dims[3];
+    if (s->nsp == 1) { *OH = 1; *pt = 0; }
+    else if (nnc_window_out(s->auto_pad, 0, *H, s->kh, s->sh, s->dh, s->pads[0], s->pads[2], OH, pt, &pb))
+        return NNC_ERR;
+    if (nnc_window_out(s->auto_pad, 0, *W, s->kw, s->sw, s->dw, s->pads[1], s->pads[3], OW, pl, &pr))
+        return NNC_ERR;
+    return NNC_OK;
+}
+
+static int conv_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err *e)
+{
+    const conv_state *s = n->state;
+    const nnc_tensor *x = in[0];
+    if (x->dtype != DT_F32 || in[1]->dtype != DT_F32)
+        return nnc_node_fail(e, n, "inputs must be float32");
+    if (x->ndim != s->nsp + 2)
+        return nnc_node_fail(e, n, "input must have rank %d, got %d", s->nsp + 2, x->ndim);
+    if (x->dims[1] != s->Cg * s->group)
+        return nnc_node_fail(e, n, "input has %lld channels, expected %lld", (long long)x->dims[1],
+                             (long long)(s->Cg * s->group));
+    if (!s->w) { /* weights given at run time: check them */
+        const nnc_tensor *w = in[1];
+        if (w->ndim != s->nsp + 2 || w->dims[0] != s->M || w->dims[1] != s->Cg ||
+            w->dims[2] != (s->nsp == 1 ? s->kw : s->kh) || (s->nsp == 2 && w->dims[3] != s->kw))
+            return nnc_node_fail(e, n, "the weight's shape changed after loading");
+        if (n->nin > 2 && in[2] && (in[2]->ndim != 1 || in[2]->dims[0] != s->M))
+            return nnc_node_fail(e, n, "bias must be 1-D with %lld values", (long long)s->M);
+    }
+    int64_t H, W, OH, OW, pt, pl;
+    if (conv_geometry(s, x, &H, &W, &OH, &OW, &pt, &pl))
+        return nnc_node_fail(e, n, "the kernel window is larger than the padded input");
+    out->dtype = DT_F32;
+    out->ndim = x->ndim;
+    out->dims[0] = x->dims[0];
+    out->dims[1] = s->M;
+    if (s->nsp == 1) out->dims[2] = OW;
+    else { out->dims[2] = OH; out->dims[3] = OW; }
+    if (n->residual >= 0) {
+        const nnc_tensor *r = in[n->residual];
+        if (!nnc_same_shape(r, out) || r->dtype != DT_F32)
+            return nnc_node_fail(e, n, "fused residual input has the wrong shape");
+    }
+    return NNC_OK;
+}
+
+typedef struct {
+    const conv_state *s;
+    const float *x, *w, *bias, *res;
+    float *y;
+    int64_t H, W, OH, OW, pt, pl, K, Mg;
+    int64_t tn, ntiles, mblk, nmb;
+    int direct; /* 1x1, stride 1, no pads: the input is the column matrix */
+    nnc_exec *xc;
+    const nnc_act *act;
+    int fail;
+} conv_job;
+
+static void im2col_tile(const conv_job *j, const float *xg, float *col, int64_t p0, int64_t p1)
+{
+    const conv_state *s = j->s;
+    int64_t H = j->H, W = j->W, OW = j->OW, tn = p1 - p0;
+    for (int64_t c = 0; c < s->Cg; c++) {
+        const float *xc = xg + c * H * W;
+        for (int64_t ky = 0; ky < s->kh; ky++) {
+            for (int64_t kx = 0; kx < s->kw; kx++) {
+                float *row = col + ((c * s->kh + ky) * s->kw + kx) * tn;
+                int64_t p = p0, oh = p0 / OW, ow = p0 % OW;
+                while (p < p1) {
+                    int64_t seg = OW - ow < p1 - p ? OW - ow : p1 - p;
+                    int64_t ih = oh * s->sh - j->pt + ky * s->dh;
+                    if (ih < 0 || ih >= H) {
+                        memset(row, 0, (size_t)seg * sizeof(float));
+                    } else {
+                        const float *src = xc + ih * W;
+                        int64_t iw0 = ow * s->sw - j->pl + kx * s->dw;
+                        if (s->sw == 1) {
+                            int64_t lo = iw0 < 0 ? -iw0 : 0;           /* first valid i */
+                            int64_t hi = W - iw0 < seg ? W - iw0 : seg; /* one past last valid */
+                            if (lo > seg) lo = seg;
+                            if (hi < lo) hi = lo;
+                            if (lo) memset(row, 0, (size_t)lo * sizeof(float));
+                            if (hi > lo) memcpy(row + lo, src + iw0 + lo, (size_t)(hi - lo) * sizeof(float));
+                            if (seg > hi) memset(row + hi, 0, (size_t)(seg - hi) * sizeof(float));
+                        } else {
+                            for (int64_t i = 0; i < seg; i++) {
+                                int64_t iw = iw0 + i * s->sw;
+                                row[i] = (iw >= 0 && iw < W) ? src[iw] : 0.f;
+                            }
+                        }
+                    }
+                    row += seg;
+                    p += seg;
+                    ow = 0;
+                    oh++;
+                }
+            }
+        }
+    }
+}
+
+static void epilogue(const conv_job *j, float *y, const float *res, int64_t m0, int64_t m1,
+                     int64_t len, int64_t ld)
+{
+    for (int64_t m = m0; m < m1; m++) {
+        float *row = y + (m - m0) * ld;
+        const float b = j->bias ? j->bias[m] : 0.f;
+        if (res) {
+            const float *r = res + (m - m0) * ld;
+            for (int64_t i = 0; i < len; i++) row[i] += b + r[i];
+        } else if (b != 0.f) {
+            for (int64_t i = 0; i < len; i++) row[i] += b;
+        }
+        nnc_apply_act(row, len, j->act);
+    }
+}
+
+static void conv_tasks(void *arg, int64_t b, int64_t e, int tid)
+{
+    conv_job *j = arg;
+    const conv_state *s = j->s;
+    int64_t OHW = j->OH * j->OW;
+    for (int64_t t = b; t < e; t++) {
+        int64_t mb = t % j->nmb, rest = t / j->nmb;
+        int64_t tile = rest % j->ntiles, g = rest / j->ntiles;
+        int64_t p0 = tile * j->tn, p1 = p0 + j->tn < OHW ? p0 + j->tn : OHW;
+        int64_t m0 = mb * j->mblk, m1 = m0 + j->mblk < j->Mg ? m0 + j->mblk : j->Mg;
+        if (m0 >= m1) continue;
+        const float *xg = j->x + g * s->Cg * j->H * j->W;
+        const float *col;
+        int64_t ldb;
+        if (j->direct) {
+            col = xg + p0;
+            ldb = OHW;
+        } else {
+            float *buf = nnc_scratch(j->xc, tid, (size_t)(j->K * (p1 - p0)) * sizeof(float));
+            if (!buf) { j->fail = 1; return; }
+            im2col_tile(j, xg, buf, p0, p1);
+            col = buf;
+            ldb = p1 - p0;
+        }
+        int64_t mg0 = g * j->Mg + m0;
+        float *y = j->y + mg0 * OHW + p0;
+        nnc_sgemm(0, 0, m1 - m0, p1 - p0, j->K, 1.f, j->w + mg0 * j->K, j->K, col, ldb, 0.f, y, OHW);
+        epilogue(j, y, j->res ? j->res + mg0 * OHW + p0 : NULL, mg0, mg0 + (m1 - m0), p1 - p0, OHW);
+    }
+}
+
+/* Depthwise (one input channel per group, one output channel per input channel). */
+static void dw_tasks(void *arg, int64_t b, int64_t e, int tid)
+{
+    conv_job *j = arg;
+    const conv_state *s = j->s;
+    int64_t H = j->H, W = j->W, OH = j->OH, OW = j->OW;
+    int64_t PW = (OW - 1) * s->sw + (s->kw - 1) * s->dw + 1;
+    int64_t PH = (OH - 1) * s->sh + (s->kh - 1) * s->dh + 1;
+    if (PW < W + j->pl) PW = W + j->pl;
+    if (PH < H + j->pt) PH = H + j->pt;
+    float *pad = nnc_scratch(j->xc, tid, (size_t)(PH * PW) * sizeof(float));
+    if (!pad) { j->fail = 1; return; }
+    for (int64_t c = b; c < e; c++) {
+        const float *xc = j->x + c * H * W;
+        memset(pad, 0, (size_t)(PH * PW) * sizeof(float));
+        for (int64_t h = 0; h < H; h++)
+            memcpy(pad + (h + j->pt) * PW + j->pl, xc + h * W, (size_t)W * sizeof(float));
+        const float *wc = j->w + c * s->kh * s->kw;
+        float *yc = j->y + c * OH * OW;
+        float bias = j->bias ? j->bias[c] : 0.f;
+        for (int64_t oh = 0; oh < OH; oh++) {
+            float *yr = yc + oh * OW;
+            for (int64_t ow = 0; ow < OW; ow++) yr[ow] = bias;
+            for (int64_t ky = 0; ky < s->kh; ky++) {
+                const float *pr = pad + (oh * s->sh + ky * s->dh) * PW;
+                for (int64_t kx = 0; kx < s->kw; kx++) {
+                    float wv = wc[ky * s->kw + kx];
+                    const float *src = pr + kx * s->dw;
+                    if (s->sw == 1)
+                        for (int64_t ow = 0; ow < OW; ow++) yr[ow] += wv * src[ow];
+                    else if (s->sw == 2)
+                        for (int64_t ow = 0; ow < OW; ow++) yr[ow] += wv * src[2 * ow];
+                    else
+                        for (int64_t ow = 0; ow < OW; ow++) yr[ow] += wv * src[ow * s->sw];
+                }
+            }
+            if (j->res) {
+                const float *r = j->res + c * OH * OW + oh * OW;
+                for (int64_t ow = 0; ow < OW; ow++) yr[ow] += r[ow];
+            }
+            nnc_apply_act(yr, OW, j->act);
+        }
+    }
+}
+
+/* Most pixels one im2col tile holds: about 256 KiB of columns, at least 64 pixels. */
+static int64_t max_tile(int64_t K, int64_t OHW)
+{
+    int64_t tn = (64 * 1024) / (K > 0 ? K : 1);
+    if (tn < 64) tn = 64;
+    return tn > OHW ? OHW : tn;
+}
+
+static size_t conv_scratch(const nnc_node *n, nnc_tensor *const *in, const nnc_tensor *out)
+{
+    const conv_state *s = n->state;
+    int64_t H, W, OH, OW, pt, pl;
+    if (conv_geometry(s, in[0], &H, &W, &OH, &OW, &pt, &pl)) return 0;
+    (void)out;
+    int64_t Mg = s->M / s->group, K = s->Cg * s->kh * s->kw;
+    if (s->Cg == 1 && Mg == 1) { /* depthwise: one padded channel */
+        int64_t PW = (OW - 1) * s->sw + (s->kw - 1) * s->dw + 1, PH = (OH - 1) * s->sh + (s->kh - 1) * s->dh + 1;
+        if (PW < W + pl) PW = W + pl;
+        if (PH < H + pt) PH = H + pt;
+        return (size_t)(PH * PW) * sizeof(float);
+    }
+    int direct = s->kh == 1 && s->kw == 1 && s->sh == 1 && s->sw == 1 && pt == 0 && pl == 0 && OH == H && OW == W;
+    return direct ? 0 : (size_t)(K * max_tile(K, OH * OW)) * sizeof(float);
+}
+
+static int conv_owns(const nnc_node *n, int i)
+{
+    const conv_state *s = n->state;
+    return s && s->w && (i == 1 || i == 2);
+}
+
+static int conv_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec *xc, nnc_err *e)
+{
+    const conv_state *s = n->state;
+    const nnc_tensor *x = in[0];
+    conv_job j;
+    memset(&j, 0, sizeof j);
+    j.s = s;
+    j.xc = xc;
+    j.act = &n->act;
+    conv_geometry(s, x, &j.H, &j.W, &j.OH, &j.OW, &j.pt, &j.pl);
+    j.w = s->w ? s->w : in[1]->data;
+    j.bias = s->w ? s->bias : (n->nin > 2 && in[2] ? in[2]->data : NULL);
+    j.K = s->Cg * s->kh * s->kw;
+    j.Mg = s->M / s->group;
+    int64_t OHW = j.OH * j.OW, N = x->dims[0];
+    int T = nnc_num_threads();
+    j.direct = s->kh == 1 && s->kw == 1 && s->sh == 1 && s->sw == 1 && j.pt == 0 && j.pl == 0 &&
+               j.OH == j.H && j.OW == j.W;
+    int depthwise = s->Cg == 1 && j.Mg == 1;
+    /* Pixel tiles: keep a tile's columns around 256 KiB, and make enough tasks for all threads. */
+    int64_t tn = j.direct ? OHW : max_tile(j.K, OHW);
+    int64_t tasks = s->group * ((OHW + tn - 1) / tn);
+    if (tasks < 2 * T && OHW >= 128 * T && !depthwise) {
+        int64_t want = (2 * T + s->group - 1) / s->group;
+        int64_t t2 = (OHW + want - 1) / want;
+        if (t2 < tn) tn = t2 < 32 ? 32 : t2;
+    }
+    j.tn = tn;
+    j.ntiles = (OHW + tn - 1) / tn;
+    tasks = s->group * j.ntiles;
+    j.mblk = j.Mg;
+    j.nmb = 1;
+    if (tasks < 2 * T && j.Mg >= 32) { /* few pixels (late layers): split output channels */
+        int64_t nmb = (2 * T + tasks - 1) / tasks;
+        j.mblk = (j.Mg + nmb - 1) / nmb;
+        j.mblk = (j.mblk + 7) / 8 * 8;
+        j.nmb = (j.Mg + j.mblk - 1) / j.mblk;
+    }
+    for (int64_t b = 0; b < N; b++) {
+        j.x = (const float *)x->data + b * x->dims[1] * j.H * j.W;
+        j.y = (float *)out->data + b * s->M * OHW;
+        j.res = n->residual >= 0 ? (const float *)in[n->residual]->data + b * s->M * OHW : NULL;
+        if (depthwise) nnc_parallel_for(s->group, 1, dw_tasks, &j);
+        else nnc_parallel_for(s->group * j.ntiles * j.nmb, 1, conv_tasks, &j);
+        if (j.fail) return nnc_node_fail(e, n, "out of memory for convolution scratch");
+    }
+    return NNC_OK;
+}
+
+const nnc_op nnc_op_conv = {"Conv", 2, 3, 1, 1, conv_create, conv_infer, conv_run, conv_destroy, 0,
+                            conv_scratch, conv_owns};

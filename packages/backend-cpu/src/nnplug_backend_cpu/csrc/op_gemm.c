@@ -1,0 +1,302 @@
+/* Gemm and MatMul over BLAS, split into row or column blocks across threads, with the
+ * bias and a fused activation applied per block. Constant B is packed once (alpha folded). */
+#include "nnc.h"
+#include "ops.h"
+
+#include <stdlib.h>
+
+/* ---- threaded sgemm with epilogue ---------------------------------------------------- */
+
+typedef struct {
+    int ta, tb;
+    int64_t M, N, K;
+    float alpha;
+    const float *A, *B;
+    int64_t lda, ldb;
+    float *C;
+    int64_t ldc;
+    const float *bias;   /* added as bias[m*bsm + n*bsn] */
+    int64_t bsm, bsn;
+    const nnc_act *act;
+    int64_t blk, nblk;
+    int split_m;
+} gemm_job;
+
+static void gemm_block(void *arg, int64_t b, int64_t e, int tid)
+{
+    (void)tid;
+    gemm_job *j = arg;
+    for (int64_t t = b; t < e; t++) {
+        int64_t m0 = 0, m1 = j->M, n0 = 0, n1 = j->N;
+        if (j->split_m) { m0 = t * j->blk; m1 = m0 + j->blk < j->M ? m0 + j->blk : j->M; }
+        else { n0 = t * j->blk; n1 = n0 + j->blk < j->N ? n0 + j->blk : j->N; }
+        if (m0 >= m1 || n0 >= n1) continue;
+        const float *A = j->A + (j->ta ? m0 : m0 * j->lda);
+        const float *B = j->B + (j->tb ? n0 * j->ldb : n0);
+        float *C = j->C + m0 * j->ldc + n0;
+        if (m1 - m0 == 1) {
+            /* one row: a matrix-vector product streams B once, with no packing */
+            int64_t incx = j->ta ? j->lda : 1;
+            if (j->tb) nnc_sgemv(0, n1 - n0, j->K, j->alpha, B, j->ldb, A, incx, 0.f, C);
+            else nnc_sgemv(1, j->K, n1 - n0, j->alpha, B, j->ldb, A, incx, 0.f, C);
+        } else {
+            nnc_sgemm(j->ta, j->tb, m1 - m0, n1 - n0, j->K, j->alpha, A, j->lda, B, j->ldb, 0.f, C, j->ldc);
+        }
+        for (int64_t m = m0; m < m1; m++) {
+            float *row = C + (m - m0) * j->ldc;
+            if (j->bias) {
+                const float *bb = j->bias + m * j->bsm;
+                if (j->bsn) for (int64_t k = 0; k < n1 - n0; k++) row[k] += bb[(n0 + k) * j->bsn];
+                else for (int64_t k = 0; k < n1 - n0; k++) row[k] += bb[0];
+            }
+            if (j->act && j->act->kind) nnc_apply_act(row, n1 - n0, j->act);
+        }
+    }
+}
+
+static void gemm_mt(gemm_job *j)
+{
+    int T = nnc_num_threads();
+    double flops = (double)j->M * (double)j->N * (double)j->K;
+    int64_t tasks = 1;
+    if (flops > 2e5 && T > 1) tasks = 2 * T;
+    j->split_m = j->M >= 8 * tasks && j->M >= j->N / 4;
+    int64_t dim = j->split_m ? j->M : j->N;
+    int64_t minblk = j->split_m ? 8 : 32;
+    j->blk = (dim + tasks - 1) / tasks;
+    if (j->blk < minblk) j->blk = minblk;
+    j->nblk = (dim + j->blk - 1) / j->blk;
+    if (j->nblk <= 1) gemm_block(j, 0, 1, 0);
+    else nnc_parallel_for(j->nblk, 1, gemm_block, j);
+}
+
+/* ---- Gemm ----------------------------------------------------------------------------- */
+
+typedef struct {
+    int ta, tb;
+    float alpha, beta;
+    float *packed_b; /* [N][K] = alpha * B^T when B is constant */
+    int64_t pk, pn;
+    float *cbias;    /* beta * C when C is constant */
+} gemm_state;
+
+static void gemm_destroy(nnc_node *n)
+{
+    gemm_state *s = n->state;
+    if (!s) return;
+    nnc_free(s->packed_b);
+    nnc_free(s->cbias);
+    free(s);
+    n->state = NULL;
+}
+
+int nnc_gemm_can_fuse(const nnc_node *n) { return n->act.kind == ACT_NONE; }
+
+static int gemm_create(nnc_node *n, nnc_err *e)
+{
+    static const int f32[] = {DT_F32, 0};
+    for (int i = 0; i < n->nin; i++) TRY(nnc_check_dtype(n, i, f32, e));
+    gemm_state *s = calloc(1, sizeof *s);
+    if (!s) return nnc_node_fail(e, n, "out of memory");
+    n->state = s;
+    int64_t ta, tb;
+    TRY(nnc_attr_int(n, "transA", 0, &ta, e));
+    TRY(nnc_attr_int(n, "transB", 0, &tb, e));
+    TRY(nnc_attr_float(n, "alpha", 1.f, &s->alpha, e));
+    TRY(nnc_attr_float(n, "beta", 1.f, &s->beta, e));
+    s->ta = ta != 0;
+    s->tb = tb != 0;
+    for (int i = 0; i < 2; i++)
+        if (n->vin[i] && n->vin[i]->ndim >= 0 && n->vin[i]->ndim != 2)
+            return nnc_node_fail(e, n, "input %c must be 2-D, got rank %d", 'A' + i, n->vin[i]->ndim);
+    if (nnc_in_present(n, 2) && n->vin[2]->ndim > 2)
+        return nnc_node_fail(e, n, "input C must have rank 2 or less, got %d", n->vin[2]->ndim);
+    if (nnc_in_static(n, 0) && nnc_in_static(n, 1)) {
+        int64_t ka = n->vin[0]->dims[s->ta ? 0 : 1], kb = n->vin[1]->dims[s->tb ? 1 : 0];
+        if (ka != kb)
+            return nnc_node_fail(e, n, "inner dimensions differ: A gives K = %lld, B gives K = %lld",
+                                 (long long)ka, (long long)kb);
+    }
+    if (!n->probing && nnc_in_const(n, 1) && nnc_in_static(n, 1)) {
+        const nnc_valinfo *b = n->vin[1];
+        int64_t K = b->dims[s->tb ? 1 : 0], N = b->dims[s->tb ? 0 : 1];
+        if (K * N > INT32_MAX || K > INT32_MAX) return nnc_node_fail(e, n, "B is too large");
+        s->packed_b = nnc_alloc((size_t)(K * N) * sizeof(float));
+        if (!s->packed_b) return nnc_node_fail(e, n, "out of memory packing B");
+        const float *src = b->const_data;
+        for (int64_t nn = 0; nn < N; nn++)
+            for (int64_t k = 0; k < K; k++)
+                s->packed_b[nn * K + k] = s->alpha * (s->tb ? src[nn * K + k] : src[k * N + nn]);
+        s->pk = K;
+        s->pn = N;
+    }
+    return NNC_OK;
+}
+
+static int gemm_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err *e)
+{
+    const gemm_state *s = n->state;
+    const nnc_tensor *a = in[0], *b = in[1];
+    if (a->ndim != 2 || b->ndim != 2) return nnc_node_fail(e, n, "A and B must be 2-D");
+    if (a->dtype != DT_F32 || b->dtype != DT_F32) return nnc_node_fail(e, n, "inputs must be float32");
+    int64_t M = a->dims[s->ta ? 1 : 0], K = a->dims[s->ta ? 0 : 1];
+    int64_t K2 = b->dims[s->tb ? 1 : 0], N = b->dims[s->tb ? 0 : 1];
+    if (K != K2) return nnc_node_fail(e, n, "inner dimensions differ: %lld vs %lld", (long long)K, (long long)K2);
+    if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX) return nnc_node_fail(e, n, "matrix too large");
+    out->dtype = DT_F32;
+    out->ndim = 2;
+    out->dims[0] = M;
+    out->dims[1] = N;
+    if (n->nin > 2 && in[2]) {
+        const nnc_tensor *c = in[2];
+        nnc_tensor bc;
+        if (c->dtype != DT_F32) return nnc_node_fail(e, n, "C must be float32");
+        if (nnc_broadcast_shape(out, c, &bc) || !nnc_same_shape(&bc, out))
+            return nnc_node_fail(e, n, "C cannot be broadcast to (%lld, %lld)", (long long)M, (long long)N);
+    }
+    return NNC_OK;
+}
+
+static int gemm_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec *x, nnc_err *e)
+{
+    (void)x;
+    const gemm_state *s = n->state;
+    const nnc_tensor *a = in[0], *b = in[1];
+    gemm_job j;
+    memset(&j, 0, sizeof j);
+    j.M = out->dims[0];
+    j.N = out->dims[1];
+    j.K = a->dims[s->ta ? 0 : 1];
+    j.ta = s->ta;
+    j.A = a->data;
+    j.lda = a->dims[1];
+    if (s->packed_b) { j.tb = 1; j.B = s->packed_b; j.ldb = j.K; j.alpha = 1.f; }
+    else { j.tb = s->tb; j.B = b->data; j.ldb = b->dims[1]; j.alpha = s->alpha; }
+    j.C = out->data;
+    j.ldc = j.N;
+    j.act = &n->act;
+    float *tmp = NULL;
+    if (n->nin > 2 && in[2] && s->beta != 0.f) {
+        const nnc_tensor *c = in[2];
+        int64_t cm = c->ndim == 2 ? c->dims[0] : 1;
+        int64_t cn = c->ndim >= 1 ? c->dims[c->ndim - 1] : 1;
+        const float *cd = c->data;
+        if (s->beta != 1.f) {
+            int64_t k = nnc_numel(c);
+            tmp = nnc_alloc((size_t)k * sizeof(float));
+            if (!tmp) return nnc_node_fail(e, n, "out of memory");
+            for (int64_t i = 0; i < k; i++) tmp[i] = s->beta * cd[i];
+            cd = tmp;
+        }
+        j.bias = cd;
+        j.bsm = cm == 1 ? 0 : cn;
+        j.bsn = cn == 1 ? 0 : 1;
+    }
+    gemm_mt(&j);
+    nnc_free(tmp);
+    return NNC_OK;
+}
+
+static int gemm_owns(const nnc_node *n, int i)
+{
+    const gemm_state *s = n->state;
+    return s && s->packed_b && i == 1;
+}
+
+const nnc_op nnc_op_gemm = {"Gemm", 2, 3, 1, 1, gemm_create, gemm_infer, gemm_run, gemm_destroy, 0, NULL, gemm_owns};
+
+/* ---- MatMul --------------------------------------------------------------------------- */
+
+static int matmul_create(nnc_node *n, nnc_err *e)
+{
+    static const int f32[] = {DT_F32, 0};
+    TRY(nnc_check_dtype(n, 0, f32, e));
+    TRY(nnc_check_dtype(n, 1, f32, e));
+    for (int i = 0; i < 2; i++)
+        if (n->vin[i] && n->vin[i]->ndim == 0)
+            return nnc_node_fail(e, n, "input %d is a scalar; MatMul needs rank 1 or more", i);
+    return NNC_OK;
+}
+
+/* Shapes after numpy's 1-D promotion: a (..., M, K), b (..., K, N). */
+static int matmul_shapes(nnc_node *n, const nnc_tensor *a, const nnc_tensor *b, nnc_tensor *out,
+                         int64_t *M, int64_t *K, int64_t *N, nnc_tensor *ba, nnc_tensor *bb, nnc_err *e)
+{
+    if (a->ndim < 1 || b->ndim < 1) return nnc_node_fail(e, n, "inputs must have rank 1 or more");
+    *M = a->ndim >= 2 ? a->dims[a->ndim - 2] : 1;
+    *K = a->dims[a->ndim - 1];
+    int64_t kb = b->ndim >= 2 ? b->dims[b->ndim - 2] : b->dims[0];
+    *N = b->ndim >= 2 ? b->dims[b->ndim - 1] : 1;
+    if (*K != kb) return nnc_node_fail(e, n, "inner dimensions differ: %lld vs %lld", (long long)*K, (long long)kb);
+    ba->ndim = a->ndim > 2 ? a->ndim - 2 : 0;
+    bb->ndim = b->ndim > 2 ? b->ndim - 2 : 0;
+    for (int i = 0; i < ba->ndim; i++) ba->dims[i] = a->dims[i];
+    for (int i = 0; i < bb->ndim; i++) bb->dims[i] = b->dims[i];
+    nnc_tensor batch;
+    if (nnc_broadcast_shape(ba, bb, &batch)) return nnc_node_fail(e, n, "batch dimensions do not broadcast");
+    if (batch.ndim + 2 > NNC_MAXDIM) return nnc_node_fail(e, n, "rank too large");
+    out->dtype = DT_F32;
+    out->ndim = 0;
+    for (int i = 0; i < batch.ndim; i++) out->dims[out->ndim++] = batch.dims[i];
+    if (a->ndim >= 2) out->dims[out->ndim++] = *M;
+    if (b->ndim >= 2) out->dims[out->ndim++] = *N;
+    if (*M > INT32_MAX || *N > INT32_MAX || *K > INT32_MAX) return nnc_node_fail(e, n, "matrix too large");
+    return NNC_OK;
+}
+
+static int matmul_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err *e)
+{
+    int64_t M, K, N;
+    nnc_tensor ba, bb;
+    if (in[0]->dtype != DT_F32 || in[1]->dtype != DT_F32) return nnc_node_fail(e, n, "inputs must be float32");
+    return matmul_shapes(n, in[0], in[1], out, &M, &K, &N, &ba, &bb, e);
+}
+
+static int matmul_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec *x, nnc_err *e)
+{
+    (void)x;
+    int64_t M, K, N;
+    nnc_tensor ba, bb, o;
+    TRY(matmul_shapes(n, in[0], in[1], &o, &M, &K, &N, &ba, &bb, e));
+    int nb = o.ndim - (in[0]->ndim >= 2) - (in[1]->ndim >= 2);
+    int64_t nbatch = 1;
+    for (int i = 0; i < nb; i++) nbatch *= o.dims[i];
+    const float *A = in[0]->data, *B = in[1]->data;
+    float *C = out->data;
+    gemm_job j;
+    memset(&j, 0, sizeof j);
+    j.N = N; j.K = K; j.lda = K; j.ldb = N; j.ldc = N; j.alpha = 1.f;
+    if (bb.ndim == 0 || nnc_numel(&bb) == 1) { /* one B for all: fold the batch into M */
+        int64_t abatch = nnc_numel(&ba);
+        if (abatch == nbatch) {
+            j.M = M * nbatch; j.A = A; j.B = B; j.C = C;
+            gemm_mt(&j);
+            return NNC_OK;
+        }
+    }
+    /* General broadcast over batch dims. */
+    int64_t ostr[NNC_MAXDIM], astr[NNC_MAXDIM], bstr[NNC_MAXDIM];
+    int64_t sa = M * K, sb = K * N;
+    for (int i = nb - 1; i >= 0; i--) {
+        int ia = i - (nb - ba.ndim), ib = i - (nb - bb.ndim);
+        astr[i] = (ia >= 0 && ba.dims[ia] != 1) ? sa : 0;
+        bstr[i] = (ib >= 0 && bb.dims[ib] != 1) ? sb : 0;
+        if (ia >= 0) sa *= ba.dims[ia];
+        if (ib >= 0) sb *= bb.dims[ib];
+        ostr[i] = o.dims[i];
+    }
+    for (int64_t t = 0; t < nbatch; t++) {
+        int64_t rem = t, offa = 0, offb = 0;
+        for (int i = nb - 1; i >= 0; i--) {
+            int64_t idx = rem % ostr[i];
+            rem /= ostr[i];
+            offa += idx * astr[i];
+            offb += idx * bstr[i];
+        }
+        j.M = M; j.A = A + offa; j.B = B + offb; j.C = C + t * M * N;
+        gemm_mt(&j);
+    }
+    return NNC_OK;
+}
+
+const nnc_op nnc_op_matmul = {"MatMul", 2, 2, 1, 1, matmul_create, matmul_infer, matmul_run, NULL, 0};

@@ -1,0 +1,182 @@
+#define _GNU_SOURCE
+/* A small fork-join thread pool for parallel_for. One job runs at a time; a caller that
+ * finds the pool busy (another thread is running a network) or is itself a worker runs
+ * its range inline, so concurrent runs stay correct and never deadlock. */
+#include "nnc.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sched.h>
+#include <unistd.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define CPU_RELAX() _mm_pause()
+#else
+#define CPU_RELAX() ((void)0)
+#endif
+
+#define MAX_THREADS 64
+#define SPIN_ROUNDS 20000 /* ~0.1 ms of polling before a worker sleeps */
+
+static pthread_mutex_t g_init_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t g_submit = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t g_sleep_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_wake = PTHREAD_COND_INITIALIZER;
+static pthread_t g_threads[MAX_THREADS];
+static int g_nworkers = 0;    /* started workers */
+static int g_want = 0;        /* configured total threads (0 = not decided) */
+static atomic_int g_stop;
+static atomic_uint g_gen;     /* bumped for every job */
+static atomic_int g_sleepers;
+static atomic_int g_busy;     /* workers still inside the current job */
+static unsigned g_start_gen;  /* g_gen when the workers were started */
+
+static struct {
+    nnc_range_fn fn;
+    void *arg;
+    int64_t n, chunk;
+    atomic_llong next;
+} g_job;
+
+static _Thread_local int t_in_pool;
+static _Thread_local int t_limit;
+static int g_job_limit;
+
+void nnc_set_thread_limit(int limit) { t_limit = limit; }
+
+static void run_chunks(int tid)
+{
+    for (;;) {
+        int64_t b = atomic_fetch_add(&g_job.next, g_job.chunk);
+        if (b >= g_job.n) break;
+        int64_t e = b + g_job.chunk < g_job.n ? b + g_job.chunk : g_job.n;
+        g_job.fn(g_job.arg, b, e, tid);
+    }
+}
+
+static void *worker(void *p)
+{
+    int tid = (int)(intptr_t)p;
+    /* The generation when the pool started, not now: a job may already be posted. */
+    unsigned seen = g_start_gen;
+    t_in_pool = 1;
+    for (;;) {
+        int spins = 0;
+        while (atomic_load_explicit(&g_gen, memory_order_acquire) == seen && !atomic_load(&g_stop)) {
+            if (++spins < SPIN_ROUNDS) { CPU_RELAX(); continue; }
+            pthread_mutex_lock(&g_sleep_lock);
+            atomic_fetch_add(&g_sleepers, 1);
+            while (atomic_load(&g_gen) == seen && !atomic_load(&g_stop))
+                pthread_cond_wait(&g_wake, &g_sleep_lock);
+            atomic_fetch_sub(&g_sleepers, 1);
+            pthread_mutex_unlock(&g_sleep_lock);
+        }
+        if (atomic_load(&g_stop)) break;
+        seen = atomic_load(&g_gen);
+        if (tid < g_job_limit) run_chunks(tid);
+        atomic_fetch_sub_explicit(&g_busy, 1, memory_order_release);
+    }
+    return NULL;
+}
+
+static int default_threads(void)
+{
+    const char *env = getenv("NNPLUG_CPU_THREADS");
+    if (env && atoi(env) > 0) return atoi(env) > MAX_THREADS ? MAX_THREADS : atoi(env);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+#ifdef __linux__
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) n = CPU_COUNT(&set);
+#endif
+    if (n < 1) n = 1;
+    return n > MAX_THREADS ? MAX_THREADS : (int)n;
+}
+
+static void ensure_pool(void)
+{
+    if (g_want) return;
+    pthread_mutex_lock(&g_init_lock);
+    if (!g_want) {
+        int want = default_threads();
+        atomic_store(&g_stop, 0);
+        g_start_gen = atomic_load(&g_gen);
+        for (int i = 1; i < want; i++) {
+            if (pthread_create(&g_threads[i - 1], NULL, worker, (void *)(intptr_t)i) != 0) break;
+            g_nworkers++;
+        }
+        g_want = g_nworkers + 1;
+    }
+    pthread_mutex_unlock(&g_init_lock);
+}
+
+int nnc_num_threads(void)
+{
+    if (!g_want) {
+        /* Deciding without starting threads keeps loading cheap. */
+        return default_threads();
+    }
+    return g_want;
+}
+
+void nnc_threads_shutdown(void)
+{
+    pthread_mutex_lock(&g_init_lock);
+    if (g_want) {
+        pthread_mutex_lock(&g_submit);
+        atomic_store(&g_stop, 1);
+        pthread_mutex_lock(&g_sleep_lock);
+        pthread_cond_broadcast(&g_wake);
+        pthread_mutex_unlock(&g_sleep_lock);
+        for (int i = 0; i < g_nworkers; i++) pthread_join(g_threads[i], NULL);
+        g_nworkers = 0;
+        g_want = 0;
+        pthread_mutex_unlock(&g_submit);
+    }
+    pthread_mutex_unlock(&g_init_lock);
+}
+
+void nnc_set_num_threads(int n)
+{
+    nnc_threads_shutdown();
+    if (n > 0) {
+        char buf[16];
+        snprintf(buf, sizeof buf, "%d", n > MAX_THREADS ? MAX_THREADS : n);
+        setenv("NNPLUG_CPU_THREADS", buf, 1);
+    }
+}
+
+void nnc_parallel_for(int64_t n, int64_t grain, nnc_range_fn fn, void *arg)
+{
+    if (n <= 0) return;
+    if (grain < 1) grain = 1;
+    if (n <= grain || t_in_pool) { fn(arg, 0, n, 0); return; }
+    ensure_pool();
+    if (g_nworkers == 0 || pthread_mutex_trylock(&g_submit) != 0) { fn(arg, 0, n, 0); return; }
+    int T = g_nworkers + 1;
+    if (t_limit > 0 && t_limit < T) T = t_limit;
+    if (T <= 1) { pthread_mutex_unlock(&g_submit); fn(arg, 0, n, 0); return; }
+    g_job_limit = T;
+    int64_t chunk = (n + T * 4 - 1) / (T * 4);
+    if (chunk < grain) chunk = grain;
+    g_job.fn = fn;
+    g_job.arg = arg;
+    g_job.n = n;
+    g_job.chunk = chunk;
+    atomic_store(&g_job.next, 0);
+    atomic_store(&g_busy, g_nworkers);
+    atomic_fetch_add(&g_gen, 1); /* seq_cst: must not pass the sleepers check below */
+    if (atomic_load(&g_sleepers) > 0) {
+        pthread_mutex_lock(&g_sleep_lock);
+        pthread_cond_broadcast(&g_wake);
+        pthread_mutex_unlock(&g_sleep_lock);
+    }
+    t_in_pool = 1;
+    run_chunks(0);
+    t_in_pool = 0;
+    while (atomic_load_explicit(&g_busy, memory_order_acquire) > 0) CPU_RELAX();
+    pthread_mutex_unlock(&g_submit);
+}
+
+__attribute__((destructor)) static void pool_fini(void) { nnc_threads_shutdown(); }
