@@ -61,8 +61,6 @@ def _cases(impl):
 
 
 def _model(op, attrs, inputs, n_outputs=1):
-    from onnx import TensorProto  # noqa: F401  (value infos below use numpy dtypes)
-
     names = [f"x{i}" for i in range(len(inputs))]
     outs = [f"y{i}" for i in range(n_outputs)]
     domain = "" if op.override else DOMAIN

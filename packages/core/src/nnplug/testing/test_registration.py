@@ -127,7 +127,7 @@ _REFERENCE = {
 def test_runs_concurrently_from_many_threads(nnplug_subject, nnplug_backend):
     """A loaded network is run from 4 threads at once with distinct inputs."""
     rt = nnplug_subject.runtime
-    for op, ref in _REFERENCE.items():
+    for op, ref in _REFERENCE.items():  # noqa: B007 (ref is used by the threads below)
         try:
             net = rt.load(_simple_model(op), backends=[nnplug_backend.id])
         except UnsupportedNodeError:
