@@ -215,3 +215,17 @@ def test_eight_threads_create_runtimes_and_run_one_network(libs, variant):
     for i in range(8):
         np.testing.assert_allclose(results[i], expected[i], rtol=1e-5, atol=1e-5)
     assert len({results[i].tobytes() for i in range(8)}) == 8  # different inputs, own answers
+
+
+@pytest.mark.parametrize("variant", ["testdev", "testcpu"])
+def test_scalar_inputs_keep_rank_zero(libs, variant):
+    g = helper.make_graph([helper.make_node("Add", ["x", "s"], ["y"], name="add")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3]),
+                           helper.make_tensor_value_info("s", TensorProto.FLOAT, [])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with bare_runtime() as rt:
+        rt.register_backend(libs[variant])
+        with rt.load(model) as net:
+            y = net.run({"x": np.arange(3, dtype=np.float32), "s": np.array(2, np.float32)})["y"]
+    assert y.tolist() == [2, 3, 4]

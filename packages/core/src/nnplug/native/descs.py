@@ -11,6 +11,7 @@ import ctypes as C
 import numpy as np
 
 from ..graph import Node
+from ..tensor import as_contiguous
 from . import abi
 
 _INT64 = abi.DType(0, 64, 1)
@@ -40,7 +41,7 @@ class DescBuilder:
             return
         const = self.constants.get(name)
         if const is not None:
-            arr = self._hold(np.ascontiguousarray(const))
+            arr = self._hold(as_contiguous(const))
             out.dtype = abi.dtype_of(arr.dtype)
             out.ndim = arr.ndim
             out.shape = self._shape(arr.shape)
@@ -84,7 +85,7 @@ class DescBuilder:
             out.ndim, out.shape = 1, self._shape([len(items)])
         elif type_ == abi.ATTR_TENSOR and isinstance(value, np.ndarray) \
                 and abi.is_known(abi.dtype_of(value.dtype)):
-            arr = np.ascontiguousarray(value)
+            arr = as_contiguous(value)
             self._array(arr, out, arr.ndim)
         else:  # graphs, lists of tensors, tensors of strings: not passed
             out.count, out.data = 0, None

@@ -19,7 +19,7 @@ from ..device import CPU, Device
 from ..device_api import workspace_data
 from ..errors import BackendError, InputError
 from ..graph import SubGraph
-from ..tensor import Tensor
+from ..tensor import Tensor, as_contiguous
 from . import abi
 from .backend import NativeBuffer, cdev
 from .descs import DescBuilder
@@ -118,7 +118,7 @@ def build_module(backend, subgraph: SubGraph, dev: Device) -> Module:
 
 def _build(lib, state, subgraph, dev):
     values = subgraph.values or {}
-    consts = {k: np.ascontiguousarray(v) for k, v in (subgraph.constants or {}).items()
+    consts = {k: as_contiguous(v) for k, v in (subgraph.constants or {}).items()
               if k not in subgraph.inputs}
     nodes = list(subgraph.nodes)
     if not nodes:
@@ -266,7 +266,7 @@ class _Runner:
         if isinstance(t, Tensor) and isinstance(t.handle, NativeBuffer) and \
                 t.handle.lib is self.lib and t.byte_offset == 0:
             return t.handle.ptr, t
-        arr = np.ascontiguousarray(_array_of(t, name))
+        arr = as_contiguous(_array_of(t, name))
         buf = self.api.alloc_data_space(self.dev, max(arr.nbytes, 1), dtype=arr.dtype)
         if arr.nbytes:
             self.api.copy_data_from_to(arr, 0, buf, 0, arr.nbytes, CPU, self.dev)
@@ -376,7 +376,7 @@ class StaticRunner(_Runner):
         for i, (t, (shape, dtype)) in enumerate(zip(inputs, self.in_specs)):
             name = self.inputs[i]
             if host:
-                arr = np.ascontiguousarray(_array_of(t, name))
+                arr = as_contiguous(_array_of(t, name))
                 if arr.shape != shape or arr.dtype != dtype:
                     _check_input(name, arr.shape, arr.dtype, shape, dtype)
                 keep.append(arr)
@@ -513,7 +513,7 @@ class DynamicRunner(_Runner):
                 raise InputError(f"input {name!r} has shape {shape}, the model needs {tuple(want)}")
             _check_input(name, shape, t.dtype, None, self.spec.dtype(name))
             if self.host:
-                arr = np.ascontiguousarray(_array_of(t, name))
+                arr = as_contiguous(_array_of(t, name))
                 env[name] = (arr.ctypes.data, arr.shape, arr.dtype, arr)
             else:
                 ptr, obj = self._device_input(t, name)
