@@ -405,7 +405,8 @@ nnc_plan *nnc_plan_build(const nnc_desc_node *nodes, int nn, int probing, nnc_er
         }
     }
     if (probing) return p;
-    if (nn > 1) {
+    const char *fz = getenv("NNPLUG_CPU_FUSION"); /* "0": no folding or fusion (debugging) */
+    if (nn > 1 && !(fz && !strcmp(fz, "0"))) {
         fold_affines(p);
         fuse_residuals(p);
         fuse_activations(p);
@@ -652,8 +653,11 @@ int nnc_plan_run(const nnc_plan *p, const nnc_tensor *kin, int nkin, const nnc_t
             if (t0 > 0) {
                 char shp[96];
                 nnc_shape_str(&outs[0], shp, sizeof shp);
-                fprintf(stderr, "nnplug-cpu: %-12s %-24s %8.3f ms  -> %s%s%s\n", n->op->type, n->name,
-                        now_ms() - t0, shp, n->act.kind ? " +act" : "", n->residual >= 0 ? " +res" : "");
+                double sum = 0;
+                if (outs[0].dtype == DT_F32)
+                    for (int64_t q = 0, m = nnc_numel(&outs[0]); q < m; q++) sum += ((const float *)outs[0].data)[q];
+                fprintf(stderr, "nnplug-cpu: %-12s %-24s %8.3f ms  -> %s%s%s sum %.6g\n", n->op->type, n->name,
+                        now_ms() - t0, shp, n->act.kind ? " +act" : "", n->residual >= 0 ? " +res" : "", sum);
             }
         }
         for (int j = 0; j < n->nout; j++)

@@ -5,6 +5,51 @@
 
 #include <stdlib.h>
 
+/* ---- matrix-vector products ---------------------------------------------------------- */
+
+/* Every output is summed in the same order whatever its position, so equal weight rows give
+ * bit-identical outputs (the zoo's models, with constant weights, depend on it: their logits
+ * are huge and equal, and the softmax after them must stay uniform). Memory bound; vectorised
+ * through the 16 explicit lanes. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define MULTIVERSION
+#endif
+
+MULTIVERSION
+static void gemv_rows(const float *W, int64_t ldw, int64_t K, const float *x, int64_t incx,
+                      float alpha, float *y, int64_t r0, int64_t r1)
+{
+    for (int64_t r = r0; r < r1; r++) {
+        const float *w = W + r * ldw;
+        float acc[16] = {0};
+        int64_t k = 0;
+        if (incx == 1) {
+            for (; k + 16 <= K; k += 16)
+                for (int l = 0; l < 16; l++) acc[l] += w[k + l] * x[k + l];
+        }
+        float tail = 0.f;
+        for (; k < K; k++) tail += w[k] * x[k * incx];
+        for (int h = 8; h >= 1; h /= 2)
+            for (int l = 0; l < h; l++) acc[l] += acc[l + h];
+        y[r] = alpha * (acc[0] + tail);
+    }
+}
+
+/* y[n0:n1] = alpha * x . B[:, n0:n1] for row-major B (K x ldb): lanes are columns. */
+MULTIVERSION
+static void gemv_cols(const float *B, int64_t ldb, int64_t K, const float *x, int64_t incx,
+                      float alpha, float *y, int64_t n0, int64_t n1)
+{
+    for (int64_t n = n0; n < n1; n++) y[n] = 0.f;
+    for (int64_t k = 0; k < K; k++) {
+        const float xv = x[k * incx], *b = B + k * ldb;
+        for (int64_t n = n0; n < n1; n++) y[n] += xv * b[n];
+    }
+    for (int64_t n = n0; n < n1; n++) y[n] *= alpha;
+}
+
 /* ---- threaded sgemm with epilogue ---------------------------------------------------- */
 
 typedef struct {
@@ -37,8 +82,8 @@ static void gemm_block(void *arg, int64_t b, int64_t e, int tid)
         if (m1 - m0 == 1) {
             /* one row: a matrix-vector product streams B once, with no packing */
             int64_t incx = j->ta ? j->lda : 1;
-            if (j->tb) nnc_sgemv(0, n1 - n0, j->K, j->alpha, B, j->ldb, A, incx, 0.f, C);
-            else nnc_sgemv(1, j->K, n1 - n0, j->alpha, B, j->ldb, A, incx, 0.f, C);
+            if (j->tb) gemv_rows(j->B, j->ldb, j->K, A, incx, j->alpha, C - n0, n0, n1);
+            else gemv_cols(j->B, j->ldb, j->K, A, incx, j->alpha, C - n0, n0, n1);
         } else {
             nnc_sgemm(j->ta, j->tb, m1 - m0, n1 - n0, j->K, j->alpha, A, j->lda, B, j->ldb, 0.f, C, j->ldc);
         }

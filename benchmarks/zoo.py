@@ -1,0 +1,130 @@
+"""Latency of the onnx package's model zoo (batch 1) on nnplug's cpu backend, beside
+onnxruntime (CPU, same thread count) and onnx.reference, in one process.
+
+    python benchmarks/zoo.py [--threads 2] [--runs 20] [--models resnet50,vgg19]
+                             [--backends opencl] [--no-reference]
+
+Prints per-model medians (ms), the ratio nnplug-cpu / onnxruntime, and the geometric mean of
+the ratios. Backends named with --backends (e.g. opencl) are timed too, figures only. The
+timed runs of each engine are interleaved (a few runs of one, then of the next) so machine
+noise hits all of them alike. Needs nnplug, nnplug-backend-cpu and onnxruntime installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+import onnx
+
+ZOO = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+MODELS = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet",
+          "squeezenet", "vgg19", "zfnet512"]
+
+
+def feeds_of(model: onnx.ModelProto, seed: int = 0) -> dict:
+    inits = {i.name for i in model.graph.initializer}
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for inp in model.graph.input:
+        if inp.name in inits:
+            continue
+        shape = [d.dim_value or 1 for d in inp.type.tensor_type.shape.dim]
+        feeds[inp.name] = rng.random(shape, dtype=np.float32)
+    return feeds
+
+
+def time_rounds(runners: dict, rounds: int, per_round: int) -> dict:
+    """Interleaved timing: each round runs every engine `per_round` times."""
+    times = {name: [] for name in runners}
+    for _ in range(rounds):
+        for name, fn in runners.items():
+            for _ in range(per_round):
+                t = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - t)
+    return {name: statistics.median(ts) * 1e3 for name, ts in times.items()}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=2, help="threads for nnplug-cpu and onnxruntime")
+    ap.add_argument("--runs", type=int, default=20, help="timed runs per engine and model")
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--backends", default="", help="other nnplug backends to time, e.g. opencl")
+    ap.add_argument("--no-reference", action="store_true", help="skip onnx.reference")
+    args = ap.parse_args(argv)
+
+    os.environ["NNPLUG_CPU_THREADS"] = str(args.threads)
+    import nnplug
+    import onnxruntime as ort
+
+    rt = nnplug.Runtime()
+    if "cpu" not in rt.backends:
+        print("nnplug-backend-cpu is not installed (pip install packages/backend-cpu)", file=sys.stderr)
+        for err in rt.load_errors:
+            print(f"  {err}", file=sys.stderr)
+        return 1
+    extra = [b for b in args.backends.split(",") if b]
+    for b in extra:
+        if b not in rt.backends:
+            print(f"backend {b!r} is not available; skipping it", file=sys.stderr)
+    extra = [b for b in extra if b in rt.backends]
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = args.threads
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+
+    cols = ["nnplug-cpu", "onnxruntime", "ratio"] + [f"nnplug-{b}" for b in extra] + ["onnx.reference"]
+    print(f"threads={args.threads} runs={args.runs} cpu={rt.backends['cpu'].source}")
+    print(f"{'model':<14}" + "".join(f"{c:>16}" for c in cols))
+    ratios = []
+    for name in [m for m in args.models.split(",") if m]:
+        path = os.path.join(ZOO, f"light_{name}.onnx")
+        model = onnx.load(path)
+        feeds = feeds_of(model)
+        net = rt.load(model, backends=["cpu"])
+        sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        runners = {"nnplug-cpu": lambda: net.run(feeds), "onnxruntime": lambda: sess.run(None, feeds)}
+        others = {}
+        for b in extra:
+            try:
+                others[b] = rt.load(model, backends=[b])
+                runners[f"nnplug-{b}"] = (lambda n: lambda: n.run(feeds))(others[b])
+            except Exception as e:  # noqa: BLE001 - a figure we cannot get is shown as such
+                print(f"  {name}: nnplug-{b} cannot run it: {e}", file=sys.stderr)
+        for fn in runners.values():  # warm up (first-run allocations, lazy init)
+            fn()
+        per_round = 2
+        med = time_rounds(runners, max(1, args.runs // per_round), per_round)
+        ratio = med["nnplug-cpu"] / med["onnxruntime"]
+        ratios.append(ratio)
+        row = [f"{med['nnplug-cpu']:.2f}", f"{med['onnxruntime']:.2f}", f"{ratio:.2f}"]
+        row += [f"{med[f'nnplug-{b}']:.2f}" if f"nnplug-{b}" in med else "-" for b in extra]
+        if args.no_reference:
+            row.append("-")
+        else:
+            from onnx.reference import ReferenceEvaluator
+
+            ref = ReferenceEvaluator(model)
+            t = time.perf_counter()
+            ref.run(None, feeds)  # one run is enough: it is orders of magnitude slower
+            row.append(f"{(time.perf_counter() - t) * 1e3:.0f}")
+        print(f"{name:<14}" + "".join(f"{c:>16}" for c in row), flush=True)
+        net.close()
+        for n in others.values():
+            n.close()
+    if ratios:
+        geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+        print(f"geometric mean of nnplug-cpu / onnxruntime: {geo:.2f} over {len(ratios)} models")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
