@@ -266,12 +266,18 @@ def check_imports_installed(session: nox.Session, pkg: Package) -> None:
         session.run("python", "-c", code)
 
 
+TEST_TOOLS = ("pytest", "pytest-timeout")
+TEST_TIMEOUT_S = 900
+"""Per test: a hung test fails with its stack instead of stalling CI (posargs may override)."""
+
+
 def run_pytest(session: nox.Session, pkg: Package, *args: str, env: dict | None = None) -> None:
     if not glob.glob(os.path.join(pkg.tests, "**", "test_*.py"), recursive=True):
         session.log(f"{pkg.folder}: no test_*.py under {os.path.relpath(pkg.tests, ROOT)}")
         raise nox.command.CommandFailed(f"{pkg.folder} has no tests")
     with session.chdir(ROOT):
-        session.run("pytest", os.path.relpath(pkg.tests, ROOT), *args, *session.posargs, env=env)
+        session.run("pytest", os.path.relpath(pkg.tests, ROOT), f"--timeout={TEST_TIMEOUT_S}",
+                    *args, *session.posargs, env=env)
 
 
 # -- sessions ----------------------------------------------------------------------------
@@ -283,7 +289,7 @@ def tests(session: nox.Session, package: str) -> None:
     The package's ``test`` extra and pytest come along; the import is checked to come from
     the environment, not from src/."""
     pkg = PACKAGES[package]
-    install_wheels(session, [pkg], extras={package: "test"}, also=("pytest",))
+    install_wheels(session, [pkg], extras={package: "test"}, also=TEST_TOOLS)
     check_imports_installed(session, pkg)
     run_pytest(session, pkg)
 
@@ -298,7 +304,7 @@ def isolation(session: nox.Session, plugin: str) -> None:
     check = os.path.join(ROOT, "tools", "isolation_check.py")
     if plugin == "all":
         install_wheels(session, [PACKAGES[p] for p in PLUGINS], extras={CORE: "test"},
-                       also=("pytest",))
+                       also=TEST_TOOLS)
         with outside_the_repo(session):
             session.run("python", check, "--present", *[PACKAGES[p].dist for p in PLUGINS])
         run_pytest(session, PACKAGES[CORE])
@@ -374,7 +380,7 @@ def sanitize(session: nox.Session) -> None:
     if not native:
         session.skip("no package has C sources yet")
     install_wheels(session, list(PACKAGES.values()), flags=flags,
-                   extras={p.folder: "test" for p in native}, also=("pytest",))
+                   extras={p.folder: "test" for p in native}, also=TEST_TOOLS)
     site = session.run("python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])",
                        silent=True).strip()
     for pkg in native:

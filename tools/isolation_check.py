@@ -27,8 +27,17 @@ def fail(msg: str) -> None:
     sys.exit(1)
 
 
+CLI_TIMEOUT_S = 600  # the demo takes seconds; minutes mean a hang, which must fail, not stall CI
+
+
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nnplug", *args], capture_output=True, text=True)
+    cmd = [sys.executable, "-m", "nnplug", *args]
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        fail(f"nnplug {' '.join(args)} did not finish in {CLI_TIMEOUT_S} s (a hang?); "
+             f"output so far:\n{out}")
 
 
 def entry_points_of(dist: str, group: str) -> list[metadata.EntryPoint]:
