@@ -317,6 +317,12 @@ static nnp_status cpu_supports(const nnp_node_desc *node, int32_t *out)
     nnc_err e = {{0}, 0};
     descs d;
     if (build_descs(node, 1, &d, &e)) { descs_free(&d); return NNP_OK; }
+    /* Inputs of unknown type (strings, sequences, optionals, 4/8-bit floats) are not ours. */
+    for (int j = 0; j < d.nodes[0].nin; j++)
+        if (d.nodes[0].in[j].name[0] && d.nodes[0].in[j].info.dtype == DT_UNDEF) {
+            descs_free(&d);
+            return NNP_OK;
+        }
     nnc_plan *p = nnc_plan_build(d.nodes, 1, 1, &e);
     /* A node we know but whose attributes are wrong is still ours: kernel_create then
      * reports exactly what is wrong instead of "no backend runs this node". */

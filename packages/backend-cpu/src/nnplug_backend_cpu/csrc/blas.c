@@ -8,41 +8,32 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#ifndef NNC_OPENBLAS_BUILD_PATH
-#define NNC_OPENBLAS_BUILD_PATH ""
-#endif
 #define OPENBLAS_SONAME "libscipy_openblas.so"
 
 enum { CblasRowMajor = 101, CblasNoTrans = 111, CblasTrans = 112 };
 typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int, const float *,
                          int, float, float *, int);
-typedef void (*sgemv_fn)(int, int, int, int, float, const float *, int, const float *, int, float,
-                         float *, int);
 typedef void (*set_threads_fn)(int);
 typedef char *(*get_config_fn)(void);
 
 static sgemm_fn g_sgemm;
-static sgemv_fn g_sgemv;
 static void *g_handle;
 static char g_info[512];
 
 static int resolve(void *h)
 {
     sgemm_fn f = (sgemm_fn)dlsym(h, "scipy_cblas_sgemm");
-    sgemv_fn v = (sgemv_fn)dlsym(h, "scipy_cblas_sgemv");
     set_threads_fn st = (set_threads_fn)dlsym(h, "scipy_openblas_set_num_threads");
     get_config_fn gc = (get_config_fn)dlsym(h, "scipy_openblas_get_config");
     if (!f) { /* a plain OpenBLAS given by path */
         f = (sgemm_fn)dlsym(h, "cblas_sgemm");
-        v = (sgemv_fn)dlsym(h, "cblas_sgemv");
         st = (set_threads_fn)dlsym(h, "openblas_set_num_threads");
         gc = (get_config_fn)dlsym(h, "openblas_get_config");
     }
-    if (!f || !v) return 0;
+    if (!f) return 0;
     /* The backend splits work over its own threads and calls BLAS from each. */
     if (st) st(1);
     snprintf(g_info, sizeof g_info, "%s", gc ? gc() : "cblas");
-    g_sgemv = v;
     g_sgemm = f;
     return 1;
 }
@@ -68,6 +59,38 @@ static void self_dir(char *buf, size_t n)
     }
 }
 
+/* The scipy-openblas32 copy of the Python environment hosting us: any mapped file under a
+ * site-packages (or dist-packages) folder names that folder. */
+static int try_site_packages(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[4400], tried[8][4096];
+    int ntried = 0, ok = 0;
+    if (!f) return 0;
+    while (!ok && fgets(line, sizeof line, f)) {
+        char *path = strchr(line, '/');
+        if (!path) continue;
+        path[strcspn(path, "\n")] = 0;
+        const char *marks[] = {"/site-packages/", "/dist-packages/"};
+        for (int m = 0; m < 2 && !ok; m++) {
+            char *hit = strstr(path, marks[m]);
+            if (!hit) continue;
+            size_t len = (size_t)(hit - path) + strlen(marks[m]);
+            char cand[4096];
+            if (len + 64 >= sizeof cand) continue;
+            memcpy(cand, path, len);
+            snprintf(cand + len, sizeof cand - len, "scipy_openblas32/lib/" OPENBLAS_SONAME);
+            int seen = 0;
+            for (int i = 0; i < ntried; i++) seen |= !strcmp(tried[i], cand);
+            if (seen) continue;
+            if (ntried < 8) snprintf(tried[ntried++], sizeof tried[0], "%s", cand);
+            ok = try_path(cand, RTLD_NOW | RTLD_LOCAL);
+        }
+    }
+    fclose(f);
+    return ok;
+}
+
 int nnc_blas_load(const char *hint, nnc_err *e)
 {
     if (g_sgemm) return NNC_OK;
@@ -75,17 +98,27 @@ int nnc_blas_load(const char *hint, nnc_err *e)
     self_dir(dir, sizeof dir);
     snprintf(beside, sizeof beside, "%s/%s", dir[0] ? dir : ".", OPENBLAS_SONAME);
     if (try_path(hint, RTLD_NOW | RTLD_LOCAL)) return NNC_OK;
-    if (try_path(getenv("NNPLUG_CPU_OPENBLAS"), RTLD_NOW | RTLD_LOCAL)) return NNC_OK;
+    const char *env = getenv("NNPLUG_CPU_OPENBLAS");
+    if (env && *env) {
+        if (try_path(env, RTLD_NOW | RTLD_LOCAL)) return NNC_OK;
+        const char *why = dlerror();
+        return nnc_fail(e,
+            "NNPLUG_CPU_OPENBLAS=%s: cannot load it as OpenBLAS (%s). Fix: point NNPLUG_CPU_OPENBLAS "
+            "at " OPENBLAS_SONAME " from the scipy-openblas32 package (python -c \"import "
+            "scipy_openblas32, os; print(os.path.join(scipy_openblas32.get_lib_dir(), "
+            "scipy_openblas32.get_library(True)))\"), or unset it", env,
+            why ? why : "no cblas_sgemm in it");
+    }
     if (try_path(OPENBLAS_SONAME, RTLD_NOW | RTLD_NOLOAD)) return NNC_OK; /* already loaded */
     if (try_path(beside, RTLD_NOW | RTLD_LOCAL)) return NNC_OK;
-    if (try_path(NNC_OPENBLAS_BUILD_PATH, RTLD_NOW | RTLD_LOCAL)) return NNC_OK;
+    if (try_site_packages()) return NNC_OK;
     if (try_path(OPENBLAS_SONAME, RTLD_NOW | RTLD_LOCAL)) return NNC_OK; /* LD_LIBRARY_PATH */
     const char *why = dlerror();
     return nnc_fail(e,
-        "the CPU backend needs " OPENBLAS_SONAME " (OpenBLAS from the scipy-openblas32 package) "
-        "and could not load it (%s). Fix: `pip install scipy-openblas32`, or set "
-        "NNPLUG_CPU_OPENBLAS to the full path of " OPENBLAS_SONAME ", or copy that file into %s",
-        why ? why : "not found", dir[0] ? dir : "the backend's folder");
+        "the cpu backend needs " OPENBLAS_SONAME " (OpenBLAS from the scipy-openblas32 package) "
+        "and could not find it (%s). Fix: `pip install scipy-openblas32` in this Python "
+        "environment, or set NNPLUG_CPU_OPENBLAS to the full path of " OPENBLAS_SONAME
+        ", or copy that file into %s", why ? why : "not found", dir[0] ? dir : "the backend's folder");
 }
 
 const char *nnc_blas_info(void) { return g_info; }
@@ -104,14 +137,3 @@ void nnc_sgemm(int transa, int transb, int64_t m, int64_t n, int64_t k, float al
             (int)m, (int)n, (int)k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
 }
 
-void nnc_sgemv(int trans, int64_t m, int64_t n, float alpha, const float *a, int64_t lda,
-               const float *x, int64_t incx, float beta, float *y)
-{
-    if (m <= 0 || n <= 0) {
-        int64_t len = trans ? n : m;
-        for (int64_t i = 0; i < len; i++) y[i] = beta == 0.f ? 0.f : beta * y[i];
-        return;
-    }
-    g_sgemv(CblasRowMajor, trans ? CblasTrans : CblasNoTrans, (int)m, (int)n, alpha, a, (int)lda,
-            x, (int)incx, beta, y, 1);
-}

@@ -644,10 +644,11 @@ int nnc_plan_run(const nnc_plan *p, const nnc_tensor *kin, int nkin, const nnc_t
             }
         }
         if (rc) break;
-        if (alias_out == 0) {
+        if (alias_out == 0) { /* a view that leaves the kernel: copy it out */
             size_t nb = nnc_nbytes(&outs[0]);
             if (nb) memmove(outs[0].data, in[0]->data, nb);
-        } else if (!empty || n->nout == 0) {
+        }
+        if (!empty || n->nout == 0) {
             double t0 = profiling() ? now_ms() : 0;
             if ((rc = n->op->run(n, in, outs, &x, e))) break;
             if (t0 > 0) {

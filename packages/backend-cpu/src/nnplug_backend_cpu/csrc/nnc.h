@@ -165,9 +165,6 @@ int nnc_blas_load(const char *hint_path, nnc_err *e);
 void nnc_sgemm(int transa, int transb, int64_t m, int64_t n, int64_t k, float alpha,
                const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
                int64_t ldc);
-/* Row-major sgemv: y = alpha*op(A)*x + beta*y, A is m x n. */
-void nnc_sgemv(int trans, int64_t m, int64_t n, float alpha, const float *a, int64_t lda,
-               const float *x, int64_t incx, float beta, float *y);
 const char *nnc_blas_info(void);
 
 /* Memory. */

@@ -197,22 +197,26 @@ static void bin_i32(void *ctx, int64_t n, const char *const *p, const int64_t *s
     else bin_i32_common(ctx, n, p, s, out);
 }
 
-/* Pow with a float base and an integer exponent. */
-static void pow_f32_i64(void *ctx, int64_t n, const char *const *p, const int64_t *s, char *out)
+/* Pow with a base and exponent of different types: computed in double, stored as the base. */
+static double ld_num(const char *p, int dt, int64_t i)
 {
-    (void)ctx;
-    const float *a = (const float *)p[0];
-    const int64_t *b = (const int64_t *)p[1];
-    float *o = (float *)out;
-    for (int64_t i = 0; i < n; i++) o[i] = powf(a[s[0] ? i : 0], (float)b[s[1] ? i : 0]);
+    switch (dt) {
+    case DT_F32: return ((const float *)p)[i];
+    case DT_I64: return (double)((const int64_t *)p)[i];
+    case DT_I32: return ((const int32_t *)p)[i];
+    default: return 0;
+    }
 }
-static void pow_f32_i32(void *ctx, int64_t n, const char *const *p, const int64_t *s, char *out)
+
+static void pow_mixed(void *ctx, int64_t n, const char *const *p, const int64_t *s, char *out)
 {
-    (void)ctx;
-    const float *a = (const float *)p[0];
-    const int32_t *b = (const int32_t *)p[1];
-    float *o = (float *)out;
-    for (int64_t i = 0; i < n; i++) o[i] = powf(a[s[0] ? i : 0], (float)b[s[1] ? i : 0]);
+    const int *dts = ctx; /* {op, base type, exponent type} */
+    for (int64_t i = 0; i < n; i++) {
+        double v = pow(ld_num(p[0], dts[1], s[0] ? i : 0), ld_num(p[1], dts[2], s[1] ? i : 0));
+        if (dts[1] == DT_F32) ((float *)out)[i] = (float)v;
+        else if (dts[1] == DT_I64) ((int64_t *)out)[i] = v != v ? 0 : (int64_t)v;
+        else ((int32_t *)out)[i] = v != v ? 0 : (int32_t)v;
+    }
 }
 
 typedef struct { int op; int variadic; } bin_state;
@@ -293,8 +297,7 @@ static int bin_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_er
 
 static inner_fn bin_kernel(int dt, int dt2, int op)
 {
-    if (op == B_POW && dt == DT_F32 && dt2 == DT_I64) return pow_f32_i64;
-    if (op == B_POW && dt == DT_F32 && dt2 == DT_I32) return pow_f32_i32;
+    (void)dt2; (void)op;
     switch (dt) {
     case DT_F32: return bin_f32;
     case DT_I64: return bin_i64;
@@ -324,7 +327,12 @@ static int bin_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec
         if (bcast_setup(&b, out, pair, 2)) return nnc_node_fail(e, n, "broadcast failed");
         inner_fn fn = bin_kernel(in[0]->dtype, in[1]->dtype, op);
         if (!fn) return nnc_node_fail(e, n, "unsupported element type");
-        bcast_run(&b, pair, out, fn, &op);
+        if (op == B_POW && in[0]->dtype != in[1]->dtype) {
+            int ctx[3] = {op, in[0]->dtype, in[1]->dtype};
+            bcast_run(&b, pair, out, pow_mixed, ctx);
+        } else {
+            bcast_run(&b, pair, out, fn, &op);
+        }
         for (int i = 2; i < nin; i++) {
             nnc_tensor *p2[2] = {out, in[i]};
             if (bcast_setup(&b, out, p2, 2)) return nnc_node_fail(e, n, "broadcast failed");
@@ -622,7 +630,7 @@ static int ident_create(nnc_node *n, nnc_err *e)
     if (!strcmp(n->op_type, "Dropout")) {
         if (n->opset >= 12 && nnc_in_present(n, 2)) {
             if (!nnc_in_const(n, 2))
-                return nnc_node_fail(e, n, "training_mode must be a constant false for inference");
+                return nnc_node_unsup(e, n, "training_mode must be a constant false (inference only)");
             if (*(const uint8_t *)n->vin[2]->const_data)
                 return nnc_node_unsup(e, n, "training_mode = true is not supported (inference only)");
         }
