@@ -54,6 +54,7 @@ CASES = [
     ("matmul_broadcast", "MatMul", [f32(2, 1, 4, 5), f32(3, 5, 2)], {}, 13, (), 1, 1e-5),
     # --- normalisation ----------------------------------------------------------------------
     ("batchnorm_const", "BatchNormalization", [f32(2, 3, 4, 5), f32(3), f32(3), f32(3), f32(3, lo=0.5, hi=2)], dict(epsilon=1e-3), 15, (1, 2, 3, 4), 1, 1e-5),
+    ("batchnorm_9_inference", "BatchNormalization", [f32(1, 4, 3, 3), f32(4), f32(4), f32(4), f32(4, lo=0.5, hi=2)], {}, 9, (1, 2, 3, 4), 1, 1e-5),
     ("batchnorm_inputs_rank2", "BatchNormalization", [f32(4, 6), f32(6), f32(6), f32(6), f32(6, lo=0.5, hi=2)], {}, 15, (), 1, 1e-5),
     ("layernorm_last", "LayerNormalization", [f32(2, 3, 8), f32(8), f32(8)], {}, 17, (), 1, 1e-5),
     ("layernorm_axis1_outputs", "LayerNormalization", [f32(2, 3, 4), f32(3, 4), f32(3, 4)], dict(axis=1, epsilon=1e-3), 17, (), 3, 1e-5),
@@ -185,6 +186,9 @@ ORT_IS_REFERENCE = {
     "lrn_5", "lrn_3_beta",
     # GlobalMaxPool on 3 spatial dims: onnx.reference keeps an extra axis.
     "globalmaxpool",
+    # BatchNormalization 9..14: onnx.reference computes batch statistics (training) whenever
+    # momentum has its default; inference uses the given mean and variance.
+    "batchnorm_9_inference",
     # Negative pads (cropping): onnx.reference hands them to numpy.pad, which refuses them.
     "pad_negative",
 }

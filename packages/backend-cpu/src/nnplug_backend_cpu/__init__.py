@@ -19,7 +19,21 @@ from ._version import __version__
 LIBRARY = "libnnplug_backend_cpu.so"
 OPENBLAS_ENV = "NNPLUG_CPU_OPENBLAS"
 
-__all__ = ["LIBRARY", "OPENBLAS_ENV", "__version__", "library_path", "openblas_path"]
+OPS = (
+    "Abs", "Add", "ArgMax", "ArgMin", "AveragePool", "BatchNormalization", "Cast", "Ceil", "Clip",
+    "Concat", "Constant", "ConstantOfShape", "Conv", "Div", "Dropout", "Equal", "Erf", "Exp",
+    "Expand", "Flatten", "Floor", "Gather", "Gelu", "Gemm", "GlobalAveragePool", "GlobalMaxPool",
+    "Greater", "Identity", "LRN", "LayerNormalization", "LeakyRelu", "Less", "Log", "LogSoftmax",
+    "MatMul", "Max", "MaxPool", "Mean", "Min", "Mod", "Mul", "Neg", "Pad", "Pow", "Reciprocal",
+    "ReduceL1", "ReduceL2", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin",
+    "ReduceProd", "ReduceSum", "ReduceSumSquare", "Relu", "Reshape", "Shape", "Sigmoid", "Slice",
+    "Softmax", "Softplus", "Split", "Sqrt", "Squeeze", "Sub", "Sum", "Tanh", "Transpose",
+    "Unsqueeze", "Where",
+)
+"""The ONNX op types the backend runs (default domain; dtypes and attributes as documented in
+docs/backends/cpu.md)."""
+
+__all__ = ["LIBRARY", "OPENBLAS_ENV", "OPS", "__version__", "library_path", "openblas_path"]
 
 
 def openblas_path() -> str | None:

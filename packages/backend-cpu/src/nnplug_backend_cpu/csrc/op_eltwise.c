@@ -135,6 +135,21 @@ enum { B_ADD, B_SUB, B_MUL, B_DIV, B_POW, B_MAX, B_MIN, B_EQ, B_GT, B_LT, B_MOD 
         else { T x = a[0], y = b[0]; TO v = (TO)(EXPR); for (int64_t i = 0; i < n; i++) o[i] = v; } \
     }
 
+static inline float pymodf(float x, float y)
+{
+    float r = fmodf(x, y);
+    return (r != 0.f && ((r < 0.f) != (y < 0.f))) ? r + y : r;
+}
+
+/* Integer Mod: fmod=1 truncates like C; fmod=0 takes the divisor's sign. y == 0 gives 0. */
+static inline int64_t imod(int64_t x, int64_t y, int fmod)
+{
+    if (y == 0) return 0;
+    if (y == -1) return 0; /* INT64_MIN % -1 overflows */
+    int64_t r = x % y;
+    return (!fmod && r != 0 && ((r < 0) != (y < 0))) ? r + y : r;
+}
+
 static inline int64_t ipow64(int64_t b, int64_t e)
 {
     if (e < 0) return b == 1 ? 1 : (b == -1 ? (e & 1 ? -1 : 1) : 0);
@@ -175,6 +190,7 @@ static void bin_f32(void *ctx, int64_t n, const char *const *p, const int64_t *s
     case B_GT: BIN_LOOP(float, uint8_t, x > y) break;
     case B_LT: BIN_LOOP(float, uint8_t, x < y) break;
     case B_MOD: BIN_LOOP(float, float, fmodf(x, y)) break;
+    case B_MOD + 100: BIN_LOOP(float, float, pymodf(x, y)) break; /* fmod=0: sign of divisor */
     default: break;
     }
 }
@@ -185,15 +201,19 @@ DEF_BIN(bin_u8_common, uint8_t)
 static void bin_i64(void *ctx, int64_t n, const char *const *p, const int64_t *s, char *out)
 {
     int op = *(int *)ctx;
-    if (op == B_DIV) BIN_LOOP(int64_t, int64_t, y == 0 ? 0 : x / y)
+    if (op == B_DIV) BIN_LOOP(int64_t, int64_t, y == 0 || (y == -1 && x == INT64_MIN) ? 0 : x / y)
     else if (op == B_POW) BIN_LOOP(int64_t, int64_t, ipow64(x, y))
+    else if (op == B_MOD) BIN_LOOP(int64_t, int64_t, imod(x, y, 1))
+    else if (op == B_MOD + 100) BIN_LOOP(int64_t, int64_t, imod(x, y, 0))
     else bin_i64_common(ctx, n, p, s, out);
 }
 static void bin_i32(void *ctx, int64_t n, const char *const *p, const int64_t *s, char *out)
 {
     int op = *(int *)ctx;
-    if (op == B_DIV) BIN_LOOP(int32_t, int32_t, y == 0 ? 0 : x / y)
+    if (op == B_DIV) BIN_LOOP(int32_t, int32_t, y == 0 || (y == -1 && x == INT32_MIN) ? 0 : x / y)
     else if (op == B_POW) BIN_LOOP(int32_t, int32_t, (int32_t)ipow64(x, y))
+    else if (op == B_MOD) BIN_LOOP(int32_t, int32_t, (int32_t)imod(x, y, 1))
+    else if (op == B_MOD + 100) BIN_LOOP(int32_t, int32_t, (int32_t)imod(x, y, 0))
     else bin_i32_common(ctx, n, p, s, out);
 }
 
@@ -242,9 +262,7 @@ static int bin_create(nnc_node *n, nnc_err *e)
     if (s->op == B_MOD) {
         int64_t fm;
         TRY(nnc_attr_int(n, "fmod", 0, &fm, e));
-        static const int f32[] = {DT_F32, 0};
-        if (!fm) return nnc_node_unsup(e, n, "only fmod=1 is supported");
-        TRY(nnc_check_dtype(n, 0, f32, e));
+        if (!fm) s->op = B_MOD + 100; /* the divisor's sign, as Python and numpy */
     }
     static const int num[] = {DT_F32, DT_I64, DT_I32, 0};
     static const int eq[] = {DT_F32, DT_I64, DT_I32, DT_BOOL, 0};
