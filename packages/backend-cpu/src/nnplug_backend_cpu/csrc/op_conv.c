@@ -387,11 +387,13 @@ static void dw_tasks(void *arg, int64_t b, int64_t e, int tid)
     }
 }
 
-/* Most pixels one im2col tile holds: about 256 KiB of columns, at least 64 pixels. */
+/* Most pixels one im2col tile holds: about 4 MiB of columns, at least 128 pixels. Each tile is
+ * one sgemm call, which packs the whole weight matrix again: tiles must be wide enough that
+ * this stays small next to the multiply (M*K against M*K*tile). */
 static int64_t max_tile(int64_t K, int64_t OHW)
 {
-    int64_t tn = (64 * 1024) / (K > 0 ? K : 1);
-    if (tn < 64) tn = 64;
+    int64_t tn = (1024 * 1024) / (K > 0 ? K : 1);
+    if (tn < 128) tn = 128;
     return tn > OHW ? OHW : tn;
 }
 

@@ -177,7 +177,11 @@ void nnc_parallel_for(int64_t n, int64_t grain, nnc_range_fn fn, void *arg)
     run_chunks(0);
     t_in_pool = 0;
     atomic_store(&g_open, 0);
-    while (atomic_load(&g_active) > 0) CPU_RELAX(); /* only workers inside a chunk */
+    /* only workers inside a chunk; yield when one is slow (the machine may be oversubscribed) */
+    for (int spins = 0; atomic_load(&g_active) > 0; spins++) {
+        if (spins < 2000) CPU_RELAX();
+        else sched_yield();
+    }
     pthread_mutex_unlock(&g_submit);
 }
 
