@@ -652,13 +652,14 @@ int nnc_plan_run(const nnc_plan *p, const nnc_tensor *kin, int nkin, const nnc_t
             double t0 = profiling() ? now_ms() : 0;
             if ((rc = n->op->run(n, in, outs, &x, e))) break;
             if (t0 > 0) {
+                double ms = now_ms() - t0;
                 char shp[96];
                 nnc_shape_str(&outs[0], shp, sizeof shp);
                 double sum = 0;
                 if (outs[0].dtype == DT_F32)
                     for (int64_t q = 0, m = nnc_numel(&outs[0]); q < m; q++) sum += ((const float *)outs[0].data)[q];
                 fprintf(stderr, "nnplug-cpu: %-12s %-24s %8.3f ms  -> %s%s%s sum %.6g\n", n->op->type, n->name,
-                        now_ms() - t0, shp, n->act.kind ? " +act" : "", n->residual >= 0 ? " +res" : "", sum);
+                        ms, shp, n->act.kind ? " +act" : "", n->residual >= 0 ? " +res" : "", sum);
             }
         }
         for (int j = 0; j < n->nout; j++)
