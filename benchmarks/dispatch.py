@@ -46,8 +46,9 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
     os.environ["NNPLUG_CPU_THREADS"] = str(args.threads)
-    import nnplug
     import onnxruntime as ort
+
+    import nnplug
 
     model = chain_model(args.nodes, args.size)
     x = np.random.default_rng(0).random((1, args.size), dtype=np.float32)

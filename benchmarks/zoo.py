@@ -61,8 +61,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     os.environ["NNPLUG_CPU_THREADS"] = str(args.threads)
-    import nnplug
     import onnxruntime as ort
+
+    import nnplug
 
     rt = nnplug.Runtime()
     if "cpu" not in rt.backends:
@@ -91,12 +92,13 @@ def main(argv=None) -> int:
         feeds = feeds_of(model)
         net = rt.load(model, backends=["cpu"])
         sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-        runners = {"nnplug-cpu": lambda: net.run(feeds), "onnxruntime": lambda: sess.run(None, feeds)}
+        runners = {"nnplug-cpu": lambda net=net, feeds=feeds: net.run(feeds),
+                   "onnxruntime": lambda sess=sess, feeds=feeds: sess.run(None, feeds)}
         others = {}
         for b in extra:
             try:
                 others[b] = rt.load(model, backends=[b])
-                runners[f"nnplug-{b}"] = (lambda n: lambda: n.run(feeds))(others[b])
+                runners[f"nnplug-{b}"] = lambda n=others[b], feeds=feeds: n.run(feeds)
             except Exception as e:  # noqa: BLE001 - a figure we cannot get is shown as such
                 print(f"  {name}: nnplug-{b} cannot run it: {e}", file=sys.stderr)
         for fn in runners.values():  # warm up (first-run allocations, lazy init)
