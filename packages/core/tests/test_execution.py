@@ -240,3 +240,16 @@ def test_scalar_feeds_and_outputs_keep_rank_zero():
         out = rt.load(m).run({"x": np.zeros(2, np.float32), "s": np.array(3, np.float32)})
         assert out["y"].tolist() == [3, 3]
     assert nnplug.Tensor.from_numpy(np.array(1.5, np.float32)).shape == ()
+
+
+def test_unread_outputs_without_an_inferred_type_are_passed_as_omitted():
+    from nnplug.loader import load
+
+    # Dropout-7's mask gets no type from ONNX shape inference; nothing reads it here.
+    a = onnx.helper
+    g = a.make_graph([a.make_node("Dropout", ["x"], ["y", "mask"], name="drop")], "g",
+                     [a.make_tensor_value_info("x", 1, [2])], [a.make_tensor_value_info("y", 1, [2])])
+    m = a.make_model(g, opset_imports=[a.make_opsetid("", 7)])
+    m.ir_version = 3
+    node = load(m).nodes[0]
+    assert node.outputs == ["y", ""]

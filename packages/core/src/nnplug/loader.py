@@ -127,6 +127,7 @@ def load(model, custom_ops: dict | None = None) -> Model:
         values = _custom_shape_inference(inferred, nodes, values, custom_ops)
 
     g = inferred.graph
+    _omit_untyped_unused_outputs(nodes, values, {o.name for o in g.output})
     constants = {}
     for init in g.initializer:
         constants[init.name] = numpy_helper.to_array(init)
@@ -152,6 +153,16 @@ def _make_nodes(model: onnx.ModelProto, opsets: dict[str, int]) -> list[Node]:
         nodes.append(Node(name, n.op_type, n.domain, list(n.input), list(n.output), attrs,
                           opsets.get(n.domain or "", opsets.get("ai.onnx", 0)), n))
     return nodes
+
+
+def _omit_untyped_unused_outputs(nodes: list[Node], values: dict, graph_outputs: set[str]) -> None:
+    """An output nothing reads and whose type ONNX cannot infer (e.g. Dropout-7's mask) is
+    passed to backends as omitted (""), as ONNX does for optional outputs."""
+    read = {x for n in nodes for x in n.inputs if x} | graph_outputs
+    for n in nodes:
+        n.outputs = ["" if o and o not in read and (values.get(o) is None
+                                                    or values[o].dtype is None) else o
+                     for o in n.outputs]
 
 
 def _check_topology(nodes: list[Node], model: onnx.ModelProto) -> None:
