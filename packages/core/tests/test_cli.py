@@ -45,10 +45,11 @@ def test_info_lists_backends_with_their_source_and_load_errors(tmp_path):
 def test_run_with_random_inputs_prints_outputs_and_placement(env, tmp_path):
     path = tmp_path / "mlp.onnx"
     onnx.save(mlp(), path)
-    r = nnplug_cmd(["run", str(path), "--backend", "goodplug"], env)
+    r = nnplug_cmd(["run", str(path), "--backend", "goodplug", "--placement"], env)
     assert r.returncode == 0, r.stderr
     assert "y: shape [1, 3] dtype float32" in r.stdout
     assert "nodes ran on: goodplug (3), goodplug (folded) (1)" in r.stdout
+    assert "  matmul: goodplug\n" in r.stdout and "  bias: goodplug (folded)\n" in r.stdout
 
 
 def test_run_with_inputs_from_npy_files(env, tmp_path):

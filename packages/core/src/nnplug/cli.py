@@ -90,18 +90,17 @@ def _summary(name: str, arr: np.ndarray) -> str:
     return text
 
 
-def run_model(model, backends, feeds=None, rt=None, repeat: int = 1) -> int:
-    own = rt is None
-    rt = rt or _runtime(argparse.Namespace())
-    try:
-        net = rt.load(model, backends=backends or None)
+def run_model(rt, model: str, backends, feeds=None, repeat: int = 1,
+              show_placement: bool = False) -> int:
+    """Load ``model`` on ``rt``, run it ``repeat`` times, print a summary."""
+    with rt.load(model, backends=backends or None) as net:
         feeds = feeds if feeds else random_feeds(net.inputs)
         times = []
         for _ in range(max(1, repeat)):
             t0 = time.perf_counter()
             out = net.run(feeds)
             times.append(time.perf_counter() - t0)
-        print(f"model {getattr(model, 'name', None) or model if isinstance(model, str) else net.name}")
+        print(f"model {model}")
         print("inputs:")
         for k, v in feeds.items():
             print(_summary(k, np.asarray(v)))
@@ -112,11 +111,11 @@ def run_model(model, backends, feeds=None, rt=None, repeat: int = 1) -> int:
         for b in net.assignment.values():
             counts[b] = counts.get(b, 0) + 1
         print("nodes ran on: " + ", ".join(f"{b} ({n})" for b, n in sorted(counts.items())))
+        if show_placement:
+            print("placement:")
+            for node, b in net.assignment.items():
+                print(f"  {node}: {b}")
         print(f"time: {min(times) * 1e3:.2f} ms (best of {len(times)})")
-        net.close()
-    finally:
-        if own:
-            rt.close()
     return 0
 
 
@@ -124,7 +123,7 @@ def cmd_run(args) -> int:
     feeds = dict(_parse_feed(t) for t in args.input or [])
     rt = _runtime(args)
     try:
-        return run_model(args.model, args.backend, feeds, rt, args.repeat)
+        return run_model(rt, args.model, args.backend, feeds, args.repeat, args.placement)
     finally:
         rt.close()
 
@@ -192,6 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--backend", action="append", help="backend id, in preference order (repeatable)")
     run.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input from a .npy file")
     run.add_argument("--repeat", type=int, default=1, help="run this many times, report the best time")
+    run.add_argument("--placement", action="store_true", help="print the backend of every node")
     run.add_argument("--backend-path", help="native backend folders (':'-separated)")
     run.set_defaults(func=cmd_run)
 
