@@ -403,7 +403,12 @@ def sanitize(session: nox.Session) -> None:
         "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1:detect_odr_violation=0",
         "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1",
     })
-    args = [] if session.posargs else ["-m", "not slow"]
+    # --capture=sys: sanitizer reports are written to fd 2 by native code and the process
+    # stops right after; with pytest's default fd capture they would be lost with it.
+    args = ["--capture=sys", *([] if session.posargs else ["-m", "not slow"])]
+    named = [a for a in session.posargs if a.startswith("packages/")]
+    if named:  # `nox -s sanitize -- packages/ops-argmax/tests/...`: only the packages named
+        native = [p for p in native if any(a.startswith(f"packages/{p.folder}/") for a in named)]
     failed = []
     for pkg in native:  # every package runs even when an earlier one fails
         try:
