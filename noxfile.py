@@ -439,9 +439,35 @@ def docs(session: nox.Session) -> None:
     session.run("python", os.path.join(ROOT, "tools", "check_docs.py"), *session.posargs)
 
 
+# The conformance suite's arguments per in-tree plugin (entry point names), and the backend an
+# op package's CPU kernels run beside.
+CONFORMANCE = {
+    "backend-cpu": (["--nnplug-backend", "cpu"], []),
+    "backend-opencl": (["--nnplug-backend", "opencl"], []),
+    "ops-softmax": (["--nnplug-op", "softmax"], ["backend-cpu"]),
+    "ops-argmax": (["--nnplug-op", "argmax"], ["backend-cpu"]),
+}
+
+
+@nox.session(python=CI_PYTHON)
+@nox.parametrize("plugin", list(CONFORMANCE))
+def conformance(session: nox.Session, plugin: str) -> None:
+    """The nnplug.testing conformance suite against one in-tree plugin, from its wheel.
+
+    Writes the summary table to .nox/conformance/<plugin>.md (docs/conformance.md shows them)."""
+    args, beside = CONFORMANCE[plugin]
+    install_wheels(session, [PACKAGES[plugin], *(PACKAGES[b] for b in beside)], also=TEST_TOOLS)
+    report = os.path.join(ROOT, ".nox", "conformance", f"{plugin}.md")
+    os.makedirs(os.path.dirname(report), exist_ok=True)
+    with outside_the_repo(session):
+        session.run("pytest", "--pyargs", "nnplug.testing", *args, f"--nnplug-report={report}",
+                    f"--timeout={TEST_TIMEOUT_S}", *session.posargs)
+
+
 @nox.session(python=False)
 def ci(session: nox.Session) -> None:
-    """What CI runs: lint, every package's tests on 3.11, wheels, isolation, sanitize, docs.
+    """What CI runs: lint, every package's tests on 3.11, wheels, isolation, conformance,
+    sanitize, docs.
 
     Queues those sessions; the full Python matrix is ``nox`` (or ``nox -s tests wheels``)."""
     session.notify("lint")
@@ -450,6 +476,8 @@ def ci(session: nox.Session) -> None:
     session.notify(f"wheels-{CI_PYTHON}")
     for name in [*PLUGINS, "all"]:
         session.notify(f"isolation(plugin={name!r})")
+    for name in CONFORMANCE:
+        session.notify(f"conformance(plugin={name!r})")
     session.notify("sanitize")
     session.notify("docs")
 

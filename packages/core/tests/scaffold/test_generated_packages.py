@@ -20,6 +20,9 @@ def venv(tmp_path_factory):
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(root)],
                    check=True)
     python = str(root / "bin" / "python")
+    # --no-build-isolation below builds with this venv's own hatchling: the base interpreter
+    # need not have one.
+    subprocess.run([python, "-m", "pip", "install", "-q", "hatchling", "editables"], check=True)
     return python
 
 

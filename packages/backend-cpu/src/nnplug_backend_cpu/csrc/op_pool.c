@@ -114,6 +114,13 @@ static inline int64_t padded_taps(int64_t start, int64_t in, int64_t pb, int64_t
     return k1 - k0;
 }
 
+/* Scratch of pool_plane_2d: H x OW floats, rounded up to 8 bytes, then 3 int64 per column. */
+static size_t pool_tmp_bytes(const geom3 *g)
+{
+    return (size_t)((g->in[1] * g->out[2] + 1) & ~(int64_t)1) * sizeof(float) +
+           (size_t)(3 * g->out[2]) * sizeof(int64_t);
+}
+
 /* 2-D (and 1-D) pooling as two 1-D passes: along W into tmp[H][OW], then along H with the
  * inner loop over OW (vectorisable). Same taps as the direct form. */
 static void pool_plane_2d(const pool_job *j, const float *x, float *y, float *tmp)
@@ -123,7 +130,8 @@ static void pool_plane_2d(const pool_job *j, const float *x, float *y, float *tm
     int64_t H = g->in[1], W = g->in[2], OH = g->out[1], OW = g->out[2];
     int64_t kw = g->k[2], sw = g->s[2], dw = g->d[2], kh = g->k[1], sh = g->s[1], dh = g->d[1];
     float init = is_max ? -INFINITY : 0.f;
-    int64_t *wr = (int64_t *)(tmp + H * OW); /* per output column: first tap, tap count, divisor */
+    /* per output column: first tap, tap count, divisor; after the H*OW floats, 8-byte aligned */
+    int64_t *wr = (int64_t *)(tmp + ((H * OW + 1) & ~(int64_t)1));
     for (int64_t ow = 0; ow < OW; ow++) {
         int64_t st = ow * sw - g->pb[2], w0, w1;
         tap_range(st, W, kw, dw, &w0, &w1);
@@ -178,7 +186,7 @@ static void pool_planes(void *arg, int64_t b, int64_t e, int tid)
 {
     pool_job *j = arg;
     if (j->g.in[0] == 1 && j->g.out[0] == 1 && j->g.k[0] == 1) {
-        float *tmp = nnc_scratch(j->xc, tid, (size_t)(j->g.in[1] * j->g.out[2]) * sizeof(float) + (size_t)(3 * j->g.out[2]) * sizeof(int64_t));
+        float *tmp = nnc_scratch(j->xc, tid, pool_tmp_bytes(&j->g));
         if (tmp) {
             int64_t isz = j->g.in[1] * j->g.in[2], osz = j->g.out[1] * j->g.out[2];
             for (int64_t p = b; p < e; p++) pool_plane_2d(j, j->x + p * isz, j->y + p * osz, tmp);
@@ -238,7 +246,7 @@ static size_t pool_scratch(const nnc_node *n, nnc_tensor *const *in, const nnc_t
     geom3 g;
     (void)out;
     if (pool_geom(n->state, in[0], &g) || g.in[0] != 1) return 0;
-    return (size_t)(g.in[1] * g.out[2]) * sizeof(float) + (size_t)(3 * g.out[2]) * sizeof(int64_t);
+    return pool_tmp_bytes(&g);
 }
 
 static int pool_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec *x, nnc_err *e)
