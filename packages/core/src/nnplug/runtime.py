@@ -129,8 +129,10 @@ class Runtime:
             BACKENDS.release(key)
             raise
 
-    def _load_backend_entry_points(self, disabled: set[str]) -> None:
-        for ep in discovery.entry_points(discovery.BACKENDS_GROUP):
+    def _loaded_entry_points(self, group: str, disabled: set[str]):
+        """(entry point, source text, loaded object) for each enabled entry point of
+        ``group`` that imports; the others are recorded as disabled or as load errors."""
+        for ep in discovery.entry_points(group):
             if ep.name in disabled or "*" in disabled:
                 self.disabled.append(f"{ep.group}:{ep.name}")
                 continue
@@ -138,9 +140,15 @@ class Runtime:
             try:
                 obj = ep.load()
             except Exception as e:
-                report(self.load_errors, LoadError(source, "import", f"{type(e).__name__}: {e}",
-                                                   f"reinstall the distribution that provides it, or set {discovery.DISABLE_ENV}={ep.name}"))
+                report(self.load_errors, LoadError(
+                    source, "import", f"{type(e).__name__}: {e}",
+                    f"reinstall the distribution that provides it, or set "
+                    f"{discovery.DISABLE_ENV}={ep.name}"))
                 continue
+            yield ep, source, obj
+
+    def _load_backend_entry_points(self, disabled: set[str]) -> None:
+        for ep, source, obj in self._loaded_entry_points(discovery.BACKENDS_GROUP, disabled):
             try:
                 if callable(obj) and not inspect.isclass(obj) and not isinstance(obj, Backend):
                     obj = obj()  # a factory: of a Backend, or of a native library path
@@ -205,16 +213,7 @@ class Runtime:
         return custom_ops.register_library(self, path)
 
     def _load_op_entry_points(self, disabled: set[str]) -> None:
-        for ep in discovery.entry_points(discovery.OPS_GROUP):
-            if ep.name in disabled or "*" in disabled:
-                self.disabled.append(f"{ep.group}:{ep.name}")
-                continue
-            source = discovery.describe(ep)
-            try:
-                obj = ep.load()
-            except Exception as e:
-                report(self.load_errors, LoadError(source, "import", f"{type(e).__name__}: {e}"))
-                continue
+        for _ep, source, obj in self._loaded_entry_points(discovery.OPS_GROUP, disabled):
             try:
                 self._register_op_plugin(obj, source)
             except Exception as e:

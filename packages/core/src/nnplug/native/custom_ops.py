@@ -38,6 +38,7 @@ from .loader import (
     _dlclose,
     _dlopen_fix,
     backend_search_dirs,
+    check_library_file,
     find_backend_libraries,
 )
 
@@ -201,13 +202,7 @@ def load_op_library(path) -> list[NativeCustomOp]:
     """Load the custom-op library at ``path``: one NativeCustomOp per op type it exports.
 
     Raises :class:`nnplug.native.loader.LibraryLoadError` (``stage``, ``reason``, ``fix``)."""
-    path = os.fsdecode(os.fspath(path))
-    if not os.path.exists(path):
-        kind = "dangling symbolic link" if os.path.islink(path) else "no such file"
-        raise LibraryLoadError(path, "not found", kind, "check the path")
-    if not os.path.isfile(path):
-        raise LibraryLoadError(path, "not found", "not a regular file",
-                               "give the path of the op library's .so file")
+    path = check_library_file(path, "op library")
     real = os.path.realpath(path)
     try:
         cdll = C.CDLL(real, mode=getattr(os, "RTLD_LOCAL", 0) | getattr(os, "RTLD_NOW", 2))

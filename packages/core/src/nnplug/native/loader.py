@@ -417,6 +417,18 @@ def lease_key(path: str) -> tuple[str, str]:
     return ("native-backend", os.path.realpath(path))
 
 
+def check_library_file(path, what: str) -> str:
+    """``path`` as a str, if it names an existing regular file; else LibraryLoadError."""
+    path = os.fsdecode(os.fspath(path))
+    if not os.path.exists(path):
+        kind = "dangling symbolic link" if os.path.islink(path) else "no such file"
+        raise LibraryLoadError(path, "not found", kind, "check the path")
+    if not os.path.isfile(path):
+        raise LibraryLoadError(path, "not found", "not a regular file",
+                               f"give the path of the {what}'s .so file")
+    return path
+
+
 def load_backend_library(path, taken=()):
     """Load (or share) the native backend at ``path``; a new NativeBackend holding one lease.
 
@@ -426,13 +438,7 @@ def load_backend_library(path, taken=()):
     """
     from .backend import NativeBackend
 
-    path = os.fsdecode(os.fspath(path))
-    if not os.path.exists(path):
-        kind = "dangling symbolic link" if os.path.islink(path) else "no such file"
-        raise LibraryLoadError(path, "not found", kind, "check the path")
-    if not os.path.isfile(path):
-        raise LibraryLoadError(path, "not found", "not a regular file",
-                               "give the path of the backend's .so file")
+    path = check_library_file(path, "backend")
     key = lease_key(path)
     lib = plugins.BACKENDS.acquire(key, lambda: NativeLibrary.open(path, taken),
                                    lambda lib: lib.release())
