@@ -75,11 +75,12 @@ def test_partitions_are_built_once_with_folded_constants():
 
 
 def test_unsupported_node_error_names_op_node_domain_opset_and_backends():
-    with make_runtime(NumpyBackend()) as rt:
+    with make_runtime(NumpyBackend(), NumpyBackend(id="other", ops={"Relu"})) as rt:
         with pytest.raises(UnsupportedNodeError) as e:
-            rt.load(single_op("Tanh", [[2]]))
+            rt.load(single_op("Tanh", [[2]]), backends=["numpy"])
     msg = str(e.value)
-    for part in ("'node'", "Tanh", "ai.onnx", "opset 17", "numpy", "pip install nnplug-backend-cpu"):
+    for part in ("'node'", "Tanh", "ai.onnx", "opset 17", "tried: numpy",
+                 "installed backends: numpy, other", "pip install nnplug-backend-cpu"):
         assert part in msg
 
 

@@ -437,6 +437,13 @@ class Network:
         def bind(op, node, target, backend):
             return op.bind(node, model.values, target, backend)
 
+        def place_all(nodes, graph):
+            try:
+                return {n.name: place(n, graph, backends, ops, use_overrides, bind) for n in nodes}
+            except UnsupportedNodeError as e:
+                installed = ", ".join(runtime.backends) or "none"
+                raise UnsupportedNodeError(f"{e} (installed backends: {installed})") from None
+
         # 1. Constant subgraphs: placed like any node, run once now, folded into weights.
         const_nodes = constant_nodes(model, ops)
         const_names = {n.name for n in const_nodes}
@@ -444,7 +451,7 @@ class Network:
         results = {o.name for o in model.outputs}
         if const_nodes:
             graph = whole_graph(model, const_nodes, self._constants)
-            placed = {n.name: place(n, graph, backends, ops, use_overrides, bind) for n in const_nodes}
+            placed = place_all(const_nodes, graph)
             used_later = {x for n in rest for x in n.inputs if x} | results
             keep = {o for n in const_nodes for o in n.outputs if o} & used_later
             steps = self._build_steps(model, const_nodes, placed, self._constants, keep, target_of)
@@ -461,7 +468,7 @@ class Network:
 
         # 2. Everything else.
         graph = whole_graph(model, rest, self._constants)
-        placed = {n.name: place(n, graph, backends, ops, use_overrides, bind) for n in rest}
+        placed = place_all(rest, graph)
         for n in rest:
             self.assignment[n.name] = placed[n.name].label
         self._steps.extend(self._build_steps(model, rest, placed, self._constants, results,
