@@ -1,11 +1,12 @@
-"""Generate one package of each kind, pip install it into a fresh virtual environment (with
-the system site-packages, so the core under test is the one it sees), check `nnplug info`
-finds it, and run its own generated tests, which include the conformance suite."""
+"""Generate one package of each kind, pip install it into a fresh virtual environment (that
+sees the test environment's packages, so the core under test is the one it uses), check
+`nnplug info` finds it, and run its own generated tests, which include the conformance suite."""
 
 import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 
 import pytest
 
@@ -16,12 +17,18 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory):
+    """A venv that sees the packages of the environment running the tests (nnplug under
+    test, numpy, onnx, pytest). ``--system-site-packages`` would not do: it shows the base
+    interpreter's packages, not those of a venv (such as nox's) the tests run in."""
     root = tmp_path_factory.mktemp("venv")
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(root)],
-                   check=True)
+    subprocess.run([sys.executable, "-m", "venv", str(root)], check=True)
     python = str(root / "bin" / "python")
-    # --no-build-isolation below builds with this venv's own hatchling: the base interpreter
-    # need not have one.
+    site_dir = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                              check=True, capture_output=True, text=True).stdout.strip()
+    here = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    with open(os.path.join(site_dir, "_nnplug_tests_parent.pth"), "w") as f:
+        f.write("\n".join(sorted(here)) + "\n")
+    # --no-build-isolation below builds with this venv's own hatchling.
     subprocess.run([python, "-m", "pip", "install", "-q", "hatchling", "editables"], check=True)
     return python
 
