@@ -26,8 +26,10 @@ def venv(tmp_path_factory):
     site_dir = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                               check=True, capture_output=True, text=True).stdout.strip()
     here = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    # addsitedir (not a bare path line) so the parent's own .pth files, such as editable
+    # installs, are processed too.
     with open(os.path.join(site_dir, "_nnplug_tests_parent.pth"), "w") as f:
-        f.write("\n".join(sorted(here)) + "\n")
+        f.write("".join(f"import site; site.addsitedir({d!r})\n" for d in sorted(here)))
     # --no-build-isolation below builds with this venv's own hatchling.
     subprocess.run([python, "-m", "pip", "install", "-q", "hatchling", "editables"], check=True)
     return python
