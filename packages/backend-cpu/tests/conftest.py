@@ -18,8 +18,7 @@ ZOO_MODELS = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "re
 
 
 def isolated_runtime() -> nnplug.Runtime:
-    return nnplug.Runtime(nnplug.CreationOptions(entry_points=False, dynamic_backends_path="",
-                                                 custom_op_paths=""))
+    return nnplug.Runtime(nnplug.CreationOptions.isolated())
 
 
 @pytest.fixture(scope="session")

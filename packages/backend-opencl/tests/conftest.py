@@ -102,8 +102,7 @@ class LimitedOpenCL:
 
 
 def new_runtime(*backends) -> nnplug.Runtime:
-    rt = nnplug.Runtime(nnplug.CreationOptions(entry_points=False, dynamic_backends_path="",
-                                               custom_op_paths=""))
+    rt = nnplug.Runtime(nnplug.CreationOptions.isolated())
     try:
         for b in backends:
             rt.register_backend(b)

@@ -89,9 +89,7 @@ class NumpyBackend(Backend):
 
 def make_runtime(*backends, **options):
     """A Runtime that loads nothing installed, with ``backends`` registered."""
-    opts = dict(entry_points=False, dynamic_backends_path="", custom_op_paths="")
-    opts.update(options)
-    rt = nnplug.Runtime(nnplug.CreationOptions(**opts))
+    rt = nnplug.Runtime(nnplug.CreationOptions.isolated(**options))
     for b in backends:
         rt.register_backend(b)
     return rt

@@ -254,3 +254,11 @@ def test_unread_outputs_without_an_inferred_type_are_passed_as_omitted():
     m.ir_version = 3
     node = load(m).nodes[0]
     assert node.outputs == ["y", ""]
+
+
+def test_isolated_options_load_no_plugin_and_keep_overrides():
+    opts = nnplug.CreationOptions.isolated(backend_preference=["numpy"], custom_op_paths=["/x"])
+    assert (opts.entry_points, opts.dynamic_backends_path) == (False, "")
+    assert opts.custom_op_paths == ["/x"] and opts.backend_preference == ["numpy"]
+    with nnplug.Runtime(nnplug.CreationOptions.isolated()) as rt:
+        assert rt.backends == {} and rt.ops == {} and rt.load_errors == []

@@ -13,9 +13,7 @@ def make_runtime():
     made = []
 
     def make(*backends, **options):
-        opts = dict(entry_points=False, dynamic_backends_path="", custom_op_paths="")
-        opts.update(options)
-        rt = nnplug.Runtime(nnplug.CreationOptions(**opts))
+        rt = nnplug.Runtime(nnplug.CreationOptions.isolated(**options))
         for b in backends:
             rt.register_backend(b)
         made.append(rt)

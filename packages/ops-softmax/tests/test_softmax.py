@@ -193,8 +193,7 @@ def test_the_library_in_a_folder_and_the_entry_point_give_identical_results(tmp_
     shutil.copy(library, folder / os.path.basename(library))
     x = data((5, 40))
     m = model(x.shape, 0)
-    with nnplug.Runtime(nnplug.CreationOptions(entry_points=False, dynamic_backends_path="",
-                                               custom_op_paths=str(folder))) as rt:
+    with nnplug.Runtime(nnplug.CreationOptions.isolated(custom_op_paths=str(folder))) as rt:
         assert rt.load_errors == [] and str(folder) in rt.ops["cstSoftmax"].source
         from_folder = rt.load(m, backends=[]).run({"x": x})["y"]  # the CPU kernel
     with nnplug.Runtime(nnplug.CreationOptions(dynamic_backends_path="",

@@ -49,6 +49,13 @@ class CreationOptions:
     disabled_plugins: list[str] | None = None
     """Entry point names to skip, on top of NNPLUG_DISABLE_PLUGINS."""
 
+    @classmethod
+    def isolated(cls, **overrides) -> CreationOptions:
+        """Options that load no plugin by themselves (no entry points, no backend or op
+        folders): for tests, which register exactly what they need."""
+        return cls(**{"entry_points": False, "dynamic_backends_path": "", "custom_op_paths": "",
+                      **overrides})
+
 
 class Runtime:
     """Holds the backends and custom ops a process can use; loads networks.

@@ -173,8 +173,7 @@ def test_a_folder_loads_exactly_the_valid_libraries_and_reports_the_rest(tmp_pat
     (d / "libnnplug_op_dir.so").mkdir()
     os.symlink(tmp_path / "gone.so", d / "libnnplug_op_dangling.so")
     with caplog.at_level(logging.WARNING, logger="nnplug"):
-        rt = nnplug.Runtime(nnplug.CreationOptions(entry_points=False, dynamic_backends_path="",
-                                                   custom_op_paths=str(d)))
+        rt = nnplug.Runtime(nnplug.CreationOptions.isolated(custom_op_paths=str(d)))
     with rt:
         assert sorted(rt.ops) == ["Relu", "cstFail", "cstScale"]
         failed = {os.path.basename(e.source): e.stage for e in rt.load_errors}
@@ -200,11 +199,9 @@ def test_paths_come_from_the_option_then_the_environment(tmp_path, op_libs, monk
         assert sorted(e.reason for e in rt.load_errors) == ["no such folder",
                                                             "relative path ignored"]
         assert all("NNPLUG_CUSTOM_OP_PATH" in e.source for e in rt.load_errors)
-    with nnplug.Runtime(nnplug.CreationOptions(entry_points=False, dynamic_backends_path="",
-                                               custom_op_paths=[str(tmp_path)])) as rt:
+    with nnplug.Runtime(nnplug.CreationOptions.isolated(custom_op_paths=[str(tmp_path)])) as rt:
         assert rt.ops == {} and rt.load_errors == []
-    with nnplug.Runtime(nnplug.CreationOptions(entry_points=False, dynamic_backends_path="",
-                                               custom_op_paths="")) as rt:
+    with nnplug.Runtime(nnplug.CreationOptions.isolated()) as rt:
         assert rt.ops == {}
 
 
@@ -213,8 +210,7 @@ def test_a_second_folder_library_with_the_same_op_type_is_reported(tmp_path, op_
     import shutil
 
     shutil.copy(op_libs["good"], d / "libnnplug_op_zcopy.so")
-    with nnplug.Runtime(nnplug.CreationOptions(entry_points=False, dynamic_backends_path="",
-                                               custom_op_paths=str(d))) as rt:
+    with nnplug.Runtime(nnplug.CreationOptions.isolated(custom_op_paths=str(d))) as rt:
         assert sorted(rt.ops) == ["Relu", "cstFail", "cstScale"]
         assert [(os.path.basename(e.source), e.stage) for e in rt.load_errors] == [
             ("libnnplug_op_zcopy.so", "duplicate op")]

@@ -53,6 +53,4 @@ class Stats:
 
 def bare_runtime(**kw) -> Runtime:
     """A Runtime that loads nothing by itself."""
-    opts = dict(entry_points=False, dynamic_backends_path="", custom_op_paths="")
-    opts.update(kw)
-    return Runtime(CreationOptions(**opts))
+    return Runtime(CreationOptions.isolated(**kw))

@@ -168,7 +168,7 @@ def open_ops(rt: Runtime, name: str | None, library: str | None):
 
 def open_subject(backend: str | None = None, backend_path: str | None = None,
                  op: str | None = None, op_library: str | None = None) -> Subject:
-    rt = Runtime(CreationOptions(entry_points=False, dynamic_backends_path="", custom_op_paths=""))
+    rt = Runtime(CreationOptions.isolated())
     subject = Subject(rt)
     try:
         if backend or backend_path:

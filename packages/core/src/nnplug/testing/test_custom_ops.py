@@ -166,8 +166,7 @@ def test_callback_order(nnplug_subject, op, caplog):
 
         from ..runtime import CreationOptions, Runtime
 
-        with Runtime(CreationOptions(entry_points=False, dynamic_backends_path="",
-                                     custom_op_paths="")) as rt:
+        with Runtime(CreationOptions.isolated()) as rt:
             rt.register_custom_op(Recorder(), override=op.override)
             with rt.load(model) as net:
                 loaded = list(calls)
