@@ -5,7 +5,7 @@ The C code includes nnplug's backend ABI header (nnplug/backend.h). Nothing is v
 headers are found, in order, in NNPLUG_INCLUDE, in the nnplug importable by the build
 (non-isolated builds), or in the monorepo's core source tree beside this package.
 
-OpenBLAS is not linked: the library finds libscipy_openblas.so at run time (see blas.c), so
+The library links only the C library (matrix products run on its own GEMM, csrc/gemm.c), so
 the same file works from the wheel and copied into a dynamic-backends folder.
 
 No compiler or no headers: the wheel has no shared object and the backend reports that it was

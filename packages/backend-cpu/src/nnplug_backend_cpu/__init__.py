@@ -4,10 +4,9 @@ The backend is the shared object ``libnnplug_backend_cpu.so`` in this package; n
 it through the ``nnplug.backends`` entry point (``cpu = "nnplug_backend_cpu:library_path"``).
 The same file works copied into a dynamic-backends folder.
 
-It needs OpenBLAS (``libscipy_openblas.so`` from the ``scipy-openblas32`` package) at run
-time. :func:`library_path` points the backend at the installed copy through the
-``NNPLUG_CPU_OPENBLAS`` environment variable (unless already set), so a pip install works
-with no setup.
+It depends on nothing but the C library: matrix products run on its own GEMM kernel
+(``csrc/gemm.c``), whose results do not depend on the CPU model, the thread count or where an
+element sits in its matrix.
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ import os
 from ._version import __version__
 
 LIBRARY = "libnnplug_backend_cpu.so"
-OPENBLAS_ENV = "NNPLUG_CPU_OPENBLAS"
 
 OPS = (
     "Abs", "Add", "ArgMax", "ArgMin", "AveragePool", "BatchNormalization", "Cast", "Ceil", "Clip",
@@ -33,19 +31,7 @@ OPS = (
 """The ONNX op types the backend runs (default domain; dtypes and attributes as documented in
 docs/backends/cpu.md)."""
 
-__all__ = ["LIBRARY", "OPENBLAS_ENV", "OPS", "__version__", "library_path", "openblas_path"]
-
-
-def openblas_path() -> str | None:
-    """The installed ``libscipy_openblas.so``, or None when scipy-openblas32 is missing."""
-    try:
-        import scipy_openblas32
-    except ImportError:
-        return None
-    lib_dir = scipy_openblas32.get_lib_dir()
-    name = scipy_openblas32.get_library(fullname=True)
-    path = os.path.join(lib_dir, name)
-    return path if os.path.isfile(path) else None
+__all__ = ["LIBRARY", "OPS", "__version__", "library_path"]
 
 
 def library_path() -> str:
@@ -57,8 +43,4 @@ def library_path() -> str:
             f"compiler when it was built); install a C compiler and reinstall with "
             f"`pip install --force-reinstall --no-binary nnplug-backend-cpu nnplug-backend-cpu`"
         )
-    if not os.environ.get(OPENBLAS_ENV):
-        blas = openblas_path()
-        if blas:
-            os.environ[OPENBLAS_ENV] = blas
     return path

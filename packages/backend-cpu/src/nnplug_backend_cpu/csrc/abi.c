@@ -187,10 +187,8 @@ static int conv_tensors(const nnp_tensor *src, int32_t n, nnc_tensor *dst, const
 
 static nnp_status cpu_init(const nnp_init_options *o)
 {
-    nnc_err e = {{0}, 0};
     if (o && o->struct_size >= offsetof(nnp_init_options, num_threads) + sizeof(int32_t) && o->num_threads > 0)
         nnc_set_num_threads(o->num_threads);
-    if (nnc_blas_load(NULL, &e)) return from_err(&e, NNP_STATUS_ERROR);
     return NNP_OK;
 }
 
@@ -253,7 +251,7 @@ static nnp_status cpu_get_attr(nnp_device dev, int32_t kind, nnp_attr_value *out
     }
     case NNP_DEVICE_ATTR_API_VERSION:
         out->type = NNP_ATTR_VALUE_STRING;
-        snprintf(out->s, sizeof out->s, "%s", nnc_blas_info());
+        snprintf(out->s, sizeof out->s, "%s", nnc_gemm_info());
         break;
     case NNP_DEVICE_ATTR_L2_CACHE_SIZE_BYTES: {
         long v = sysconf(_SC_LEVEL2_CACHE_SIZE);

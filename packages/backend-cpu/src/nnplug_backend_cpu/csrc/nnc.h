@@ -160,12 +160,12 @@ int nnc_num_threads(void);
 void nnc_set_num_threads(int n);
 void nnc_threads_shutdown(void);
 
-/* BLAS (OpenBLAS, loaded at run time). Row-major sgemm C = alpha*op(A)*op(B) + beta*C. */
-int nnc_blas_load(const char *hint_path, nnc_err *e);
+/* Row-major sgemm C = alpha*op(A)*op(B) + beta*C (gemm.c): every element summed in the same
+ * order wherever it sits, so results do not depend on tiling or thread count. */
 void nnc_sgemm(int transa, int transb, int64_t m, int64_t n, int64_t k, float alpha,
                const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
                int64_t ldc);
-const char *nnc_blas_info(void);
+const char *nnc_gemm_info(void); /* which micro-kernel runs */
 
 /* Memory. */
 void *nnc_alloc(size_t nbytes); /* 64-byte aligned, NULL on failure */
