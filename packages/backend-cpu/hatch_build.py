@@ -55,7 +55,7 @@ def compile_command(cc: str, root: str, include: str, out: str) -> list[str]:
     with open(os.path.join(root, "src", MODULE, "_version.py")) as f:
         version = re.search(r'"([^"]+)"', f.read()).group(1)
     return [cc, "-O3", "-std=c11", "-fPIC", "-shared", "-fvisibility=hidden", "-pthread",
-            "-fno-math-errno", "-Wall", "-Wextra", "-Wno-missing-field-initializers",
+            "-fno-math-errno", "-fno-trapping-math", "-Wall", "-Wextra", "-Wno-missing-field-initializers",
             f"-I{include}", f'-DNNC_VERSION="{version}"', *sources, "-o", out, "-lm", "-ldl",
             *shlex.split(os.environ.get("NNPLUG_CFLAGS", "")),
             *shlex.split(os.environ.get("NNPLUG_LDFLAGS", ""))]

@@ -167,6 +167,11 @@ void nnc_sgemm(int transa, int transb, int64_t m, int64_t n, int64_t k, float al
                int64_t ldc);
 const char *nnc_gemm_info(void); /* which micro-kernel runs */
 
+/* Vectorised elementwise math (vmath.c), within 2 ulp of libm; y may alias x. */
+void nnc_vexp(const float *x, float *y, int64_t n);
+void nnc_vsigmoid(const float *x, float *y, int64_t n);
+void nnc_vtanh(const float *x, float *y, int64_t n);
+
 /* Memory. */
 void *nnc_alloc(size_t nbytes); /* 64-byte aligned, NULL on failure */
 void nnc_free(void *p);

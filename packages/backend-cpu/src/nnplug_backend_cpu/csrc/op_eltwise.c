@@ -541,13 +541,8 @@ static void un_range(void *arg, int64_t b, int64_t e, int tid)
     switch (j->s->op) {
     case U_RELU: for (int64_t i = b; i < e; i++) y[i] = x[i] > 0.f ? x[i] : 0.f; break;
     case U_LEAKY: { float a = j->s->a; for (int64_t i = b; i < e; i++) y[i] = x[i] >= 0.f ? x[i] : a * x[i]; } break;
-    case U_SIGMOID:
-        for (int64_t i = b; i < e; i++) {
-            float v = x[i];
-            y[i] = v >= 0 ? 1.f / (1.f + expf(-v)) : expf(v) / (1.f + expf(v));
-        }
-        break;
-    case U_TANH: for (int64_t i = b; i < e; i++) y[i] = tanhf(x[i]); break;
+    case U_SIGMOID: nnc_vsigmoid(x + b, y + b, e - b); break;
+    case U_TANH: nnc_vtanh(x + b, y + b, e - b); break;
     case U_CLIP: {
         float lo = j->lo, hi = j->hi;
         for (int64_t i = b; i < e; i++) { float v = x[i]; v = v < lo ? lo : v; y[i] = v > hi ? hi : v; }
@@ -561,7 +556,7 @@ static void un_range(void *arg, int64_t b, int64_t e, int tid)
         }
         break;
     case U_SQRT: for (int64_t i = b; i < e; i++) y[i] = sqrtf(x[i]); break;
-    case U_EXP: for (int64_t i = b; i < e; i++) y[i] = expf(x[i]); break;
+    case U_EXP: nnc_vexp(x + b, y + b, e - b); break;
     case U_LOG: for (int64_t i = b; i < e; i++) y[i] = logf(x[i]); break;
     case U_NEG: for (int64_t i = b; i < e; i++) y[i] = -x[i]; break;
     case U_ABS: for (int64_t i = b; i < e; i++) y[i] = fabsf(x[i]); break;
