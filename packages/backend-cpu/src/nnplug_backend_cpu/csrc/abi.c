@@ -11,7 +11,9 @@
 #include "graph.h"
 #include "nnc.h"
 
-#ifndef NNC_VERSION
+#ifdef NNPLUG_PLUGIN_VERSION /* the package version, from nnplug's native build */
+#define NNC_VERSION NNPLUG_PLUGIN_VERSION
+#else
 #define NNC_VERSION "0.0.0"
 #endif
 
