@@ -129,7 +129,8 @@ def cmd_run(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    """An inference on the bundled model with the best installed backend."""
+    """Recognise the bundled digit images with the best installed backend, checked against
+    onnxruntime's logits."""
     rt = _runtime(args)
     try:
         if not rt.backends:
@@ -140,27 +141,37 @@ def cmd_demo(args) -> int:
             return 1
         from . import demo
 
-        print(f"nnplug {__version__}: demo inference, SqueezeNet 1.0 ({demo.MODEL})")
+        print(f"nnplug {__version__}: demo inference, a CNN that recognises handwritten digits "
+              f"({demo.MODEL})")
         print(f"backends available: {', '.join(rt.backends)}")
-        net = rt.load(demo.MODEL, backends=args.backend)
-        feeds = demo.demo_input()
-        times = []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            out = net.run(feeds)
-            times.append(time.perf_counter() - t0)
-        result = next(iter(out.values()))
-        expected = demo.expected_output()
-        err = float(np.max(np.abs(result - expected)))
-        ran = sorted(set(b.replace(" (folded)", "") for b in net.assignment.values()))
-        print(f"ran {len(net.assignment)} nodes on: {', '.join(ran)}")
-        print(_summary("softmax output", result))
-        print(f"best of 5 runs: {min(times) * 1e3:.2f} ms")
-        ok = bool(np.allclose(result, expected, rtol=1e-3, atol=1e-5))
-        print(f"max abs difference from ONNX's expected output: {err:.3g} -> "
-              f"{'OK' if ok else 'MISMATCH'}")
-        net.close()
-        return 0 if ok else 1
+        with rt.load(demo.MODEL, backends=args.backend) as net:
+            feeds = demo.demo_input()
+            times = []
+            for _ in range(5):
+                t0 = time.perf_counter()
+                out = net.run(feeds)
+                times.append(time.perf_counter() - t0)
+            ran = sorted(set(b.replace(" (folded)", "") for b in net.assignment.values()))
+            print(f"ran {len(net.assignment)} nodes on: {', '.join(ran)}")
+        result = demo.check(out[demo.OUTPUT_NAME])
+        labels = demo.true_labels()
+        print(f"{len(labels)} held-out 8x8 images, true digit -> recognised digit (* = wrong):")
+        pairs = [f"{t}->{p}{'*' if t != p else ''}".ljust(5)
+                 for t, p in zip(labels, result.predicted)]
+        for i in range(0, len(pairs), 8):
+            print((f"  {i:2d}-{min(i + 8, len(pairs)) - 1:2d}:  " + "  ".join(pairs[i:i + 8]))
+                  .rstrip())
+        right = int((result.predicted == labels).sum())
+        print(f"accuracy: {right}/{len(labels)} ({100.0 * right / len(labels):.1f}%)")
+        print(f"time: {min(times) * 1e3:.2f} ms for the batch of {len(labels)} (best of 5 runs)")
+        differ = [i for i, (a, b) in enumerate(zip(result.predicted, result.expected_predicted))
+                  if a != b]
+        print(f"max abs difference from onnxruntime's logits: {result.max_abs_diff:.3g} "
+              f"(tolerance {result.tolerance:.3g}); recognised digits "
+              + ("equal onnxruntime's" if not differ else
+                 f"differ from onnxruntime's at sample(s) {differ}")
+              + f" -> {'OK' if result.ok else 'MISMATCH'}")
+        return 0 if result.ok else 1
     finally:
         rt.close()
 
@@ -195,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--backend-path", help="native backend folders (':'-separated)")
     run.set_defaults(func=cmd_run)
 
-    demo = sub.add_parser("demo", help="an inference on a small bundled model")
+    demo = sub.add_parser("demo", help="recognise bundled digit images, checked against onnxruntime")
     demo.add_argument("--backend", action="append", help="backend id, in preference order")
     demo.set_defaults(func=cmd_demo)
 
