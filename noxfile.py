@@ -460,11 +460,18 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", ".", *session.posargs)
 
 
+DOCS_TOOLS = ("mkdocs>=1.6", "mkdocstrings[python]>=0.26", "pymdown-extensions>=10")
+
+
 @nox.session(python=CI_PYTHON)
 def docs(session: nox.Session) -> None:
-    """Docs and READMEs: relative links resolve, python blocks run (all packages installed)."""
-    install_wheels(session, [PACKAGES[p] for p in PLUGINS])
+    """Docs and READMEs: relative links resolve, python blocks run (all packages installed);
+    then the site (mkdocs.yml, API reference from the docstrings) builds with warnings as
+    errors into .nox/site."""
+    install_wheels(session, [PACKAGES[p] for p in PLUGINS], also=DOCS_TOOLS)
     session.run("python", os.path.join(ROOT, "tools", "check_docs.py"), *session.posargs)
+    with session.chdir(ROOT):
+        session.run("mkdocs", "build", "--strict", "--config-file", "mkdocs.yml")
 
 
 # The conformance suite's arguments per in-tree plugin (entry point names), and the backend an
