@@ -363,8 +363,9 @@ def _check_dists(session: nox.Session, pkg: Package, dists: Dists) -> None:
                         f"link libpython)")
     if libs and not tag[2].startswith("manylinux_"):
         problems.append(f"platform tag {tag[2]}: PyPI takes only manylinux tags for Linux")
-    sources = [n for n in names if n.endswith((".c", ".h", ".cl", ".cc", ".cpp"))
-               and "/include/" not in n]
+    # .cl files are OpenCL programs compiled at run time (backend-opencl ships them); the
+    # core's include/ is its public C headers
+    sources = [n for n in names if n.endswith((".c", ".h", ".cc", ".cpp")) and "/include/" not in n]
     if sources:
         problems.append(f"C sources inside the wheel: {', '.join(sources[:3])}")
     if not any(n.endswith(".dist-info/licenses/LICENSE") for n in names):
