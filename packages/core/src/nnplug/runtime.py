@@ -48,6 +48,10 @@ class CreationOptions:
     """Ignore custom ops that override standard ONNX ops (use the backends' kernels)."""
     disabled_plugins: list[str] | None = None
     """Entry point names to skip, on top of NNPLUG_DISABLE_PLUGINS."""
+    isolate_native: bool = False
+    """Load each native library (backend or custom-op .so) in a child process first; one
+    that crashes, aborts or hangs there is a load error (stage ``crashed``) and is never
+    loaded into this process. Costs a Python start per library (see docs/dynamic-backends.md)."""
 
     @classmethod
     def isolated(cls, **overrides) -> CreationOptions:
@@ -110,6 +114,10 @@ class Runtime:
         from .native import load_backend_library
 
         real = os.path.realpath(path)
+        if self.options.isolate_native:
+            from .native.probe import probe_once
+
+            probe_once(real, "backend")
         with self._lock:  # a duplicate id is refused before the library's init runs
             taken = {bid: info.source for bid, info in self._backends.items()}
         return self._register(("library", real), lambda: load_backend_library(real, taken),
@@ -217,6 +225,10 @@ class Runtime:
         ``nnplug.PluginError`` (with ``stage``, ``reason``, ``fix``) when it cannot be loaded."""
         from .native import custom_ops
 
+        if self.options.isolate_native:
+            from .native.probe import probe_once
+
+            probe_once(os.fsdecode(os.fspath(path)), "op library")
         return custom_ops.register_library(self, path)
 
     def _load_op_entry_points(self, disabled: set[str]) -> None:
