@@ -293,9 +293,18 @@ class Runtime:
         for name in names:
             if name not in available:
                 pkg = KNOWN_BACKEND_PACKAGES.get(name)
-                hint = f"; install it with: pip install {pkg}" if pkg else ""
                 why = next((f"; it failed to load: {e}" for e in self.load_errors
                             if name in e.source), "")
+                hint = ""
+                if pkg and discovery.dist_installed(pkg):  # installed: advice to install is wrong
+                    off = [d for d in self.disabled if d.endswith(f":{name}")]
+                    hint = (f"; {pkg} is installed but its entry point is disabled "
+                            f"({', '.join(off)}: see {discovery.DISABLE_ENV} and "
+                            f"CreationOptions.disabled_plugins)" if off else
+                            "" if why else f"; {pkg} is installed but registered no backend "
+                            f"{name!r} with this Runtime (see nnplug info)")
+                elif pkg:
+                    hint = f"; install it with: pip install {pkg}"
                 raise UnsupportedNodeError(
                     f"backend {name!r} is not available (installed: "
                     f"{', '.join(available) or 'none'}){why}{hint}"
@@ -458,7 +467,8 @@ class Network:
 
         def place_all(nodes, graph):
             try:
-                return {n.name: place(n, graph, backends, ops, use_overrides, bind) for n in nodes}
+                return {n.name: place(n, graph, backends, ops, use_overrides, bind,
+                                      installed=list(runtime.backends)) for n in nodes}
             except UnsupportedNodeError as e:
                 installed = ", ".join(runtime.backends) or "none"
                 raise UnsupportedNodeError(f"{e} (installed backends: {installed})") from None
