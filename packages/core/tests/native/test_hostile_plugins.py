@@ -234,6 +234,16 @@ def test_hostile_op_types_are_bounded_and_decoded(tmp_path, hostile):
             e["reason"], e
 
 
+def test_opencl_source_size_is_bounded_and_read_safely(tmp_path, hostile):
+    d = folder(tmp_path, "o", {"libnnplug_op_hostile.so": hostile["op"]})
+    sizes = {"100": "unreadable after 8 of its cl_source_size 100 bytes",
+             str(1 << 40): "is over NNP_MAX_CL_SOURCE_BYTES"}
+    results = load_cases_in_child([case(op_dir=d, hostile_cl_size=n) for n in sizes])
+    for needle, result in zip(sizes.values(), results):
+        e = only_error(result, d / "libnnplug_op_hostile.so")
+        assert e["stage"] == "invalid op" and needle in e["reason"], e
+
+
 def test_string_reads_stop_at_the_limit_and_at_unreadable_memory():
     import ctypes
     import mmap

@@ -337,7 +337,15 @@ def _check_op(path: str, lib: OpLibrary, i: int, address: int) -> OpImpl:
             raise bad("a GPU op needs cl_kernel_name and cl_kernel_source",
                       "set both (see custom_op.h)")
         if op.cl_source_size:
-            source = C.string_at(op.cl_kernel_source, op.cl_source_size)
+            if op.cl_source_size > strings.MAX_SOURCE_BYTES:
+                raise bad(f"cl_source_size {op.cl_source_size} is over "
+                          f"NNP_MAX_CL_SOURCE_BYTES ({strings.MAX_SOURCE_BYTES})",
+                          "set cl_source_size to the bytes of the source text")
+            source = strings.read_bytes(op.cl_kernel_source, op.cl_source_size)
+            if len(source) != op.cl_source_size:
+                raise bad(f"cl_kernel_source is unreadable after {len(source)} of its "
+                          f"cl_source_size {op.cl_source_size} bytes",
+                          "set cl_source_size to the bytes of the source text")
         else:
             s = strings.read(op.cl_kernel_source, strings.MAX_PATH_BYTES)
             if s.problem:

@@ -21,6 +21,7 @@ MAX_VERSION_BYTES = 64
 MAX_NAME_BYTES = 128
 MAX_MESSAGE_BYTES = 4096
 MAX_PATH_BYTES = 4096
+MAX_SOURCE_BYTES = 16 << 20  # NNP_MAX_CL_SOURCE_BYTES (custom_op.h): an OpenCL source text
 SHOWN_CHARS = 80  # how much of a bad string an error message quotes
 
 _PAGE = mmap.PAGESIZE
@@ -64,6 +65,11 @@ def _read_memory(address: int, n: int) -> bytes:
     local = _IOVec(C.cast(buf, C.c_void_p), n)
     got = _READV(os.getpid(), C.byref(local), 1, remote, len(pieces), 0)
     return buf.raw[:max(got, 0)]
+
+
+def read_bytes(address: int, n: int) -> bytes:
+    """``n`` bytes a plugin says are at ``address``: fewer where readable memory ends."""
+    return _read_memory(address, n) if address and n > 0 else b""
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,7 @@ extern "C" {
                                       the name given to get_attr */
 #define NNP_MAX_MESSAGE_BYTES 4096 /* last_error, set_error messages; cl_build_options */
 #define NNP_MAX_PATH_BYTES 4096    /* cl_kernel_source given as a path */
+#define NNP_MAX_CL_SOURCE_BYTES (16u << 20) /* cl_kernel_source given as text (cl_source_size) */
 
 /* ------------------------------------------------------------------------------------------ */
 /* Versions                                                                                    */

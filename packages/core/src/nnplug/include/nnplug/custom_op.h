@@ -198,7 +198,8 @@ typedef struct nnp_custom_op {
   const char* cl_kernel_name;   /* the __kernel function to create */
   const char* cl_kernel_source; /* the OpenCL C source text when cl_source_size > 0; when 0, the
                                    path of a .cl file (relative: to the library's folder) */
-  uint64_t cl_source_size;      /* bytes of source text, or 0 (see above) */
+  uint64_t cl_source_size;      /* bytes of source text, or 0 (see above); at most
+                                   NNP_MAX_CL_SOURCE_BYTES */
   const char* cl_build_options; /* clBuildProgram options, e.g. "-cl-fast-relaxed-math"; or NULL */
 
   /* Callbacks (see LIFECYCLE). compute is REQUIRED; init, prepare, destroy OPTIONAL. */
