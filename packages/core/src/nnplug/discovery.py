@@ -40,3 +40,12 @@ def describe(ep) -> str:
 def dist_version(ep) -> str | None:
     dist = getattr(ep, "dist", None)
     return dist.version if dist is not None else None
+
+
+def dist_installed(name: str) -> bool:
+    """Whether a distribution of that name is installed (metadata only, nothing imported)."""
+    try:
+        importlib_metadata.distribution(name)
+    except importlib_metadata.PackageNotFoundError:
+        return False
+    return True

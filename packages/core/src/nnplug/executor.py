@@ -144,7 +144,14 @@ def _as_tensor(name: str, value) -> Tensor:
         raise InputError(f"input {name!r} cannot be converted to an array: {e}") from None
     if arr.dtype == object:
         raise InputError(f"input {name!r} is not a numeric array")
-    return Tensor.from_numpy(arr)
+    try:
+        return Tensor.from_numpy(arr)
+    except MemoryError:
+        # a strided view (e.g. broadcast_to, zero strides) is copied to contiguous memory first
+        raise InputError(
+            f"input {name!r}: shape {arr.shape} {arr.dtype} needs {arr.nbytes:,} bytes of "
+            f"contiguous memory, more than can be allocated; feed a smaller array (a strided or "
+            f"broadcast view is copied to its full size)") from None
 
 
 def _fmt(shape) -> str:

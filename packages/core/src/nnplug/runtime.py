@@ -48,6 +48,10 @@ class CreationOptions:
     """Ignore custom ops that override standard ONNX ops (use the backends' kernels)."""
     disabled_plugins: list[str] | None = None
     """Entry point names to skip, on top of NNPLUG_DISABLE_PLUGINS."""
+    isolate_native: bool = False
+    """Load each native library (backend or custom-op .so) in a child process first; one
+    that crashes, aborts or hangs there is a load error (stage ``crashed``) and is never
+    loaded into this process. Costs a Python start per library (see docs/dynamic-backends.md)."""
 
     @classmethod
     def isolated(cls, **overrides) -> CreationOptions:
@@ -110,6 +114,10 @@ class Runtime:
         from .native import load_backend_library
 
         real = os.path.realpath(path)
+        if self.options.isolate_native:
+            from .native.probe import probe_once
+
+            probe_once(real, "backend")
         with self._lock:  # a duplicate id is refused before the library's init runs
             taken = {bid: info.source for bid, info in self._backends.items()}
         return self._register(("library", real), lambda: load_backend_library(real, taken),
@@ -217,6 +225,10 @@ class Runtime:
         ``nnplug.PluginError`` (with ``stage``, ``reason``, ``fix``) when it cannot be loaded."""
         from .native import custom_ops
 
+        if self.options.isolate_native:
+            from .native.probe import probe_once
+
+            probe_once(os.fsdecode(os.fspath(path)), "op library")
         return custom_ops.register_library(self, path)
 
     def _load_op_entry_points(self, disabled: set[str]) -> None:
@@ -281,9 +293,18 @@ class Runtime:
         for name in names:
             if name not in available:
                 pkg = KNOWN_BACKEND_PACKAGES.get(name)
-                hint = f"; install it with: pip install {pkg}" if pkg else ""
                 why = next((f"; it failed to load: {e}" for e in self.load_errors
                             if name in e.source), "")
+                hint = ""
+                if pkg and discovery.dist_installed(pkg):  # installed: advice to install is wrong
+                    off = [d for d in self.disabled if d.endswith(f":{name}")]
+                    hint = (f"; {pkg} is installed but its entry point is disabled "
+                            f"({', '.join(off)}: see {discovery.DISABLE_ENV} and "
+                            f"CreationOptions.disabled_plugins)" if off else
+                            "" if why else f"; {pkg} is installed but registered no backend "
+                            f"{name!r} with this Runtime (see nnplug info)")
+                elif pkg:
+                    hint = f"; install it with: pip install {pkg}"
                 raise UnsupportedNodeError(
                     f"backend {name!r} is not available (installed: "
                     f"{', '.join(available) or 'none'}){why}{hint}"
@@ -446,7 +467,8 @@ class Network:
 
         def place_all(nodes, graph):
             try:
-                return {n.name: place(n, graph, backends, ops, use_overrides, bind) for n in nodes}
+                return {n.name: place(n, graph, backends, ops, use_overrides, bind,
+                                      installed=list(runtime.backends)) for n in nodes}
             except UnsupportedNodeError as e:
                 installed = ", ".join(runtime.backends) or "none"
                 raise UnsupportedNodeError(f"{e} (installed backends: {installed})") from None

@@ -8,6 +8,8 @@ import weakref
 
 import numpy as np
 
+# Imported here, not where used: close() may run at interpreter exit, when imports fail.
+from .. import plugins
 from ..backend import Backend, Module
 from ..device import CPU, Device
 from ..device_api import DeviceAPI, _Workspace, attr_kind
@@ -306,6 +308,4 @@ class NativeBackend(Backend):
             if self._closed:
                 return
             self._closed = True
-        from .. import plugins
-
         plugins.BACKENDS.release(self._key)

@@ -189,11 +189,13 @@ typedef struct nnp_backend_v1 {
   uint32_t struct_size;    /* sizeof(nnp_backend_v1) as compiled */
   uint32_t flags;          /* NNP_BACKEND_* bits */
   const char* id;          /* REQUIRED. Short unique name, [a-z][a-z0-9_]{0,31}, not one of
-                              NNP_RESERVED_BACKEND_IDS. Used in backend preference lists. */
-  const char* version;     /* the backend's own version text, e.g. "0.3.1"; may be NULL */
+                              NNP_RESERVED_BACKEND_IDS. Used in backend preference lists.
+                              At most NNP_MAX_ID_BYTES bytes (see common.h). */
+  const char* version;     /* the backend's own version text, e.g. "0.3.1"; may be NULL.
+                              At most NNP_MAX_VERSION_BYTES bytes. */
   int32_t device_type;     /* DLPack device type number of the device it runs on */
   const char* device_type_name; /* name for an extension device type (>= 64), e.g. "mynpu";
-                                   NULL for DLPack's own types */
+                                   NULL for DLPack's own types. At most NNP_MAX_NAME_BYTES. */
 
   /* ---- lifecycle --------------------------------------------------------------------- */
   /* OPTIONAL. Called once after loading, before any call below. May fail with a message
