@@ -544,3 +544,49 @@ def test_zipmap_is_declined_with_the_reason(rt):
     m.ir_version = 9
     with pytest.raises(nnplug.NnplugError):
         rt.load(m, backends=["cpu"]).close()
+
+
+def test_v5_branch_out_of_range_is_refused(rt):
+    m = v5_model(np.random.default_rng(2), 1, 1, 0, n_trees=1)
+    attrs = {a.name: a for a in m.graph.node[0].attribute}
+    attrs["nodes_truenodeids"].ints[0] = 50
+    msg = load_error(rt, m)
+    assert "treeensemble_node" in msg and "out of range" in msg
+
+
+@pytest.mark.parametrize("op,attrs,needle", [
+    ("SVMClassifier", dict(kernel_type="RBF", kernel_params=[0.1, 0.0, 1.0], vectors_per_class=[2, 2],
+                           support_vectors=[0.0] * 15, coefficients=[1.0] * 4, rho=[0.0], classlabels_ints=[0, 1]),
+     "support_vectors"),
+    ("SVMClassifier", dict(kernel_type="RBF", kernel_params=[0.1, 0.0, 1.0], vectors_per_class=[2, 2],
+                           support_vectors=[0.0] * 16, coefficients=[1.0] * 3, rho=[0.0], classlabels_ints=[0, 1]),
+     "coefficients"),
+    ("LinearRegressor", dict(coefficients=[1.0] * 5, targets=2), "coefficients"),
+])
+def test_inconsistent_model_attributes_are_refused(rt, op, attrs, needle):
+    outs = [("Y", INT64, [2]), ("Z", FLOAT, [2, 2])] if op == "SVMClassifier" else [("Y", FLOAT, [2, 2])]
+    msg = load_error(rt, ml_model(op, attrs, [("X", FLOAT, [2, 4])], outs))
+    assert f"{op.lower()}_node" in msg and needle in msg
+
+
+def test_label_encoder_keys_and_values_must_pair(rt):
+    m = ml_model("LabelEncoder", dict(keys_int64s=[1, 2, 3], values_int64s=[1, 2]), [("X", INT64, [3])],
+                 [("Y", INT64, [3])], ml_opset=2)
+    with pytest.raises(nnplug.NnplugError, match="3 keys and 2 values"):
+        rt.load(m, backends=["cpu"]).close()
+
+
+def test_index_out_of_range_at_run_time_names_the_node(rt):
+    m = ml_model("ArrayFeatureExtractor", {}, [("X", FLOAT, [2, 3]), ("I", INT64, [2])], [("Z", FLOAT, [2, 2])])
+    with rt.load(m, backends=["cpu"]) as net:
+        with pytest.raises(nnplug.NnplugError, match="arrayfeatureextractor_node.*index 3 is out of range"):
+            net.run({"X": f32(2, 3), "I": np.array([0, 3], np.int64)})
+        out = net.run({"X": np.arange(6, dtype=np.float32).reshape(2, 3), "I": np.array([2, 0], np.int64)})
+        np.testing.assert_array_equal(out["Z"], [[2, 0], [5, 3]])
+
+
+def test_unknown_category_with_zeros_0_is_an_error_naming_the_node(rt):
+    m = ml_model("OneHotEncoder", dict(cats_int64s=[1, 2], zeros=0), [("X", INT64, [3])], [("Y", FLOAT, [3, 2])])
+    with rt.load(m, backends=["cpu"]) as net:
+        with pytest.raises(nnplug.NnplugError, match="onehotencoder_node.*not one of the categories"):
+            net.run({"X": np.array([1, 5, 2], np.int64)})
