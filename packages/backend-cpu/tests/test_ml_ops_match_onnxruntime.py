@@ -75,7 +75,13 @@ def test_linear_classifier(rt, post, classes):
     zc = 2 if C == 1 and len(labels) == 2 else C
     x = f32(7, F, lo=-2, hi=2) * (0.2 if post == "PROBIT" else 1)
     m = ml_model("LinearClassifier", attrs, [("X", FLOAT, [7, F])], [("Y", INT64, [7]), ("Z", FLOAT, [7, zc])])
-    check(*run_both(rt, m, {"X": x}), rtol=1e-4, atol=1e-5)
+    got, want = run_both(rt, m, {"X": x})
+    if C == 1 and zc == 2 and post == "LOGISTIC":
+        raw = x @ np.array(attrs["coefficients"], np.float32) + np.float32(attrs["intercepts"][0])
+        if np.allclose(want[1][:, 1], raw, atol=1e-5):
+            pytest.skip(f"onnxruntime {ort.__version__} leaves the logistic out of the binary scores (later "
+                        "releases, which this backend follows, apply it)")
+    check(got, want, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.int64, np.int32])
