@@ -596,3 +596,20 @@ def test_unknown_category_with_zeros_0_is_an_error_naming_the_node(rt):
     with rt.load(m, backends=["cpu"]) as net:
         with pytest.raises(nnplug.NnplugError, match="onehotencoder_node.*not one of the categories"):
             net.run({"X": np.array([1, 5, 2], np.int64)})
+
+
+def test_label_encoder_many_keys(rt):
+    keys = R.permutation(20000).astype(np.int64)
+    vals = (keys * 3 + 1).astype(np.float32) / 7
+    m = ml_model("LabelEncoder", dict(keys_int64s=keys.tolist(), values_floats=vals.tolist(), default_float=-2.0),
+                 [("X", INT64, [1000])], [("Y", FLOAT, [1000])], ml_opset=2)
+    check(*run_both(rt, m, {"X": R.integers(-100, 20100, 1000).astype(np.int64)}))
+
+
+def test_duplicate_keys_and_categories_resolve_as_onnxruntime_does(rt):
+    # LabelEncoder: the first pair of a key wins; OneHotEncoder: the last index of a category
+    m = ml_model("LabelEncoder", dict(keys_int64s=[1, 2, 1], values_int64s=[10, 20, 30]), [("X", INT64, [3])],
+                 [("Y", INT64, [3])], ml_opset=2)
+    check(*run_both(rt, m, {"X": np.array([1, 2, 3], np.int64)}))
+    m = ml_model("OneHotEncoder", dict(cats_int64s=[4, 1, 4]), [("X", INT64, [2])], [("Y", FLOAT, [2, 3])])
+    check(*run_both(rt, m, {"X": np.array([4, 1], np.int64)}))

@@ -236,7 +236,7 @@ const nnc_op nnc_op_ml_arrayfeatureextractor = {"ArrayFeatureExtractor", 2, 2, 1
 
 /* ---- LabelEncoder -------------------------------------------------------------------- */
 
-typedef struct { double key, val; int64_t ikey, ival; } le_pair;
+typedef struct { double key, val; int64_t ikey, ival, pos; } le_pair;
 
 typedef struct {
     int kdt, vdt, nan_keys; /* nan_keys: opset 4 matches NaN inputs to a NaN key */
@@ -277,6 +277,20 @@ static int le_list(const nnc_node *n, const char *base, int *dt, double **d, int
                           base, base, base);
 }
 
+static int le_cmp_int(const void *a, const void *b)
+{
+    const le_pair *x = a, *y = b;
+    if (x->ikey != y->ikey) return x->ikey < y->ikey ? -1 : 1;
+    return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+static int le_cmp_real(const void *a, const void *b)
+{
+    const le_pair *x = a, *y = b;
+    if (x->key != y->key) return x->key < y->key ? -1 : 1;
+    return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
 static int le_create(nnc_node *n, nnc_err *e)
 {
     labelenc *s = calloc(1, sizeof *s);
@@ -298,30 +312,18 @@ static int le_create(nnc_node *n, nnc_err *e)
         q.key = ki ? (double)ki[i] : (s->kdt == DT_F32 ? (double)(float)kd[i] : kd[i]);
         q.ival = vi ? vi[i] : 0;
         q.val = vi ? (double)vi[i] : (s->vdt == DT_F32 ? (double)(float)vd[i] : vd[i]);
-        if (!ki && isnan(q.key)) { s->has_nan = 1; s->nan_pair = q; continue; }
+        q.pos = i;
+        if (!ki && isnan(q.key)) {
+            if (!s->has_nan) s->nan_pair = q;
+            s->has_nan = 1;
+            continue;
+        }
         s->p[s->n++] = q;
     }
     free(kd); free(vd); free(ki); free(vi);
     TRY(rc);
-    /* stable insertion sort by key: equal keys keep their order and the last one wins, as when
-     * the pairs fill a map in order */
-    le_pair *tmp = s->p;
-    if (s->kdt == DT_I64) {
-        /* exact integer order */
-        for (int64_t i = 1; i < s->n; i++) {
-            le_pair v = tmp[i];
-            int64_t j = i - 1;
-            while (j >= 0 && tmp[j].ikey > v.ikey) { tmp[j + 1] = tmp[j]; j--; }
-            tmp[j + 1] = v;
-        }
-    } else {
-        for (int64_t i = 1; i < s->n; i++) {
-            le_pair v = tmp[i];
-            int64_t j = i - 1;
-            while (j >= 0 && tmp[j].key > v.key) { tmp[j + 1] = tmp[j]; j--; }
-            tmp[j + 1] = v;
-        }
-    }
+    /* by key, equal keys in their given order: the first one wins, as in onnxruntime */
+    qsort(s->p, (size_t)s->n, sizeof *s->p, s->kdt == DT_I64 ? le_cmp_int : le_cmp_real);
     /* defaults */
     s->dflt.ival = -1;
     s->dflt.val = -0.0;
@@ -364,9 +366,8 @@ static const le_pair *le_find(const labelenc *s, const nnc_tensor *t, int64_t i)
             int64_t mid = (lo + hi) / 2;
             if (s->p[mid].ikey < k) lo = mid + 1; else hi = mid - 1;
         }
-        /* lo: first >= k; the last duplicate wins */
+        /* lo: the first pair with key >= k (of equal keys, the first given) */
         if (lo >= s->n || s->p[lo].ikey != k) return &s->dflt;
-        while (lo + 1 < s->n && s->p[lo + 1].ikey == k) lo++;
         return &s->p[lo];
     }
     double k = s->kdt == DT_F32 ? ((const float *)t->data)[i] : ((const double *)t->data)[i];
@@ -376,7 +377,6 @@ static const le_pair *le_find(const labelenc *s, const nnc_tensor *t, int64_t i)
         if (s->p[mid].key < k) lo = mid + 1; else hi = mid - 1;
     }
     if (lo >= s->n || s->p[lo].key != k) return &s->dflt;
-    while (lo + 1 < s->n && s->p[lo + 1].key == k) lo++;
     return &s->p[lo];
 }
 
