@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from . import ml_types
 from .errors import ModelError
 from .graph import Node, SubGraph, ValueInfo, attribute_value
 
@@ -118,7 +119,7 @@ def load(model, custom_ops: dict | None = None) -> Model:
         raise ModelError(f"the model cannot be checked: {e}") from None
 
     opsets = {op.domain or "": op.version for op in proto.opset_import}
-    inferred = _infer(proto)
+    inferred = ml_types.complete(_infer(proto), _infer)
     values = _collect_values(inferred)
     nodes = _make_nodes(inferred, opsets)
     _check_topology(nodes, inferred)

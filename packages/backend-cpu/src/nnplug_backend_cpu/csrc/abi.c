@@ -110,6 +110,9 @@ static void conv_attr(const nnp_attr *s, nnc_attr *d)
     case NNP_ATTR_STRING:
         d->kind = s->data || !s->count ? AK_STRING : AK_UNDEF;
         break;
+    case NNP_ATTR_STRINGS:
+        d->kind = s->data || !s->count ? AK_STRINGS : AK_UNDEF;
+        break;
     case NNP_ATTR_TENSOR:
         d->kind = AK_TENSOR;
         d->tdtype = dt_from(s->dtype);
@@ -326,8 +329,7 @@ static nnp_status cpu_supports(const nnp_node_desc *node, int32_t *out)
     nnc_plan *p = nnc_plan_build(d.nodes, 1, 1, &e);
     /* A node we know but whose attributes are wrong is still ours: kernel_create then
      * reports exactly what is wrong instead of "no backend runs this node". */
-    *out = p != NULL || (!e.unsupported && nnc_find_op(node->op_type) &&
-                         (!node->domain || !node->domain[0] || !strcmp(node->domain, "ai.onnx")));
+    *out = p != NULL || (!e.unsupported && nnc_find_op_in(node->domain, node->op_type));
     nnc_plan_free(p);
     descs_free(&d);
     return NNP_OK;

@@ -336,11 +336,11 @@ nnc_plan *nnc_plan_build(const nnc_desc_node *nodes, int nn, int probing, nnc_er
             nnc_node_unsup(e, n, "more than %d inputs or outputs are not supported", NNC_MAXIO);
             goto fail;
         }
-        if (d->domain && d->domain[0] && strcmp(d->domain, "ai.onnx")) {
-            nnc_node_unsup(e, n, "domain '%s' is not supported by the cpu backend", d->domain);
+        n->op = nnc_find_op_in(d->domain, d->op_type);
+        if (!n->op && d->domain && d->domain[0] && strcmp(d->domain, "ai.onnx")) {
+            nnc_node_unsup(e, n, "op '%s' of domain '%s' is not supported by the cpu backend", d->op_type, d->domain);
             goto fail;
         }
-        n->op = nnc_find_op(d->op_type);
         if (!n->op) { nnc_node_unsup(e, n, "this op is not supported by the cpu backend"); goto fail; }
         n->nin = d->nin;
         n->nout = d->nout;

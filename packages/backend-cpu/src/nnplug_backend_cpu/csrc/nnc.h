@@ -44,7 +44,8 @@ typedef struct nnc_attr {
     const char *name;
     int kind;
     int64_t count;     /* elements for lists/tensors, bytes for strings, 1 for scalars */
-    const void *data;  /* float*, int64_t*, char* (not terminated), tensor data */
+    const void *data;  /* float*, int64_t*, char* (not terminated), tensor data,
+                          const char *const * (strings, each terminated) */
     int tdtype;        /* AK_TENSOR: element type */
     int tndim;
     int64_t tdims[NNC_MAXDIM];
@@ -79,6 +80,8 @@ typedef struct nnc_op {
     size_t (*scratch)(const struct nnc_node *n, nnc_tensor *const *in, const nnc_tensor *out);
     /* Optional: whether create kept what it needs of constant input i (no raw copy needed). */
     int (*owns_const)(const struct nnc_node *n, int i);
+    /* Operator set domain; NULL for the default ONNX domain ("" / "ai.onnx"). */
+    const char *domain;
 } nnc_op;
 #define OPF_ALIAS 1u /* output 0 is input 0's data with another shape (no copy) */
 
@@ -179,8 +182,10 @@ void nnc_free(void *p);
 /* Epilogue helpers. */
 void nnc_apply_act(float *x, int64_t n, const nnc_act *a);
 
-/* Op table. */
+/* Op table. nnc_find_op: the default ONNX domain; nnc_find_op_in: any domain ("" or NULL is
+ * the default one). */
 const nnc_op *nnc_find_op(const char *type);
+const nnc_op *nnc_find_op_in(const char *domain, const char *type);
 extern const nnc_op *const nnc_all_ops[];
 
 /* Broadcasting (multidirectional) of two shapes into out; 0 or error. */

@@ -11,15 +11,30 @@
     X(reducel2) X(reducesumsquare) X(reducel1) X(reducelogsumexp) X(argmax) X(argmin) \
     X(reshape) X(flatten) X(squeeze) X(unsqueeze) X(transpose) X(expand) X(slice) X(concat) \
     X(split) X(gather) X(shape) X(constantofshape) X(constant) X(pad)
+/* ai.onnx.ml: the ops scikit-learn converters emit (op_ml_*.c). */
+#define ML_OPS(X) X(ml_linearclassifier) X(ml_linearregressor) X(ml_svmclassifier) \
+    X(ml_svmregressor) X(ml_treeensembleclassifier) X(ml_treeensembleregressor) \
+    X(ml_treeensemble) X(ml_scaler) X(ml_normalizer) X(ml_binarizer) \
+    X(ml_arrayfeatureextractor) X(ml_labelencoder) X(ml_onehotencoder) X(ml_imputer) \
+    X(ml_zipmap) X(ml_categorymapper)
 
 #define DECL(x) extern const nnc_op nnc_op_##x;
 OPS(DECL)
+ML_OPS(DECL)
 #define REF(x) &nnc_op_##x,
-const nnc_op *const nnc_all_ops[] = {OPS(REF) NULL};
+const nnc_op *const nnc_all_ops[] = {OPS(REF) ML_OPS(REF) NULL};
 
-const nnc_op *nnc_find_op(const char *type)
+static int default_domain(const char *d) { return !d || !d[0] || !strcmp(d, "ai.onnx"); }
+
+const nnc_op *nnc_find_op_in(const char *domain, const char *type)
 {
-    for (const nnc_op *const *p = nnc_all_ops; *p; p++)
-        if (!strcmp((*p)->type, type)) return *p;
+    int dflt = default_domain(domain);
+    for (const nnc_op *const *p = nnc_all_ops; *p; p++) {
+        if (strcmp((*p)->type, type)) continue;
+        if (dflt ? default_domain((*p)->domain) : !default_domain((*p)->domain) && !strcmp((*p)->domain, domain))
+            return *p;
+    }
     return NULL;
 }
+
+const nnc_op *nnc_find_op(const char *type) { return nnc_find_op_in(NULL, type); }
