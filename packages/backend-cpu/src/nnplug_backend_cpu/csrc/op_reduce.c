@@ -33,6 +33,7 @@ static int red_create(nnc_node *n, nnc_err *e)
     if (s->kind < 0) return nnc_node_fail(e, n, "not a reduction");
     int64_t v;
     TRY(nnc_attr_int(n, "keepdims", 1, &v, e));
+    if (v != 0 && v != 1) return nnc_node_fail(e, n, "attribute 'keepdims' = %lld is not 0 or 1", (long long)v);
     s->keepdims = v != 0;
     TRY(nnc_attr_int(n, "noop_with_empty_axes", 0, &v, e));
     s->noop_empty = v != 0;
@@ -234,6 +235,7 @@ static int arg_create(nnc_node *n, nnc_err *e)
     int64_t v;
     TRY(nnc_attr_int(n, "axis", 0, &s->axis, e));
     TRY(nnc_attr_int(n, "keepdims", 1, &v, e));
+    if (v != 0 && v != 1) return nnc_node_fail(e, n, "attribute 'keepdims' = %lld is not 0 or 1", (long long)v);
     s->keepdims = v != 0;
     TRY(nnc_attr_int(n, "select_last_index", 0, &v, e));
     s->last = v != 0;
