@@ -211,6 +211,12 @@ def test_logic_and_bitwise_ops_on_their_types(rt):
         a = rand(dt, (3, 4), 0, 200)
         for direction in ("LEFT", "RIGHT"):
             check(rt, "BitShift", [a, rand(dt, (4,), 0, 7)], dict(direction=direction))
+    for dt in SIGNED:  # BitShift-28: arithmetic right shift; amounts < 0 or >= width: sign fill
+        bits = dt.itemsize * 8
+        a = rand(dt, (3, 5), -100, 100)
+        amounts = np.array([0, 3, bits - 1, bits, -1], dt)
+        for direction in ("LEFT", "RIGHT"):
+            check(rt, "BitShift", [a, amounts], dict(direction=direction), opset=28)
 
 
 @pytest.mark.parametrize("dt", NUMERIC + BOOL, ids=ids(NUMERIC + BOOL))
@@ -232,14 +238,14 @@ FLOAT_UNARY = [("Exp", -3, 3), ("Log", 0.1, 9), ("Sqrt", 0, 9), ("Reciprocal", 1
                ("HardSwish", -5, 5), ("Elu", -3, 3), ("Selu", -3, 3), ("Celu", -3, 3),
                ("Mish", -3, 3), ("Softsign", -3, 3), ("ThresholdedRelu", -3, 3),
                ("LeakyRelu", -3, 3), ("Relu", -3, 3), ("Neg", -3, 3), ("Abs", -3, 3),
-               ("Sign", -3, 3), ("Shrink", -3, 3), ("Gelu", -3, 3)]
+               ("Sign", -3, 3), ("Shrink", -3, 3), ("Gelu", -3, 3), ("Swish", -5, 5)]
 
 
 @pytest.mark.parametrize("dt", FLOATS, ids=ids(FLOATS))
 def test_float_unary_ops_on_every_float_type(rt, dt):
     for op, lo, hi in FLOAT_UNARY:
         x = rand(dt, (4, 7), lo, hi)
-        opset = 20 if op == "Gelu" else 18
+        opset = {"Gelu": 20, "Swish": 24}.get(op, 18)
         if allowed(op, opset, dt):
             check(rt, op, [x], opset=opset, tol=1e-4)
     for op, attrs in (("Elu", dict(alpha=0.5)), ("HardSigmoid", dict(alpha=0.3, beta=0.4)),
@@ -294,13 +300,15 @@ def test_trilu_all_diagonals(rt, dt):
 
 
 @pytest.mark.parametrize("dt", [np.float32, np.float64, np.int32, np.int64, np.uint32, np.uint64])
-def test_cumsum_exclusive_reverse(rt, dt):
+def test_cumsum_and_cumprod_exclusive_reverse(rt, dt):
     x = rand(dt, (3, 4, 5), 0, 20)
     for axis in (0, 1, -1):
         for ex in (0, 1):
             for rv in (0, 1):
                 check(rt, "CumSum", [x, np.array(axis, np.int64)], dict(exclusive=ex, reverse=rv),
                       tol=1e-4)
+                check(rt, "CumProd", [rand(dt, (3, 4, 5), 1, 3), np.array(axis, np.int64)],
+                      dict(exclusive=ex, reverse=rv), opset=26, tol=1e-4)
 
 
 @pytest.mark.parametrize("dt", [np.float32, np.float64, np.int64, np.int8, bool, np.float16])
@@ -375,3 +383,14 @@ def test_large_inputs_split_over_threads_match(rt):
         check(rt, op, [a, b])
     check(rt, "Cast", [rand(np.float64, (300, 700), -1e3, 1e3)], dict(to=TensorProto.INT16))
     check(rt, "HardSwish", [rand(np.float32, (300, 700), -5, 5)], tol=1e-5)
+
+
+# the types onnxruntime's Unique has (onnx.reference's fails on some of these cases)
+@pytest.mark.parametrize("dt", [np.float32, np.float64, np.int64, np.int8])
+def test_unique_sorted_and_in_first_occurrence_order(rt, dt):
+    x = rand(dt, (4, 6), 0, 4)
+    x[2] = x[0]  # a repeated row for axis=0
+    for attrs in (dict(sorted=1), dict(sorted=0), dict(sorted=1, axis=0), dict(sorted=0, axis=0),
+                  dict(sorted=1, axis=-1)):
+        check(rt, "Unique", [x], attrs, outputs=4, opset=11)
+    check(rt, "Unique", [x.ravel()], dict(sorted=1), outputs=1, opset=11)

@@ -112,6 +112,10 @@ static void int_op(int op, int uns, int width, int64_t n, const int64_t *a, cons
     case B_LT: ILOOP(x < y)
     case B_GE: ILOOP(x >= y)
     case B_LE: ILOOP(x <= y)
+    /* signed shifts (BitShift-28): left drops bits past the width (the store truncates);
+     * right is arithmetic; a negative or too large amount leaves only the sign fill */
+    case B_SHL: ILOOP(y >= 0 && y < width ? (int64_t)((uint64_t)x << y) : 0)
+    case B_SHR: ILOOP(y >= 0 && y < width ? (x < 0 ? ~(~x >> y) : x >> y) : (x < 0 ? -1 : 0))
     default: break;
     }
 }

@@ -174,7 +174,7 @@ static const struct { const char *name; int op; int variadic; int kind; } BIN_OP
     {"LessOrEqual", B_LE, 0, K_CMP}, {"Mod", B_MOD, 0, K_NUM},
     {"And", B_AND, 0, K_BOOL}, {"Or", B_OR, 0, K_BOOL}, {"Xor", B_XOR, 0, K_BOOL},
     {"BitwiseAnd", B_BAND, 0, K_INT}, {"BitwiseOr", B_BOR, 0, K_INT}, {"BitwiseXor", B_BXOR, 0, K_INT},
-    {"BitShift", B_SHL, 0, K_UINT},
+    {"BitShift", B_SHL, 0, K_INT}, /* signed types from opset 28 */
     {"Sum", B_ADD, 1, K_FLOAT}, {"Max", B_MAX, 1, K_NUM}, {"Min", B_MIN, 1, K_NUM}, {"Mean", B_ADD, 2, K_FLOAT},
 };
 

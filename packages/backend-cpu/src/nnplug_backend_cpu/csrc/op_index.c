@@ -1,6 +1,6 @@
 /* Indexing, generation and data-dependent ops on every element type: Size, Range, Trilu,
- * CumSum, Tile, GatherElements, ScatterElements, GatherND, ScatterND, OneHot, NonZero, TopK,
- * Compress, ReverseSequence, Hardmax. Data moves by element size; arithmetic (CumSum,
+ * CumSum, CumProd, Tile, GatherElements, ScatterElements, GatherND, ScatterND, OneHot, NonZero, TopK,
+ * Compress, ReverseSequence, Hardmax, Unique. Data moves by element size; arithmetic (CumSum,
  * scatter reductions) runs in double or int64 as op_arith.c does. Every index is checked
  * against its dimension before memory is touched. */
 #include "nnc.h"
@@ -209,9 +209,9 @@ static int trilu_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_ex
 }
 const nnc_op nnc_op_trilu = {"Trilu", 1, 2, 1, 1, trilu_create, trilu_infer, trilu_run, free_state, 0};
 
-/* ---- CumSum ---------------------------------------------------------------------------- */
+/* ---- CumSum, CumProd ---------------------------------------------------------------------------- */
 
-typedef struct { int exclusive, reverse; } cumsum_state;
+typedef struct { int exclusive, reverse, prod; } cumsum_state;
 
 static int cumsum_create(nnc_node *n, nnc_err *e)
 {
@@ -228,6 +228,7 @@ static int cumsum_create(nnc_node *n, nnc_err *e)
         return nnc_node_fail(e, n, "attributes 'exclusive' and 'reverse' must be 0 or 1");
     s->exclusive = (int)ex;
     s->reverse = (int)rv;
+    s->prod = !strcmp(n->op_type, "CumProd");
     return NNC_OK;
 }
 
@@ -259,25 +260,28 @@ static int cumsum_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_e
     int dt = out->dtype, fl = nnc_dt_float(dt);
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < inner; i++) {
-            double ad = 0;
-            int64_t ai = 0;
+            double ad = s->prod ? 1 : 0;
+            int64_t ai = s->prod ? 1 : 0;
             for (int64_t t = 0; t < L; t++) {
                 int64_t tt = s->reverse ? L - 1 - t : t, off = (o * L + tt) * inner + i;
                 if (fl) {
                     double v = nnc_get_d(in[0]->data, dt, off);
-                    if (s->exclusive) { nnc_store_d(out->data, dt, off, 1, &ad); ad += v; }
-                    else { ad += v; nnc_store_d(out->data, dt, off, 1, &ad); }
+                    if (s->exclusive) nnc_store_d(out->data, dt, off, 1, &ad);
+                    ad = s->prod ? ad * v : ad + v;
+                    if (!s->exclusive) nnc_store_d(out->data, dt, off, 1, &ad);
                 } else {
                     int64_t v;
                     nnc_load_i(in[0]->data, dt, off, 0, 1, &v);
-                    if (s->exclusive) { nnc_store_i(out->data, dt, off, 1, &ai); ai = (int64_t)((uint64_t)ai + (uint64_t)v); }
-                    else { ai = (int64_t)((uint64_t)ai + (uint64_t)v); nnc_store_i(out->data, dt, off, 1, &ai); }
+                    if (s->exclusive) nnc_store_i(out->data, dt, off, 1, &ai);
+                    ai = (int64_t)(s->prod ? (uint64_t)ai * (uint64_t)v : (uint64_t)ai + (uint64_t)v);
+                    if (!s->exclusive) nnc_store_i(out->data, dt, off, 1, &ai);
                 }
             }
         }
     return NNC_OK;
 }
 const nnc_op nnc_op_cumsum = {"CumSum", 2, 2, 1, 1, cumsum_create, cumsum_infer, cumsum_run, free_state, 0};
+const nnc_op nnc_op_cumprod = {"CumProd", 2, 2, 1, 1, cumsum_create, cumsum_infer, cumsum_run, free_state, 0};
 
 /* ---- Tile ------------------------------------------------------------------------------ */
 
@@ -1003,3 +1007,168 @@ static int hardmax_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_
     return NNC_OK;
 }
 const nnc_op nnc_op_hardmax = {"Hardmax", 1, 1, 1, 1, hardmax_create, hardmax_infer, hardmax_run, free_state, 0};
+
+/* ---- Unique ---------------------------------------------------------------------------- */
+
+typedef struct { int has_axis, sorted; int64_t axis; } unique_state;
+
+static int unique_create(nnc_node *n, nnc_err *e)
+{
+    unique_state *s = calloc(1, sizeof *s);
+    if (!s) return nnc_node_fail(e, n, "out of memory");
+    n->state = s;
+    if (n->vin[0] && n->vin[0]->dtype && !nnc_dt_numeric(n->vin[0]->dtype))
+        return nnc_node_unsup(e, n, "element type %s is not supported", nnc_dtname(n->vin[0]->dtype));
+    int64_t so;
+    TRY(nnc_attr_int(n, "sorted", 1, &so, e));
+    if (so != 0 && so != 1) return nnc_node_fail(e, n, "attribute 'sorted' = %lld is not 0 or 1", (long long)so);
+    s->sorted = (int)so;
+    s->has_axis = nnc_attr_find(n, "axis") != NULL;
+    return nnc_attr_int(n, "axis", 0, &s->axis, e);
+}
+
+/* The items Unique compares: elements, or slices along an axis. */
+typedef struct {
+    const nnc_tensor *x;
+    int64_t items, outer, inner; /* item i = x[o][i][j] for o < outer, j < inner */
+    int kind;                    /* 0 double, 1 int64, 2 uint64 */
+} items_t;
+
+static int item_cmp(const items_t *t, int64_t a, int64_t b)
+{
+    for (int64_t o = 0; o < t->outer; o++)
+        for (int64_t j = 0; j < t->inner; j++) {
+            int64_t pa = (o * t->items + a) * t->inner + j, pb = (o * t->items + b) * t->inner + j;
+            int c;
+            if (t->kind == 0) {
+                double x = nnc_get_d(t->x->data, t->x->dtype, pa), y = nnc_get_d(t->x->data, t->x->dtype, pb);
+                int nx = x != x, ny = y != y; /* NaN sorts last and equals NaN, as numpy */
+                c = nx || ny ? nx - ny : (x > y) - (x < y);
+            } else {
+                int64_t x, y;
+                nnc_load_i(t->x->data, t->x->dtype, pa, 0, 1, &x);
+                nnc_load_i(t->x->data, t->x->dtype, pb, 0, 1, &y);
+                c = t->kind == 2 ? ((uint64_t)x > (uint64_t)y) - ((uint64_t)x < (uint64_t)y) : (x > y) - (x < y);
+            }
+            if (c) return c;
+        }
+    return 0;
+}
+
+static void item_sort(const items_t *t, int64_t *v, int64_t *tmp, int64_t n)
+{
+    if (n < 2) return;
+    int64_t h = n / 2;
+    item_sort(t, v, tmp, h);
+    item_sort(t, v + h, tmp, n - h);
+    int64_t i = 0, j = h, o = 0;
+    while (i < h && j < n) tmp[o++] = item_cmp(t, v[j], v[i]) < 0 ? v[j++] : v[i++];
+    while (i < h) tmp[o++] = v[i++];
+    while (j < n) tmp[o++] = v[j++];
+    memcpy(v, tmp, (size_t)n * sizeof(int64_t));
+}
+
+/* first[g] (item of each unique group, in output order), count[g], inverse[item]; *ng groups. */
+typedef struct { int64_t *first, *count, *inverse, ng; } unique_res;
+
+static int unique_compute(nnc_node *n, nnc_tensor *const *in, items_t *t, unique_res *r, nnc_err *e)
+{
+    const unique_state *s = n->state;
+    const nnc_tensor *x = in[0];
+    t->x = x;
+    t->kind = nnc_dt_float(x->dtype) ? 0 : (x->dtype == DT_U64 ? 2 : 1);
+    if (s->has_axis) {
+        int64_t axis = 0, st[NNC_MAXDIM];
+        TRY(norm_axis(n, s->axis, x->ndim, &axis, e));
+        strides_of(x, st);
+        t->items = x->dims[axis];
+        t->inner = st[axis];
+        t->outer = nnc_numel(x) / (t->items * t->inner != 0 ? t->items * t->inner : 1);
+        if (t->items * t->inner == 0) t->outer = 0;
+    } else {
+        t->items = nnc_numel(x);
+        t->inner = t->outer = 1;
+    }
+    int64_t k = t->items, m = k ? k : 1;
+    int64_t *v = malloc((size_t)m * sizeof(int64_t)), *tmp = malloc((size_t)m * sizeof(int64_t));
+    r->first = malloc((size_t)m * sizeof(int64_t));
+    r->count = malloc((size_t)m * sizeof(int64_t));
+    r->inverse = malloc((size_t)m * sizeof(int64_t));
+    int64_t *gpos = malloc((size_t)m * sizeof(int64_t));
+    if (!v || !tmp || !r->first || !r->count || !r->inverse || !gpos) {
+        free(v); free(tmp); free(gpos); free(r->first); free(r->count); free(r->inverse);
+        return nnc_node_fail(e, n, "out of memory");
+    }
+    for (int64_t i = 0; i < k; i++) v[i] = i;
+    item_sort(t, v, tmp, k); /* stable: a group's first item is its first occurrence */
+    int64_t ng = 0;
+    for (int64_t i = 0; i < k; i++) {
+        if (i == 0 || item_cmp(t, v[i - 1], v[i]) != 0) { r->first[ng] = v[i]; r->count[ng] = 0; ng++; }
+        r->count[ng - 1]++;
+        r->inverse[v[i]] = ng - 1;
+    }
+    if (!s->sorted) {
+        /* groups in order of first occurrence: sort group ids by their first item */
+        for (int64_t i = 0; i < k; i++) tmp[i] = -1;
+        for (int64_t g = 0; g < ng; g++) tmp[r->first[g]] = g;
+        for (int64_t i = 0, g = 0; i < k; i++)
+            if (tmp[i] >= 0) gpos[g++] = tmp[i]; /* gpos[new position] = old group */
+        for (int64_t g = 0; g < ng; g++) tmp[gpos[g]] = g; /* old group -> new position */
+        for (int64_t i = 0; i < k; i++) r->inverse[i] = tmp[r->inverse[i]];
+        for (int64_t g = 0; g < ng; g++) { v[g] = r->first[gpos[g]]; gpos[g] = r->count[gpos[g]]; }
+        memcpy(r->first, v, (size_t)ng * sizeof(int64_t));
+        memcpy(r->count, gpos, (size_t)ng * sizeof(int64_t));
+    }
+    free(v); free(tmp); free(gpos);
+    r->ng = ng;
+    return NNC_OK;
+}
+
+static void unique_free(unique_res *r) { free(r->first); free(r->count); free(r->inverse); }
+
+static int unique_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err *e)
+{
+    const unique_state *s = n->state;
+    items_t t;
+    unique_res r;
+    if (!in[0]->data && nnc_numel(in[0])) return nnc_node_fail(e, n, "the input's data is needed for the output shape");
+    TRY(unique_compute(n, in, &t, &r, e));
+    unique_free(&r);
+    out[0] = *in[0];
+    out[0].data = NULL;
+    if (s->has_axis) {
+        int64_t axis = 0;
+        TRY(norm_axis(n, s->axis, in[0]->ndim, &axis, e));
+        out[0].dims[axis] = r.ng;
+    } else {
+        out[0].ndim = 1;
+        out[0].dims[0] = r.ng;
+    }
+    for (int j = 1; j < n->nout && j < 4; j++) {
+        out[j].dtype = DT_I64;
+        out[j].ndim = 1;
+        out[j].dims[0] = j == 2 ? t.items : r.ng;
+        out[j].data = NULL;
+    }
+    return NNC_OK;
+}
+
+static int unique_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec *x, nnc_err *e)
+{
+    (void)x;
+    items_t t;
+    unique_res r;
+    TRY(unique_compute(n, in, &t, &r, e));
+    size_t sz = nnc_dtsize(in[0]->dtype);
+    for (int64_t o = 0; o < t.outer; o++)
+        for (int64_t g = 0; g < r.ng; g++)
+            memcpy((char *)out[0].data + ((o * r.ng + g) * t.inner) * (int64_t)sz,
+                   (const char *)in[0]->data + ((o * t.items + r.first[g]) * t.inner) * (int64_t)sz,
+                   (size_t)t.inner * sz);
+    if (n->nout > 1 && out[1].data) memcpy(out[1].data, r.first, (size_t)r.ng * sizeof(int64_t));
+    if (n->nout > 2 && out[2].data) memcpy(out[2].data, r.inverse, (size_t)t.items * sizeof(int64_t));
+    if (n->nout > 3 && out[3].data) memcpy(out[3].data, r.count, (size_t)r.ng * sizeof(int64_t));
+    unique_free(&r);
+    return NNC_OK;
+}
+const nnc_op nnc_op_unique = {"Unique", 1, 1, 1, 4, unique_create, unique_infer, unique_run, free_state, 0};

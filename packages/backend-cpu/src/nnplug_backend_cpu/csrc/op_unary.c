@@ -1,7 +1,7 @@
 /* Unary elementwise ops on every element type: the activations and math functions that
  * op_eltwise.c runs for float32 (here for float64/float16/bfloat16 and integers), and the
  * ops only this file runs (Sign, Round, IsNaN, IsInf, Not, BitwiseNot, trigonometry,
- * HardSigmoid, HardSwish, Elu, Selu, Celu, Mish, Softsign, ThresholdedRelu, Shrink).
+ * HardSigmoid, HardSwish, Elu, Selu, Celu, Mish, Softsign, ThresholdedRelu, Shrink, Swish).
  * Float types compute in double, integers in int64 (unsigned values by bit pattern). */
 #include "nnc.h"
 #include "ops.h"
@@ -14,7 +14,7 @@ enum { T_RELU, T_LEAKY, T_SIGMOID, T_TANH, T_CLIP, T_ERF, T_GELU, T_SQRT, T_EXP,
        T_ABS, T_RECIP, T_FLOOR, T_CEIL, T_SOFTPLUS, T_SIGN, T_ROUND, T_ISNAN, T_ISINF, T_NOT,
        T_BNOT, T_SIN, T_COS, T_TAN, T_ASIN, T_ACOS, T_ATAN, T_SINH, T_COSH, T_ASINH, T_ACOSH,
        T_ATANH, T_HSIGMOID, T_HSWISH, T_ELU, T_SELU, T_CELU, T_MISH, T_SOFTSIGN, T_THRELU,
-       T_SHRINK, T_GELU_TANH };
+       T_SHRINK, T_GELU_TANH, T_SWISH };
 
 /* Type classes: F float types, N every numeric type, S float and signed integers,
  * FI float and signed integers of Relu (int8..int64), B bool, I integers. */
@@ -32,7 +32,7 @@ static const struct { const char *name; int code, cls; } TU_OPS[] = {
     {"Acosh", T_ACOSH, C_F}, {"Atanh", T_ATANH, C_F}, {"HardSigmoid", T_HSIGMOID, C_F},
     {"HardSwish", T_HSWISH, C_F}, {"Elu", T_ELU, C_F}, {"Selu", T_SELU, C_F},
     {"Celu", T_CELU, C_F}, {"Mish", T_MISH, C_F}, {"Softsign", T_SOFTSIGN, C_F},
-    {"ThresholdedRelu", T_THRELU, C_F}, {"Shrink", T_SHRINK, C_N},
+    {"ThresholdedRelu", T_THRELU, C_F}, {"Shrink", T_SHRINK, C_N}, {"Swish", T_SWISH, C_F},
     {"Gelu:tanh", T_GELU_TANH, C_F}, /* Gelu with approximate='tanh' (op_eltwise.c asks so) */
 };
 
@@ -113,6 +113,7 @@ static void fop(const tu_job *j, int64_t n, double *x)
     case T_SOFTSIGN: L(v / (1.0 + fabs(v)))
     case T_THRELU: L(v > a ? v : 0.0)
     case T_SHRINK: L(v < -b ? v + a : (v > b ? v - a : 0.0))
+    case T_SWISH: L(v * sigm(a * v))
 #undef L
     default: break;
     }
@@ -242,7 +243,7 @@ static int tu_create(nnc_node *n, nnc_err *e)
     switch (s->code) {
     case T_HSIGMOID: TRY(nnc_attr_float(n, "alpha", 0.2f, &a, e)); TRY(nnc_attr_float(n, "beta", 0.5f, &b, e)); break;
     case T_ELU: TRY(nnc_attr_float(n, "alpha", 1.f, &a, e)); break;
-    case T_THRELU: TRY(nnc_attr_float(n, "alpha", 1.f, &a, e)); break;
+    case T_THRELU: case T_SWISH: TRY(nnc_attr_float(n, "alpha", 1.f, &a, e)); break;
     case T_CELU:
         TRY(nnc_attr_float(n, "alpha", 1.f, &a, e));
         if (a == 0.f) return nnc_node_fail(e, n, "attribute 'alpha' must not be 0");
@@ -314,3 +315,4 @@ TUOP(nnc_op_mish, "Mish")
 TUOP(nnc_op_softsign, "Softsign")
 TUOP(nnc_op_thresholdedrelu, "ThresholdedRelu")
 TUOP(nnc_op_shrink, "Shrink")
+TUOP(nnc_op_swish, "Swish")
