@@ -29,7 +29,7 @@ OPS = (
     "HardSwish", "Identity", "IsInf", "IsNaN", "LayerNormalization", "LeakyRelu", "Less",
     "LessOrEqual", "Log", "LogSoftmax", "LRN", "MatMul", "Max", "MaxPool", "Mean", "Min", "Mish",
     "Mod", "Mul", "Neg", "NonZero", "Not", "OneHot", "Or", "Pad", "Pow", "Range", "Reciprocal",
-    "ReduceL1", "ReduceL2", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum",
+    "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum",
     "ReduceSumSquare", "Relu", "Reshape", "ReverseSequence", "Round", "ScatterElements",
     "ScatterND", "Selu", "Shape", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh", "Size", "Slice",
     "Softmax", "Softplus", "Softsign", "Split", "Sqrt", "Squeeze", "Sub", "Sum", "Swish", "Tan", "Tanh",

@@ -1,4 +1,5 @@
-/* ReduceSum/Mean/Max/Min/Prod/L2/SumSquare over any axes (attribute or input form), ArgMax
+/* ReduceSum/Mean/Max/Min/Prod/L2/SumSquare/L1/LogSumExp (float32; other types and ReduceLogSum
+ * in op_reduce_typed.c) over any axes (attribute or input form), ArgMax
  * and ArgMin. The input is viewed as (outer, reduced, inner) runs after merging neighbours. */
 #include "nnc.h"
 #include "ops.h"
@@ -6,7 +7,9 @@
 #include <math.h>
 #include <stdlib.h>
 
-enum { R_SUM, R_MEAN, R_MAX, R_MIN, R_PROD, R_L2, R_SUMSQ, R_L1, R_LOGSUMEXP };
+enum { R_SUM = NNC_R_SUM, R_MEAN = NNC_R_MEAN, R_MAX = NNC_R_MAX, R_MIN = NNC_R_MIN,
+       R_PROD = NNC_R_PROD, R_L2 = NNC_R_L2, R_SUMSQ = NNC_R_SUMSQ, R_L1 = NNC_R_L1,
+       R_LOGSUMEXP = NNC_R_LOGSUMEXP, R_LOGSUM = NNC_R_LOGSUM /* other types' path only */ };
 typedef struct {
     int kind, keepdims, noop_empty, axes_input;
     int naxes; /* -1: all */
@@ -17,12 +20,11 @@ static const struct { const char *name; int kind; int input_since; } RED_OPS[] =
     {"ReduceSum", R_SUM, 13}, {"ReduceMean", R_MEAN, 18}, {"ReduceMax", R_MAX, 18},
     {"ReduceMin", R_MIN, 18}, {"ReduceProd", R_PROD, 18}, {"ReduceL2", R_L2, 18},
     {"ReduceSumSquare", R_SUMSQ, 18}, {"ReduceL1", R_L1, 18}, {"ReduceLogSumExp", R_LOGSUMEXP, 18},
+    {"ReduceLogSum", R_LOGSUM, 18},
 };
 
 static int red_create(nnc_node *n, nnc_err *e)
 {
-    static const int f32[] = {DT_F32, 0};
-    TRY(nnc_check_dtype(n, 0, f32, e));
     red_state *s = calloc(1, sizeof *s);
     if (!s) return nnc_node_fail(e, n, "out of memory");
     n->state = s;
@@ -31,6 +33,9 @@ static int red_create(nnc_node *n, nnc_err *e)
     for (size_t i = 0; i < sizeof RED_OPS / sizeof RED_OPS[0]; i++)
         if (!strcmp(RED_OPS[i].name, n->op_type)) { s->kind = RED_OPS[i].kind; since = RED_OPS[i].input_since; }
     if (s->kind < 0) return nnc_node_fail(e, n, "not a reduction");
+    int dt = n->vin[0] ? n->vin[0]->dtype : DT_UNDEF;
+    if (dt != DT_UNDEF && dt != DT_F32 && !nnc_reduce_typed_ok(s->kind, dt))
+        return nnc_node_unsup(e, n, "element type %s is not supported", nnc_dtname(dt));
     int64_t v;
     TRY(nnc_attr_int(n, "keepdims", 1, &v, e));
     if (v != 0 && v != 1) return nnc_node_fail(e, n, "attribute 'keepdims' = %lld is not 0 or 1", (long long)v);
@@ -81,10 +86,11 @@ static int red_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_er
 {
     const red_state *s = n->state;
     const nnc_tensor *x = in[0];
-    if (x->dtype != DT_F32) return nnc_node_fail(e, n, "input must be float32");
+    if (x->dtype != DT_F32 && !nnc_reduce_typed_ok(s->kind, x->dtype))
+        return nnc_node_fail(e, n, "element type %s is not supported", nnc_dtname(x->dtype));
     int mask[NNC_MAXDIM], noop;
     TRY(red_mask(n, in, mask, &noop, e));
-    out->dtype = DT_F32;
+    out->dtype = x->dtype;
     out->ndim = 0;
     for (int d = 0; d < x->ndim; d++) {
         if (!mask[d]) out->dims[out->ndim++] = x->dims[d];
@@ -152,6 +158,7 @@ static int red_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec
     int mask[NNC_MAXDIM], noop;
     TRY(red_mask(n, in, mask, &noop, e));
     if (noop) { memcpy(out->data, x->data, nnc_nbytes(x)); return NNC_OK; }
+    if (x->dtype != DT_F32 || s->kind == R_LOGSUM) return nnc_reduce_typed_run(n, s->kind, mask, x, out, e);
     /* Merge neighbouring axes with the same mask into runs. */
     int64_t dims[NNC_MAXDIM];
     int rm[NNC_MAXDIM], nd = 0;
@@ -181,7 +188,7 @@ static int red_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec
     if (s->kind == R_L2) { first = R_SUMSQ; last = R_SUM; }
     if (s->kind == R_SUMSQ) { first = R_SUMSQ; last = R_SUM; }
     if (s->kind == R_L1) { first = R_L1; last = R_SUM; }
-    if (s->kind == R_LOGSUMEXP) return nnc_node_unsup(e, n, "ReduceLogSumExp over separated axes is not supported");
+    if (s->kind == R_LOGSUMEXP) return nnc_reduce_typed_run(n, s->kind, mask, x, out, e); /* in double */
     int64_t total = nnc_numel(x), count = 1;
     for (int d = 0; d < nd; d++) if (rm[d]) count *= dims[d];
     float *buf[2] = {nnc_alloc((size_t)total * sizeof(float)), nnc_alloc((size_t)total * sizeof(float))};
@@ -220,6 +227,7 @@ REDOP(nnc_op_reducel2, "ReduceL2")
 REDOP(nnc_op_reducesumsquare, "ReduceSumSquare")
 REDOP(nnc_op_reducel1, "ReduceL1")
 REDOP(nnc_op_reducelogsumexp, "ReduceLogSumExp")
+REDOP(nnc_op_reducelogsum, "ReduceLogSum")
 
 /* ---- ArgMax / ArgMin ----------------------------------------------------------------- */
 

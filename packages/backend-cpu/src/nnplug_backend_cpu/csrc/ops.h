@@ -66,4 +66,11 @@ int nnc_has_zero(const nnc_tensor *t);
 int nnc_unary_typed_code(const char *op_type, int dt);
 int nnc_unary_typed_run(const nnc_node *n, int code, float alpha, float beta, nnc_tensor *const *in,
                         nnc_tensor *out, nnc_err *e);
+
+/* Reductions on types other than float32 (op_reduce_typed.c); kinds as op_reduce.c's. */
+enum { NNC_R_SUM, NNC_R_MEAN, NNC_R_MAX, NNC_R_MIN, NNC_R_PROD, NNC_R_L2, NNC_R_SUMSQ, NNC_R_L1,
+       NNC_R_LOGSUMEXP, NNC_R_LOGSUM };
+int nnc_reduce_typed_ok(int kind, int dt);
+int nnc_reduce_typed_run(const nnc_node *n, int kind, const int *mask, const nnc_tensor *x,
+                         nnc_tensor *out, nnc_err *e);
 #endif
