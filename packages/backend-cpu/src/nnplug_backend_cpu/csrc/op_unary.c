@@ -119,6 +119,31 @@ static void fop(const tu_job *j, int64_t n, double *x)
     }
 }
 
+/* float32 in float32 arithmetic for the activations of CNNs and transformers (HardSwish,
+ * HardSigmoid, ... in MobileNetV3): no double round trip. 0 when the op has no such path. */
+static inline float clamp01(float v) { return v < 0.f ? 0.f : (v > 1.f ? 1.f : v); }
+
+static int fop32(const tu_job *j, int64_t n, const float *x, float *y)
+{
+    float a = (float)j->a, b = (float)j->b, c = (float)j->c;
+    switch (j->code) {
+#define L(EXPR) for (int64_t i = 0; i < n; i++) { float v = x[i]; y[i] = (EXPR); } return 1;
+    /* clamps by comparison (vectorises; fminf/fmaxf are calls here), NaN stays NaN */
+    case T_HSIGMOID: L(clamp01(a * v + b))
+    case T_HSWISH: /* two passes: GCC does not if-convert the clamp feeding a multiply */
+        for (int64_t i = 0; i < n; i++) y[i] = clamp01(x[i] * (1.f / 6.f) + 0.5f);
+        for (int64_t i = 0; i < n; i++) y[i] *= x[i];
+        return 1;
+    case T_ELU: L(v < 0 ? a * expm1f(v) : v)
+    case T_SELU: L(v > 0 ? c * v : c * (a * expf(v) - a))
+    case T_SOFTSIGN: L(v / (1.f + fabsf(v)))
+    case T_THRELU: L(v > a ? v : 0.f)
+    case T_SWISH: L(v / (1.f + expf(-a * v)))
+#undef L
+    default: return 0;
+    }
+}
+
 static void iop(const tu_job *j, int64_t n, int64_t *x)
 {
     int uns = nnc_dt_unsigned(j->dt);
@@ -152,6 +177,9 @@ static void tu_range(void *arg, int64_t b, int64_t e, int tid)
 {
     (void)tid;
     const tu_job *j = arg;
+    if (j->dt == DT_F32 && j->odt == DT_F32 &&
+        fop32(j, e - b, (const float *)j->x + b, (float *)j->y + b))
+        return;
     for (int64_t i0 = b; i0 < e; i0 += NNC_CHUNK) {
         int64_t m = e - i0 < NNC_CHUNK ? e - i0 : NNC_CHUNK;
         if (nnc_dt_float(j->dt)) {
