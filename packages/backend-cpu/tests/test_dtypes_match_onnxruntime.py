@@ -287,12 +287,14 @@ def test_integer_unary_ops(rt, dt):
 
 # --- generation and indexing -------------------------------------------------------------------
 
-@pytest.mark.parametrize("dt", [np.float32, np.float64, np.int16, np.int32, np.int64])
+@pytest.mark.parametrize("dt", [np.float32, np.float64, np.int16, np.int32, np.int64, np.float16, BF16])
 def test_range_matches_onnxruntime(rt, dt):
+    opset = 27 if np.dtype(dt) in (np.float16, BF16) else 18  # 16-bit floats from Range-27
     for start, limit, delta in ((0, 10, 3), (10, -4, -2), (3, 3, 1), (1, 0, 1), (-5, 17, 4)):
-        check(rt, "Range", [np.array(start, dt), np.array(limit, dt), np.array(delta, dt)])
+        check(rt, "Range", [np.array(start, dt), np.array(limit, dt), np.array(delta, dt)],
+              opset=opset)
     if is_float(dt):
-        check(rt, "Range", [np.array(0.5, dt), np.array(3.3, dt), np.array(0.7, dt)])
+        check(rt, "Range", [np.array(0.5, dt), np.array(3.3, dt), np.array(0.7, dt)], opset=opset)
 
 
 def test_size_of_every_type(rt):
@@ -429,3 +431,11 @@ def test_reduce_logsumexp_float32_over_separated_axes(rt):
     x = rand(np.float32, (3, 4, 5), -3, 3)
     check(rt, "ReduceLogSumExp", [x, np.array([0, 2], np.int64)], dict(keepdims=1), tol=1e-5,
           const_inputs=(1,))
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64, np.float16, np.int32, np.int64, np.uint32,
+                                np.uint64])
+def test_prelu_slope_broadcasts_to_the_input(rt, dt):
+    x = rand(dt, (2, 3, 4, 5), -20, 20)
+    for slope_shape in ((3, 1, 1), (5,), (1,), (2, 3, 4, 5)):
+        check(rt, "PRelu", [x, rand(dt, slope_shape, 0, 3)], opset=16)

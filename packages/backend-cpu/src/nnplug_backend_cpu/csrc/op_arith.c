@@ -65,6 +65,7 @@ static void float_op(int op, int64_t n, const double *a, const double *b, double
     case B_LE: for (int64_t i = 0; i < n; i++) o[i] = a[i] <= b[i]; break;
     case B_MOD: for (int64_t i = 0; i < n; i++) o[i] = fmod(a[i], b[i]); break;
     case B_PYMOD: for (int64_t i = 0; i < n; i++) o[i] = pymod(a[i], b[i]); break;
+    case B_PRELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] < 0 ? a[i] * b[i] : a[i]; break;
     default: for (int64_t i = 0; i < n; i++) o[i] = 0; break;
     }
 }
@@ -87,6 +88,7 @@ static void int_op(int op, int uns, int width, int64_t n, const int64_t *a, cons
         case B_LE: ULOOP(x <= y)
         case B_SHL: ULOOP(y < (uint64_t)width ? x << y : 0)
         case B_SHR: ULOOP(y < (uint64_t)width ? x >> y : 0)
+        case B_PRELU: ULOOP(x + 0 * y) /* never negative */
         default: break;
         }
     }
@@ -114,6 +116,7 @@ static void int_op(int op, int uns, int width, int64_t n, const int64_t *a, cons
     case B_LE: ILOOP(x <= y)
     /* signed shifts (BitShift-28): left drops bits past the width (the store truncates);
      * right is arithmetic; a negative or too large amount leaves only the sign fill */
+    case B_PRELU: ILOOP(x < 0 ? (int64_t)((uint64_t)x * (uint64_t)y) : x)
     case B_SHL: ILOOP(y >= 0 && y < width ? (int64_t)((uint64_t)x << y) : 0)
     case B_SHR: ILOOP(y >= 0 && y < width ? (x < 0 ? ~(~x >> y) : x >> y) : (x < 0 ? -1 : 0))
     default: break;

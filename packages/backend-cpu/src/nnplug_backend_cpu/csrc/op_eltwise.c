@@ -159,6 +159,7 @@ static void bin_f32(void *ctx, int64_t n, const char *const *p, const int64_t *s
     case B_LE: BIN_LOOP(float, uint8_t, x <= y) break;
     case B_MOD: BIN_LOOP(float, float, fmodf(x, y)) break;
     case B_PYMOD: BIN_LOOP(float, float, pymodf(x, y)) break; /* fmod=0: sign of divisor */
+    case B_PRELU: BIN_LOOP(float, float, x < 0.f ? x * y : x) break;
     default: break;
     }
 }
@@ -166,7 +167,7 @@ static void bin_f32(void *ctx, int64_t n, const char *const *p, const int64_t *s
 typedef struct { int op; int variadic; } bin_state;
 
 /* Element types per op family (ONNX's type constraints, as onnxruntime's CPU provider). */
-enum { K_NUM, K_FLOAT, K_CMP, K_EQ, K_BOOL, K_INT, K_UINT, K_POW };
+enum { K_NUM, K_FLOAT, K_CMP, K_EQ, K_BOOL, K_INT, K_UINT, K_POW, K_PRELU };
 static const struct { const char *name; int op; int variadic; int kind; } BIN_OPS[] = {
     {"Add", B_ADD, 0, K_NUM}, {"Sub", B_SUB, 0, K_NUM}, {"Mul", B_MUL, 0, K_NUM},
     {"Div", B_DIV, 0, K_NUM}, {"Pow", B_POW, 0, K_POW}, {"Equal", B_EQ, 0, K_EQ},
@@ -175,6 +176,7 @@ static const struct { const char *name; int op; int variadic; int kind; } BIN_OP
     {"And", B_AND, 0, K_BOOL}, {"Or", B_OR, 0, K_BOOL}, {"Xor", B_XOR, 0, K_BOOL},
     {"BitwiseAnd", B_BAND, 0, K_INT}, {"BitwiseOr", B_BOR, 0, K_INT}, {"BitwiseXor", B_BXOR, 0, K_INT},
     {"BitShift", B_SHL, 0, K_INT}, /* signed types from opset 28 */
+    {"PRelu", B_PRELU, 0, K_PRELU},
     {"Sum", B_ADD, 1, K_FLOAT}, {"Max", B_MAX, 1, K_NUM}, {"Min", B_MIN, 1, K_NUM}, {"Mean", B_ADD, 2, K_FLOAT},
 };
 
@@ -197,6 +199,7 @@ static int kind_allows(int kind, int dt)
     case K_BOOL: return dt == DT_BOOL;
     case K_INT: return nnc_dt_int(dt);
     case K_UINT: return nnc_dt_unsigned(dt);
+    case K_PRELU: return nnc_dt_float(dt) || dt == DT_I32 || dt == DT_I64 || dt == DT_U32 || dt == DT_U64;
     }
     return 0;
 }
@@ -265,6 +268,8 @@ static int bin_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_er
         acc.ndim = t.ndim;
         memcpy(acc.dims, t.dims, sizeof t.dims);
     }
+    if (s->op == B_PRELU && !nnc_same_shape(&acc, in[0]))
+        return nnc_node_fail(e, n, "slope does not broadcast to the input's shape");
     *out = acc;
     out->dtype = is_cmp(s->op) ? DT_BOOL : in[0]->dtype;
     out->data = NULL;
@@ -283,7 +288,7 @@ static int bin_pair(const nnc_node *n, int op, nnc_tensor *a, nnc_tensor *b, nnc
     bcast bc;
     nnc_tensor *pair[2] = {a, b};
     if (bcast_setup(&bc, out, pair, 2)) return nnc_node_fail(e, n, "broadcast failed");
-    if (a->dtype == DT_F32 && b->dtype == DT_F32 && op < B_AND) {
+    if (a->dtype == DT_F32 && b->dtype == DT_F32 && (op < B_AND || op == B_PRELU || op == B_PYMOD)) {
         bcast_run(&bc, pair, out, a == out ? fold_fn : bin_f32, &op);
     } else {
         nnc_arith_ctx c = {op, a->dtype, b->dtype, out->dtype};
@@ -340,6 +345,7 @@ BINOP(nnc_op_bitwiseand, "BitwiseAnd", 2, 2)
 BINOP(nnc_op_bitwiseor, "BitwiseOr", 2, 2)
 BINOP(nnc_op_bitwisexor, "BitwiseXor", 2, 2)
 BINOP(nnc_op_bitshift, "BitShift", 2, 2)
+BINOP(nnc_op_prelu, "PRelu", 2, 2)
 BINOP(nnc_op_sum, "Sum", 1, NNC_MAXIO)
 BINOP(nnc_op_max, "Max", 1, NNC_MAXIO)
 BINOP(nnc_op_min, "Min", 1, NNC_MAXIO)

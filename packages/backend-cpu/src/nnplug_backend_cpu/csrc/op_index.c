@@ -91,7 +91,7 @@ const nnc_op nnc_op_size = {"Size", 1, 1, 1, 1, size_create, size_infer, size_ru
 
 static int range_create(nnc_node *n, nnc_err *e)
 {
-    static const int ok[] = {DT_F32, DT_F64, DT_I16, DT_I32, DT_I64, 0};
+    static const int ok[] = {DT_F32, DT_F64, DT_F16, DT_BF16, DT_I16, DT_I32, DT_I64, 0};
     for (int i = 0; i < 3; i++) TRY(nnc_check_dtype(n, i, ok, e));
     for (int i = 1; i < 3; i++)
         if (n->vin[i] && n->vin[0] && n->vin[i]->dtype != n->vin[0]->dtype)
@@ -149,9 +149,15 @@ static int range_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_ex
         if (dt == DT_F32) {
             float v = *(const float *)in[0]->data, d = *(const float *)in[2]->data;
             for (int64_t i = 0; i < k; i++) { ((float *)out->data)[i] = v; v += d; }
-        } else {
+        } else if (dt == DT_F64) {
             double v = *(const double *)in[0]->data, d = *(const double *)in[2]->data;
             for (int64_t i = 0; i < k; i++) { ((double *)out->data)[i] = v; v += d; }
+        } else { /* float16/bfloat16: each sum rounded to the type, as T += delta does */
+            double v = nnc_get_d(in[0]->data, dt, 0), d = nnc_get_d(in[2]->data, dt, 0);
+            for (int64_t i = 0; i < k; i++) {
+                nnc_store_d(out->data, dt, i, 1, &v);
+                v = nnc_get_d(out->data, dt, i) + d;
+            }
         }
     } else {
         int64_t v = nnc_get_i(in[0]->data, dt, 0), d = nnc_get_i(in[2]->data, dt, 0), buf[1];

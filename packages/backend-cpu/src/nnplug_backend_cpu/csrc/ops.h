@@ -55,7 +55,7 @@ void nnc_bcast_run(const nnc_bcast *b, nnc_tensor *const *ins, nnc_tensor *out, 
 
 /* Binary ops: codes shared by op_eltwise.c (float32 fast paths) and op_arith.c (every type). */
 enum { B_ADD, B_SUB, B_MUL, B_DIV, B_POW, B_MAX, B_MIN, B_EQ, B_GT, B_LT, B_MOD, B_GE, B_LE,
-       B_AND, B_OR, B_XOR, B_BAND, B_BOR, B_BXOR, B_SHL, B_SHR, B_PYMOD = B_MOD + 100 };
+       B_AND, B_OR, B_XOR, B_BAND, B_BOR, B_BXOR, B_SHL, B_SHR, B_PRELU, B_PYMOD = B_MOD + 100 };
 /* Context of the typed kernel: op, input types, output type. */
 typedef struct { int op, dta, dtb, dto; } nnc_arith_ctx;
 void nnc_arith_typed(void *ctx, int64_t n, const char *const *p, const int64_t *s, char *o);

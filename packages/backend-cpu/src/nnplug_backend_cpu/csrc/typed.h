@@ -164,7 +164,10 @@ static inline double nnc_get_d(const void *p, int dt, int64_t i)
 }
 static inline int64_t nnc_get_i(const void *p, int dt, int64_t i)
 {
-    if (nnc_dt_float(dt)) { double v = nnc_get_d(p, dt, i); return v != v ? 0 : (int64_t)v; }
+    if (nnc_dt_float(dt)) { /* truncated; NaN and out of range as 0 and the int64 limits */
+        double v = nnc_get_d(p, dt, i);
+        return v != v ? 0 : (v >= 9.2233720368547758e18 ? INT64_MAX : (v <= -9.2233720368547758e18 ? INT64_MIN : (int64_t)v));
+    }
     int64_t v;
     nnc_load_i(p, dt, i, 0, 1, &v);
     return v;
