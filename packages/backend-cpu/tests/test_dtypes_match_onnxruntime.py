@@ -439,3 +439,14 @@ def test_prelu_slope_broadcasts_to_the_input(rt, dt):
     x = rand(dt, (2, 3, 4, 5), -20, 20)
     for slope_shape in ((3, 1, 1), (5,), (1,), (2, 3, 4, 5)):
         check(rt, "PRelu", [x, rand(dt, slope_shape, 0, 3)], opset=16)
+
+
+@pytest.mark.parametrize("dt", NUMERIC, ids=ids(NUMERIC))
+def test_argmax_argmin_on_every_type_with_ties(rt, dt):
+    x = rand(dt, (3, 4, 5), 0, 3)  # ties: first index, or last with select_last_index
+    for op in ("ArgMax", "ArgMin"):
+        for axis in (0, -1):
+            for last in (0, 1):
+                check(rt, op, [x], dict(axis=axis, keepdims=1, select_last_index=last))
+    big = np.array([2**62 + 1, 2**62, 2**62 + 3, 2**62 + 2], np.int64)  # distinct only as ints
+    check(rt, "ArgMax", [big], dict(axis=0))

@@ -3,6 +3,7 @@
  * and ArgMin. The input is viewed as (outer, reduced, inner) runs after merging neighbours. */
 #include "nnc.h"
 #include "ops.h"
+#include "typed.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -235,8 +236,8 @@ typedef struct { int64_t axis; int keepdims, last, is_min; } arg_state;
 
 static int arg_create(nnc_node *n, nnc_err *e)
 {
-    static const int t[] = {DT_F32, DT_I64, DT_I32, 0};
-    TRY(nnc_check_dtype(n, 0, t, e));
+    if (n->vin[0] && n->vin[0]->dtype && !nnc_dt_numeric(n->vin[0]->dtype))
+        return nnc_node_unsup(e, n, "element type %s is not supported", nnc_dtname(n->vin[0]->dtype));
     arg_state *s = calloc(1, sizeof *s);
     if (!s) return nnc_node_fail(e, n, "out of memory");
     n->state = s;
@@ -258,8 +259,8 @@ static int arg_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_er
 {
     const arg_state *s = n->state;
     const nnc_tensor *x = in[0];
-    if (x->dtype != DT_F32 && x->dtype != DT_I64 && x->dtype != DT_I32)
-        return nnc_node_unsup(e, n, "element type %s is not supported", nnc_dtname(x->dtype));
+    if (!nnc_dt_numeric(x->dtype))
+        return nnc_node_fail(e, n, "element type %s is not supported", nnc_dtname(x->dtype));
     if (x->ndim < 1 || s->axis < -x->ndim || s->axis >= x->ndim)
         return nnc_node_fail(e, n, "attribute 'axis' = %lld is out of range for rank %d", (long long)s->axis, x->ndim);
     int axis = (int)(s->axis < 0 ? s->axis + x->ndim : s->axis);
@@ -275,7 +276,22 @@ static int arg_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_er
 
 static inline double argload(const void *p, int dt, int64_t i)
 {
-    return dt == DT_F32 ? ((const float *)p)[i] : dt == DT_I64 ? (double)((const int64_t *)p)[i] : ((const int32_t *)p)[i];
+    return dt == DT_F32 ? ((const float *)p)[i] : nnc_get_d(p, dt, i);
+}
+
+/* Integers compare exactly (int64 values past 2^53 do not round). */
+static int64_t arg_int(const nnc_tensor *x, const arg_state *s, int64_t base, int64_t R, int64_t I)
+{
+    int uns = nnc_dt_unsigned(x->dtype);
+    int64_t best = 0, bv, v;
+    nnc_load_i(x->data, x->dtype, base, 0, 1, &bv);
+    for (int64_t t = 1; t < R; t++) {
+        nnc_load_i(x->data, x->dtype, base + t * I, 0, 1, &v);
+        int gt = uns ? (uint64_t)v > (uint64_t)bv : v > bv, lt = uns ? (uint64_t)v < (uint64_t)bv : v < bv;
+        int better = s->is_min ? (lt || (s->last && v == bv)) : (gt || (s->last && v == bv));
+        if (better) { bv = v; best = t; }
+    }
+    return best;
 }
 
 static int arg_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec *xc, nnc_err *e)
@@ -291,6 +307,7 @@ static int arg_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec
     for (int64_t o = 0; o < O; o++)
         for (int64_t i = 0; i < I; i++) {
             int64_t base = o * R * I + i, best = 0;
+            if (!nnc_dt_float(x->dtype)) { y[o * I + i] = arg_int(x, s, base, R, I); continue; }
             double bv = argload(x->data, x->dtype, base);
             for (int64_t t = 1; t < R; t++) {
                 double v = argload(x->data, x->dtype, base + t * I);
