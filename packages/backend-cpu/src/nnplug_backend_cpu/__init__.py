@@ -18,15 +18,20 @@ from ._version import __version__
 LIBRARY = "libnnplug_backend_cpu.so"
 
 OPS = (
-    "Abs", "Add", "ArgMax", "ArgMin", "AveragePool", "BatchNormalization", "Cast", "Ceil", "Clip",
-    "Concat", "Constant", "ConstantOfShape", "Conv", "Div", "Dropout", "Equal", "Erf", "Exp",
-    "Expand", "Flatten", "Floor", "Gather", "Gelu", "Gemm", "GlobalAveragePool", "GlobalMaxPool",
-    "Greater", "Identity", "LRN", "LayerNormalization", "LeakyRelu", "Less", "Log", "LogSoftmax",
-    "MatMul", "Max", "MaxPool", "Mean", "Min", "Mod", "Mul", "Neg", "Pad", "Pow", "Reciprocal",
-    "ReduceL1", "ReduceL2", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin",
-    "ReduceProd", "ReduceSum", "ReduceSumSquare", "Relu", "Reshape", "Shape", "Sigmoid", "Slice",
-    "Softmax", "Softplus", "Split", "Sqrt", "Squeeze", "Sub", "Sum", "Tanh", "Transpose",
-    "Unsqueeze", "Where",
+    "Abs", "Acos", "Acosh", "Add", "And", "ArgMax", "ArgMin", "Asin", "Asinh", "Atan", "Atanh",
+    "AveragePool", "BatchNormalization", "BitShift", "BitwiseAnd", "BitwiseNot", "BitwiseOr",
+    "BitwiseXor", "Cast", "CastLike", "Ceil", "Celu", "Clip", "Compress", "Concat", "Constant",
+    "ConstantOfShape", "Conv", "Cos", "Cosh", "CumProd", "CumSum", "Div", "Dropout", "Elu", "Equal", "Erf",
+    "Exp", "Expand", "Flatten", "Floor", "Gather", "GatherElements", "GatherND", "Gelu", "Gemm",
+    "GlobalAveragePool", "GlobalMaxPool", "Greater", "GreaterOrEqual", "Hardmax", "HardSigmoid",
+    "HardSwish", "Identity", "IsInf", "IsNaN", "LayerNormalization", "LeakyRelu", "Less",
+    "LessOrEqual", "Log", "LogSoftmax", "LRN", "MatMul", "Max", "MaxPool", "Mean", "Min", "Mish",
+    "Mod", "Mul", "Neg", "NonZero", "Not", "OneHot", "Or", "Pad", "Pow", "PRelu", "Range", "Reciprocal",
+    "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum",
+    "ReduceSumSquare", "Relu", "Reshape", "ReverseSequence", "Round", "ScatterElements",
+    "ScatterND", "Selu", "Shape", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh", "Size", "Slice",
+    "Softmax", "Softplus", "Softsign", "Split", "Sqrt", "Squeeze", "Sub", "Sum", "Swish", "Tan", "Tanh",
+    "ThresholdedRelu", "Tile", "TopK", "Transpose", "Trilu", "Unique", "Unsqueeze", "Where", "Xor",
 )
 """The ONNX op types the backend runs (default domain; dtypes and attributes as documented in
 docs/backends/cpu.md)."""

@@ -47,6 +47,7 @@ static int dt_from(nnp_dtype t)
     case NNP_DTYPE_INT: return t.bits == 8 ? DT_I8 : t.bits == 16 ? DT_I16 : t.bits == 32 ? DT_I32 : t.bits == 64 ? DT_I64 : -1;
     case NNP_DTYPE_UINT: return t.bits == 8 ? DT_U8 : t.bits == 16 ? DT_U16 : t.bits == 32 ? DT_U32 : t.bits == 64 ? DT_U64 : -1;
     case NNP_DTYPE_BOOL: return t.bits == 8 ? DT_BOOL : -1;
+    case NNP_DTYPE_BFLOAT: return t.bits == 16 ? DT_BF16 : -1;
     default: return -1;
     }
 }

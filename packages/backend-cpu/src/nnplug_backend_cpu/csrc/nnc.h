@@ -13,7 +13,8 @@
 /* Element types use ONNX TensorProto.DataType numbers. */
 enum {
     DT_UNDEF = 0, DT_F32 = 1, DT_U8 = 2, DT_I8 = 3, DT_U16 = 4, DT_I16 = 5, DT_I32 = 6,
-    DT_I64 = 7, DT_STR = 8, DT_BOOL = 9, DT_F16 = 10, DT_F64 = 11, DT_U32 = 12, DT_U64 = 13
+    DT_I64 = 7, DT_STR = 8, DT_BOOL = 9, DT_F16 = 10, DT_F64 = 11, DT_U32 = 12, DT_U64 = 13,
+    DT_BF16 = 16
 };
 size_t nnc_dtsize(int dt); /* 0 for unsupported types */
 const char *nnc_dtname(int dt);

@@ -10,13 +10,20 @@
     X(layernorm) X(reducesum) X(reducemean) X(reducemax) X(reducemin) X(reduceprod) \
     X(reducel2) X(reducesumsquare) X(reducel1) X(reducelogsumexp) X(argmax) X(argmin) \
     X(reshape) X(flatten) X(squeeze) X(unsqueeze) X(transpose) X(expand) X(slice) X(concat) \
-    X(split) X(gather) X(shape) X(constantofshape) X(constant) X(pad)
+    X(split) X(gather) X(shape) X(constantofshape) X(constant) X(pad) \
+    X(castlike) X(greaterorequal) X(lessorequal) X(and) X(or) X(xor) X(bitwiseand) X(bitwiseor) \
+    X(bitwisexor) X(bitshift) X(sign) X(round) X(isnan) X(isinf) X(not) X(bitwisenot) X(sin) \
+    X(cos) X(tan) X(asin) X(acos) X(atan) X(sinh) X(cosh) X(asinh) X(acosh) X(atanh) \
+    X(hardsigmoid) X(hardswish) X(elu) X(selu) X(celu) X(mish) X(softsign) X(thresholdedrelu) \
+    X(shrink) X(swish) X(size) X(range) X(trilu) X(cumsum) X(cumprod) X(tile) X(gatherelements) X(scatterelements) \
+    X(gathernd) X(scatternd) X(onehot) X(nonzero) X(topk) X(compress) X(reversesequence) X(hardmax) X(unique) X(reducelogsum) X(prelu)
 /* ai.onnx.ml: the ops scikit-learn converters emit (op_ml_*.c). */
 #define ML_OPS(X) X(ml_linearclassifier) X(ml_linearregressor) X(ml_svmclassifier) \
     X(ml_svmregressor) X(ml_treeensembleclassifier) X(ml_treeensembleregressor) \
     X(ml_treeensemble) X(ml_scaler) X(ml_normalizer) X(ml_binarizer) \
     X(ml_arrayfeatureextractor) X(ml_labelencoder) X(ml_onehotencoder) X(ml_imputer) \
     X(ml_zipmap) X(ml_categorymapper)
+
 
 #define DECL(x) extern const nnc_op nnc_op_##x;
 OPS(DECL)
