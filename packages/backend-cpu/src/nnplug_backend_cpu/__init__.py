@@ -26,9 +26,9 @@ OPS = (
     "Greater", "Identity", "LRN", "LayerNormalization", "LeakyRelu", "Less", "Log", "LogSoftmax",
     "MatMul", "Max", "MaxPool", "Mean", "Min", "Mod", "Mul", "Neg", "Pad", "Pow", "Reciprocal",
     "ReduceL1", "ReduceL2", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin",
-    "ReduceProd", "ReduceSum", "ReduceSumSquare", "Relu", "Reshape", "Shape", "Sigmoid", "Slice",
-    "Softmax", "Softplus", "Split", "Sqrt", "Squeeze", "Sub", "Sum", "Tanh", "Transpose",
-    "Unsqueeze", "Where",
+    "ReduceProd", "ReduceSum", "ReduceSumSquare", "Relu", "Reshape", "Resize", "Shape", "Sigmoid",
+    "Slice", "Softmax", "Softplus", "Split", "Sqrt", "Squeeze", "Sub", "Sum", "Tanh", "Transpose",
+    "Unsqueeze", "Upsample", "Where",
 )
 """The ONNX op types the backend runs (default domain; dtypes and attributes as documented in
 docs/backends/cpu.md)."""

@@ -10,7 +10,8 @@
     X(layernorm) X(reducesum) X(reducemean) X(reducemax) X(reducemin) X(reduceprod) \
     X(reducel2) X(reducesumsquare) X(reducel1) X(reducelogsumexp) X(argmax) X(argmin) \
     X(reshape) X(flatten) X(squeeze) X(unsqueeze) X(transpose) X(expand) X(slice) X(concat) \
-    X(split) X(gather) X(shape) X(constantofshape) X(constant) X(pad)
+    X(split) X(gather) X(shape) X(constantofshape) X(constant) X(pad) \
+    X(resize) X(upsample)
 
 #define DECL(x) extern const nnc_op nnc_op_##x;
 OPS(DECL)

@@ -1,0 +1,116 @@
+"""Resize/Upsample, ConvTranspose, normalisations, recurrent, quantized ops and Einsum on
+random inputs (random weights) against onnxruntime, with 1 and 2 threads."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from conftest import assert_close, one_node_model, run_cpu
+
+R = np.random.default_rng(4321)
+
+
+def f32(*shape, lo=-1.0, hi=1.0):
+    return R.uniform(lo, hi, shape).astype(np.float32)
+
+
+def f64(*shape, lo=-1.0, hi=1.0):
+    return R.uniform(lo, hi, shape).astype(np.float64)
+
+
+def i64(*vals):
+    return np.array(vals, dtype=np.int64)
+
+
+def fl(*vals):
+    return np.array(vals, dtype=np.float32)
+
+
+def u8(*shape):
+    return R.integers(0, 256, shape).astype(np.uint8)
+
+
+def i8(*shape):
+    return R.integers(-128, 128, shape).astype(np.int8)
+
+
+NONE = None
+E = np.array([], np.float32)  # an empty optional input
+
+# (id, op, inputs, attrs, opset, const_inputs, outputs, tolerance)
+CASES = [
+    # --- Resize / Upsample ------------------------------------------------------------------
+    ("resize_nearest_scales_2x", "Resize", [f32(1, 3, 5, 7), NONE, fl(1, 1, 2, 2)], dict(mode="nearest"), 19, (2,), 1, 0),
+    ("resize_nearest_asymmetric_floor", "Resize", [f32(2, 2, 6, 5), NONE, fl(1, 1, 1.7, 0.6)], dict(mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor"), 19, (2,), 1, 0),
+    ("resize_nearest_round_prefer_ceil_sizes", "Resize", [f32(1, 2, 7, 9), NONE, NONE, i64(1, 2, 12, 4)], dict(mode="nearest", nearest_mode="round_prefer_ceil"), 19, (3,), 1, 0),
+    ("resize_nearest_ceil_align_corners", "Resize", [f32(1, 1, 4, 6), NONE, NONE, i64(1, 1, 9, 5)], dict(mode="nearest", nearest_mode="ceil", coordinate_transformation_mode="align_corners"), 19, (3,), 1, 0),
+    ("resize_nearest_tf_half_pixel_for_nn", "Resize", [f32(1, 1, 5, 5), E, fl(1, 1, 1.5, 2.5)], dict(mode="nearest", coordinate_transformation_mode="tf_half_pixel_for_nn"), 11, (1, 2), 1, 0),
+    ("resize_nearest_int32_input", "Resize", [np.arange(24, dtype=np.int32).reshape(1, 2, 3, 4), NONE, fl(1, 1, 2, 3)], dict(mode="nearest"), 19, (2,), 1, 0),
+    ("resize_nearest_uint8_pytorch_half_pixel", "Resize", [u8(1, 3, 8, 8), NONE, NONE, i64(1, 3, 5, 11)], dict(mode="nearest", coordinate_transformation_mode="pytorch_half_pixel"), 19, (3,), 1, 0),
+    ("resize_nearest_scales_runtime", "Resize", [f32(1, 2, 4, 4), NONE, fl(1, 1, 3, 0.5)], dict(mode="nearest"), 19, (), 1, 0),
+    ("resize_linear_half_pixel_up", "Resize", [f32(1, 3, 6, 7), NONE, fl(1, 1, 2, 1.5)], dict(mode="linear"), 19, (2,), 1, 1e-5),
+    ("resize_linear_half_pixel_down", "Resize", [f32(2, 2, 9, 10), NONE, fl(1, 1, 0.5, 0.35)], dict(mode="linear"), 19, (2,), 1, 1e-5),
+    ("resize_linear_align_corners_sizes", "Resize", [f32(1, 4, 5, 6), NONE, NONE, i64(1, 4, 11, 13)], dict(mode="linear", coordinate_transformation_mode="align_corners"), 19, (3,), 1, 1e-5),
+    ("resize_linear_asymmetric", "Resize", [f32(1, 2, 5, 5), NONE, fl(1, 1, 2.5, 1.3)], dict(mode="linear", coordinate_transformation_mode="asymmetric"), 19, (2,), 1, 1e-5),
+    ("resize_linear_pytorch_half_pixel_to_1", "Resize", [f32(1, 2, 6, 5), NONE, NONE, i64(1, 2, 1, 8)], dict(mode="linear", coordinate_transformation_mode="pytorch_half_pixel"), 19, (3,), 1, 1e-5),
+    ("resize_linear_half_pixel_symmetric", "Resize", [f32(1, 2, 5, 6), NONE, fl(1, 1, 1.7, 0.6)], dict(mode="linear", coordinate_transformation_mode="half_pixel_symmetric"), 19, (2,), 1, 1e-5),
+    ("resize_linear_tf_crop_extrapolation", "Resize", [f32(1, 1, 6, 6), fl(0, 0, -0.2, 0.3, 1, 1, 0.8, 1.4), NONE, i64(1, 1, 5, 7)], dict(mode="linear", coordinate_transformation_mode="tf_crop_and_resize", extrapolation_value=-3.0), 19, (1, 3), 1, 1e-5),
+    ("resize_linear_3d_trilinear", "Resize", [f32(1, 2, 3, 4, 5), NONE, fl(1, 1, 2, 1.5, 0.8)], dict(mode="linear"), 19, (2,), 1, 1e-5),
+    ("resize_linear_1d_rank3", "Resize", [f32(2, 3, 10), NONE, NONE, i64(2, 3, 23)], dict(mode="linear", coordinate_transformation_mode="align_corners"), 19, (3,), 1, 1e-5),
+    ("resize_linear_axes_sizes", "Resize", [f32(1, 3, 6, 8), NONE, NONE, i64(12, 5)], dict(mode="linear", axes=[2, 3]), 19, (3,), 1, 1e-5),
+    ("resize_linear_keep_aspect_not_larger", "Resize", [f32(1, 1, 6, 8), NONE, NONE, i64(9, 9)], dict(mode="linear", axes=[2, 3], keep_aspect_ratio_policy="not_larger"), 19, (3,), 1, 1e-5),
+    ("resize_linear_keep_aspect_not_smaller", "Resize", [f32(1, 1, 6, 8), NONE, NONE, i64(9, 9)], dict(mode="linear", axes=[2, 3], keep_aspect_ratio_policy="not_smaller"), 19, (3,), 1, 1e-5),
+    ("resize_cubic_half_pixel_up", "Resize", [f32(1, 2, 6, 7), NONE, fl(1, 1, 2, 1.5)], dict(mode="cubic"), 19, (2,), 1, 1e-5),
+    ("resize_cubic_exclude_outside_a05", "Resize", [f32(1, 2, 8, 8), NONE, fl(1, 1, 0.6, 1.7)], dict(mode="cubic", cubic_coeff_a=-0.5, exclude_outside=1), 19, (2,), 1, 1e-5),
+    ("resize_cubic_align_corners_sizes", "Resize", [f32(2, 1, 5, 5), NONE, NONE, i64(2, 1, 9, 3)], dict(mode="cubic", coordinate_transformation_mode="align_corners"), 19, (3,), 1, 1e-5),
+    ("resize_cubic_asymmetric", "Resize", [f32(1, 1, 7, 4), NONE, fl(1, 1, 1.5, 3)], dict(mode="cubic", coordinate_transformation_mode="asymmetric"), 19, (2,), 1, 1e-5),
+    ("resize_cubic_antialias_upscale", "Resize", [f32(1, 1, 5, 6), NONE, fl(1, 1, 2, 1.5)], dict(mode="cubic", antialias=1), 19, (2,), 1, 1e-5),
+    ("resize_11_linear_empty_roi_scales", "Resize", [f32(1, 3, 4, 5), E, fl(1, 1, 2, 2)], dict(mode="linear"), 11, (1, 2), 1, 1e-5),
+    ("resize_13_nearest_sizes_only", "Resize", [f32(1, 2, 5, 5), NONE, NONE, i64(1, 2, 8, 3)], dict(mode="nearest"), 13, (3,), 1, 0),
+    ("resize_10_nearest_downsample", "Resize", [f32(1, 1, 6, 8), fl(1, 1, 0.6, 0.4)], dict(mode="nearest"), 10, (1,), 1, 0),
+    ("resize_10_linear", "Resize", [f32(1, 2, 4, 5), fl(1, 1, 2, 1.5)], dict(mode="linear"), 10, (1,), 1, 1e-5),
+    ("upsample_9_nearest", "Upsample", [f32(1, 2, 3, 4), fl(1, 1, 2, 3)], dict(mode="nearest"), 9, (1,), 1, 0),
+    ("upsample_9_linear", "Upsample", [f32(1, 2, 3, 4), fl(1, 1, 2, 2)], dict(mode="linear"), 9, (1,), 1, 1e-5),
+    ("upsample_7_attr_scales", "Upsample", [f32(1, 2, 3, 4)], dict(mode="nearest", scales=[1.0, 1.0, 2.0, 2.0]), 7, (), 1, 0),
+    ("resize_nearest_big_2threads", "Resize", [f32(2, 8, 40, 40), NONE, fl(1, 1, 2, 2)], dict(mode="nearest"), 19, (2,), 1, 0),
+    ("resize_linear_big_2threads", "Resize", [f32(2, 8, 40, 40), NONE, fl(1, 1, 2, 2)], dict(mode="linear", coordinate_transformation_mode="pytorch_half_pixel"), 19, (2,), 1, 1e-5),
+]
+
+
+def for_onnxruntime(model):
+    """A copy labelled IR 11 at most (onnxruntime for older Pythons reads no newer IR)."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    m.ir_version = min(m.ir_version, 11)
+    return m
+
+
+def onnxruntime_run(model, feeds):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(for_onnxruntime(model).SerializeToString(), so,
+                                providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
+def threads(rt, request):
+    lib = rt.backends["cpu"].backend
+    lib.set_num_threads(request.param)
+    yield request.param
+    lib.set_num_threads(0)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_op_matches_onnxruntime(rt, threads, case):
+    name, op, inputs, attrs, opset, consts, nout, tol = case
+    model, feeds = one_node_model(op, inputs, attrs, outputs=nout, opset=opset, const_inputs=consts)
+    got, assignment = run_cpu(rt, model, feeds)
+    assert set(assignment.values()) == {"cpu"}, f"{name}: not run on the cpu backend: {assignment}"
+    want = onnxruntime_run(model, feeds)
+    assert len(got) == len(want)
+    for j, (g, w) in enumerate(zip(got, want)):
+        assert_close(g, np.asarray(w), rtol=tol, atol=tol, what=f"{name} output {j}")
