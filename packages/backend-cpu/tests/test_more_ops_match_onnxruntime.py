@@ -75,6 +75,21 @@ CASES = [
     ("upsample_7_attr_scales", "Upsample", [f32(1, 2, 3, 4)], dict(mode="nearest", scales=[1.0, 1.0, 2.0, 2.0]), 7, (), 1, 0),
     ("resize_nearest_big_2threads", "Resize", [f32(2, 8, 40, 40), NONE, fl(1, 1, 2, 2)], dict(mode="nearest"), 19, (2,), 1, 0),
     ("resize_linear_big_2threads", "Resize", [f32(2, 8, 40, 40), NONE, fl(1, 1, 2, 2)], dict(mode="linear", coordinate_transformation_mode="pytorch_half_pixel"), 19, (2,), 1, 1e-5),
+    # --- ConvTranspose -------------------------------------------------------------------------
+    ("convtranspose_3x3_s1", "ConvTranspose", [f32(1, 3, 5, 6), f32(3, 4, 3, 3), f32(4)], {}, 18, (1, 2), 1, 1e-5),
+    ("convtranspose_s2_pads_output_padding", "ConvTranspose", [f32(2, 4, 5, 5), f32(4, 3, 3, 3), f32(3)], dict(strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1]), 18, (1, 2), 1, 1e-5),
+    ("convtranspose_asym_pads_dilation", "ConvTranspose", [f32(1, 2, 6, 4), f32(2, 3, 2, 3)], dict(strides=[1, 2], dilations=[2, 1], pads=[0, 1, 2, 0]), 18, (1,), 1, 1e-5),
+    ("convtranspose_group2", "ConvTranspose", [f32(1, 4, 5, 5), f32(4, 3, 3, 3), f32(6)], dict(group=2, strides=[2, 2]), 18, (1, 2), 1, 1e-5),
+    ("convtranspose_depthwise_k4_s2", "ConvTranspose", [f32(1, 8, 6, 6), f32(8, 1, 4, 4)], dict(group=8, strides=[2, 2], pads=[1, 1, 1, 1]), 18, (1,), 1, 1e-5),
+    ("convtranspose_output_shape", "ConvTranspose", [f32(1, 2, 4, 4), f32(2, 3, 3, 3)], dict(strides=[2, 2], output_shape=[9, 10]), 18, (1,), 1, 1e-5),
+    ("convtranspose_output_shape_odd_total", "ConvTranspose", [f32(1, 2, 4, 4), f32(2, 3, 3, 3)], dict(strides=[2, 2], output_shape=[8, 7]), 18, (1,), 1, 1e-5),
+    ("convtranspose_same_upper", "ConvTranspose", [f32(1, 2, 5, 4), f32(2, 3, 4, 3)], dict(strides=[2, 2], auto_pad="SAME_UPPER"), 18, (1,), 1, 1e-5),
+    ("convtranspose_same_lower", "ConvTranspose", [f32(1, 2, 5, 4), f32(2, 3, 4, 3)], dict(strides=[2, 2], auto_pad="SAME_LOWER"), 18, (1,), 1, 1e-5),
+    ("convtranspose_valid", "ConvTranspose", [f32(1, 2, 3, 3), f32(2, 2, 3, 3)], dict(strides=[2, 2], auto_pad="VALID"), 18, (1,), 1, 1e-5),
+    ("convtranspose_1d_stride3", "ConvTranspose", [f32(2, 3, 7), f32(3, 5, 4), f32(5)], dict(strides=[3], pads=[1, 2], output_padding=[2]), 18, (1, 2), 1, 1e-5),
+    ("convtranspose_weights_as_input", "ConvTranspose", [f32(1, 3, 4, 4), f32(3, 2, 3, 3), f32(2)], dict(strides=[2, 2]), 18, (), 1, 1e-5),
+    ("convtranspose_unet_up_2threads", "ConvTranspose", [f32(2, 32, 16, 16), f32(32, 16, 2, 2), f32(16)], dict(strides=[2, 2]), 18, (1, 2), 1, 1e-4),
+    ("convtranspose_big_k4_2threads", "ConvTranspose", [f32(1, 24, 20, 20), f32(24, 12, 4, 4), f32(12)], dict(strides=[2, 2], pads=[1, 1, 1, 1]), 18, (1, 2), 1, 1e-4),
 ]
 
 
