@@ -100,6 +100,21 @@ CASES = [
     ("lpnorm_l2_last", "LpNormalization", [f32(3, 4, 5)], {}, 1, (), 1, 1e-6),
     ("lpnorm_l1_axis0", "LpNormalization", [f32(3, 4, 5)], dict(axis=0, p=1), 1, (), 1, 1e-6),
     ("lpnorm_l2_float64_axis1", "LpNormalization", [f64(2, 6, 3)], dict(axis=1), 1, (), 1, 1e-12),
+    # --- RNN / GRU / LSTM (T=5, batch 3, input 4, hidden 6) --------------------------------------
+    ("rnn_forward_defaults", "RNN", [f32(5, 3, 4), f32(1, 6, 4), f32(1, 6, 6)], dict(hidden_size=6), 14, (1, 2), 2, 1e-5),
+    ("rnn_bidirectional_bias_h0", "RNN", [f32(5, 3, 4), f32(2, 6, 4), f32(2, 6, 6), f32(2, 12), NONE, f32(2, 3, 6)], dict(hidden_size=6, direction="bidirectional"), 14, (1, 2, 3), 2, 1e-5),
+    ("rnn_reverse_seq_lens_relu", "RNN", [f32(5, 3, 4), f32(1, 6, 4), f32(1, 6, 6), f32(1, 12), np.array([5, 2, 3], np.int32)], dict(hidden_size=6, direction="reverse", activations=["Relu"]), 14, (1, 2, 3), 2, 1e-5),
+    ("gru_forward_defaults", "GRU", [f32(5, 3, 4), f32(1, 18, 4), f32(1, 18, 6)], dict(hidden_size=6), 14, (1, 2), 2, 1e-5),
+    ("gru_linear_before_reset_bias", "GRU", [f32(5, 3, 4), f32(1, 18, 4), f32(1, 18, 6), f32(1, 36)], dict(hidden_size=6, linear_before_reset=1), 14, (1, 2, 3), 2, 1e-5),
+    ("gru_bidirectional_seq_lens_h0", "GRU", [f32(5, 3, 4), f32(2, 18, 4), f32(2, 18, 6), f32(2, 36), np.array([3, 5, 1], np.int32), f32(2, 3, 6)], dict(hidden_size=6, direction="bidirectional"), 14, (1, 2, 3), 2, 1e-5),
+    ("gru_reverse_clip_activations", "GRU", [f32(5, 3, 4, lo=-3, hi=3), f32(1, 18, 4), f32(1, 18, 6), f32(1, 36)], dict(hidden_size=6, direction="reverse", clip=0.7, activations=["HardSigmoid", "Softsign"], activation_alpha=[0.3], activation_beta=[0.4]), 14, (1, 2, 3), 2, 1e-5),
+    ("gru_only_y_h", "GRU", [f32(5, 3, 4), f32(1, 18, 4), f32(1, 18, 6)], dict(hidden_size=6), 14, (1, 2), 2, 1e-5),
+    ("lstm_forward_defaults", "LSTM", [f32(5, 3, 4), f32(1, 24, 4), f32(1, 24, 6)], dict(hidden_size=6), 14, (1, 2), 3, 1e-5),
+    ("lstm_bidirectional_all_inputs", "LSTM", [f32(5, 3, 4), f32(2, 24, 4), f32(2, 24, 6), f32(2, 48), np.array([4, 5, 2], np.int32), f32(2, 3, 6), f32(2, 3, 6), f32(2, 18)], dict(hidden_size=6, direction="bidirectional"), 14, (1, 2, 3, 7), 3, 1e-5),
+    ("lstm_reverse_peepholes_clip", "LSTM", [f32(5, 3, 4, lo=-3, hi=3), f32(1, 24, 4), f32(1, 24, 6), f32(1, 48), NONE, NONE, NONE, f32(1, 18)], dict(hidden_size=6, direction="reverse", clip=1.5), 14, (1, 2, 3, 7), 3, 1e-5),
+    ("lstm_input_forget", "LSTM", [f32(5, 3, 4), f32(1, 24, 4), f32(1, 24, 6), f32(1, 48)], dict(hidden_size=6, input_forget=1), 14, (1, 2, 3), 3, 1e-5),
+    ("lstm_activations_alpha_beta", "LSTM", [f32(5, 3, 4), f32(1, 24, 4), f32(1, 24, 6)], dict(hidden_size=6, activations=["HardSigmoid", "LeakyRelu", "ScaledTanh"], activation_alpha=[0.25, 0.1, 0.9], activation_beta=[0.45, 1.2]), 14, (1, 2), 3, 1e-5),
+    ("lstm_weights_as_inputs_2threads", "LSTM", [f32(7, 4, 16), f32(2, 64, 16), f32(2, 64, 16), f32(2, 128)], dict(hidden_size=16, direction="bidirectional"), 14, (), 3, 1e-5),
 ]
 
 
@@ -145,3 +160,30 @@ def test_op_matches_onnxruntime(rt, threads, case):
     assert len(got) == len(want)
     for j, (g, w) in enumerate(zip(got, want)):
         assert_close(g, np.asarray(w), rtol=tol, atol=tol, what=f"{name} output {j}")
+
+
+# layout = 1 (batch first): onnxruntime runs only layout 0, so it gets the same data transposed.
+LAYOUT1 = [
+    ("lstm", [f32(3, 5, 4), f32(2, 24, 4), f32(2, 24, 6), f32(2, 48), NONE, f32(3, 2, 6), f32(3, 2, 6)], dict(hidden_size=6, direction="bidirectional"), 3),
+    ("gru", [f32(3, 5, 4), f32(1, 18, 4), f32(1, 18, 6), f32(1, 36), np.array([2, 5, 4], np.int32)], dict(hidden_size=6, linear_before_reset=1), 2),
+    ("rnn", [f32(3, 5, 4), f32(2, 6, 4), f32(2, 6, 6), NONE, NONE, f32(3, 2, 6)], dict(hidden_size=6, direction="bidirectional"), 2),
+]
+
+
+@pytest.mark.parametrize("case", LAYOUT1, ids=[c[0] for c in LAYOUT1])
+def test_batch_first_layout_matches_onnxruntime_on_transposed_data(rt, threads, case):
+    op, inputs, attrs, nout = case
+    op = op.upper()
+    model, feeds = one_node_model(op, inputs, dict(attrs, layout=1), outputs=nout, opset=14)
+    got, assignment = run_cpu(rt, model, feeds)
+    assert set(assignment.values()) == {"cpu"}
+    seq_major = list(inputs)
+    seq_major[0] = inputs[0].transpose(1, 0, 2)
+    for k in (5, 6):
+        if k < len(inputs) and inputs[k] is not None:
+            seq_major[k] = inputs[k].transpose(1, 0, 2)
+    model0, feeds0 = one_node_model(op, seq_major, attrs, outputs=nout, opset=14)
+    want = onnxruntime_run(model0, feeds0)
+    assert_close(got[0], want[0].transpose(2, 0, 1, 3), what="Y")
+    for j in range(1, nout):
+        assert_close(got[j], want[j].transpose(1, 0, 2), what=f"output {j}")

@@ -11,7 +11,8 @@
     X(reducel2) X(reducesumsquare) X(reducel1) X(reducelogsumexp) X(argmax) X(argmin) \
     X(reshape) X(flatten) X(squeeze) X(unsqueeze) X(transpose) X(expand) X(slice) X(concat) \
     X(split) X(gather) X(shape) X(constantofshape) X(constant) X(pad) \
-    X(resize) X(upsample) X(convtranspose) X(instancenorm) X(groupnorm) X(lpnorm)
+    X(resize) X(upsample) X(convtranspose) X(instancenorm) X(groupnorm) X(lpnorm) \
+    X(rnn) X(gru) X(lstm)
 
 #define DECL(x) extern const nnc_op nnc_op_##x;
 OPS(DECL)
