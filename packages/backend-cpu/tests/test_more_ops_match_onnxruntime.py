@@ -115,6 +115,33 @@ CASES = [
     ("lstm_input_forget", "LSTM", [f32(5, 3, 4), f32(1, 24, 4), f32(1, 24, 6), f32(1, 48)], dict(hidden_size=6, input_forget=1), 14, (1, 2, 3), 3, 1e-5),
     ("lstm_activations_alpha_beta", "LSTM", [f32(5, 3, 4), f32(1, 24, 4), f32(1, 24, 6)], dict(hidden_size=6, activations=["HardSigmoid", "LeakyRelu", "ScaledTanh"], activation_alpha=[0.25, 0.1, 0.9], activation_beta=[0.45, 1.2]), 14, (1, 2), 3, 1e-5),
     ("lstm_weights_as_inputs_2threads", "LSTM", [f32(7, 4, 16), f32(2, 64, 16), f32(2, 64, 16), f32(2, 128)], dict(hidden_size=16, direction="bidirectional"), 14, (), 3, 1e-5),
+    # --- quantization (ties x = (k + 0.5) * scale round to even) ----------------------------------
+    ("quantize_uint8_ties_saturation", "QuantizeLinear", [np.arange(-80, 80, dtype=np.float32) * 2.25, np.float32(0.5), np.uint8(100)], {}, 19, (1, 2), 1, 0),
+    ("quantize_int8_per_axis", "QuantizeLinear", [f32(2, 3, 4, hi=50), fl(0.3, 0.5, 0.25), np.array([-3, 0, 7], np.int8)], dict(axis=1), 19, (1, 2), 1, 0),
+    ("quantize_default_uint8_no_zero_point", "QuantizeLinear", [f32(5, 6, lo=-2, hi=300), np.float32(1.25)], {}, 13, (1,), 1, 0),
+    ("quantize_int16_uint16", "QuantizeLinear", [f32(40, lo=-40000, hi=40000), np.float32(0.75), np.int16(-5)], {}, 21, (1, 2), 1, 0),
+    ("quantize_uint16", "QuantizeLinear", [f32(40, lo=-100, hi=80000), np.float32(1.5), np.uint16(1000)], {}, 21, (1, 2), 1, 0),
+    ("quantize_blocked_axis0", "QuantizeLinear", [f32(6, 4, hi=20), f32(3, 4, lo=0.1, hi=0.5), np.full((3, 4), 3, np.uint8)], dict(axis=0, block_size=2), 21, (1, 2), 1, 0),
+    ("quantize_runtime_scale", "QuantizeLinear", [f32(3, 4, hi=5), np.float32(0.05), np.int8(1)], {}, 19, (), 1, 0),
+    ("dequantize_uint8", "DequantizeLinear", [u8(3, 5), np.float32(0.2), np.uint8(128)], {}, 19, (1, 2), 1, 0),
+    ("dequantize_int8_per_axis_last", "DequantizeLinear", [i8(2, 3, 4), fl(0.1, 0.2, 0.3, 0.4), np.array([1, -2, 3, 0], np.int8)], dict(axis=-1), 19, (1, 2), 1, 0),
+    ("dequantize_int32_no_zero_point", "DequantizeLinear", [np.array([-70000, 5, 0, 123456], np.int32), np.float32(0.001)], {}, 19, (1,), 1, 0),
+    ("dequantize_int16", "DequantizeLinear", [np.array([-32768, -1, 0, 32767], np.int16), np.float32(0.5), np.int16(10)], {}, 21, (1, 2), 1, 0),
+    ("dequantize_blocked_axis1", "DequantizeLinear", [u8(2, 6), f32(2, 2, lo=0.1, hi=1), u8(2, 2)], dict(axis=1, block_size=3), 21, (1, 2), 1, 0),
+    ("dynamicquantizelinear", "DynamicQuantizeLinear", [f32(4, 7, lo=-3, hi=5)], {}, 11, (), 3, 0),
+    ("dynamicquantizelinear_all_positive", "DynamicQuantizeLinear", [f32(10, lo=0.5, hi=9)], {}, 11, (), 3, 0),
+    ("matmulinteger_uint8_zero_points", "MatMulInteger", [u8(4, 7), u8(7, 5), np.uint8(12), np.uint8(200)], {}, 10, (3,), 1, 0),
+    ("matmulinteger_int8_batch_broadcast", "MatMulInteger", [i8(2, 3, 4, 6), i8(6, 5)], {}, 10, (1,), 1, 0),
+    ("matmulinteger_per_column_b_zero_point", "MatMulInteger", [u8(3, 8), u8(8, 4), np.uint8(5), u8(4)], {}, 10, (1, 3), 1, 0),
+    ("convinteger_pads_zero_points", "ConvInteger", [u8(1, 3, 6, 6), u8(4, 3, 3, 3), np.uint8(7), np.uint8(130)], dict(pads=[1, 1, 1, 1]), 10, (1, 3), 1, 0),
+    ("convinteger_group_stride", "ConvInteger", [u8(2, 4, 7, 5), u8(6, 2, 2, 3)], dict(group=2, strides=[2, 1]), 10, (1,), 1, 0),
+    ("qlinearmatmul_uint8", "QLinearMatMul", [u8(4, 9), np.float32(0.02), np.uint8(120), u8(9, 6), np.float32(0.03), np.uint8(130), np.float32(0.05), np.uint8(110)], {}, 10, (1, 2, 3, 4, 5, 6, 7), 1, 0),
+    ("qlinearmatmul_int8_batched", "QLinearMatMul", [i8(2, 3, 8), np.float32(0.05), np.int8(-3), i8(8, 4), np.float32(0.04), np.int8(0), np.float32(0.3), np.int8(5)], {}, 10, (1, 2, 3, 4, 5, 6, 7), 1, 0),
+    # uint8 x int8 weights in [-63, 63]: onnxruntime's AVX2 kernel saturates int16 pair sums beyond
+    # (7-bit weights are what its quantizer emits); nnplug is exact for any weights
+    ("qlinearconv_uint8_per_channel_bias", "QLinearConv", [u8(1, 3, 7, 7), np.float32(0.02), np.uint8(128), (i8(4, 3, 3, 3) // 2).astype(np.int8), f32(4, lo=0.005, hi=0.02), np.zeros(4, np.int8), np.float32(0.1), np.uint8(120), np.array([100, -200, 0, 5000], np.int32)], dict(pads=[1, 1, 1, 1]), 10, (1, 2, 3, 4, 5, 6, 7, 8), 1, 0),
+    ("qlinearconv_int8_group_stride", "QLinearConv", [i8(1, 4, 8, 8), np.float32(0.05), np.int8(2), i8(6, 2, 3, 3), np.float32(0.01), np.int8(0), np.float32(0.2), np.int8(-4)], dict(group=2, strides=[2, 2]), 10, (1, 2, 3, 4, 5, 6, 7), 1, 0),
+    ("qlinearconv_1d", "QLinearConv", [u8(2, 3, 11), np.float32(0.02), np.uint8(100), u8(4, 3, 3), np.float32(0.01), np.uint8(128), np.float32(0.07), np.uint8(128)], dict(pads=[1, 1]), 10, (1, 2, 3, 4, 5, 6, 7), 1, 0),
 ]
 
 
