@@ -156,6 +156,11 @@ CASES = [
     ("einsum_int64", "Einsum", [np.arange(12, dtype=np.int64).reshape(3, 4), np.arange(8, dtype=np.int64).reshape(4, 2)], dict(equation="ij,jk->ik"), 12, (), 1, 0),
     ("einsum_int32_ellipsis_implicit", "Einsum", [np.arange(24, dtype=np.int32).reshape(2, 3, 4)], dict(equation="...ij"), 12, (), 1, 0),
     ("einsum_big_2threads", "Einsum", [f32(4, 32, 40), f32(4, 40, 24)], dict(equation="bij,bjk->bik"), 12, (), 1, 1e-5),
+    # --- NonMaxSuppression ------------------------------------------------------------------------
+    ("nms_corners_two_batches_classes", "NonMaxSuppression", [np.sort(f32(2, 30, 4, lo=0, hi=10).reshape(2, 30, 2, 2), axis=2).reshape(2, 30, 4), f32(2, 3, 30, lo=0, hi=1), i64(5), fl(0.3), fl(0.2)], {}, 11, (2, 3, 4), 1, 0),
+    ("nms_center_point_boxes", "NonMaxSuppression", [np.concatenate([f32(1, 25, 2, lo=0, hi=10), f32(1, 25, 2, lo=1, hi=4)], axis=2), f32(1, 2, 25), i64(10), fl(0.4)], dict(center_point_box=1), 11, (2, 3), 1, 0),
+    ("nms_flipped_corners_tied_scores", "NonMaxSuppression", [f32(1, 20, 4, lo=0, hi=6), np.round(f32(1, 1, 20, lo=0, hi=1), 1), i64(20), fl(0.5), fl(0.0)], {}, 11, (2, 3, 4), 1, 0),
+    ("nms_no_max_output_means_none", "NonMaxSuppression", [f32(1, 6, 4, lo=0, hi=6), f32(1, 1, 6)], {}, 11, (), 1, 0),
 ]
 
 

@@ -13,7 +13,8 @@
     X(split) X(gather) X(shape) X(constantofshape) X(constant) X(pad) \
     X(resize) X(upsample) X(convtranspose) X(instancenorm) X(groupnorm) X(lpnorm) \
     X(rnn) X(gru) X(lstm) X(quantizelinear) X(dequantizelinear) X(dynamicquantizelinear) \
-    X(matmulinteger) X(convinteger) X(qlinearmatmul) X(qlinearconv) X(einsum)
+    X(matmulinteger) X(convinteger) X(qlinearmatmul) X(qlinearconv) X(einsum) \
+    X(nonmaxsuppression)
 
 #define DECL(x) extern const nnc_op nnc_op_##x;
 OPS(DECL)
