@@ -161,6 +161,11 @@ CASES = [
     ("nms_center_point_boxes", "NonMaxSuppression", [np.concatenate([f32(1, 25, 2, lo=0, hi=10), f32(1, 25, 2, lo=1, hi=4)], axis=2), f32(1, 2, 25), i64(10), fl(0.4)], dict(center_point_box=1), 11, (2, 3), 1, 0),
     ("nms_flipped_corners_tied_scores", "NonMaxSuppression", [f32(1, 20, 4, lo=0, hi=6), np.round(f32(1, 1, 20, lo=0, hi=1), 1), i64(20), fl(0.5), fl(0.0)], {}, 11, (2, 3, 4), 1, 0),
     ("nms_no_max_output_means_none", "NonMaxSuppression", [f32(1, 6, 4, lo=0, hi=6), f32(1, 1, 6)], {}, 11, (), 1, 0),
+    # --- RoiAlign ---------------------------------------------------------------------------------
+    ("roialign_avg_half_pixel_adaptive", "RoiAlign", [f32(2, 3, 10, 12), np.array([[0, 0, 9, 9], [2.5, 1.2, 11.5, 7.7], [-2, -1, 4, 3], [5, 5, 5.5, 5.2]], np.float32), i64(0, 1, 1, 0)], dict(output_height=3, output_width=4), 16, (), 1, 1e-5),
+    ("roialign_max_sampling2_scale", "RoiAlign", [f32(1, 4, 8, 8, lo=0, hi=1), np.array([[1, 1, 14, 12], [0, 4, 8, 15]], np.float32), i64(0, 0)], dict(mode="max", output_height=2, output_width=2, sampling_ratio=2, spatial_scale=0.5), 16, (), 1, 1e-5),
+    ("roialign_output_half_pixel", "RoiAlign", [f32(1, 2, 9, 9), np.array([[1.5, 2.5, 6.5, 8.0], [0, 0, 2, 2]], np.float32), i64(0, 0)], dict(coordinate_transformation_mode="output_half_pixel", output_height=5, output_width=3, sampling_ratio=3), 16, (), 1, 1e-5),
+    ("roialign_10", "RoiAlign", [f32(1, 2, 6, 6), np.array([[0, 0, 5, 5]], np.float32), i64(0)], dict(output_height=2, output_width=2), 10, (), 1, 1e-5),
 ]
 
 

@@ -30,8 +30,8 @@ OPS = (
     "NonMaxSuppression", "Pad", "Pow", "QLinearConv", "QLinearMatMul", "QuantizeLinear", "RNN",
     "Reciprocal", "ReduceL1", "ReduceL2", "ReduceLogSumExp", "ReduceMax", "ReduceMean",
     "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare", "Relu", "Reshape", "Resize",
-    "Shape", "Sigmoid", "Slice", "Softmax", "Softplus", "Split", "Sqrt", "Squeeze", "Sub", "Sum",
-    "Tanh", "Transpose", "Unsqueeze", "Upsample", "Where",
+    "RoiAlign", "Shape", "Sigmoid", "Slice", "Softmax", "Softplus", "Split", "Sqrt", "Squeeze",
+    "Sub", "Sum", "Tanh", "Transpose", "Unsqueeze", "Upsample", "Where",
 )
 """The ONNX op types the backend runs (default domain; dtypes and attributes as documented in
 docs/backends/cpu.md)."""
