@@ -166,6 +166,13 @@ CASES = [
     ("roialign_max_sampling2_scale", "RoiAlign", [f32(1, 4, 8, 8, lo=0, hi=1), np.array([[1, 1, 14, 12], [0, 4, 8, 15]], np.float32), i64(0, 0)], dict(mode="max", output_height=2, output_width=2, sampling_ratio=2, spatial_scale=0.5), 16, (), 1, 1e-5),
     ("roialign_output_half_pixel", "RoiAlign", [f32(1, 2, 9, 9), np.array([[1.5, 2.5, 6.5, 8.0], [0, 0, 2, 2]], np.float32), i64(0, 0)], dict(coordinate_transformation_mode="output_half_pixel", output_height=5, output_width=3, sampling_ratio=3), 16, (), 1, 1e-5),
     ("roialign_10", "RoiAlign", [f32(1, 2, 6, 6), np.array([[0, 0, 5, 5]], np.float32), i64(0)], dict(output_height=2, output_width=2), 10, (), 1, 1e-5),
+    # --- GridSample (grid partly outside [-1, 1]) ------------------------------------------------
+    ("gridsample_bilinear_zeros", "GridSample", [f32(2, 3, 6, 7), f32(2, 5, 4, 2, lo=-1.3, hi=1.3)], {}, 16, (), 1, 1e-5),
+    ("gridsample_bilinear_border_align", "GridSample", [f32(1, 2, 5, 5), f32(1, 6, 6, 2, lo=-1.5, hi=1.5)], dict(padding_mode="border", align_corners=1), 16, (), 1, 1e-5),
+    ("gridsample_nearest_reflection", "GridSample", [f32(1, 2, 6, 5), f32(1, 7, 3, 2, lo=-2.5, hi=2.5)], dict(mode="nearest", padding_mode="reflection"), 16, (), 1, 0),
+    ("gridsample_bicubic_zeros", "GridSample", [f32(1, 2, 6, 6), f32(1, 4, 5, 2, lo=-1.2, hi=1.2)], dict(mode="bicubic"), 16, (), 1, 1e-5),
+    ("gridsample_cubic_reflection_align_20", "GridSample", [f32(1, 1, 5, 6), f32(1, 4, 4, 2, lo=-2, hi=2)], dict(mode="cubic", padding_mode="reflection", align_corners=1), 20, (), 1, 1e-5),
+    ("gridsample_linear_border_20", "GridSample", [f32(2, 2, 4, 6), f32(2, 3, 3, 2, lo=-1.4, hi=1.4)], dict(mode="linear", padding_mode="border"), 20, (), 1, 1e-5),
 ]
 
 

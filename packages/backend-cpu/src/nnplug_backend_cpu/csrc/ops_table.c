@@ -14,7 +14,7 @@
     X(resize) X(upsample) X(convtranspose) X(instancenorm) X(groupnorm) X(lpnorm) \
     X(rnn) X(gru) X(lstm) X(quantizelinear) X(dequantizelinear) X(dynamicquantizelinear) \
     X(matmulinteger) X(convinteger) X(qlinearmatmul) X(qlinearconv) X(einsum) \
-    X(nonmaxsuppression) X(roialign)
+    X(nonmaxsuppression) X(roialign) X(gridsample)
 
 #define DECL(x) extern const nnc_op nnc_op_##x;
 OPS(DECL)
