@@ -173,6 +173,13 @@ CASES = [
     ("gridsample_bicubic_zeros", "GridSample", [f32(1, 2, 6, 6), f32(1, 4, 5, 2, lo=-1.2, hi=1.2)], dict(mode="bicubic"), 16, (), 1, 1e-5),
     ("gridsample_cubic_reflection_align_20", "GridSample", [f32(1, 1, 5, 6), f32(1, 4, 4, 2, lo=-2, hi=2)], dict(mode="cubic", padding_mode="reflection", align_corners=1), 20, (), 1, 1e-5),
     ("gridsample_linear_border_20", "GridSample", [f32(2, 2, 4, 6), f32(2, 3, 3, 2, lo=-1.4, hi=1.4)], dict(mode="linear", padding_mode="border"), 20, (), 1, 1e-5),
+    # --- MaxUnpool, Col2Im, Det --------------------------------------------------------------------
+    ("maxunpool_2d_stride2", "MaxUnpool", [f32(1, 2, 3, 3), np.array([0, 3, 5, 12, 14, 17, 26, 29, 33, 36 + 1, 36 + 7, 36 + 10, 36 + 20, 36 + 22, 36 + 24, 36 + 30, 36 + 33, 36 + 35], np.int64).reshape(1, 2, 3, 3)], dict(kernel_shape=[2, 2], strides=[2, 2]), 11, (), 1, 0),
+    ("maxunpool_1d_pads", "MaxUnpool", [f32(2, 1, 4), np.array([0, 2, 3, 5, 6, 7, 9, 11], np.int64).reshape(2, 1, 4)], dict(kernel_shape=[3], strides=[2], pads=[1, 0]), 11, (), 1, 0),
+    ("col2im_2d", "Col2Im", [f32(2, 3 * 4, 12), i64(4, 5), i64(2, 2)], {}, 18, (1, 2), 1, 1e-6),
+    ("col2im_strides_pads_dilations", "Col2Im", [f32(1, 2 * 6, 9), i64(6, 7), i64(2, 3)], dict(strides=[2, 2], pads=[1, 0, 0, 1], dilations=[2, 1]), 18, (1, 2), 1, 1e-6),
+    ("det_batch_float32", "Det", [f32(3, 2, 4, 4)], {}, 11, (), 1, 1e-5),
+    ("det_singular_and_permutation", "Det", [np.array([[[1, 2], [2, 4]], [[0, 1], [1, 0]]], np.float32)], {}, 11, (), 1, 1e-6),
 ]
 
 

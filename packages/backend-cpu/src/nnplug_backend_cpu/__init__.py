@@ -21,17 +21,18 @@ OPENBLAS_ENV = "NNPLUG_CPU_OPENBLAS"
 
 OPS = (
     "Abs", "Add", "ArgMax", "ArgMin", "AveragePool", "BatchNormalization", "Cast", "Ceil", "Clip",
-    "Concat", "Constant", "ConstantOfShape", "Conv", "ConvInteger", "ConvTranspose",
-    "DequantizeLinear", "Div", "Dropout", "DynamicQuantizeLinear", "Einsum", "Equal", "Erf", "Exp",
-    "Expand", "Flatten", "Floor", "GRU", "Gather", "Gelu", "Gemm", "GlobalAveragePool",
+    "Col2Im", "Concat", "Constant", "ConstantOfShape", "Conv", "ConvInteger", "ConvTranspose",
+    "DequantizeLinear", "Det", "Div", "Dropout", "DynamicQuantizeLinear", "Einsum", "Equal", "Erf",
+    "Exp", "Expand", "Flatten", "Floor", "GRU", "Gather", "Gelu", "Gemm", "GlobalAveragePool",
     "GlobalMaxPool", "Greater", "GridSample", "GroupNormalization", "Identity",
     "InstanceNormalization", "LRN", "LSTM", "LayerNormalization", "LeakyRelu", "Less", "Log",
-    "LogSoftmax", "LpNormalization", "MatMul", "MatMulInteger", "Max", "MaxPool", "Mean", "Min",
-    "Mod", "Mul", "Neg", "NonMaxSuppression", "Pad", "Pow", "QLinearConv", "QLinearMatMul",
-    "QuantizeLinear", "RNN", "Reciprocal", "ReduceL1", "ReduceL2", "ReduceLogSumExp", "ReduceMax",
-    "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare", "Relu", "Reshape",
-    "Resize", "RoiAlign", "Shape", "Sigmoid", "Slice", "Softmax", "Softplus", "Split", "Sqrt",
-    "Squeeze", "Sub", "Sum", "Tanh", "Transpose", "Unsqueeze", "Upsample", "Where",
+    "LogSoftmax", "LpNormalization", "MatMul", "MatMulInteger", "Max", "MaxPool", "MaxUnpool",
+    "Mean", "Min", "Mod", "Mul", "Neg", "NonMaxSuppression", "Pad", "Pow", "QLinearConv",
+    "QLinearMatMul", "QuantizeLinear", "RNN", "Reciprocal", "ReduceL1", "ReduceL2",
+    "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum",
+    "ReduceSumSquare", "Relu", "Reshape", "Resize", "RoiAlign", "Shape", "Sigmoid", "Slice",
+    "Softmax", "Softplus", "Split", "Sqrt", "Squeeze", "Sub", "Sum", "Tanh", "Transpose",
+    "Unsqueeze", "Upsample", "Where",
 )
 """The ONNX op types the backend runs (default domain; dtypes and attributes as documented in
 docs/backends/cpu.md)."""

@@ -14,7 +14,8 @@
     X(resize) X(upsample) X(convtranspose) X(instancenorm) X(groupnorm) X(lpnorm) \
     X(rnn) X(gru) X(lstm) X(quantizelinear) X(dequantizelinear) X(dynamicquantizelinear) \
     X(matmulinteger) X(convinteger) X(qlinearmatmul) X(qlinearconv) X(einsum) \
-    X(nonmaxsuppression) X(roialign) X(gridsample)
+    X(nonmaxsuppression) X(roialign) X(gridsample) \
+    X(maxunpool) X(col2im) X(det)
 
 #define DECL(x) extern const nnc_op nnc_op_##x;
 OPS(DECL)
