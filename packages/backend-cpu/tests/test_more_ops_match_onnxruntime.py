@@ -180,6 +180,17 @@ CASES = [
     ("col2im_strides_pads_dilations", "Col2Im", [f32(1, 2 * 6, 9), i64(6, 7), i64(2, 3)], dict(strides=[2, 2], pads=[1, 0, 0, 1], dilations=[2, 1]), 18, (1, 2), 1, 1e-6),
     ("det_batch_float32", "Det", [f32(3, 2, 4, 4)], {}, 11, (), 1, 1e-5),
     ("det_singular_and_permutation", "Det", [np.array([[[1, 2], [2, 4]], [[0, 1], [1, 0]]], np.float32)], {}, 11, (), 1, 1e-6),
+    # --- DFT / STFT --------------------------------------------------------------------------------
+    ("dft_17_real_axis1", "DFT", [f32(2, 12, 1)], {}, 17, (), 1, 1e-4),
+    ("dft_17_complex_inverse", "DFT", [f32(3, 10, 2)], dict(inverse=1), 17, (), 1, 1e-5),
+    ("dft_17_onesided_padded_length", "DFT", [f32(2, 9, 1), np.int64(16)], dict(onesided=1), 17, (1,), 1, 1e-4),
+    ("dft_17_truncated_length_axis2", "DFT", [f32(2, 3, 14, 2), np.int64(10)], dict(axis=2), 17, (1,), 1, 1e-4),
+    ("dft_20_axis_input_float64", "DFT", [f64(4, 6, 5, 2), NONE, np.int64(1)], {}, 20, (2,), 1, 1e-10),
+    ("dft_20_irfft", "DFT", [f32(2, 7, 2), NONE, np.int64(-2)], dict(inverse=1, onesided=1), 20, (2,), 1, 1e-5),
+    ("dft_20_irfft_odd_length", "DFT", [f32(2, 7, 2), np.int64(13), np.int64(1)], dict(inverse=1, onesided=1), 20, (1, 2), 1, 1e-5),
+    ("stft_hann_onesided", "STFT", [f32(2, 64, 1), np.int64(8), (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(16) / 16)).astype(np.float32)], dict(onesided=1), 17, (1, 2), 1, 1e-4),
+    ("stft_frame_length_two_sided", "STFT", [f32(1, 40, 1), np.int64(5), NONE, np.int64(12)], dict(onesided=0), 17, (1, 3), 1, 1e-4),
+    ("stft_complex_signal", "STFT", [f32(1, 30, 2), np.int64(4), f32(10)], dict(onesided=0), 17, (1,), 1, 1e-4),
 ]
 
 
