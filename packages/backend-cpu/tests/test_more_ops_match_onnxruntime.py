@@ -191,6 +191,7 @@ CASES = [
     ("stft_hann_onesided", "STFT", [f32(2, 64, 1), np.int64(8), (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(16) / 16)).astype(np.float32)], dict(onesided=1), 17, (1, 2), 1, 1e-4),
     ("stft_frame_length_two_sided", "STFT", [f32(1, 40, 1), np.int64(5), NONE, np.int64(12)], dict(onesided=0), 17, (1, 3), 1, 1e-4),
     ("stft_complex_signal", "STFT", [f32(1, 30, 2), np.int64(4), f32(10)], dict(onesided=0), 17, (1,), 1, 1e-4),
+    ("maxroipool_scaled_rois", "MaxRoiPool", [f32(2, 3, 10, 12), np.array([[0, 0, 0, 11, 9], [1, 2.4, 3.6, 20, 15], [1, -3, -2, 4, 5], [0, 7, 7, 6, 6]], np.float32)], dict(pooled_shape=[3, 2], spatial_scale=0.6), 1, (), 1, 0),
 ]
 
 

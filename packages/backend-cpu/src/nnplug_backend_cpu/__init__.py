@@ -27,12 +27,12 @@ OPS = (
     "GlobalAveragePool", "GlobalMaxPool", "Greater", "GridSample", "GroupNormalization",
     "Identity", "InstanceNormalization", "LRN", "LSTM", "LayerNormalization", "LeakyRelu", "Less",
     "Log", "LogSoftmax", "LpNormalization", "MatMul", "MatMulInteger", "Max", "MaxPool",
-    "MaxUnpool", "Mean", "Min", "Mod", "Mul", "Neg", "NonMaxSuppression", "Pad", "Pow",
-    "QLinearConv", "QLinearMatMul", "QuantizeLinear", "RNN", "Reciprocal", "ReduceL1", "ReduceL2",
-    "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum",
-    "ReduceSumSquare", "Relu", "Reshape", "Resize", "RoiAlign", "STFT", "Shape", "Sigmoid",
-    "Slice", "Softmax", "Softplus", "Split", "Sqrt", "Squeeze", "Sub", "Sum", "Tanh", "Transpose",
-    "Unsqueeze", "Upsample", "Where",
+    "MaxRoiPool", "MaxUnpool", "Mean", "Min", "Mod", "Mul", "Neg", "NonMaxSuppression", "Pad",
+    "Pow", "QLinearConv", "QLinearMatMul", "QuantizeLinear", "RNN", "Reciprocal", "ReduceL1",
+    "ReduceL2", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd",
+    "ReduceSum", "ReduceSumSquare", "Relu", "Reshape", "Resize", "RoiAlign", "STFT", "Shape",
+    "Sigmoid", "Slice", "Softmax", "Softplus", "Split", "Sqrt", "Squeeze", "Sub", "Sum", "Tanh",
+    "Transpose", "Unsqueeze", "Upsample", "Where",
 )
 """The ONNX op types the backend runs (default domain; dtypes and attributes as documented in
 docs/backends/cpu.md)."""

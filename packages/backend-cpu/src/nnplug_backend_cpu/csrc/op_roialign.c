@@ -128,3 +128,89 @@ static int ra_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
 }
 
 const nnc_op nnc_op_roialign = {"RoiAlign", 3, 3, 1, 1, ra_create, ra_infer, ra_run, ra_destroy, 0};
+
+/* ---- MaxRoiPool ---------------------------------------------------------------------- */
+
+typedef struct { int64_t ph, pw; float scale; } mrp_state;
+
+static int mrp_create(nnc_node *n, nnc_err *e)
+{
+    static const int f32[] = {DT_F32, 0};
+    TRY(nnc_check_dtype(n, 0, f32, e));
+    TRY(nnc_check_dtype(n, 1, f32, e));
+    mrp_state *s = calloc(1, sizeof *s);
+    if (!s) return nnc_node_fail(e, n, "out of memory");
+    n->state = s;
+    int64_t ps[2];
+    int c;
+    TRY(nnc_attr_ints(n, "pooled_shape", ps, 2, &c, e));
+    if (c != 2 || ps[0] < 1 || ps[1] < 1) return nnc_node_fail(e, n, "attribute 'pooled_shape' must have 2 positive values");
+    s->ph = ps[0];
+    s->pw = ps[1];
+    TRY(nnc_attr_float(n, "spatial_scale", 1.f, &s->scale, e));
+    return NNC_OK;
+}
+
+static int mrp_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err *e)
+{
+    const mrp_state *s = n->state;
+    const nnc_tensor *x = in[0], *r = in[1];
+    if (x->dtype != DT_F32 || r->dtype != DT_F32) return nnc_node_fail(e, n, "inputs must be float32");
+    if (x->ndim != 4 || r->ndim != 2 || r->dims[1] != 5) return nnc_node_fail(e, n, "X must be [N, C, H, W] and rois [num_rois, 5]");
+    for (int64_t i = 0; i < r->dims[0]; i++) {
+        float b = ((const float *)r->data)[i * 5];
+        if (!(b >= 0.f) || b >= (float)x->dims[0]) return nnc_node_fail(e, n, "roi %lld has batch index %g, out of range", (long long)i, (double)b);
+    }
+    out->dtype = DT_F32;
+    out->ndim = 4;
+    out->dims[0] = r->dims[0];
+    out->dims[1] = x->dims[1];
+    out->dims[2] = s->ph;
+    out->dims[3] = s->pw;
+    return NNC_OK;
+}
+
+typedef struct { const mrp_state *s; const float *x, *rois; float *y; int64_t C, H, W; } mrp_job;
+
+static void mrp_planes(void *arg, int64_t b, int64_t e, int tid)
+{
+    (void)tid;
+    const mrp_job *j = arg;
+    const mrp_state *s = j->s;
+    for (int64_t t = b; t < e; t++) {
+        int64_t r = t / j->C, c = t % j->C;
+        const float *roi = j->rois + r * 5;
+        int64_t bi = (int64_t)roi[0];
+        int64_t sw = (int64_t)roundf(roi[1] * s->scale), sh = (int64_t)roundf(roi[2] * s->scale);
+        int64_t ew = (int64_t)roundf(roi[3] * s->scale), eh = (int64_t)roundf(roi[4] * s->scale);
+        int64_t rh = eh - sh + 1 > 1 ? eh - sh + 1 : 1, rw = ew - sw + 1 > 1 ? ew - sw + 1 : 1;
+        float bh = (float)rh / (float)s->ph, bw = (float)rw / (float)s->pw;
+        const float *xp = j->x + (bi * j->C + c) * j->H * j->W;
+        float *yp = j->y + t * s->ph * s->pw;
+        for (int64_t ph = 0; ph < s->ph; ph++)
+            for (int64_t pw = 0; pw < s->pw; pw++) {
+                int64_t h0 = (int64_t)floorf((float)ph * bh) + sh, h1 = (int64_t)ceilf((float)(ph + 1) * bh) + sh;
+                int64_t w0 = (int64_t)floorf((float)pw * bw) + sw, w1 = (int64_t)ceilf((float)(pw + 1) * bw) + sw;
+                h0 = h0 < 0 ? 0 : h0 > j->H ? j->H : h0;
+                h1 = h1 < 0 ? 0 : h1 > j->H ? j->H : h1;
+                w0 = w0 < 0 ? 0 : w0 > j->W ? j->W : w0;
+                w1 = w1 < 0 ? 0 : w1 > j->W ? j->W : w1;
+                float m = -INFINITY;
+                if (h1 <= h0 || w1 <= w0) m = 0.f;
+                for (int64_t h = h0; h < h1; h++)
+                    for (int64_t w = w0; w < w1; w++) m = xp[h * j->W + w] > m ? xp[h * j->W + w] : m;
+                yp[ph * s->pw + pw] = m;
+            }
+    }
+}
+
+static int mrp_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec *xc, nnc_err *e)
+{
+    (void)xc; (void)e;
+    const nnc_tensor *x = in[0];
+    mrp_job j = {n->state, x->data, in[1]->data, out->data, x->dims[1], x->dims[2], x->dims[3]};
+    nnc_parallel_for(out->dims[0] * j.C, 1, mrp_planes, &j);
+    return NNC_OK;
+}
+
+const nnc_op nnc_op_maxroipool = {"MaxRoiPool", 2, 2, 1, 1, mrp_create, mrp_infer, mrp_run, ra_destroy, 0};

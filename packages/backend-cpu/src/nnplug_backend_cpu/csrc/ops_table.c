@@ -15,7 +15,7 @@
     X(rnn) X(gru) X(lstm) X(quantizelinear) X(dequantizelinear) X(dynamicquantizelinear) \
     X(matmulinteger) X(convinteger) X(qlinearmatmul) X(qlinearconv) X(einsum) \
     X(nonmaxsuppression) X(roialign) X(gridsample) \
-    X(maxunpool) X(col2im) X(det) X(dft) X(stft)
+    X(maxunpool) X(col2im) X(det) X(dft) X(stft) X(maxroipool)
 
 #define DECL(x) extern const nnc_op nnc_op_##x;
 OPS(DECL)
