@@ -1,13 +1,14 @@
-"""Resize/Upsample, ConvTranspose, normalisations, recurrent, quantized ops and Einsum on
-random inputs (random weights) against onnxruntime, with 1 and 2 threads."""
+"""The ops added for model coverage (Resize/Upsample, ConvTranspose, normalisations, RNN/GRU/LSTM,
+quantized ops, Einsum, NonMaxSuppression, RoiAlign, GridSample, MaxUnpool, Col2Im, Det, DFT/STFT,
+MaxRoiPool) on random inputs and weights against onnxruntime, with 1 and 2 threads."""
 
 from __future__ import annotations
 
 import numpy as np
 import onnx
 import pytest
-from onnx import helper
 from conftest import assert_close, one_node_model, run_cpu
+from onnx import helper
 
 R = np.random.default_rng(4321)
 
@@ -67,6 +68,10 @@ CASES = [
     ("resize_cubic_align_corners_sizes", "Resize", [f32(2, 1, 5, 5), NONE, NONE, i64(2, 1, 9, 3)], dict(mode="cubic", coordinate_transformation_mode="align_corners"), 19, (3,), 1, 1e-5),
     ("resize_cubic_asymmetric", "Resize", [f32(1, 1, 7, 4), NONE, fl(1, 1, 1.5, 3)], dict(mode="cubic", coordinate_transformation_mode="asymmetric"), 19, (2,), 1, 1e-5),
     ("resize_cubic_antialias_upscale", "Resize", [f32(1, 1, 5, 6), NONE, fl(1, 1, 2, 1.5)], dict(mode="cubic", antialias=1), 19, (2,), 1, 1e-5),
+    ("resize_linear_antialias_down", "Resize", [f32(1, 2, 13, 11), NONE, fl(1, 1, 0.6, 0.5)], dict(mode="linear", antialias=1), 19, (2,), 1, 1e-5),
+    ("resize_cubic_antialias_down_exclude_outside", "Resize", [f32(1, 2, 13, 11), NONE, fl(1, 1, 0.5, 0.8)], dict(mode="cubic", antialias=1, exclude_outside=1, cubic_coeff_a=-0.5), 19, (2,), 1, 1e-5),
+    ("resize_cubic_antialias_sizes_asymmetric", "Resize", [f32(1, 1, 16, 12), NONE, NONE, i64(1, 1, 5, 9)], dict(mode="cubic", antialias=1, coordinate_transformation_mode="asymmetric"), 19, (3,), 1, 1e-5),
+    ("resize_linear_antialias_pytorch_half_pixel_mixed", "Resize", [f32(2, 3, 20, 8), NONE, NONE, i64(6, 12)], dict(mode="linear", antialias=1, axes=[2, 3], coordinate_transformation_mode="pytorch_half_pixel"), 19, (3,), 1, 1e-5),
     ("resize_11_linear_empty_roi_scales", "Resize", [f32(1, 3, 4, 5), E, fl(1, 1, 2, 2)], dict(mode="linear"), 11, (1, 2), 1, 1e-5),
     ("resize_13_nearest_sizes_only", "Resize", [f32(1, 2, 5, 5), NONE, NONE, i64(1, 2, 8, 3)], dict(mode="nearest"), 13, (3,), 1, 0),
     ("resize_10_nearest_downsample", "Resize", [f32(1, 1, 6, 8), fl(1, 1, 0.6, 0.4)], dict(mode="nearest"), 10, (1,), 1, 0),

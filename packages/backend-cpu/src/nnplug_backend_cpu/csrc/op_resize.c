@@ -1,6 +1,6 @@
 /* Resize (opsets 10-19) and Upsample (7-9): nearest (every nearest_mode, any element type),
  * linear and cubic (float32), every coordinate_transformation_mode, scales or sizes, axes and
- * keep_aspect_ratio_policy. Coordinates are computed in float32 as onnxruntime does.
+ * keep_aspect_ratio_policy, antialias. Coordinates are computed in float32 as onnxruntime does.
  *
  * The resize is separable: one pass per axis whose mapping is not the identity, each pass a
  * table of (input index, weight) taps per output index, parallel over output rows. */
@@ -110,13 +110,6 @@ static int rs_create(nnc_node *n, nnc_err *e)
     if (s->i_sizes >= 0) TRY(nnc_check_dtype(n, s->i_sizes, i64, e));
     if (s->i_roi >= 0 && s->ctm == CT_TF_CROP) TRY(nnc_check_dtype(n, s->i_roi, f32, e));
     if (x && x->ndim == 0) return nnc_node_fail(e, n, "the input must have rank 1 or more");
-    if (s->antialias && s->mode != RM_NEAREST) {
-        /* antialias changes only downscaling: run it when constant scales never shrink */
-        int ok = s->i_scales >= 0 && nnc_in_const(n, s->i_scales) && nnc_in_static(n, s->i_scales);
-        int64_t k = ok ? nnc_info_numel(n->vin[s->i_scales]) : 0;
-        for (int64_t i = 0; ok && i < k; i++) ok = ((const float *)n->vin[s->i_scales]->const_data)[i] >= 1.f;
-        if (!ok || k == 0) return nnc_node_unsup(e, n, "antialias is supported only with constant scales >= 1");
-    }
     for (int i = 0; i < s->naxes; i++)
         for (int k = 0; k < i; k++)
             if (s->axes[i] == s->axes[k]) return nnc_node_fail(e, n, "attribute 'axes' repeats axis %lld", (long long)s->axes[i]);
@@ -271,6 +264,26 @@ static void cubic_coeffs(float t, float A, float *c)
     c[3] = ((A * (2 - t) - 5 * A) * (2 - t) + 8 * A) * (2 - t) - 4 * A;
 }
 
+/* Taps per output along axis d: 1 (nearest), 2 (linear), 4 (cubic); with antialias the
+ * filter widens by 1/scale when downscaling (ONNX's reference: linear start = floor(-1/s)+1,
+ * cubic floor(-2/s)+1, 2 - 2*start taps). */
+static int rs_taps(const rs_state *s, float scale)
+{
+    if (s->mode == RM_NEAREST) return 1;
+    int support = s->mode == RM_LINEAR ? 1 : 2;
+    if (!s->antialias || scale >= 1.f) return 2 * support;
+    int start = (int)floor(-(double)support / (double)scale) + 1;
+    return 2 - 2 * start;
+}
+
+static float cubic_kernel(float x, float A)
+{
+    x = fabsf(x);
+    if (x <= 1.f) return ((A + 2) * x - (A + 3)) * x * x + 1;
+    if (x < 2.f) return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A;
+    return 0.f;
+}
+
 /* Taps of one axis: idx[o*nt+k], w[o*nt+k]; ext[o] = 1 where the output is extrapolated.
  * Returns whether the mapping is the identity. */
 static int rs_table(const rs_state *s, const rs_geom *g, int d, int nt, int64_t *idx, float *w, char *ext)
@@ -287,7 +300,31 @@ static int rs_table(const rs_state *s, const rs_geom *g, int d, int nt, int64_t 
             ident = 0;
             continue;
         }
-        if (s->mode == RM_NEAREST) {
+        if (s->mode != RM_NEAREST && s->antialias && g->scale[d] < 1.f) {
+            float sc = g->scale[d], fl = floorf(xo);
+            int64_t base = (int64_t)fl;
+            float ratio = xo - fl;
+            if (ratio == 0.f) { ratio = 1.f; base -= 1; }
+            int start = 1 - nt / 2;
+            float sum = 0.f;
+            for (int k = 0; k < nt; k++) {
+                float arg = ((float)(start + k) - ratio) * sc, c;
+                if (s->mode == RM_LINEAR) { c = 1.f - fabsf(arg); c = c < 0.f ? 0.f : c; }
+                else c = cubic_kernel(arg, s->cubic_a);
+                wt[k] = c;
+                sum += c;
+            }
+            float sum2 = 0.f;
+            for (int k = 0; k < nt; k++) {
+                int64_t i = base + start + k;
+                wt[k] = sum != 0.f ? wt[k] / sum : 0.f;
+                if (s->exclude_outside && (i < 0 || i >= L)) wt[k] = 0.f;
+                sum2 += wt[k];
+                ix[k] = i < 0 ? 0 : i >= L ? L - 1 : i;
+            }
+            if (s->exclude_outside)
+                for (int k = 0; k < nt; k++) wt[k] = sum2 != 0.f ? wt[k] / sum2 : 0.f;
+        } else if (s->mode == RM_NEAREST) {
             int64_t i = rs_nearest(s->nearest, xo, g->scale[d] < 1.f);
             ix[0] = i < 0 ? 0 : i >= L ? L - 1 : i;
             wt[0] = 1.f;
@@ -424,9 +461,14 @@ static int rs_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
     TRY(rs_geometry(n, in, &g, e));
     const nnc_tensor *x = in[0];
     size_t sz = nnc_dtsize(x->dtype);
-    int nt = s->mode == RM_NEAREST ? 1 : s->mode == RM_LINEAR ? 2 : 4;
+    int nts[NNC_MAXDIM], nt = 1;
     int64_t maxo = 1, total_in = nnc_numel(x);
-    for (int d = 0; d < g.rank; d++) maxo = g.out[d] > maxo ? g.out[d] : maxo;
+    for (int d = 0; d < g.rank; d++) {
+        maxo = g.out[d] > maxo ? g.out[d] : maxo;
+        nts[d] = rs_taps(s, g.scale[d]);
+        nt = nts[d] > nt ? nts[d] : nt;
+    }
+    if (nt > 4096) return nnc_node_fail(e, n, "the antialias filter is too wide (scale too small)");
     int64_t *idx = malloc((size_t)(maxo * nt) * sizeof(int64_t));
     float *w = malloc((size_t)(maxo * nt) * sizeof(float));
     char *ext = malloc((size_t)maxo);
@@ -436,7 +478,7 @@ static int rs_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
     /* Which axes need a pass; the last of them writes the output. */
     int need[NNC_MAXDIM], last = -1;
     for (int d = 0; d < g.rank; d++) {
-        need[d] = !rs_table(s, &g, d, nt, idx, w, ext);
+        need[d] = !rs_table(s, &g, d, nts[d], idx, w, ext);
         if (need[d]) last = d;
     }
     if (last < 0) {
@@ -449,7 +491,7 @@ static int rs_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
     int which = 0;
     for (int d = 0; d < g.rank; d++) {
         if (!need[d]) continue;
-        rs_table(s, &g, d, nt, idx, w, ext);
+        rs_table(s, &g, d, nts[d], idx, w, ext);
         int64_t outer = 1, inner = 1;
         for (int k = 0; k < d; k++) outer *= cur[k];
         for (int k = d + 1; k < g.rank; k++) inner *= cur[k];
@@ -464,14 +506,14 @@ static int rs_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
             if (!tmp[which]) { rc = nnc_node_fail(e, n, "out of memory"); goto done; }
             dst = tmp[which];
         }
-        rs_pass p = {src, dst, sz, g.in[d], g.out[d], inner, nt, s->mode == RM_NEAREST, idx, w, ext,
+        rs_pass p = {src, dst, sz, g.in[d], g.out[d], inner, nts[d], s->mode == RM_NEAREST, idx, w, ext,
                      s->extrapolation, {0}};
         extrap_bytes(x->dtype, s->extrapolation, p.extrap_bytes);
         if (outer * g.out[d] * inner > 0) {
             if (p.nearest && inner == 1)
                 nnc_parallel_for(outer, 1 + 4096 / (g.out[d] ? g.out[d] : 1), rs_gather_last, &p);
             else
-                nnc_parallel_for(outer * g.out[d], 1 + 4096 / (inner * nt), rs_rows, &p);
+                nnc_parallel_for(outer * g.out[d], 1 + 4096 / (inner * nts[d]), rs_rows, &p);
         }
         src = dst;
         which ^= 1;
