@@ -93,6 +93,8 @@ CASES = [
     ("convtranspose_same_lower", "ConvTranspose", [f32(1, 2, 5, 4), f32(2, 3, 4, 3)], dict(strides=[2, 2], auto_pad="SAME_LOWER"), 18, (1,), 1, 1e-5),
     ("convtranspose_valid", "ConvTranspose", [f32(1, 2, 3, 3), f32(2, 2, 3, 3)], dict(strides=[2, 2], auto_pad="VALID"), 18, (1,), 1, 1e-5),
     ("convtranspose_1d_stride3", "ConvTranspose", [f32(2, 3, 7), f32(3, 5, 4), f32(5)], dict(strides=[3], pads=[1, 2], output_padding=[2]), 18, (1, 2), 1, 1e-5),
+    ("convtranspose_3d_stride_pads", "ConvTranspose", [f32(1, 2, 3, 4, 3), f32(2, 3, 2, 3, 2), f32(3)], dict(strides=[2, 1, 2], pads=[0, 1, 1, 1, 0, 0]), 18, (1, 2), 1, 1e-5),
+    ("convtranspose_3d_group_output_shape", "ConvTranspose", [f32(2, 4, 3, 3, 2), f32(4, 1, 3, 2, 2)], dict(group=2, strides=[2, 2, 2], output_shape=[8, 6, 5]), 18, (1,), 1, 1e-5),
     ("convtranspose_weights_as_input", "ConvTranspose", [f32(1, 3, 4, 4), f32(3, 2, 3, 3), f32(2)], dict(strides=[2, 2]), 18, (), 1, 1e-5),
     ("convtranspose_unet_up_2threads", "ConvTranspose", [f32(2, 32, 16, 16), f32(32, 16, 2, 2), f32(16)], dict(strides=[2, 2]), 18, (1, 2), 1, 1e-4),
     ("convtranspose_big_k4_2threads", "ConvTranspose", [f32(1, 24, 20, 20), f32(24, 12, 4, 4), f32(12)], dict(strides=[2, 2], pads=[1, 1, 1, 1]), 18, (1, 2), 1, 1e-4),

@@ -1,4 +1,4 @@
-/* ConvTranspose (1-D and 2-D, float32): groups, dilations, pads, output_padding, output_shape
+/* ConvTranspose (1-D, 2-D and 3-D, float32): groups, dilations, pads, output_padding, output_shape
  * and auto_pad. Per (image, group, block of output channels): sgemm of the transposed weight
  * block with a tile of input pixels gives the columns, col2im adds them into the block's
  * output planes (each task owns its planes, so tasks never write the same memory). */
@@ -10,7 +10,7 @@
 typedef struct {
     int nsp, auto_pad;
     int64_t group;
-    int64_t k[2], s[2], d[2], pads[4], opad[2], oshape[2];
+    int64_t k[3], s[3], d[3], pads[6], opad[3], oshape[3];
     int has_oshape, has_pads;
 } ct_state;
 
@@ -41,8 +41,8 @@ static int ct_create(nnc_node *n, nnc_err *e)
     const nnc_valinfo *w = n->vin[1], *x = n->vin[0];
     int rank = w && w->ndim >= 0 ? w->ndim : x && x->ndim >= 0 ? x->ndim : -1;
     if (rank < 0) return nnc_node_unsup(e, n, "the rank of the input must be known when the model is loaded");
-    if (rank != 3 && rank != 4)
-        return nnc_node_unsup(e, n, "only 1-D and 2-D transposed convolutions are supported (rank %d)", rank);
+    if (rank < 3 || rank > 5)
+        return nnc_node_unsup(e, n, "only 1-D to 3-D transposed convolutions are supported (rank %d)", rank);
     if ((w && w->ndim >= 0 && w->ndim != rank) || (x && x->ndim >= 0 && x->ndim != rank))
         return nnc_node_fail(e, n, "input and weight ranks differ");
     int nsp = s->nsp = rank - 2;
@@ -79,7 +79,7 @@ static int ct_create(nnc_node *n, nnc_err *e)
 }
 
 typedef struct {
-    int64_t N, C, M, Cg, Mg, H, W, OH, OW, kh, kw, sh, sw, dh, dw, pt, pl;
+    int64_t N, C, M, Cg, Mg, D, H, W, OD, OH, OW, kd, kh, kw, sd, sh, sw, dd, dh, dw, pf, pt, pl;
 } ct_geom;
 
 static int ct_geometry(nnc_node *n, nnc_tensor *const *in, ct_geom *g, nnc_err *e)
@@ -98,7 +98,7 @@ static int ct_geometry(nnc_node *n, nnc_tensor *const *in, ct_geom *g, nnc_err *
     g->M = g->Mg * s->group;
     if (n->nin > 2 && in[2] && (in[2]->dtype != DT_F32 || in[2]->ndim != 1 || in[2]->dims[0] != g->M))
         return nnc_node_fail(e, n, "bias must be 1-D float32 with %lld values", (long long)g->M);
-    int64_t insz[2], ksz[2], out[2], ph[2];
+    int64_t insz[3], ksz[3], out[3], ph[3];
     for (int i = 0; i < s->nsp; i++) {
         insz[i] = x->dims[2 + i];
         ksz[i] = w->dims[2 + i];
@@ -117,14 +117,18 @@ static int ct_geometry(nnc_node *n, nnc_tensor *const *in, ct_geom *g, nnc_err *
         }
         if (out[i] < 0) return nnc_node_fail(e, n, "the pads are larger than the output");
     }
-    if (s->nsp == 1) {
-        g->H = 1; g->W = insz[0]; g->OH = 1; g->OW = out[0];
-        g->kh = 1; g->kw = ksz[0]; g->sh = 1; g->sw = s->s[0]; g->dh = 1; g->dw = s->d[0]; g->pt = 0; g->pl = ph[0];
-    } else {
-        g->H = insz[0]; g->W = insz[1]; g->OH = out[0]; g->OW = out[1];
-        g->kh = ksz[0]; g->kw = ksz[1]; g->sh = s->s[0]; g->sw = s->s[1]; g->dh = s->d[0]; g->dw = s->d[1];
-        g->pt = ph[0]; g->pl = ph[1];
+    /* spatial axes as (depth, height, width), missing leading ones of size 1 */
+    int64_t I3[3] = {1, 1, 1}, O3[3] = {1, 1, 1}, K3[3] = {1, 1, 1}, S3[3] = {1, 1, 1}, D3[3] = {1, 1, 1}, P3[3] = {0, 0, 0};
+    for (int i = 0; i < s->nsp; i++) {
+        int a = 3 - s->nsp + i;
+        I3[a] = insz[i]; O3[a] = out[i]; K3[a] = ksz[i]; S3[a] = s->s[i]; D3[a] = s->d[i]; P3[a] = ph[i];
     }
+    g->D = I3[0]; g->H = I3[1]; g->W = I3[2];
+    g->OD = O3[0]; g->OH = O3[1]; g->OW = O3[2];
+    g->kd = K3[0]; g->kh = K3[1]; g->kw = K3[2];
+    g->sd = S3[0]; g->sh = S3[1]; g->sw = S3[2];
+    g->dd = D3[0]; g->dh = D3[1]; g->dw = D3[2];
+    g->pf = P3[0]; g->pt = P3[1]; g->pl = P3[2];
     return NNC_OK;
 }
 
@@ -137,8 +141,8 @@ static int ct_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err
     out->ndim = s->nsp + 2;
     out->dims[0] = g.N;
     out->dims[1] = g.M;
-    if (s->nsp == 1) out->dims[2] = g.OW;
-    else { out->dims[2] = g.OH; out->dims[3] = g.OW; }
+    int64_t o3[3] = {g.OD, g.OH, g.OW};
+    for (int i = 0; i < s->nsp; i++) out->dims[2 + i] = o3[3 - s->nsp + i];
     return NNC_OK;
 }
 
@@ -155,7 +159,7 @@ static void ct_tasks(void *arg, int64_t b, int64_t e, int tid)
     (void)tid;
     ct_job *j = arg;
     const ct_geom *g = &j->g;
-    int64_t K = g->kh * g->kw, HW = g->H * g->W, OHW = g->OH * g->OW, group = g->M / g->Mg;
+    int64_t K = g->kd * g->kh * g->kw, HW = g->D * g->H * g->W, OHW = g->OD * g->OH * g->OW, group = g->M / g->Mg;
     float *col = nnc_alloc((size_t)(j->mblk * K * j->tn) * sizeof(float));
     if (!col) { j->fail = 1; return; }
     for (int64_t t = b; t < e; t++) {
@@ -174,16 +178,18 @@ static void ct_tasks(void *arg, int64_t b, int64_t e, int tid)
             nnc_sgemm(1, 0, (m1 - m0) * K, tn, g->Cg, 1.f, wg + m0 * K, g->Mg * K, xg + p0, HW, 0.f, col, tn);
             for (int64_t m = m0; m < m1; m++) {
                 float *yp = yb + (m - m0) * OHW;
+                for (int64_t kz = 0; kz < g->kd; kz++)
                 for (int64_t ky = 0; ky < g->kh; ky++)
                     for (int64_t kx = 0; kx < g->kw; kx++) {
-                        const float *row = col + (((m - m0) * g->kh + ky) * g->kw + kx) * tn;
+                        const float *row = col + ((((m - m0) * g->kd + kz) * g->kh + ky) * g->kw + kx) * tn;
                         int64_t p = p0;
                         while (p < p1) {
-                            int64_t ih = p / g->W, iw = p % g->W;
+                            int64_t iz = p / (g->H * g->W), ih = (p / g->W) % g->H, iw = p % g->W;
                             int64_t seg = g->W - iw < p1 - p ? g->W - iw : p1 - p;
+                            int64_t oz = iz * g->sd - g->pf + kz * g->dd;
                             int64_t oh = ih * g->sh - g->pt + ky * g->dh;
-                            if (oh >= 0 && oh < g->OH) {
-                                float *yr = yp + oh * g->OW;
+                            if (oz >= 0 && oz < g->OD && oh >= 0 && oh < g->OH) {
+                                float *yr = yp + (oz * g->OH + oh) * g->OW;
                                 const float *src = row + (p - p0);
                                 int64_t ow = iw * g->sw - g->pl + kx * g->dw;
                                 for (int64_t i = 0; i < seg; i++, ow += g->sw)
@@ -209,10 +215,10 @@ static int ct_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
     j.w = in[1]->data;
     j.b = n->nin > 2 && in[2] ? in[2]->data : NULL;
     j.y = out->data;
-    int64_t K = g->kh * g->kw, HW = g->H * g->W, group = g->M / (g->Mg ? g->Mg : 1);
+    int64_t K = g->kd * g->kh * g->kw, HW = g->D * g->H * g->W, group = g->M / (g->Mg ? g->Mg : 1);
     if (g->M == 0 || g->N == 0) return NNC_OK;
     if (HW == 0 || g->Cg == 0 || K == 0) { /* no input taps: the output is the bias */
-        for (int64_t i = 0, OHW = g->OH * g->OW; i < g->N * g->M; i++)
+        for (int64_t i = 0, OHW = g->OD * g->OH * g->OW; i < g->N * g->M; i++)
             for (int64_t k = 0; k < OHW; k++) j.y[i * OHW + k] = j.b ? j.b[i % g->M] : 0.f;
         return NNC_OK;
     }
