@@ -111,7 +111,7 @@ static void conv_attr(const nnp_attr *s, nnc_attr *d)
     case NNP_ATTR_STRING:
         d->kind = s->data || !s->count ? AK_STRING : AK_UNDEF;
         break;
-    case NNP_ATTR_STRINGS:
+    case NNP_ATTR_STRINGS: /* data: const char *const *, each terminated */
         d->kind = s->data || !s->count ? AK_STRINGS : AK_UNDEF;
         break;
     case NNP_ATTR_TENSOR:

@@ -16,7 +16,12 @@
     X(cos) X(tan) X(asin) X(acos) X(atan) X(sinh) X(cosh) X(asinh) X(acosh) X(atanh) \
     X(hardsigmoid) X(hardswish) X(elu) X(selu) X(celu) X(mish) X(softsign) X(thresholdedrelu) \
     X(shrink) X(swish) X(size) X(range) X(trilu) X(cumsum) X(cumprod) X(tile) X(gatherelements) X(scatterelements) \
-    X(gathernd) X(scatternd) X(onehot) X(nonzero) X(topk) X(compress) X(reversesequence) X(hardmax) X(unique) X(reducelogsum) X(prelu)
+    X(gathernd) X(scatternd) X(onehot) X(nonzero) X(topk) X(compress) X(reversesequence) X(hardmax) X(unique) X(reducelogsum) X(prelu) \
+    X(resize) X(upsample) X(convtranspose) X(instancenorm) X(groupnorm) X(lpnorm) \
+    X(rnn) X(gru) X(lstm) X(quantizelinear) X(dequantizelinear) X(dynamicquantizelinear) \
+    X(matmulinteger) X(convinteger) X(qlinearmatmul) X(qlinearconv) X(einsum) \
+    X(nonmaxsuppression) X(roialign) X(gridsample) \
+    X(maxunpool) X(col2im) X(det) X(dft) X(stft) X(maxroipool)
 /* ai.onnx.ml: the ops scikit-learn converters emit (op_ml_*.c). */
 #define ML_OPS(X) X(ml_linearclassifier) X(ml_linearregressor) X(ml_svmclassifier) \
     X(ml_svmregressor) X(ml_treeensembleclassifier) X(ml_treeensembleregressor) \
