@@ -14,6 +14,7 @@ from .customop import CustomOp, PythonCustomOp
 from .device import device_type_name
 from .errors import ModelError, NnplugError, PluginError, UnsupportedNodeError
 from .executor import Step, check_feeds, plan_frees, run_steps
+from .expand import expand_unclaimed
 from .loader import Model, load
 from .planner import (
     KNOWN_BACKEND_PACKAGES,
@@ -440,6 +441,10 @@ class Network:
         unknown = set(targets) - set(target_of)
         if unknown:
             raise ModelError(f"targets given for backend(s) not in use: {', '.join(sorted(unknown))}")
+
+        # 0. Nodes no backend claims whose op is an ONNX function: replaced by the body.
+        model = expand_unclaimed(
+            model, lambda n, g: any(b.supports(n, g) for b in backends), ops)
 
         def bind(op, node, target, backend):
             return op.bind(node, model.values, target, backend)
