@@ -32,15 +32,19 @@ class Placement:
     op: CustomOp | None = None
     target: str | None = None  # custom ops: "cpu" or "gpu"
     bound: object = None  # custom ops: the BoundOp that runs this node
+    core: object = None  # nodes the core runs itself (control flow): has .step(subgraph)
 
     @property
     def label(self) -> str:
+        if self.core is not None:
+            return self.core.label
         if self.op is not None:
             return f"op:{self.op.op_type}@{self.target}"
         return self.backend.id
 
     def same_partition(self, other: Placement) -> bool:
-        return self.op is None and other.op is None and self.backend is other.backend
+        return (self.op is None and other.op is None and self.core is None
+                and other.core is None and self.backend is other.backend)
 
 
 def constant_nodes(model: Model, custom_ops: dict[str, CustomOp]) -> list[Node]:

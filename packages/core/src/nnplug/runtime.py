@@ -5,19 +5,22 @@ from __future__ import annotations
 import inspect
 import os
 import threading
+import warnings
 import weakref
 from dataclasses import dataclass
 
 from . import discovery
 from .backend import Backend
+from .controlflow import attach_outer_inputs, place_control_flow
 from .customop import CustomOp, PythonCustomOp
 from .device import device_type_name
-from .errors import ModelError, NnplugError, PluginError, UnsupportedNodeError
+from .errors import ModelError, ModelWarning, NnplugError, PluginError, UnsupportedNodeError
 from .executor import Step, check_feeds, plan_frees, run_steps
 from .expand import expand_unclaimed
 from .loader import Model, load
 from .planner import (
     KNOWN_BACKEND_PACKAGES,
+    Placement,
     constant_nodes,
     partitions,
     place,
@@ -445,13 +448,29 @@ class Network:
         # 0. Nodes no backend claims whose op is an ONNX function: replaced by the body.
         model = expand_unclaimed(
             model, lambda n, g: any(b.supports(n, g) for b in backends), ops)
+        attach_outer_inputs(model)  # control flow: what subgraphs read is a node input
+
+        def compile_sub(proto, name):
+            infos = [runtime.backends[b.id] for b in backends]
+            with warnings.catch_warnings():  # findings were reported for the whole model
+                warnings.simplefilter("ignore", ModelWarning)
+                return Network(runtime, load(proto, ops), infos, ops, targets)
+
+        def place_one(n, graph):
+            try:
+                return place(n, graph, backends, ops, use_overrides, bind)
+            except UnsupportedNodeError:
+                core = place_control_flow(n, model, compile_sub)
+                if core is None:
+                    raise
+                return Placement(None, core=core)
 
         def bind(op, node, target, backend):
             return op.bind(node, model.values, target, backend)
 
         def place_all(nodes, graph):
             try:
-                return {n.name: place(n, graph, backends, ops, use_overrides, bind) for n in nodes}
+                return {n.name: place_one(n, graph) for n in nodes}
             except UnsupportedNodeError as e:
                 installed = ", ".join(runtime.backends) or "none"
                 raise UnsupportedNodeError(f"{e} (installed backends: {installed})") from None
@@ -502,6 +521,10 @@ class Network:
             sg = subgraph_for(part, model, constants, wanted_after[i], i)
             if p.op is not None:
                 steps.append(_custom_step(p, sg))
+                continue
+            if p.core is not None:
+                steps.append(p.core.step(sg))
+                self.assignment.update(p.core.assignment)
                 continue
             b = p.backend
             try:
