@@ -122,6 +122,8 @@ def inline(node: Node, fn: onnx.FunctionProto, taken: set[str]) -> list[onnx.Nod
     attrs = {a.name: a for a in fn.attribute_proto}
     attrs.update({a.name: a for a in node.proto.attribute})
     prefix = node.name
+    origin = node.proto.doc_string if node.proto.doc_string.startswith(_ORIGIN) else \
+        f"{_ORIGIN}node {node.name!r} (op {node.op_type}, domain {node.domain or 'ai.onnx'})"
 
     def rename(name: str) -> str:
         got = names.get(name)
@@ -133,7 +135,22 @@ def inline(node: Node, fn: onnx.FunctionProto, taken: set[str]) -> list[onnx.Nod
             names[name] = got
         return got
 
-    return [_copy_node(n, k, rename, attrs, prefix, taken) for k, n in enumerate(fn.node)]
+    body = [_copy_node(n, k, rename, attrs, prefix, taken) for k, n in enumerate(fn.node)]
+    for n in body:
+        n.doc_string = origin
+    return body
+
+
+_ORIGIN = "nnplug: expanded from "
+
+
+def expansion_note(node: Node) -> str:
+    """For errors about an expanded node: which original node it is a piece of."""
+    doc = node.proto.doc_string if node.proto is not None else ""
+    if not doc.startswith(_ORIGIN):
+        return ""
+    return (f"; it is part of the function body of {doc[len(_ORIGIN):]}, which no backend runs "
+            f"whole either")
 
 
 def _copy_node(n: onnx.NodeProto, k: int, rename, attrs, prefix: str,
@@ -215,4 +232,4 @@ def _rebuilt(model: Model, bodies: dict[int, tuple[list[onnx.NodeProto], list]])
     return proto
 
 
-__all__ = ["expand_unclaimed", "function_of", "inline"]
+__all__ = ["expand_unclaimed", "expansion_note", "function_of", "inline"]

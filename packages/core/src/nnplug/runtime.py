@@ -16,7 +16,7 @@ from .customop import CustomOp, PythonCustomOp
 from .device import device_type_name
 from .errors import ModelError, ModelWarning, NnplugError, PluginError, UnsupportedNodeError
 from .executor import Step, check_feeds, plan_frees, run_steps
-from .expand import expand_unclaimed
+from .expand import expand_unclaimed, expansion_note
 from .loader import Model, load
 from .planner import (
     KNOWN_BACKEND_PACKAGES,
@@ -459,9 +459,12 @@ class Network:
         def place_one(n, graph):
             try:
                 return place(n, graph, backends, ops, use_overrides, bind)
-            except UnsupportedNodeError:
+            except UnsupportedNodeError as e:
                 core = place_control_flow(n, model, compile_sub)
                 if core is None:
+                    note = expansion_note(n)
+                    if note:
+                        raise UnsupportedNodeError(f"{e}{note}") from None
                     raise
                 return Placement(None, core=core)
 
