@@ -98,7 +98,9 @@ class NumpyBackend(Backend):
         return self._api
 
     def supports(self, node, graph):
-        return node.domain in ("", "ai.onnx") and node.op_type in self.ops
+        tensors_only = all(graph.value(x).kind not in ("sequence", "optional")
+                           for x in [*node.inputs, *node.outputs] if x)
+        return node.domain in ("", "ai.onnx") and node.op_type in self.ops and tensors_only
 
     def build(self, subgraph, target):
         self.builds.append((subgraph, target))

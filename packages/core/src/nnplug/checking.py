@@ -17,6 +17,8 @@ from .errors import ModelError, ModelWarning
 LENIENT = [
     (re.compile(r"Field 'shape' of 'type' is required but missing"),
      "a value's type has no shape (its rank is unknown); nnplug infers it"),
+    (re.compile(r"Field 'type' of 'value_info' is required but missing"),
+     "a value (e.g. a subgraph's output) has no type; nnplug infers it"),
     (re.compile(r"Unrecognized type value case \(value_info name: (?P<name>[^)]*)\)"),
      "value {name!r} has no type; nnplug infers it"),
 ]

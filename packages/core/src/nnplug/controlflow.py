@@ -22,8 +22,10 @@ from .executor import Step
 from .graph import Node, SubGraph, ValueInfo
 from .loader import Model
 from .tensor import HOST_API, Tensor
+from .values import TensorSequence, from_host
 
-CONTROL_FLOW = {"If": ("then_branch", "else_branch"), "Loop": ("body",), "Scan": ("body",)}
+CONTROL_FLOW = {"If": ("then_branch", "else_branch"), "Loop": ("body",), "Scan": ("body",),
+                "SequenceMap": ("body",)}
 
 
 def subgraphs(n: onnx.NodeProto):
@@ -99,7 +101,8 @@ class ControlFlowOp:
         consts = {x: Tensor.from_numpy(a) for x, a in sg.constants.items()}
         outer = {x: (consts[x] if x in consts else sg.inputs.index(x))
                  for x in node.inputs if x}
-        run_node = {"If": _run_if, "Loop": _run_loop, "Scan": _run_scan}[node.op_type]
+        run_node = {"If": _run_if, "Loop": _run_loop, "Scan": _run_scan,
+                    "SequenceMap": _run_sequence_map}[node.op_type]
         positions = [node.outputs.index(o) for o in sg.outputs]
 
         def run(ins: list[Tensor]) -> list[Tensor]:
@@ -141,8 +144,8 @@ class ControlFlowOp:
         """Types of a body's formal inputs, from the node's inputs (shapes left out where
         they may change between iterations)."""
         node = self.node
-        if node.op_type == "If":
-            return []
+        if node.op_type in ("If", "SequenceMap"):
+            return []  # If has no inputs; SequenceMap's body declares its element types
         ins = [self.values.get(x) if x else None for x in node.proto.input]
         if node.op_type == "Loop":
             carried = [_type(v, keep_shape=False) for v in ins[2:]]
@@ -211,7 +214,7 @@ def _scalar(t: Tensor, what: str, node: Node):
 
 def _run_if(node: Node, nets, args, env) -> list[Tensor]:
     branch = "then_branch" if _scalar(args[0], "the condition", node) else "else_branch"
-    return [Tensor.from_numpy(a) for a in _call(nets[branch], env)]
+    return [from_host(a) for a in _call(nets[branch], env)]
 
 
 def _run_loop(node: Node, nets, args, env) -> list[Tensor]:
@@ -233,7 +236,7 @@ def _run_loop(node: Node, nets, args, env) -> list[Tensor]:
         outs = _call(net, feeds)
         cond = bool(np.asarray(outs[0]).reshape(()).item()) if outs[0].size == 1 else \
             _bad_cond(node, outs[0])
-        carried = [Tensor.from_numpy(a) for a in outs[1:1 + n_carried]]
+        carried = [from_host(a) for a in outs[1:1 + n_carried]]
         scans.append(outs[1 + n_carried:])
         i += 1
     results = list(carried)
@@ -294,6 +297,25 @@ def _run_scan(node: Node, nets, args, env) -> list[Tensor]:
             stacked = _empty_scan(net.outputs[n_state + k])
         results.append(Tensor.from_numpy(stacked))
     return results
+
+
+def _run_sequence_map(node: Node, nets, args, env) -> list[Tensor]:
+    net = nets["body"]
+    names = [i.name for i in net.inputs]
+    if not isinstance(args[0], TensorSequence):
+        raise BackendError(f"{node.describe()}: input 0 must be a sequence")
+    n = len(args[0])
+    for k, a in enumerate(args[1:], 1):
+        if isinstance(a, TensorSequence) and len(a) != n:
+            raise BackendError(f"{node.describe()}: input {k} has {len(a)} tensors, input 0 {n}")
+    results: list[list] = [[] for _ in net.outputs]
+    for i in range(n):
+        feeds = dict(env)
+        for name, a in zip(names, args):
+            feeds[name] = a.items[i] if isinstance(a, TensorSequence) else a
+        for k, out in enumerate(_call(net, feeds)):
+            results[k].append(from_host(out))
+    return [TensorSequence(r, net.outputs[k].dtype) for k, r in enumerate(results)]
 
 
 def _axis(axis: int, ndim: int) -> int:

@@ -78,9 +78,13 @@ def _dims(type_proto: onnx.TypeProto):
     return dtype, tuple(shape)
 
 
+_KINDS = {"tensor_type": "tensor", "sequence_type": "sequence", "optional_type": "optional",
+          "map_type": "map", "sparse_tensor_type": "sparse", None: "unknown"}
+
+
 def value_info(vi: onnx.ValueInfoProto) -> ValueInfo:
     dtype, shape = _dims(vi.type)
-    return ValueInfo(vi.name, dtype, shape)
+    return ValueInfo(vi.name, dtype, shape, _KINDS.get(vi.type.WhichOneof("value"), "unknown"))
 
 
 def _infer(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -53,7 +53,9 @@ def constant_nodes(model: Model, custom_ops: dict[str, CustomOp]) -> list[Node]:
     out = []
     for n in model.nodes:
         if (n.op_type not in custom_ops and n.op_type not in _NONDETERMINISTIC
-                and n.domain in ("", "ai.onnx") and all(x == "" or x in known for x in n.inputs)):
+                and n.domain in ("", "ai.onnx") and all(x == "" or x in known for x in n.inputs)
+                and all(model.values.get(o) is None or model.values[o].kind == "tensor"
+                        for o in n.outputs if o)):  # sequences/optionals are not weights
             out.append(n)
             known.update(o for o in n.outputs if o)
     return out

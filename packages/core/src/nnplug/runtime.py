@@ -29,6 +29,7 @@ from .planner import (
 )
 from .plugins import BACKENDS, RESERVED_IDS, BackendInfo, LoadError, log, report
 from .registry import register_func, remove_func
+from .structural import place_structural
 from .target import Target, register_target_kind, remove_target_kind
 from .tensor import Tensor
 
@@ -460,7 +461,7 @@ class Network:
             try:
                 return place(n, graph, backends, ops, use_overrides, bind)
             except UnsupportedNodeError as e:
-                core = place_control_flow(n, model, compile_sub)
+                core = place_control_flow(n, model, compile_sub) or place_structural(n, graph)
                 if core is None:
                     note = expansion_note(n)
                     if note:
