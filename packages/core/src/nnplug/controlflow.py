@@ -79,7 +79,12 @@ class ControlFlowOp:
                  compile_sub: Callable[[onnx.ModelProto, str], object]):
         self.node = node
         self.values = values
-        self.model = model
+        # what sub-models take from the model (not the model itself: it holds the weights)
+        proto = model.proto
+        self.opsets = list(proto.opset_import) if proto is not None else [
+            helper.make_opsetid(d, v) for d, v in model.opsets.items()]
+        self.ir_version = proto.ir_version if proto is not None else onnx.IR_VERSION
+        self.functions = list(proto.functions) if proto is not None else []
         self.compile_sub = compile_sub
         self.assignment: dict[str, str] = {}
 
@@ -134,10 +139,8 @@ class ControlFlowOp:
                 graph.initializer.append(onnx.numpy_helper.from_array(np.asarray(constants[x]), x))
             else:
                 graph.input.append(_value_info(x, self.values.get(x)))
-        proto = self.model.proto
-        m = helper.make_model(graph, opset_imports=list(proto.opset_import),
-                              ir_version=proto.ir_version)
-        m.functions.extend(proto.functions)
+        m = helper.make_model(graph, opset_imports=self.opsets, ir_version=self.ir_version)
+        m.functions.extend(self.functions)
         return m
 
     def _formal_types(self, g: onnx.GraphProto) -> list[onnx.TypeProto | None]:

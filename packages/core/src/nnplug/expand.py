@@ -33,12 +33,14 @@ def expand_unclaimed(model: Model, claimed: Callable[[Node, SubGraph], bool],
     for _ in range(MAX_ROUNDS):
         graph = whole_graph(model, model.nodes, model.constants)
         bodies: dict[int, tuple[list[onnx.NodeProto], list]] = {}
-        taken = _all_names(model.proto.graph) if model.proto is not None else set()
+        taken = None  # every name in the model, found once something is to be expanded
         for i, n in enumerate(model.nodes):
             if n.op_type in custom_ops or n.proto is None or claimed(n, graph):
                 continue
             fn = function_of(n, model)
             if fn is not None:
+                if taken is None:
+                    taken = _all_names(model.proto.graph)
                 bodies[i] = (inline(n, fn, taken), list(fn.opset_import))
         if not bodies:
             return model
