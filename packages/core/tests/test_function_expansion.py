@@ -121,3 +121,25 @@ def test_expansion_leaves_the_model_unchanged():
         pass
     assert model.SerializeToString() == before
     onnx.checker.check_model(model)
+
+
+@pytest.mark.parametrize("opset", [17, 18])
+def test_a_newer_body_is_used_when_its_ops_mean_the_same_at_the_models_opset(opset):
+    # HardSigmoid-6 has a body only from opset 18 on; its ops (CastLike-15, Mul, Add, Min,
+    # Max, Constant) are defined the same at opset 17
+    model = _model([h.make_node("HardSigmoid", ["x"], ["y"], name="hs")],
+                   [h.make_tensor_value_info("x", T.FLOAT, [6])],
+                   [h.make_tensor_value_info("y", T.FLOAT, [6])], opset=opset)
+    x = _x(6) * 5
+    with make_runtime(NumpyBackend(ops=ALL)) as rt, rt.load(model) as net:
+        np.testing.assert_allclose(net.run({"x": x})["y"], _ort(model, {"x": x})[0], rtol=1e-6)
+
+
+def test_a_newer_body_with_ops_the_model_opset_lacks_is_not_used():
+    # at opset 13 there is no CastLike (opset 15): HardSigmoid stays whole and is declined
+    model = _model([h.make_node("HardSigmoid", ["x"], ["y"], name="hs")],
+                   [h.make_tensor_value_info("x", T.FLOAT, [6])],
+                   [h.make_tensor_value_info("y", T.FLOAT, [6])], opset=13)
+    with make_runtime(NumpyBackend(ops=ALL)) as rt:
+        with pytest.raises(nnplug.UnsupportedNodeError, match=r"node 'hs' \(op HardSigmoid"):
+            rt.load(model)

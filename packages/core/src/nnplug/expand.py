@@ -66,28 +66,63 @@ def function_of(node: Node, model: Model) -> onnx.FunctionProto | None:
         schema = onnx.defs.get_schema(node.op_type, node.opset, domain)
     except Exception:
         return None
-    fp = onnx.FunctionProto()
-    versions = [v for v in schema.function_opset_versions if v <= node.opset]
-    if versions:
-        fp.ParseFromString(schema.get_function_with_opset_version(max(versions)))
-        return _with_schema_defaults(fp, schema)
-    versions = [v for v in schema.context_dependent_function_opset_versions if v <= node.opset]
+    for version in _preferred(schema.function_opset_versions, node.opset):
+        fp = onnx.FunctionProto()
+        fp.ParseFromString(schema.get_function_with_opset_version(version))
+        if version <= node.opset or _means_the_same(fp, model.opsets):
+            return _with_schema_defaults(fp, schema)
+    versions = _preferred(schema.context_dependent_function_opset_versions, node.opset)
     if versions:
         known = [model.values.get(x) for x in node.inputs if x]
         if any(v is None or v.dtype is None for v in known):
             return None  # the builders need every input's type (and crash without it)
-        types = [_type_proto(model.values.get(x)) for x in node.inputs]
+        types = [_type_proto(model.values.get(x)).SerializeToString() for x in node.inputs]
+    for version in versions:
         try:
             data = schema.get_context_dependent_function_with_opset_version(
-                max(versions), node.proto.SerializeToString(),
-                [t.SerializeToString() for t in types])
+                version, node.proto.SerializeToString(), types)
         except Exception:
-            return None  # the body builder needs input types that are not known here
+            continue  # the body builder refuses these attributes or input types
         if not data:
-            return None
+            continue
+        fp = onnx.FunctionProto()
         fp.ParseFromString(data)
-        return _with_schema_defaults(fp, schema)
+        if version <= node.opset or _means_the_same(fp, model.opsets):
+            return _with_schema_defaults(fp, schema)
     return None
+
+
+def _preferred(versions, opset: int) -> list[int]:
+    """Body versions to try: the newest not newer than the model's opset first (ONNX defines
+    it for every opset up to the next body version), then newer ones, which are used only
+    when every op in them means the same at the model's opset."""
+    older = sorted((v for v in versions if v <= opset), reverse=True)
+    return older + sorted(v for v in versions if v > opset)
+
+
+def _means_the_same(fp: onnx.FunctionProto, opsets: dict[str, int]) -> bool:
+    """Whether every op of the body has the same definition at the model's opsets as at the
+    body's own (so the body can be inlined into the model as it is)."""
+    own = {o.domain or "": o.version for o in fp.opset_import}
+
+    def same(nodes) -> bool:
+        for n in nodes:
+            d = n.domain if n.domain != "ai.onnx" else ""
+            if d in own and d in opsets and own[d] != opsets[d]:
+                try:
+                    a = onnx.defs.get_schema(n.op_type, own[d], d).since_version
+                    b = onnx.defs.get_schema(n.op_type, opsets[d], d).since_version
+                except Exception:
+                    return False
+                if a != b:
+                    return False
+            for attr in n.attribute:
+                for g in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs):
+                    if not same(g.node):
+                        return False
+        return True
+
+    return same(fp.node)
 
 
 def _with_schema_defaults(fp: onnx.FunctionProto, schema) -> onnx.FunctionProto:
