@@ -500,10 +500,33 @@ def conformance(session: nox.Session, plugin: str) -> None:
                     f"--timeout={TEST_TIMEOUT_S}", *session.posargs)
 
 
+# ONNX's node suite, whole, per backend preference: (packages to install, preference order).
+NODESUITE = {
+    "cpu": (["backend-cpu"], "cpu"),
+    "opencl": (["backend-opencl", "backend-cpu"], "opencl,cpu"),
+}
+
+
+@nox.session(python=CI_PYTHON)
+@nox.parametrize("backend", list(NODESUITE))
+def nodesuite(session: nox.Session, backend: str) -> None:
+    """Every case of ONNX's node suite on nnplug and on onnxruntime in the same run; fails on
+    a wrong answer, an error or a crash (see nnplug/testing/node_suite.py).
+
+    Writes the table to .nox/nodesuite/<backend>.md (docs/conformance.md shows them)."""
+    folders, preference = NODESUITE[backend]
+    install_wheels(session, [PACKAGES[f] for f in folders], also=("onnxruntime",))
+    report = os.path.join(ROOT, ".nox", "nodesuite", f"{backend}.md")
+    os.makedirs(os.path.dirname(report), exist_ok=True)
+    with outside_the_repo(session):
+        session.run("python", "-m", "nnplug.testing.node_suite", "--backends", preference,
+                    f"--markdown={report}", *session.posargs)
+
+
 @nox.session(python=False)
 def ci(session: nox.Session) -> None:
     """What CI runs: lint, every package's tests on 3.11, wheels, isolation, conformance,
-    sanitize, docs.
+    the whole node suite per backend, sanitize, docs.
 
     Queues those sessions; the full Python matrix is ``nox`` (or ``nox -s tests wheels``)."""
     session.notify("lint")
@@ -514,6 +537,8 @@ def ci(session: nox.Session) -> None:
         session.notify(f"isolation(plugin={name!r})")
     for name in CONFORMANCE:
         session.notify(f"conformance(plugin={name!r})")
+    for name in NODESUITE:
+        session.notify(f"nodesuite(backend={name!r})")
     session.notify("sanitize")
     session.notify("docs")
 

@@ -16,6 +16,7 @@ from .errors import (
     CustomOpError,
     InputError,
     ModelError,
+    ModelWarning,
     NnplugError,
     PluginError,
     RegistryError,
@@ -40,7 +41,7 @@ def get_include() -> str:
 __all__ = [
     "AttrKind", "Backend", "BackendError", "BackendInfo", "BoundOp", "CPU", "CreationOptions",
     "CustomOp", "CustomOpError", "Device", "DeviceAPI", "HostDeviceAPI", "InputError",
-    "LoadError", "ModelError", "Module", "Network", "NnplugError", "Node", "PluginError",
+    "LoadError", "ModelError", "ModelWarning", "Module", "Network", "NnplugError", "Node", "PluginError",
     "RegistryError", "Runtime", "SubGraph", "Target", "TargetError", "Tensor",
     "UnsupportedNodeError", "ValueInfo", "__version__", "device", "from_dlpack", "get_func",
     "get_include", "get_node_attr", "list_funcs", "list_target_kinds", "register_device_type",

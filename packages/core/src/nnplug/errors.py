@@ -38,3 +38,8 @@ class RegistryError(NnplugError, KeyError):
 
     def __str__(self):  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
+
+
+class ModelWarning(UserWarning):
+    """The model breaks a rule of the strict ONNX checker that onnxruntime does not
+    enforce (e.g. a graph output without a shape); nnplug loads it anyway."""

@@ -100,6 +100,11 @@ def check_feeds(feeds, inputs: list[ValueInfo]) -> dict[str, Tensor]:
     out = {}
     for name, value in feeds.items():
         info = expected[name]
+        if info.kind != "tensor" and not isinstance(value, (Tensor, np.ndarray, np.generic)):
+            out[name] = _non_tensor(name, value, info)
+            continue
+        if info.kind == "sequence":
+            raise InputError(f"input {name!r} is a sequence: give a list of arrays")
         t = value if isinstance(value, Tensor) else _as_tensor(name, value)
         if info.dtype is not None and t.dtype != info.dtype:
             raise InputError(
@@ -128,6 +133,21 @@ def check_feeds(feeds, inputs: list[ValueInfo]) -> dict[str, Tensor]:
                     bound[want] = (got, name)
         out[name] = t
     return out
+
+
+def _non_tensor(name: str, value, info: ValueInfo):
+    """A sequence (list of arrays) or optional (None when empty) input."""
+    from .values import TensorSequence, from_host
+
+    if value is None and info.kind not in ("optional", "unknown"):
+        raise InputError(f"input {name!r} is a {info.kind}, not an optional: None is no value")
+    if isinstance(value, (list, tuple)):
+        if info.kind == "optional" or info.kind == "sequence" or info.kind == "unknown":
+            return TensorSequence([_as_tensor(f"{name}[{k}]", v) for k, v in enumerate(value)])
+    if isinstance(value, TensorSequence) or value is None:
+        return from_host(value)
+    raise InputError(f"input {name!r} is a {info.kind}; give a list of arrays (sequence) or "
+                     f"an array or None (optional), not {type(value).__name__}")
 
 
 def _as_tensor(name: str, value) -> Tensor:

@@ -33,15 +33,19 @@ class Placement:
     op: CustomOp | None = None
     target: str | None = None  # custom ops: "cpu" or "gpu"
     bound: object = None  # custom ops: the BoundOp that runs this node
+    core: object = None  # nodes the core runs itself (control flow): has .step(subgraph)
 
     @property
     def label(self) -> str:
+        if self.core is not None:
+            return self.core.label
         if self.op is not None:
             return f"op:{self.op.op_type}@{self.target}"
         return self.backend.id
 
     def same_partition(self, other: Placement) -> bool:
-        return self.op is None and other.op is None and self.backend is other.backend
+        return (self.op is None and other.op is None and self.core is None
+                and other.core is None and self.backend is other.backend)
 
 
 def constant_nodes(model: Model, custom_ops: dict[str, CustomOp]) -> list[Node]:
@@ -50,7 +54,9 @@ def constant_nodes(model: Model, custom_ops: dict[str, CustomOp]) -> list[Node]:
     out = []
     for n in model.nodes:
         if (n.op_type not in custom_ops and n.op_type not in _NONDETERMINISTIC
-                and n.domain in ("", "ai.onnx") and all(x == "" or x in known for x in n.inputs)):
+                and n.domain in ("", "ai.onnx") and all(x == "" or x in known for x in n.inputs)
+                and all(model.values.get(o) is None or model.values[o].kind == "tensor"
+                        for o in n.outputs if o)):  # sequences/optionals are not weights
             out.append(n)
             known.update(o for o in n.outputs if o)
     return out

@@ -5,18 +5,22 @@ from __future__ import annotations
 import inspect
 import os
 import threading
+import warnings
 import weakref
 from dataclasses import dataclass
 
 from . import discovery
 from .backend import Backend
+from .controlflow import attach_outer_inputs, place_control_flow
 from .customop import CustomOp, PythonCustomOp
 from .device import device_type_name
-from .errors import ModelError, NnplugError, PluginError, UnsupportedNodeError
+from .errors import ModelError, ModelWarning, NnplugError, PluginError, UnsupportedNodeError
 from .executor import Step, check_feeds, plan_frees, run_steps
+from .expand import expand_unclaimed, expansion_note
 from .loader import Model, load
 from .planner import (
     KNOWN_BACKEND_PACKAGES,
+    Placement,
     constant_nodes,
     partitions,
     place,
@@ -25,6 +29,7 @@ from .planner import (
 )
 from .plugins import BACKENDS, RESERVED_IDS, BackendInfo, LoadError, log, report
 from .registry import register_func, remove_func
+from .structural import place_structural
 from .target import Target, register_target_kind, remove_target_kind
 from .tensor import Tensor
 
@@ -462,13 +467,36 @@ class Network:
         if unknown:
             raise ModelError(f"targets given for backend(s) not in use: {', '.join(sorted(unknown))}")
 
+        # 0. Nodes no backend claims whose op is an ONNX function: replaced by the body.
+        model = expand_unclaimed(
+            model, lambda n, g: any(b.supports(n, g) for b in backends), ops)
+        attach_outer_inputs(model)  # control flow: what subgraphs read is a node input
+
+        def compile_sub(proto, name):
+            infos = [runtime.backends[b.id] for b in backends]
+            with warnings.catch_warnings():  # findings were reported for the whole model
+                warnings.simplefilter("ignore", ModelWarning)
+                return Network(runtime, load(proto, ops), infos, ops, targets)
+
+        def place_one(n, graph):
+            try:
+                return place(n, graph, backends, ops, use_overrides, bind,
+                             installed=list(runtime.backends))
+            except UnsupportedNodeError as e:
+                core = place_control_flow(n, model, compile_sub) or place_structural(n, graph)
+                if core is None:
+                    note = expansion_note(n)
+                    if note:
+                        raise UnsupportedNodeError(f"{e}{note}") from None
+                    raise
+                return Placement(None, core=core)
+
         def bind(op, node, target, backend):
             return op.bind(node, model.values, target, backend)
 
         def place_all(nodes, graph):
             try:
-                return {n.name: place(n, graph, backends, ops, use_overrides, bind,
-                                      installed=list(runtime.backends)) for n in nodes}
+                return {n.name: place_one(n, graph) for n in nodes}
             except UnsupportedNodeError as e:
                 installed = ", ".join(runtime.backends) or "none"
                 raise UnsupportedNodeError(f"{e} (installed backends: {installed})") from None
@@ -519,6 +547,10 @@ class Network:
             sg = subgraph_for(part, model, constants, wanted_after[i], i)
             if p.op is not None:
                 steps.append(_custom_step(p, sg))
+                continue
+            if p.core is not None:
+                steps.append(p.core.step(sg))
+                self.assignment.update(p.core.assignment)
                 continue
             b = p.backend
             try:

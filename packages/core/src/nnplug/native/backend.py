@@ -284,14 +284,31 @@ class NativeBackend(Backend):
         self.library.check(fn(int(num_threads)), f"set_num_threads({num_threads})")
 
     def supports(self, node: Node, graph: SubGraph) -> bool:
-        builder = DescBuilder(getattr(graph, "values", {}) or {},
-                              getattr(graph, "constants", {}) or {})
+        values = getattr(graph, "values", {}) or {}
+        if not self._can_plan_outputs(node, values, getattr(graph, "constants", {}) or {}):
+            return False  # claiming it would fail at build time: decline, so it falls back
+        builder = DescBuilder(values, getattr(graph, "constants", {}) or {})
         desc = abi.NodeDesc()
         builder.node(node, desc)
         out = C.c_int32(0)
         self.library.check(self.library.table.supports(C.byref(desc), C.byref(out)),
                            f"supports() for {node.describe()}")
         return bool(out.value)
+
+    def _can_plan_outputs(self, node: Node, values, constants) -> bool:
+        """What the plan needs of a node's outputs: a known dtype, and a shape known at load
+        time unless the library computes output shapes (``kernel_output_shapes``)."""
+        dynamic_ok = bool(self.library.table.kernel_output_shapes)
+        for o in node.outputs:
+            if not o or o in constants:
+                continue
+            info = values.get(o)
+            if info is None or info.dtype is None or info.kind != "tensor":
+                return False
+            if not dynamic_ok and (info.shape is None or not all(
+                    isinstance(d, int) and d >= 0 for d in info.shape)):
+                return False
+        return True
 
     def build(self, subgraph: SubGraph, target: Target) -> Module:
         from .plan import build_module
