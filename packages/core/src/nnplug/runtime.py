@@ -339,7 +339,12 @@ def _instantiate(obj) -> Backend:
 # backends. Two live backends may share an id (two Runtimes, two sources): the newest one
 # is visible, and when it goes the previous one is visible again.
 _published: dict[tuple[str, str], list[tuple[Backend, object]]] = {}
-_published_lock = threading.Lock()
+_published_lock = threading.RLock()
+# The garbage collector may release a Runtime or Network (and so withdraw a backend) inside
+# any allocation, also while this thread is publishing: a withdrawal made while the lock is
+# held by this thread is queued, and the holder applies it before letting go.
+_to_withdraw: list[Backend] = []
+_holding = threading.local()
 
 
 def _install(space: str, name: str, value) -> None:
@@ -351,22 +356,39 @@ def _install(space: str, name: str, value) -> None:
 
 def _publish(backend: Backend, space: str, name: str, value) -> None:
     with _published_lock:
-        _install(space, name, value)
-        _published.setdefault((space, name), []).append((backend, value))
+        _holding.depth = getattr(_holding, "depth", 0) + 1
+        try:
+            _published.setdefault((space, name), []).append((backend, value))
+            _install(space, name, value)
+        finally:
+            _holding.depth -= 1
+    _apply_withdrawals()
 
 
 def _withdraw(backend: Backend) -> None:
+    _to_withdraw.append(backend)
+    if not getattr(_holding, "depth", 0):
+        _apply_withdrawals()
+
+
+def _apply_withdrawals() -> None:
     with _published_lock:
-        for (space, name), stack in list(_published.items()):
-            kept = [(b, v) for b, v in stack if b is not backend]
-            if len(kept) == len(stack):
-                continue
-            if kept:
-                _published[(space, name)] = kept
-                _install(space, name, kept[-1][1])
-            else:
-                del _published[(space, name)]
-                (remove_target_kind if space == "kind" else remove_func)(name)
+        _holding.depth = getattr(_holding, "depth", 0) + 1
+        try:
+            while _to_withdraw:
+                backend = _to_withdraw.pop()
+                for (space, name), stack in list(_published.items()):
+                    kept = [(b, v) for b, v in stack if b is not backend]
+                    if len(kept) == len(stack):
+                        continue
+                    if kept:
+                        _published[(space, name)] = kept
+                        _install(space, name, kept[-1][1])
+                    else:
+                        del _published[(space, name)]
+                        (remove_target_kind if space == "kind" else remove_func)(name)
+        finally:
+            _holding.depth -= 1
 
 
 def _activate(backend: Backend) -> Backend:
