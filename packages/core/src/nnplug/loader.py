@@ -24,6 +24,7 @@ class Model:
     opsets: dict[str, int]
     name: str = "model"
     producers: dict[str, Node] = field(default_factory=dict)
+    ir_version: int = onnx.IR_VERSION
 
 
 def read_model(model) -> onnx.ModelProto:
@@ -135,7 +136,8 @@ def load(model, custom_ops: dict | None = None) -> Model:
     outputs = [values.get(o.name) or value_info(o) for o in g.output]
     producers = {o: n for n in nodes for o in n.outputs if o}
     return Model(nodes, inputs, outputs, constants, values, opsets,
-                 name=g.name or "model", producers=producers)
+                 name=g.name or "model", producers=producers,
+                 ir_version=proto.ir_version or onnx.IR_VERSION)
 
 
 def _make_nodes(model: onnx.ModelProto, opsets: dict[str, int]) -> list[Node]:

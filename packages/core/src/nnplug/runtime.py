@@ -27,6 +27,7 @@ from .plugins import BACKENDS, RESERVED_IDS, BackendInfo, LoadError, log, report
 from .registry import register_func, remove_func
 from .target import Target, register_target_kind, remove_target_kind
 from .tensor import Tensor
+from .validate import validate
 
 
 @dataclass
@@ -268,6 +269,7 @@ class Runtime:
         with self._lock:
             ops = dict(self._ops)
         m = load(model, ops)
+        validate(m, ops)  # before any backend sees a node
         return Network(self, m, chosen, ops, targets or {})
 
     def _choose_backends(self, names) -> list[BackendInfo]:
