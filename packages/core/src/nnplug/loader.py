@@ -186,6 +186,7 @@ def _custom_shape_inference(model, nodes, values, custom_ops) -> dict[str, Value
     """Run each custom op's shape_infer in order, feed the result back to ONNX inference
     so the standard nodes after it get shapes too."""
     from .errors import CustomOpError
+    from .shapecheck import mismatch
 
     model = onnx.ModelProto.FromString(model.SerializeToString())
     for node in nodes:
@@ -209,6 +210,12 @@ def _custom_shape_inference(model, nodes, values, custom_ops) -> dict[str, Value
                 f"{len(node.outputs)} shape(s) and dtype(s)"
             )
         for name, shape, dtype in zip(node.outputs, shapes, dtypes):
+            why = name and mismatch(shape, dtype, values.get(name))
+            if why:
+                raise CustomOpError(
+                    f"custom op {node.op_type!r} ({custom_ops[node.op_type].source}) "
+                    f"shape_infer() on node {node.name!r} gave output {name!r} {why}; fix "
+                    f"the op's shape_infer (or the shape the model declares)")
             elem = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
             vi = onnx.helper.make_tensor_value_info(name, elem, list(shape))
             model.graph.value_info.append(vi)

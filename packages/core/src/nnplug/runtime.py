@@ -579,9 +579,12 @@ def _custom_step(p, sg) -> Step:
     consts = {name: Tensor.from_numpy(a).to(bound.device, bound.api)
               for name, a in sg.constants.items()}
     slots = [(consts[x] if x in consts else sg.inputs.index(x)) for x in node.inputs if x]
+    # the op returns every output of the node; the step hands on those needed later
+    picks = [node.outputs.index(o) for o in sg.outputs]
 
     def run(ins):
-        return bound.run([ins[s] if isinstance(s, int) else s for s in slots])
+        outs = bound.run([ins[s] if isinstance(s, int) else s for s in slots])
+        return [outs[i] for i in picks] if len(outs) == len(node.outputs) else outs
 
     return Step(p.label, [node.name], sg.inputs, sg.outputs, bound.device, bound.api, run,
                 bound.close)
