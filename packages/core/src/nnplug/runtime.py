@@ -534,7 +534,8 @@ class Network:
                 ) from e
             api = b.device_api()
             steps.append(Step(b.id, [n.name for n in part], sg.inputs, sg.outputs,
-                              target_of[b.id].device, api, module["run"], module.close))
+                              target_of[b.id].device, api, module["run"], module.close,
+                              values=sg.values))
         return steps
 
     def run(self, feeds: dict, output_names: list[str] | None = None) -> dict:
@@ -587,7 +588,7 @@ def _custom_step(p, sg) -> Step:
         return [outs[i] for i in picks] if len(outs) == len(node.outputs) else outs
 
     return Step(p.label, [node.name], sg.inputs, sg.outputs, bound.device, bound.api, run,
-                bound.close)
+                bound.close, values=sg.values)
 
 
 def _close_network(steps: list[Step], lease_keys: list) -> None:

@@ -69,6 +69,10 @@ def known_opsets() -> dict[str, int]:
         d = s.domain or ""
         newest[d] = max(newest.get(d, 1), s.since_version)
     newest[""] = max(newest.get("", 1), defs.onnx_opset_version())
+    # the release table also lists domain versions no op has a since_version of
+    _release, _ir, onnx_v, ml_v, training_v = onnx.helper.VERSION_TABLE[-1][:5]
+    for domain, v in (("", onnx_v), ("ai.onnx.ml", ml_v), ("ai.onnx.training", training_v)):
+        newest[domain] = max(newest.get(domain, 1), v)
     return newest
 
 
