@@ -523,6 +523,27 @@ def nodesuite(session: nox.Session, backend: str) -> None:
                     f"--markdown={report}", *session.posargs)
 
 
+@nox.session(python=CI_PYTHON)
+def differential(session: nox.Session) -> None:
+    """Proof: every zoo model (shipped and random weights), the repository's .onnx files and
+    ONNX's node suite against onnxruntime, under OPENBLAS_CORETYPE unset/Haswell/Zen/SkylakeX
+    and 1 and 2 backend threads (tools/differential.py; arguments go to it). Not in ``ci``:
+    it takes far longer than CI's budget allows."""
+    install_wheels(session, [PACKAGES[p] for p in PLUGINS], extras={CORE: "test"})
+    with outside_the_repo(session):
+        session.run("python", os.path.join(ROOT, "tools", "differential.py"), *session.posargs)
+
+
+@nox.session(python=CI_PYTHON)
+def fuzz(session: nox.Session) -> None:
+    """Proof: a few hundred seeded mutations of zoo models and node cases, each in a child
+    process; a signal, a hang or a non-nnplug exception fails it (tools/fuzz.py; arguments
+    go to it, e.g. ``-- --seed 7 --count 1000``). Bounded in time (240 s by default)."""
+    install_wheels(session, [PACKAGES[p] for p in PLUGINS], extras={CORE: "test"})
+    with outside_the_repo(session):
+        session.run("python", os.path.join(ROOT, "tools", "fuzz.py"), *session.posargs)
+
+
 @nox.session(python=False)
 def ci(session: nox.Session) -> None:
     """What CI runs: lint, every package's tests on 3.11, wheels, isolation, conformance,

@@ -22,6 +22,7 @@ from .errors import (
     RegistryError,
     TargetError,
     UnsupportedNodeError,
+    ValidationError,
 )
 from .graph import Node, SubGraph, ValueInfo
 from .plugins import BackendInfo, LoadError
@@ -43,7 +44,8 @@ __all__ = [
     "CustomOp", "CustomOpError", "Device", "DeviceAPI", "HostDeviceAPI", "InputError",
     "LoadError", "ModelError", "ModelWarning", "Module", "Network", "NnplugError", "Node", "PluginError",
     "RegistryError", "Runtime", "SubGraph", "Target", "TargetError", "Tensor",
-    "UnsupportedNodeError", "ValueInfo", "__version__", "device", "from_dlpack", "get_func",
+    "UnsupportedNodeError", "ValidationError", "ValueInfo", "__version__", "device",
+    "from_dlpack", "get_func",
     "get_include", "get_node_attr", "list_funcs", "list_target_kinds", "register_device_type",
     "register_func", "register_target_kind", "remove_func",
 ]

@@ -29,6 +29,7 @@ from .device import CPU, Device
 from .device_api import DeviceAPI
 from .errors import CustomOpError, PluginError
 from .graph import Node, ValueInfo
+from .shapecheck import bind_symbols, mismatch
 from .tensor import HOST_API, Tensor, as_contiguous
 
 
@@ -99,15 +100,28 @@ class PythonCustomOp(CustomOp):
         return list(shapes), list(dtypes)
 
     def bind(self, node, values, target, backend):
-        return _PythonBound(self, node)
+        return _PythonBound(self, node, values)
 
 
 class _PythonBound(BoundOp):
-    def __init__(self, op: PythonCustomOp, node: Node):
+    def __init__(self, op: PythonCustomOp, node: Node, values: dict[str, ValueInfo]):
         self.op, self.node = op, node
+        self.declared_inputs = [values.get(x) for x in node.inputs if x]
+        self.declared_outputs = [values.get(o) if o else None for o in node.outputs]
 
     def run(self, inputs):
-        outs = run_python_op(self.op, self.node, [t.numpy() for t in inputs])
+        arrays = [t.numpy() for t in inputs]
+        outs = run_python_op(self.op, self.node, arrays)
+        symbols: dict[str, int] = {}
+        for declared, a in zip(self.declared_inputs, arrays):
+            bind_symbols(declared, a.shape, symbols)
+        for name, declared, o in zip(self.node.outputs, self.declared_outputs, outs):
+            why = name and mismatch(o.shape, o.dtype, declared, symbols)
+            if why:
+                raise CustomOpError(
+                    f"custom op {self.op.op_type!r} ({self.op.source}) compute() on node "
+                    f"{self.node.name!r} returned output {name!r} with {why}; it must return "
+                    f"what its shape_infer() and the model say")
         return [Tensor.from_numpy(o) for o in outs]
 
 

@@ -9,6 +9,19 @@ class ModelError(NnplugError):
     """The model file or graph is malformed or cannot be checked."""
 
 
+class ValidationError(ModelError):
+    """A node breaks its ONNX schema, ONNX shape inference or a rule of the core's validation
+    (``nnplug.validate``). ``node``, ``op_type`` and ``field`` (attribute, input or opset
+    import) name what is wrong; the message says how to fix it."""
+
+    def __init__(self, message: str, *, node: str | None = None, op_type: str | None = None,
+                 field: str | None = None):
+        super().__init__(message)
+        self.node = node
+        self.op_type = op_type
+        self.field = field
+
+
 class UnsupportedNodeError(NnplugError):
     """No backend (or custom op) in the preference list can run a node."""
 

@@ -16,6 +16,7 @@ from .device import CPU, Device
 from .device_api import DeviceAPI
 from .errors import BackendError, InputError, NnplugError
 from .graph import ValueInfo
+from .shapecheck import bind_symbols, mismatch
 from .tensor import Tensor
 
 
@@ -32,6 +33,9 @@ class Step:
     close: Callable[[], None] | None = None
     frees: list[str] = field(default_factory=list)
     """Values whose last use is this step: dropped after it runs."""
+    values: dict[str, ValueInfo] = field(default_factory=dict)
+    """Declared or inferred types and shapes of its inputs and outputs: what it returns is
+    checked against them."""
 
 
 def plan_frees(steps: list[Step], keep: set[str]) -> None:
@@ -73,6 +77,8 @@ def run_steps(steps: list[Step], env: dict[str, Tensor]) -> dict[str, Tensor]:
                 f"{s.label} returned {len(outs)} output(s) for node(s) {', '.join(s.nodes[:3])}, "
                 f"expected {len(s.outputs)}"
             )
+        if s.values:
+            _check_outputs(s, ins, outs)
         for name, t in zip(s.outputs, outs):
             env[name] = t
         for name in s.frees:
@@ -80,6 +86,21 @@ def run_steps(steps: list[Step], env: dict[str, Tensor]) -> dict[str, Tensor]:
             for key in [k for k in copies if k[0] == name]:
                 del copies[key]
     return env
+
+
+def _check_outputs(s: Step, ins: list[Tensor], outs: list[Tensor]) -> None:
+    """A plugin's outputs must have the shapes and dtypes the model says (symbolic dims as
+    bound by this step's inputs)."""
+    symbols: dict[str, int] = {}
+    for name, t in zip(s.inputs, ins):
+        bind_symbols(s.values.get(name), t.shape, symbols)
+    for name, t in zip(s.outputs, outs):
+        why = mismatch(t.shape, t.dtype, s.values.get(name), symbols)
+        if why:
+            raise BackendError(
+                f"{s.label} returned output {name!r} of node(s) {', '.join(s.nodes[:3])}"
+                f"{' ...' if len(s.nodes) > 3 else ''} with {why}; the plugin computes "
+                f"another shape than the model's (report it to the plugin's authors)")
 
 
 def check_feeds(feeds, inputs: list[ValueInfo]) -> dict[str, Tensor]:

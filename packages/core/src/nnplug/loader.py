@@ -30,6 +30,7 @@ class Model:
     """The model as read (before shape inference): later stages rebuild from it."""
     warnings: list[str] = field(default_factory=list)
     """What the checker found that onnxruntime accepts too (see nnplug.checking)."""
+    ir_version: int = onnx.IR_VERSION
 
 
 def read_model(model) -> onnx.ModelProto:
@@ -139,7 +140,7 @@ def load(model, custom_ops: dict | None = None) -> Model:
     producers = {o: n for n in nodes for o in n.outputs if o}
     return Model(nodes, inputs, outputs, constants, values, opsets,
                  name=g.name or "model", producers=producers, proto=proto,
-                 warnings=warned)
+                 warnings=warned, ir_version=proto.ir_version or onnx.IR_VERSION)
 
 
 def _make_nodes(model: onnx.ModelProto, opsets: dict[str, int]) -> list[Node]:
@@ -188,6 +189,7 @@ def _custom_shape_inference(model, nodes, values, custom_ops) -> dict[str, Value
     """Run each custom op's shape_infer in order, feed the result back to ONNX inference
     so the standard nodes after it get shapes too."""
     from .errors import CustomOpError
+    from .shapecheck import mismatch
 
     model = onnx.ModelProto.FromString(model.SerializeToString())
     for node in nodes:
@@ -211,6 +213,12 @@ def _custom_shape_inference(model, nodes, values, custom_ops) -> dict[str, Value
                 f"{len(node.outputs)} shape(s) and dtype(s)"
             )
         for name, shape, dtype in zip(node.outputs, shapes, dtypes):
+            why = name and mismatch(shape, dtype, values.get(name))
+            if why:
+                raise CustomOpError(
+                    f"custom op {node.op_type!r} ({custom_ops[node.op_type].source}) "
+                    f"shape_infer() on node {node.name!r} gave output {name!r} {why}; fix "
+                    f"the op's shape_infer (or the shape the model declares)")
             elem = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
             vi = onnx.helper.make_tensor_value_info(name, elem, list(shape))
             model.graph.value_info.append(vi)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from .errors import RegistryError
 
 _funcs: dict[str, Callable] = {}
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entered when the collector releases a backend
 
 
 def register_func(name: str, func: Callable | None = None, *, override: bool = False):

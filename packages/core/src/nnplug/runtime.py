@@ -32,6 +32,7 @@ from .registry import register_func, remove_func
 from .structural import place_structural
 from .target import Target, register_target_kind, remove_target_kind
 from .tensor import Tensor
+from .validate import validate
 
 
 @dataclass
@@ -285,6 +286,7 @@ class Runtime:
         with self._lock:
             ops = dict(self._ops)
         m = load(model, ops)
+        validate(m, ops)  # before any backend sees a node
         return Network(self, m, chosen, ops, targets or {})
 
     def _choose_backends(self, names) -> list[BackendInfo]:
@@ -365,7 +367,12 @@ def _instantiate(obj) -> Backend:
 # backends. Two live backends may share an id (two Runtimes, two sources): the newest one
 # is visible, and when it goes the previous one is visible again.
 _published: dict[tuple[str, str], list[tuple[Backend, object]]] = {}
-_published_lock = threading.Lock()
+_published_lock = threading.RLock()
+# The garbage collector may release a Runtime or Network (and so withdraw a backend) inside
+# any allocation, also while this thread is publishing: a withdrawal made while the lock is
+# held by this thread is queued, and the holder applies it before letting go.
+_to_withdraw: list[Backend] = []
+_holding = threading.local()
 
 
 def _install(space: str, name: str, value) -> None:
@@ -377,22 +384,39 @@ def _install(space: str, name: str, value) -> None:
 
 def _publish(backend: Backend, space: str, name: str, value) -> None:
     with _published_lock:
-        _install(space, name, value)
-        _published.setdefault((space, name), []).append((backend, value))
+        _holding.depth = getattr(_holding, "depth", 0) + 1
+        try:
+            _published.setdefault((space, name), []).append((backend, value))
+            _install(space, name, value)
+        finally:
+            _holding.depth -= 1
+    _apply_withdrawals()
 
 
 def _withdraw(backend: Backend) -> None:
+    _to_withdraw.append(backend)
+    if not getattr(_holding, "depth", 0):
+        _apply_withdrawals()
+
+
+def _apply_withdrawals() -> None:
     with _published_lock:
-        for (space, name), stack in list(_published.items()):
-            kept = [(b, v) for b, v in stack if b is not backend]
-            if len(kept) == len(stack):
-                continue
-            if kept:
-                _published[(space, name)] = kept
-                _install(space, name, kept[-1][1])
-            else:
-                del _published[(space, name)]
-                (remove_target_kind if space == "kind" else remove_func)(name)
+        _holding.depth = getattr(_holding, "depth", 0) + 1
+        try:
+            while _to_withdraw:
+                backend = _to_withdraw.pop()
+                for (space, name), stack in list(_published.items()):
+                    kept = [(b, v) for b, v in stack if b is not backend]
+                    if len(kept) == len(stack):
+                        continue
+                    if kept:
+                        _published[(space, name)] = kept
+                        _install(space, name, kept[-1][1])
+                    else:
+                        del _published[(space, name)]
+                        (remove_target_kind if space == "kind" else remove_func)(name)
+        finally:
+            _holding.depth -= 1
 
 
 def _activate(backend: Backend) -> Backend:
@@ -564,7 +588,8 @@ class Network:
                 ) from e
             api = b.device_api()
             steps.append(Step(b.id, [n.name for n in part], sg.inputs, sg.outputs,
-                              target_of[b.id].device, api, module["run"], module.close))
+                              target_of[b.id].device, api, module["run"], module.close,
+                              values=sg.values))
         return steps
 
     def run(self, feeds: dict, output_names: list[str] | None = None) -> dict:
@@ -609,12 +634,15 @@ def _custom_step(p, sg) -> Step:
     consts = {name: Tensor.from_numpy(a).to(bound.device, bound.api)
               for name, a in sg.constants.items()}
     slots = [(consts[x] if x in consts else sg.inputs.index(x)) for x in node.inputs if x]
+    # the op returns every output of the node; the step hands on those needed later
+    picks = [node.outputs.index(o) for o in sg.outputs]
 
     def run(ins):
-        return bound.run([ins[s] if isinstance(s, int) else s for s in slots])
+        outs = bound.run([ins[s] if isinstance(s, int) else s for s in slots])
+        return [outs[i] for i in picks] if len(outs) == len(node.outputs) else outs
 
     return Step(p.label, [node.name], sg.inputs, sg.outputs, bound.device, bound.api, run,
-                bound.close)
+                bound.close, values=sg.values)
 
 
 def _close_network(steps: list[Step], lease_keys: list) -> None:

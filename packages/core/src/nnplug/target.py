@@ -36,7 +36,7 @@ class TargetKind:
 
 
 _kinds: dict[str, TargetKind] = {}
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entered when the collector releases a backend
 
 
 def register_target_kind(name: str, device_type: int | str,

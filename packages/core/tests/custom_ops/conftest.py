@@ -18,6 +18,7 @@ VARIANTS = {
     "bad_native": ["-DBAD_NATIVE"],
     "bad_no_compute": ["-DBAD_NO_COMPUTE"],
     "no_entry": ["-DNO_ENTRY"],
+    "bad_shape": ["-DBAD_SHAPE"],
 }
 
 

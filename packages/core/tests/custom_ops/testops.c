@@ -5,7 +5,8 @@
  *   cstFail  (CPU): y = x, but compute fails with a message when x[0] < 0.
  *   Relu     (CPU, override): y = max(x, 0) for rank-2 inputs; init declines others (NNP_OP_SKIP).
  *
- * -DBAD_MAJOR / -DBAD_MINOR / -DBAD_NATIVE / -DBAD_NO_COMPUTE / -DNO_ENTRY build broken variants.
+ * -DBAD_MAJOR / -DBAD_MINOR / -DBAD_NATIVE / -DBAD_NO_COMPUTE / -DNO_ENTRY build broken variants;
+ * -DBAD_SHAPE one whose shape_infer reports one row too many.
  * -DHOSTILE_OP_TYPE: one op whose op_type is the hostile string of kind $TB_HOSTILE_KIND
  * (../native/csrc/hostile_string.h); with $TB_HOSTILE_CL_SIZE, a GPU op whose source text
  * has that cl_source_size but only 8 readable bytes.
@@ -49,6 +50,10 @@ static int32_t same_shape(nnp_op_context* ctx, const nnp_op_tensor* in, uint32_t
   out[0].attr.n_dims = in[0].attr.n_dims;
   memcpy(out[0].attr.dims, in[0].attr.dims, sizeof in[0].attr.dims);
   out[0].attr.dtype = in[0].attr.dtype;
+#ifdef BAD_SHAPE
+  /* a broken shape function: one more row than the input has */
+  if (out[0].attr.n_dims > 0 && out[0].attr.dims[0] >= 0) out[0].attr.dims[0] += 1;
+#endif
   return 0;
 }
 

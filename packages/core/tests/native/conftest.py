@@ -22,6 +22,8 @@ VARIANTS = {
     "bad_id": ("testbackend.c", ['-DTB_ID="Bad Id"']),
     "init_fail": ("testbackend.c", ["-DTB_INIT_FAIL=1", '-DTB_ID="testinitfail"']),
     "short_table": ("testbackend.c", ["-DTB_STRUCT_SIZE=64", '-DTB_ID="testshort"']),
+    "bad_shapes": ("testbackend.c", ["-DTB_HOST_VISIBLE=1", "-DTB_BAD_OUTPUT_SHAPES=1",
+                                     '-DTB_ID="testbadshapes"']),
     "no_entry": ("no_entry.c", []),
     "mangled": ("mangled.cpp", []),
 }

@@ -30,6 +30,7 @@ from ..device import CPU, Device
 from ..device_api import workspace_data
 from ..errors import CustomOpError, PluginError
 from ..plugins import LoadError, report
+from ..shapecheck import bind_symbols, mismatch
 from ..tensor import HOST_API, Tensor
 from . import abi, strings
 from .descs import DescBuilder
@@ -781,6 +782,8 @@ class NativeBound(BoundOp):
         self.api = state.api
         self.node = state.node
         self.in_shapes = [_static(values.get(x)) for x in self.node.inputs if x]
+        self.declared_inputs = [values.get(x) for x in self.node.inputs if x]
+        self.declared_outputs = [values.get(o) if o else None for o in self.node.outputs]
         self.out_static = []
         for name in self.node.outputs:
             v = values.get(name)
@@ -813,6 +816,16 @@ class NativeBound(BoundOp):
                     f"custom op {self.state.op.op_type!r}: the shape of output {name!r} of node "
                     f"{self.node.name!r} is not known for inputs {shapes}")
             specs.append((tuple(s), np.dtype(d)))
+        symbols: dict[str, int] = {}
+        for declared, shape in zip(self.declared_inputs, shapes):
+            bind_symbols(declared, shape, symbols)
+        for name, declared, (shape, dtype) in zip(self.node.outputs, self.declared_outputs, specs):
+            why = name and mismatch(shape, dtype, declared, symbols)
+            if why:
+                raise CustomOpError(
+                    f"custom op {self.state.op.op_type!r} ({self.state.op.source}) shape_infer() "
+                    f"on node {self.node.name!r} gave output {name!r} {why}; fix the op's "
+                    f"shape_infer")
         return specs
 
     def run(self, inputs: list[Tensor]) -> list[Tensor]:

@@ -19,6 +19,7 @@ from ..device import CPU, Device
 from ..device_api import workspace_data
 from ..errors import BackendError, InputError
 from ..graph import SubGraph
+from ..shapecheck import bind_symbols, mismatch
 from ..tensor import Tensor, as_contiguous
 from . import abi
 from .backend import NativeBuffer, cdev
@@ -504,6 +505,7 @@ class DynamicRunner(_Runner):
         if self.state.closed:
             raise BackendError(f"backend {self.lib.id!r}: the module was closed")
         env = {}  # name -> (address, shape, dtype, keep-alive)
+        symbols: dict[str, int] = {}  # symbolic dims' sizes in this run
         for name, t in zip(self.inputs, inputs):
             info = self.spec.values.get(name)
             want = None if info is None or info.shape is None else info.shape
@@ -512,6 +514,7 @@ class DynamicRunner(_Runner):
                     isinstance(w, int) and w != d for w, d in zip(want, shape))):
                 raise InputError(f"input {name!r} has shape {shape}, the model needs {tuple(want)}")
             _check_input(name, shape, t.dtype, None, self.spec.dtype(name))
+            bind_symbols(info, shape, symbols)
             if self.host:
                 arr = as_contiguous(_array_of(t, name))
                 env[name] = (arr.ctypes.data, arr.shape, arr.dtype, arr)
@@ -519,7 +522,7 @@ class DynamicRunner(_Runner):
                 ptr, obj = self._device_input(t, name)
                 env[name] = (ptr, shape, np.dtype(t.dtype), obj)
         for s, k in enumerate(self.state.kernels):
-            self._run_kernel(s, k, env)
+            self._run_kernel(s, k, env, symbols)
         if not self.host:
             self._sync()
         result = []
@@ -536,7 +539,7 @@ class DynamicRunner(_Runner):
                 result.append(self._const_output(n))
         return result
 
-    def _run_kernel(self, s, k, env):
+    def _run_kernel(self, s, k, env, symbols):
         keep = []
         n_in, n_out = len(k.inputs), len(k.outputs)
         tin = (abi.Tensor * max(n_in, 1))()
@@ -566,6 +569,13 @@ class DynamicRunner(_Runner):
                         f"output {o} rank {nd} dims {row}; ranks are 0..{abi.MAX_NDIM}, dims >= 0"
                     )
                 shapes.append(tuple(row))
+            for o, v in enumerate(k.outputs):
+                why = v and mismatch(shapes[o], None, self.spec.values.get(v), symbols)
+                if why:
+                    raise BackendError(
+                        f"backend {self.lib.id!r}: kernel_output_shapes of {k.label} gave "
+                        f"output {v!r} {why}; the backend's shape function is wrong (report it "
+                        f"to the backend's authors)")
         else:
             shapes = [self.spec.shape(o) if o else () for o in k.outputs]
         tout = (abi.Tensor * max(n_out, 1))()

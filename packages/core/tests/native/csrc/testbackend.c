@@ -10,7 +10,8 @@
  *   handles (a checked header in front of malloc'ed bytes), so every byte the host moves goes
  *   through copy_data_from_to; it has streams and workspaces.
  * - TB_HOST_VISIBLE=1: a CPU backend (device type 1, host pointers, no streams).
- * Other macros build the broken variants the loader tests need (see test_loader.py).
+ * Other macros build the broken variants the loader tests need (see test_loader.py), and
+ * TB_BAD_OUTPUT_SHAPES=1 one whose kernel_output_shapes reports twice the real dims.
  * TB_HOSTILE=1 builds the hostile backend of test_hostile_plugins.py, steered at load time by
  * the environment (one build serves every case):
  * - TB_HOSTILE_FIELD=id|version|device_type_name and TB_HOSTILE_KIND=1|2|3: that string has no
@@ -46,6 +47,9 @@
 #endif
 #ifndef TB_OWN_CONSTANTS
 #define TB_OWN_CONSTANTS 0
+#endif
+#ifndef TB_BAD_OUTPUT_SHAPES
+#define TB_BAD_OUTPUT_SHAPES 0
 #endif
 #ifndef TB_STRUCT_SIZE
 #define TB_STRUCT_SIZE sizeof(nnp_backend_v1)
@@ -474,7 +478,12 @@ static nnp_status tb_output_shapes(const nnp_kernel* kernel, const nnp_tensor* i
   const tb_kernel* k = (const tb_kernel*)kernel;
   if (!k || !inputs || !out_ndims || !out_shapes || num_inputs != k->num_inputs || num_outputs != 1)
     return fail(NNP_STATUS_INVALID_ARGUMENT, "kernel_output_shapes: bad arguments");
-  return output_shape(k, inputs, &out_ndims[0], out_shapes);
+  nnp_status rc = output_shape(k, inputs, &out_ndims[0], out_shapes);
+#if TB_BAD_OUTPUT_SHAPES
+  /* a broken shape function: reports twice the real dims */
+  for (int32_t i = 0; rc == NNP_OK && i < out_ndims[0]; ++i) out_shapes[i] *= 2;
+#endif
+  return rc;
 }
 
 static nnp_status tb_workspace_size(const nnp_kernel* kernel, const nnp_tensor* inputs, int32_t num_inputs,
