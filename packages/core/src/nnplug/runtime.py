@@ -12,7 +12,15 @@ from . import discovery
 from .backend import Backend
 from .customop import CustomOp, PythonCustomOp
 from .device import device_type_name
-from .errors import ModelError, NnplugError, PluginError, UnsupportedNodeError
+from .errors import (
+    ArgumentTypeError,
+    InputError,
+    InvalidArgumentError,
+    ModelError,
+    NnplugError,
+    PluginError,
+    UnsupportedNodeError,
+)
 from .executor import Step, check_feeds, plan_frees, run_steps
 from .loader import Model, load
 from .planner import (
@@ -27,6 +35,9 @@ from .plugins import BACKENDS, RESERVED_IDS, BackendInfo, LoadError, log, report
 from .registry import register_func, remove_func
 from .target import Target, register_target_kind, remove_target_kind
 from .tensor import Tensor
+
+OPTIMIZATION_LEVELS = ("disable", "basic", "all")
+"""Graph optimisation levels of ``Runtime.load`` (see there)."""
 
 
 @dataclass
@@ -161,7 +172,7 @@ class Runtime:
                     obj = obj()  # a factory: of a Backend, or of a native library path
                 if not (isinstance(obj, (Backend, str, os.PathLike))
                         or (inspect.isclass(obj) and issubclass(obj, Backend))):
-                    raise TypeError(
+                    raise ArgumentTypeError(
                         f"entry point gave {type(obj).__name__}, expected a nnplug.Backend "
                         f"(class, instance or factory) or the path of a native backend library"
                     )
@@ -241,7 +252,7 @@ class Runtime:
             finally:
                 self._op_source = None
         else:
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"entry point gave {type(obj).__name__}; expected a custom op class/instance or "
                 f"a function taking the Runtime"
             )
@@ -256,19 +267,25 @@ class Runtime:
 
     # -- loading networks -----------------------------------------------------------------
     def load(self, model, backends: list[str] | None = None,
-             targets: dict[str, str | dict | Target] | None = None) -> Network:
+             targets: dict[str, str | dict | Target] | None = None, *,
+             optimization: str = "all") -> Network:
         """Load, check, assign and compile ``model`` (path, bytes or onnx.ModelProto).
 
         ``backends``: preference order (default: the creation options' order, else all
         registered backends). ``targets``: backend id -> Target (or JSON/dict) to compile for.
+        ``optimization``: ``"all"`` (fold constant subgraphs, let backends fuse nodes),
+        ``"basic"`` (fold only: every node is its own kernel) or ``"disable"`` (neither).
         """
+        if optimization not in OPTIMIZATION_LEVELS:
+            raise InvalidArgumentError(
+                f"optimization {optimization!r} is not one of {', '.join(OPTIMIZATION_LEVELS)}")
         if self._closed:
             raise NnplugError("this Runtime is closed")
         chosen = self._choose_backends(backends)
         with self._lock:
             ops = dict(self._ops)
         m = load(model, ops)
-        return Network(self, m, chosen, ops, targets or {})
+        return Network(self, m, chosen, ops, targets or {}, optimization=optimization)
 
     def _choose_backends(self, names) -> list[BackendInfo]:
         with self._lock:
@@ -331,7 +348,7 @@ def _instantiate(obj) -> Backend:
     elif callable(obj) and not isinstance(obj, Backend):
         obj = obj()
     if not isinstance(obj, Backend):
-        raise TypeError(f"expected a nnplug.Backend, got {type(obj).__name__}")
+        raise ArgumentTypeError(f"expected a nnplug.Backend, got {type(obj).__name__}")
     return obj
 
 
@@ -372,7 +389,7 @@ def _withdraw(backend: Backend) -> None:
 def _activate(backend: Backend) -> Backend:
     """First use of a backend in this process: publish its target kind and functions."""
     if not isinstance(backend, Backend):
-        raise TypeError(f"expected a nnplug.Backend, got {type(backend).__name__}")
+        raise ArgumentTypeError(f"expected a nnplug.Backend, got {type(backend).__name__}")
     kind_args = dict(backend.target_kind())
     api = backend.device_api()
     _publish(backend, "kind", backend.target_kind_name, kind_args)
@@ -406,8 +423,9 @@ class Network:
     """A loaded model, compiled for its backends. ``run`` is thread-safe."""
 
     def __init__(self, runtime: Runtime, model: Model, backends: list[BackendInfo],
-                 ops: dict[str, CustomOp], targets: dict):
+                 ops: dict[str, CustomOp], targets: dict, *, optimization: str = "all"):
         self.name = model.name
+        self.optimization = optimization
         self.inputs = list(model.inputs)
         self.outputs = list(model.outputs)
         self.assignment: dict[str, str] = {}
@@ -452,7 +470,7 @@ class Network:
                 raise UnsupportedNodeError(f"{e} (installed backends: {installed})") from None
 
         # 1. Constant subgraphs: placed like any node, run once now, folded into weights.
-        const_nodes = constant_nodes(model, ops)
+        const_nodes = constant_nodes(model, ops) if self.optimization != "disable" else []
         const_names = {n.name for n in const_nodes}
         rest = [n for n in model.nodes if n.name not in const_names]
         results = {o.name for o in model.outputs}
@@ -486,6 +504,8 @@ class Network:
         """One step per partition of ``nodes``; ``keep``: values wanted after all of them."""
         steps: list[Step] = []
         parts = partitions(nodes, placed)
+        if self.optimization != "all":  # one node per kernel: nothing for a backend to fuse
+            parts = [[n] for part in parts for n in part]
         wanted_after: list[set[str]] = []  # per partition: values read after it, or kept
         later = set(keep)
         for part in reversed(parts):
@@ -515,12 +535,18 @@ class Network:
 
     def run(self, feeds: dict, output_names: list[str] | None = None) -> dict:
         """Run the network: ``{input name: array}`` -> ``{output name: numpy array}``."""
+        return {n: t.numpy() for n, t in self.run_tensors(feeds, output_names).items()}
+
+    def run_tensors(self, feeds: dict, output_names: list[str] | None = None) -> dict:
+        """Like :meth:`run`, but outputs stay where their backend made them: ``{name:
+        Tensor}`` (on a device for device backends; export with DLPack or ``.numpy()``).
+        Feeds may be Tensors already on a backend's device: they are used without a copy."""
         if self._closed:
             raise NnplugError("this Network is closed")
         names = self._output_names if output_names is None else list(output_names)
         bad = [n for n in names if n not in self._output_names]
         if bad:
-            raise ValueError(
+            raise InputError(
                 f"unknown output name(s) {', '.join(map(repr, bad))}; the model's outputs: "
                 f"{', '.join(self._output_names)}"
             )
@@ -529,7 +555,23 @@ class Network:
             if name in self._constants and name not in env:  # a copy: callers may write to it
                 env[name] = Tensor.from_numpy(self._constants[name].copy())
         env = run_steps(self._steps, env)
-        return {n: env[n].numpy() for n in names}
+        return {n: env[n] for n in names}
+
+    def run_async(self, feeds: dict, output_names: list[str] | None = None):
+        """Start :meth:`run` on a worker thread; a ``concurrent.futures.Future`` of its
+        result (the run's profiler and run options, if any, go with it)."""
+        from .batching import submit
+
+        return submit(self, feeds, output_names)
+
+    def run_many(self, feeds_iterable, output_names: list[str] | None = None, *,
+                 batch_size: int = 1) -> list[dict]:
+        """Run every feed dict of ``feeds_iterable``; one result dict per feed, in order.
+        ``batch_size > 1`` stacks that many feeds along the batch axis (the first dimension,
+        which must be symbolic in every input and output) into one run."""
+        from .batching import run_many
+
+        return run_many(self, feeds_iterable, output_names, batch_size)
 
     def close(self) -> None:
         """Release kernels and backend leases (also done when the network is collected)."""

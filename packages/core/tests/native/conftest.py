@@ -22,6 +22,8 @@ VARIANTS = {
     "bad_id": ("testbackend.c", ['-DTB_ID="Bad Id"']),
     "init_fail": ("testbackend.c", ["-DTB_INIT_FAIL=1", '-DTB_ID="testinitfail"']),
     "short_table": ("testbackend.c", ["-DTB_STRUCT_SIZE=64", '-DTB_ID="testshort"']),
+    "abi10": ("testbackend.c", ["-DTB_ABI_MINOR=0", '-DTB_ID="testabi10"', "-DTB_HOST_VISIBLE=1",
+                                "-DTB_STRUCT_SIZE=offsetof(nnp_backend_v1,set_profile_hook)"]),
     "no_entry": ("no_entry.c", []),
     "mangled": ("mangled.cpp", []),
 }
