@@ -109,6 +109,16 @@ class _NodeRef:
     op_type: str
 
 
+def profiled(net, feeds, profiler: Profiler, output_names=None) -> dict:
+    """``net.run(feeds)`` recorded into ``profiler`` (a ``run`` event around its kernels)."""
+    from .runcontext import RunContext, running
+
+    for name, op_type in net.op_types.items():
+        profiler.op_types.setdefault(name, op_type)
+    with running(RunContext(profiler)), profiler.span("model_run", "run"):
+        return net.run(feeds, output_names)
+
+
 # -- summaries ---------------------------------------------------------------------------------
 @dataclass
 class OpTypeTime:
@@ -166,10 +176,12 @@ def format_table(rows: list[OpTypeTime], runs: int = 1) -> str:
 
 
 def write_chart(rows: list[OpTypeTime], path: str, title: str = "where the time goes",
-                top: int = 15) -> str:
-    """A horizontal bar chart of time per op type: ``.svg`` (no dependency) or ``.png``
-    (needs matplotlib: ``pip install nnplug[chart]``)."""
-    rows = rows[:top]
+                top: int = 15, runs: int = 1) -> str:
+    """A horizontal bar chart of time per op type (per run, over ``runs`` runs): ``.svg``
+    (no dependency) or ``.png`` (needs matplotlib: ``pip install 'nnplug[chart]'``)."""
+    runs = max(runs, 1)
+    rows = [OpTypeTime(r.op_type, r.count // runs, r.total_us / runs, r.percent)
+            for r in rows[:top]]
     ext = os.path.splitext(path)[1].lower()
     if ext == ".svg":
         text = _svg(rows, title)
@@ -194,7 +206,7 @@ def write_chart(rows: list[OpTypeTime], path: str, title: str = "where the time 
     fig, ax = plt.subplots(figsize=(8, 0.4 * len(rows) + 1.2))
     names = [r.op_type for r in rows][::-1]
     ax.barh(names, [r.total_us / 1e3 for r in rows][::-1], color="#4c78a8")
-    ax.set_xlabel("total ms")
+    ax.set_xlabel("ms per run")
     ax.set_title(title)
     fig.tight_layout()
     try:
@@ -229,4 +241,5 @@ def _svg(rows: list[OpTypeTime], title: str) -> str:
     return "\n".join(parts) + "\n"
 
 
-__all__ = ["OpTypeTime", "Profiler", "by_op_type", "format_table", "load_events", "write_chart"]
+__all__ = ["OpTypeTime", "Profiler", "by_op_type", "format_table", "load_events", "profiled",
+           "write_chart"]

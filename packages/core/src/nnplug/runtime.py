@@ -429,6 +429,8 @@ class Network:
         self.inputs = list(model.inputs)
         self.outputs = list(model.outputs)
         self.assignment: dict[str, str] = {}
+        self.op_types = {n.name: n.op_type for n in model.nodes}
+        """node name -> op type (profiles name partitions by them)."""
         self._constants = dict(model.constants)
         self._steps: list[Step] = []
         self._lease_keys = []

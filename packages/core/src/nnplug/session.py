@@ -458,7 +458,7 @@ class InferenceSession:
                                  optimization=optimization_of(
                                      self._options.graph_optimization_level))
         if self._profiler is not None:
-            self._profiler.op_types = {n.name: n.op_type for n in self._proto.graph.node}
+            self._profiler.op_types.update(net.op_types)
             self._profiler.add("model_loading", "session", t0, time.perf_counter_ns(),
                                {"backends": ids, "optimization": net.optimization})
         log.info("loaded %r on %s in %.1f ms", net.name, ", ".join(ids),
@@ -479,7 +479,20 @@ class InferenceSession:
         return self._graph_args(self._proto.graph.input, [v.name for v in self._net.inputs])
 
     def get_outputs(self) -> list[NodeArg]:
-        return self._graph_args(self._proto.graph.output, [v.name for v in self._net.outputs])
+        """As declared, with dimensions the model leaves open filled in by shape inference
+        (as onnxruntime does)."""
+        args = []
+        for arg, info in zip(self._graph_args(self._proto.graph.output,
+                                              [v.name for v in self._net.outputs]),
+                             self._net.outputs):
+            inferred = list(info.shape) if info.shape is not None else None
+            if inferred is not None and (not arg.shape or len(inferred) == len(arg.shape)):
+                shape = [d if d is not None or not arg.shape else d
+                         for d in (arg.shape or inferred)]
+                shape = [a if a is not None else b for a, b in zip(shape, inferred)]
+                arg = NodeArg(arg.name, arg.type, shape)
+            args.append(arg)
+        return args
 
     def get_overridable_initializers(self) -> list[NodeArg]:
         return []  # nnplug folds initializers into its kernels; they cannot be fed
