@@ -20,15 +20,18 @@ _current: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar(
 
 class RunContext:
     """``profiler``: a :class:`nnplug.profiling.Profiler` or None. ``terminated``: a callable
-    returning True once the run should stop. ``tag``: names the run in errors and traces."""
+    returning True once the run should stop. ``tag``: names the run in errors and traces.
+    ``outputs``: value name -> host array to write that value into (IO binding), where the
+    backend can."""
 
-    __slots__ = ("profiler", "terminated", "tag", "kernels")
+    __slots__ = ("profiler", "terminated", "tag", "kernels", "outputs")
 
     def __init__(self, profiler=None, terminated: Callable[[], bool] | None = None,
-                 tag: str = ""):
+                 tag: str = "", outputs: dict | None = None):
         self.profiler = profiler
         self.terminated = terminated
         self.tag = tag
+        self.outputs = outputs or {}
         self.kernels = 0
         """Kernel events recorded so far by the partition running now (see executor)."""
 
@@ -49,6 +52,17 @@ class RunContext:
 
 def current() -> RunContext | None:
     return _current.get()
+
+
+def output_buffer(name: str, shape, dtype):
+    """The caller's array for value ``name`` when it fits (shape, dtype, C-contiguous,
+    writable), else None: a backend then allocates the output itself."""
+    ctx = _current.get()
+    buf = ctx.outputs.get(name) if ctx is not None else None
+    if buf is None or tuple(buf.shape) != tuple(shape) or buf.dtype != dtype or \
+            not (buf.flags.c_contiguous and buf.flags.writeable):
+        return None
+    return buf
 
 
 @contextlib.contextmanager

@@ -586,7 +586,11 @@ class InferenceSession:
         if not isinstance(iobinding, IOBinding) or iobinding._session is not self:
             raise ArgumentTypeError("run_with_iobinding takes an IOBinding from this session's "
                                     "io_binding()")
-        ctx = self._context(run_options)
+        ctx = self._context(run_options) or RunContext()
+        feeds = [v for v in iobinding._inputs.values() if isinstance(v, np.ndarray)]
+        ctx.outputs = {n: b for n, (_, b) in iobinding._outputs.items()  # never alias a feed
+                       if isinstance(b, np.ndarray) and
+                       not any(np.may_share_memory(b, f) for f in feeds)}
         names = list(iobinding._outputs) or [o.name for o in self._net.outputs]
         tensors = self._run(self._net.run_tensors, ctx, dict(iobinding._inputs), names)
         iobinding._store(tensors)
@@ -701,7 +705,8 @@ def _write_into(name: str, t: Tensor, buffer) -> Tensor:
         raise InputError(f"output {name!r} is {t.dtype} {list(t.shape)}, but the buffer bound "
                          f"to it is {dtype} {list(shape)}")
     if isinstance(buffer, np.ndarray):
-        np.copyto(buffer, t.numpy())
+        if not (t.is_host and t.handle is buffer):  # the backend did not write it in place
+            np.copyto(buffer, t.numpy())
         return Tensor.from_numpy(buffer)
     if buffer.is_host:
         np.copyto(buffer.handle, t.numpy())

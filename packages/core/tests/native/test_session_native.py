@@ -16,6 +16,7 @@ from test_end_to_end import _x, mlp, reference
 
 import nnplug
 from nnplug import profiling
+from nnplug.runcontext import RunContext, running
 
 pytest.importorskip("onnxruntime")
 
@@ -168,3 +169,28 @@ def test_concurrent_profiled_runs_record_every_kernel(libs):
         rows = {r.op_type: r.count for r in profiling.by_op_type(s._profiler)}
     # dynamic shapes: every node its own kernel except the fused Add+Relu
     assert rows == {"MatMul": 12, "Add+Relu": 6, "Add": 6, "Reshape": 6}
+
+
+def test_bound_host_buffers_are_written_in_place_by_a_static_native_partition(libs):
+    model, x = mlp(), _x(2)
+    want = reference(model, {"x": x})
+    with bare_runtime() as rt:
+        rt.register_backend(libs["testcpu"])
+        net = rt.load(model)
+        buf = np.full(want.shape, np.nan, np.float32)
+        with running(RunContext(outputs={"y": buf})):
+            (t,) = net.run_tensors({"x": x}).values()
+        assert t.handle is buf  # the kernel wrote into the caller's array: no copy
+        np.testing.assert_allclose(buf, want, rtol=1e-5, atol=1e-5)
+        s = session(rt, model, ["testcpu"])
+        binding = s.io_binding()
+        binding.bind_input("x", x)
+        wrong = np.zeros((3, 3), np.float32)  # does not fit: the backend allocates, no error yet
+        with running(RunContext(outputs={"y": wrong})):
+            (t,) = net.run_tensors({"x": x}).values()
+        assert t.handle is not wrong and not wrong.any()
+        buf2 = np.zeros(want.shape, np.float32)
+        binding.bind_output("y", buffer=buf2)
+        s.run_with_iobinding(binding)
+        assert binding.get_outputs()[0].handle is buf2
+        np.testing.assert_allclose(buf2, want, rtol=1e-5, atol=1e-5)

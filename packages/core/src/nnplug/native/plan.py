@@ -21,7 +21,7 @@ from ..device import CPU, Device
 from ..device_api import workspace_data
 from ..errors import BackendError, InputError
 from ..graph import SubGraph
-from ..runcontext import current
+from ..runcontext import current, output_buffer
 from ..tensor import Tensor, as_contiguous
 from . import abi
 from .backend import NativeBuffer, cdev
@@ -393,8 +393,9 @@ class StaticRunner(_Runner):
         base = 1 + len(self.inputs)
         outs = []
         for j, (shape, dtype) in enumerate(self.out_specs):
-            if host:
-                o = np.empty(shape, dtype)
+            if host:  # an IO-bound output array is written in place
+                o = output_buffer(self.out_slot_names[j], shape, dtype)
+                o = np.empty(shape, dtype) if o is None else o
                 slots[base + j] = o.ctypes.data
             else:
                 o = self.api.alloc_data_space(self.dev, max(_nbytes(shape, dtype), 1), dtype=dtype)
