@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import numpy as np
 import onnx
@@ -14,6 +15,7 @@ from numpy_backend import KERNELS, NumpyBackend, make_runtime
 from onnx import TensorProto, helper, numpy_helper
 
 import nnplug
+import nnplug.runcontext
 from nnplug import profiling
 
 ort = pytest.importorskip("onnxruntime")
@@ -338,6 +340,31 @@ def test_kernel_events_name_each_backends_partition():
         assert [e["args"]["nodes"] for e in kernels][:2] == [["matmul0", "add0"], ["relu0"]]
         assert kernels[0]["args"]["fused"] and kernels[0]["args"]["op_type"] == "MatMul+Add"
         assert not [e for e in prof.events() if e["cat"] == "copy"]  # same device: no copy
+
+
+def test_python_backends_may_record_their_own_kernel_events():
+    class Timed(NumpyBackend):
+        id = "timed"
+
+        def build(self, subgraph, target):
+            inner = super().build(subgraph, target)["run"]
+
+            def run(inputs):
+                prof = nnplug.runcontext.current().profiler
+                t0 = time.perf_counter_ns()
+                out = inner(inputs)
+                if prof is not None:
+                    for n in subgraph.nodes:  # one event per node it ran
+                        prof.kernel(self.id, [n], t0, time.perf_counter_ns(), [], [])
+                return out
+
+            return nnplug.Module({"run": run})
+
+    with make_runtime(Timed()) as r2:
+        prof = profiling.Profiler()
+        profiling.profiled(r2.load(chain(depth=2)), {"x": x_of()}, prof)
+    kernels = [e["args"]["nodes"] for e in prof.events() if e["cat"] == "kernel"]
+    assert kernels == [[n.name] for n in chain(depth=2).graph.node]  # and no partition event
 
 
 def test_profile_summary_chart_and_table(tmp_path):

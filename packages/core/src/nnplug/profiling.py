@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 
 from .errors import InvalidArgumentError, NnplugError
+from .runcontext import current
 
 
 def _shape(t) -> list[int]:
@@ -61,7 +62,11 @@ class Profiler:
     def kernel(self, backend: str, nodes, start_ns: int, end_ns: int, input_shapes,
                output_shapes) -> None:
         """One kernel run. ``nodes``: the graph nodes it ran (objects with ``name`` and
-        ``op_type``; several when the backend fused them)."""
+        ``op_type``; several when the backend fused them). Backends may call it from a
+        Module's ``run``; the partition is then not timed again as a whole."""
+        ctx = current()
+        if ctx is not None:
+            ctx.kernels += 1
         names = [n.name for n in nodes]
         op_type = "+".join(n.op_type for n in nodes) if len(nodes) <= 4 else \
             f"{nodes[0].op_type}+{len(nodes) - 1} fused"

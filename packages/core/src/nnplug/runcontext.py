@@ -33,7 +33,7 @@ class RunContext:
         self.tag = tag
         self.outputs = outputs or {}
         self.kernels = 0
-        """Kernel events recorded so far by the partition running now (see executor)."""
+        """Kernel events recorded (Profiler.kernel) since the current partition started."""
 
     @property
     def step_by_step(self) -> bool:

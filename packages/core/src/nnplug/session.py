@@ -486,11 +486,11 @@ class InferenceSession:
                                               [v.name for v in self._net.outputs]),
                              self._net.outputs):
             inferred = list(info.shape) if info.shape is not None else None
-            if inferred is not None and (not arg.shape or len(inferred) == len(arg.shape)):
-                shape = [d if d is not None or not arg.shape else d
-                         for d in (arg.shape or inferred)]
-                shape = [a if a is not None else b for a, b in zip(shape, inferred)]
-                arg = NodeArg(arg.name, arg.type, shape)
+            if inferred is not None and not arg.shape:
+                arg = NodeArg(arg.name, arg.type, inferred)
+            elif inferred is not None and len(inferred) == len(arg.shape):
+                arg = NodeArg(arg.name, arg.type,
+                              [d if d is not None else i for d, i in zip(arg.shape, inferred)])
             args.append(arg)
         return args
 

@@ -475,7 +475,6 @@ class StaticRunner(_Runner):
                     record_kernel(prof, self.lib.id, k, t0, time.perf_counter_ns(), hooks,
                                   [self.spec.shape(v) or () for v in k.inputs if v],
                                   [self.spec.shape(v) or () for v in k.outputs if v])
-                    ctx.kernels += 1
         return None
 
     def _results(self, inputs, outs):
@@ -569,7 +568,6 @@ class DynamicRunner(_Runner):
                         self._sync()
                     record_kernel(prof, self.lib.id, k, t0, time.perf_counter_ns(), hooks,
                                   shapes, [env[v][1] for v in k.outputs if v and v in env])
-                    ctx.kernels += 1
         if not self.host:
             self._sync()
         result = []
