@@ -399,3 +399,41 @@ def test_api_misuse_raises_nnplug_errors_that_keep_the_builtin_base(call, second
     with pytest.raises(nnplug.NnplugError) as e:
         call()
     assert isinstance(e.value, second)
+
+
+def test_a_network_collected_while_backends_are_published_does_not_deadlock():
+    """A Network in a reference cycle (here: an exception a future keeps) is closed by the
+    garbage collector wherever it runs, possibly while this thread publishes a backend."""
+    import gc
+
+    from nnplug import runtime
+
+    r1 = make_runtime(NumpyBackend(id="doomed"))
+    net = r1.load(chain())
+    cycle = [net]
+    cycle.append(cycle)  # only the collector frees it
+    r1.close()
+    del net, cycle
+    real_install = runtime._install
+    collected = []
+
+    def install_and_collect(*args):  # as if allocating here had triggered a collection
+        real_install(*args)
+        collected.append(gc.collect())
+
+    done = threading.Event()
+
+    def register():
+        runtime._install = install_and_collect
+        try:
+            with make_runtime(NumpyBackend(id="fresh")):
+                pass
+        finally:
+            runtime._install = real_install
+        done.set()
+
+    worker = threading.Thread(target=register, daemon=True)
+    worker.start()
+    assert done.wait(30), "deadlock: the collected network's release waited for its own lock"
+    assert "doomed" not in nnplug.list_target_kinds()  # released once the lock was let go
+    assert "fresh" not in nnplug.list_target_kinds() and collected

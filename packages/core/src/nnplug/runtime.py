@@ -357,6 +357,22 @@ def _instantiate(obj) -> Backend:
 # is visible, and when it goes the previous one is visible again.
 _published: dict[tuple[str, str], list[tuple[Backend, object]]] = {}
 _published_lock = threading.Lock()
+# A network collected by the garbage collector releases its backends from wherever the
+# collection ran, possibly inside _publish/_withdraw on the same thread: that thread must
+# not wait for the lock it holds. Such a release is deferred to when it lets go.
+_holder = threading.local()
+_deferred: list[Backend] = []
+
+
+def _with_published_lock(fn, *args) -> None:
+    with _published_lock:
+        _holder.held = True
+        try:
+            fn(*args)
+        finally:
+            _holder.held = False
+    while _deferred:
+        _deactivate(_deferred.pop())
 
 
 def _install(space: str, name: str, value) -> None:
@@ -367,23 +383,28 @@ def _install(space: str, name: str, value) -> None:
 
 
 def _publish(backend: Backend, space: str, name: str, value) -> None:
-    with _published_lock:
+    def publish():
         _install(space, name, value)
         _published.setdefault((space, name), []).append((backend, value))
 
+    _with_published_lock(publish)
+
 
 def _withdraw(backend: Backend) -> None:
-    with _published_lock:
-        for (space, name), stack in list(_published.items()):
-            kept = [(b, v) for b, v in stack if b is not backend]
-            if len(kept) == len(stack):
-                continue
-            if kept:
-                _published[(space, name)] = kept
-                _install(space, name, kept[-1][1])
-            else:
-                del _published[(space, name)]
-                (remove_target_kind if space == "kind" else remove_func)(name)
+    _with_published_lock(_withdraw_locked, backend)
+
+
+def _withdraw_locked(backend: Backend) -> None:
+    for (space, name), stack in list(_published.items()):
+        kept = [(b, v) for b, v in stack if b is not backend]
+        if len(kept) == len(stack):
+            continue
+        if kept:
+            _published[(space, name)] = kept
+            _install(space, name, kept[-1][1])
+        else:
+            del _published[(space, name)]
+            (remove_target_kind if space == "kind" else remove_func)(name)
 
 
 def _activate(backend: Backend) -> Backend:
@@ -399,6 +420,9 @@ def _activate(backend: Backend) -> Backend:
 
 
 def _deactivate(backend: Backend) -> None:
+    if getattr(_holder, "held", False):  # a finalizer inside _publish/_withdraw: see above
+        _deferred.append(backend)
+        return
     _withdraw(backend)
     backend.close()
 
