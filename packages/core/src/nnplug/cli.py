@@ -1,4 +1,4 @@
-"""The ``nnplug`` command: info, run, demo, doctor, new.
+"""The ``nnplug`` command: info, run, profile, demo, doctor, new.
 
 Errors exit with status 1 (2 for usage) and one clear line on stderr, no traceback;
 ``NNPLUG_DEBUG=1`` shows the traceback.
@@ -91,14 +91,18 @@ def _summary(name: str, arr: np.ndarray) -> str:
 
 
 def run_model(rt, model: str, backends, feeds=None, repeat: int = 1,
-              show_placement: bool = False) -> int:
-    """Load ``model`` on ``rt``, run it ``repeat`` times, print a summary."""
+              show_placement: bool = False, profile: str | None = None) -> int:
+    """Load ``model`` on ``rt``, run it ``repeat`` times, print a summary; with ``profile``,
+    write a Chrome trace of the runs there."""
+    from .profiling import Profiler, profiled
+
+    prof = Profiler() if profile else None
     with rt.load(model, backends=backends or None) as net:
         feeds = feeds if feeds else random_feeds(net.inputs)
         times = []
         for _ in range(max(1, repeat)):
             t0 = time.perf_counter()
-            out = net.run(feeds)
+            out = profiled(net, feeds, prof) if prof else net.run(feeds)
             times.append(time.perf_counter() - t0)
         print(f"model {model}")
         print("inputs:")
@@ -116,14 +120,57 @@ def run_model(rt, model: str, backends, feeds=None, repeat: int = 1,
             for node, b in net.assignment.items():
                 print(f"  {node}: {b}")
         print(f"time: {min(times) * 1e3:.2f} ms (best of {len(times)})")
+    if prof is not None:
+        print(f"profile: {prof.write(profile)} (open it in https://ui.perfetto.dev or "
+              f"chrome://tracing)")
     return 0
+
+
+def cmd_profile(args) -> int:
+    """Run a model a few times with profiling; print time per op type, chart it."""
+    from .profiling import Profiler, by_op_type, format_table, profiled, write_chart
+
+    if args.runs < 1 or args.warmup < 0:
+        raise NnplugError("--runs must be >= 1 and --warmup >= 0")
+    feeds = dict(_parse_feed(t) for t in args.input or [])
+    rt = _runtime(args)
+    try:
+        with rt.load(args.model, backends=args.backend or None,
+                     optimization=args.optimization) as net:
+            feeds = feeds or random_feeds(net.inputs)
+            for _ in range(args.warmup):
+                net.run(feeds)
+            prof = Profiler()
+            for _ in range(args.runs):
+                profiled(net, feeds, prof)
+    finally:
+        rt.close()
+    rows = by_op_type(prof)
+    runs = [e for e in prof.events() if e["cat"] == "run"]
+    per_run = sum(e["dur"] for e in runs) / len(runs) / 1e3
+    print(f"model {args.model}: {per_run:.3f} ms per run (mean of {len(runs)}, after "
+          f"{args.warmup} warm-up), load average {_load_average()}")
+    print(format_table(rows, runs=len(runs)))
+    if args.trace:
+        print(f"trace: {prof.write(args.trace)}")
+    chart = args.chart or os.path.splitext(os.path.basename(args.model))[0] + "-profile.svg"
+    print(f"chart: {write_chart(rows, chart, title=f'{os.path.basename(args.model)}: time per op type', runs=len(runs))}")
+    return 0
+
+
+def _load_average() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
 
 
 def cmd_run(args) -> int:
     feeds = dict(_parse_feed(t) for t in args.input or [])
     rt = _runtime(args)
     try:
-        return run_model(rt, args.model, args.backend, feeds, args.repeat, args.placement)
+        return run_model(rt, args.model, args.backend, feeds, args.repeat, args.placement,
+                         args.profile)
     finally:
         rt.close()
 
@@ -203,8 +250,25 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input from a .npy file")
     run.add_argument("--repeat", type=int, default=1, help="run this many times, report the best time")
     run.add_argument("--placement", action="store_true", help="print the backend of every node")
+    run.add_argument("--profile", metavar="TRACE.json",
+                     help="write a Chrome trace of the runs (Perfetto, chrome://tracing)")
     run.add_argument("--backend-path", help="native backend folders (':'-separated)")
     run.set_defaults(func=cmd_run)
+
+    prof = sub.add_parser("profile", help="time per op type of a model, as a table and a chart")
+    prof.add_argument("model", help="path of an .onnx model")
+    prof.add_argument("--backend", action="append", help="backend id, in preference order (repeatable)")
+    prof.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input from a .npy file")
+    prof.add_argument("--runs", type=int, default=10, help="profiled runs (default 10)")
+    prof.add_argument("--warmup", type=int, default=1, help="unprofiled runs first (default 1)")
+    prof.add_argument("--optimization", choices=["disable", "basic", "all"], default="all",
+                      help="graph optimisation level (default all)")
+    prof.add_argument("--chart", metavar="FILE.svg|FILE.png",
+                      help="where to write the chart (default MODEL-profile.svg here; .png "
+                           "needs matplotlib: pip install 'nnplug[chart]')")
+    prof.add_argument("--trace", metavar="TRACE.json", help="also write the Chrome trace")
+    prof.add_argument("--backend-path", help="native backend folders (':'-separated)")
+    prof.set_defaults(func=cmd_profile)
 
     demo = sub.add_parser("demo", help="recognise bundled digit images, checked against onnxruntime")
     demo.add_argument("--backend", action="append", help="backend id, in preference order")

@@ -7,6 +7,7 @@ value is dropped after its last use so its memory can be reused.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -16,6 +17,7 @@ from .device import CPU, Device
 from .device_api import DeviceAPI
 from .errors import BackendError, InputError, NnplugError
 from .graph import ValueInfo
+from .runcontext import current
 from .shapecheck import bind_symbols, mismatch
 from .tensor import Tensor
 
@@ -52,7 +54,11 @@ def plan_frees(steps: list[Step], keep: set[str]) -> None:
 def run_steps(steps: list[Step], env: dict[str, Tensor]) -> dict[str, Tensor]:
     """Run ``steps`` over ``env`` (value name -> Tensor); returns env with the results."""
     copies: dict[tuple[str, Device], Tensor] = {}
+    ctx = current()  # a profiler or terminate flag of this run (see nnplug.runcontext)
+    prof = ctx.profiler if ctx is not None else None
     for s in steps:
+        if ctx is not None:
+            ctx.check(f"node {s.nodes[0]!r} ({s.label})")
         ins = []
         for x in s.inputs:
             t = env[x]
@@ -60,9 +66,15 @@ def run_steps(steps: list[Step], env: dict[str, Tensor]) -> dict[str, Tensor]:
                 key = (x, s.device)
                 c = copies.get(key)
                 if c is None:
+                    t0 = time.perf_counter_ns()
                     c = copies[key] = t.to(s.device, None if s.device == CPU else s.api)
+                    if prof is not None:
+                        prof.copy(x, t, c, t0, time.perf_counter_ns())
                 t = c
             ins.append(t)
+        if ctx is not None:
+            ctx.kernels = 0
+            t0 = time.perf_counter_ns()
         try:
             outs = s.run(ins)
         except NnplugError:
@@ -79,6 +91,8 @@ def run_steps(steps: list[Step], env: dict[str, Tensor]) -> dict[str, Tensor]:
             )
         if s.values:
             _check_outputs(s, ins, outs)
+        if prof is not None and ctx.kernels == 0:  # the backend timed no kernels itself
+            prof.step(s, ins, outs, t0, time.perf_counter_ns())
         for name, t in zip(s.outputs, outs):
             env[name] = t
         for name in s.frees:

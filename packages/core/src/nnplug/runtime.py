@@ -14,7 +14,16 @@ from .backend import Backend
 from .controlflow import attach_outer_inputs, place_control_flow
 from .customop import CustomOp, PythonCustomOp
 from .device import device_type_name
-from .errors import ModelError, ModelWarning, NnplugError, PluginError, UnsupportedNodeError
+from .errors import (
+    ArgumentTypeError,
+    InputError,
+    InvalidArgumentError,
+    ModelError,
+    ModelWarning,
+    NnplugError,
+    PluginError,
+    UnsupportedNodeError,
+)
 from .executor import Step, check_feeds, plan_frees, run_steps
 from .expand import expand_unclaimed, expansion_note
 from .loader import Model, load
@@ -33,6 +42,9 @@ from .structural import place_structural
 from .target import Target, register_target_kind, remove_target_kind
 from .tensor import Tensor
 from .validate import validate
+
+OPTIMIZATION_LEVELS = ("disable", "basic", "all")
+"""Graph optimisation levels of ``Runtime.load`` (see there)."""
 
 
 @dataclass
@@ -175,7 +187,7 @@ class Runtime:
                     obj = obj()  # a factory: of a Backend, or of a native library path
                 if not (isinstance(obj, (Backend, str, os.PathLike))
                         or (inspect.isclass(obj) and issubclass(obj, Backend))):
-                    raise TypeError(
+                    raise ArgumentTypeError(
                         f"entry point gave {type(obj).__name__}, expected a nnplug.Backend "
                         f"(class, instance or factory) or the path of a native backend library"
                     )
@@ -259,7 +271,7 @@ class Runtime:
             finally:
                 self._op_source = None
         else:
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"entry point gave {type(obj).__name__}; expected a custom op class/instance or "
                 f"a function taking the Runtime"
             )
@@ -274,12 +286,18 @@ class Runtime:
 
     # -- loading networks -----------------------------------------------------------------
     def load(self, model, backends: list[str] | None = None,
-             targets: dict[str, str | dict | Target] | None = None) -> Network:
+             targets: dict[str, str | dict | Target] | None = None, *,
+             optimization: str = "all") -> Network:
         """Load, check, assign and compile ``model`` (path, bytes or onnx.ModelProto).
 
         ``backends``: preference order (default: the creation options' order, else all
         registered backends). ``targets``: backend id -> Target (or JSON/dict) to compile for.
+        ``optimization``: ``"all"`` (fold constant subgraphs, let backends fuse nodes),
+        ``"basic"`` (fold only: every node is its own kernel) or ``"disable"`` (neither).
         """
+        if optimization not in OPTIMIZATION_LEVELS:
+            raise InvalidArgumentError(
+                f"optimization {optimization!r} is not one of {', '.join(OPTIMIZATION_LEVELS)}")
         if self._closed:
             raise NnplugError("this Runtime is closed")
         chosen = self._choose_backends(backends)
@@ -287,7 +305,7 @@ class Runtime:
             ops = dict(self._ops)
         m = load(model, ops)
         validate(m, ops)  # before any backend sees a node
-        return Network(self, m, chosen, ops, targets or {})
+        return Network(self, m, chosen, ops, targets or {}, optimization=optimization)
 
     def _choose_backends(self, names) -> list[BackendInfo]:
         with self._lock:
@@ -359,7 +377,7 @@ def _instantiate(obj) -> Backend:
     elif callable(obj) and not isinstance(obj, Backend):
         obj = obj()
     if not isinstance(obj, Backend):
-        raise TypeError(f"expected a nnplug.Backend, got {type(obj).__name__}")
+        raise ArgumentTypeError(f"expected a nnplug.Backend, got {type(obj).__name__}")
     return obj
 
 
@@ -422,7 +440,7 @@ def _apply_withdrawals() -> None:
 def _activate(backend: Backend) -> Backend:
     """First use of a backend in this process: publish its target kind and functions."""
     if not isinstance(backend, Backend):
-        raise TypeError(f"expected a nnplug.Backend, got {type(backend).__name__}")
+        raise ArgumentTypeError(f"expected a nnplug.Backend, got {type(backend).__name__}")
     kind_args = dict(backend.target_kind())
     api = backend.device_api()
     _publish(backend, "kind", backend.target_kind_name, kind_args)
@@ -456,11 +474,14 @@ class Network:
     """A loaded model, compiled for its backends. ``run`` is thread-safe."""
 
     def __init__(self, runtime: Runtime, model: Model, backends: list[BackendInfo],
-                 ops: dict[str, CustomOp], targets: dict):
+                 ops: dict[str, CustomOp], targets: dict, *, optimization: str = "all"):
         self.name = model.name
+        self.optimization = optimization
         self.inputs = list(model.inputs)
         self.outputs = list(model.outputs)
         self.assignment: dict[str, str] = {}
+        self.op_types = {n.name: n.op_type for n in model.nodes}
+        """node name -> op type (profiles name partitions by them)."""
         self._constants = dict(model.constants)
         self._steps: list[Step] = []
         self._lease_keys = []
@@ -526,7 +547,7 @@ class Network:
                 raise UnsupportedNodeError(f"{e} (installed backends: {installed})") from None
 
         # 1. Constant subgraphs: placed like any node, run once now, folded into weights.
-        const_nodes = constant_nodes(model, ops)
+        const_nodes = constant_nodes(model, ops) if self.optimization != "disable" else []
         const_names = {n.name for n in const_nodes}
         rest = [n for n in model.nodes if n.name not in const_names]
         results = {o.name for o in model.outputs}
@@ -560,6 +581,8 @@ class Network:
         """One step per partition of ``nodes``; ``keep``: values wanted after all of them."""
         steps: list[Step] = []
         parts = partitions(nodes, placed)
+        if self.optimization != "all":  # one node per kernel: nothing for a backend to fuse
+            parts = [[n] for part in parts for n in part]
         wanted_after: list[set[str]] = []  # per partition: values read after it, or kept
         later = set(keep)
         for part in reversed(parts):
@@ -594,12 +617,18 @@ class Network:
 
     def run(self, feeds: dict, output_names: list[str] | None = None) -> dict:
         """Run the network: ``{input name: array}`` -> ``{output name: numpy array}``."""
+        return {n: t.numpy() for n, t in self.run_tensors(feeds, output_names).items()}
+
+    def run_tensors(self, feeds: dict, output_names: list[str] | None = None) -> dict:
+        """Like :meth:`run`, but outputs stay where their backend made them: ``{name:
+        Tensor}`` (on a device for device backends; export with DLPack or ``.numpy()``).
+        Feeds may be Tensors already on a backend's device: they are used without a copy."""
         if self._closed:
             raise NnplugError("this Network is closed")
         names = self._output_names if output_names is None else list(output_names)
         bad = [n for n in names if n not in self._output_names]
         if bad:
-            raise ValueError(
+            raise InputError(
                 f"unknown output name(s) {', '.join(map(repr, bad))}; the model's outputs: "
                 f"{', '.join(self._output_names)}"
             )
@@ -608,7 +637,23 @@ class Network:
             if name in self._constants and name not in env:  # a copy: callers may write to it
                 env[name] = Tensor.from_numpy(self._constants[name].copy())
         env = run_steps(self._steps, env)
-        return {n: env[n].numpy() for n in names}
+        return {n: env[n] for n in names}
+
+    def run_async(self, feeds: dict, output_names: list[str] | None = None):
+        """Start :meth:`run` on a worker thread; a ``concurrent.futures.Future`` of its
+        result (the run's profiler and run options, if any, go with it)."""
+        from .batching import submit
+
+        return submit(self, feeds, output_names)
+
+    def run_many(self, feeds_iterable, output_names: list[str] | None = None, *,
+                 batch_size: int = 1) -> list[dict]:
+        """Run every feed dict of ``feeds_iterable``; one result dict per feed, in order.
+        ``batch_size > 1`` stacks that many feeds along the batch axis (the first dimension,
+        which must be symbolic in every input and output) into one run."""
+        from .batching import run_many
+
+        return run_many(self, feeds_iterable, output_names, batch_size)
 
     def close(self) -> None:
         """Release kernels and backend leases (also done when the network is collected)."""

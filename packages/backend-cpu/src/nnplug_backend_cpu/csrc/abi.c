@@ -207,6 +207,45 @@ static nnp_status cpu_set_num_threads(int32_t n)
     return NNP_OK;
 }
 
+/* Profile hook (ABI 1.1): node events of this thread's runs, in the ABI's terms. */
+static _Thread_local nnp_profile_hook t_profile_hook;
+static _Thread_local void *t_profile_user;
+
+static int shape_rows(const nnc_tensor *const *ts, int count, int32_t *ndims, int64_t *shapes)
+{
+    if (count > NNC_MAXIO) count = NNC_MAXIO;
+    for (int j = 0; j < count; j++) {
+        int nd = ts[j] ? ts[j]->ndim : 0;
+        if (nd < 0 || nd > NNP_MAX_NDIM) nd = 0;
+        ndims[j] = nd;
+        for (int d = 0; d < nd; d++) shapes[j * NNP_MAX_NDIM + d] = ts[j]->dims[d];
+    }
+    return count;
+}
+
+static void report_node(void *user, const nnc_node *n, nnc_tensor *const *in, const nnc_tensor *outs,
+                        int64_t t0, int64_t t1)
+{
+    (void)user;
+    int32_t in_nd[NNC_MAXIO], out_nd[NNC_MAXIO];
+    int64_t in_sh[NNC_MAXIO * NNP_MAX_NDIM], out_sh[NNC_MAXIO * NNP_MAX_NDIM];
+    const nnc_tensor *op[NNC_MAXIO];
+    for (int j = 0; j < n->nout && j < NNC_MAXIO; j++) op[j] = n->out[j] >= 0 ? &outs[j] : NULL;
+    int nin = shape_rows((const nnc_tensor *const *)in, n->nin, in_nd, in_sh);
+    int nout = shape_rows(op, n->nout, out_nd, out_sh);
+    nnp_profile_event ev = {sizeof ev, n->name, n->op_type, n->nfused, n->fused_names, n->fused_types,
+                            t0, t1 - t0, nin, in_nd, in_sh, nout, out_nd, out_sh};
+    if (t_profile_hook) t_profile_hook(t_profile_user, &ev);
+}
+
+static nnp_status cpu_set_profile_hook(nnp_profile_hook hook, void *user)
+{
+    t_profile_hook = hook;
+    t_profile_user = hook ? user : NULL;
+    nnc_set_node_hook(hook ? report_node : NULL, NULL);
+    return NNP_OK;
+}
+
 /* ---- device API ---------------------------------------------------------------------- */
 
 static int is_host(nnp_device d) { return d.device_type == NNP_DEVICE_CPU && d.device_id == 0; }
@@ -508,6 +547,7 @@ static const nnp_backend_v1 TABLE = {
     .kernel_workspace_size = cpu_workspace_size,
     .kernel_run = cpu_kernel_run,
     .run_steps = cpu_run_steps,
+    .set_profile_hook = cpu_set_profile_hook,
 };
 
 NNP_EXPORT const nnp_backend_v1 *nnp_backend_entry(const nnp_version *host_abi)

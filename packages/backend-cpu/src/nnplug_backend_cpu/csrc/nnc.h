@@ -111,6 +111,9 @@ typedef struct nnc_node {
     int residual; /* input index of a tensor added before the activation, or -1 */
     int dead;     /* folded into another node */
     int probing;  /* created only to answer the capability query: validate, do not pack */
+    int fused_into; /* when dead: the node that took it over, else -1 */
+    int nfused;     /* live nodes: how many nodes were folded or fused into this one */
+    const char **fused_names, **fused_types; /* [nfused], pointing at those nodes' strings */
 } nnc_node;
 
 /* Attribute access; all validate kind and report errors naming node and attribute. */

@@ -28,7 +28,7 @@ import numpy as np
 from ..customop import BoundOp, CustomOp, is_standard_op
 from ..device import CPU, Device
 from ..device_api import workspace_data
-from ..errors import CustomOpError, PluginError
+from ..errors import ArgumentTypeError, CustomOpError, PluginError
 from ..plugins import LoadError, report
 from ..shapecheck import bind_symbols, mismatch
 from ..tensor import HOST_API, Tensor
@@ -391,7 +391,7 @@ def op_search_dirs(option=None) -> tuple[list[str], list[LoadError]]:
         try:
             option = [os.fsdecode(os.fspath(p)) for p in option]
         except TypeError:
-            raise TypeError(f"custom_op_paths must be a ':'-separated string or a list of "
+            raise ArgumentTypeError(f"custom_op_paths must be a ':'-separated string or a list of "
                             f"paths, not {option!r}") from None
     dirs, errors = backend_search_dirs(option)
     # The shared helper words its messages for backends; name the option actually used.

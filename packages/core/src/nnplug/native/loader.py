@@ -20,7 +20,7 @@ import threading
 
 from .. import plugins
 from ..device import device_type_name, register_device_type
-from ..errors import PluginError
+from ..errors import ArgumentTypeError, PluginError
 from ..plugins import LoadError
 from . import abi, strings
 
@@ -70,7 +70,7 @@ def backend_search_dirs(option=None) -> tuple[list[str], list[LoadError]]:
         try:
             entries = [os.fsdecode(os.fspath(p)) for p in option]
         except TypeError:
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"dynamic_backends_path must be a ':'-separated string or a list of paths, "
                 f"not {option!r}"
             ) from None

@@ -23,6 +23,7 @@
 #include <nnplug/backend.h>
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -638,6 +639,7 @@ static const nnp_backend_v1 tb_table = {
     tb_workspace_size,
     tb_kernel_run,
     TB_RUN_STEPS ? tb_run_steps : NULL,
+    NULL, /* set_profile_hook (ABI 1.1): the host times whole kernels */
 };
 
 #ifdef TB_HOSTILE
