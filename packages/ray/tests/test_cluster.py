@@ -17,8 +17,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import ray
-from models import IN_SHAPE, mlp
 from ray.cluster_utils import Cluster
+from ray_models import IN_SHAPE, mlp
 
 import nnplug
 import nnplug_backend_cpu
@@ -108,7 +108,7 @@ def test_two_actors_on_two_nodes_equal_an_in_process_run_row_for_row(cluster, x)
 
 
 def test_a_killed_worker_is_replaced_and_the_output_is_still_complete(cluster, x):
-    model = mlp()
+    model = mlp(batch=1)
     out = nnplug_ray.predict(dataset(x, blocks=ROWS // 2), model, backends=["cpu"],
                              concurrency=2, batch_size=2)
     before = set(map_workers())  # actors of an earlier job that are still going away

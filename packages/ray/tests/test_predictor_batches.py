@@ -8,8 +8,8 @@ import onnxruntime as ort
 import pandas as pd
 import pyarrow as pa
 import pytest
-from models import IN_SHAPE, mlp
 from ray.data.block import BlockAccessor
+from ray_models import IN_SHAPE, mlp
 
 import nnplug
 from nnplug_ray import Predictor

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import atexit
 import os
-import shutil
-import tempfile
 
 from nnplug import InputError, ModelError
 
@@ -42,8 +39,9 @@ def predict(dataset, model, *, backends: list[str] | None = None,
     the ``concurrency`` actors (``num_cpus`` CPUs each; the cpu backend gets as many threads)
     fetches it once and loads it with ``backends``. ``inputs``, ``outputs``: as for
     :class:`Predictor`. ``backend_folders`` / ``op_folders``: local folders of native backend
-    and custom-op shared objects, shipped to every worker with ``runtime_env``'s working_dir;
-    entry-point backends come from the workers' own environment. A worker that dies is
+    and custom-op shared objects, sent to every worker through the object store (Ray's
+    ``runtime_env`` uploads local folders only for a whole job, at ``ray.init``); entry-point
+    backends come from the workers' own environment. A worker that dies is
     replaced and its batches retried (``max_restarts``/``max_task_retries``, -1 by default);
     a model that cannot load on the workers fails the job with nnplug's error.
     Other keyword arguments go to ``Dataset.map_batches``.
@@ -53,39 +51,36 @@ def predict(dataset, model, *, backends: list[str] | None = None,
     if not ray.is_initialized():
         ray.init()
     ref = ray.put(model_bytes(model))
-    env, backend_path, op_path = _ship_folders(runtime_env, backend_folders, op_folders)
-    env_vars = env.setdefault("env_vars", {})
+    folders = None
+    if backend_folders or op_folders:
+        folders = ray.put(pack_folders(backend_folders, op_folders))
+    env = dict(runtime_env or {})
+    env_vars = env["env_vars"] = dict(env.get("env_vars") or {})
     env_vars.setdefault("NNPLUG_CPU_THREADS", str(max(1, int(num_cpus))))
     map_batches_args.setdefault("max_restarts", -1)
     map_batches_args.setdefault("max_task_retries", -1)
     return dataset.map_batches(
         Predictor,
         fn_constructor_kwargs={"model": ref, "backends": backends, "inputs": inputs,
-                               "outputs": outputs, "backend_path": backend_path,
-                               "op_path": op_path},
+                               "outputs": outputs, "folders": folders},
         batch_size=batch_size, concurrency=concurrency, num_cpus=num_cpus,
         batch_format=batch_format, runtime_env=env, **map_batches_args)
 
 
-def _ship_folders(runtime_env, backend_folders, op_folders):
-    """A runtime_env whose working_dir holds copies of the native folders, and the folders'
-    paths relative to it (the workers' working folder). None: the workers' own defaults."""
-    env = dict(runtime_env or {})
-    if not backend_folders and not op_folders:
-        return env, None, None
-    if "working_dir" in env:
-        raise InputError("runtime_env already has a working_dir: put the native folders inside "
-                         "it and name them with Predictor's backend_path/op_path instead of "
-                         "backend_folders/op_folders")
-    stage = tempfile.mkdtemp(prefix="nnplug-ray-native-")
-    atexit.register(shutil.rmtree, stage, True)  # Ray uploads it when the job's actors start
-    paths: dict[str, list[str]] = {"backends": [], "ops": []}
+def pack_folders(backend_folders, op_folders) -> dict[str, list[list[tuple[str, bytes]]]]:
+    """The files of local native-plugin folders, to travel through the object store:
+    ``{"backends": [[(relative path, bytes), ...] per folder], "ops": [...]}``."""
+    packed: dict[str, list] = {"backends": [], "ops": []}
     for kind, folders in (("backends", backend_folders), ("ops", op_folders)):
-        for i, folder in enumerate([folders] if isinstance(folders, str) else folders or []):
+        for folder in [folders] if isinstance(folders, (str, os.PathLike)) else folders or []:
+            folder = os.fspath(folder)
             if not os.path.isdir(folder):
                 raise InputError(f"{kind} folder {folder!r} does not exist")
-            name = f"{kind}-{i}"
-            shutil.copytree(folder, os.path.join(stage, name))
-            paths[kind].append(name)
-    env["working_dir"] = stage
-    return env, paths["backends"] or None, paths["ops"] or None
+            files = []
+            for root, _, names in os.walk(folder):
+                for name in sorted(names):
+                    full = os.path.join(root, name)
+                    with open(full, "rb") as f:
+                        files.append((os.path.relpath(full, folder), f.read()))
+            packed[kind].append(files)
+    return packed

@@ -7,7 +7,9 @@ per actor and then runs every batch that actor gets.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import tempfile
 
 import numpy as np
 
@@ -28,7 +30,9 @@ class Predictor:
     ``{model output: column}`` (default: every output, in a column named like it).
     ``backend_path`` / ``op_path``: native backend and custom-op folders on the worker
     (``CreationOptions.dynamic_backends_path`` / ``custom_op_paths``; relative paths are taken
-    from the worker's working folder, which is where a ``runtime_env`` working_dir lands).
+    from the worker's working folder, which is where a job's ``runtime_env`` working_dir
+    lands). ``folders``: native folders packed by ``predict`` (``pack_folders``), or an
+    ObjectRef to them: written to a temporary folder on the worker and used on top of those.
 
     Each row of an input column is one sample: an array (or a flat list) holding the model
     input's shape without its first (batch) dimension. Rows are stacked along a new first axis;
@@ -43,8 +47,11 @@ class Predictor:
                  inputs: dict[str, str] | None = None,
                  outputs: list[str] | dict[str, str] | None = None,
                  backend_path: str | list[str] | None = None,
-                 op_path: str | list[str] | None = None):
+                 op_path: str | list[str] | None = None, folders=None):
         model = _resolve(model)
+        self._native_root = None
+        if folders is not None:
+            self._native_root, backend_path, op_path = _unpack(folders, backend_path, op_path)
         self._runtime = nnplug.Runtime(nnplug.CreationOptions(
             dynamic_backends_path=backend_path, custom_op_paths=op_path))
         try:
@@ -99,6 +106,8 @@ class Predictor:
         if net is not None:
             net.close()
             self._runtime.close()
+        if getattr(self, "_native_root", None):
+            shutil.rmtree(self._native_root, ignore_errors=True)
 
 
 def _resolve(model):
@@ -112,6 +121,28 @@ def _resolve(model):
                          f"{socket.gethostname()}; pass the model's bytes (nnplug_ray.predict "
                          f"does) or put the file where every worker can read it")
     return model
+
+
+def _unpack(folders, backend_path, op_path):
+    """Write packed native folders under a fresh temporary folder; returns the search paths."""
+    import ray
+
+    if isinstance(folders, ray.ObjectRef):
+        folders = ray.get(folders)
+    root = tempfile.mkdtemp(prefix="nnplug-ray-native-")
+    paths = {}
+    for kind, given in (("backends", backend_path), ("ops", op_path)):
+        dirs = [] if given is None else given.split(":") if isinstance(given, str) else list(given)
+        for i, files in enumerate(folders.get(kind, [])):
+            target = os.path.join(root, f"{kind}-{i}")
+            for rel, data in files:
+                full = os.path.join(target, rel)
+                os.makedirs(os.path.dirname(full), exist_ok=True)
+                with open(full, "wb") as f:
+                    f.write(data)
+            dirs.append(target)
+        paths[kind] = dirs if dirs or given is not None else None
+    return root, paths["backends"], paths["ops"]
 
 
 def _input_columns(model_inputs, mapping) -> dict[str, str]:
