@@ -1,4 +1,9 @@
-"""The ``nnplug`` command: info, run, profile, demo, doctor, new.
+"""The ``nnplug`` command: info, run, profile, demo, doctor, new, and commands added by packages.
+
+A package adds a subcommand with an entry point in the ``nnplug.cli`` group: the name is the
+command, the value a callable ``main(argv: list[str]) -> int`` that gets the arguments after
+the command's name (like ``doctor`` and ``new``). Built-in commands win over a package's
+command of the same name; ``NNPLUG_DISABLE_PLUGINS`` skips one by name.
 
 Errors exit with status 1 (2 for usage) and one clear line on stderr, no traceback;
 ``NNPLUG_DEBUG=1`` shows the traceback.
@@ -13,8 +18,10 @@ import time
 
 import numpy as np
 
-from . import __version__
-from .errors import NnplugError
+from . import __version__, discovery
+from .errors import NnplugError, PluginError
+
+BUILTIN_COMMANDS = ("info", "run", "demo", "doctor", "new")
 
 
 def _runtime(args):
@@ -235,7 +242,24 @@ def cmd_new(argv) -> int:
     return new_main(argv)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def plugin_commands() -> dict:
+    """Installed ``nnplug.cli`` entry points by command name (metadata only, nothing imported)."""
+    disabled = discovery.disabled_names()
+    return {ep.name: ep for ep in discovery.entry_points(discovery.CLI_GROUP)
+            if ep.name not in BUILTIN_COMMANDS and ep.name not in disabled}
+
+
+def cmd_plugin(ep, argv) -> int:
+    try:
+        fn = ep.load()
+    except Exception as e:
+        raise PluginError(f"command {ep.name!r} ({discovery.describe(ep)}) failed to load: "
+                          f"{type(e).__name__}: {e}; reinstall the package that provides it, "
+                          f"or skip it with NNPLUG_DISABLE_PLUGINS={ep.name}") from None
+    return fn(list(argv))
+
+
+def build_parser(commands: dict | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="nnplug", description="nnplug: plugin-based ONNX inference")
     p.add_argument("--version", action="version", version=f"nnplug {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -277,6 +301,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("doctor", help="check native backend folders (and a model): nnplug doctor --help",
                    add_help=False)
     sub.add_parser("new", help="scaffold a backend or op package: nnplug new --help", add_help=False)
+    for name, ep in (plugin_commands() if commands is None else commands).items():
+        dist = getattr(ep, "dist", None)
+        sub.add_parser(name, add_help=False,
+                       help=f"from {dist.name if dist else ep.value}: nnplug {name} --help")
     return p
 
 
@@ -287,7 +315,10 @@ def main(argv=None) -> int:
             return cmd_doctor(argv[1:])
         if argv and argv[0] == "new":
             return cmd_new(argv[1:])
-        parser = build_parser()
+        commands = plugin_commands()
+        if argv and argv[0] in commands:
+            return cmd_plugin(commands[argv[0]], argv[1:])
+        parser = build_parser(commands)
         args = parser.parse_args(argv)
         if not getattr(args, "func", None):
             parser.print_help()

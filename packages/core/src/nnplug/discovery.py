@@ -1,4 +1,4 @@
-"""Entry-point discovery: ``nnplug.backends`` and ``nnplug.ops``.
+"""Entry-point discovery: ``nnplug.backends``, ``nnplug.ops`` and ``nnplug.cli``.
 
 Reading entry points only reads package metadata; a plugin's module is imported when
 its entry point is loaded, never earlier. ``NNPLUG_DISABLE_PLUGINS`` (comma-separated
@@ -13,6 +13,7 @@ import importlib_metadata
 
 BACKENDS_GROUP = "nnplug.backends"
 OPS_GROUP = "nnplug.ops"
+CLI_GROUP = "nnplug.cli"
 DISABLE_ENV = "NNPLUG_DISABLE_PLUGINS"
 
 
