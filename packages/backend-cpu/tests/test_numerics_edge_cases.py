@@ -132,3 +132,12 @@ def test_onnx_checker_accepts_the_edge_models():
     # the models above are valid ONNX: what is rejected is the attribute value, not the form
     model, _ = one_node_model("ReduceSum", [np.ones((2, 3), np.float32)], dict(keepdims=2))
     onnx.checker.check_model(model)
+
+
+def test_range_counts_int64_extremes_exactly(rt):
+    # (limit - start) needs 65 bits: a double count says 2, the exact one is 3
+    i64 = np.iinfo(np.int64)
+    ins = [np.array(i64.min), np.array(i64.max), np.array(i64.max)]
+    model, feeds = one_node_model("Range", ins)
+    got = run_cpu(rt, model, feeds)[0][0]
+    np.testing.assert_array_equal(got, np.array([i64.min, -1, i64.max - 1], np.int64))

@@ -114,16 +114,12 @@ static int range_count(nnc_node *n, nnc_tensor *const *in, int64_t *cnt, nnc_err
     } else {
         int64_t s = nnc_get_i(in[0]->data, dt, 0), l = nnc_get_i(in[1]->data, dt, 0), d = nnc_get_i(in[2]->data, dt, 0);
         if (d == 0) return nnc_node_fail(e, n, "delta must not be 0");
-        /* in double: int64 differences may overflow */
-        double c = ceil(((double)l - (double)s) / (double)d);
-        if (!(c < (double)MAX_OUT)) return nnc_node_fail(e, n, "the range has too many elements");
-        int64_t k = c > 0 ? (int64_t)c : 0;
-        /* exact integer count when the values are small enough */
-        if (l - s > -((int64_t)1 << 62) && l - s < ((int64_t)1 << 62)) {
-            int64_t diff = l - s;
-            k = d > 0 ? (diff > 0 ? (diff + d - 1) / d : 0) : (diff < 0 ? (-diff + (-d) - 1) / (-d) : 0);
-        }
-        *cnt = k;
+        /* exact: int64 differences need 65 bits */
+        __extension__ __int128 diff = (__int128)l - s, dd = d, c = 0;
+        if (d > 0 && diff > 0) c = (diff + dd - 1) / dd;
+        if (d < 0 && diff < 0) c = (-diff + (-dd) - 1) / (-dd);
+        if (c >= MAX_OUT) return nnc_node_fail(e, n, "the range has too many elements");
+        *cnt = (int64_t)c;
     }
     return NNC_OK;
 }
