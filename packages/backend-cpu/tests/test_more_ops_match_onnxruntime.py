@@ -179,6 +179,9 @@ CASES = [
     ("gridsample_nearest_reflection", "GridSample", [f32(1, 2, 6, 5), f32(1, 7, 3, 2, lo=-2.5, hi=2.5)], dict(mode="nearest", padding_mode="reflection"), 16, (), 1, 0),
     ("gridsample_bicubic_zeros", "GridSample", [f32(1, 2, 6, 6), f32(1, 4, 5, 2, lo=-1.2, hi=1.2)], dict(mode="bicubic"), 16, (), 1, 1e-5),
     ("gridsample_cubic_reflection_align_20", "GridSample", [f32(1, 1, 5, 6), f32(1, 4, 4, 2, lo=-2, hi=2)], dict(mode="cubic", padding_mode="reflection", align_corners=1), 20, (), 1, 1e-5),
+    ("gridsample_3d_linear_zeros", "GridSample", [f32(2, 2, 4, 5, 6), f32(2, 3, 4, 2, 3, lo=-1.3, hi=1.3)], dict(mode="linear"), 20, (), 1, 1e-5),
+    ("gridsample_3d_nearest_border_align", "GridSample", [f32(1, 3, 3, 4, 5), f32(1, 2, 3, 4, 3, lo=-1.5, hi=1.5)], dict(mode="nearest", padding_mode="border", align_corners=1), 20, (), 1, 0),
+    ("gridsample_3d_linear_reflection", "GridSample", [f32(1, 1, 4, 4, 4), f32(1, 3, 3, 3, 3, lo=-2, hi=2)], dict(mode="linear", padding_mode="reflection"), 20, (), 1, 1e-5),
     ("gridsample_linear_border_20", "GridSample", [f32(2, 2, 4, 6), f32(2, 3, 3, 2, lo=-1.4, hi=1.4)], dict(mode="linear", padding_mode="border"), 20, (), 1, 1e-5),
     # --- MaxUnpool, Col2Im, Det --------------------------------------------------------------------
     ("maxunpool_2d_stride2", "MaxUnpool", [f32(1, 2, 3, 3), np.array([0, 3, 5, 12, 14, 17, 26, 29, 33, 36 + 1, 36 + 7, 36 + 10, 36 + 20, 36 + 22, 36 + 24, 36 + 30, 36 + 33, 36 + 35], np.int64).reshape(1, 2, 3, 3)], dict(kernel_shape=[2, 2], strides=[2, 2]), 11, (), 1, 0),

@@ -1,5 +1,6 @@
-/* GridSample on 4-D input (float32): nearest, (bi)linear and (bi)cubic, padding zeros, border
- * or reflection, align_corners; onnxruntime's formulas. Parallel over (image, channel). */
+/* GridSample (float32): 4-D input with nearest, (bi)linear and (bi)cubic; 5-D (volumetric)
+ * with nearest and linear; padding zeros, border or reflection, align_corners; onnxruntime's
+ * formulas. Parallel over (image, channel). */
 #include "nnc.h"
 #include "ops.h"
 
@@ -36,7 +37,8 @@ static int gs_create(nnc_node *n, nnc_err *e)
     TRY(nnc_attr_int(n, "align_corners", 0, &a, e));
     s->align = a != 0;
     const nnc_valinfo *x = n->vin[0];
-    if (x && x->ndim >= 0 && x->ndim != 4) return nnc_node_unsup(e, n, "only 4-D inputs (2 spatial dims) are supported");
+    if (x && x->ndim >= 0 && x->ndim != 4 && x->ndim != 5) return nnc_node_unsup(e, n, "only 4-D and 5-D inputs are supported");
+    if (x && x->ndim == 5 && s->mode == GS_CUBIC) return nnc_node_fail(e, n, "cubic mode needs a 4-D input");
     if (!x || x->ndim < 0) return nnc_node_unsup(e, n, "the input's rank must be known when the model is loaded");
     return NNC_OK;
 }
@@ -45,14 +47,14 @@ static int gs_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err
 {
     const nnc_tensor *x = in[0], *g = in[1];
     if (x->dtype != DT_F32 || g->dtype != DT_F32) return nnc_node_fail(e, n, "inputs must be float32");
-    if (x->ndim != 4 || g->ndim != 4 || g->dims[0] != x->dims[0] || g->dims[3] != 2)
-        return nnc_node_fail(e, n, "X must be [N, C, H, W] and grid [N, H_out, W_out, 2]");
+    int r = x->ndim;
+    if ((r != 4 && r != 5) || g->ndim != r || g->dims[0] != x->dims[0] || g->dims[r - 1] != r - 2)
+        return nnc_node_fail(e, n, "X must be [N, C, H, W] with grid [N, H_out, W_out, 2] (or 3-D: [N, C, D, H, W], [N, D_out, H_out, W_out, 3])");
     out->dtype = DT_F32;
-    out->ndim = 4;
+    out->ndim = r;
     out->dims[0] = x->dims[0];
     out->dims[1] = x->dims[1];
-    out->dims[2] = g->dims[1];
-    out->dims[3] = g->dims[2];
+    for (int d = 2; d < r; d++) out->dims[d] = g->dims[d - 1];
     return NNC_OK;
 }
 
@@ -149,11 +151,78 @@ static void gs_planes(void *arg, int64_t b, int64_t e, int tid)
     }
 }
 
+typedef struct { const gs_state *s; const float *x, *g; float *y; int64_t C, D, H, W, OS; float b0[3], b1[3]; } gs3_job;
+
+static inline float pixel3(const gs3_job *j, const float *p, int64_t z, int64_t r, int64_t c)
+{
+    int64_t v[3] = {z, r, c}, L[3] = {j->D, j->H, j->W};
+    for (int a = 0; a < 3; a++) {
+        if (j->s->pad == GP_ZEROS) { if (v[a] < 0 || v[a] >= L[a]) return 0.f; continue; }
+        if (j->s->pad == GP_REFLECTION) v[a] = (int64_t)gs_reflect((float)v[a], j->b0[a], j->b1[a]);
+        v[a] = v[a] < 0 ? 0 : v[a] >= L[a] ? L[a] - 1 : v[a];
+    }
+    return p[(v[0] * j->H + v[1]) * j->W + v[2]];
+}
+
+static void gs_planes3(void *arg, int64_t b, int64_t e, int tid)
+{
+    (void)tid;
+    const gs3_job *j = arg;
+    const gs_state *s = j->s;
+    float L[3] = {(float)j->D, (float)j->H, (float)j->W};
+    for (int64_t t = b; t < e; t++) {
+        int64_t img = t / j->C;
+        const float *p = j->x + t * j->D * j->H * j->W, *grid = j->g + img * j->OS * 3;
+        float *y = j->y + t * j->OS;
+        for (int64_t o = 0; o < j->OS; o++) {
+            float c[3]; /* z, y, x from the grid's (x, y, z) */
+            int bad = 0;
+            for (int a = 0; a < 3; a++) {
+                float gv = grid[3 * o + 2 - a];
+                c[a] = s->align ? (gv + 1) / 2.f * (L[a] - 1) : ((gv + 1) * L[a] - 1) / 2.f;
+                if (s->mode == GS_NEAREST) c[a] = nearbyintf(c[a]);
+            }
+            int outside = 0;
+            for (int a = 0; a < 3; a++) outside |= c[a] < j->b0[a] || c[a] > j->b1[a];
+            if (outside)
+                for (int a = 0; a < 3; a++) {
+                    if (s->pad == GP_BORDER) c[a] = c[a] < 0 ? 0 : c[a] > L[a] - 1 ? L[a] - 1 : c[a];
+                    else if (s->pad == GP_REFLECTION) c[a] = gs_reflect(c[a], j->b0[a], j->b1[a]);
+                }
+            for (int a = 0; a < 3; a++) bad |= c[a] != c[a];
+            if (bad) { y[o] = 0.f; continue; }
+            if (s->mode == GS_NEAREST) { y[o] = pixel3(j, p, (int64_t)c[0], (int64_t)c[1], (int64_t)c[2]); continue; }
+            float f[3], d1[3];
+            int64_t i0[3];
+            for (int a = 0; a < 3; a++) { f[a] = floorf(c[a]); i0[a] = (int64_t)f[a]; d1[a] = c[a] - f[a]; }
+            float acc = 0.f;
+            for (int q = 0; q < 8; q++) {
+                float wgt = 1.f;
+                for (int a = 0; a < 3; a++) wgt *= (q >> (2 - a)) & 1 ? d1[a] : 1.f - d1[a];
+                acc += wgt * pixel3(j, p, i0[0] + ((q >> 2) & 1), i0[1] + ((q >> 1) & 1), i0[2] + (q & 1));
+            }
+            y[o] = acc;
+        }
+    }
+}
+
 static int gs_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec *xc, nnc_err *e)
 {
     (void)xc; (void)e;
     const gs_state *s = n->state;
     const nnc_tensor *x = in[0];
+    if (x->ndim == 5) {
+        gs3_job k = {s, x->data, in[1]->data, out->data, x->dims[1], x->dims[2], x->dims[3], x->dims[4],
+                     out->dims[2] * out->dims[3] * out->dims[4], {0, 0, 0}, {0, 0, 0}};
+        if (k.D == 0 || k.H == 0 || k.W == 0) { memset(out->data, 0, nnc_nbytes(out)); return NNC_OK; }
+        int64_t L[3] = {k.D, k.H, k.W};
+        for (int a = 0; a < 3; a++) {
+            k.b0[a] = s->align ? 0.f : -0.5f;
+            k.b1[a] = s->align ? (float)L[a] - 1 : (float)L[a] - 0.5f;
+        }
+        nnc_parallel_for(x->dims[0] * k.C, 1, gs_planes3, &k);
+        return NNC_OK;
+    }
     gs_job j = {s, x->data, in[1]->data, out->data, x->dims[1], x->dims[2], x->dims[3], out->dims[2], out->dims[3], 0, 0, 0, 0};
     if (j.H == 0 || j.W == 0) { memset(out->data, 0, nnc_nbytes(out)); return NNC_OK; }
     j.bx0 = s->align ? 0.f : -0.5f;
