@@ -304,7 +304,9 @@ class NativeBackend(Backend):
             if not o or o in constants:
                 continue
             info = values.get(o)
-            if info is None or info.dtype is None or info.kind != "tensor":
+            if info is None:
+                continue  # nothing known (a hand-built graph): the library decides
+            if info.dtype is None or info.kind != "tensor":
                 return False
             if not dynamic_ok and (info.shape is None or not all(
                     isinstance(d, int) and d >= 0 for d in info.shape)):
