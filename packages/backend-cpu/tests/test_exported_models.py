@@ -48,19 +48,19 @@ STATUS = {
     "skl_svc_rbf_proba": MATCH,
     "skl_svr": MATCH,
     # ZipMap makes a sequence of maps: no backend carries those (core: sequence/map values)
-    "skl_random_forest_zipmap": "ZipMap",
+    "skl_random_forest_zipmap": "ZipMap",  # a sequence of maps: the core carries no map values
     # torchvision-style
     "resnet_tiny": MATCH,
     "efficientnet_tiny": MATCH,
-    "mobilenetv3_tiny": "HardSwish",          # core function expansion / a cpu kernel (also HardSigmoid)
-    "lraspp_tiny": "Resize",                  # kernels group 2
-    "unet_convtranspose_tiny": "InstanceNormalization",  # kernels group 2 (then ConvTranspose)
-    "lstm_tiny": "LSTM",                      # kernels group 2
-    "gru_tiny": "GRU",                        # kernels group 2
+    "mobilenetv3_tiny": MATCH,
+    "lraspp_tiny": MATCH,
+    "unet_convtranspose_tiny": MATCH,
+    "lstm_tiny": MATCH,
+    "gru_tiny": MATCH,
     # transformers
-    "bert_tiny": "GatherElements",            # kernels group 1 (also IsNaN, GreaterOrEqual, And)
-    "gpt2_tiny": "Trilu",                     # kernels group 1
-    "t5_encoder_tiny": "GreaterOrEqual",      # kernels group 1 / function expansion (also int64 Abs, And)
+    "bert_tiny": MATCH,
+    "gpt2_tiny": MATCH,
+    "t5_encoder_tiny": MATCH,
     "vit_tiny": MATCH,
     "whisper_encoder_tiny": MATCH,
 }
