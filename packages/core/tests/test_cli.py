@@ -120,3 +120,40 @@ def test_packages_add_commands_through_the_nnplug_cli_entry_point_group(tmp_path
     assert "command 'broken'" in r.stderr and "nnplug-hello" in r.stderr, r.stderr
     env["NNPLUG_DISABLE_PLUGINS"] = "hello"
     assert nnplug_cmd(["hello"], env).returncode == 2  # unknown command: usage error
+
+
+@pytest.mark.parametrize("repeat", ["0", "-3"])
+def test_run_refuses_a_repeat_below_one(env, tmp_path, repeat):
+    path = tmp_path / "mlp.onnx"
+    onnx.save(mlp(), path)
+    r = nnplug_cmd(["run", str(path), "--backend", "goodplug", "--repeat", repeat], env)
+    assert r.returncode != 0
+    assert "--repeat must be at least 1" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_run_saves_outputs_as_npy_files(env, tmp_path):
+    path = tmp_path / "mlp.onnx"
+    onnx.save(mlp(), path)
+    x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "out"
+    r = nnplug_cmd(["run", str(path), "--backend", "goodplug", "--input", f"x={tmp_path / 'x.npy'}",
+                    "--output-dir", str(out)], env)
+    assert r.returncode == 0, r.stderr
+    saved = np.load(out / "y.npy")
+    assert saved.shape == (2, 3) and saved.dtype == np.float32
+    assert f"saved: {out / 'y.npy'}" in r.stdout
+
+
+def test_relative_folders_on_the_command_line_are_taken_from_the_current_folder(env, tmp_path):
+    # the library refuses relative paths; the CLI resolves them against where the user is
+    (tmp_path / "backends").mkdir()
+    r = subprocess.run([sys.executable, "-m", "nnplug", "doctor", "--path", "backends",
+                        "--no-entry-points"], env=env, cwd=tmp_path, capture_output=True,
+                       text=True, timeout=120)
+    assert "relative path ignored" not in r.stdout + r.stderr
+    assert str(tmp_path / "backends") in r.stdout
+    r = subprocess.run([sys.executable, "-m", "nnplug", "info", "--backend-path", "backends"],
+                       env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "relative path ignored" not in r.stdout

@@ -24,11 +24,20 @@ from .errors import NnplugError, PluginError
 BUILTIN_COMMANDS = ("info", "run", "demo", "doctor", "new")
 
 
+def absolute_paths(option: str | None) -> str | None:
+    """A ':'-separated folder list typed on the command line, relative entries taken from the
+    current folder (the library itself refuses relative paths: its working folder is not the
+    user's intent)."""
+    if option is None:
+        return None
+    return ":".join(os.path.abspath(p) if p else p for p in option.split(":"))
+
+
 def _runtime(args):
     from .runtime import CreationOptions, Runtime
 
-    path = getattr(args, "backend_path", None)
-    return Runtime(CreationOptions(dynamic_backends_path=path if path is not None else None))
+    path = absolute_paths(getattr(args, "backend_path", None))
+    return Runtime(CreationOptions(dynamic_backends_path=path))
 
 
 def cmd_info(args) -> int:
@@ -98,16 +107,21 @@ def _summary(name: str, arr: np.ndarray) -> str:
 
 
 def run_model(rt, model: str, backends, feeds=None, repeat: int = 1,
-              show_placement: bool = False, profile: str | None = None) -> int:
+              show_placement: bool = False, profile: str | None = None,
+              output_dir: str | None = None) -> int:
     """Load ``model`` on ``rt``, run it ``repeat`` times, print a summary; with ``profile``,
-    write a Chrome trace of the runs there."""
+    write a Chrome trace of the runs there; with ``output_dir``, save each output as
+    ``<name>.npy`` there."""
     from .profiling import Profiler, profiled
+
+    if repeat < 1:
+        raise NnplugError(f"--repeat must be at least 1, got {repeat}")
 
     prof = Profiler() if profile else None
     with rt.load(model, backends=backends or None) as net:
         feeds = feeds if feeds else random_feeds(net.inputs)
         times = []
-        for _ in range(max(1, repeat)):
+        for _ in range(repeat):
             t0 = time.perf_counter()
             out = profiled(net, feeds, prof) if prof else net.run(feeds)
             times.append(time.perf_counter() - t0)
@@ -127,10 +141,24 @@ def run_model(rt, model: str, backends, feeds=None, repeat: int = 1,
             for node, b in net.assignment.items():
                 print(f"  {node}: {b}")
         print(f"time: {min(times) * 1e3:.2f} ms (best of {len(times)})")
+        if output_dir:
+            print(f"saved: {', '.join(save_outputs(out, output_dir))}")
     if prof is not None:
         print(f"profile: {prof.write(profile)} (open it in https://ui.perfetto.dev or "
               f"chrome://tracing)")
     return 0
+
+
+def save_outputs(outputs: dict, folder: str) -> list[str]:
+    """Each output as ``<folder>/<name>.npy`` (names made safe for a file name); the paths."""
+    os.makedirs(folder, exist_ok=True)
+    paths = []
+    for name, value in outputs.items():
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "output"
+        path = os.path.join(folder, f"{safe}.npy")
+        np.save(path, np.asarray(value), allow_pickle=False)
+        paths.append(path)
+    return paths
 
 
 def cmd_profile(args) -> int:
@@ -177,7 +205,7 @@ def cmd_run(args) -> int:
     rt = _runtime(args)
     try:
         return run_model(rt, args.model, args.backend, feeds, args.repeat, args.placement,
-                         args.profile)
+                         args.profile, args.output_dir)
     finally:
         rt.close()
 
@@ -277,6 +305,8 @@ def build_parser(commands: dict | None = None) -> argparse.ArgumentParser:
     run.add_argument("--profile", metavar="TRACE.json",
                      help="write a Chrome trace of the runs (Perfetto, chrome://tracing)")
     run.add_argument("--backend-path", help="native backend folders (':'-separated)")
+    run.add_argument("--output-dir", metavar="DIR",
+                     help="save every output as DIR/<name>.npy (np.load reads it back)")
     run.set_defaults(func=cmd_run)
 
     prof = sub.add_parser("profile", help="time per op type of a model, as a table and a chart")

@@ -230,8 +230,10 @@ def doctor_main(argv=None, out=None) -> int:
     args = _parser().parse_args(argv)
     rep = _Report(out)
     rep.line(f"nnplug {__version__}, native backend ABI {'.'.join(map(str, abi.ABI_VERSION))}")
+    from .cli import absolute_paths
+
     if args.path:
-        option, origin = ":".join(args.path), "from --path"
+        option, origin = absolute_paths(":".join(args.path)), "from --path"
     elif os.environ.get(ENV_VAR) is not None:
         option, origin = None, f"from {ENV_VAR}"
     else:
@@ -241,7 +243,7 @@ def doctor_main(argv=None, out=None) -> int:
     from .native.custom_ops import default_op_dir
 
     if args.op_path:
-        op_option, op_origin = ":".join(args.op_path), "from --op-path"
+        op_option, op_origin = absolute_paths(":".join(args.op_path)), "from --op-path"
     elif os.environ.get(OP_ENV_VAR) is not None:
         op_option, op_origin = None, f"from {OP_ENV_VAR}"
     else:
