@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -97,7 +98,9 @@ def main(argv=None) -> int:
 
     import nnplug_ray
 
-    os.environ.setdefault("RAY_TMPDIR", tempfile.mkdtemp(prefix="nnr-", dir="/tmp"))
+    own_tmp = None
+    if "RAY_TMPDIR" not in os.environ:  # a short folder for Ray's sockets, removed at the end
+        own_tmp = os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="nnr-", dir="/tmp")
     ray.init(num_cpus=2, log_to_driver=False, configure_logging=False)
     ray.data.DataContext.get_current().enable_progress_bars = False
     name = inp.name
@@ -127,6 +130,8 @@ def main(argv=None) -> int:
           f"{overhead / (args.batch_size * per_row) * 100:.1f}% of a batch of "
           f"{args.batch_size}; {load()}")
     ray.shutdown()
+    if own_tmp:
+        shutil.rmtree(own_tmp, ignore_errors=True)
     net.close()
     rt.close()
     return 0
