@@ -8,9 +8,14 @@ runs on nnplug's cpu backend with one thread per worker:
 - loop: one process, one Network, ``net.run`` row by row;
 - ray, 1 actor / 2 actors: ``nnplug_ray.predict`` on a local Ray instance with 2 CPUs, one CPU
   per actor, the whole dataset materialized (actor start and model load included);
-- ray, 1 row: the same with one row, which is the fixed cost of a job (actors, model load).
+- ray, 1 row: the same with one row, which is the fixed cost of a job (actors, model load);
+- overhead per batch: a model that costs next to nothing (GlobalAveragePool on the same input,
+  so the same bytes move) over the same rows in the same blocks (one per --batch-size rows),
+  1 actor, once with batches of one row and once with batches of --batch-size rows:
+  (time with the many batches - time with the few) / (difference in batches). The fixed cost
+  and the compute cancel out; what is left is what Ray adds per batch (the actor call, moving
+  the batch through the object store, building the output block).
 
-Per-batch overhead of Ray = (1-actor time - job fixed cost - rows x loop time per row) / batches.
 Each figure is the best of --repeat runs and is printed with the load average. Needs nnplug,
 nnplug-backend-cpu and nnplug-ray installed.
 """
@@ -19,12 +24,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import tempfile
 import time
 
 import numpy as np
 import onnx
+from onnx import TensorProto, helper
 
 ZOO = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 
@@ -41,6 +48,15 @@ def best(fn, repeat: int) -> float:
         fn()
         times.append(time.perf_counter() - t)
     return min(times)
+
+
+def cheap_model(name: str, shape: list[int]) -> bytes:
+    """GlobalAveragePool of the input: the same rows to move, almost nothing to compute."""
+    graph = helper.make_graph(
+        [helper.make_node("GlobalAveragePool", [name], ["pooled"])], "cheap",
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, [*shape[:2], 1, 1])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
 
 
 def main(argv=None) -> int:
@@ -82,29 +98,40 @@ def main(argv=None) -> int:
 
     import nnplug_ray
 
-    os.environ.setdefault("RAY_TMPDIR", tempfile.mkdtemp(prefix="nnr-", dir="/tmp"))
+    own_tmp = None
+    if "RAY_TMPDIR" not in os.environ:  # a short folder for Ray's sockets, removed at the end
+        own_tmp = os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="nnr-", dir="/tmp")
     ray.init(num_cpus=2, log_to_driver=False, configure_logging=False)
     ray.data.DataContext.get_current().enable_progress_bars = False
     name = inp.name
 
-    def job(rows: int, concurrency: int):
-        ds = ray.data.from_items([{name: x[i]} for i in range(rows)], override_num_blocks=min(rows, 8))
-        return lambda: nnplug_ray.predict(ds, model, backends=["cpu"], concurrency=concurrency,
-                                          batch_size=args.batch_size).materialize()
+    def job(rows: int, concurrency: int, the_model=model, batch_size=args.batch_size):
+        ds = ray.data.from_items([{name: x[i]} for i in range(rows)],
+                                 override_num_blocks=-(-rows // args.batch_size))
+        return lambda: nnplug_ray.predict(ds, the_model, backends=["cpu"], concurrency=concurrency,
+                                          batch_size=batch_size).materialize()
 
     t_fixed = best(job(1, 1), args.repeat)
     print(f"ray, 1 row:        {t_fixed:7.2f} s per job (actor start, model load); {load()}")
-    t_ray = {}
     for n in (1, 2):
-        t_ray[n] = best(job(args.rows, n), args.repeat)
-        print(f"ray, {n} actor(s):   {args.rows / t_ray[n]:7.2f} rows/s "
-              f"({t_ray[n]:.2f} s, {args.rows / (t_ray[n] - t_fixed):.2f} rows/s after the fixed "
-              f"cost); {load()}")
-    batches = -(-args.rows // args.batch_size)
-    overhead = (t_ray[1] - t_fixed - (args.rows - 1) * per_row) / max(1, batches - 1)
-    print(f"ray overhead per batch (1 actor): {overhead * 1e3:.1f} ms "
-          f"({overhead / (args.batch_size * per_row) * 100:.1f}% of a batch's compute); {load()}")
+        t = best(job(args.rows, n), args.repeat)
+        print(f"ray, {n} actor(s):   {args.rows / t:7.2f} rows/s ({t:.2f} s for the job; "
+              f"{args.rows / max(t - t_fixed, 1e-9):.2f} rows/s less the 1-row job's time); "
+              f"{load()}")
+    cheap = cheap_model(name, list(inp.shape))
+    few = -(-args.rows // args.batch_size)
+    t_many = best(job(args.rows, 1, cheap, 1), args.repeat)
+    t_few = best(job(args.rows, 1, cheap, args.batch_size), args.repeat)
+    overhead = (t_many - t_few) / (args.rows - few)
+    print(f"ray overhead per batch (1 actor, {np.prod(sample) * 4 / 1e6:.1f} MB rows): "
+          f"{overhead * 1e3:.1f} ms ({t_many:.2f} s for {args.rows} batches, {t_few:.2f} s for "
+          f"{few}); "
+          f"that is {overhead / per_row * 100:.1f}% of one row's compute, "
+          f"{overhead / (args.batch_size * per_row) * 100:.1f}% of a batch of "
+          f"{args.batch_size}; {load()}")
     ray.shutdown()
+    if own_tmp:
+        shutil.rmtree(own_tmp, ignore_errors=True)
     net.close()
     rt.close()
     return 0

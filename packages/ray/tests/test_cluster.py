@@ -139,6 +139,15 @@ def test_a_model_that_cannot_load_on_the_workers_fails_the_job_with_nnplugs_erro
     assert "pip install nnplug-backend-cpu" in str(err) and "pid " in str(err)
 
 
+def test_a_bad_batch_fails_the_job_with_nnplugs_error_naming_the_column(cluster, x):
+    ds = ray.data.from_items([{"image": x[i]} for i in range(4)])
+    with pytest.raises(Exception) as info:
+        nnplug_ray.predict(ds, mlp(), backends=["cpu"]).take_all()
+    err = nnplug_ray.nnplug_error(info.value)
+    assert isinstance(err, nnplug.InputError), info.value
+    assert "no column 'x' for model input(s) 'x'; its columns: image" in str(err)
+
+
 def test_a_native_backend_folder_is_shipped_to_the_workers(cluster, x, tmp_path):
     folder = tmp_path / "backends"
     folder.mkdir()
