@@ -26,6 +26,7 @@ def with_logits(model: onnx.ModelProto) -> tuple[onnx.ModelProto, str | None]:
     return out, last.input[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", MODELS)
 def test_zoo_model_matches_onnxruntime(rt, name):
     model, logits = with_logits(zoo_model(name))
