@@ -28,7 +28,6 @@ from .registry import register_func, remove_func
 from .target import Target, register_target_kind, remove_target_kind
 from .tensor import Tensor
 
-
 PREFERRED_FIRST = ("onednn",)
 """Backends a ``load()`` without an order tries before the others (which keep registration
 order): they claim only what they run faster and decline the rest to the portable ones."""
