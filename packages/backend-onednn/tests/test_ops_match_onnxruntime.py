@@ -175,3 +175,11 @@ def test_unhandled_nodes_are_declined_to_the_cpu_backend(rt, case):
         outs = [got[o.name] for o in net.outputs]
     for g, w in zip(outs, onnxruntime_run(model, feeds)):
         assert_matches(g, w, what=case)
+
+
+def test_pools_it_has_no_primitive_for_are_not_claimed(rt):
+    import nnplug
+
+    model = graph_model([node("LpPool", ["x"], kernel_shape=[2, 2])], {"x": rand(1, 2, 5, 5)})
+    with pytest.raises(nnplug.UnsupportedNodeError, match="no backend can run node 'lppool'"):
+        rt.load(model, backends=["onednn"])

@@ -780,7 +780,9 @@ int ox_build(const nnp_node_desc *nodes, int nn, int dry, nnp_kernel **out, int 
         int rc;
         if (!strcmp(op, "Conv")) rc = build_conv(&b, n, nodes, nn);
         else if (!strcmp(op, "Gemm") || !strcmp(op, "MatMul")) rc = build_matmul(&b, n, nodes, nn, op[0] == 'G');
-        else if (strstr(op, "Pool")) rc = build_pool(&b, n, nodes, nn);
+        else if (!strcmp(op, "MaxPool") || !strcmp(op, "AveragePool") || !strcmp(op, "GlobalAveragePool") ||
+                 !strcmp(op, "GlobalMaxPool"))
+            rc = build_pool(&b, n, nodes, nn);
         else if (!strcmp(op, "Softmax") || !strcmp(op, "LogSoftmax")) rc = build_softmax(&b, n);
         else if (!strcmp(op, "Concat")) rc = build_concat(&b, n);
         else if (!strcmp(op, "LRN")) rc = build_lrn(&b, n);
