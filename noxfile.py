@@ -480,6 +480,7 @@ def docs(session: nox.Session) -> None:
 CONFORMANCE = {
     "backend-cpu": (["--nnplug-backend", "cpu"], []),
     "backend-opencl": (["--nnplug-backend", "opencl"], []),
+    "backend-onednn": (["--nnplug-backend", "onednn"], []),
     "ops-softmax": (["--nnplug-op", "softmax"], ["backend-cpu"]),
     "ops-argmax": (["--nnplug-op", "argmax"], ["backend-cpu"]),
 }

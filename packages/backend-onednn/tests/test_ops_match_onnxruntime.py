@@ -60,6 +60,25 @@ CASES = {
 }
 CASES = {k: (*v, 18) for k, v in CASES.items()}
 
+
+def conv_bn_case(bias, relu):
+    oc = 6
+    inits = {"w": rand(oc, 3, 3, 3), "s": rand(oc), "sh": rand(oc), "m": rand(oc),
+             "v": np.abs(rand(oc)) + 0.2}
+    ins = ["x", "w"]
+    if bias:
+        inits["b"] = rand(oc)
+        ins.append("b")
+    nodes = [node("Conv", ins, ["c"], pads=[1, 1, 1, 1]),
+             node("BatchNormalization", ["c", "s", "sh", "m", "v"], ["n" if relu else "y"], epsilon=1e-3)]
+    if relu:
+        nodes.append(node("Relu", ["n"]))
+    return nodes, {"x": rand(2, 3, 7, 7)}, inits, [n.name for n in nodes], 15
+
+
+CASES["conv_bn_folded"] = conv_bn_case(bias=True, relu=False)
+CASES["conv_nobias_bn_relu_folded"] = conv_bn_case(bias=False, relu=True)
+
 CASES.update({
     "gemm_transB_bias": ([node("Gemm", ["a", "w", "c"], transB=1)], {"a": rand(4, 32)},
                          {"w": rand(10, 32), "c": rand(10)}, ["gemm"], 18),

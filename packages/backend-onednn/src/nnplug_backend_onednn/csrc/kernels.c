@@ -407,6 +407,23 @@ static int window(build *b, const nnp_node_desc *n, const int64_t *in, const int
 
 /* ---- ops ----------------------------------------------------------------------------- */
 
+/* An inference BatchNormalization on the Conv's output with constant parameters: folded into
+ * the Conv's weights and bias at load. */
+static int bn_foldable(const nnp_node_desc *conv, const nnp_node_desc *bn)
+{
+    if (strcmp(bn->op_type, "BatchNormalization") || bn->num_inputs != 5 || bn->num_outputs != 1 ||
+        attr_int(bn, "training_mode", 0) != 0 || (bn->opset > 0 && bn->opset < 9) || conv->num_outputs != 1 ||
+        !conv->outputs[0].name || strcmp(bn->inputs[0].name, conv->outputs[0].name) ||
+        !same_shape(&bn->inputs[0], &conv->outputs[0]) || !same_shape(&bn->outputs[0], &conv->outputs[0]) ||
+        conv->outputs[0].ndim != 4)
+        return 0;
+    for (int i = 1; i < 5; i++) {
+        const nnp_value_desc *v = &bn->inputs[i];
+        if (!f32_static(v) || !v->const_data || v->ndim != 1 || v->shape[0] != conv->outputs[0].shape[1]) return 0;
+    }
+    return 1;
+}
+
 static int build_conv(build *b, const nnp_node_desc *n, const nnp_node_desc *nodes, int nn)
 {
     if (n->num_inputs < 2 || n->num_inputs > 3 || n->num_outputs != 1) return decline(b, "Conv arity");
@@ -426,11 +443,12 @@ static int build_conv(build *b, const nnp_node_desc *n, const nnp_node_desc *nod
         return decline(b, "Conv channels");
     int64_t pl[2], pr[2];
     if (window(b, n, x->shape + 2, y->shape + 2, ker, st, dil, pl, pr, 1)) return 1;
-    if (make_attr(b, nodes, nn)) return 1;
+    const nnp_node_desc *bn = nn > 1 && bn_foldable(n, &nodes[1]) && (!bias || bias->const_data) ? &nodes[1] : NULL;
+    if (bn ? make_attr(b, nodes + 1, nn - 1) : make_attr(b, nodes, nn)) return 1;
     int64_t wd[5] = {g, OC / g, C / g, ker[0], ker[1]};
     dnnl_memory_desc_t wany = g > 1 ? any_md(5, wd) : any_md(4, w->shape);
     dnnl_memory_desc_t xmd = plain_md(4, x->shape, 4), ymd = plain_md(4, y->shape, 4);
-    dnnl_memory_desc_t bmd = bias ? plain_md(1, bias->shape, 1) : NULL;
+    dnnl_memory_desc_t bmd = bias || bn ? plain_md(1, &OC, 1) : NULL;
     dnnl_dims_t S = {st[0], st[1]}, DL = {dil[0] - 1, dil[1] - 1}, PL = {pl[0], pl[1]}, PR = {pr[0], pr[1]};
     dnnl_status_t rc = D(dnnl_convolution_forward_primitive_desc_create)(
         &b->pd, g_engine, dnnl_forward_inference, dnnl_convolution_direct, xmd, wany, bmd, ymd, S, DL, PL, PR, b->attr);
@@ -443,10 +461,43 @@ static int build_conv(build *b, const nnp_node_desc *n, const nnp_node_desc *nod
     }
     if (add_arg(b, DNNL_ARG_SRC, FROM_INPUT, 0, numel(x), xmd) || add_arg(b, DNNL_ARG_DST, FROM_OUTPUT, 0, numel(y), ymd))
         return 1;
-    if (bmd && add_arg(b, DNNL_ARG_BIAS, FROM_INPUT, 2, OC, bmd)) return 1;
-    if (b->dry) return 0;
-    return add_packed(b, DNNL_ARG_WEIGHTS, w->const_data, g > 1 ? plain_md(5, wd, 5) : plain_md(4, w->shape, 4),
-                      D(dnnl_primitive_desc_query_md)(b->pd, dnnl_query_weights_md, 0));
+    if (!bn) {
+        if (bmd && add_arg(b, DNNL_ARG_BIAS, FROM_INPUT, 2, OC, bmd)) return 1;
+        if (b->dry) return 0;
+        return add_packed(b, DNNL_ARG_WEIGHTS, w->const_data, g > 1 ? plain_md(5, wd, 5) : plain_md(4, w->shape, 4),
+                          D(dnnl_primitive_desc_query_md)(b->pd, dnnl_query_weights_md, 0));
+    }
+    if (b->dry) { D(dnnl_memory_desc_destroy)(bmd); return 0; }
+    /* y = (conv(x) + bias - mean) * s + shift with s = scale / sqrt(var + eps), per channel */
+    int64_t per = numel(w) / OC;
+    float *fw = malloc((size_t)numel(w) * sizeof(float)), *fb = NULL;
+    if (!fw || posix_memalign((void **)&fb, 64, (size_t)OC * sizeof(float))) {
+        free(fw);
+        D(dnnl_memory_desc_destroy)(bmd);
+        return fail(b->e, "out of memory folding BatchNormalization");
+    }
+    const float *W = w->const_data, *B = bias ? bias->const_data : NULL;
+    const float *sc = bn->inputs[1].const_data, *sh = bn->inputs[2].const_data, *mu = bn->inputs[3].const_data,
+                *var = bn->inputs[4].const_data;
+    double eps = attr_float(bn, "epsilon", 1e-5f);
+    for (int64_t o = 0; o < OC; o++) {
+        double f = sc[o] / sqrt((double)var[o] + eps);
+        for (int64_t i = 0; i < per; i++) fw[o * per + i] = (float)(W[o * per + i] * f);
+        fb[o] = (float)(((B ? B[o] : 0.0) - mu[o]) * f + sh[o]);
+    }
+    if (bias && !B) {
+        /* a bias computed at run time cannot be folded at load */
+        free(fw);
+        free(fb);
+        D(dnnl_memory_desc_destroy)(bmd);
+        return decline(b, "Conv bias is not constant");
+    }
+    int packed = add_packed(b, DNNL_ARG_WEIGHTS, fw, g > 1 ? plain_md(5, wd, 5) : plain_md(4, w->shape, 4),
+                        D(dnnl_primitive_desc_query_md)(b->pd, dnnl_query_weights_md, 0));
+    free(fw);
+    if (packed) { free(fb); D(dnnl_memory_desc_destroy)(bmd); return 1; }
+    b->k->owned[1] = fb;
+    return add_arg(b, DNNL_ARG_BIAS, FROM_OWNED, 1, 0, bmd);
 }
 
 /* A row-major (rows, cols) matrix read transposed or not, right-aligned to rank r. */
@@ -826,7 +877,9 @@ int ox_fuse_count(const nnp_node_desc *nodes, int n)
     for (int m = 2; m <= n; m++) {
         dnnl_alg_kind_t alg;
         float a, b;
-        if (!eltwise_of(&nodes[m - 1], &alg, &a, &b)) break;
+        if (!eltwise_of(&nodes[m - 1], &alg, &a, &b) &&
+            !(m == 2 && !strcmp(nodes[0].op_type, "Conv") && bn_foldable(&nodes[0], &nodes[1])))
+            break;
         ox_err e;
         int unsup;
         if (ox_build(nodes, m, 1, NULL, &unsup, &e)) break;
