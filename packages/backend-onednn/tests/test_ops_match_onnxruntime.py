@@ -76,6 +76,22 @@ def conv_bn_case(bias, relu):
     return nodes, {"x": rand(2, 3, 7, 7)}, inits, [n.name for n in nodes], 15
 
 
+def conv_residual_case(op, swap=False, bn=False, other_shape=(2, 6, 7, 7)):
+    oc = 6
+    inits = {"w": rand(oc, 3, 3, 3), "b": rand(oc), "s": rand(oc), "sh": rand(oc), "m": rand(oc),
+             "v": np.abs(rand(oc)) + 0.2}
+    nodes = [node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1])]
+    if bn:
+        nodes.append(node("BatchNormalization", ["c", "s", "sh", "m", "v"], ["n"]))
+    last = nodes[-1].output[0]
+    nodes += [node(op, ["r", last] if swap else [last, "r"], ["a"], name="res"), node("Relu", ["a"])]
+    return nodes, {"x": rand(2, 3, 7, 7), "r": rand(*other_shape)}, inits, [n.name for n in nodes], 15
+
+
+CASES["conv_add_relu_residual"] = conv_residual_case("Add")
+CASES["conv_bn_add_relu_residual_swapped"] = conv_residual_case("Add", swap=True, bn=True)
+CASES["conv_mul_broadcast"] = conv_residual_case("Mul", other_shape=(1, 6, 1, 1))
+CASES["conv_sub_residual"] = conv_residual_case("Sub")
 CASES["conv_bn_folded"] = conv_bn_case(bias=True, relu=False)
 CASES["conv_nobias_bn_relu_folded"] = conv_bn_case(bias=False, relu=True)
 

@@ -346,8 +346,25 @@ done:
     return rc;
 }
 
-/* Post-ops from nodes[1..n): each an element-wise node on the previous output. */
-static int make_attr(build *b, const nnp_node_desc *nodes, int n)
+static int binary_alg(const char *op, dnnl_alg_kind_t *alg, int *commutes)
+{
+    *commutes = 1;
+    if (!strcmp(op, "Add")) *alg = dnnl_binary_add;
+    else if (!strcmp(op, "Mul")) *alg = dnnl_binary_mul;
+    else if (!strcmp(op, "Max")) *alg = dnnl_binary_max;
+    else if (!strcmp(op, "Min")) *alg = dnnl_binary_min;
+    else if (!strcmp(op, "Sub")) { *alg = dnnl_binary_sub; *commutes = 0; }
+    else if (!strcmp(op, "Div")) { *alg = dnnl_binary_div; *commutes = 0; }
+    else return 0;
+    return 1;
+}
+
+static int fits(const nnp_value_desc *v, const nnp_value_desc *y);
+
+/* Post-ops from nodes[1..n): each an element-wise node on the previous output, or a binary
+ * node combining it with another value (a residual Add), read as an extra argument. kin: the
+ * kernel inputs before nodes[1] (their indices come first). */
+static int make_attr(build *b, const nnp_node_desc *nodes, int n, int kin)
 {
     if (D(dnnl_primitive_attr_create)(&b->attr) != dnnl_success) return fail(b->e, "oneDNN attr failed");
     D(dnnl_primitive_attr_set_scratchpad_mode)(b->attr, dnnl_scratchpad_mode_user);
@@ -357,17 +374,46 @@ static int make_attr(build *b, const nnp_node_desc *nodes, int n)
     for (int i = 1; i < n; i++) {
         dnnl_alg_kind_t alg;
         float alpha, beta;
+        int commutes, ok = 0;
         const nnp_node_desc *p = &nodes[i], *q = &nodes[i - 1];
-        if (!eltwise_of(p, &alg, &alpha, &beta) || q->num_outputs < 1 || !q->outputs[0].name ||
-            strcmp(p->inputs[0].name, q->outputs[0].name) || !same_shape(&p->inputs[0], &q->outputs[0])) {
-            D(dnnl_post_ops_destroy)(po);
-            return decline(b, "node '%s' (%s) cannot be fused", p->name, p->op_type);
+        const char *prev = q->num_outputs >= 1 && q->outputs[0].name ? q->outputs[0].name : "";
+        if (eltwise_of(p, &alg, &alpha, &beta) && !strcmp(p->inputs[0].name, prev) &&
+            same_shape(&p->inputs[0], &q->outputs[0])) {
+            for (int j = 1; j < p->num_inputs; j++)
+                if (!strcmp(p->inputs[j].name, prev)) goto refuse;
+            ok = D(dnnl_post_ops_append_eltwise)(po, alg, alpha, beta) == dnnl_success;
+            kin += p->num_inputs - 1;
+        } else if (binary_alg(p->op_type, &alg, &commutes) && p->num_inputs == 2 && p->num_outputs == 1) {
+            int self = !strcmp(p->inputs[0].name, prev) ? 0 : !strcmp(p->inputs[1].name, prev) ? 1 : -1;
+            const nnp_value_desc *other = &p->inputs[1 - (self < 0 ? 0 : self)];
+            if (self < 0 || (self == 1 && !commutes) || !strcmp(other->name, prev) || !f32_static(other) ||
+                !f32_static(&p->outputs[0]) || !same_shape(&p->outputs[0], &q->outputs[0]) ||
+                fits(other, &p->outputs[0]) < 0)
+                goto refuse;
+            /* the other operand must come from outside the group */
+            for (int k = 0; k < i; k++)
+                if (nodes[k].num_outputs && nodes[k].outputs[0].name && !strcmp(nodes[k].outputs[0].name, other->name))
+                    goto refuse;
+            const nnp_value_desc *y = &p->outputs[0];
+            dnnl_memory_desc_t md = plain_md(other->ndim, other->shape, y->ndim);
+            if (!md) goto refuse;
+            ok = D(dnnl_post_ops_append_binary)(po, alg, md) == dnnl_success;
+            int index = D(dnnl_post_ops_len)(po) - 1;
+            if (add_arg(b, DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1, FROM_INPUT, kin, /* the one input from outside */
+                        numel(other), md)) {
+                D(dnnl_post_ops_destroy)(po);
+                return 1;
+            }
+            kin += 1;
         }
-        D(dnnl_post_ops_append_eltwise)(po, alg, alpha, beta);
+        if (!ok) goto refuse;
     }
     dnnl_status_t st = D(dnnl_primitive_attr_set_post_ops)(b->attr, po);
     D(dnnl_post_ops_destroy)(po);
     return st == dnnl_success ? 0 : decline(b, "oneDNN refuses these post-ops");
+refuse:
+    D(dnnl_post_ops_destroy)(po);
+    return decline(b, "nodes after the first cannot be fused");
 }
 
 /* Spatial padding: pads/auto_pad of a 2-D window op, with the right padding that gives the
@@ -444,7 +490,7 @@ static int build_conv(build *b, const nnp_node_desc *n, const nnp_node_desc *nod
     int64_t pl[2], pr[2];
     if (window(b, n, x->shape + 2, y->shape + 2, ker, st, dil, pl, pr, 1)) return 1;
     const nnp_node_desc *bn = nn > 1 && bn_foldable(n, &nodes[1]) && (!bias || bias->const_data) ? &nodes[1] : NULL;
-    if (bn ? make_attr(b, nodes + 1, nn - 1) : make_attr(b, nodes, nn)) return 1;
+    if (bn ? make_attr(b, nodes + 1, nn - 1, n->num_inputs + 4) : make_attr(b, nodes, nn, n->num_inputs)) return 1;
     int64_t wd[5] = {g, OC / g, C / g, ker[0], ker[1]};
     dnnl_memory_desc_t wany = g > 1 ? any_md(5, wd) : any_md(4, w->shape);
     dnnl_memory_desc_t xmd = plain_md(4, x->shape, 4), ymd = plain_md(4, y->shape, 4);
@@ -543,7 +589,7 @@ static int build_matmul(build *b, const nnp_node_desc *n, const nnp_node_desc *n
             int64_t want = y->shape[2 - c->ndim + i];
             if (c->shape[i] != 1 && c->shape[i] != want) return decline(b, "Gemm C shape");
         }
-    if (make_attr(b, nodes, nn)) return 1;
+    if (make_attr(b, nodes, nn, n->num_inputs)) return 1;
     dnnl_memory_desc_t amd = gemm ? matrix_md(a->shape, 2, ta) : plain_md(a->ndim, a->shape, r);
     int packed = w->const_data != NULL;
     dnnl_memory_desc_t wmd;
@@ -600,7 +646,7 @@ static int build_pool(build *b, const nnp_node_desc *n, const nnp_node_desc *nod
         /* with count_include_pad the ceil_mode overhang must not count: exact pads only */
         if (window(b, n, x->shape + 2, y->shape + 2, ker, st, dil, pl, pr, incl)) return 1;
     }
-    if (make_attr(b, nodes, nn)) return 1;
+    if (make_attr(b, nodes, nn, n->num_inputs)) return 1;
     dnnl_memory_desc_t xmd = plain_md(4, x->shape, 4), ymd = plain_md(4, y->shape, 4);
     dnnl_dims_t S = {st[0], st[1]}, K = {ker[0], ker[1]}, DL = {dil[0] - 1, dil[1] - 1}, PL = {pl[0], pl[1]}, PR = {pr[0], pr[1]};
     if (D(dnnl_pooling_forward_primitive_desc_create)(&b->pd, g_engine, dnnl_forward_inference, alg, xmd, ymd, S, K, DL, PL, PR,
@@ -617,7 +663,7 @@ static int build_eltwise(build *b, const nnp_node_desc *n, const nnp_node_desc *
     dnnl_alg_kind_t alg;
     float alpha, beta;
     if (!eltwise_of(n, &alg, &alpha, &beta)) return decline(b, "%s: not handled", n->op_type);
-    if (make_attr(b, nodes, nn)) return 1;
+    if (make_attr(b, nodes, nn, n->num_inputs)) return 1;
     const nnp_value_desc *x = &n->inputs[0], *y = &n->outputs[0];
     dnnl_memory_desc_t xmd = plain_md(x->ndim, x->shape, x->ndim), ymd = plain_md(y->ndim, y->shape, y->ndim);
     if (D(dnnl_eltwise_forward_primitive_desc_create)(&b->pd, g_engine, dnnl_forward_inference, alg, xmd, ymd, alpha, beta,
@@ -640,7 +686,7 @@ static int build_softmax(build *b, const nnp_node_desc *n)
     if (axis < 0 || axis >= x->ndim) return decline(b, "axis");
     /* before opset 13 the input is flattened to 2-D at axis: one axis only when it is the last */
     if (n->opset > 0 && n->opset < 13 && axis != x->ndim - 1) return decline(b, "opset < 13 axis");
-    if (make_attr(b, n, 1)) return 1;
+    if (make_attr(b, n, 1, 0)) return 1;
     dnnl_memory_desc_t xmd = plain_md(x->ndim, x->shape, x->ndim), ymd = plain_md(y->ndim, y->shape, y->ndim);
     if (D(dnnl_softmax_forward_primitive_desc_create)(&b->pd, g_engine, dnnl_forward_inference,
                                                       logsm ? dnnl_softmax_log : dnnl_softmax_accurate, xmd, ymd, (int)axis,
@@ -688,7 +734,7 @@ static int build_binary(build *b, const nnp_node_desc *n, const nnp_node_desc *n
         i0 = 1; /* commutative: the full-shaped operand goes first */
         i1 = 0;
     }
-    if (make_attr(b, nodes, nn)) return 1;
+    if (make_attr(b, nodes, nn, n->num_inputs)) return 1;
     const nnp_value_desc *a = &n->inputs[i0], *c = &n->inputs[i1];
     int r = y->ndim;
     dnnl_memory_desc_t amd = plain_md(a->ndim, a->shape, r), cmd = plain_md(c->ndim, c->shape, r), ymd = plain_md(r, y->shape, r);
@@ -720,7 +766,7 @@ static int build_concat(build *b, const nnp_node_desc *n)
         sum += v->shape[axis];
     }
     if (sum != y->shape[axis]) return decline(b, "Concat shapes");
-    if (make_attr(b, n, 1)) return 1;
+    if (make_attr(b, n, 1, 0)) return 1;
     for (int i = 0; i < m; i++) {
         if (add_input(b, DNNL_ARG_MULTIPLE_SRC + i, n, i, y->ndim)) return 1;
         srcs[i] = b->k->args[b->k->nargs - 1].md;
@@ -740,7 +786,7 @@ static int build_lrn(build *b, const nnp_node_desc *n)
     const nnp_value_desc *x = &n->inputs[0], *y = &n->outputs[0];
     int64_t size = attr_int(n, "size", 0);
     if (!f32_static(x) || x->ndim != 4 || !same_shape(x, y) || size < 1 || size % 2 == 0) return decline(b, "LRN");
-    if (make_attr(b, n, 1)) return 1;
+    if (make_attr(b, n, 1, 0)) return 1;
     dnnl_memory_desc_t xmd = plain_md(4, x->shape, 4), ymd = plain_md(4, y->shape, 4);
     if (D(dnnl_lrn_forward_primitive_desc_create)(&b->pd, g_engine, dnnl_forward_inference, dnnl_lrn_across_channels, xmd, ymd, size,
                                                   attr_float(n, "alpha", 1e-4f), attr_float(n, "beta", 0.75f),
@@ -761,7 +807,7 @@ static int build_batchnorm(build *b, const nnp_node_desc *n, const nnp_node_desc
     for (int i = 1; i < 5; i++)
         if (!f32_static(&n->inputs[i]) || n->inputs[i].ndim != 1 || n->inputs[i].shape[0] != x->shape[1])
             return decline(b, "BatchNormalization parameters");
-    if (make_attr(b, nodes, nn)) return 1;
+    if (make_attr(b, nodes, nn, n->num_inputs)) return 1;
     dnnl_memory_desc_t xmd = plain_md(x->ndim, x->shape, x->ndim), ymd = plain_md(y->ndim, y->shape, y->ndim);
     unsigned flags = dnnl_use_global_stats | dnnl_use_scale | dnnl_use_shift;
     if (D(dnnl_batch_normalization_forward_primitive_desc_create)(&b->pd, g_engine, dnnl_forward_inference, xmd, ymd,
@@ -877,7 +923,8 @@ int ox_fuse_count(const nnp_node_desc *nodes, int n)
     for (int m = 2; m <= n; m++) {
         dnnl_alg_kind_t alg;
         float a, b;
-        if (!eltwise_of(&nodes[m - 1], &alg, &a, &b) &&
+        int commutes;
+        if (!eltwise_of(&nodes[m - 1], &alg, &a, &b) && !binary_alg(nodes[m - 1].op_type, &alg, &commutes) &&
             !(m == 2 && !strcmp(nodes[0].op_type, "Conv") && bn_foldable(&nodes[0], &nodes[1])))
             break;
         ox_err e;
@@ -904,6 +951,7 @@ int ox_run(const nnp_kernel *k, const nnp_tensor *in, int nin, const nnp_tensor 
         const karg *a = &k->args[i];
         void *p = NULL;
         if (a->from == FROM_INPUT || a->from == FROM_OUTPUT) {
+            if (a->index >= (a->from == FROM_INPUT ? nin : nout)) { rc = fail(e, "internal: argument index"); break; }
             const nnp_tensor *t = a->from == FROM_INPUT ? &in[a->index] : &out[a->index];
             const char *what = a->from == FROM_INPUT ? "input" : "output";
             if (!t->data) { rc = fail(e, "%s %d has no data", what, a->index); break; }
