@@ -397,13 +397,13 @@ static int make_attr(build *b, const nnp_node_desc *nodes, int n, int kin)
             const nnp_value_desc *y = &p->outputs[0];
             dnnl_memory_desc_t md = plain_md(other->ndim, other->shape, y->ndim);
             if (!md) goto refuse;
-            ok = D(dnnl_post_ops_append_binary)(po, alg, md) == dnnl_success;
-            int index = D(dnnl_post_ops_len)(po) - 1;
-            if (add_arg(b, DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1, FROM_INPUT, kin, /* the one input from outside */
-                        numel(other), md)) {
+            int index = D(dnnl_post_ops_len)(po);
+            /* the kernel owns md from here; the other operand is the node's one outside input */
+            if (add_arg(b, DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1, FROM_INPUT, kin, numel(other), md)) {
                 D(dnnl_post_ops_destroy)(po);
                 return 1;
             }
+            ok = D(dnnl_post_ops_append_binary)(po, alg, md) == dnnl_success;
             kin += 1;
         }
         if (!ok) goto refuse;
