@@ -78,10 +78,10 @@ def conv_bn_case(bias, relu):
 
 def conv_residual_case(op, swap=False, bn=False, other_shape=(2, 6, 7, 7)):
     oc = 6
-    inits = {"w": rand(oc, 3, 3, 3), "b": rand(oc), "s": rand(oc), "sh": rand(oc), "m": rand(oc),
-             "v": np.abs(rand(oc)) + 0.2}
+    inits = {"w": rand(oc, 3, 3, 3), "b": rand(oc)}
     nodes = [node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1])]
     if bn:
+        inits.update(s=rand(oc), sh=rand(oc), m=rand(oc), v=np.abs(rand(oc)) + 0.2)
         nodes.append(node("BatchNormalization", ["c", "s", "sh", "m", "v"], ["n"]))
     last = nodes[-1].output[0]
     nodes += [node(op, ["r", last] if swap else [last, "r"], ["a"], name="res"), node("Relu", ["a"])]
