@@ -2,10 +2,12 @@
 onnxruntime (CPU, same thread count) and onnx.reference, in one process.
 
     python benchmarks/zoo.py [--threads 2] [--runs 20] [--models resnet50,vgg19]
-                             [--backends opencl] [--no-reference]
+                             [--backends onednn,opencl] [--no-reference]
 
 Prints per-model medians (ms), the ratio nnplug-cpu / onnxruntime, and the geometric mean of
-the ratios. Backends named with --backends (e.g. opencl) are timed too, figures only. The
+the ratios. Backends named with --backends are timed too, with their own geometric mean
+against onnxruntime; an entry may be a preference list joined by "+" (``opencl+cpu``), and
+``onednn``, which declines what it does not run by design, means ``onednn+cpu``. The
 timed runs of each engine are interleaved (a few runs of one, then of the next) so machine
 noise hits all of them alike. Needs nnplug, nnplug-backend-cpu and onnxruntime installed.
 """
@@ -71,11 +73,13 @@ def main(argv=None) -> int:
         for err in rt.load_errors:
             print(f"  {err}", file=sys.stderr)
         return 1
-    extra = [b for b in args.backends.split(",") if b]
+    extra = ["onednn+cpu" if b == "onednn" else b for b in args.backends.split(",") if b]
     for b in extra:
-        if b not in rt.backends:
-            print(f"backend {b!r} is not available; skipping it", file=sys.stderr)
-    extra = [b for b in extra if b in rt.backends]
+        for one in b.split("+"):
+            if one not in rt.backends:
+                print(f"backend {one!r} is not available; skipping {b}", file=sys.stderr)
+    extra = [b for b in extra if all(one in rt.backends for one in b.split("+"))]
+    extra_ratios = {b: [] for b in extra}
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = args.threads
@@ -84,7 +88,8 @@ def main(argv=None) -> int:
 
     cols = ["nnplug-cpu", "onnxruntime", "ratio"] + [f"nnplug-{b}" for b in extra] + ["onnx.reference"]
     print(f"threads={args.threads} runs={args.runs} cpu={rt.backends['cpu'].source}")
-    print(f"{'model':<14}" + "".join(f"{c:>16}" for c in cols) + f"{'load':>8}")
+    widths = [max(16, len(c) + 2) for c in cols]
+    print(f"{'model':<14}" + "".join(f"{c:>{w}}" for c, w in zip(cols, widths)) + f"{'load':>8}")
     ratios = []
     for name in [m for m in args.models.split(",") if m]:
         path = os.path.join(ZOO, f"light_{name}.onnx")
@@ -97,7 +102,7 @@ def main(argv=None) -> int:
         others = {}
         for b in extra:
             try:
-                others[b] = rt.load(model, backends=[b])
+                others[b] = rt.load(model, backends=b.split("+"))
                 runners[f"nnplug-{b}"] = lambda n=others[b], feeds=feeds: n.run(feeds)
             except Exception as e:  # noqa: BLE001 - a figure we cannot get is shown as such
                 print(f"  {name}: nnplug-{b} cannot run it: {e}", file=sys.stderr)
@@ -107,6 +112,9 @@ def main(argv=None) -> int:
         med = time_rounds(runners, max(1, args.runs // per_round), per_round)
         ratio = med["nnplug-cpu"] / med["onnxruntime"]
         ratios.append(ratio)
+        for b in extra:
+            if f"nnplug-{b}" in med:
+                extra_ratios[b].append(med[f"nnplug-{b}"] / med["onnxruntime"])
         row = [f"{med['nnplug-cpu']:.2f}", f"{med['onnxruntime']:.2f}", f"{ratio:.2f}"]
         row += [f"{med[f'nnplug-{b}']:.2f}" if f"nnplug-{b}" in med else "-" for b in extra]
         if args.no_reference:
@@ -119,7 +127,8 @@ def main(argv=None) -> int:
             ref.run(None, feeds)  # one run is enough: it is orders of magnitude slower
             row.append(f"{(time.perf_counter() - t) * 1e3:.0f}")
         # the 1-minute load average beside every figure: a ratio taken under load is no result
-        print(f"{name:<14}" + "".join(f"{c:>16}" for c in row) + f"{os.getloadavg()[0]:>8.2f}",
+        print(f"{name:<14}" + "".join(f"{c:>{w}}" for c, w in zip(row, widths))
+              + f"{os.getloadavg()[0]:>8.2f}",
               flush=True)
         net.close()
         for n in others.values():
@@ -127,6 +136,12 @@ def main(argv=None) -> int:
     if ratios:
         geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
         print(f"geometric mean of nnplug-cpu / onnxruntime: {geo:.2f} over {len(ratios)} models")
+    for b, rs in extra_ratios.items():
+        if rs:
+            geo = math.exp(sum(math.log(r) for r in rs) / len(rs))
+            print(f"geometric mean of nnplug-{b} / onnxruntime: {geo:.2f} over {len(rs)} models")
+    print(f"load average (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in os.getloadavg())}; "
+          f"figures taken under load are not results")
     return 0
 
 

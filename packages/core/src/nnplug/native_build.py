@@ -12,6 +12,9 @@ A package configures it in its ``pyproject.toml``::
     sources = ["csrc/*.c"]           # globs under src/<package>/
     embed = { "x.cl" = "x_cl" }      # optional: files compiled in as C strings (gen/<name>.h)
     libs = ["-lm"]                   # optional: extra link arguments
+    cflags = ["-DX=1"]               # optional: extra compile arguments
+    include_dirs_from = ["foo-devel"] # optional: distributions (build requirements) whose
+                                     # installed include/ folders go on the include path
 
 What it does:
 
@@ -82,6 +85,35 @@ def find_include(root: str) -> str | None:
     except ImportError:
         pass
     return None
+
+
+def dist_include_dirs(dists: list[str]) -> list[str]:
+    """The ``include/`` folders the named installed distributions put headers in (wheels such
+    as ``onednn-devel-cpu-gomp`` install them under the environment's data path, which pip's
+    isolated builds do not put on any standard include path)."""
+    from importlib import metadata
+    from pathlib import Path
+
+    found: list[str] = []
+    for name in dists:
+        try:
+            files = metadata.distribution(name).files or []
+        except metadata.PackageNotFoundError:
+            raise NativeBuildError(
+                f"the build needs the headers of {name}, which is not installed in the build "
+                f"environment. Fix: pip install {name} (and list it in [build-system] "
+                f"requires)") from None
+        dirs = []
+        for f in files:
+            if "include" in f.parts[:-1]:
+                below = len(f.parts) - f.parts.index("include") - 2  # folders under include/
+                d = str(Path(os.path.normpath(f.locate())).parents[below])
+                if d not in dirs:
+                    dirs.append(d)
+        if not dirs:
+            raise NativeBuildError(f"{name} is installed but has no include/ folder")
+        found += [d for d in dirs if d not in found]
+    return found
 
 
 def c_string(name: str, text: str) -> str:
@@ -196,7 +228,8 @@ class NativeBuildHook(BuildHookInterface):
         with open(os.path.join(pkg, "_version.py")) as f:
             found = re.search(r'"([^"]+)"', f.read())
         defines = [f'-DNNPLUG_PLUGIN_VERSION="{found.group(1)}"'] if found else []
-        cmd = [cc, *CFLAGS, f"-I{include}", f"-I{gen}", *defines, *cfg.get("cflags", []),
+        extra = [f"-I{d}" for d in dist_include_dirs(cfg.get("include_dirs_from", []))]
+        cmd = [cc, *CFLAGS, f"-I{include}", f"-I{gen}", *extra, *defines, *cfg.get("cflags", []),
                *sources, "-o", out, *cfg.get("libs", []),
                *shlex.split(os.environ.get("NNPLUG_CFLAGS", "")),
                *shlex.split(os.environ.get("NNPLUG_LDFLAGS", ""))]

@@ -18,7 +18,8 @@ from .loader import Model
 _NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
                      "Multinomial", "Bernoulli"}
 
-KNOWN_BACKEND_PACKAGES = {"cpu": "nnplug-backend-cpu", "opencl": "nnplug-backend-opencl"}
+KNOWN_BACKEND_PACKAGES = {"cpu": "nnplug-backend-cpu", "opencl": "nnplug-backend-opencl",
+                          "onednn": "nnplug-backend-onednn"}
 KNOWN_OP_PACKAGES = {"cstSoftmax": "nnplug-ops-softmax"}
 
 # Which backends a custom op's target can run on: its device type.

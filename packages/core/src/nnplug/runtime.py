@@ -46,6 +46,10 @@ from .validate import validate
 OPTIMIZATION_LEVELS = ("disable", "basic", "all")
 """Graph optimisation levels of ``Runtime.load`` (see there)."""
 
+PREFERRED_FIRST = ("onednn",)
+"""Backends a ``load()`` without an order tries before the others (which keep registration
+order): they claim only what they run faster and decline the rest to the portable ones."""
+
 
 @dataclass
 class CreationOptions:
@@ -59,7 +63,8 @@ class CreationOptions:
     """Folders of ``libnnplug_op_*.so`` custom-op libraries (same rules, variable
     NNPLUG_CUSTOM_OP_PATH, default ``ops/`` beside the core)."""
     backend_preference: list[str] | None = None
-    """Default backend order for ``load()``; None: registration order."""
+    """Default backend order for ``load()``; None: ``PREFERRED_FIRST`` backends, then the others
+    in registration order."""
     entry_points: bool = True
     """Read installed plugins (``nnplug.backends`` / ``nnplug.ops`` entry points)."""
     disable_op_overrides: bool = False
@@ -311,7 +316,8 @@ class Runtime:
         with self._lock:
             available = dict(self._backends)
         if names is None:
-            names = self.options.backend_preference or list(available)
+            names = self.options.backend_preference or sorted(
+                available, key=lambda bid: bid not in PREFERRED_FIRST)  # stable: else registration order
         if isinstance(names, str):
             names = [names]
         chosen = []

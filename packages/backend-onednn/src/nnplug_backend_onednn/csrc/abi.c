@@ -1,0 +1,189 @@
+/* The nnplug native backend ABI (nnplug/backend.h) over the oneDNN kernels: entry symbol,
+ * function table, host-memory device API, capability and fuse queries, kernels. */
+#define _GNU_SOURCE
+#include "nnplug/backend.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dl.h"
+#include "kernels.h"
+
+#ifdef NNPLUG_PLUGIN_VERSION /* the package version, from nnplug's native build */
+#define OX_VERSION NNPLUG_PLUGIN_VERSION
+#else
+#define OX_VERSION "0.0.0"
+#endif
+
+static __thread ox_err t_err;
+
+static nnp_status set_error(nnp_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t_err.msg, sizeof t_err.msg, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+static const char *last_error(void) { return t_err.msg; }
+
+static nnp_status ox_abi_init(const nnp_init_options *o)
+{
+    int threads = 0;
+    if (o && o->struct_size >= offsetof(nnp_init_options, num_threads) + sizeof(int32_t)) threads = o->num_threads;
+    return ox_init(threads, &t_err) ? NNP_STATUS_ERROR : NNP_OK;
+}
+
+static void ox_abi_shutdown(void) { ox_shutdown(); }
+
+static nnp_status ox_abi_set_num_threads(int32_t n)
+{
+    if (n < 0) return set_error(NNP_STATUS_INVALID_ARGUMENT, "set_num_threads: %d is negative", n);
+    ox_set_num_threads(n);
+    return NNP_OK;
+}
+
+static int is_host(nnp_device d) { return d.device_type == NNP_DEVICE_CPU && d.device_id == 0; }
+
+static nnp_status ox_get_attr(nnp_device dev, int32_t kind, nnp_attr_value *out)
+{
+    if (!out) return set_error(NNP_STATUS_INVALID_ARGUMENT, "get_attr: out is NULL");
+    if (kind == NNP_DEVICE_ATTR_EXIST) { out->type = NNP_ATTR_VALUE_INT; out->i = is_host(dev); return NNP_OK; }
+    if (!is_host(dev)) return NNP_OK;
+    if (kind == NNP_DEVICE_ATTR_MULTI_PROCESSOR_COUNT) {
+        out->type = NNP_ATTR_VALUE_INT;
+        out->i = ox_num_threads();
+    } else if (kind == NNP_DEVICE_ATTR_API_VERSION) {
+        const dnnl_version_t *v = D(dnnl_version)();
+        out->type = NNP_ATTR_VALUE_STRING;
+        snprintf(out->s, sizeof out->s, "oneDNN %d.%d.%d (%s)", v->major, v->minor, v->patch, v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other runtime");
+    } else if (kind == NNP_DEVICE_ATTR_DEVICE_NAME) {
+        out->type = NNP_ATTR_VALUE_STRING;
+        snprintf(out->s, sizeof out->s, "cpu (oneDNN)");
+    }
+    return NNP_OK;
+}
+
+static nnp_status ox_alloc(nnp_device dev, uint64_t nbytes, uint64_t alignment, nnp_dtype hint, void **out)
+{
+    (void)hint;
+    if (!out) return set_error(NNP_STATUS_INVALID_ARGUMENT, "alloc_data_space: out is NULL");
+    *out = NULL;
+    if (!is_host(dev)) return set_error(NNP_STATUS_INVALID_ARGUMENT, "alloc_data_space: device %d:%d is not the cpu", dev.device_type, dev.device_id);
+    if (nbytes == 0) return set_error(NNP_STATUS_INVALID_ARGUMENT, "alloc_data_space: nbytes is 0");
+    if (alignment == 0 || (alignment & (alignment - 1)))
+        return set_error(NNP_STATUS_INVALID_ARGUMENT, "alloc_data_space: alignment %llu is not a power of two", (unsigned long long)alignment);
+    if (alignment < 64) alignment = 64;
+    void *p = NULL;
+    if (posix_memalign(&p, (size_t)alignment, (size_t)nbytes) != 0 || !p)
+        return set_error(NNP_STATUS_OUT_OF_MEMORY, "alloc_data_space: cannot allocate %llu bytes", (unsigned long long)nbytes);
+    *out = p;
+    return NNP_OK;
+}
+
+static nnp_status ox_free(nnp_device dev, void *h)
+{
+    (void)dev;
+    free(h);
+    return NNP_OK;
+}
+
+static nnp_status ox_copy(const void *from, uint64_t fo, void *to, uint64_t to_off, uint64_t n, nnp_device df,
+                          nnp_device dt, int32_t kind, nnp_stream stream)
+{
+    (void)df; (void)dt; (void)stream;
+    if (kind < NNP_COPY_HOST_TO_DEVICE || kind > NNP_COPY_DEVICE_TO_DEVICE)
+        return set_error(NNP_STATUS_INVALID_ARGUMENT, "copy_data_from_to: unknown kind %d", kind);
+    if (!n) return NNP_OK;
+    if (!from || !to) return set_error(NNP_STATUS_INVALID_ARGUMENT, "copy_data_from_to: NULL buffer");
+    memmove((char *)to + to_off, (const char *)from + fo, (size_t)n);
+    return NNP_OK;
+}
+
+static nnp_status ox_supports(const nnp_node_desc *node, int32_t *out)
+{
+    if (!node || !out) return set_error(NNP_STATUS_INVALID_ARGUMENT, "supports: NULL argument");
+    ox_err e = {{0}};
+    int unsupported;
+    *out = ox_build(node, 1, 1, NULL, &unsupported, &e) == 0;
+    return NNP_OK;
+}
+
+static nnp_status ox_fuse(const nnp_node_desc *nodes, int32_t n, int32_t *taken)
+{
+    if (!nodes || !taken || n < 1) return set_error(NNP_STATUS_INVALID_ARGUMENT, "fuse: bad arguments");
+    *taken = ox_fuse_count(nodes, n);
+    return NNP_OK;
+}
+
+static nnp_status ox_kernel_create(const nnp_node_desc *nodes, int32_t n, nnp_device dev, nnp_kernel **out)
+{
+    if (!out) return set_error(NNP_STATUS_INVALID_ARGUMENT, "kernel_create: out is NULL");
+    *out = NULL;
+    if (!is_host(dev)) return set_error(NNP_STATUS_INVALID_ARGUMENT, "kernel_create: device %d:%d is not the cpu", dev.device_type, dev.device_id);
+    int unsupported;
+    if (ox_build(nodes, n, 0, out, &unsupported, &t_err)) return unsupported ? NNP_STATUS_UNSUPPORTED : NNP_STATUS_INVALID_ARGUMENT;
+    return NNP_OK;
+}
+
+static nnp_status ox_kernel_destroy(nnp_kernel *k)
+{
+    ox_destroy(k);
+    return NNP_OK;
+}
+
+static nnp_status ox_workspace(const nnp_kernel *k, const nnp_tensor *in, int32_t nin, const nnp_tensor *outs,
+                               int32_t nout, uint64_t *nbytes)
+{
+    (void)in; (void)nin; (void)outs; (void)nout;
+    if (!k || !nbytes) return set_error(NNP_STATUS_INVALID_ARGUMENT, "kernel_workspace_size: bad arguments");
+    *nbytes = ox_workspace_size(k);
+    return NNP_OK;
+}
+
+static nnp_status ox_kernel_run(const nnp_kernel *k, const nnp_tensor *in, int32_t nin, const nnp_tensor *outs,
+                                int32_t nout, void *ws, uint64_t wsn, nnp_stream stream)
+{
+    (void)stream;
+    return ox_run(k, in, nin, outs, nout, ws, wsn, &t_err) ? NNP_STATUS_INVALID_ARGUMENT : NNP_OK;
+}
+
+static nnp_status ox_run_steps(const nnp_step *steps, int32_t n, void *const *slots, int32_t ns, void *ws,
+                               uint64_t wsn, nnp_stream st, int32_t *failed)
+{
+    return nnp_run_steps_default(ox_kernel_run, steps, n, slots, ns, ws, wsn, st, failed);
+}
+
+static const nnp_backend_v1 TABLE = {
+    .abi_version = {NNP_BACKEND_ABI_MAJOR, NNP_BACKEND_ABI_MINOR, NNP_BACKEND_ABI_PATCH},
+    .struct_size = sizeof(nnp_backend_v1),
+    .flags = NNP_BACKEND_HOST_VISIBLE,
+    .id = "onednn",
+    .version = OX_VERSION,
+    .device_type = NNP_DEVICE_CPU,
+    .init = ox_abi_init,
+    .shutdown = ox_abi_shutdown,
+    .last_error = last_error,
+    .set_num_threads = ox_abi_set_num_threads,
+    .get_attr = ox_get_attr,
+    .alloc_data_space = ox_alloc,
+    .free_data_space = ox_free,
+    .copy_data_from_to = ox_copy,
+    .supports = ox_supports,
+    .fuse = ox_fuse,
+    .kernel_create = ox_kernel_create,
+    .kernel_destroy = ox_kernel_destroy,
+    .kernel_workspace_size = ox_workspace,
+    .kernel_run = ox_kernel_run,
+    .run_steps = ox_run_steps,
+};
+
+NNP_EXPORT const nnp_backend_v1 *nnp_backend_entry(const nnp_version *host_abi)
+{
+    if (host_abi && host_abi->major != NNP_BACKEND_ABI_MAJOR) return NULL;
+    return &TABLE;
+}

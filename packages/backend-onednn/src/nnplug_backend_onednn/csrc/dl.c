@@ -1,0 +1,68 @@
+/* Finding and loading libdnnl.so.3 and libgomp.so.1 (see dl.h). */
+#define _GNU_SOURCE
+#include "dl.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define DNNL_DEFINE_PTR(name) __typeof__(&name) dl_##name;
+DNNL_FUNCS(DNNL_DEFINE_PTR)
+#undef DNNL_DEFINE_PTR
+
+/* Set by nnplug_backend_onednn.library_path() to the wheel's libdnnl.so.3. */
+#define LIBRARY_ENV "NNPLUG_ONEDNN_LIBRARY"
+
+static void *g_gomp, *g_dnnl;
+static void (*g_omp_set_num_threads)(int);
+
+int dl_load(char *err, size_t errlen)
+{
+    /* GNU OpenMP spins between parallel regions by default, which makes runs many times
+     * slower on a loaded machine; it reads these once, when it loads. */
+    setenv("OMP_WAIT_POLICY", "passive", 0);
+    setenv("GOMP_SPINCOUNT", "0", 0);
+    g_gomp = dlopen("libgomp.so.1", RTLD_NOW | RTLD_GLOBAL);
+    if (!g_gomp) {
+        snprintf(err, errlen, "cannot load libgomp.so.1, the GNU OpenMP runtime oneDNN needs (%s). "
+                 "Fix: install it (Debian/Ubuntu: apt install libgomp1)", dlerror());
+        return 1;
+    }
+    g_omp_set_num_threads = (void (*)(int))dlsym(g_gomp, "omp_set_num_threads");
+    const char *path = getenv(LIBRARY_ENV);
+    if (!path || !path[0]) path = "libdnnl.so.3";
+    g_dnnl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!g_dnnl) {
+        snprintf(err, errlen, "cannot load oneDNN from %s (%s). Fix: pip install "
+                 "onednn-cpu-gomp==2023.2.0 (nnplug_backend_onednn finds its libdnnl.so.3), "
+                 "or set %s to the path of libdnnl.so.3", path, dlerror(), LIBRARY_ENV);
+        return 1;
+    }
+#define DNNL_RESOLVE(name)                                                                  \
+    dl_##name = (__typeof__(&name))dlsym(g_dnnl, #name);                                    \
+    if (!dl_##name) {                                                                       \
+        snprintf(err, errlen, "%s has no function %s: it is not oneDNN 3.2. Fix: pip install " \
+                 "onednn-cpu-gomp==2023.2.0", path, #name);                                 \
+        return 1;                                                                           \
+    }
+    DNNL_FUNCS(DNNL_RESOLVE)
+#undef DNNL_RESOLVE
+    const dnnl_version_t *v = D(dnnl_version)();
+    if (!v || v->major != 3) {
+        snprintf(err, errlen, "%s is oneDNN %d.%d; this backend needs 3.x. Fix: pip install "
+                 "onednn-cpu-gomp==2023.2.0", path, v ? v->major : -1, v ? v->minor : -1);
+        return 1;
+    }
+    return 0;
+}
+
+void dl_unload(void)
+{
+    /* oneDNN keeps thread-local state and OpenMP keeps its threads: unloading either while
+     * the process lives is unsafe, so both stay loaded. */
+}
+
+void dl_omp_set_num_threads(int n)
+{
+    if (g_omp_set_num_threads && n > 0) g_omp_set_num_threads(n);
+}

@@ -1,0 +1,59 @@
+/* oneDNN and GNU OpenMP, loaded at init with dlopen (never linked by path): the oneDNN C API
+ * functions the backend calls, as pointers resolved with dlsym. Call them as D(name)(...). */
+#ifndef NNPLUG_ONEDNN_DL_H_
+#define NNPLUG_ONEDNN_DL_H_
+
+#include <dnnl.h>
+
+#define DNNL_FUNCS(X)                                  \
+    X(dnnl_engine_create)                              \
+    X(dnnl_engine_destroy)                             \
+    X(dnnl_stream_create)                              \
+    X(dnnl_stream_destroy)                             \
+    X(dnnl_stream_wait)                                \
+    X(dnnl_memory_desc_create_with_strides)            \
+    X(dnnl_memory_desc_create_with_tag)                \
+    X(dnnl_memory_desc_destroy)                        \
+    X(dnnl_memory_desc_clone)                          \
+    X(dnnl_memory_desc_get_size)                       \
+    X(dnnl_memory_create)                              \
+    X(dnnl_memory_destroy)                             \
+    X(dnnl_primitive_desc_query_md)                    \
+    X(dnnl_primitive_desc_destroy)                     \
+    X(dnnl_primitive_create)                           \
+    X(dnnl_primitive_destroy)                          \
+    X(dnnl_primitive_execute)                          \
+    X(dnnl_primitive_attr_create)                      \
+    X(dnnl_primitive_attr_destroy)                     \
+    X(dnnl_primitive_attr_set_post_ops)                \
+    X(dnnl_primitive_attr_set_scratchpad_mode)         \
+    X(dnnl_post_ops_create)                            \
+    X(dnnl_post_ops_destroy)                           \
+    X(dnnl_post_ops_append_eltwise)                    \
+    X(dnnl_post_ops_append_binary)                     \
+    X(dnnl_post_ops_len)                               \
+    X(dnnl_reorder_primitive_desc_create)              \
+    X(dnnl_convolution_forward_primitive_desc_create)  \
+    X(dnnl_matmul_primitive_desc_create)               \
+    X(dnnl_pooling_forward_primitive_desc_create)      \
+    X(dnnl_eltwise_forward_primitive_desc_create)      \
+    X(dnnl_softmax_forward_primitive_desc_create)      \
+    X(dnnl_binary_primitive_desc_create)               \
+    X(dnnl_concat_primitive_desc_create)               \
+    X(dnnl_lrn_forward_primitive_desc_create)          \
+    X(dnnl_batch_normalization_forward_primitive_desc_create) \
+    X(dnnl_version)
+
+#define DNNL_DECLARE_PTR(name) extern __typeof__(&name) dl_##name;
+DNNL_FUNCS(DNNL_DECLARE_PTR)
+#undef DNNL_DECLARE_PTR
+
+#define D(name) dl_##name
+
+/* Load libgomp.so.1 (passive waiting) and oneDNN. 0 on success; else a message in err. */
+int dl_load(char *err, size_t errlen);
+void dl_unload(void);
+/* omp_set_num_threads of the calling thread (a no-op when libgomp has none). */
+void dl_omp_set_num_threads(int n);
+
+#endif

@@ -1,0 +1,84 @@
+"""Fixtures: a Runtime with this package's backend first and nnplug-backend-cpu after it, and
+model helpers. oneDNN is x86-64 only: elsewhere nothing here is collected."""
+
+from __future__ import annotations
+
+import os
+import platform
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+
+import nnplug
+
+if platform.machine().lower() not in ("x86_64", "amd64"):
+    collect_ignore_glob = ["test_*.py"]
+
+ZOO = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+BACKENDS = ["onednn", "cpu"]
+
+
+def make_runtime() -> nnplug.Runtime:
+    import nnplug_backend_cpu
+    import nnplug_backend_onednn
+
+    r = nnplug.Runtime(nnplug.CreationOptions.isolated())
+    r.register_backend(nnplug_backend_onednn.library_path())
+    r.register_backend(nnplug_backend_cpu.library_path())
+    return r
+
+
+@pytest.fixture(scope="session")
+def rt():
+    r = make_runtime()
+    yield r
+    r.close()
+
+
+def graph_model(nodes, inputs: dict, inits: dict | None = None, opset: int = 18):
+    """A model of ``nodes``; ``inputs``: graph input name -> array (the feeds); ``inits``:
+    initializer name -> array. The graph outputs are the last node's outputs, typed by ONNX
+    shape inference."""
+    inits = inits or {}
+    gin = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+           for k, v in inputs.items()]
+    ini = [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()]
+    outs = list(nodes[-1].output)
+    probe = helper.make_model(helper.make_graph(nodes, "g", gin, [], ini),
+                              opset_imports=[helper.make_opsetid("", opset)])
+    inferred = {v.name: v for v in onnx.shape_inference.infer_shapes(probe).graph.value_info}
+    model = helper.make_model(helper.make_graph(nodes, "g", gin, [inferred[o] for o in outs], ini),
+                              opset_imports=[helper.make_opsetid("", opset)])
+    return model
+
+
+def onnxruntime_run(model, feeds):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def assert_matches(got, want, rtol=1e-4, what=""):
+    """Equal within rtol of the expected output's range (absolute error)."""
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != {want.dtype}"
+    scale = max(float(np.abs(want).max()) if want.size else 0.0, 1e-6)
+    err = float(np.abs(got.astype(np.float64) - want).max()) if want.size else 0.0
+    assert err <= rtol * scale, f"{what}: max error {err:.3g} > {rtol} x {scale:.3g}"
+
+
+def zoo_model(name: str) -> onnx.ModelProto:
+    return onnx.load(os.path.join(ZOO, f"light_{name}.onnx"))
+
+
+def zoo_input(model: onnx.ModelProto, seed=0):
+    inits = {i.name for i in model.graph.initializer}
+    (inp,) = [i for i in model.graph.input if i.name not in inits]
+    shape = [d.dim_value for d in inp.type.tensor_type.shape.dim]
+    return inp.name, np.random.default_rng(seed).random(shape, dtype=np.float32)
