@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import conv, elementwise, gemm, normalize, pool, shape
+from . import conv, elementwise, gemm, normalize, pool, resize, shape
+from .common import UNARY_CODES
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,12 @@ def _table() -> dict[str, OpDef]:
         "Sigmoid": OpDef(ew.supports_unary, ew.lower_unary),
         "Clip": OpDef(ew.supports_unary, ew.lower_unary, ew.clip_host_inputs),
         "Sum": OpDef(ew.supports_sum, ew.lower_sum),
+        "Max": OpDef(ew.supports_sum, ew.lower_sum),
+        "Min": OpDef(ew.supports_sum, ew.lower_sum),
+        "Where": OpDef(ew.supports_where, ew.lower_where),
+        "Expand": OpDef(ew.supports_expand, ew.lower_expand, ew.expand_host_inputs),
+        "Resize": OpDef(resize.supports_resize, resize.lower_resize, resize.resize_host_inputs),
+        "LayerNormalization": OpDef(normalize.supports_layernorm, normalize.lower_layernorm),
         "MaxPool": OpDef(pool.supports_pool, pool.lower_pool),
         "AveragePool": OpDef(pool.supports_pool, pool.lower_pool),
         "GlobalAveragePool": OpDef(pool.supports_global, pool.lower_global),
@@ -45,8 +52,10 @@ def _table() -> dict[str, OpDef]:
         "ConstantOfShape": OpDef(shape.supports_constant_of_shape, shape.lower_constant_of_shape,
                                  shape.host_first_input),
     }
-    for op in ("Add", "Sub", "Mul", "Div"):
+    for op in ("Add", "Sub", "Mul", "Div", "Pow", "PRelu"):
         t[op] = OpDef(ew.supports_binary, ew.lower_binary)
+    for op in UNARY_CODES:
+        t[op] = OpDef(ew.supports_unary, ew.lower_unary)
     return t
 
 
