@@ -96,7 +96,9 @@ def axis_table(node, n_in, n_out, scale):
         if ctm == "asymmetric":
             xo = x / s
         elif ctm == "align_corners":
-            xo = np.zeros_like(x) if n_out == 1 else x * f(n_in - 1) / f(n_out - 1)
+            # the spec's length_resized is input length * scale, which floor() made n_out
+            length = f(n_in) * s
+            xo = np.zeros_like(x) if n_out == 1 else x * f(n_in - 1) / (length - f(1))
         elif ctm == "pytorch_half_pixel":
             xo = (x + half) / s - half if n_out > 1 else np.zeros_like(x)
         elif ctm == "half_pixel_symmetric":
