@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import conv, elementwise, gemm, normalize, pool, resize, shape
+from . import conv, conv_transpose, elementwise, gemm, normalize, pool, resize, shape
 from .common import UNARY_CODES
 
 
@@ -22,6 +22,7 @@ def _table() -> dict[str, OpDef]:
     ew = elementwise
     t = {
         "Conv": OpDef(conv.supports, conv.lower),
+        "ConvTranspose": OpDef(conv_transpose.supports, conv_transpose.lower),
         "Gemm": OpDef(gemm.supports_gemm, gemm.lower_gemm),
         "MatMul": OpDef(gemm.supports_matmul, gemm.lower_matmul),
         "BatchNormalization": OpDef(ew.supports_batchnorm, ew.lower_batchnorm),
