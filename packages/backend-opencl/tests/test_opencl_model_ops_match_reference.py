@@ -295,3 +295,30 @@ def test_conv_transpose_groups_against_onnxruntime(rt, group, mg):
         net.close()
     assert got.shape == want.shape == tuple(out_shape)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+REDUCE_OPS = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceSumSquare", "ReduceL1",
+              "ReduceL2"]
+
+
+@pytest.mark.parametrize("keepdims", [0, 1])
+@pytest.mark.parametrize("axes", [[1], [-1], [0, 2], [1, 3], None])
+@pytest.mark.parametrize("op", REDUCE_OPS)
+def test_reduce(rt, op, axes, keepdims):
+    x = rand(2, 3, 4, 5)
+    attrs = {"keepdims": keepdims}
+    # opset 13 takes axes as an attribute (ReduceSum: as an input); opset 18 always as an input
+    if op == "ReduceSum":
+        inits = {} if axes is None else {"axes": np.array(axes, np.int64)}
+        check(rt, single_node_model(op, {"x": x}, attrs, opset=13, initializers=inits), {"x": x})
+    else:
+        a13 = dict(attrs, **({} if axes is None else {"axes": axes}))
+        check(rt, single_node_model(op, {"x": x}, a13, opset=13), {"x": x})
+    inits = {} if axes is None else {"axes": np.array(axes, np.int64)}
+    check(rt, single_node_model(op, {"x": x}, attrs, opset=18, initializers=inits), {"x": x})
+
+
+def test_reduce_noop_with_empty_axes(rt):
+    x = rand(3, 4)
+    check(rt, single_node_model("ReduceMean", {"x": x}, {"noop_with_empty_axes": 1}, opset=18),
+          {"x": x})

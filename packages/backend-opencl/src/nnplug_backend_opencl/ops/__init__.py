@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import conv, conv_transpose, elementwise, gemm, normalize, pool, resize, shape
+from . import conv, conv_transpose, elementwise, gemm, normalize, pool, reduce, resize, shape
 from .common import UNARY_CODES
 
 
@@ -55,6 +55,8 @@ def _table() -> dict[str, OpDef]:
     }
     for op in ("Add", "Sub", "Mul", "Div", "Pow", "PRelu"):
         t[op] = OpDef(ew.supports_binary, ew.lower_binary)
+    for op in reduce.CODES:
+        t[op] = OpDef(reduce.supports_reduce, reduce.lower_reduce, reduce.reduce_host_inputs)
     for op in UNARY_CODES:
         t[op] = OpDef(ew.supports_unary, ew.lower_unary)
     return t
