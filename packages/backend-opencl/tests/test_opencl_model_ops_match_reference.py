@@ -322,3 +322,11 @@ def test_reduce_noop_with_empty_axes(rt):
     x = rand(3, 4)
     check(rt, single_node_model("ReduceMean", {"x": x}, {"noop_with_empty_axes": 1}, opset=18),
           {"x": x})
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 5, 4), (1, 4, 7), (2, 2, 3, 2, 2)])
+def test_instance_normalization(rt, shape):
+    x = rand(*shape) * 3 + 1
+    c = shape[1]
+    check(rt, single_node_model("InstanceNormalization", {"x": x}, dict(epsilon=1e-4),
+                                initializers={"s": rand(c), "b": rand(c)}), {"x": x})

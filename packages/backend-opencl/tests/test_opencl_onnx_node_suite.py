@@ -1,6 +1,6 @@
 """ONNX's backend node suite on ["opencl", a CPU backend]: every case (``_expanded`` ones
 included) with an op among those the model-coverage work put on the device (element-wise
-functions, Pow/Max/Min/PRelu, Where, Expand, MatMul, LayerNormalization, Resize,
+functions, Pow/Max/Min/PRelu, Where, Expand, MatMul, Layer/InstanceNormalization, Resize,
 ConvTranspose, the Reduce ops) or one that reads a value on the host (Reshape, Squeeze, Unsqueeze, ConstantOfShape, Clip).
 
 The OpenCL backend may decline any node (it then runs on the CPU backend), but a node it
@@ -18,11 +18,12 @@ from nnplug import onnx_backend
 from nnplug_backend_opencl import OpenCLBackend
 from nnplug_backend_opencl.ops.common import UNARY_CODES
 
-OP_TYPES = set(UNARY_CODES) | {"Pow", "Max", "Min", "PRelu", "Where", "Expand", "MatMul",
-                               "LayerNormalization", "Resize", "ConvTranspose", "Reshape",
-                               "Squeeze", "Unsqueeze", "ConstantOfShape", "Clip",
-                               "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin",
-                               "ReduceSumSquare", "ReduceL1", "ReduceL2"}
+OP_TYPES = set(UNARY_CODES) | {
+    "Pow", "Max", "Min", "PRelu", "Where", "Expand", "MatMul", "LayerNormalization",
+    "InstanceNormalization", "Resize", "ConvTranspose", "Reshape", "Squeeze", "Unsqueeze",
+    "ConstantOfShape", "Clip", "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin",
+    "ReduceSumSquare", "ReduceL1", "ReduceL2",
+}
 CASES = [c for c in onnx_backend.onnx_node_tests() if c.op_types & OP_TYPES]
 ACCUMULATING = {"Conv", "Gemm", "MatMul", "LayerNormalization", "LRN", "AveragePool",
                 "GlobalAveragePool", "Softmax", "Gelu", "Resize", "Pow", "Erf"}

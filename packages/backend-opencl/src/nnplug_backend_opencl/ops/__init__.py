@@ -36,6 +36,8 @@ def _table() -> dict[str, OpDef]:
         "Where": OpDef(ew.supports_where, ew.lower_where),
         "Expand": OpDef(ew.supports_expand, ew.lower_expand, ew.expand_host_inputs),
         "Resize": OpDef(resize.supports_resize, resize.lower_resize, resize.resize_host_inputs),
+        "InstanceNormalization": OpDef(normalize.supports_instancenorm,
+                                       normalize.lower_instancenorm),
         "LayerNormalization": OpDef(normalize.supports_layernorm, normalize.lower_layernorm),
         "MaxPool": OpDef(pool.supports_pool, pool.lower_pool),
         "AveragePool": OpDef(pool.supports_pool, pool.lower_pool),

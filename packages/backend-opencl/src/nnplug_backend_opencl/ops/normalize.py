@@ -1,4 +1,4 @@
-"""Softmax, LRN and LayerNormalization."""
+"""Softmax, LRN, LayerNormalization and InstanceNormalization."""
 
 from __future__ import annotations
 
@@ -90,7 +90,36 @@ def lower_layernorm(node, p):
         return
     p.launch("normalize.cl", "layernorm", (rows,),
              [x, scale, bias or scale, y, i32(length), i32(rows), f32(node.attr("epsilon", 1e-5)),
-              i32(bias is not None)])
+              i32(bias is not None), i32(0)])
+
+
+def supports_instancenorm(node, graph):
+    why = need_f32(node, graph, node.inputs)
+    if why:
+        return why
+    r = rank_of(graph, node.inputs[0])
+    if r is not None and r < 3:
+        return f"InstanceNormalization of rank {r}"
+    return None
+
+
+def lower_instancenorm(node, p):
+    x, scale, bias = node.inputs[:3]
+    shape = p.shape(x)
+    if len(shape) < 3:
+        raise ValueError(f"InstanceNormalization {node.name!r}: input {shape} has no spatial axes")
+    n, c = shape[0], shape[1]
+    for name in (scale, bias):
+        if tuple(p.shape(name)) != (c,):
+            raise ValueError(f"InstanceNormalization {node.name!r}: {name!r} is {p.shape(name)}, "
+                             f"not ({c},)")
+    length = int(np.prod(shape[2:], dtype=np.int64))
+    y = p.define(node.outputs[0], shape, F32)
+    if n * c == 0 or length == 0:
+        return
+    p.launch("normalize.cl", "layernorm", (n * c,),
+             [x, scale, bias, y, i32(length), i32(n * c), f32(node.attr("epsilon", 1e-5)), i32(1),
+              i32(c)])
 
 
 def _full(p, name, full):
