@@ -1,7 +1,8 @@
 """ONNX's backend node suite on ["opencl", a CPU backend]: every case (``_expanded`` ones
 included) with an op among those the model-coverage work put on the device (element-wise
 functions, Pow/Max/Min/PRelu, Where, Expand, MatMul, Layer/InstanceNormalization, Resize,
-ConvTranspose, the Reduce ops) or one that reads a value on the host (Reshape, Squeeze, Unsqueeze, ConstantOfShape, Clip).
+ConvTranspose, the Reduce ops) or one that reads a value on the host (Reshape, Squeeze,
+Unsqueeze, ConstantOfShape, Clip).
 
 The OpenCL backend may decline any node (it then runs on the CPU backend), but a node it
 claims must build and give ONNX's expected outputs: no case may fail at build or run time or
