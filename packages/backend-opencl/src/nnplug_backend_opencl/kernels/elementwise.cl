@@ -1,16 +1,46 @@
-// Element-wise operators: activations, broadcasting binary arithmetic, per-channel affine
-// (BatchNormalization at inference), and N-ary accumulation for Sum.
+// Element-wise operators: activations and other functions of one value, broadcasting binary
+// arithmetic, per-channel affine (BatchNormalization at inference).
 
 #define ACT_NONE 0
 #define ACT_RELU 1
 #define ACT_LEAKY 2
 #define ACT_SIGMOID 3
 #define ACT_CLIP 4
+// the functions below run only here (ops/common.py UNARY_CODES)
+#define F_TANH 5
+#define F_EXP 6
+#define F_LOG 7
+#define F_SQRT 8
+#define F_ABS 9
+#define F_NEG 10
+#define F_RECIP 11
+#define F_ERF 12
+#define F_GELU 13
+#define F_GELU_TANH 14
+#define F_HARDSIGMOID 15
+#define F_HARDSWISH 16
+#define F_ELU 17
+#define F_SELU 18
+#define F_SOFTPLUS 19
+#define F_SOFTSIGN 20
+#define F_SIN 21
+#define F_COS 22
+#define F_FLOOR 23
+#define F_CEIL 24
+#define F_ROUND 25
+#define F_SIGN 26
+#define F_MISH 27
+#define F_CELU 28
+#define F_THRESHOLDED_RELU 29
 
 #define OP_ADD 0
 #define OP_SUB 1
 #define OP_MUL 2
 #define OP_DIV 3
+#define OP_POW 4
+#define OP_MAX 5
+#define OP_MIN 6
+#define OP_PRELU 7
 
 #define MAX_RANK 6
 
@@ -26,6 +56,38 @@ __kernel void unary(__global const float* restrict x, __global float* restrict y
     case ACT_LEAKY: r = v >= 0.0f ? v : v * a; break;
     case ACT_SIGMOID: r = 1.0f / (1.0f + exp(-v)); break;
     case ACT_CLIP: r = fmin(fmax(v, a), b); break;
+    case F_TANH: r = tanh(v); break;
+    case F_EXP: r = exp(v); break;
+    case F_LOG: r = log(v); break;
+    case F_SQRT: r = sqrt(v); break;
+    case F_ABS: r = fabs(v); break;
+    case F_NEG: r = -v; break;
+    case F_RECIP: r = 1.0f / v; break;
+    case F_ERF: r = erf(v); break;
+    case F_GELU: r = 0.5f * v * (1.0f + erf(v * M_SQRT1_2_F)); break;
+    case F_GELU_TANH:
+        r = 0.5f * v * (1.0f + tanh(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+        break;
+    case F_HARDSIGMOID: r = fmax(0.0f, fmin(1.0f, a * v + b)); break;
+    case F_HARDSWISH: r = v * fmax(0.0f, fmin(1.0f, v * (1.0f / 6.0f) + 0.5f)); break;
+    case F_ELU: r = v >= 0.0f ? v : a * (exp(v) - 1.0f); break;
+    case F_SELU: r = v > 0.0f ? b * v : b * (a * exp(v) - a); break;
+    // log(1 + e^v) without overflow for large v
+    case F_SOFTPLUS: r = v > 0.0f ? v + log1p(exp(-v)) : log1p(exp(v)); break;
+    case F_SOFTSIGN: r = v / (1.0f + fabs(v)); break;
+    case F_SIN: r = sin(v); break;
+    case F_COS: r = cos(v); break;
+    case F_FLOOR: r = floor(v); break;
+    case F_CEIL: r = ceil(v); break;
+    case F_ROUND: r = rint(v); break;  // halves to even, as ONNX rounds
+    case F_SIGN: r = v > 0.0f ? 1.0f : (v < 0.0f ? -1.0f : v); break;
+    case F_MISH: {
+        const float sp = v > 0.0f ? v + log1p(exp(-v)) : log1p(exp(v));
+        r = v * tanh(sp);
+        break;
+    }
+    case F_CELU: r = fmax(0.0f, v) + fmin(0.0f, a * (exp(v / a) - 1.0f)); break;
+    case F_THRESHOLDED_RELU: r = v > a ? v : 0.0f; break;
     default: r = v;
     }
     y[i] = r;
@@ -37,6 +99,11 @@ float apply_op(float p, float q, int op)
     case OP_ADD: return p + q;
     case OP_SUB: return p - q;
     case OP_MUL: return p * q;
+    case OP_POW: return pow(p, q);
+    // NaN in, NaN out, as numpy's maximum/minimum (fmax/fmin would drop it)
+    case OP_MAX: return isnan(p) || isnan(q) ? p + q : (p > q ? p : q);
+    case OP_MIN: return isnan(p) || isnan(q) ? p + q : (p < q ? p : q);
+    case OP_PRELU: return p < 0.0f ? p * q : p;
     default: return p / q;
     }
 }

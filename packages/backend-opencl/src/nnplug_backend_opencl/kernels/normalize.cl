@@ -1,4 +1,4 @@
-// Normalisations across one axis: Softmax and LRN.
+// Normalisations: Softmax, LRN, LayerNormalization and InstanceNormalization.
 
 // Softmax over `len` elements spaced `inner` apart; one work-item per (outer, inner) row.
 __kernel void softmax(__global const float* restrict x, __global float* restrict y,
@@ -33,4 +33,34 @@ __kernel void lrn(__global const float* restrict x, __global float* restrict y,
     }
     const float v = xp[(size_t)c * inner];
     y[((size_t)n * C + c) * inner + p] = v / pow(bias + alpha / (float)size * s, beta);
+}
+
+// LayerNormalization over the last `len` elements of each row (the axes from `axis` on,
+// flattened), one work-item per row; mean and variance in two passes for accuracy.
+// per_row = 0: scale[i] and bias[i] per element of the row (LayerNormalization);
+// per_row = C: scale[c] and bias[c] with c = row % C (InstanceNormalization, rows = N * C).
+__kernel void layernorm(__global const float* restrict x, __global const float* restrict scale,
+                        __global const float* restrict bias, __global float* restrict y,
+                        int len, int rows, float epsilon, int has_bias, int per_row)
+{
+    const int r = get_global_id(0);
+    if (r >= rows) return;
+    const int c = per_row ? r % per_row : 0;
+    const int step = per_row ? 0 : 1;
+    __global const float* xr = x + (size_t)r * len;
+    __global float* yr = y + (size_t)r * len;
+    float s = 0.0f;
+    for (int i = 0; i < len; ++i) s += xr[i];
+    const float mean = s / (float)len;
+    float v = 0.0f;
+    for (int i = 0; i < len; ++i) {
+        const float d = xr[i] - mean;
+        v += d * d;
+    }
+    const float inv = rsqrt(v / (float)len + epsilon);
+    for (int i = 0; i < len; ++i) {
+        const int k = per_row ? c : i * step;
+        const float o = (xr[i] - mean) * inv * scale[k];
+        yr[i] = has_bias ? o + bias[k] : o;
+    }
 }

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import conv, elementwise, gemm, normalize, pool, shape
+from . import conv, conv_transpose, elementwise, gemm, normalize, pool, reduce, resize, shape
+from .common import UNARY_CODES
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,7 @@ def _table() -> dict[str, OpDef]:
     ew = elementwise
     t = {
         "Conv": OpDef(conv.supports, conv.lower),
+        "ConvTranspose": OpDef(conv_transpose.supports, conv_transpose.lower),
         "Gemm": OpDef(gemm.supports_gemm, gemm.lower_gemm),
         "MatMul": OpDef(gemm.supports_matmul, gemm.lower_matmul),
         "BatchNormalization": OpDef(ew.supports_batchnorm, ew.lower_batchnorm),
@@ -29,6 +31,14 @@ def _table() -> dict[str, OpDef]:
         "Sigmoid": OpDef(ew.supports_unary, ew.lower_unary),
         "Clip": OpDef(ew.supports_unary, ew.lower_unary, ew.clip_host_inputs),
         "Sum": OpDef(ew.supports_sum, ew.lower_sum),
+        "Max": OpDef(ew.supports_sum, ew.lower_sum),
+        "Min": OpDef(ew.supports_sum, ew.lower_sum),
+        "Where": OpDef(ew.supports_where, ew.lower_where),
+        "Expand": OpDef(ew.supports_expand, ew.lower_expand, ew.expand_host_inputs),
+        "Resize": OpDef(resize.supports_resize, resize.lower_resize, resize.resize_host_inputs),
+        "InstanceNormalization": OpDef(normalize.supports_instancenorm,
+                                       normalize.lower_instancenorm),
+        "LayerNormalization": OpDef(normalize.supports_layernorm, normalize.lower_layernorm),
         "MaxPool": OpDef(pool.supports_pool, pool.lower_pool),
         "AveragePool": OpDef(pool.supports_pool, pool.lower_pool),
         "GlobalAveragePool": OpDef(pool.supports_global, pool.lower_global),
@@ -45,8 +55,12 @@ def _table() -> dict[str, OpDef]:
         "ConstantOfShape": OpDef(shape.supports_constant_of_shape, shape.lower_constant_of_shape,
                                  shape.host_first_input),
     }
-    for op in ("Add", "Sub", "Mul", "Div"):
+    for op in ("Add", "Sub", "Mul", "Div", "Pow", "PRelu"):
         t[op] = OpDef(ew.supports_binary, ew.lower_binary)
+    for op in reduce.CODES:
+        t[op] = OpDef(reduce.supports_reduce, reduce.lower_reduce, reduce.reduce_host_inputs)
+    for op in UNARY_CODES:
+        t[op] = OpDef(ew.supports_unary, ew.lower_unary)
     return t
 
 

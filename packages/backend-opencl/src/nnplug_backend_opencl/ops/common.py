@@ -9,6 +9,14 @@ import numpy as np
 F32 = np.dtype(np.float32)
 
 ACT_NONE, ACT_RELU, ACT_LEAKY, ACT_SIGMOID, ACT_CLIP = range(5)
+# element-wise functions only the `unary` kernel knows (never fused into a Conv/Gemm)
+UNARY_CODES = {
+    "Tanh": 5, "Exp": 6, "Log": 7, "Sqrt": 8, "Abs": 9, "Neg": 10, "Reciprocal": 11, "Erf": 12,
+    "Gelu": 13, "HardSigmoid": 15, "HardSwish": 16, "Elu": 17, "Selu": 18, "Softplus": 19,
+    "Softsign": 20, "Sin": 21, "Cos": 22, "Floor": 23, "Ceil": 24, "Round": 25, "Sign": 26,
+    "Mish": 27, "Celu": 28, "ThresholdedRelu": 29,
+}
+ACT_GELU_TANH = 14
 COPY_TYPES = {1: "uchar", 2: "ushort", 4: "uint", 8: "ulong"}
 
 
