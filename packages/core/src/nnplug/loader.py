@@ -11,6 +11,7 @@ from onnx import numpy_helper
 
 from .errors import ModelError
 from .graph import Node, SubGraph, ValueInfo, attribute_value
+from .validate import check_before_inference
 
 
 @dataclass
@@ -119,6 +120,7 @@ def load(model, custom_ops: dict | None = None) -> Model:
         raise ModelError(f"the model cannot be checked: {e}") from None
 
     opsets = {op.domain or "": op.version for op in proto.opset_import}
+    check_before_inference(proto)  # values ONNX's inference itself would crash on
     inferred = _infer(proto)
     values = _collect_values(inferred)
     nodes = _make_nodes(inferred, opsets)
