@@ -394,10 +394,11 @@ def _non_empty_spatial(r: NodeRules) -> None:
 
 def _lrn(r: NodeRules) -> None:
     size = r.attr("size")
-    if isinstance(size, int) and (size < 1 or size % 2 == 0):
-        r.fail(f"is {size}; it must be a positive odd number (the window is centred on "
-               f"each channel; onnxruntime requires the same)",
-               "use an odd size such as 3 or 5", attribute="size")
+    # even sizes are valid (the spec's window is asymmetric then), though onnxruntime
+    # refuses them
+    if isinstance(size, int) and size < 1:
+        r.fail(f"is {size}; it must be at least 1", "use a positive size such as 3 or 5",
+               attribute="size")
     x = r.shape(0)
     if isinstance(size, int) and x is not None and len(x) >= 2 and x[1] is not None \
             and size > 2 * x[1] + 1 and size > 2 ** 16:
