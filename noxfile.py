@@ -39,6 +39,7 @@ CI_PYTHON = "3.11"
 CORE = "core"
 DIST_CACHE = os.path.join(ROOT, ".nox", "_dist")
 CORE_INCLUDE = os.path.join(ROOT, "packages", CORE, "src", "nnplug", "include")
+NATIVE_BUILD = os.path.join(ROOT, "packages", CORE, "src", "nnplug", "native_build.py")
 BUILDER = os.path.join(ROOT, ".nox", "_builder")
 
 SANITIZE_CFLAGS = ("-fsanitize=address,undefined -fno-sanitize-recover=undefined "
@@ -149,9 +150,11 @@ _SKIP_SUFFIXES = (".pyc", ".pyo", ".so", ".o")
 
 
 def _source_digest(pkg: Package, env: dict[str, str]) -> str:
-    """A hash of what goes into the build: the package's files, the core's C headers (native
-    plugins compile against them) and the build flags."""
+    """A hash of what goes into the build: the package's files, the core's C headers and
+    native build hook (native plugins compile with them) and the build flags."""
     h = hashlib.sha256()
+    with open(NATIVE_BUILD, "rb") as f:  # the build hook every native package runs
+        h.update(hashlib.sha256(f.read()).digest())
     for top in (pkg.path, CORE_INCLUDE):
         for root, dirs, files in os.walk(top):
             dirs[:] = sorted(d for d in dirs
@@ -206,9 +209,8 @@ def build(session: nox.Session, pkg: Package, flags: dict[str, str] | None = Non
     env = {k: v for k, v in flags.items()}
     env.setdefault("NNPLUG_CFLAGS", os.environ.get("NNPLUG_CFLAGS", ""))
     env.setdefault("NNPLUG_LDFLAGS", os.environ.get("NNPLUG_LDFLAGS", ""))
-    # The wheel is built from the unpacked sdist, away from the checkout: tell native build
-    # hooks where the core's headers are.
-    env.setdefault("NNPLUG_INCLUDE", os.environ.get("NNPLUG_INCLUDE", CORE_INCLUDE))
+    # No NNPLUG_INCLUDE: the wheel is built from the unpacked sdist, which must carry nnplug's
+    # headers itself (nnplug/native_build.py ships them), as it does for pip users.
     try:
         session.run(python, "-m", "build", "--outdir", tmp, pkg.path, env=env, external=True)
         wheels = glob.glob(os.path.join(tmp, "*.whl"))
@@ -324,7 +326,9 @@ def isolation(session: nox.Session, plugin: str) -> None:
 def wheels(session: nox.Session) -> None:
     """sdist and wheel of every package, contents checked, all installed together, demo runs.
 
-    The smoke inference (``nnplug demo --backend cpu``) runs from the installed wheels alone."""
+    Each wheel is built from its sdist with nothing but the sdist (no NNPLUG_INCLUDE); checked:
+    manylinux tag confirmed by auditwheel, no C sources, LICENSE in both. The smoke inference (``nnplug demo --backend cpu``) runs from the installed wheels alone."""
+    session.install("auditwheel")
     for pkg in PACKAGES.values():
         dists = build(session, pkg)
         _check_dists(session, pkg, dists)
@@ -357,15 +361,40 @@ def _check_dists(session: nox.Session, pkg: Package, dists: Dists) -> None:
     if tag[0] != "py3" or tag[1] != "none":
         problems.append(f"tag {'-'.join(tag)}: expected py3-none-* (ctypes libraries do not "
                         f"link libpython)")
+    if libs and not tag[2].startswith("manylinux_"):
+        problems.append(f"platform tag {tag[2]}: PyPI takes only manylinux tags for Linux")
+    # .cl files are OpenCL programs compiled at run time (backend-opencl ships them); the
+    # core's include/ is its public C headers
+    sources = [n for n in names if n.endswith((".c", ".h", ".cc", ".cpp")) and "/include/" not in n]
+    if sources:
+        problems.append(f"C sources inside the wheel: {', '.join(sources[:3])}")
+    if not any(n.endswith(".dist-info/licenses/LICENSE") for n in names):
+        problems.append("no LICENSE in the wheel's .dist-info")
     with tarfile.open(dists.sdist) as t:
         members = [m.split("/", 1)[-1] for m in t.getnames()]
-    for needed in ("pyproject.toml", "README.md"):
+    for needed in ("pyproject.toml", "README.md", "LICENSE"):
         if needed not in members:
             problems.append(f"sdist lacks {needed}")
+    if libs:  # the sdist alone builds the library: headers and the build hook inside
+        for needed in ("include/nnplug/common.h", "_nnplug_build/native_build.py"):
+            if needed not in members:
+                problems.append(f"sdist lacks {needed}")
+        problems += _auditwheel_problems(session, dists.wheel, tag[2])
     if problems:
         session.error(f"{pkg.dist}: " + "; ".join(problems))
     session.log(f"{pkg.dist}: {name} ({len(names)} files, {len(libs)} shared object(s)), "
                 f"{os.path.basename(dists.sdist)}")
+
+
+def _auditwheel_problems(session: nox.Session, wheel: str, platform: str) -> list[str]:
+    """auditwheel's verdict: the wheel's tag must be one its libraries really meet."""
+    out = session.run("auditwheel", "show", wheel, silent=True)
+    found = re.search(r'platform tag:\s*"([^"]+)"', out or "")
+    if not found:
+        return [f"auditwheel could not read {os.path.basename(wheel)}: {out}"]
+    if found.group(1) != platform:
+        return [f"tagged {platform} but auditwheel says its libraries need {found.group(1)}"]
+    return []
 
 
 @nox.session(python=CI_PYTHON)
@@ -432,11 +461,18 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", ".", *session.posargs)
 
 
+DOCS_TOOLS = ("mkdocs>=1.6", "mkdocstrings[python]>=0.26", "pymdown-extensions>=10")
+
+
 @nox.session(python=CI_PYTHON)
 def docs(session: nox.Session) -> None:
-    """Docs and READMEs: relative links resolve, python blocks run (all packages installed)."""
-    install_wheels(session, [PACKAGES[p] for p in PLUGINS])
+    """Docs and READMEs: relative links resolve, python blocks run (all packages installed);
+    then the site (mkdocs.yml, API reference from the docstrings) builds with warnings as
+    errors into .nox/site."""
+    install_wheels(session, [PACKAGES[p] for p in PLUGINS], also=DOCS_TOOLS)
     session.run("python", os.path.join(ROOT, "tools", "check_docs.py"), *session.posargs)
+    with session.chdir(ROOT):
+        session.run("mkdocs", "build", "--strict", "--config-file", "mkdocs.yml")
 
 
 # The conformance suite's arguments per in-tree plugin (entry point names), and the backend an
@@ -464,6 +500,29 @@ def conformance(session: nox.Session, plugin: str) -> None:
                     f"--timeout={TEST_TIMEOUT_S}", *session.posargs)
 
 
+# ONNX's node suite, whole, per backend preference: (packages to install, preference order).
+NODESUITE = {
+    "cpu": (["backend-cpu"], "cpu"),
+    "opencl": (["backend-opencl", "backend-cpu"], "opencl,cpu"),
+}
+
+
+@nox.session(python=CI_PYTHON)
+@nox.parametrize("backend", list(NODESUITE))
+def nodesuite(session: nox.Session, backend: str) -> None:
+    """Every case of ONNX's node suite on nnplug and on onnxruntime in the same run; fails on
+    a wrong answer, an error or a crash (see nnplug/testing/node_suite.py).
+
+    Writes the table to .nox/nodesuite/<backend>.md (docs/conformance.md shows them)."""
+    folders, preference = NODESUITE[backend]
+    install_wheels(session, [PACKAGES[f] for f in folders], also=("onnxruntime",))
+    report = os.path.join(ROOT, ".nox", "nodesuite", f"{backend}.md")
+    os.makedirs(os.path.dirname(report), exist_ok=True)
+    with outside_the_repo(session):
+        session.run("python", "-m", "nnplug.testing.node_suite", "--backends", preference,
+                    f"--markdown={report}", *session.posargs)
+
+
 @nox.session(python=CI_PYTHON)
 def differential(session: nox.Session) -> None:
     """Proof: every zoo model (shipped and random weights), the repository's .onnx files and
@@ -489,7 +548,7 @@ def fuzz(session: nox.Session) -> None:
 @nox.session(python=False)
 def ci(session: nox.Session) -> None:
     """What CI runs: lint, every package's tests on 3.11, wheels, isolation, conformance,
-    sanitize, fuzz, docs.
+    the whole node suite per backend, sanitize, fuzz, docs.
 
     Queues those sessions; the full Python matrix is ``nox`` (or ``nox -s tests wheels``)."""
     session.notify("lint")
@@ -500,6 +559,8 @@ def ci(session: nox.Session) -> None:
         session.notify(f"isolation(plugin={name!r})")
     for name in CONFORMANCE:
         session.notify(f"conformance(plugin={name!r})")
+    for name in NODESUITE:
+        session.notify(f"nodesuite(backend={name!r})")
     session.notify("sanitize")
     session.notify("fuzz")  # bounded: 300 mutations or 240 s
     session.notify("docs")

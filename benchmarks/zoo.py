@@ -84,7 +84,7 @@ def main(argv=None) -> int:
 
     cols = ["nnplug-cpu", "onnxruntime", "ratio"] + [f"nnplug-{b}" for b in extra] + ["onnx.reference"]
     print(f"threads={args.threads} runs={args.runs} cpu={rt.backends['cpu'].source}")
-    print(f"{'model':<14}" + "".join(f"{c:>16}" for c in cols))
+    print(f"{'model':<14}" + "".join(f"{c:>16}" for c in cols) + f"{'load':>8}")
     ratios = []
     for name in [m for m in args.models.split(",") if m]:
         path = os.path.join(ZOO, f"light_{name}.onnx")
@@ -118,7 +118,9 @@ def main(argv=None) -> int:
             t = time.perf_counter()
             ref.run(None, feeds)  # one run is enough: it is orders of magnitude slower
             row.append(f"{(time.perf_counter() - t) * 1e3:.0f}")
-        print(f"{name:<14}" + "".join(f"{c:>16}" for c in row), flush=True)
+        # the 1-minute load average beside every figure: a ratio taken under load is no result
+        print(f"{name:<14}" + "".join(f"{c:>16}" for c in row) + f"{os.getloadavg()[0]:>8.2f}",
+              flush=True)
         net.close()
         for n in others.values():
             n.close()

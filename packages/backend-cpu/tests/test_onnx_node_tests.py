@@ -73,5 +73,7 @@ def test_onnx_node_test_passes_on_cpu(backend, case):
 
 def test_node_tests_cover_every_op_the_backend_runs():
     covered = set().union(*(c.op_types for c in CASES))
-    # every listed op has ONNX node tests of its own (except internal helpers, none today)
-    assert set(nnplug_backend_cpu.OPS) - covered == set()
+    # every listed op has ONNX node tests of its own, except ops ONNX ships none for (those are
+    # checked against onnxruntime in test_more_ops_match_onnxruntime.py)
+    no_onnx_node_tests = {"MaxRoiPool"}
+    assert set(nnplug_backend_cpu.OPS) - covered == no_onnx_node_tests

@@ -124,3 +124,32 @@ def test_supports_is_honest(op, inputs, attrs, n_out):
     b = OpenCLBackend()
     assert not b.supports(node, graph)
     assert b.why_not(node, graph)
+
+
+def test_reshape_to_a_computed_shape_is_left_to_the_next_backend():
+    # Reshape(x, Concat(Shape(x)[0:1], [-1])): the shape is computed by nodes, so it might be
+    # computed on the device, where the OpenCL planner cannot read it. The backend declines
+    # the Reshape (it falls back) instead of claiming it and failing at build time.
+    x = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Shape", ["r"], ["s"]),
+        helper.make_node("Slice", ["s", "zero", "one"], ["batch"]),
+        helper.make_node("Concat", ["batch", "minus_one"], ["target"], axis=0),
+        helper.make_node("Reshape", ["r", "target"], ["y"], name="computed_reshape"),
+    ]
+    inits = [helper.make_tensor("zero", TensorProto.INT64, [1], [0]),
+             helper.make_tensor("one", TensorProto.INT64, [1], [1]),
+             helper.make_tensor("minus_one", TensorProto.INT64, [1], [-1])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                         ["n", 3, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 12])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    rt = new_runtime(OpenCLBackend, ReferenceCPUBackend())
+    try:
+        with rt.load(model, backends=["opencl", "refcpu"]) as net:
+            y = net.run({"x": x})["y"]
+            assert net.assignment["computed_reshape"] == "refcpu"
+    finally:
+        rt.close()
+    np.testing.assert_array_equal(y, np.maximum(x, 0).reshape(2, -1))

@@ -47,10 +47,38 @@ def _identity(node, x):
     return x
 
 
+def _constant(node):
+    a = node.attrs
+    if "value" in a:
+        return np.asarray(a["value"])
+    if "value_float" in a or "value_floats" in a:
+        return np.asarray(a.get("value_float", a.get("value_floats")), np.float32)
+    return np.asarray(a.get("value_int", a.get("value_ints")), np.int64)
+
+
 KERNELS = {
     "Relu": _relu, "Add": _add, "Mul": _mul, "MatMul": _matmul, "Sigmoid": _sigmoid,
     "Reshape": _reshape, "ConstantOfShape": _constant_of_shape, "Identity": _identity,
 }
+DEFAULT_OPS = set(KERNELS)
+"""What a NumpyBackend() takes unless told; EXTRA_KERNELS are there for tests that ask."""
+
+EXTRA_KERNELS = {
+    "Sub": lambda node, a, b: a - b,
+    "Div": lambda node, a, b: (a / b).astype(np.result_type(a, b)),
+    "Min": lambda node, *xs: np.minimum.reduce(np.broadcast_arrays(*xs)),
+    "Max": lambda node, *xs: np.maximum.reduce(np.broadcast_arrays(*xs)),
+    "Less": lambda node, a, b: a < b,
+    "Greater": lambda node, a, b: a > b,
+    "Exp": lambda node, x: np.exp(x),
+    "Tanh": lambda node, x: np.tanh(x),
+    "Softplus": lambda node, x: np.log1p(np.exp(x)).astype(x.dtype),
+    "Where": lambda node, c, a, b: np.where(c, a, b),
+    "Constant": lambda node: _constant(node),
+    "Cast": lambda node, x: x.astype(__import__("onnx").helper.tensor_dtype_to_np_dtype(
+        node.attrs["to"])),
+}
+KERNELS.update(EXTRA_KERNELS)
 
 
 class NumpyBackend(Backend):
@@ -60,7 +88,7 @@ class NumpyBackend(Backend):
     device_type = "cpu"
 
     def __init__(self, ops=None, id=None):
-        self.ops = set(KERNELS if ops is None else ops)
+        self.ops = set(DEFAULT_OPS if ops is None else ops)
         if id is not None:
             self.id = id
         self._api = HostDeviceAPI()
@@ -70,7 +98,9 @@ class NumpyBackend(Backend):
         return self._api
 
     def supports(self, node, graph):
-        return node.domain in ("", "ai.onnx") and node.op_type in self.ops
+        tensors_only = all(graph.value(x).kind not in ("sequence", "optional")
+                           for x in [*node.inputs, *node.outputs] if x)
+        return node.domain in ("", "ai.onnx") and node.op_type in self.ops and tensors_only
 
     def build(self, subgraph, target):
         self.builds.append((subgraph, target))

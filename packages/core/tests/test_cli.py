@@ -84,3 +84,39 @@ def test_demo_without_backends_says_how_to_get_one(env):
     r = nnplug_cmd(["demo"], env)
     assert r.returncode == 1
     assert "no backend is installed" in r.stderr and "pip install nnplug-backend-cpu" in r.stderr
+
+
+COMMAND_MODULE = '''
+import sys
+
+def main(argv):
+    print("hello from a package:", argv)
+    return 3
+
+def info(argv):
+    print("not the built-in")
+    return 0
+'''
+
+
+def test_packages_add_commands_through_the_nnplug_cli_entry_point_group(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    install_dist(site, "nnplug-hello", {"nnplug.cli": ["hello = plug_hello:main",
+                                                       "info = plug_hello:info",
+                                                       "broken = plug_missing:main"]},
+                 {"plug_hello": COMMAND_MODULE})
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
+    env.pop("NNPLUG_DISABLE_PLUGINS", None)
+
+    r = nnplug_cmd(["hello", "a", "--flag"], env)
+    assert r.returncode == 3 and "hello from a package: ['a', '--flag']" in r.stdout, r.stderr
+    helptext = nnplug_cmd(["--help"], env).stdout
+    assert "hello" in helptext and "from nnplug-hello" in helptext
+    r = nnplug_cmd(["info"], env)  # a built-in command is never replaced
+    assert r.returncode == 0 and "not the built-in" not in r.stdout
+    r = nnplug_cmd(["broken"], env)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    assert "command 'broken'" in r.stderr and "nnplug-hello" in r.stderr, r.stderr
+    env["NNPLUG_DISABLE_PLUGINS"] = "hello"
+    assert nnplug_cmd(["hello"], env).returncode == 2  # unknown command: usage error

@@ -11,6 +11,7 @@ from onnx.reference import ReferenceEvaluator
 
 import nnplug
 from nnplug import InputError, ModelError, UnsupportedNodeError
+from nnplug.discovery import dist_installed
 
 
 def reference(model, feeds):
@@ -80,14 +81,57 @@ def test_unsupported_node_error_names_op_node_domain_opset_and_backends():
             rt.load(single_op("Tanh", [[2]]), backends=["numpy"])
     msg = str(e.value)
     for part in ("'node'", "Tanh", "ai.onnx", "opset 17", "tried: numpy",
-                 "installed backends: numpy, other", "pip install nnplug-backend-cpu"):
+                 "installed backends: numpy, other", "Registered but not tried: 'other'",
+                 _package_advice("nnplug-backend-cpu")):
         assert part in msg
+
+
+def _package_advice(dist: str) -> str:
+    """What an error says about a backend package: install it, unless it is installed."""
+    return dist if dist_installed(dist) else f"pip install {dist}"
 
 
 def test_unknown_backend_id_suggests_the_package():
     with make_runtime(NumpyBackend()) as rt:
-        with pytest.raises(UnsupportedNodeError, match="'opencl' is not available.*pip install nnplug-backend-opencl"):
+        with pytest.raises(UnsupportedNodeError, match="'opencl' is not available") as e:
             rt.load(mlp(), backends=["opencl"])
+    if dist_installed("nnplug-backend-opencl"):  # installed: the advice to install it is wrong
+        assert "pip install" not in str(e.value)
+        assert "nnplug-backend-opencl is installed but registered no backend 'opencl'" in \
+            str(e.value)
+    else:
+        assert "pip install nnplug-backend-opencl" in str(e.value)
+
+
+def test_installed_backend_package_is_never_advised_for_install(tmp_path, monkeypatch):
+    from test_discovery import install_dist
+
+    # a real (metadata-only) nnplug-backend-opencl whose backend this Runtime did not load
+    install_dist(tmp_path, "nnplug-backend-opencl", {"nnplug.backends": ["opencl = nope:X"]}, {})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with make_runtime(NumpyBackend()) as rt:
+        with pytest.raises(UnsupportedNodeError) as unknown:
+            rt.load(mlp(), backends=["opencl"])
+        with pytest.raises(UnsupportedNodeError) as unsupported:
+            rt.load(single_op("Tanh", [[2]]), backends=["numpy"])
+    for e in (unknown, unsupported):
+        assert "pip install nnplug-backend-opencl" not in str(e.value), str(e.value)
+        assert "nnplug-backend-opencl is installed but" in str(e.value) or \
+            "Installed but not registered with this Runtime: " in str(e.value), str(e.value)
+
+
+def test_feed_too_large_for_memory_is_an_input_error_naming_the_input():
+    a = onnx.helper
+    g = a.make_graph([a.make_node("Relu", ["x"], ["y"], name="relu")], "g",
+                     [a.make_tensor_value_info("x", 1, ["N", 64])],
+                     [a.make_tensor_value_info("y", 1, ["N", 64])])
+    m = a.make_model(g, opset_imports=[a.make_opsetid("", 17)])
+    # 2**31 rows that all share one row of memory: a contiguous copy needs 512 GiB
+    x = np.lib.stride_tricks.as_strided(np.zeros(64, np.float32), (2**31, 64), (0, 4))
+    with make_runtime(NumpyBackend()) as rt, rt.load(m, backends=["numpy"]) as net:
+        with pytest.raises(InputError, match="input 'x'.*549,755,813,888 bytes") as e:
+            net.run({"x": x})
+    assert isinstance(e.value, nnplug.NnplugError)
 
 
 def test_symbolic_dims_bind_at_run_time_and_are_checked():

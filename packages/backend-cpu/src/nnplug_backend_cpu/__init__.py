@@ -4,10 +4,9 @@ The backend is the shared object ``libnnplug_backend_cpu.so`` in this package; n
 it through the ``nnplug.backends`` entry point (``cpu = "nnplug_backend_cpu:library_path"``).
 The same file works copied into a dynamic-backends folder.
 
-It needs OpenBLAS (``libscipy_openblas.so`` from the ``scipy-openblas32`` package) at run
-time. :func:`library_path` points the backend at the installed copy through the
-``NNPLUG_CPU_OPENBLAS`` environment variable (unless already set), so a pip install works
-with no setup.
+It depends on nothing but the C library: matrix products run on its own GEMM kernel
+(``csrc/gemm.c``), whose results do not depend on the CPU model, the thread count or where an
+element sits in its matrix.
 """
 
 from __future__ import annotations
@@ -17,35 +16,33 @@ import os
 from ._version import __version__
 
 LIBRARY = "libnnplug_backend_cpu.so"
-OPENBLAS_ENV = "NNPLUG_CPU_OPENBLAS"
 
 OPS = (
-    "Abs", "Add", "ArgMax", "ArgMin", "AveragePool", "BatchNormalization", "Cast", "Ceil", "Clip",
-    "Concat", "Constant", "ConstantOfShape", "Conv", "Div", "Dropout", "Equal", "Erf", "Exp",
-    "Expand", "Flatten", "Floor", "Gather", "Gelu", "Gemm", "GlobalAveragePool", "GlobalMaxPool",
-    "Greater", "Identity", "LRN", "LayerNormalization", "LeakyRelu", "Less", "Log", "LogSoftmax",
-    "MatMul", "Max", "MaxPool", "Mean", "Min", "Mod", "Mul", "Neg", "Pad", "Pow", "Reciprocal",
-    "ReduceL1", "ReduceL2", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin",
-    "ReduceProd", "ReduceSum", "ReduceSumSquare", "Relu", "Reshape", "Shape", "Sigmoid", "Slice",
-    "Softmax", "Softplus", "Split", "Sqrt", "Squeeze", "Sub", "Sum", "Tanh", "Transpose",
-    "Unsqueeze", "Where",
+    "Abs", "Acos", "Acosh", "Add", "And", "ArgMax", "ArgMin", "Asin", "Asinh", "Atan", "Atanh",
+    "AveragePool", "BatchNormalization", "BitShift", "BitwiseAnd", "BitwiseNot", "BitwiseOr",
+    "BitwiseXor", "Cast", "CastLike", "Ceil", "Celu", "Clip", "Col2Im", "Compress", "Concat",
+    "Constant", "ConstantOfShape", "Conv", "ConvInteger", "ConvTranspose", "Cos", "Cosh",
+    "CumProd", "CumSum", "DequantizeLinear", "Det", "DFT", "Div", "Dropout",
+    "DynamicQuantizeLinear", "Einsum", "Elu", "Equal", "Erf", "Exp", "Expand", "Flatten", "Floor",
+    "Gather", "GatherElements", "GatherND", "Gelu", "Gemm", "GlobalAveragePool", "GlobalMaxPool",
+    "Greater", "GreaterOrEqual", "GridSample", "GroupNormalization", "GRU", "Hardmax",
+    "HardSigmoid", "HardSwish", "Identity", "InstanceNormalization", "IsInf", "IsNaN",
+    "LayerNormalization", "LeakyRelu", "Less", "LessOrEqual", "Log", "LogSoftmax",
+    "LpNormalization", "LRN", "LSTM", "MatMul", "MatMulInteger", "Max", "MaxPool", "MaxRoiPool",
+    "MaxUnpool", "Mean", "Min", "Mish", "Mod", "Mul", "Neg", "NonMaxSuppression", "NonZero", "Not",
+    "OneHot", "Or", "Pad", "Pow", "PRelu", "QLinearConv", "QLinearMatMul", "QuantizeLinear",
+    "Range", "Reciprocal", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax",
+    "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare", "Relu", "Reshape",
+    "Resize", "ReverseSequence", "RNN", "RoiAlign", "Round", "ScatterElements", "ScatterND",
+    "Selu", "Shape", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh", "Size", "Slice", "Softmax",
+    "Softplus", "Softsign", "Split", "Sqrt", "Squeeze", "STFT", "Sub", "Sum", "Swish", "Tan",
+    "Tanh", "ThresholdedRelu", "Tile", "TopK", "Transpose", "Trilu", "Unique", "Unsqueeze",
+    "Upsample", "Where", "Xor",
 )
 """The ONNX op types the backend runs (default domain; dtypes and attributes as documented in
 docs/backends/cpu.md)."""
 
-__all__ = ["LIBRARY", "OPENBLAS_ENV", "OPS", "__version__", "library_path", "openblas_path"]
-
-
-def openblas_path() -> str | None:
-    """The installed ``libscipy_openblas.so``, or None when scipy-openblas32 is missing."""
-    try:
-        import scipy_openblas32
-    except ImportError:
-        return None
-    lib_dir = scipy_openblas32.get_lib_dir()
-    name = scipy_openblas32.get_library(fullname=True)
-    path = os.path.join(lib_dir, name)
-    return path if os.path.isfile(path) else None
+__all__ = ["LIBRARY", "OPS", "__version__", "library_path"]
 
 
 def library_path() -> str:
@@ -57,8 +54,4 @@ def library_path() -> str:
             f"compiler when it was built); install a C compiler and reinstall with "
             f"`pip install --force-reinstall --no-binary nnplug-backend-cpu nnplug-backend-cpu`"
         )
-    if not os.environ.get(OPENBLAS_ENV):
-        blas = openblas_path()
-        if blas:
-            os.environ[OPENBLAS_ENV] = blas
     return path

@@ -49,7 +49,10 @@ class OpenCLBackend(Backend):
         """None when ``node`` runs here, else why it does not (for logs and tests)."""
         if not devices.visible_devices():
             return "no OpenCL device (install an OpenCL driver such as pocl-opencl-icd)"
-        return why_not(node, graph)
+        reason = why_not(node, graph)
+        if reason is None:
+            reason = _host_input_computed(node, graph)
+        return reason
 
     def supports(self, node, graph) -> bool:
         return self.why_not(node, graph) is None
@@ -97,6 +100,20 @@ class OpenCLBackend(Backend):
     def close(self) -> None:
         if _api is not None:
             _api.release_workspaces()
+
+
+def _host_input_computed(node, graph) -> str | None:
+    """Inputs the host must read (Reshape's shape, ...) have to be constants or fed by the
+    user: one computed by another node may end up computed on the device, which build() could
+    not read. Declined here, so the node falls back to another backend instead of failing
+    after being claimed."""
+    fed = set(getattr(graph, "inputs", ()))
+    for i in OPS[node.op_type].host_inputs(node):
+        name = node.inputs[i] if i < len(node.inputs) else ""
+        if name and name not in graph.constants and name not in fed:
+            return (f"input {name!r} is computed by another node, and this op needs its value "
+                    f"on the host when it is planned")
+    return None
 
 
 class _GraphView:

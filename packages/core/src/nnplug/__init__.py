@@ -12,14 +12,20 @@ from .customop import BoundOp, CustomOp, get_node_attr
 from .device import CPU, Device, device, register_device_type
 from .device_api import AttrKind, DeviceAPI, HostDeviceAPI
 from .errors import (
+    ArgumentTypeError,
     BackendError,
     CustomOpError,
     InputError,
+    InvalidArgumentError,
     ModelError,
+    ModelWarning,
     NnplugError,
+    OptionError,
     PluginError,
     RegistryError,
+    RunTerminatedError,
     TargetError,
+    TensorExportError,
     UnsupportedNodeError,
     ValidationError,
 )
@@ -27,6 +33,17 @@ from .graph import Node, SubGraph, ValueInfo
 from .plugins import BackendInfo, LoadError
 from .registry import get_func, list_funcs, register_func, remove_func
 from .runtime import CreationOptions, Network, Runtime
+from .session import (
+    ExecutionMode,
+    GraphOptimizationLevel,
+    InferenceSession,
+    IOBinding,
+    ModelMetadata,
+    NodeArg,
+    RunOptions,
+    SessionOptions,
+    get_available_providers,
+)
 from .target import Target, list_target_kinds, register_target_kind
 from .tensor import Tensor, from_dlpack
 
@@ -39,12 +56,14 @@ def get_include() -> str:
 
 
 __all__ = [
-    "AttrKind", "Backend", "BackendError", "BackendInfo", "BoundOp", "CPU", "CreationOptions",
-    "CustomOp", "CustomOpError", "Device", "DeviceAPI", "HostDeviceAPI", "InputError",
-    "LoadError", "ModelError", "Module", "Network", "NnplugError", "Node", "PluginError",
-    "RegistryError", "Runtime", "SubGraph", "Target", "TargetError", "Tensor",
-    "UnsupportedNodeError", "ValidationError", "ValueInfo", "__version__", "device",
-    "from_dlpack", "get_func",
+    "ArgumentTypeError", "AttrKind", "Backend", "BackendError", "BackendInfo", "BoundOp", "CPU",
+    "CreationOptions", "CustomOp", "CustomOpError", "Device", "DeviceAPI", "ExecutionMode",
+    "GraphOptimizationLevel", "HostDeviceAPI", "IOBinding", "InferenceSession", "InputError",
+    "InvalidArgumentError", "LoadError", "ModelError", "ModelMetadata", "ModelWarning", "Module",
+    "Network", "NnplugError", "Node", "NodeArg", "OptionError", "PluginError", "RegistryError",
+    "RunOptions", "RunTerminatedError", "Runtime", "SessionOptions", "SubGraph", "Target",
+    "TargetError", "Tensor", "TensorExportError", "UnsupportedNodeError", "ValidationError",
+    "ValueInfo", "__version__", "device", "from_dlpack", "get_available_providers", "get_func",
     "get_include", "get_node_attr", "list_funcs", "list_target_kinds", "register_device_type",
     "register_func", "register_target_kind", "remove_func",
 ]

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from .device import device_type_of
 from .device_api import DeviceAPI
+from .errors import ArgumentTypeError, RegistryError
 from .graph import Node, SubGraph
 from .target import Target
 
@@ -32,7 +33,7 @@ class Module:
 
     def __init__(self, functions: dict[str, Callable], close: Callable[[], None] | None = None):
         if "run" not in functions:
-            raise TypeError("a Module needs a 'run' function")
+            raise ArgumentTypeError("a Module needs a 'run' function")
         self._functions = dict(functions)
         self._close = close
 
@@ -40,7 +41,7 @@ class Module:
         try:
             return self._functions[name]
         except KeyError:
-            raise KeyError(
+            raise RegistryError(
                 f"module has no function {name!r}; it has: {', '.join(sorted(self._functions))}"
             ) from None
 
@@ -90,6 +91,12 @@ class Backend:
     def build(self, subgraph: SubGraph, target: Target) -> Module:
         """Compile ``subgraph`` for ``target``; read the device only through ``target``."""
         raise NotImplementedError
+
+    def set_num_threads(self, num_threads: int) -> None:
+        """Worker threads for later runs (0: the backend's default); what
+        ``SessionOptions.intra_op_num_threads`` calls. Backends with no thread pool of their
+        own keep this default, which raises NotImplementedError (the caller moves on)."""
+        raise NotImplementedError(f"{self.describe()} has no thread setting")
 
     def close(self) -> None:
         """Release process-wide resources when the last Runtime using it closes."""

@@ -1,4 +1,9 @@
-"""The ``nnplug`` command: info, run, demo, doctor, new.
+"""The ``nnplug`` command: info, run, profile, demo, doctor, new, and commands added by packages.
+
+A package adds a subcommand with an entry point in the ``nnplug.cli`` group: the name is the
+command, the value a callable ``main(argv: list[str]) -> int`` that gets the arguments after
+the command's name (like ``doctor`` and ``new``). Built-in commands win over a package's
+command of the same name; ``NNPLUG_DISABLE_PLUGINS`` skips one by name.
 
 Errors exit with status 1 (2 for usage) and one clear line on stderr, no traceback;
 ``NNPLUG_DEBUG=1`` shows the traceback.
@@ -13,8 +18,10 @@ import time
 
 import numpy as np
 
-from . import __version__
-from .errors import NnplugError
+from . import __version__, discovery
+from .errors import NnplugError, PluginError
+
+BUILTIN_COMMANDS = ("info", "run", "demo", "doctor", "new")
 
 
 def _runtime(args):
@@ -91,14 +98,18 @@ def _summary(name: str, arr: np.ndarray) -> str:
 
 
 def run_model(rt, model: str, backends, feeds=None, repeat: int = 1,
-              show_placement: bool = False) -> int:
-    """Load ``model`` on ``rt``, run it ``repeat`` times, print a summary."""
+              show_placement: bool = False, profile: str | None = None) -> int:
+    """Load ``model`` on ``rt``, run it ``repeat`` times, print a summary; with ``profile``,
+    write a Chrome trace of the runs there."""
+    from .profiling import Profiler, profiled
+
+    prof = Profiler() if profile else None
     with rt.load(model, backends=backends or None) as net:
         feeds = feeds if feeds else random_feeds(net.inputs)
         times = []
         for _ in range(max(1, repeat)):
             t0 = time.perf_counter()
-            out = net.run(feeds)
+            out = profiled(net, feeds, prof) if prof else net.run(feeds)
             times.append(time.perf_counter() - t0)
         print(f"model {model}")
         print("inputs:")
@@ -116,20 +127,64 @@ def run_model(rt, model: str, backends, feeds=None, repeat: int = 1,
             for node, b in net.assignment.items():
                 print(f"  {node}: {b}")
         print(f"time: {min(times) * 1e3:.2f} ms (best of {len(times)})")
+    if prof is not None:
+        print(f"profile: {prof.write(profile)} (open it in https://ui.perfetto.dev or "
+              f"chrome://tracing)")
     return 0
+
+
+def cmd_profile(args) -> int:
+    """Run a model a few times with profiling; print time per op type, chart it."""
+    from .profiling import Profiler, by_op_type, format_table, profiled, write_chart
+
+    if args.runs < 1 or args.warmup < 0:
+        raise NnplugError("--runs must be >= 1 and --warmup >= 0")
+    feeds = dict(_parse_feed(t) for t in args.input or [])
+    rt = _runtime(args)
+    try:
+        with rt.load(args.model, backends=args.backend or None,
+                     optimization=args.optimization) as net:
+            feeds = feeds or random_feeds(net.inputs)
+            for _ in range(args.warmup):
+                net.run(feeds)
+            prof = Profiler()
+            for _ in range(args.runs):
+                profiled(net, feeds, prof)
+    finally:
+        rt.close()
+    rows = by_op_type(prof)
+    runs = [e for e in prof.events() if e["cat"] == "run"]
+    per_run = sum(e["dur"] for e in runs) / len(runs) / 1e3
+    print(f"model {args.model}: {per_run:.3f} ms per run (mean of {len(runs)}, after "
+          f"{args.warmup} warm-up), load average {_load_average()}")
+    print(format_table(rows, runs=len(runs)))
+    if args.trace:
+        print(f"trace: {prof.write(args.trace)}")
+    chart = args.chart or os.path.splitext(os.path.basename(args.model))[0] + "-profile.svg"
+    print(f"chart: {write_chart(rows, chart, title=f'{os.path.basename(args.model)}: time per op type', runs=len(runs))}")
+    return 0
+
+
+def _load_average() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
 
 
 def cmd_run(args) -> int:
     feeds = dict(_parse_feed(t) for t in args.input or [])
     rt = _runtime(args)
     try:
-        return run_model(rt, args.model, args.backend, feeds, args.repeat, args.placement)
+        return run_model(rt, args.model, args.backend, feeds, args.repeat, args.placement,
+                         args.profile)
     finally:
         rt.close()
 
 
 def cmd_demo(args) -> int:
-    """An inference on the bundled model with the best installed backend."""
+    """Recognise the bundled digit images with the best installed backend, checked against
+    onnxruntime's logits."""
     rt = _runtime(args)
     try:
         if not rt.backends:
@@ -140,27 +195,37 @@ def cmd_demo(args) -> int:
             return 1
         from . import demo
 
-        print(f"nnplug {__version__}: demo inference, SqueezeNet 1.0 ({demo.MODEL})")
+        print(f"nnplug {__version__}: demo inference, a CNN that recognises handwritten digits "
+              f"({demo.MODEL})")
         print(f"backends available: {', '.join(rt.backends)}")
-        net = rt.load(demo.MODEL, backends=args.backend)
-        feeds = demo.demo_input()
-        times = []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            out = net.run(feeds)
-            times.append(time.perf_counter() - t0)
-        result = next(iter(out.values()))
-        expected = demo.expected_output()
-        err = float(np.max(np.abs(result - expected)))
-        ran = sorted(set(b.replace(" (folded)", "") for b in net.assignment.values()))
-        print(f"ran {len(net.assignment)} nodes on: {', '.join(ran)}")
-        print(_summary("softmax output", result))
-        print(f"best of 5 runs: {min(times) * 1e3:.2f} ms")
-        ok = bool(np.allclose(result, expected, rtol=1e-3, atol=1e-5))
-        print(f"max abs difference from ONNX's expected output: {err:.3g} -> "
-              f"{'OK' if ok else 'MISMATCH'}")
-        net.close()
-        return 0 if ok else 1
+        with rt.load(demo.MODEL, backends=args.backend) as net:
+            feeds = demo.demo_input()
+            times = []
+            for _ in range(5):
+                t0 = time.perf_counter()
+                out = net.run(feeds)
+                times.append(time.perf_counter() - t0)
+            ran = sorted(set(b.replace(" (folded)", "") for b in net.assignment.values()))
+            print(f"ran {len(net.assignment)} nodes on: {', '.join(ran)}")
+        result = demo.check(out[demo.OUTPUT_NAME])
+        labels = demo.true_labels()
+        print(f"{len(labels)} held-out 8x8 images, true digit -> recognised digit (* = wrong):")
+        pairs = [f"{t}->{p}{'*' if t != p else ''}".ljust(5)
+                 for t, p in zip(labels, result.predicted)]
+        for i in range(0, len(pairs), 8):
+            print((f"  {i:2d}-{min(i + 8, len(pairs)) - 1:2d}:  " + "  ".join(pairs[i:i + 8]))
+                  .rstrip())
+        right = int((result.predicted == labels).sum())
+        print(f"accuracy: {right}/{len(labels)} ({100.0 * right / len(labels):.1f}%)")
+        print(f"time: {min(times) * 1e3:.2f} ms for the batch of {len(labels)} (best of 5 runs)")
+        differ = [i for i, (a, b) in enumerate(zip(result.predicted, result.expected_predicted))
+                  if a != b]
+        print(f"max abs difference from onnxruntime's logits: {result.max_abs_diff:.3g} "
+              f"(tolerance {result.tolerance:.3g}); recognised digits "
+              + ("equal onnxruntime's" if not differ else
+                 f"differ from onnxruntime's at sample(s) {differ}")
+              + f" -> {'OK' if result.ok else 'MISMATCH'}")
+        return 0 if result.ok else 1
     finally:
         rt.close()
 
@@ -177,7 +242,24 @@ def cmd_new(argv) -> int:
     return new_main(argv)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def plugin_commands() -> dict:
+    """Installed ``nnplug.cli`` entry points by command name (metadata only, nothing imported)."""
+    disabled = discovery.disabled_names()
+    return {ep.name: ep for ep in discovery.entry_points(discovery.CLI_GROUP)
+            if ep.name not in BUILTIN_COMMANDS and ep.name not in disabled}
+
+
+def cmd_plugin(ep, argv) -> int:
+    try:
+        fn = ep.load()
+    except Exception as e:
+        raise PluginError(f"command {ep.name!r} ({discovery.describe(ep)}) failed to load: "
+                          f"{type(e).__name__}: {e}; reinstall the package that provides it, "
+                          f"or skip it with NNPLUG_DISABLE_PLUGINS={ep.name}") from None
+    return fn(list(argv))
+
+
+def build_parser(commands: dict | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="nnplug", description="nnplug: plugin-based ONNX inference")
     p.add_argument("--version", action="version", version=f"nnplug {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -192,16 +274,37 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input from a .npy file")
     run.add_argument("--repeat", type=int, default=1, help="run this many times, report the best time")
     run.add_argument("--placement", action="store_true", help="print the backend of every node")
+    run.add_argument("--profile", metavar="TRACE.json",
+                     help="write a Chrome trace of the runs (Perfetto, chrome://tracing)")
     run.add_argument("--backend-path", help="native backend folders (':'-separated)")
     run.set_defaults(func=cmd_run)
 
-    demo = sub.add_parser("demo", help="an inference on a small bundled model")
+    prof = sub.add_parser("profile", help="time per op type of a model, as a table and a chart")
+    prof.add_argument("model", help="path of an .onnx model")
+    prof.add_argument("--backend", action="append", help="backend id, in preference order (repeatable)")
+    prof.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input from a .npy file")
+    prof.add_argument("--runs", type=int, default=10, help="profiled runs (default 10)")
+    prof.add_argument("--warmup", type=int, default=1, help="unprofiled runs first (default 1)")
+    prof.add_argument("--optimization", choices=["disable", "basic", "all"], default="all",
+                      help="graph optimisation level (default all)")
+    prof.add_argument("--chart", metavar="FILE.svg|FILE.png",
+                      help="where to write the chart (default MODEL-profile.svg here; .png "
+                           "needs matplotlib: pip install 'nnplug[chart]')")
+    prof.add_argument("--trace", metavar="TRACE.json", help="also write the Chrome trace")
+    prof.add_argument("--backend-path", help="native backend folders (':'-separated)")
+    prof.set_defaults(func=cmd_profile)
+
+    demo = sub.add_parser("demo", help="recognise bundled digit images, checked against onnxruntime")
     demo.add_argument("--backend", action="append", help="backend id, in preference order")
     demo.set_defaults(func=cmd_demo)
 
     sub.add_parser("doctor", help="check native backend folders (and a model): nnplug doctor --help",
                    add_help=False)
     sub.add_parser("new", help="scaffold a backend or op package: nnplug new --help", add_help=False)
+    for name, ep in (plugin_commands() if commands is None else commands).items():
+        dist = getattr(ep, "dist", None)
+        sub.add_parser(name, add_help=False,
+                       help=f"from {dist.name if dist else ep.value}: nnplug {name} --help")
     return p
 
 
@@ -212,7 +315,10 @@ def main(argv=None) -> int:
             return cmd_doctor(argv[1:])
         if argv and argv[0] == "new":
             return cmd_new(argv[1:])
-        parser = build_parser()
+        commands = plugin_commands()
+        if argv and argv[0] in commands:
+            return cmd_plugin(commands[argv[0]], argv[1:])
+        parser = build_parser(commands)
         args = parser.parse_args(argv)
         if not getattr(args, "func", None):
             parser.print_help()

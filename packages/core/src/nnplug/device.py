@@ -9,6 +9,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+from .errors import InvalidArgumentError
+
 # DLPack's DLDeviceType values (dlpack.h).
 _STANDARD_TYPES = {
     "cpu": 1,
@@ -42,18 +44,18 @@ def register_device_type(name: str, device_type: int | None = None) -> int:
     would change an existing mapping raises ``ValueError``.
     """
     if not name or not name.replace("_", "").isalnum() or not name.islower():
-        raise ValueError(f"device type name {name!r} must be lower-case letters, digits and _")
+        raise InvalidArgumentError(f"device type name {name!r} must be lower-case letters, digits and _")
     with _lock:
         if name in _name_to_type:
             if device_type is not None and _name_to_type[name] != device_type:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"device type {name!r} is already {_name_to_type[name]}, not {device_type}"
                 )
             return _name_to_type[name]
         if device_type is None:
             device_type = max([EXTENSION_TYPE_BASE - 1, *_type_to_name]) + 1
         elif device_type in _type_to_name:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"device type number {device_type} already belongs to {_type_to_name[device_type]!r}"
             )
         _name_to_type[name] = device_type
@@ -64,12 +66,12 @@ def register_device_type(name: str, device_type: int | None = None) -> int:
 def device_type_of(name_or_type: str | int) -> int:
     if isinstance(name_or_type, int):
         if name_or_type not in _type_to_name:
-            raise ValueError(f"unknown device type number {name_or_type}")
+            raise InvalidArgumentError(f"unknown device type number {name_or_type}")
         return name_or_type
     try:
         return _name_to_type[name_or_type]
     except KeyError:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"unknown device type {name_or_type!r}; known: {', '.join(sorted(_name_to_type))}"
         ) from None
 
@@ -103,20 +105,20 @@ def device(spec: str | int | Device, index: int | None = None) -> Device:
     """``device("opencl", 0)``, ``device("opencl:0")``, ``device(4, 0)`` or a Device."""
     if isinstance(spec, Device):
         if index is not None and index != spec.index:
-            raise ValueError(f"device({spec!r}, {index}): the index is given twice")
+            raise InvalidArgumentError(f"device({spec!r}, {index}): the index is given twice")
         return spec
     if isinstance(spec, str) and ":" in spec:
         if index is not None:
-            raise ValueError(f"device({spec!r}, {index}): the index is given twice")
+            raise InvalidArgumentError(f"device({spec!r}, {index}): the index is given twice")
         name, _, idx = spec.partition(":")
         try:
             index = int(idx)
         except ValueError:
-            raise ValueError(f"device {spec!r}: the index after ':' must be an integer") from None
+            raise InvalidArgumentError(f"device {spec!r}: the index after ':' must be an integer") from None
         spec = name
     index = 0 if index is None else index
     if not isinstance(index, int) or index < 0:
-        raise ValueError(f"device index must be a non-negative integer, not {index!r}")
+        raise InvalidArgumentError(f"device index must be a non-negative integer, not {index!r}")
     return Device(device_type_of(spec), index)
 
 

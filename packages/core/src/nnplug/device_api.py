@@ -14,6 +14,7 @@ from collections import defaultdict
 import numpy as np
 
 from .device import Device
+from .errors import InvalidArgumentError
 
 
 class AttrKind(str, enum.Enum):
@@ -39,7 +40,7 @@ def attr_kind(kind: str | AttrKind) -> AttrKind:
     try:
         return AttrKind(kind)
     except ValueError:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"unknown device attribute kind {kind!r}; kinds: {', '.join(k.value for k in AttrKind)}"
         ) from None
 
@@ -79,7 +80,7 @@ class DeviceAPI:
 
     def free_workspace(self, dev: Device, handle) -> None:
         if not isinstance(handle, _Workspace):
-            raise ValueError("free_workspace: the handle did not come from alloc_workspace")
+            raise InvalidArgumentError("free_workspace: the handle did not come from alloc_workspace")
         with self._pool_lock:
             self._pool[(dev, handle.size)].append(handle)
 
@@ -132,7 +133,7 @@ def host_view(buf) -> np.ndarray:
     """A flat writable ``uint8`` view of a host array (no copy)."""
     arr = np.asarray(buf)
     if not arr.flags.c_contiguous:
-        raise ValueError("host buffers must be C-contiguous")
+        raise InvalidArgumentError("host buffers must be C-contiguous")
     return arr.reshape(-1).view(np.uint8)
 
 
@@ -173,7 +174,7 @@ class HostDeviceAPI(DeviceAPI):
         s = host_view(workspace_data(src))
         d = host_view(workspace_data(dst))
         if src_offset + nbytes > s.size or dst_offset + nbytes > d.size:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"copy of {nbytes} bytes out of bounds (src {s.size} bytes at {src_offset}, "
                 f"dst {d.size} bytes at {dst_offset})"
             )

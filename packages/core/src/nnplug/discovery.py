@@ -1,4 +1,4 @@
-"""Entry-point discovery: ``nnplug.backends`` and ``nnplug.ops``.
+"""Entry-point discovery: ``nnplug.backends``, ``nnplug.ops`` and ``nnplug.cli``.
 
 Reading entry points only reads package metadata; a plugin's module is imported when
 its entry point is loaded, never earlier. ``NNPLUG_DISABLE_PLUGINS`` (comma-separated
@@ -13,6 +13,7 @@ import importlib_metadata
 
 BACKENDS_GROUP = "nnplug.backends"
 OPS_GROUP = "nnplug.ops"
+CLI_GROUP = "nnplug.cli"
 DISABLE_ENV = "NNPLUG_DISABLE_PLUGINS"
 
 
@@ -40,3 +41,12 @@ def describe(ep) -> str:
 def dist_version(ep) -> str | None:
     dist = getattr(ep, "dist", None)
     return dist.version if dist is not None else None
+
+
+def dist_installed(name: str) -> bool:
+    """Whether a distribution of that name is installed (metadata only, nothing imported)."""
+    try:
+        importlib_metadata.distribution(name)
+    except importlib_metadata.PackageNotFoundError:
+        return False
+    return True

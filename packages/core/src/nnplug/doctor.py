@@ -1,7 +1,9 @@
-"""``nnplug doctor [--path DIR ...] [--no-entry-points] [MODEL]``: why a backend is or is not
-used. For every folder and file on the native backend path: found / not loadable (why) /
-loaded but not registered (why) / registered; installed (entry point) backends; with MODEL,
-which nodes each backend runs and which none can. Every failure comes with its usual fix.
+"""``nnplug doctor [--path DIR ...] [--op-path DIR ...] [--no-entry-points] [--isolate] [MODEL]``:
+why a backend or custom op is or is not used. For every folder and file on the native backend
+path and on the custom-op path: found / not loadable (why) / loaded but not registered (why) /
+registered; installed (entry point) backends; with MODEL, which nodes each backend runs and
+which none can. ``--isolate`` loads each native library in a child process first, so that one
+that crashes is reported instead of ending the check. Every failure comes with its usual fix.
 Exit status 1 when anything failed."""
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from .native.loader import (
 
 # stage -> the issue's category
 NOT_LOADABLE = {"not found", "file", "not loadable", "no entry symbol", "abi version",
-                "invalid table"}
-NOT_REGISTERED = {"invalid id", "duplicate id", "init", "register"}
+                "invalid table", "invalid library", "invalid op", "crashed", "probe"}
+NOT_REGISTERED = {"invalid id", "duplicate id", "init", "register", "duplicate op"}
 
 
 class _Report:
@@ -50,8 +52,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--path", action="append", metavar="DIR",
                    help=f"a native backend folder (repeatable; ':'-separated lists allowed). "
                         f"Default: ${ENV_VAR}, else {default_backend_dir()}")
+    p.add_argument("--op-path", action="append", metavar="DIR",
+                   help="a native custom-op folder (repeatable; ':'-separated lists allowed). "
+                        "Default: $NNPLUG_CUSTOM_OP_PATH, else the ops/ folder beside the core")
     p.add_argument("--no-entry-points", action="store_true",
                    help="do not load installed (entry point) backends")
+    p.add_argument("--isolate", action="store_true",
+                   help="load each native library in a child process first: one that crashes "
+                        "or aborts is reported as 'crashed' instead of ending the check")
     p.add_argument("model", nargs="?", help="an ONNX model to place on the backends")
     return p
 
@@ -64,7 +72,22 @@ def _category(stage: str) -> str:
     return "found but not loadable"
 
 
-def _scan(rep: _Report, option, origin: str) -> dict:
+def _probe(rep: _Report, path: str, kind: str, isolate: bool) -> bool:
+    """With ``isolate``: whether the library survives loading in a child (else reported)."""
+    if not isolate:
+        return True
+    from .native.probe import probe
+
+    try:
+        probe(path, kind)
+    except LibraryLoadError as e:
+        rep.problem(f"{os.path.basename(path)}: {_category(e.stage)}: {e.stage}: {e.reason}",
+                    e.fix, 2)
+        return False
+    return True
+
+
+def _scan(rep: _Report, option, origin: str, isolate: bool = False) -> dict:
     """Folders and files, loaded one by one exactly as a Runtime would. Returns id -> backend."""
     rep.line(f"Native backend folders ({origin}):")
     dirs, errors = backend_search_dirs(option)
@@ -82,6 +105,8 @@ def _scan(rep: _Report, option, origin: str) -> dict:
                 rep.problem(f"{os.path.basename(path)}: found but not loadable: {err.reason}",
                             err.fix, 2)
                 continue
+            if not _probe(rep, path, "backend", isolate):
+                continue
             try:
                 backend = load_backend_library(path, taken={k: v.path for k, v in loaded.items()})
             except LibraryLoadError as e:
@@ -95,17 +120,56 @@ def _scan(rep: _Report, option, origin: str) -> dict:
     return loaded
 
 
+def _scan_ops(rep: _Report, option, origin: str, isolate: bool) -> None:
+    """Custom-op folders and their ``libnnplug_op_*.so`` files, loaded one by one."""
+    from .native import custom_ops
+
+    rep.line(f"Custom-op folders ({origin}):")
+    dirs, errors = custom_ops.op_search_dirs(option)
+    for e in errors:
+        rep.problem(f"{e.source}: skipped: {e.reason}", e.fix, 1)
+    if not dirs and not errors:
+        rep.line("(none)", 1)
+    seen: dict[str, str] = {}
+    for d in dirs:
+        files, ferrs = custom_ops.find_op_libraries([d])
+        rep.line(f"{d}: {len(files)} candidate file(s) ({custom_ops.FILE_PATTERN})", 1)
+        for e in ferrs:
+            if e.source != d:
+                rep.problem(f"{os.path.basename(e.source)}: found but not loadable: {e.reason}",
+                            e.fix, 2)
+        for path in files:
+            name = os.path.basename(path)
+            if not _probe(rep, path, "op library", isolate):
+                continue
+            try:
+                ops = custom_ops.load_op_library(path)
+            except LibraryLoadError as e:
+                rep.problem(f"{name}: {_category(e.stage)}: {e.stage}: {e.reason}", e.fix, 2)
+                continue
+            dup = [op.op_type for op in ops if op.op_type in seen]
+            if dup:
+                rep.problem(f"{name}: loaded but not registered: duplicate op: {dup[0]!r} is "
+                            f"already registered from {seen[dup[0]]}",
+                            "each op type can be registered once: remove one of the two", 2)
+                continue
+            for op in ops:
+                seen[op.op_type] = path
+            rep.line(f"{name}: registered: " + ", ".join(op.describe() for op in ops), 2)
+
+
 def _device_name(backend) -> str:
     from .device import device_type_name
 
     return device_type_name(backend.device_type_number)
 
 
-def _entry_points(rep: _Report):
+def _entry_points(rep: _Report, isolate: bool = False):
     from .runtime import CreationOptions, Runtime
 
     rep.line("Installed backends (entry points):")
-    rt = Runtime(CreationOptions(dynamic_backends_path="", custom_op_paths=""))
+    rt = Runtime(CreationOptions(dynamic_backends_path="", custom_op_paths="",
+                                 isolate_native=isolate))
     for info in rt.backends.values():
         rep.line(f"{info.id}: registered ({info.device_type}) from {info.source}", 1)
     for e in rt.load_errors:
@@ -172,12 +236,22 @@ def doctor_main(argv=None, out=None) -> int:
         option, origin = None, f"from {ENV_VAR}"
     else:
         option, origin = None, f"default {default_backend_dir()}"
-    loaded = _scan(rep, option, origin)
+    loaded = _scan(rep, option, origin, args.isolate)
+    from .native.custom_ops import ENV_VAR as OP_ENV_VAR
+    from .native.custom_ops import default_op_dir
+
+    if args.op_path:
+        op_option, op_origin = ":".join(args.op_path), "from --op-path"
+    elif os.environ.get(OP_ENV_VAR) is not None:
+        op_option, op_origin = None, f"from {OP_ENV_VAR}"
+    else:
+        op_option, op_origin = None, f"default {default_op_dir()}"
+    _scan_ops(rep, op_option, op_origin, args.isolate)
     rt = None
     try:
         backends = list(loaded.values())
         if not args.no_entry_points:
-            rt = _entry_points(rep)
+            rt = _entry_points(rep, args.isolate)
             backends += [i.backend for i in rt.backends.values() if i.id not in loaded]
         if args.model:
             _model(rep, args.model, backends)

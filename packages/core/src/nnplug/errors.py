@@ -27,7 +27,8 @@ class UnsupportedNodeError(NnplugError):
 
 
 class InputError(NnplugError, ValueError):
-    """A feed given to Network.run has the wrong name, dtype or shape."""
+    """A feed given to Network.run has the wrong name, dtype or shape (or a requested output
+    name is not one of the model's)."""
 
 
 class PluginError(NnplugError):
@@ -47,7 +48,33 @@ class TargetError(NnplugError, ValueError):
 
 
 class RegistryError(NnplugError, KeyError):
-    """A global function is missing or registered twice."""
+    """A global function (or a Module's function) is missing or registered twice."""
 
     def __str__(self):  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
+
+
+class ModelWarning(UserWarning):
+    """The model breaks a rule of the strict ONNX checker that onnxruntime does not
+    enforce (e.g. a graph output without a shape); nnplug loads it anyway."""
+
+
+class InvalidArgumentError(NnplugError, ValueError):
+    """An argument to an nnplug API has a wrong value (a device, a size, a buffer)."""
+
+
+class ArgumentTypeError(NnplugError, TypeError):
+    """An argument to an nnplug API (or what a plugin gave back) has the wrong type."""
+
+
+class TensorExportError(NnplugError, BufferError):
+    """A tensor cannot be exported or imported through DLPack (or the buffer protocol)."""
+
+
+class RunTerminatedError(NnplugError):
+    """A run stopped early because its ``RunOptions.terminate`` was set."""
+
+
+class OptionError(NnplugError, AttributeError):
+    """A SessionOptions / RunOptions attribute that does not exist (a typo, or an
+    onnxruntime option nnplug has no equivalent for)."""

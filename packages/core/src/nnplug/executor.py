@@ -7,6 +7,7 @@ value is dropped after its last use so its memory can be reused.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -16,6 +17,7 @@ from .device import CPU, Device
 from .device_api import DeviceAPI
 from .errors import BackendError, InputError, NnplugError
 from .graph import ValueInfo
+from .runcontext import current
 from .shapecheck import bind_symbols, mismatch
 from .tensor import Tensor
 
@@ -52,7 +54,11 @@ def plan_frees(steps: list[Step], keep: set[str]) -> None:
 def run_steps(steps: list[Step], env: dict[str, Tensor]) -> dict[str, Tensor]:
     """Run ``steps`` over ``env`` (value name -> Tensor); returns env with the results."""
     copies: dict[tuple[str, Device], Tensor] = {}
+    ctx = current()  # a profiler or terminate flag of this run (see nnplug.runcontext)
+    prof = ctx.profiler if ctx is not None else None
     for s in steps:
+        if ctx is not None:
+            ctx.check(f"node {s.nodes[0]!r} ({s.label})")
         ins = []
         for x in s.inputs:
             t = env[x]
@@ -60,9 +66,15 @@ def run_steps(steps: list[Step], env: dict[str, Tensor]) -> dict[str, Tensor]:
                 key = (x, s.device)
                 c = copies.get(key)
                 if c is None:
+                    t0 = time.perf_counter_ns()
                     c = copies[key] = t.to(s.device, None if s.device == CPU else s.api)
+                    if prof is not None:
+                        prof.copy(x, t, c, t0, time.perf_counter_ns())
                 t = c
             ins.append(t)
+        if ctx is not None:
+            ctx.kernels = 0
+            t0 = time.perf_counter_ns()
         try:
             outs = s.run(ins)
         except NnplugError:
@@ -79,6 +91,8 @@ def run_steps(steps: list[Step], env: dict[str, Tensor]) -> dict[str, Tensor]:
             )
         if s.values:
             _check_outputs(s, ins, outs)
+        if prof is not None and ctx.kernels == 0:  # the backend timed no kernels itself
+            prof.step(s, ins, outs, t0, time.perf_counter_ns())
         for name, t in zip(s.outputs, outs):
             env[name] = t
         for name in s.frees:
@@ -121,6 +135,11 @@ def check_feeds(feeds, inputs: list[ValueInfo]) -> dict[str, Tensor]:
     out = {}
     for name, value in feeds.items():
         info = expected[name]
+        if info.kind != "tensor" and not isinstance(value, (Tensor, np.ndarray, np.generic)):
+            out[name] = _non_tensor(name, value, info)
+            continue
+        if info.kind == "sequence":
+            raise InputError(f"input {name!r} is a sequence: give a list of arrays")
         t = value if isinstance(value, Tensor) else _as_tensor(name, value)
         if info.dtype is not None and t.dtype != info.dtype:
             raise InputError(
@@ -151,6 +170,21 @@ def check_feeds(feeds, inputs: list[ValueInfo]) -> dict[str, Tensor]:
     return out
 
 
+def _non_tensor(name: str, value, info: ValueInfo):
+    """A sequence (list of arrays) or optional (None when empty) input."""
+    from .values import TensorSequence, from_host
+
+    if value is None and info.kind not in ("optional", "unknown"):
+        raise InputError(f"input {name!r} is a {info.kind}, not an optional: None is no value")
+    if isinstance(value, (list, tuple)):
+        if info.kind == "optional" or info.kind == "sequence" or info.kind == "unknown":
+            return TensorSequence([_as_tensor(f"{name}[{k}]", v) for k, v in enumerate(value)])
+    if isinstance(value, TensorSequence) or value is None:
+        return from_host(value)
+    raise InputError(f"input {name!r} is a {info.kind}; give a list of arrays (sequence) or "
+                     f"an array or None (optional), not {type(value).__name__}")
+
+
 def _as_tensor(name: str, value) -> Tensor:
     if hasattr(value, "__dlpack__") and not isinstance(value, np.ndarray):
         from .tensor import from_dlpack
@@ -165,7 +199,14 @@ def _as_tensor(name: str, value) -> Tensor:
         raise InputError(f"input {name!r} cannot be converted to an array: {e}") from None
     if arr.dtype == object:
         raise InputError(f"input {name!r} is not a numeric array")
-    return Tensor.from_numpy(arr)
+    try:
+        return Tensor.from_numpy(arr)
+    except MemoryError:
+        # a strided view (e.g. broadcast_to, zero strides) is copied to contiguous memory first
+        raise InputError(
+            f"input {name!r}: shape {arr.shape} {arr.dtype} needs {arr.nbytes:,} bytes of "
+            f"contiguous memory, more than can be allocated; feed a smaller array (a strided or "
+            f"broadcast view is copied to its full size)") from None
 
 
 def _fmt(shape) -> str:

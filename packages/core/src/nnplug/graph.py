@@ -18,6 +18,9 @@ class ValueInfo:
     dtype: np.dtype | None
     shape: tuple[Dim, ...] | None
     """None when the rank is unknown."""
+    kind: str = "tensor"
+    """"tensor", "sequence", "optional", "map" or "unknown" (no type given): the core runs
+    the ops on values that are not tensors (see nnplug.structural)."""
 
     @property
     def is_static(self) -> bool:

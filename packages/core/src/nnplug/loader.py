@@ -9,6 +9,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from . import ml_types
+from .checking import check_model
 from .errors import ModelError
 from .graph import Node, SubGraph, ValueInfo, attribute_value
 from .validate import check_before_inference
@@ -25,6 +27,10 @@ class Model:
     opsets: dict[str, int]
     name: str = "model"
     producers: dict[str, Node] = field(default_factory=dict)
+    proto: onnx.ModelProto | None = None
+    """The model as read (before shape inference): later stages rebuild from it."""
+    warnings: list[str] = field(default_factory=list)
+    """What the checker found that onnxruntime accepts too (see nnplug.checking)."""
     ir_version: int = onnx.IR_VERSION
 
 
@@ -75,12 +81,17 @@ def _dims(type_proto: onnx.TypeProto):
     return dtype, tuple(shape)
 
 
+_KINDS = {"tensor_type": "tensor", "sequence_type": "sequence", "optional_type": "optional",
+          "map_type": "map", "sparse_tensor_type": "sparse", None: "unknown"}
+
+
 def value_info(vi: onnx.ValueInfoProto) -> ValueInfo:
     dtype, shape = _dims(vi.type)
-    return ValueInfo(vi.name, dtype, shape)
+    return ValueInfo(vi.name, dtype, shape, _KINDS.get(vi.type.WhichOneof("value"), "unknown"))
 
 
 def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
+    check_before_inference(model)  # values ONNX's inference itself would crash on
     try:
         return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False,
                                                  data_prop=True)
@@ -110,18 +121,10 @@ def load(model, custom_ops: dict | None = None) -> Model:
     custom_ops = custom_ops or {}
     if proto.graph.ByteSize() == 0 and not proto.graph.node:
         raise ModelError("the model has an empty graph")
-    try:
-        onnx.checker.check_model(proto)
-    except onnx.checker.ValidationError as e:
-        text = str(e).strip().splitlines()[0]
-        # Custom-domain ops have no schema; the checker only complains for known domains.
-        raise ModelError(f"the model does not pass the ONNX checker: {text}") from None
-    except Exception as e:  # protobuf-level errors
-        raise ModelError(f"the model cannot be checked: {e}") from None
+    warned = check_model(proto)
 
     opsets = {op.domain or "": op.version for op in proto.opset_import}
-    check_before_inference(proto)  # values ONNX's inference itself would crash on
-    inferred = _infer(proto)
+    inferred = ml_types.complete(_infer(proto), _infer)
     values = _collect_values(inferred)
     nodes = _make_nodes(inferred, opsets)
     _check_topology(nodes, inferred)
@@ -138,8 +141,8 @@ def load(model, custom_ops: dict | None = None) -> Model:
     outputs = [values.get(o.name) or value_info(o) for o in g.output]
     producers = {o: n for n in nodes for o in n.outputs if o}
     return Model(nodes, inputs, outputs, constants, values, opsets,
-                 name=g.name or "model", producers=producers,
-                 ir_version=proto.ir_version or onnx.IR_VERSION)
+                 name=g.name or "model", producers=producers, proto=proto,
+                 warnings=warned, ir_version=proto.ir_version or onnx.IR_VERSION)
 
 
 def _make_nodes(model: onnx.ModelProto, opsets: dict[str, int]) -> list[Node]:

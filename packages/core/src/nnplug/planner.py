@@ -9,6 +9,7 @@ import numpy as np
 from .backend import Backend
 from .customop import CustomOp
 from .device import device_type_of
+from .discovery import dist_installed
 from .errors import UnsupportedNodeError
 from .graph import Node, SubGraph
 from .loader import Model
@@ -32,15 +33,19 @@ class Placement:
     op: CustomOp | None = None
     target: str | None = None  # custom ops: "cpu" or "gpu"
     bound: object = None  # custom ops: the BoundOp that runs this node
+    core: object = None  # nodes the core runs itself (control flow): has .step(subgraph)
 
     @property
     def label(self) -> str:
+        if self.core is not None:
+            return self.core.label
         if self.op is not None:
             return f"op:{self.op.op_type}@{self.target}"
         return self.backend.id
 
     def same_partition(self, other: Placement) -> bool:
-        return self.op is None and other.op is None and self.backend is other.backend
+        return (self.op is None and other.op is None and self.core is None
+                and other.core is None and self.backend is other.backend)
 
 
 def constant_nodes(model: Model, custom_ops: dict[str, CustomOp]) -> list[Node]:
@@ -49,7 +54,9 @@ def constant_nodes(model: Model, custom_ops: dict[str, CustomOp]) -> list[Node]:
     out = []
     for n in model.nodes:
         if (n.op_type not in custom_ops and n.op_type not in _NONDETERMINISTIC
-                and n.domain in ("", "ai.onnx") and all(x == "" or x in known for x in n.inputs)):
+                and n.domain in ("", "ai.onnx") and all(x == "" or x in known for x in n.inputs)
+                and all(model.values.get(o) is None or model.values[o].kind == "tensor"
+                        for o in n.outputs if o)):  # sequences/optionals are not weights
             out.append(n)
             known.update(o for o in n.outputs if o)
     return out
@@ -61,11 +68,12 @@ def whole_graph(model: Model, nodes: list[Node], constants: dict[str, np.ndarray
 
 
 def place(node: Node, graph: SubGraph, backends: list[Backend], custom_ops: dict[str, CustomOp],
-          use_overrides: bool, bind_op) -> Placement:
+          use_overrides: bool, bind_op, installed=()) -> Placement:
     """The first backend (or custom op for its target) in preference order that runs ``node``.
 
     ``bind_op(op, node, target, backend)`` binds a custom op and returns the BoundOp, or
     None when the op declines the node, so the backend's own kernel is tried next.
+    ``installed``: ids of every registered backend, for the error's advice.
     """
     op = custom_ops.get(node.op_type)
     if op is not None and op.override and not use_overrides:
@@ -83,10 +91,10 @@ def place(node: Node, graph: SubGraph, backends: list[Backend], custom_ops: dict
         bound = bind_op(op, node, "cpu", None)
         if bound is not None:
             return Placement(None, op, "cpu", bound)
-    raise UnsupportedNodeError(_unsupported_message(node, backends, custom_ops))
+    raise UnsupportedNodeError(_unsupported_message(node, backends, custom_ops, installed))
 
 
-def _unsupported_message(node: Node, backends: list[Backend], custom_ops) -> str:
+def _unsupported_message(node: Node, backends: list[Backend], custom_ops, installed=()) -> str:
     ids = ", ".join(b.id for b in backends) or "none"
     msg = f"no backend can run {node.describe()}; tried: {ids}"
     if node.domain not in ("", "ai.onnx"):
@@ -95,8 +103,18 @@ def _unsupported_message(node: Node, backends: list[Backend], custom_ops) -> str
                 f"of that type is registered")
         msg += f": pip install {pkg}" if pkg else "; register one with rt.register_custom_op()"
     else:
-        missing = [p for bid, p in KNOWN_BACKEND_PACKAGES.items()
-                   if bid not in {b.id for b in backends}]
+        tried = {b.id for b in backends}
+        untried = [bid for bid in installed if bid not in tried]
+        absent = {bid: p for bid, p in KNOWN_BACKEND_PACKAGES.items()
+                  if bid not in tried and bid not in installed}
+        unused = [p for p in absent.values() if dist_installed(p)]
+        missing = [p for p in absent.values() if p not in unused]
+        if untried:  # registered but left out of the preference list: no install will help
+            msg += (f". Registered but not tried: {', '.join(map(repr, untried))}; add it to "
+                    f"the backends list")
+        if unused:
+            msg += (f". Installed but not registered with this Runtime: {', '.join(unused)} "
+                    f"(see nnplug info and Runtime.load_errors)")
         if missing:
             msg += f". Another backend may run it: pip install {' or '.join(missing)}"
     return msg

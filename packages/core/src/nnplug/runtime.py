@@ -5,18 +5,31 @@ from __future__ import annotations
 import inspect
 import os
 import threading
+import warnings
 import weakref
 from dataclasses import dataclass
 
 from . import discovery
 from .backend import Backend
+from .controlflow import attach_outer_inputs, place_control_flow
 from .customop import CustomOp, PythonCustomOp
 from .device import device_type_name
-from .errors import ModelError, NnplugError, PluginError, UnsupportedNodeError
+from .errors import (
+    ArgumentTypeError,
+    InputError,
+    InvalidArgumentError,
+    ModelError,
+    ModelWarning,
+    NnplugError,
+    PluginError,
+    UnsupportedNodeError,
+)
 from .executor import Step, check_feeds, plan_frees, run_steps
+from .expand import expand_unclaimed, expansion_note
 from .loader import Model, load
 from .planner import (
     KNOWN_BACKEND_PACKAGES,
+    Placement,
     constant_nodes,
     partitions,
     place,
@@ -25,9 +38,13 @@ from .planner import (
 )
 from .plugins import BACKENDS, RESERVED_IDS, BackendInfo, LoadError, log, report
 from .registry import register_func, remove_func
+from .structural import place_structural
 from .target import Target, register_target_kind, remove_target_kind
 from .tensor import Tensor
 from .validate import validate
+
+OPTIMIZATION_LEVELS = ("disable", "basic", "all")
+"""Graph optimisation levels of ``Runtime.load`` (see there)."""
 
 
 @dataclass
@@ -49,6 +66,10 @@ class CreationOptions:
     """Ignore custom ops that override standard ONNX ops (use the backends' kernels)."""
     disabled_plugins: list[str] | None = None
     """Entry point names to skip, on top of NNPLUG_DISABLE_PLUGINS."""
+    isolate_native: bool = False
+    """Load each native library (backend or custom-op .so) in a child process first; one
+    that crashes, aborts or hangs there is a load error (stage ``crashed``) and is never
+    loaded into this process. Costs a Python start per library (see docs/dynamic-backends.md)."""
 
     @classmethod
     def isolated(cls, **overrides) -> CreationOptions:
@@ -111,6 +132,10 @@ class Runtime:
         from .native import load_backend_library
 
         real = os.path.realpath(path)
+        if self.options.isolate_native:
+            from .native.probe import probe_once
+
+            probe_once(real, "backend")
         with self._lock:  # a duplicate id is refused before the library's init runs
             taken = {bid: info.source for bid, info in self._backends.items()}
         return self._register(("library", real), lambda: load_backend_library(real, taken),
@@ -162,7 +187,7 @@ class Runtime:
                     obj = obj()  # a factory: of a Backend, or of a native library path
                 if not (isinstance(obj, (Backend, str, os.PathLike))
                         or (inspect.isclass(obj) and issubclass(obj, Backend))):
-                    raise TypeError(
+                    raise ArgumentTypeError(
                         f"entry point gave {type(obj).__name__}, expected a nnplug.Backend "
                         f"(class, instance or factory) or the path of a native backend library"
                     )
@@ -218,6 +243,10 @@ class Runtime:
         ``nnplug.PluginError`` (with ``stage``, ``reason``, ``fix``) when it cannot be loaded."""
         from .native import custom_ops
 
+        if self.options.isolate_native:
+            from .native.probe import probe_once
+
+            probe_once(os.fsdecode(os.fspath(path)), "op library")
         return custom_ops.register_library(self, path)
 
     def _load_op_entry_points(self, disabled: set[str]) -> None:
@@ -242,7 +271,7 @@ class Runtime:
             finally:
                 self._op_source = None
         else:
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"entry point gave {type(obj).__name__}; expected a custom op class/instance or "
                 f"a function taking the Runtime"
             )
@@ -257,12 +286,18 @@ class Runtime:
 
     # -- loading networks -----------------------------------------------------------------
     def load(self, model, backends: list[str] | None = None,
-             targets: dict[str, str | dict | Target] | None = None) -> Network:
+             targets: dict[str, str | dict | Target] | None = None, *,
+             optimization: str = "all") -> Network:
         """Load, check, assign and compile ``model`` (path, bytes or onnx.ModelProto).
 
         ``backends``: preference order (default: the creation options' order, else all
         registered backends). ``targets``: backend id -> Target (or JSON/dict) to compile for.
+        ``optimization``: ``"all"`` (fold constant subgraphs, let backends fuse nodes),
+        ``"basic"`` (fold only: every node is its own kernel) or ``"disable"`` (neither).
         """
+        if optimization not in OPTIMIZATION_LEVELS:
+            raise InvalidArgumentError(
+                f"optimization {optimization!r} is not one of {', '.join(OPTIMIZATION_LEVELS)}")
         if self._closed:
             raise NnplugError("this Runtime is closed")
         chosen = self._choose_backends(backends)
@@ -270,7 +305,7 @@ class Runtime:
             ops = dict(self._ops)
         m = load(model, ops)
         validate(m, ops)  # before any backend sees a node
-        return Network(self, m, chosen, ops, targets or {})
+        return Network(self, m, chosen, ops, targets or {}, optimization=optimization)
 
     def _choose_backends(self, names) -> list[BackendInfo]:
         with self._lock:
@@ -283,9 +318,18 @@ class Runtime:
         for name in names:
             if name not in available:
                 pkg = KNOWN_BACKEND_PACKAGES.get(name)
-                hint = f"; install it with: pip install {pkg}" if pkg else ""
                 why = next((f"; it failed to load: {e}" for e in self.load_errors
                             if name in e.source), "")
+                hint = ""
+                if pkg and discovery.dist_installed(pkg):  # installed: advice to install is wrong
+                    off = [d for d in self.disabled if d.endswith(f":{name}")]
+                    hint = (f"; {pkg} is installed but its entry point is disabled "
+                            f"({', '.join(off)}: see {discovery.DISABLE_ENV} and "
+                            f"CreationOptions.disabled_plugins)" if off else
+                            "" if why else f"; {pkg} is installed but registered no backend "
+                            f"{name!r} with this Runtime (see nnplug info)")
+                elif pkg:
+                    hint = f"; install it with: pip install {pkg}"
                 raise UnsupportedNodeError(
                     f"backend {name!r} is not available (installed: "
                     f"{', '.join(available) or 'none'}){why}{hint}"
@@ -333,7 +377,7 @@ def _instantiate(obj) -> Backend:
     elif callable(obj) and not isinstance(obj, Backend):
         obj = obj()
     if not isinstance(obj, Backend):
-        raise TypeError(f"expected a nnplug.Backend, got {type(obj).__name__}")
+        raise ArgumentTypeError(f"expected a nnplug.Backend, got {type(obj).__name__}")
     return obj
 
 
@@ -396,7 +440,7 @@ def _apply_withdrawals() -> None:
 def _activate(backend: Backend) -> Backend:
     """First use of a backend in this process: publish its target kind and functions."""
     if not isinstance(backend, Backend):
-        raise TypeError(f"expected a nnplug.Backend, got {type(backend).__name__}")
+        raise ArgumentTypeError(f"expected a nnplug.Backend, got {type(backend).__name__}")
     kind_args = dict(backend.target_kind())
     api = backend.device_api()
     _publish(backend, "kind", backend.target_kind_name, kind_args)
@@ -430,11 +474,14 @@ class Network:
     """A loaded model, compiled for its backends. ``run`` is thread-safe."""
 
     def __init__(self, runtime: Runtime, model: Model, backends: list[BackendInfo],
-                 ops: dict[str, CustomOp], targets: dict):
+                 ops: dict[str, CustomOp], targets: dict, *, optimization: str = "all"):
         self.name = model.name
+        self.optimization = optimization
         self.inputs = list(model.inputs)
         self.outputs = list(model.outputs)
         self.assignment: dict[str, str] = {}
+        self.op_types = {n.name: n.op_type for n in model.nodes}
+        """node name -> op type (profiles name partitions by them)."""
         self._constants = dict(model.constants)
         self._steps: list[Step] = []
         self._lease_keys = []
@@ -465,18 +512,42 @@ class Network:
         if unknown:
             raise ModelError(f"targets given for backend(s) not in use: {', '.join(sorted(unknown))}")
 
+        # 0. Nodes no backend claims whose op is an ONNX function: replaced by the body.
+        model = expand_unclaimed(
+            model, lambda n, g: any(b.supports(n, g) for b in backends), ops)
+        attach_outer_inputs(model)  # control flow: what subgraphs read is a node input
+
+        def compile_sub(proto, name):
+            infos = [runtime.backends[b.id] for b in backends]
+            with warnings.catch_warnings():  # findings were reported for the whole model
+                warnings.simplefilter("ignore", ModelWarning)
+                return Network(runtime, load(proto, ops), infos, ops, targets)
+
+        def place_one(n, graph):
+            try:
+                return place(n, graph, backends, ops, use_overrides, bind,
+                             installed=list(runtime.backends))
+            except UnsupportedNodeError as e:
+                core = place_control_flow(n, model, compile_sub) or place_structural(n, graph)
+                if core is None:
+                    note = expansion_note(n)
+                    if note:
+                        raise UnsupportedNodeError(f"{e}{note}") from None
+                    raise
+                return Placement(None, core=core)
+
         def bind(op, node, target, backend):
             return op.bind(node, model.values, target, backend)
 
         def place_all(nodes, graph):
             try:
-                return {n.name: place(n, graph, backends, ops, use_overrides, bind) for n in nodes}
+                return {n.name: place_one(n, graph) for n in nodes}
             except UnsupportedNodeError as e:
                 installed = ", ".join(runtime.backends) or "none"
                 raise UnsupportedNodeError(f"{e} (installed backends: {installed})") from None
 
         # 1. Constant subgraphs: placed like any node, run once now, folded into weights.
-        const_nodes = constant_nodes(model, ops)
+        const_nodes = constant_nodes(model, ops) if self.optimization != "disable" else []
         const_names = {n.name for n in const_nodes}
         rest = [n for n in model.nodes if n.name not in const_names]
         results = {o.name for o in model.outputs}
@@ -510,6 +581,8 @@ class Network:
         """One step per partition of ``nodes``; ``keep``: values wanted after all of them."""
         steps: list[Step] = []
         parts = partitions(nodes, placed)
+        if self.optimization != "all":  # one node per kernel: nothing for a backend to fuse
+            parts = [[n] for part in parts for n in part]
         wanted_after: list[set[str]] = []  # per partition: values read after it, or kept
         later = set(keep)
         for part in reversed(parts):
@@ -521,6 +594,10 @@ class Network:
             sg = subgraph_for(part, model, constants, wanted_after[i], i)
             if p.op is not None:
                 steps.append(_custom_step(p, sg))
+                continue
+            if p.core is not None:
+                steps.append(p.core.step(sg))
+                self.assignment.update(p.core.assignment)
                 continue
             b = p.backend
             try:
@@ -540,12 +617,18 @@ class Network:
 
     def run(self, feeds: dict, output_names: list[str] | None = None) -> dict:
         """Run the network: ``{input name: array}`` -> ``{output name: numpy array}``."""
+        return {n: t.numpy() for n, t in self.run_tensors(feeds, output_names).items()}
+
+    def run_tensors(self, feeds: dict, output_names: list[str] | None = None) -> dict:
+        """Like :meth:`run`, but outputs stay where their backend made them: ``{name:
+        Tensor}`` (on a device for device backends; export with DLPack or ``.numpy()``).
+        Feeds may be Tensors already on a backend's device: they are used without a copy."""
         if self._closed:
             raise NnplugError("this Network is closed")
         names = self._output_names if output_names is None else list(output_names)
         bad = [n for n in names if n not in self._output_names]
         if bad:
-            raise ValueError(
+            raise InputError(
                 f"unknown output name(s) {', '.join(map(repr, bad))}; the model's outputs: "
                 f"{', '.join(self._output_names)}"
             )
@@ -554,7 +637,23 @@ class Network:
             if name in self._constants and name not in env:  # a copy: callers may write to it
                 env[name] = Tensor.from_numpy(self._constants[name].copy())
         env = run_steps(self._steps, env)
-        return {n: env[n].numpy() for n in names}
+        return {n: env[n] for n in names}
+
+    def run_async(self, feeds: dict, output_names: list[str] | None = None):
+        """Start :meth:`run` on a worker thread; a ``concurrent.futures.Future`` of its
+        result (the run's profiler and run options, if any, go with it)."""
+        from .batching import submit
+
+        return submit(self, feeds, output_names)
+
+    def run_many(self, feeds_iterable, output_names: list[str] | None = None, *,
+                 batch_size: int = 1) -> list[dict]:
+        """Run every feed dict of ``feeds_iterable``; one result dict per feed, in order.
+        ``batch_size > 1`` stacks that many feeds along the batch axis (the first dimension,
+        which must be symbolic in every input and output) into one run."""
+        from .batching import run_many
+
+        return run_many(self, feeds_iterable, output_names, batch_size)
 
     def close(self) -> None:
         """Release kernels and backend leases (also done when the network is collected)."""

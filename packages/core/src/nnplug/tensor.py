@@ -10,6 +10,7 @@ import numpy as np
 
 from .device import CPU, Device
 from .device_api import DeviceAPI, HostDeviceAPI
+from .errors import ArgumentTypeError, InvalidArgumentError, TensorExportError
 
 HOST_API = HostDeviceAPI()
 
@@ -45,7 +46,7 @@ class Tensor:
         if device.device_type == CPU.device_type:  # host memory is always a numpy array
             return cls.from_numpy(np.empty(shape, dtype))
         if api is None:
-            raise ValueError(f"Tensor.empty on {device}: pass the device API that owns it")
+            raise InvalidArgumentError(f"Tensor.empty on {device}: pass the device API that owns it")
         nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
         return cls(api.alloc_data_space(device, max(nbytes, 1), dtype=dtype), shape, dtype, device, api)
 
@@ -113,7 +114,7 @@ class Tensor:
             return self.handle.__dlpack__(stream=stream, **kwargs)
         export = getattr(self.api, "dlpack_capsule", None)
         if export is None:
-            raise BufferError(
+            raise TensorExportError(
                 f"DLPack export from {self.device} is not supported by its backend; "
                 f"use .numpy() or .to('cpu') first"
             )
@@ -127,10 +128,10 @@ def from_dlpack(obj) -> Tensor:
         return obj
     dev = getattr(obj, "__dlpack_device__", None)
     if dev is None:
-        raise TypeError(f"from_dlpack: {type(obj).__name__} does not implement __dlpack__")
+        raise ArgumentTypeError(f"from_dlpack: {type(obj).__name__} does not implement __dlpack__")
     dev_type, _ = dev()
     if int(dev_type) != CPU.device_type:
-        raise BufferError(
+        raise TensorExportError(
             f"from_dlpack: device type {int(dev_type)} is not host memory; copy it to the CPU "
             f"first (nnplug imports host tensors without a copy)"
         )
@@ -143,7 +144,7 @@ def _lookup_api(device: Device) -> DeviceAPI:
 
     factory = get_func(f"device_api.{device.type_name}", allow_missing=True)
     if factory is None:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"no device API registered for {device}: load a Runtime with a backend for it first"
         )
     return factory()

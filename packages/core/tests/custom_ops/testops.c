@@ -7,7 +7,11 @@
  *
  * -DBAD_MAJOR / -DBAD_MINOR / -DBAD_NATIVE / -DBAD_NO_COMPUTE / -DNO_ENTRY build broken variants;
  * -DBAD_SHAPE one whose shape_infer reports one row too many.
+ * -DHOSTILE_OP_TYPE: one op whose op_type is the hostile string of kind $TB_HOSTILE_KIND
+ * (../native/csrc/hostile_string.h); with $TB_HOSTILE_CL_SIZE, a GPU op whose source text
+ * has that cl_source_size but only 8 readable bytes.
  */
+#define _DEFAULT_SOURCE
 #include <nnplug/custom_op.h>
 
 #include <pthread.h>
@@ -219,10 +223,34 @@ static const nnp_custom_op* const ops[] = {&scale_cpu, &scale_gpu, &fail_cpu, &r
 static const nnp_op_library library = {
     VERSION, sizeof(nnp_op_library), "testops", (int32_t)(sizeof ops / sizeof ops[0]), ops};
 
+#ifdef HOSTILE_OP_TYPE
+#include "../native/csrc/hostile_string.h"
+
+static nnp_custom_op hostile_op;
+static const nnp_custom_op* hostile_ops[1];
+static nnp_op_library hostile_library;
+#endif
+
 #ifndef NO_ENTRY
 NNP_EXPORT const nnp_op_library* nnp_custom_op_entry(const nnp_version* host_abi) {
   (void)host_abi;
   (void)dummy_native;
+#ifdef HOSTILE_OP_TYPE
+  const char* kind = getenv("TB_HOSTILE_KIND");
+  const char* cl_size = getenv("TB_HOSTILE_CL_SIZE");
+  hostile_op = fail_cpu;
+  hostile_op.op_type = hostile_string(kind ? atoi(kind) : 0);
+  if (cl_size) { /* a GPU op whose source text is 8 bytes before a guard page */
+    hostile_op = scale_gpu;
+    hostile_op.cl_kernel_source = hostile_string(1);
+    hostile_op.cl_source_size = strtoull(cl_size, NULL, 10);
+  }
+  hostile_ops[0] = &hostile_op;
+  hostile_library = library;
+  hostile_library.num_ops = 1;
+  hostile_library.ops = hostile_ops;
+  return &hostile_library;
+#endif
   return &library;
 }
 #else

@@ -24,6 +24,8 @@ VARIANTS = {
     "short_table": ("testbackend.c", ["-DTB_STRUCT_SIZE=64", '-DTB_ID="testshort"']),
     "bad_shapes": ("testbackend.c", ["-DTB_HOST_VISIBLE=1", "-DTB_BAD_OUTPUT_SHAPES=1",
                                      '-DTB_ID="testbadshapes"']),
+    "abi10": ("testbackend.c", ["-DTB_ABI_MINOR=0", '-DTB_ID="testabi10"', "-DTB_HOST_VISIBLE=1",
+                                "-DTB_STRUCT_SIZE=offsetof(nnp_backend_v1,set_profile_hook)"]),
     "no_entry": ("no_entry.c", []),
     "mangled": ("mangled.cpp", []),
 }

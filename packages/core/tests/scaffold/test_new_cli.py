@@ -80,3 +80,29 @@ def test_generated_python_is_valid(tmp_path):
         for f in generate(Spec(kind, name, str(root))):
             if f.endswith(".py"):
                 compile((root / f).read_text(), f, "exec")
+
+
+def test_options_may_follow_the_folder(tmp_path):
+    # the form docs/cli.md shows: NAME, then the option, then DIR
+    assert main(["new", "backend", "late", "--native", str(tmp_path / "b")]) == 0
+    assert (tmp_path / "b" / "hatch_build.py").is_file()
+    assert (tmp_path / "b" / "include" / "nnplug" / "backend.h").is_file()
+    assert (tmp_path / "b" / "_nnplug_build" / "native_build.py").is_file()
+
+
+def test_language_given_as_the_name_is_refused_with_the_option_to_use(tmp_path, capsys):
+    assert main(["new", "backend", "native", str(tmp_path / "acmebk")]) == 1
+    err = capsys.readouterr().err
+    assert "--native" in err and "NAME" in err
+    assert not (tmp_path / "acmebk").exists()
+
+
+def test_native_op_is_refused_with_a_pointer(tmp_path, capsys):
+    assert main(["new", "op", "MyOp", "--native", str(tmp_path / "o")]) == 1
+    assert "custom_op.h" in capsys.readouterr().err
+
+
+def test_a_kind_error_shows_that_kinds_usage(capsys):
+    with pytest.raises(SystemExit):
+        main(["new", "backend", "a", "b", "c"])
+    assert "nnplug new backend" in capsys.readouterr().err

@@ -11,7 +11,9 @@
 #include "graph.h"
 #include "nnc.h"
 
-#ifndef NNC_VERSION
+#ifdef NNPLUG_PLUGIN_VERSION /* the package version, from nnplug's native build */
+#define NNC_VERSION NNPLUG_PLUGIN_VERSION
+#else
 #define NNC_VERSION "0.0.0"
 #endif
 
@@ -45,6 +47,7 @@ static int dt_from(nnp_dtype t)
     case NNP_DTYPE_INT: return t.bits == 8 ? DT_I8 : t.bits == 16 ? DT_I16 : t.bits == 32 ? DT_I32 : t.bits == 64 ? DT_I64 : -1;
     case NNP_DTYPE_UINT: return t.bits == 8 ? DT_U8 : t.bits == 16 ? DT_U16 : t.bits == 32 ? DT_U32 : t.bits == 64 ? DT_U64 : -1;
     case NNP_DTYPE_BOOL: return t.bits == 8 ? DT_BOOL : -1;
+    case NNP_DTYPE_BFLOAT: return t.bits == 16 ? DT_BF16 : -1;
     default: return -1;
     }
 }
@@ -107,6 +110,9 @@ static void conv_attr(const nnp_attr *s, nnc_attr *d)
         break;
     case NNP_ATTR_STRING:
         d->kind = s->data || !s->count ? AK_STRING : AK_UNDEF;
+        break;
+    case NNP_ATTR_STRINGS: /* data: const char *const *, each terminated */
+        d->kind = s->data || !s->count ? AK_STRINGS : AK_UNDEF;
         break;
     case NNP_ATTR_TENSOR:
         d->kind = AK_TENSOR;
@@ -187,10 +193,8 @@ static int conv_tensors(const nnp_tensor *src, int32_t n, nnc_tensor *dst, const
 
 static nnp_status cpu_init(const nnp_init_options *o)
 {
-    nnc_err e = {{0}, 0};
     if (o && o->struct_size >= offsetof(nnp_init_options, num_threads) + sizeof(int32_t) && o->num_threads > 0)
         nnc_set_num_threads(o->num_threads);
-    if (nnc_blas_load(NULL, &e)) return from_err(&e, NNP_STATUS_ERROR);
     return NNP_OK;
 }
 
@@ -200,6 +204,45 @@ static nnp_status cpu_set_num_threads(int32_t n)
 {
     if (n < 0) return set_error(NNP_STATUS_INVALID_ARGUMENT, "set_num_threads: %d is negative", n);
     nnc_set_num_threads(n);
+    return NNP_OK;
+}
+
+/* Profile hook (ABI 1.1): node events of this thread's runs, in the ABI's terms. */
+static _Thread_local nnp_profile_hook t_profile_hook;
+static _Thread_local void *t_profile_user;
+
+static int shape_rows(const nnc_tensor *const *ts, int count, int32_t *ndims, int64_t *shapes)
+{
+    if (count > NNC_MAXIO) count = NNC_MAXIO;
+    for (int j = 0; j < count; j++) {
+        int nd = ts[j] ? ts[j]->ndim : 0;
+        if (nd < 0 || nd > NNP_MAX_NDIM) nd = 0;
+        ndims[j] = nd;
+        for (int d = 0; d < nd; d++) shapes[j * NNP_MAX_NDIM + d] = ts[j]->dims[d];
+    }
+    return count;
+}
+
+static void report_node(void *user, const nnc_node *n, nnc_tensor *const *in, const nnc_tensor *outs,
+                        int64_t t0, int64_t t1)
+{
+    (void)user;
+    int32_t in_nd[NNC_MAXIO], out_nd[NNC_MAXIO];
+    int64_t in_sh[NNC_MAXIO * NNP_MAX_NDIM], out_sh[NNC_MAXIO * NNP_MAX_NDIM];
+    const nnc_tensor *op[NNC_MAXIO];
+    for (int j = 0; j < n->nout && j < NNC_MAXIO; j++) op[j] = n->out[j] >= 0 ? &outs[j] : NULL;
+    int nin = shape_rows((const nnc_tensor *const *)in, n->nin, in_nd, in_sh);
+    int nout = shape_rows(op, n->nout, out_nd, out_sh);
+    nnp_profile_event ev = {sizeof ev, n->name, n->op_type, n->nfused, n->fused_names, n->fused_types,
+                            t0, t1 - t0, nin, in_nd, in_sh, nout, out_nd, out_sh};
+    if (t_profile_hook) t_profile_hook(t_profile_user, &ev);
+}
+
+static nnp_status cpu_set_profile_hook(nnp_profile_hook hook, void *user)
+{
+    t_profile_hook = hook;
+    t_profile_user = hook ? user : NULL;
+    nnc_set_node_hook(hook ? report_node : NULL, NULL);
     return NNP_OK;
 }
 
@@ -253,7 +296,7 @@ static nnp_status cpu_get_attr(nnp_device dev, int32_t kind, nnp_attr_value *out
     }
     case NNP_DEVICE_ATTR_API_VERSION:
         out->type = NNP_ATTR_VALUE_STRING;
-        snprintf(out->s, sizeof out->s, "%s", nnc_blas_info());
+        snprintf(out->s, sizeof out->s, "%s", nnc_gemm_info());
         break;
     case NNP_DEVICE_ATTR_L2_CACHE_SIZE_BYTES: {
         long v = sysconf(_SC_LEVEL2_CACHE_SIZE);
@@ -326,8 +369,7 @@ static nnp_status cpu_supports(const nnp_node_desc *node, int32_t *out)
     nnc_plan *p = nnc_plan_build(d.nodes, 1, 1, &e);
     /* A node we know but whose attributes are wrong is still ours: kernel_create then
      * reports exactly what is wrong instead of "no backend runs this node". */
-    *out = p != NULL || (!e.unsupported && nnc_find_op(node->op_type) &&
-                         (!node->domain || !node->domain[0] || !strcmp(node->domain, "ai.onnx")));
+    *out = p != NULL || (!e.unsupported && nnc_find_op_in(node->domain, node->op_type));
     nnc_plan_free(p);
     descs_free(&d);
     return NNP_OK;
@@ -505,6 +547,7 @@ static const nnp_backend_v1 TABLE = {
     .kernel_workspace_size = cpu_workspace_size,
     .kernel_run = cpu_kernel_run,
     .run_steps = cpu_run_steps,
+    .set_profile_hook = cpu_set_profile_hook,
 };
 
 NNP_EXPORT const nnp_backend_v1 *nnp_backend_entry(const nnp_version *host_abi)

@@ -48,6 +48,8 @@ void nnc_plan_free(nnc_plan *p)
         else free(n->state);
         free((char *)n->name);
         free((char *)n->op_type);
+        free(n->fused_names);
+        free(n->fused_types);
     }
     for (int v = 0; v < p->nvals; v++) {
         free(p->vals[v].name);
@@ -115,6 +117,7 @@ static void take_output(nnc_plan *p, nnc_node *into, nnc_node *from)
     into->out[0] = from->out[0];
     if (into->out[0] >= 0) p->vals[into->out[0]].producer = (int)(into - p->nodes);
     from->dead = 1;
+    from->fused_into = (int)(into - p->nodes);
 }
 
 static void fold_affines(nnc_plan *p)
@@ -231,6 +234,28 @@ static void fuse_activations(nnc_plan *p)
 
 /* ---- building ------------------------------------------------------------------------ */
 
+/* Each live node lists the nodes folded or fused into it (for profile events). */
+static int name_fused(nnc_plan *p, nnc_err *e)
+{
+    for (int i = 0; i < p->nnodes; i++) {
+        nnc_node *d = &p->nodes[i];
+        if (!d->dead) continue;
+        int r = d->fused_into;
+        for (int hops = 0; r >= 0 && p->nodes[r].dead && hops < p->nnodes; hops++) r = p->nodes[r].fused_into;
+        if (r < 0 || p->nodes[r].dead) continue;
+        nnc_node *n = &p->nodes[r];
+        const char **names = realloc(n->fused_names, (size_t)(n->nfused + 1) * sizeof *names);
+        if (names) n->fused_names = names;
+        const char **types = names ? realloc(n->fused_types, (size_t)(n->nfused + 1) * sizeof *types) : NULL;
+        if (types) n->fused_types = types;
+        if (!names || !types) return nnc_fail(e, "out of memory naming fused nodes");
+        n->fused_names[n->nfused] = d->name;
+        n->fused_types[n->nfused] = d->op_type;
+        n->nfused++;
+    }
+    return NNC_OK;
+}
+
 static int owns_const(const nnc_node *n, int j)
 {
     return n->op && n->op->owns_const && n->op->owns_const(n, j);
@@ -329,6 +354,7 @@ nnc_plan *nnc_plan_build(const nnc_desc_node *nodes, int nn, int probing, nnc_er
         n->op_type = dup_str(d->op_type);
         n->opset = d->opset;
         n->residual = -1;
+        n->fused_into = -1;
         n->probing = probing;
         p->nnodes = i + 1;
         if (!n->name || !n->op_type) { nnc_fail(e, "out of memory"); goto fail; }
@@ -336,11 +362,11 @@ nnc_plan *nnc_plan_build(const nnc_desc_node *nodes, int nn, int probing, nnc_er
             nnc_node_unsup(e, n, "more than %d inputs or outputs are not supported", NNC_MAXIO);
             goto fail;
         }
-        if (d->domain && d->domain[0] && strcmp(d->domain, "ai.onnx")) {
-            nnc_node_unsup(e, n, "domain '%s' is not supported by the cpu backend", d->domain);
+        n->op = nnc_find_op_in(d->domain, d->op_type);
+        if (!n->op && d->domain && d->domain[0] && strcmp(d->domain, "ai.onnx")) {
+            nnc_node_unsup(e, n, "op '%s' of domain '%s' is not supported by the cpu backend", d->op_type, d->domain);
             goto fail;
         }
-        n->op = nnc_find_op(d->op_type);
         if (!n->op) { nnc_node_unsup(e, n, "this op is not supported by the cpu backend"); goto fail; }
         n->nin = d->nin;
         n->nout = d->nout;
@@ -411,6 +437,7 @@ nnc_plan *nnc_plan_build(const nnc_desc_node *nodes, int nn, int probing, nnc_er
         fuse_residuals(p);
         fuse_activations(p);
     }
+    if (name_fused(p, e)) goto fail;
     /* Keep constants the kernels read at run time (not those packed at create). */
     for (int v = 0; v < p->nvals; v++) {
         nnc_value *x = &p->vals[v];
@@ -458,6 +485,22 @@ fail:
 }
 
 /* ---- running ------------------------------------------------------------------------- */
+
+static _Thread_local nnc_node_hook t_hook;
+static _Thread_local void *t_hook_user;
+
+void nnc_set_node_hook(nnc_node_hook fn, void *user)
+{
+    t_hook = fn;
+    t_hook_user = fn ? user : NULL;
+}
+
+static int64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
 
 /* NNPLUG_CPU_PROFILE=1 prints every node's time to stderr (for tuning, not for tests). */
 static int profiling(void)
@@ -648,6 +691,7 @@ int nnc_plan_run(const nnc_plan *p, const nnc_tensor *kin, int nkin, const nnc_t
             size_t nb = nnc_nbytes(&outs[0]);
             if (nb) memmove(outs[0].data, in[0]->data, nb);
         }
+        int64_t hook_t0 = t_hook ? now_ns() : 0;
         if (!empty || n->nout == 0) {
             double t0 = profiling() ? now_ms() : 0;
             if ((rc = n->op->run(n, in, outs, &x, e))) break;
@@ -662,6 +706,7 @@ int nnc_plan_run(const nnc_plan *p, const nnc_tensor *kin, int nkin, const nnc_t
                         ms, shp, n->act.kind ? " +act" : "", n->residual >= 0 ? " +res" : "", sum);
             }
         }
+        if (t_hook) t_hook(t_hook_user, n, in, outs, hook_t0, now_ns());
         for (int j = 0; j < n->nout; j++)
             if (n->out[j] >= 0) { r.vt[n->out[j]] = outs[j]; r.set[n->out[j]] = 1; }
     }

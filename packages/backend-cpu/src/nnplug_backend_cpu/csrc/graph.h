@@ -56,6 +56,11 @@ int nnc_plan_output_shapes(const nnc_plan *p, const nnc_tensor *kin, int nkin, n
                            nnc_err *e);
 int nnc_plan_run(const nnc_plan *p, const nnc_tensor *kin, int nkin, const nnc_tensor *kout,
                  int nkout, void *ws, size_t wsn, nnc_err *e);
+/* Called after each node of a run on this thread (see nnc_set_node_hook). */
+typedef void (*nnc_node_hook)(void *user, const nnc_node *n, nnc_tensor *const *in,
+                              const nnc_tensor *outs, int64_t start_ns, int64_t end_ns);
+/* Thread-local; fn == NULL removes it. */
+void nnc_set_node_hook(nnc_node_hook fn, void *user);
 /* How many leading nodes one plan should take (the fuse query). */
 int nnc_fuse_count(const nnc_desc_node *nodes, int n);
 #endif

@@ -13,7 +13,8 @@
 /* Element types use ONNX TensorProto.DataType numbers. */
 enum {
     DT_UNDEF = 0, DT_F32 = 1, DT_U8 = 2, DT_I8 = 3, DT_U16 = 4, DT_I16 = 5, DT_I32 = 6,
-    DT_I64 = 7, DT_STR = 8, DT_BOOL = 9, DT_F16 = 10, DT_F64 = 11, DT_U32 = 12, DT_U64 = 13
+    DT_I64 = 7, DT_STR = 8, DT_BOOL = 9, DT_F16 = 10, DT_F64 = 11, DT_U32 = 12, DT_U64 = 13,
+    DT_BF16 = 16
 };
 size_t nnc_dtsize(int dt); /* 0 for unsupported types */
 const char *nnc_dtname(int dt);
@@ -44,7 +45,8 @@ typedef struct nnc_attr {
     const char *name;
     int kind;
     int64_t count;     /* elements for lists/tensors, bytes for strings, 1 for scalars */
-    const void *data;  /* float*, int64_t*, char* (not terminated), tensor data */
+    const void *data;  /* float*, int64_t*, char* (not terminated), tensor data,
+                          const char *const * (strings, each terminated) */
     int tdtype;        /* AK_TENSOR: element type */
     int tndim;
     int64_t tdims[NNC_MAXDIM];
@@ -79,6 +81,8 @@ typedef struct nnc_op {
     size_t (*scratch)(const struct nnc_node *n, nnc_tensor *const *in, const nnc_tensor *out);
     /* Optional: whether create kept what it needs of constant input i (no raw copy needed). */
     int (*owns_const)(const struct nnc_node *n, int i);
+    /* Operator set domain; NULL for the default ONNX domain ("" / "ai.onnx"). */
+    const char *domain;
 } nnc_op;
 #define OPF_ALIAS 1u /* output 0 is input 0's data with another shape (no copy) */
 
@@ -107,6 +111,9 @@ typedef struct nnc_node {
     int residual; /* input index of a tensor added before the activation, or -1 */
     int dead;     /* folded into another node */
     int probing;  /* created only to answer the capability query: validate, do not pack */
+    int fused_into; /* when dead: the node that took it over, else -1 */
+    int nfused;     /* live nodes: how many nodes were folded or fused into this one */
+    const char **fused_names, **fused_types; /* [nfused], pointing at those nodes' strings */
 } nnc_node;
 
 /* Attribute access; all validate kind and report errors naming node and attribute. */
@@ -160,12 +167,17 @@ int nnc_num_threads(void);
 void nnc_set_num_threads(int n);
 void nnc_threads_shutdown(void);
 
-/* BLAS (OpenBLAS, loaded at run time). Row-major sgemm C = alpha*op(A)*op(B) + beta*C. */
-int nnc_blas_load(const char *hint_path, nnc_err *e);
+/* Row-major sgemm C = alpha*op(A)*op(B) + beta*C (gemm.c): every element summed in the same
+ * order wherever it sits, so results do not depend on tiling or thread count. */
 void nnc_sgemm(int transa, int transb, int64_t m, int64_t n, int64_t k, float alpha,
                const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
                int64_t ldc);
-const char *nnc_blas_info(void);
+const char *nnc_gemm_info(void); /* which micro-kernel runs */
+
+/* Vectorised elementwise math (vmath.c), within 2 ulp of libm; y may alias x. */
+void nnc_vexp(const float *x, float *y, int64_t n);
+void nnc_vsigmoid(const float *x, float *y, int64_t n);
+void nnc_vtanh(const float *x, float *y, int64_t n);
 
 /* Memory. */
 void *nnc_alloc(size_t nbytes); /* 64-byte aligned, NULL on failure */
@@ -174,8 +186,10 @@ void nnc_free(void *p);
 /* Epilogue helpers. */
 void nnc_apply_act(float *x, int64_t n, const nnc_act *a);
 
-/* Op table. */
+/* Op table. nnc_find_op: the default ONNX domain; nnc_find_op_in: any domain ("" or NULL is
+ * the default one). */
 const nnc_op *nnc_find_op(const char *type);
+const nnc_op *nnc_find_op_in(const char *domain, const char *type);
 extern const nnc_op *const nnc_all_ops[];
 
 /* Broadcasting (multidirectional) of two shapes into out; 0 or error. */

@@ -3,6 +3,7 @@
  * Broadcast shapes are coalesced so the inner loop runs over contiguous or scalar data. */
 #include "nnc.h"
 #include "ops.h"
+#include "typed.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -11,14 +12,11 @@
 
 /* ---- broadcast iteration ------------------------------------------------------------- */
 
-typedef struct {
-    int nd, nin;
-    int64_t dims[NNC_MAXDIM];
-    int64_t str[3][NNC_MAXDIM]; /* element strides per input, 0 where broadcast */
-} bcast;
+typedef nnc_bcast bcast;
+typedef nnc_inner_fn inner_fn;
 
 /* Strides of inputs against an output shape each input broadcasts to; 0 or error. */
-static int bcast_setup(bcast *b, const nnc_tensor *out, nnc_tensor *const *ins, int nin)
+int nnc_bcast_setup(bcast *b, const nnc_tensor *out, nnc_tensor *const *ins, int nin)
 {
     b->nin = nin;
     int nd = out->ndim;
@@ -58,7 +56,6 @@ static int bcast_setup(bcast *b, const nnc_tensor *out, nnc_tensor *const *ins, 
     return NNC_OK;
 }
 
-typedef void (*inner_fn)(void *ctx, int64_t n, const char *const *p, const int64_t *s, char *o);
 
 typedef struct {
     const bcast *b;
@@ -92,7 +89,7 @@ static void bcast_rows(void *arg, int64_t r0, int64_t r1, int tid)
     }
 }
 
-static void bcast_run(const bcast *b, nnc_tensor *const *ins, nnc_tensor *out, inner_fn fn, void *ctx)
+void nnc_bcast_run(const bcast *b, nnc_tensor *const *ins, nnc_tensor *out, inner_fn fn, void *ctx)
 {
     bjob j;
     j.b = b;
@@ -122,8 +119,9 @@ static void bcast_run(const bcast *b, nnc_tensor *const *ins, nnc_tensor *out, i
 }
 
 /* ---- binary ops ---------------------------------------------------------------------- */
+#define bcast_setup nnc_bcast_setup
+#define bcast_run nnc_bcast_run
 
-enum { B_ADD, B_SUB, B_MUL, B_DIV, B_POW, B_MAX, B_MIN, B_EQ, B_GT, B_LT, B_MOD };
 
 #define BIN_LOOP(T, TO, EXPR)                                                                \
     {                                                                                        \
@@ -138,43 +136,11 @@ enum { B_ADD, B_SUB, B_MUL, B_DIV, B_POW, B_MAX, B_MIN, B_EQ, B_GT, B_LT, B_MOD 
 static inline float pymodf(float x, float y)
 {
     float r = fmodf(x, y);
-    return (r != 0.f && ((r < 0.f) != (y < 0.f))) ? r + y : r;
+    if (r == 0.f) return copysignf(0.f, y); /* as numpy: a zero takes the divisor's sign */
+    return (r < 0.f) != (y < 0.f) ? r + y : r;
 }
 
-/* Integer Mod: fmod=1 truncates like C; fmod=0 takes the divisor's sign. y == 0 gives 0. */
-static inline int64_t imod(int64_t x, int64_t y, int fmod)
-{
-    if (y == 0) return 0;
-    if (y == -1) return 0; /* INT64_MIN % -1 overflows */
-    int64_t r = x % y;
-    return (!fmod && r != 0 && ((r < 0) != (y < 0))) ? r + y : r;
-}
-
-static inline int64_t ipow64(int64_t b, int64_t e)
-{
-    if (e < 0) return b == 1 ? 1 : (b == -1 ? (e & 1 ? -1 : 1) : 0);
-    int64_t r = 1;
-    while (e) { if (e & 1) r *= b; b *= b; e >>= 1; }
-    return r;
-}
-
-#define DEF_BIN(NAME, T)                                                                    \
-    static void NAME(void *ctx, int64_t n, const char *const *p, const int64_t *s, char *out) \
-    {                                                                                       \
-        int op = *(int *)ctx;                                                               \
-        switch (op) {                                                                       \
-        case B_ADD: BIN_LOOP(T, T, x + y) break;                                            \
-        case B_SUB: BIN_LOOP(T, T, x - y) break;                                            \
-        case B_MUL: BIN_LOOP(T, T, x * y) break;                                            \
-        case B_MAX: BIN_LOOP(T, T, x > y ? x : y) break;                                    \
-        case B_MIN: BIN_LOOP(T, T, x < y ? x : y) break;                                    \
-        case B_EQ: BIN_LOOP(T, uint8_t, x == y) break;                                      \
-        case B_GT: BIN_LOOP(T, uint8_t, x > y) break;                                       \
-        case B_LT: BIN_LOOP(T, uint8_t, x < y) break;                                       \
-        default: break;                                                                     \
-        }                                                                                   \
-    }
-
+/* float32 fast paths; every other type goes through nnc_arith_typed (op_arith.c). */
 static void bin_f32(void *ctx, int64_t n, const char *const *p, const int64_t *s, char *out)
 {
     int op = *(int *)ctx;
@@ -189,65 +155,54 @@ static void bin_f32(void *ctx, int64_t n, const char *const *p, const int64_t *s
     case B_EQ: BIN_LOOP(float, uint8_t, x == y) break;
     case B_GT: BIN_LOOP(float, uint8_t, x > y) break;
     case B_LT: BIN_LOOP(float, uint8_t, x < y) break;
+    case B_GE: BIN_LOOP(float, uint8_t, x >= y) break;
+    case B_LE: BIN_LOOP(float, uint8_t, x <= y) break;
     case B_MOD: BIN_LOOP(float, float, fmodf(x, y)) break;
-    case B_MOD + 100: BIN_LOOP(float, float, pymodf(x, y)) break; /* fmod=0: sign of divisor */
+    case B_PYMOD: BIN_LOOP(float, float, pymodf(x, y)) break; /* fmod=0: sign of divisor */
+    case B_PRELU: BIN_LOOP(float, float, x < 0.f ? x * y : x) break;
     default: break;
-    }
-}
-DEF_BIN(bin_i64_common, int64_t)
-DEF_BIN(bin_i32_common, int32_t)
-DEF_BIN(bin_u8_common, uint8_t)
-
-static void bin_i64(void *ctx, int64_t n, const char *const *p, const int64_t *s, char *out)
-{
-    int op = *(int *)ctx;
-    if (op == B_DIV) BIN_LOOP(int64_t, int64_t, y == 0 || (y == -1 && x == INT64_MIN) ? 0 : x / y)
-    else if (op == B_POW) BIN_LOOP(int64_t, int64_t, ipow64(x, y))
-    else if (op == B_MOD) BIN_LOOP(int64_t, int64_t, imod(x, y, 1))
-    else if (op == B_MOD + 100) BIN_LOOP(int64_t, int64_t, imod(x, y, 0))
-    else bin_i64_common(ctx, n, p, s, out);
-}
-static void bin_i32(void *ctx, int64_t n, const char *const *p, const int64_t *s, char *out)
-{
-    int op = *(int *)ctx;
-    if (op == B_DIV) BIN_LOOP(int32_t, int32_t, y == 0 || (y == -1 && x == INT32_MIN) ? 0 : x / y)
-    else if (op == B_POW) BIN_LOOP(int32_t, int32_t, (int32_t)ipow64(x, y))
-    else if (op == B_MOD) BIN_LOOP(int32_t, int32_t, (int32_t)imod(x, y, 1))
-    else if (op == B_MOD + 100) BIN_LOOP(int32_t, int32_t, (int32_t)imod(x, y, 0))
-    else bin_i32_common(ctx, n, p, s, out);
-}
-
-/* Pow with a base and exponent of different types: computed in double, stored as the base. */
-static double ld_num(const char *p, int dt, int64_t i)
-{
-    switch (dt) {
-    case DT_F32: return ((const float *)p)[i];
-    case DT_I64: return (double)((const int64_t *)p)[i];
-    case DT_I32: return ((const int32_t *)p)[i];
-    default: return 0;
-    }
-}
-
-static void pow_mixed(void *ctx, int64_t n, const char *const *p, const int64_t *s, char *out)
-{
-    const int *dts = ctx; /* {op, base type, exponent type} */
-    for (int64_t i = 0; i < n; i++) {
-        double v = pow(ld_num(p[0], dts[1], s[0] ? i : 0), ld_num(p[1], dts[2], s[1] ? i : 0));
-        if (dts[1] == DT_F32) ((float *)out)[i] = (float)v;
-        else if (dts[1] == DT_I64) ((int64_t *)out)[i] = v != v ? 0 : (int64_t)v;
-        else ((int32_t *)out)[i] = v != v ? 0 : (int32_t)v;
     }
 }
 
 typedef struct { int op; int variadic; } bin_state;
 
-static const struct { const char *name; int op; int variadic; } BIN_OPS[] = {
-    {"Add", B_ADD, 0}, {"Sub", B_SUB, 0}, {"Mul", B_MUL, 0}, {"Div", B_DIV, 0}, {"Pow", B_POW, 0},
-    {"Equal", B_EQ, 0}, {"Greater", B_GT, 0}, {"Less", B_LT, 0}, {"Mod", B_MOD, 0},
-    {"Sum", B_ADD, 1}, {"Max", B_MAX, 1}, {"Min", B_MIN, 1}, {"Mean", B_ADD, 2},
+/* Element types per op family (ONNX's type constraints, as onnxruntime's CPU provider). */
+enum { K_NUM, K_FLOAT, K_CMP, K_EQ, K_BOOL, K_INT, K_UINT, K_POW, K_PRELU };
+static const struct { const char *name; int op; int variadic; int kind; } BIN_OPS[] = {
+    {"Add", B_ADD, 0, K_NUM}, {"Sub", B_SUB, 0, K_NUM}, {"Mul", B_MUL, 0, K_NUM},
+    {"Div", B_DIV, 0, K_NUM}, {"Pow", B_POW, 0, K_POW}, {"Equal", B_EQ, 0, K_EQ},
+    {"Greater", B_GT, 0, K_CMP}, {"Less", B_LT, 0, K_CMP}, {"GreaterOrEqual", B_GE, 0, K_CMP},
+    {"LessOrEqual", B_LE, 0, K_CMP}, {"Mod", B_MOD, 0, K_NUM},
+    {"And", B_AND, 0, K_BOOL}, {"Or", B_OR, 0, K_BOOL}, {"Xor", B_XOR, 0, K_BOOL},
+    {"BitwiseAnd", B_BAND, 0, K_INT}, {"BitwiseOr", B_BOR, 0, K_INT}, {"BitwiseXor", B_BXOR, 0, K_INT},
+    {"BitShift", B_SHL, 0, K_INT}, /* signed types from opset 28 */
+    {"PRelu", B_PRELU, 0, K_PRELU},
+    {"Sum", B_ADD, 1, K_FLOAT}, {"Max", B_MAX, 1, K_NUM}, {"Min", B_MIN, 1, K_NUM}, {"Mean", B_ADD, 2, K_FLOAT},
 };
 
-static int is_cmp(int op) { return op == B_EQ || op == B_GT || op == B_LT; }
+static int bin_kind(const nnc_node *n)
+{
+    for (size_t i = 0; i < sizeof BIN_OPS / sizeof BIN_OPS[0]; i++)
+        if (!strcmp(BIN_OPS[i].name, n->op_type)) return BIN_OPS[i].kind;
+    return -1;
+}
+
+static int is_cmp(int op) { return op == B_EQ || op == B_GT || op == B_LT || op == B_GE || op == B_LE; }
+
+static int kind_allows(int kind, int dt)
+{
+    switch (kind) {
+    case K_NUM: case K_POW: return nnc_dt_numeric(dt);
+    case K_FLOAT: return nnc_dt_float(dt);
+    case K_CMP: return nnc_dt_numeric(dt);
+    case K_EQ: return nnc_dt_numeric(dt) || dt == DT_BOOL;
+    case K_BOOL: return dt == DT_BOOL;
+    case K_INT: return nnc_dt_int(dt);
+    case K_UINT: return nnc_dt_unsigned(dt);
+    case K_PRELU: return nnc_dt_float(dt) || dt == DT_I32 || dt == DT_I64 || dt == DT_U32 || dt == DT_U64;
+    }
+    return 0;
+}
 
 static int bin_create(nnc_node *n, nnc_err *e)
 {
@@ -255,6 +210,7 @@ static int bin_create(nnc_node *n, nnc_err *e)
     if (!s) return nnc_node_fail(e, n, "out of memory");
     n->state = s;
     s->op = -1;
+    int kind = bin_kind(n);
     for (size_t i = 0; i < sizeof BIN_OPS / sizeof BIN_OPS[0]; i++)
         if (!strcmp(BIN_OPS[i].name, n->op_type)) { s->op = BIN_OPS[i].op; s->variadic = BIN_OPS[i].variadic; }
     if (s->op < 0) return nnc_node_fail(e, n, "not an elementwise op");
@@ -262,17 +218,24 @@ static int bin_create(nnc_node *n, nnc_err *e)
     if (s->op == B_MOD) {
         int64_t fm;
         TRY(nnc_attr_int(n, "fmod", 0, &fm, e));
-        if (!fm) s->op = B_MOD + 100; /* the divisor's sign, as Python and numpy */
+        if (fm != 0 && fm != 1) return nnc_node_fail(e, n, "attribute 'fmod' = %lld is not 0 or 1", (long long)fm);
+        if (!fm) s->op = B_PYMOD; /* the divisor's sign, as Python and numpy */
     }
-    static const int num[] = {DT_F32, DT_I64, DT_I32, 0};
-    static const int eq[] = {DT_F32, DT_I64, DT_I32, DT_BOOL, 0};
-    static const int f32[] = {DT_F32, 0};
-    static const int powexp[] = {DT_F32, DT_I64, DT_I32, 0};
+    if (s->op == B_SHL) {
+        char dir[16];
+        if (!nnc_attr_find(n, "direction")) return nnc_node_fail(e, n, "attribute 'direction' is required");
+        TRY(nnc_attr_str(n, "direction", "", dir, sizeof dir, e));
+        if (!strcmp(dir, "RIGHT")) s->op = B_SHR;
+        else if (strcmp(dir, "LEFT")) return nnc_node_fail(e, n, "attribute 'direction' = '%s' is not 'LEFT' or 'RIGHT'", dir);
+    }
     for (int i = 0; i < n->nin; i++) {
-        if (s->op == B_POW) TRY(nnc_check_dtype(n, i, i == 0 ? num : powexp, e));
-        else if (s->op == B_EQ) TRY(nnc_check_dtype(n, i, eq, e));
-        else if (s->variadic == 2) TRY(nnc_check_dtype(n, i, f32, e));
-        else TRY(nnc_check_dtype(n, i, num, e));
+        if (!n->vin[i] || !n->vin[i]->dtype) continue;
+        int dt = n->vin[i]->dtype;
+        if (!kind_allows(kind, dt))
+            return nnc_node_unsup(e, n, "input %d has element type %s, which this op does not run", i, nnc_dtname(dt));
+        /* Mean of float16 would round each partial sum. */
+        if (s->variadic == 2 && dt != DT_F32 && dt != DT_F64)
+            return nnc_node_unsup(e, n, "element type %s is not supported", nnc_dtname(dt));
     }
     for (int i = 1; i < n->nin; i++)
         if (s->op != B_POW && n->vin[0] && n->vin[i] && n->vin[0]->dtype && n->vin[i]->dtype &&
@@ -286,8 +249,11 @@ static int bin_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_er
 {
     const bin_state *s = n->state;
     int nin = n->nin;
-    if (n->residual >= 0) nin = n->residual; /* not used for binary ops; kept for symmetry */
+    int kind = bin_kind(n);
     nnc_tensor acc = *in[0];
+    for (int i = 0; i < nin; i++)
+        if (!kind_allows(kind, in[i]->dtype))
+            return nnc_node_fail(e, n, "input %d has element type %s, which this op does not run", i, nnc_dtname(in[i]->dtype));
     for (int i = 1; i < nin; i++) {
         nnc_tensor t;
         if (nnc_broadcast_shape(&acc, in[i], &t)) {
@@ -302,27 +268,12 @@ static int bin_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_er
         acc.ndim = t.ndim;
         memcpy(acc.dims, t.dims, sizeof t.dims);
     }
-    int dt = in[0]->dtype;
-    if (dt != DT_F32 && dt != DT_I64 && dt != DT_I32 && !(s->op == B_EQ && dt == DT_BOOL))
-        return nnc_node_unsup(e, n, "element type %s is not supported", nnc_dtname(dt));
-    if (s->op == B_POW && in[1]->dtype != DT_F32 && !(dt == DT_F32 && (in[1]->dtype == DT_I64 || in[1]->dtype == DT_I32)) && in[1]->dtype != dt)
-        return nnc_node_unsup(e, n, "exponent type %s is not supported", nnc_dtname(in[1]->dtype));
+    if (s->op == B_PRELU && !nnc_same_shape(&acc, in[0]))
+        return nnc_node_fail(e, n, "slope does not broadcast to the input's shape");
     *out = acc;
-    out->dtype = is_cmp(s->op) ? DT_BOOL : dt;
+    out->dtype = is_cmp(s->op) ? DT_BOOL : in[0]->dtype;
     out->data = NULL;
     return NNC_OK;
-}
-
-static inner_fn bin_kernel(int dt, int dt2, int op)
-{
-    (void)dt2; (void)op;
-    switch (dt) {
-    case DT_F32: return bin_f32;
-    case DT_I64: return bin_i64;
-    case DT_I32: return bin_i32;
-    case DT_BOOL: return bin_u8_common;
-    default: return NULL;
-    }
 }
 
 static void fold_fn(void *ctx, int64_t n, const char *const *p, const int64_t *s, char *out)
@@ -331,45 +282,49 @@ static void fold_fn(void *ctx, int64_t n, const char *const *p, const int64_t *s
     bin_f32(ctx, n, p, s, out);
 }
 
+/* Run one pair (a may be the output itself, for the inputs 2.. of variadic ops). */
+static int bin_pair(const nnc_node *n, int op, nnc_tensor *a, nnc_tensor *b, nnc_tensor *out, nnc_err *e)
+{
+    bcast bc;
+    nnc_tensor *pair[2] = {a, b};
+    if (bcast_setup(&bc, out, pair, 2)) return nnc_node_fail(e, n, "broadcast failed");
+    if (a->dtype == DT_F32 && b->dtype == DT_F32 && (op < B_AND || op == B_PRELU || op == B_PYMOD)) {
+        bcast_run(&bc, pair, out, a == out ? fold_fn : bin_f32, &op);
+    } else {
+        nnc_arith_ctx c = {op, a->dtype, b->dtype, out->dtype};
+        bcast_run(&bc, pair, out, nnc_arith_typed, &c);
+    }
+    return NNC_OK;
+}
+
 static int bin_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec *x, nnc_err *e)
 {
     (void)x;
     const bin_state *s = n->state;
     int op = s->op;
     int nin = n->nin;
+    if ((op == B_DIV || op == B_MOD || op == B_PYMOD) && nnc_dt_int(in[1]->dtype) && nnc_has_zero(in[1]))
+        return nnc_node_fail(e, n, "integer division by zero (the divisor input holds a 0)");
     if (nin == 1) { /* variadic with one input: a copy */
         memcpy(out->data, in[0]->data, nnc_nbytes(in[0]));
     } else {
-        bcast b;
-        nnc_tensor *pair[2] = {in[0], in[1]};
-        if (bcast_setup(&b, out, pair, 2)) return nnc_node_fail(e, n, "broadcast failed");
-        inner_fn fn = bin_kernel(in[0]->dtype, in[1]->dtype, op);
-        if (!fn) return nnc_node_fail(e, n, "unsupported element type");
-        if (op == B_POW && in[0]->dtype != in[1]->dtype) {
-            int ctx[3] = {op, in[0]->dtype, in[1]->dtype};
-            bcast_run(&b, pair, out, pow_mixed, ctx);
-        } else {
-            bcast_run(&b, pair, out, fn, &op);
-        }
-        for (int i = 2; i < nin; i++) {
-            nnc_tensor *p2[2] = {out, in[i]};
-            if (bcast_setup(&b, out, p2, 2)) return nnc_node_fail(e, n, "broadcast failed");
-            fn = bin_kernel(out->dtype, in[i]->dtype, op);
-            bcast_run(&b, p2, out, out->dtype == DT_F32 ? fold_fn : fn, &op);
-        }
+        TRY(bin_pair(n, op, in[0], in[1], out, e));
+        for (int i = 2; i < nin; i++) TRY(bin_pair(n, op, out, in[i], out, e));
     }
     if (s->variadic == 2) {
-        float *o = out->data, k = 1.f / (float)nin;
-        for (int64_t i = 0, m = nnc_numel(out); i < m; i++) o[i] *= k;
+        if (out->dtype == DT_F32) {
+            float *o = out->data, k = 1.f / (float)nin;
+            for (int64_t i = 0, m = nnc_numel(out); i < m; i++) o[i] *= k;
+        } else {
+            double *o = out->data;
+            for (int64_t i = 0, m = nnc_numel(out); i < m; i++) o[i] /= nin;
+        }
     }
     if (out->dtype == DT_F32) nnc_apply_act(out->data, nnc_numel(out), &n->act);
     return NNC_OK;
 }
 
-#define BINOP(VAR, NAME, MINI, MAXI) \
-    const nnc_op VAR = {NAME, MINI, MAXI, 1, 1, bin_create, bin_infer, bin_run, NULL, 0};
 static void bin_destroy(nnc_node *n) { free(n->state); n->state = NULL; }
-#undef BINOP
 #define BINOP(VAR, NAME, MINI, MAXI) \
     const nnc_op VAR = {NAME, MINI, MAXI, 1, 1, bin_create, bin_infer, bin_run, bin_destroy, 0};
 BINOP(nnc_op_add, "Add", 2, 2)
@@ -380,7 +335,17 @@ BINOP(nnc_op_pow, "Pow", 2, 2)
 BINOP(nnc_op_equal, "Equal", 2, 2)
 BINOP(nnc_op_greater, "Greater", 2, 2)
 BINOP(nnc_op_less, "Less", 2, 2)
+BINOP(nnc_op_greaterorequal, "GreaterOrEqual", 2, 2)
+BINOP(nnc_op_lessorequal, "LessOrEqual", 2, 2)
 BINOP(nnc_op_mod, "Mod", 2, 2)
+BINOP(nnc_op_and, "And", 2, 2)
+BINOP(nnc_op_or, "Or", 2, 2)
+BINOP(nnc_op_xor, "Xor", 2, 2)
+BINOP(nnc_op_bitwiseand, "BitwiseAnd", 2, 2)
+BINOP(nnc_op_bitwiseor, "BitwiseOr", 2, 2)
+BINOP(nnc_op_bitwisexor, "BitwiseXor", 2, 2)
+BINOP(nnc_op_bitshift, "BitShift", 2, 2)
+BINOP(nnc_op_prelu, "PRelu", 2, 2)
 BINOP(nnc_op_sum, "Sum", 1, NNC_MAXIO)
 BINOP(nnc_op_max, "Max", 1, NNC_MAXIO)
 BINOP(nnc_op_min, "Min", 1, NNC_MAXIO)
@@ -474,7 +439,7 @@ const nnc_op nnc_op_where = {"Where", 3, 3, 1, 1, where_create, where_infer, whe
 
 enum { U_RELU, U_LEAKY, U_SIGMOID, U_TANH, U_CLIP, U_ERF, U_GELU, U_GELU_TANH, U_SQRT, U_EXP,
        U_LOG, U_NEG, U_ABS, U_RECIP, U_FLOOR, U_CEIL, U_SOFTPLUS };
-typedef struct { int op; float a, b; } un_state;
+typedef struct { int op; float a, b; int tcode; /* op_unary.c's code, other types; -1 float32 */ } un_state;
 
 static const struct { const char *name; int op; } UN_OPS[] = {
     {"Relu", U_RELU}, {"LeakyRelu", U_LEAKY}, {"Sigmoid", U_SIGMOID}, {"Tanh", U_TANH},
@@ -485,20 +450,28 @@ static const struct { const char *name; int op; } UN_OPS[] = {
 
 static int un_create(nnc_node *n, nnc_err *e)
 {
-    static const int f32[] = {DT_F32, 0};
     un_state *s = calloc(1, sizeof *s);
     if (!s) return nnc_node_fail(e, n, "out of memory");
     n->state = s;
     s->op = -1;
+    s->tcode = -1;
     for (size_t i = 0; i < sizeof UN_OPS / sizeof UN_OPS[0]; i++)
         if (!strcmp(UN_OPS[i].name, n->op_type)) s->op = UN_OPS[i].op;
     if (s->op < 0) return nnc_node_fail(e, n, "not a unary op");
-    TRY(nnc_check_dtype(n, 0, f32, e));
+    int dt = n->vin[0] ? n->vin[0]->dtype : DT_UNDEF;
+    if (dt != DT_F32 && dt != DT_UNDEF) {
+        s->tcode = nnc_unary_typed_code(n->op_type, dt);
+        if (s->tcode < 0) return nnc_node_unsup(e, n, "element type %s is not supported", nnc_dtname(dt));
+    }
+    const int same[] = {dt ? dt : DT_F32, 0};
     if (s->op == U_LEAKY) TRY(nnc_attr_float(n, "alpha", 0.01f, &s->a, e));
     if (s->op == U_GELU) {
         char ap[16];
         TRY(nnc_attr_str(n, "approximate", "none", ap, sizeof ap, e));
-        if (!strcmp(ap, "tanh")) s->op = U_GELU_TANH;
+        if (!strcmp(ap, "tanh")) {
+            s->op = U_GELU_TANH;
+            if (s->tcode >= 0) s->tcode = nnc_unary_typed_code("Gelu:tanh", dt);
+        }
         else if (strcmp(ap, "none")) return nnc_node_fail(e, n, "attribute 'approximate' = '%s' is not 'none' or 'tanh'", ap);
     }
     if (s->op == U_CLIP) {
@@ -510,7 +483,7 @@ static int un_create(nnc_node *n, nnc_err *e)
         } else {
             for (int i = 1; i < n->nin && i < 3; i++) {
                 if (!nnc_in_present(n, i)) continue;
-                TRY(nnc_check_dtype(n, i, f32, e));
+                TRY(nnc_check_dtype(n, i, same, e));
                 int64_t k = nnc_info_numel(n->vin[i]);
                 if (n->vin[i]->ndim > 0 && k != 1)
                     return nnc_node_fail(e, n, "'%s' must be a scalar", i == 1 ? "min" : "max");
@@ -522,6 +495,14 @@ static int un_create(nnc_node *n, nnc_err *e)
 
 static int un_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err *e)
 {
+    const un_state *s = n->state;
+    if (s->tcode >= 0 && in[0]->dtype != DT_F32) {
+        if (nnc_unary_typed_code(s->op == U_GELU_TANH ? "Gelu:tanh" : n->op_type, in[0]->dtype) != s->tcode)
+            return nnc_node_fail(e, n, "element type %s is not supported", nnc_dtname(in[0]->dtype));
+        *out = *in[0];
+        out->data = NULL;
+        return NNC_OK;
+    }
     if (in[0]->dtype != DT_F32) return nnc_node_fail(e, n, "input must be float32, got %s", nnc_dtname(in[0]->dtype));
     for (int i = 1; i < n->nin; i++)
         if (in[i] && (in[i]->dtype != DT_F32 || nnc_numel(in[i]) != 1))
@@ -539,15 +520,10 @@ static void un_range(void *arg, int64_t b, int64_t e, int tid)
     const float *x = j->x;
     float *y = j->y;
     switch (j->s->op) {
-    case U_RELU: for (int64_t i = b; i < e; i++) y[i] = x[i] > 0.f ? x[i] : 0.f; break;
+    case U_RELU: for (int64_t i = b; i < e; i++) y[i] = x[i] < 0.f ? 0.f : x[i]; break; /* NaN stays NaN */
     case U_LEAKY: { float a = j->s->a; for (int64_t i = b; i < e; i++) y[i] = x[i] >= 0.f ? x[i] : a * x[i]; } break;
-    case U_SIGMOID:
-        for (int64_t i = b; i < e; i++) {
-            float v = x[i];
-            y[i] = v >= 0 ? 1.f / (1.f + expf(-v)) : expf(v) / (1.f + expf(v));
-        }
-        break;
-    case U_TANH: for (int64_t i = b; i < e; i++) y[i] = tanhf(x[i]); break;
+    case U_SIGMOID: nnc_vsigmoid(x + b, y + b, e - b); break;
+    case U_TANH: nnc_vtanh(x + b, y + b, e - b); break;
     case U_CLIP: {
         float lo = j->lo, hi = j->hi;
         for (int64_t i = b; i < e; i++) { float v = x[i]; v = v < lo ? lo : v; y[i] = v > hi ? hi : v; }
@@ -561,7 +537,7 @@ static void un_range(void *arg, int64_t b, int64_t e, int tid)
         }
         break;
     case U_SQRT: for (int64_t i = b; i < e; i++) y[i] = sqrtf(x[i]); break;
-    case U_EXP: for (int64_t i = b; i < e; i++) y[i] = expf(x[i]); break;
+    case U_EXP: nnc_vexp(x + b, y + b, e - b); break;
     case U_LOG: for (int64_t i = b; i < e; i++) y[i] = logf(x[i]); break;
     case U_NEG: for (int64_t i = b; i < e; i++) y[i] = -x[i]; break;
     case U_ABS: for (int64_t i = b; i < e; i++) y[i] = fabsf(x[i]); break;
@@ -576,7 +552,10 @@ static void un_range(void *arg, int64_t b, int64_t e, int tid)
 
 static int un_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec *x, nnc_err *e)
 {
-    (void)x; (void)e;
+    (void)x;
+    const un_state *s = n->state;
+    if (in[0]->dtype != DT_F32)
+        return nnc_unary_typed_run(n, s->tcode, s->op == U_CLIP ? s->a : s->a, s->op == U_CLIP ? s->b : 0.f, in, out, e);
     un_job j = {n->state, in[0]->data, out->data, -INFINITY, INFINITY};
     if (j.s->op == U_CLIP) {
         j.lo = j.s->a;
@@ -601,7 +580,7 @@ static void un_destroy(nnc_node *n) { free(n->state); n->state = NULL; }
 int nnc_unary_as_act(const nnc_node *n, nnc_act *act)
 {
     const un_state *s = n->state;
-    if (!s) return 0;
+    if (!s || s->tcode >= 0) return 0;
     if (s->op == U_RELU) { act->kind = ACT_RELU; return 1; }
     if (s->op == U_LEAKY) { act->kind = ACT_LEAKY; act->a = s->a; return 1; }
     if (s->op == U_CLIP) {
@@ -685,108 +664,3 @@ static int ident_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_ex
 
 const nnc_op nnc_op_identity = {"Identity", 1, 1, 1, 1, ident_create, ident_infer, ident_run, NULL, OPF_ALIAS};
 const nnc_op nnc_op_dropout = {"Dropout", 1, 3, 1, 2, ident_create, ident_infer, ident_run, NULL, OPF_ALIAS};
-
-/* ---- Cast ---------------------------------------------------------------------------- */
-
-static int cast_ok(int dt)
-{
-    return dt == DT_F32 || dt == DT_F64 || dt == DT_I32 || dt == DT_I64 || dt == DT_BOOL ||
-           dt == DT_U8 || dt == DT_I8 || dt == DT_I16 || dt == DT_U16 || dt == DT_U32 || dt == DT_U64;
-}
-
-static int cast_create(nnc_node *n, nnc_err *e)
-{
-    int64_t to;
-    if (!nnc_attr_find(n, "to")) return nnc_node_fail(e, n, "attribute 'to' is required");
-    TRY(nnc_attr_int(n, "to", 0, &to, e));
-    if (!cast_ok((int)to)) return nnc_node_unsup(e, n, "casting to %s is not supported", nnc_dtname((int)to));
-    if (n->vin[0] && n->vin[0]->dtype && !cast_ok(n->vin[0]->dtype))
-        return nnc_node_unsup(e, n, "casting from %s is not supported", nnc_dtname(n->vin[0]->dtype));
-    int *s = malloc(sizeof(int));
-    if (!s) return nnc_node_fail(e, n, "out of memory");
-    *s = (int)to;
-    n->state = s;
-    return NNC_OK;
-}
-
-static int cast_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err *e)
-{
-    if (!cast_ok(in[0]->dtype)) return nnc_node_unsup(e, n, "casting from %s is not supported", nnc_dtname(in[0]->dtype));
-    *out = *in[0];
-    out->dtype = *(int *)n->state;
-    return NNC_OK;
-}
-
-static double load_d(const void *p, int dt, int64_t i)
-{
-    switch (dt) {
-    case DT_F32: return ((const float *)p)[i];
-    case DT_F64: return ((const double *)p)[i];
-    case DT_I32: return ((const int32_t *)p)[i];
-    case DT_I64: return (double)((const int64_t *)p)[i];
-    case DT_BOOL: case DT_U8: return ((const uint8_t *)p)[i];
-    case DT_I8: return ((const int8_t *)p)[i];
-    case DT_I16: return ((const int16_t *)p)[i];
-    case DT_U16: return ((const uint16_t *)p)[i];
-    case DT_U32: return ((const uint32_t *)p)[i];
-    case DT_U64: return (double)((const uint64_t *)p)[i];
-    }
-    return 0;
-}
-
-static int64_t load_i(const void *p, int dt, int64_t i)
-{
-    switch (dt) {
-    case DT_I64: return ((const int64_t *)p)[i];
-    case DT_U64: return (int64_t)((const uint64_t *)p)[i];
-    case DT_I32: return ((const int32_t *)p)[i];
-    case DT_U32: return ((const uint32_t *)p)[i];
-    case DT_BOOL: case DT_U8: return ((const uint8_t *)p)[i];
-    case DT_I8: return ((const int8_t *)p)[i];
-    case DT_I16: return ((const int16_t *)p)[i];
-    case DT_U16: return ((const uint16_t *)p)[i];
-    }
-    return 0;
-}
-
-/* float -> int without undefined behaviour for NaN and out-of-range values */
-static int64_t f2i(double v)
-{
-    if (v != v) return INT64_MIN;
-    if (v >= 9.2233720368547758e18) return INT64_MAX;
-    if (v <= -9.2233720368547758e18) return INT64_MIN;
-    return (int64_t)v;
-}
-
-static int cast_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec *x, nnc_err *e)
-{
-    (void)n; (void)x; (void)e;
-    int from = in[0]->dtype, to = out->dtype;
-    int64_t k = nnc_numel(out);
-    const void *src = in[0]->data;
-    void *dst = out->data;
-    if (from == to) { memcpy(dst, src, nnc_nbytes(out)); return NNC_OK; }
-    int ffloat = from == DT_F32 || from == DT_F64;
-    for (int64_t i = 0; i < k; i++) {
-        if (to == DT_F32) ((float *)dst)[i] = (float)load_d(src, from, i);
-        else if (to == DT_F64) ((double *)dst)[i] = load_d(src, from, i);
-        else if (to == DT_BOOL) ((uint8_t *)dst)[i] = ffloat ? load_d(src, from, i) != 0 : load_i(src, from, i) != 0;
-        else {
-            int64_t v = ffloat ? f2i(load_d(src, from, i)) : load_i(src, from, i);
-            switch (to) {
-            case DT_I64: ((int64_t *)dst)[i] = v; break;
-            case DT_U64: ((uint64_t *)dst)[i] = (uint64_t)v; break;
-            case DT_I32: ((int32_t *)dst)[i] = (int32_t)v; break;
-            case DT_U32: ((uint32_t *)dst)[i] = (uint32_t)v; break;
-            case DT_I16: ((int16_t *)dst)[i] = (int16_t)v; break;
-            case DT_U16: ((uint16_t *)dst)[i] = (uint16_t)v; break;
-            case DT_I8: ((int8_t *)dst)[i] = (int8_t)v; break;
-            case DT_U8: ((uint8_t *)dst)[i] = (uint8_t)v; break;
-            }
-        }
-    }
-    return NNC_OK;
-}
-
-static void cast_destroy(nnc_node *n) { free(n->state); n->state = NULL; }
-const nnc_op nnc_op_cast = {"Cast", 1, 1, 1, 1, cast_create, cast_infer, cast_run, cast_destroy, 0};

@@ -228,7 +228,18 @@ static void sm_rows(void *arg, int64_t b, int64_t e, int tid)
         float m = -INFINITY;
         for (int64_t k = 0; k < j->len; k++) m = x[k * st] > m ? x[k * st] : m;
         double sum = 0;
-        if (j->log) {
+        if (st == 1) { /* contiguous rows (the usual last-axis softmax): vectorised exp */
+            for (int64_t k = 0; k < j->len; k++) y[k] = x[k] - m;
+            nnc_vexp(y, y, j->len);
+            for (int64_t k = 0; k < j->len; k++) sum += y[k];
+            if (j->log) {
+                float ls = (float)log(sum);
+                for (int64_t k = 0; k < j->len; k++) y[k] = x[k] - m - ls;
+            } else {
+                float inv = (float)(1.0 / sum);
+                for (int64_t k = 0; k < j->len; k++) y[k] *= inv;
+            }
+        } else if (j->log) {
             for (int64_t k = 0; k < j->len; k++) sum += expf(x[k * st] - m);
             float ls = (float)log(sum);
             for (int64_t k = 0; k < j->len; k++) y[k * st] = x[k * st] - m - ls;

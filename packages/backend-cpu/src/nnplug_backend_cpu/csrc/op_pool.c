@@ -123,6 +123,9 @@ static size_t pool_tmp_bytes(const geom3 *g)
 
 /* 2-D (and 1-D) pooling as two 1-D passes: along W into tmp[H][OW], then along H with the
  * inner loop over OW (vectorisable). Same taps as the direct form. */
+/* max that keeps a NaN once seen (NaN in a window gives NaN, as numpy and torch) */
+#define MAXN(acc, v) ((v) > (acc) || (v) != (v) ? (v) : (acc))
+
 static void pool_plane_2d(const pool_job *j, const float *x, float *y, float *tmp)
 {
     const geom3 *g = &j->g;
@@ -147,8 +150,8 @@ static void pool_plane_2d(const pool_job *j, const float *x, float *y, float *tm
                 const float *r = row + wr[3 * ow];
                 int64_t c = wr[3 * ow + 1];
                 float acc = c > 0 ? r[0] : init;
-                if (c > 1) acc = r[1] > acc ? r[1] : acc;
-                if (c > 2) acc = r[2] > acc ? r[2] : acc;
+                if (c > 1) acc = MAXN(acc, r[1]);
+                if (c > 2) acc = MAXN(acc, r[2]);
                 t[ow] = acc;
             }
             continue;
@@ -157,7 +160,7 @@ static void pool_plane_2d(const pool_job *j, const float *x, float *y, float *tm
             const float *r = row + wr[3 * ow];
             int64_t c = wr[3 * ow + 1];
             float acc = init;
-            if (is_max) for (int64_t k = 0; k < c; k++) { float v = r[k * dw]; acc = v > acc ? v : acc; }
+            if (is_max) for (int64_t k = 0; k < c; k++) acc = MAXN(acc, r[k * dw]);
             else for (int64_t k = 0; k < c; k++) acc += r[k * dw];
             t[ow] = acc;
         }
@@ -169,7 +172,7 @@ static void pool_plane_2d(const pool_job *j, const float *x, float *y, float *tm
         for (int64_t ow = 0; ow < OW; ow++) yr[ow] = init;
         for (int64_t k = h0; k < h1; k++) {
             const float *t = tmp + (st + k * dh) * OW;
-            if (is_max) for (int64_t ow = 0; ow < OW; ow++) yr[ow] = t[ow] > yr[ow] ? t[ow] : yr[ow];
+            if (is_max) for (int64_t ow = 0; ow < OW; ow++) yr[ow] = MAXN(yr[ow], t[ow]);
             else for (int64_t ow = 0; ow < OW; ow++) yr[ow] += t[ow];
         }
         if (!is_max) {

@@ -1,12 +1,16 @@
-/* ReduceSum/Mean/Max/Min/Prod/L2/SumSquare over any axes (attribute or input form), ArgMax
+/* ReduceSum/Mean/Max/Min/Prod/L2/SumSquare/L1/LogSumExp (float32; other types and ReduceLogSum
+ * in op_reduce_typed.c) over any axes (attribute or input form), ArgMax
  * and ArgMin. The input is viewed as (outer, reduced, inner) runs after merging neighbours. */
 #include "nnc.h"
 #include "ops.h"
+#include "typed.h"
 
 #include <math.h>
 #include <stdlib.h>
 
-enum { R_SUM, R_MEAN, R_MAX, R_MIN, R_PROD, R_L2, R_SUMSQ, R_L1, R_LOGSUMEXP };
+enum { R_SUM = NNC_R_SUM, R_MEAN = NNC_R_MEAN, R_MAX = NNC_R_MAX, R_MIN = NNC_R_MIN,
+       R_PROD = NNC_R_PROD, R_L2 = NNC_R_L2, R_SUMSQ = NNC_R_SUMSQ, R_L1 = NNC_R_L1,
+       R_LOGSUMEXP = NNC_R_LOGSUMEXP, R_LOGSUM = NNC_R_LOGSUM /* other types' path only */ };
 typedef struct {
     int kind, keepdims, noop_empty, axes_input;
     int naxes; /* -1: all */
@@ -17,12 +21,11 @@ static const struct { const char *name; int kind; int input_since; } RED_OPS[] =
     {"ReduceSum", R_SUM, 13}, {"ReduceMean", R_MEAN, 18}, {"ReduceMax", R_MAX, 18},
     {"ReduceMin", R_MIN, 18}, {"ReduceProd", R_PROD, 18}, {"ReduceL2", R_L2, 18},
     {"ReduceSumSquare", R_SUMSQ, 18}, {"ReduceL1", R_L1, 18}, {"ReduceLogSumExp", R_LOGSUMEXP, 18},
+    {"ReduceLogSum", R_LOGSUM, 18},
 };
 
 static int red_create(nnc_node *n, nnc_err *e)
 {
-    static const int f32[] = {DT_F32, 0};
-    TRY(nnc_check_dtype(n, 0, f32, e));
     red_state *s = calloc(1, sizeof *s);
     if (!s) return nnc_node_fail(e, n, "out of memory");
     n->state = s;
@@ -31,8 +34,12 @@ static int red_create(nnc_node *n, nnc_err *e)
     for (size_t i = 0; i < sizeof RED_OPS / sizeof RED_OPS[0]; i++)
         if (!strcmp(RED_OPS[i].name, n->op_type)) { s->kind = RED_OPS[i].kind; since = RED_OPS[i].input_since; }
     if (s->kind < 0) return nnc_node_fail(e, n, "not a reduction");
+    int dt = n->vin[0] ? n->vin[0]->dtype : DT_UNDEF;
+    if (dt != DT_UNDEF && dt != DT_F32 && !nnc_reduce_typed_ok(s->kind, dt))
+        return nnc_node_unsup(e, n, "element type %s is not supported", nnc_dtname(dt));
     int64_t v;
     TRY(nnc_attr_int(n, "keepdims", 1, &v, e));
+    if (v != 0 && v != 1) return nnc_node_fail(e, n, "attribute 'keepdims' = %lld is not 0 or 1", (long long)v);
     s->keepdims = v != 0;
     TRY(nnc_attr_int(n, "noop_with_empty_axes", 0, &v, e));
     s->noop_empty = v != 0;
@@ -80,10 +87,11 @@ static int red_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_er
 {
     const red_state *s = n->state;
     const nnc_tensor *x = in[0];
-    if (x->dtype != DT_F32) return nnc_node_fail(e, n, "input must be float32");
+    if (x->dtype != DT_F32 && !nnc_reduce_typed_ok(s->kind, x->dtype))
+        return nnc_node_fail(e, n, "element type %s is not supported", nnc_dtname(x->dtype));
     int mask[NNC_MAXDIM], noop;
     TRY(red_mask(n, in, mask, &noop, e));
-    out->dtype = DT_F32;
+    out->dtype = x->dtype;
     out->ndim = 0;
     for (int d = 0; d < x->ndim; d++) {
         if (!mask[d]) out->dims[out->ndim++] = x->dims[d];
@@ -151,6 +159,7 @@ static int red_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec
     int mask[NNC_MAXDIM], noop;
     TRY(red_mask(n, in, mask, &noop, e));
     if (noop) { memcpy(out->data, x->data, nnc_nbytes(x)); return NNC_OK; }
+    if (x->dtype != DT_F32 || s->kind == R_LOGSUM) return nnc_reduce_typed_run(n, s->kind, mask, x, out, e);
     /* Merge neighbouring axes with the same mask into runs. */
     int64_t dims[NNC_MAXDIM];
     int rm[NNC_MAXDIM], nd = 0;
@@ -180,7 +189,7 @@ static int red_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec
     if (s->kind == R_L2) { first = R_SUMSQ; last = R_SUM; }
     if (s->kind == R_SUMSQ) { first = R_SUMSQ; last = R_SUM; }
     if (s->kind == R_L1) { first = R_L1; last = R_SUM; }
-    if (s->kind == R_LOGSUMEXP) return nnc_node_unsup(e, n, "ReduceLogSumExp over separated axes is not supported");
+    if (s->kind == R_LOGSUMEXP) return nnc_reduce_typed_run(n, s->kind, mask, x, out, e); /* in double */
     int64_t total = nnc_numel(x), count = 1;
     for (int d = 0; d < nd; d++) if (rm[d]) count *= dims[d];
     float *buf[2] = {nnc_alloc((size_t)total * sizeof(float)), nnc_alloc((size_t)total * sizeof(float))};
@@ -219,6 +228,7 @@ REDOP(nnc_op_reducel2, "ReduceL2")
 REDOP(nnc_op_reducesumsquare, "ReduceSumSquare")
 REDOP(nnc_op_reducel1, "ReduceL1")
 REDOP(nnc_op_reducelogsumexp, "ReduceLogSumExp")
+REDOP(nnc_op_reducelogsum, "ReduceLogSum")
 
 /* ---- ArgMax / ArgMin ----------------------------------------------------------------- */
 
@@ -226,14 +236,15 @@ typedef struct { int64_t axis; int keepdims, last, is_min; } arg_state;
 
 static int arg_create(nnc_node *n, nnc_err *e)
 {
-    static const int t[] = {DT_F32, DT_I64, DT_I32, 0};
-    TRY(nnc_check_dtype(n, 0, t, e));
+    if (n->vin[0] && n->vin[0]->dtype && !nnc_dt_numeric(n->vin[0]->dtype))
+        return nnc_node_unsup(e, n, "element type %s is not supported", nnc_dtname(n->vin[0]->dtype));
     arg_state *s = calloc(1, sizeof *s);
     if (!s) return nnc_node_fail(e, n, "out of memory");
     n->state = s;
     int64_t v;
     TRY(nnc_attr_int(n, "axis", 0, &s->axis, e));
     TRY(nnc_attr_int(n, "keepdims", 1, &v, e));
+    if (v != 0 && v != 1) return nnc_node_fail(e, n, "attribute 'keepdims' = %lld is not 0 or 1", (long long)v);
     s->keepdims = v != 0;
     TRY(nnc_attr_int(n, "select_last_index", 0, &v, e));
     s->last = v != 0;
@@ -248,8 +259,8 @@ static int arg_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_er
 {
     const arg_state *s = n->state;
     const nnc_tensor *x = in[0];
-    if (x->dtype != DT_F32 && x->dtype != DT_I64 && x->dtype != DT_I32)
-        return nnc_node_unsup(e, n, "element type %s is not supported", nnc_dtname(x->dtype));
+    if (!nnc_dt_numeric(x->dtype))
+        return nnc_node_fail(e, n, "element type %s is not supported", nnc_dtname(x->dtype));
     if (x->ndim < 1 || s->axis < -x->ndim || s->axis >= x->ndim)
         return nnc_node_fail(e, n, "attribute 'axis' = %lld is out of range for rank %d", (long long)s->axis, x->ndim);
     int axis = (int)(s->axis < 0 ? s->axis + x->ndim : s->axis);
@@ -265,7 +276,22 @@ static int arg_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_er
 
 static inline double argload(const void *p, int dt, int64_t i)
 {
-    return dt == DT_F32 ? ((const float *)p)[i] : dt == DT_I64 ? (double)((const int64_t *)p)[i] : ((const int32_t *)p)[i];
+    return dt == DT_F32 ? ((const float *)p)[i] : nnc_get_d(p, dt, i);
+}
+
+/* Integers compare exactly (int64 values past 2^53 do not round). */
+static int64_t arg_int(const nnc_tensor *x, const arg_state *s, int64_t base, int64_t R, int64_t I)
+{
+    int uns = nnc_dt_unsigned(x->dtype);
+    int64_t best = 0, bv, v;
+    nnc_load_i(x->data, x->dtype, base, 0, 1, &bv);
+    for (int64_t t = 1; t < R; t++) {
+        nnc_load_i(x->data, x->dtype, base + t * I, 0, 1, &v);
+        int gt = uns ? (uint64_t)v > (uint64_t)bv : v > bv, lt = uns ? (uint64_t)v < (uint64_t)bv : v < bv;
+        int better = s->is_min ? (lt || (s->last && v == bv)) : (gt || (s->last && v == bv));
+        if (better) { bv = v; best = t; }
+    }
+    return best;
 }
 
 static int arg_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec *xc, nnc_err *e)
@@ -281,6 +307,7 @@ static int arg_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec
     for (int64_t o = 0; o < O; o++)
         for (int64_t i = 0; i < I; i++) {
             int64_t base = o * R * I + i, best = 0;
+            if (!nnc_dt_float(x->dtype)) { y[o * I + i] = arg_int(x, s, base, R, I); continue; }
             double bv = argload(x->data, x->dtype, base);
             for (int64_t t = 1; t < R; t++) {
                 double v = argload(x->data, x->dtype, base + t * I);

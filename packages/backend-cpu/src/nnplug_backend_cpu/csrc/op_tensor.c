@@ -429,12 +429,14 @@ static int slice_plan(nnc_node *n, nnc_tensor *const *in, int64_t *odims, int64_
         if (stp > 0) {
             b = b < 0 ? 0 : (b > dim ? dim : b);
             f = f < 0 ? 0 : (f > dim ? dim : f);
-            cnt = f > b ? (f - b + stp - 1) / stp : 0;
+            cnt = f > b ? (f - b - 1) / stp + 1 : 0; /* no overflow for huge steps */
         } else {
             b = b < 0 ? -1 : (b > dim - 1 ? dim - 1 : b);
             f = f < -1 ? -1 : (f > dim - 1 ? dim - 1 : f);
-            cnt = b > f ? (b - f + (-stp) - 1) / (-stp) : 0;
+            /* -stp overflows for INT64_MIN: any step below -dim takes one element */
+            cnt = b > f ? (stp < -dim ? 1 : (b - f - 1) / (-stp) + 1) : 0;
         }
+        if (cnt <= 1) stp = 1; /* one element: the step is never applied (and cannot overflow) */
         odims[a] = cnt;
         start[a] = b;
         step[a] = stp;

@@ -41,4 +41,36 @@ extern const nnc_op nnc_op_conv;
 
 
 int nnc_unary_as_act(const nnc_node *n, nnc_act *act);
+
+/* Multidirectional broadcasting of up to 3 inputs against an output shape (op_eltwise.c):
+ * the inner function gets n elements, input pointers and their inner strides (0 or 1). */
+typedef struct nnc_bcast {
+    int nd, nin;
+    int64_t dims[NNC_MAXDIM];
+    int64_t str[3][NNC_MAXDIM]; /* element strides per input, 0 where broadcast */
+} nnc_bcast;
+typedef void (*nnc_inner_fn)(void *ctx, int64_t n, const char *const *p, const int64_t *s, char *o);
+int nnc_bcast_setup(nnc_bcast *b, const nnc_tensor *out, nnc_tensor *const *ins, int nin);
+void nnc_bcast_run(const nnc_bcast *b, nnc_tensor *const *ins, nnc_tensor *out, nnc_inner_fn fn, void *ctx);
+
+/* Binary ops: codes shared by op_eltwise.c (float32 fast paths) and op_arith.c (every type). */
+enum { B_ADD, B_SUB, B_MUL, B_DIV, B_POW, B_MAX, B_MIN, B_EQ, B_GT, B_LT, B_MOD, B_GE, B_LE,
+       B_AND, B_OR, B_XOR, B_BAND, B_BOR, B_BXOR, B_SHL, B_SHR, B_PRELU, B_PYMOD = B_MOD + 100 };
+/* Context of the typed kernel: op, input types, output type. */
+typedef struct { int op, dta, dtb, dto; } nnc_arith_ctx;
+void nnc_arith_typed(void *ctx, int64_t n, const char *const *p, const int64_t *s, char *o);
+/* Whether an integer divisor tensor holds a zero (Div/Mod must not run). */
+int nnc_has_zero(const nnc_tensor *t);
+
+/* Unary ops on types other than float32 (op_unary.c): a code for op_type, or -1. */
+int nnc_unary_typed_code(const char *op_type, int dt);
+int nnc_unary_typed_run(const nnc_node *n, int code, float alpha, float beta, nnc_tensor *const *in,
+                        nnc_tensor *out, nnc_err *e);
+
+/* Reductions on types other than float32 (op_reduce_typed.c); kinds as op_reduce.c's. */
+enum { NNC_R_SUM, NNC_R_MEAN, NNC_R_MAX, NNC_R_MIN, NNC_R_PROD, NNC_R_L2, NNC_R_SUMSQ, NNC_R_L1,
+       NNC_R_LOGSUMEXP, NNC_R_LOGSUM };
+int nnc_reduce_typed_ok(int kind, int dt);
+int nnc_reduce_typed_run(const nnc_node *n, int kind, const int *mask, const nnc_tensor *x,
+                         nnc_tensor *out, nnc_err *e);
 #endif

@@ -10,16 +10,43 @@
     X(layernorm) X(reducesum) X(reducemean) X(reducemax) X(reducemin) X(reduceprod) \
     X(reducel2) X(reducesumsquare) X(reducel1) X(reducelogsumexp) X(argmax) X(argmin) \
     X(reshape) X(flatten) X(squeeze) X(unsqueeze) X(transpose) X(expand) X(slice) X(concat) \
-    X(split) X(gather) X(shape) X(constantofshape) X(constant) X(pad)
+    X(split) X(gather) X(shape) X(constantofshape) X(constant) X(pad) \
+    X(castlike) X(greaterorequal) X(lessorequal) X(and) X(or) X(xor) X(bitwiseand) X(bitwiseor) \
+    X(bitwisexor) X(bitshift) X(sign) X(round) X(isnan) X(isinf) X(not) X(bitwisenot) X(sin) \
+    X(cos) X(tan) X(asin) X(acos) X(atan) X(sinh) X(cosh) X(asinh) X(acosh) X(atanh) \
+    X(hardsigmoid) X(hardswish) X(elu) X(selu) X(celu) X(mish) X(softsign) X(thresholdedrelu) \
+    X(shrink) X(swish) X(size) X(range) X(trilu) X(cumsum) X(cumprod) X(tile) X(gatherelements) X(scatterelements) \
+    X(gathernd) X(scatternd) X(onehot) X(nonzero) X(topk) X(compress) X(reversesequence) X(hardmax) X(unique) X(reducelogsum) X(prelu) \
+    X(resize) X(upsample) X(convtranspose) X(instancenorm) X(groupnorm) X(lpnorm) \
+    X(rnn) X(gru) X(lstm) X(quantizelinear) X(dequantizelinear) X(dynamicquantizelinear) \
+    X(matmulinteger) X(convinteger) X(qlinearmatmul) X(qlinearconv) X(einsum) \
+    X(nonmaxsuppression) X(roialign) X(gridsample) \
+    X(maxunpool) X(col2im) X(det) X(dft) X(stft) X(maxroipool)
+/* ai.onnx.ml: the ops scikit-learn converters emit (op_ml_*.c). */
+#define ML_OPS(X) X(ml_linearclassifier) X(ml_linearregressor) X(ml_svmclassifier) \
+    X(ml_svmregressor) X(ml_treeensembleclassifier) X(ml_treeensembleregressor) \
+    X(ml_treeensemble) X(ml_scaler) X(ml_normalizer) X(ml_binarizer) \
+    X(ml_arrayfeatureextractor) X(ml_labelencoder) X(ml_onehotencoder) X(ml_imputer) \
+    X(ml_zipmap) X(ml_categorymapper)
+
 
 #define DECL(x) extern const nnc_op nnc_op_##x;
 OPS(DECL)
+ML_OPS(DECL)
 #define REF(x) &nnc_op_##x,
-const nnc_op *const nnc_all_ops[] = {OPS(REF) NULL};
+const nnc_op *const nnc_all_ops[] = {OPS(REF) ML_OPS(REF) NULL};
 
-const nnc_op *nnc_find_op(const char *type)
+static int default_domain(const char *d) { return !d || !d[0] || !strcmp(d, "ai.onnx"); }
+
+const nnc_op *nnc_find_op_in(const char *domain, const char *type)
 {
-    for (const nnc_op *const *p = nnc_all_ops; *p; p++)
-        if (!strcmp((*p)->type, type)) return *p;
+    int dflt = default_domain(domain);
+    for (const nnc_op *const *p = nnc_all_ops; *p; p++) {
+        if (strcmp((*p)->type, type)) continue;
+        if (dflt ? default_domain((*p)->domain) : !default_domain((*p)->domain) && !strcmp((*p)->domain, domain))
+            return *p;
+    }
     return NULL;
 }
+
+const nnc_op *nnc_find_op(const char *type) { return nnc_find_op_in(NULL, type); }

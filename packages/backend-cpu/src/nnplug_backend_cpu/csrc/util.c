@@ -13,7 +13,7 @@ size_t nnc_dtsize(int dt)
     case DT_F32: case DT_I32: case DT_U32: return 4;
     case DT_I64: case DT_U64: case DT_F64: return 8;
     case DT_U8: case DT_I8: case DT_BOOL: return 1;
-    case DT_U16: case DT_I16: case DT_F16: return 2;
+    case DT_U16: case DT_I16: case DT_F16: case DT_BF16: return 2;
     default: return 0;
     }
 }
@@ -22,7 +22,7 @@ const char *nnc_dtname(int dt)
 {
     static const char *names[] = {"undefined", "float32", "uint8", "int8", "uint16", "int16",
                                   "int32", "int64", "string", "bool", "float16", "float64",
-                                  "uint32", "uint64"};
+                                  "uint32", "uint64", "complex64", "complex128", "bfloat16"};
     if (dt >= 0 && dt < (int)(sizeof names / sizeof names[0])) return names[dt];
     return "unsupported type";
 }
@@ -256,7 +256,7 @@ void nnc_apply_act(float *x, int64_t n, const nnc_act *a)
 {
     switch (a->kind) {
     case ACT_RELU:
-        for (int64_t i = 0; i < n; i++) x[i] = x[i] > 0.f ? x[i] : 0.f;
+        for (int64_t i = 0; i < n; i++) x[i] = x[i] < 0.f ? 0.f : x[i]; /* NaN stays NaN */
         break;
     case ACT_CLIP: {
         float lo = a->a, hi = a->b;

@@ -1,32 +1,85 @@
-"""The bundled demo: SqueezeNet 1.0 from ONNX's "light" model zoo (Apache-2.0, shipped
-with the onnx package), whose weights are generated in-graph, with its expected output.
+"""The bundled demo: a small CNN that recognises handwritten digits (8x8 images).
 
-The input is the one ONNX's backend test runner uses for these models: ``arange(n) / n``.
+It was trained on scikit-learn's digits data set (``packages/core/tools/make_demo_model.py``,
+seeded); the samples shipped here are held-out images it never saw in training, with their
+true labels and the logits onnxruntime computes for them.
+
+- :data:`MODEL`: the model's path (input ``image`` float32 [N, 1, 8, 8], pixels in [0, 1];
+  output ``logits`` float32 [N, 10], one per digit);
+- :func:`demo_input`: the feeds for all samples, ``{"image": array of shape (32, 1, 8, 8)}``;
+- :func:`true_labels` and :func:`expected_output`: what each sample is, and onnxruntime's
+  logits for it;
+- :func:`check`: a result compared with those logits at float32 precision.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import numpy as np
 
 HERE = os.path.dirname(__file__)
-MODEL = os.path.join(HERE, "squeezenet.onnx")
-EXPECTED = os.path.join(HERE, "squeezenet_expected_output.pb")
-INPUT_NAME = "data_0"
-INPUT_SHAPE = (1, 3, 224, 224)
+MODEL = os.path.join(HERE, "digits_cnn.onnx")
+SAMPLES = os.path.join(HERE, "digits_samples.npz")
+INPUT_NAME = "image"
+OUTPUT_NAME = "logits"
+INPUT_SHAPE = (32, 1, 8, 8)
+# A float32 result may differ from onnxruntime's by rounding (summation order, FMA, SIMD
+# width): allow 1e-4 of the logits' range. A wrong kernel is off by far more.
+RTOL_OF_RANGE = 1e-4
+
+
+def _samples() -> dict[str, np.ndarray]:
+    with np.load(SAMPLES, allow_pickle=False) as f:
+        return {k: f[k] for k in f.files}
 
 
 def demo_input() -> dict[str, np.ndarray]:
-    n = int(np.prod(INPUT_SHAPE))
-    return {INPUT_NAME: (np.arange(n).reshape(INPUT_SHAPE) / n).astype(np.float32)}
+    """The feeds: every shipped sample image, as one batch."""
+    return {INPUT_NAME: _samples()["images"]}
+
+
+def true_labels() -> np.ndarray:
+    """The digit (0-9) each sample image shows, int64 of shape (32,)."""
+    return _samples()["labels"]
 
 
 def expected_output() -> np.ndarray:
-    import onnx
-    from onnx import numpy_helper
+    """onnxruntime's logits for :func:`demo_input`, float32 of shape (32, 10)."""
+    return _samples()["expected_logits"]
 
-    t = onnx.TensorProto()
-    with open(EXPECTED, "rb") as f:
-        t.ParseFromString(f.read())
-    return numpy_helper.to_array(t)
+
+@dataclass(frozen=True)
+class Check:
+    """A result compared with onnxruntime's: ``ok`` when both hold."""
+
+    predicted: np.ndarray   # the digit each sample was recognised as
+    expected_predicted: np.ndarray  # onnxruntime's
+    max_abs_diff: float
+    tolerance: float
+
+    @property
+    def logits_match(self) -> bool:
+        return self.max_abs_diff <= self.tolerance
+
+    @property
+    def predictions_match(self) -> bool:
+        return bool(np.array_equal(self.predicted, self.expected_predicted))
+
+    @property
+    def ok(self) -> bool:
+        return self.logits_match and self.predictions_match
+
+
+def check(logits) -> Check:
+    """Compare ``logits`` (the model's output on :func:`demo_input`) with onnxruntime's."""
+    expected = expected_output()
+    logits = np.asarray(logits)
+    if logits.shape != expected.shape:
+        raise ValueError(f"demo output has shape {logits.shape}, expected {expected.shape}")
+    diff = np.abs(logits.astype(np.float64) - expected.astype(np.float64))
+    tol = RTOL_OF_RANGE * float(expected.max() - expected.min())
+    # a NaN or inf anywhere is a mismatch, whatever the other values are
+    max_diff = float(diff.max()) if np.isfinite(diff).all() else float("inf")
+    return Check(logits.argmax(axis=1), expected.argmax(axis=1), max_diff, tol)

@@ -10,7 +10,7 @@ import ctypes as C
 import numpy as np
 
 ABI_MAJOR = 1
-ABI_MINOR = 0
+ABI_MINOR = 1
 ABI_PATCH = 0
 ABI_VERSION = (ABI_MAJOR, ABI_MINOR, ABI_PATCH)
 ENTRY_SYMBOL = "nnp_backend_entry"
@@ -190,6 +190,31 @@ KERNEL_RUN = _F(status, _p, _TP, _i32, _TP, _i32, _p, _u64, _p)
 RUN_STEPS = _F(status, C.POINTER(Step), _i32, C.POINTER(_p), _i32, _p, _u64, _p, C.POINTER(_i32))
 
 
+class ProfileEvent(C.Structure):
+    """nnp_profile_event (ABI 1.1)."""
+
+    _fields_ = [
+        ("struct_size", C.c_uint32),
+        ("node_name", C.c_char_p),
+        ("op_type", C.c_char_p),
+        ("num_fused", C.c_int32),
+        ("fused_names", C.POINTER(C.c_char_p)),
+        ("fused_op_types", C.POINTER(C.c_char_p)),
+        ("start_ns", C.c_int64),
+        ("duration_ns", C.c_int64),
+        ("num_inputs", C.c_int32),
+        ("input_ndims", C.POINTER(C.c_int32)),
+        ("input_shapes", C.POINTER(C.c_int64)),
+        ("num_outputs", C.c_int32),
+        ("output_ndims", C.POINTER(C.c_int32)),
+        ("output_shapes", C.POINTER(C.c_int64)),
+    ]
+
+
+PROFILE_HOOK = _F(None, _p, C.POINTER(ProfileEvent))
+SET_PROFILE_HOOK = _F(status, PROFILE_HOOK, _p)
+
+
 class BackendV1(C.Structure):
     _fields_ = [
         ("abi_version", Version),
@@ -223,6 +248,8 @@ class BackendV1(C.Structure):
         ("kernel_workspace_size", KERNEL_WORKSPACE_SIZE),
         ("kernel_run", KERNEL_RUN),
         ("run_steps", RUN_STEPS),
+        # ABI 1.1
+        ("set_profile_hook", SET_PROFILE_HOOK),
     ]
 
 
@@ -235,7 +262,7 @@ PAIRED_ENTRIES = (
     ("create_stream", "free_stream", "set_stream", "stream_sync", "sync_stream_from_to"),
 )
 # The smallest table a 1.0 backend may hand over: everything up to run_steps.
-MIN_STRUCT_SIZE = C.sizeof(BackendV1)
+MIN_STRUCT_SIZE = BackendV1.set_profile_hook.offset
 
 
 def read_table(address: int) -> tuple[BackendV1, int]:

@@ -8,9 +8,12 @@ import weakref
 
 import numpy as np
 
+# Imported here, not where used: close() may run at interpreter exit, when imports fail.
+from .. import plugins
 from ..backend import Backend, Module
 from ..device import CPU, Device
 from ..device_api import DeviceAPI, _Workspace, attr_kind
+from ..errors import ArgumentTypeError, InvalidArgumentError, TensorExportError
 from ..graph import Node, SubGraph
 from ..target import Target
 from . import abi
@@ -59,12 +62,12 @@ class NativeBuffer:
     @property
     def __array_interface__(self):
         if not self.lib.host_visible:
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"memory of backend {self.lib.id!r} is not host-visible; copy it to the host "
                 f"with Tensor.numpy()"
             )
         if self.freed:
-            raise ValueError("buffer was freed")
+            raise InvalidArgumentError("buffer was freed")
         return {"shape": (self.nbytes,), "typestr": "|u1", "data": (self.ptr, False),
                 "version": 3}
 
@@ -84,9 +87,9 @@ def _host_side(buf, what: str):
     """(address, size) of host memory given to a copy."""
     arr = np.asarray(buf)
     if not arr.flags.c_contiguous:
-        raise ValueError(f"copy_data_from_to: the host {what} must be C-contiguous")
+        raise InvalidArgumentError(f"copy_data_from_to: the host {what} must be C-contiguous")
     if what == "destination" and not arr.flags.writeable:
-        raise ValueError("copy_data_from_to: the host destination is read-only")
+        raise InvalidArgumentError("copy_data_from_to: the host destination is read-only")
     return arr.ctypes.data, arr.nbytes
 
 
@@ -129,9 +132,9 @@ class NativeDeviceAPI(DeviceAPI):
                          *, _held: bool = True):
         nbytes = int(nbytes)
         if nbytes <= 0:
-            raise ValueError(f"alloc_data_space: nbytes must be > 0, not {nbytes}")
+            raise InvalidArgumentError(f"alloc_data_space: nbytes must be > 0, not {nbytes}")
         if alignment < 1 or alignment & (alignment - 1):
-            raise ValueError(f"alloc_data_space: alignment {alignment} is not a power of two")
+            raise InvalidArgumentError(f"alloc_data_space: alignment {alignment} is not a power of two")
         out = C.c_void_p()
         self._check(self._t.alloc_data_space(cdev(dev), nbytes, alignment,
                                              abi.dtype_of(dtype), C.byref(out)),
@@ -144,7 +147,7 @@ class NativeDeviceAPI(DeviceAPI):
         if isinstance(handle, _Workspace):
             handle = handle.handle
         if not isinstance(handle, NativeBuffer) or handle.lib is not self.lib:
-            raise ValueError(f"free_data_space: {handle!r} was not allocated by this backend")
+            raise InvalidArgumentError(f"free_data_space: {handle!r} was not allocated by this backend")
         handle.free()
 
     def alloc_workspace(self, dev: Device, nbytes: int, dtype=None):
@@ -165,7 +168,7 @@ class NativeDeviceAPI(DeviceAPI):
         if not self.has_workspaces:
             return super().free_workspace(dev, handle)
         if not isinstance(handle, NativeBuffer) or handle.lib is not self.lib:
-            raise ValueError(f"free_workspace: {handle!r} was not allocated by this backend")
+            raise InvalidArgumentError(f"free_workspace: {handle!r} was not allocated by this backend")
         handle.free()
 
     # -- copies ----------------------------------------------------------------------------
@@ -175,16 +178,16 @@ class NativeDeviceAPI(DeviceAPI):
         dst = dst.handle if isinstance(dst, _Workspace) else dst
         nbytes, src_offset, dst_offset = int(nbytes), int(src_offset), int(dst_offset)
         if min(nbytes, src_offset, dst_offset) < 0:
-            raise ValueError("copy_data_from_to: negative size or offset")
+            raise InvalidArgumentError("copy_data_from_to: negative size or offset")
         src_dev = isinstance(src, NativeBuffer)
         dst_dev = isinstance(dst, NativeBuffer)
         for buf, is_dev in ((src, src_dev), (dst, dst_dev)):
             if is_dev and (buf.lib is not self.lib or buf.freed):
-                raise ValueError(f"copy_data_from_to: {buf!r} is freed or not this backend's")
+                raise InvalidArgumentError(f"copy_data_from_to: {buf!r} is freed or not this backend's")
         s_ptr, s_size = (src.ptr, src.nbytes) if src_dev else _host_side(src, "source")
         d_ptr, d_size = (dst.ptr, dst.nbytes) if dst_dev else _host_side(dst, "destination")
         if src_offset + nbytes > s_size or dst_offset + nbytes > d_size:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"copy of {nbytes} bytes out of bounds (src {s_size} bytes at {src_offset}, "
                 f"dst {d_size} bytes at {dst_offset})"
             )
@@ -236,7 +239,7 @@ class NativeDeviceAPI(DeviceAPI):
         """Zero-copy DLPack export of a tensor in host-visible backend memory."""
         buf = tensor.handle
         if not self.lib.host_visible or not isinstance(buf, NativeBuffer):
-            raise BufferError(
+            raise TensorExportError(
                 f"DLPack export from backend {self.lib.id!r} needs host-visible memory; "
                 f"use .numpy() or .to('cpu') first"
             )
@@ -282,14 +285,33 @@ class NativeBackend(Backend):
         self.library.check(fn(int(num_threads)), f"set_num_threads({num_threads})")
 
     def supports(self, node: Node, graph: SubGraph) -> bool:
-        builder = DescBuilder(getattr(graph, "values", {}) or {},
-                              getattr(graph, "constants", {}) or {})
+        values = getattr(graph, "values", {}) or {}
+        if not self._can_plan_outputs(node, values, getattr(graph, "constants", {}) or {}):
+            return False  # claiming it would fail at build time: decline, so it falls back
+        builder = DescBuilder(values, getattr(graph, "constants", {}) or {})
         desc = abi.NodeDesc()
         builder.node(node, desc)
         out = C.c_int32(0)
         self.library.check(self.library.table.supports(C.byref(desc), C.byref(out)),
                            f"supports() for {node.describe()}")
         return bool(out.value)
+
+    def _can_plan_outputs(self, node: Node, values, constants) -> bool:
+        """What the plan needs of a node's outputs: a known dtype, and a shape known at load
+        time unless the library computes output shapes (``kernel_output_shapes``)."""
+        dynamic_ok = bool(self.library.table.kernel_output_shapes)
+        for o in node.outputs:
+            if not o or o in constants:
+                continue
+            info = values.get(o)
+            if info is None:
+                continue  # nothing known (a hand-built graph): the library decides
+            if info.dtype is None or info.kind != "tensor":
+                return False
+            if not dynamic_ok and (info.shape is None or not all(
+                    isinstance(d, int) and d >= 0 for d in info.shape)):
+                return False
+        return True
 
     def build(self, subgraph: SubGraph, target: Target) -> Module:
         from .plan import build_module
@@ -306,6 +328,4 @@ class NativeBackend(Backend):
             if self._closed:
                 return
             self._closed = True
-        from .. import plugins
-
         plugins.BACKENDS.release(self._key)

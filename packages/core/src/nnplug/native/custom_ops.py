@@ -28,11 +28,11 @@ import numpy as np
 from ..customop import BoundOp, CustomOp, is_standard_op
 from ..device import CPU, Device
 from ..device_api import workspace_data
-from ..errors import CustomOpError, PluginError
+from ..errors import ArgumentTypeError, CustomOpError, PluginError
 from ..plugins import LoadError, report
 from ..shapecheck import bind_symbols, mismatch
 from ..tensor import HOST_API, Tensor
-from . import abi
+from . import abi, strings
 from .descs import DescBuilder
 from .loader import (
     LibraryLoadError,
@@ -89,8 +89,9 @@ class OpContext(C.Structure):
     pass
 
 
-GET_ATTR = C.CFUNCTYPE(abi.status, C.POINTER(OpContext), C.c_char_p, C.POINTER(abi.Attr))
-SET_ERROR = C.CFUNCTYPE(None, C.POINTER(OpContext), C.c_char_p)
+# The plugin's strings arrive as raw pointers, read bounded (strings.py), never by strlen.
+GET_ATTR = C.CFUNCTYPE(abi.status, C.POINTER(OpContext), C.c_void_p, C.POINTER(abi.Attr))
+SET_ERROR = C.CFUNCTYPE(None, C.POINTER(OpContext), C.c_void_p)
 
 OpContext._fields_ = [
     ("struct_size", C.c_uint32),
@@ -161,14 +162,15 @@ def _read(struct_type, address: int, size_field: str):
 class OpImpl:
     """One checked nnp_custom_op struct (one op type on one target) of a loaded library."""
 
-    def __init__(self, library: OpLibrary, struct: CustomOpStruct, cl_source: bytes | None):
+    def __init__(self, library: OpLibrary, struct: CustomOpStruct, texts: dict,
+                 cl_source: bytes | None):
         self.library = library
         self.struct = struct
-        self.op_type = struct.op_type.decode()
+        self.op_type = texts["op_type"]
         self.target = TARGET_NAMES[struct.target]
         self.cl_source = cl_source
-        self.cl_kernel_name = struct.cl_kernel_name.decode() if struct.cl_kernel_name else None
-        self.cl_build_options = struct.cl_build_options or b""
+        self.cl_kernel_name = texts["cl_kernel_name"]
+        self.cl_build_options = (texts["cl_build_options"] or "").encode()
         self._programs: dict[int, int] = {}  # cl_context -> cl_program
         self._lock = threading.Lock()
 
@@ -261,7 +263,12 @@ def _check_library(path: str, cdll) -> OpLibrary:
         raise LibraryLoadError(path, "invalid library",
                                f"num_ops is {table.num_ops} (ops {'set' if table.ops else 'NULL'})",
                                "list 1 or more nnp_custom_op pointers in ops")
-    lib = OpLibrary(path, cdll, table.name.decode("utf-8", "replace") if table.name else None)
+    name = strings.field(table, "name", strings.MAX_NAME_BYTES)
+    if name is not None and name.problem:
+        raise LibraryLoadError(path, "invalid library", f"name string {name.problem}: {name.shown}",
+                               f"make name a NUL-terminated string of at most "
+                               f"{strings.MAX_NAME_BYTES} bytes (NNP_MAX_NAME_BYTES)")
+    lib = OpLibrary(path, cdll, None if name is None else name.text)
     seen = set()
     for i in range(table.num_ops):
         if not table.ops[i]:
@@ -295,12 +302,24 @@ def _check_version(path: str, what: str, version: tuple) -> None:
 def _check_op(path: str, lib: OpLibrary, i: int, address: int) -> OpImpl:
     _check_version(path, f"ops[{i}]", abi.Version.from_address(address).tuple())
     op, size = _read(CustomOpStruct, address, "struct_size")
-    name = op.op_type.decode("utf-8", "replace") if op.op_type else ""
+    texts, problems = {}, []
+    for field, limit, define in _OP_STRINGS:
+        s = strings.field(op, field, limit) if size > getattr(CustomOpStruct, field).offset else None
+        texts[field] = None if s is None else s.text
+        if s is not None and s.problem:
+            problems.append((field, s, limit, define))
+    name = strings.shorten(texts["op_type"] or "")
 
     def bad(reason, fix):
         return LibraryLoadError(path, "invalid op", f"ops[{i}] ({name or 'no op_type'}): {reason}",
                                 fix)
 
+    if problems:
+        field, s, limit, define = problems[0]
+        raise bad(f"{field} string {s.problem}: {s.shown}",
+                  f"make {field} a NUL-terminated string of at most {limit} bytes ({define} in "
+                  f"nnplug/common.h)")
+    name = texts["op_type"] or ""
     if size < MIN_OP_SIZE:
         raise bad(f"struct_size {size} is smaller than an ABI 1.0 nnp_custom_op",
                   "set struct_size = sizeof(nnp_custom_op)")
@@ -319,9 +338,22 @@ def _check_op(path: str, lib: OpLibrary, i: int, address: int) -> OpImpl:
             raise bad("a GPU op needs cl_kernel_name and cl_kernel_source",
                       "set both (see custom_op.h)")
         if op.cl_source_size:
-            source = C.string_at(op.cl_kernel_source, op.cl_source_size)
+            if op.cl_source_size > strings.MAX_SOURCE_BYTES:
+                raise bad(f"cl_source_size {op.cl_source_size} is over "
+                          f"NNP_MAX_CL_SOURCE_BYTES ({strings.MAX_SOURCE_BYTES})",
+                          "set cl_source_size to the bytes of the source text")
+            source = strings.read_bytes(op.cl_kernel_source, op.cl_source_size)
+            if len(source) != op.cl_source_size:
+                raise bad(f"cl_kernel_source is unreadable after {len(source)} of its "
+                          f"cl_source_size {op.cl_source_size} bytes",
+                          "set cl_source_size to the bytes of the source text")
         else:
-            cl_path = os.fsdecode(C.string_at(op.cl_kernel_source))
+            s = strings.read(op.cl_kernel_source, strings.MAX_PATH_BYTES)
+            if s.problem:
+                raise bad(f"cl_kernel_source path {s.problem}: {s.shown}",
+                          "give a path of at most NNP_MAX_PATH_BYTES bytes, or embed the source "
+                          "text (cl_source_size > 0)")
+            cl_path = os.fsdecode(s.raw)
             if not os.path.isabs(cl_path):
                 cl_path = os.path.join(os.path.dirname(os.path.realpath(path)), cl_path)
             try:
@@ -331,7 +363,12 @@ def _check_op(path: str, lib: OpLibrary, i: int, address: int) -> OpImpl:
                 raise bad(f"cannot read cl_kernel_source file {cl_path!r}: {e.strerror or e}",
                           "ship the .cl file beside the library or embed the source text "
                           "(cl_source_size > 0)") from None
-    return OpImpl(lib, op, source)
+    return OpImpl(lib, op, texts, source)
+
+
+_OP_STRINGS = (("op_type", strings.MAX_NAME_BYTES, "NNP_MAX_NAME_BYTES"),
+               ("cl_kernel_name", strings.MAX_NAME_BYTES, "NNP_MAX_NAME_BYTES"),
+               ("cl_build_options", strings.MAX_MESSAGE_BYTES, "NNP_MAX_MESSAGE_BYTES"))
 
 
 # -- folders ---------------------------------------------------------------------------------------
@@ -354,7 +391,7 @@ def op_search_dirs(option=None) -> tuple[list[str], list[LoadError]]:
         try:
             option = [os.fsdecode(os.fspath(p)) for p in option]
         except TypeError:
-            raise TypeError(f"custom_op_paths must be a ':'-separated string or a list of "
+            raise ArgumentTypeError(f"custom_op_paths must be a ':'-separated string or a list of "
                             f"paths, not {option!r}") from None
     dirs, errors = backend_search_dirs(option)
     # The shared helper words its messages for backends; name the option actually used.
@@ -400,6 +437,10 @@ def load_op_folders(runtime, option) -> None:
         report(runtime.load_errors, err)
     for path in files:
         try:
+            if getattr(runtime.options, "isolate_native", False):
+                from .probe import probe_once
+
+                probe_once(path, "op library")
             register_library(runtime, path, "dynamic")
         except LibraryLoadError as e:
             report(runtime.load_errors, e.load_error())
@@ -540,7 +581,8 @@ def _state_of(ctx) -> _NodeState | None:
 def _get_attr(ctx, name, out):
     try:
         state = _state_of(ctx)
-        text = name.decode("utf-8", "replace") if name else ""
+        s = strings.read(name, strings.MAX_NAME_BYTES)
+        text = s.text if s is not None and not s.problem else ""
         if state is None or not out:
             return 2
         C.memset(out, 0, C.sizeof(abi.Attr))
@@ -561,7 +603,7 @@ def _get_attr(ctx, name, out):
 def _set_error(ctx, message):
     state = _state_of(ctx)
     if state is not None:
-        state.last_error.text = message.decode("utf-8", "replace") if message else ""
+        state.last_error.text = strings.message(message)
 
 
 _GET_ATTR = GET_ATTR(_get_attr)

@@ -10,17 +10,19 @@ once per process and shared by every Runtime through :data:`nnplug.plugins.BACKE
 
 from __future__ import annotations
 
+import _ctypes  # dlclose; imported here because unloading may run at interpreter exit
 import ctypes
 import logging
 import os
 import re
+import struct
 import threading
 
 from .. import plugins
 from ..device import device_type_name, register_device_type
-from ..errors import PluginError
+from ..errors import ArgumentTypeError, PluginError
 from ..plugins import LoadError
-from . import abi
+from . import abi, strings
 
 log = logging.getLogger("nnplug")
 
@@ -68,7 +70,7 @@ def backend_search_dirs(option=None) -> tuple[list[str], list[LoadError]]:
         try:
             entries = [os.fsdecode(os.fspath(p)) for p in option]
         except TypeError:
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"dynamic_backends_path must be a ':'-separated string or a list of paths, "
                 f"not {option!r}"
             ) from None
@@ -128,10 +130,8 @@ def find_backend_libraries(dirs) -> tuple[list[str], list[LoadError]]:
 # -- one library --------------------------------------------------------------------------------
 def _dlclose(handle: int) -> None:
     try:
-        import _ctypes
-
         _ctypes.dlclose(handle)
-    except (ImportError, AttributeError):  # pragma: no cover - non-glibc platforms
+    except AttributeError:  # pragma: no cover - non-glibc platforms
         libc = ctypes.CDLL(None)
         libc.dlclose.argtypes = [ctypes.c_void_p]
         libc.dlclose(handle)
@@ -190,8 +190,10 @@ class NativeLibrary:
         self.struct_size = struct_size
         self.abi_version = table.abi_version.tuple()
         self.flags = table.flags
-        self.id = table.id.decode("utf-8", "replace") if table.id else ""
-        self.version = table.version.decode("utf-8", "replace") if table.version else None
+        texts = table_strings(path, table)
+        self.id = texts["id"] or ""
+        self.version = texts["version"]
+        self.device_type_name = texts["device_type_name"]
         self.device_type = int(table.device_type)
         self.host_visible = bool(self.flags & abi.HOST_VISIBLE)
         self.key = lease_key(realpath)
@@ -263,12 +265,12 @@ class NativeLibrary:
             )
         table, size = abi.read_table(address)
         cls._check_table(path, table, size)
-        ident = table.id.decode("utf-8", "replace") if table.id else ""
+        ident = table_strings(path, table)["id"] or ""
         if not _ID.match(ident) or ident in abi.RESERVED_IDS:
             why = "empty" if not ident else (
                 "reserved" if ident in abi.RESERVED_IDS else "not [a-z][a-z0-9_]{0,31}")
             raise LibraryLoadError(
-                path, "invalid id", f"backend id {ident!r} is {why}",
+                path, "invalid id", f"backend id {strings.shorten(ident)!r} is {why}",
                 "set the table's id to a short lower-case name such as \"mynpu\", not one of "
                 + ", ".join(sorted(abi.RESERVED_IDS)),
             )
@@ -305,7 +307,7 @@ class NativeLibrary:
 
     def _register_device_type(self):
         dt = self.device_type
-        name = self.table.device_type_name.decode() if self.table.device_type_name else None
+        name = self.device_type_name
         try:
             if name:
                 register_device_type(name, dt)
@@ -336,10 +338,9 @@ class NativeLibrary:
     # -- calls -----------------------------------------------------------------------------
     def last_error(self) -> str:
         try:
-            text = self.table.last_error()
+            return strings.call_message(self.table.last_error)
         except Exception:  # noqa: BLE001 - a broken last_error must not hide the real failure
             return ""
-        return text.decode("utf-8", "replace") if text else ""
 
     def error(self, rc: int, what: str):
         """A BackendError for a failed call: the backend's message, the status and ``what``."""
@@ -404,6 +405,26 @@ class NativeLibrary:
             log.debug("nnplug: unloaded native backend %s (%s)", self.id, self.path)
 
 
+_TABLE_STRINGS = (("id", strings.MAX_ID_BYTES), ("version", strings.MAX_VERSION_BYTES),
+                  ("device_type_name", strings.MAX_NAME_BYTES))
+
+
+def table_strings(path: str, table: abi.BackendV1) -> dict[str, str | None]:
+    """The table's strings, each read bounded (None for NULL); LibraryLoadError for one that
+    is too long or not terminated. Invalid UTF-8 is decoded with replacement characters."""
+    out = {}
+    for name, limit in _TABLE_STRINGS:
+        s = strings.field(table, name, limit)
+        if s is not None and s.problem:
+            raise LibraryLoadError(
+                path, "invalid table", f"{name} string {s.problem}: {s.shown}",
+                f"make {name} a NUL-terminated UTF-8 string of at most {limit} bytes "
+                f"(NNP_MAX_{'NAME' if name == 'device_type_name' else name.upper()}_BYTES "
+                f"in nnplug/common.h)")
+        out[name] = None if s is None else s.text
+    return out
+
+
 def duplicate_error(path: str, ident: str, taken) -> LibraryLoadError:
     where = taken.get(ident) if isinstance(taken, dict) else None
     first = f" (first from {where})" if where else ""
@@ -418,7 +439,12 @@ def lease_key(path: str) -> tuple[str, str]:
 
 
 def check_library_file(path, what: str) -> str:
-    """``path`` as a str, if it names an existing regular file; else LibraryLoadError."""
+    """``path`` as a str, if it names an existing regular file whose ELF header, program
+    headers and segments lie inside the file; else LibraryLoadError.
+
+    dlopen maps the segments a file's headers describe: one that ends past the end of the
+    file (a truncated copy) is hit as SIGBUS inside dlopen, which no error handling catches.
+    """
     path = os.fsdecode(os.fspath(path))
     if not os.path.exists(path):
         kind = "dangling symbolic link" if os.path.islink(path) else "no such file"
@@ -426,7 +452,72 @@ def check_library_file(path, what: str) -> str:
     if not os.path.isfile(path):
         raise LibraryLoadError(path, "not found", "not a regular file",
                                f"give the path of the {what}'s .so file")
+    reason = _elf_problem(path)
+    if reason is not None:
+        raise LibraryLoadError(path, "not loadable", reason, _elf_fix(reason, what))
     return path
+
+
+_ELF_MAGIC = b"\x7fELF"
+_ET_DYN = 3
+_MAX_PHNUM = 0xFFFF  # e_phnum is 16 bits; PN_XNUM (0xffff) escapes are not used by .so files
+
+
+def _elf_problem(path: str) -> str | None:
+    """Why the file cannot be a whole ELF shared object, or None. Reads headers only."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            head = f.read(64)
+            if head[:4] != _ELF_MAGIC and len(head) >= 4:
+                return "invalid ELF header (the file does not start with the ELF magic bytes)"
+            if len(head) < 16:
+                return f"file too short ({size} bytes) for an ELF header"
+            elf_class, data = head[4], head[5]
+            if elf_class not in (1, 2) or data not in (1, 2):
+                return f"invalid ELF header (class {elf_class}, data encoding {data})"
+            is64, end = elf_class == 2, "<" if data == 1 else ">"
+            ehsize, phsize = (64, 56) if is64 else (52, 32)
+            if len(head) < ehsize:
+                return f"file too short ({size} bytes) for an ELF header ({ehsize} bytes)"
+            if is64:
+                e_type, _, _, _, phoff, _, _, _, phentsize, phnum = struct.unpack_from(
+                    end + "HHIQQQIHHH", head, 16)
+            else:
+                e_type, _, _, _, phoff, _, _, _, phentsize, phnum = struct.unpack_from(
+                    end + "HHIIIIIHHH", head, 16)
+            if e_type != _ET_DYN:
+                return f"ELF file of type {e_type}, not a shared object (type {_ET_DYN})"
+            if phentsize != phsize or not 0 < phnum < _MAX_PHNUM:
+                return (f"invalid ELF program header table ({phnum} entries of {phentsize} "
+                        f"bytes; expected entries of {phsize} bytes)")
+            table_end = phoff + phnum * phentsize
+            if table_end > size:
+                return (f"file truncated: its program headers end at byte {table_end}, the file "
+                        f"has {size} bytes")
+            f.seek(phoff)
+            table = f.read(phnum * phentsize)
+    except OSError as e:
+        return f"cannot read the file: {e.strerror or e}"
+    for i in range(phnum):
+        if is64:
+            p_type, _, p_offset, _, _, p_filesz = struct.unpack_from(
+                end + "IIQQQQ", table, i * phsize)
+        else:
+            p_type, p_offset, _, _, p_filesz = struct.unpack_from(end + "IIIII", table, i * phsize)
+        if p_filesz and p_offset + p_filesz > size:
+            return (f"file truncated: segment {i} (type {p_type:#x}) ends at byte "
+                    f"{p_offset + p_filesz}, the file has {size} bytes")
+    return None
+
+
+def _elf_fix(reason: str, what: str) -> str:
+    if reason.startswith("file truncated"):
+        return (f"the file is incomplete (an interrupted copy or download?): reinstall or "
+                f"rebuild the {what}, or remove it from the folder")
+    if reason.startswith("cannot read"):
+        return "make the file readable by this user"
+    return _dlopen_fix(reason)
 
 
 def load_backend_library(path, taken=()):

@@ -9,7 +9,9 @@ output shapes asked from the backend at run time.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes as C
+import time
 import weakref
 
 import numpy as np
@@ -19,11 +21,13 @@ from ..device import CPU, Device
 from ..device_api import workspace_data
 from ..errors import BackendError, InputError
 from ..graph import SubGraph
+from ..runcontext import current, output_buffer
 from ..shapecheck import bind_symbols, mismatch
 from ..tensor import Tensor, as_contiguous
 from . import abi
 from .backend import NativeBuffer, cdev
 from .descs import DescBuilder
+from .profile_hook import NodeEvents, record_kernel
 
 MAX_FUSE = 64
 """Longest run of nodes offered to ``fuse`` at once."""
@@ -390,8 +394,9 @@ class StaticRunner(_Runner):
         base = 1 + len(self.inputs)
         outs = []
         for j, (shape, dtype) in enumerate(self.out_specs):
-            if host:
-                o = np.empty(shape, dtype)
+            if host:  # an IO-bound output array is written in place
+                o = output_buffer(self.out_slot_names[j], shape, dtype)
+                o = np.empty(shape, dtype) if o is None else o
                 slots[base + j] = o.ctypes.data
             else:
                 o = self.api.alloc_data_space(self.dev, max(_nbytes(shape, dtype), 1), dtype=dtype)
@@ -431,6 +436,9 @@ class StaticRunner(_Runner):
         kernels = self.state.kernels
         if self.state.closed:
             raise BackendError(f"backend {self.lib.id!r}: the module was closed")
+        ctx = current()
+        if ctx is not None and ctx.step_by_step:  # profiled or stoppable: kernel by kernel
+            return self._execute_observed(slots, ws, ctx)
         if self.run_steps:
             failed = C.c_int32(-1)
             rc = self.run_steps(self.steps, len(kernels), slots, self.num_slots, ws,
@@ -449,6 +457,27 @@ class StaticRunner(_Runner):
                 return rc, k
         return None
 
+    def _execute_observed(self, slots, ws, ctx):
+        prof = ctx.profiler
+        with _node_events(self.lib, prof) as hooks:
+            for s, k in enumerate(self.state.kernels):
+                ctx.check(k.label)
+                step = self.steps[s]
+                ins = _resolve(step.inputs, step.input_slots, step.num_inputs, slots)
+                outs = _resolve(step.outputs, step.output_slots, step.num_outputs, slots)
+                t0 = time.perf_counter_ns()
+                rc = self.kernel_run(k.ptr, ins, step.num_inputs, outs, step.num_outputs, ws,
+                                     self.ws_nbytes, None)
+                if rc != 0:
+                    return rc, k
+                if prof is not None:
+                    if not self.host:
+                        self._sync()  # device work is timed when it is done
+                    record_kernel(prof, self.lib.id, k, t0, time.perf_counter_ns(), hooks,
+                                  [self.spec.shape(v) or () for v in k.inputs if v],
+                                  [self.spec.shape(v) or () for v in k.outputs if v])
+        return None
+
     def _results(self, inputs, outs):
         by_name = dict(zip(self.out_slot_names, outs))
         result = []
@@ -463,6 +492,11 @@ class StaticRunner(_Runner):
             else:
                 result.append(self._const_output(n))
         return result
+
+
+def _node_events(lib, prof):
+    """The backend's per-node profile hook, held on this thread while profiling."""
+    return NodeEvents(lib) if prof is not None else contextlib.nullcontext()
 
 
 def _resolve(tensors, slot_ids, n, slots):
@@ -521,8 +555,22 @@ class DynamicRunner(_Runner):
             else:
                 ptr, obj = self._device_input(t, name)
                 env[name] = (ptr, shape, np.dtype(t.dtype), obj)
-        for s, k in enumerate(self.state.kernels):
-            self._run_kernel(s, k, env, symbols)
+        ctx = current()
+        prof = ctx.profiler if ctx is not None else None
+        with _node_events(self.lib, prof) as hooks:
+            for s, k in enumerate(self.state.kernels):
+                if ctx is None:
+                    self._run_kernel(s, k, env, symbols)
+                    continue
+                ctx.check(k.label)
+                shapes = [env[v][1] if v in env else self.consts[v].shape for v in k.inputs if v]
+                t0 = time.perf_counter_ns()
+                self._run_kernel(s, k, env, symbols)
+                if prof is not None:
+                    if not self.host:
+                        self._sync()
+                    record_kernel(prof, self.lib.id, k, t0, time.perf_counter_ns(), hooks,
+                                  shapes, [env[v][1] for v in k.outputs if v and v in env])
         if not self.host:
             self._sync()
         result = []

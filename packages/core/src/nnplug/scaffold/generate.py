@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import sys
 from dataclasses import dataclass
 from importlib import resources
@@ -147,52 +148,90 @@ def generate(spec: Spec) -> list[str]:
         with open(target, "w", encoding="utf-8", newline="\n") as f:
             f.write(_fill(res.read_text(encoding="utf-8"), values))
         written.append(os.path.relpath(target, spec.directory))
+    if spec.kind in NATIVE_KINDS:
+        written += _vendor_native_build(spec.directory)
     return written
+
+
+NATIVE_KINDS = {"backend-native"}
+
+
+def _vendor_native_build(directory: str) -> list[str]:
+    """Copy nnplug's native build hook and this nnplug's C headers into a native package, so
+    it builds with hatchling and a compiler alone (pip's isolated build, its sdist)."""
+    from .. import get_include
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    copies = [(os.path.join(here, "native_build.py"), os.path.join("_nnplug_build", "native_build.py"))]
+    include = os.path.join(get_include(), "nnplug")
+    copies += [(os.path.join(include, h), os.path.join("include", "nnplug", h))
+               for h in sorted(os.listdir(include)) if h.endswith(".h")]
+    for src, rel in copies:
+        os.makedirs(os.path.join(directory, os.path.dirname(rel)), exist_ok=True)
+        shutil.copyfile(src, os.path.join(directory, rel))
+    return [rel for _, rel in copies]
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="nnplug new",
         description="Generate an out-of-tree nnplug plugin package that builds, installs, is "
-                    "found by `nnplug info` and passes its own tests as generated.")
-    sub = p.add_subparsers(dest="what", metavar="{backend,op}")
-    b = sub.add_parser("backend", help="a backend package (Python or native C)")
-    b.add_argument("name", metavar="NAME", help="the backend id, e.g. mynpu ([a-z][a-z0-9_]*)")
-    b.add_argument("directory", metavar="DIR", nargs="?",
-                   help="where to create it (must not exist or be empty; default ./nnplug-backend-NAME)")
-    lang = b.add_mutually_exclusive_group()
+                    "found by `nnplug info` and passes its own tests as generated.",
+        usage="nnplug new {backend,op} NAME [DIR] [--native|--python]")
+    p.add_argument("what", choices=("backend", "op"), help="what to generate")
+    return p
+
+
+def _kind_parser(what: str) -> argparse.ArgumentParser:
+    """``nnplug new backend`` / ``nnplug new op``: its own usage in its own errors."""
+    noun = {"backend": "backend id, e.g. mynpu ([a-z][a-z0-9_]*)", "op": "op type, e.g. MySwish"}
+    default = {"backend": "./nnplug-backend-NAME", "op": "./nnplug-ops-NAME"}
+    p = argparse.ArgumentParser(prog=f"nnplug new {what}",
+                                description=f"Generate a {what} package.")
+    p.add_argument("name", metavar="NAME", help=f"the {noun[what]}")
+    p.add_argument("directory", metavar="DIR", nargs="?",
+                   help=f"where to create it (must not exist or be empty; default {default[what]})")
+    lang = p.add_mutually_exclusive_group()
     lang.add_argument("--python", dest="native", action="store_false",
                       help="kernels in Python/numpy (the default)")
     lang.add_argument("--native", dest="native", action="store_true",
-                      help="kernels in C against nnplug's backend ABI, built by a hatchling hook")
-    b.set_defaults(native=False)
-    o = sub.add_parser("op", help="a custom-op package (Python)")
-    o.add_argument("name", metavar="NAME", help="the op type, e.g. MySwish")
-    o.add_argument("directory", metavar="DIR", nargs="?",
-                   help="where to create it (must not exist or be empty; default ./nnplug-ops-NAME)")
+                      help="kernels in C against nnplug's ABI, built by nnplug's build hook")
+    p.set_defaults(native=False)
     return p
 
 
 def _next_steps(spec: Spec) -> list[str]:
-    install = "pip install --no-build-isolation ." if spec.kind == "backend-native" else "pip install ."
-    return [f"  cd {spec.directory}", f"  {install}",
+    rebuild = ["  (after editing C sources, run pip install -e . again: it recompiles)"] \
+        if spec.kind in NATIVE_KINDS else []
+    return [f"  cd {spec.directory}", "  pip install -e .     # editable: your edits are what runs",
+            *rebuild,
             "  nnplug info          # lists it",
             "  pytest               # its own tests, then the conformance suite",
             "(docs: README.md in the package, and nnplug's docs/authoring.md)"]
 
 
 def new_main(argv=None) -> int:
-    """``nnplug new backend NAME [--native|--python] [DIR]`` / ``nnplug new op NAME [DIR]``."""
+    """``nnplug new backend NAME [DIR] [--native|--python]`` / ``nnplug new op NAME [DIR]``
+    (options anywhere after the kind)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
-    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    if not args.what:
+    if not argv or argv[0] in ("-h", "--help"):
         parser.print_help()
-        return 2
+        return 0 if argv else 2
+    what = parser.parse_args(argv[:1]).what
+    args = _kind_parser(what).parse_intermixed_args(argv[1:])
     try:
-        if args.what == "backend":
+        if args.name in ("native", "python"):
+            raise ScaffoldError(f"{args.name!r} is not a name for the {what}: the language is "
+                                f"an option, e.g. nnplug new {what} NAME --{args.name}")
+        if what == "backend":
             name = check_backend_id(args.name)
             kind = "backend-native" if args.native else "backend-python"
         else:
+            if args.native:
+                raise ScaffoldError("there is no C template for custom ops yet: generate a "
+                                    "Python op (nnplug new op NAME) and see docs/custom-ops.md "
+                                    "for the C op ABI (nnplug/custom_op.h)")
             name = check_op_type(args.name)
             kind = "op"
         spec = Spec(kind, name, "")

@@ -15,6 +15,8 @@ import os
 import subprocess
 import sys
 
+from ..errors import InvalidArgumentError
+
 
 def conformance_command(backend: str | None = None, *, backend_path: str | None = None,
                         op: str | None = None, op_library: str | None = None,
@@ -27,7 +29,7 @@ def conformance_command(backend: str | None = None, *, backend_path: str | None 
         if value:
             cmd += [flag, os.fspath(value)]
     if len(cmd) == 7:
-        raise ValueError("name a backend, backend_path, op or op_library to test")
+        raise InvalidArgumentError("name a backend, backend_path, op or op_library to test")
     return cmd + list(args)
 
 

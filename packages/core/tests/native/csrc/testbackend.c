@@ -12,10 +12,18 @@
  * - TB_HOST_VISIBLE=1: a CPU backend (device type 1, host pointers, no streams).
  * Other macros build the broken variants the loader tests need (see test_loader.py), and
  * TB_BAD_OUTPUT_SHAPES=1 one whose kernel_output_shapes reports twice the real dims.
+ * TB_HOSTILE=1 builds the hostile backend of test_hostile_plugins.py, steered at load time by
+ * the environment (one build serves every case):
+ * - TB_HOSTILE_FIELD=id|version|device_type_name and TB_HOSTILE_KIND=1|2|3: that string has no
+ *   NUL before a PROT_NONE guard page (1), is not UTF-8 (2) or is 16 MB long (3);
+ * - TB_CRASH=entry_segv|entry_abort: the entry point dereferences NULL / calls abort();
+ *   TB_CRASH=ctor_abort: a constructor aborts while dlopen runs it.
  */
+#define _DEFAULT_SOURCE /* mmap, MAP_ANONYMOUS under -std=c99 */
 #include <nnplug/backend.h>
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -631,9 +639,42 @@ static const nnp_backend_v1 tb_table = {
     tb_workspace_size,
     tb_kernel_run,
     TB_RUN_STEPS ? tb_run_steps : NULL,
+    NULL, /* set_profile_hook (ABI 1.1): the host times whole kernels */
 };
+
+#ifdef TB_HOSTILE
+#include "hostile_string.h"
+
+static nnp_backend_v1 tb_hostile_table;
+
+static int tb_env_is(const char* name, const char* value) {
+  const char* v = getenv(name);
+  return v && strcmp(v, value) == 0;
+}
+
+__attribute__((constructor)) static void tb_constructor(void) {
+  if (tb_env_is("TB_CRASH", "ctor_abort")) abort();
+}
+
+static const nnp_backend_v1* tb_hostile_entry(const nnp_version* host_abi) {
+  if (tb_env_is("TB_CRASH", "entry_segv"))
+    *(volatile int*)(uintptr_t)host_abi->patch = 1; /* patch is 0: a write to address 0 */
+  if (tb_env_is("TB_CRASH", "entry_abort")) abort();
+  const char* kind = getenv("TB_HOSTILE_KIND");
+  const char* s = hostile_string(kind ? atoi(kind) : 0);
+  tb_hostile_table = tb_table;
+  if (tb_env_is("TB_HOSTILE_FIELD", "id")) tb_hostile_table.id = s;
+  if (tb_env_is("TB_HOSTILE_FIELD", "version")) tb_hostile_table.version = s;
+  if (tb_env_is("TB_HOSTILE_FIELD", "device_type_name")) tb_hostile_table.device_type_name = s;
+  return &tb_hostile_table;
+}
+#endif
 
 NNP_EXPORT const nnp_backend_v1* nnp_backend_entry(const nnp_version* host_abi) {
   if (!host_abi) return NULL;
+#ifdef TB_HOSTILE
+  return tb_hostile_entry(host_abi);
+#else
   return &tb_table;
+#endif
 }

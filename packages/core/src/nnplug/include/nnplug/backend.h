@@ -79,7 +79,7 @@ extern "C" {
 #endif
 
 #define NNP_BACKEND_ABI_MAJOR 1
-#define NNP_BACKEND_ABI_MINOR 0
+#define NNP_BACKEND_ABI_MINOR 1 /* 1.1: set_profile_hook */
 #define NNP_BACKEND_ABI_PATCH 0
 
 /* The one symbol the host looks up. */
@@ -177,6 +177,27 @@ typedef struct nnp_step {
   const int32_t* output_slots;  /* as input_slots */
 } nnp_step;
 
+/* One node a kernel ran, as reported to a profile hook (see set_profile_hook, ABI 1.1). Valid
+ * only during the hook call. */
+typedef struct nnp_profile_event {
+  uint32_t struct_size;             /* sizeof(nnp_profile_event) as the backend compiled it */
+  const char* node_name;            /* the node that ran */
+  const char* op_type;              /* its op type */
+  int32_t num_fused;                /* nodes folded or fused into it (they ran as part of it) */
+  const char* const* fused_names;   /* [num_fused] their names */
+  const char* const* fused_op_types; /* [num_fused] their op types */
+  int64_t start_ns;                 /* when it started, CLOCK_MONOTONIC nanoseconds */
+  int64_t duration_ns;
+  int32_t num_inputs;               /* the node's inputs (an omitted one has rank 0) */
+  const int32_t* input_ndims;       /* [num_inputs] */
+  const int64_t* input_shapes;      /* [num_inputs * NNP_MAX_NDIM]: row i at i * NNP_MAX_NDIM */
+  int32_t num_outputs;
+  const int32_t* output_ndims;      /* [num_outputs] */
+  const int64_t* output_shapes;     /* [num_outputs * NNP_MAX_NDIM]: row o at o * NNP_MAX_NDIM */
+} nnp_profile_event;
+
+typedef void (*nnp_profile_hook)(void* user, const nnp_profile_event* event);
+
 typedef nnp_status (*nnp_kernel_run_fn)(const nnp_kernel* kernel, const nnp_tensor* inputs,
                                         int32_t num_inputs, const nnp_tensor* outputs,
                                         int32_t num_outputs, void* workspace,
@@ -189,11 +210,13 @@ typedef struct nnp_backend_v1 {
   uint32_t struct_size;    /* sizeof(nnp_backend_v1) as compiled */
   uint32_t flags;          /* NNP_BACKEND_* bits */
   const char* id;          /* REQUIRED. Short unique name, [a-z][a-z0-9_]{0,31}, not one of
-                              NNP_RESERVED_BACKEND_IDS. Used in backend preference lists. */
-  const char* version;     /* the backend's own version text, e.g. "0.3.1"; may be NULL */
+                              NNP_RESERVED_BACKEND_IDS. Used in backend preference lists.
+                              At most NNP_MAX_ID_BYTES bytes (see common.h). */
+  const char* version;     /* the backend's own version text, e.g. "0.3.1"; may be NULL.
+                              At most NNP_MAX_VERSION_BYTES bytes. */
   int32_t device_type;     /* DLPack device type number of the device it runs on */
   const char* device_type_name; /* name for an extension device type (>= 64), e.g. "mynpu";
-                                   NULL for DLPack's own types */
+                                   NULL for DLPack's own types. At most NNP_MAX_NAME_BYTES. */
 
   /* ---- lifecycle --------------------------------------------------------------------- */
   /* OPTIONAL. Called once after loading, before any call below. May fail with a message
@@ -290,6 +313,14 @@ typedef struct nnp_backend_v1 {
   nnp_status (*run_steps)(const nnp_step* steps, int32_t num_steps, void* const* slots,
                           int32_t num_slots, void* workspace, uint64_t workspace_nbytes,
                           nnp_stream stream, int32_t* out_failed_step);
+
+  /* ---- since ABI 1.1 ----------------------------------------------------------------- */
+  /* OPTIONAL. Per-node timing inside kernels, for profilers. While a hook is set on the
+   * calling thread, the kernel_run() and run_steps() calls made on that thread call
+   * hook(user, &event) once for every node they ran (fused nodes reported inside the node
+   * that ran them), right after it ran. hook == NULL removes it. Thread-local: runs on other
+   * threads are not affected. NULL entry: the host times whole kernels only. */
+  nnp_status (*set_profile_hook)(nnp_profile_hook hook, void* user);
 } nnp_backend_v1;
 
 /* The entry symbol every backend defines (with NNP_EXPORT). */

@@ -53,6 +53,23 @@ extern "C" {
 #endif
 
 /* ------------------------------------------------------------------------------------------ */
+/* String limits                                                                               */
+/* ------------------------------------------------------------------------------------------ */
+
+/* The host reads a plugin's strings up to these many bytes before the terminating NUL, and never
+ * past the first unreadable byte. An identifying string (id, version, names) that is longer, or
+ * that has no NUL before unreadable memory, makes the plugin fail to load ("invalid table",
+ * "invalid library", "invalid op"); a longer message (last_error, set_error) is cut. Bytes that
+ * are not UTF-8 are shown as U+FFFD, and an id or name with them is refused as not a name. */
+#define NNP_MAX_ID_BYTES 32        /* nnp_backend_v1.id ([a-z][a-z0-9_]{0,31}) */
+#define NNP_MAX_VERSION_BYTES 64   /* nnp_backend_v1.version */
+#define NNP_MAX_NAME_BYTES 128     /* device_type_name, op_type, cl_kernel_name, library name,
+                                      the name given to get_attr */
+#define NNP_MAX_MESSAGE_BYTES 4096 /* last_error, set_error messages; cl_build_options */
+#define NNP_MAX_PATH_BYTES 4096    /* cl_kernel_source given as a path */
+#define NNP_MAX_CL_SOURCE_BYTES (16u << 20) /* cl_kernel_source given as text (cl_source_size) */
+
+/* ------------------------------------------------------------------------------------------ */
 /* Versions                                                                                    */
 /* ------------------------------------------------------------------------------------------ */
 

@@ -191,13 +191,15 @@ typedef struct nnp_custom_op {
   uint32_t struct_size; /* sizeof(nnp_custom_op) as compiled */
   int32_t target;       /* NNP_OP_TARGET_CPU or NNP_OP_TARGET_GPU */
   const char* op_type;  /* matched whatever (custom) domain the model's node uses. A standard
-                           ONNX op type (e.g. "ArgMax") overrides the backends' kernel for it */
+                           ONNX op type (e.g. "ArgMax") overrides the backends' kernel for it.
+                           At most NNP_MAX_NAME_BYTES bytes (see common.h), as is cl_kernel_name */
 
   /* GPU target only. */
   const char* cl_kernel_name;   /* the __kernel function to create */
   const char* cl_kernel_source; /* the OpenCL C source text when cl_source_size > 0; when 0, the
                                    path of a .cl file (relative: to the library's folder) */
-  uint64_t cl_source_size;      /* bytes of source text, or 0 (see above) */
+  uint64_t cl_source_size;      /* bytes of source text, or 0 (see above); at most
+                                   NNP_MAX_CL_SOURCE_BYTES */
   const char* cl_build_options; /* clBuildProgram options, e.g. "-cl-fast-relaxed-math"; or NULL */
 
   /* Callbacks (see LIFECYCLE). compute is REQUIRED; init, prepare, destroy OPTIONAL. */
@@ -218,7 +220,8 @@ typedef struct nnp_custom_op {
 typedef struct nnp_op_library {
   nnp_version abi_version;         /* FIRST: as nnp_custom_op.version */
   uint32_t struct_size;            /* sizeof(nnp_op_library) as compiled */
-  const char* name;                /* the library's name for messages (e.g. "softmax"); or NULL */
+  const char* name;                /* the library's name for messages (e.g. "softmax"); or NULL;
+                                      at most NNP_MAX_NAME_BYTES bytes */
   int32_t num_ops;                 /* >= 1 */
   const nnp_custom_op* const* ops; /* num_ops pointers */
 } nnp_op_library;

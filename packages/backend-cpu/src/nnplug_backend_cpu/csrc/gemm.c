@@ -1,0 +1,206 @@
+/* Single-precision GEMM: C = alpha * op(A) * op(B) + beta * C, row-major.
+ *
+ * Our own kernel rather than a BLAS call because the answer must not depend on where an element
+ * sits. Optimised BLAS kernels (OpenBLAS's among them) sum edge tiles and interior tiles in
+ * different orders, and pick kernels by CPU (OPENBLAS_CORETYPE): equal weight rows then give
+ * outputs a few ulps apart, a thread count that moves tile edges moves results, and a model
+ * whose huge, equal logits feed a softmax flips from uniform to one-hot. Here every element of
+ * C is computed by the same instructions: one micro-kernel for every tile (edges are packed
+ * with zeros into full tiles), K summed in order within fixed KC blocks that depend only on K.
+ * So results are identical whatever the row, the tiling or the thread count.
+ *
+ * Structure (after BLIS / Goto): for each NC column block, for each KC depth block, pack
+ * op(B) into NR-wide panels; for each MC row block pack op(A) into MR-tall panels; run the
+ * MR x NR micro-kernel over the tiles. One x86-64 kernel with AVX2+FMA, chosen at run time,
+ * and a portable C kernel (vectorised by the compiler) for everything else. */
+#include "nnc.h"
+
+#include <stdlib.h>
+
+#define MR 6
+#define NR 16
+#define KC 256
+#define MC 96  /* multiple of MR */
+#define NC 1024 /* multiple of NR */
+
+typedef void (*ukernel_fn)(int64_t kc, const float *a, const float *b, float *c);
+
+/* c[MR][NR] = sum over k of a[k][0..MR) x b[k][0..NR), k in order, from zero. */
+static void ukernel_c(int64_t kc, const float *a, const float *b, float *c)
+{
+    float acc[MR][NR] = {{0}};
+    for (int64_t k = 0; k < kc; k++, a += MR, b += NR)
+        for (int i = 0; i < MR; i++) {
+            const float av = a[i];
+            for (int j = 0; j < NR; j++) acc[i][j] += av * b[j];
+        }
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NR; j++) c[i * NR + j] = acc[i][j];
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_AVX2_KERNEL 1
+
+__attribute__((target("avx2,fma")))
+static void ukernel_avx2(int64_t kc, const float *a, const float *b, float *c)
+{
+    __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
+    __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
+    __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
+    __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
+    __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
+    __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
+    for (int64_t k = 0; k < kc; k++, a += MR, b += NR) {
+        const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+        __m256 av;
+        av = _mm256_broadcast_ss(a + 0); c00 = _mm256_fmadd_ps(av, b0, c00); c01 = _mm256_fmadd_ps(av, b1, c01);
+        av = _mm256_broadcast_ss(a + 1); c10 = _mm256_fmadd_ps(av, b0, c10); c11 = _mm256_fmadd_ps(av, b1, c11);
+        av = _mm256_broadcast_ss(a + 2); c20 = _mm256_fmadd_ps(av, b0, c20); c21 = _mm256_fmadd_ps(av, b1, c21);
+        av = _mm256_broadcast_ss(a + 3); c30 = _mm256_fmadd_ps(av, b0, c30); c31 = _mm256_fmadd_ps(av, b1, c31);
+        av = _mm256_broadcast_ss(a + 4); c40 = _mm256_fmadd_ps(av, b0, c40); c41 = _mm256_fmadd_ps(av, b1, c41);
+        av = _mm256_broadcast_ss(a + 5); c50 = _mm256_fmadd_ps(av, b0, c50); c51 = _mm256_fmadd_ps(av, b1, c51);
+    }
+    _mm256_store_ps(c + 0 * NR, c00); _mm256_store_ps(c + 0 * NR + 8, c01);
+    _mm256_store_ps(c + 1 * NR, c10); _mm256_store_ps(c + 1 * NR + 8, c11);
+    _mm256_store_ps(c + 2 * NR, c20); _mm256_store_ps(c + 2 * NR + 8, c21);
+    _mm256_store_ps(c + 3 * NR, c30); _mm256_store_ps(c + 3 * NR + 8, c31);
+    _mm256_store_ps(c + 4 * NR, c40); _mm256_store_ps(c + 4 * NR + 8, c41);
+    _mm256_store_ps(c + 5 * NR, c50); _mm256_store_ps(c + 5 * NR + 8, c51);
+}
+#endif
+
+static ukernel_fn pick_kernel(void)
+{
+#ifdef HAVE_AVX2_KERNEL
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return ukernel_avx2;
+#endif
+    return ukernel_c;
+}
+
+const char *nnc_gemm_info(void)
+{
+#ifdef HAVE_AVX2_KERNEL
+    if (pick_kernel() == ukernel_avx2) return "nnc sgemm 6x16 avx2+fma";
+#endif
+    return "nnc sgemm 6x16 portable C";
+}
+
+/* op(B)[p0:p0+kc, j0:j0+nc] into NR-wide panels, k-major inside each, zero-padded columns. */
+static void pack_b(int transb, const float *b, int64_t ldb, int64_t p0, int64_t kc, int64_t j0,
+                   int64_t nc, float *dst)
+{
+    for (int64_t jp = 0; jp < nc; jp += NR) {
+        int64_t w = nc - jp < NR ? nc - jp : NR;
+        for (int64_t k = 0; k < kc; k++, dst += NR) {
+            int64_t j = 0;
+            if (!transb) {
+                const float *src = b + (p0 + k) * ldb + j0 + jp;
+                for (; j < w; j++) dst[j] = src[j];
+            } else {
+                const float *src = b + (j0 + jp) * ldb + p0 + k;
+                for (; j < w; j++) dst[j] = src[j * ldb];
+            }
+            for (; j < NR; j++) dst[j] = 0.f;
+        }
+    }
+}
+
+/* op(A)[i0:i0+mc, p0:p0+kc] into MR-tall panels, k-major inside each, zero-padded rows. */
+static void pack_a(int transa, const float *a, int64_t lda, int64_t i0, int64_t mc, int64_t p0,
+                   int64_t kc, float *dst)
+{
+    for (int64_t ip = 0; ip < mc; ip += MR) {
+        int64_t h = mc - ip < MR ? mc - ip : MR;
+        for (int64_t k = 0; k < kc; k++, dst += MR) {
+            int64_t i = 0;
+            if (!transa) {
+                const float *src = a + (i0 + ip) * lda + p0 + k;
+                for (; i < h; i++) dst[i] = src[i * lda];
+            } else {
+                const float *src = a + (p0 + k) * lda + i0 + ip;
+                for (; i < h; i++) dst[i] = src[i];
+            }
+            for (; i < MR; i++) dst[i] = 0.f;
+        }
+    }
+}
+
+/* Packing memory of the calling thread, kept between calls (the backend's pool threads call
+ * this for every tile). NULL when it cannot be had: the caller falls back to one-tile blocks
+ * on the stack, which computes the same values (blocking in M and N does not change them). */
+static _Thread_local float *t_pack;
+static _Thread_local size_t t_pack_floats;
+
+static float *pack_memory(size_t floats)
+{
+    if (t_pack_floats >= floats) return t_pack;
+    float *p = nnc_alloc(floats * sizeof(float));
+    if (!p) return NULL;
+    nnc_free(t_pack);
+    t_pack = p;
+    t_pack_floats = floats;
+    return p;
+}
+
+void nnc_sgemm(int transa, int transb, int64_t m, int64_t n, int64_t k, float alpha,
+               const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+               int64_t ldc)
+{
+    if (m <= 0 || n <= 0) return;
+    if (k <= 0) { /* C = beta*C */
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) c[i * ldc + j] = beta == 0.f ? 0.f : beta * c[i * ldc + j];
+        return;
+    }
+    static ukernel_fn kernel;
+    if (!kernel) kernel = pick_kernel(); /* idempotent: a race writes the same pointer */
+    int64_t kcmax = k < KC ? k : KC;
+    int64_t nc_blk = (n + NR - 1) / NR * NR, mc_blk = (m + MR - 1) / MR * MR;
+    if (nc_blk > NC) nc_blk = NC;
+    if (mc_blk > MC) mc_blk = MC;
+    float *bp, *ap;
+    _Alignas(64) float small_b[KC * NR], small_a[KC * MR];
+    float *mem = pack_memory((size_t)(kcmax * (nc_blk + mc_blk)));
+    if (mem) {
+        bp = mem;
+        ap = mem + kcmax * nc_blk;
+    } else {
+        bp = small_b;
+        ap = small_a;
+        nc_blk = NR;
+        mc_blk = MR;
+    }
+    _Alignas(64) float tile[MR * NR];
+    for (int64_t j0 = 0; j0 < n; j0 += nc_blk) {
+        int64_t nc = n - j0 < nc_blk ? n - j0 : nc_blk;
+        for (int64_t p0 = 0; p0 < k; p0 += KC) {
+            int64_t kc = k - p0 < KC ? k - p0 : KC;
+            int first = p0 == 0;
+            pack_b(transb, b, ldb, p0, kc, j0, nc, bp);
+            for (int64_t i0 = 0; i0 < m; i0 += mc_blk) {
+                int64_t mc = m - i0 < mc_blk ? m - i0 : mc_blk;
+                pack_a(transa, a, lda, i0, mc, p0, kc, ap);
+                for (int64_t jr = 0; jr < nc; jr += NR) {
+                    int64_t w = nc - jr < NR ? nc - jr : NR;
+                    for (int64_t ir = 0; ir < mc; ir += MR) {
+                        int64_t h = mc - ir < MR ? mc - ir : MR;
+                        kernel(kc, ap + ir * kc, bp + jr * kc, tile);
+                        float *cb = c + (i0 + ir) * ldc + j0 + jr;
+                        for (int64_t i = 0; i < h; i++) {
+                            float *row = cb + i * ldc;
+                            const float *t = tile + i * NR;
+                            if (!first)
+                                for (int64_t j = 0; j < w; j++) row[j] += alpha * t[j];
+                            else if (beta == 0.f)
+                                for (int64_t j = 0; j < w; j++) row[j] = alpha * t[j];
+                            else
+                                for (int64_t j = 0; j < w; j++) row[j] = alpha * t[j] + beta * row[j];
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

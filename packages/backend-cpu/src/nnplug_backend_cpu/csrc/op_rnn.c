@@ -1,0 +1,324 @@
+/* RNN, GRU and LSTM (float32): forward, reverse and bidirectional, sequence_lens, initial
+ * states, peepholes, clip, input_forget, linear_before_reset, layout 0 and 1, and the ONNX
+ * activation functions with their alpha/beta. The input projection of every time step is one
+ * sgemm; each step then multiplies the hidden state by R. Directions run in parallel. */
+#include "nnc.h"
+#include "ops.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdlib.h>
+
+enum { K_RNN, K_GRU, K_LSTM };
+enum { A_RELU, A_TANH, A_SIGMOID, A_AFFINE, A_LEAKYRELU, A_THRESHOLDEDRELU, A_SCALEDTANH,
+       A_HARDSIGMOID, A_ELU, A_SOFTSIGN, A_SOFTPLUS };
+
+typedef struct { int kind; float a, b; } rnn_act;
+
+typedef struct {
+    int kind, ndir, reverse_only, layout, lbr, input_forget, gates, nact;
+    int64_t hidden;
+    float clip; /* 0: none */
+    rnn_act act[6]; /* per direction: nact of them (RNN 1, GRU 2, LSTM 3) */
+} rnn_state;
+
+static void rnn_destroy(nnc_node *n) { free(n->state); n->state = NULL; }
+
+static int act_parse(const char *name, int *kind, int *na, int *nb, float *da, float *db)
+{
+    static const struct { const char *n; int k, na, nb; float a, b; } T[] = {
+        {"relu", A_RELU, 0, 0, 0, 0}, {"tanh", A_TANH, 0, 0, 0, 0}, {"sigmoid", A_SIGMOID, 0, 0, 0, 0},
+        {"affine", A_AFFINE, 1, 1, 1.f, 0.f}, {"leakyrelu", A_LEAKYRELU, 1, 0, 0.01f, 0},
+        {"thresholdedrelu", A_THRESHOLDEDRELU, 1, 0, 1.f, 0}, {"scaledtanh", A_SCALEDTANH, 1, 1, 1.f, 1.f},
+        {"hardsigmoid", A_HARDSIGMOID, 1, 1, 0.2f, 0.5f}, {"elu", A_ELU, 1, 0, 1.f, 0},
+        {"softsign", A_SOFTSIGN, 0, 0, 0, 0}, {"softplus", A_SOFTPLUS, 0, 0, 0, 0}};
+    char low[32];
+    size_t i = 0;
+    for (; name[i] && i < sizeof low - 1; i++) low[i] = (char)tolower((unsigned char)name[i]);
+    low[i] = 0;
+    for (size_t k = 0; k < sizeof T / sizeof T[0]; k++)
+        if (!strcmp(low, T[k].n)) { *kind = T[k].k; *na = T[k].na; *nb = T[k].nb; *da = T[k].a; *db = T[k].b; return 1; }
+    return 0;
+}
+
+static inline float act_apply(const rnn_act *a, float x)
+{
+    switch (a->kind) {
+    case A_RELU: return x > 0.f ? x : 0.f;
+    case A_TANH: return tanhf(x);
+    case A_SIGMOID: return 1.f / (1.f + expf(-x));
+    case A_AFFINE: return a->a * x + a->b;
+    case A_LEAKYRELU: return x >= 0.f ? x : a->a * x;
+    case A_THRESHOLDEDRELU: return x > a->a ? x : 0.f;
+    case A_SCALEDTANH: return a->a * tanhf(a->b * x);
+    case A_HARDSIGMOID: { float v = a->a * x + a->b; return v < 0.f ? 0.f : v > 1.f ? 1.f : v; }
+    case A_ELU: return x >= 0.f ? x : a->a * (expf(x) - 1.f);
+    case A_SOFTSIGN: return x / (1.f + fabsf(x));
+    default: return x > 20.f ? x : log1pf(expf(x));
+    }
+}
+
+static int rnn_create(nnc_node *n, nnc_err *e)
+{
+    rnn_state *s = calloc(1, sizeof *s);
+    if (!s) return nnc_node_fail(e, n, "out of memory");
+    n->state = s;
+    s->kind = !strcmp(n->op_type, "LSTM") ? K_LSTM : !strcmp(n->op_type, "GRU") ? K_GRU : K_RNN;
+    s->gates = s->kind == K_LSTM ? 4 : s->kind == K_GRU ? 3 : 1;
+    s->nact = s->kind == K_LSTM ? 3 : s->kind == K_GRU ? 2 : 1;
+    static const int f32[] = {DT_F32, 0}, i32[] = {DT_I32, 0};
+    for (int i = 0; i < n->nin; i++)
+        if (i != 4) TRY(nnc_check_dtype(n, i, f32, e));
+    TRY(nnc_check_dtype(n, 4, i32, e));
+    char buf[32];
+    TRY(nnc_attr_str(n, "direction", "forward", buf, sizeof buf, e));
+    if (!strcmp(buf, "forward")) s->ndir = 1;
+    else if (!strcmp(buf, "reverse")) { s->ndir = 1; s->reverse_only = 1; }
+    else if (!strcmp(buf, "bidirectional")) s->ndir = 2;
+    else return nnc_node_fail(e, n, "attribute 'direction' = '%s' is not forward, reverse or bidirectional", buf);
+    int64_t v;
+    TRY(nnc_attr_int(n, "hidden_size", -1, &s->hidden, e));
+    TRY(nnc_attr_int(n, "layout", 0, &v, e));
+    if (v != 0 && v != 1) return nnc_node_fail(e, n, "attribute 'layout' must be 0 or 1");
+    s->layout = (int)v;
+    TRY(nnc_attr_int(n, "linear_before_reset", 0, &v, e));
+    s->lbr = v != 0;
+    TRY(nnc_attr_int(n, "input_forget", 0, &v, e));
+    s->input_forget = v != 0;
+    TRY(nnc_attr_float(n, "clip", 0.f, &s->clip, e));
+    if (nnc_attr_find(n, "clip") && !(s->clip > 0.f)) return nnc_node_fail(e, n, "attribute 'clip' must be positive");
+    /* activations: defaults, or the list (nact per direction) */
+    static const int defs[3][3] = {{A_TANH}, {A_SIGMOID, A_TANH}, {A_SIGMOID, A_TANH, A_TANH}};
+    int want = s->nact * s->ndir;
+    for (int i = 0; i < want; i++) { s->act[i].kind = defs[s->kind][i % s->nact]; s->act[i].a = s->act[i].b = 0.f; }
+    const nnc_attr *acts = nnc_attr_find(n, "activations");
+    if (acts) {
+        if (acts->kind != AK_STRINGS) return nnc_node_fail(e, n, "attribute 'activations' must be a list of strings");
+        if (acts->count != want && !(acts->count == s->nact && s->ndir == 2))
+            return nnc_node_fail(e, n, "attribute 'activations' has %lld names, %d expected", (long long)acts->count, want);
+        float al[16], be[16];
+        int nal, nbe;
+        TRY(nnc_attr_floats(n, "activation_alpha", al, 16, &nal, e));
+        TRY(nnc_attr_floats(n, "activation_beta", be, 16, &nbe, e));
+        int ia = 0, ib = 0; /* alphas and betas go, in order, to the activations that take them */
+        for (int i = 0; i < acts->count; i++) {
+            const char *nm = ((const char *const *)acts->data)[i];
+            int kind, na, nb;
+            float da, db;
+            if (!nm || !act_parse(nm, &kind, &na, &nb, &da, &db))
+                return nnc_node_unsup(e, n, "activation '%s' is not supported", nm ? nm : "?");
+            s->act[i].kind = kind;
+            s->act[i].a = na ? (ia < nal ? al[ia++] : da) : 0.f;
+            s->act[i].b = nb ? (ib < nbe ? be[ib++] : db) : 0.f;
+        }
+        if (acts->count != want) /* one set given for both directions */
+            for (int i = s->nact; i < want; i++) s->act[i] = s->act[i - s->nact];
+    }
+    return NNC_OK;
+}
+
+typedef struct { int64_t seq, batch, in, H; } rnn_dims;
+
+static int rnn_geometry(nnc_node *n, nnc_tensor *const *in, rnn_dims *g, nnc_err *e)
+{
+    const rnn_state *s = n->state;
+    const nnc_tensor *x = in[0], *w = in[1], *r = in[2];
+    for (int i = 0; i < n->nin; i++)
+        if (in[i] && in[i]->dtype != (i == 4 ? DT_I32 : DT_F32))
+            return nnc_node_fail(e, n, "input %d must be %s", i, i == 4 ? "int32" : "float32");
+    if (x->ndim != 3 || w->ndim != 3 || r->ndim != 3) return nnc_node_fail(e, n, "X, W and R must have rank 3");
+    g->seq = s->layout ? x->dims[1] : x->dims[0];
+    g->batch = s->layout ? x->dims[0] : x->dims[1];
+    g->in = x->dims[2];
+    g->H = r->dims[2];
+    int64_t GH = s->gates * g->H, D = s->ndir;
+    if (s->hidden >= 0 && s->hidden != g->H) return nnc_node_fail(e, n, "attribute 'hidden_size' = %lld does not match R", (long long)s->hidden);
+    if (w->dims[0] != D || w->dims[1] != GH || w->dims[2] != g->in)
+        return nnc_node_fail(e, n, "W must have shape [%lld, %lld, %lld]", (long long)D, (long long)GH, (long long)g->in);
+    if (r->dims[0] != D || r->dims[1] != GH) return nnc_node_fail(e, n, "R must have shape [%lld, %lld, %lld]", (long long)D, (long long)GH, (long long)g->H);
+    const nnc_tensor *b = n->nin > 3 ? in[3] : NULL;
+    if (b && (b->ndim != 2 || b->dims[0] != D || b->dims[1] != 2 * GH))
+        return nnc_node_fail(e, n, "B must have shape [%lld, %lld]", (long long)D, (long long)(2 * GH));
+    const nnc_tensor *sl = n->nin > 4 ? in[4] : NULL;
+    if (sl) {
+        if (sl->ndim != 1 || sl->dims[0] != g->batch) return nnc_node_fail(e, n, "sequence_lens must have %lld values", (long long)g->batch);
+        for (int64_t i = 0; i < g->batch; i++) {
+            int32_t L = ((const int32_t *)sl->data)[i];
+            if (L < 0 || L > g->seq) return nnc_node_fail(e, n, "sequence_lens[%lld] = %d is outside [0, %lld]", (long long)i, L, (long long)g->seq);
+        }
+    }
+    for (int i = 5; i < 7 && i < n->nin; i++) {
+        const nnc_tensor *h = in[i];
+        if (!h) continue;
+        if (i == 6 && s->kind != K_LSTM) break;
+        int64_t d0 = s->layout ? g->batch : D, d1 = s->layout ? D : g->batch;
+        if (h->ndim != 3 || h->dims[0] != d0 || h->dims[1] != d1 || h->dims[2] != g->H)
+            return nnc_node_fail(e, n, "initial state input %d must have shape [%lld, %lld, %lld]", i, (long long)d0, (long long)d1, (long long)g->H);
+    }
+    if (s->kind == K_LSTM && n->nin > 7 && in[7] && (in[7]->ndim != 2 || in[7]->dims[0] != D || in[7]->dims[1] != 3 * g->H))
+        return nnc_node_fail(e, n, "P must have shape [%lld, %lld]", (long long)D, (long long)(3 * g->H));
+    return NNC_OK;
+}
+
+static int rnn_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err *e)
+{
+    const rnn_state *s = n->state;
+    rnn_dims g;
+    TRY(rnn_geometry(n, in, &g, e));
+    int64_t D = s->ndir;
+    for (int k = 0; k < n->nout; k++) {
+        out[k].dtype = DT_F32;
+        if (k == 0) {
+            out[k].ndim = 4;
+            int64_t d[4] = {g.seq, D, g.batch, g.H}, d1[4] = {g.batch, g.seq, D, g.H};
+            memcpy(out[k].dims, s->layout ? d1 : d, sizeof d);
+        } else {
+            out[k].ndim = 3;
+            int64_t d[3] = {D, g.batch, g.H}, d1[3] = {g.batch, D, g.H};
+            memcpy(out[k].dims, s->layout ? d1 : d, sizeof d);
+        }
+    }
+    return NNC_OK;
+}
+
+typedef struct {
+    const rnn_state *s;
+    rnn_dims g;
+    const float *x, *w, *r, *b, *h0, *c0, *p;
+    const int32_t *lens;
+    float *y, *yh, *yc;
+    int fail;
+} rnn_job;
+
+static inline float clipv(float v, float c) { return c > 0.f ? (v < -c ? -c : v > c ? c : v) : v; }
+
+static void rnn_dir(void *arg, int64_t b0, int64_t b1, int tid)
+{
+    (void)tid;
+    rnn_job *j = arg;
+    const rnn_state *s = j->s;
+    int64_t T = j->g.seq, B = j->g.batch, I = j->g.in, H = j->g.H, G = s->gates, GH = G * H, D = s->ndir;
+    for (int64_t d = b0; d < b1; d++) {
+        int rev = s->reverse_only || d == 1;
+        const rnn_act *act = s->act + d * s->nact;
+        const float *W = j->w + d * GH * I, *R = j->r + d * GH * H;
+        const float *Wb = j->b ? j->b + d * 2 * GH : NULL, *Rb = Wb ? Wb + GH : NULL;
+        const float *P = j->p ? j->p + d * 3 * H : NULL;
+        size_t nxw = (size_t)(T * B * GH), nst = (size_t)(B * H);
+        float *xw = nnc_alloc((nxw + (size_t)(B * GH) + 4 * nst + 1) * sizeof(float));
+        if (!xw) { j->fail = 1; return; }
+        float *hr = xw + nxw, *h = hr + B * GH, *c = h + nst, *rh = c + nst, *hnew = rh + nst;
+        /* input projection of all steps: rows in X order */
+        if (T * B > 0) nnc_sgemm(0, 1, T * B, GH, I, 1.f, j->x, I, W, I, 0.f, xw, GH);
+        for (int64_t bi = 0; bi < B; bi++)
+            for (int64_t k = 0; k < H; k++) {
+                int64_t so = s->layout ? (bi * D + d) * H + k : (d * B + bi) * H + k;
+                h[bi * H + k] = j->h0 ? j->h0[so] : 0.f;
+                c[bi * H + k] = j->c0 ? j->c0[so] : 0.f;
+            }
+        for (int64_t step = 0; step < T; step++) {
+            nnc_sgemm(0, 1, B, GH, H, 1.f, h, H, R, H, 0.f, hr, GH);
+            if (s->kind == K_GRU && !s->lbr) { /* (r . h) R_h^T needs r first */
+                for (int64_t bi = 0; bi < B; bi++) {
+                    int64_t L = j->lens ? j->lens[bi] : T;
+                    if (step >= L) continue;
+                    int64_t t = rev ? L - 1 - step : step;
+                    const float *xr = xw + (s->layout ? bi * T + t : t * B + bi) * GH;
+                    for (int64_t k = 0; k < H; k++) {
+                        float v = xr[H + k] + hr[bi * GH + H + k];
+                        if (Wb) v += Wb[H + k] + Rb[H + k];
+                        float rg = act_apply(&act[0], clipv(v, s->clip));
+                        rh[bi * H + k] = rg * h[bi * H + k];
+                    }
+                }
+                nnc_sgemm(0, 1, B, H, H, 1.f, rh, H, R + 2 * H * H, H, 0.f, hnew, H);
+            }
+            for (int64_t bi = 0; bi < B; bi++) {
+                int64_t L = j->lens ? j->lens[bi] : T;
+                if (step >= L) continue;
+                int64_t t = rev ? L - 1 - step : step;
+                const float *xr = xw + (s->layout ? bi * T + t : t * B + bi) * GH;
+                const float *hh = hr + bi * GH;
+                float *hb = h + bi * H, *cb = c + bi * H;
+                float *yrow = j->y ? j->y + (s->layout ? ((bi * T + t) * D + d) * H : ((t * D + d) * B + bi) * H) : NULL;
+                for (int64_t k = 0; k < H; k++) {
+                    float out;
+                    if (s->kind == K_RNN) {
+                        float v = xr[k] + hh[k] + (Wb ? Wb[k] + Rb[k] : 0.f);
+                        out = act_apply(&act[0], clipv(v, s->clip));
+                    } else if (s->kind == K_GRU) {
+                        float vz = xr[k] + hh[k] + (Wb ? Wb[k] + Rb[k] : 0.f);
+                        float z = act_apply(&act[0], clipv(vz, s->clip));
+                        float vh;
+                        if (s->lbr) {
+                            float vr = xr[H + k] + hh[H + k] + (Wb ? Wb[H + k] + Rb[H + k] : 0.f);
+                            float rg = act_apply(&act[0], clipv(vr, s->clip));
+                            vh = xr[2 * H + k] + (Wb ? Wb[2 * H + k] : 0.f) + rg * (hh[2 * H + k] + (Rb ? Rb[2 * H + k] : 0.f));
+                        } else {
+                            vh = xr[2 * H + k] + hnew[bi * H + k] + (Wb ? Wb[2 * H + k] + Rb[2 * H + k] : 0.f);
+                        }
+                        float ht = act_apply(&act[1], clipv(vh, s->clip));
+                        out = (1.f - z) * ht + z * hb[k];
+                    } else { /* LSTM gates i, o, f, c */
+                        float vi = xr[k] + hh[k], vo = xr[H + k] + hh[H + k];
+                        float vf = xr[2 * H + k] + hh[2 * H + k], vc = xr[3 * H + k] + hh[3 * H + k];
+                        if (Wb) {
+                            vi += Wb[k] + Rb[k]; vo += Wb[H + k] + Rb[H + k];
+                            vf += Wb[2 * H + k] + Rb[2 * H + k]; vc += Wb[3 * H + k] + Rb[3 * H + k];
+                        }
+                        float cp = cb[k];
+                        if (P) { vi += P[k] * cp; vf += P[2 * H + k] * cp; }
+                        float ig = act_apply(&act[0], clipv(vi, s->clip));
+                        float fg = s->input_forget ? 1.f - ig : act_apply(&act[0], clipv(vf, s->clip));
+                        float cg = act_apply(&act[1], clipv(vc, s->clip));
+                        float cn = fg * cp + ig * cg;
+                        if (P) vo += P[H + k] * cn;
+                        float og = act_apply(&act[0], clipv(vo, s->clip));
+                        rh[bi * H + k] = cn; /* new cell, committed after the row */
+                        out = og * act_apply(&act[2], cn);
+                    }
+                    if (yrow) yrow[k] = out;
+                    hnew[bi * H + k] = out; /* GRU (lbr=0) read hnew[k] above before this write */
+                }
+                memcpy(hb, hnew + bi * H, (size_t)H * sizeof(float));
+                if (s->kind == K_LSTM) memcpy(cb, rh + bi * H, (size_t)H * sizeof(float));
+            }
+        }
+        for (int64_t bi = 0; bi < B; bi++) {
+            int64_t so = s->layout ? (bi * D + d) * H : (d * B + bi) * H;
+            if (j->yh) memcpy(j->yh + so, h + bi * H, (size_t)H * sizeof(float));
+            if (j->yc) memcpy(j->yc + so, c + bi * H, (size_t)H * sizeof(float));
+        }
+        nnc_free(xw);
+    }
+}
+
+static int rnn_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec *xc, nnc_err *e)
+{
+    (void)xc;
+    const rnn_state *s = n->state;
+    rnn_job j;
+    memset(&j, 0, sizeof j);
+    TRY(rnn_geometry(n, in, &j.g, e));
+    j.s = s;
+    j.x = in[0]->data;
+    j.w = in[1]->data;
+    j.r = in[2]->data;
+#define OPT(i) (n->nin > (i) && in[i] ? in[i]->data : NULL)
+    j.b = OPT(3);
+    j.lens = OPT(4);
+    j.h0 = OPT(5);
+    if (s->kind == K_LSTM) { j.c0 = OPT(6); j.p = OPT(7); }
+#undef OPT
+    j.y = n->nout > 0 && n->out[0] >= 0 ? out[0].data : NULL;
+    j.yh = n->nout > 1 && n->out[1] >= 0 ? out[1].data : NULL;
+    j.yc = n->nout > 2 && n->out[2] >= 0 ? out[2].data : NULL;
+    if (j.y) memset(j.y, 0, nnc_nbytes(&out[0])); /* steps past a sequence's length stay 0 */
+    nnc_parallel_for(s->ndir, 1, rnn_dir, &j);
+    if (j.fail) return nnc_node_fail(e, n, "out of memory");
+    return NNC_OK;
+}
+
+const nnc_op nnc_op_rnn = {"RNN", 3, 6, 0, 2, rnn_create, rnn_infer, rnn_run, rnn_destroy, 0};
+const nnc_op nnc_op_gru = {"GRU", 3, 6, 0, 2, rnn_create, rnn_infer, rnn_run, rnn_destroy, 0};
+const nnc_op nnc_op_lstm = {"LSTM", 3, 8, 0, 3, rnn_create, rnn_infer, rnn_run, rnn_destroy, 0};

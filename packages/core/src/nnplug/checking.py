@@ -1,0 +1,99 @@
+"""The ONNX checker, as lenient as onnxruntime: findings only the strict checker makes
+(a value's type given without a shape, a graph output given without a type: shape
+inference fills both in) become :class:`nnplug.ModelWarning`; anything else is a
+:class:`nnplug.ModelError` that names the node and the field.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import onnx
+
+from .errors import ModelError, ModelWarning
+
+# Checker messages onnxruntime does not treat as errors, with what they mean to a user.
+LENIENT = [
+    (re.compile(r"Field 'shape' of 'type' is required but missing"),
+     "a value's type has no shape (its rank is unknown); nnplug infers it"),
+    (re.compile(r"Field 'type' of 'value_info' is required but missing"),
+     "a value (e.g. a subgraph's output) has no type; nnplug infers it"),
+    (re.compile(r"Unrecognized type value case \(value_info name: (?P<name>[^)]*)\)"),
+     "value {name!r} has no type; nnplug infers it"),
+]
+MAX_FINDINGS = 32
+
+
+def check_model(proto: onnx.ModelProto) -> list[str]:
+    """Run the ONNX checker on ``proto``; returns (and warns) the lenient findings, raises
+    ModelError for the first real one."""
+    found: list[str] = []
+    probe = proto
+    for _ in range(MAX_FINDINGS):
+        try:
+            onnx.checker.check_model(probe)
+            break
+        except onnx.checker.ValidationError as e:
+            text = str(e).strip()
+            first = text.splitlines()[0] if text else "(no message)"
+            note = _lenient(first)
+            if note is None:
+                raise ModelError(_describe(first, text)) from None
+            if probe is proto:
+                probe = onnx.ModelProto()
+                probe.CopyFrom(proto)
+            if not _patch(probe.graph):
+                raise ModelError(_describe(first, text)) from None
+            if note not in found:
+                found.append(note)
+        except Exception as e:  # protobuf-level errors
+            raise ModelError(f"the model cannot be checked: {e}") from None
+    for note in found:
+        warnings.warn(ModelWarning(f"the ONNX checker would refuse this model: {note} "
+                                   f"(onnxruntime accepts it too)"), stacklevel=4)
+    return found
+
+
+def _lenient(first_line: str) -> str | None:
+    for pattern, note in LENIENT:
+        m = pattern.search(first_line)
+        if m:
+            return note.format(**m.groupdict())
+    return None
+
+
+def _describe(first: str, text: str) -> str:
+    """The checker's message with the node it names, in one line."""
+    m = re.search(r"Name: (?P<name>\S*) OpType: (?P<op>\S+)", text)
+    where = f" (node {m['name']!r}, op {m['op']})" if m else ""
+    return (f"the model does not pass the ONNX checker: {first}{where}; fix the model where "
+            f"it is exported, or check it with onnx.checker.check_model(model)")
+
+
+def _patch(g: onnx.GraphProto) -> bool:
+    """Make the lenient findings go away in a copy only the checker sees (so a real
+    finding behind them is still reported). True when something was changed."""
+    changed = False
+    for vi in [*g.input, *g.output]:
+        t = vi.type
+        if t.WhichOneof("value") is None:
+            t.tensor_type.elem_type = onnx.TensorProto.FLOAT
+            changed = True
+        if t.HasField("tensor_type") and not t.tensor_type.HasField("shape"):
+            t.tensor_type.shape.SetInParent()
+            changed = True
+    kept = [vi for vi in g.value_info if vi.type.WhichOneof("value") is not None
+            and not (vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape"))]
+    if len(kept) != len(g.value_info):
+        del g.value_info[:]
+        g.value_info.extend(kept)
+        changed = True
+    for n in g.node:
+        for a in n.attribute:
+            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                changed |= _patch(sub)
+    return changed
+
+
+__all__ = ["check_model", "LENIENT"]

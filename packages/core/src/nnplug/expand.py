@@ -1,0 +1,272 @@
+"""Function expansion: a node no backend claims, whose op is an ONNX function (a standard
+op with a function body, context-dependent bodies included, or a function of the model's
+own ``ModelProto.functions``), is replaced by the nodes of its body, so backends get the
+long tail of ops from primitives. A backend that claims the whole op keeps it.
+
+Expanded nodes are named ``<original node>/<body node>`` and their private values
+``<original node>/<value>``, so ``Network.assignment`` shows where each piece came from.
+Bodies that contain functions again are expanded in the next round.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+
+import onnx
+from onnx import helper
+
+from .errors import ModelError, ModelWarning
+from .graph import Node, SubGraph, ValueInfo
+from .loader import Model, load
+
+MAX_ROUNDS = 16
+"""Nesting depth of functions in functions that expansion follows."""
+
+
+def expand_unclaimed(model: Model, claimed: Callable[[Node, SubGraph], bool],
+                     custom_ops: dict) -> Model:
+    """``model`` with every node that ``claimed`` refuses and that has a function body
+    replaced by that body (recursively); ``model`` itself when nothing is expanded."""
+    from .planner import whole_graph
+
+    for _ in range(MAX_ROUNDS):
+        graph = whole_graph(model, model.nodes, model.constants)
+        bodies: dict[int, tuple[list[onnx.NodeProto], list]] = {}
+        taken = None  # every name in the model, found once something is to be expanded
+        for i, n in enumerate(model.nodes):
+            if n.op_type in custom_ops or n.proto is None or claimed(n, graph):
+                continue
+            fn = function_of(n, model)
+            if fn is not None:
+                if taken is None:
+                    taken = _all_names(model.proto.graph)
+                bodies[i] = (inline(n, fn, taken), list(fn.opset_import))
+        if not bodies:
+            return model
+        with warnings.catch_warnings():  # the model's own findings were reported already
+            warnings.simplefilter("ignore", ModelWarning)
+            model = load(_rebuilt(model, bodies), custom_ops)
+    raise ModelError(f"function expansion of model {model.name!r} did not finish after "
+                     f"{MAX_ROUNDS} rounds: a function calls itself")
+
+
+def function_of(node: Node, model: Model) -> onnx.FunctionProto | None:
+    """The function body of ``node``'s op: the model's own function of that name, else the
+    standard schema's body for the model's opset (built for the node's input types when
+    the body depends on them); None when the op is no function."""
+    if model.proto is not None:
+        overload = getattr(node.proto, "overload", "")
+        for f in model.proto.functions:
+            if (f.domain == node.domain and f.name == node.op_type
+                    and getattr(f, "overload", "") == overload):
+                return f
+    domain = node.domain if node.domain != "ai.onnx" else ""
+    try:
+        schema = onnx.defs.get_schema(node.op_type, node.opset, domain)
+    except Exception:
+        return None
+    for version in _preferred(schema.function_opset_versions, node.opset):
+        fp = onnx.FunctionProto()
+        fp.ParseFromString(schema.get_function_with_opset_version(version))
+        if version <= node.opset or _means_the_same(fp, model.opsets):
+            return _with_schema_defaults(fp, schema)
+    versions = _preferred(schema.context_dependent_function_opset_versions, node.opset)
+    if versions:
+        known = [model.values.get(x) for x in node.inputs if x]
+        if any(v is None or v.dtype is None for v in known):
+            return None  # the builders need every input's type (and crash without it)
+        types = [_type_proto(model.values.get(x)).SerializeToString() for x in node.inputs]
+    for version in versions:
+        try:
+            data = schema.get_context_dependent_function_with_opset_version(
+                version, node.proto.SerializeToString(), types)
+        except Exception:
+            continue  # the body builder refuses these attributes or input types
+        if not data:
+            continue
+        fp = onnx.FunctionProto()
+        fp.ParseFromString(data)
+        if version <= node.opset or _means_the_same(fp, model.opsets):
+            return _with_schema_defaults(fp, schema)
+    return None
+
+
+def _preferred(versions, opset: int) -> list[int]:
+    """Body versions to try: the newest not newer than the model's opset first (ONNX defines
+    it for every opset up to the next body version), then newer ones, which are used only
+    when every op in them means the same at the model's opset."""
+    older = sorted((v for v in versions if v <= opset), reverse=True)
+    return older + sorted(v for v in versions if v > opset)
+
+
+def _means_the_same(fp: onnx.FunctionProto, opsets: dict[str, int]) -> bool:
+    """Whether every op of the body has the same definition at the model's opsets as at the
+    body's own (so the body can be inlined into the model as it is)."""
+    own = {o.domain or "": o.version for o in fp.opset_import}
+
+    def same(nodes) -> bool:
+        for n in nodes:
+            d = n.domain if n.domain != "ai.onnx" else ""
+            if d in own and d in opsets and own[d] != opsets[d]:
+                try:
+                    a = onnx.defs.get_schema(n.op_type, own[d], d).since_version
+                    b = onnx.defs.get_schema(n.op_type, opsets[d], d).since_version
+                except Exception:
+                    return False
+                if a != b:
+                    return False
+            for attr in n.attribute:
+                for g in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs):
+                    if not same(g.node):
+                        return False
+        return True
+
+    return same(fp.node)
+
+
+def _with_schema_defaults(fp: onnx.FunctionProto, schema) -> onnx.FunctionProto:
+    """Schema bodies refer to attributes whose defaults live in the schema."""
+    have = {a.name for a in fp.attribute_proto}
+    for name, attr in schema.attributes.items():
+        default = attr.default_value
+        if name not in have and default is not None and default.type:
+            a = onnx.AttributeProto()
+            a.CopyFrom(default)
+            a.name = name
+            fp.attribute_proto.append(a)
+    return fp
+
+
+def _type_proto(v: ValueInfo | None) -> onnx.TypeProto:
+    if v is None or v.dtype is None:
+        return onnx.TypeProto()
+    elem = helper.np_dtype_to_tensor_dtype(v.dtype)
+    shape = None if v.shape is None else [d if d is not None else "" for d in v.shape]
+    return helper.make_tensor_type_proto(elem, shape)
+
+
+def inline(node: Node, fn: onnx.FunctionProto, taken: set[str]) -> list[onnx.NodeProto]:
+    """The nodes of ``fn`` for ``node``: formal inputs/outputs bound to the node's values,
+    private values and node names made unique under the node's name, attribute references
+    resolved to the node's attributes (or the function's defaults)."""
+    names: dict[str, str] = {"": ""}
+    for k, formal in enumerate(fn.input):
+        names[formal] = node.proto.input[k] if k < len(node.proto.input) else ""
+    for k, formal in enumerate(fn.output):
+        if k < len(node.proto.output) and node.proto.output[k]:
+            names[formal] = node.proto.output[k]
+    attrs = {a.name: a for a in fn.attribute_proto}
+    attrs.update({a.name: a for a in node.proto.attribute})
+    prefix = node.name
+    origin = node.proto.doc_string if node.proto.doc_string.startswith(_ORIGIN) else \
+        f"{_ORIGIN}node {node.name!r} (op {node.op_type}, domain {node.domain or 'ai.onnx'})"
+
+    def rename(name: str) -> str:
+        got = names.get(name)
+        if got is None:
+            got = f"{prefix}/{name}"
+            while got in taken:
+                got += "_"
+            taken.add(got)
+            names[name] = got
+        return got
+
+    body = [_copy_node(n, k, rename, attrs, prefix, taken) for k, n in enumerate(fn.node)]
+    for n in body:
+        n.doc_string = origin
+    return body
+
+
+_ORIGIN = "nnplug: expanded from "
+
+
+def expansion_note(node: Node) -> str:
+    """For errors about an expanded node: which original node it is a piece of."""
+    doc = node.proto.doc_string if node.proto is not None else ""
+    if not doc.startswith(_ORIGIN):
+        return ""
+    return (f"; it is part of the function body of {doc[len(_ORIGIN):]}, which no backend runs "
+            f"whole either")
+
+
+def _copy_node(n: onnx.NodeProto, k: int, rename, attrs, prefix: str,
+               taken: set[str]) -> onnx.NodeProto:
+    out = onnx.NodeProto()
+    out.CopyFrom(n)
+    name = f"{prefix}/{n.name or f'{n.op_type}_{k}'}"
+    while name in taken:
+        name += "_"
+    taken.add(name)
+    out.name = name
+    out.input[:] = [rename(x) for x in n.input]
+    out.output[:] = [rename(x) for x in n.output]
+    del out.attribute[:]
+    for a in n.attribute:
+        if a.ref_attr_name:
+            actual = attrs.get(a.ref_attr_name)
+            if actual is None:
+                continue  # an optional attribute the node does not set
+            a2 = onnx.AttributeProto()
+            a2.CopyFrom(actual)
+            a2.name = a.name
+            out.attribute.append(a2)
+            continue
+        a2 = onnx.AttributeProto()
+        a2.CopyFrom(a)
+        if a2.type == onnx.AttributeProto.GRAPH:
+            _rename_graph(a2.g, rename, attrs, prefix, taken)
+        elif a2.type == onnx.AttributeProto.GRAPHS:
+            for g in a2.graphs:
+                _rename_graph(g, rename, attrs, prefix, taken)
+        out.attribute.append(a2)
+    return out
+
+
+def _rename_graph(g: onnx.GraphProto, rename, attrs, prefix, taken) -> None:
+    """A subgraph inside a function body: every name is renamed the same way (outer-scope
+    references included), attribute references resolved."""
+    for vi in [*g.input, *g.output, *g.value_info]:
+        vi.name = rename(vi.name)
+    for t in g.initializer:
+        t.name = rename(t.name)
+    nodes = [_copy_node(n, k, rename, attrs, prefix, taken) for k, n in enumerate(g.node)]
+    del g.node[:]
+    g.node.extend(nodes)
+
+
+def _all_names(g: onnx.GraphProto) -> set[str]:
+    names = {n.name for n in g.node}
+    for n in g.node:
+        names.update(n.input)
+        names.update(n.output)
+        for a in n.attribute:
+            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                names |= _all_names(sub)
+    names.update(v.name for v in [*g.input, *g.output, *g.value_info])
+    names.update(t.name for t in g.initializer)
+    return names
+
+
+def _rebuilt(model: Model, bodies: dict[int, tuple[list[onnx.NodeProto], list]]) -> onnx.ModelProto:
+    """The model's proto with the expanded nodes in place of their originals."""
+    proto = onnx.ModelProto()
+    proto.CopyFrom(model.proto)
+    nodes = list(proto.graph.node)
+    del proto.graph.node[:]
+    imported = {o.domain or "" for o in proto.opset_import}
+    for i, (n, node) in enumerate(zip(nodes, model.nodes)):
+        if i not in bodies:
+            n.name = node.name  # the loader's unique names, kept across rounds
+            proto.graph.node.append(n)
+            continue
+        body, opsets = bodies[i]
+        proto.graph.node.extend(body)
+        for o in opsets:
+            if (o.domain or "") not in imported:
+                proto.opset_import.append(o)
+                imported.add(o.domain or "")
+    return proto
+
+
+__all__ = ["expand_unclaimed", "expansion_note", "function_of", "inline"]

@@ -1,0 +1,724 @@
+"""onnxruntime's session API over nnplug: ``InferenceSession``, ``SessionOptions``,
+``RunOptions``, ``IOBinding``. Code written for onnxruntime runs by changing the import:
+
+    import nnplug as ort
+    sess = ort.InferenceSession("model.onnx", providers=["CPUExecutionProvider"])
+    outputs = sess.run(None, {sess.get_inputs()[0].name: x})
+
+Providers are nnplug backend ids (``"cpu"``, ``"opencl"``) or onnxruntime provider names that
+map to a device type (``"CPUExecutionProvider"`` -> the best CPU backend installed).
+"""
+
+from __future__ import annotations
+
+import atexit
+import datetime
+import enum
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+
+from .device import CPU
+from .device import device as parse_device
+from .errors import (
+    ArgumentTypeError,
+    InputError,
+    InvalidArgumentError,
+    NnplugError,
+    OptionError,
+    UnsupportedNodeError,
+)
+from .loader import read_model
+from .planner import KNOWN_BACKEND_PACKAGES
+from .profiling import Profiler
+from .runcontext import RunContext, running
+from .tensor import Tensor
+
+log = logging.getLogger("nnplug.session")
+
+
+class GraphOptimizationLevel(enum.IntEnum):
+    """onnxruntime's levels and the nnplug ones they map to: DISABLE_ALL -> ``"disable"``
+    (no folding, no fusion), ENABLE_BASIC -> ``"basic"`` (constant folding), ENABLE_EXTENDED
+    and above -> ``"all"`` (folding and backend fusion)."""
+
+    ORT_DISABLE_ALL = 0
+    ORT_ENABLE_BASIC = 1
+    ORT_ENABLE_EXTENDED = 2
+    ORT_ENABLE_LAYOUT = 3
+    ORT_ENABLE_ALL = 99
+
+
+class ExecutionMode(enum.IntEnum):
+    ORT_SEQUENTIAL = 0
+    ORT_PARALLEL = 1
+
+
+_LEVEL_NAMES = {"disable": "disable", "disable_all": "disable", "basic": "basic",
+                "enable_basic": "basic", "extended": "all", "enable_extended": "all",
+                "layout": "all", "enable_layout": "all", "all": "all", "enable_all": "all"}
+
+
+def optimization_of(level) -> str:
+    """A graph optimisation level (this module's or onnxruntime's enum, its int, or a name
+    such as ``"basic"``) as the ``optimization`` argument of ``Runtime.load``."""
+    name = getattr(level, "name", None)  # onnxruntime's own enum values, or ours
+    if isinstance(level, str) or name is not None:
+        key = (name or level).lower().removeprefix("ort_")
+        if key in _LEVEL_NAMES:
+            return _LEVEL_NAMES[key]
+    elif isinstance(level, int) and not isinstance(level, bool):
+        if level <= 0:
+            return "disable"
+        return "basic" if level == 1 else "all"
+    raise InvalidArgumentError(
+        f"graph_optimization_level {level!r}: use GraphOptimizationLevel.ORT_DISABLE_ALL, "
+        f"ORT_ENABLE_BASIC, ORT_ENABLE_EXTENDED or ORT_ENABLE_ALL (or 'disable', 'basic', 'all')")
+
+
+class _Options:
+    """Attribute-style options that refuse names they do not have (a typo would otherwise
+    be ignored silently)."""
+
+    _defaults: dict = {}
+    _ignored: dict = {}  # onnxruntime options accepted without effect -> why
+
+    def __init__(self):
+        object.__setattr__(self, "_values", dict(self._defaults))
+        object.__setattr__(self, "_config", {})
+
+    def __getattr__(self, name):
+        values = object.__getattribute__(self, "_values")
+        if name in values:
+            return values[name]
+        raise OptionError(f"{type(self).__name__} has no option {name!r}; it has: "
+                          f"{', '.join(sorted(values))}")
+
+    def __setattr__(self, name, value):
+        if name not in self._values:
+            raise OptionError(f"{type(self).__name__} has no option {name!r}; it has: "
+                              f"{', '.join(sorted(self._values))}")
+        self._values[name] = self._check(name, value)
+
+    def _check(self, name, value):
+        return value
+
+    def _config_entries(self) -> dict:
+        return self._config
+
+    def __repr__(self):
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self._values.items())})"
+
+
+def _int_option(owner, name, value, low, high=None):
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low or \
+            (high is not None and value > high):
+        span = f"{low}..{high}" if high is not None else f">= {low}"
+        raise InvalidArgumentError(f"{owner}.{name} must be an integer {span}, not {value!r}")
+    return int(value)
+
+
+class SessionOptions(_Options):
+    """How an :class:`InferenceSession` loads and runs its model.
+
+    - ``intra_op_num_threads``: worker threads of each backend the session uses (0: the
+      backend's default). Native backends get it through their ``set_num_threads`` entry;
+      the CPU backend has one pool per process, so the setting is process-wide.
+    - ``graph_optimization_level``: see :class:`GraphOptimizationLevel`.
+    - ``enable_profiling`` / ``profile_file_prefix``: record a Chrome trace of every run;
+      :meth:`InferenceSession.end_profiling` writes ``<prefix>_<date>.json``.
+    - ``log_severity_level``: 0 verbose, 1 info, 2 warning (default), 3 error, 4 fatal, for
+      the session's messages (logger ``nnplug.session``).
+    - ``inter_op_num_threads``, ``execution_mode``, ``enable_cpu_mem_arena``,
+      ``enable_mem_pattern``, ``log_verbosity_level``: accepted for compatibility; nnplug runs
+      partitions in order and plans memory itself.
+    """
+
+    _defaults = {
+        "intra_op_num_threads": 0,
+        "inter_op_num_threads": 0,
+        "graph_optimization_level": GraphOptimizationLevel.ORT_ENABLE_ALL,
+        "enable_profiling": False,
+        "profile_file_prefix": "nnplug_profile",
+        "log_severity_level": 2,
+        "log_verbosity_level": 0,
+        "execution_mode": ExecutionMode.ORT_SEQUENTIAL,
+        "enable_cpu_mem_arena": True,
+        "enable_mem_pattern": True,
+        "optimized_model_filepath": "",
+        "logid": "",
+        "use_deterministic_compute": False,
+    }
+
+    def _check(self, name, value):
+        if name in ("intra_op_num_threads", "inter_op_num_threads", "log_verbosity_level"):
+            return _int_option("SessionOptions", name, value, 0)
+        if name == "log_severity_level":
+            return _int_option("SessionOptions", name, value, 0, 4)
+        if name == "graph_optimization_level":
+            optimization_of(value)
+            return value
+        if name == "optimized_model_filepath" and value:
+            raise OptionError("SessionOptions.optimized_model_filepath: nnplug does not write "
+                              "optimised models (its optimisations live in the backends' kernels)")
+        if name in ("enable_profiling", "enable_cpu_mem_arena", "enable_mem_pattern",
+                    "use_deterministic_compute"):
+            return bool(value)
+        if name in ("profile_file_prefix", "logid") and not isinstance(value, str):
+            raise ArgumentTypeError(f"SessionOptions.{name} must be a str, not {value!r}")
+        return value
+
+    def add_session_config_entry(self, key: str, value: str) -> None:
+        self._config[str(key)] = str(value)
+
+    def get_session_config_entry(self, key: str) -> str:
+        try:
+            return self._config[key]
+        except KeyError:
+            raise InvalidArgumentError(f"no session config entry {key!r}") from None
+
+
+class RunOptions(_Options):
+    """Options of one run: ``terminate`` (set it, from any thread, to stop runs using these
+    options between kernels with :class:`nnplug.RunTerminatedError`), ``run_tag`` (names the
+    run in errors and profiles; ``tag`` is the same), ``log_severity_level``."""
+
+    _defaults = {"terminate": False, "run_tag": "", "log_severity_level": 2,
+                 "log_verbosity_level": 0, "only_execute_path_to_fetches": False}
+
+    def _check(self, name, value):
+        if name == "log_severity_level":
+            return _int_option("RunOptions", name, value, 0, 4)
+        if name == "run_tag" and not isinstance(value, str):
+            raise ArgumentTypeError(f"RunOptions.run_tag must be a str, not {value!r}")
+        if name in ("terminate", "only_execute_path_to_fetches"):
+            return bool(value)
+        return value
+
+    @property
+    def tag(self) -> str:
+        return self._values["run_tag"]
+
+    @tag.setter
+    def tag(self, value: str) -> None:
+        self.run_tag = value
+
+    def __setattr__(self, name, value):
+        if name == "tag":
+            name = "run_tag"
+        super().__setattr__(name, value)
+
+    def add_run_config_entry(self, key: str, value: str) -> None:
+        self._config[str(key)] = str(value)
+
+    def get_run_config_entry(self, key: str) -> str:
+        try:
+            return self._config[key]
+        except KeyError:
+            raise InvalidArgumentError(f"no run config entry {key!r}") from None
+
+
+# -- model description ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class NodeArg:
+    """An input or output as onnxruntime describes it: ``shape`` holds ints, the names of
+    symbolic dimensions, and None for dimensions with neither; ``type`` is e.g.
+    ``"tensor(float)"``."""
+
+    name: str
+    type: str
+    shape: list = field(default_factory=list)
+
+    def __repr__(self):
+        return f"NodeArg(name={self.name!r}, type={self.type!r}, shape={self.shape!r})"
+
+
+@dataclass(frozen=True)
+class ModelMetadata:
+    producer_name: str
+    graph_name: str
+    domain: str
+    description: str
+    graph_description: str
+    version: int
+    custom_metadata_map: dict
+
+
+def type_string(tp: onnx.TypeProto) -> str:
+    """onnxruntime's name of an ONNX type: ``tensor(float)``, ``seq(tensor(int64))``, ..."""
+    which = tp.WhichOneof("value")
+    if which == "tensor_type":
+        elem = tp.tensor_type.elem_type
+        return f"tensor({onnx.TensorProto.DataType.Name(elem).lower()})" if elem else "tensor(undefined)"
+    if which == "sequence_type":
+        return f"seq({type_string(tp.sequence_type.elem_type)})"
+    if which == "map_type":
+        key = onnx.TensorProto.DataType.Name(tp.map_type.key_type).lower()
+        return f"map({key},{type_string(tp.map_type.value_type)})"
+    if which == "optional_type":
+        return f"optional({type_string(tp.optional_type.elem_type)})"
+    if which == "sparse_tensor_type":
+        return f"sparse_tensor({onnx.TensorProto.DataType.Name(tp.sparse_tensor_type.elem_type).lower()})"
+    return "unknown"
+
+
+def _node_arg(vi: onnx.ValueInfoProto) -> NodeArg:
+    shape = []
+    tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
+    if tt is not None and tt.HasField("shape"):
+        for d in tt.shape.dim:
+            shape.append(int(d.dim_value) if d.HasField("dim_value") else
+                         (d.dim_param if d.HasField("dim_param") and d.dim_param else None))
+    return NodeArg(vi.name, type_string(vi.type), shape)
+
+
+# -- providers -----------------------------------------------------------------------------------
+PROVIDER_DEVICE_TYPES = {
+    "CPUExecutionProvider": "cpu",
+    "CUDAExecutionProvider": "cuda",
+    "TensorrtExecutionProvider": "cuda",
+    "ROCMExecutionProvider": "rocm",
+    "MIGraphXExecutionProvider": "rocm",
+    "OpenCLExecutionProvider": "opencl",
+    "WebGpuExecutionProvider": "webgpu",
+    "VulkanExecutionProvider": "vulkan",
+}
+"""onnxruntime provider names nnplug maps, to the device type whose backends stand in."""
+
+_PREFERRED = {"cpu": ("cpu",), "opencl": ("opencl",)}
+"""Backend ids tried first for a device type (the best of its kind), then any other."""
+
+_runtime = None
+_runtime_lock = threading.Lock()
+
+
+def default_runtime():
+    """The Runtime sessions share when none is given (created on first use)."""
+    global _runtime
+    with _runtime_lock:
+        if _runtime is None:
+            from .runtime import Runtime
+
+            _runtime = Runtime()
+            atexit.register(_runtime.close)  # before interpreter teardown, not during it
+        return _runtime
+
+
+def get_available_providers(runtime=None) -> list[str]:
+    """The backend ids a session can use (every registered backend of the runtime)."""
+    return list((runtime or default_runtime()).backends)
+
+
+def resolve_providers(runtime, providers) -> tuple[list[str], dict[str, dict]]:
+    """Backend ids (in preference order) and per-backend options for ``providers``: a list
+    of backend ids / onnxruntime names, each optionally as ``(name, options)``."""
+    available = runtime.backends
+    if providers is None:
+        return list(runtime.options.backend_preference or available), {}
+    if isinstance(providers, str):
+        providers = [providers]
+    ids, options = [], {}
+    for p in providers:
+        opts = {}
+        if isinstance(p, tuple):
+            if len(p) != 2 or not isinstance(p[1], dict):
+                raise InvalidArgumentError(f"provider {p!r}: write it as (name, {{options}})")
+            p, opts = p
+        if not isinstance(p, str):
+            raise ArgumentTypeError(f"a provider is a backend id or an onnxruntime provider "
+                                    f"name, not {p!r}")
+        bid = _provider_backend(p, available)
+        if bid not in ids:
+            ids.append(bid)
+            if opts:
+                options[bid] = dict(opts)
+    if not ids:
+        raise InvalidArgumentError("providers is empty: name at least one backend, or pass None")
+    return ids, options
+
+
+def _provider_backend(name: str, available: dict) -> str:
+    installed = ", ".join(available) or "none"
+    if name in available:
+        return name
+    if name in PROVIDER_DEVICE_TYPES:
+        dtype = PROVIDER_DEVICE_TYPES[name]
+        matching = [bid for bid, info in available.items() if info.device_type == dtype]
+        for bid in _PREFERRED.get(dtype, ()):
+            if bid in matching:
+                return bid
+        if matching:
+            return matching[0]
+        pkg = KNOWN_BACKEND_PACKAGES.get(dtype)
+        hint = f"; install one with: pip install {pkg}" if pkg else ""
+        raise UnsupportedNodeError(
+            f"provider {name!r} maps to a {dtype} backend, but none is installed (installed "
+            f"backends: {installed}){hint}")
+    if name.endswith("ExecutionProvider"):
+        raise UnsupportedNodeError(
+            f"onnxruntime provider {name!r} has no nnplug equivalent; use one of the installed "
+            f"backends ({installed}) or one of the provider names nnplug maps: "
+            f"{', '.join(PROVIDER_DEVICE_TYPES)}")
+    pkg = KNOWN_BACKEND_PACKAGES.get(name)
+    hint = f"; install it with: pip install {pkg}" if pkg else ""
+    raise UnsupportedNodeError(f"backend {name!r} is not available (installed: {installed}){hint}")
+
+
+# -- threads -------------------------------------------------------------------------------------
+_thread_settings: dict[str, int] = {}  # backend id -> count the last session gave it
+_thread_lock = threading.Lock()
+
+
+def apply_threads(backends, num_threads: int) -> dict[str, str]:
+    """Give ``num_threads`` to every backend; {backend id: what happened} for the log."""
+    done = {}
+    for info in backends:
+        with _thread_lock:
+            before = _thread_settings.get(info.id)
+            try:
+                info.backend.set_num_threads(num_threads)
+            except NotImplementedError:
+                done[info.id] = "has no thread setting (kept its default)"
+                continue
+            _thread_settings[info.id] = num_threads
+        if before is not None and before != num_threads:
+            log.warning("backend %r has one thread pool per process: intra_op_num_threads=%d "
+                        "replaces %d set by an earlier session", info.id, num_threads, before)
+        done[info.id] = f"{num_threads} thread(s)"
+    return done
+
+
+_SEVERITY = {0: logging.DEBUG, 1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR,
+             4: logging.CRITICAL}
+
+
+def _set_log_level(severity: int) -> None:
+    log.setLevel(_SEVERITY[severity])
+    if severity < 2 and not log.handlers:  # make info/verbose messages visible by default
+        log.addHandler(logging.StreamHandler())
+
+
+# -- the session ---------------------------------------------------------------------------------
+class InferenceSession:
+    """onnxruntime's ``InferenceSession`` on nnplug backends.
+
+    ``path_or_bytes``: a model path, its bytes, or an ``onnx.ModelProto``. ``providers``:
+    backend ids or onnxruntime provider names (see :func:`resolve_providers`); None: every
+    installed backend in the runtime's order. ``runtime``: the :class:`nnplug.Runtime` to use
+    (default: one shared by all sessions). Thread-safe: ``run`` may be called from many threads.
+    """
+
+    def __init__(self, path_or_bytes, sess_options: SessionOptions | None = None,
+                 providers=None, provider_options=None, *, runtime=None, **kwargs):
+        if kwargs:
+            raise InvalidArgumentError(
+                f"InferenceSession got unknown argument(s) {', '.join(sorted(kwargs))}")
+        if sess_options is not None and not isinstance(sess_options, SessionOptions):
+            raise ArgumentTypeError(f"sess_options must be a nnplug.SessionOptions, not "
+                                    f"{type(sess_options).__name__}")
+        self._options = sess_options or SessionOptions()
+        self._runtime = runtime or default_runtime()
+        self._source = path_or_bytes
+        self._lock = threading.Lock()
+        self._net = None
+        self._profiler = None
+        so = self._options
+        _set_log_level(so.log_severity_level)
+        if so.inter_op_num_threads or so.execution_mode == ExecutionMode.ORT_PARALLEL:
+            log.info("inter_op_num_threads / ORT_PARALLEL have no effect: nnplug runs the "
+                     "partitions of a network in order")
+        if so.enable_profiling:
+            self._profiler = Profiler()
+        self._proto = read_model(path_or_bytes)
+        self._load(providers, provider_options)
+
+    def _load(self, providers, provider_options) -> None:
+        ids, options = resolve_providers(self._runtime, providers)
+        if provider_options is not None:
+            if len(provider_options) != len(ids):
+                raise InvalidArgumentError(
+                    f"provider_options has {len(provider_options)} entries for {len(ids)} "
+                    f"provider(s); give one dict per provider")
+            for bid, opts in zip(ids, provider_options):
+                if opts:
+                    options[bid] = dict(opts)
+        chosen = [self._runtime.backends[b] for b in ids if b in self._runtime.backends]
+        threads = self._options.intra_op_num_threads
+        if threads:  # before loading: backends size per-thread scratch when they plan
+            for bid, what in apply_threads(chosen, threads).items():
+                log.info("backend %r: %s", bid, what)
+        targets = {bid: {"kind": self._runtime.backends[bid].backend.target_kind_name, **opts}
+                   for bid, opts in options.items()}
+        t0 = time.perf_counter_ns()
+        net = self._runtime.load(self._proto, backends=ids, targets=targets or None,
+                                 optimization=optimization_of(
+                                     self._options.graph_optimization_level))
+        if self._profiler is not None:
+            self._profiler.op_types.update(net.op_types)
+            self._profiler.add("model_loading", "session", t0, time.perf_counter_ns(),
+                               {"backends": ids, "optimization": net.optimization})
+        log.info("loaded %r on %s in %.1f ms", net.name, ", ".join(ids),
+                 (time.perf_counter_ns() - t0) / 1e6)
+        old, self._net = self._net, net
+        self._providers = ids
+        self._provider_options = {b: options.get(b, {}) for b in ids}
+        if old is not None:
+            old.close()
+
+    # -- description ----------------------------------------------------------------------------
+    def _graph_args(self, values, names) -> list[NodeArg]:
+        by_name = {vi.name: vi for vi in values}
+        return [_node_arg(by_name[n]) if n in by_name else NodeArg(n, "unknown", [])
+                for n in names]
+
+    def get_inputs(self) -> list[NodeArg]:
+        return self._graph_args(self._proto.graph.input, [v.name for v in self._net.inputs])
+
+    def get_outputs(self) -> list[NodeArg]:
+        """As declared, with dimensions the model leaves open filled in by shape inference
+        (as onnxruntime does)."""
+        args = []
+        for arg, info in zip(self._graph_args(self._proto.graph.output,
+                                              [v.name for v in self._net.outputs]),
+                             self._net.outputs):
+            inferred = list(info.shape) if info.shape is not None else None
+            if inferred is not None and not arg.shape:
+                arg = NodeArg(arg.name, arg.type, inferred)
+            elif inferred is not None and len(inferred) == len(arg.shape):
+                arg = NodeArg(arg.name, arg.type,
+                              [d if d is not None else i for d, i in zip(arg.shape, inferred)])
+            args.append(arg)
+        return args
+
+    def get_overridable_initializers(self) -> list[NodeArg]:
+        return []  # nnplug folds initializers into its kernels; they cannot be fed
+
+    def get_modelmeta(self) -> ModelMetadata:
+        m = self._proto
+        return ModelMetadata(m.producer_name, m.graph.name, m.domain, m.doc_string,
+                             m.graph.doc_string, int(m.model_version),
+                             {p.key: p.value for p in m.metadata_props})
+
+    def get_providers(self) -> list[str]:
+        """The backend ids the session runs on, in preference order."""
+        return list(self._providers)
+
+    def get_provider_options(self) -> dict[str, dict]:
+        return {b: dict(o) for b, o in self._provider_options.items()}
+
+    def get_session_options(self) -> SessionOptions:
+        return self._options
+
+    def set_providers(self, providers=None, provider_options=None) -> None:
+        """Reload the model on other backends."""
+        self._load(providers, provider_options)
+
+    @property
+    def network(self):
+        """The :class:`nnplug.Network` behind the session (placement, ``run_many``...)."""
+        return self._net
+
+    # -- running --------------------------------------------------------------------------------
+    def _context(self, run_options: RunOptions | None):
+        if run_options is not None and not isinstance(run_options, RunOptions):
+            raise ArgumentTypeError(f"run_options must be a nnplug.RunOptions, not "
+                                    f"{type(run_options).__name__}")
+        prof = self._profiler
+        if prof is None and run_options is None:
+            return None
+        terminated = (lambda: run_options.terminate) if run_options is not None else None
+        return RunContext(prof, terminated, run_options.run_tag if run_options else "")
+
+    def _output_names(self, output_names) -> list[str] | None:
+        if output_names is None:
+            return None
+        if isinstance(output_names, str):
+            raise ArgumentTypeError(f"output_names is a list of names, not the str "
+                                    f"{output_names!r}; write [{output_names!r}]")
+        return list(output_names)
+
+    def _run(self, fn, ctx, *args):
+        if ctx is None:
+            return fn(*args)
+        ctx.check("the first node")
+        with running(ctx):
+            if ctx.profiler is None:
+                return fn(*args)
+            t0 = time.perf_counter_ns()
+            try:
+                return fn(*args)
+            finally:
+                ctx.profiler.add("model_run", "run", t0, time.perf_counter_ns(),
+                                 {"tag": ctx.tag} if ctx.tag else {})
+
+    def run(self, output_names, input_feed: dict, run_options: RunOptions | None = None) -> list:
+        """Run the model: a list of numpy arrays, one per name in ``output_names`` (None:
+        every output, in the model's order)."""
+        ctx = self._context(run_options)
+        names = self._output_names(output_names)
+        result = self._run(self._net.run, ctx, input_feed, names)
+        return [result[n] for n in (names or [o.name for o in self._net.outputs])]
+
+    def run_async(self, output_names, input_feed: dict, callback=None, user_data=None,
+                  run_options: RunOptions | None = None):
+        """Start a run on a worker thread. onnxruntime's form: ``callback(outputs, user_data,
+        error_text)`` is called when it ends. Returns a ``concurrent.futures.Future`` of the
+        output list as well."""
+        from .batching import _executor
+
+        future = _executor().submit(self.run, output_names, input_feed, run_options)
+        if callback is not None:
+            def done(f):
+                err = f.exception()
+                callback(None if err else f.result(), user_data, "" if err is None else str(err))
+
+            future.add_done_callback(done)
+        return future
+
+    def io_binding(self) -> IOBinding:
+        return IOBinding(self)
+
+    def run_with_iobinding(self, iobinding: IOBinding, run_options: RunOptions | None = None):
+        if not isinstance(iobinding, IOBinding) or iobinding._session is not self:
+            raise ArgumentTypeError("run_with_iobinding takes an IOBinding from this session's "
+                                    "io_binding()")
+        ctx = self._context(run_options) or RunContext()
+        feeds = [v for v in iobinding._inputs.values() if isinstance(v, np.ndarray)]
+        ctx.outputs = {n: b for n, (_, b) in iobinding._outputs.items()  # never alias a feed
+                       if isinstance(b, np.ndarray) and
+                       not any(np.may_share_memory(b, f) for f in feeds)}
+        names = list(iobinding._outputs) or [o.name for o in self._net.outputs]
+        tensors = self._run(self._net.run_tensors, ctx, dict(iobinding._inputs), names)
+        iobinding._store(tensors)
+
+    def end_profiling(self) -> str:
+        """Stop profiling and write the trace: its file name ("" when profiling is off)."""
+        with self._lock:
+            prof, self._profiler = self._profiler, None
+        if prof is None:
+            return ""
+        stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+        path = f"{self._options.profile_file_prefix}_{stamp}.json"
+        return prof.write(path)
+
+    def get_profiling_start_time_ns(self) -> int:
+        prof = self._profiler
+        return prof.start_ns if prof is not None else 0
+
+    def close(self) -> None:
+        if self._net is not None:
+            self._net.close()
+
+    def __enter__(self) -> InferenceSession:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self):
+        return f"<nnplug.InferenceSession {self._net.name!r} providers={self._providers}>"
+
+
+# -- IO binding ----------------------------------------------------------------------------------
+class IOBinding:
+    """Inputs and outputs bound ahead of a run (onnxruntime's ``IOBinding``).
+
+    ``bind_input(name, value)``: an array, a Tensor (one already on a backend's device is
+    used there without a copy) or any DLPack object. ``bind_output(name)``: the output stays
+    where its backend made it (a Tensor, exportable with DLPack); with ``device_type`` it is
+    moved there; with ``buffer`` (a numpy array or a Tensor of the right shape and dtype)
+    the result is written into it.
+    """
+
+    def __init__(self, session: InferenceSession):
+        self._session = session
+        self._inputs: dict = {}
+        self._outputs: dict[str, tuple] = {}
+        self._results: list[Tensor] | None = None
+
+    def bind_input(self, name: str, value, *rest) -> None:
+        if rest:
+            raise InvalidArgumentError(
+                "bind_input(name, value): nnplug binds arrays, Tensors or DLPack objects, not "
+                "raw (device, type, shape, pointer) descriptions")
+        self._inputs[name] = value
+
+    bind_cpu_input = bind_input
+
+    def bind_output(self, name: str, device_type: str | None = None, device_id: int = 0,
+                    buffer=None) -> None:
+        known = [o.name for o in self._session._net.outputs]
+        if name not in known:
+            raise InputError(f"bind_output: {name!r} is not an output of the model; its "
+                             f"outputs: {', '.join(known)}")
+        dev = None if device_type is None else parse_device(device_type, device_id)
+        if buffer is not None and not isinstance(buffer, (np.ndarray, Tensor)):
+            raise ArgumentTypeError(f"bind_output({name!r}): buffer must be a numpy array or "
+                                    f"an nnplug Tensor, not {type(buffer).__name__}")
+        if isinstance(buffer, np.ndarray) and not (buffer.flags.c_contiguous and
+                                                   buffer.flags.writeable):
+            raise InvalidArgumentError(f"bind_output({name!r}): the buffer must be a writable, "
+                                       f"C-contiguous array")
+        self._outputs[name] = (dev, buffer)
+
+    def clear_binding_inputs(self) -> None:
+        self._inputs.clear()
+
+    def clear_binding_outputs(self) -> None:
+        self._outputs.clear()
+        self._results = None
+
+    def synchronize_inputs(self) -> None:
+        """Nothing to wait for: nnplug copies (or not) inside the run."""
+
+    def synchronize_outputs(self) -> None:
+        """Nothing to wait for: outputs are complete when the run returns."""
+
+    def _store(self, tensors: dict) -> None:
+        results = []
+        for name, t in tensors.items():
+            dev, buffer = self._outputs.get(name, (None, None))
+            if buffer is not None:
+                t = _write_into(name, t, buffer)
+            elif dev is not None:
+                t = t.to(dev)
+            results.append(t)
+        self._results = results
+
+    def get_outputs(self) -> list[Tensor]:
+        """The outputs of the last run, as Tensors (``.numpy()``, DLPack)."""
+        if self._results is None:
+            raise NnplugError("no outputs yet: call session.run_with_iobinding(binding) first")
+        return list(self._results)
+
+    def copy_outputs_to_cpu(self) -> list[np.ndarray]:
+        return [t.numpy() for t in self.get_outputs()]
+
+
+def _write_into(name: str, t: Tensor, buffer) -> Tensor:
+    shape, dtype = tuple(buffer.shape), np.dtype(buffer.dtype)
+    if shape != t.shape or dtype != t.dtype:
+        raise InputError(f"output {name!r} is {t.dtype} {list(t.shape)}, but the buffer bound "
+                         f"to it is {dtype} {list(shape)}")
+    if isinstance(buffer, np.ndarray):
+        if not (t.is_host and t.handle is buffer):  # the backend did not write it in place
+            np.copyto(buffer, t.numpy())
+        return Tensor.from_numpy(buffer)
+    if buffer.is_host:
+        np.copyto(buffer.handle, t.numpy())
+    elif t.nbytes:
+        src_dev = t.device if not t.is_host and t.api is buffer.api else CPU
+        src = t.handle if src_dev != CPU else t.numpy()
+        buffer.api.copy_data_from_to(src, t.byte_offset if src_dev != CPU else 0,
+                                     buffer.handle, buffer.byte_offset, t.nbytes, src_dev,
+                                     buffer.device)
+    return buffer
+
+
+__all__ = ["ExecutionMode", "GraphOptimizationLevel", "IOBinding", "InferenceSession",
+           "ModelMetadata", "NodeArg", "RunOptions", "SessionOptions", "default_runtime",
+           "get_available_providers", "optimization_of", "resolve_providers"]

@@ -1,0 +1,65 @@
+"""The loader accepts what onnxruntime accepts: findings only the strict ONNX checker makes
+are warnings; a model that is really invalid is one clear error naming node and field."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from numpy_backend import NumpyBackend, make_runtime
+from onnx import TensorProto as T
+from onnx import helper as h
+
+import nnplug
+
+
+def _relu(outputs, inputs=None, **attrs):
+    inputs = inputs or [h.make_tensor_value_info("x", T.FLOAT, [2, 3])]
+    g = h.make_graph([h.make_node("Relu", ["x"], ["y"], name="act", **attrs)], "g", inputs,
+                     outputs)
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("output", [
+    h.make_tensor_value_info("y", T.FLOAT, None),  # type without shape
+    h.make_value_info("y", onnx.TypeProto()),  # no type at all
+], ids=["no-shape", "no-type"])
+def test_output_the_strict_checker_refuses_loads_with_a_warning(output):
+    model = _relu([output])
+    with pytest.raises(onnx.checker.ValidationError):
+        onnx.checker.check_model(model)
+    x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    with make_runtime(NumpyBackend()) as rt:
+        with pytest.warns(nnplug.ModelWarning, match="onnxruntime accepts it"):
+            net = rt.load(model)
+        with net:
+            np.testing.assert_array_equal(net.run({"x": x})["y"], want)
+
+
+def test_a_valid_model_loads_without_warnings():
+    model = _relu([h.make_tensor_value_info("y", T.FLOAT, [2, 3])])
+    with make_runtime(NumpyBackend()) as rt, warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rt.load(model).close()
+
+
+def test_a_real_finding_behind_a_lenient_one_is_still_an_error_naming_the_node():
+    model = _relu([h.make_tensor_value_info("y", T.FLOAT, None)], foo=1)
+    with make_runtime(NumpyBackend()) as rt:
+        with pytest.raises(nnplug.ModelError,
+                           match=r"Unrecognized attribute: foo for operator Relu \(node 'act', "
+                                 r"op Relu\)"):
+            rt.load(model)
+
+
+def test_warnings_can_be_made_errors_for_a_strict_load():
+    model = _relu([h.make_tensor_value_info("y", T.FLOAT, None)])
+    with make_runtime(NumpyBackend()) as rt, warnings.catch_warnings():
+        warnings.simplefilter("error", nnplug.ModelWarning)
+        with pytest.raises(nnplug.ModelWarning):
+            rt.load(model)
