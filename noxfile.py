@@ -545,7 +545,8 @@ def differential(session: nox.Session) -> None:
 def fuzz(session: nox.Session) -> None:
     """Proof: a few hundred seeded mutations of zoo models and node cases, each in a child
     process; a signal, a hang or a non-nnplug exception fails it (tools/fuzz.py; arguments
-    go to it, e.g. ``-- --seed 7 --count 1000``). Bounded in time (240 s by default)."""
+    go to it, e.g. ``-- --seed 7 --count 1000``). Bounded in time (240 s by default), so
+    ``ci`` runs it."""
     install_wheels(session, [PACKAGES[p] for p in PLUGINS], extras={CORE: "test"})
     with outside_the_repo(session):
         session.run("python", os.path.join(ROOT, "tools", "fuzz.py"), *session.posargs)
@@ -554,7 +555,7 @@ def fuzz(session: nox.Session) -> None:
 @nox.session(python=False)
 def ci(session: nox.Session) -> None:
     """What CI runs: lint, every package's tests on 3.11, wheels, isolation, conformance,
-    the whole node suite per backend, sanitize, docs.
+    the whole node suite per backend, sanitize, fuzz, docs.
 
     Queues those sessions; the full Python matrix is ``nox`` (or ``nox -s tests wheels``)."""
     session.notify("lint")
@@ -568,6 +569,7 @@ def ci(session: nox.Session) -> None:
     for name in NODESUITE:
         session.notify(f"nodesuite(backend={name!r})")
     session.notify("sanitize")
+    session.notify("fuzz")  # bounded: 300 mutations or 240 s
     session.notify("docs")
 
 

@@ -269,7 +269,7 @@ def main(argv=None) -> int:
             break
         res = in_child(data, backends, args.seed + i)
         done += 1
-        key = res["outcome"].split(":")[0]
+        key = res["outcome"]  # "ok", "refused: ModelError", ..., or a finding
         outcomes[key] = outcomes.get(key, 0) + 1
         if res["outcome"] in ("exception", "signal", "hang"):
             findings.append({"index": i, "seed_model": name, "mutation": what, **res})

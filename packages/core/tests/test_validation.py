@@ -40,8 +40,10 @@ def one_node(op, inputs, attrs=None, *, outputs=("y",), opset=17, name="bad_node
     opsets = [helper.make_opsetid("", opset)]
     probe = helper.make_model(helper.make_graph([node], "g", graph_inputs, [], inits),
                               opset_imports=opsets)
-    try:
-        inferred = {v.name: v for v in onnx.shape_inference.infer_shapes(probe).graph.value_info}
+    huge = any(isinstance(v, int) and abs(v) > 2**16 for v in (attrs or {}).values())
+    try:  # (ONNX's inference itself crashes on some huge axes: not asked then)
+        inferred = {} if huge else {
+            v.name: v for v in onnx.shape_inference.infer_shapes(probe).graph.value_info}
     except Exception:
         inferred = {}
     outs = [inferred[o] if o in inferred and inferred[o].type.tensor_type.HasField("shape")
@@ -98,7 +100,6 @@ INVALID = {
     "unsqueeze_axis_repeated": (
         one_node("Unsqueeze", [("a", [2, 3]), ("axes", i64(1, 1))]), ["Axis 1"]),
     "lrn_size_zero": (one_node("LRN", [X4], {"size": 0}), ["size"]),
-    "lrn_size_even": (one_node("LRN", [X4], {"size": 4}), ["size"]),
     "lrn_size_huge": (one_node("LRN", [X4], {"size": 10**9 + 1}), ["size"]),
     "reducesum_keepdims_2": (one_node("ReduceSum", [X4], {"keepdims": 2}), ["keepdims"]),
     "argmax_keepdims_5": (
@@ -138,6 +139,12 @@ INVALID = {
     "relu_on_strings": (
         one_node("Relu", [("a", [2, 3], TensorProto.STRING)]), ["string"]),
     "opset_10000": (one_node("Relu", [("a", [2, 3])], opset=10000), ["10000", "opset"]),
+    # found by tools/fuzz.py: onnx's own shape inference segfaults on this axis
+    "layernorm_axis_beyond_int32": (
+        one_node("LayerNormalization", [X4, ("s", w(5)), ("b", w(5))], {"axis": 2**31}),
+        ["axis", str(2**31)]),
+    "softmax_axis_int64_min": (
+        one_node("Softmax", [("a", [2, 3])], {"axis": -(2**63)}), ["axis"]),
 }
 
 # Cases the error cannot name a node for (the model as a whole is at fault).

@@ -13,6 +13,7 @@ from . import ml_types
 from .checking import check_model
 from .errors import ModelError
 from .graph import Node, SubGraph, ValueInfo, attribute_value
+from .validate import check_before_inference
 
 
 @dataclass
@@ -90,6 +91,7 @@ def value_info(vi: onnx.ValueInfoProto) -> ValueInfo:
 
 
 def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
+    check_before_inference(model)  # values ONNX's inference itself would crash on
     try:
         return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False,
                                                  data_prop=True)

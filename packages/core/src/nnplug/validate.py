@@ -76,6 +76,32 @@ def known_opsets() -> dict[str, int]:
     return newest
 
 
+# Attributes naming axes. ONNX's own inference reads some as 32-bit ints and dies on larger
+# values (onnx 1.23: LayerNormalization axis=2**31 segfaults), so they are checked first.
+AXIS_ATTRIBUTES = {"axis", "axes", "perm", "batch_axis", "time_axis"}
+MAX_AXIS = 1 << 16
+"""No tensor has this many dimensions: an axis beyond it is refused before ONNX sees it."""
+
+
+def check_before_inference(proto: onnx.ModelProto) -> None:
+    """What must be refused before ONNX's shape inference runs on ``proto``'s graph."""
+    for i, n in enumerate(proto.graph.node):
+        for a in n.attribute:
+            if a.name not in AXIS_ATTRIBUTES:
+                continue
+            values = [a.i] if a.type == onnx.AttributeProto.INT else \
+                list(a.ints) if a.type == onnx.AttributeProto.INTS else []
+            bad = [v for v in values if abs(v) > MAX_AXIS]
+            if bad:
+                name = n.name or f"{n.op_type}_{i}"
+                domain = n.domain or "ai.onnx"
+                raise ValidationError(
+                    f"invalid node {name!r} (op {n.op_type}, domain {domain}): attribute "
+                    f"{a.name!r}: {bad[0]} is beyond any tensor's rank. Fix: use an axis "
+                    f"in [-rank, rank-1] of the input (spec: {spec_link(n.op_type, n.domain)})",
+                    node=name, op_type=n.op_type, field=a.name)
+
+
 def validate(model, custom_ops: dict | None = None) -> None:
     """Check every node of ``model`` (a :class:`nnplug.loader.Model`); raises
     :class:`ValidationError` on the first invalid one."""
@@ -368,10 +394,11 @@ def _non_empty_spatial(r: NodeRules) -> None:
 
 def _lrn(r: NodeRules) -> None:
     size = r.attr("size")
-    if isinstance(size, int) and (size < 1 or size % 2 == 0):
-        r.fail(f"is {size}; it must be a positive odd number (the window is centred on "
-               f"each channel; onnxruntime requires the same)",
-               "use an odd size such as 3 or 5", attribute="size")
+    # even sizes are valid (the spec's window is asymmetric then), though onnxruntime
+    # refuses them
+    if isinstance(size, int) and size < 1:
+        r.fail(f"is {size}; it must be at least 1", "use a positive size such as 3 or 5",
+               attribute="size")
     x = r.shape(0)
     if isinstance(size, int) and x is not None and len(x) >= 2 and x[1] is not None \
             and size > 2 * x[1] + 1 and size > 2 ** 16:
@@ -513,4 +540,4 @@ RULES: dict[str, list[Callable[[NodeRules], None]]] = {
 }
 """Checks per op type beyond ONNX's own inference; each raises through ``NodeRules.fail``."""
 
-__all__ = ["validate", "known_opsets", "ValidationError", "BOOLEAN_ATTRIBUTES", "RULES"]
+__all__ = ["validate", "check_before_inference", "known_opsets", "ValidationError", "BOOLEAN_ATTRIBUTES", "RULES"]
