@@ -34,15 +34,20 @@ class Model:
     ir_version: int = onnx.IR_VERSION
 
 
-def read_model(model) -> onnx.ModelProto:
-    """A ModelProto from a path, bytes or ModelProto, with clear errors."""
+def read_model(model, external_data_dir: str | os.PathLike | None = None) -> onnx.ModelProto:
+    """A ModelProto from a path, bytes or ModelProto, with clear errors.
+
+    Tensors stored outside the model (external data) are read from the model file's folder
+    for a path, and from ``external_data_dir`` for bytes or a ModelProto (which know no
+    folder of their own)."""
     if isinstance(model, onnx.ModelProto):
-        return model
+        return _with_external_data(model, external_data_dir, "the ModelProto")
     if isinstance(model, (bytes, bytearray, memoryview)):
         try:
-            return onnx.load_from_string(bytes(model))
+            proto = onnx.load_from_string(bytes(model))
         except Exception as e:
             raise ModelError(f"the model bytes are not a valid ONNX model: {e}") from None
+        return _with_external_data(proto, external_data_dir, "the model bytes")
     if isinstance(model, (str, os.PathLike)):
         path = os.fspath(model)
         if not os.path.exists(path):
@@ -56,6 +61,39 @@ def read_model(model) -> onnx.ModelProto:
     raise ModelError(
         f"a model is a path, bytes or onnx.ModelProto, not {type(model).__name__}"
     )
+
+
+def _external_tensors(proto: onnx.ModelProto) -> list[str]:
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data
+
+    return [t.name for t in _get_all_tensors(proto) if uses_external_data(t)]
+
+
+def _with_external_data(proto: onnx.ModelProto, folder, what: str) -> onnx.ModelProto:
+    """``proto`` with its external tensors read from ``folder`` (a copy: the caller's
+    ModelProto is left as it was)."""
+    names = _external_tensors(proto)
+    if not names:
+        return proto
+    if folder is None:
+        raise ModelError(
+            f"{what} keep {len(names)} tensor(s) in external data files (e.g. {names[0]!r}), "
+            f"and bytes or a ModelProto have no folder to find them in. Fix: pass the folder "
+            f"that holds those files (external_data_dir=... in Runtime.load, or the session "
+            f"config entry 'session.model_external_initializers_file_folder_path'), or load "
+            f"the model from its path")
+    folder = os.fspath(folder)
+    if not os.path.isdir(folder):
+        raise ModelError(f"external_data_dir {folder!r} is not a folder")
+    from onnx.external_data_helper import load_external_data_for_model
+
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    try:
+        load_external_data_for_model(copy, folder)
+    except Exception as e:
+        raise ModelError(f"cannot read the external data of {what} from {folder!r}: {e}") from None
+    return copy
 
 
 def _dims(type_proto: onnx.TypeProto):
@@ -114,10 +152,10 @@ def _collect_values(model: onnx.ModelProto) -> dict[str, ValueInfo]:
     return values
 
 
-def load(model, custom_ops: dict | None = None) -> Model:
+def load(model, custom_ops: dict | None = None, external_data_dir=None) -> Model:
     """Read, check and shape-infer ``model``. ``custom_ops`` (op_type -> CustomOp) supply
-    ``shape_infer`` for the nodes ONNX cannot infer."""
-    proto = read_model(model)
+    ``shape_infer`` for the nodes ONNX cannot infer; ``external_data_dir``: see read_model."""
+    proto = read_model(model, external_data_dir)
     custom_ops = custom_ops or {}
     if proto.graph.ByteSize() == 0 and not proto.graph.node:
         raise ModelError("the model has an empty graph")

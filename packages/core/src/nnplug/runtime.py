@@ -292,13 +292,15 @@ class Runtime:
     # -- loading networks -----------------------------------------------------------------
     def load(self, model, backends: list[str] | None = None,
              targets: dict[str, str | dict | Target] | None = None, *,
-             optimization: str = "all") -> Network:
+             optimization: str = "all", external_data_dir=None) -> Network:
         """Load, check, assign and compile ``model`` (path, bytes or onnx.ModelProto).
 
         ``backends``: preference order (default: the creation options' order, else all
         registered backends). ``targets``: backend id -> Target (or JSON/dict) to compile for.
         ``optimization``: ``"all"`` (fold constant subgraphs, let backends fuse nodes),
         ``"basic"`` (fold only: every node is its own kernel) or ``"disable"`` (neither).
+        ``external_data_dir``: the folder of the model's external data files when ``model``
+        is bytes or a ModelProto (a path finds them beside the model file).
         """
         if optimization not in OPTIMIZATION_LEVELS:
             raise InvalidArgumentError(
@@ -308,7 +310,7 @@ class Runtime:
         chosen = self._choose_backends(backends)
         with self._lock:
             ops = dict(self._ops)
-        m = load(model, ops)
+        m = load(model, ops, external_data_dir)
         validate(m, ops)  # before any backend sees a node
         return Network(self, m, chosen, ops, targets or {}, optimization=optimization)
 

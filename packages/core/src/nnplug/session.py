@@ -58,6 +58,10 @@ class ExecutionMode(enum.IntEnum):
     ORT_PARALLEL = 1
 
 
+EXTERNAL_DATA_FOLDER = "session.model_external_initializers_file_folder_path"
+"""Session config entry (onnxruntime's name): where the external data files of a model given
+as bytes are."""
+
 _LEVEL_NAMES = {"disable": "disable", "disable_all": "disable", "basic": "basic",
                 "enable_basic": "basic", "extended": "all", "enable_extended": "all",
                 "layout": "all", "enable_layout": "all", "all": "all", "enable_all": "all"}
@@ -433,7 +437,8 @@ class InferenceSession:
                      "partitions of a network in order")
         if so.enable_profiling:
             self._profiler = Profiler()
-        self._proto = read_model(path_or_bytes)
+        # onnxruntime's config entry for the folder of external data when the model is bytes
+        self._proto = read_model(path_or_bytes, so._config_entries().get(EXTERNAL_DATA_FOLDER))
         self._load(providers, provider_options)
 
     def _load(self, providers, provider_options) -> None:
