@@ -530,13 +530,18 @@ def nodesuite(session: nox.Session, backend: str) -> None:
                     f"--markdown={report}", *session.posargs)
 
 
+def _backend_packages() -> list[Package]:
+    """The packages that provide backends (what the proof sessions run models on)."""
+    return [PACKAGES[p] for p in PLUGINS if PACKAGES[p].backend_ids]
+
+
 @nox.session(python=CI_PYTHON)
 def differential(session: nox.Session) -> None:
     """Proof: every zoo model (shipped and random weights), the repository's .onnx files and
     ONNX's node suite against onnxruntime, under OPENBLAS_CORETYPE unset/Haswell/Zen/SkylakeX
     and 1 and 2 backend threads (tools/differential.py; arguments go to it). Not in ``ci``:
     it takes far longer than CI's budget allows."""
-    install_wheels(session, [PACKAGES[p] for p in PLUGINS], extras={CORE: "test"})
+    install_wheels(session, _backend_packages(), extras={CORE: "test"})
     with outside_the_repo(session):
         session.run("python", os.path.join(ROOT, "tools", "differential.py"), *session.posargs)
 
@@ -547,7 +552,7 @@ def fuzz(session: nox.Session) -> None:
     process; a signal, a hang or a non-nnplug exception fails it (tools/fuzz.py; arguments
     go to it, e.g. ``-- --seed 7 --count 1000``). Bounded in time (240 s by default), so
     ``ci`` runs it."""
-    install_wheels(session, [PACKAGES[p] for p in PLUGINS], extras={CORE: "test"})
+    install_wheels(session, _backend_packages(), extras={CORE: "test"})
     with outside_the_repo(session):
         session.run("python", os.path.join(ROOT, "tools", "fuzz.py"), *session.posargs)
 
