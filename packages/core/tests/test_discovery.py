@@ -1,6 +1,7 @@
 """Entry-point discovery against real distributions installed into a temporary path."""
 
 import logging
+import re
 import textwrap
 
 import numpy as np
@@ -46,7 +47,9 @@ def register(rt):
 
 def install_dist(root, name, entry_points: dict[str, list[str]], modules: dict[str, str]):
     """Write a real (metadata-only) installed distribution under ``root``."""
-    info = root / f"{name}-1.0.dist-info"
+    # the folder name as installers write it (normalised, '-' -> '_'): importlib.metadata
+    # finds a distribution by that name, not by the Name inside METADATA
+    info = root / f"{re.sub(r'[-_.]+', '_', name).lower()}-1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
     lines = []
