@@ -82,7 +82,9 @@ class ReferenceCPUBackend(Backend):
         def run(tensors):
             feeds = {n: t.numpy() for n, t in zip(inputs, tensors)}
             res = ref.run(outputs, feeds)
-            return [Tensor.from_numpy(np.ascontiguousarray(r)) for r in res]
+            # np.ascontiguousarray would make a 0-d result 1-d (it returns ndim >= 1), and the
+            # host checks every shape a backend returns against the model's
+            return [Tensor.from_numpy(np.array(r, order="C")) for r in res]
 
         return Module({"run": run})
 

@@ -224,7 +224,8 @@ F32, F64 = TensorProto.FLOAT, TensorProto.DOUBLE
 
 
 @pytest.mark.parametrize("op,attrs,opset,feeds,outs", [
-    ("Gelu", {"approximate": "erf"}, 20, {"x": np.ones((2, 2), np.float32)}, [(F32, (2, 2))]),
+    # (Gelu's approximate='erf' is not a value the spec allows: the core's validation refuses
+    # the model before any backend sees it, test_validation.py)
     ("Exp", {}, 13, {"x": np.ones((2, 2), np.float64)}, [(F64, (2, 2))]),
     ("Pow", {}, 13, {"x": np.ones((2, 2), np.float32), "e": np.array(2, np.int64)},
      [(F32, (2, 2))]),
