@@ -136,7 +136,10 @@ def test_a_model_that_cannot_load_on_the_workers_fails_the_job_with_nnplugs_erro
     err = nnplug_ray.nnplug_error(info.value)
     assert isinstance(err, nnplug.UnsupportedNodeError), info.value
     assert "backend 'cpu' is not available (installed: none)" in str(err)
-    assert "pip install nnplug-backend-cpu" in str(err) and "pid " in str(err)
+    # the package is installed there, its entry point disabled: the error says so (and which
+    # setting did it), naming the worker
+    assert "nnplug-backend-cpu is installed but its entry point is disabled" in str(err)
+    assert "NNPLUG_DISABLE_PLUGINS" in str(err) and "pid " in str(err)
 
 
 def test_a_bad_batch_fails_the_job_with_nnplugs_error_naming_the_column(cluster, x):
