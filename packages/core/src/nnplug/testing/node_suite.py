@@ -32,58 +32,9 @@ HANG_S = 120.0
 # Failures known today, per backend preference (--backends): case name -> why, and who fixes
 # it. They are counted and listed but do not fail the run; a listed case that passes is
 # reported so its entry goes. A wrong answer belongs here only until the backend declines it.
-_OPENCL_HOST_VALUE = (
-    "backend-opencl claims a Reshape/ConstantOfShape whose shape input it must read on the host, "
-    "then refuses at build time because that input is computed on the device in the same "
-    "partition (Shape -> ... -> Concat inside an expanded function body). The backend must "
-    "decline such nodes (or compute the shape on the host) so they fall back to the CPU.")
-KNOWN_FAILURES: dict[str, dict[str, str]] = {
-    "opencl,cpu": {name: _OPENCL_HOST_VALUE for name in (
-        "test_causal_conv_with_state_b1_c1_degenerate",
-        "test_causal_conv_with_state_b1_c1_degenerate_expanded",
-        "test_causal_conv_with_state_basic", "test_causal_conv_with_state_basic_expanded",
-        "test_causal_conv_with_state_kernel_size_one",
-        "test_causal_conv_with_state_kernel_size_one_expanded",
-        "test_causal_conv_with_state_short_input_no_past_state",
-        "test_causal_conv_with_state_short_input_no_past_state_expanded",
-        "test_causal_conv_with_state_silu", "test_causal_conv_with_state_silu_expanded",
-        "test_causal_conv_with_state_swish_alias",
-        "test_causal_conv_with_state_swish_alias_expanded",
-        "test_causal_conv_with_state_with_bias", "test_causal_conv_with_state_with_bias_expanded",
-        "test_depthtospace_crd_mode_example", "test_depthtospace_crd_mode_example_expanded",
-        "test_depthtospace_example", "test_depthtospace_example_expanded", "test_flexattention",
-        "test_flexattention_diff_head_sizes", "test_flexattention_diff_head_sizes_expanded_ver26",
-        "test_flexattention_expanded_ver26", "test_flexattention_gqa",
-        "test_flexattention_gqa_expanded_ver26", "test_flexattention_prob_mod",
-        "test_flexattention_prob_mod_expanded_ver26", "test_flexattention_relative_positional",
-        "test_flexattention_relative_positional_expanded_ver26", "test_flexattention_scaled",
-        "test_flexattention_scaled_expanded_ver26", "test_flexattention_score_mod",
-        "test_flexattention_score_mod_expanded_ver26", "test_flexattention_soft_cap",
-        "test_flexattention_soft_cap_expanded_ver26", "test_group_normalization_epsilon",
-        "test_group_normalization_epsilon_expanded", "test_group_normalization_example",
-        "test_group_normalization_example_expanded", "test_linear_attention_decode_step",
-        "test_linear_attention_decode_step_expanded", "test_linear_attention_delta",
-        "test_linear_attention_delta_expanded", "test_linear_attention_explicit_scale",
-        "test_linear_attention_explicit_scale_expanded", "test_linear_attention_gated",
-        "test_linear_attention_gated_delta", "test_linear_attention_gated_delta_beta_scalar",
-        "test_linear_attention_gated_delta_beta_scalar_expanded",
-        "test_linear_attention_gated_delta_expanded", "test_linear_attention_gated_delta_gqa",
-        "test_linear_attention_gated_delta_gqa_expanded", "test_linear_attention_gated_delta_mqa",
-        "test_linear_attention_gated_delta_mqa_expanded", "test_linear_attention_gated_expanded",
-        "test_linear_attention_gated_per_head_decay",
-        "test_linear_attention_gated_per_head_decay_expanded", "test_linear_attention_linear",
-        "test_linear_attention_linear_expanded", "test_linear_attention_linear_t1_no_past",
-        "test_linear_attention_linear_t1_no_past_expanded",
-        "test_linear_attention_no_past_explicit_zeros",
-        "test_linear_attention_no_past_explicit_zeros_expanded",
-        "test_linear_attention_prefill_with_past",
-        "test_linear_attention_prefill_with_past_expanded", "test_spacetodepth",
-        "test_spacetodepth_crd_mode_example", "test_spacetodepth_crd_mode_example_expanded",
-        "test_spacetodepth_dcr_mode_example", "test_spacetodepth_dcr_mode_example_expanded",
-        "test_spacetodepth_example", "test_spacetodepth_example_expanded",
-        "test_spacetodepth_expanded",
-    )},
-}
+# Empty today: the 72 opencl,cpu build errors (a Reshape or ConstantOfShape claimed although
+# its shape was computed on the device) went when backend-opencl began declining such nodes.
+KNOWN_FAILURES: dict[str, dict[str, str]] = {}
 
 
 # -- one case ------------------------------------------------------------------------------
