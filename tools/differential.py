@@ -35,6 +35,8 @@ import onnx
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import proofcases  # noqa: E402
 
+from nnplug.testing.zoo import randomize_weights  # noqa: E402
+
 CORETYPES = ["unset", "Haswell", "Zen", "SkylakeX"]
 THREADS = [1, 2]
 MODEL_RTOL = 1e-4
@@ -48,7 +50,7 @@ def collect_cases(only: str | None, limit: int | None) -> list[dict]:
         for name in proofcases.zoo_names():
             shipped = proofcases.zoo_model(name)
             for label, model in ((f"zoo/{name}", shipped),
-                                 (f"zoo/{name}+random", proofcases.randomize_weights(shipped, 7))):
+                                 (f"zoo/{name}+random", randomize_weights(shipped, 7))):
                 cases.append({"name": label, "model": model.SerializeToString(), "kind": "model",
                               "datasets": [(proofcases.random_inputs(model, seed=3), None)]})
         for path in proofcases.shipped_models():

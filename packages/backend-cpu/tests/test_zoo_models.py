@@ -4,10 +4,10 @@ expected outputs shipped with each model, and with random weights against onnxru
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
 from conftest import ZOO_MODELS, zoo_expected, zoo_input, zoo_model
-from onnx import numpy_helper
+
+from nnplug.testing.zoo import randomize_weights
 
 pytestmark = pytest.mark.slow
 
@@ -24,44 +24,6 @@ def test_zoo_model_matches_shipped_output(rt, name):
         got = net.run(feeds)[net.outputs[0].name]
     assert got.shape == expected.shape and got.dtype == expected.dtype
     np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-7)
-
-
-def randomize_weights(model: onnx.ModelProto, seed: int) -> onnx.ModelProto:
-    """The zoo's weights are ConstantOfShape fills; replace each by random values of its
-    shape: He-scaled signed weights for Conv/Gemm kernels (so activations stay O(1)), the
-    fill value times U(0.5, 1.5) for everything else (keeps variances and scales positive)."""
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    g = m.graph
-    rng = np.random.default_rng(seed)
-    inits = {i.name: numpy_helper.to_array(i) for i in g.initializer}
-    kernel_of = {}
-    for node in g.node:
-        if node.op_type in ("Conv", "Gemm") and len(node.input) > 1:
-            kernel_of[node.input[1]] = node
-    keep = []
-    for node in g.node:
-        if node.op_type == "ConstantOfShape" and node.input[0] in inits:
-            shape = [int(d) for d in inits[node.input[0]]]
-            value = 0.0
-            for a in node.attribute:
-                if a.name == "value":
-                    value = float(numpy_helper.to_array(a.t).ravel()[0])
-            if node.output[0] in kernel_of:
-                user = kernel_of[node.output[0]]
-                trans_b = any(a.name == "transB" and a.i for a in user.attribute)
-                fan_in = int(np.prod(shape[1:])) if user.op_type == "Conv" or trans_b else shape[0]
-                arr = rng.normal(0.0, np.sqrt(2.0 / max(fan_in, 1)), shape)
-            else:
-                arr = value * rng.uniform(0.5, 1.5, shape) if value else rng.normal(0, 0.1, shape)
-            g.initializer.append(numpy_helper.from_array(arr.astype(np.float32), node.output[0]))
-            if m.ir_version < 4:  # initializers must also be graph inputs there
-                g.input.append(onnx.helper.make_tensor_value_info(node.output[0], onnx.TensorProto.FLOAT, shape))
-        else:
-            keep.append(node)
-    del g.node[:]
-    g.node.extend(keep)
-    return m
 
 
 @pytest.mark.parametrize("name", ZOO_MODELS)
