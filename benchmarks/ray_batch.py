@@ -65,6 +65,9 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", type=int, default=48)
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--overhead-rows", type=int, default=384,
+                    help="rows of the overhead measurement: enough batches that what Ray adds per "
+                         "batch stands above the job-to-job noise (about 0.5 s here)")
     args = ap.parse_args(argv)
 
     os.environ["NNPLUG_CPU_THREADS"] = "1"  # one thread per worker, the loop too
@@ -106,7 +109,7 @@ def main(argv=None) -> int:
     name = inp.name
 
     def job(rows: int, concurrency: int, the_model=model, batch_size=args.batch_size):
-        ds = ray.data.from_items([{name: x[i]} for i in range(rows)],
+        ds = ray.data.from_items([{name: x[i % args.rows]} for i in range(rows)],
                                  override_num_blocks=-(-rows // args.batch_size))
         return lambda: nnplug_ray.predict(ds, the_model, backends=["cpu"], concurrency=concurrency,
                                           batch_size=batch_size).materialize()
@@ -119,12 +122,13 @@ def main(argv=None) -> int:
               f"{args.rows / max(t - t_fixed, 1e-9):.2f} rows/s less the 1-row job's time); "
               f"{load()}")
     cheap = cheap_model(name, list(inp.shape))
-    few = -(-args.rows // args.batch_size)
-    t_many = best(job(args.rows, 1, cheap, 1), args.repeat)
-    t_few = best(job(args.rows, 1, cheap, args.batch_size), args.repeat)
-    overhead = (t_many - t_few) / (args.rows - few)
+    rows = args.overhead_rows
+    few = -(-rows // args.batch_size)
+    t_many = best(job(rows, 1, cheap, 1), max(args.repeat, 3))
+    t_few = best(job(rows, 1, cheap, args.batch_size), max(args.repeat, 3))
+    overhead = (t_many - t_few) / (rows - few)
     print(f"ray overhead per batch (1 actor, {np.prod(sample) * 4 / 1e6:.1f} MB rows): "
-          f"{overhead * 1e3:.1f} ms ({t_many:.2f} s for {args.rows} batches, {t_few:.2f} s for "
+          f"{overhead * 1e3:.1f} ms ({t_many:.2f} s for {rows} batches, {t_few:.2f} s for "
           f"{few}); "
           f"that is {overhead / per_row * 100:.1f}% of one row's compute, "
           f"{overhead / (args.batch_size * per_row) * 100:.1f}% of a batch of "

@@ -81,6 +81,11 @@ def test_rows_of_the_wrong_size_or_dtype_say_what_the_model_wants(x):
         p({"x": np.array([np.zeros(16), np.zeros(3)], dtype=object)})
 
 
+def test_a_dict_batch_with_columns_of_different_lengths_is_refused_not_truncated(x):
+    with pytest.raises(nnplug.InputError, match=r"different numbers of rows \('id': 3, 'x': 7\)"):
+        Predictor(mlp())({"id": np.arange(3), "x": x})
+
+
 def test_mappings_that_name_no_such_input_or_output_are_refused():
     with pytest.raises(nnplug.InputError, match=r"'image', which the model does not have; its "
                                                 r"inputs: x"):

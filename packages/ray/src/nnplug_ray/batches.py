@@ -35,7 +35,15 @@ def column_names(batch) -> list[str]:
 def num_rows(batch) -> int:
     k = kind(batch)
     if k == "numpy":
-        return len(next(iter(batch.values()))) if batch else 0
+        # pandas and Arrow tables hold equal columns by construction; a dict may not, and
+        # running on the first column's count would drop rows silently
+        lengths = {name: len(np.asarray(col)) for name, col in batch.items()}
+        if len(set(lengths.values())) > 1:
+            raise InputError(
+                "the batch's columns have different numbers of rows ("
+                + ", ".join(f"{name!r}: {n}" for name, n in lengths.items())
+                + "); every column holds one value per row")
+        return next(iter(lengths.values()), 0)
     return len(batch) if k == "pandas" else batch.num_rows
 
 

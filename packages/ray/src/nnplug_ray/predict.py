@@ -57,14 +57,27 @@ def predict(dataset, model, *, backends: list[str] | None = None,
     env = dict(runtime_env or {})
     env_vars = env["env_vars"] = dict(env.get("env_vars") or {})
     env_vars.setdefault("NNPLUG_CPU_THREADS", str(max(1, int(num_cpus))))
-    map_batches_args.setdefault("max_restarts", -1)
-    map_batches_args.setdefault("max_task_retries", -1)
+    # Ray Data restarts dead actors of a pool and retries their batches by default
+    # (max_restarts = max_task_retries = -1); passing them again is deprecated in Ray 2.51+.
+    if "compute" not in map_batches_args:
+        map_batches_args["compute"] = actor_pool(concurrency)
     return dataset.map_batches(
         Predictor,
         fn_constructor_kwargs={"model": ref, "backends": backends, "inputs": inputs,
                                "outputs": outputs, "folders": folders},
-        batch_size=batch_size, concurrency=concurrency, num_cpus=num_cpus,
+        batch_size=batch_size, num_cpus=num_cpus,
         batch_format=batch_format, runtime_env=env, **map_batches_args)
+
+
+def actor_pool(concurrency: int | tuple[int, int]):
+    """Ray Data's actor pool for ``concurrency`` (a size or a (min, max) range); the
+    ``concurrency=`` argument of ``map_batches`` is deprecated since Ray 2.51."""
+    from ray.data import ActorPoolStrategy
+
+    if isinstance(concurrency, tuple):
+        low, high = concurrency
+        return ActorPoolStrategy(min_size=low, max_size=high)
+    return ActorPoolStrategy(size=concurrency)
 
 
 def pack_folders(backend_folders, op_folders) -> dict[str, list[list[tuple[str, bytes]]]]:

@@ -40,7 +40,7 @@ class Predictor:
     last one padded.
 
         ds.map_batches(Predictor, fn_constructor_kwargs={"model": "resnet50.onnx"},
-                       concurrency=2, batch_size=32)
+                       compute=ray.data.ActorPoolStrategy(size=2), batch_size=32)
     """
 
     def __init__(self, model, *, backends: list[str] | None = None,
