@@ -541,17 +541,6 @@ def test_label_encoder_strings_are_declined(rt):
         rt.load(m, backends=["cpu"]).close()
 
 
-def test_zipmap_is_declined_with_the_reason(rt):
-    node = helper.make_node("ZipMap", ["X"], ["Y"], domain="ai.onnx.ml", classlabels_int64s=[0, 1], name="zm")
-    out = helper.make_value_info("Y", helper.make_sequence_type_proto(
-        helper.make_map_type_proto(TensorProto.INT64, helper.make_tensor_type_proto(FLOAT, []))))
-    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("X", FLOAT, [2, 2])], [out])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 1)])
-    m.ir_version = 9
-    with pytest.raises(nnplug.NnplugError):
-        rt.load(m, backends=["cpu"]).close()
-
-
 def test_v5_branch_out_of_range_is_refused(rt):
     m = v5_model(np.random.default_rng(2), 1, 1, 0, n_trees=1)
     attrs = {a.name: a for a in m.graph.node[0].attribute}

@@ -104,3 +104,36 @@ def test_a_sequence_input_given_an_array_is_a_clear_error():
         assert int(net.run({"s": [np.zeros(2, np.float32)] * 3})["n"]) == 3
         with pytest.raises(nnplug.InputError, match=r"input 's' is a sequence: give a list"):
             net.run({"s": np.zeros((3, 2), np.float32)})
+
+
+def _zipmap_model(labels: dict, x_shape):
+    node = h.make_node("ZipMap", ["X"], ["Y"], domain="ai.onnx.ml", name="zm", **labels)
+    key = T.INT64 if "classlabels_int64s" in labels else T.STRING
+    out = h.make_value_info("Y", h.make_sequence_type_proto(
+        h.make_map_type_proto(key, h.make_tensor_type_proto(T.FLOAT, []))))
+    g = h.make_graph([node], "g", [h.make_tensor_value_info("X", T.FLOAT, x_shape)], [out])
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("ai.onnx.ml", 1)],
+                        ir_version=9)
+
+
+@pytest.mark.parametrize("labels,x_shape", [
+    (dict(classlabels_int64s=[3, 1, 7]), [4, 3]),
+    (dict(classlabels_strings=["cat", "dog"]), [5, 2]),
+    (dict(classlabels_int64s=[0, 1]), [2]),      # one row given as a vector
+])
+def test_zipmap_gives_the_sequence_of_maps_onnxruntime_gives(labels, x_shape):
+    model = _zipmap_model(labels, x_shape)
+    x = np.random.default_rng(3).random(x_shape, dtype=np.float32)
+    with make_runtime(NumpyBackend(ops=ALL)) as rt, rt.load(model) as net:
+        got = net.run({"X": x})["Y"]
+        assert net.assignment["zm"] == "core"
+    (want,) = _ort(model, {"X": x})
+    assert got == want  # same keys (types too), the same float values, the same order
+    assert [type(k) for k in got[0]] == [type(k) for k in want[0]]
+
+
+def test_zipmap_with_the_wrong_column_count_names_node_and_labels():
+    model = _zipmap_model(dict(classlabels_int64s=[0, 1, 2]), ["N", "C"])
+    with make_runtime(NumpyBackend(ops=ALL)) as rt, rt.load(model) as net:
+        with pytest.raises(nnplug.NnplugError, match=r"'zm'.*must be \[N, 3\] or \[3\]"):
+            net.run({"X": np.zeros((2, 4), np.float32)})

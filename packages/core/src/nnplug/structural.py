@@ -1,7 +1,8 @@
 """Sequence and optional ops, run by the core on the host when no backend claims them.
 
 They move references to tensors (build a sequence, pick an element, wrap a value in an
-optional); SplitToSequence and ConcatFromSequence copy data once, with numpy. Identity
+optional); SplitToSequence and ConcatFromSequence copy data once, with numpy; ``ai.onnx.ml``
+ZipMap turns a score tensor into a sequence of maps, the one map-valued op. Identity
 of a sequence or an optional is run here too. A backend that claims one of these nodes
 keeps it, as with any op.
 """
@@ -16,7 +17,7 @@ from .errors import BackendError
 from .executor import Step
 from .graph import Node, SubGraph
 from .tensor import HOST_API, Tensor
-from .values import NONE, TensorSequence
+from .values import NONE, MapSequence, TensorSequence
 
 
 def _seq(node: Node, v, what="input 0") -> TensorSequence:
@@ -121,6 +122,26 @@ def _optional_get_element(node, ins):
     return [ins[0]]
 
 
+def _zip_map(node, ins):
+    """ai.onnx.ml ZipMap: row i of X [N, C] (or X [C], one row) becomes {label_j: X[i, j]}."""
+    ints, strings = node.attr("classlabels_int64s", None), node.attr("classlabels_strings", None)
+    if bool(ints) == bool(strings):
+        raise BackendError(f"{node.describe()}: exactly one of the attributes "
+                           f"'classlabels_int64s' and 'classlabels_strings' must be given")
+    labels = [int(v) for v in ints] if ints else [
+        v.decode() if isinstance(v, bytes) else str(v) for v in strings]
+    x = ins[0].numpy()
+    if x.dtype != np.float32:
+        raise BackendError(f"{node.describe()}: input X must be float32, got {x.dtype}")
+    if x.ndim == 1:
+        x = x.reshape(1, -1)
+    if x.ndim != 2 or x.shape[1] != len(labels):
+        raise BackendError(f"{node.describe()}: input X of shape {list(ins[0].shape)} must be "
+                           f"[N, {len(labels)}] or [{len(labels)}], one column per class label")
+    rows = x.tolist()  # Python floats, as onnxruntime gives
+    return [MapSequence([dict(zip(labels, row)) for row in rows])]
+
+
 def _identity(node, ins):
     return [ins[0]]
 
@@ -133,6 +154,7 @@ OPS = {
     "Optional": _optional, "OptionalHasElement": _optional_has_element,
     "OptionalGetElement": _optional_get_element,
 }
+ML_OPS = {"ZipMap": _zip_map}
 
 
 class StructuralOp:
@@ -163,7 +185,10 @@ class StructuralOp:
 
 
 def place_structural(node: Node, graph: SubGraph) -> StructuralOp | None:
-    """A StructuralOp for a sequence/optional node (or an Identity of one), else None."""
+    """A StructuralOp for a sequence/optional/ZipMap node (or an Identity of one), else None."""
+    if node.domain == "ai.onnx.ml":
+        fn = ML_OPS.get(node.op_type)
+        return StructuralOp(node, fn) if fn is not None else None
     if node.domain not in ("", "ai.onnx"):
         return None
     fn = OPS.get(node.op_type)

@@ -1,4 +1,4 @@
-"""Values that are not tensors: sequences of tensors and empty optionals.
+"""Values that are not tensors: sequences of tensors, sequences of maps and empty optionals.
 
 They live on the host and only the core's structural ops (:mod:`nnplug.structural`) and
 control flow touch them; backends see tensors only. An optional that holds a value is that
@@ -37,6 +37,29 @@ class TensorSequence:
         return f"TensorSequence({len(self.items)} tensors, dtype={self.dtype})"
 
 
+class MapSequence:
+    """An ONNX ``seq(map(K, V))`` as ``ai.onnx.ml.ZipMap`` makes it: a tuple of dicts from a
+    class label (int or str) to a Python float, the form onnxruntime returns."""
+
+    __slots__ = ("items",)
+    device = CPU
+
+    def __init__(self, items):
+        self.items = tuple(items)
+
+    def to(self, device, api=None) -> MapSequence:
+        return self  # host-only, like every non-tensor value
+
+    def numpy(self) -> list[dict]:
+        return [dict(m) for m in self.items]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __repr__(self) -> str:
+        return f"MapSequence({len(self.items)} maps)"
+
+
 class _NoValue:
     """The value of an empty optional."""
 
@@ -59,7 +82,7 @@ NONE = _NoValue()
 def from_host(x):
     """A value for the executor from what a user (or Network.run) gives: an array, a list
     of arrays (a sequence) or None (an empty optional)."""
-    if isinstance(x, (Tensor, TensorSequence, _NoValue)):
+    if isinstance(x, (Tensor, TensorSequence, MapSequence, _NoValue)):
         return x
     if x is None:
         return NONE
@@ -68,4 +91,4 @@ def from_host(x):
     return Tensor.from_numpy(np.asarray(x))
 
 
-__all__ = ["NONE", "TensorSequence", "from_host"]
+__all__ = ["NONE", "MapSequence", "TensorSequence", "from_host"]
