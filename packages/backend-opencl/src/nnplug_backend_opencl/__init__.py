@@ -5,6 +5,13 @@ Registered under the ``nnplug.backends`` entry point as ``opencl``.
 
 from ._version import __version__
 from .backend import OpenCLBackend
-from .device_api import OpenCLDeviceAPI
 
 __all__ = ["OpenCLBackend", "OpenCLDeviceAPI", "__version__"]
+
+
+def __getattr__(name):  # OpenCLDeviceAPI imports pyopencl: only when asked for
+    if name == "OpenCLDeviceAPI":
+        from .device_api import OpenCLDeviceAPI
+
+        return OpenCLDeviceAPI
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,8 @@
-"""The ``opencl`` backend: nnplug's view of this package."""
+"""The ``opencl`` backend: nnplug's view of this package.
+
+pyopencl (and the OpenCL driver behind it) is imported on first use, not when the runtime
+discovers the backend, so ``nnplug.Runtime()`` stays fast where OpenCL is installed but unused.
+"""
 
 from __future__ import annotations
 
@@ -11,20 +15,19 @@ from nnplug.errors import BackendError
 from nnplug.graph import SubGraph
 from nnplug.target import Target
 
-from . import devices, target
-from .device_api import OpenCLDeviceAPI
-from .module import CompiledModule
 from .ops import OPS, why_not
 from .rewrite import rewrite
 
-_api: OpenCLDeviceAPI | None = None
+_api = None
 _api_lock = threading.Lock()
 
 
-def shared_device_api() -> OpenCLDeviceAPI:
+def shared_device_api():
     global _api
     with _api_lock:
         if _api is None:
+            from .device_api import OpenCLDeviceAPI
+
             _api = OpenCLDeviceAPI()
         return _api
 
@@ -34,19 +37,25 @@ class OpenCLBackend(Backend):
     device_type = "opencl"
     pip_package = "nnplug-backend-opencl"
 
-    def device_api(self) -> OpenCLDeviceAPI:
+    def device_api(self):
         return shared_device_api()
 
     def target_kind(self) -> dict:
+        from . import target
+
         return target.target_kind_kwargs()
 
     def describe(self) -> str:
+        from . import devices
+
         found = devices.visible_devices()
         where = ", ".join(devices.describe(d) for d in found) or "no OpenCL device found"
         return f"backend 'opencl' ({where})"
 
     def why_not(self, node, graph) -> str | None:
         """None when ``node`` runs here, else why it does not (for logs and tests)."""
+        from . import devices
+
         if not devices.visible_devices():
             return "no OpenCL device (install an OpenCL driver such as pocl-opencl-icd)"
         reason = why_not(node, graph)
@@ -60,6 +69,9 @@ class OpenCLBackend(Backend):
     def build(self, subgraph: SubGraph, target: Target) -> Module:
         if target.kind.name != self.target_kind_name:
             raise BackendError(f"opencl: cannot build for target kind {target.kind.name!r}")
+        from . import devices
+        from .module import CompiledModule
+
         index = target.attrs["device_id"]
         st = devices.state(index)
         nodes, constants = rewrite(subgraph)

@@ -16,9 +16,9 @@ import os
 import threading
 from dataclasses import dataclass, field
 
-import pyopencl as cl
-
 from nnplug.errors import BackendError
+
+from ._cl import cl
 
 ENV_DEVICE = "NNPLUG_OPENCL_DEVICE"
 

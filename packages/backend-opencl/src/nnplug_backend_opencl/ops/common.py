@@ -120,3 +120,21 @@ def merge_broadcast(out_shape, shapes):
             for s, m in zip(strides, ms):
                 m.append(s[i])
     return md or [1], [m or [0] for m in ms]
+
+
+def why_not_conv_like(node, graph, auto_pads: tuple[str, ...]) -> str | None:
+    """The checks Conv and ConvTranspose share: float32 x/w/b, 1-D or 2-D (input rank 3 or
+    4), and an auto_pad among ``auto_pads``."""
+    x, w = node.inputs[0], node.inputs[1]
+    b = node.inputs[2] if len(node.inputs) > 2 else ""
+    why = need_f32(node, graph, [x, w, b])
+    if why:
+        return why
+    r = rank_of(graph, x)
+    if r not in (3, 4):
+        return (f"{node.op_type} with input rank {r}: only 1-D and 2-D (rank 3 or 4) run "
+                f"here")
+    pad = node.attr("auto_pad", "NOTSET") or "NOTSET"
+    if pad not in auto_pads:
+        return f"{node.op_type} with auto_pad={pad!r}"
+    return None

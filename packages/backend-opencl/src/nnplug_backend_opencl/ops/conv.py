@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import F32, activation, f32, i32, need_f32, rank_of, spatial
+from .common import F32, activation, f32, i32, spatial, why_not_conv_like
 
 
 def pack_weights(w: np.ndarray, groups: int) -> np.ndarray:
@@ -29,18 +29,7 @@ def pack_bias(b: np.ndarray | None, m: int, groups: int) -> np.ndarray:
 
 
 def supports(node, graph):
-    x, w = node.inputs[0], node.inputs[1]
-    b = node.inputs[2] if len(node.inputs) > 2 else ""
-    why = need_f32(node, graph, [x, w, b])
-    if why:
-        return why
-    r = rank_of(graph, x)
-    if r not in (3, 4):
-        return f"Conv with input rank {r}: only 1-D and 2-D convolutions (rank 3 or 4) run here"
-    if (node.attr("auto_pad", "NOTSET") or "NOTSET") not in ("NOTSET", "VALID", "SAME_UPPER",
-                                                             "SAME_LOWER"):
-        return f"Conv auto_pad={node.attr('auto_pad')!r} is unknown"
-    return None
+    return why_not_conv_like(node, graph, ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"))
 
 
 def lower(node, p):

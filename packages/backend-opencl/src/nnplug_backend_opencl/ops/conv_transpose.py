@@ -3,20 +3,14 @@ each output element sums the inputs and weights that scatter onto it, so no atom
 
 from __future__ import annotations
 
-from .common import F32, i32, need_f32, rank_of
+from .common import F32, i32, rank_of, why_not_conv_like
 
 
 def supports(node, graph):
-    x, w = node.inputs[0], node.inputs[1]
-    b = node.inputs[2] if len(node.inputs) > 2 else ""
-    why = need_f32(node, graph, [x, w, b])
+    why = why_not_conv_like(node, graph, ("NOTSET", "VALID"))
     if why:
         return why
-    r = rank_of(graph, x)
-    if r not in (3, 4):
-        return f"ConvTranspose with input rank {r}: only 1-D and 2-D (rank 3 or 4) run here"
-    if (node.attr("auto_pad", "NOTSET") or "NOTSET") not in ("NOTSET", "VALID"):
-        return f"ConvTranspose with auto_pad={node.attr('auto_pad')}"
+    w = node.inputs[1]
     if node.attr("output_shape") is not None:
         return "ConvTranspose with the output_shape attribute"
     if w not in graph.constants and rank_of(graph, w) is None:
