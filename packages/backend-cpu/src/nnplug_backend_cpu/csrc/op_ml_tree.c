@@ -272,13 +272,11 @@ static int agg_from_name(const nnc_node *n, int *out, nnc_err *e)
     return nnc_node_fail(e, n, "attribute 'aggregate_function' is '%s'; expected AVERAGE, SUM, MIN or MAX", s);
 }
 
-static const int OUT_F32[] = {DT_F32, 0};
-static const int OUT_I64[] = {DT_I64, 0};
 
 static int treereg_create(nnc_node *n, nnc_err *e)
 {
     TRY(ml_check_numeric(n, 0, e));
-    TRY(ml_check_out(n, 0, OUT_F32, e));
+    TRY(ml_check_out(n, 0, ML_OUT_F32, e));
     tree_model *m = calloc(1, sizeof *m);
     if (!m) return nnc_node_fail(e, n, "out of memory");
     n->state = m;
@@ -299,12 +297,10 @@ static int treereg_create(nnc_node *n, nnc_err *e)
 
 static int treecls_create(nnc_node *n, nnc_err *e)
 {
-    if (ml_attr_len(n, "classlabels_strings") > 0)
-        return nnc_node_unsup(e, n, "string class labels are not supported (the cpu backend carries no string "
-                              "tensors); convert the model with integer labels");
+    TRY(ml_no_string_labels(n, "classlabels_strings", e));
     TRY(ml_check_numeric(n, 0, e));
-    TRY(ml_check_out(n, 0, OUT_I64, e));
-    TRY(ml_check_out(n, 1, OUT_F32, e));
+    TRY(ml_check_out(n, 0, ML_OUT_I64, e));
+    TRY(ml_check_out(n, 1, ML_OUT_F32, e));
     tree_model *m = calloc(1, sizeof *m);
     if (!m) return nnc_node_fail(e, n, "out of memory");
     n->state = m;
@@ -528,7 +524,8 @@ static void finalize_regressor(const tree_model *m, double *acc, unsigned char *
         if (m->agg == AGG_SUM) s = ADD(f32, s, origin);
         else if (m->agg == AGG_AVERAGE) s = ADD(f32, f32 ? (double)((float)s / (float)m->ntrees) : s / (double)m->ntrees, origin);
         else s = has[0] ? ADD(f32, s, origin) : origin;
-        z32[0] = m->pt == PT_PROBIT ? ml_probit((float)s) : (float)s;
+        z32[0] = (float)s;
+        ml_transform_targets(z32, 1, m->pt);
         return;
     }
     int use_base = m->nbase == T;
@@ -539,7 +536,7 @@ static void finalize_regressor(const tree_model *m, double *acc, unsigned char *
         else s = ADD(f32, b, has[t] ? s : 0.0);
         z32[t] = (float)s;
     }
-    ml_write_scores(z32, (int)T, m->pt, -1, z32);
+    ml_transform_targets(z32, T, m->pt);
 }
 
 static int64_t finalize_classifier(const tree_model *m, double *acc, unsigned char *has, float *z, int f32)
@@ -634,11 +631,9 @@ static void tree_rows(void *arg, int64_t b, int64_t end, int tid)
                 else if (m->agg != AGG_SUM && !has[t]) v = 0;
                 zo[t] = v;
             }
-            if (T == 1) {
-                if (m->pt == PT_PROBIT) zo[0] = ml_probit((float)zo[0]);
-            } else if (m->pt != PT_NONE) {
+            if (ml_targets_transformed(T, m->pt)) {
                 for (int64_t t = 0; t < T; t++) zb[t] = (float)zo[t];
-                ml_write_scores(zb, (int)T, m->pt, -1, zb);
+                ml_transform_targets(zb, T, m->pt);
                 for (int64_t t = 0; t < T; t++) zo[t] = zb[t];
             }
         } else {
