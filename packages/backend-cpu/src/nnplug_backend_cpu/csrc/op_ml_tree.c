@@ -394,14 +394,9 @@ static int treev5_create(nnc_node *n, nnc_err *e)
     int64_t mpos = 0;
     for (int64_t i = 0; i < N; i++) {
         if (modes[i] > 6) { nnc_node_fail(e, n, "node %lld has mode %d; expected 0..6", (long long)i, modes[i]); goto done; }
-        if (modes[i] == 6) {
-            /* onnxruntime tests set membership on the input truncated to an integer, the ONNX
-             * reference on the value itself: no answer to match, so another backend decides */
-            nnc_node_unsup(e, n, "BRANCH_MEMBER nodes are not supported (onnxruntime and the ONNX reference "
-                           "disagree on non-integer inputs)");
-            goto done;
-        }
         if (feat[i] < 0 || feat[i] > INT32_MAX) { nnc_node_fail(e, n, "node %lld has feature id %lld", (long long)i, (long long)feat[i]); goto done; }
+        /* BRANCH_MEMBER tests the value itself against the set, as the ONNX specification and
+         * reference do (onnxruntime truncates the input to an integer first) */
         m->mode[i] = modes[i] == 6 ? M_MEMBER : modes[i];
         m->feat[i] = (int32_t)feat[i];
         m->thr_d[i] = splits[i];
