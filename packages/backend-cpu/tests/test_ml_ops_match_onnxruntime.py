@@ -301,23 +301,21 @@ def test_tree_classifier(rt, post, case):
     check(*run_both(rt, m, {"X": x_with_nans(25, F)}), rtol=1e-5)
 
 
-def v5_model(rng, n_targets, agg, post, dtype=np.float32, n_trees=4, F=4, member=False):
+def v5_model(rng, n_targets, agg, post, dtype=np.float32, n_trees=4, F=4):
     """A TreeEnsemble (ai.onnx.ml 5) of random full trees, leaves stored apart from nodes."""
     modes, feat, splits, tid, fid, tleaf, fleaf, roots, miss = [], [], [], [], [], [], [], [], []
-    lt, lw, members = [], [], []
+    lt, lw = [], []
     depth = 3
     for _ in range(n_trees):
         base = len(modes)
         roots.append(base)
         internal = 2 ** depth - 1
         for i in range(internal):
-            mode = int(rng.integers(7 if member else 6))
+            mode = int(rng.integers(6))
             modes.append(mode)
             feat.append(int(rng.integers(F)))
             splits.append(float(rng.uniform(-1, 1)))
             miss.append(int(rng.integers(2)))
-            if mode == 6:
-                members.extend([float(v) for v in rng.choice([-1.0, 0.0, 1.0, 2.0], 2, replace=False)] + [np.nan])
             kids = [2 * i + 1, 2 * i + 2]
             for kid, ids, leafs in ((kids[0], tid, tleaf), (kids[1], fid, fleaf)):
                 if kid >= internal:
@@ -335,8 +333,6 @@ def v5_model(rng, n_targets, agg, post, dtype=np.float32, n_trees=4, F=4, member
                  nodes_falsenodeids=fid, nodes_trueleafs=tleaf, nodes_falseleafs=fleaf,
                  nodes_missing_value_tracks_true=miss, tree_roots=roots, leaf_targetids=lt,
                  leaf_weights=numpy_helper.from_array(np.array(lw, dtype)))
-    if member:
-        attrs["membership_values"] = numpy_helper.from_array(np.array(members, dtype))
     return ml_model("TreeEnsemble", attrs, [("X", T, [15, F])], [("Y", T, [15, n_targets])], ml_opset=5)
 
 
@@ -364,12 +360,64 @@ def test_tree_ensemble_v5_post_transform(rt, post):
     check(*run_both(rt, m, {"X": x}), rtol=1e-4, atol=1e-5)
 
 
-def test_tree_ensemble_v5_set_membership_is_declined(rt):
-    # onnxruntime truncates the input to an integer before the membership test, the ONNX
-    # reference does not: the cpu backend leaves such nodes to another backend
-    m = v5_model(np.random.default_rng(4), 1, 1, 0, member=True, n_trees=1)
-    with pytest.raises(nnplug.NnplugError, match="(?i)not supported|no backend|declin"):
-        rt.load(m, backends=["cpu"]).close()
+# BRANCH_MEMBER sets draw from these: not all integers (onnxruntime truncates the input to an
+# integer before the test; the spec and its reference test the value itself), and no 0.0 (the
+# reference ends a set at a member 0.0 as if it were the NaN delimiter)
+MEMBERS = [-1.0, -0.5, 0.25, 1.0, 1.5, 2.0]
+
+
+def preorder_member_model(rng, n_targets, dtype, n_trees=3, depth=3, F=4):
+    """A TreeEnsemble with BRANCH_MEMBER nodes, numbered in pre-order (node, true subtree, false
+    subtree): the order the spec lists the sets in (node order) is then also the order the
+    reference reads them in (it builds each tree depth first)."""
+    modes, feat, splits, tid, fid, tleaf, fleaf, miss, lt, lw, members = ([] for _ in range(11))
+
+    def build(d):
+        i = len(modes)
+        mode = int(rng.integers(7))
+        modes.append(mode)
+        feat.append(int(rng.integers(F)))
+        splits.append(float(rng.uniform(-1, 2)))
+        miss.append(int(rng.integers(2)))
+        if mode == 6:
+            members.extend([float(v) for v in rng.choice(MEMBERS, 3, replace=False)] + [np.nan])
+        tid.append(0), fid.append(0), tleaf.append(0), fleaf.append(0)
+        for ids, leafs in ((tid, tleaf), (fid, fleaf)):
+            if d == depth - 1:
+                ids[i], leafs[i] = len(lt), 1
+                lt.append(int(rng.integers(n_targets)))
+                lw.append(float(rng.uniform(-1, 1)))
+            else:
+                ids[i], leafs[i] = build(d + 1), 0
+        return i
+
+    roots = [build(0) for _ in range(n_trees)]
+    T = TensorProto.FLOAT if dtype == np.float32 else TensorProto.DOUBLE
+    attrs = dict(n_targets=n_targets, aggregate_function=1, post_transform=0, nodes_featureids=feat,
+                 nodes_modes=numpy_helper.from_array(np.array(modes, np.uint8)),
+                 nodes_splits=numpy_helper.from_array(np.array(splits, dtype)), nodes_truenodeids=tid,
+                 nodes_falsenodeids=fid, nodes_trueleafs=tleaf, nodes_falseleafs=fleaf,
+                 nodes_missing_value_tracks_true=miss, tree_roots=roots, leaf_targetids=lt,
+                 leaf_weights=numpy_helper.from_array(np.array(lw, dtype)),
+                 membership_values=numpy_helper.from_array(np.array(members, dtype)))
+    return ml_model("TreeEnsemble", attrs, [("X", T, [20, F])], [("Y", T, [20, n_targets])], ml_opset=5)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_tree_ensemble_v5_set_membership_matches_onnx_reference(rt, dtype):
+    # the cpu backend tests the value itself, as the spec says: compared with the reference on
+    # inputs that hit the members, inputs that miss them and NaNs
+    from onnx.reference import ReferenceEvaluator
+
+    m = preorder_member_model(np.random.default_rng(4), 3, dtype)
+    x = R.uniform(-1.5, 2.5, (20, 4)).astype(dtype)
+    hits = R.random((20, 4)) < 0.5
+    x[hits] = R.choice(MEMBERS, int(hits.sum())).astype(dtype)
+    x[R.random((20, 4)) < 0.05] = np.nan
+    with rt.load(m, backends=["cpu"]) as net:
+        assert set(net.assignment.values()) == {"cpu"}, net.assignment
+        got = net.run({"X": x})["Y"]
+    check([got], ReferenceEvaluator(m).run(None, {"X": x}), rtol=1e-5)
 
 
 # ---- feature transforms ------------------------------------------------------------------------

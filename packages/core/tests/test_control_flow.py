@@ -117,6 +117,35 @@ def test_scan_with_state_and_reversed_input_matches_onnxruntime():
     np.testing.assert_allclose(got["ys"], want[1], rtol=1e-6)
 
 
+@pytest.mark.parametrize("lens", [None, [4, 2, 3]], ids=["full", "sequence_lens"])
+def test_scan_8_batch_form_matches_onnxruntime(lens):
+    # Scan-8: a batch axis 0 on every state and scan input, the sequence on axis 1,
+    # sequence_lens per batch entry (shorter entries' scan outputs padded with zeros)
+    body = h.make_graph([h.make_node("Add", ["s_in", "row"], ["s_out"], name="add"),
+                         h.make_node("Mul", ["s_out", "k"], ["out"], name="mul")],
+                        "body", [_vi("s_in", shape=[2]), _vi("row", shape=[2])],
+                        [_vi("s_out", shape=[2]), _vi("out", shape=[2])])
+    ins = ["lens" if lens else "", "s0", "x"]
+    g = h.make_graph([h.make_node("Scan", ins, ["s", "ys"], name="scan", body=body,
+                                  num_scan_inputs=1, directions=[1])],
+                     "g", ([_vi("lens", T.INT64, [3])] if lens else [])
+                     + [_vi("s0", shape=[3, 2]), _vi("x", shape=[3, 4, 2]), _vi("k", shape=[2])],
+                     [_vi("s", shape=[3, 2]), _vi("ys", shape=[3, 4, 2])])
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 8)])
+    model.ir_version = 8
+    rng = np.random.default_rng(3)
+    feeds = {"s0": rng.standard_normal((3, 2)).astype(np.float32),
+             "x": rng.standard_normal((3, 4, 2)).astype(np.float32),
+             "k": rng.standard_normal(2).astype(np.float32)}
+    if lens:
+        feeds["lens"] = np.array(lens, np.int64)
+    with make_runtime(NumpyBackend(ops=ALL)) as rt, rt.load(model) as net:
+        got = net.run(feeds)
+    want = _ort(model, feeds)
+    np.testing.assert_allclose(got["s"], want[0], rtol=1e-6)
+    np.testing.assert_allclose(got["ys"], want[1], rtol=1e-6)
+
+
 def test_control_flow_network_runs_from_many_threads():
     model = _if_model()
     rng = np.random.default_rng(3)

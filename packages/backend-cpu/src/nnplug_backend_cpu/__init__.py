@@ -38,6 +38,9 @@ OPS = (
     "Softplus", "Softsign", "Split", "Sqrt", "Squeeze", "STFT", "Sub", "Sum", "Swish", "Tan",
     "Tanh", "ThresholdedRelu", "Tile", "TopK", "Transpose", "Trilu", "Unique", "Unsqueeze",
     "Upsample", "Where", "Xor",
+) + (  # the long tail of ONNX's node suite
+    "DeformConv", "EyeLike", "LpPool", "MelWeightMatrix", "Scatter", "TensorScatter",
+    "TfIdfVectorizer",
 )
 """The ONNX op types the backend runs (default domain; dtypes and attributes as documented in
 docs/backends/cpu.md)."""

@@ -106,7 +106,8 @@ class ControlFlowOp:
         consts = {x: Tensor.from_numpy(a) for x, a in sg.constants.items()}
         outer = {x: (consts[x] if x in consts else sg.inputs.index(x))
                  for x in node.inputs if x}
-        run_node = {"If": _run_if, "Loop": _run_loop, "Scan": _run_scan,
+        run_node = {"If": _run_if, "Loop": _run_loop,
+                    "Scan": _run_scan if node.opset >= 9 else _run_scan8,
                     "SequenceMap": _run_sequence_map}[node.op_type]
         positions = [node.outputs.index(o) for o in sg.outputs]
 
@@ -158,6 +159,10 @@ class ControlFlowOp:
         states = ins[:len(ins) - n_scan]
         scans = ins[len(ins) - n_scan:]
         axes = list(node.attr("scan_input_axes", [0] * n_scan))
+        if node.opset < 9:  # Scan-8: sequence_lens first; every value has a batch axis 0
+            states = [_unbatched(v) for v in states[1:]]
+            scans = [_unbatched(v) for v in scans]
+            axes = [0] * n_scan
         sliced = []
         for v, axis in zip(scans, axes):
             if v is None or v.shape is None:
@@ -167,6 +172,13 @@ class ControlFlowOp:
                 shape = v.shape[:axis] + v.shape[axis + 1:]
                 sliced.append(_type(ValueInfo("", v.dtype, shape)))
         return [*[_type(v) for v in states], *sliced]
+
+
+def _unbatched(v: ValueInfo | None) -> ValueInfo | None:
+    """Scan-8's view of a value inside one batch entry: the value without its axis 0."""
+    if v is None or v.shape is None or not v.shape:
+        return None if v is None else ValueInfo(v.name, v.dtype, None)
+    return ValueInfo(v.name, v.dtype, tuple(v.shape[1:]))
 
 
 def _type(v: ValueInfo | None, keep_shape: bool = True) -> onnx.TypeProto | None:
@@ -191,8 +203,6 @@ def place_control_flow(node: Node, model: Model, compile_sub) -> ControlFlowOp |
     """A ControlFlowOp for ``node`` when the core runs it, else None."""
     if node.op_type not in CONTROL_FLOW or node.domain not in ("", "ai.onnx"):
         return None
-    if node.op_type == "Scan" and node.opset < 9:
-        return None  # Scan-8 (batch axis, sequence_lens) is not run by the core
     return ControlFlowOp(node, model.values, model, compile_sub)
 
 
@@ -299,6 +309,67 @@ def _run_scan(node: Node, nets, args, env) -> list[Tensor]:
         else:
             stacked = _empty_scan(net.outputs[n_state + k])
         results.append(Tensor.from_numpy(stacked))
+    return results
+
+
+def _run_scan8(node: Node, nets, args, env) -> list[Tensor]:
+    """Scan-8: the Scan of each batch entry b (axis 0 of every state and scan input) over its
+    first sequence_lens[b] steps (axis 1); scan outputs of shorter entries are padded with
+    zeros to the longest, as onnxruntime does."""
+    net = nets["body"]
+    names = [i.name for i in net.inputs]
+    n_scan = int(node.attr("num_scan_inputs"))
+    n_state = len(node.proto.input) - 1 - n_scan
+    if n_state < 0 or n_scan < 1:
+        raise ModelError(f"{node.describe()}: Scan-8 takes sequence_lens, the states and "
+                         f"{n_scan} scan input(s); it has {len(node.proto.input)} inputs")
+    states = [_host(a) for a in args[1:1 + n_state]]
+    xs = [_host(a) for a in args[1 + n_state:]]
+    dirs = list(node.attr("directions", [0] * n_scan))
+    if any(x.ndim < 2 for x in xs):
+        raise BackendError(f"{node.describe()}: Scan-8's scan inputs need a batch and a sequence "
+                           f"axis, got shapes {[list(x.shape) for x in xs]}")
+    batches = {a.shape[0] if a.ndim else None for a in states + xs}
+    lengths = {x.shape[1] for x in xs}
+    if len(batches) != 1 or None in batches or len(lengths) != 1:
+        raise BackendError(f"{node.describe()}: the states and scan inputs must share axis 0 "
+                           f"(batch) and the scan inputs axis 1 (sequence), got shapes "
+                           f"{[list(a.shape) for a in states + xs]}")
+    batch, longest = batches.pop(), lengths.pop()
+    lens = [longest] * batch
+    if args[0] is not None:
+        sl = _host(args[0]).astype(np.int64).reshape(-1)
+        if sl.shape != (batch,) or (sl < 0).any() or (sl > longest).any():
+            raise BackendError(f"{node.describe()}: sequence_lens must hold {batch} lengths in "
+                               f"0..{longest}, got {sl.tolist()}")
+        lens = sl.tolist()
+    n_out = len(net.outputs) - n_state
+    finals: list[list[np.ndarray]] = [[] for _ in range(n_state)]
+    scanned: list[list[np.ndarray]] = [[] for _ in range(n_out)]
+    for b in range(batch):
+        st = [Tensor.from_numpy(np.ascontiguousarray(s[b])) for s in states]
+        steps: list[list[np.ndarray]] = []
+        for t in range(lens[b]):
+            feeds = dict(env)
+            for name, v in zip(names[:n_state], st):
+                feeds[name] = v
+            for name, x, d in zip(names[n_state:], xs, dirs):
+                feeds[name] = Tensor.from_numpy(np.ascontiguousarray(x[b, lens[b] - 1 - t if d else t]))
+            outs = _call(net, feeds)
+            st = [Tensor.from_numpy(a) for a in outs[:n_state]]
+            steps.append(outs[n_state:])
+        for k, v in enumerate(st):
+            finals[k].append(v.numpy())
+        for k in range(n_out):
+            info = net.outputs[n_state + k]
+            if steps:
+                seq = np.stack([s[k] for s in steps])
+            else:
+                seq = _empty_scan(info)
+            pad = np.zeros((longest - seq.shape[0], *seq.shape[1:]), seq.dtype)
+            scanned[k].append(np.concatenate([seq, pad]))
+    results = [Tensor.from_numpy(np.stack(f)) for f in finals]
+    results += [Tensor.from_numpy(np.stack(s)) for s in scanned]
     return results
 
 

@@ -18,12 +18,19 @@ void ml_softmax_zero(float *v, int64_t k);
  * as add_second says (0/1: [1-s, s]; 2/3: [-s, s] or logistic of both; -1: one column).
  * Returns the number of values written. */
 int ml_write_scores(float *s, int k, int pt, int add_second, float *z);
+/* Regression targets in place: one target gets PROBIT only (every other transform leaves a
+ * single score as it is, as in onnxruntime), several get ml_write_scores' transform. */
+int ml_targets_transformed(int64_t T, int pt);
+void ml_transform_targets(float *z, int64_t T, int pt);
 
 /* Attribute arrays, malloc'd (free them); *count = -1 when the attribute is absent. */
 int ml_attr_reals(const nnc_node *n, const char *name, double **out, int64_t *count, nnc_err *e);
 int ml_attr_int_list(const nnc_node *n, const char *name, int64_t **out, int64_t *count, nnc_err *e);
 int ml_attr_string_list(const nnc_node *n, const char *name, const char *const **out, int64_t *count,
                         nnc_err *e);
+/* A reals attribute as a malloc'd float array (free it); absent: an error when required, else
+ * an empty array with *count = 0. */
+int ml_attr_floats(const nnc_node *n, const char *name, int required, float **out, int64_t *count, nnc_err *e);
 /* Number of values of a list attribute, 0 when absent. */
 int64_t ml_attr_len(const nnc_node *n, const char *name);
 /* A reals attribute that may come as `name` (floats) or `name`_as_tensor (float or double
@@ -57,5 +64,8 @@ static inline double ml_at_d(const nnc_tensor *t, int64_t i)
 }
 /* A declared output type that is known must be one of those given (0-terminated). */
 int ml_check_out(const nnc_node *n, int j, const int *allowed, nnc_err *e);
+extern const int ML_OUT_F32[], ML_OUT_I64[]; /* {DT_F32, 0} and {DT_I64, 0} for ml_check_out */
+/* Declines classifiers with string class labels (the cpu backend carries no string tensors). */
+int ml_no_string_labels(const nnc_node *n, const char *attr, nnc_err *e);
 void ml_free_state(nnc_node *n);
 #endif

@@ -1,5 +1,5 @@
 /* Indexing, generation and data-dependent ops on every element type: Size, Range, Trilu,
- * CumSum, CumProd, Tile, GatherElements, ScatterElements, GatherND, ScatterND, OneHot, NonZero, TopK,
+ * CumSum, CumProd, Tile, GatherElements, ScatterElements (and Scatter), GatherND, ScatterND, OneHot, NonZero, TopK,
  * Compress, ReverseSequence, Hardmax, Unique. Data moves by element size; arithmetic (CumSum,
  * scatter reductions) runs in double or int64 as op_arith.c does. Every index is checked
  * against its dimension before memory is touched. */
@@ -482,6 +482,8 @@ static int se_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
     return NNC_OK;
 }
 const nnc_op nnc_op_scatterelements = {"ScatterElements", 3, 3, 1, 1, gs_create, se_infer, se_run, free_state, 0};
+/* Scatter (opsets 9 and 10, deprecated): ScatterElements without reduction. */
+const nnc_op nnc_op_scatter = {"Scatter", 3, 3, 1, 1, gs_create, se_infer, se_run, free_state, 0};
 
 /* ---- GatherND / ScatterND -------------------------------------------------------------- */
 

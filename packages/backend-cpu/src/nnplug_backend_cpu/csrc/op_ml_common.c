@@ -83,7 +83,31 @@ int ml_write_scores(float *s, int k, int pt, int add_second, float *z)
     }
 }
 
+int ml_targets_transformed(int64_t T, int pt) { return T == 1 ? pt == PT_PROBIT : pt != PT_NONE; }
+
+void ml_transform_targets(float *z, int64_t T, int pt)
+{
+    if (T == 1) { if (pt == PT_PROBIT) z[0] = ml_probit(z[0]); }
+    else if (T > 1 && pt != PT_NONE) ml_write_scores(z, (int)T, pt, -1, z);
+}
+
 /* ---- attributes ---------------------------------------------------------------------- */
+
+int ml_attr_floats(const nnc_node *n, const char *name, int required, float **out, int64_t *count, nnc_err *e)
+{
+    double *d;
+    *out = NULL;
+    TRY(ml_attr_reals(n, name, &d, count, e));
+    if (*count < 0) {
+        if (required) return nnc_node_fail(e, n, "attribute '%s' is required", name);
+        *count = 0;
+    }
+    *out = malloc((size_t)(*count ? *count : 1) * sizeof(float));
+    if (!*out) { free(d); return nnc_node_fail(e, n, "out of memory"); }
+    for (int64_t i = 0; i < *count; i++) (*out)[i] = (float)d[i];
+    free(d);
+    return NNC_OK;
+}
 
 int64_t ml_attr_len(const nnc_node *n, const char *name)
 {
@@ -182,6 +206,17 @@ int ml_check_out(const nnc_node *n, int j, const int *allowed, nnc_err *e)
         if (*p == n->vout[j]->dtype) return NNC_OK;
     return nnc_node_unsup(e, n, "output %d is declared %s, which this op does not produce here", j,
                           nnc_dtname(n->vout[j]->dtype));
+}
+
+const int ML_OUT_F32[] = {DT_F32, 0};
+const int ML_OUT_I64[] = {DT_I64, 0};
+
+int ml_no_string_labels(const nnc_node *n, const char *attr, nnc_err *e)
+{
+    if (ml_attr_len(n, attr) > 0)
+        return nnc_node_unsup(e, n, "string class labels ('%s') are not supported (the cpu backend carries no "
+                              "string tensors); convert the model with integer labels", attr);
+    return NNC_OK;
 }
 
 void ml_free_state(nnc_node *n)

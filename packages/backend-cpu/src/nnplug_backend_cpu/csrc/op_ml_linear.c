@@ -7,34 +7,6 @@
 #include <math.h>
 #include <stdlib.h>
 
-static const int OUT_F32[] = {DT_F32, 0};
-static const int OUT_I64[] = {DT_I64, 0};
-
-static int no_string_labels(const nnc_node *n, nnc_err *e)
-{
-    if (ml_attr_len(n, "classlabels_strings") > 0)
-        return nnc_node_unsup(e, n, "string class labels are not supported (the cpu backend carries no "
-                              "string tensors); convert the model with integer labels");
-    return NNC_OK;
-}
-
-/* Reads a floats attribute into a malloc'd float array (required unless optional). */
-static int floats_attr(const nnc_node *n, const char *name, int required, float **out, int64_t *count, nnc_err *e)
-{
-    double *d;
-    TRY(ml_attr_reals(n, name, &d, count, e));
-    *out = NULL;
-    if (*count < 0) {
-        if (required) return nnc_node_fail(e, n, "attribute '%s' is required", name);
-        *count = 0;
-    }
-    *out = malloc((size_t)(*count ? *count : 1) * sizeof(float));
-    if (!*out) { free(d); return nnc_node_fail(e, n, "out of memory"); }
-    for (int64_t i = 0; i < *count; i++) (*out)[i] = (float)d[i];
-    free(d);
-    return NNC_OK;
-}
-
 static int check_features(const nnc_node *n, int64_t F, int64_t want, nnc_err *e)
 {
     if (F != want)
@@ -69,16 +41,16 @@ static void lincls_destroy(nnc_node *n)
 
 static int lincls_create(nnc_node *n, nnc_err *e)
 {
-    TRY(no_string_labels(n, e));
+    TRY(ml_no_string_labels(n, "classlabels_strings", e));
     TRY(ml_check_numeric(n, 0, e));
-    TRY(ml_check_out(n, 0, OUT_I64, e));
-    TRY(ml_check_out(n, 1, OUT_F32, e));
+    TRY(ml_check_out(n, 0, ML_OUT_I64, e));
+    TRY(ml_check_out(n, 1, ML_OUT_F32, e));
     lincls *s = calloc(1, sizeof *s);
     if (!s) return nnc_node_fail(e, n, "out of memory");
     n->state = s;
     int64_t nc, ni;
-    TRY(floats_attr(n, "coefficients", 1, &s->coef, &nc, e));
-    TRY(floats_attr(n, "intercepts", 0, &s->icpt, &ni, e));
+    TRY(ml_attr_floats(n, "coefficients", 1, &s->coef, &nc, e));
+    TRY(ml_attr_floats(n, "intercepts", 0, &s->icpt, &ni, e));
     TRY(ml_attr_int_list(n, "classlabels_ints", &s->labels, &s->nlabels, e));
     if (s->nlabels < 0) s->nlabels = 0;
     TRY(ml_post_transform(n, &s->pt, e));
@@ -173,13 +145,13 @@ static void linreg_destroy(nnc_node *n)
 static int linreg_create(nnc_node *n, nnc_err *e)
 {
     TRY(ml_check_numeric(n, 0, e));
-    TRY(ml_check_out(n, 0, OUT_F32, e));
+    TRY(ml_check_out(n, 0, ML_OUT_F32, e));
     linreg *s = calloc(1, sizeof *s);
     if (!s) return nnc_node_fail(e, n, "out of memory");
     n->state = s;
     int64_t nc, ni;
-    TRY(floats_attr(n, "coefficients", 1, &s->coef, &nc, e));
-    TRY(floats_attr(n, "intercepts", 0, &s->icpt, &ni, e));
+    TRY(ml_attr_floats(n, "coefficients", 1, &s->coef, &nc, e));
+    TRY(ml_attr_floats(n, "intercepts", 0, &s->icpt, &ni, e));
     TRY(nnc_attr_int(n, "targets", 1, &s->T, e));
     TRY(ml_post_transform(n, &s->pt, e));
     if (s->T < 1) return nnc_node_fail(e, n, "attribute 'targets' must be at least 1, got %lld", (long long)s->T);
@@ -217,8 +189,7 @@ static int linreg_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_e
             for (int64_t f = 0; f < F; f++) acc += ml_at_f(in[0], r * F + f) * w[f];
             yr[t] = acc + (s->has_icpt ? s->icpt[t] : 0.f);
         }
-        if (s->T > 1 && s->pt != PT_NONE) ml_write_scores(yr, (int)s->T, s->pt, -1, yr);
-        else if (s->T == 1 && s->pt == PT_PROBIT) yr[0] = ml_probit(yr[0]);
+        ml_transform_targets(yr, s->T, s->pt);
     }
     return NNC_OK;
 }
@@ -298,10 +269,10 @@ static void svmc_destroy(nnc_node *n)
 
 static int svmc_create(nnc_node *n, nnc_err *e)
 {
-    TRY(no_string_labels(n, e));
+    TRY(ml_no_string_labels(n, "classlabels_strings", e));
     TRY(ml_check_numeric(n, 0, e));
-    TRY(ml_check_out(n, 0, OUT_I64, e));
-    TRY(ml_check_out(n, 1, OUT_F32, e));
+    TRY(ml_check_out(n, 0, ML_OUT_I64, e));
+    TRY(ml_check_out(n, 1, ML_OUT_F32, e));
     svmc *s = calloc(1, sizeof *s);
     if (!s) return nnc_node_fail(e, n, "out of memory");
     n->state = s;
@@ -310,11 +281,11 @@ static int svmc_create(nnc_node *n, nnc_err *e)
     int64_t npc, nsv, nco, npb;
     TRY(ml_attr_int_list(n, "classlabels_ints", &s->labels, &s->C, e));
     TRY(ml_attr_int_list(n, "vectors_per_class", &s->per_class, &npc, e));
-    TRY(floats_attr(n, "support_vectors", 0, &s->sv, &nsv, e));
-    TRY(floats_attr(n, "coefficients", 1, &s->coef, &nco, e));
-    TRY(floats_attr(n, "rho", 1, &s->rho, &s->nrho, e));
-    TRY(floats_attr(n, "prob_a", 0, &s->proba, &s->nprob, e));
-    TRY(floats_attr(n, "prob_b", 0, &s->probb, &npb, e));
+    TRY(ml_attr_floats(n, "support_vectors", 0, &s->sv, &nsv, e));
+    TRY(ml_attr_floats(n, "coefficients", 1, &s->coef, &nco, e));
+    TRY(ml_attr_floats(n, "rho", 1, &s->rho, &s->nrho, e));
+    TRY(ml_attr_floats(n, "prob_a", 0, &s->proba, &s->nprob, e));
+    TRY(ml_attr_floats(n, "prob_b", 0, &s->probb, &npb, e));
     if (s->C < 1) return nnc_node_fail(e, n, "attribute 'classlabels_ints' is required");
     if (s->nprob != npb) return nnc_node_fail(e, n, "attributes 'prob_a' and 'prob_b' have %lld and %lld values",
                                               (long long)s->nprob, (long long)npb);
@@ -535,7 +506,7 @@ static void svmr_destroy(nnc_node *n)
 static int svmr_create(nnc_node *n, nnc_err *e)
 {
     TRY(ml_check_numeric(n, 0, e));
-    TRY(ml_check_out(n, 0, OUT_F32, e));
+    TRY(ml_check_out(n, 0, ML_OUT_F32, e));
     svmr *s = calloc(1, sizeof *s);
     if (!s) return nnc_node_fail(e, n, "out of memory");
     n->state = s;
@@ -545,9 +516,9 @@ static int svmr_create(nnc_node *n, nnc_err *e)
     TRY(nnc_attr_int(n, "n_supports", 0, &s->nvec, e));
     TRY(nnc_attr_int(n, "one_class", 0, &oc, e));
     s->one_class = oc != 0;
-    TRY(floats_attr(n, "support_vectors", 0, &s->sv, &nsv, e));
-    TRY(floats_attr(n, "coefficients", 1, &s->coef, &nco, e));
-    TRY(floats_attr(n, "rho", 1, &s->rho, &nrho, e));
+    TRY(ml_attr_floats(n, "support_vectors", 0, &s->sv, &nsv, e));
+    TRY(ml_attr_floats(n, "coefficients", 1, &s->coef, &nco, e));
+    TRY(ml_attr_floats(n, "rho", 1, &s->rho, &nrho, e));
     if (nrho < 1 || nco < 1) return nnc_node_fail(e, n, "attributes 'coefficients' and 'rho' must not be empty");
     if (s->nvec < 0) return nnc_node_fail(e, n, "attribute 'n_supports' is negative");
     s->svc = s->nvec > 0;
@@ -594,8 +565,8 @@ static int svmr_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exe
             v = kernel_dot(&s->k, xr, s->coef, F) + s->rho[0];
         }
         if (s->one_class) v = v > 0.f ? 1.f : -1.f;
-        if (s->pt == PT_PROBIT) v = ml_probit(v);
         y[r] = v;
+        ml_transform_targets(&y[r], 1, s->pt);
     }
     free(xb);
     return NNC_OK;

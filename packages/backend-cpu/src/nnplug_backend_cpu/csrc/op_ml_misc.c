@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static const int OUT_F32[] = {DT_F32, 0};
 
 static int64_t last_dim(const nnc_tensor *t) { return t->ndim == 1 ? t->dims[0] : t->dims[1]; }
 
@@ -33,7 +32,7 @@ static int scaler_sizes(const nnc_node *n, const scaler *s, int64_t stride, nnc_
 static int scaler_create(nnc_node *n, nnc_err *e)
 {
     TRY(ml_check_numeric(n, 0, e));
-    TRY(ml_check_out(n, 0, OUT_F32, e));
+    TRY(ml_check_out(n, 0, ML_OUT_F32, e));
     scaler *s = calloc(1, sizeof *s);
     if (!s) return nnc_node_fail(e, n, "out of memory");
     n->state = s;
@@ -90,7 +89,7 @@ enum { NORM_MAX, NORM_L1, NORM_L2 };
 static int norm_create(nnc_node *n, nnc_err *e)
 {
     TRY(ml_check_numeric(n, 0, e));
-    TRY(ml_check_out(n, 0, OUT_F32, e));
+    TRY(ml_check_out(n, 0, ML_OUT_F32, e));
     char s[16];
     TRY(nnc_attr_str(n, "norm", "MAX", s, sizeof s, e));
     int *k = malloc(sizeof *k);
@@ -422,7 +421,7 @@ static int ohe_create(nnc_node *n, nnc_err *e)
         return nnc_node_unsup(e, n, "string categories are not supported (the cpu backend carries no string tensors)");
     static const int num[] = {DT_I64, DT_I32, DT_F32, DT_F64, 0};
     TRY(nnc_check_dtype(n, 0, num, e));
-    TRY(ml_check_out(n, 0, OUT_F32, e));
+    TRY(ml_check_out(n, 0, ML_OUT_F32, e));
     ohe *s = calloc(1, sizeof *s);
     if (!s) return nnc_node_fail(e, n, "out of memory");
     n->state = s;

@@ -272,13 +272,11 @@ static int agg_from_name(const nnc_node *n, int *out, nnc_err *e)
     return nnc_node_fail(e, n, "attribute 'aggregate_function' is '%s'; expected AVERAGE, SUM, MIN or MAX", s);
 }
 
-static const int OUT_F32[] = {DT_F32, 0};
-static const int OUT_I64[] = {DT_I64, 0};
 
 static int treereg_create(nnc_node *n, nnc_err *e)
 {
     TRY(ml_check_numeric(n, 0, e));
-    TRY(ml_check_out(n, 0, OUT_F32, e));
+    TRY(ml_check_out(n, 0, ML_OUT_F32, e));
     tree_model *m = calloc(1, sizeof *m);
     if (!m) return nnc_node_fail(e, n, "out of memory");
     n->state = m;
@@ -299,12 +297,10 @@ static int treereg_create(nnc_node *n, nnc_err *e)
 
 static int treecls_create(nnc_node *n, nnc_err *e)
 {
-    if (ml_attr_len(n, "classlabels_strings") > 0)
-        return nnc_node_unsup(e, n, "string class labels are not supported (the cpu backend carries no string "
-                              "tensors); convert the model with integer labels");
+    TRY(ml_no_string_labels(n, "classlabels_strings", e));
     TRY(ml_check_numeric(n, 0, e));
-    TRY(ml_check_out(n, 0, OUT_I64, e));
-    TRY(ml_check_out(n, 1, OUT_F32, e));
+    TRY(ml_check_out(n, 0, ML_OUT_I64, e));
+    TRY(ml_check_out(n, 1, ML_OUT_F32, e));
     tree_model *m = calloc(1, sizeof *m);
     if (!m) return nnc_node_fail(e, n, "out of memory");
     n->state = m;
@@ -398,14 +394,9 @@ static int treev5_create(nnc_node *n, nnc_err *e)
     int64_t mpos = 0;
     for (int64_t i = 0; i < N; i++) {
         if (modes[i] > 6) { nnc_node_fail(e, n, "node %lld has mode %d; expected 0..6", (long long)i, modes[i]); goto done; }
-        if (modes[i] == 6) {
-            /* onnxruntime tests set membership on the input truncated to an integer, the ONNX
-             * reference on the value itself: no answer to match, so another backend decides */
-            nnc_node_unsup(e, n, "BRANCH_MEMBER nodes are not supported (onnxruntime and the ONNX reference "
-                           "disagree on non-integer inputs)");
-            goto done;
-        }
         if (feat[i] < 0 || feat[i] > INT32_MAX) { nnc_node_fail(e, n, "node %lld has feature id %lld", (long long)i, (long long)feat[i]); goto done; }
+        /* BRANCH_MEMBER tests the value itself against the set, as the ONNX specification and
+         * reference do (onnxruntime truncates the input to an integer first) */
         m->mode[i] = modes[i] == 6 ? M_MEMBER : modes[i];
         m->feat[i] = (int32_t)feat[i];
         m->thr_d[i] = splits[i];
@@ -528,7 +519,8 @@ static void finalize_regressor(const tree_model *m, double *acc, unsigned char *
         if (m->agg == AGG_SUM) s = ADD(f32, s, origin);
         else if (m->agg == AGG_AVERAGE) s = ADD(f32, f32 ? (double)((float)s / (float)m->ntrees) : s / (double)m->ntrees, origin);
         else s = has[0] ? ADD(f32, s, origin) : origin;
-        z32[0] = m->pt == PT_PROBIT ? ml_probit((float)s) : (float)s;
+        z32[0] = (float)s;
+        ml_transform_targets(z32, 1, m->pt);
         return;
     }
     int use_base = m->nbase == T;
@@ -539,7 +531,7 @@ static void finalize_regressor(const tree_model *m, double *acc, unsigned char *
         else s = ADD(f32, b, has[t] ? s : 0.0);
         z32[t] = (float)s;
     }
-    ml_write_scores(z32, (int)T, m->pt, -1, z32);
+    ml_transform_targets(z32, T, m->pt);
 }
 
 static int64_t finalize_classifier(const tree_model *m, double *acc, unsigned char *has, float *z, int f32)
@@ -634,11 +626,9 @@ static void tree_rows(void *arg, int64_t b, int64_t end, int tid)
                 else if (m->agg != AGG_SUM && !has[t]) v = 0;
                 zo[t] = v;
             }
-            if (T == 1) {
-                if (m->pt == PT_PROBIT) zo[0] = ml_probit((float)zo[0]);
-            } else if (m->pt != PT_NONE) {
+            if (ml_targets_transformed(T, m->pt)) {
                 for (int64_t t = 0; t < T; t++) zb[t] = (float)zo[t];
-                ml_write_scores(zb, (int)T, m->pt, -1, zb);
+                ml_transform_targets(zb, T, m->pt);
                 for (int64_t t = 0; t < T; t++) zo[t] = zb[t];
             }
         } else {

@@ -1,5 +1,6 @@
 /* Per-channel affine (BatchNormalization in inference, and the planner's merged BN/Mul/Add
- * chains), Softmax, LogSoftmax and LayerNormalization. */
+ * chains), BatchNormalization in training mode (batch statistics, updated running mean and
+ * variance), Softmax, LogSoftmax and LayerNormalization. */
 #include "nnc.h"
 #include "ops.h"
 
@@ -10,6 +11,8 @@ typedef struct {
     int64_t C;
     float *scale, *shift; /* NULL until known (BN with statistics given at run time) */
     float eps;
+    int training;         /* BN training_mode = 1: statistics of the batch */
+    float momentum;
 } affine_state;
 
 static void affine_destroy(nnc_node *n)
@@ -51,7 +54,7 @@ void nnc_channel_affine_fold(nnc_node *n, const float *scale, const float *shift
 int nnc_bn_affine(const nnc_node *n, int64_t C, float *scale, float *shift)
 {
     const affine_state *s = n->state;
-    if (!s || !s->scale || s->C != C) return 0;
+    if (!s || !s->scale || s->C != C || s->training) return 0;
     memcpy(scale, s->scale, (size_t)C * sizeof(float));
     memcpy(shift, s->shift, (size_t)C * sizeof(float));
     return 1;
@@ -74,9 +77,15 @@ static int bn_create(nnc_node *n, nnc_err *e)
     if (n->nin != 5) return nnc_node_fail(e, n, "needs 5 inputs, got %d", n->nin);
     int64_t tm = 0;
     TRY(nnc_attr_int(n, "training_mode", 0, &tm, e));
-    if (tm) return nnc_node_unsup(e, n, "training_mode = 1 is not supported (inference only)");
-    for (int i = 1; i < n->nout; i++)
-        if (n->out[i] >= 0) return nnc_node_unsup(e, n, "training outputs (running mean/var) are not supported");
+    if (tm && n->opset < 14) return nnc_node_fail(e, n, "attribute 'training_mode' exists from opset 14 on");
+    if (tm && n->nout > 3)
+        return nnc_node_fail(e, n, "has %d outputs; in training mode BatchNormalization-%d has at most 3 "
+                             "(Y, running_mean, running_var)", n->nout, n->opset);
+    if (!tm)
+        for (int i = 1; i < n->nout; i++)
+            if (n->out[i] >= 0)
+                return nnc_node_unsup(e, n, "outputs beyond Y are given only in training mode (opset 14 on: "
+                                      "training_mode = 1); before opset 14 they are not supported");
     if (n->opset < 9) {
         int64_t spatial;
         TRY(nnc_attr_int(n, "spatial", 1, &spatial, e));
@@ -86,6 +95,8 @@ static int bn_create(nnc_node *n, nnc_err *e)
     if (!s) return nnc_node_fail(e, n, "out of memory");
     n->state = s;
     TRY(nnc_attr_float(n, "epsilon", 1e-5f, &s->eps, e));
+    TRY(nnc_attr_float(n, "momentum", 0.9f, &s->momentum, e));
+    s->training = tm != 0;
     const nnc_valinfo *x = n->vin[0];
     if (x && x->ndim >= 0 && x->ndim < 2) return nnc_node_fail(e, n, "input must have rank 2 or more");
     int64_t C = x && x->ndim >= 2 ? x->dims[1] : -1;
@@ -97,7 +108,7 @@ static int bn_create(nnc_node *n, nnc_err *e)
         if (C >= 0 && k >= 0 && k != C)
             return nnc_node_fail(e, n, "input %d has %lld values for %lld channels", i, (long long)k, (long long)C);
     }
-    int all_const = 1;
+    int all_const = !s->training;
     for (int i = 1; i < 5; i++) all_const &= nnc_in_const(n, i) && nnc_in_static(n, i);
     if (all_const) {
         s->C = nnc_info_numel(n->vin[1]);
@@ -126,6 +137,12 @@ static int affine_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc
             if (in[i]->dtype != DT_F32 || nnc_numel(in[i]) != C)
                 return nnc_node_fail(e, n, "input %d must have %lld float32 values", i, (long long)C);
     *out = *x;
+    for (int j = 1; j < n->nout; j++) { /* training mode: running mean and variance, [C] */
+        out[j].dtype = DT_F32;
+        out[j].ndim = 1;
+        out[j].dims[0] = C;
+        out[j].data = NULL;
+    }
     return NNC_OK;
 }
 
@@ -159,7 +176,36 @@ static int affine_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_e
     aff_job j = {x->data, out->data, s->scale, s->shift, x->dims[1], 1, &n->act};
     for (int i = 2; i < x->ndim; i++) j.sp *= x->dims[i];
     float *tmp = NULL;
-    if (!s->scale) {
+    if (s->training) {
+        /* batch mean and (biased) variance per channel in double; Y uses them, the running
+         * statistics blend them with the inputs' by momentum, as the ONNX reference does */
+        int64_t N = x->dims[0], C = j.C, sp = j.sp;
+        tmp = nnc_alloc((size_t)(2 * C) * sizeof(float));
+        if (!tmp) return nnc_node_fail(e, n, "out of memory");
+        const float *xd = x->data, *g = in[1]->data, *b = in[2]->data, *rm = in[3]->data, *rv = in[4]->data;
+        for (int64_t c = 0; c < C; c++) {
+            double sum = 0, sq = 0, cnt = (double)(N * sp);
+            for (int64_t i = 0; i < N; i++) {
+                const float *p = xd + (i * C + c) * sp;
+                for (int64_t k = 0; k < sp; k++) sum += p[k];
+            }
+            double mean = cnt > 0 ? sum / cnt : 0;
+            for (int64_t i = 0; i < N; i++) {
+                const float *p = xd + (i * C + c) * sp;
+                for (int64_t k = 0; k < sp; k++) { double d = p[k] - mean; sq += d * d; }
+            }
+            double var = cnt > 0 ? sq / cnt : 0;
+            double sc = g[c] / sqrt(var + (double)s->eps);
+            tmp[c] = (float)sc;
+            tmp[C + c] = (float)(b[c] - mean * sc);
+            if (n->nout > 1 && out[1].data)
+                ((float *)out[1].data)[c] = (float)(rm[c] * (double)s->momentum + mean * (1.0 - (double)s->momentum));
+            if (n->nout > 2 && out[2].data)
+                ((float *)out[2].data)[c] = (float)(rv[c] * (double)s->momentum + var * (1.0 - (double)s->momentum));
+        }
+        j.sc = tmp;
+        j.sh = tmp + C;
+    } else if (!s->scale) {
         tmp = nnc_alloc((size_t)(2 * j.C) * sizeof(float));
         if (!tmp) return nnc_node_fail(e, n, "out of memory");
         bn_params(j.C, s->eps, in[1]->data, in[2]->data, in[3]->data, in[4]->data, tmp, tmp + j.C);

@@ -1,27 +1,38 @@
-/* MaxPool, AveragePool (1-3 spatial dims, pads, dilations, ceil_mode, count_include_pad),
- * GlobalAveragePool, GlobalMaxPool and LRN; parallel over (batch, channel) planes. */
+/* MaxPool, AveragePool, LpPool (1-3 spatial dims, pads, dilations, ceil_mode,
+ * count_include_pad), GlobalAveragePool, GlobalMaxPool and LRN; parallel over (batch, channel)
+ * planes. MaxPool also runs float64, float16, int8 and uint8 and gives its Indices output
+ * (flat positions in the input, row- or column-major per storage_order) on a direct path. */
 #include "nnc.h"
 #include "ops.h"
+#include "typed.h"
 
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
 
+enum { POOL_AVG, POOL_MAX, POOL_LP };
+
 typedef struct {
     int is_max, ceil_mode, include_pad;
+    int lp, storage_order; /* lp: LpPool with exponent p */
+    float p;
     nnc_window w;
 } pool_state;
 
 static void free_state(nnc_node *n) { free(n->state); n->state = NULL; }
 
-static int pool_create_common(nnc_node *n, int is_max, nnc_err *e)
+static const int MAXPOOL_TYPES[] = {DT_F32, DT_F64, DT_F16, DT_I8, DT_U8, 0};
+
+static int pool_create_common(nnc_node *n, int kind, nnc_err *e)
 {
     static const int f32[] = {DT_F32, 0};
-    TRY(nnc_check_dtype(n, 0, f32, e));
+    int is_max = kind == POOL_MAX;
+    TRY(nnc_check_dtype(n, 0, is_max ? MAXPOOL_TYPES : f32, e));
     pool_state *s = calloc(1, sizeof *s);
     if (!s) return nnc_node_fail(e, n, "out of memory");
     n->state = s;
     s->is_max = is_max;
+    s->lp = kind == POOL_LP;
     int64_t v;
     TRY(nnc_attr_int(n, "ceil_mode", 0, &v, e));
     s->ceil_mode = v != 0;
@@ -29,8 +40,16 @@ static int pool_create_common(nnc_node *n, int is_max, nnc_err *e)
     s->include_pad = v != 0;
     if (is_max) {
         TRY(nnc_attr_int(n, "storage_order", 0, &v, e));
-        if (n->nout > 1 && n->out[1] >= 0)
-            return nnc_node_unsup(e, n, "the Indices output is not supported by the cpu backend");
+        if (v != 0 && v != 1) return nnc_node_fail(e, n, "attribute 'storage_order' must be 0 or 1, got %lld", (long long)v);
+        s->storage_order = (int)v;
+    }
+    if (s->lp) {
+        /* p: a float in LpPool-1, an int from opset 2 on */
+        const nnc_attr *pa = nnc_attr_find(n, "p");
+        if (pa && pa->kind == AK_FLOAT) TRY(nnc_attr_float(n, "p", 2.f, &s->p, e));
+        else { TRY(nnc_attr_int(n, "p", 2, &v, e)); s->p = (float)v; }
+        if (!(s->p > 0.f) || isinf(s->p))
+            return nnc_node_fail(e, n, "attribute 'p' must be positive, got %g", (double)s->p);
     }
     const nnc_attr *ks = nnc_attr_find(n, "kernel_shape");
     if (!ks) return nnc_node_fail(e, n, "attribute 'kernel_shape' is required");
@@ -43,8 +62,9 @@ static int pool_create_common(nnc_node *n, int is_max, nnc_err *e)
     return NNC_OK;
 }
 
-static int maxpool_create(nnc_node *n, nnc_err *e) { return pool_create_common(n, 1, e); }
-static int avgpool_create(nnc_node *n, nnc_err *e) { return pool_create_common(n, 0, e); }
+static int maxpool_create(nnc_node *n, nnc_err *e) { return pool_create_common(n, POOL_MAX, e); }
+static int avgpool_create(nnc_node *n, nnc_err *e) { return pool_create_common(n, POOL_AVG, e); }
+static int lppool_create(nnc_node *n, nnc_err *e) { return pool_create_common(n, POOL_LP, e); }
 
 /* Per-axis geometry in D, H, W order (missing leading axes have size 1). */
 typedef struct {
@@ -73,16 +93,19 @@ static int pool_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_e
 {
     const pool_state *s = n->state;
     const nnc_tensor *x = in[0];
-    if (x->dtype != DT_F32) return nnc_node_fail(e, n, "input must be float32");
+    int typed_ok = 0;
+    for (const int *t = MAXPOOL_TYPES; s->is_max && *t; t++) typed_ok |= *t == x->dtype;
+    if (x->dtype != DT_F32 && !typed_ok) return nnc_node_fail(e, n, "input must be float32, got %s", nnc_dtname(x->dtype));
     if (x->ndim != s->w.nsp + 2)
         return nnc_node_fail(e, n, "input must have rank %d, got %d", s->w.nsp + 2, x->ndim);
     geom3 g;
     if (pool_geom(s, x, &g)) return nnc_node_fail(e, n, "the kernel window is larger than the padded input");
-    out->dtype = DT_F32;
+    out->dtype = x->dtype;
     out->ndim = x->ndim;
     out->dims[0] = x->dims[0];
     out->dims[1] = x->dims[1];
     for (int i = 0; i < s->w.nsp; i++) out->dims[2 + i] = g.out[3 - s->w.nsp + i];
+    if (n->nout > 1) { out[1] = out[0]; out[1].dtype = DT_I64; }
     return NNC_OK;
 }
 
@@ -188,7 +211,7 @@ static void pool_plane_2d(const pool_job *j, const float *x, float *y, float *tm
 static void pool_planes(void *arg, int64_t b, int64_t e, int tid)
 {
     pool_job *j = arg;
-    if (j->g.in[0] == 1 && j->g.out[0] == 1 && j->g.k[0] == 1) {
+    if (j->g.in[0] == 1 && j->g.out[0] == 1 && j->g.k[0] == 1 && !j->s->lp) {
         float *tmp = nnc_scratch(j->xc, tid, pool_tmp_bytes(&j->g));
         if (tmp) {
             int64_t isz = j->g.in[1] * j->g.in[2], osz = j->g.out[1] * j->g.out[2];
@@ -197,7 +220,8 @@ static void pool_planes(void *arg, int64_t b, int64_t e, int tid)
         }
     }
     const geom3 *g = &j->g;
-    int is_max = j->s->is_max, incl = j->s->include_pad;
+    int is_max = j->s->is_max, incl = j->s->include_pad, lp = j->s->lp;
+    float pw = j->s->p, inv_p = 1.f / j->s->p;
     int64_t isz = g->in[0] * g->in[1] * g->in[2], osz = g->out[0] * g->out[1] * g->out[2];
     for (int64_t p = b; p < e; p++) {
         const float *x = j->x + p * isz;
@@ -222,12 +246,19 @@ static void pool_planes(void *arg, int64_t b, int64_t e, int tid)
                                     float v = xr[kw * g->d[2]];
                                     acc = v > acc || v != v ? v : acc;
                                 }
+                            } else if (lp) {
+                                for (int64_t kw = w0; kw < w1; kw++) {
+                                    float v = fabsf(xr[kw * g->d[2]]);
+                                    acc += pw == 2.f ? v * v : pw == 1.f ? v : powf(v, pw);
+                                }
                             } else {
                                 for (int64_t kw = w0; kw < w1; kw++) acc += xr[kw * g->d[2]];
                             }
                         }
                     }
-                    if (!is_max) {
+                    if (lp) {
+                        acc = pw == 2.f ? sqrtf(acc) : pw == 1.f ? acc : powf(acc, inv_p);
+                    } else if (!is_max) {
                         int64_t cnt;
                         if (incl)
                             cnt = padded_taps(sd, g->in[0], g->pb[0], g->pe[0], g->k[0], g->d[0]) *
@@ -252,9 +283,71 @@ static size_t pool_scratch(const nnc_node *n, nnc_tensor *const *in, const nnc_t
     return pool_tmp_bytes(&g);
 }
 
+/* ---- MaxPool with Indices, or on types other than float32: one direct loop ------------ */
+
+typedef struct {
+    const pool_state *s;
+    geom3 g;
+    const nnc_tensor *x;
+    const nnc_tensor *y, *idx; /* idx: NULL when the Indices output is not wanted */
+} maxi_job;
+
+static void maxi_planes(void *arg, int64_t b, int64_t e, int tid)
+{
+    (void)tid;
+    maxi_job *j = arg;
+    const geom3 *g = &j->g;
+    int dt = j->x->dtype, colmajor = j->s->storage_order == 1;
+    int64_t isz = g->in[0] * g->in[1] * g->in[2], osz = g->out[0] * g->out[1] * g->out[2];
+    for (int64_t p = b; p < e; p++) {
+        int64_t o = p * osz;
+        for (int64_t od = 0; od < g->out[0]; od++) {
+            int64_t sd = od * g->s[0] - g->pb[0], d0, d1;
+            tap_range(sd, g->in[0], g->k[0], g->d[0], &d0, &d1);
+            for (int64_t oh = 0; oh < g->out[1]; oh++) {
+                int64_t sh = oh * g->s[1] - g->pb[1], h0, h1;
+                tap_range(sh, g->in[1], g->k[1], g->d[1], &h0, &h1);
+                for (int64_t ow = 0; ow < g->out[2]; ow++, o++) {
+                    int64_t sw = ow * g->s[2] - g->pb[2], w0, w1;
+                    tap_range(sw, g->in[2], g->k[2], g->d[2], &w0, &w1);
+                    double best = -INFINITY;
+                    int64_t bd = -1, bh = -1, bw = -1;
+                    for (int64_t kd = d0; kd < d1; kd++)
+                        for (int64_t kh = h0; kh < h1; kh++)
+                            for (int64_t kw = w0; kw < w1; kw++) {
+                                int64_t a0 = sd + kd * g->d[0], a1 = sh + kh * g->d[1], a2 = sw + kw * g->d[2];
+                                double v = nnc_get_d(j->x->data, dt, p * isz + (a0 * g->in[1] + a1) * g->in[2] + a2);
+                                /* the first largest; a NaN wins and stays (as the float path) */
+                                if (bd < 0 || (v > best && best == best) || (v != v && best == best)) {
+                                    best = v; bd = a0; bh = a1; bw = a2;
+                                }
+                            }
+                    if (nnc_dt_float(dt)) nnc_store_d(j->y->data, dt, o, 1, &best);
+                    else { int64_t iv = bd < 0 ? 0 : (int64_t)best; nnc_store_i(j->y->data, dt, o, 1, &iv); }
+                    if (j->idx) {
+                        int64_t at = bd < 0 ? -1 : colmajor ? bd + bh * g->in[0] + bw * g->in[0] * g->in[1]
+                                                            : (bd * g->in[1] + bh) * g->in[2] + bw;
+                        ((int64_t *)j->idx->data)[o] = at < 0 ? -1 : p * isz + at;
+                    }
+                }
+            }
+        }
+    }
+}
+
 static int pool_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec *x, nnc_err *e)
 {
     (void)e;
+    const pool_state *ps = n->state;
+    int want_idx = n->nout > 1 && out[1].data;
+    if (ps->is_max && (want_idx || in[0]->dtype != DT_F32)) {
+        maxi_job mj = {ps, {{0}}, in[0], &out[0], want_idx ? &out[1] : NULL};
+        pool_geom(ps, in[0], &mj.g);
+        int64_t work = mj.g.out[0] * mj.g.out[1] * mj.g.out[2] * mj.g.k[0] * mj.g.k[1] * mj.g.k[2];
+        nnc_parallel_for(in[0]->dims[0] * in[0]->dims[1], work > 0 ? 1 + 20000 / work : 1, maxi_planes, &mj);
+        if (out[0].dtype == DT_F32) nnc_apply_act(out[0].data, nnc_numel(&out[0]), &n->act);
+        return NNC_OK;
+    }
     pool_job j;
     j.xc = x;
     j.fail = 0;
@@ -272,6 +365,7 @@ static int pool_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exe
 
 const nnc_op nnc_op_maxpool = {"MaxPool", 1, 1, 1, 2, maxpool_create, pool_infer, pool_run, free_state, 0, pool_scratch};
 const nnc_op nnc_op_averagepool = {"AveragePool", 1, 1, 1, 1, avgpool_create, pool_infer, pool_run, free_state, 0, pool_scratch};
+const nnc_op nnc_op_lppool = {"LpPool", 1, 1, 1, 1, lppool_create, pool_infer, pool_run, free_state, 0, pool_scratch};
 
 /* ---- global pools -------------------------------------------------------------------- */
 

@@ -29,12 +29,18 @@
     X(ml_arrayfeatureextractor) X(ml_labelencoder) X(ml_onehotencoder) X(ml_imputer) \
     X(ml_zipmap) X(ml_categorymapper)
 
+/* The long tail of the node suite: op_pool.c (LpPool), op_index.c (Scatter), op_generate.c,
+ * op_tensorscatter.c, op_tfidf.c, op_deformconv.c; ai.onnx.preview.training optimizers in
+ * op_training.c. */
+#define TAIL_OPS(X) X(lppool) X(scatter) X(eyelike) X(melweightmatrix) X(tensorscatter) \
+    X(tfidfvectorizer) X(deformconv) X(tr_adagrad) X(tr_adam) X(tr_momentum)
 
 #define DECL(x) extern const nnc_op nnc_op_##x;
 OPS(DECL)
 ML_OPS(DECL)
+TAIL_OPS(DECL)
 #define REF(x) &nnc_op_##x,
-const nnc_op *const nnc_all_ops[] = {OPS(REF) ML_OPS(REF) NULL};
+const nnc_op *const nnc_all_ops[] = {OPS(REF) ML_OPS(REF) TAIL_OPS(REF) NULL};
 
 static int default_domain(const char *d) { return !d || !d[0] || !strcmp(d, "ai.onnx"); }
 
