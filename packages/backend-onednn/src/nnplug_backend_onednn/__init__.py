@@ -25,8 +25,8 @@ OPS = (
     "LeakyRelu", "Log", "LogSoftmax", "MatMul", "Max", "MaxPool", "Min", "Mul", "Neg", "Relu",
     "Sigmoid", "Softmax", "Sqrt", "Sub", "Tanh",
 )
-"""The ONNX op types the backend may claim (float32, static shapes; the attribute and shape
-combinations it handles are in docs/backends/onednn.md)."""
+"""The ONNX op types the backend may claim (float32; symbolic dimensions are planned per shape at
+run time; the attribute and shape combinations it handles are in docs/backends/onednn.md)."""
 
 __all__ = ["LIBRARY", "LIBRARY_ENV", "OPS", "__version__", "find_onednn", "library_path"]
 
