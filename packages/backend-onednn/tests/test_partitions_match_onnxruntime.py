@@ -250,3 +250,22 @@ def test_activations_stay_in_blocked_layouts_inside_a_partition():
     for e in execs:
         if e[0] == "convolution":
             assert not e[1].startswith(("ref", "gemm")), ",".join(e)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_batchnorm_exported_as_mul_add_is_folded_into_the_conv(rt, threads):
+    """Conv -> Mul by per-channel constant -> Add per-channel constant -> Relu (how some
+    exporters write BatchNormalization), a scalar Mul, and a Mul by a runtime value, which is
+    not folded."""
+    b = Builder()
+    y = b.conv("x", 3, 8, act=None)
+    b.inits.update(scale=rand(8, 1, 1), shift=rand(1, 8, 1, 1), half=np.float32(0.5))
+    y = b.op("Relu", [b.op("Add", ["shift", b.op("Mul", [y, "scale"])])])
+    y = b.conv(y, 8, 8, bias=False, act=None)
+    y = b.op("Mul", ["half", y])
+    b.op("Mul", [b.conv(y, 8, 8, act=None), "g"])
+    feeds = {"x": rand(2, 3, 10, 10), "g": rand(2, 8, 10, 10)}
+    model = graph_model(b.nodes, feeds, b.inits, opset=15)
+    assignment, outs, want = run_both(model, feeds, rt, threads)
+    assert set(assignment.values()) == {"onednn"}, assignment
+    assert_matches(outs[0], want[0], what=f"folded Mul/Add, {threads} thread(s)")

@@ -20,6 +20,7 @@
     X(dnnl_memory_create)                              \
     X(dnnl_memory_destroy)                             \
     X(dnnl_primitive_desc_query_md)                    \
+    X(dnnl_primitive_desc_query)                       \
     X(dnnl_primitive_desc_destroy)                     \
     X(dnnl_primitive_create)                           \
     X(dnnl_primitive_destroy)                          \

@@ -537,6 +537,34 @@ static int fold_bn(ox_graph *g, ox_op *conv, const ox_op *bn)
     return 1;
 }
 
+/* Fold a Mul or Add of the Conv's output by a constant that is one value per output channel
+ * (or one value) into its weights and bias: BatchNormalization exported as Mul+Add. */
+static int fold_channel(ox_graph *g, ox_op *conv, const ox_op *nx)
+{
+    if (conv->npost || (conv->nin == 3 && conv->in[2] >= 0 && !conv->b)) return 0;
+    if (nx->kind != OP_BINARY || (nx->alg != dnnl_binary_mul && nx->alg != dnnl_binary_add)) return 0;
+    int other = nx->in[0] == conv->out ? nx->in[1] : nx->in[0];
+    const ox_value *c = &g->vals[other];
+    if (other == conv->out || !c->cdata || c->ndim > 4 || !same_dims(&g->vals[nx->out], &g->vals[conv->out])) return 0;
+    int64_t OC = conv->oc, per = conv->wdims[1] * conv->wdims[2] * conv->wdims[3];
+    for (int i = 0; i < c->ndim; i++) { /* right-aligned to (N, C, H, W): 1 everywhere but C */
+        int axis = 4 - c->ndim + i;
+        if (c->dims[i] != 1 && !(axis == 1 && c->dims[i] == OC)) return 0;
+    }
+    int perc = vnumel(c) == OC && OC > 1;
+    if (!conv->b) {
+        conv->b = calloc((size_t)OC, sizeof(float));
+        if (!conv->b) return 0;
+    }
+    for (int64_t o = 0; o < OC; o++) {
+        float s = c->cdata[perc ? o : 0];
+        if (nx->alg == dnnl_binary_add) { conv->b[o] += s; continue; }
+        for (int64_t i = 0; i < per; i++) conv->w[o * per + i] *= s;
+        conv->b[o] *= s;
+    }
+    return 1;
+}
+
 static void absorb(ox_graph *g, ox_op *op, ox_op *next)
 {
     for (int j = 0; j < next->nin; j++)
@@ -568,7 +596,8 @@ static void fuse(ox_graph *g)
                 }
                 break;
             }
-            if (op->kind == OP_CONV && nx->kind == OP_BN && nx->in[0] == op->out && fold_bn(g, op, nx)) {
+            if (op->kind == OP_CONV && ((nx->kind == OP_BN && nx->in[0] == op->out && fold_bn(g, op, nx)) ||
+                                        fold_channel(g, op, nx))) {
                 absorb(g, op, nx);
                 continue;
             }

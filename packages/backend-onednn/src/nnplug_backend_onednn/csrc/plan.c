@@ -89,6 +89,23 @@ static dnnl_memory_desc_t any_md(int ndim, const int64_t *dims)
     return D(dnnl_memory_desc_create_with_tag)(&md, ndim, d, dnnl_f32, dnnl_format_tag_any) == dnnl_success ? md : NULL;
 }
 
+static dnnl_memory_desc_t tag_md(int ndim, const int64_t *dims, dnnl_format_tag_t tag)
+{
+    dnnl_dims_t d;
+    for (int i = 0; i < ndim; i++) d[i] = dims[i];
+    dnnl_memory_desc_t md = NULL;
+    return D(dnnl_memory_desc_create_with_tag)(&md, ndim, d, dnnl_f32, tag) == dnnl_success ? md : NULL;
+}
+
+/* Whether oneDNN picked one of its optimised kernels (jit, brgemm) rather than a reference
+ * or gemm-based one. */
+static int fast_impl(const_dnnl_primitive_desc_t pd)
+{
+    const char *impl = NULL;
+    if (D(dnnl_primitive_desc_query)(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl) return 0;
+    return !strncmp(impl, "jit", 3) || !strncmp(impl, "brg", 3) || !strncmp(impl, "brdgmm", 6);
+}
+
 /* A row-major (rows, cols) matrix read transposed or not, right-aligned to rank r. */
 static dnnl_memory_desc_t matrix_md(const int64_t *shape, int r, int trans)
 {
@@ -437,22 +454,35 @@ static int build_conv(pb *b, const ox_op *op)
     if (ox_window(op, xd + 2, yd + 2, pl, pr, b->e)) return 1;
     int64_t g = op->group, wd[5] = {g, op->oc / g, op->wdims[1], op->wdims[2], op->wdims[3]};
     int has_bias = op->b || (op->nin == 3 && op->in[2] >= 0);
-    dnnl_memory_desc_t src = any_md(4, xd), w = g > 1 ? any_md(5, wd) : any_md(4, op->wdims), dst = any_md(4, yd);
-    dnnl_memory_desc_t bias = has_bias ? plain_md(1, &op->oc, 1) : NULL;
-    dnnl_primitive_attr_t a = op_attr(op);
     dnnl_dims_t S = {op->st[0], op->st[1]}, DL = {op->dil[0] - 1, op->dil[1] - 1}, PL = {pl[0], pl[1]}, PR = {pr[0], pr[1]};
-    dnnl_primitive_desc_t pd = NULL;
-    dnnl_status_t st = a && src && w && dst ? D(dnnl_convolution_forward_primitive_desc_create)(
-                                                  &pd, ox_engine(), dnnl_forward_inference, dnnl_convolution_direct, src, w, bias,
-                                                  dst, S, DL, PL, PR, a)
-                                            : dnnl_out_of_memory;
-    md_free(src);
-    md_free(w);
-    md_free(dst);
-    md_free(bias);
-    if (a) D(dnnl_primitive_attr_destroy)(a);
-    if (st != dnnl_success) return ox_fail(b->e, "node '%s' (Conv): oneDNN has no convolution for it (status %d)", op->name, (int)st);
-    return finish(b, op, pd, conv_inputs);
+    dnnl_status_t st = dnnl_unimplemented;
+    /* nhwc first: one layout for every convolution keeps the nodes between them (pools,
+     * binary ops, concats) in it too; kept when oneDNN runs it on a jit or brgemm kernel.
+     * Else the layouts oneDNN picks (format_tag::any). */
+    for (int attempt = 0; attempt < 2; attempt++) {
+        dnnl_memory_desc_t src = attempt ? any_md(4, xd) : tag_md(4, xd, dnnl_acdb);
+        dnnl_memory_desc_t dst = attempt ? any_md(4, yd) : tag_md(4, yd, dnnl_acdb);
+        dnnl_memory_desc_t w = g > 1 ? any_md(5, wd) : any_md(4, op->wdims);
+        dnnl_memory_desc_t bias = has_bias ? plain_md(1, &op->oc, 1) : NULL;
+        dnnl_primitive_attr_t a = op_attr(op);
+        dnnl_primitive_desc_t pd = NULL;
+        st = a && src && w && dst ? D(dnnl_convolution_forward_primitive_desc_create)(
+                                        &pd, ox_engine(), dnnl_forward_inference, dnnl_convolution_direct, src, w, bias, dst, S, DL,
+                                        PL, PR, a)
+                                  : dnnl_out_of_memory;
+        md_free(src);
+        md_free(w);
+        md_free(dst);
+        md_free(bias);
+        if (a) D(dnnl_primitive_attr_destroy)(a);
+        if (st != dnnl_success) continue;
+        if (attempt == 0 && !fast_impl(pd)) {
+            D(dnnl_primitive_desc_destroy)(pd);
+            continue;
+        }
+        return finish(b, op, pd, conv_inputs);
+    }
+    return ox_fail(b->e, "node '%s' (Conv): oneDNN has no convolution for it (status %d)", op->name, (int)st);
 }
 
 static int matmul_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, int s)
@@ -549,15 +579,26 @@ static int concat_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd,
     return 0;
 }
 
-/* A layout-keeping op: first with its input's layout, then (if oneDNN refuses it) plain. */
+/* The layout of value v an op is tried with: 0 where it is, 1 nhwc (4-D only), 2 plain. */
+static dnnl_memory_desc_t layout(pb *b, int v, int r, int attempt)
+{
+    if (attempt == 0) return clone_md(home(b, v));
+    if (attempt == 1) return tag_md(4, DIMS(v), dnnl_acdb);
+    return value_plain(b, v, r);
+}
+
+/* A layout-keeping op: with its input's layout; for pools and LRN, whose plain-layout kernels
+ * are slow, then nhwc unless a jit kernel takes the first; last plain (if oneDNN refuses the
+ * others). */
 static int build_simple(pb *b, const ox_op *op)
 {
     int x = op->in[0];
-    const ox_value *xv = VAL(x);
     int r = VAL(op->out)->ndim;
     const int64_t *yd = DIMS(op->out);
-    for (int attempt = 0; attempt < 2; attempt++) {
-        dnnl_memory_desc_t src = attempt ? value_plain(b, x, xv->ndim) : clone_md(home(b, x)), dst = NULL;
+    int picky = (op->kind == OP_POOL || op->kind == OP_LRN) && r == 4;
+    for (int attempt = 0; attempt < 3; attempt++) {
+        if (attempt == 1 && !picky) continue;
+        dnnl_memory_desc_t src = layout(b, x, r, attempt), dst = NULL;
         dnnl_memory_desc_t src1 = NULL, srcs[MAXIN] = {0};
         dnnl_primitive_attr_t a = op_attr(op);
         dnnl_primitive_desc_t pd = NULL;
@@ -598,7 +639,7 @@ static int build_simple(pb *b, const ox_op *op)
         case OP_BINARY: {
             int i0, ofull, o = binary_operands(b, op, &i0, &ofull);
             md_free(src);
-            src = attempt ? value_plain(b, op->in[i0], r) : clone_md(home(b, op->in[i0]));
+            src = layout(b, op->in[i0], r, attempt);
             src1 = ofull ? clone_md(src) : value_plain(b, o, r);
             if (src && src1) st = D(dnnl_binary_primitive_desc_create)(&pd, ox_engine(), op->alg, src, src1, src, a);
             fn = binary_inputs;
@@ -606,7 +647,7 @@ static int build_simple(pb *b, const ox_op *op)
         }
         case OP_CONCAT: {
             int ok = 1;
-            for (int i = 0; i < op->nin; i++) ok = ok && (srcs[i] = attempt ? value_plain(b, op->in[i], r) : clone_md(home(b, op->in[i])));
+            for (int i = 0; i < op->nin; i++) ok = ok && (srcs[i] = layout(b, op->in[i], r, attempt));
             dst = any_md(r, yd);
             if (ok && dst) st = D(dnnl_concat_primitive_desc_create)(&pd, ox_engine(), dst, op->nin, (int)op->axis, (const_dnnl_memory_desc_t *)srcs, a);
             fn = concat_inputs;
@@ -621,6 +662,10 @@ static int build_simple(pb *b, const ox_op *op)
         md_free(src1);
         for (int i = 0; i < MAXIN; i++) md_free(srcs[i]);
         if (a) D(dnnl_primitive_attr_destroy)(a);
+        if (st == dnnl_success && picky && attempt < 2 && !fast_impl(pd)) {
+            D(dnnl_primitive_desc_destroy)(pd);
+            continue;
+        }
         if (st == dnnl_success) return finish(b, op, pd, fn);
     }
     return ox_fail(b->e, "node '%s' (%s): oneDNN has no primitive for it", op->name, op->op_type);
