@@ -92,6 +92,7 @@ CASES["conv_add_relu_residual"] = conv_residual_case("Add")
 CASES["conv_bn_add_relu_residual_swapped"] = conv_residual_case("Add", swap=True, bn=True)
 CASES["conv_mul_broadcast"] = conv_residual_case("Mul", other_shape=(1, 6, 1, 1))
 CASES["conv_sub_residual"] = conv_residual_case("Sub")
+CASES["conv_sum_residual"] = conv_residual_case("Sum")
 CASES["conv_bn_folded"] = conv_bn_case(bias=True, relu=False)
 CASES["conv_nobias_bn_relu_folded"] = conv_bn_case(bias=False, relu=True)
 
@@ -144,6 +145,7 @@ CASES.update({
     "add_broadcast_channel": ([node("Add", ["a", "b"])], {"a": rand(2, 3, 4, 5)}, {"b": rand(3, 1, 1)}, ["add"], 18),
     "mul_broadcast_first": ([node("Mul", ["a", "b"])], {"a": rand(5), "b": rand(2, 4, 5)}, {}, ["mul"], 18),
     "sub_broadcast": ([node("Sub", ["a", "b"])], {"a": rand(2, 4, 5), "b": rand(4, 1)}, {}, ["sub"], 18),
+    "sum_two_inputs_broadcast": ([node("Sum", ["a", "b"])], {"a": rand(2, 3, 4), "b": rand(3, 1)}, {}, ["sum"], 18),
     "div": ([node("Div", ["a", "b"])], {"a": rand(3, 6), "b": np.abs(rand(3, 6)) + 0.5}, {}, ["div"], 18),
     "max_min": ([node("Max", ["a", "b"], ["m"]), node("Min", ["m", "c"], name="min")],
                 {"a": rand(4, 6), "b": rand(4, 6), "c": rand(1, 6)}, {}, ["max", "min"], 18),
@@ -194,6 +196,7 @@ DECLINED = {
     "conv_runtime_weights": ([node("Conv", ["x", "w"])], {"x": rand(1, 3, 6, 6), "w": rand(4, 3, 3, 3)}, {}),
     "add_int64": ([node("Add", ["a", "b"])], {"a": np.arange(6).reshape(2, 3), "b": np.arange(3)}, {}),
     "gemm_alpha": ([node("Gemm", ["a", "b"], alpha=2.0)], {"a": rand(3, 4), "b": rand(4, 5)}, {}),
+    "sum_three_inputs": ([node("Sum", ["a", "b", "c"])], {"a": rand(2, 3), "b": rand(2, 3), "c": rand(2, 3)}, {}),
     "sub_broadcast_first": ([node("Sub", ["a", "b"])], {"a": rand(5), "b": rand(2, 5)}, {}),
     "concat_int64": ([node("Concat", ["a", "b"], axis=0)], {"a": np.arange(6).reshape(2, 3), "b": np.arange(3).reshape(1, 3)}, {}),
     "softmax_opset11_not_last_axis": ([node("Softmax", ["x"], axis=1)], {"x": rand(2, 3, 4)}, {}, 11),

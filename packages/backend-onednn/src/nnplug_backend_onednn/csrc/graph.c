@@ -376,7 +376,8 @@ static int parse_binary(parser *p, ox_op *op)
     else if (!strcmp(t, "Min")) op->alg = dnnl_binary_min;
     else if (!strcmp(t, "Sub")) { op->alg = dnnl_binary_sub; op->commutes = 0; }
     else if (!strcmp(t, "Div")) { op->alg = dnnl_binary_div; op->commutes = 0; }
-    else return decline(p, "op not handled");
+    else if (!strcmp(t, "Sum") && op->nin == 2) op->alg = dnnl_binary_add; /* a residual, in exported ResNets */
+    else return decline(p, "op not handled (Sum: two inputs only)");
     if (op->nin != 2 || op->in[0] < 0 || op->in[1] < 0) return decline(p, "two inputs");
     if (Y->ndim < 1) return decline(p, "rank-0 output");
     int f0 = fits(V(0), Y), f1 = fits(V(1), Y);
@@ -474,7 +475,8 @@ static int parse_node(parser *p, ox_op *op)
     if (!strcmp(t, "Concat")) { op->kind = OP_CONCAT; return parse_concat(p, op); }
     if (!strcmp(t, "LRN")) { op->kind = OP_LRN; return parse_lrn(p, op); }
     if (!strcmp(t, "BatchNormalization")) { op->kind = OP_BN; return parse_bn(p, op); }
-    if (!strcmp(t, "Add") || !strcmp(t, "Mul") || !strcmp(t, "Sub") || !strcmp(t, "Div") || !strcmp(t, "Max") || !strcmp(t, "Min")) {
+    if (!strcmp(t, "Add") || !strcmp(t, "Mul") || !strcmp(t, "Sub") || !strcmp(t, "Div") || !strcmp(t, "Max") || !strcmp(t, "Min") ||
+        !strcmp(t, "Sum")) {
         op->kind = OP_BINARY;
         return parse_binary(p, op);
     }
