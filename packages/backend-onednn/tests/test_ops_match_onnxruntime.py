@@ -215,6 +215,37 @@ def test_unhandled_nodes_are_declined_to_the_cpu_backend(rt, case):
         assert_matches(g, w, what=case)
 
 
+INVALID = {
+    "conv_kernel_shape_differs_from_weights": ([node("Conv", ["x", "w"], kernel_shape=[2, 2])], {"w": rand(4, 3, 3, 3)}),
+    "conv_channels_do_not_match_group": ([node("Conv", ["x", "w"], group=2)], {"w": rand(4, 3, 3, 3)}),
+    "conv_negative_pads": ([node("Conv", ["x", "w"], pads=[-1, 0, 0, 0])], {"w": rand(4, 3, 3, 3)}),
+    "maxpool_no_kernel_shape": ([node("MaxPool", ["x"])], {}),
+    "lrn_even_size": ([node("LRN", ["x"], size=4)], {}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(INVALID))
+def test_invalid_nodes_are_rejected_before_onednn_sees_them(rt, case):
+    """Nodes ONNX rejects are refused by nnplug's validation or declined by the backend's own
+    checks (an even LRN size passes the former): a clear load error, never a kernel built from
+    them (a BackendError) or a crash."""
+    from onnx import TensorProto
+
+    import nnplug
+
+    nodes, inits = INVALID[case]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y], [
+        helper.make_tensor(k, TensorProto.FLOAT, v.shape, v.flatten().tolist()) for k, v in inits.items()]),
+        opset_imports=[helper.make_opsetid("", 18)])
+    with pytest.raises(nnplug.NnplugError) as raised:
+        with rt.load(model, backends=["onednn"]) as net:
+            net.run({"x": rand(1, 3, 8, 8)})
+    assert not isinstance(raised.value, nnplug.BackendError), raised.value
+    assert "node '" in str(raised.value), raised.value
+
+
 def test_pools_it_has_no_primitive_for_are_not_claimed(rt):
     import nnplug
 
