@@ -19,6 +19,7 @@
     X(dnnl_memory_desc_equal)                          \
     X(dnnl_memory_create)                              \
     X(dnnl_memory_destroy)                             \
+    X(dnnl_memory_set_data_handle)                     \
     X(dnnl_primitive_desc_query_md)                    \
     X(dnnl_primitive_desc_query)                       \
     X(dnnl_primitive_desc_destroy)                     \

@@ -38,12 +38,22 @@ typedef struct {
     ox_arg args[MAXARGS];
 } ox_step;
 
+/* The memory objects of one run: a run takes a context for itself, so handles can be reset
+ * (only where a pointer changed) without locking. */
+typedef struct ox_ctx {
+    struct ox_ctx *next, *next_idle;
+    dnnl_memory_t *mem;
+    void **ptr;
+} ox_ctx;
+
 struct ox_plan {
-    int nstep, cap_step, nbuf, cap_buf, nowned, cap_owned, threads;
+    int nstep, cap_step, nbuf, cap_buf, nowned, cap_owned, threads, nmem;
     ox_step *steps;
     ox_buf *bufs;
     void **owned; /* packed weights */
     uint64_t arena, scratch;
+    pthread_mutex_t mu; /* guards the context lists */
+    ox_ctx *idle, *all;
 };
 
 typedef struct {
@@ -673,9 +683,24 @@ static int build_simple(pb *b, const ox_op *op)
 
 /* ---- plans ------------------------------------------------------------------------------- */
 
+static void ctx_free(const ox_plan *p, ox_ctx *c)
+{
+    for (int i = 0; i < p->nmem; i++)
+        if (c->mem[i]) D(dnnl_memory_destroy)(c->mem[i]);
+    free(c->mem);
+    free(c->ptr);
+    free(c);
+}
+
 void ox_plan_free(ox_plan *p)
 {
     if (!p) return;
+    while (p->all) {
+        ox_ctx *c = p->all;
+        p->all = c->next;
+        ctx_free(p, c);
+    }
+    pthread_mutex_destroy(&p->mu);
     for (int i = 0; i < p->nstep; i++) {
         ox_step *s = &p->steps[i];
         for (int j = 0; j < s->nargs; j++) {
@@ -734,6 +759,7 @@ static ox_plan *build_ex(const ox_graph *g, const int64_t *dims, int threads, in
     int rc = 1;
     if (!p || !b.nviews || !b.last_use || !b.views) { ox_fail(e, "out of memory"); goto done; }
     p->threads = threads;
+    pthread_mutex_init(&p->mu, NULL);
     dl_omp_set_num_threads(threads); /* oneDNN sizes its kernels for the threads of the creating thread */
     for (int oi = 0; oi < g->norder; oi++) {
         const ox_op *op = &g->ops[g->order[oi]];
@@ -759,6 +785,7 @@ static ox_plan *build_ex(const ox_graph *g, const int64_t *dims, int threads, in
         if (r) goto done;
     }
     rc = dry ? 0 : place_arena(p);
+    for (int i = 0; i < p->nstep; i++) p->nmem += p->steps[i].nargs;
 done:
     if (b.views)
         for (int v = 0; v < g->nval; v++)
@@ -782,17 +809,54 @@ int ox_plan_check(const ox_graph *g, const int64_t *dims, int threads, ox_err *e
 
 uint64_t ox_plan_workspace(const ox_plan *p) { return align64(p->arena) + p->scratch; }
 
-int ox_plan_run(const ox_plan *p, const nnp_tensor *in, const nnp_tensor *out, void *ws, ox_err *e)
+/* A context for one run: an idle one, else a new one (kept with the plan). */
+static ox_ctx *ctx_take(ox_plan *p)
 {
+    pthread_mutex_lock(&p->mu);
+    ox_ctx *c = p->idle;
+    if (c) p->idle = c->next_idle;
+    pthread_mutex_unlock(&p->mu);
+    if (c) return c;
+    c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->mem = calloc((size_t)p->nmem + 1, sizeof *c->mem);
+    c->ptr = calloc((size_t)p->nmem + 1, sizeof *c->ptr);
+    if (!c->mem || !c->ptr) {
+        free(c->mem);
+        free(c->ptr);
+        free(c);
+        return NULL;
+    }
+    pthread_mutex_lock(&p->mu);
+    c->next = p->all;
+    p->all = c;
+    pthread_mutex_unlock(&p->mu);
+    return c;
+}
+
+static void ctx_give(ox_plan *p, ox_ctx *c)
+{
+    pthread_mutex_lock(&p->mu);
+    c->next_idle = p->idle;
+    p->idle = c;
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* The plan's one mutable part is its pool of contexts, under its mutex. */
+int ox_plan_run(const ox_plan *cp, const nnp_tensor *in, const nnp_tensor *out, void *ws, ox_err *e)
+{
+    ox_plan *p = (ox_plan *)cp;
     dnnl_stream_t s = ox_thread_stream();
     if (!s) return ox_fail(e, "oneDNN could not create a stream");
+    ox_ctx *c = ctx_take(p);
+    if (!c) return ox_fail(e, "out of memory");
     dl_omp_set_num_threads(p->threads);
     char *arena = ws, *scratch = (char *)ws + align64(p->arena);
-    for (int i = 0; i < p->nstep; i++) {
+    int rc = 0;
+    for (int i = 0, k = 0; i < p->nstep && !rc; i++) {
         const ox_step *st = &p->steps[i];
         dnnl_exec_arg_t args[MAXARGS];
-        int made = 0, rc = 0;
-        for (int j = 0; j < st->nargs; j++) {
+        for (int j = 0; j < st->nargs; j++, k++) {
             const ox_arg *a = &st->args[j];
             args[j].arg = a->arg;
             if (a->fixed) { args[j].memory = a->fixed; continue; }
@@ -803,19 +867,23 @@ int ox_plan_run(const ox_plan *p, const nnp_tensor *in, const nnp_tensor *out, v
                 ptr = bf->where == B_IN ? nnp_tensor_ptr(&in[bf->index]) : bf->where == B_OUT ? nnp_tensor_ptr(&out[0])
                       : bf->where == B_ARENA ? arena + bf->off : (void *)bf->ptr;
             }
-            if (D(dnnl_memory_create)(&args[j].memory, a->md, ox_engine(), ptr) != dnnl_success) {
-                args[j].memory = NULL;
+            if (!c->mem[k]) {
+                if (D(dnnl_memory_create)(&c->mem[k], a->md, ox_engine(), ptr) != dnnl_success) {
+                    c->mem[k] = NULL;
+                    rc = ox_fail(e, "oneDNN could not wrap a tensor");
+                    break;
+                }
+            } else if (c->ptr[k] != ptr && D(dnnl_memory_set_data_handle)(c->mem[k], ptr) != dnnl_success) {
                 rc = ox_fail(e, "oneDNN could not wrap a tensor");
                 break;
             }
-            made |= 1 << j;
+            c->ptr[k] = ptr;
+            args[j].memory = c->mem[k];
         }
         if (!rc && D(dnnl_primitive_execute)(st->prim, s, st->nargs, args) != dnnl_success)
             rc = ox_fail(e, "oneDNN failed to execute a primitive");
-        for (int j = 0; j < st->nargs; j++)
-            if (made & (1 << j)) D(dnnl_memory_destroy)(args[j].memory);
-        if (rc) return 1;
     }
-    if (D(dnnl_stream_wait)(s) != dnnl_success) return ox_fail(e, "oneDNN failed to finish a run");
-    return 0;
+    if (!rc && D(dnnl_stream_wait)(s) != dnnl_success) rc = ox_fail(e, "oneDNN failed to finish a run");
+    ctx_give(p, c);
+    return rc;
 }
