@@ -92,6 +92,7 @@ CASES["conv_add_relu_residual"] = conv_residual_case("Add")
 CASES["conv_bn_add_relu_residual_swapped"] = conv_residual_case("Add", swap=True, bn=True)
 CASES["conv_mul_broadcast"] = conv_residual_case("Mul", other_shape=(1, 6, 1, 1))
 CASES["conv_sub_residual"] = conv_residual_case("Sub")
+CASES["conv_sum_residual"] = conv_residual_case("Sum")
 CASES["conv_bn_folded"] = conv_bn_case(bias=True, relu=False)
 CASES["conv_nobias_bn_relu_folded"] = conv_bn_case(bias=False, relu=True)
 
@@ -144,6 +145,7 @@ CASES.update({
     "add_broadcast_channel": ([node("Add", ["a", "b"])], {"a": rand(2, 3, 4, 5)}, {"b": rand(3, 1, 1)}, ["add"], 18),
     "mul_broadcast_first": ([node("Mul", ["a", "b"])], {"a": rand(5), "b": rand(2, 4, 5)}, {}, ["mul"], 18),
     "sub_broadcast": ([node("Sub", ["a", "b"])], {"a": rand(2, 4, 5), "b": rand(4, 1)}, {}, ["sub"], 18),
+    "sum_two_inputs_broadcast": ([node("Sum", ["a", "b"])], {"a": rand(2, 3, 4), "b": rand(3, 1)}, {}, ["sum"], 18),
     "div": ([node("Div", ["a", "b"])], {"a": rand(3, 6), "b": np.abs(rand(3, 6)) + 0.5}, {}, ["div"], 18),
     "max_min": ([node("Max", ["a", "b"], ["m"]), node("Min", ["m", "c"], name="min")],
                 {"a": rand(4, 6), "b": rand(4, 6), "c": rand(1, 6)}, {}, ["max", "min"], 18),
@@ -194,6 +196,7 @@ DECLINED = {
     "conv_runtime_weights": ([node("Conv", ["x", "w"])], {"x": rand(1, 3, 6, 6), "w": rand(4, 3, 3, 3)}, {}),
     "add_int64": ([node("Add", ["a", "b"])], {"a": np.arange(6).reshape(2, 3), "b": np.arange(3)}, {}),
     "gemm_alpha": ([node("Gemm", ["a", "b"], alpha=2.0)], {"a": rand(3, 4), "b": rand(4, 5)}, {}),
+    "sum_three_inputs": ([node("Sum", ["a", "b", "c"])], {"a": rand(2, 3), "b": rand(2, 3), "c": rand(2, 3)}, {}),
     "sub_broadcast_first": ([node("Sub", ["a", "b"])], {"a": rand(5), "b": rand(2, 5)}, {}),
     "concat_int64": ([node("Concat", ["a", "b"], axis=0)], {"a": np.arange(6).reshape(2, 3), "b": np.arange(3).reshape(1, 3)}, {}),
     "softmax_opset11_not_last_axis": ([node("Softmax", ["x"], axis=1)], {"x": rand(2, 3, 4)}, {}, 11),
@@ -210,6 +213,37 @@ def test_unhandled_nodes_are_declined_to_the_cpu_backend(rt, case):
         outs = [got[o.name] for o in net.outputs]
     for g, w in zip(outs, onnxruntime_run(model, feeds)):
         assert_matches(g, w, what=case)
+
+
+INVALID = {
+    "conv_kernel_shape_differs_from_weights": ([node("Conv", ["x", "w"], kernel_shape=[2, 2])], {"w": rand(4, 3, 3, 3)}),
+    "conv_channels_do_not_match_group": ([node("Conv", ["x", "w"], group=2)], {"w": rand(4, 3, 3, 3)}),
+    "conv_negative_pads": ([node("Conv", ["x", "w"], pads=[-1, 0, 0, 0])], {"w": rand(4, 3, 3, 3)}),
+    "maxpool_no_kernel_shape": ([node("MaxPool", ["x"])], {}),
+    "lrn_even_size": ([node("LRN", ["x"], size=4)], {}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(INVALID))
+def test_invalid_nodes_are_rejected_before_onednn_sees_them(rt, case):
+    """Nodes ONNX rejects are refused by nnplug's validation or declined by the backend's own
+    checks (an even LRN size passes the former): a clear load error, never a kernel built from
+    them (a BackendError) or a crash."""
+    from onnx import TensorProto
+
+    import nnplug
+
+    nodes, inits = INVALID[case]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y], [
+        helper.make_tensor(k, TensorProto.FLOAT, v.shape, v.flatten().tolist()) for k, v in inits.items()]),
+        opset_imports=[helper.make_opsetid("", 18)])
+    with pytest.raises(nnplug.NnplugError) as raised:
+        with rt.load(model, backends=["onednn"]) as net:
+            net.run({"x": rand(1, 3, 8, 8)})
+    assert not isinstance(raised.value, nnplug.BackendError), raised.value
+    assert "node '" in str(raised.value), raised.value
 
 
 def test_pools_it_has_no_primitive_for_are_not_claimed(rt):

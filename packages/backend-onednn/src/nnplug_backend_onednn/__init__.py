@@ -23,10 +23,10 @@ OPS = (
     "Abs", "Add", "AveragePool", "BatchNormalization", "Clip", "Concat", "Conv", "Div", "Elu",
     "Exp", "Gemm", "GlobalAveragePool", "GlobalMaxPool", "HardSigmoid", "HardSwish", "LRN",
     "LeakyRelu", "Log", "LogSoftmax", "MatMul", "Max", "MaxPool", "Min", "Mul", "Neg", "Relu",
-    "Sigmoid", "Softmax", "Sqrt", "Sub", "Tanh",
+    "Sigmoid", "Softmax", "Sqrt", "Sub", "Sum", "Tanh",
 )
-"""The ONNX op types the backend may claim (float32, static shapes; the attribute and shape
-combinations it handles are in docs/backends/onednn.md)."""
+"""The ONNX op types the backend may claim (float32; symbolic dimensions are planned per shape at
+run time; the attribute and shape combinations it handles are in docs/backends/onednn.md)."""
 
 __all__ = ["LIBRARY", "LIBRARY_ENV", "OPS", "__version__", "find_onednn", "library_path"]
 

@@ -107,16 +107,17 @@ static nnp_status ox_copy(const void *from, uint64_t fo, void *to, uint64_t to_o
 static nnp_status ox_supports(const nnp_node_desc *node, int32_t *out)
 {
     if (!node || !out) return set_error(NNP_STATUS_INVALID_ARGUMENT, "supports: NULL argument");
-    ox_err e = {{0}};
-    int unsupported;
-    *out = ox_build(node, 1, 1, NULL, &unsupported, &e) == 0;
+    *out = ox_supported(node);
     return NNP_OK;
 }
 
+/* One kernel runs any run of supported nodes: its activations then stay in oneDNN's
+ * layouts from the first node to the last (the host ends a group where a value is needed
+ * outside it). */
 static nnp_status ox_fuse(const nnp_node_desc *nodes, int32_t n, int32_t *taken)
 {
     if (!nodes || !taken || n < 1) return set_error(NNP_STATUS_INVALID_ARGUMENT, "fuse: bad arguments");
-    *taken = ox_fuse_count(nodes, n);
+    *taken = n;
     return NNP_OK;
 }
 
@@ -126,7 +127,7 @@ static nnp_status ox_kernel_create(const nnp_node_desc *nodes, int32_t n, nnp_de
     *out = NULL;
     if (!is_host(dev)) return set_error(NNP_STATUS_INVALID_ARGUMENT, "kernel_create: device %d:%d is not the cpu", dev.device_type, dev.device_id);
     int unsupported;
-    if (ox_build(nodes, n, 0, out, &unsupported, &t_err)) return unsupported ? NNP_STATUS_UNSUPPORTED : NNP_STATUS_INVALID_ARGUMENT;
+    if (ox_build(nodes, n, out, &unsupported, &t_err)) return unsupported ? NNP_STATUS_UNSUPPORTED : NNP_STATUS_INVALID_ARGUMENT;
     return NNP_OK;
 }
 
@@ -136,13 +137,20 @@ static nnp_status ox_kernel_destroy(nnp_kernel *k)
     return NNP_OK;
 }
 
+static nnp_status ox_kernel_output_shapes(const nnp_kernel *k, const nnp_tensor *in, int32_t nin, int32_t nout,
+                                          int32_t *ndims, int64_t *shapes)
+{
+    if (!k || !ndims || !shapes || nin < 0 || (nin && !in))
+        return set_error(NNP_STATUS_INVALID_ARGUMENT, "kernel_output_shapes: bad arguments");
+    return ox_output_shapes(k, in, nin, nout, ndims, shapes, &t_err) ? NNP_STATUS_SHAPE_ERROR : NNP_OK;
+}
+
 static nnp_status ox_workspace(const nnp_kernel *k, const nnp_tensor *in, int32_t nin, const nnp_tensor *outs,
                                int32_t nout, uint64_t *nbytes)
 {
-    (void)in; (void)nin; (void)outs; (void)nout;
-    if (!k || !nbytes) return set_error(NNP_STATUS_INVALID_ARGUMENT, "kernel_workspace_size: bad arguments");
-    *nbytes = ox_workspace_size(k);
-    return NNP_OK;
+    (void)outs; (void)nout;
+    if (!k || !nbytes || nin < 0 || (nin && !in)) return set_error(NNP_STATUS_INVALID_ARGUMENT, "kernel_workspace_size: bad arguments");
+    return ox_workspace_size(k, in, nin, nbytes, &t_err) ? NNP_STATUS_INVALID_ARGUMENT : NNP_OK;
 }
 
 static nnp_status ox_kernel_run(const nnp_kernel *k, const nnp_tensor *in, int32_t nin, const nnp_tensor *outs,
@@ -161,7 +169,7 @@ static nnp_status ox_run_steps(const nnp_step *steps, int32_t n, void *const *sl
 static const nnp_backend_v1 TABLE = {
     .abi_version = {NNP_BACKEND_ABI_MAJOR, NNP_BACKEND_ABI_MINOR, NNP_BACKEND_ABI_PATCH},
     .struct_size = sizeof(nnp_backend_v1),
-    .flags = NNP_BACKEND_HOST_VISIBLE,
+    .flags = NNP_BACKEND_HOST_VISIBLE | NNP_BACKEND_KERNELS_OWN_CONSTANTS, /* kernels copy the constants they read */
     .id = "onednn",
     .version = OX_VERSION,
     .device_type = NNP_DEVICE_CPU,
@@ -177,6 +185,7 @@ static const nnp_backend_v1 TABLE = {
     .fuse = ox_fuse,
     .kernel_create = ox_kernel_create,
     .kernel_destroy = ox_kernel_destroy,
+    .kernel_output_shapes = ox_kernel_output_shapes,
     .kernel_workspace_size = ox_workspace,
     .kernel_run = ox_kernel_run,
     .run_steps = ox_run_steps,

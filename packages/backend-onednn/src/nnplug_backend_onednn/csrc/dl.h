@@ -16,9 +16,12 @@
     X(dnnl_memory_desc_destroy)                        \
     X(dnnl_memory_desc_clone)                          \
     X(dnnl_memory_desc_get_size)                       \
+    X(dnnl_memory_desc_equal)                          \
     X(dnnl_memory_create)                              \
     X(dnnl_memory_destroy)                             \
+    X(dnnl_memory_set_data_handle)                     \
     X(dnnl_primitive_desc_query_md)                    \
+    X(dnnl_primitive_desc_query)                       \
     X(dnnl_primitive_desc_destroy)                     \
     X(dnnl_primitive_create)                           \
     X(dnnl_primitive_destroy)                          \
@@ -30,8 +33,7 @@
     X(dnnl_post_ops_create)                            \
     X(dnnl_post_ops_destroy)                           \
     X(dnnl_post_ops_append_eltwise)                    \
-    X(dnnl_post_ops_append_binary)                     \
-    X(dnnl_post_ops_len)                               \
+    X(dnnl_post_ops_append_sum)                        \
     X(dnnl_reorder_primitive_desc_create)              \
     X(dnnl_convolution_forward_primitive_desc_create)  \
     X(dnnl_matmul_primitive_desc_create)               \

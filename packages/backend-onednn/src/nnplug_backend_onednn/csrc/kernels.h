@@ -1,29 +1,114 @@
-/* Kernels: one oneDNN primitive per group of ONNX nodes (an op and the element-wise ops
- * fused into it as post-ops), its descriptors and pre-packed weights, created once. */
+/* Kernels: a group of ONNX nodes (up to a whole partition) parsed once into ops (graph.c),
+ * then planned per concrete input shape and thread count into a sequence of oneDNN
+ * primitives whose activations stay in the layouts oneDNN picks, with reorders only where
+ * a layout changes and at the kernel's edges (plan.c). */
 #ifndef NNPLUG_ONEDNN_KERNELS_H_
 #define NNPLUG_ONEDNN_KERNELS_H_
 
+#include <pthread.h>
+
+#include "dl.h"
 #include "nnplug/backend.h"
+
+#define MAXR 6      /* largest rank handled */
+#define MAXIN 16    /* inputs of one op (Concat) */
+#define MAXPOST 8   /* post-ops of one op */
+#define MAXPLANS 8  /* plans (shape x thread count) a kernel keeps */
 
 typedef struct {
     char msg[1024];
 } ox_err;
 
-/* Engine and threads (init/shutdown). */
+int ox_fail(ox_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- the parsed group (graph.c) --------------------------------------------------------- */
+
+enum { OP_CONV, OP_MATMUL, OP_POOL, OP_ELTWISE, OP_SOFTMAX, OP_BINARY, OP_CONCAT, OP_LRN, OP_BN };
+enum { PAD_NOTSET, PAD_VALID, PAD_SAME_UPPER, PAD_SAME_LOWER };
+enum { POST_ELTWISE, POST_SUM };
+
+typedef struct {
+    char *name;
+    int ndim;
+    int64_t dims[MAXR]; /* -1: known at run time only */
+    float *cdata;       /* owned copy of a constant, or NULL */
+    int kin;            /* first kernel input index holding it, or -1 */
+    int consumers;      /* live ops reading it */
+} ox_value;
+
+typedef struct {
+    int kind; /* POST_* */
+    dnnl_alg_kind_t alg;
+    float alpha, beta;
+    int val; /* POST_SUM: the value added */
+} ox_post;
+
+typedef struct {
+    int kind; /* OP_* */
+    char *name, *op_type;
+    int nin, in[MAXIN]; /* value indices, -1 for an omitted input */
+    int out;
+    int pos; /* execution order: the position of the last node fused into it */
+    int dead;
+    /* attributes (the ones of its kind) */
+    int64_t group, st[2], dil[2], pads[4], ker[2];
+    int autopad, ceil, incl, global, maxpool;
+    dnnl_alg_kind_t alg;
+    float alpha, beta, eps, lrn_bias;
+    int64_t size, axis;
+    int ta, tb, gemm, logsm, commutes, bn_relu;
+    float *w, *b; /* Conv: owned weights and bias (BatchNormalization folded in) */
+    int64_t wdims[4], oc;
+    int npost;
+    ox_post post[MAXPOST];
+} ox_op;
+
+typedef struct {
+    int nval, nop, nkin, out;
+    ox_value *vals;
+    ox_op *ops;
+    int *kin_val;  /* [nkin] value of each kernel input */
+    int *order;    /* live ops in execution order */
+    int norder;
+    int dynamic;   /* a dimension is known at run time only */
+} ox_graph;
+
+/* Parse and check nodes[0..n). Returns NULL with a message; *unsupported when the nodes are
+ * valid ONNX the backend does not run (then it declines them). */
+ox_graph *ox_graph_parse(const nnp_node_desc *nodes, int n, int *unsupported, ox_err *e);
+void ox_graph_free(ox_graph *g);
+/* Value dims for concrete kernel input shapes (dims[v * MAXR ...]; in NULL: the declared,
+ * static ones); 0, or 1 with a message. */
+int ox_graph_shapes(const ox_graph *g, const nnp_tensor *in, int nin, int64_t *dims, ox_err *e);
+/* Spatial padding of a window op for concrete shapes; 0, or 1 with a message. */
+int ox_window(const ox_op *op, const int64_t *in, const int64_t *out, int64_t *pl, int64_t *pr, ox_err *e);
+
+/* ---- plans (plan.c) --------------------------------------------------------------------- */
+
+typedef struct ox_plan ox_plan;
+ox_plan *ox_plan_build(const ox_graph *g, const int64_t *dims, int threads, ox_err *e);
+/* Only whether oneDNN has primitives for it (no primitives made, no weights packed). */
+int ox_plan_check(const ox_graph *g, const int64_t *dims, int threads, ox_err *e);
+void ox_plan_free(ox_plan *p);
+uint64_t ox_plan_workspace(const ox_plan *p);
+int ox_plan_run(const ox_plan *p, const nnp_tensor *in, const nnp_tensor *out, void *ws, ox_err *e);
+
+/* ---- engine and kernels (kernels.c) ----------------------------------------------------- */
+
 int ox_init(int num_threads, ox_err *e);
 void ox_shutdown(void);
 void ox_set_num_threads(int n);
 int ox_num_threads(void);
+dnnl_engine_t ox_engine(void);
+dnnl_stream_t ox_thread_stream(void);
 
-/* Build the kernel of nodes[0..n). dry: only check that it can be built (supports, fuse).
- * Returns 0 and *out (when not dry); else 1 with a message, *unsupported set when the nodes
- * are valid ONNX this backend does not run. */
-int ox_build(const nnp_node_desc *nodes, int n, int dry, nnp_kernel **out, int *unsupported, ox_err *e);
-/* How many leading nodes one kernel runs (1..n). */
-int ox_fuse_count(const nnp_node_desc *nodes, int n);
+int ox_supported(const nnp_node_desc *node);
+int ox_build(const nnp_node_desc *nodes, int n, nnp_kernel **out, int *unsupported, ox_err *e);
 void ox_destroy(nnp_kernel *k);
-uint64_t ox_workspace_size(const nnp_kernel *k);
-int ox_run(const nnp_kernel *k, const nnp_tensor *in, int nin, const nnp_tensor *out, int nout,
-           void *ws, uint64_t wsn, ox_err *e);
+int ox_output_shapes(const nnp_kernel *k, const nnp_tensor *in, int nin, int nout, int32_t *ndims, int64_t *shapes,
+                     ox_err *e);
+int ox_workspace_size(const nnp_kernel *k, const nnp_tensor *in, int nin, uint64_t *nbytes, ox_err *e);
+int ox_run(const nnp_kernel *k, const nnp_tensor *in, int nin, const nnp_tensor *out, int nout, void *ws, uint64_t wsn,
+           ox_err *e);
 
 #endif

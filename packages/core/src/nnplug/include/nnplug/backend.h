@@ -72,6 +72,8 @@
 #ifndef NNPLUG_BACKEND_H_
 #define NNPLUG_BACKEND_H_
 
+#include <stdlib.h> /* malloc, free: nnp_run_steps_default */
+
 #include "nnplug/common.h"
 
 #ifdef __cplusplus
@@ -326,50 +328,55 @@ typedef struct nnp_backend_v1 {
 /* The entry symbol every backend defines (with NNP_EXPORT). */
 NNP_EXPORT const nnp_backend_v1* nnp_backend_entry(const nnp_version* host_abi);
 
-/* Largest number of inputs or outputs of one step nnp_run_steps_default handles. */
+/* Inputs or outputs of one step nnp_run_steps_default resolves on the stack; a larger step's
+ * tensors are resolved in memory from malloc (a kernel of many fused nodes has one input per
+ * node input). */
 #define NNP_RUN_STEPS_MAX_IO 64
 
 /* A run_steps implementation over a kernel_run function: resolves the slots of each step into
- * tensors on the stack and calls `run` in order, stopping at the first failure (whose message
- * `run` recorded). Backends may wrap it:
+ * tensors and calls `run` in order, stopping at the first failure (whose message `run`
+ * recorded). Backends may wrap it:
  *   static nnp_status my_run_steps(const nnp_step* s, int32_t n, void* const* slots,
  *                                  int32_t ns, void* ws, uint64_t wsn, nnp_stream st,
  *                                  int32_t* failed)
  *   { return nnp_run_steps_default(my_kernel_run, s, n, slots, ns, ws, wsn, st, failed); }
- * Returns NNP_STATUS_INVALID_ARGUMENT without running anything further when a step has more
- * than NNP_RUN_STEPS_MAX_IO inputs/outputs or a slot index out of range (no message is
- * recorded for those: the host checks them before calling). */
+ * Returns NNP_STATUS_INVALID_ARGUMENT without running anything further when a step is
+ * malformed (negative counts, NULL lists) or has a slot index out of range, and
+ * NNP_STATUS_OUT_OF_MEMORY when a large step's tensors cannot be allocated (no message is
+ * recorded for those: the host checks steps before calling). */
 static inline nnp_status nnp_run_steps_default(nnp_kernel_run_fn run, const nnp_step* steps,
                                                int32_t num_steps, void* const* slots,
                                                int32_t num_slots, void* workspace,
                                                uint64_t workspace_nbytes, nnp_stream stream,
                                                int32_t* out_failed_step) {
-  nnp_tensor in[NNP_RUN_STEPS_MAX_IO];
-  nnp_tensor out[NNP_RUN_STEPS_MAX_IO];
+  nnp_tensor stack[2 * NNP_RUN_STEPS_MAX_IO];
   for (int32_t s = 0; s < num_steps; ++s) {
     const nnp_step* st = &steps[s];
     if (out_failed_step) *out_failed_step = s;
-    if (st->num_inputs < 0 || st->num_inputs > NNP_RUN_STEPS_MAX_IO || st->num_outputs < 0 ||
-        st->num_outputs > NNP_RUN_STEPS_MAX_IO)
+    if (st->num_inputs < 0 || st->num_outputs < 0 || (st->num_inputs && !st->inputs) ||
+        (st->num_outputs && !st->outputs))
       return NNP_STATUS_INVALID_ARGUMENT;
-    for (int32_t i = 0; i < st->num_inputs; ++i) {
-      int32_t slot = st->input_slots ? st->input_slots[i] : -1;
-      in[i] = st->inputs[i];
+    int32_t total = st->num_inputs + st->num_outputs;
+    nnp_tensor* t = total <= 2 * NNP_RUN_STEPS_MAX_IO
+                        ? stack
+                        : (nnp_tensor*)malloc((size_t)total * sizeof(nnp_tensor));
+    if (!t) return NNP_STATUS_OUT_OF_MEMORY;
+    nnp_status rc = NNP_STATUS_OK;
+    for (int32_t i = 0; i < total && rc == NNP_STATUS_OK; ++i) {
+      int is_in = i < st->num_inputs;
+      int32_t k = is_in ? i : i - st->num_inputs;
+      const int32_t* ids = is_in ? st->input_slots : st->output_slots;
+      int32_t slot = ids ? ids[k] : -1;
+      t[i] = is_in ? st->inputs[k] : st->outputs[k];
       if (slot >= 0) {
-        if (slot >= num_slots) return NNP_STATUS_INVALID_ARGUMENT;
-        in[i].data = slots[slot];
+        if (slot >= num_slots || !slots) rc = NNP_STATUS_INVALID_ARGUMENT;
+        else t[i].data = slots[slot];
       }
     }
-    for (int32_t i = 0; i < st->num_outputs; ++i) {
-      int32_t slot = st->output_slots ? st->output_slots[i] : -1;
-      out[i] = st->outputs[i];
-      if (slot >= 0) {
-        if (slot >= num_slots) return NNP_STATUS_INVALID_ARGUMENT;
-        out[i].data = slots[slot];
-      }
-    }
-    nnp_status rc = run(st->kernel, in, st->num_inputs, out, st->num_outputs, workspace,
-                        workspace_nbytes, stream);
+    if (rc == NNP_STATUS_OK)
+      rc = run(st->kernel, t, st->num_inputs, t + st->num_inputs, st->num_outputs, workspace,
+               workspace_nbytes, stream);
+    if (t != stack) free(t);
     if (rc != NNP_STATUS_OK) return rc;
   }
   if (out_failed_step) *out_failed_step = -1;

@@ -1,0 +1,800 @@
+/* Parsing a group of nodes into ops (see kernels.h). Every node is checked here, before
+ * oneDNN sees it: what the backend does not handle exactly is declined so another backend
+ * runs it. Then element-wise nodes, a folded BatchNormalization and a residual Add are fused
+ * into the op before them as post-ops, and the ops are put in execution order. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+
+int ox_fail(ox_err *e, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    return 1;
+}
+
+typedef struct {
+    ox_graph *g;
+    const nnp_node_desc *n;
+    int *unsupported;
+    ox_err *e;
+    int cap_val;
+} parser;
+
+static int decline(parser *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int decline(parser *p, const char *fmt, ...)
+{
+    char why[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    *p->unsupported = 1;
+    return ox_fail(p->e, "node '%s' (%s) is not handled by the onednn backend: %s", p->n->name ? p->n->name : "",
+                   p->n->op_type, why);
+}
+
+/* ---- attributes ------------------------------------------------------------------------- */
+
+static const nnp_attr *attr(const nnp_node_desc *n, const char *name)
+{
+    return n->attrs ? nnp_find_attr(n->attrs, n->num_attrs, name) : NULL;
+}
+
+static int64_t attr_int(const nnp_node_desc *n, const char *name, int64_t def)
+{
+    const nnp_attr *a = attr(n, name);
+    return a && a->type == NNP_ATTR_INT && a->data ? *(const int64_t *)a->data : def;
+}
+
+static float attr_float(const nnp_node_desc *n, const char *name, float def)
+{
+    const nnp_attr *a = attr(n, name);
+    return a && a->type == NNP_ATTR_FLOAT && a->data ? *(const float *)a->data : def;
+}
+
+/* Copies an INTS attribute; its count, 0 when absent, -1 when malformed or too long. */
+static int attr_ints(const nnp_node_desc *n, const char *name, int64_t *out, int max)
+{
+    const nnp_attr *a = attr(n, name);
+    if (!a) return 0;
+    if (a->type != NNP_ATTR_INTS || a->count > max || (a->count && !a->data)) return -1;
+    memcpy(out, a->data, (size_t)a->count * sizeof(int64_t));
+    return (int)a->count;
+}
+
+static const char *attr_str(const nnp_node_desc *n, const char *name, const char *def)
+{
+    const nnp_attr *a = attr(n, name);
+    return a && a->type == NNP_ATTR_STRING && a->data ? (const char *)a->data : def;
+}
+
+/* ---- values ----------------------------------------------------------------------------- */
+
+static int find_value(const ox_graph *g, const char *name)
+{
+    for (int i = g->nval - 1; i >= 0; i--)
+        if (!strcmp(g->vals[i].name, name)) return i;
+    return -1;
+}
+
+static int64_t vnumel(const ox_value *v)
+{
+    int64_t k = 1;
+    for (int i = 0; i < v->ndim; i++) k *= v->dims[i];
+    return k;
+}
+
+/* A new value from its descriptor: float32, rank 0..MAXR, dims > 0 or -1. */
+static int add_value(parser *p, const nnp_value_desc *d, int *out)
+{
+    ox_graph *g = p->g;
+    const char *nm = d->name ? d->name : "";
+    if (d->dtype.code != NNP_DTYPE_FLOAT || d->dtype.bits != 32 || d->dtype.lanes > 1)
+        return decline(p, "value '%s' is not float32", nm);
+    if (d->ndim < 0) return decline(p, "value '%s' has an unknown rank", nm);
+    if (d->ndim > MAXR) return decline(p, "value '%s' has rank %d (at most %d)", nm, d->ndim, MAXR);
+    if (d->ndim && !d->shape) return ox_fail(p->e, "value '%s': malformed descriptor (no shape)", nm);
+    if (g->nval == p->cap_val) {
+        int cap = p->cap_val ? 2 * p->cap_val : 32;
+        ox_value *nv = realloc(g->vals, (size_t)cap * sizeof *nv);
+        if (!nv) return ox_fail(p->e, "out of memory");
+        g->vals = nv;
+        p->cap_val = cap;
+    }
+    ox_value *v = &g->vals[g->nval];
+    memset(v, 0, sizeof *v);
+    v->kin = -1;
+    v->ndim = d->ndim;
+    for (int i = 0; i < d->ndim; i++) {
+        if (d->shape[i] == 0) return decline(p, "value '%s' is empty", nm);
+        v->dims[i] = d->shape[i] < 0 ? -1 : d->shape[i];
+        if (v->dims[i] < 0) g->dynamic = 1;
+    }
+    v->name = strdup(nm);
+    if (!v->name) return ox_fail(p->e, "out of memory");
+    g->nval++;
+    if (d->const_data) {
+        int64_t k = vnumel(v);
+        if (k < 0 || (uint64_t)k * 4 != d->const_nbytes) {
+            return ox_fail(p->e, "constant '%s' has %llu bytes; its shape needs %lld", nm,
+                           (unsigned long long)d->const_nbytes, (long long)k * 4);
+        }
+        v->cdata = malloc((size_t)k * 4 + 4);
+        if (!v->cdata) return ox_fail(p->e, "out of memory");
+        memcpy(v->cdata, d->const_data, (size_t)k * 4);
+    }
+    *out = g->nval - 1;
+    return 0;
+}
+
+static int known(const ox_value *v)
+{
+    for (int i = 0; i < v->ndim; i++)
+        if (v->dims[i] < 0) return 0;
+    return 1;
+}
+
+static int same_dims(const ox_value *a, const ox_value *b)
+{
+    if (a->ndim != b->ndim) return 0;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->dims[i] != b->dims[i]) return 0;
+    return 1;
+}
+
+/* ---- op parsers --------------------------------------------------------------------------- */
+
+#define V(i) (&p->g->vals[op->in[i]])
+#define Y (&p->g->vals[op->out])
+
+static int parse_eltwise(parser *p, ox_op *op)
+{
+    const nnp_node_desc *n = p->n;
+    const char *t = n->op_type;
+    op->alpha = op->beta = 0.f;
+    int maxin = 1;
+    if (!strcmp(t, "Relu")) op->alg = dnnl_eltwise_relu;
+    else if (!strcmp(t, "LeakyRelu")) { op->alg = dnnl_eltwise_relu; op->alpha = attr_float(n, "alpha", 0.01f); }
+    else if (!strcmp(t, "Sigmoid")) op->alg = dnnl_eltwise_logistic;
+    else if (!strcmp(t, "Tanh")) op->alg = dnnl_eltwise_tanh;
+    else if (!strcmp(t, "Elu")) { op->alg = dnnl_eltwise_elu; op->alpha = attr_float(n, "alpha", 1.f); }
+    else if (!strcmp(t, "Abs")) op->alg = dnnl_eltwise_abs;
+    else if (!strcmp(t, "Sqrt")) op->alg = dnnl_eltwise_sqrt;
+    else if (!strcmp(t, "Exp")) op->alg = dnnl_eltwise_exp;
+    else if (!strcmp(t, "Log")) op->alg = dnnl_eltwise_log;
+    else if (!strcmp(t, "Neg")) { op->alg = dnnl_eltwise_linear; op->alpha = -1.f; }
+    else if (!strcmp(t, "HardSigmoid")) {
+        op->alg = dnnl_eltwise_hardsigmoid;
+        op->alpha = attr_float(n, "alpha", 0.2f);
+        op->beta = attr_float(n, "beta", 0.5f);
+    } else if (!strcmp(t, "HardSwish")) { op->alg = dnnl_eltwise_hardswish; op->alpha = 1.f / 6.f; op->beta = 0.5f; }
+    else if (!strcmp(t, "Clip")) {
+        maxin = 3;
+        op->alg = dnnl_eltwise_clip;
+        op->alpha = -INFINITY;
+        op->beta = INFINITY;
+        if (n->opset > 0 && n->opset < 11) {
+            op->alpha = attr_float(n, "min", -INFINITY);
+            op->beta = attr_float(n, "max", INFINITY);
+        } else {
+            /* min and max are inputs: only constant scalars can become eltwise parameters */
+            for (int i = 1; i < 3 && i < op->nin; i++) {
+                if (op->in[i] < 0) continue;
+                const ox_value *v = V(i);
+                if (!v->cdata || !known(v) || vnumel(v) != 1) return decline(p, "Clip min/max must be constant scalars");
+                float x = v->cdata[0];
+                if (isnan(x)) return decline(p, "Clip with a NaN bound");
+                if (i == 1) op->alpha = x;
+                else op->beta = x;
+            }
+        }
+        if (op->alpha > op->beta) return decline(p, "Clip min > max");
+    } else return decline(p, "op not handled");
+    if (op->nin < 1 || op->nin > maxin || op->in[0] < 0) return decline(p, "arity");
+    op->nin = 1; /* Clip's bounds are attributes now */
+    if (!same_dims(V(0), Y)) return decline(p, "output shape differs from the input's");
+    return 0;
+}
+
+/* Spatial padding: pads/auto_pad of a 2-D window op, with the right padding that gives the
+ * output size wanted (ceil_mode, SAME_*). */
+int ox_window(const ox_op *op, const int64_t *in, const int64_t *out, int64_t *pl, int64_t *pr, ox_err *e)
+{
+    int exact = op->kind == OP_CONV || op->incl;
+    for (int i = 0; i < 2; i++) {
+        int64_t span = (op->ker[i] - 1) * op->dil[i] + 1;
+        int64_t total = (out[i] - 1) * op->st[i] + span - in[i];
+        if (op->autopad == PAD_NOTSET) {
+            pl[i] = op->pads[i];
+            pr[i] = op->pads[i + 2];
+        } else if (op->autopad == PAD_VALID) {
+            pl[i] = pr[i] = 0;
+        } else {
+            if (total < 0) total = 0;
+            pl[i] = op->autopad == PAD_SAME_UPPER ? total / 2 : total - total / 2;
+            pr[i] = total - pl[i];
+        }
+        if (pl[i] < 0 || pr[i] < 0 || pl[i] >= span || pr[i] >= span) return ox_fail(e, "pads out of range");
+        if (in[i] + pl[i] + pr[i] < span) return ox_fail(e, "window larger than the padded input");
+        if ((in[i] + pl[i] + pr[i] - span) / op->st[i] + 1 != out[i]) {
+            /* ceil_mode: oneDNN needs the extra right padding spelled out */
+            int64_t need = total - pl[i];
+            if (exact || need < pr[i] || (in[i] + pl[i] + need - span) / op->st[i] + 1 != out[i])
+                return ox_fail(e, "output size %lld does not follow from input %lld", (long long)out[i], (long long)in[i]);
+            pr[i] = need;
+        }
+    }
+    return 0;
+}
+
+/* Output size of a window op for a known input size (floor; ceil_mode with SAME or dynamic
+ * spatial dims is declined at parse). */
+static int64_t window_out(const ox_op *op, int i, int64_t in)
+{
+    int64_t span = (op->ker[i] - 1) * op->dil[i] + 1;
+    if (op->autopad == PAD_SAME_UPPER || op->autopad == PAD_SAME_LOWER) return (in + op->st[i] - 1) / op->st[i];
+    int64_t padded = in + (op->autopad == PAD_VALID ? 0 : op->pads[i] + op->pads[i + 2]) - span;
+    if (padded < 0) return -1;
+    if (op->ceil) return (padded + op->st[i] - 1) / op->st[i] + 1;
+    return padded / op->st[i] + 1;
+}
+
+static int parse_window(parser *p, ox_op *op, int dilations)
+{
+    const nnp_node_desc *n = p->n;
+    op->st[0] = op->st[1] = op->dil[0] = op->dil[1] = 1;
+    int ns = attr_ints(n, "strides", op->st, 2), nd = attr_ints(n, "dilations", op->dil, 2);
+    if ((ns && ns != 2) || (nd && nd != 2) || op->st[0] < 1 || op->st[1] < 1 || op->dil[0] < 1 || op->dil[1] < 1)
+        return decline(p, "strides/dilations");
+    if (!dilations && (op->dil[0] != 1 || op->dil[1] != 1)) return decline(p, "dilations");
+    int np = attr_ints(n, "pads", op->pads, 4);
+    if (np != 0 && np != 4) return decline(p, "pads");
+    for (int i = 0; i < 4; i++)
+        if (op->pads[i] < 0) return decline(p, "negative pads");
+    const char *ap = attr_str(n, "auto_pad", "NOTSET");
+    if (!strcmp(ap, "NOTSET")) op->autopad = PAD_NOTSET;
+    else if (!strcmp(ap, "VALID")) op->autopad = PAD_VALID;
+    else if (!strcmp(ap, "SAME_UPPER")) op->autopad = PAD_SAME_UPPER;
+    else if (!strcmp(ap, "SAME_LOWER")) op->autopad = PAD_SAME_LOWER;
+    else return decline(p, "auto_pad %s", ap);
+    const ox_value *x = V(0), *y = Y;
+    int spatial_known = x->dims[2] > 0 && x->dims[3] > 0 && y->dims[2] > 0 && y->dims[3] > 0;
+    if (op->ceil && (!spatial_known || op->autopad != PAD_NOTSET)) return decline(p, "ceil_mode with dynamic spatial dims or auto_pad");
+    if (spatial_known) {
+        int64_t pl[2], pr[2];
+        ox_err e2;
+        if (ox_window(op, x->dims + 2, y->dims + 2, pl, pr, &e2)) return decline(p, "%s", e2.msg);
+    } else
+        for (int i = 0; i < 2; i++)
+            if (x->dims[2 + i] > 0 && window_out(op, i, x->dims[2 + i]) < 1) return decline(p, "window larger than input");
+    return 0;
+}
+
+static int parse_conv(parser *p, ox_op *op)
+{
+    const nnp_node_desc *n = p->n;
+    if (op->nin < 2 || op->nin > 3 || op->in[0] < 0 || op->in[1] < 0) return decline(p, "arity");
+    const ox_value *x = V(0), *w = V(1), *y = Y;
+    if (x->ndim != 4 || w->ndim != 4 || y->ndim != 4) return decline(p, "only 2-D convolutions");
+    if (!w->cdata) return decline(p, "weights must be constant");
+    int64_t C = x->dims[1], OC = w->dims[0];
+    op->group = attr_int(n, "group", 1);
+    if (C < 0) return decline(p, "channel count unknown at load");
+    if (op->group < 1 || C % op->group || OC % op->group || w->dims[1] != C / op->group || (y->dims[1] >= 0 && y->dims[1] != OC) ||
+        (y->dims[0] >= 0 && x->dims[0] >= 0 && y->dims[0] != x->dims[0]))
+        return decline(p, "channels and group do not match");
+    op->ker[0] = w->dims[2];
+    op->ker[1] = w->dims[3];
+    int64_t ks[2];
+    int nk = attr_ints(n, "kernel_shape", ks, 2);
+    if (nk < 0 || (nk && (nk != 2 || ks[0] != op->ker[0] || ks[1] != op->ker[1]))) return decline(p, "kernel_shape");
+    if (op->nin == 3 && op->in[2] >= 0) {
+        const ox_value *b = V(2);
+        if (b->ndim != 1 || b->dims[0] != OC) return decline(p, "bias shape");
+    }
+    if (parse_window(p, op, 1)) return 1;
+    op->oc = OC;
+    memcpy(op->wdims, w->dims, sizeof op->wdims);
+    size_t nw = (size_t)vnumel(w);
+    op->w = malloc(nw * sizeof(float));
+    if (!op->w) return ox_fail(p->e, "out of memory");
+    memcpy(op->w, w->cdata, nw * sizeof(float));
+    if (op->nin == 3 && op->in[2] >= 0 && V(2)->cdata) {
+        op->b = malloc((size_t)OC * sizeof(float));
+        if (!op->b) return ox_fail(p->e, "out of memory");
+        memcpy(op->b, V(2)->cdata, (size_t)OC * sizeof(float));
+    }
+    return 0;
+}
+
+static int parse_pool(parser *p, ox_op *op)
+{
+    const nnp_node_desc *n = p->n;
+    const char *t = n->op_type;
+    op->global = !strncmp(t, "Global", 6);
+    op->maxpool = strstr(t, "Max") != NULL;
+    if (op->nin != 1 || op->in[0] < 0) return decline(p, "arity");
+    const ox_value *x = V(0), *y = Y;
+    if (x->ndim != 4 || y->ndim != 4) return decline(p, "only 2-D pools");
+    if (x->dims[1] < 0 || y->dims[1] != x->dims[1]) return decline(p, "channels");
+    if (op->global) {
+        if (y->dims[2] != 1 || y->dims[3] != 1) return decline(p, "output size");
+        return 0;
+    }
+    if (attr_ints(n, "kernel_shape", op->ker, 2) != 2 || op->ker[0] < 1 || op->ker[1] < 1) return decline(p, "kernel_shape");
+    if (attr_int(n, "storage_order", 0) != 0) return decline(p, "storage_order");
+    op->ceil = attr_int(n, "ceil_mode", 0) != 0;
+    op->incl = !op->maxpool && attr_int(n, "count_include_pad", 0) != 0;
+    return parse_window(p, op, op->maxpool);
+}
+
+static int parse_softmax(parser *p, ox_op *op)
+{
+    const nnp_node_desc *n = p->n;
+    op->logsm = !strcmp(n->op_type, "LogSoftmax");
+    if (op->nin != 1 || op->in[0] < 0) return decline(p, "arity");
+    const ox_value *x = V(0);
+    if (x->ndim < 1 || !same_dims(x, Y)) return decline(p, "shapes");
+    int64_t axis = attr_int(n, "axis", n->opset > 0 && n->opset < 13 ? 1 : -1);
+    if (axis < 0) axis += x->ndim;
+    if (axis < 0 || axis >= x->ndim) return decline(p, "axis");
+    /* before opset 13 the input is flattened to 2-D at axis: one axis only when it is the last */
+    if (n->opset > 0 && n->opset < 13 && axis != x->ndim - 1) return decline(p, "opset < 13 with an axis other than the last");
+    op->axis = axis;
+    return 0;
+}
+
+/* 1 when v, right-aligned to y's rank, has y's dims; 0 when it broadcasts to them; -1 neither
+ * (-1 dims match only -1 dims). */
+static int fits(const ox_value *v, const ox_value *y)
+{
+    if (v->ndim > y->ndim) return -1;
+    int full = v->ndim == y->ndim;
+    for (int i = 0; i < v->ndim; i++) {
+        int64_t d = v->dims[i], want = y->dims[i + y->ndim - v->ndim];
+        if (d != want && d != 1) return -1;
+        if (d != want) full = 0;
+    }
+    return full;
+}
+
+static int parse_binary(parser *p, ox_op *op)
+{
+    const char *t = p->n->op_type;
+    op->commutes = 1;
+    if (!strcmp(t, "Add")) op->alg = dnnl_binary_add;
+    else if (!strcmp(t, "Mul")) op->alg = dnnl_binary_mul;
+    else if (!strcmp(t, "Max")) op->alg = dnnl_binary_max;
+    else if (!strcmp(t, "Min")) op->alg = dnnl_binary_min;
+    else if (!strcmp(t, "Sub")) { op->alg = dnnl_binary_sub; op->commutes = 0; }
+    else if (!strcmp(t, "Div")) { op->alg = dnnl_binary_div; op->commutes = 0; }
+    else if (!strcmp(t, "Sum") && op->nin == 2) op->alg = dnnl_binary_add; /* a residual, in exported ResNets */
+    else return decline(p, "op not handled (Sum: two inputs only)");
+    if (op->nin != 2 || op->in[0] < 0 || op->in[1] < 0) return decline(p, "two inputs");
+    if (Y->ndim < 1) return decline(p, "rank-0 output");
+    int f0 = fits(V(0), Y), f1 = fits(V(1), Y);
+    if (f0 < 0 || f1 < 0) return decline(p, "broadcast");
+    if (f0 != 1 && (!op->commutes || f1 != 1)) return decline(p, "the first input must have the output's shape");
+    return 0;
+}
+
+static int parse_concat(parser *p, ox_op *op)
+{
+    const ox_value *y = Y;
+    if (op->nin < 1 || op->nin > MAXIN || y->ndim < 1) return decline(p, "arity");
+    int64_t axis = attr_int(p->n, "axis", 1);
+    if (axis < 0) axis += y->ndim;
+    if (axis < 0 || axis >= y->ndim) return decline(p, "axis");
+    for (int i = 0; i < op->nin; i++) {
+        if (op->in[i] < 0) return decline(p, "omitted input");
+        const ox_value *v = V(i);
+        if (v->ndim != y->ndim) return decline(p, "ranks differ");
+        for (int d = 0; d < y->ndim; d++)
+            if (d != axis && v->dims[d] != y->dims[d]) return decline(p, "shapes");
+    }
+    op->axis = axis;
+    return 0;
+}
+
+static int parse_lrn(parser *p, ox_op *op)
+{
+    const nnp_node_desc *n = p->n;
+    if (op->nin != 1 || op->in[0] < 0) return decline(p, "arity");
+    op->size = attr_int(n, "size", 0);
+    if (V(0)->ndim != 4 || !same_dims(V(0), Y) || op->size < 1 || op->size % 2 == 0) return decline(p, "4-D, odd size");
+    op->alpha = attr_float(n, "alpha", 1e-4f);
+    op->beta = attr_float(n, "beta", 0.75f);
+    op->lrn_bias = attr_float(n, "bias", 1.f);
+    return 0;
+}
+
+static int parse_bn(parser *p, ox_op *op)
+{
+    const nnp_node_desc *n = p->n;
+    if (op->nin != 5 || n->num_outputs != 1 || attr_int(n, "training_mode", 0) != 0) return decline(p, "inference mode only");
+    if (n->opset > 0 && n->opset < 9) return decline(p, "opset < 9");
+    const ox_value *x = V(0);
+    if (x->ndim < 2 || x->ndim > 5 || !same_dims(x, Y) || x->dims[1] < 0) return decline(p, "shapes");
+    for (int i = 1; i < 5; i++)
+        if (op->in[i] < 0 || V(i)->ndim != 1 || V(i)->dims[0] != x->dims[1]) return decline(p, "parameters");
+    op->eps = attr_float(n, "epsilon", 1e-5f);
+    return 0;
+}
+
+static int parse_matmul(parser *p, ox_op *op)
+{
+    const nnp_node_desc *n = p->n;
+    op->gemm = n->op_type[0] == 'G';
+    if (op->nin < 2 || op->nin > (op->gemm ? 3 : 2) || op->in[0] < 0 || op->in[1] < 0) return decline(p, "arity");
+    const ox_value *a = V(0), *w = V(1), *y = Y;
+    const ox_value *c = op->gemm && op->nin == 3 && op->in[2] >= 0 ? V(2) : NULL;
+    int r = y->ndim;
+    if (op->gemm) {
+        op->ta = attr_int(n, "transA", 0) != 0;
+        op->tb = attr_int(n, "transB", 0) != 0;
+        if (a->ndim != 2 || w->ndim != 2 || r != 2) return decline(p, "Gemm ranks");
+        if (attr_float(n, "alpha", 1.f) != 1.f || (c && attr_float(n, "beta", 1.f) != 1.f)) return decline(p, "Gemm alpha/beta");
+        if (c && c->ndim > 2) return decline(p, "Gemm C rank");
+    } else if (a->ndim < 2 || w->ndim < 2 || r < 2 || r != (a->ndim > w->ndim ? a->ndim : w->ndim)) {
+        return decline(p, "rank-1 operands");
+    }
+    int64_t K = op->ta ? a->dims[a->ndim - 2] : a->dims[a->ndim - 1];
+    int64_t K2 = op->tb ? w->dims[w->ndim - 1] : w->dims[w->ndim - 2];
+    if (K < 0 || K2 < 0 || K != K2) return decline(p, "inner dimensions");
+    if (c)
+        for (int i = 0; i < c->ndim; i++) {
+            int64_t want = y->dims[2 - c->ndim + i];
+            if (c->dims[i] != 1 && c->dims[i] != want) return decline(p, "Gemm C shape");
+        }
+    return 0;
+}
+
+#undef V
+#undef Y
+
+/* ---- the group ---------------------------------------------------------------------------- */
+
+static int parse_node(parser *p, ox_op *op)
+{
+    const char *t = p->n->op_type;
+    if (!strcmp(t, "Conv")) { op->kind = OP_CONV; return parse_conv(p, op); }
+    if (!strcmp(t, "Gemm") || !strcmp(t, "MatMul")) { op->kind = OP_MATMUL; return parse_matmul(p, op); }
+    if (!strcmp(t, "MaxPool") || !strcmp(t, "AveragePool") || !strcmp(t, "GlobalAveragePool") || !strcmp(t, "GlobalMaxPool")) {
+        op->kind = OP_POOL;
+        return parse_pool(p, op);
+    }
+    if (!strcmp(t, "Softmax") || !strcmp(t, "LogSoftmax")) { op->kind = OP_SOFTMAX; return parse_softmax(p, op); }
+    if (!strcmp(t, "Concat")) { op->kind = OP_CONCAT; return parse_concat(p, op); }
+    if (!strcmp(t, "LRN")) { op->kind = OP_LRN; return parse_lrn(p, op); }
+    if (!strcmp(t, "BatchNormalization")) { op->kind = OP_BN; return parse_bn(p, op); }
+    if (!strcmp(t, "Add") || !strcmp(t, "Mul") || !strcmp(t, "Sub") || !strcmp(t, "Div") || !strcmp(t, "Max") || !strcmp(t, "Min") ||
+        !strcmp(t, "Sum")) {
+        op->kind = OP_BINARY;
+        return parse_binary(p, op);
+    }
+    op->kind = OP_ELTWISE;
+    return parse_eltwise(p, op);
+}
+
+void ox_graph_free(ox_graph *g)
+{
+    if (!g) return;
+    for (int i = 0; i < g->nval; i++) {
+        free(g->vals[i].name);
+        free(g->vals[i].cdata);
+    }
+    for (int i = 0; i < g->nop; i++) {
+        free(g->ops[i].name);
+        free(g->ops[i].op_type);
+        free(g->ops[i].w);
+        free(g->ops[i].b);
+    }
+    free(g->vals);
+    free(g->ops);
+    free(g->kin_val);
+    free(g->order);
+    free(g);
+}
+
+/* The single live op reading value v, or -1. */
+static int sole_consumer(const ox_graph *g, int v)
+{
+    if (v == g->out || g->vals[v].consumers != 1) return -1;
+    for (int i = 0; i < g->nop; i++) {
+        const ox_op *o = &g->ops[i];
+        if (o->dead) continue;
+        for (int j = 0; j < o->nin; j++)
+            if (o->in[j] == v) return i;
+    }
+    return -1;
+}
+
+/* Fold an inference BatchNormalization with constant parameters into the Conv before it. */
+static int fold_bn(ox_graph *g, ox_op *conv, const ox_op *bn)
+{
+    if (conv->npost || (conv->nin == 3 && conv->in[2] >= 0 && !conv->b)) return 0;
+    for (int i = 1; i < 5; i++)
+        if (!g->vals[bn->in[i]].cdata) return 0;
+    int64_t OC = conv->oc, per = conv->wdims[1] * conv->wdims[2] * conv->wdims[3];
+    if (!conv->b) {
+        conv->b = calloc((size_t)OC, sizeof(float));
+        if (!conv->b) return 0;
+    }
+    const float *sc = g->vals[bn->in[1]].cdata, *sh = g->vals[bn->in[2]].cdata, *mu = g->vals[bn->in[3]].cdata,
+                *var = g->vals[bn->in[4]].cdata;
+    /* y = (conv(x) + bias - mean) * s + shift with s = scale / sqrt(var + eps), per channel */
+    for (int64_t o = 0; o < OC; o++) {
+        double f = sc[o] / sqrt((double)var[o] + bn->eps);
+        for (int64_t i = 0; i < per; i++) conv->w[o * per + i] = (float)(conv->w[o * per + i] * f);
+        conv->b[o] = (float)((conv->b[o] - mu[o]) * f + sh[o]);
+    }
+    return 1;
+}
+
+/* Fold a Mul or Add of the Conv's output by a constant that is one value per output channel
+ * (or one value) into its weights and bias: BatchNormalization exported as Mul+Add. */
+static int fold_channel(ox_graph *g, ox_op *conv, const ox_op *nx)
+{
+    if (conv->npost || (conv->nin == 3 && conv->in[2] >= 0 && !conv->b)) return 0;
+    if (nx->kind != OP_BINARY || (nx->alg != dnnl_binary_mul && nx->alg != dnnl_binary_add)) return 0;
+    int other = nx->in[0] == conv->out ? nx->in[1] : nx->in[0];
+    const ox_value *c = &g->vals[other];
+    if (other == conv->out || !c->cdata || c->ndim > 4 || !same_dims(&g->vals[nx->out], &g->vals[conv->out])) return 0;
+    int64_t OC = conv->oc, per = conv->wdims[1] * conv->wdims[2] * conv->wdims[3];
+    for (int i = 0; i < c->ndim; i++) { /* right-aligned to (N, C, H, W): 1 everywhere but C */
+        int axis = 4 - c->ndim + i;
+        if (c->dims[i] != 1 && !(axis == 1 && c->dims[i] == OC)) return 0;
+    }
+    int perc = vnumel(c) == OC && OC > 1;
+    if (!conv->b) {
+        conv->b = calloc((size_t)OC, sizeof(float));
+        if (!conv->b) return 0;
+    }
+    for (int64_t o = 0; o < OC; o++) {
+        float s = c->cdata[perc ? o : 0];
+        if (nx->alg == dnnl_binary_add) { conv->b[o] += s; continue; }
+        for (int64_t i = 0; i < per; i++) conv->w[o * per + i] *= s;
+        conv->b[o] *= s;
+    }
+    return 1;
+}
+
+static void absorb(ox_graph *g, ox_op *op, ox_op *next)
+{
+    for (int j = 0; j < next->nin; j++)
+        if (next->in[j] >= 0) g->vals[next->in[j]].consumers--;
+    next->dead = 1;
+    op->out = next->out;
+    op->pos = next->pos;
+}
+
+/* Post-op fusion: each op that takes post-ops absorbs the chain of ops that alone read its
+ * output: element-wise ops, a BatchNormalization (into a Conv's weights), and for a Conv the
+ * residual Add of a value of the same shape (a `sum` post-op; the Conv then runs where the
+ * Add was, after both operands exist). */
+static void fuse(ox_graph *g)
+{
+    for (int i = 0; i < g->nop; i++) {
+        ox_op *op = &g->ops[i];
+        if (op->dead || (op->kind != OP_CONV && op->kind != OP_MATMUL && op->kind != OP_BINARY && op->kind != OP_BN)) continue;
+        int has_sum = 0;
+        for (;;) {
+            int j = sole_consumer(g, op->out);
+            if (j < 0) break;
+            ox_op *nx = &g->ops[j];
+            if (op->kind == OP_BN) { /* only a Relu, as the fuse_norm_relu flag */
+                if (nx->kind == OP_ELTWISE && nx->alg == dnnl_eltwise_relu && nx->alpha == 0.f && !op->bn_relu) {
+                    op->bn_relu = 1;
+                    absorb(g, op, nx);
+                    continue;
+                }
+                break;
+            }
+            if (op->kind == OP_CONV && ((nx->kind == OP_BN && nx->in[0] == op->out && fold_bn(g, op, nx)) ||
+                                        fold_channel(g, op, nx))) {
+                absorb(g, op, nx);
+                continue;
+            }
+            if (op->npost >= MAXPOST) break;
+            if (nx->kind == OP_ELTWISE && nx->in[0] == op->out) {
+                op->post[op->npost++] = (ox_post){POST_ELTWISE, nx->alg, nx->alpha, nx->beta, -1};
+                absorb(g, op, nx);
+                continue;
+            }
+            if (op->kind == OP_CONV && !has_sum && nx->kind == OP_BINARY && nx->alg == dnnl_binary_add) {
+                int other = nx->in[0] == op->out ? nx->in[1] : nx->in[0];
+                if (other == op->out || !same_dims(&g->vals[other], &g->vals[op->out]) ||
+                    !same_dims(&g->vals[nx->out], &g->vals[op->out]))
+                    break;
+                op->post[op->npost++] = (ox_post){POST_SUM, dnnl_alg_kind_undef, 1.f, 0.f, other};
+                g->vals[other].consumers++; /* now read by op */
+                absorb(g, op, nx);
+                has_sum = 1;
+                continue;
+            }
+            break;
+        }
+    }
+}
+
+static int by_pos(const void *a, const void *b, void *ops)
+{
+    const ox_op *o = ops;
+    return o[*(const int *)a].pos - o[*(const int *)b].pos;
+}
+
+ox_graph *ox_graph_parse(const nnp_node_desc *nodes, int n, int *unsupported, ox_err *e)
+{
+    *unsupported = 0;
+    if (!nodes || n < 1) { ox_fail(e, "no nodes given"); return NULL; }
+    int nkin = 0;
+    for (int i = 0; i < n; i++) {
+        const nnp_node_desc *d = &nodes[i];
+        if (!d->op_type || d->num_inputs < 0 || d->num_outputs < 1 || (d->num_inputs && !d->inputs) || !d->outputs ||
+            d->num_attrs < 0 || (d->num_attrs && !d->attrs)) {
+            ox_fail(e, "node %d: malformed descriptor", i);
+            return NULL;
+        }
+        for (int j = 0; j < d->num_inputs; j++)
+            if (!d->inputs[j].name) { ox_fail(e, "node %d: malformed descriptor", i); return NULL; }
+        if (d->domain && d->domain[0] && strcmp(d->domain, "ai.onnx")) {
+            *unsupported = 1;
+            ox_fail(e, "node '%s': domain %s is not handled by the onednn backend", d->name ? d->name : "", d->domain);
+            return NULL;
+        }
+        if (d->num_outputs != 1) {
+            *unsupported = 1;
+            ox_fail(e, "node '%s' (%s): only single-output nodes are handled by the onednn backend", d->name ? d->name : "",
+                    d->op_type);
+            return NULL;
+        }
+        nkin += d->num_inputs;
+    }
+    ox_graph *g = calloc(1, sizeof *g);
+    if (!g) { ox_fail(e, "out of memory"); return NULL; }
+    g->ops = calloc((size_t)n, sizeof *g->ops);
+    g->kin_val = calloc((size_t)nkin + 1, sizeof *g->kin_val);
+    g->order = calloc((size_t)n, sizeof *g->order);
+    parser p = {g, NULL, unsupported, e, 0};
+    if (!g->ops || !g->kin_val || !g->order) { ox_fail(e, "out of memory"); goto bad; }
+    for (int i = 0; i < n; i++) {
+        const nnp_node_desc *d = &nodes[i];
+        ox_op *op = &g->ops[i];
+        p.n = d;
+        op->pos = i;
+        op->name = strdup(d->name ? d->name : "");
+        op->op_type = strdup(d->op_type);
+        if (!op->name || !op->op_type) { ox_fail(e, "out of memory"); goto bad; }
+        g->nop = i + 1;
+        if (d->num_inputs > MAXIN) { decline(&p, "more than %d inputs", MAXIN); goto bad; }
+        op->nin = d->num_inputs;
+        for (int j = 0; j < d->num_inputs; j++) {
+            const nnp_value_desc *vd = &d->inputs[j];
+            op->in[j] = -1;
+            if (!vd->name[0]) { g->kin_val[g->nkin++] = -1; continue; }
+            int v = find_value(g, vd->name);
+            int inside = 0;
+            for (int k = 0; k < i && v >= 0; k++)
+                if (g->ops[k].out == v) inside = 1;
+            if (!inside) { /* a kernel input (duplicates keep their own index) */
+                if (v < 0 && add_value(&p, vd, &v)) goto bad;
+                if (g->vals[v].kin < 0 && !g->vals[v].cdata) g->vals[v].kin = g->nkin;
+                g->kin_val[g->nkin++] = v;
+            }
+            op->in[j] = v;
+            g->vals[v].consumers++;
+        }
+        if (add_value(&p, &d->outputs[0], &op->out)) goto bad;
+        if (parse_node(&p, op)) goto bad;
+        /* inputs parse_node dropped (Clip's bounds) are not read */
+        for (int j = op->nin; j < d->num_inputs; j++)
+            if (op->in[j] >= 0) g->vals[op->in[j]].consumers--;
+    }
+    g->out = g->ops[n - 1].out;
+    fuse(g);
+    for (int i = 0; i < g->nop; i++)
+        if (!g->ops[i].dead) g->order[g->norder++] = i;
+    qsort_r(g->order, (size_t)g->norder, sizeof(int), by_pos, g->ops);
+    return g;
+bad:
+    ox_graph_free(g);
+    return NULL;
+}
+
+/* ---- shapes for concrete inputs ------------------------------------------------------------ */
+
+#define DIMS(v) (dims + (size_t)(v) * MAXR)
+
+int ox_graph_shapes(const ox_graph *g, const nnp_tensor *in, int nin, int64_t *dims, ox_err *e)
+{
+    if (in && nin != g->nkin) return ox_fail(e, "the kernel has %d inputs; called with %d", g->nkin, nin);
+    for (int v = 0; v < g->nval; v++) memcpy(DIMS(v), g->vals[v].dims, sizeof g->vals[v].dims);
+    for (int k = 0; in && k < nin; k++) {
+        int v = g->kin_val[k];
+        if (v < 0 || g->vals[v].cdata) continue;
+        const ox_value *val = &g->vals[v];
+        const nnp_tensor *t = &in[k];
+        if (t->dtype.code != NNP_DTYPE_FLOAT || t->dtype.bits != 32 || t->ndim != val->ndim || (t->ndim && !t->shape))
+            return ox_fail(e, "input %d ('%s') must be a float32 tensor of rank %d", k, val->name, val->ndim);
+        for (int i = 0; i < t->ndim; i++) {
+            if (t->shape[i] < 1) return ox_fail(e, "input '%s' has dimension %d of size %lld: empty tensors are not handled", val->name, i, (long long)t->shape[i]);
+            if (val->dims[i] >= 0 && t->shape[i] != val->dims[i])
+                return ox_fail(e, "input '%s' has dimension %d of size %lld; the model says %lld", val->name, i,
+                               (long long)t->shape[i], (long long)val->dims[i]);
+            DIMS(v)[i] = t->shape[i];
+        }
+    }
+    for (int oi = 0; oi < g->norder; oi++) {
+        const ox_op *op = &g->ops[g->order[oi]];
+        const ox_value *yv = &g->vals[op->out];
+        int r = yv->ndim;
+        int64_t y[MAXR];
+        const int64_t *x = DIMS(op->in[0]);
+        memcpy(y, x, sizeof y);
+        switch (op->kind) {
+        case OP_CONV:
+        case OP_POOL:
+            y[1] = op->kind == OP_CONV ? op->oc : x[1];
+            for (int i = 0; i < 2; i++) {
+                y[2 + i] = op->global ? 1 : yv->dims[2 + i] > 0 ? yv->dims[2 + i] : window_out(op, i, x[2 + i]);
+                if (y[2 + i] < 1) return ox_fail(e, "node '%s': window larger than its input", op->name);
+            }
+            break;
+        case OP_BINARY: {
+            const ox_value *a = &g->vals[op->in[0]], *b = &g->vals[op->in[1]];
+            for (int i = 0; i < r; i++) {
+                int ia = i - (r - a->ndim), ib = i - (r - b->ndim);
+                int64_t da = ia >= 0 ? DIMS(op->in[0])[ia] : 1, db = ib >= 0 ? DIMS(op->in[1])[ib] : 1;
+                if (da != db && da != 1 && db != 1)
+                    return ox_fail(e, "node '%s': dims %lld and %lld do not broadcast", op->name, (long long)da, (long long)db);
+                y[i] = da > db ? da : db;
+            }
+            break;
+        }
+        case OP_CONCAT:
+            y[op->axis] = 0;
+            for (int j = 0; j < op->nin; j++) {
+                const int64_t *d = DIMS(op->in[j]);
+                for (int i = 0; i < r; i++)
+                    if (i != op->axis && d[i] != x[i]) return ox_fail(e, "node '%s': input shapes differ", op->name);
+                y[op->axis] += d[op->axis];
+            }
+            break;
+        case OP_MATMUL: {
+            const ox_value *a = &g->vals[op->in[0]], *w = &g->vals[op->in[1]];
+            const int64_t *da = DIMS(op->in[0]), *dw = DIMS(op->in[1]);
+            int64_t M = op->ta ? da[a->ndim - 1] : da[a->ndim - 2], K = op->ta ? da[a->ndim - 2] : da[a->ndim - 1];
+            int64_t K2 = op->tb ? dw[w->ndim - 1] : dw[w->ndim - 2], N = op->tb ? dw[w->ndim - 2] : dw[w->ndim - 1];
+            if (K != K2) return ox_fail(e, "node '%s': inner dimensions %lld and %lld differ", op->name, (long long)K, (long long)K2);
+            for (int i = 0; i < r - 2; i++) {
+                int ia = i - (r - a->ndim), iw = i - (r - w->ndim);
+                int64_t p = ia >= 0 ? da[ia] : 1, q = iw >= 0 ? dw[iw] : 1;
+                if (p != q && p != 1 && q != 1) return ox_fail(e, "node '%s': batch dims do not broadcast", op->name);
+                y[i] = p > q ? p : q;
+            }
+            y[r - 2] = M;
+            y[r - 1] = N;
+            break;
+        }
+        default: /* element-wise, softmax, LRN, BatchNormalization: the input's shape */
+            break;
+        }
+        for (int i = 0; i < r; i++)
+            if (yv->dims[i] >= 0 && yv->dims[i] != y[i])
+                return ox_fail(e, "node '%s': output dimension %d is %lld; the model says %lld", op->name, i, (long long)y[i],
+                               (long long)yv->dims[i]);
+        memcpy(DIMS(op->out), y, sizeof y);
+        for (int j = 0; j < op->npost; j++)
+            if (op->post[j].kind == POST_SUM && memcmp(DIMS(op->post[j].val), y, (size_t)r * sizeof(int64_t)))
+                return ox_fail(e, "node '%s': the residual Add's operands have different shapes", op->name);
+    }
+    return 0;
+}

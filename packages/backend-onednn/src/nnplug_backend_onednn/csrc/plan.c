@@ -1,0 +1,889 @@
+/* Plans: the ops of a group for concrete shapes and a thread count, as a sequence of oneDNN
+ * primitives (see kernels.h). Activations get the layout the primitive producing them picks
+ * (format_tag::any for convolutions and pools; element-wise, binary, normalisation and
+ * softmax ops keep their input's layout); a value is reordered only when a reader needs
+ * another layout, at the kernel's inputs and at its output. Weights are reordered into the
+ * layout their primitive picks once, when the plan is built. Intermediate values live in an
+ * arena inside the run's workspace, placed by lifetime; a residual Add is a `sum` post-op
+ * writing into the buffer of the value it adds when that value is read by nothing later. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+
+#define MAXVIEWS 4
+#define MAXARGS (MAXIN + 8)
+
+enum { B_IN, B_OUT, B_ARENA, B_CONST, B_SCRATCH };
+
+typedef struct {
+    int where;       /* B_* */
+    int index;       /* B_IN: kernel input */
+    const void *ptr; /* B_CONST */
+    uint64_t size, off;
+    int first, last; /* steps that use it (B_ARENA) */
+} ox_buf;
+
+typedef struct {
+    int arg, buf;
+    dnnl_memory_desc_t md;
+    dnnl_memory_t fixed; /* B_CONST: made once */
+} ox_arg;
+
+typedef struct {
+    dnnl_primitive_t prim;
+    int nargs;
+    ox_arg args[MAXARGS];
+} ox_step;
+
+/* The memory objects of one run: a run takes a context for itself, so handles can be reset
+ * (only where a pointer changed) without locking. */
+typedef struct ox_ctx {
+    struct ox_ctx *next, *next_idle;
+    dnnl_memory_t *mem;
+    void **ptr;
+} ox_ctx;
+
+struct ox_plan {
+    int nstep, cap_step, nbuf, cap_buf, nowned, cap_owned, threads, nmem;
+    ox_step *steps;
+    ox_buf *bufs;
+    void **owned; /* packed weights */
+    uint64_t arena, scratch;
+    pthread_mutex_t mu; /* guards the context lists */
+    ox_ctx *idle, *all;
+};
+
+typedef struct {
+    dnnl_memory_desc_t md;
+    int buf;
+} ox_view;
+
+typedef struct {
+    const ox_graph *g;
+    const int64_t *dims;
+    ox_plan *p;
+    ox_err *e;
+    int dry; /* primitive descriptors only (supports) */
+    int *nviews, *last_use;
+    ox_view (*views)[MAXVIEWS];
+    int cur;
+} pb;
+
+#define DIMS(v) (b->dims + (size_t)(v) * MAXR)
+#define VAL(v) (&b->g->vals[v])
+
+/* ---- descriptors -------------------------------------------------------------------------- */
+
+/* Plain row-major (rank 0 becomes {1}); dims right-aligned to rank r when r > ndim. */
+static dnnl_memory_desc_t plain_md(int ndim, const int64_t *shape, int r)
+{
+    dnnl_dims_t dims, strides;
+    if (r < ndim) r = ndim;
+    if (r == 0) { r = 1; dims[0] = 1; }
+    else
+        for (int i = 0; i < r; i++) dims[i] = i < r - ndim ? 1 : shape[i - (r - ndim)];
+    int64_t s = 1;
+    for (int i = r - 1; i >= 0; i--) { strides[i] = s; s *= dims[i]; }
+    dnnl_memory_desc_t md = NULL;
+    return D(dnnl_memory_desc_create_with_strides)(&md, r, dims, dnnl_f32, strides) == dnnl_success ? md : NULL;
+}
+
+static dnnl_memory_desc_t any_md(int ndim, const int64_t *dims)
+{
+    dnnl_dims_t d;
+    for (int i = 0; i < ndim; i++) d[i] = dims[i];
+    dnnl_memory_desc_t md = NULL;
+    return D(dnnl_memory_desc_create_with_tag)(&md, ndim, d, dnnl_f32, dnnl_format_tag_any) == dnnl_success ? md : NULL;
+}
+
+static dnnl_memory_desc_t tag_md(int ndim, const int64_t *dims, dnnl_format_tag_t tag)
+{
+    dnnl_dims_t d;
+    for (int i = 0; i < ndim; i++) d[i] = dims[i];
+    dnnl_memory_desc_t md = NULL;
+    return D(dnnl_memory_desc_create_with_tag)(&md, ndim, d, dnnl_f32, tag) == dnnl_success ? md : NULL;
+}
+
+/* Whether oneDNN picked one of its optimised kernels (jit, brgemm) rather than a reference
+ * or gemm-based one. */
+static int fast_impl(const_dnnl_primitive_desc_t pd)
+{
+    const char *impl = NULL;
+    if (D(dnnl_primitive_desc_query)(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl) return 0;
+    return !strncmp(impl, "jit", 3) || !strncmp(impl, "brg", 3) || !strncmp(impl, "brdgmm", 6);
+}
+
+/* A row-major (rows, cols) matrix read transposed or not, right-aligned to rank r. */
+static dnnl_memory_desc_t matrix_md(const int64_t *shape, int r, int trans)
+{
+    dnnl_dims_t d, s;
+    for (int i = 0; i < r; i++) d[i] = 1;
+    d[r - 2] = trans ? shape[1] : shape[0];
+    d[r - 1] = trans ? shape[0] : shape[1];
+    for (int i = 0; i < r - 2; i++) s[i] = shape[0] * shape[1];
+    s[r - 2] = trans ? 1 : shape[1];
+    s[r - 1] = trans ? shape[1] : 1;
+    dnnl_memory_desc_t md = NULL;
+    return D(dnnl_memory_desc_create_with_strides)(&md, r, d, dnnl_f32, s) == dnnl_success ? md : NULL;
+}
+
+static dnnl_memory_desc_t clone_md(const_dnnl_memory_desc_t md)
+{
+    dnnl_memory_desc_t c = NULL;
+    return md && D(dnnl_memory_desc_clone)(&c, md) == dnnl_success ? c : NULL;
+}
+
+static void md_free(dnnl_memory_desc_t md)
+{
+    if (md) D(dnnl_memory_desc_destroy)(md);
+}
+
+static const_dnnl_memory_desc_t query(const_dnnl_primitive_desc_t pd, dnnl_query_t what, int i)
+{
+    return D(dnnl_primitive_desc_query_md)(pd, what, i);
+}
+
+static dnnl_memory_desc_t value_plain(pb *b, int v, int r) { return plain_md(VAL(v)->ndim, DIMS(v), r); }
+
+/* ---- buffers, steps, views ---------------------------------------------------------------- */
+
+static int grow(void **arr, int *cap, int n, size_t elem)
+{
+    if (n < *cap) return 0;
+    int c = *cap ? 2 * *cap : 16;
+    void *na = realloc(*arr, (size_t)c * elem);
+    if (!na) return 1;
+    memset((char *)na + (size_t)*cap * elem, 0, (size_t)(c - *cap) * elem);
+    *arr = na;
+    *cap = c;
+    return 0;
+}
+
+static int new_buf(pb *b, int where, int index, const void *ptr, uint64_t size)
+{
+    ox_plan *p = b->p;
+    if (grow((void **)&p->bufs, &p->cap_buf, p->nbuf, sizeof *p->bufs)) return -1;
+    p->bufs[p->nbuf] = (ox_buf){where, index, ptr, size ? size : 64, 0, -1, -1};
+    return p->nbuf++;
+}
+
+static int arena_buf(pb *b, const_dnnl_memory_desc_t md) { return new_buf(b, B_ARENA, 0, NULL, D(dnnl_memory_desc_get_size)(md)); }
+
+/* A step running pd's primitive; its arguments come with add_arg. -1 on failure. */
+static int new_step(pb *b, const_dnnl_primitive_desc_t pd)
+{
+    ox_plan *p = b->p;
+    if (grow((void **)&p->steps, &p->cap_step, p->nstep, sizeof *p->steps)) return ox_fail(b->e, "out of memory") ? -1 : -1;
+    ox_step *s = &p->steps[p->nstep];
+    memset(s, 0, sizeof *s);
+    if (D(dnnl_primitive_create)(&s->prim, pd) != dnnl_success) {
+        ox_fail(b->e, "oneDNN could not create a primitive");
+        return -1;
+    }
+    p->nstep++;
+    const_dnnl_memory_desc_t smd = query(pd, dnnl_query_scratchpad_md, 0);
+    uint64_t ss = smd ? D(dnnl_memory_desc_get_size)(smd) : 0;
+    if (ss) {
+        if (ss > p->scratch) p->scratch = ss;
+        s->args[s->nargs++] = (ox_arg){DNNL_ARG_SCRATCHPAD, -1, clone_md(smd), NULL};
+    }
+    return p->nstep - 1;
+}
+
+/* Argument `arg` of step s: buffer buf read or written with layout md (cloned). */
+static int add_arg(pb *b, int s, int arg, int buf, const_dnnl_memory_desc_t md)
+{
+    ox_step *st = &b->p->steps[s];
+    if (buf < 0 || st->nargs >= MAXARGS) return ox_fail(b->e, "internal: too many arguments");
+    ox_arg *a = &st->args[st->nargs];
+    a->arg = arg;
+    a->buf = buf;
+    a->md = clone_md(md);
+    if (!a->md) return ox_fail(b->e, "oneDNN could not copy a memory descriptor");
+    st->nargs++;
+    ox_buf *bf = &b->p->bufs[buf];
+    if (bf->first < 0) bf->first = s;
+    bf->last = s;
+    if (bf->where == B_CONST && D(dnnl_memory_create)(&a->fixed, a->md, ox_engine(), (void *)bf->ptr) != dnnl_success)
+        return ox_fail(b->e, "oneDNN could not wrap a constant");
+    return 0;
+}
+
+static dnnl_primitive_attr_t plain_attr(void)
+{
+    dnnl_primitive_attr_t a = NULL;
+    if (D(dnnl_primitive_attr_create)(&a) != dnnl_success) return NULL;
+    D(dnnl_primitive_attr_set_scratchpad_mode)(a, dnnl_scratchpad_mode_user);
+    return a;
+}
+
+/* A step reordering buffer `from` (layout fmd) into buffer `to` (layout tmd). */
+static int add_reorder(pb *b, int from, const_dnnl_memory_desc_t fmd, int to, const_dnnl_memory_desc_t tmd)
+{
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_primitive_attr_t a = plain_attr();
+    dnnl_status_t st = D(dnnl_reorder_primitive_desc_create)(&pd, fmd, ox_engine(), tmd, ox_engine(), a);
+    if (a) D(dnnl_primitive_attr_destroy)(a);
+    if (st != dnnl_success) return ox_fail(b->e, "oneDNN has no reorder between two layouts of a value");
+    int s = new_step(b, pd);
+    D(dnnl_primitive_desc_destroy)(pd);
+    if (s < 0) return 1;
+    return add_arg(b, s, DNNL_ARG_FROM, from, fmd) || add_arg(b, s, DNNL_ARG_TO, to, tmd);
+}
+
+static int add_view(pb *b, int v, const_dnnl_memory_desc_t md, int buf)
+{
+    if (b->nviews[v] >= MAXVIEWS) return 0; /* not remembered: a later reader reorders again */
+    dnnl_memory_desc_t c = clone_md(md);
+    if (!c) return ox_fail(b->e, "oneDNN could not copy a memory descriptor");
+    b->views[v][b->nviews[v]++] = (ox_view){c, buf};
+    return 0;
+}
+
+/* The buffer holding value v in layout md: a view it has, else a reorder into a new one. */
+static int get_view(pb *b, int v, const_dnnl_memory_desc_t md, int *buf)
+{
+    for (int i = 0; i < b->nviews[v]; i++)
+        if (D(dnnl_memory_desc_equal)(b->views[v][i].md, md)) { *buf = b->views[v][i].buf; return 0; }
+    if (!b->nviews[v]) return ox_fail(b->e, "internal: value '%s' read before it is computed", VAL(v)->name);
+    if (b->dry) { *buf = 0; return 0; }
+    int nb = arena_buf(b, md);
+    if (nb < 0 || add_reorder(b, b->views[v][0].buf, b->views[v][0].md, nb, md)) return 1;
+    *buf = nb;
+    return add_view(b, v, md, nb);
+}
+
+/* The buffer of v in plain row-major layout (any rank-r md of the same bytes reads it). */
+static int plain_buf(pb *b, int v, int *buf)
+{
+    dnnl_memory_desc_t md = value_plain(b, v, VAL(v)->ndim);
+    if (!md) return ox_fail(b->e, "oneDNN could not create a memory descriptor");
+    int rc = get_view(b, v, md, buf);
+    md_free(md);
+    return rc;
+}
+
+static const_dnnl_memory_desc_t home(pb *b, int v) { return b->views[v][0].md; }
+
+static int is_plain(pb *b, int v, const_dnnl_memory_desc_t md)
+{
+    dnnl_memory_desc_t pm = value_plain(b, v, VAL(v)->ndim);
+    int eq = pm && D(dnnl_memory_desc_equal)(pm, md);
+    md_free(pm);
+    return eq;
+}
+
+/* Where op's result goes for layout md: the kernel's output buffer when it is the output and
+ * md is plain, else a new arena buffer (*reorder_out: the output then needs a reorder). */
+static int dst_buf(pb *b, const ox_op *op, const_dnnl_memory_desc_t md, int *reorder_out)
+{
+    *reorder_out = 0;
+    if (op->out == b->g->out) {
+        if (is_plain(b, op->out, md)) return new_buf(b, B_OUT, 0, NULL, 0);
+        *reorder_out = 1;
+    }
+    return arena_buf(b, md);
+}
+
+/* Record op's result (buffer buf, layout md) and reorder it into the output if needed. */
+static int set_result(pb *b, const ox_op *op, int buf, const_dnnl_memory_desc_t md, int reorder_out)
+{
+    if (add_view(b, op->out, md, buf)) return 1;
+    if (!reorder_out) return 0;
+    dnnl_memory_desc_t pm = value_plain(b, op->out, VAL(op->out)->ndim);
+    int ob = new_buf(b, B_OUT, 0, NULL, 0);
+    int rc = !pm || ob < 0 || add_reorder(b, buf, md, ob, pm);
+    md_free(pm);
+    return rc;
+}
+
+/* Constant data reordered into layout dst (owned by the plan): a B_CONST buffer. */
+static int pack(pb *b, const float *data, dnnl_memory_desc_t src, const_dnnl_memory_desc_t dst, int *buf)
+{
+    ox_plan *p = b->p;
+    size_t size = D(dnnl_memory_desc_get_size)(dst);
+    void *mem = NULL;
+    int rc = 1;
+    dnnl_primitive_desc_t rpd = NULL;
+    dnnl_primitive_t rp = NULL;
+    dnnl_memory_t ms = NULL, md = NULL;
+    if (!src || grow((void **)&p->owned, &p->cap_owned, p->nowned, sizeof *p->owned) ||
+        posix_memalign(&mem, 64, size ? size : 64)) {
+        ox_fail(b->e, "out of memory packing weights");
+        goto done;
+    }
+    p->owned[p->nowned++] = mem;
+    if (D(dnnl_reorder_primitive_desc_create)(&rpd, src, ox_engine(), dst, ox_engine(), NULL) != dnnl_success ||
+        D(dnnl_primitive_create)(&rp, rpd) != dnnl_success ||
+        D(dnnl_memory_create)(&ms, src, ox_engine(), (void *)data) != dnnl_success ||
+        D(dnnl_memory_create)(&md, dst, ox_engine(), mem) != dnnl_success) {
+        ox_fail(b->e, "oneDNN could not reorder the weights");
+        goto done;
+    }
+    dnnl_stream_t s = ox_thread_stream();
+    dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, ms}, {DNNL_ARG_TO, md}};
+    if (!s || D(dnnl_primitive_execute)(rp, s, 2, args) != dnnl_success || D(dnnl_stream_wait)(s) != dnnl_success) {
+        ox_fail(b->e, "oneDNN failed to reorder the weights");
+        goto done;
+    }
+    *buf = new_buf(b, B_CONST, 0, mem, size);
+    rc = *buf < 0;
+done:
+    if (ms) D(dnnl_memory_destroy)(ms);
+    if (md) D(dnnl_memory_destroy)(md);
+    if (rp) D(dnnl_primitive_destroy)(rp);
+    if (rpd) D(dnnl_primitive_desc_destroy)(rpd);
+    md_free(src);
+    return rc;
+}
+
+/* The attribute of op: user scratchpad, its post-ops. */
+static dnnl_primitive_attr_t op_attr(const ox_op *op)
+{
+    dnnl_primitive_attr_t a = plain_attr();
+    if (!a || !op->npost) return a;
+    dnnl_post_ops_t po;
+    if (D(dnnl_post_ops_create)(&po) != dnnl_success) { D(dnnl_primitive_attr_destroy)(a); return NULL; }
+    int ok = 1;
+    for (int i = 0; i < op->npost && ok; i++) {
+        const ox_post *q = &op->post[i];
+        ok = (q->kind == POST_SUM ? D(dnnl_post_ops_append_sum)(po, 1.f, 0, dnnl_data_type_undef)
+                                  : D(dnnl_post_ops_append_eltwise)(po, q->alg, q->alpha, q->beta)) == dnnl_success;
+    }
+    ok = ok && D(dnnl_primitive_attr_set_post_ops)(a, po) == dnnl_success;
+    D(dnnl_post_ops_destroy)(po);
+    if (!ok) { D(dnnl_primitive_attr_destroy)(a); return NULL; }
+    return a;
+}
+
+/* ---- ops ------------------------------------------------------------------------------------ */
+
+static const ox_post *sum_post(const ox_op *op)
+{
+    for (int i = 0; i < op->npost; i++)
+        if (op->post[i].kind == POST_SUM) return &op->post[i];
+    return NULL;
+}
+
+/* The inputs of op's primitive pd. Called with s == -1 (dry: nothing), s == -2 (make the
+ * views the primitive reads, i.e. the reorders that must run before it, and pack weights),
+ * then s >= 0 (add the arguments to step s; the views exist by then, so no step is added). */
+typedef int (*inputs_fn)(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, int s);
+
+/* The step of op's primitive: inputs, destination (with the operand of a `sum` post-op placed
+ * in it first), the result's view, and its reorder into the kernel's output if needed. */
+static int finish(pb *b, const ox_op *op, dnnl_primitive_desc_t pd, inputs_fn inputs)
+{
+    int rc = 1, reorder_out = 0, dbuf = -1;
+    const_dnnl_memory_desc_t dmd = query(pd, dnnl_query_dst_md, 0);
+    if (b->dry) {
+        rc = inputs(b, op, pd, -1) || add_view(b, op->out, dmd, 0);
+        goto done;
+    }
+    if (inputs(b, op, pd, -2)) goto done;
+    const ox_post *sum = sum_post(op);
+    if (sum) {
+        int ob = -1, v = sum->val;
+        for (int i = 0; i < b->nviews[v]; i++)
+            if (D(dnnl_memory_desc_equal)(b->views[v][i].md, dmd)) ob = b->views[v][i].buf;
+        int read = 0; /* the primitive must not write what it reads */
+        for (int j = 0; j < op->nin; j++) read |= op->in[j] == v;
+        if (ob >= 0 && !read && b->p->bufs[ob].where == B_ARENA && b->last_use[v] == b->cur && op->out != b->g->out) {
+            dbuf = ob; /* accumulate in place: nothing reads v after this op */
+        } else {
+            dbuf = dst_buf(b, op, dmd, &reorder_out);
+            if (dbuf < 0 || add_reorder(b, b->views[v][0].buf, b->views[v][0].md, dbuf, dmd)) goto done;
+        }
+    } else {
+        dbuf = dst_buf(b, op, dmd, &reorder_out);
+        if (dbuf < 0) goto done;
+    }
+    int s = new_step(b, pd);
+    if (s < 0 || inputs(b, op, pd, s) || add_arg(b, s, DNNL_ARG_DST, dbuf, dmd)) goto done;
+    rc = set_result(b, op, dbuf, dmd, reorder_out);
+done:
+    D(dnnl_primitive_desc_destroy)(pd);
+    return rc;
+}
+
+/* Value v in the layout pd has for its input (query what, index i). */
+static int input_arg_any(pb *b, int s, int arg, int v, const_dnnl_primitive_desc_t pd, dnnl_query_t what, int i)
+{
+    if (s == -1) return 0;
+    const_dnnl_memory_desc_t md = query(pd, what, i);
+    int buf;
+    if (!md) return ox_fail(b->e, "internal: oneDNN gave no layout");
+    if (get_view(b, v, md, &buf)) return 1;
+    return s >= 0 ? add_arg(b, s, arg, buf, md) : 0;
+}
+
+/* An argument read from the plain bytes of v with layout md (owned here). */
+static int plain_arg(pb *b, int s, int arg, int v, dnnl_memory_desc_t md)
+{
+    int buf, rc = 1;
+    if (!md) return ox_fail(b->e, "oneDNN could not create a memory descriptor");
+    if (s != -1 && !plain_buf(b, v, &buf)) rc = s >= 0 ? add_arg(b, s, arg, buf, md) : 0;
+    else rc = s == -1 ? 0 : 1;
+    md_free(md);
+    return rc;
+}
+
+/* Per plan, the packed weights and the bias of a conv / matmul (made when s == -2). */
+typedef struct {
+    int wbuf, bbuf;
+} packed_t;
+static __thread packed_t t_packed;
+
+static int conv_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, int s)
+{
+    if (input_arg_any(b, s, DNNL_ARG_SRC, op->in[0], pd, dnnl_query_src_md, 0)) return 1;
+    if (s == -1) return 0;
+    if (s == -2) {
+        int64_t g = op->group, wd[5] = {g, op->oc / g, op->wdims[1], op->wdims[2], op->wdims[3]};
+        t_packed.bbuf = -1;
+        if (pack(b, op->w, g > 1 ? plain_md(5, wd, 5) : plain_md(4, op->wdims, 4), query(pd, dnnl_query_weights_md, 0),
+                 &t_packed.wbuf))
+            return 1;
+        if (op->b) t_packed.bbuf = new_buf(b, B_CONST, 0, op->b, 0);
+        return 0;
+    }
+    if (add_arg(b, s, DNNL_ARG_WEIGHTS, t_packed.wbuf, query(pd, dnnl_query_weights_md, 0))) return 1;
+    if (t_packed.bbuf >= 0) return add_arg(b, s, DNNL_ARG_BIAS, t_packed.bbuf, query(pd, dnnl_query_weights_md, 1));
+    if (op->nin == 3 && op->in[2] >= 0) return plain_arg(b, s, DNNL_ARG_BIAS, op->in[2], clone_md(query(pd, dnnl_query_weights_md, 1)));
+    return 0;
+}
+
+static int build_conv(pb *b, const ox_op *op)
+{
+    int x = op->in[0];
+    const int64_t *xd = DIMS(x), *yd = DIMS(op->out);
+    int64_t pl[2], pr[2];
+    if (ox_window(op, xd + 2, yd + 2, pl, pr, b->e)) return 1;
+    int64_t g = op->group, wd[5] = {g, op->oc / g, op->wdims[1], op->wdims[2], op->wdims[3]};
+    int has_bias = op->b || (op->nin == 3 && op->in[2] >= 0);
+    dnnl_dims_t S = {op->st[0], op->st[1]}, DL = {op->dil[0] - 1, op->dil[1] - 1}, PL = {pl[0], pl[1]}, PR = {pr[0], pr[1]};
+    dnnl_status_t st = dnnl_unimplemented;
+    /* nhwc first: one layout for every convolution keeps the nodes between them (pools,
+     * binary ops, concats) in it too; kept when oneDNN runs it on a jit or brgemm kernel.
+     * Else the layouts oneDNN picks (format_tag::any). */
+    for (int attempt = 0; attempt < 2; attempt++) {
+        dnnl_memory_desc_t src = attempt ? any_md(4, xd) : tag_md(4, xd, dnnl_acdb);
+        dnnl_memory_desc_t dst = attempt ? any_md(4, yd) : tag_md(4, yd, dnnl_acdb);
+        dnnl_memory_desc_t w = g > 1 ? any_md(5, wd) : any_md(4, op->wdims);
+        dnnl_memory_desc_t bias = has_bias ? plain_md(1, &op->oc, 1) : NULL;
+        dnnl_primitive_attr_t a = op_attr(op);
+        dnnl_primitive_desc_t pd = NULL;
+        st = a && src && w && dst ? D(dnnl_convolution_forward_primitive_desc_create)(
+                                        &pd, ox_engine(), dnnl_forward_inference, dnnl_convolution_direct, src, w, bias, dst, S, DL,
+                                        PL, PR, a)
+                                  : dnnl_out_of_memory;
+        md_free(src);
+        md_free(w);
+        md_free(dst);
+        md_free(bias);
+        if (a) D(dnnl_primitive_attr_destroy)(a);
+        if (st != dnnl_success) continue;
+        if (attempt == 0 && !fast_impl(pd)) {
+            D(dnnl_primitive_desc_destroy)(pd);
+            continue;
+        }
+        return finish(b, op, pd, conv_inputs);
+    }
+    return ox_fail(b->e, "node '%s' (Conv): oneDNN has no convolution for it (status %d)", op->name, (int)st);
+}
+
+static int matmul_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, int s)
+{
+    const ox_value *av = VAL(op->in[0]), *wv = VAL(op->in[1]);
+    int r = VAL(op->out)->ndim;
+    const int64_t *ad = DIMS(op->in[0]), *wd = DIMS(op->in[1]);
+    if (s == -1) return 0;
+    if (plain_arg(b, s, DNNL_ARG_SRC, op->in[0], op->gemm ? matrix_md(ad, 2, op->ta) : plain_md(av->ndim, ad, r))) return 1;
+    if (wv->cdata) {
+        if (s == -2) {
+            if (pack(b, wv->cdata, op->gemm ? matrix_md(wd, 2, op->tb) : plain_md(wv->ndim, wd, r),
+                     query(pd, dnnl_query_weights_md, 0), &t_packed.wbuf))
+                return 1;
+        } else if (add_arg(b, s, DNNL_ARG_WEIGHTS, t_packed.wbuf, query(pd, dnnl_query_weights_md, 0)))
+            return 1;
+    } else if (plain_arg(b, s, DNNL_ARG_WEIGHTS, op->in[1], op->gemm ? matrix_md(wd, 2, op->tb) : plain_md(wv->ndim, wd, r)))
+        return 1;
+    if (op->gemm && op->nin == 3 && op->in[2] >= 0)
+        return plain_arg(b, s, DNNL_ARG_BIAS, op->in[2], plain_md(VAL(op->in[2])->ndim, DIMS(op->in[2]), 2));
+    return 0;
+}
+
+static int build_matmul(pb *b, const ox_op *op)
+{
+    const ox_value *av = VAL(op->in[0]), *wv = VAL(op->in[1]);
+    int r = VAL(op->out)->ndim;
+    const int64_t *ad = DIMS(op->in[0]), *wd = DIMS(op->in[1]), *yd = DIMS(op->out);
+    int64_t K = op->ta ? ad[av->ndim - 2] : ad[av->ndim - 1], N = yd[r - 1];
+    dnnl_memory_desc_t amd = op->gemm ? matrix_md(ad, 2, op->ta) : plain_md(av->ndim, ad, r), wmd;
+    if (wv->cdata) {
+        dnnl_dims_t d;
+        for (int i = 0; i < r; i++) d[i] = i < r - wv->ndim ? 1 : wd[i - (r - wv->ndim)];
+        d[r - 2] = K;
+        d[r - 1] = N;
+        wmd = any_md(r, d);
+    } else {
+        wmd = op->gemm ? matrix_md(wd, 2, op->tb) : plain_md(wv->ndim, wd, r);
+    }
+    int c = op->gemm && op->nin == 3 && op->in[2] >= 0;
+    dnnl_memory_desc_t ymd = plain_md(r, yd, r), cmd = c ? plain_md(VAL(op->in[2])->ndim, DIMS(op->in[2]), 2) : NULL;
+    dnnl_primitive_attr_t a = op_attr(op);
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_status_t st = a && amd && wmd && ymd ? D(dnnl_matmul_primitive_desc_create)(&pd, ox_engine(), amd, wmd, cmd, ymd, a)
+                                              : dnnl_out_of_memory;
+    md_free(amd);
+    md_free(wmd);
+    md_free(ymd);
+    md_free(cmd);
+    if (a) D(dnnl_primitive_attr_destroy)(a);
+    if (st != dnnl_success) return ox_fail(b->e, "node '%s' (%s): oneDNN has no matmul for it", op->name, op->op_type);
+    return finish(b, op, pd, matmul_inputs);
+}
+
+static int src_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, int s)
+{
+    return input_arg_any(b, s, DNNL_ARG_SRC, op->in[0], pd, dnnl_query_src_md, 0);
+}
+
+static int bn_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, int s)
+{
+    static const int args[4] = {DNNL_ARG_SCALE, DNNL_ARG_SHIFT, DNNL_ARG_MEAN, DNNL_ARG_VARIANCE};
+    if (src_inputs(b, op, pd, s)) return 1;
+    for (int i = 0; i < 4; i++)
+        if (plain_arg(b, s, args[i], op->in[i + 1], plain_md(1, DIMS(op->in[i + 1]), 1))) return 1;
+    return 0;
+}
+
+/* The full-shaped operand is src0 (the other one first when the op commutes and only it is);
+ * src1 has src0's layout when it has the same shape, else it is read plain (broadcast). */
+static int binary_operands(pb *b, const ox_op *op, int *i0, int *ofull)
+{
+    int r = VAL(op->out)->ndim;
+    const int64_t *yd = DIMS(op->out);
+    int full0 = VAL(op->in[0])->ndim == r && !memcmp(DIMS(op->in[0]), yd, (size_t)r * sizeof(int64_t));
+    *i0 = !full0 && op->commutes ? 1 : 0;
+    int o = op->in[1 - *i0];
+    *ofull = VAL(o)->ndim == r && !memcmp(DIMS(o), yd, (size_t)r * sizeof(int64_t));
+    return o;
+}
+
+static int binary_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, int s)
+{
+    int i0, ofull, o = binary_operands(b, op, &i0, &ofull);
+    if (input_arg_any(b, s, DNNL_ARG_SRC_0, op->in[i0], pd, dnnl_query_src_md, 0)) return 1;
+    if (ofull) return input_arg_any(b, s, DNNL_ARG_SRC_1, o, pd, dnnl_query_src_md, 1);
+    return plain_arg(b, s, DNNL_ARG_SRC_1, o, clone_md(query(pd, dnnl_query_src_md, 1)));
+}
+
+static int concat_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, int s)
+{
+    for (int i = 0; i < op->nin; i++)
+        if (input_arg_any(b, s, DNNL_ARG_MULTIPLE_SRC + i, op->in[i], pd, dnnl_query_src_md, i)) return 1;
+    return 0;
+}
+
+/* The layout of value v an op is tried with: 0 where it is, 1 nhwc (4-D only), 2 plain. */
+static dnnl_memory_desc_t layout(pb *b, int v, int r, int attempt)
+{
+    if (attempt == 0) return clone_md(home(b, v));
+    if (attempt == 1) return tag_md(4, DIMS(v), dnnl_acdb);
+    return value_plain(b, v, r);
+}
+
+/* A layout-keeping op: with its input's layout; for pools and LRN, whose plain-layout kernels
+ * are slow, then nhwc unless a jit kernel takes the first; last plain (if oneDNN refuses the
+ * others). */
+static int build_simple(pb *b, const ox_op *op)
+{
+    int x = op->in[0];
+    int r = VAL(op->out)->ndim;
+    const int64_t *yd = DIMS(op->out);
+    int picky = (op->kind == OP_POOL || op->kind == OP_LRN) && r == 4;
+    for (int attempt = 0; attempt < 3; attempt++) {
+        if (attempt == 1 && !picky) continue;
+        dnnl_memory_desc_t src = layout(b, x, r, attempt), dst = NULL;
+        dnnl_memory_desc_t src1 = NULL, srcs[MAXIN] = {0};
+        dnnl_primitive_attr_t a = op_attr(op);
+        dnnl_primitive_desc_t pd = NULL;
+        dnnl_status_t st = dnnl_out_of_memory;
+        inputs_fn fn = src_inputs;
+        if (!a || !src) goto next;
+        switch (op->kind) {
+        case OP_POOL: {
+            const int64_t *xd = DIMS(x);
+            int64_t ker[2], pl[2] = {0, 0}, pr[2] = {0, 0};
+            ox_op tmp = *op;
+            if (op->global) { ker[0] = tmp.ker[0] = xd[2]; ker[1] = tmp.ker[1] = xd[3]; tmp.st[0] = tmp.st[1] = 1; tmp.dil[0] = tmp.dil[1] = 1; }
+            else if (ox_window(op, xd + 2, yd + 2, pl, pr, b->e)) { D(dnnl_primitive_attr_destroy)(a); md_free(src); return 1; }
+            else { ker[0] = op->ker[0]; ker[1] = op->ker[1]; }
+            dnnl_alg_kind_t alg = op->maxpool ? dnnl_pooling_max : op->incl ? dnnl_pooling_avg_include_padding : dnnl_pooling_avg_exclude_padding;
+            dnnl_dims_t S = {tmp.st[0], tmp.st[1]}, K = {ker[0], ker[1]}, DL = {tmp.dil[0] - 1, tmp.dil[1] - 1}, PL = {pl[0], pl[1]}, PR = {pr[0], pr[1]};
+            dst = any_md(4, yd);
+            if (dst) st = D(dnnl_pooling_forward_primitive_desc_create)(&pd, ox_engine(), dnnl_forward_inference, alg, src, dst, S, K, DL, PL, PR, a);
+            break;
+        }
+        case OP_ELTWISE:
+            st = D(dnnl_eltwise_forward_primitive_desc_create)(&pd, ox_engine(), dnnl_forward_inference, op->alg, src, src, op->alpha, op->beta, a);
+            break;
+        case OP_SOFTMAX:
+            st = D(dnnl_softmax_forward_primitive_desc_create)(&pd, ox_engine(), dnnl_forward_inference,
+                                                              op->logsm ? dnnl_softmax_log : dnnl_softmax_accurate, src, src, (int)op->axis, a);
+            break;
+        case OP_LRN:
+            st = D(dnnl_lrn_forward_primitive_desc_create)(&pd, ox_engine(), dnnl_forward_inference, dnnl_lrn_across_channels, src, src,
+                                                          op->size, op->alpha, op->beta, op->lrn_bias, a);
+            break;
+        case OP_BN: {
+            unsigned flags = dnnl_use_global_stats | dnnl_use_scale | dnnl_use_shift | (op->bn_relu ? dnnl_fuse_norm_relu : 0);
+            st = D(dnnl_batch_normalization_forward_primitive_desc_create)(&pd, ox_engine(), dnnl_forward_inference, src, src, op->eps, flags, a);
+            fn = bn_inputs;
+            break;
+        }
+        case OP_BINARY: {
+            int i0, ofull, o = binary_operands(b, op, &i0, &ofull);
+            md_free(src);
+            src = layout(b, op->in[i0], r, attempt);
+            src1 = ofull ? clone_md(src) : value_plain(b, o, r);
+            if (src && src1) st = D(dnnl_binary_primitive_desc_create)(&pd, ox_engine(), op->alg, src, src1, src, a);
+            fn = binary_inputs;
+            break;
+        }
+        case OP_CONCAT: {
+            int ok = 1;
+            for (int i = 0; i < op->nin; i++) ok = ok && (srcs[i] = layout(b, op->in[i], r, attempt));
+            dst = any_md(r, yd);
+            if (ok && dst) st = D(dnnl_concat_primitive_desc_create)(&pd, ox_engine(), dst, op->nin, (int)op->axis, (const_dnnl_memory_desc_t *)srcs, a);
+            fn = concat_inputs;
+            break;
+        }
+        default:
+            break;
+        }
+    next:
+        md_free(src);
+        md_free(dst);
+        md_free(src1);
+        for (int i = 0; i < MAXIN; i++) md_free(srcs[i]);
+        if (a) D(dnnl_primitive_attr_destroy)(a);
+        if (st == dnnl_success && picky && attempt < 2 && !fast_impl(pd)) {
+            D(dnnl_primitive_desc_destroy)(pd);
+            continue;
+        }
+        if (st == dnnl_success) return finish(b, op, pd, fn);
+    }
+    return ox_fail(b->e, "node '%s' (%s): oneDNN has no primitive for it", op->name, op->op_type);
+}
+
+/* ---- plans ------------------------------------------------------------------------------- */
+
+static void ctx_free(const ox_plan *p, ox_ctx *c)
+{
+    for (int i = 0; i < p->nmem; i++)
+        if (c->mem[i]) D(dnnl_memory_destroy)(c->mem[i]);
+    free(c->mem);
+    free(c->ptr);
+    free(c);
+}
+
+void ox_plan_free(ox_plan *p)
+{
+    if (!p) return;
+    while (p->all) {
+        ox_ctx *c = p->all;
+        p->all = c->next;
+        ctx_free(p, c);
+    }
+    pthread_mutex_destroy(&p->mu);
+    for (int i = 0; i < p->nstep; i++) {
+        ox_step *s = &p->steps[i];
+        for (int j = 0; j < s->nargs; j++) {
+            md_free(s->args[j].md);
+            if (s->args[j].fixed) D(dnnl_memory_destroy)(s->args[j].fixed);
+        }
+        if (s->prim) D(dnnl_primitive_destroy)(s->prim);
+    }
+    for (int i = 0; i < p->nowned; i++) free(p->owned[i]);
+    free(p->owned);
+    free(p->steps);
+    free(p->bufs);
+    free(p);
+}
+
+static uint64_t align64(uint64_t n) { return (n + 63) & ~(uint64_t)63; }
+
+/* Greedy by size: each arena buffer takes the lowest offset clear of every placed buffer whose
+ * steps overlap its own. */
+static int place_arena(ox_plan *p)
+{
+    int n = 0;
+    int *idx = malloc((size_t)(p->nbuf + 1) * sizeof *idx);
+    if (!idx) return 1;
+    for (int i = 0; i < p->nbuf; i++)
+        if (p->bufs[i].where == B_ARENA && p->bufs[i].first >= 0) idx[n++] = i;
+    for (int i = 1; i < n; i++) /* insertion sort, largest first */
+        for (int j = i; j > 0 && p->bufs[idx[j]].size > p->bufs[idx[j - 1]].size; j--) {
+            int t = idx[j]; idx[j] = idx[j - 1]; idx[j - 1] = t;
+        }
+    uint64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        ox_buf *bf = &p->bufs[idx[i]];
+        uint64_t size = align64(bf->size), off = 0;
+        for (int moved = 1; moved;) {
+            moved = 0;
+            for (int j = 0; j < i; j++) {
+                const ox_buf *o = &p->bufs[idx[j]];
+                if (o->last < bf->first || bf->last < o->first) continue;
+                if (off < o->off + align64(o->size) && o->off < off + size) { off = o->off + align64(o->size); moved = 1; }
+            }
+        }
+        bf->off = off;
+        if (off + size > total) total = off + size;
+    }
+    free(idx);
+    p->arena = total;
+    return 0;
+}
+
+static ox_plan *build_ex(const ox_graph *g, const int64_t *dims, int threads, int dry, ox_err *e)
+{
+    ox_plan *p = calloc(1, sizeof *p);
+    pb b = {g, dims, p, e, dry, calloc((size_t)g->nval, sizeof(int)), calloc((size_t)g->nval, sizeof(int)),
+            calloc((size_t)g->nval, sizeof(ox_view[MAXVIEWS])), 0};
+    int rc = 1;
+    if (!p || !b.nviews || !b.last_use || !b.views) { ox_fail(e, "out of memory"); goto done; }
+    p->threads = threads;
+    pthread_mutex_init(&p->mu, NULL);
+    dl_omp_set_num_threads(threads); /* oneDNN sizes its kernels for the threads of the creating thread */
+    for (int oi = 0; oi < g->norder; oi++) {
+        const ox_op *op = &g->ops[g->order[oi]];
+        for (int j = 0; j < op->nin; j++)
+            if (op->in[j] >= 0) b.last_use[op->in[j]] = oi;
+        for (int j = 0; j < op->npost; j++)
+            if (op->post[j].kind == POST_SUM) b.last_use[op->post[j].val] = oi;
+    }
+    /* kernel inputs and constants: plain, where they are */
+    for (int v = 0; v < g->nval; v++) {
+        const ox_value *val = &g->vals[v];
+        if (val->kin < 0 && !val->cdata) continue;
+        int buf = val->cdata ? new_buf(&b, B_CONST, 0, val->cdata, 0) : new_buf(&b, B_IN, val->kin, NULL, 0);
+        dnnl_memory_desc_t md = plain_md(val->ndim, dims + (size_t)v * MAXR, val->ndim);
+        int bad = buf < 0 || !md || add_view(&b, v, md, buf);
+        md_free(md);
+        if (bad) { ox_fail(e, "out of memory"); goto done; }
+    }
+    for (int oi = 0; oi < g->norder; oi++) {
+        const ox_op *op = &g->ops[g->order[oi]];
+        b.cur = oi;
+        int r = op->kind == OP_CONV ? build_conv(&b, op) : op->kind == OP_MATMUL ? build_matmul(&b, op) : build_simple(&b, op);
+        if (r) goto done;
+    }
+    rc = dry ? 0 : place_arena(p);
+    for (int i = 0; i < p->nstep; i++) p->nmem += p->steps[i].nargs;
+done:
+    if (b.views)
+        for (int v = 0; v < g->nval; v++)
+            for (int i = 0; i < b.nviews[v]; i++) md_free(b.views[v][i].md);
+    free(b.views);
+    free(b.nviews);
+    free(b.last_use);
+    if (rc || dry) { ox_plan_free(p); return dry && !rc ? (ox_plan *)1 : NULL; }
+    return p;
+}
+
+ox_plan *ox_plan_build(const ox_graph *g, const int64_t *dims, int threads, ox_err *e)
+{
+    return build_ex(g, dims, threads, 0, e);
+}
+
+int ox_plan_check(const ox_graph *g, const int64_t *dims, int threads, ox_err *e)
+{
+    return build_ex(g, dims, threads, 1, e) == NULL;
+}
+
+uint64_t ox_plan_workspace(const ox_plan *p) { return align64(p->arena) + p->scratch; }
+
+/* A context for one run: an idle one, else a new one (kept with the plan). */
+static ox_ctx *ctx_take(ox_plan *p)
+{
+    pthread_mutex_lock(&p->mu);
+    ox_ctx *c = p->idle;
+    if (c) p->idle = c->next_idle;
+    pthread_mutex_unlock(&p->mu);
+    if (c) return c;
+    c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->mem = calloc((size_t)p->nmem + 1, sizeof *c->mem);
+    c->ptr = calloc((size_t)p->nmem + 1, sizeof *c->ptr);
+    if (!c->mem || !c->ptr) {
+        free(c->mem);
+        free(c->ptr);
+        free(c);
+        return NULL;
+    }
+    pthread_mutex_lock(&p->mu);
+    c->next = p->all;
+    p->all = c;
+    pthread_mutex_unlock(&p->mu);
+    return c;
+}
+
+static void ctx_give(ox_plan *p, ox_ctx *c)
+{
+    pthread_mutex_lock(&p->mu);
+    c->next_idle = p->idle;
+    p->idle = c;
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* The plan's one mutable part is its pool of contexts, under its mutex. */
+int ox_plan_run(const ox_plan *cp, const nnp_tensor *in, const nnp_tensor *out, void *ws, ox_err *e)
+{
+    ox_plan *p = (ox_plan *)cp;
+    dnnl_stream_t s = ox_thread_stream();
+    if (!s) return ox_fail(e, "oneDNN could not create a stream");
+    ox_ctx *c = ctx_take(p);
+    if (!c) return ox_fail(e, "out of memory");
+    dl_omp_set_num_threads(p->threads);
+    char *arena = ws, *scratch = (char *)ws + align64(p->arena);
+    int rc = 0;
+    for (int i = 0, k = 0; i < p->nstep && !rc; i++) {
+        const ox_step *st = &p->steps[i];
+        dnnl_exec_arg_t args[MAXARGS];
+        for (int j = 0; j < st->nargs; j++, k++) {
+            const ox_arg *a = &st->args[j];
+            args[j].arg = a->arg;
+            if (a->fixed) { args[j].memory = a->fixed; continue; }
+            void *ptr;
+            if (a->buf < 0) ptr = scratch;
+            else {
+                const ox_buf *bf = &p->bufs[a->buf];
+                ptr = bf->where == B_IN ? nnp_tensor_ptr(&in[bf->index]) : bf->where == B_OUT ? nnp_tensor_ptr(&out[0])
+                      : bf->where == B_ARENA ? arena + bf->off : (void *)bf->ptr;
+            }
+            if (!c->mem[k]) {
+                if (D(dnnl_memory_create)(&c->mem[k], a->md, ox_engine(), ptr) != dnnl_success) {
+                    c->mem[k] = NULL;
+                    rc = ox_fail(e, "oneDNN could not wrap a tensor");
+                    break;
+                }
+            } else if (c->ptr[k] != ptr && D(dnnl_memory_set_data_handle)(c->mem[k], ptr) != dnnl_success) {
+                rc = ox_fail(e, "oneDNN could not wrap a tensor");
+                break;
+            }
+            c->ptr[k] = ptr;
+            args[j].memory = c->mem[k];
+        }
+        if (!rc && D(dnnl_primitive_execute)(st->prim, s, st->nargs, args) != dnnl_success)
+            rc = ox_fail(e, "oneDNN failed to execute a primitive");
+    }
+    if (!rc && D(dnnl_stream_wait)(s) != dnnl_success) rc = ox_fail(e, "oneDNN failed to finish a run");
+    ctx_give(p, c);
+    return rc;
+}
