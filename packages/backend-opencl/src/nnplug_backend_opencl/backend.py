@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -11,11 +12,12 @@ from nnplug.errors import BackendError
 from nnplug.graph import SubGraph
 from nnplug.target import Target
 
-from . import devices, target
-from .device_api import OpenCLDeviceAPI
-from .module import CompiledModule
+from . import target
 from .ops import OPS, why_not
 from .rewrite import rewrite
+
+if TYPE_CHECKING:  # pyopencl is imported when a device is first used, not at Runtime()
+    from .device_api import OpenCLDeviceAPI
 
 _api: OpenCLDeviceAPI | None = None
 _api_lock = threading.Lock()
@@ -25,6 +27,8 @@ def shared_device_api() -> OpenCLDeviceAPI:
     global _api
     with _api_lock:
         if _api is None:
+            from .device_api import OpenCLDeviceAPI
+
             _api = OpenCLDeviceAPI()
         return _api
 
@@ -41,12 +45,16 @@ class OpenCLBackend(Backend):
         return target.target_kind_kwargs()
 
     def describe(self) -> str:
+        from . import devices
+
         found = devices.visible_devices()
         where = ", ".join(devices.describe(d) for d in found) or "no OpenCL device found"
         return f"backend 'opencl' ({where})"
 
     def why_not(self, node, graph) -> str | None:
         """None when ``node`` runs here, else why it does not (for logs and tests)."""
+        from . import devices
+
         if not devices.visible_devices():
             return "no OpenCL device (install an OpenCL driver such as pocl-opencl-icd)"
         reason = why_not(node, graph)
@@ -58,6 +66,9 @@ class OpenCLBackend(Backend):
         return self.why_not(node, graph) is None
 
     def build(self, subgraph: SubGraph, target: Target) -> Module:
+        from . import devices
+        from .module import CompiledModule
+
         if target.kind.name != self.target_kind_name:
             raise BackendError(f"opencl: cannot build for target kind {target.kind.name!r}")
         index = target.attrs["device_id"]

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from nnplug.errors import BackendError, TargetError
 
-from . import devices
-
 # name: (type, default); defaults stand for "ask the device" and are replaced by the canonicalizer.
 ATTRS: dict[str, tuple[type, object]] = {
     "device_name": (str, ""),
@@ -31,6 +29,8 @@ DEFAULT_WORK_GROUP = 64
 
 
 def device_attrs(index: int) -> dict:
+    from . import devices  # pyopencl: imported when a Target is made, not at Runtime()
+
     dev = devices.device_for(index)
     return {
         "device_name": dev.name.strip(),
