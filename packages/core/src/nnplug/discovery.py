@@ -40,16 +40,28 @@ def entry_points(group: str) -> list:
 
 def describe(ep) -> str:
     dist = getattr(ep, "dist", None)
-    where = ""
-    if dist is not None:
-        meta = dist.metadata  # parsed once for both (each property parses the file again)
-        where = f" from {meta['Name']} {meta['Version']}"
+    where = " from {} {}".format(*_name_version(dist)) if dist is not None else ""
     return f"{ep.group}:{ep.name} = {ep.value}{where}"
 
 
 def dist_version(ep) -> str | None:
     dist = getattr(ep, "dist", None)
-    return dist.version if dist is not None else None
+    return _name_version(dist)[1] if dist is not None else None
+
+
+def _name_version(dist) -> tuple[str | None, str | None]:
+    """A distribution's Name and Version, read from the head of its METADATA: ``dist.name``
+    and ``dist.version`` parse the whole file with the email package, whose import alone
+    costs a Runtime more than all its plugins' registration."""
+    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line:
+            break  # the headers end at the first empty line; the description follows
+        key, _, value = line.partition(":")
+        if key in ("Name", "Version") and key not in found:
+            found[key] = value.strip()
+    return found.get("Name"), found.get("Version")
 
 
 def dist_installed(name: str) -> bool:
