@@ -6,12 +6,13 @@ Registered under the ``nnplug.backends`` entry point as ``opencl``.
 from ._version import __version__
 from .backend import OpenCLBackend
 
-__all__ = ["OpenCLBackend", "OpenCLDeviceAPI", "__version__"]
 
-
-def __getattr__(name):  # OpenCLDeviceAPI imports pyopencl: only when asked for
+def __getattr__(name):  # pyopencl is imported when the device is first used, not at Runtime()
     if name == "OpenCLDeviceAPI":
         from .device_api import OpenCLDeviceAPI
 
         return OpenCLDeviceAPI
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["OpenCLBackend", "OpenCLDeviceAPI", "__version__"]

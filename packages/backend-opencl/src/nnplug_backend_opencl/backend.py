@@ -1,12 +1,9 @@
-"""The ``opencl`` backend: nnplug's view of this package.
-
-pyopencl (and the OpenCL driver behind it) is imported on first use, not when the runtime
-discovers the backend, so ``nnplug.Runtime()`` stays fast where OpenCL is installed but unused.
-"""
+"""The ``opencl`` backend: nnplug's view of this package."""
 
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -15,14 +12,18 @@ from nnplug.errors import BackendError
 from nnplug.graph import SubGraph
 from nnplug.target import Target
 
+from . import target
 from .ops import OPS, why_not
 from .rewrite import rewrite
 
-_api = None
+if TYPE_CHECKING:  # pyopencl is imported when a device is first used, not at Runtime()
+    from .device_api import OpenCLDeviceAPI
+
+_api: OpenCLDeviceAPI | None = None
 _api_lock = threading.Lock()
 
 
-def shared_device_api():
+def shared_device_api() -> OpenCLDeviceAPI:
     global _api
     with _api_lock:
         if _api is None:
@@ -37,12 +38,10 @@ class OpenCLBackend(Backend):
     device_type = "opencl"
     pip_package = "nnplug-backend-opencl"
 
-    def device_api(self):
+    def device_api(self) -> OpenCLDeviceAPI:
         return shared_device_api()
 
     def target_kind(self) -> dict:
-        from . import target
-
         return target.target_kind_kwargs()
 
     def describe(self) -> str:
@@ -67,11 +66,11 @@ class OpenCLBackend(Backend):
         return self.why_not(node, graph) is None
 
     def build(self, subgraph: SubGraph, target: Target) -> Module:
-        if target.kind.name != self.target_kind_name:
-            raise BackendError(f"opencl: cannot build for target kind {target.kind.name!r}")
         from . import devices
         from .module import CompiledModule
 
+        if target.kind.name != self.target_kind_name:
+            raise BackendError(f"opencl: cannot build for target kind {target.kind.name!r}")
         index = target.attrs["device_id"]
         st = devices.state(index)
         nodes, constants = rewrite(subgraph)

@@ -11,11 +11,12 @@ from __future__ import annotations
 import re
 import threading
 
+import pyopencl as cl
+
 from nnplug.device import Device, device_type_of
 from nnplug.device_api import AttrKind, DeviceAPI, attr_kind, host_view, workspace_data
 
 from . import devices
-from ._cl import cl
 
 OPENCL = device_type_of("opencl")
 

@@ -16,9 +16,9 @@ import os
 import threading
 from dataclasses import dataclass, field
 
-from nnplug.errors import BackendError
+import pyopencl as cl
 
-from ._cl import cl
+from nnplug.errors import BackendError
 
 ENV_DEVICE = "NNPLUG_OPENCL_DEVICE"
 

@@ -29,7 +29,7 @@ DEFAULT_WORK_GROUP = 64
 
 
 def device_attrs(index: int) -> dict:
-    from . import devices  # pyopencl: only once a target is made
+    from . import devices  # pyopencl: imported when a Target is made, not at Runtime()
 
     dev = devices.device_for(index)
     return {

@@ -30,9 +30,11 @@ from .errors import (
     ValidationError,
 )
 from .graph import Node, SubGraph, ValueInfo
+from .headers import get_include
+from .network import Network
 from .plugins import BackendInfo, LoadError
 from .registry import get_func, list_funcs, register_func, remove_func
-from .runtime import CreationOptions, Network, Runtime
+from .runtime import CreationOptions, Runtime
 from .session import (
     ExecutionMode,
     GraphOptimizationLevel,
@@ -46,14 +48,6 @@ from .session import (
 )
 from .target import Target, list_target_kinds, register_target_kind
 from .tensor import Tensor, from_dlpack
-
-
-def get_include() -> str:
-    """The folder holding nnplug's C headers (``#include <nnplug/backend.h>``)."""
-    import os
-
-    return os.path.join(os.path.dirname(__file__), "include")
-
 
 __all__ = [
     "ArgumentTypeError", "AttrKind", "Backend", "BackendError", "BackendInfo", "BoundOp", "CPU",

@@ -24,19 +24,10 @@ from .errors import NnplugError, PluginError
 BUILTIN_COMMANDS = ("info", "run", "demo", "doctor", "new")
 
 
-def absolute_paths(option: str | None) -> str | None:
-    """A ':'-separated folder list typed on the command line, relative entries taken from the
-    current folder (the library itself refuses relative paths: its working folder is not the
-    user's intent)."""
-    if option is None:
-        return None
-    return ":".join(os.path.abspath(p) if p else p for p in option.split(":"))
-
-
 def _runtime(args):
     from .runtime import CreationOptions, Runtime
 
-    path = absolute_paths(getattr(args, "backend_path", None))
+    path = discovery.absolute_paths(getattr(args, "backend_path", None))
     return Runtime(CreationOptions(dynamic_backends_path=path))
 
 

@@ -1,6 +1,7 @@
 """Control flow (If, Loop, Scan) run by the core when no backend claims the node.
 
-Each subgraph becomes a network of its own, placed on the same backends as the main
+Each subgraph becomes a network of its own (a sub-plan, compiled by
+:func:`nnplug.pipeline.compile_network`), placed on the same backends as the main
 graph (its nodes appear in ``Network.assignment`` as ``<node>/<attribute>/<node>``); the
 core runs the loop or picks the branch and calls the sub-network. Values a subgraph reads
 from outer scopes are appended to the node's ``inputs`` by :func:`attach_outer_inputs`

@@ -23,12 +23,12 @@ Native ops (C structs of callbacks, see ``custom_op.h``) subclass :class:`Custom
 from __future__ import annotations
 
 import numpy as np
-import onnx.defs
 
 from .device import CPU, Device
 from .device_api import DeviceAPI
 from .errors import CustomOpError, PluginError
 from .graph import Node, ValueInfo
+from .onnx_ops import STANDARD_OPS
 from .shapecheck import bind_symbols, mismatch
 from .tensor import HOST_API, Tensor, as_contiguous
 
@@ -43,7 +43,8 @@ def get_node_attr(node: Node, name: str, default=None):
 
 
 def is_standard_op(op_type: str) -> bool:
-    return onnx.defs.has(op_type, "")
+    """Whether ``op_type`` names an op of ONNX's default domain (any version)."""
+    return op_type in STANDARD_OPS
 
 
 class BoundOp:

@@ -1,4 +1,5 @@
-"""Entry-point discovery: ``nnplug.backends``, ``nnplug.ops`` and ``nnplug.cli``.
+"""Entry-point discovery: ``nnplug.backends``, ``nnplug.ops`` and ``nnplug.cli``; which
+distribution provides each plugin nnplug knows of; folder lists typed on the command line.
 
 Reading entry points only reads package metadata; a plugin's module is imported when
 its entry point is loaded, never earlier. ``NNPLUG_DISABLE_PLUGINS`` (comma-separated
@@ -9,12 +10,15 @@ from __future__ import annotations
 
 import os
 
-import importlib_metadata
-
 BACKENDS_GROUP = "nnplug.backends"
 OPS_GROUP = "nnplug.ops"
 CLI_GROUP = "nnplug.cli"
 DISABLE_ENV = "NNPLUG_DISABLE_PLUGINS"
+
+# The distributions that provide the plugins nnplug knows of, for "pip install ..." advice.
+KNOWN_BACKEND_PACKAGES = {"cpu": "nnplug-backend-cpu", "opencl": "nnplug-backend-opencl",
+                          "onednn": "nnplug-backend-onednn"}
+KNOWN_OP_PACKAGES = {"cstSoftmax": "nnplug-ops-softmax"}
 
 
 def disabled_names(extra=None) -> set[str]:
@@ -24,6 +28,8 @@ def disabled_names(extra=None) -> set[str]:
 
 def entry_points(group: str) -> list:
     """The group's entry points, sorted by name, one per name (first distribution wins)."""
+    import importlib_metadata  # here, not at import nnplug: it imports the email package
+
     seen, out = set(), []
     for ep in sorted(importlib_metadata.entry_points(group=group), key=lambda e: e.name):
         if ep.name not in seen:
@@ -34,19 +40,45 @@ def entry_points(group: str) -> list:
 
 def describe(ep) -> str:
     dist = getattr(ep, "dist", None)
-    where = f" from {dist.name} {dist.version}" if dist is not None else ""
+    where = " from {} {}".format(*_name_version(dist)) if dist is not None else ""
     return f"{ep.group}:{ep.name} = {ep.value}{where}"
 
 
 def dist_version(ep) -> str | None:
     dist = getattr(ep, "dist", None)
-    return dist.version if dist is not None else None
+    return _name_version(dist)[1] if dist is not None else None
+
+
+def _name_version(dist) -> tuple[str | None, str | None]:
+    """A distribution's Name and Version, read from the head of its METADATA: ``dist.name``
+    and ``dist.version`` parse the whole file with the email package, whose import alone
+    costs a Runtime more than all its plugins' registration."""
+    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line:
+            break  # the headers end at the first empty line; the description follows
+        key, _, value = line.partition(":")
+        if key in ("Name", "Version") and key not in found:
+            found[key] = value.strip()
+    return found.get("Name"), found.get("Version")
 
 
 def dist_installed(name: str) -> bool:
     """Whether a distribution of that name is installed (metadata only, nothing imported)."""
+    import importlib_metadata
+
     try:
         importlib_metadata.distribution(name)
     except importlib_metadata.PackageNotFoundError:
         return False
     return True
+
+
+def absolute_paths(option: str | None) -> str | None:
+    """A ':'-separated folder list typed on the command line, relative entries taken from the
+    current folder (the library itself refuses relative paths: its working folder is not the
+    user's intent)."""
+    if option is None:
+        return None
+    return ":".join(os.path.abspath(p) if p else p for p in option.split(":"))

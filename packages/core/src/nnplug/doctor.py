@@ -12,6 +12,7 @@ import argparse
 import os
 import sys
 
+from . import discovery
 from ._version import __version__
 from .native import abi
 from .native.loader import (
@@ -181,8 +182,7 @@ def _entry_points(rep: _Report, isolate: bool = False):
 
 def _model(rep: _Report, path: str, backends: list) -> None:
     from .errors import NnplugError
-    from .loader import load
-    from .planner import whole_graph
+    from .loader import load, whole_graph
 
     rep.line(f"Model {path}:")
     try:
@@ -230,10 +230,8 @@ def doctor_main(argv=None, out=None) -> int:
     args = _parser().parse_args(argv)
     rep = _Report(out)
     rep.line(f"nnplug {__version__}, native backend ABI {'.'.join(map(str, abi.ABI_VERSION))}")
-    from .cli import absolute_paths
-
     if args.path:
-        option, origin = absolute_paths(":".join(args.path)), "from --path"
+        option, origin = discovery.absolute_paths(":".join(args.path)), "from --path"
     elif os.environ.get(ENV_VAR) is not None:
         option, origin = None, f"from {ENV_VAR}"
     else:
@@ -243,7 +241,7 @@ def doctor_main(argv=None, out=None) -> int:
     from .native.custom_ops import default_op_dir
 
     if args.op_path:
-        op_option, op_origin = absolute_paths(":".join(args.op_path)), "from --op-path"
+        op_option, op_origin = discovery.absolute_paths(":".join(args.op_path)), "from --op-path"
     elif os.environ.get(OP_ENV_VAR) is not None:
         op_option, op_origin = None, f"from {OP_ENV_VAR}"
     else:

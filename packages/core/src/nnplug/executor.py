@@ -40,6 +40,17 @@ class Step:
     checked against them."""
 
 
+@dataclass
+class Plan:
+    """What the compile stage (:mod:`nnplug.compiler`) makes of a model for a Network."""
+
+    constants: dict[str, np.ndarray]
+    """The model's weights and the values folded at load time, by name."""
+    steps: list[Step] = field(default_factory=list)
+    assignment: dict[str, str] = field(default_factory=dict)
+    """node name -> where it runs (``Network.assignment``)."""
+
+
 def plan_frees(steps: list[Step], keep: set[str]) -> None:
     """Fill each step's ``frees`` from the last step that reads each value."""
     last_use: dict[str, int] = {}

@@ -18,7 +18,7 @@ from onnx import helper
 
 from .errors import ModelError, ModelWarning
 from .graph import Node, SubGraph, ValueInfo
-from .loader import Model, load
+from .loader import Model, load, whole_graph
 
 MAX_ROUNDS = 16
 """Nesting depth of functions in functions that expansion follows."""
@@ -28,8 +28,6 @@ def expand_unclaimed(model: Model, claimed: Callable[[Node, SubGraph], bool],
                      custom_ops: dict) -> Model:
     """``model`` with every node that ``claimed`` refuses and that has a function body
     replaced by that body (recursively); ``model`` itself when nothing is expanded."""
-    from .planner import whole_graph
-
     for _ in range(MAX_ROUNDS):
         graph = whole_graph(model, model.nodes, model.constants)
         bodies: dict[int, tuple[list[onnx.NodeProto], list]] = {}

@@ -1,12 +1,16 @@
 """The graph model backends see: nodes with parsed attributes, value types and shapes,
-constants as numpy arrays. Built from an ONNX model by :mod:`nnplug.loader`."""
+constants as numpy arrays. Built from an ONNX model by :mod:`nnplug.loader` with the
+conversions at the end of this module (which import onnx when they run)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import onnx
+
+if TYPE_CHECKING:  # onnx is imported when a model is read, not with nnplug
+    import onnx
 
 Dim = int | str | None
 """A dimension: a fixed size, a symbolic name, or None (unknown)."""
@@ -75,13 +79,12 @@ class SubGraph:
     def to_model(self) -> onnx.ModelProto:
         """This subgraph as a standalone ONNX model (for backends that hand work to
         another ONNX consumer, and for debugging)."""
-        from .loader import subgraph_to_model
-
         return subgraph_to_model(self)
 
 
 def attribute_value(attr: onnx.AttributeProto):
     """An ONNX attribute as a plain Python / numpy value."""
+    import onnx
     from onnx import numpy_helper
 
     v = onnx.helper.get_attribute_value(attr)
@@ -96,3 +99,53 @@ def attribute_value(attr: onnx.AttributeProto):
             return [numpy_helper.to_array(t) for t in v]
         return list(v)
     return v
+
+
+def _dims(type_proto: onnx.TypeProto):
+    import onnx
+
+    if not type_proto.HasField("tensor_type"):
+        return None, None
+    tt = type_proto.tensor_type
+    dtype = None
+    if tt.elem_type:
+        try:
+            dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type))
+        except Exception:
+            dtype = None
+    if not tt.HasField("shape"):
+        return dtype, None
+    shape = []
+    for d in tt.shape.dim:
+        if d.HasField("dim_value"):
+            shape.append(int(d.dim_value))
+        elif d.HasField("dim_param") and d.dim_param:
+            shape.append(d.dim_param)
+        else:
+            shape.append(None)
+    return dtype, tuple(shape)
+
+
+_KINDS = {"tensor_type": "tensor", "sequence_type": "sequence", "optional_type": "optional",
+          "map_type": "map", "sparse_tensor_type": "sparse", None: "unknown"}
+
+
+def value_info(vi: onnx.ValueInfoProto) -> ValueInfo:
+    dtype, shape = _dims(vi.type)
+    return ValueInfo(vi.name, dtype, shape, _KINDS.get(vi.type.WhichOneof("value"), "unknown"))
+
+
+def subgraph_to_model(sg: SubGraph) -> onnx.ModelProto:
+    import onnx
+    from onnx import numpy_helper
+
+    def vi(name):
+        v = sg.value(name)
+        elem = onnx.helper.np_dtype_to_tensor_dtype(v.dtype) if v.dtype is not None else 0
+        return onnx.helper.make_tensor_value_info(name, elem, list(v.shape) if v.shape else None)
+
+    inits = [numpy_helper.from_array(np.asarray(a), n) for n, a in sg.constants.items()]
+    graph = onnx.helper.make_graph([n.proto for n in sg.nodes], sg.name,
+                                   [vi(i) for i in sg.inputs], [vi(o) for o in sg.outputs], inits)
+    opsets = [onnx.helper.make_opsetid(d, v) for d, v in sg.opsets.items()]
+    return onnx.helper.make_model(graph, opset_imports=opsets)

@@ -1,4 +1,5 @@
-"""ONNX model -> checked, shape-inferred :class:`Model` the planner works on."""
+"""The load stage: ONNX model -> checked, shape-inferred :class:`Model` the later stages of
+:mod:`nnplug.pipeline` work on."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from onnx import numpy_helper
 from . import ml_types
 from .checking import check_model
 from .errors import ModelError
-from .graph import Node, SubGraph, ValueInfo, attribute_value
+from .graph import Node, SubGraph, ValueInfo, attribute_value, value_info
 from .validate import check_before_inference
 
 
@@ -94,38 +95,6 @@ def _with_external_data(proto: onnx.ModelProto, folder, what: str) -> onnx.Model
     except Exception as e:
         raise ModelError(f"cannot read the external data of {what} from {folder!r}: {e}") from None
     return copy
-
-
-def _dims(type_proto: onnx.TypeProto):
-    if not type_proto.HasField("tensor_type"):
-        return None, None
-    tt = type_proto.tensor_type
-    dtype = None
-    if tt.elem_type:
-        try:
-            dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type))
-        except Exception:
-            dtype = None
-    if not tt.HasField("shape"):
-        return dtype, None
-    shape = []
-    for d in tt.shape.dim:
-        if d.HasField("dim_value"):
-            shape.append(int(d.dim_value))
-        elif d.HasField("dim_param") and d.dim_param:
-            shape.append(d.dim_param)
-        else:
-            shape.append(None)
-    return dtype, tuple(shape)
-
-
-_KINDS = {"tensor_type": "tensor", "sequence_type": "sequence", "optional_type": "optional",
-          "map_type": "map", "sparse_tensor_type": "sparse", None: "unknown"}
-
-
-def value_info(vi: onnx.ValueInfoProto) -> ValueInfo:
-    dtype, shape = _dims(vi.type)
-    return ValueInfo(vi.name, dtype, shape, _KINDS.get(vi.type.WhichOneof("value"), "unknown"))
 
 
 def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -271,14 +240,7 @@ def _custom_shape_inference(model, nodes, values, custom_ops) -> dict[str, Value
     return values
 
 
-def subgraph_to_model(sg: SubGraph) -> onnx.ModelProto:
-    def vi(name):
-        v = sg.value(name)
-        elem = onnx.helper.np_dtype_to_tensor_dtype(v.dtype) if v.dtype is not None else 0
-        return onnx.helper.make_tensor_value_info(name, elem, list(v.shape) if v.shape else None)
-
-    inits = [numpy_helper.from_array(np.asarray(a), n) for n, a in sg.constants.items()]
-    graph = onnx.helper.make_graph([n.proto for n in sg.nodes], sg.name,
-                                   [vi(i) for i in sg.inputs], [vi(o) for o in sg.outputs], inits)
-    opsets = [onnx.helper.make_opsetid(d, v) for d, v in sg.opsets.items()]
-    return onnx.helper.make_model(graph, opset_imports=opsets)
+def whole_graph(model: Model, nodes: list[Node], constants: dict[str, np.ndarray]) -> SubGraph:
+    """``nodes`` of ``model`` as one graph (what ``supports`` sees while nodes are placed)."""
+    return SubGraph(nodes, [v.name for v in model.inputs], [v.name for v in model.outputs],
+                    constants, model.values, model.opsets, model.name)

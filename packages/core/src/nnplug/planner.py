@@ -1,26 +1,31 @@
-"""From a loaded model to a plan: assign nodes, fold constants, cut partitions."""
+"""The place stage: which backend, custom op or core op runs each node; constant nodes
+(folded by the compile stage); partitions and their subgraphs."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .backend import Backend
+from .controlflow import place_control_flow
 from .customop import CustomOp
 from .device import device_type_of
-from .discovery import dist_installed
+from .discovery import KNOWN_BACKEND_PACKAGES, KNOWN_OP_PACKAGES, dist_installed
 from .errors import UnsupportedNodeError
+from .expand import expansion_note
 from .graph import Node, SubGraph
 from .loader import Model
+from .structural import place_structural
+
+if TYPE_CHECKING:
+    import onnx
 
 # Ops whose result differs run to run: never folded.
 _NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
                      "Multinomial", "Bernoulli"}
-
-KNOWN_BACKEND_PACKAGES = {"cpu": "nnplug-backend-cpu", "opencl": "nnplug-backend-opencl",
-                          "onednn": "nnplug-backend-onednn"}
-KNOWN_OP_PACKAGES = {"cstSoftmax": "nnplug-ops-softmax"}
 
 # Which backends a custom op's target can run on: its device type.
 _TARGET_DEVICE = {"cpu": device_type_of("cpu"), "gpu": device_type_of("opencl")}
@@ -63,11 +68,6 @@ def constant_nodes(model: Model, custom_ops: dict[str, CustomOp]) -> list[Node]:
     return out
 
 
-def whole_graph(model: Model, nodes: list[Node], constants: dict[str, np.ndarray]) -> SubGraph:
-    return SubGraph(nodes, [v.name for v in model.inputs], [v.name for v in model.outputs],
-                    constants, model.values, model.opsets, model.name)
-
-
 def place(node: Node, graph: SubGraph, backends: list[Backend], custom_ops: dict[str, CustomOp],
           use_overrides: bool, bind_op, installed=()) -> Placement:
     """The first backend (or custom op for its target) in preference order that runs ``node``.
@@ -93,6 +93,46 @@ def place(node: Node, graph: SubGraph, backends: list[Backend], custom_ops: dict
         if bound is not None:
             return Placement(None, op, "cpu", bound)
     raise UnsupportedNodeError(_unsupported_message(node, backends, custom_ops, installed))
+
+
+class Placer:
+    """Places a model's nodes: on the first backend or custom op that runs each
+    (:func:`place`), else on the core itself (control flow, sequence and optional ops)."""
+
+    def __init__(self, model: Model, backends: list[Backend], ops: dict[str, CustomOp], *,
+                 use_overrides: bool, installed: list[str],
+                 compile_sub: Callable[[onnx.ModelProto, str], object]):
+        """``installed``: ids of every registered backend, for errors; ``compile_sub(proto,
+        name)``: a Network for a subgraph of a control-flow node."""
+        self.model = model
+        self.backends = backends
+        self.ops = ops
+        self.use_overrides = use_overrides
+        self.installed = installed
+        self.compile_sub = compile_sub
+
+    def place_all(self, nodes: list[Node], graph: SubGraph) -> dict[str, Placement]:
+        try:
+            return {n.name: self.place_one(n, graph) for n in nodes}
+        except UnsupportedNodeError as e:
+            installed = ", ".join(self.installed) or "none"
+            raise UnsupportedNodeError(f"{e} (installed backends: {installed})") from None
+
+    def place_one(self, n: Node, graph: SubGraph) -> Placement:
+        try:
+            return place(n, graph, self.backends, self.ops, self.use_overrides, self.bind,
+                         installed=self.installed)
+        except UnsupportedNodeError as e:
+            core = place_control_flow(n, self.model, self.compile_sub) or place_structural(n, graph)
+            if core is None:
+                note = expansion_note(n)
+                if note:
+                    raise UnsupportedNodeError(f"{e}{note}") from None
+                raise
+            return Placement(None, core=core)
+
+    def bind(self, op, node, target, backend):
+        return op.bind(node, self.model.values, target, backend)
 
 
 def _unsupported_message(node: Node, backends: list[Backend], custom_ops, installed=()) -> str:

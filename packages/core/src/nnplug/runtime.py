@@ -1,47 +1,29 @@
-"""Runtime (plugins and their registries) and Network (a loaded, compiled model)."""
+"""Runtime: the plugins (discovery, registration, the names backends publish) and the entry
+to :mod:`nnplug.pipeline`, which makes a Network of a model."""
 
 from __future__ import annotations
 
 import inspect
 import os
 import threading
-import warnings
-import weakref
 from dataclasses import dataclass
 
 from . import discovery
 from .backend import Backend
-from .controlflow import attach_outer_inputs, place_control_flow
 from .customop import CustomOp, PythonCustomOp
 from .device import device_type_name
+from .discovery import KNOWN_BACKEND_PACKAGES
 from .errors import (
     ArgumentTypeError,
-    InputError,
     InvalidArgumentError,
-    ModelError,
-    ModelWarning,
     NnplugError,
     PluginError,
     UnsupportedNodeError,
 )
-from .executor import Step, check_feeds, plan_frees, run_steps
-from .expand import expand_unclaimed, expansion_note
-from .loader import Model, load
-from .planner import (
-    KNOWN_BACKEND_PACKAGES,
-    Placement,
-    constant_nodes,
-    partitions,
-    place,
-    subgraph_for,
-    whole_graph,
-)
-from .plugins import BACKENDS, RESERVED_IDS, BackendInfo, LoadError, log, report
+from .network import Network
+from .plugins import BACKENDS, RESERVED_IDS, BackendInfo, LoadError, report
 from .registry import register_func, remove_func
-from .structural import place_structural
 from .target import Target, register_target_kind, remove_target_kind
-from .tensor import Tensor
-from .validate import validate
 
 OPTIMIZATION_LEVELS = ("disable", "basic", "all")
 """Graph optimisation levels of ``Runtime.load`` (see there)."""
@@ -310,9 +292,10 @@ class Runtime:
         chosen = self._choose_backends(backends)
         with self._lock:
             ops = dict(self._ops)
-        m = load(model, ops, external_data_dir)
-        validate(m, ops)  # before any backend sees a node
-        return Network(self, m, chosen, ops, targets or {}, optimization=optimization)
+        from .pipeline import load_network  # the stages import onnx: on the first load
+
+        return load_network(self, model, chosen, ops, targets or {}, optimization=optimization,
+                            external_data_dir=external_data_dir)
 
     def _choose_backends(self, names) -> list[BackendInfo]:
         with self._lock:
@@ -450,9 +433,9 @@ def _activate(backend: Backend) -> Backend:
     if not isinstance(backend, Backend):
         raise ArgumentTypeError(f"expected a nnplug.Backend, got {type(backend).__name__}")
     kind_args = dict(backend.target_kind())
-    api = backend.device_api()
     _publish(backend, "kind", backend.target_kind_name, kind_args)
-    _publish(backend, "func", f"device_api.{backend.id}", lambda: api)
+    # asked for on first use: a device API may import its driver's bindings (start-up time)
+    _publish(backend, "func", f"device_api.{backend.id}", backend.device_api)
     _publish(backend, "func", f"target.build.{backend.target_kind_name}", backend.build)
     return backend
 
@@ -476,239 +459,6 @@ class _Identity:
 
     def __eq__(self, other) -> bool:
         return isinstance(other, _Identity) and other.obj is self.obj
-
-
-class Network:
-    """A loaded model, compiled for its backends. ``run`` is thread-safe."""
-
-    def __init__(self, runtime: Runtime, model: Model, backends: list[BackendInfo],
-                 ops: dict[str, CustomOp], targets: dict, *, optimization: str = "all"):
-        self.name = model.name
-        self.optimization = optimization
-        self.inputs = list(model.inputs)
-        self.outputs = list(model.outputs)
-        self.assignment: dict[str, str] = {}
-        self.op_types = {n.name: n.op_type for n in model.nodes}
-        """node name -> op type (profiles name partitions by them)."""
-        self._constants = dict(model.constants)
-        self._steps: list[Step] = []
-        self._lease_keys = []
-        self._closed = False
-        for info in backends:  # hold the backends for as long as this network lives
-            key = runtime._leases.get(info.id)
-            if key is not None:
-                BACKENDS.retain(key)
-                self._lease_keys.append(key)
-        self._finalizer = weakref.finalize(self, _close_network, self._steps, self._lease_keys)
-        try:
-            self._compile(runtime, model, [b.backend for b in backends], ops, targets)
-        except Exception:
-            self.close()
-            raise
-        self._output_names = [o.name for o in self.outputs]
-
-    def _compile(self, runtime, model: Model, backends: list[Backend], ops, targets) -> None:
-        use_overrides = not runtime.options.disable_op_overrides
-        target_of = {}
-        for b in backends:
-            spec = targets.get(b.id, b.target_kind_name)
-            try:
-                target_of[b.id] = Target(spec)
-            except NnplugError as e:
-                raise type(e)(f"backend {b.id!r}: {e}") from None
-        unknown = set(targets) - set(target_of)
-        if unknown:
-            raise ModelError(f"targets given for backend(s) not in use: {', '.join(sorted(unknown))}")
-
-        # 0. Nodes no backend claims whose op is an ONNX function: replaced by the body.
-        model = expand_unclaimed(
-            model, lambda n, g: any(b.supports(n, g) for b in backends), ops)
-        attach_outer_inputs(model)  # control flow: what subgraphs read is a node input
-
-        def compile_sub(proto, name):
-            infos = [runtime.backends[b.id] for b in backends]
-            with warnings.catch_warnings():  # findings were reported for the whole model
-                warnings.simplefilter("ignore", ModelWarning)
-                return Network(runtime, load(proto, ops), infos, ops, targets)
-
-        def place_one(n, graph):
-            try:
-                return place(n, graph, backends, ops, use_overrides, bind,
-                             installed=list(runtime.backends))
-            except UnsupportedNodeError as e:
-                core = place_control_flow(n, model, compile_sub) or place_structural(n, graph)
-                if core is None:
-                    note = expansion_note(n)
-                    if note:
-                        raise UnsupportedNodeError(f"{e}{note}") from None
-                    raise
-                return Placement(None, core=core)
-
-        def bind(op, node, target, backend):
-            return op.bind(node, model.values, target, backend)
-
-        def place_all(nodes, graph):
-            try:
-                return {n.name: place_one(n, graph) for n in nodes}
-            except UnsupportedNodeError as e:
-                installed = ", ".join(runtime.backends) or "none"
-                raise UnsupportedNodeError(f"{e} (installed backends: {installed})") from None
-
-        # 1. Constant subgraphs: placed like any node, run once now, folded into weights.
-        const_nodes = constant_nodes(model, ops) if self.optimization != "disable" else []
-        const_names = {n.name for n in const_nodes}
-        rest = [n for n in model.nodes if n.name not in const_names]
-        results = {o.name for o in model.outputs}
-        if const_nodes:
-            graph = whole_graph(model, const_nodes, self._constants)
-            placed = place_all(const_nodes, graph)
-            used_later = {x for n in rest for x in n.inputs if x} | results
-            keep = {o for n in const_nodes for o in n.outputs if o} & used_later
-            steps = self._build_steps(model, const_nodes, placed, self._constants, keep, target_of)
-            try:
-                env = run_steps(steps, {})
-            finally:
-                for s in steps:
-                    if s.close:
-                        s.close()
-            for name in keep:
-                self._constants[name] = env[name].numpy()
-            for n in const_nodes:
-                self.assignment[n.name] = placed[n.name].label + " (folded)"
-
-        # 2. Everything else.
-        graph = whole_graph(model, rest, self._constants)
-        placed = place_all(rest, graph)
-        for n in rest:
-            self.assignment[n.name] = placed[n.name].label
-        self._steps.extend(self._build_steps(model, rest, placed, self._constants, results,
-                                             target_of))
-        plan_frees(self._steps, results)
-
-    def _build_steps(self, model, nodes, placed, constants, keep, target_of) -> list[Step]:
-        """One step per partition of ``nodes``; ``keep``: values wanted after all of them."""
-        steps: list[Step] = []
-        parts = partitions(nodes, placed)
-        if self.optimization != "all":  # one node per kernel: nothing for a backend to fuse
-            parts = [[n] for part in parts for n in part]
-        wanted_after: list[set[str]] = []  # per partition: values read after it, or kept
-        later = set(keep)
-        for part in reversed(parts):
-            wanted_after.append(set(later))
-            later.update(x for n in part for x in n.inputs if x)
-        wanted_after.reverse()
-        for i, part in enumerate(parts):
-            p = placed[part[0].name]
-            sg = subgraph_for(part, model, constants, wanted_after[i], i)
-            if p.op is not None:
-                steps.append(_custom_step(p, sg))
-                continue
-            if p.core is not None:
-                steps.append(p.core.step(sg))
-                self.assignment.update(p.core.assignment)
-                continue
-            b = p.backend
-            try:
-                module = b.build(sg, target_of[b.id])
-            except NnplugError:
-                raise
-            except Exception as e:
-                raise PluginError(
-                    f"backend {b.id!r} failed to build {len(part)} node(s) starting at "
-                    f"{part[0].describe()}: {type(e).__name__}: {e}"
-                ) from e
-            api = b.device_api()
-            steps.append(Step(b.id, [n.name for n in part], sg.inputs, sg.outputs,
-                              target_of[b.id].device, api, module["run"], module.close,
-                              values=sg.values))
-        return steps
-
-    def run(self, feeds: dict, output_names: list[str] | None = None) -> dict:
-        """Run the network: ``{input name: array}`` -> ``{output name: numpy array}``."""
-        return {n: t.numpy() for n, t in self.run_tensors(feeds, output_names).items()}
-
-    def run_tensors(self, feeds: dict, output_names: list[str] | None = None) -> dict:
-        """Like :meth:`run`, but outputs stay where their backend made them: ``{name:
-        Tensor}`` (on a device for device backends; export with DLPack or ``.numpy()``).
-        Feeds may be Tensors already on a backend's device: they are used without a copy."""
-        if self._closed:
-            raise NnplugError("this Network is closed")
-        names = self._output_names if output_names is None else list(output_names)
-        bad = [n for n in names if n not in self._output_names]
-        if bad:
-            raise InputError(
-                f"unknown output name(s) {', '.join(map(repr, bad))}; the model's outputs: "
-                f"{', '.join(self._output_names)}"
-            )
-        env = dict(check_feeds(feeds, self.inputs))
-        for name in self._output_names:
-            if name in self._constants and name not in env:  # a copy: callers may write to it
-                env[name] = Tensor.from_numpy(self._constants[name].copy())
-        env = run_steps(self._steps, env)
-        return {n: env[n] for n in names}
-
-    def run_async(self, feeds: dict, output_names: list[str] | None = None):
-        """Start :meth:`run` on a worker thread; a ``concurrent.futures.Future`` of its
-        result (the run's profiler and run options, if any, go with it)."""
-        from .batching import submit
-
-        return submit(self, feeds, output_names)
-
-    def run_many(self, feeds_iterable, output_names: list[str] | None = None, *,
-                 batch_size: int = 1) -> list[dict]:
-        """Run every feed dict of ``feeds_iterable``; one result dict per feed, in order.
-        ``batch_size > 1`` stacks that many feeds along the batch axis (the first dimension,
-        which must be symbolic in every input and output) into one run."""
-        from .batching import run_many
-
-        return run_many(self, feeds_iterable, output_names, batch_size)
-
-    def close(self) -> None:
-        """Release kernels and backend leases (also done when the network is collected)."""
-        self._closed = True
-        self._finalizer()
-
-    def __enter__(self) -> Network:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return (f"<nnplug.Network {self.name!r} inputs={[i.name for i in self.inputs]} "
-                f"outputs={[o.name for o in self.outputs]}>")
-
-
-def _custom_step(p, sg) -> Step:
-    """A custom op gets every input in node order; constant ones are moved to its device
-    once, here."""
-    bound = p.bound
-    node = sg.nodes[0]
-    consts = {name: Tensor.from_numpy(a).to(bound.device, bound.api)
-              for name, a in sg.constants.items()}
-    slots = [(consts[x] if x in consts else sg.inputs.index(x)) for x in node.inputs if x]
-    # the op returns every output of the node; the step hands on those needed later
-    picks = [node.outputs.index(o) for o in sg.outputs]
-
-    def run(ins):
-        outs = bound.run([ins[s] if isinstance(s, int) else s for s in slots])
-        return [outs[i] for i in picks] if len(outs) == len(node.outputs) else outs
-
-    return Step(p.label, [node.name], sg.inputs, sg.outputs, bound.device, bound.api, run,
-                bound.close, values=sg.values)
-
-
-def _close_network(steps: list[Step], lease_keys: list) -> None:
-    for s in steps:
-        if s.close is not None:
-            try:
-                s.close()
-            except Exception as e:
-                log.warning("nnplug: releasing %s failed: %s", s.label, e)
-    steps.clear()
-    for key in lease_keys:
-        BACKENDS.release(key)
-    lease_keys.clear()
 
 
 __all__ = ["CreationOptions", "Runtime", "Network"]

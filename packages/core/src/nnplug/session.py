@@ -18,12 +18,13 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import onnx
 
 from .device import CPU
 from .device import device as parse_device
+from .discovery import KNOWN_BACKEND_PACKAGES
 from .errors import (
     ArgumentTypeError,
     InputError,
@@ -32,11 +33,12 @@ from .errors import (
     OptionError,
     UnsupportedNodeError,
 )
-from .loader import read_model
-from .planner import KNOWN_BACKEND_PACKAGES
 from .profiling import Profiler
 from .runcontext import RunContext, running
 from .tensor import Tensor
+
+if TYPE_CHECKING:  # onnx is imported when a session reads its model, not with nnplug
+    import onnx
 
 log = logging.getLogger("nnplug.session")
 
@@ -254,6 +256,8 @@ class ModelMetadata:
 
 def type_string(tp: onnx.TypeProto) -> str:
     """onnxruntime's name of an ONNX type: ``tensor(float)``, ``seq(tensor(int64))``, ..."""
+    import onnx
+
     which = tp.WhichOneof("value")
     if which == "tensor_type":
         elem = tp.tensor_type.elem_type
@@ -437,6 +441,8 @@ class InferenceSession:
                      "partitions of a network in order")
         if so.enable_profiling:
             self._profiler = Profiler()
+        from .loader import read_model
+
         # onnxruntime's config entry for the folder of external data when the model is bytes
         self._proto = read_model(path_or_bytes, so._config_entries().get(EXTERNAL_DATA_FOLDER))
         self._load(providers, provider_options)

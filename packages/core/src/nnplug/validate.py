@@ -28,7 +28,7 @@ import onnx
 from onnx import defs, numpy_helper
 
 from .errors import ValidationError
-from .graph import Node, ValueInfo
+from .graph import Node, ValueInfo, value_info
 
 SPEC_URL = "https://onnx.ai/onnx/operators/"
 
@@ -218,8 +218,6 @@ class _Validator:
                            "for its inputs' shapes and types") from None
         for name, tp in outs.items():
             if name and tp.HasField("tensor_type"):
-                from .loader import value_info
-
                 vi = onnx.ValueInfoProto(name=name, type=tp)
                 self.inferred[name] = value_info(vi)
                 self.types.pop(name, None)

@@ -10,7 +10,7 @@ See docs/dynamic-backends.md.
 
 from __future__ import annotations
 
-from .. import get_include  # one definition, re-exported here
+from ..headers import get_include  # one definition, re-exported here
 from .loader import (
     ENV_VAR,
     LibraryLoadError,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ctypes as C
 import threading
-import weakref
 
 import numpy as np
 
@@ -13,66 +12,14 @@ from .. import plugins
 from ..backend import Backend, Module
 from ..device import CPU, Device
 from ..device_api import DeviceAPI, _Workspace, attr_kind
-from ..errors import ArgumentTypeError, InvalidArgumentError, TensorExportError
+from ..errors import InvalidArgumentError, TensorExportError
 from ..graph import Node, SubGraph
 from ..target import Target
 from . import abi
+from .buffer import NativeBuffer, cdev
 from .descs import DescBuilder
 
 _NO_DTYPE = abi.DType(0, 0, 0)
-
-
-def cdev(dev: Device) -> abi.Device:
-    return abi.Device(dev.device_type, dev.index)
-
-
-def _free_buffer(lib, ptr, dev, workspace, held):
-    try:
-        if lib.loaded:
-            fn = lib.table.free_workspace if workspace else lib.table.free_data_space
-            fn(abi.Device(dev.device_type, dev.index), ptr)
-    finally:
-        if held:
-            lib.drop()
-
-
-class NativeBuffer:
-    """A data-space (or workspace) handle of a native backend. Freed by ``free_data_space``
-    (``free_workspace``) or, failing that, when garbage-collected."""
-
-    __slots__ = ("ptr", "nbytes", "device", "lib", "_finalizer", "__weakref__")
-
-    def __init__(self, lib, ptr: int, nbytes: int, device: Device, workspace: bool = False,
-                 held: bool = True):
-        self.ptr = ptr
-        self.nbytes = nbytes
-        self.device = device
-        self.lib = lib
-        if held:  # pooled workspaces do not keep the library loaded: the pool is emptied first
-            lib.hold()
-        self._finalizer = weakref.finalize(self, _free_buffer, lib, ptr, device, workspace, held)
-
-    def free(self) -> None:
-        self._finalizer()
-
-    @property
-    def freed(self) -> bool:
-        return not self._finalizer.alive
-
-    @property
-    def __array_interface__(self):
-        if not self.lib.host_visible:
-            raise ArgumentTypeError(
-                f"memory of backend {self.lib.id!r} is not host-visible; copy it to the host "
-                f"with Tensor.numpy()"
-            )
-        if self.freed:
-            raise InvalidArgumentError("buffer was freed")
-        return {"shape": (self.nbytes,), "typestr": "|u1", "data": (self.ptr, False),
-                "version": 3}
-
-    def __repr__(self):
-        return f"NativeBuffer({self.lib.id}, {self.nbytes} bytes on {self.device})"
 
 
 class NativeStream:

@@ -25,7 +25,7 @@ from ..runcontext import current, output_buffer
 from ..shapecheck import bind_symbols, mismatch
 from ..tensor import Tensor, as_contiguous
 from . import abi
-from .backend import NativeBuffer, cdev
+from .buffer import NativeBuffer, cdev
 from .descs import DescBuilder
 from .profile_hook import NodeEvents, record_kernel
 

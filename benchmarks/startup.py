@@ -1,0 +1,105 @@
+"""Start-up cost: ``import nnplug``, ``Runtime()``, and a first session on the bundled demo
+model, beside onnxruntime, each in a fresh interpreter.
+
+    python benchmarks/startup.py [--runs 15]
+
+Every case runs ``--runs`` times in its own new process; the cases take turns (one run of
+each, repeated), so load from other processes hits them alike. A child times only the
+statement (the interpreter's own start is the same for both engines) and the figure is the
+median. The load average is printed beside every figure: only figures taken at a load near 0
+are results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+
+import nnplug.demo
+
+MODEL = nnplug.demo.MODEL
+
+CASES = {
+    "import nnplug": ("import nnplug", ""),
+    "import nnplug; Runtime()": ("import nnplug", "nnplug.Runtime()"),
+    "import onnxruntime": ("import onnxruntime", ""),
+    "nnplug InferenceSession(demo)": (
+        "import nnplug", f"nnplug.InferenceSession({MODEL!r}, providers=['CPUExecutionProvider'])"),
+    "onnxruntime InferenceSession(demo)": (
+        "import onnxruntime",
+        f"onnxruntime.InferenceSession({MODEL!r}, providers=['CPUExecutionProvider'])"),
+}
+"""name -> (import, then what else): a child times both together."""
+
+CHILD = """
+import time
+t0 = time.perf_counter()
+{0}
+{1}
+print(time.perf_counter() - t0)
+"""
+
+
+# Children may write bytecode caches, as an installed package has them: without, every start of
+# an editable install would compile nnplug's sources again.
+CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
+def run_once(case: str) -> float:
+    code = CHILD.format(*CASES[case])
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env=CHILD_ENV)
+    if done.returncode != 0:
+        raise SystemExit(f"{case!r} failed:\n{done.stderr}")
+    return float(done.stdout.split()[-1])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=15)
+    args = ap.parse_args(argv)
+    if args.runs < 1:
+        ap.error("--runs must be at least 1")
+    times: dict[str, list[float]] = {c: [] for c in CASES}
+    loads: dict[str, list[float]] = {c: [] for c in CASES}
+    for c in CASES:  # warm the file and bytecode caches: a first start reads and compiles
+        run_once(c)
+    for _ in range(args.runs):
+        for c in CASES:
+            times[c].append(run_once(c))
+            loads[c].append(os.getloadavg()[0])
+    ms = {c: statistics.median(t) * 1e3 for c, t in times.items()}
+    load = {c: max(v) for c, v in loads.items()}
+
+    print(f"start-up, median of {args.runs} fresh processes per case (python {sys.version.split()[0]})")
+    print(f"{'case':<38}{'ms':>9}   load average (1 min, highest during the case)")
+    for c in CASES:
+        print(f"{c:<38}{ms[c]:>9.1f}   {load[c]:.2f}")
+
+    def ratio(text: str, a: str, b: str, value: float) -> None:
+        print(f"{text:<52}{value:>6.2f}   load average {max(load[a], load[b]):.2f}")
+
+    print()
+    ratio("import nnplug / import onnxruntime", "import nnplug", "import onnxruntime",
+          ms["import nnplug"] / ms["import onnxruntime"])
+    extra = ms["import nnplug; Runtime()"] - ms["import nnplug"]
+    print(f"{'Runtime() after the import, ms':<52}{extra:>6.1f}   load average "
+          f"{max(load['import nnplug; Runtime()'], load['import nnplug']):.2f}")
+    ratio("first session: nnplug / onnxruntime", "nnplug InferenceSession(demo)",
+          "onnxruntime InferenceSession(demo)",
+          ms["nnplug InferenceSession(demo)"] / ms["onnxruntime InferenceSession(demo)"])
+    worst = max(load.values())
+    if worst > 0.5:
+        print(f"\nthe load average reached {worst:.2f}: these figures were taken under load and "
+              f"are not results; take them again on an idle machine")
+    rt = nnplug.Runtime()
+    print(f"\nplugins: backends {', '.join(rt.backends) or 'none'}; ops "
+          f"{', '.join(rt.ops) or 'none'}; load errors {len(rt.load_errors)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""The compile stage: placed nodes become the steps of a Network's :class:`~nnplug.executor.Plan`.
+
+Constant subgraphs are placed like any node, built, run once now and folded into the plan's
+constants (:func:`fold_constants`); every other partition is built once by its backend for
+its Target (:func:`build_plan`). Control-flow nodes build the sub-plans of their subgraphs
+when their step is made (see :mod:`nnplug.controlflow`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .errors import ModelError, NnplugError, PluginError
+from .executor import Plan, Step, plan_frees, run_steps
+from .loader import whole_graph
+from .planner import constant_nodes, partitions, subgraph_for
+from .target import Target
+from .tensor import Tensor
+
+if TYPE_CHECKING:
+    from .backend import Backend
+    from .graph import Node
+    from .loader import Model
+    from .planner import Placement, Placer
+
+
+def targets_for(backends: list[Backend], targets: dict) -> dict[str, Target]:
+    """backend id -> the Target its partitions are built for (``targets`` names them; the
+    backend's own kind otherwise)."""
+    target_of = {}
+    for b in backends:
+        spec = targets.get(b.id, b.target_kind_name)
+        try:
+            target_of[b.id] = Target(spec)
+        except NnplugError as e:
+            raise type(e)(f"backend {b.id!r}: {e}") from None
+    unknown = set(targets) - set(target_of)
+    if unknown:
+        raise ModelError(f"targets given for backend(s) not in use: {', '.join(sorted(unknown))}")
+    return target_of
+
+
+def fold_constants(plan: Plan, model: Model, placer: Placer, target_of: dict[str, Target],
+                   optimization: str) -> list[Node]:
+    """Constant subgraphs: placed like any node, run once now, folded into weights. Returns
+    the nodes left to place."""
+    const_nodes = constant_nodes(model, placer.ops) if optimization != "disable" else []
+    const_names = {n.name for n in const_nodes}
+    rest = [n for n in model.nodes if n.name not in const_names]
+    results = {o.name for o in model.outputs}
+    if const_nodes:
+        graph = whole_graph(model, const_nodes, plan.constants)
+        placed = placer.place_all(const_nodes, graph)
+        used_later = {x for n in rest for x in n.inputs if x} | results
+        keep = {o for n in const_nodes for o in n.outputs if o} & used_later
+        steps = build_steps(plan, model, const_nodes, placed, keep, target_of, optimization)
+        try:
+            env = run_steps(steps, {})
+        finally:
+            for s in steps:
+                if s.close:
+                    s.close()
+        for name in keep:
+            plan.constants[name] = env[name].numpy()
+        for n in const_nodes:
+            plan.assignment[n.name] = placed[n.name].label + " (folded)"
+    return rest
+
+
+def build_plan(plan: Plan, model: Model, nodes: list[Node], placed: dict[str, Placement],
+               target_of: dict[str, Target], optimization: str) -> None:
+    """The plan's steps for ``nodes`` (everything not folded), each value freed after its
+    last reader."""
+    results = {o.name for o in model.outputs}
+    for n in nodes:
+        plan.assignment[n.name] = placed[n.name].label
+    plan.steps.extend(build_steps(plan, model, nodes, placed, results, target_of, optimization))
+    plan_frees(plan.steps, results)
+
+
+def build_steps(plan: Plan, model: Model, nodes: list[Node], placed: dict[str, Placement],
+                keep: set[str], target_of: dict[str, Target], optimization: str) -> list[Step]:
+    """One step per partition of ``nodes``; ``keep``: values wanted after all of them."""
+    steps: list[Step] = []
+    parts = partitions(nodes, placed)
+    if optimization != "all":  # one node per kernel: nothing for a backend to fuse
+        parts = [[n] for part in parts for n in part]
+    wanted_after: list[set[str]] = []  # per partition: values read after it, or kept
+    later = set(keep)
+    for part in reversed(parts):
+        wanted_after.append(set(later))
+        later.update(x for n in part for x in n.inputs if x)
+    wanted_after.reverse()
+    for i, part in enumerate(parts):
+        p = placed[part[0].name]
+        sg = subgraph_for(part, model, plan.constants, wanted_after[i], i)
+        if p.op is not None:
+            steps.append(_custom_step(p, sg))
+            continue
+        if p.core is not None:
+            steps.append(p.core.step(sg))
+            plan.assignment.update(p.core.assignment)
+            continue
+        b = p.backend
+        try:
+            module = b.build(sg, target_of[b.id])
+        except NnplugError:
+            raise
+        except Exception as e:
+            raise PluginError(
+                f"backend {b.id!r} failed to build {len(part)} node(s) starting at "
+                f"{part[0].describe()}: {type(e).__name__}: {e}"
+            ) from e
+        api = b.device_api()
+        steps.append(Step(b.id, [n.name for n in part], sg.inputs, sg.outputs,
+                          target_of[b.id].device, api, module["run"], module.close,
+                          values=sg.values))
+    return steps
+
+
+def _custom_step(p, sg) -> Step:
+    """A custom op gets every input in node order; constant ones are moved to its device
+    once, here."""
+    bound = p.bound
+    node = sg.nodes[0]
+    consts = {name: Tensor.from_numpy(a).to(bound.device, bound.api)
+              for name, a in sg.constants.items()}
+    slots = [(consts[x] if x in consts else sg.inputs.index(x)) for x in node.inputs if x]
+    # the op returns every output of the node; the step hands on those needed later
+    picks = [node.outputs.index(o) for o in sg.outputs]
+
+    def run(ins):
+        outs = bound.run([ins[s] if isinstance(s, int) else s for s in slots])
+        return [outs[i] for i in picks] if len(outs) == len(node.outputs) else outs
+
+    return Step(p.label, [node.name], sg.inputs, sg.outputs, bound.device, bound.api, run,
+                bound.close, values=sg.values)

@@ -1,0 +1,110 @@
+"""Network: a loaded model compiled into a plan (by :mod:`nnplug.pipeline`), and its runs."""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING
+
+from .errors import InputError, NnplugError
+from .executor import Plan, Step, check_feeds, run_steps
+from .plugins import BACKENDS, log
+from .tensor import Tensor
+
+if TYPE_CHECKING:
+    from .loader import Model
+
+
+class Network:
+    """A loaded model, compiled for its backends. ``run`` is thread-safe."""
+
+    def __init__(self, model: Model, plan: Plan, lease_keys: list, *, optimization: str = "all"):
+        """``plan``: filled by the pipeline's compile stage (its steps are closed with this
+        network); ``lease_keys``: the backends' leases, held for as long as this network lives."""
+        self.name = model.name
+        self.optimization = optimization
+        self.inputs = list(model.inputs)
+        self.outputs = list(model.outputs)
+        self.assignment: dict[str, str] = plan.assignment
+        self.op_types = {n.name: n.op_type for n in model.nodes}
+        """node name -> op type (profiles name partitions by them)."""
+        self._constants = plan.constants
+        self._steps: list[Step] = plan.steps
+        self._lease_keys = []
+        self._closed = False
+        for key in lease_keys:  # hold the backends for as long as this network lives
+            if key is not None:
+                BACKENDS.retain(key)
+                self._lease_keys.append(key)
+        self._finalizer = weakref.finalize(self, _close_network, self._steps, self._lease_keys)
+        self._output_names = [o.name for o in self.outputs]
+
+    def run(self, feeds: dict, output_names: list[str] | None = None) -> dict:
+        """Run the network: ``{input name: array}`` -> ``{output name: numpy array}``."""
+        return {n: t.numpy() for n, t in self.run_tensors(feeds, output_names).items()}
+
+    def run_tensors(self, feeds: dict, output_names: list[str] | None = None) -> dict:
+        """Like :meth:`run`, but outputs stay where their backend made them: ``{name:
+        Tensor}`` (on a device for device backends; export with DLPack or ``.numpy()``).
+        Feeds may be Tensors already on a backend's device: they are used without a copy."""
+        if self._closed:
+            raise NnplugError("this Network is closed")
+        names = self._output_names if output_names is None else list(output_names)
+        bad = [n for n in names if n not in self._output_names]
+        if bad:
+            raise InputError(
+                f"unknown output name(s) {', '.join(map(repr, bad))}; the model's outputs: "
+                f"{', '.join(self._output_names)}"
+            )
+        env = dict(check_feeds(feeds, self.inputs))
+        for name in self._output_names:
+            if name in self._constants and name not in env:  # a copy: callers may write to it
+                env[name] = Tensor.from_numpy(self._constants[name].copy())
+        env = run_steps(self._steps, env)
+        return {n: env[n] for n in names}
+
+    def run_async(self, feeds: dict, output_names: list[str] | None = None):
+        """Start :meth:`run` on a worker thread; a ``concurrent.futures.Future`` of its
+        result (the run's profiler and run options, if any, go with it)."""
+        from .batching import submit
+
+        return submit(self, feeds, output_names)
+
+    def run_many(self, feeds_iterable, output_names: list[str] | None = None, *,
+                 batch_size: int = 1) -> list[dict]:
+        """Run every feed dict of ``feeds_iterable``; one result dict per feed, in order.
+        ``batch_size > 1`` stacks that many feeds along the batch axis (the first dimension,
+        which must be symbolic in every input and output) into one run."""
+        from .batching import run_many
+
+        return run_many(self, feeds_iterable, output_names, batch_size)
+
+    def close(self) -> None:
+        """Release kernels and backend leases (also done when the network is collected)."""
+        self._closed = True
+        self._finalizer()
+
+    def __enter__(self) -> Network:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"<nnplug.Network {self.name!r} inputs={[i.name for i in self.inputs]} "
+                f"outputs={[o.name for o in self.outputs]}>")
+
+
+def _close_network(steps: list[Step], lease_keys: list) -> None:
+    for s in steps:
+        if s.close is not None:
+            try:
+                s.close()
+            except Exception as e:
+                log.warning("nnplug: releasing %s failed: %s", s.label, e)
+    steps.clear()
+    for key in lease_keys:
+        BACKENDS.release(key)
+    lease_keys.clear()
+
+
+__all__ = ["Network"]

@@ -1,0 +1,76 @@
+"""How a model becomes a Network: one stage after another, a module each.
+
+    load       nnplug.loader      read (path, bytes, ModelProto), check, infer shapes
+    validate   nnplug.validate    every node, before any backend sees it
+    expand     nnplug.expand      nodes no backend claims whose op is a function -> its body
+               nnplug.controlflow what subgraphs read from outer scopes -> node inputs
+    place      nnplug.planner     a backend, custom op or core op for each node
+    compile    nnplug.compiler    fold constants, build each partition: the Network's plan
+    run        nnplug.executor    (``Network.run``) the plan's steps over the feeds
+
+A subgraph of If/Loop/Scan gets a sub-plan of its own from :func:`compile_network`, on the
+same backends. :class:`nnplug.Runtime` only holds the plugins and calls :func:`load_network`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING
+
+from .compiler import build_plan, fold_constants, targets_for
+from .controlflow import attach_outer_inputs
+from .errors import ModelWarning
+from .executor import Plan
+from .expand import expand_unclaimed
+from .loader import Model, load, whole_graph
+from .network import Network
+from .planner import Placer
+from .validate import validate
+
+if TYPE_CHECKING:
+    from .customop import CustomOp
+    from .plugins import BackendInfo
+    from .runtime import Runtime
+
+
+def load_network(runtime: Runtime, model, backends: list[BackendInfo], ops: dict[str, CustomOp],
+                 targets: dict, *, optimization: str = "all", external_data_dir=None) -> Network:
+    """``model`` (path, bytes or onnx.ModelProto) loaded, validated and compiled for
+    ``backends`` (in preference order); see :meth:`nnplug.Runtime.load`."""
+    m = load(model, ops, external_data_dir)
+    validate(m, ops)  # before any backend sees a node
+    return compile_network(runtime, m, backends, ops, targets, optimization=optimization)
+
+
+def compile_network(runtime: Runtime, model: Model, infos: list[BackendInfo],
+                    ops: dict[str, CustomOp], targets: dict, *,
+                    optimization: str = "all") -> Network:
+    """A loaded model expanded, placed and compiled into a Network."""
+    backends = [info.backend for info in infos]
+    target_of = targets_for(backends, targets)
+
+    expanded = expand_unclaimed(model, lambda n, g: any(b.supports(n, g) for b in backends), ops)
+    attach_outer_inputs(expanded)  # control flow: what subgraphs read is a node input
+
+    def compile_sub(proto, name):
+        with warnings.catch_warnings():  # findings were reported for the whole model
+            warnings.simplefilter("ignore", ModelWarning)
+            return compile_network(runtime, load(proto, ops), infos, ops, targets)
+
+    placer = Placer(expanded, backends, ops,
+                    use_overrides=not runtime.options.disable_op_overrides,
+                    installed=list(runtime.backends), compile_sub=compile_sub)
+    plan = Plan(dict(model.constants))
+    net = Network(model, plan, [runtime._leases.get(info.id) for info in infos],
+                  optimization=optimization)
+    try:  # the network holds the backends and closes the steps built so far if this fails
+        rest = fold_constants(plan, expanded, placer, target_of, optimization)
+        placed = placer.place_all(rest, whole_graph(expanded, rest, plan.constants))
+        build_plan(plan, expanded, rest, placed, target_of, optimization)
+    except Exception:
+        net.close()
+        raise
+    return net
+
+
+__all__ = ["load_network", "compile_network"]
