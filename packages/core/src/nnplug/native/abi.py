@@ -1,4 +1,4 @@
-"""ctypes mirrors of ``nnplug/common.h`` and ``nnplug/backend.h`` (backend ABI 1.0).
+"""ctypes mirrors of ``nnplug/common.h`` and ``nnplug/backend.h`` (backend ABI 1.2).
 
 Keep in step with the headers: same members, same order. Structs only grow at the end.
 """
@@ -10,7 +10,7 @@ import ctypes as C
 import numpy as np
 
 ABI_MAJOR = 1
-ABI_MINOR = 1
+ABI_MINOR = 2
 ABI_PATCH = 0
 ABI_VERSION = (ABI_MAJOR, ABI_MINOR, ABI_PATCH)
 ENTRY_SYMBOL = "nnp_backend_entry"
@@ -250,6 +250,8 @@ class BackendV1(C.Structure):
         ("run_steps", RUN_STEPS),
         # ABI 1.1
         ("set_profile_hook", SET_PROFILE_HOOK),
+        # ABI 1.2
+        ("target_attrs", C.c_char_p),
     ]
 
 
@@ -263,13 +265,29 @@ PAIRED_ENTRIES = (
 )
 # The smallest table a 1.0 backend may hand over: everything up to run_steps.
 MIN_STRUCT_SIZE = BackendV1.set_profile_hook.offset
+# Members added by a minor version: (minor, member). The host reads one only from a table of
+# that minor or newer whose struct_size covers it.
+SINCE_MINOR = {"set_profile_hook": 1, "target_attrs": 2}
+
+
+def has_member(table: BackendV1, size: int, name: str) -> bool:
+    """Whether a table of this version and struct_size carries ``name``."""
+    field = getattr(BackendV1, name)
+    return (table.abi_version.minor >= SINCE_MINOR.get(name, 0)
+            and size >= field.offset + field.size)
 
 
 def read_table(address: int) -> tuple[BackendV1, int]:
-    """Copy a backend's table into a zeroed BackendV1: entries beyond its struct_size stay NULL."""
+    """Copy a backend's table into a zeroed BackendV1: entries beyond its struct_size stay NULL,
+    and so do members of minors newer than the table's own (whatever its struct_size says)."""
     size = C.c_uint32.from_address(address + BackendV1.struct_size.offset).value
     table = BackendV1()
     C.memmove(C.addressof(table), address, min(size, C.sizeof(BackendV1)))
+    newer = [getattr(BackendV1, n).offset for n, minor in SINCE_MINOR.items()
+             if minor > table.abi_version.minor]
+    if newer:
+        cut = min(newer)
+        C.memset(C.addressof(table) + cut, 0, C.sizeof(BackendV1) - cut)
     return table, size
 
 

@@ -12,6 +12,9 @@
  * - TB_HOST_VISIBLE=1: a CPU backend (device type 1, host pointers, no streams).
  * Other macros build the broken variants the loader tests need (see test_loader.py), and
  * TB_BAD_OUTPUT_SHAPES=1 one whose kernel_output_shapes reports twice the real dims.
+ * TB_NULL_NODE_CRASH=1: supports() dereferences a NULL node (the conformance-report tests).
+ * TB_TARGET_ATTRS="<JSON>" declares Target attributes (ABI 1.2); TB_DEVICE_TYPE=N and
+ * TB_DEVICE_NAME="x" pick another extension device (the device-type clash tests).
  * TB_HOSTILE=1 builds the hostile backend of test_hostile_plugins.py, steered at load time by
  * the environment (one build serves every case):
  * - TB_HOSTILE_FIELD=id|version|device_type_name and TB_HOSTILE_KIND=1|2|3: that string has no
@@ -56,10 +59,20 @@
 #define TB_STRUCT_SIZE sizeof(nnp_backend_v1)
 #endif
 
+#ifndef TB_NULL_NODE_CRASH
+#define TB_NULL_NODE_CRASH 0
+#endif
+#ifndef TB_TARGET_ATTRS
+#define TB_TARGET_ATTRS NULL /* ABI 1.2: no Target attributes of its own */
+#endif
+
 #if TB_HOST_VISIBLE
 #define TB_DEVICE_TYPE NNP_DEVICE_CPU
-#else
+#elif !defined(TB_DEVICE_TYPE)
 #define TB_DEVICE_TYPE 100
+#endif
+#ifndef TB_DEVICE_NAME
+#define TB_DEVICE_NAME "testdev"
 #endif
 
 /* ---- errors ------------------------------------------------------------------------------ */
@@ -308,7 +321,12 @@ static int op_of(const nnp_node_desc* n) {
 }
 
 static nnp_status tb_supports(const nnp_node_desc* n, int32_t* out) {
+#if TB_NULL_NODE_CRASH /* the mistake of a backend that trusts its caller: NULL node crashes */
+  if (!out) return fail(NNP_STATUS_INVALID_ARGUMENT, "supports: NULL argument");
+  if (n->num_inputs < 0) return fail(NNP_STATUS_INVALID_ARGUMENT, "supports: bad node");
+#else
   if (!n || !out) return fail(NNP_STATUS_INVALID_ARGUMENT, "supports: NULL argument");
+#endif
   *out = 0;
   int op = op_of(n);
   switch (op) {
@@ -614,7 +632,7 @@ static const nnp_backend_v1 tb_table = {
     TB_ID,
     "0.1.0",
     TB_DEVICE_TYPE,
-    TB_HOST_VISIBLE ? NULL : "testdev",
+    TB_HOST_VISIBLE ? NULL : TB_DEVICE_NAME,
     tb_init,
     tb_shutdown,
     tb_last_error,
@@ -640,6 +658,7 @@ static const nnp_backend_v1 tb_table = {
     tb_kernel_run,
     TB_RUN_STEPS ? tb_run_steps : NULL,
     NULL, /* set_profile_hook (ABI 1.1): the host times whole kernels */
+    TB_TARGET_ATTRS, /* target_attrs (ABI 1.2) */
 };
 
 #ifdef TB_HOSTILE
