@@ -1,5 +1,5 @@
 """What a native backend's table declares beyond its entries: Target attributes (ABI 1.2
-``target_attrs``), read only from tables whose version and size carry them (a library built
+``target_attrs``, handed to ``kernel_create_for_target`` as the network's Target), read only from tables whose version and size carry them (a library built
 against the 1.1 header keeps loading), its version (``BackendInfo.version``), and its
 extension device type, where two plugins that clash are a load error naming both."""
 
@@ -57,6 +57,25 @@ def test_declared_attributes_are_typed_target_attributes(tmp_path):
             nnplug.Target('{"kind": "tattrs", "warp": 32}')
         # a network loads for such a target, and runs
         with rt.load(_relu_model(), targets={"tattrs": {"kind": "tattrs", "fast_math": True}}) as net:
+            x = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
+            np.testing.assert_array_equal(net.run({"x": x})["y"], np.maximum(x, 0))
+
+
+def test_kernels_are_created_for_the_networks_target(tmp_path):
+    import ctypes
+
+    lib = _cpu(tmp_path, "tfor", _attrs_flag(ATTRS), "-DTB_FOR_TARGET=1")
+    last = ctypes.CDLL(lib).tb_last_target  # same mapping as the host's: shared state
+    last.restype = ctypes.c_char_p
+    with bare_runtime() as rt:
+        rt.register_backend(lib)
+        with rt.load(_relu_model(), backends=["tfor"]):
+            assert json.loads(last()) == nnplug.Target("tfor").export()
+        target = nnplug.Target('{"kind": "tfor", "max_num_threads": 8, "fast_math": true}')
+        with rt.load(_relu_model(), targets={"tfor": target}) as net:
+            got = last().decode()
+            assert got == str(target), got  # the JSON text, keys sorted, every attribute
+            assert json.loads(got)["max_num_threads"] == 8 and json.loads(got)["fast_math"] is True
             x = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
             np.testing.assert_array_equal(net.run({"x": x})["y"], np.maximum(x, 0))
 

@@ -188,6 +188,7 @@ KERNEL_OUTPUT_SHAPES = _F(status, _p, _TP, _i32, _i32, C.POINTER(_i32), C.POINTE
 KERNEL_WORKSPACE_SIZE = _F(status, _p, _TP, _i32, _TP, _i32, C.POINTER(_u64))
 KERNEL_RUN = _F(status, _p, _TP, _i32, _TP, _i32, _p, _u64, _p)
 RUN_STEPS = _F(status, C.POINTER(Step), _i32, C.POINTER(_p), _i32, _p, _u64, _p, C.POINTER(_i32))
+KERNEL_CREATE_FOR_TARGET = _F(status, C.POINTER(NodeDesc), _i32, Device, C.c_char_p, C.POINTER(_p))
 
 
 class ProfileEvent(C.Structure):
@@ -252,6 +253,7 @@ class BackendV1(C.Structure):
         ("set_profile_hook", SET_PROFILE_HOOK),
         # ABI 1.2
         ("target_attrs", C.c_char_p),
+        ("kernel_create_for_target", KERNEL_CREATE_FOR_TARGET),
     ]
 
 
@@ -267,7 +269,7 @@ PAIRED_ENTRIES = (
 MIN_STRUCT_SIZE = BackendV1.set_profile_hook.offset
 # Members added by a minor version: (minor, member). The host reads one only from a table of
 # that minor or newer whose struct_size covers it.
-SINCE_MINOR = {"set_profile_hook": 1, "target_attrs": 2}
+SINCE_MINOR = {"set_profile_hook": 1, "target_attrs": 2, "kernel_create_for_target": 2}
 
 
 def has_member(table: BackendV1, size: int, name: str) -> bool:

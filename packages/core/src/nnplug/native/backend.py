@@ -322,7 +322,7 @@ class NativeBackend(Backend):
 
             raise BackendError(f"{self.describe()} is closed")
         dev = target.device if target is not None else Device(self.device_type, 0)
-        return build_module(self, subgraph, dev)
+        return build_module(self, subgraph, dev, target)
 
     def close(self) -> None:
         with self._lock:

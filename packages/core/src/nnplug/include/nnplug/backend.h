@@ -79,7 +79,7 @@ extern "C" {
 #endif
 
 #define NNP_BACKEND_ABI_MAJOR 1
-#define NNP_BACKEND_ABI_MINOR 2 /* 1.1: set_profile_hook; 1.2: target_attrs */
+#define NNP_BACKEND_ABI_MINOR 2 /* 1.1: set_profile_hook; 1.2: target_attrs, kernel_create_for_target */
 #define NNP_BACKEND_ABI_PATCH 0
 
 /* The one symbol the host looks up. */
@@ -340,6 +340,15 @@ typedef struct nnp_backend_v1 {
    * of its own. Text that is not such an object fails the load ("invalid table"). The host
    * reads it only from tables of ABI >= 1.2 whose struct_size covers it. */
   const char* target_attrs;
+  /* OPTIONAL. kernel_create for the Target the network is loaded for: `target` is that
+   * Target's JSON text with every attribute of the backend's kind filled, keys sorted, e.g.
+   *     {"device_id": 0, "fast_math": false, "keys": [], "kind": "mynpu",
+   *      "max_num_threads": 8, "tag": ""}
+   * (valid during the call: copy what the kernel keeps). When set, the host calls it instead
+   * of kernel_create (which stays REQUIRED), so kernels see the attributes declared in
+   * target_attrs as the user set them. */
+  nnp_status (*kernel_create_for_target)(const nnp_node_desc* nodes, int32_t num_nodes,
+                                         nnp_device dev, const char* target, nnp_kernel** out);
 } nnp_backend_v1;
 
 /* The entry symbol every backend defines (with NNP_EXPORT). */
