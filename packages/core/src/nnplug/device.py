@@ -34,33 +34,53 @@ EXTENSION_TYPE_BASE = 64
 
 _name_to_type: dict[str, int] = dict(_STANDARD_TYPES)
 _type_to_name: dict[int, str] = {v: k for k, v in _STANDARD_TYPES.items()}
+_owner: dict[int, str] = {}  # extension type number -> the plugin that registered it
 _lock = threading.Lock()
 
 
-def register_device_type(name: str, device_type: int | None = None) -> int:
+def _whose(device_type: int) -> str:
+    if device_type in _STANDARD_TYPES.values():
+        return "DLPack's"
+    owner = _owner.get(device_type)
+    return f"registered by {owner}" if owner else "registered earlier"
+
+
+def register_device_type(name: str, device_type: int | None = None, *,
+                         owner: str | None = None) -> int:
     """Map a new device name to a type number (next free extension number by default).
 
     Registering the same name with the same number again is a no-op; anything that
-    would change an existing mapping raises ``ValueError``.
+    would change an existing mapping raises ``InvalidArgumentError`` naming who holds it.
+    ``owner`` (a plugin's path or name) is what such errors name for this mapping.
     """
     if not name or not name.replace("_", "").isalnum() or not name.islower():
         raise InvalidArgumentError(f"device type name {name!r} must be lower-case letters, digits and _")
     with _lock:
         if name in _name_to_type:
-            if device_type is not None and _name_to_type[name] != device_type:
+            held = _name_to_type[name]
+            if device_type is not None and held != device_type:
                 raise InvalidArgumentError(
-                    f"device type {name!r} is already {_name_to_type[name]}, not {device_type}"
+                    f"device type {name!r} is already number {held} ({_whose(held)}), "
+                    f"not {device_type}"
                 )
-            return _name_to_type[name]
+            return held
         if device_type is None:
             device_type = max([EXTENSION_TYPE_BASE - 1, *_type_to_name]) + 1
         elif device_type in _type_to_name:
             raise InvalidArgumentError(
-                f"device type number {device_type} already belongs to {_type_to_name[device_type]!r}"
+                f"device type number {device_type} already belongs to "
+                f"{_type_to_name[device_type]!r} ({_whose(device_type)})"
             )
         _name_to_type[name] = device_type
         _type_to_name[device_type] = name
+        if owner:
+            _owner[device_type] = owner
         return device_type
+
+
+def is_standard_type(device_type: int) -> bool:
+    """Whether ``device_type`` is one of DLPack's own numbers."""
+    return device_type in _STANDARD_TYPES.values()
 
 
 def device_type_of(name_or_type: str | int) -> int:

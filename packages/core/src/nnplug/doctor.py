@@ -27,7 +27,8 @@ from .native.loader import (
 # stage -> the issue's category
 NOT_LOADABLE = {"not found", "file", "not loadable", "no entry symbol", "abi version",
                 "invalid table", "invalid library", "invalid op", "crashed", "probe"}
-NOT_REGISTERED = {"invalid id", "duplicate id", "init", "register", "duplicate op"}
+NOT_REGISTERED = {"invalid id", "duplicate id", "device type clash", "init", "register",
+                  "duplicate op"}
 
 
 class _Report:
@@ -88,14 +89,24 @@ def _probe(rep: _Report, path: str, kind: str, isolate: bool) -> bool:
     return True
 
 
-def _scan(rep: _Report, option, origin: str, isolate: bool = False) -> dict:
-    """Folders and files, loaded one by one exactly as a Runtime would. Returns id -> backend."""
+def _no_folders(rep: _Report, default: str | None) -> None:
+    if default is None:
+        rep.line("(none)", 1)
+    else:  # the default folder is only a place one may create; nnplug ships none
+        rep.line(f"{default}: does not exist (that is fine: nothing is loaded from it; create "
+                 f"it to drop libraries in)", 1)
+
+
+def _scan(rep: _Report, option, origin: str, isolate: bool = False,
+          default: str | None = None) -> dict:
+    """Folders and files, loaded one by one exactly as a Runtime would. Returns id -> backend.
+    ``default``: the default folder, when it is the one in use."""
     rep.line(f"Native backend folders ({origin}):")
     dirs, errors = backend_search_dirs(option)
     for e in errors:
         rep.problem(f"{e.source}: skipped: {e.reason}", e.fix, 1)
     if not dirs and not errors:
-        rep.line("(none)", 1)
+        _no_folders(rep, default)
     loaded = {}
     for d in dirs:
         files, ferrs = find_backend_libraries([d])
@@ -121,7 +132,8 @@ def _scan(rep: _Report, option, origin: str, isolate: bool = False) -> dict:
     return loaded
 
 
-def _scan_ops(rep: _Report, option, origin: str, isolate: bool) -> None:
+def _scan_ops(rep: _Report, option, origin: str, isolate: bool,
+              default: str | None = None) -> None:
     """Custom-op folders and their ``libnnplug_op_*.so`` files, loaded one by one."""
     from .native import custom_ops
 
@@ -130,7 +142,7 @@ def _scan_ops(rep: _Report, option, origin: str, isolate: bool) -> None:
     for e in errors:
         rep.problem(f"{e.source}: skipped: {e.reason}", e.fix, 1)
     if not dirs and not errors:
-        rep.line("(none)", 1)
+        _no_folders(rep, default)
     seen: dict[str, str] = {}
     for d in dirs:
         files, ferrs = custom_ops.find_op_libraries([d])
@@ -230,23 +242,27 @@ def doctor_main(argv=None, out=None) -> int:
     args = _parser().parse_args(argv)
     rep = _Report(out)
     rep.line(f"nnplug {__version__}, native backend ABI {'.'.join(map(str, abi.ABI_VERSION))}")
+    default = None
     if args.path:
         option, origin = discovery.absolute_paths(":".join(args.path)), "from --path"
     elif os.environ.get(ENV_VAR) is not None:
         option, origin = None, f"from {ENV_VAR}"
     else:
-        option, origin = None, f"default {default_backend_dir()}"
-    loaded = _scan(rep, option, origin, args.isolate)
+        default = default_backend_dir()
+        option, origin = None, "the default folder"
+    loaded = _scan(rep, option, origin, args.isolate, default)
     from .native.custom_ops import ENV_VAR as OP_ENV_VAR
     from .native.custom_ops import default_op_dir
 
+    op_default = None
     if args.op_path:
         op_option, op_origin = discovery.absolute_paths(":".join(args.op_path)), "from --op-path"
     elif os.environ.get(OP_ENV_VAR) is not None:
         op_option, op_origin = None, f"from {OP_ENV_VAR}"
     else:
-        op_option, op_origin = None, f"default {default_op_dir()}"
-    _scan_ops(rep, op_option, op_origin, args.isolate)
+        op_default = default_op_dir()
+        op_option, op_origin = None, "the default folder"
+    _scan_ops(rep, op_option, op_origin, args.isolate, op_default)
     rt = None
     try:
         backends = list(loaded.values())

@@ -39,11 +39,13 @@ class CreationOptions:
 
     dynamic_backends_path: str | list[str] | None = None
     """Folders of native backend .so files; str split on ':' or a list. None: the
-    NNPLUG_BACKEND_PATH environment variable, else ``backends/`` beside the core.
-    "" or []: load none."""
+    NNPLUG_BACKEND_PATH environment variable, else ``backends/`` beside the core
+    (``nnplug.native.default_backend_dir()``; it need not exist, and does not in a fresh
+    install). "" or []: load none."""
     custom_op_paths: str | list[str] | None = None
     """Folders of ``libnnplug_op_*.so`` custom-op libraries (same rules, variable
-    NNPLUG_CUSTOM_OP_PATH, default ``ops/`` beside the core)."""
+    NNPLUG_CUSTOM_OP_PATH, else ``ops/`` beside the core: ``nnplug.native.default_op_dir()``,
+    as ``nnplug.native.default_backend_dir()`` is the backends' default)."""
     backend_preference: list[str] | None = None
     """Default backend order for ``load()``; None: ``PREFERRED_FIRST`` backends, then the others
     in registration order."""
@@ -140,6 +142,8 @@ class Runtime:
                         f"duplicate backend id {bid!r}: already registered from "
                         f"{self._backends[bid].source}"
                     )
+                if version is None:  # a native library's table has one; entry points: the dist's
+                    version = getattr(backend, "version", None)
                 info = BackendInfo(bid, origin, source, device_type_name(backend.device_type_number),
                                    backend, version)
                 self._backends[bid] = info

@@ -1,5 +1,6 @@
 """The backend written in docs/dynamic-backends.md compiles as shown, is found through
-NNPLUG_BACKEND_PATH, passes `nnplug doctor` and runs a model."""
+NNPLUG_BACKEND_PATH, passes `nnplug doctor`, runs a model and passes the conformance suite
+(the page calls it complete: it must keep every rule the header sets, NULL checks included)."""
 
 import io
 import os
@@ -25,7 +26,7 @@ def _example_source() -> str:
     return next(b for b in blocks if "nnp_backend_entry" in b)
 
 
-def test_the_documented_backend_builds_loads_and_runs(tmp_path, monkeypatch):
+def _build(tmp_path):
     src = tmp_path / "relu_backend.c"
     src.write_text(_example_source())
     folder = tmp_path / "backends"
@@ -34,6 +35,22 @@ def test_the_documented_backend_builds_loads_and_runs(tmp_path, monkeypatch):
     subprocess.run([compiler(), "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall",
                     "-Wextra", "-Werror", f"-I{nnplug.get_include()}", str(src), "-o", str(lib)],
                    check=True, capture_output=True, text=True)
+    return folder, lib
+
+
+@pytest.mark.slow
+def test_the_documented_backend_passes_the_conformance_suite(tmp_path):
+    from nnplug.testing import run_conformance
+
+    _, lib = _build(tmp_path)
+    result = run_conformance(backend_path=str(lib), cwd=str(tmp_path), timeout=900)
+    assert result.returncode == 0, result.stdout[-8000:] + result.stderr[-2000:]
+    assert "nnplug conformance summary" in result.stdout
+    assert re.search(r"^total\s+\d+\s+0\s", result.stdout, re.M), result.stdout[-3000:]
+
+
+def test_the_documented_backend_builds_loads_and_runs(tmp_path, monkeypatch):
+    folder, lib = _build(tmp_path)
     out = io.StringIO()
     assert doctor_main(["--no-entry-points", "--path", str(folder)], out=out) == 0, out.getvalue()
     assert "registered: backend 'relu_demo'" in out.getvalue()

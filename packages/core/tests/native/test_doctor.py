@@ -96,3 +96,20 @@ def test_the_command_line_entry(tmp_path, libs):
                         "--path", str(d)], capture_output=True, text=True)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "libplain.so: found but not loadable: no entry symbol" in r.stdout
+
+
+def test_the_default_folders_are_listed_and_missing_ones_are_fine(monkeypatch):
+    from nnplug.native import default_backend_dir, default_op_dir
+
+    monkeypatch.delenv("NNPLUG_BACKEND_PATH", raising=False)
+    monkeypatch.delenv("NNPLUG_CUSTOM_OP_PATH", raising=False)
+    rc, text = run_doctor()
+    assert "Native backend folders (the default folder):" in text
+    assert "Custom-op folders (the default folder):" in text
+    for d in (default_backend_dir(), default_op_dir()):
+        if os.path.isdir(d):
+            assert f"{d}: " in text, text
+        else:
+            assert f"{d}: does not exist (that is fine: nothing is loaded from it" in text, text
+    if not os.path.isdir(default_backend_dir()) and not os.path.isdir(default_op_dir()):
+        assert rc == 0 and "OK: no problems found" in text, text

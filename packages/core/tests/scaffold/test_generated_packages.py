@@ -3,10 +3,12 @@ sees the test environment's packages, so the core under test is the one it uses)
 `nnplug info` finds it, and run its own generated tests, which include the conformance suite."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 import sysconfig
+import time
 
 import pytest
 
@@ -48,6 +50,8 @@ def _run(cmd, cwd, timeout=600):
     pytest.param("backend-native", "scaffc", "scaffc ",
                  marks=pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")),
     ("op", "ScaffOp", "ScaffOp "),
+    pytest.param("op-native", "ScaffCOp", "ScaffCOp ",
+                 marks=pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")),
 ])
 def test_generated_package_installs_is_found_and_passes_its_tests(tmp_path, venv, kind, name,
                                                                    listed):
@@ -60,3 +64,56 @@ def test_generated_package_installs_is_found_and_passes_its_tests(tmp_path, venv
     assert "load errors" not in info or name not in info.split("load errors")[1], info
     out = _run([venv, "-m", "pytest", "-q", "-p", "no:cacheprovider"], pkg)
     assert " passed" in out and "failed" not in out, out
+
+
+def _sdist(python, pkg, out):
+    """The package's sdist, built by hatchling (with its hooks) as `python -m build --sdist`."""
+    code = ("import os, sys; from hatchling.builders.sdist import SdistBuilder; "
+            "print(*SdistBuilder(os.getcwd()).build(directory=sys.argv[1]))")
+    return _run([python, "-c", code, str(out)], pkg).strip().splitlines()[-1]
+
+
+needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
+
+
+@needs_cc
+def test_generated_native_op_installs_from_its_sdist_in_an_isolated_build(tmp_path, venv):
+    pkg = tmp_path / "pkg"
+    generate(Spec("op-native", "SdistOp", str(pkg)))
+    sdist = _sdist(venv, pkg, tmp_path / "dist")
+    # pip's default: an isolated build environment with hatchling from the index, no nnplug;
+    # the sdist carries nnplug's headers and build hook
+    env_free = {k: v for k, v in os.environ.items() if k not in ("NNPLUG_INCLUDE",)}
+    proc = subprocess.run([venv, "-m", "pip", "install", "--no-deps", "--force-reinstall", sdist],
+                          capture_output=True, text=True, timeout=600,
+                          env={**env_free, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    info = _run([venv, "-m", "nnplug", "info"], tmp_path)
+    assert "SdistOp " in info, info
+    out = _run([venv, "-m", "pytest", "-q", "-p", "no:cacheprovider"], pkg)
+    assert re.search(r"^\d+ passed in ", out, re.M) and not re.search(r"\bfailed in ", out), out
+    # the tests ran the installed copy, not ./src, and said so
+    assert "WARNING (nnplug-ops-sdistop): these tests run the INSTALLED copy" in out, out
+
+
+@needs_cc
+def test_editable_install_tests_src_and_says_when_the_library_is_stale(tmp_path, venv):
+    pkg = tmp_path / "pkg"
+    generate(Spec("op-native", "EditOp", str(pkg)))
+    _run([venv, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "-e", str(pkg)],
+         tmp_path)
+    collect = [venv, "-m", "pytest", "--co", "-p", "no:cacheprovider"]  # not -q: it hides the header
+    out = subprocess.run(collect, cwd=pkg, capture_output=True, text=True, timeout=300).stdout
+    assert "nnplug-ops-editop: these tests run ./src (editable install)" in out, out
+    assert "WARNING" not in out, out
+    src = next(pkg.glob("src/*/csrc/op.c"))
+    later = os.path.getmtime(next(pkg.glob("src/*/*.so"))) + 1
+    os.utime(src, (later, later))  # an edit after the last build
+    time.sleep(max(0.0, later + 1 - time.time()))  # so that a rebuild is newer still
+    out = subprocess.run(collect, cwd=pkg, capture_output=True, text=True, timeout=300).stdout
+    assert ("libnnplug_op_editop.so is older than csrc/op.c: these tests run the old library; "
+            "run `pip install -e .` again to recompile") in out, out
+    _run([venv, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "-e", str(pkg)],
+         tmp_path)  # what the warning says to do
+    out = subprocess.run(collect, cwd=pkg, capture_output=True, text=True, timeout=300).stdout
+    assert "WARNING" not in out, out

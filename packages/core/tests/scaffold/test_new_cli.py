@@ -2,6 +2,7 @@
 test_generated_packages.py)."""
 
 import os
+import re
 
 import pytest
 
@@ -61,6 +62,9 @@ def test_usage_without_arguments(capsys):
                                   "src/nnplug_backend_my_npu/__init__.py", "tests/test_backend.py"]),
     ("op", "MySwish", ["src/nnplug_ops_myswish/op.py", "tests/test_op.py",
                        "tests/test_conformance.py"]),
+    ("op-native", "MyCOp", ["hatch_build.py", "src/nnplug_ops_mycop/csrc/op.c",
+                            "src/nnplug_ops_mycop/reference.py", "tests/test_op.py",
+                            "tests/conftest.py"]),
 ])
 def test_templates_fill_every_placeholder(tmp_path, kind, name, expected):
     files = generate(Spec(kind, name, str(tmp_path)))
@@ -70,12 +74,13 @@ def test_templates_fill_every_placeholder(tmp_path, kind, name, expected):
         text = (tmp_path / f).read_text()
         assert "@@" not in text, f"{f} has an unfilled placeholder"
     pyproject = (tmp_path / "pyproject.toml").read_text()
-    group = "nnplug.ops" if kind == "op" else "nnplug.backends"
+    group = "nnplug.ops" if kind.startswith("op") else "nnplug.backends"
     assert f'[project.entry-points."{group}"]' in pyproject
 
 
 def test_generated_python_is_valid(tmp_path):
-    for kind, name in (("backend-python", "a"), ("backend-native", "b"), ("op", "C")):
+    for kind, name in (("backend-python", "a"), ("backend-native", "b"), ("op", "C"),
+                       ("op-native", "D")):
         root = tmp_path / kind
         for f in generate(Spec(kind, name, str(root))):
             if f.endswith(".py"):
@@ -97,12 +102,49 @@ def test_language_given_as_the_name_is_refused_with_the_option_to_use(tmp_path, 
     assert not (tmp_path / "acmebk").exists()
 
 
-def test_native_op_is_refused_with_a_pointer(tmp_path, capsys):
-    assert main(["new", "op", "MyOp", "--native", str(tmp_path / "o")]) == 1
-    assert "custom_op.h" in capsys.readouterr().err
+def test_native_op_is_a_c_package_with_the_build_hook_and_headers(tmp_path, capsys):
+    assert main(["new", "op", "MyOp", "--native", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert "native custom op 'MyOp'" in out and "pip install -e ." in out
+    root = tmp_path / "o"
+    for f in ("hatch_build.py", "_nnplug_build/native_build.py", "include/nnplug/custom_op.h",
+              "src/nnplug_ops_myop/csrc/op.c", "src/nnplug_ops_myop/reference.py",
+              "tests/test_op.py", "tests/test_conformance.py", "tests/conftest.py"):
+        assert (root / f).is_file(), f
+    pyproject = (root / "pyproject.toml").read_text()
+    assert 'library = "libnnplug_op_myop.so"' in pyproject  # the name op folders load
+    assert '"MyOp"' in (root / "src/nnplug_ops_myop/csrc/op.c").read_text()
+
+
+@pytest.mark.parametrize("kind", ["backend-python", "backend-native", "op", "op-native"])
+def test_next_steps_are_the_readme_commands(tmp_path, kind):
+    from nnplug.scaffold.generate import _next_steps
+
+    spec = Spec(kind, "mine" if kind.startswith("backend") else "MyOp", str(tmp_path))
+    generate(spec)
+    readme = (tmp_path / "README.md").read_text()
+    commands = [line.split("#")[0].strip() for line in _next_steps(spec)[1:4]]
+    assert commands == ["pip install -e .", "nnplug info", "pytest"]
+    for c in commands:
+        assert f"\n{c} " in readme, (c, readme)
+    assert not re.search(r"^pip install \.(\s|$)", readme, re.M), "a non-editable install step"
 
 
 def test_a_kind_error_shows_that_kinds_usage(capsys):
     with pytest.raises(SystemExit):
         main(["new", "backend", "a", "b", "c"])
     assert "nnplug new backend" in capsys.readouterr().err
+
+
+def test_authoring_guide_gives_the_printed_steps():
+    from nnplug.scaffold.generate import _next_steps
+
+    doc = os.path.join(os.path.dirname(__file__), *[".."] * 4, "docs", "authoring.md")
+    if not os.path.isfile(doc):
+        pytest.skip("docs/ is not next to the tests (installed copy)")
+    text = open(doc).read()
+    for kind, name, folder in (("backend-python", "mine", "nnplug-backend-mine"),
+                               ("backend-native", "mynpu", "nnplug-backend-mynpu"),
+                               ("op", "MySwish", "nnplug-ops-myswish")):
+        steps = [line.split("#")[0].strip() for line in _next_steps(Spec(kind, name, folder))[:3]]
+        assert "\n".join(steps) in text, (kind, steps)

@@ -1,6 +1,7 @@
 """Native plugins: the C ABI headers and the host side of native (dynamic) backends.
 
     nnplug.get_include()                      # folder with nnplug/backend.h, nnplug/common.h
+    default_backend_dir(), default_op_dir()   # the default folders (they need not exist)
     backend = load_backend_library("/opt/nnplug/backends/libmine.so")
     dirs, errors = backend_search_dirs(options.dynamic_backends_path)
     paths, errors = find_backend_libraries(dirs)
@@ -17,6 +18,7 @@ from .loader import (
     NativeLibrary,
     backend_search_dirs,
     default_backend_dir,
+    default_op_dir,
     find_backend_libraries,
     load_backend_library,
     load_dynamic_backends,
@@ -37,6 +39,7 @@ __all__ = [
     "NativeLibrary",
     "backend_search_dirs",
     "default_backend_dir",
+    "default_op_dir",
     "find_backend_libraries",
     "get_include",
     "load_backend_library",

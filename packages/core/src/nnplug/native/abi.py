@@ -1,4 +1,4 @@
-"""ctypes mirrors of ``nnplug/common.h`` and ``nnplug/backend.h`` (backend ABI 1.0).
+"""ctypes mirrors of ``nnplug/common.h`` and ``nnplug/backend.h`` (backend ABI 1.2).
 
 Keep in step with the headers: same members, same order. Structs only grow at the end.
 """
@@ -10,7 +10,7 @@ import ctypes as C
 import numpy as np
 
 ABI_MAJOR = 1
-ABI_MINOR = 1
+ABI_MINOR = 2
 ABI_PATCH = 0
 ABI_VERSION = (ABI_MAJOR, ABI_MINOR, ABI_PATCH)
 ENTRY_SYMBOL = "nnp_backend_entry"
@@ -188,6 +188,7 @@ KERNEL_OUTPUT_SHAPES = _F(status, _p, _TP, _i32, _i32, C.POINTER(_i32), C.POINTE
 KERNEL_WORKSPACE_SIZE = _F(status, _p, _TP, _i32, _TP, _i32, C.POINTER(_u64))
 KERNEL_RUN = _F(status, _p, _TP, _i32, _TP, _i32, _p, _u64, _p)
 RUN_STEPS = _F(status, C.POINTER(Step), _i32, C.POINTER(_p), _i32, _p, _u64, _p, C.POINTER(_i32))
+KERNEL_CREATE_FOR_TARGET = _F(status, C.POINTER(NodeDesc), _i32, Device, C.c_char_p, C.POINTER(_p))
 
 
 class ProfileEvent(C.Structure):
@@ -250,6 +251,9 @@ class BackendV1(C.Structure):
         ("run_steps", RUN_STEPS),
         # ABI 1.1
         ("set_profile_hook", SET_PROFILE_HOOK),
+        # ABI 1.2
+        ("target_attrs", C.c_char_p),
+        ("kernel_create_for_target", KERNEL_CREATE_FOR_TARGET),
     ]
 
 
@@ -263,13 +267,29 @@ PAIRED_ENTRIES = (
 )
 # The smallest table a 1.0 backend may hand over: everything up to run_steps.
 MIN_STRUCT_SIZE = BackendV1.set_profile_hook.offset
+# Members added by a minor version: (minor, member). The host reads one only from a table of
+# that minor or newer whose struct_size covers it.
+SINCE_MINOR = {"set_profile_hook": 1, "target_attrs": 2, "kernel_create_for_target": 2}
+
+
+def has_member(table: BackendV1, size: int, name: str) -> bool:
+    """Whether a table of this version and struct_size carries ``name``."""
+    field = getattr(BackendV1, name)
+    return (table.abi_version.minor >= SINCE_MINOR.get(name, 0)
+            and size >= field.offset + field.size)
 
 
 def read_table(address: int) -> tuple[BackendV1, int]:
-    """Copy a backend's table into a zeroed BackendV1: entries beyond its struct_size stay NULL."""
+    """Copy a backend's table into a zeroed BackendV1: entries beyond its struct_size stay NULL,
+    and so do members of minors newer than the table's own (whatever its struct_size says)."""
     size = C.c_uint32.from_address(address + BackendV1.struct_size.offset).value
     table = BackendV1()
     C.memmove(C.addressof(table), address, min(size, C.sizeof(BackendV1)))
+    newer = [getattr(BackendV1, n).offset for n, minor in SINCE_MINOR.items()
+             if minor > table.abi_version.minor]
+    if newer:
+        cut = min(newer)
+        C.memset(C.addressof(table) + cut, 0, C.sizeof(BackendV1) - cut)
     return table, size
 
 

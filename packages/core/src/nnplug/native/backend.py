@@ -222,7 +222,8 @@ class NativeBackend(Backend):
         return self.library.device_api
 
     def target_kind(self) -> dict:
-        return {"device_type": self.device_type, "attrs": {}}
+        """The kind named after the id, with the attributes the table declares (ABI 1.2)."""
+        return {"device_type": self.device_type, "attrs": dict(self.library.target_attrs)}
 
     def set_num_threads(self, num_threads: int) -> None:
         """Worker threads for later runs (0: the backend's choice). Process-wide."""
@@ -268,7 +269,7 @@ class NativeBackend(Backend):
 
             raise BackendError(f"{self.describe()} is closed")
         dev = target.device if target is not None else Device(self.device_type, 0)
-        return build_module(self, subgraph, dev)
+        return build_module(self, subgraph, dev, target)
 
     def close(self) -> None:
         with self._lock:

@@ -40,6 +40,7 @@ from .loader import (
     _dlopen_fix,
     backend_search_dirs,
     check_library_file,
+    default_op_dir,
     find_backend_libraries,
 )
 
@@ -372,11 +373,6 @@ _OP_STRINGS = (("op_type", strings.MAX_NAME_BYTES, "NNP_MAX_NAME_BYTES"),
 
 
 # -- folders ---------------------------------------------------------------------------------------
-def default_op_dir() -> str:
-    """The ``ops/`` folder inside the installed nnplug package."""
-    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "ops")
-
-
 def op_search_dirs(option=None) -> tuple[list[str], list[LoadError]]:
     """Folders for ``custom_op_paths`` with the dynamic-backend rules (same helper), and one
     LoadError (stage ``path``) per entry skipped."""

@@ -19,10 +19,15 @@ import struct
 import threading
 
 from .. import plugins
-from ..device import device_type_name, register_device_type
+from ..device import (
+    EXTENSION_TYPE_BASE,
+    device_type_name,
+    is_standard_type,
+    register_device_type,
+)
 from ..errors import ArgumentTypeError, PluginError
 from ..plugins import LoadError
-from . import abi, strings
+from . import abi, strings, target_attrs
 
 log = logging.getLogger("nnplug")
 
@@ -30,6 +35,7 @@ ENV_VAR = "NNPLUG_BACKEND_PATH"
 NUM_THREADS_ENV_VAR = "NNPLUG_NUM_THREADS"
 _SO_NAME = re.compile(r".*\.so(\.\d+)*$")
 _ID = re.compile(r"[a-z][a-z0-9_]{0,31}$")
+_DEVICE_NAME = re.compile(r"[a-z][a-z0-9_]*$")
 
 
 class LibraryLoadError(PluginError):
@@ -46,8 +52,16 @@ class LibraryLoadError(PluginError):
 
 # -- search path ------------------------------------------------------------------------------
 def default_backend_dir() -> str:
-    """The ``backends/`` folder inside the installed nnplug package."""
+    """The ``backends/`` folder inside the installed nnplug package: where native backends
+    are looked for when neither the option nor NNPLUG_BACKEND_PATH names folders. nnplug
+    ships it empty, i.e. not at all: a missing default folder is normal and not reported."""
     return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "backends")
+
+
+def default_op_dir() -> str:
+    """The ``ops/`` folder inside the installed nnplug package: the custom-op libraries'
+    default, as :func:`default_backend_dir` is the backends' (it need not exist either)."""
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "ops")
 
 
 def backend_search_dirs(option=None) -> tuple[list[str], list[LoadError]]:
@@ -196,6 +210,7 @@ class NativeLibrary:
         self.device_type_name = texts["device_type_name"]
         self.device_type = int(table.device_type)
         self.host_visible = bool(self.flags & abi.HOST_VISIBLE)
+        self.target_attrs = declared_target_attrs(path, table, struct_size)
         self.key = lease_key(realpath)
         self._lock = threading.Lock()
         self._unloaded = False
@@ -306,19 +321,38 @@ class NativeLibrary:
             )
 
     def _register_device_type(self):
-        dt = self.device_type
-        name = self.device_type_name
+        """DLPack numbers need no name; an extension number (>= 64) needs a name, and the
+        pair must not clash with what another plugin registered (a clash names both)."""
+        dt, name = self.device_type, self.device_type_name
+        problem = None
+        if dt >= EXTENSION_TYPE_BASE and not name:
+            problem = (f"device type {dt} is an extension type (>= {EXTENSION_TYPE_BASE}) and "
+                       f"device_type_name is NULL")
+        elif name and not _DEVICE_NAME.match(name):
+            problem = (f"device_type_name {strings.shorten(name)!r} is not lower-case letters, "
+                       f"digits and _ starting with a letter")
+        elif dt < EXTENSION_TYPE_BASE and not is_standard_type(dt):
+            problem = (f"device type {dt} is not a DLPack type (and below the extension range, "
+                       f"{EXTENSION_TYPE_BASE} and up)")
+        elif dt < EXTENSION_TYPE_BASE and name and name != device_type_name(dt):
+            problem = (f"device_type_name {name!r} given for DLPack's type {dt} "
+                       f"({device_type_name(dt)}); names are for extension types")
+        if problem:
+            raise LibraryLoadError(
+                self.path, "invalid table", f"device type: {problem}",
+                "use a DLPack device type number, or a number >= 64 with device_type_name set "
+                "(see 'Extension device types' in docs/dynamic-backends.md)")
+        if dt < EXTENSION_TYPE_BASE:
+            return
         try:
-            if name:
-                register_device_type(name, dt)
-            elif device_type_name(dt).startswith("ext"):
-                raise ValueError(f"device type {dt} is not a DLPack type and has no name")
+            register_device_type(name, dt, owner=self.path)
         except ValueError as e:
             raise LibraryLoadError(
-                self.path, "invalid table", f"device type: {e}",
-                "use a DLPack device type number, or a number >= 64 with device_type_name set "
-                "to a name no other plugin uses",
-            ) from None
+                self.path, "device type clash", f"this library's device type {name!r} = {dt}: {e}",
+                "plugins for different devices need different numbers and names, plugins for "
+                "the same device the same pair: change one library's device_type / "
+                "device_type_name, or remove one (see 'Extension device types' in "
+                "docs/dynamic-backends.md)") from None
 
     def _init(self):
         if not self.table.init:
@@ -423,6 +457,26 @@ def table_strings(path: str, table: abi.BackendV1) -> dict[str, str | None]:
                 f"in nnplug/common.h)")
         out[name] = None if s is None else s.text
     return out
+
+
+def declared_target_attrs(path: str, table: abi.BackendV1, size: int) -> dict:
+    """The table's Target attributes (ABI 1.2 ``target_attrs``) as ``{name: (type, default)}``;
+    {} for older tables and NULL. LibraryLoadError for text that is not a valid declaration."""
+    if not abi.has_member(table, size, "target_attrs"):
+        return {}
+    s = strings.field(table, "target_attrs", strings.MAX_TARGET_ATTRS_BYTES)
+    if s is None:
+        return {}
+    fix = (f"make target_attrs a NUL-terminated JSON object of at most "
+           f"{strings.MAX_TARGET_ATTRS_BYTES} bytes (NNP_MAX_TARGET_ATTRS_BYTES), e.g. "
+           f"{target_attrs.EXAMPLE}; or NULL")
+    if s.problem:
+        raise LibraryLoadError(path, "invalid table", f"target_attrs string {s.problem}: {s.shown}",
+                               fix)
+    try:
+        return target_attrs.parse(s.text)
+    except ValueError as e:
+        raise LibraryLoadError(path, "invalid table", str(e), fix) from None
 
 
 def duplicate_error(path: str, ident: str, taken) -> LibraryLoadError:

@@ -105,12 +105,12 @@ class _State:
             self.lib.drop()
 
 
-def build_module(backend, subgraph: SubGraph, dev: Device) -> Module:
+def build_module(backend, subgraph: SubGraph, dev: Device, target=None) -> Module:
     lib = backend.library
     lib.hold()
     state = _State(lib, backend._key)
     try:
-        runner = _build(lib, state, subgraph, dev)
+        runner = _build(lib, state, subgraph, dev, target)
     except BaseException:
         state.close()
         raise
@@ -121,7 +121,7 @@ def build_module(backend, subgraph: SubGraph, dev: Device) -> Module:
     return module
 
 
-def _build(lib, state, subgraph, dev):
+def _build(lib, state, subgraph, dev, target=None):
     values = subgraph.values or {}
     consts = {k: as_contiguous(v) for k, v in (subgraph.constants or {}).items()
               if k not in subgraph.inputs}
@@ -134,7 +134,12 @@ def _build(lib, state, subgraph, dev):
         k = Kernel(group)
         descs = builder.nodes(group)  # the builder owns the memory the descriptors point to
         out = C.c_void_p()
-        rc = lib.table.kernel_create(descs, len(group), cdev(dev), C.byref(out))
+        if lib.table.kernel_create_for_target:  # ABI 1.2: the kernel sees the Target
+            rc = lib.table.kernel_create_for_target(descs, len(group), cdev(dev),
+                                                    str(target).encode() if target else None,
+                                                    C.byref(out))
+        else:
+            rc = lib.table.kernel_create(descs, len(group), cdev(dev), C.byref(out))
         if rc != 0:
             raise lib.error(rc, f"creating the kernel of {k.label}")
         if not out.value:

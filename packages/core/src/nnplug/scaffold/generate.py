@@ -2,7 +2,9 @@
 
 Template files end in ``.tmpl``; in names and contents ``@@KEY@@`` is replaced by the spec's
 values (``@@NAME@@``, ``@@PACKAGE@@``, ``@@DIST@@``, ...). A path segment ``__package__``
-becomes the import package name.
+becomes the import package name. ``templates/<kind>/`` holds a kind's own files,
+``templates/common/`` what every kind gets and ``templates/native/`` what the native kinds
+share (their build hook loader); a kind's own file wins over a shared one of the same name.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from .. import __version__
 
 BACKEND_ID_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 OP_TYPE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
-KINDS = {"backend-python", "backend-native", "op"}
+KINDS = {"backend-python", "backend-native", "op", "op-native"}
+NATIVE_KINDS = {"backend-native", "op-native"}
 
 
 class ScaffoldError(ValueError):
@@ -35,7 +38,7 @@ def _reserved_ids() -> set[str]:
 
 @dataclass
 class Spec:
-    kind: str  # "backend-python", "backend-native" or "op"
+    kind: str  # "backend-python", "backend-native", "op" or "op-native"
     name: str  # backend id, or op type
     directory: str
 
@@ -45,7 +48,7 @@ class Spec:
 
     @property
     def dist(self) -> str:
-        prefix = "nnplug-ops-" if self.kind == "op" else "nnplug-backend-"
+        prefix = "nnplug-ops-" if self.kind.startswith("op") else "nnplug-backend-"
         return prefix + self.short.replace("_", "-")
 
     @property
@@ -66,6 +69,8 @@ class Spec:
             "CLASS": self.class_name,
             "NNPLUG_REQUIREMENT": f"nnplug>={major}.{minor}",
             "LIBRARY": f"libnnplug_{self.short}.so",
+            # custom-op folders load only files named libnnplug_op_*.so
+            "OP_LIBRARY": f"libnnplug_op_{self.short}.so",
         }
 
 
@@ -137,10 +142,13 @@ def generate(spec: Spec) -> list[str]:
     if spec.kind not in KINDS:
         raise ScaffoldError(f"unknown template {spec.kind!r}; one of {', '.join(sorted(KINDS))}")
     values = spec.values()
-    root = template_root() / spec.kind
+    roots = ["common", *(["native"] if spec.kind in NATIVE_KINDS else []), spec.kind]
+    by_path = {}
+    for root in roots:  # later roots win: a kind's own file over a shared one
+        for rel, res in _walk(template_root() / root):
+            by_path[rel[: -len(".tmpl")].replace("__package__", spec.package)] = res
     written = []
-    files = [(rel[: -len(".tmpl")].replace("__package__", spec.package), res)
-             for rel, res in _walk(root)]
+    files = sorted(by_path.items())
     check_directory(spec.directory)
     for rel, res in files:
         target = os.path.join(spec.directory, _fill(rel, values))
@@ -151,9 +159,6 @@ def generate(spec: Spec) -> list[str]:
     if spec.kind in NATIVE_KINDS:
         written += _vendor_native_build(spec.directory)
     return written
-
-
-NATIVE_KINDS = {"backend-native"}
 
 
 def _vendor_native_build(directory: str) -> list[str]:
@@ -201,12 +206,14 @@ def _kind_parser(what: str) -> argparse.ArgumentParser:
 
 
 def _next_steps(spec: Spec) -> list[str]:
-    rebuild = ["  (after editing C sources, run pip install -e . again: it recompiles)"] \
-        if spec.kind in NATIVE_KINDS else []
+    """What to do next; the same commands as the package's README and docs/authoring.md."""
+    rebuild = ["  (Python edits count at once; after editing C sources run pip install -e . "
+               "again: it recompiles)"] if spec.kind in NATIVE_KINDS else \
+        ["  (edit, then rerun pytest: nothing to reinstall)"]
     return [f"  cd {spec.directory}", "  pip install -e .     # editable: your edits are what runs",
-            *rebuild,
             "  nnplug info          # lists it",
             "  pytest               # its own tests, then the conformance suite",
+            *rebuild,
             "(docs: README.md in the package, and nnplug's docs/authoring.md)"]
 
 
@@ -228,12 +235,8 @@ def new_main(argv=None) -> int:
             name = check_backend_id(args.name)
             kind = "backend-native" if args.native else "backend-python"
         else:
-            if args.native:
-                raise ScaffoldError("there is no C template for custom ops yet: generate a "
-                                    "Python op (nnplug new op NAME) and see docs/custom-ops.md "
-                                    "for the C op ABI (nnplug/custom_op.h)")
             name = check_op_type(args.name)
-            kind = "op"
+            kind = "op-native" if args.native else "op"
         spec = Spec(kind, name, "")
         spec.directory = args.directory or spec.dist
         check_directory(spec.directory)
@@ -242,7 +245,7 @@ def new_main(argv=None) -> int:
         print(f"nnplug new: error: {e}", file=sys.stderr)
         return 1
     what = {"backend-python": "Python backend", "backend-native": "native backend",
-            "op": "custom op"}[kind]
+            "op": "custom op", "op-native": "native custom op"}[kind]
     print(f"created {spec.dist} ({what} {name!r}) in {spec.directory}/: {len(files)} files")
     for f in files:
         print(f"  {f}")

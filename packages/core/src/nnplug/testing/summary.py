@@ -13,6 +13,8 @@ SECTIONS = {
 }
 NOT_CLAIMED = "not claimed"
 """Prefix of the skip reason of node tests whose ops the backend (or op) does not take."""
+NOT_COMPARED = "VALUES NOT COMPARED"
+"""Prefix of the skip reason of value checks that had no reference to compare with."""
 
 
 @dataclass
@@ -20,6 +22,7 @@ class Tally:
     outcome: dict[str, str] = field(default_factory=dict)  # nodeid -> passed/failed/skipped/unclaimed
     section: dict[str, str] = field(default_factory=dict)
     ops: dict[str, list[str]] = field(default_factory=dict)  # node test nodeid -> op types
+    not_compared: dict[str, str] = field(default_factory=dict)  # nodeid -> why (skip reason)
 
     def record(self, report) -> None:
         module = report.nodeid.split("::")[0].rsplit("/", 1)[-1].removesuffix(".py")
@@ -36,6 +39,8 @@ class Tally:
         elif report.skipped and prev != "failed":
             reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
             self.outcome[nid] = "unclaimed" if NOT_CLAIMED in reason else "skipped"
+            if NOT_COMPARED in reason:
+                self.not_compared[nid] = reason[reason.index(NOT_COMPARED):]
         elif report.when == "call" and report.passed and prev is None:
             self.outcome[nid] = "passed"
 
@@ -65,14 +70,24 @@ class Tally:
         rows, total = self.rows()
         lines = [title, f"{'section':<24}{'passed':>8}{'failed':>8}{'skipped':>9}{'not claimed':>13}"]
         for r in [*rows, total]:
-            lines.append(f"{r[0]:<24}{r[1]:>8}{r[2]:>8}{r[3]:>9}{r[4] or '':>13}")
+            lines.append(f"{r[0]:<24}{r[1]:>8}{r[2]:>8}{r[3]:>9}{r[4] or '':>13}".rstrip())
         passing, failing = self.op_coverage()
         if self.ops:
             lines.append(f"ops covered (all their node tests pass): {len(passing)}"
                          + (f": {', '.join(passing)}" if passing else ""))
             lines.append(f"ops with failures: {len(failing)}" + (
                 ": " + ", ".join(f"{op} ({n})" for op, n in failing.items()) if failing else ""))
+        lines += self.warnings()
         return lines
+
+    def warnings(self) -> list[str]:
+        """What the table cannot show: checks that passed without looking at the values."""
+        reasons = sorted(set(self.not_compared.values()))
+        if not reasons:
+            return []
+        return ["WARNING: the results of these ops were NOT compared with any reference "
+                "(their other checks passing says nothing about their values):",
+                *(f"  {r}" for r in reasons)]
 
     def markdown(self, title: str) -> str:
         rows, total = self.rows()
@@ -91,4 +106,7 @@ class Tally:
             out.append(f"Ops with failures: {len(failing)}" + (
                 ": " + ", ".join(f"{op} ({n})" for op, n in failing.items()) + "."
                 if failing else "."))
+        warnings = self.warnings()
+        if warnings:
+            out += ["", f"**{warnings[0]}**", "", *(f"- {w.strip()}" for w in warnings[1:])]
         return "\n".join(out) + "\n"

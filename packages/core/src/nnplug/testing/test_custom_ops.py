@@ -20,6 +20,7 @@ from onnx import helper
 
 from ..customop import PythonCustomOp, is_standard_op
 from ..errors import NnplugError, PluginError
+from .summary import NOT_COMPARED
 
 DOMAIN = "com.nnplug.conformance"
 
@@ -86,6 +87,7 @@ def _node_for(op, proto, attrs):
 
 
 def _reference(subject, op, attrs, inputs, model):
+    """The reference outputs, or None when there is no independent reference."""
     if op.override:
         from onnx.reference import ReferenceEvaluator
 
@@ -127,16 +129,47 @@ def test_shape_inference_matches_compute(nnplug_subject, op):
             for name in got:
                 assert np.array_equal(got[name], again[name], equal_nan=True), \
                     f"case {k}: two runs on the same input differ"
+
+
+def _no_reference_reason(subject, op) -> str | None:
+    """Why the values of ``op`` cannot be compared with anything, or None when they can."""
+    if op.override:
+        return None  # onnx.reference runs the standard op
+    if isinstance(op, PythonCustomOp):
+        return ("a Python op is its own reference; check its values in the package's own "
+                "tests")
+    if _python_class(subject, op.op_type) is None:
+        where = ("an op library given by path (--nnplug-op-library) comes with no Python "
+                 "reference; test it through its package's entry point (--nnplug-op NAME) "
+                 if subject.op_module is None else
+                 f"no Python op class with op_type {op.op_type!r} in {subject.op_module.__name__}; ")
+        return where + "with a numpy op class of the same op_type beside it"
+    return None
+
+
+def test_values_match_a_reference(nnplug_subject, op):
+    """Results against an independent reference: onnx.reference for standard ops, else the
+    package's Python op class of the same op_type. Without one this check is SKIPPED with
+    the reason, and the summary says loudly that the values were not compared."""
+    subject = nnplug_subject
+    why = _no_reference_reason(subject, op)
+    if why is not None:
+        pytest.skip(f"{NOT_COMPARED} for {op.op_type}: {why}")
+    impl = _python_class(subject, op.op_type)
+    for k, (attrs, inputs) in enumerate(_cases(impl)):
+        model = _model(op, attrs, inputs)
+        with subject.runtime.load(model, backends=subject.backends_for_ops) as net:
+            got = net.run({f"x{i}": x for i, x in enumerate(inputs)})
             want = _reference(subject, op, attrs, inputs, model)
-            if want is not None:
-                for info, w in zip(net.outputs, want):
-                    w = np.asarray(w)
-                    if w.dtype.kind == "f":
-                        np.testing.assert_allclose(got[info.name], w, rtol=1e-4, atol=1e-6,
-                                                   err_msg=f"case {k} against the reference")
-                    else:
-                        np.testing.assert_array_equal(got[info.name], w,
-                                                      err_msg=f"case {k} against the reference")
+            assert want is not None, f"no reference for {op.op_type}"
+            for info, w in zip(net.outputs, want):
+                w = np.asarray(w)
+                if w.dtype.kind == "f":
+                    np.testing.assert_allclose(got[info.name], w, rtol=1e-4, atol=1e-6,
+                                               err_msg=f"case {k} against the reference")
+                else:
+                    np.testing.assert_array_equal(got[info.name], w,
+                                                  err_msg=f"case {k} against the reference")
 
 
 _CALL = re.compile(r"^(\S+)\[([^\]]*)\] (\w+)\(")

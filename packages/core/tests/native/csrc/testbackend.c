@@ -12,6 +12,10 @@
  * - TB_HOST_VISIBLE=1: a CPU backend (device type 1, host pointers, no streams).
  * Other macros build the broken variants the loader tests need (see test_loader.py), and
  * TB_BAD_OUTPUT_SHAPES=1 one whose kernel_output_shapes reports twice the real dims.
+ * TB_NULL_NODE_CRASH=1: supports() dereferences a NULL node (the conformance-report tests).
+ * TB_TARGET_ATTRS="<JSON>" declares Target attributes and TB_FOR_TARGET=1 provides
+ * kernel_create_for_target, recording the Target it gets (tb_last_target(); ABI 1.2); TB_DEVICE_TYPE=N and
+ * TB_DEVICE_NAME="x" pick another extension device (the device-type clash tests).
  * TB_HOSTILE=1 builds the hostile backend of test_hostile_plugins.py, steered at load time by
  * the environment (one build serves every case):
  * - TB_HOSTILE_FIELD=id|version|device_type_name and TB_HOSTILE_KIND=1|2|3: that string has no
@@ -56,10 +60,23 @@
 #define TB_STRUCT_SIZE sizeof(nnp_backend_v1)
 #endif
 
+#ifndef TB_NULL_NODE_CRASH
+#define TB_NULL_NODE_CRASH 0
+#endif
+#ifndef TB_FOR_TARGET
+#define TB_FOR_TARGET 0
+#endif
+#ifndef TB_TARGET_ATTRS
+#define TB_TARGET_ATTRS NULL /* ABI 1.2: no Target attributes of its own */
+#endif
+
 #if TB_HOST_VISIBLE
 #define TB_DEVICE_TYPE NNP_DEVICE_CPU
-#else
+#elif !defined(TB_DEVICE_TYPE)
 #define TB_DEVICE_TYPE 100
+#endif
+#ifndef TB_DEVICE_NAME
+#define TB_DEVICE_NAME "testdev"
 #endif
 
 /* ---- errors ------------------------------------------------------------------------------ */
@@ -308,7 +325,12 @@ static int op_of(const nnp_node_desc* n) {
 }
 
 static nnp_status tb_supports(const nnp_node_desc* n, int32_t* out) {
+#if TB_NULL_NODE_CRASH /* the mistake of a backend that trusts its caller: NULL node crashes */
+  if (!out) return fail(NNP_STATUS_INVALID_ARGUMENT, "supports: NULL argument");
+  if (n->num_inputs < 0) return fail(NNP_STATUS_INVALID_ARGUMENT, "supports: bad node");
+#else
   if (!n || !out) return fail(NNP_STATUS_INVALID_ARGUMENT, "supports: NULL argument");
+#endif
   *out = 0;
   int op = op_of(n);
   switch (op) {
@@ -386,6 +408,20 @@ static nnp_status tb_kernel_create(const nnp_node_desc* nodes, int32_t num, nnp_
   *out = (nnp_kernel*)k;
   return NNP_OK;
 }
+
+#if TB_FOR_TARGET
+/* ABI 1.2: kernel_create with the network's Target; the last one is kept for the tests. */
+static char tb_target[4096];
+
+NNP_EXPORT const char* tb_last_target(void) { return tb_target; }
+
+static nnp_status tb_kernel_create_for_target(const nnp_node_desc* nodes, int32_t num,
+                                              nnp_device dev, const char* target,
+                                              nnp_kernel** out) {
+  snprintf(tb_target, sizeof tb_target, "%s", target ? target : "(NULL)");
+  return tb_kernel_create(nodes, num, dev, out);
+}
+#endif
 
 static nnp_status tb_kernel_destroy(nnp_kernel* kernel) {
   tb_kernel* k = (tb_kernel*)kernel;
@@ -614,7 +650,7 @@ static const nnp_backend_v1 tb_table = {
     TB_ID,
     "0.1.0",
     TB_DEVICE_TYPE,
-    TB_HOST_VISIBLE ? NULL : "testdev",
+    TB_HOST_VISIBLE ? NULL : TB_DEVICE_NAME,
     tb_init,
     tb_shutdown,
     tb_last_error,
@@ -640,6 +676,12 @@ static const nnp_backend_v1 tb_table = {
     tb_kernel_run,
     TB_RUN_STEPS ? tb_run_steps : NULL,
     NULL, /* set_profile_hook (ABI 1.1): the host times whole kernels */
+    TB_TARGET_ATTRS, /* target_attrs (ABI 1.2) */
+#if TB_FOR_TARGET
+    tb_kernel_create_for_target,
+#else
+    NULL, /* kernel_create_for_target (ABI 1.2) */
+#endif
 };
 
 #ifdef TB_HOSTILE

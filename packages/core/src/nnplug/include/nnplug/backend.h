@@ -81,7 +81,7 @@ extern "C" {
 #endif
 
 #define NNP_BACKEND_ABI_MAJOR 1
-#define NNP_BACKEND_ABI_MINOR 1 /* 1.1: set_profile_hook */
+#define NNP_BACKEND_ABI_MINOR 2 /* 1.1: set_profile_hook; 1.2: target_attrs, kernel_create_for_target */
 #define NNP_BACKEND_ABI_PATCH 0
 
 /* The one symbol the host looks up. */
@@ -216,9 +216,14 @@ typedef struct nnp_backend_v1 {
                               At most NNP_MAX_ID_BYTES bytes (see common.h). */
   const char* version;     /* the backend's own version text, e.g. "0.3.1"; may be NULL.
                               At most NNP_MAX_VERSION_BYTES bytes. */
-  int32_t device_type;     /* DLPack device type number of the device it runs on */
+  int32_t device_type;     /* DLPack device type number of the device it runs on, or an
+                              extension number >= NNP_DEVICE_EXTENSION_BASE (64) */
   const char* device_type_name; /* name for an extension device type (>= 64), e.g. "mynpu";
-                                   NULL for DLPack's own types. At most NNP_MAX_NAME_BYTES. */
+                                   NULL for DLPack's own types. At most NNP_MAX_NAME_BYTES.
+                                   Backends of one device share the number and the name; a
+                                   number or name another plugin registered with a different
+                                   partner fails the load ("device type clash"). Choosing a
+                                   number: docs/dynamic-backends.md, Extension device types. */
 
   /* ---- lifecycle --------------------------------------------------------------------- */
   /* OPTIONAL. Called once after loading, before any call below. May fail with a message
@@ -323,6 +328,29 @@ typedef struct nnp_backend_v1 {
    * that ran them), right after it ran. hook == NULL removes it. Thread-local: runs on other
    * threads are not affected. NULL entry: the host times whole kernels only. */
   nnp_status (*set_profile_hook)(nnp_profile_hook hook, void* user);
+
+  /* ---- since ABI 1.2 ----------------------------------------------------------------- */
+  /* OPTIONAL. The Target attributes of the backend's target kind (TVM's TargetKind attrs),
+   * as the text of a JSON object: one member per attribute, its type and its default, e.g.
+   *     "{\"max_num_threads\": {\"type\": \"int\", \"default\": 256},"
+   *     " \"fast_math\": {\"type\": \"bool\", \"default\": false}}"
+   * "type" is one of "int", "float", "str", "bool", "list", "dict"; "default" must have that
+   * type (an int is a float). Names are [a-z][a-z0-9_]{0,63} and not device_id, keys or tag
+   * (every kind has those). The host registers them on the kind named after the backend's id,
+   * so nnplug.Target('{"kind": "<id>", "max_num_threads": 8}') parses and unknown attributes
+   * or wrong types are refused. At most NNP_MAX_TARGET_ATTRS_BYTES bytes. NULL: no attributes
+   * of its own. Text that is not such an object fails the load ("invalid table"). The host
+   * reads it only from tables of ABI >= 1.2 whose struct_size covers it. */
+  const char* target_attrs;
+  /* OPTIONAL. kernel_create for the Target the network is loaded for: `target` is that
+   * Target's JSON text with every attribute of the backend's kind filled, keys sorted, e.g.
+   *     {"device_id": 0, "fast_math": false, "keys": [], "kind": "mynpu",
+   *      "max_num_threads": 8, "tag": ""}
+   * (valid during the call: copy what the kernel keeps). When set, the host calls it instead
+   * of kernel_create (which stays REQUIRED), so kernels see the attributes declared in
+   * target_attrs as the user set them. */
+  nnp_status (*kernel_create_for_target)(const nnp_node_desc* nodes, int32_t num_nodes,
+                                         nnp_device dev, const char* target, nnp_kernel** out);
 } nnp_backend_v1;
 
 /* The entry symbol every backend defines (with NNP_EXPORT). */

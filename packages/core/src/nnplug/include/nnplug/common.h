@@ -68,6 +68,7 @@ extern "C" {
 #define NNP_MAX_MESSAGE_BYTES 4096 /* last_error, set_error messages; cl_build_options */
 #define NNP_MAX_PATH_BYTES 4096    /* cl_kernel_source given as a path */
 #define NNP_MAX_CL_SOURCE_BYTES (16u << 20) /* cl_kernel_source given as text (cl_source_size) */
+#define NNP_MAX_TARGET_ATTRS_BYTES 16384 /* nnp_backend_v1.target_attrs (ABI 1.2) */
 
 /* ------------------------------------------------------------------------------------------ */
 /* Versions                                                                                    */
@@ -103,7 +104,10 @@ enum {
 /* ------------------------------------------------------------------------------------------ */
 
 /* Device type numbers are DLPack's DLDeviceType values (kDLCPU = 1, kDLCUDA = 2,
- * kDLOpenCL = 4, kDLVulkan = 7, ...); numbers >= 64 are nnplug extension devices. */
+ * kDLOpenCL = 4, kDLVulkan = 7, ...); numbers >= 64 are nnplug extension devices, each with a
+ * name (nnp_backend_v1.device_type_name): one number per device, the same for every plugin of
+ * that device; two plugins giving one number different names (or one name different numbers)
+ * are a load error naming both. */
 enum {
   NNP_DEVICE_CPU = 1,
   NNP_DEVICE_CUDA = 2,
