@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from models import single_op, with_custom_op
 from numpy_backend import NumpyBackend, make_runtime
+from onnx import TensorProto, helper
 
 import nnplug
 from nnplug import CustomOpError, PluginError
@@ -146,3 +147,17 @@ def test_get_node_attr_types():
     assert nnplug.get_node_attr(node, "floats").dtype == np.float32
     assert nnplug.get_node_attr(node, "s") == "abc"
     assert nnplug.get_node_attr(node, "missing", 7) == 7
+
+
+def test_an_unrun_op_of_a_standard_onnx_domain_is_not_called_a_custom_op():
+    node = helper.make_node("LabelEncoder", ["x"], ["y"], domain="ai.onnx.ml", name="le",
+                            keys_int64s=[1], values_int64s=[2])
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.INT64, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.INT64, [2])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                                helper.make_opsetid("ai.onnx.ml", 2)])
+    with make_runtime(NumpyBackend(ops=set())) as rt:
+        with pytest.raises(nnplug.UnsupportedNodeError) as e:
+            rt.load(model)
+    assert "no backend can run node 'le' (op LabelEncoder, domain ai.onnx.ml" in str(e.value)
+    assert "custom op" not in str(e.value)

@@ -135,10 +135,15 @@ class Placer:
         return op.bind(node, self.model.values, target, backend)
 
 
+# The domains ONNX itself defines: an op of one of these that nothing runs is a gap in the
+# backends, not a custom op the user forgot to register.
+STANDARD_DOMAINS = ("", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview", "ai.onnx.preview.training")
+
+
 def _unsupported_message(node: Node, backends: list[Backend], custom_ops, installed=()) -> str:
     ids = ", ".join(b.id for b in backends) or "none"
     msg = f"no backend can run {node.describe()}; tried: {ids}"
-    if node.domain not in ("", "ai.onnx"):
+    if node.domain not in STANDARD_DOMAINS:
         pkg = KNOWN_OP_PACKAGES.get(node.op_type)
         msg += (f". {node.op_type!r} is a custom op of domain {node.domain!r} and no custom op "
                 f"of that type is registered")
