@@ -38,6 +38,8 @@ OPS = (
     "Softplus", "Softsign", "Split", "Sqrt", "Squeeze", "STFT", "Sub", "Sum", "Swish", "Tan",
     "Tanh", "ThresholdedRelu", "Tile", "TopK", "Transpose", "Trilu", "Unique", "Unsqueeze",
     "Upsample", "Where", "Xor",
+    # the 8-, 4- and 2-bit types
+    "BitCast",
 )
 """The ONNX op types the backend runs (default domain; dtypes and attributes as documented in
 docs/backends/cpu.md)."""

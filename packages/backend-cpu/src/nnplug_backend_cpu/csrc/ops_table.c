@@ -29,12 +29,15 @@
     X(ml_arrayfeatureextractor) X(ml_labelencoder) X(ml_onehotencoder) X(ml_imputer) \
     X(ml_zipmap) X(ml_categorymapper)
 
+/* Ops of the 8-, 4- and 2-bit types (op_cast.c). */
+#define DTYPE_OPS(X) X(bitcast)
 
 #define DECL(x) extern const nnc_op nnc_op_##x;
 OPS(DECL)
 ML_OPS(DECL)
+DTYPE_OPS(DECL)
 #define REF(x) &nnc_op_##x,
-const nnc_op *const nnc_all_ops[] = {OPS(REF) ML_OPS(REF) NULL};
+const nnc_op *const nnc_all_ops[] = {OPS(REF) ML_OPS(REF) DTYPE_OPS(REF) NULL};
 
 static int default_domain(const char *d) { return !d || !d[0] || !strcmp(d, "ai.onnx"); }
 
