@@ -2,6 +2,7 @@
  * GlobalAveragePool, GlobalMaxPool and LRN; parallel over (batch, channel) planes. */
 #include "nnc.h"
 #include "ops.h"
+#include "typed.h"
 
 #include <float.h>
 #include <math.h>
@@ -14,10 +15,21 @@ typedef struct {
 
 static void free_state(nnc_node *n) { free(n->state); n->state = NULL; }
 
+/* MaxPool's other element types (a plain loop that copies the largest element). */
+static const int maxpool_dts[] = {DT_F32, DT_F16, DT_BF16, DT_F64, DT_I8, DT_U8, 0};
+
+static int pool_dtype_ok(int is_max, int dt)
+{
+    if (!is_max) return dt == DT_F32;
+    for (const int *d = maxpool_dts; *d; d++)
+        if (*d == dt) return 1;
+    return 0;
+}
+
 static int pool_create_common(nnc_node *n, int is_max, nnc_err *e)
 {
     static const int f32[] = {DT_F32, 0};
-    TRY(nnc_check_dtype(n, 0, f32, e));
+    TRY(nnc_check_dtype(n, 0, is_max ? maxpool_dts : f32, e));
     pool_state *s = calloc(1, sizeof *s);
     if (!s) return nnc_node_fail(e, n, "out of memory");
     n->state = s;
@@ -73,12 +85,12 @@ static int pool_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_e
 {
     const pool_state *s = n->state;
     const nnc_tensor *x = in[0];
-    if (x->dtype != DT_F32) return nnc_node_fail(e, n, "input must be float32");
+    if (!pool_dtype_ok(s->is_max, x->dtype)) return nnc_node_fail(e, n, "input has element type %s", nnc_dtname(x->dtype));
     if (x->ndim != s->w.nsp + 2)
         return nnc_node_fail(e, n, "input must have rank %d, got %d", s->w.nsp + 2, x->ndim);
     geom3 g;
     if (pool_geom(s, x, &g)) return nnc_node_fail(e, n, "the kernel window is larger than the padded input");
-    out->dtype = DT_F32;
+    out->dtype = x->dtype;
     out->ndim = x->ndim;
     out->dims[0] = x->dims[0];
     out->dims[1] = x->dims[1];
@@ -244,11 +256,44 @@ static void pool_planes(void *arg, int64_t b, int64_t e, int tid)
     }
 }
 
+typedef struct { geom3 g; int dt; const char *x; char *y; } tpool_job;
+
+/* MaxPool on types other than float32: compared as double (exact for all of them), the
+ * winning element copied; a NaN in a window wins, as in the float32 kernel. */
+static void tpool_planes(void *arg, int64_t b, int64_t e, int tid)
+{
+    (void)tid;
+    const tpool_job *j = arg;
+    const geom3 *g = &j->g;
+    size_t sz = nnc_dtsize(j->dt);
+    int64_t isz = g->in[0] * g->in[1] * g->in[2], osz = g->out[0] * g->out[1] * g->out[2];
+    for (int64_t p = b; p < e; p++)
+        for (int64_t o = 0; o < osz; o++) {
+            int64_t ow = o % g->out[2], oh = (o / g->out[2]) % g->out[1], od = o / (g->out[2] * g->out[1]);
+            int64_t sd = od * g->s[0] - g->pb[0], sh = oh * g->s[1] - g->pb[1], sw = ow * g->s[2] - g->pb[2];
+            int64_t d0, d1, h0, h1, w0, w1, best = -1;
+            tap_range(sd, g->in[0], g->k[0], g->d[0], &d0, &d1);
+            tap_range(sh, g->in[1], g->k[1], g->d[1], &h0, &h1);
+            tap_range(sw, g->in[2], g->k[2], g->d[2], &w0, &w1);
+            double acc = -INFINITY;
+            for (int64_t kd = d0; kd < d1; kd++)
+                for (int64_t kh = h0; kh < h1; kh++)
+                    for (int64_t kw = w0; kw < w1; kw++) {
+                        int64_t i = p * isz + ((sd + kd * g->d[0]) * g->in[1] + sh + kh * g->d[1]) * g->in[2] + sw + kw * g->d[2];
+                        double v = nnc_get_d(j->x, j->dt, i);
+                        if (best < 0 || v > acc || (v != v && acc == acc)) { acc = v; best = i; }
+                    }
+            char *dst = j->y + (p * osz + o) * (int64_t)sz;
+            if (best >= 0) memcpy(dst, j->x + best * (int64_t)sz, sz);
+            else memset(dst, 0, sz);
+        }
+}
+
 static size_t pool_scratch(const nnc_node *n, nnc_tensor *const *in, const nnc_tensor *out)
 {
     geom3 g;
     (void)out;
-    if (pool_geom(n->state, in[0], &g) || g.in[0] != 1) return 0;
+    if (in[0]->dtype != DT_F32 || pool_geom(n->state, in[0], &g) || g.in[0] != 1) return 0;
     return pool_tmp_bytes(&g);
 }
 
@@ -260,6 +305,11 @@ static int pool_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exe
     j.fail = 0;
     j.s = n->state;
     pool_geom(j.s, in[0], &j.g);
+    if (in[0]->dtype != DT_F32) {
+        tpool_job t = {j.g, in[0]->dtype, in[0]->data, out->data};
+        nnc_parallel_for(in[0]->dims[0] * in[0]->dims[1], 1, tpool_planes, &t);
+        return NNC_OK;
+    }
     j.x = in[0]->data;
     j.y = out->data;
     int64_t planes = in[0]->dims[0] * in[0]->dims[1];
