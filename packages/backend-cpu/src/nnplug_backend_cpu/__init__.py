@@ -41,6 +41,8 @@ OPS = (
 ) + (  # the long tail of ONNX's node suite
     "DeformConv", "EyeLike", "LpPool", "MelWeightMatrix", "Scatter", "TensorScatter",
     "TfIdfVectorizer",
+) + (  # the 8-, 4- and 2-bit types
+    "BitCast",
 )
 """The ONNX op types the backend runs (default domain; dtypes and attributes as documented in
 docs/backends/cpu.md)."""

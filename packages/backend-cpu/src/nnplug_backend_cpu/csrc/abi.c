@@ -44,10 +44,16 @@ static int dt_from(nnp_dtype t)
     if (t.lanes > 1) return -1;
     switch (t.code) {
     case NNP_DTYPE_FLOAT: return t.bits == 32 ? DT_F32 : t.bits == 64 ? DT_F64 : t.bits == 16 ? DT_F16 : -1;
-    case NNP_DTYPE_INT: return t.bits == 8 ? DT_I8 : t.bits == 16 ? DT_I16 : t.bits == 32 ? DT_I32 : t.bits == 64 ? DT_I64 : -1;
-    case NNP_DTYPE_UINT: return t.bits == 8 ? DT_U8 : t.bits == 16 ? DT_U16 : t.bits == 32 ? DT_U32 : t.bits == 64 ? DT_U64 : -1;
+    case NNP_DTYPE_INT: return t.bits == 8 ? DT_I8 : t.bits == 16 ? DT_I16 : t.bits == 32 ? DT_I32 : t.bits == 64 ? DT_I64 : t.bits == 4 ? DT_I4 : t.bits == 2 ? DT_I2 : -1;
+    case NNP_DTYPE_UINT: return t.bits == 8 ? DT_U8 : t.bits == 16 ? DT_U16 : t.bits == 32 ? DT_U32 : t.bits == 64 ? DT_U64 : t.bits == 4 ? DT_U4 : t.bits == 2 ? DT_U2 : -1;
     case NNP_DTYPE_BOOL: return t.bits == 8 ? DT_BOOL : -1;
     case NNP_DTYPE_BFLOAT: return t.bits == 16 ? DT_BF16 : -1;
+    case NNP_DTYPE_FLOAT8_E4M3FN: return t.bits == 8 ? DT_F8E4M3FN : -1;
+    case NNP_DTYPE_FLOAT8_E4M3FNUZ: return t.bits == 8 ? DT_F8E4M3FNUZ : -1;
+    case NNP_DTYPE_FLOAT8_E5M2: return t.bits == 8 ? DT_F8E5M2 : -1;
+    case NNP_DTYPE_FLOAT8_E5M2FNUZ: return t.bits == 8 ? DT_F8E5M2FNUZ : -1;
+    case NNP_DTYPE_FLOAT8_E8M0FNU: return t.bits == 8 ? DT_F8E8M0 : -1;
+    case NNP_DTYPE_FLOAT4_E2M1FN: return t.bits == 4 ? DT_F4E2M1 : -1;
     default: return -1;
     }
 }
@@ -360,7 +366,7 @@ static nnp_status cpu_supports(const nnp_node_desc *node, int32_t *out)
     nnc_err e = {{0}, 0};
     descs d;
     if (build_descs(node, 1, &d, &e)) { descs_free(&d); return NNP_OK; }
-    /* Inputs of unknown type (strings, sequences, optionals, 4/8-bit floats) are not ours. */
+    /* Inputs of unknown type (strings, sequences, optionals) are not ours. */
     for (int j = 0; j < d.nodes[0].nin; j++)
         if (d.nodes[0].in[j].name[0] && d.nodes[0].in[j].info.dtype == DT_UNDEF) {
             descs_free(&d);

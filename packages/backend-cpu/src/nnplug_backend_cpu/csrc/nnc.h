@@ -14,7 +14,10 @@
 enum {
     DT_UNDEF = 0, DT_F32 = 1, DT_U8 = 2, DT_I8 = 3, DT_U16 = 4, DT_I16 = 5, DT_I32 = 6,
     DT_I64 = 7, DT_STR = 8, DT_BOOL = 9, DT_F16 = 10, DT_F64 = 11, DT_U32 = 12, DT_U64 = 13,
-    DT_BF16 = 16
+    DT_BF16 = 16,
+    /* 8-, 4- and 2-bit types, one element per byte (the value in the low bits) */
+    DT_F8E4M3FN = 17, DT_F8E4M3FNUZ = 18, DT_F8E5M2 = 19, DT_F8E5M2FNUZ = 20, DT_U4 = 21,
+    DT_I4 = 22, DT_F4E2M1 = 23, DT_F8E8M0 = 24, DT_U2 = 25, DT_I2 = 26
 };
 size_t nnc_dtsize(int dt); /* 0 for unsupported types */
 const char *nnc_dtname(int dt);

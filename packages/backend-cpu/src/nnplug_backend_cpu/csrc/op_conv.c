@@ -4,6 +4,7 @@
  * BatchNormalization and per-channel Mul/Add into them (nnc_conv_fold_affine). */
 #include "nnc.h"
 #include "ops.h"
+#include "typed.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -15,6 +16,8 @@ typedef struct {
     int auto_pad;                    /* AP_* */
     float *w;                        /* packed [M][Cg*kh*kw] when weights are constant */
     float *bias;                     /* [M] or NULL */
+    int dt;                          /* element type: float32, or float16/bfloat16/float64 on
+                                        the plain loop (conv_typed_planes) */
 } conv_state;
 
 int nnc_parse_auto_pad(const nnc_node *n, int *out, nnc_err *e)
@@ -108,10 +111,15 @@ static void conv_destroy(nnc_node *n)
 
 static int conv_create(nnc_node *n, nnc_err *e)
 {
-    static const int f32[] = {DT_F32, 0};
-    TRY(nnc_check_dtype(n, 0, f32, e));
-    TRY(nnc_check_dtype(n, 1, f32, e));
-    if (nnc_in_present(n, 2)) TRY(nnc_check_dtype(n, 2, f32, e));
+    static const int fl[] = {DT_F32, DT_F16, DT_BF16, DT_F64, 0};
+    TRY(nnc_check_dtype(n, 0, fl, e));
+    TRY(nnc_check_dtype(n, 1, fl, e));
+    if (nnc_in_present(n, 2)) TRY(nnc_check_dtype(n, 2, fl, e));
+    int dt = n->vin[0] && n->vin[0]->dtype ? n->vin[0]->dtype : DT_F32;
+    for (int i = 1; i < 3; i++)
+        if (nnc_in_present(n, i) && n->vin[i]->dtype && n->vin[i]->dtype != dt)
+            return nnc_node_fail(e, n, "input %d is %s, X is %s: Conv needs one element type", i,
+                                 nnc_dtname(n->vin[i]->dtype), nnc_dtname(dt));
     const nnc_valinfo *wi = n->vin[1];
     if (!nnc_in_static(n, 1))
         return nnc_node_fail(e, n, "the weight input's shape must be known when the model is loaded");
@@ -125,6 +133,7 @@ static int conv_create(nnc_node *n, nnc_err *e)
     if (!s) return nnc_node_fail(e, n, "out of memory");
     n->state = s;
     s->nsp = wr - 2;
+    s->dt = dt;
     int64_t group;
     TRY(nnc_attr_int(n, "group", 1, &group, e));
     if (group < 1) return nnc_node_fail(e, n, "attribute 'group' must be positive, got %lld", (long long)group);
@@ -158,7 +167,7 @@ static int conv_create(nnc_node *n, nnc_err *e)
             return nnc_node_fail(e, n, "bias must be 1-D with %lld values", (long long)s->M);
     }
     /* Pack constant weights (and bias) once. */
-    if (!n->probing && nnc_in_const(n, 1) && (!nnc_in_present(n, 2) || nnc_in_const(n, 2))) {
+    if (dt == DT_F32 && !n->probing && nnc_in_const(n, 1) && (!nnc_in_present(n, 2) || nnc_in_const(n, 2))) {
         size_t wn = (size_t)(s->M * s->Cg * s->kh * s->kw);
         s->w = nnc_alloc(wn * sizeof(float));
         s->bias = nnc_alloc((size_t)s->M * sizeof(float));
@@ -208,8 +217,8 @@ static int conv_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_e
 {
     const conv_state *s = n->state;
     const nnc_tensor *x = in[0];
-    if (x->dtype != DT_F32 || in[1]->dtype != DT_F32)
-        return nnc_node_fail(e, n, "inputs must be float32");
+    if (x->dtype != s->dt || in[1]->dtype != s->dt || (n->nin > 2 && in[2] && in[2]->dtype != s->dt))
+        return nnc_node_fail(e, n, "inputs must be %s", nnc_dtname(s->dt));
     if (x->ndim != s->nsp + 2)
         return nnc_node_fail(e, n, "input must have rank %d, got %d", s->nsp + 2, x->ndim);
     if (x->dims[1] != s->Cg * s->group)
@@ -226,7 +235,7 @@ static int conv_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_e
     int64_t H, W, OH, OW, pt, pl;
     if (conv_geometry(s, x, &H, &W, &OH, &OW, &pt, &pl))
         return nnc_node_fail(e, n, "the kernel window is larger than the padded input");
-    out->dtype = DT_F32;
+    out->dtype = s->dt;
     out->ndim = x->ndim;
     out->dims[0] = x->dims[0];
     out->dims[1] = s->M;
@@ -397,10 +406,56 @@ static int64_t max_tile(int64_t K, int64_t OHW)
     return tn > OHW ? OHW : tn;
 }
 
+typedef struct { const conv_state *s; int64_t H, W, OH, OW, pt, pl; const void *x, *w, *b; void *y; } convt_job;
+
+/* Output planes [b, e) (plane = batch * M + channel) of a convolution on float16, bfloat16 or
+ * float64: each output summed over its window in float32 (float64 in double) and rounded once
+ * to the element type. */
+static void conv_typed_planes(void *arg, int64_t b, int64_t e, int tid)
+{
+    (void)tid;
+    const convt_job *j = arg;
+    const conv_state *s = j->s;
+    int dt = s->dt;
+    int64_t Mg = s->M / s->group, C = s->Cg * s->group, K = s->Cg * s->kh * s->kw;
+    double row[NNC_CHUNK];
+    for (int64_t p = b; p < e; p++) {
+        int64_t bi = p / s->M, m = p % s->M, g = m / Mg;
+        double bias = j->b ? nnc_get_d(j->b, dt, m) : 0;
+        for (int64_t oh = 0; oh < j->OH; oh++)
+            for (int64_t ow0 = 0; ow0 < j->OW; ow0 += NNC_CHUNK) {
+                int64_t nw = j->OW - ow0 < NNC_CHUNK ? j->OW - ow0 : NNC_CHUNK;
+                for (int64_t t = 0; t < nw; t++) {
+                    int64_t ow = ow0 + t;
+                    float accf = 0.f;
+                    double accd = 0;
+                    for (int64_t c = 0; c < s->Cg; c++)
+                        for (int64_t kh = 0; kh < s->kh; kh++) {
+                            int64_t ih = oh * s->sh - j->pt + kh * s->dh;
+                            if (ih < 0 || ih >= j->H) continue;
+                            for (int64_t kw = 0; kw < s->kw; kw++) {
+                                int64_t iw = ow * s->sw - j->pl + kw * s->dw;
+                                if (iw < 0 || iw >= j->W) continue;
+                                int64_t xi = ((bi * C + g * s->Cg + c) * j->H + ih) * j->W + iw;
+                                int64_t wi = m * K + (c * s->kh + kh) * s->kw + kw;
+                                double xv = nnc_get_d(j->x, dt, xi), wv = nnc_get_d(j->w, dt, wi);
+                                if (dt == DT_F64) accd += xv * wv;
+                                else accf += (float)xv * (float)wv;
+                            }
+                        }
+                    row[t] = (dt == DT_F64 ? accd : (double)accf) + bias;
+                    if (dt != DT_F64) row[t] = (double)(float)row[t];
+                }
+                nnc_store_d(j->y, dt, (p * j->OH + oh) * j->OW + ow0, nw, row);
+            }
+    }
+}
+
 static size_t conv_scratch(const nnc_node *n, nnc_tensor *const *in, const nnc_tensor *out)
 {
     const conv_state *s = n->state;
     int64_t H, W, OH, OW, pt, pl;
+    if (s->dt != DT_F32) return 0;
     if (conv_geometry(s, in[0], &H, &W, &OH, &OW, &pt, &pl)) return 0;
     (void)out;
     int64_t Mg = s->M / s->group, K = s->Cg * s->kh * s->kw;
@@ -430,6 +485,12 @@ static int conv_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exe
     j.xc = xc;
     j.act = &n->act;
     conv_geometry(s, x, &j.H, &j.W, &j.OH, &j.OW, &j.pt, &j.pl);
+    if (s->dt != DT_F32) {
+        convt_job t = {s, j.H, j.W, j.OH, j.OW, j.pt, j.pl, x->data, in[1]->data,
+                       n->nin > 2 && in[2] ? in[2]->data : NULL, out->data};
+        nnc_parallel_for(x->dims[0] * s->M, 1, conv_typed_planes, &t);
+        return NNC_OK;
+    }
     j.w = s->w ? s->w : in[1]->data;
     j.bias = s->w ? s->bias : (n->nin > 2 && in[2] ? in[2]->data : NULL);
     j.K = s->Cg * s->kh * s->kw;

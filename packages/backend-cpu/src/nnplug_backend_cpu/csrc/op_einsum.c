@@ -1,9 +1,10 @@
-/* Einsum (float32, float64, int32, int64): any equation, explicit or implicit output,
+/* Einsum (float32, float64, float16, bfloat16, int32, int64): any equation, explicit or implicit output,
  * ellipsis with broadcasting, repeated labels (diagonals), any number of operands. A generic
  * contraction: every output element sums the product of the operands over the labels the
  * output does not keep; parallel over output elements. */
 #include "nnc.h"
 #include "ops.h"
+#include "typed.h"
 
 #include <stdlib.h>
 
@@ -53,7 +54,7 @@ static int parse_term(const char *s, size_t len, signed char *ids, int *ell)
 
 static int es_create(nnc_node *n, nnc_err *e)
 {
-    static const int dts[] = {DT_F32, DT_F64, DT_I32, DT_I64, 0};
+    static const int dts[] = {DT_F32, DT_F64, DT_F16, DT_BF16, DT_I32, DT_I64, 0};
     for (int i = 0; i < n->nin; i++) TRY(nnc_check_dtype(n, i, dts, e));
     for (int i = 1; i < n->nin; i++)
         if (n->vin[i] && n->vin[0] && n->vin[i]->dtype && n->vin[0]->dtype && n->vin[i]->dtype != n->vin[0]->dtype)
@@ -136,7 +137,7 @@ static int es_resolve(nnc_node *n, nnc_tensor *const *in, es_plan *p, nnc_err *e
     p->dt = in[0]->dtype;
     for (int o = 0; o < s->nops; o++) {
         if (in[o]->dtype != p->dt) return nnc_node_fail(e, n, "all inputs must have the same element type");
-        if (p->dt != DT_F32 && p->dt != DT_F64 && p->dt != DT_I32 && p->dt != DT_I64)
+        if (p->dt != DT_F32 && p->dt != DT_F64 && p->dt != DT_F16 && p->dt != DT_BF16 && p->dt != DT_I32 && p->dt != DT_I64)
             return nnc_node_fail(e, n, "element type %s is not supported", nnc_dtname(p->dt));
         int r = in[o]->ndim, ne = r - s->nlab[o];
         if (ne < 0 || (!s->has_ell[o] && ne != 0))
@@ -225,6 +226,8 @@ static double es_get(const void *x, int dt, int64_t i)
     switch (dt) {
     case DT_F32: return ((const float *)x)[i];
     case DT_F64: return ((const double *)x)[i];
+    case DT_F16: return nnc_h2f(((const uint16_t *)x)[i]);
+    case DT_BF16: return nnc_bf2f(((const uint16_t *)x)[i]);
     default: return 0;
     }
 }
@@ -273,6 +276,7 @@ static void es_elems(void *arg, int64_t b, int64_t e, int tid)
         switch (p->dt) {
         case DT_F32: ((float *)p->y)[i] = (float)acc; break;
         case DT_F64: ((double *)p->y)[i] = acc; break;
+        case DT_F16: case DT_BF16: nnc_store_d(p->y, p->dt, i, 1, &acc); break; /* summed wide, rounded once at the end */
         case DT_I32: ((int32_t *)p->y)[i] = (int32_t)(uint32_t)(uint64_t)acci; break;
         default: ((int64_t *)p->y)[i] = acci; break;
         }

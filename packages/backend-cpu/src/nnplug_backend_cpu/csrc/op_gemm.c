@@ -2,6 +2,7 @@
  * bias and a fused activation applied per block. Constant B is packed once (alpha folded). */
 #include "nnc.h"
 #include "ops.h"
+#include "typed.h"
 
 #include <stdlib.h>
 
@@ -252,11 +253,18 @@ const nnc_op nnc_op_gemm = {"Gemm", 2, 3, 1, 1, gemm_create, gemm_infer, gemm_ru
 
 /* ---- MatMul --------------------------------------------------------------------------- */
 
+/* MatMul's element types: float32 on the GEMM kernel; the others on a plain loop that sums
+ * float16/bfloat16 in float32 (as onnxruntime and ml_dtypes do), float64 in double and integers
+ * in 64 bits, wrapped to the element width. */
+static const int matmul_dts[] = {DT_F32, DT_F16, DT_BF16, DT_F64, DT_I32, DT_I64, DT_U32, DT_U64, 0};
+
 static int matmul_create(nnc_node *n, nnc_err *e)
 {
-    static const int f32[] = {DT_F32, 0};
-    TRY(nnc_check_dtype(n, 0, f32, e));
-    TRY(nnc_check_dtype(n, 1, f32, e));
+    TRY(nnc_check_dtype(n, 0, matmul_dts, e));
+    TRY(nnc_check_dtype(n, 1, matmul_dts, e));
+    if (n->vin[0] && n->vin[1] && n->vin[0]->dtype && n->vin[1]->dtype && n->vin[0]->dtype != n->vin[1]->dtype)
+        return nnc_node_fail(e, n, "A is %s and B is %s; MatMul needs one element type",
+                             nnc_dtname(n->vin[0]->dtype), nnc_dtname(n->vin[1]->dtype));
     for (int i = 0; i < 2; i++)
         if (n->vin[i] && n->vin[i]->ndim == 0)
             return nnc_node_fail(e, n, "input %d is a scalar; MatMul needs rank 1 or more", i);
@@ -280,7 +288,7 @@ static int matmul_shapes(nnc_node *n, const nnc_tensor *a, const nnc_tensor *b, 
     nnc_tensor batch;
     if (nnc_broadcast_shape(ba, bb, &batch)) return nnc_node_fail(e, n, "batch dimensions do not broadcast");
     if (batch.ndim + 2 > NNC_MAXDIM) return nnc_node_fail(e, n, "rank too large");
-    out->dtype = DT_F32;
+    out->dtype = a->dtype;
     out->ndim = 0;
     for (int i = 0; i < batch.ndim; i++) out->dims[out->ndim++] = batch.dims[i];
     if (a->ndim >= 2) out->dims[out->ndim++] = *M;
@@ -293,8 +301,86 @@ static int matmul_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc
 {
     int64_t M, K, N;
     nnc_tensor ba, bb;
-    if (in[0]->dtype != DT_F32 || in[1]->dtype != DT_F32) return nnc_node_fail(e, n, "inputs must be float32");
+    if (in[0]->dtype != in[1]->dtype) return nnc_node_fail(e, n, "A and B must have one element type");
+    int ok = 0;
+    for (const int *d = matmul_dts; *d; d++) ok |= *d == in[0]->dtype;
+    if (!ok) return nnc_node_fail(e, n, "element type %s is not supported", nnc_dtname(in[0]->dtype));
     return matmul_shapes(n, in[0], in[1], out, &M, &K, &N, &ba, &bb, e);
+}
+
+/* Batch offsets (in elements) of A and B for output batch t. */
+typedef struct { int nb; int64_t ostr[NNC_MAXDIM], astr[NNC_MAXDIM], bstr[NNC_MAXDIM]; } mm_batch;
+
+static void mm_batch_setup(mm_batch *bt, const nnc_tensor *o, int nb, const nnc_tensor *ba, const nnc_tensor *bb,
+                           int64_t M, int64_t K, int64_t N)
+{
+    int64_t sa = M * K, sb = K * N;
+    bt->nb = nb;
+    for (int i = nb - 1; i >= 0; i--) {
+        int ia = i - (nb - ba->ndim), ib = i - (nb - bb->ndim);
+        bt->astr[i] = (ia >= 0 && ba->dims[ia] != 1) ? sa : 0;
+        bt->bstr[i] = (ib >= 0 && bb->dims[ib] != 1) ? sb : 0;
+        if (ia >= 0) sa *= ba->dims[ia];
+        if (ib >= 0) sb *= bb->dims[ib];
+        bt->ostr[i] = o->dims[i];
+    }
+}
+
+static void mm_batch_offsets(const mm_batch *bt, int64_t t, int64_t *offa, int64_t *offb)
+{
+    int64_t rem = t;
+    *offa = *offb = 0;
+    for (int i = bt->nb - 1; i >= 0; i--) {
+        int64_t idx = rem % bt->ostr[i];
+        rem /= bt->ostr[i];
+        *offa += idx * bt->astr[i];
+        *offb += idx * bt->bstr[i];
+    }
+}
+
+typedef struct { int dt; int64_t M, K, N; mm_batch bt; const void *A, *B; void *C; } mm_typed_job;
+
+/* Rows [b, e) of all batches' outputs (row r is row r % M of batch r / M). */
+static void mm_typed_rows(void *arg, int64_t b, int64_t e, int tid)
+{
+    (void)tid;
+    const mm_typed_job *j = arg;
+    int dt = j->dt, fl = nnc_dt_float(dt);
+    int64_t M = j->M, K = j->K, N = j->N;
+    double a[NNC_CHUNK], bv[NNC_CHUNK], o[NNC_CHUNK];
+    int64_t ai[NNC_CHUNK], bi[NNC_CHUNK], oi[NNC_CHUNK];
+    for (int64_t r = b; r < e; r++) {
+        int64_t t = r / M, i = r % M, offa, offb;
+        mm_batch_offsets(&j->bt, t, &offa, &offb);
+        for (int64_t c0 = 0; c0 < N; c0 += NNC_CHUNK) {
+            int64_t nc = N - c0 < NNC_CHUNK ? N - c0 : NNC_CHUNK;
+            if (fl) {
+                for (int64_t c = 0; c < nc; c++) o[c] = 0;
+                for (int64_t k0 = 0; k0 < K; k0 += NNC_CHUNK) {
+                    int64_t nk = K - k0 < NNC_CHUNK ? K - k0 : NNC_CHUNK;
+                    nnc_load_d(j->A, dt, offa + i * K + k0, 1, nk, a);
+                    for (int64_t k = 0; k < nk; k++) {
+                        nnc_load_d(j->B, dt, offb + (k0 + k) * N + c0, 1, nc, bv);
+                        if (dt == DT_F64) for (int64_t c = 0; c < nc; c++) o[c] += a[k] * bv[c];
+                        else for (int64_t c = 0; c < nc; c++) o[c] = (double)((float)o[c] + (float)a[k] * (float)bv[c]);
+                    }
+                }
+                nnc_store_d(j->C, dt, r * N + c0, nc, o);
+            } else {
+                for (int64_t c = 0; c < nc; c++) oi[c] = 0;
+                for (int64_t k0 = 0; k0 < K; k0 += NNC_CHUNK) {
+                    int64_t nk = K - k0 < NNC_CHUNK ? K - k0 : NNC_CHUNK;
+                    nnc_load_i(j->A, dt, offa + i * K + k0, 1, nk, ai);
+                    for (int64_t k = 0; k < nk; k++) {
+                        nnc_load_i(j->B, dt, offb + (k0 + k) * N + c0, 1, nc, bi);
+                        for (int64_t c = 0; c < nc; c++)
+                            oi[c] = (int64_t)((uint64_t)oi[c] + (uint64_t)ai[k] * (uint64_t)bi[c]);
+                    }
+                }
+                nnc_store_i(j->C, dt, r * N + c0, nc, oi);
+            }
+        }
+    }
 }
 
 static int matmul_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec *x, nnc_err *e)
@@ -306,6 +392,12 @@ static int matmul_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_e
     int nb = o.ndim - (in[0]->ndim >= 2) - (in[1]->ndim >= 2);
     int64_t nbatch = 1;
     for (int i = 0; i < nb; i++) nbatch *= o.dims[i];
+    if (in[0]->dtype != DT_F32) {
+        mm_typed_job tj = {in[0]->dtype, M, K, N, {0}, in[0]->data, in[1]->data, out->data};
+        mm_batch_setup(&tj.bt, &o, nb, &ba, &bb, M, K, N);
+        if (M > 0 && N > 0) nnc_parallel_for(nbatch * M, 1 + 16384 / (N * K + 1), mm_typed_rows, &tj);
+        return NNC_OK;
+    }
     const float *A = in[0]->data, *B = in[1]->data;
     float *C = out->data;
     gemm_job j;

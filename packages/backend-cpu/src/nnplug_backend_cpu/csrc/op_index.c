@@ -664,7 +664,7 @@ const nnc_op nnc_op_onehot = {"OneHot", 3, 3, 1, 1, onehot_create, onehot_infer,
 
 static int elem_nonzero(const nnc_tensor *t, int64_t i)
 {
-    if (nnc_dt_float(t->dtype)) return nnc_get_d(t->data, t->dtype, i) != 0;
+    if (nnc_dt_float(t->dtype) || nnc_dt_minifloat(t->dtype)) return nnc_get_d(t->data, t->dtype, i) != 0; /* -0 */
     size_t sz = nnc_dtsize(t->dtype);
     const unsigned char *p = (const unsigned char *)t->data + i * (int64_t)sz;
     for (size_t b = 0; b < sz; b++)

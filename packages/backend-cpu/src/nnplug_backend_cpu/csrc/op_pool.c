@@ -1,6 +1,6 @@
 /* MaxPool, AveragePool, LpPool (1-3 spatial dims, pads, dilations, ceil_mode,
  * count_include_pad), GlobalAveragePool, GlobalMaxPool and LRN; parallel over (batch, channel)
- * planes. MaxPool also runs float64, float16, int8 and uint8 and gives its Indices output
+ * planes. MaxPool also runs float64, float16, bfloat16, int8 and uint8 and gives its Indices output
  * (flat positions in the input, row- or column-major per storage_order) on a direct path. */
 #include "nnc.h"
 #include "ops.h"
@@ -21,7 +21,7 @@ typedef struct {
 
 static void free_state(nnc_node *n) { free(n->state); n->state = NULL; }
 
-static const int MAXPOOL_TYPES[] = {DT_F32, DT_F64, DT_F16, DT_I8, DT_U8, 0};
+static const int MAXPOOL_TYPES[] = {DT_F32, DT_F64, DT_F16, DT_BF16, DT_I8, DT_U8, 0};
 
 static int pool_create_common(nnc_node *n, int kind, nnc_err *e)
 {

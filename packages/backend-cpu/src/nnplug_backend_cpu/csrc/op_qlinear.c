@@ -1,9 +1,11 @@
 /* Integer matrix products and convolutions: MatMulInteger and ConvInteger (int32 results),
  * QLinearMatMul and QLinearConv (requantized as onnxruntime does: float(acc) * (sa * sb / sy),
- * rounded to nearest even, plus the output zero point, saturated). 8-bit inputs; exact int32
+ * rounded to nearest even, plus the output zero point, saturated; float32, float16 or bfloat16
+ * scales). 8-bit inputs; exact int32
  * accumulation; parallel over output rows or channel planes. */
 #include "nnc.h"
 #include "ops.h"
+#include "typed.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -49,7 +51,7 @@ static int qg_create(nnc_node *n, nnc_err *e)
     } else {
         s->ia = 0; s->ib = 1; s->iaz = 2; s->ibz = 3;
     }
-    static const int q[] = {DT_U8, DT_I8, 0}, f32[] = {DT_F32, 0}, i32[] = {DT_I32, 0};
+    static const int q[] = {DT_U8, DT_I8, 0}, f32[] = {DT_F32, DT_F16, DT_BF16, 0}, i32[] = {DT_I32, 0};
     int ints[] = {s->ia, s->ib, s->iaz, s->ibz, s->iyz};
     for (int k = 0; k < 5; k++)
         if (ints[k] >= 0) TRY(nnc_check_dtype(n, ints[k], q, e));
@@ -96,13 +98,24 @@ static int get_zp(nnc_node *n, nnc_tensor *const *in, int i, int want_dt, int64_
     return NNC_OK;
 }
 
-static int get_scale(nnc_node *n, nnc_tensor *const *in, int i, int64_t per, const float **p, int64_t *cnt, nnc_err *e)
+static int is_scale_dt(int dt) { return dt == DT_F32 || dt == DT_F16 || dt == DT_BF16; }
+
+/* A scale input as float32 values: its own data, or (float16, bfloat16) converted into *own,
+ * which the caller frees. */
+static int get_scale(nnc_node *n, nnc_tensor *const *in, int i, int64_t per, const float **p, int64_t *cnt,
+                     float **own, nnc_err *e)
 {
     const nnc_tensor *t = in[i];
     int64_t c = nnc_numel(t);
-    if (t->dtype != DT_F32 || t->ndim > 1 || (c != 1 && c != per)) return nnc_node_fail(e, n, "input %d must be a float32 scalar or have %lld values", i, (long long)per);
-    *p = t->data;
+    *own = NULL;
+    if (!is_scale_dt(t->dtype) || t->ndim > 1 || (c != 1 && c != per))
+        return nnc_node_fail(e, n, "input %d must be a float32, float16 or bfloat16 scalar or have %lld values", i, (long long)per);
     *cnt = c;
+    if (t->dtype == DT_F32) { *p = t->data; return NNC_OK; }
+    *own = malloc((size_t)(c ? c : 1) * sizeof(float));
+    if (!*own) return nnc_node_fail(e, n, "out of memory");
+    for (int64_t k = 0; k < c; k++) (*own)[k] = (float)nnc_get_d(t->data, t->dtype, k);
+    *p = *own;
     return NNC_OK;
 }
 
@@ -202,7 +215,7 @@ static int qg_geometry(nnc_node *n, nnc_tensor *const *in, qg_geom *g, nnc_err *
         for (int k = 0; k < 4; k++)
             if (per_tensor[k] < n->nin && in[per_tensor[k]] && nnc_numel(in[per_tensor[k]]) != 1)
                 return nnc_node_fail(e, n, "input %d must be a single value", per_tensor[k]);
-        if (in[s->ias]->dtype != DT_F32 || in[s->iys]->dtype != DT_F32) return nnc_node_fail(e, n, "scales must be float32");
+        if (!is_scale_dt(in[s->ias]->dtype) || !is_scale_dt(in[s->iys]->dtype)) return nnc_node_fail(e, n, "scales must be float32, float16 or bfloat16");
         if (s->ibias >= 0 && s->ibias < n->nin && in[s->ibias]) {
             const nnc_tensor *bi = in[s->ibias];
             if (bi->dtype != DT_I32 || bi->ndim != 1 || bi->dims[0] != g->Mo) return nnc_node_fail(e, n, "bias must be 1-D int32 with %lld values", (long long)g->Mo);
@@ -320,13 +333,15 @@ static int qg_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
         TRY(get_zp(n, in, s->iyz, 0, 1, &yz, e));
         j.yz = zp_at(&yz, 0);
         const float *as, *bs, *ys;
-        int64_t na, nbs, ny;
-        TRY(get_scale(n, in, s->ias, 1, &as, &na, e));
-        TRY(get_scale(n, in, s->ibs, per_b, &bs, &nbs, e));
-        TRY(get_scale(n, in, s->iys, 1, &ys, &ny, e));
-        mult = malloc((size_t)nbs * sizeof(float));
-        if (!mult) return nnc_node_fail(e, n, "out of memory");
-        for (int64_t i = 0; i < nbs; i++) mult[i] = as[0] * bs[i] / ys[0];
+        float *own[3] = {NULL, NULL, NULL};
+        int64_t na, nbs = 0, ny;
+        int rc = get_scale(n, in, s->ias, 1, &as, &na, &own[0], e);
+        if (!rc) rc = get_scale(n, in, s->ibs, per_b, &bs, &nbs, &own[1], e);
+        if (!rc) rc = get_scale(n, in, s->iys, 1, &ys, &ny, &own[2], e);
+        if (!rc && !(mult = malloc((size_t)(nbs ? nbs : 1) * sizeof(float)))) rc = nnc_node_fail(e, n, "out of memory");
+        if (!rc) for (int64_t i = 0; i < nbs; i++) mult[i] = as[0] * bs[i] / ys[0];
+        for (int k = 0; k < 3; k++) free(own[k]);
+        if (rc) return rc;
         j.mult = mult;
         j.nmult = nbs;
         if (s->ibias >= 0 && s->ibias < n->nin && in[s->ibias]) j.bias = in[s->ibias]->data;

@@ -1,9 +1,11 @@
 /* Quantized ops with onnxruntime's integer arithmetic: QuantizeLinear and DequantizeLinear
- * (per-tensor, per-axis, blocked; 8- and 16-bit), DynamicQuantizeLinear, MatMulInteger,
+ * (per-tensor, per-axis, blocked; 16-, 8-, 4- and 2-bit integers, 8- and 4-bit floats; float32,
+ * float16 and bfloat16 scales), DynamicQuantizeLinear, MatMulInteger,
  * ConvInteger, QLinearMatMul and QLinearConv. Rounding is to nearest, ties to even
  * (nearbyintf), then saturation to the output type; accumulation is exact in int32. */
 #include "nnc.h"
 #include "ops.h"
+#include "typed.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -12,6 +14,10 @@ static void q_destroy(nnc_node *n) { free(n->state); n->state = NULL; }
 
 static int is_q8(int dt) { return dt == DT_U8 || dt == DT_I8; }
 static int is_q16(int dt) { return dt == DT_U16 || dt == DT_I16; }
+/* The integer types QuantizeLinear produces, the 4- and 2-bit ones padded (typed.h). */
+static int is_qint(int dt) { return is_q8(dt) || is_q16(dt) || nnc_dt_subbyte_int(dt); }
+/* Scales, quantizer inputs and dequantizer outputs. */
+static int is_qscale(int dt) { return dt == DT_F32 || dt == DT_F16 || dt == DT_BF16; }
 
 static inline int32_t qget(const void *p, int dt, int64_t i)
 {
@@ -20,6 +26,7 @@ static inline int32_t qget(const void *p, int dt, int64_t i)
     case DT_I8: return ((const int8_t *)p)[i];
     case DT_U16: return ((const uint16_t *)p)[i];
     case DT_I16: return ((const int16_t *)p)[i];
+    case DT_I4: case DT_U4: case DT_I2: case DT_U2: return (int32_t)nnc_subbyte_get(dt, ((const uint8_t *)p)[i]);
     default: return ((const int32_t *)p)[i];
     }
 }
@@ -30,6 +37,10 @@ static void qrange(int dt, float *lo, float *hi)
     case DT_U8: *lo = 0; *hi = 255; break;
     case DT_I8: *lo = -128; *hi = 127; break;
     case DT_U16: *lo = 0; *hi = 65535; break;
+    case DT_U4: *lo = 0; *hi = 15; break;
+    case DT_I4: *lo = -8; *hi = 7; break;
+    case DT_U2: *lo = 0; *hi = 3; break;
+    case DT_I2: *lo = -2; *hi = 1; break;
     default: *lo = -32768; *hi = 32767; break;
     }
 }
@@ -44,13 +55,31 @@ static inline void qput(void *p, int dt, int64_t i, float v, int32_t zp, float l
     case DT_U8: ((uint8_t *)p)[i] = (uint8_t)r; break;
     case DT_I8: ((int8_t *)p)[i] = (int8_t)r; break;
     case DT_U16: ((uint16_t *)p)[i] = (uint16_t)r; break;
+    case DT_I4: case DT_U4: case DT_I2: case DT_U2: ((uint8_t *)p)[i] = nnc_subbyte_put(dt, (int64_t)r); break;
     default: ((int16_t *)p)[i] = (int16_t)r; break;
     }
 }
 
+/* A float32 value rounded to nearest even as float16 or bfloat16 holds it (else unchanged). */
+static inline float round_to(int dt, float v)
+{
+    if (dt == DT_F16) return nnc_h2f(nnc_f2h(v));
+    if (dt == DT_BF16) return nnc_bf2f(nnc_f2bf(v));
+    return v;
+}
+
+static inline float fget(const void *p, int dt, int64_t i)
+{
+    if (dt == DT_F32) return ((const float *)p)[i];
+    return (float)nnc_get_d(p, dt, i);
+}
+
 /* ---- QuantizeLinear / DequantizeLinear ------------------------------------------------ */
 
-typedef struct { int quant; int64_t axis, block; int out_dt; } ql_state;
+/* out_dt: the output type; prec: the type x and the scale are divided in (QuantizeLinear's
+ * `precision`, else what numpy's promotion of the two gives: float16 or bfloat16 only when
+ * both are, else float32); saturate: 8-bit float outputs only. */
+typedef struct { int quant; int64_t axis, block; int out_dt, prec, saturate; } ql_state;
 
 static int ql_create(nnc_node *n, nnc_err *e)
 {
@@ -61,31 +90,36 @@ static int ql_create(nnc_node *n, nnc_err *e)
     TRY(nnc_attr_int(n, "axis", 1, &s->axis, e));
     TRY(nnc_attr_int(n, "block_size", 0, &s->block, e));
     if (s->block < 0) return nnc_node_fail(e, n, "attribute 'block_size' must not be negative");
-    int64_t od;
+    int64_t od, prec, sat;
     TRY(nnc_attr_int(n, "output_dtype", 0, &od, e));
-    int64_t prec;
     TRY(nnc_attr_int(n, "precision", 0, &prec, e));
-    if (prec) return nnc_node_unsup(e, n, "attribute 'precision' is not supported");
-    static const int f32[] = {DT_F32, 0};
-    const nnc_valinfo *x = n->vin[0], *zp = nnc_in_present(n, 2) ? n->vin[2] : NULL;
+    TRY(nnc_attr_int(n, "saturate", 1, &sat, e));
+    s->saturate = sat != 0;
+    static const int fl[] = {DT_F32, DT_F16, DT_BF16, 0};
+    const nnc_valinfo *x = n->vin[0], *sc = n->vin[1], *zp = nnc_in_present(n, 2) ? n->vin[2] : NULL;
+    TRY(nnc_check_dtype(n, 1, fl, e));
     if (s->quant) {
-        TRY(nnc_check_dtype(n, 0, f32, e));
-        TRY(nnc_check_dtype(n, 1, f32, e));
+        TRY(nnc_check_dtype(n, 0, fl, e));
+        if (prec && !is_qscale((int)prec))
+            return nnc_node_unsup(e, n, "attribute 'precision' = %lld is not supported (float32, float16, bfloat16 are)", (long long)prec);
+        if (!x || !x->dtype || !sc || !sc->dtype) return nnc_node_unsup(e, n, "the input and scale types must be known");
+        s->prec = prec ? (int)prec : (x->dtype == sc->dtype ? x->dtype : DT_F32);
         int zdt = zp ? zp->dtype : DT_UNDEF;
         if (zp && zdt == DT_UNDEF) return nnc_node_unsup(e, n, "the zero point's element type must be known");
         s->out_dt = zdt ? zdt : od ? (int)od : DT_U8;
         if (od && zdt && od != zdt) return nnc_node_fail(e, n, "attribute 'output_dtype' differs from the zero point's type");
-        if (!is_q8(s->out_dt) && !is_q16(s->out_dt))
-            return nnc_node_unsup(e, n, "quantizing to %s is not supported (uint8, int8, uint16, int16 are)", nnc_dtname(s->out_dt));
+        if (!is_qint(s->out_dt) && !nnc_dt_minifloat(s->out_dt))
+            return nnc_node_unsup(e, n, "quantizing to %s is not supported", nnc_dtname(s->out_dt));
     } else {
-        static const int xs[] = {DT_U8, DT_I8, DT_U16, DT_I16, DT_I32, 0};
+        static const int xs[] = {DT_U8, DT_I8, DT_U16, DT_I16, DT_I32, DT_U4, DT_I4, DT_U2, DT_I2, DT_F8E4M3FN,
+                                 DT_F8E4M3FNUZ, DT_F8E5M2, DT_F8E5M2FNUZ, DT_F4E2M1, 0};
         TRY(nnc_check_dtype(n, 0, xs, e));
-        TRY(nnc_check_dtype(n, 1, f32, e));
-        if (od && od != DT_F32) return nnc_node_unsup(e, n, "output_dtype %lld is not supported", (long long)od);
+        if (od && !is_qscale((int)od)) return nnc_node_unsup(e, n, "output_dtype %s is not supported", nnc_dtname((int)od));
         if (zp && x && zp->dtype && x->dtype && zp->dtype != x->dtype)
             return nnc_node_fail(e, n, "the zero point's type differs from the input's");
         if (x && x->dtype == DT_UNDEF) return nnc_node_unsup(e, n, "the input's element type must be known");
-        s->out_dt = DT_F32;
+        if (!sc || !sc->dtype) return nnc_node_unsup(e, n, "the scale's element type must be known");
+        s->out_dt = od ? (int)od : sc->dtype;
     }
     return NNC_OK;
 }
@@ -97,15 +131,20 @@ static int ql_map(nnc_node *n, nnc_tensor *const *in, qmap *m, nnc_err *e)
     const ql_state *s = n->state;
     const nnc_tensor *x = in[0], *sc = in[1], *zp = n->nin > 2 ? in[2] : NULL;
     memset(m, 0, sizeof *m);
-    if (sc->dtype != DT_F32) return nnc_node_fail(e, n, "the scale must be float32");
-    if (s->quant ? x->dtype != DT_F32 : (!is_q8(x->dtype) && !is_q16(x->dtype) && x->dtype != DT_I32))
+    if (!is_qscale(sc->dtype)) return nnc_node_fail(e, n, "the scale must be float32, float16 or bfloat16");
+    if (s->quant ? !is_qscale(x->dtype) : (!is_qint(x->dtype) && x->dtype != DT_I32 && !nnc_dt_minifloat(x->dtype)))
         return nnc_node_fail(e, n, "input has element type %s", nnc_dtname(x->dtype));
     if (zp) {
         if (zp->dtype != (s->quant ? s->out_dt : x->dtype)) return nnc_node_fail(e, n, "the zero point has the wrong element type");
-        if (!nnc_same_shape(zp, sc)) return nnc_node_fail(e, n, "the zero point's shape differs from the scale's");
+        if (!nnc_same_shape(zp, sc) && !(nnc_numel(zp) == 1 && nnc_numel(sc) == 1)) /* [1] and () alike */
+            return nnc_node_fail(e, n, "the zero point's shape differs from the scale's");
         if (!s->quant && x->dtype == DT_I32)
             for (int64_t i = 0; i < nnc_numel(zp); i++)
                 if (((const int32_t *)zp->data)[i]) return nnc_node_fail(e, n, "an int32 input needs a zero point of 0");
+        if (nnc_dt_minifloat(zp->dtype) && zp->dtype != DT_F4E2M1) /* ONNX: 8-bit float zero points are 0 */
+            for (int64_t i = 0; i < nnc_numel(zp); i++)
+                if (nnc_get_d(zp->data, zp->dtype, i) != 0)
+                    return nnc_node_fail(e, n, "a %s zero point must be 0", nnc_dtname(zp->dtype));
     }
     int r = x->ndim;
     int64_t k = nnc_numel(sc);
@@ -151,26 +190,49 @@ static inline int64_t qidx(const qmap *m, int64_t i)
     return (outer * m->nb + a / m->bs) * m->inner + i % m->inner;
 }
 
-typedef struct { const ql_state *s; qmap m; const void *x, *zp; const float *sc; void *y; int xdt, zdt; } ql_job;
+typedef struct { const ql_state *s; qmap m; const void *x, *zp, *sc; void *y; int xdt, zdt, sdt; } ql_job;
 
 static void ql_range(void *arg, int64_t b, int64_t e, int tid)
 {
     (void)tid;
     const ql_job *j = arg;
-    if (j->s->quant) {
+    const ql_state *s = j->s;
+    if (s->quant) {
         float lo, hi;
-        qrange(j->s->out_dt, &lo, &hi);
-        const float *x = j->x;
+        qrange(s->out_dt, &lo, &hi);
+        const nnc_minifloat *f = nnc_minifloat_of(s->out_dt);
+        int wide = j->xdt == DT_F32 && j->sdt == DT_F32 && s->prec == DT_F32;
         for (int64_t i = b; i < e; i++) {
             int64_t q = qidx(&j->m, i);
-            qput(j->y, j->s->out_dt, i, x[i] / j->sc[q], j->zp ? qget(j->zp, j->zdt, q) : 0, lo, hi);
+            float v;
+            if (wide) v = ((const float *)j->x)[i] / ((const float *)j->sc)[q];
+            else v = round_to(s->prec, round_to(s->prec, fget(j->x, j->xdt, i)) / round_to(s->prec, fget(j->sc, j->sdt, q)));
+            if (!f) {
+                qput(j->y, s->out_dt, i, v, j->zp ? qget(j->zp, j->zdt, q) : 0, lo, hi);
+            } else { /* 8-bit floats ignore their (zero) zero point; float4 adds it, saturating */
+                double d = v;
+                if (s->out_dt == DT_F4E2M1 && j->zp) d = (double)(v + (float)nnc_get_d(j->zp, j->zdt, q));
+                ((uint8_t *)j->y)[i] = nnc_mf_encode(f, d, s->out_dt == DT_F4E2M1 ? 1 : s->saturate);
+            }
         }
     } else {
-        float *y = j->y;
-        for (int64_t i = b; i < e; i++) {
-            int64_t q = qidx(&j->m, i);
-            int32_t v = qget(j->x, j->xdt, i) - (j->zp ? qget(j->zp, j->zdt, q) : 0);
-            y[i] = (float)v * j->sc[q];
+        int fx = nnc_dt_minifloat(j->xdt); /* zero point ignored (0 for 8-bit floats) */
+        float o[NNC_CHUNK];
+        double od[NNC_CHUNK];
+        for (int64_t i0 = b; i0 < e; i0 += NNC_CHUNK) {
+            int64_t m = e - i0 < NNC_CHUNK ? e - i0 : NNC_CHUNK;
+            for (int64_t t = 0; t < m; t++) {
+                int64_t i = i0 + t, q = qidx(&j->m, i);
+                float dx;
+                if (fx) dx = (float)nnc_get_d(j->x, j->xdt, i);
+                else dx = (float)(qget(j->x, j->xdt, i) - (j->zp ? qget(j->zp, j->zdt, q) : 0));
+                o[t] = dx * fget(j->sc, j->sdt, q);
+            }
+            if (s->out_dt == DT_F32) memcpy((float *)j->y + i0, o, (size_t)m * sizeof(float));
+            else {
+                for (int64_t t = 0; t < m; t++) od[t] = o[t];
+                nnc_store_d(j->y, s->out_dt, i0, m, od);
+            }
         }
     }
 }
@@ -184,6 +246,7 @@ static int ql_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
     const nnc_tensor *zp = n->nin > 2 ? in[2] : NULL;
     j.x = in[0]->data;
     j.sc = in[1]->data;
+    j.sdt = in[1]->dtype;
     j.zp = zp ? zp->data : NULL;
     j.zdt = zp ? zp->dtype : DT_U8;
     j.xdt = in[0]->dtype;

@@ -66,7 +66,11 @@ int nnc_reduce_typed_run(const nnc_node *n, int kind, const int *mask, const nnc
                     double v = nnc_get_d(x->data, dt, off);
                     if (pass == 0) { mx = v > mx ? v : mx; }
                     else switch (kind) {
-                    case NNC_R_SUM: case NNC_R_MEAN: case NNC_R_LOGSUM: ad += v; break;
+                    case NNC_R_SUM: /* bfloat16: each partial sum rounded, as ml_dtypes' add.reduce
+                                       (onnx.reference's np.sum) does */
+                        ad = dt == DT_BF16 ? nnc_bf2f(nnc_f2bf((float)ad + (float)v)) : ad + v;
+                        break;
+                    case NNC_R_MEAN: case NNC_R_LOGSUM: ad += v; break;
                     case NNC_R_MAX: ad = v > ad || v != v ? v : ad; break;
                     case NNC_R_MIN: ad = v < ad || v != v ? v : ad; break;
                     case NNC_R_PROD: ad *= v; break;

@@ -35,12 +35,16 @@
 #define TAIL_OPS(X) X(lppool) X(scatter) X(eyelike) X(melweightmatrix) X(tensorscatter) \
     X(tfidfvectorizer) X(deformconv) X(tr_adagrad) X(tr_adam) X(tr_momentum)
 
+/* Ops of the 8-, 4- and 2-bit types (op_cast.c). */
+#define DTYPE_OPS(X) X(bitcast)
+
 #define DECL(x) extern const nnc_op nnc_op_##x;
 OPS(DECL)
 ML_OPS(DECL)
 TAIL_OPS(DECL)
+DTYPE_OPS(DECL)
 #define REF(x) &nnc_op_##x,
-const nnc_op *const nnc_all_ops[] = {OPS(REF) ML_OPS(REF) TAIL_OPS(REF) NULL};
+const nnc_op *const nnc_all_ops[] = {OPS(REF) ML_OPS(REF) TAIL_OPS(REF) DTYPE_OPS(REF) NULL};
 
 static int default_domain(const char *d) { return !d || !d[0] || !strcmp(d, "ai.onnx"); }
 

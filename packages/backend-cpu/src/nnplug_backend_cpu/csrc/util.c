@@ -13,6 +13,8 @@ size_t nnc_dtsize(int dt)
     case DT_F32: case DT_I32: case DT_U32: return 4;
     case DT_I64: case DT_U64: case DT_F64: return 8;
     case DT_U8: case DT_I8: case DT_BOOL: return 1;
+    case DT_F8E4M3FN: case DT_F8E4M3FNUZ: case DT_F8E5M2: case DT_F8E5M2FNUZ: case DT_F8E8M0:
+    case DT_F4E2M1: case DT_I4: case DT_U4: case DT_I2: case DT_U2: return 1; /* padded */
     case DT_U16: case DT_I16: case DT_F16: case DT_BF16: return 2;
     default: return 0;
     }
@@ -22,7 +24,10 @@ const char *nnc_dtname(int dt)
 {
     static const char *names[] = {"undefined", "float32", "uint8", "int8", "uint16", "int16",
                                   "int32", "int64", "string", "bool", "float16", "float64",
-                                  "uint32", "uint64", "complex64", "complex128", "bfloat16"};
+                                  "uint32", "uint64", "complex64", "complex128", "bfloat16",
+                                  "float8e4m3fn", "float8e4m3fnuz", "float8e5m2",
+                                  "float8e5m2fnuz", "uint4", "int4", "float4e2m1",
+                                  "float8e8m0", "uint2", "int2"};
     if (dt >= 0 && dt < (int)(sizeof names / sizeof names[0])) return names[dt];
     return "unsupported type";
 }

@@ -295,6 +295,14 @@ def read_table(address: int) -> tuple[BackendV1, int]:
 
 # -- dtypes -----------------------------------------------------------------------------------
 _KIND_CODE = {"i": 0, "u": 1, "f": 2, "b": 6, "c": 5}
+# ml_dtypes' types (numpy kind "V") by name: (code, bits) as nnplug/common.h gives them. The
+# sub-byte ones take one byte per element in memory, as ml_dtypes holds them.
+_NAMED = {
+    "bfloat16": (4, 16), "float8_e4m3fn": (10, 8), "float8_e4m3fnuz": (11, 8),
+    "float8_e5m2": (12, 8), "float8_e5m2fnuz": (13, 8), "float8_e8m0fnu": (14, 8),
+    "float4_e2m1fn": (17, 4), "int4": (0, 4), "uint4": (1, 4), "int2": (0, 2), "uint2": (1, 2),
+}
+_BY_CODE = {v: k for k, v in _NAMED.items()}
 
 
 def dtype_of(dt) -> DType:
@@ -302,16 +310,24 @@ def dtype_of(dt) -> DType:
     if dt is None:
         return DType(0, 0, 0)
     dt = np.dtype(dt)
+    if dt.name in _NAMED and dt.kind in "Vf":  # ml_dtypes (one of its kinds is "f")
+        return DType(*_NAMED[dt.name], 1)
     code = _KIND_CODE.get(dt.kind)
     if code is None:
-        if dt.kind == "V" and dt.name == "bfloat16":
-            return DType(4, 16, 1)
         return DType(0, 0, 0)
     return DType(code, dt.itemsize * 8, 1)
 
 
 def numpy_dtype(t: DType):
     """DLDataType -> numpy dtype, None when numpy has no such type."""
+    named = _BY_CODE.get((t.code, t.bits))
+    if named is not None and t.lanes in (0, 1):
+        try:
+            import ml_dtypes  # onnx depends on it
+
+            return np.dtype(getattr(ml_dtypes, named))
+        except (ImportError, AttributeError):
+            return None
     kind = {0: "i", 1: "u", 2: "f", 6: "b", 5: "c"}.get(t.code)
     if kind is None or t.lanes not in (0, 1) or t.bits % 8:
         return None

@@ -133,16 +133,31 @@ enum {
   NNP_DTYPE_OPAQUE_HANDLE = 3, /* pointers (e.g. the elements of a STRINGS attribute) */
   NNP_DTYPE_BFLOAT = 4,
   NNP_DTYPE_COMPLEX = 5,
-  NNP_DTYPE_BOOL = 6 /* one byte per element, 0 or 1 */
+  NNP_DTYPE_BOOL = 6, /* one byte per element, 0 or 1 */
+  /* DLPack 1.1's codes for 8- and 4-bit floats (bits 8, or 4 for FLOAT4_E2M1FN); ONNX's
+   * FLOAT8E4M3FN, FLOAT8E4M3FNUZ, FLOAT8E5M2, FLOAT8E5M2FNUZ, FLOAT8E8M0, FLOAT4E2M1. */
+  NNP_DTYPE_FLOAT8_E4M3FN = 10,
+  NNP_DTYPE_FLOAT8_E4M3FNUZ = 11,
+  NNP_DTYPE_FLOAT8_E5M2 = 12,
+  NNP_DTYPE_FLOAT8_E5M2FNUZ = 13,
+  NNP_DTYPE_FLOAT8_E8M0FNU = 14,
+  NNP_DTYPE_FLOAT4_E2M1FN = 17
 };
 
 /* == DLDataType. 4 bytes. float32 is {NNP_DTYPE_FLOAT, 32, 1}; bool is {NNP_DTYPE_BOOL, 8, 1}.
  * {0, 0, 0} means "unknown" in descriptors (never in tensors passed to a kernel). */
 typedef struct nnp_dtype {
   uint8_t code;   /* NNP_DTYPE_* */
-  uint8_t bits;   /* bits per lane: 8, 16, 32, 64 */
+  uint8_t bits;   /* bits per lane: 8, 16, 32, 64; 4 or 2 for the sub-byte types below */
   uint16_t lanes; /* 1 for scalars (nnplug only uses 1) */
 } nnp_dtype;
+
+/* Sub-byte types: ONNX's INT4/UINT4 are {NNP_DTYPE_INT/UINT, 4, 1}, INT2/UINT2 {.., 2, 1},
+ * FLOAT4E2M1 {NNP_DTYPE_FLOAT4_E2M1FN, 4, 1}. In nnplug's tensors and constants they are
+ * PADDED, one element per byte, the value in the low bits and the high bits 0 (as ml_dtypes
+ * and onnx.numpy_helper hold them; DLPack's "subbyte type padded" layout): ONNX
+ * packs them two or four to a byte only inside TensorProto, and nnplug unpacks them when it
+ * reads a model. nnp_dtype_nbytes() is 1 for them. */
 
 /* == DLTensor. The host always passes compact row-major tensors: strides == NULL.
  * The first element is at (char*)data + byte_offset. For host (CPU) memory `data` is a plain
@@ -160,8 +175,10 @@ typedef struct nnp_tensor {
   uint64_t byte_offset;
 } nnp_tensor;
 
-/* Bytes per element of a dtype (0 for code/bits combinations that are not whole bytes). */
+/* Bytes per element of a dtype: 1 for the padded sub-byte types (bits 4 and 2), 0 for other
+ * bit counts that are not whole bytes. */
 static inline uint64_t nnp_dtype_nbytes(nnp_dtype t) {
+  if ((t.bits == 4 || t.bits == 2) && t.lanes <= 1) return 1;
   return (t.bits % 8 == 0) ? (uint64_t)(t.bits / 8) * (uint64_t)(t.lanes ? t.lanes : 1) : 0;
 }
 
