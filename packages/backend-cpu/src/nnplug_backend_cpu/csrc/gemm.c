@@ -17,7 +17,7 @@
 
 #include <stdlib.h>
 
-#define MR 6
+#define MR NNC_GEMM_MR
 #define NR 16
 #define KC 256
 #define MC 96  /* multiple of MR */
@@ -199,6 +199,106 @@ void nnc_sgemm(int transa, int transb, int64_t m, int64_t n, int64_t k, float al
                                 for (int64_t j = 0; j < w; j++) row[j] = alpha * t[j] + beta * row[j];
                         }
                     }
+                }
+            }
+        }
+    }
+}
+
+/* ---- both operands packed ahead -------------------------------------------------------- */
+
+int64_t nnc_sgemm_packed_a_floats(int64_t m, int64_t k) { return (m + MR - 1) / MR * MR * k; }
+
+void nnc_sgemm_pack_a(int64_t m, int64_t k, const float *a, int64_t lda, float *pa)
+{
+    for (int64_t ip = 0; ip < m; ip += MR) {
+        int64_t h = m - ip < MR ? m - ip : MR;
+        for (int64_t kk = 0; kk < k; kk++, pa += MR) {
+            int64_t i = 0;
+            for (; i < h; i++) pa[i] = a[(ip + i) * lda + kk];
+            for (; i < MR; i++) pa[i] = 0.f;
+        }
+    }
+}
+
+void nnc_sgemm_packed_a_scale_row(float *pa, int64_t k, int64_t row, float s)
+{
+    float *p = pa + row / MR * MR * k + row % MR;
+    for (int64_t kk = 0; kk < k; kk++) p[kk * MR] *= s;
+}
+
+/* Packed B: per KC block (in order), NR-wide panels of kc rows each, columns zero-padded to
+ * a multiple of NR; the block of row p0 starts at p0 * npad. */
+int64_t nnc_sgemm_packed_b_floats(int64_t k, int64_t n) { return k * ((n + NR - 1) / NR * NR); }
+
+void nnc_sgemm_pack_b_row(int64_t k, int64_t kk, int64_t n, const float *row, float *pb)
+{
+    int64_t npad = (n + NR - 1) / NR * NR, p0 = kk / KC * KC;
+    int64_t kc = k - p0 < KC ? k - p0 : KC;
+    float *dst = pb + p0 * npad + (kk - p0) * NR;
+    int64_t j = 0;
+    for (; j + NR <= n; j += NR, dst += kc * NR)
+        for (int q = 0; q < NR; q++) dst[q] = row[j + q]; /* inline: a call per 64 bytes costs more */
+    if (j < n) {
+        memcpy(dst, row + j, (size_t)(n - j) * sizeof(float));
+        memset(dst + (n - j), 0, (size_t)(NR - (n - j)) * sizeof(float));
+    }
+}
+
+/* One tile of the product into C: the KC block's sums added to what C holds (or stored, for the
+ * first block), and after the last block the epilogue, in one pass while the tile is in L1. */
+MULTIVERSION
+static void store_tile(float *c, int64_t ldc, const float *tile, int64_t h, int64_t w, int first,
+                       const nnc_gemm_epi *ep, int64_t r0, int64_t c0)
+{
+    int kind = ep && ep->act ? ep->act->kind : ACT_NONE;
+    float lo = ep && ep->act ? ep->act->a : 0.f, hi = ep && ep->act ? ep->act->b : 0.f;
+    for (int64_t i = 0; i < h; i++) {
+        float *row = c + i * ldc;
+        const float *t = tile + i * NR;
+        if (!ep) {
+            if (first) for (int64_t j = 0; j < w; j++) row[j] = t[j];
+            else for (int64_t j = 0; j < w; j++) row[j] += t[j];
+            continue;
+        }
+        const float b = ep->bias ? ep->bias[r0 + i] : 0.f;
+        const float *r = ep->res ? ep->res + (r0 + i) * ep->ldr + c0 : NULL;
+        float v[NR];
+        for (int64_t j = 0; j < w; j++) v[j] = first ? t[j] : row[j] + t[j];
+        if (r) for (int64_t j = 0; j < w; j++) v[j] += b + r[j];
+        else if (ep->bias) for (int64_t j = 0; j < w; j++) v[j] += b;
+        switch (kind) {
+        case ACT_RELU: for (int64_t j = 0; j < w; j++) row[j] = v[j] < 0.f ? 0.f : v[j]; break; /* NaN stays */
+        case ACT_CLIP:
+            for (int64_t j = 0; j < w; j++) { float x = v[j] < lo ? lo : v[j]; row[j] = x > hi ? hi : x; }
+            break;
+        case ACT_LEAKY: for (int64_t j = 0; j < w; j++) row[j] = v[j] >= 0.f ? v[j] : v[j] * lo; break;
+        default: for (int64_t j = 0; j < w; j++) row[j] = v[j];
+        }
+    }
+}
+
+void nnc_sgemm_packed(int64_t m, int64_t n, int64_t k, const float *pa, const float *pb, float *c,
+                      int64_t ldc, const nnc_gemm_epi *ep)
+{
+    if (m <= 0 || n <= 0 || k <= 0) return;
+    static ukernel_fn kernel;
+    if (!kernel) kernel = pick_kernel(); /* idempotent: a race writes the same pointer */
+    int64_t npad = (n + NR - 1) / NR * NR;
+    _Alignas(64) float tile[MR * NR];
+    for (int64_t p0 = 0; p0 < k; p0 += KC) {
+        int64_t kc = k - p0 < KC ? k - p0 : KC;
+        int first = p0 == 0, last = p0 + kc >= k;
+        const float *bp = pb + p0 * npad;
+        for (int64_t i0 = 0; i0 < m; i0 += MC) {
+            int64_t mc = m - i0 < MC ? m - i0 : MC;
+            /* a B micro-panel stays in L1 across the A panels of the block (in L2) */
+            for (int64_t jr = 0; jr < n; jr += NR) {
+                int64_t w = n - jr < NR ? n - jr : NR;
+                for (int64_t ir = 0; ir < mc; ir += MR) {
+                    int64_t h = mc - ir < MR ? mc - ir : MR;
+                    kernel(kc, pa + (i0 + ir) * k + p0 * MR, bp + jr * kc, tile);
+                    store_tile(c + (i0 + ir) * ldc + jr, ldc, tile, h, w, first, last ? ep : NULL, i0 + ir, jr);
                 }
             }
         }
