@@ -68,6 +68,59 @@ static void ukernel_avx2(int64_t kc, const float *a, const float *b, float *c)
     _mm256_store_ps(c + 4 * NR, c40); _mm256_store_ps(c + 4 * NR + 8, c41);
     _mm256_store_ps(c + 5 * NR, c50); _mm256_store_ps(c + 5 * NR + 8, c51);
 }
+
+/* The same products as ukernel_avx2, stored straight into a full MR x NR tile of C (row stride
+ * ldc): added to what C holds unless first, then, when ep is given, the epilogue with the same
+ * operations store_tile does (max(0, v) keeps a NaN and -0 as v < 0 ? 0 : v does). */
+__attribute__((target("avx2,fma")))
+static void ukernel_avx2_c(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                           int first, const nnc_gemm_epi *ep, int64_t r0, int64_t c0)
+{
+    __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
+    __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
+    __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
+    __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
+    __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
+    __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
+    for (int64_t k = 0; k < kc; k++, a += MR, b += NR) {
+        const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+        __m256 av;
+        av = _mm256_broadcast_ss(a + 0); c00 = _mm256_fmadd_ps(av, b0, c00); c01 = _mm256_fmadd_ps(av, b1, c01);
+        av = _mm256_broadcast_ss(a + 1); c10 = _mm256_fmadd_ps(av, b0, c10); c11 = _mm256_fmadd_ps(av, b1, c11);
+        av = _mm256_broadcast_ss(a + 2); c20 = _mm256_fmadd_ps(av, b0, c20); c21 = _mm256_fmadd_ps(av, b1, c21);
+        av = _mm256_broadcast_ss(a + 3); c30 = _mm256_fmadd_ps(av, b0, c30); c31 = _mm256_fmadd_ps(av, b1, c31);
+        av = _mm256_broadcast_ss(a + 4); c40 = _mm256_fmadd_ps(av, b0, c40); c41 = _mm256_fmadd_ps(av, b1, c41);
+        av = _mm256_broadcast_ss(a + 5); c50 = _mm256_fmadd_ps(av, b0, c50); c51 = _mm256_fmadd_ps(av, b1, c51);
+    }
+    const __m256 v[2 * MR] = {c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51};
+    const int kind = ep && ep->act ? ep->act->kind : ACT_NONE;
+    const __m256 zero = _mm256_setzero_ps();
+    const __m256 lo = _mm256_set1_ps(ep && ep->act ? ep->act->a : 0.f);
+    const __m256 hi = _mm256_set1_ps(ep && ep->act ? ep->act->b : 0.f);
+    for (int i = 0; i < MR; i++) {
+        float *row = c + i * ldc;
+        __m256 x[2] = {v[2 * i], v[2 * i + 1]};
+        for (int h = 0; h < 2; h++) {
+            if (!first) x[h] = _mm256_add_ps(_mm256_loadu_ps(row + 8 * h), x[h]);
+            if (ep) {
+                const __m256 bb = _mm256_set1_ps(ep->bias ? ep->bias[r0 + i] : 0.f);
+                if (ep->res)
+                    x[h] = _mm256_add_ps(x[h], _mm256_add_ps(bb, _mm256_loadu_ps(ep->res + (r0 + i) * ep->ldr + c0 + 8 * h)));
+                else if (ep->bias)
+                    x[h] = _mm256_add_ps(x[h], bb);
+                if (kind == ACT_RELU) {
+                    x[h] = _mm256_max_ps(zero, x[h]);
+                } else if (kind == ACT_CLIP) {
+                    x[h] = _mm256_blendv_ps(x[h], lo, _mm256_cmp_ps(x[h], lo, _CMP_LT_OQ));
+                    x[h] = _mm256_blendv_ps(x[h], hi, _mm256_cmp_ps(x[h], hi, _CMP_GT_OQ));
+                } else if (kind == ACT_LEAKY) {
+                    x[h] = _mm256_blendv_ps(_mm256_mul_ps(x[h], lo), x[h], _mm256_cmp_ps(x[h], zero, _CMP_GE_OQ));
+                }
+            }
+            _mm256_storeu_ps(row + 8 * h, x[h]);
+        }
+    }
+}
 #endif
 
 static ukernel_fn pick_kernel(void)
@@ -297,6 +350,13 @@ void nnc_sgemm_packed(int64_t m, int64_t n, int64_t k, const float *pa, const fl
                 int64_t w = n - jr < NR ? n - jr : NR;
                 for (int64_t ir = 0; ir < mc; ir += MR) {
                     int64_t h = mc - ir < MR ? mc - ir : MR;
+#ifdef HAVE_AVX2_KERNEL
+                    if (kernel == ukernel_avx2 && h == MR && w == NR) { /* full tile: straight into C */
+                        ukernel_avx2_c(kc, pa + (i0 + ir) * k + p0 * MR, bp + jr * kc, c + (i0 + ir) * ldc + jr,
+                                       ldc, first, last ? ep : NULL, i0 + ir, jr);
+                        continue;
+                    }
+#endif
                     kernel(kc, pa + (i0 + ir) * k + p0 * MR, bp + jr * kc, tile);
                     store_tile(c + (i0 + ir) * ldc + jr, ldc, tile, h, w, first, last ? ep : NULL, i0 + ir, jr);
                 }
