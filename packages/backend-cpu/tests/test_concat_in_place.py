@@ -1,8 +1,10 @@
 """Concat inputs written in place (the planner makes an input a slice of the Concat's output)
-give onnxruntime's answers in the cases that stress it: a value in several Concats and read
-again after them, the same value twice in one Concat, a chain of Concats, Concat outputs that
-leave the kernel, a Reshape of a placed value, a Relu fused into a Concat, and batch 2 (where
-the inputs are not contiguous slabs and are copied)."""
+give onnxruntime's answers in the cases that stress the planner: a value in several Concats and
+read again after them, the same value twice in one Concat, a chain of Concats, a Concat output
+that leaves the kernel, a Reshape of a placed value, a Relu fused into a Concat (not placed),
+and batch 2 (inputs are not contiguous slabs there, so they are copied). Each case is placed
+where the host's grouping puts producer and Concat in one kernel; the light zoo's DenseNet and
+Inception (test_zoo_models.py) run the long chains, where nearly every Concat input is placed."""
 
 from __future__ import annotations
 
@@ -32,11 +34,13 @@ def concat_model(batch: int):
         helper.make_node("Concat", ["e", "x"], ["c4"], axis=1),          # a kernel input copied
         helper.make_node("Concat", ["c4", "d"], ["c5"], axis=1),
         helper.make_node("Relu", ["c5"], ["f"]),                         # fused into the Concat
+        helper.make_node("Concat", ["br", "br"], ["g"], axis=1),
+        helper.make_node("Concat", ["c3", "f"], ["h"], axis=1),            # the one output
     ]
-    outs = {"c1": 7, "c3": 6, "br": None, "f": 11 + C + 4}
+    outs = {"g": None, "h": 6 + 11 + C + 4}
     vis = []
     for name, ch in outs.items():
-        shape = (batch, 3 * H * H) if ch is None else (batch, ch, H, H)
+        shape = (batch, 6 * H * H) if ch is None else (batch, ch, H, H)
         vis.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, shape))
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
                               vis, inits)
