@@ -17,7 +17,7 @@
 
 #include <stdlib.h>
 
-#define MR 6
+#define MR NNC_GEMM_MR
 #define NR 16
 #define KC 256
 #define MC 96  /* multiple of MR */
@@ -67,6 +67,59 @@ static void ukernel_avx2(int64_t kc, const float *a, const float *b, float *c)
     _mm256_store_ps(c + 3 * NR, c30); _mm256_store_ps(c + 3 * NR + 8, c31);
     _mm256_store_ps(c + 4 * NR, c40); _mm256_store_ps(c + 4 * NR + 8, c41);
     _mm256_store_ps(c + 5 * NR, c50); _mm256_store_ps(c + 5 * NR + 8, c51);
+}
+
+/* The same products as ukernel_avx2, stored straight into a full MR x NR tile of C (row stride
+ * ldc): added to what C holds unless first, then, when ep is given, the epilogue with the same
+ * operations store_tile does (max(0, v) keeps a NaN and -0 as v < 0 ? 0 : v does). */
+__attribute__((target("avx2,fma")))
+static void ukernel_avx2_c(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                           int first, const nnc_gemm_epi *ep, int64_t r0, int64_t c0)
+{
+    __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
+    __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
+    __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
+    __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
+    __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
+    __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
+    for (int64_t k = 0; k < kc; k++, a += MR, b += NR) {
+        const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+        __m256 av;
+        av = _mm256_broadcast_ss(a + 0); c00 = _mm256_fmadd_ps(av, b0, c00); c01 = _mm256_fmadd_ps(av, b1, c01);
+        av = _mm256_broadcast_ss(a + 1); c10 = _mm256_fmadd_ps(av, b0, c10); c11 = _mm256_fmadd_ps(av, b1, c11);
+        av = _mm256_broadcast_ss(a + 2); c20 = _mm256_fmadd_ps(av, b0, c20); c21 = _mm256_fmadd_ps(av, b1, c21);
+        av = _mm256_broadcast_ss(a + 3); c30 = _mm256_fmadd_ps(av, b0, c30); c31 = _mm256_fmadd_ps(av, b1, c31);
+        av = _mm256_broadcast_ss(a + 4); c40 = _mm256_fmadd_ps(av, b0, c40); c41 = _mm256_fmadd_ps(av, b1, c41);
+        av = _mm256_broadcast_ss(a + 5); c50 = _mm256_fmadd_ps(av, b0, c50); c51 = _mm256_fmadd_ps(av, b1, c51);
+    }
+    const __m256 v[2 * MR] = {c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51};
+    const int kind = ep && ep->act ? ep->act->kind : ACT_NONE;
+    const __m256 zero = _mm256_setzero_ps();
+    const __m256 lo = _mm256_set1_ps(ep && ep->act ? ep->act->a : 0.f);
+    const __m256 hi = _mm256_set1_ps(ep && ep->act ? ep->act->b : 0.f);
+    for (int i = 0; i < MR; i++) {
+        float *row = c + i * ldc;
+        __m256 x[2] = {v[2 * i], v[2 * i + 1]};
+        for (int h = 0; h < 2; h++) {
+            if (!first) x[h] = _mm256_add_ps(_mm256_loadu_ps(row + 8 * h), x[h]);
+            if (ep) {
+                const __m256 bb = _mm256_set1_ps(ep->bias ? ep->bias[r0 + i] : 0.f);
+                if (ep->res)
+                    x[h] = _mm256_add_ps(x[h], _mm256_add_ps(bb, _mm256_loadu_ps(ep->res + (r0 + i) * ep->ldr + c0 + 8 * h)));
+                else if (ep->bias)
+                    x[h] = _mm256_add_ps(x[h], bb);
+                if (kind == ACT_RELU) {
+                    x[h] = _mm256_max_ps(zero, x[h]);
+                } else if (kind == ACT_CLIP) {
+                    x[h] = _mm256_blendv_ps(x[h], lo, _mm256_cmp_ps(x[h], lo, _CMP_LT_OQ));
+                    x[h] = _mm256_blendv_ps(x[h], hi, _mm256_cmp_ps(x[h], hi, _CMP_GT_OQ));
+                } else if (kind == ACT_LEAKY) {
+                    x[h] = _mm256_blendv_ps(_mm256_mul_ps(x[h], lo), x[h], _mm256_cmp_ps(x[h], zero, _CMP_GE_OQ));
+                }
+            }
+            _mm256_storeu_ps(row + 8 * h, x[h]);
+        }
+    }
 }
 #endif
 
@@ -199,6 +252,113 @@ void nnc_sgemm(int transa, int transb, int64_t m, int64_t n, int64_t k, float al
                                 for (int64_t j = 0; j < w; j++) row[j] = alpha * t[j] + beta * row[j];
                         }
                     }
+                }
+            }
+        }
+    }
+}
+
+/* ---- both operands packed ahead -------------------------------------------------------- */
+
+int64_t nnc_sgemm_packed_a_floats(int64_t m, int64_t k) { return (m + MR - 1) / MR * MR * k; }
+
+void nnc_sgemm_pack_a(int64_t m, int64_t k, const float *a, int64_t lda, float *pa)
+{
+    for (int64_t ip = 0; ip < m; ip += MR) {
+        int64_t h = m - ip < MR ? m - ip : MR;
+        for (int64_t kk = 0; kk < k; kk++, pa += MR) {
+            int64_t i = 0;
+            for (; i < h; i++) pa[i] = a[(ip + i) * lda + kk];
+            for (; i < MR; i++) pa[i] = 0.f;
+        }
+    }
+}
+
+void nnc_sgemm_packed_a_scale_row(float *pa, int64_t k, int64_t row, float s)
+{
+    float *p = pa + row / MR * MR * k + row % MR;
+    for (int64_t kk = 0; kk < k; kk++) p[kk * MR] *= s;
+}
+
+/* Packed B: per KC block (in order), NR-wide panels of kc rows each, columns zero-padded to
+ * a multiple of NR; the block of row p0 starts at p0 * npad. */
+int64_t nnc_sgemm_packed_b_floats(int64_t k, int64_t n) { return k * ((n + NR - 1) / NR * NR); }
+
+void nnc_sgemm_pack_b_row(int64_t k, int64_t kk, int64_t n, const float *row, float *pb)
+{
+    int64_t npad = (n + NR - 1) / NR * NR, p0 = kk / KC * KC;
+    int64_t kc = k - p0 < KC ? k - p0 : KC;
+    float *dst = pb + p0 * npad + (kk - p0) * NR;
+    int64_t j = 0;
+    for (; j + NR <= n; j += NR, dst += kc * NR)
+        for (int q = 0; q < NR; q++) dst[q] = row[j + q]; /* inline: a call per 64 bytes costs more */
+    if (j < n) {
+        memcpy(dst, row + j, (size_t)(n - j) * sizeof(float));
+        memset(dst + (n - j), 0, (size_t)(NR - (n - j)) * sizeof(float));
+    }
+}
+
+/* One tile of the product into C: the KC block's sums added to what C holds (or stored, for the
+ * first block), and after the last block the epilogue, in one pass while the tile is in L1. */
+MULTIVERSION
+static void store_tile(float *c, int64_t ldc, const float *tile, int64_t h, int64_t w, int first,
+                       const nnc_gemm_epi *ep, int64_t r0, int64_t c0)
+{
+    int kind = ep && ep->act ? ep->act->kind : ACT_NONE;
+    float lo = ep && ep->act ? ep->act->a : 0.f, hi = ep && ep->act ? ep->act->b : 0.f;
+    for (int64_t i = 0; i < h; i++) {
+        float *row = c + i * ldc;
+        const float *t = tile + i * NR;
+        if (!ep) {
+            if (first) for (int64_t j = 0; j < w; j++) row[j] = t[j];
+            else for (int64_t j = 0; j < w; j++) row[j] += t[j];
+            continue;
+        }
+        const float b = ep->bias ? ep->bias[r0 + i] : 0.f;
+        const float *r = ep->res ? ep->res + (r0 + i) * ep->ldr + c0 : NULL;
+        float v[NR];
+        for (int64_t j = 0; j < w; j++) v[j] = first ? t[j] : row[j] + t[j];
+        if (r) for (int64_t j = 0; j < w; j++) v[j] += b + r[j];
+        else if (ep->bias) for (int64_t j = 0; j < w; j++) v[j] += b;
+        switch (kind) {
+        case ACT_RELU: for (int64_t j = 0; j < w; j++) row[j] = v[j] < 0.f ? 0.f : v[j]; break; /* NaN stays */
+        case ACT_CLIP:
+            for (int64_t j = 0; j < w; j++) { float x = v[j] < lo ? lo : v[j]; row[j] = x > hi ? hi : x; }
+            break;
+        case ACT_LEAKY: for (int64_t j = 0; j < w; j++) row[j] = v[j] >= 0.f ? v[j] : v[j] * lo; break;
+        default: for (int64_t j = 0; j < w; j++) row[j] = v[j];
+        }
+    }
+}
+
+void nnc_sgemm_packed(int64_t m, int64_t n, int64_t k, const float *pa, const float *pb, float *c,
+                      int64_t ldc, const nnc_gemm_epi *ep)
+{
+    if (m <= 0 || n <= 0 || k <= 0) return;
+    static ukernel_fn kernel;
+    if (!kernel) kernel = pick_kernel(); /* idempotent: a race writes the same pointer */
+    int64_t npad = (n + NR - 1) / NR * NR;
+    _Alignas(64) float tile[MR * NR];
+    for (int64_t p0 = 0; p0 < k; p0 += KC) {
+        int64_t kc = k - p0 < KC ? k - p0 : KC;
+        int first = p0 == 0, last = p0 + kc >= k;
+        const float *bp = pb + p0 * npad;
+        for (int64_t i0 = 0; i0 < m; i0 += MC) {
+            int64_t mc = m - i0 < MC ? m - i0 : MC;
+            /* a B micro-panel stays in L1 across the A panels of the block (in L2) */
+            for (int64_t jr = 0; jr < n; jr += NR) {
+                int64_t w = n - jr < NR ? n - jr : NR;
+                for (int64_t ir = 0; ir < mc; ir += MR) {
+                    int64_t h = mc - ir < MR ? mc - ir : MR;
+#ifdef HAVE_AVX2_KERNEL
+                    if (kernel == ukernel_avx2 && h == MR && w == NR) { /* full tile: straight into C */
+                        ukernel_avx2_c(kc, pa + (i0 + ir) * k + p0 * MR, bp + jr * kc, c + (i0 + ir) * ldc + jr,
+                                       ldc, first, last ? ep : NULL, i0 + ir, jr);
+                        continue;
+                    }
+#endif
+                    kernel(kc, pa + (i0 + ir) * k + p0 * MR, bp + jr * kc, tile);
+                    store_tile(c + (i0 + ir) * ldc + jr, ldc, tile, h, w, first, last ? ep : NULL, i0 + ir, jr);
                 }
             }
         }

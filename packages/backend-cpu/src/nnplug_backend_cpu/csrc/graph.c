@@ -261,17 +261,73 @@ static int owns_const(const nnc_node *n, int j)
     return n->op && n->op->owns_const && n->op->owns_const(n, j);
 }
 
-static int plan_memory(nnc_plan *p, nnc_err *e)
+/* Concat inputs written in place: an input computed by a live node of this plan becomes a
+ * slice of the Concat's output, so its producer writes there and the Concat copies nothing
+ * (DenseNet's chains of Concats share one buffer per kernel, Inception's branches write into
+ * theirs). Only where every axis before the concatenated one has size 1 (each input is one
+ * contiguous slab), and not when an activation is fused into the Concat (it rewrites its
+ * output, which would be its inputs). Later Concats first, so an input used by several lands
+ * in the last. parent[v] / off[v]: the value v now lives in, and where. */
+static void place_concat_inputs(nnc_plan *p, int *parent, int64_t *off)
+{
+    for (int i = p->nnodes - 1; i >= 0; i--) {
+        const nnc_node *c = &p->nodes[i];
+        if (c->dead || !is_op(c, "Concat") || c->act.kind != ACT_NONE || c->out[0] < 0) continue;
+        const nnc_value *o = &p->vals[c->out[0]];
+        if (o->is_const || !info_static(&o->info)) continue;
+        int axis = nnc_concat_axis(c, o->info.ndim);
+        if (axis < 0) continue;
+        int64_t outer = 1, inner = 1, at = 0;
+        for (int d = 0; d < axis; d++) outer *= o->info.dims[d];
+        for (int d = axis + 1; d < o->info.ndim; d++) inner *= o->info.dims[d];
+        if (outer != 1) continue;
+        for (int k = 0; k < c->nin; k++) {
+            int v = c->in[k];
+            if (v < 0) break;
+            const nnc_value *x = &p->vals[v];
+            if (!info_static(&x->info) || x->info.ndim != o->info.ndim || x->info.dtype != o->info.dtype) break;
+            int ok = x->producer >= 0 && x->producer < i && !p->nodes[x->producer].dead && !x->is_const &&
+                     x->ext_out < 0 && x->root == v && parent[v] < 0 &&
+                     !(p->nodes[x->producer].op->flags & OPF_ALIAS);
+            for (int q = 0; q < c->nin && ok; q++) ok = q == k || c->in[q] != v;
+            if (ok) { parent[v] = c->out[0]; off[v] = at; }
+            at += x->info.dims[axis] * inner * (int64_t)nnc_dtsize(x->info.dtype);
+        }
+    }
+}
+
+static int plan_memory(nnc_plan *p, int concat_in_place, nnc_err *e)
 {
     int nv = p->nvals;
     int *first = malloc((size_t)nv * sizeof(int)), *last = malloc((size_t)nv * sizeof(int));
-    if (!first || !last) { free(first); free(last); return nnc_fail(e, "out of memory planning a kernel"); }
-    for (int v = 0; v < nv; v++) { first[v] = -1; last[v] = -1; p->vals[v].root = v; }
+    int *parent = malloc((size_t)nv * sizeof(int));
+    int64_t *off = malloc((size_t)nv * sizeof(int64_t));
+    if (!first || !last || !parent || !off) {
+        free(first); free(last); free(parent); free(off);
+        return nnc_fail(e, "out of memory planning a kernel");
+    }
+    for (int v = 0; v < nv; v++) { first[v] = -1; last[v] = -1; p->vals[v].root = v; parent[v] = -1; off[v] = 0; }
+    for (int i = 0; i < p->nnodes; i++) {
+        nnc_node *n = &p->nodes[i];
+        if (!n->dead && (n->op->flags & OPF_ALIAS) && n->out[0] >= 0 && n->in[0] >= 0)
+            p->vals[n->out[0]].root = p->vals[n->in[0]].root;
+    }
+    if (concat_in_place) {
+        place_concat_inputs(p, parent, off);
+        /* each value's memory: its view's root, then up the Concats it was placed in (first
+         * and last hold the results until the lifetimes below need them) */
+        for (int v = 0; v < nv; v++) {
+            int r = p->vals[v].root;
+            int64_t o = 0;
+            for (int hops = 0; parent[r] >= 0 && hops < nv; hops++) { o += off[r]; r = parent[r]; }
+            first[v] = r;
+            p->vals[v].view_off = o;
+        }
+        for (int v = 0; v < nv; v++) { p->vals[v].root = first[v]; first[v] = -1; }
+    }
     for (int i = 0; i < p->nnodes; i++) {
         nnc_node *n = &p->nodes[i];
         if (n->dead) continue;
-        if ((n->op->flags & OPF_ALIAS) && n->out[0] >= 0 && n->in[0] >= 0)
-            p->vals[n->out[0]].root = p->vals[n->in[0]].root;
         for (int j = 0; j < n->nin; j++)
             if (n->in[j] >= 0) last[p->vals[n->in[j]].root] = i;
         for (int j = 0; j < n->nout; j++) {
@@ -321,6 +377,8 @@ static int plan_memory(nnc_plan *p, nnc_err *e)
     free(cand);
     free(first);
     free(last);
+    free(parent);
+    free(off);
     return NNC_OK;
 }
 
@@ -432,7 +490,8 @@ nnc_plan *nnc_plan_build(const nnc_desc_node *nodes, int nn, int probing, nnc_er
     }
     if (probing) return p;
     const char *fz = getenv("NNPLUG_CPU_FUSION"); /* "0": no folding or fusion (debugging) */
-    if (nn > 1 && !(fz && !strcmp(fz, "0"))) {
+    int fusion = !(fz && !strcmp(fz, "0"));
+    if (nn > 1 && fusion) {
         fold_affines(p);
         fuse_residuals(p);
         fuse_activations(p);
@@ -458,7 +517,7 @@ nnc_plan *nnc_plan_build(const nnc_desc_node *nodes, int nn, int probing, nnc_er
         x->info.const_data = x->owned; /* never the caller's pointer after this call */
     }
     for (int i = 0; i < p->nnodes; i++) p->live += !p->nodes[i].dead;
-    if (plan_memory(p, e)) goto fail;
+    if (plan_memory(p, fusion, e)) goto fail;
     /* Static scratch: every live node's inputs static. */
     p->static_scratch = 1;
     for (int i = 0; i < p->nnodes && p->static_scratch; i++) {
@@ -676,6 +735,17 @@ int nnc_plan_run(const nnc_plan *p, const nnc_tensor *kin, int nkin, const nnc_t
                 if (j == 0 && (n->op->flags & OPF_ALIAS)) alias_out = 0;
             } else if (j == 0 && (n->op->flags & OPF_ALIAS)) {
                 outs[j].data = in[0]->data;
+            } else if (xv->root != v) { /* a slice of a Concat's output (place_concat_inputs) */
+                const nnc_value *rv = &p->vals[xv->root];
+                char *base = NULL;
+                size_t cap = 0;
+                if (rv->ext_out >= 0) { base = kout[rv->ext_out].data; cap = nnc_nbytes(&kout[rv->ext_out]); }
+                else if (rv->arena) { base = (char *)ws + rv->offset; cap = rv->nbytes; }
+                if (!base || (size_t)xv->view_off + nb > cap) {
+                    rc = nnc_node_fail(e, n, "output %d does not fit in the Concat output '%s' planned for it", j, rv->name);
+                    break;
+                }
+                outs[j].data = base + xv->view_off;
             } else if (xv->arena) {
                 if (nb > xv->nbytes) { rc = nnc_node_fail(e, n, "output %d is larger than planned", j); break; }
                 outs[j].data = (char *)ws + xv->offset;

@@ -27,11 +27,13 @@ typedef struct nnc_value {
     int is_const;
     int producer;     /* node index, -1 for kernel inputs and constants */
     int ext_out;      /* kernel output index or -1 */
-    int root;         /* value whose memory this one views (itself unless made by a view op) */
+    int root;         /* value whose memory this one views (itself unless made by a view op or
+                         written into a Concat's output) */
     int arena;        /* lives in the arena at `offset` */
     int dyn;          /* intermediate whose size is only known at run time */
     int64_t offset;
     size_t nbytes;
+    int64_t view_off; /* a Concat input written in place: its byte offset inside root */
 } nnc_value;
 
 typedef struct nnc_plan {

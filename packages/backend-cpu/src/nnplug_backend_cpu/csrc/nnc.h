@@ -177,6 +177,36 @@ void nnc_sgemm(int transa, int transb, int64_t m, int64_t n, int64_t k, float al
                int64_t ldc);
 const char *nnc_gemm_info(void); /* which micro-kernel runs */
 
+/* Products with both operands packed ahead (gemm.c): Conv packs its weights (A) once at load
+ * and its columns (B) per pixel tile, straight from im2col. Same per-element arithmetic as
+ * nnc_sgemm. Packed A: panels of NNC_GEMM_MR rows over the whole K, so rows [r, m) with r a
+ * multiple of NNC_GEMM_MR start at pa + r * k. Packed B: filled row by row (k rows of n). */
+#define NNC_GEMM_MR 6
+int64_t nnc_sgemm_packed_a_floats(int64_t m, int64_t k);
+void nnc_sgemm_pack_a(int64_t m, int64_t k, const float *a, int64_t lda, float *pa);
+void nnc_sgemm_packed_a_scale_row(float *pa, int64_t k, int64_t row, float s); /* row *= s */
+int64_t nnc_sgemm_packed_b_floats(int64_t k, int64_t n);
+void nnc_sgemm_pack_b_row(int64_t k, int64_t kk, int64_t n, const float *row, float *pb);
+/* Applied to each tile of C once its sum is complete: c = act(c + bias[row] (+ res)). */
+typedef struct nnc_gemm_epi {
+    const float *bias; /* per row, or NULL */
+    const float *res;  /* added with the bias, row stride ldr, or NULL */
+    int64_t ldr;
+    const nnc_act *act; /* or NULL */
+} nnc_gemm_epi;
+/* C[m x n] (row stride ldc) = packed A [m x k] * packed B [k x n], then the epilogue. pb must
+ * be 64-byte aligned. */
+void nnc_sgemm_packed(int64_t m, int64_t n, int64_t k, const float *pa, const float *pb, float *c,
+                      int64_t ldc, const nnc_gemm_epi *ep);
+
+/* Compiled for several x86-64 levels, picked at load time. Elementwise loops only: C11 mode
+ * contracts no a*b+c into an FMA, so each element's value is the same at every level. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define MULTIVERSION
+#endif
+
 /* Vectorised elementwise math (vmath.c), within 2 ulp of libm; y may alias x. */
 void nnc_vexp(const float *x, float *y, int64_t n);
 void nnc_vsigmoid(const float *x, float *y, int64_t n);

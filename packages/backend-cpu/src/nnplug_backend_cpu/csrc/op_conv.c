@@ -1,7 +1,9 @@
-/* Conv: im2col tiles + BLAS sgemm per (group, pixel tile, row block), a direct kernel for
- * depthwise convolution, and an epilogue (bias, residual add, activation) applied while the
- * tile is still in cache. Weights are packed once at create; the planner folds
- * BatchNormalization and per-channel Mul/Add into them (nnc_conv_fold_affine). */
+/* Conv: per (group, pixel tile, row block) task, im2col straight into the GEMM's packed column
+ * panels (1x1 stride-1 convolutions pack the input rows themselves), one product against the
+ * weights packed once at create, and the epilogue (bias, residual add, activation) applied to
+ * each tile of the product while it is in L1; a direct kernel for depthwise convolution. The
+ * planner folds BatchNormalization and per-channel Mul/Add into the packed weights
+ * (nnc_conv_fold_affine). Weights given at run time go through nnc_sgemm. */
 #include "nnc.h"
 #include "ops.h"
 #include "typed.h"
@@ -14,8 +16,10 @@ typedef struct {
     int64_t M, Cg, group, kh, kw, sh, sw, dh, dw;
     int64_t pads[4];                 /* top, left, bottom, right (explicit pads) */
     int auto_pad;                    /* AP_* */
-    float *w;                        /* packed [M][Cg*kh*kw] when weights are constant */
-    float *bias;                     /* [M] or NULL */
+    float *w;                        /* depthwise: constant weights [M][kh*kw] */
+    float *pw;                       /* otherwise: constant weights, each group packed */
+    int64_t pw_group;                /* floats per group in pw */
+    float *bias;                     /* [M] when weights are constant */
     int dt;                          /* element type: float32, or float16/bfloat16/float64 on
                                         the plain loop (conv_typed_planes) */
 } conv_state;
@@ -104,6 +108,7 @@ static void conv_destroy(nnc_node *n)
     conv_state *s = n->state;
     if (!s) return;
     nnc_free(s->w);
+    nnc_free(s->pw);
     nnc_free(s->bias);
     free(s);
     n->state = NULL;
@@ -168,11 +173,19 @@ static int conv_create(nnc_node *n, nnc_err *e)
     }
     /* Pack constant weights (and bias) once. */
     if (dt == DT_F32 && !n->probing && nnc_in_const(n, 1) && (!nnc_in_present(n, 2) || nnc_in_const(n, 2))) {
-        size_t wn = (size_t)(s->M * s->Cg * s->kh * s->kw);
-        s->w = nnc_alloc(wn * sizeof(float));
+        int64_t Mg = s->M / s->group, K = s->Cg * s->kh * s->kw;
+        const float *src = wi->const_data;
         s->bias = nnc_alloc((size_t)s->M * sizeof(float));
-        if (!s->w || !s->bias) return nnc_node_fail(e, n, "out of memory packing weights");
-        memcpy(s->w, wi->const_data, wn * sizeof(float));
+        if (s->Cg == 1 && Mg == 1) {
+            s->w = nnc_alloc((size_t)(s->M * K) * sizeof(float));
+            if (s->w) memcpy(s->w, src, (size_t)(s->M * K) * sizeof(float));
+        } else {
+            s->pw_group = nnc_sgemm_packed_a_floats(Mg, K);
+            s->pw = nnc_alloc((size_t)(s->group * s->pw_group) * sizeof(float));
+            for (int64_t g = 0; s->pw && g < s->group; g++)
+                nnc_sgemm_pack_a(Mg, K, src + g * Mg * K, K, s->pw + g * s->pw_group);
+        }
+        if ((!s->w && !s->pw) || !s->bias) return nnc_node_fail(e, n, "out of memory packing weights");
         if (nnc_in_present(n, 2)) memcpy(s->bias, n->vin[2]->const_data, (size_t)s->M * sizeof(float));
         else memset(s->bias, 0, (size_t)s->M * sizeof(float));
     }
@@ -182,7 +195,7 @@ static int conv_create(nnc_node *n, nnc_err *e)
 int nnc_conv_can_fold(const nnc_node *n)
 {
     const conv_state *s = n->state;
-    return s && s->w && n->residual < 0 && n->act.kind == ACT_NONE;
+    return s && (s->w || s->pw) && n->residual < 0 && n->act.kind == ACT_NONE;
 }
 
 int64_t nnc_conv_out_channels(const nnc_node *n) { return ((const conv_state *)n->state)->M; }
@@ -190,11 +203,13 @@ int64_t nnc_conv_out_channels(const nnc_node *n) { return ((const conv_state *)n
 void nnc_conv_fold_affine(nnc_node *n, const float *scale, const float *shift)
 {
     conv_state *s = n->state;
-    int64_t K = s->Cg * s->kh * s->kw;
+    int64_t K = s->Cg * s->kh * s->kw, Mg = s->M / s->group;
     for (int64_t m = 0; m < s->M; m++) {
         float a = scale ? scale[m] : 1.f, b = shift ? shift[m] : 0.f;
-        if (scale)
+        if (scale && s->w)
             for (int64_t k = 0; k < K; k++) s->w[m * K + k] *= a;
+        else if (scale)
+            nnc_sgemm_packed_a_scale_row(s->pw + m / Mg * s->pw_group, K, m % Mg, a);
         s->bias[m] = s->bias[m] * a + b;
     }
 }
@@ -224,7 +239,7 @@ static int conv_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_e
     if (x->dims[1] != s->Cg * s->group)
         return nnc_node_fail(e, n, "input has %lld channels, expected %lld", (long long)x->dims[1],
                              (long long)(s->Cg * s->group));
-    if (!s->w) { /* weights given at run time: check them */
+    if (!s->w && !s->pw) { /* weights given at run time: check them */
         const nnc_tensor *w = in[1];
         if (w->ndim != s->nsp + 2 || w->dims[0] != s->M || w->dims[1] != s->Cg ||
             w->dims[2] != (s->nsp == 1 ? s->kw : s->kh) || (s->nsp == 2 && w->dims[3] != s->kw))
@@ -261,47 +276,52 @@ typedef struct {
     int fail;
 } conv_job;
 
-static void im2col_tile(const conv_job *j, const float *xg, float *col, int64_t p0, int64_t p1)
+/* One im2col row: tap (ky, kx) of channel plane xc over output pixels [p0, p1). */
+static void im2col_row(const conv_job *j, const float *xc, int64_t ky, int64_t kx, int64_t p0,
+                       int64_t p1, float *row)
 {
     const conv_state *s = j->s;
-    int64_t H = j->H, W = j->W, OW = j->OW, tn = p1 - p0;
-    for (int64_t c = 0; c < s->Cg; c++) {
-        const float *xc = xg + c * H * W;
-        for (int64_t ky = 0; ky < s->kh; ky++) {
-            for (int64_t kx = 0; kx < s->kw; kx++) {
-                float *row = col + ((c * s->kh + ky) * s->kw + kx) * tn;
-                int64_t p = p0, oh = p0 / OW, ow = p0 % OW;
-                while (p < p1) {
-                    int64_t seg = OW - ow < p1 - p ? OW - ow : p1 - p;
-                    int64_t ih = oh * s->sh - j->pt + ky * s->dh;
-                    if (ih < 0 || ih >= H) {
-                        memset(row, 0, (size_t)seg * sizeof(float));
-                    } else {
-                        const float *src = xc + ih * W;
-                        int64_t iw0 = ow * s->sw - j->pl + kx * s->dw;
-                        if (s->sw == 1) {
-                            int64_t lo = iw0 < 0 ? -iw0 : 0;           /* first valid i */
-                            int64_t hi = W - iw0 < seg ? W - iw0 : seg; /* one past last valid */
-                            if (lo > seg) lo = seg;
-                            if (hi < lo) hi = lo;
-                            if (lo) memset(row, 0, (size_t)lo * sizeof(float));
-                            if (hi > lo) memcpy(row + lo, src + iw0 + lo, (size_t)(hi - lo) * sizeof(float));
-                            if (seg > hi) memset(row + hi, 0, (size_t)(seg - hi) * sizeof(float));
-                        } else {
-                            for (int64_t i = 0; i < seg; i++) {
-                                int64_t iw = iw0 + i * s->sw;
-                                row[i] = (iw >= 0 && iw < W) ? src[iw] : 0.f;
-                            }
-                        }
-                    }
-                    row += seg;
-                    p += seg;
-                    ow = 0;
-                    oh++;
+    int64_t H = j->H, W = j->W, OW = j->OW;
+    int64_t p = p0, oh = p0 / OW, ow = p0 % OW;
+    while (p < p1) {
+        int64_t seg = OW - ow < p1 - p ? OW - ow : p1 - p;
+        int64_t ih = oh * s->sh - j->pt + ky * s->dh;
+        if (ih < 0 || ih >= H) {
+            memset(row, 0, (size_t)seg * sizeof(float));
+        } else {
+            const float *src = xc + ih * W;
+            int64_t iw0 = ow * s->sw - j->pl + kx * s->dw;
+            if (s->sw == 1) {
+                int64_t lo = iw0 < 0 ? -iw0 : 0;           /* first valid i */
+                int64_t hi = W - iw0 < seg ? W - iw0 : seg; /* one past last valid */
+                if (lo > seg) lo = seg;
+                if (hi < lo) hi = lo;
+                if (lo) memset(row, 0, (size_t)lo * sizeof(float));
+                if (hi > lo) memcpy(row + lo, src + iw0 + lo, (size_t)(hi - lo) * sizeof(float));
+                if (seg > hi) memset(row + hi, 0, (size_t)(seg - hi) * sizeof(float));
+            } else {
+                for (int64_t i = 0; i < seg; i++) {
+                    int64_t iw = iw0 + i * s->sw;
+                    row[i] = (iw >= 0 && iw < W) ? src[iw] : 0.f;
                 }
             }
         }
+        row += seg;
+        p += seg;
+        ow = 0;
+        oh++;
     }
+}
+
+static void im2col_tile(const conv_job *j, const float *xg, float *col, int64_t p0, int64_t p1)
+{
+    const conv_state *s = j->s;
+    int64_t tn = p1 - p0;
+    for (int64_t c = 0; c < s->Cg; c++)
+        for (int64_t ky = 0; ky < s->kh; ky++)
+            for (int64_t kx = 0; kx < s->kw; kx++)
+                im2col_row(j, xg + c * j->H * j->W, ky, kx, p0, p1,
+                           col + ((c * s->kh + ky) * s->kw + kx) * tn);
 }
 
 static void epilogue(const conv_job *j, float *y, const float *res, int64_t m0, int64_t m1,
@@ -351,6 +371,57 @@ static void conv_tasks(void *arg, int64_t b, int64_t e, int tid)
     }
 }
 
+/* Columns of one pixel tile packed for nnc_sgemm_packed, then one row block of it. */
+static void conv_tasks_packed(void *arg, int64_t b, int64_t e, int tid)
+{
+    conv_job *j = arg;
+    const conv_state *s = j->s;
+    int64_t OHW = j->OH * j->OW, K = j->K;
+    for (int64_t t = b; t < e; t++) {
+        int64_t mb = t % j->nmb, rest = t / j->nmb;
+        int64_t tile = rest % j->ntiles, g = rest / j->ntiles;
+        int64_t p0 = tile * j->tn, p1 = p0 + j->tn < OHW ? p0 + j->tn : OHW, tn = p1 - p0;
+        int64_t m0 = mb * j->mblk, m1 = m0 + j->mblk < j->Mg ? m0 + j->mblk : j->Mg;
+        if (m0 >= m1) continue;
+        int64_t pbn = nnc_sgemm_packed_b_floats(K, j->tn);
+        float *pb = nnc_scratch(j->xc, tid, (size_t)(pbn + j->tn) * sizeof(float));
+        if (!pb) { j->fail = 1; return; }
+        const float *xg = j->x + g * s->Cg * j->H * j->W;
+        if (j->direct) {
+            for (int64_t kk = 0; kk < K; kk++) nnc_sgemm_pack_b_row(K, kk, tn, xg + kk * OHW + p0, pb);
+        } else {
+            float *row = pb + pbn;
+            int64_t kk = 0;
+            for (int64_t c = 0; c < s->Cg; c++)
+                for (int64_t ky = 0; ky < s->kh; ky++)
+                    for (int64_t kx = 0; kx < s->kw; kx++) {
+                        im2col_row(j, xg + c * j->H * j->W, ky, kx, p0, p1, row);
+                        nnc_sgemm_pack_b_row(K, kk++, tn, row, pb);
+                    }
+        }
+        int64_t mg0 = g * j->Mg + m0;
+        nnc_gemm_epi ep = {j->bias + mg0, j->res ? j->res + mg0 * OHW + p0 : NULL, OHW, j->act};
+        nnc_sgemm_packed(m1 - m0, tn, K, s->pw + g * s->pw_group + m0 * K, pb, j->y + mg0 * OHW + p0,
+                         OHW, &ep);
+    }
+}
+
+/* One output row of a depthwise convolution: the taps of one kernel row added in order. */
+MULTIVERSION
+static void dw_row(float *yr, const float *pr, const float *wr, int64_t kw, int64_t dw, int64_t sw,
+                   int64_t OW)
+{
+    for (int64_t kx = 0; kx < kw; kx++) {
+        const float wv = wr[kx], *src = pr + kx * dw;
+        if (sw == 1)
+            for (int64_t ow = 0; ow < OW; ow++) yr[ow] += wv * src[ow];
+        else if (sw == 2)
+            for (int64_t ow = 0; ow < OW; ow++) yr[ow] += wv * src[2 * ow];
+        else
+            for (int64_t ow = 0; ow < OW; ow++) yr[ow] += wv * src[ow * sw];
+    }
+}
+
 /* Depthwise (one input channel per group, one output channel per input channel). */
 static void dw_tasks(void *arg, int64_t b, int64_t e, int tid)
 {
@@ -374,19 +445,8 @@ static void dw_tasks(void *arg, int64_t b, int64_t e, int tid)
         for (int64_t oh = 0; oh < OH; oh++) {
             float *yr = yc + oh * OW;
             for (int64_t ow = 0; ow < OW; ow++) yr[ow] = bias;
-            for (int64_t ky = 0; ky < s->kh; ky++) {
-                const float *pr = pad + (oh * s->sh + ky * s->dh) * PW;
-                for (int64_t kx = 0; kx < s->kw; kx++) {
-                    float wv = wc[ky * s->kw + kx];
-                    const float *src = pr + kx * s->dw;
-                    if (s->sw == 1)
-                        for (int64_t ow = 0; ow < OW; ow++) yr[ow] += wv * src[ow];
-                    else if (s->sw == 2)
-                        for (int64_t ow = 0; ow < OW; ow++) yr[ow] += wv * src[2 * ow];
-                    else
-                        for (int64_t ow = 0; ow < OW; ow++) yr[ow] += wv * src[ow * s->sw];
-                }
-            }
+            for (int64_t ky = 0; ky < s->kh; ky++)
+                dw_row(yr, pad + (oh * s->sh + ky * s->dh) * PW, wc + ky * s->kw, s->kw, s->dw, s->sw, OW);
             if (j->res) {
                 const float *r = j->res + c * OH * OW + oh * OW;
                 for (int64_t ow = 0; ow < OW; ow++) yr[ow] += r[ow];
@@ -396,13 +456,14 @@ static void dw_tasks(void *arg, int64_t b, int64_t e, int tid)
     }
 }
 
-/* Most pixels one im2col tile holds: about 4 MiB of columns, at least 128 pixels. Each tile is
- * one sgemm call, which packs the whole weight matrix again: tiles must be wide enough that
- * this stays small next to the multiply (M*K against M*K*tile). */
+/* Most pixels one task takes: one KC-deep block of its packed columns about 256 KiB, so it
+ * stays in L2 while every row block of the weights passes over it; 64 to 4096 pixels. */
 static int64_t max_tile(int64_t K, int64_t OHW)
 {
-    int64_t tn = (1024 * 1024) / (K > 0 ? K : 1);
-    if (tn < 128) tn = 128;
+    int64_t kc = K < 256 ? (K > 0 ? K : 1) : 256;
+    int64_t tn = (65536 / kc + 15) / 16 * 16;
+    if (tn < 64) tn = 64;
+    if (tn > 4096) tn = 4096;
     return tn > OHW ? OHW : tn;
 }
 
@@ -466,13 +527,15 @@ static size_t conv_scratch(const nnc_node *n, nnc_tensor *const *in, const nnc_t
         return (size_t)(PH * PW) * sizeof(float);
     }
     int direct = s->kh == 1 && s->kw == 1 && s->sh == 1 && s->sw == 1 && pt == 0 && pl == 0 && OH == H && OW == W;
-    return direct ? 0 : (size_t)(K * max_tile(K, OH * OW)) * sizeof(float);
+    int64_t tn = max_tile(K, OH * OW);
+    if (s->pw) return (size_t)(nnc_sgemm_packed_b_floats(K, tn) + tn) * sizeof(float);
+    return direct ? 0 : (size_t)(K * tn) * sizeof(float);
 }
 
 static int conv_owns(const nnc_node *n, int i)
 {
     const conv_state *s = n->state;
-    return s && s->w && (i == 1 || i == 2);
+    return s && (s->w || s->pw) && (i == 1 || i == 2);
 }
 
 static int conv_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec *xc, nnc_err *e)
@@ -491,8 +554,9 @@ static int conv_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exe
         nnc_parallel_for(x->dims[0] * s->M, 1, conv_typed_planes, &t);
         return NNC_OK;
     }
-    j.w = s->w ? s->w : in[1]->data;
-    j.bias = s->w ? s->bias : (n->nin > 2 && in[2] ? in[2]->data : NULL);
+    int packed = s->pw != NULL, constant = s->w || s->pw;
+    j.w = constant ? s->w : in[1]->data;
+    j.bias = constant ? s->bias : (n->nin > 2 && in[2] ? in[2]->data : NULL);
     j.K = s->Cg * s->kh * s->kw;
     j.Mg = s->M / s->group;
     int64_t OHW = j.OH * j.OW, N = x->dims[0];
@@ -500,13 +564,21 @@ static int conv_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exe
     j.direct = s->kh == 1 && s->kw == 1 && s->sh == 1 && s->sw == 1 && j.pt == 0 && j.pl == 0 &&
                j.OH == j.H && j.OW == j.W;
     int depthwise = s->Cg == 1 && j.Mg == 1;
-    /* Pixel tiles: keep a tile's columns around 256 KiB, and make enough tasks for all threads. */
-    int64_t tn = j.direct ? OHW : max_tile(j.K, OHW);
+    /* Pixel tiles (max_tile), enough tasks for all threads, and a tile count the threads
+     * share evenly. The tiling changes no value: each element is summed the same way. */
+    int64_t tn = j.direct && !packed ? OHW : max_tile(j.K, OHW);
     int64_t tasks = s->group * ((OHW + tn - 1) / tn);
     if (tasks < 2 * T && OHW >= 128 * T && !depthwise) {
         int64_t want = (2 * T + s->group - 1) / s->group;
         int64_t t2 = (OHW + want - 1) / want;
+        t2 = (t2 + 15) / 16 * 16;
         if (t2 < tn) tn = t2 < 32 ? 32 : t2;
+    }
+    int64_t nt = (OHW + tn - 1) / tn;
+    if (packed && s->group == 1 && T > 1 && nt > 1 && nt % T) {
+        nt = (nt + T - 1) / T * T;
+        int64_t t2 = ((OHW + nt - 1) / nt + 15) / 16 * 16;
+        if (t2 >= 32 && t2 < tn) tn = t2;
     }
     j.tn = tn;
     j.ntiles = (OHW + tn - 1) / tn;
@@ -516,7 +588,7 @@ static int conv_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exe
     if (tasks < 2 * T && j.Mg >= 32) { /* few pixels (late layers): split output channels */
         int64_t nmb = (2 * T + tasks - 1) / tasks;
         j.mblk = (j.Mg + nmb - 1) / nmb;
-        j.mblk = (j.mblk + 7) / 8 * 8;
+        j.mblk = (j.mblk + NNC_GEMM_MR - 1) / NNC_GEMM_MR * NNC_GEMM_MR;
         j.nmb = (j.Mg + j.mblk - 1) / j.mblk;
     }
     for (int64_t b = 0; b < N; b++) {
@@ -524,7 +596,7 @@ static int conv_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exe
         j.y = (float *)out->data + b * s->M * OHW;
         j.res = n->residual >= 0 ? (const float *)in[n->residual]->data + b * s->M * OHW : NULL;
         if (depthwise) nnc_parallel_for(s->group, 1, dw_tasks, &j);
-        else nnc_parallel_for(s->group * j.ntiles * j.nmb, 1, conv_tasks, &j);
+        else nnc_parallel_for(s->group * j.ntiles * j.nmb, 1, packed ? conv_tasks_packed : conv_tasks, &j);
         if (j.fail) return nnc_node_fail(e, n, "out of memory for convolution scratch");
     }
     return NNC_OK;

@@ -12,12 +12,6 @@
  * bit-identical outputs (the zoo's models, with constant weights, depend on it: their logits
  * are huge and equal, and the softmax after them must stay uniform). Memory bound; vectorised
  * through the 16 explicit lanes. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define MULTIVERSION
-#endif
-
 MULTIVERSION
 static void gemv_rows(const float *W, int64_t ldw, int64_t K, const float *x, int64_t incx,
                       float alpha, float *y, int64_t r0, int64_t r1)

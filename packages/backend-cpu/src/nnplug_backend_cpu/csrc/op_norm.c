@@ -396,9 +396,15 @@ static void ln_rows(void *arg, int64_t b, int64_t e, int tid)
         for (int64_t k = 0; k < j->len; k++) { double d = x[k] - mu; sq += d * d; }
         float inv = (float)(1.0 / sqrt(sq / (double)j->len + j->eps));
         float m = (float)mu;
-        for (int64_t k = 0; k < j->len; k++) {
-            float v = (x[k] - m) * inv * j->g[k % j->glen];
-            y[k] = j->b ? v + j->b[k % j->blen] : v;
+        if (j->glen == j->len && (!j->b || j->blen == j->len)) { /* the usual case: no modulo */
+            const float *g = j->g, *bb = j->b;
+            if (bb) for (int64_t k = 0; k < j->len; k++) y[k] = (x[k] - m) * inv * g[k] + bb[k];
+            else for (int64_t k = 0; k < j->len; k++) y[k] = (x[k] - m) * inv * g[k];
+        } else {
+            for (int64_t k = 0; k < j->len; k++) {
+                float v = (x[k] - m) * inv * j->g[k % j->glen];
+                y[k] = j->b ? v + j->b[k % j->blen] : v;
+            }
         }
         if (j->mean) j->mean[r] = m;
         if (j->inv) j->inv[r] = inv;

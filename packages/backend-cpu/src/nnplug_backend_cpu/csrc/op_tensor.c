@@ -521,8 +521,17 @@ static void cat_tasks(void *arg, int64_t b, int64_t e, int tid)
     for (int64_t t = b; t < e; t++) {
         int64_t o = t / j->nin;
         int i = (int)(t % j->nin);
-        if (j->ib[i]) memcpy(j->out + o * j->obytes + j->off[i], (const char *)j->in[i]->data + o * j->ib[i], (size_t)j->ib[i]);
+        const char *src = (const char *)j->in[i]->data + o * j->ib[i];
+        char *dst = j->out + o * j->obytes + j->off[i];
+        if (j->ib[i] && src != dst) memcpy(dst, src, (size_t)j->ib[i]); /* else made in place */
     }
+}
+
+int nnc_concat_axis(const nnc_node *n, int rank)
+{
+    int64_t axis = *(const int64_t *)n->state;
+    if (axis < 0) axis += rank;
+    return axis >= 0 && axis < rank ? (int)axis : -1;
 }
 
 static int concat_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec *x, nnc_err *e)

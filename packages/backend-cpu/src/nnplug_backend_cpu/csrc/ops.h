@@ -39,6 +39,9 @@ int nnc_per_channel_affine(const nnc_node *n, int xin, int64_t C, int rank, floa
 
 extern const nnc_op nnc_op_conv;
 
+/* Concat's axis for an output of this rank, or -1 (the planner writes inputs in place). */
+int nnc_concat_axis(const nnc_node *n, int rank);
+
 
 int nnc_unary_as_act(const nnc_node *n, nnc_act *act);
 

@@ -1,0 +1,160 @@
+"""Latency of full-size real models (batch 1) on nnplug's cpu backend beside onnxruntime (CPU,
+same thread count), in one process.
+
+    python benchmarks/export_real_models.py [FOLDER]      # once, in an environment with torch
+    python benchmarks/real_models.py [FOLDER] [--threads 2] [--runs 10]
+                                     [--models resnet18,bert_base] [--backends onednn]
+
+FOLDER (default ~/.cache/nnplug-bench) holds the exported models and their manifest.json.
+Before any timing, every engine's outputs on the same seeded inputs are checked against
+onnxruntime's (within 1e-4 relative to the output's largest magnitude); an engine that does
+not match, or cannot run a model, is reported and not timed on it. Then the runs of each engine
+are interleaved as in benchmarks/zoo.py, and the script prints per-model medians (ms), the ratio
+nnplug-cpu / onnxruntime (and of each --backends entry), the geometric means of the ratios,
+and the load average beside every figure. Needs nnplug, nnplug-backend-cpu and onnxruntime.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from zoo import time_rounds  # noqa: E402 - the same interleaved timing as the zoo benchmark
+
+DEFAULT_DIR = os.path.join(os.path.expanduser("~"), ".cache", "nnplug-bench")
+RTOL = 1e-4
+
+
+def make_inputs(spec: list[dict], seed: int) -> dict[str, np.ndarray]:
+    """Seeded inputs from the manifest: "normal" floats, "ids:N" integers below N, "ones"."""
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for s in spec:
+        shape, kind = s["shape"], s["kind"]
+        if kind.startswith("ids:"):
+            a = rng.integers(0, int(kind[4:]), shape)
+        elif kind == "ones":
+            a = np.ones(shape)
+        else:
+            a = rng.standard_normal(shape)
+        feeds[s["name"]] = a.astype(np.dtype(s["dtype"]))
+    return feeds
+
+
+def mismatch(got: dict, want: dict) -> str | None:
+    """None when every output is within RTOL of onnxruntime's (relative to its largest
+    magnitude), else what differs."""
+    for name, w in want.items():
+        g = got.get(name)
+        if g is None or g.shape != w.shape:
+            return f"output {name!r}: {None if g is None else g.shape} vs {w.shape}"
+        scale = max(float(np.nanmax(np.abs(w))) if w.size else 1.0, 1e-30)
+        err = float(np.nanmax(np.abs(g.astype(np.float64) - w))) / scale if w.size else 0.0
+        if not err <= RTOL:
+            return f"output {name!r}: largest difference {err:.2e} of its largest magnitude"
+    return None
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("folder", nargs="?", default=DEFAULT_DIR, help="exported models and manifest.json")
+    ap.add_argument("--threads", type=int, default=2, help="threads for nnplug-cpu and onnxruntime")
+    ap.add_argument("--runs", type=int, default=10, help="timed runs per engine and model")
+    ap.add_argument("--models", default="", help="comma-separated names (default: all in the manifest)")
+    ap.add_argument("--backends", default="", help="other nnplug backends to time, e.g. onednn")
+    args = ap.parse_args(argv)
+
+    mpath = os.path.join(args.folder, "manifest.json")
+    if not os.path.isfile(mpath):
+        print(f"no {mpath}: export the models first (python benchmarks/export_real_models.py "
+              f"{args.folder})", file=sys.stderr)
+        return 1
+    with open(mpath) as f:
+        manifest = json.load(f)
+    names = [m for m in args.models.split(",") if m] or sorted(manifest)
+    unknown = [m for m in names if m not in manifest]
+    if unknown:
+        print(f"not in {mpath}: {', '.join(unknown)}", file=sys.stderr)
+        return 1
+
+    os.environ["NNPLUG_CPU_THREADS"] = str(args.threads)
+    import onnxruntime as ort
+
+    import nnplug
+
+    rt = nnplug.Runtime()
+    if "cpu" not in rt.backends:
+        print("nnplug-backend-cpu is not installed (pip install packages/backend-cpu)", file=sys.stderr)
+        return 1
+    extra = ["onednn+cpu" if b == "onednn" else b for b in args.backends.split(",") if b]
+    for b in [b for b in extra if not all(one in rt.backends for one in b.split("+"))]:
+        print(f"backend {b!r} is not available; skipping it", file=sys.stderr)
+    extra = [b for b in extra if all(one in rt.backends for one in b.split("+"))]
+    engines = ["cpu"] + extra
+    ratios = {b: [] for b in engines}
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = args.threads
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+
+    cols = ["nnplug-cpu", "onnxruntime", "ratio"] + [f"nnplug-{b}" for b in extra] + [f"ratio-{b}" for b in extra]
+    widths = [max(13, len(c) + 2) for c in cols]
+    print(f"threads={args.threads} runs={args.runs} folder={args.folder}")
+    print(f"{'model':<20}" + "".join(f"{c:>{w}}" for c, w in zip(cols, widths)) + f"{'load':>8}")
+    for name in names:
+        entry = manifest[name]
+        path = os.path.join(args.folder, entry["file"])
+        feeds = make_inputs(entry["inputs"], seed=sum(map(ord, name)))
+        sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        want = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+        runners = {"onnxruntime": lambda sess=sess, feeds=feeds: sess.run(None, feeds)}
+        nets = []
+        for b in engines:
+            try:
+                net = rt.load(path, backends=b.split("+"))
+            except nnplug.NnplugError as e:
+                print(f"  {name}: nnplug-{b} cannot load it: {e}", file=sys.stderr)
+                continue
+            nets.append(net)
+            bad = mismatch(net.run(feeds), want)
+            if bad:
+                print(f"  {name}: nnplug-{b} does not match onnxruntime ({bad}); not timed", file=sys.stderr)
+                continue
+            runners[f"nnplug-{b}"] = lambda net=net, feeds=feeds: net.run(feeds)
+        for fn in runners.values():  # warm up (first-run allocations, lazy init)
+            fn()
+        per_round = 2
+        med = time_rounds(runners, max(1, args.runs // per_round), per_round)
+        row = [f"{med['nnplug-cpu']:.2f}" if "nnplug-cpu" in med else "-", f"{med['onnxruntime']:.2f}"]
+        rs = {}
+        for b in engines:
+            if f"nnplug-{b}" in med:
+                rs[b] = med[f"nnplug-{b}"] / med["onnxruntime"]
+                ratios[b].append(rs[b])
+        row.append(f"{rs['cpu']:.2f}" if "cpu" in rs else "-")
+        row += [f"{med[f'nnplug-{b}']:.2f}" if f"nnplug-{b}" in med else "-" for b in extra]
+        row += [f"{rs[b]:.2f}" if b in rs else "-" for b in extra]
+        # the 1-minute load average beside every figure: a ratio taken under load is no result
+        print(f"{name:<20}" + "".join(f"{c:>{w}}" for c, w in zip(row, widths)) + f"{os.getloadavg()[0]:>8.2f}",
+              flush=True)
+        for net in nets:
+            net.close()
+        del sess
+    for b, rs in ratios.items():
+        if rs:
+            geo = math.exp(sum(math.log(r) for r in rs) / len(rs))
+            print(f"geometric mean of nnplug-{b} / onnxruntime: {geo:.2f} over {len(rs)} models")
+    print(f"load average (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in os.getloadavg())}; "
+          f"figures taken under load are not results")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
