@@ -59,6 +59,34 @@ def one_node_model(op, inputs, attrs=None, *, outputs=1, initializers=None, opse
     return model, feeds
 
 
+def for_onnxruntime(model):
+    """A copy labelled IR 11 at most: onnxruntime builds for older Pythons (1.23 on 3.10) read
+    no newer IR, and these test models use nothing newer."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    m.ir_version = min(m.ir_version, 11)
+    return m
+
+
+def onnxruntime_run(model, feeds):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(for_onnxruntime(model).SerializeToString(), so,
+                                providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
+def threads(rt, request):
+    """The backend at 1 and at 2 threads (its default again afterwards)."""
+    lib = rt.backends["cpu"].backend
+    lib.set_num_threads(request.param)
+    yield request.param
+    lib.set_num_threads(0)
+
+
 def reference(model, feeds):
     from onnx.reference import ReferenceEvaluator
 

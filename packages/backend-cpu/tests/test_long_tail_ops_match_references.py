@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from conftest import assert_close, one_node_model, reference, run_cpu
+from conftest import assert_close, one_node_model, onnxruntime_run, reference, run_cpu
 from onnx import TensorProto, helper
 
 import nnplug
@@ -97,32 +97,6 @@ BAD = [
     ("scatter_index_out_of_range", "Scatter", [f32(3, 3), i64(0, 5, 1).reshape(1, 3), f32(1, 3)], {}, 10, r"out of range"),
     ("tfidf_more_ngrams_than_indexes", "TfIdfVectorizer", [ints(0, 9, 6)], dict(mode="TF", min_gram_length=1, max_gram_length=1, max_skip_count=0, ngram_counts=[0], ngram_indexes=[0, 1], pool_int64s=[4, 5, 6]), 9, r"ngram_indexes"),
 ]
-
-
-def for_onnxruntime(model):
-    """A copy labelled IR 11 at most (onnxruntime for older Pythons reads no newer IR)."""
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    m.ir_version = min(m.ir_version, 11)
-    return m
-
-
-def onnxruntime_run(model, feeds):
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(for_onnxruntime(model).SerializeToString(), so,
-                                providers=["CPUExecutionProvider"])
-    return sess.run(None, feeds)
-
-
-@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
-def threads(rt, request):
-    lib = rt.backends["cpu"].backend
-    lib.set_num_threads(request.param)
-    yield request.param
-    lib.set_num_threads(0)
 
 
 def check_case(rt, case, expected):

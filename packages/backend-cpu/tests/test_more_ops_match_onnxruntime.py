@@ -5,9 +5,8 @@ MaxRoiPool) on random inputs and weights against onnxruntime, with 1 and 2 threa
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
-from conftest import assert_close, one_node_model, run_cpu
+from conftest import assert_close, one_node_model, onnxruntime_run, run_cpu
 from onnx import helper
 
 R = np.random.default_rng(4321)
@@ -203,32 +202,6 @@ CASES = [
     ("stft_complex_signal", "STFT", [f32(1, 30, 2), np.int64(4), f32(10)], dict(onesided=0), 17, (1,), 1, 1e-4),
     ("maxroipool_scaled_rois", "MaxRoiPool", [f32(2, 3, 10, 12), np.array([[0, 0, 0, 11, 9], [1, 2.4, 3.6, 20, 15], [1, -3, -2, 4, 5], [0, 7, 7, 6, 6]], np.float32)], dict(pooled_shape=[3, 2], spatial_scale=0.6), 1, (), 1, 0),
 ]
-
-
-def for_onnxruntime(model):
-    """A copy labelled IR 11 at most (onnxruntime for older Pythons reads no newer IR)."""
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    m.ir_version = min(m.ir_version, 11)
-    return m
-
-
-def onnxruntime_run(model, feeds):
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(for_onnxruntime(model).SerializeToString(), so,
-                                providers=["CPUExecutionProvider"])
-    return sess.run(None, feeds)
-
-
-@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
-def threads(rt, request):
-    lib = rt.backends["cpu"].backend
-    lib.set_num_threads(request.param)
-    yield request.param
-    lib.set_num_threads(0)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])

@@ -3,20 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
-from conftest import assert_close, one_node_model, reference, run_cpu
+from conftest import assert_close, for_onnxruntime, one_node_model, reference, run_cpu
 
 R = np.random.default_rng(1234)
-
-
-def for_onnxruntime(model):
-    """A copy labelled IR 11 at most: onnxruntime builds for older Pythons (1.23 on 3.10) read
-    no newer IR, and these test models use nothing newer."""
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    m.ir_version = min(m.ir_version, 11)
-    return m
 
 
 def f32(*shape, lo=-1.0, hi=1.0):
