@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from zoo import time_rounds  # noqa: E402 - the same interleaved timing as the zoo benchmark
+from zoo import print_summary, time_rounds  # noqa: E402 - the zoo benchmark's timing and summary
 
 DEFAULT_DIR = os.path.join(os.path.expanduser("~"), ".cache", "nnplug-bench")
 RTOL = 1e-4
@@ -147,12 +146,7 @@ def main(argv=None) -> int:
         for net in nets:
             net.close()
         del sess
-    for b, rs in ratios.items():
-        if rs:
-            geo = math.exp(sum(math.log(r) for r in rs) / len(rs))
-            print(f"geometric mean of nnplug-{b} / onnxruntime: {geo:.2f} over {len(rs)} models")
-    print(f"load average (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in os.getloadavg())}; "
-          f"figures taken under load are not results")
+    print_summary({f"nnplug-{b}": rs for b, rs in ratios.items()})
     return 0
 
 

@@ -41,6 +41,16 @@ def feeds_of(model: onnx.ModelProto, seed: int = 0) -> dict:
     return feeds
 
 
+def print_summary(ratios: dict[str, list[float]]) -> None:
+    """The geometric mean of each engine's ratios to onnxruntime, then the load average."""
+    for engine, rs in ratios.items():
+        if rs:
+            geo = math.exp(sum(math.log(r) for r in rs) / len(rs))
+            print(f"geometric mean of {engine} / onnxruntime: {geo:.2f} over {len(rs)} models")
+    print(f"load average (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in os.getloadavg())}; "
+          f"figures taken under load are not results")
+
+
 def time_rounds(runners: dict, rounds: int, per_round: int) -> dict:
     """Interleaved timing: each round runs every engine `per_round` times."""
     times = {name: [] for name in runners}
@@ -133,15 +143,7 @@ def main(argv=None) -> int:
         net.close()
         for n in others.values():
             n.close()
-    if ratios:
-        geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
-        print(f"geometric mean of nnplug-cpu / onnxruntime: {geo:.2f} over {len(ratios)} models")
-    for b, rs in extra_ratios.items():
-        if rs:
-            geo = math.exp(sum(math.log(r) for r in rs) / len(rs))
-            print(f"geometric mean of nnplug-{b} / onnxruntime: {geo:.2f} over {len(rs)} models")
-    print(f"load average (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in os.getloadavg())}; "
-          f"figures taken under load are not results")
+    print_summary({"nnplug-cpu": ratios, **{f"nnplug-{b}": rs for b, rs in extra_ratios.items()}})
     return 0
 
 
