@@ -52,10 +52,14 @@ def print_summary(ratios: dict[str, list[float]]) -> None:
 
 
 def time_rounds(runners: dict, rounds: int, per_round: int) -> dict:
-    """Interleaved timing: each round runs every engine `per_round` times."""
+    """Interleaved timing: each round runs every engine `per_round` times, after one untimed
+    run. The untimed run lets the engine that ran before go quiet: onnxruntime's and OpenMP's
+    worker threads spin for a while after a run, and on a machine with as many cores as
+    threads they would take a core from the first timed runs of the next engine."""
     times = {name: [] for name in runners}
     for _ in range(rounds):
         for name, fn in runners.items():
+            fn()
             for _ in range(per_round):
                 t = time.perf_counter()
                 fn()
