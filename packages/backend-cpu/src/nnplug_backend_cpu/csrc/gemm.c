@@ -42,25 +42,31 @@ static void ukernel_c(int64_t kc, const float *a, const float *b, float *c)
 #include <immintrin.h>
 #define HAVE_AVX2_KERNEL 1
 
+/* The 6x16 product of one packed A panel and one packed B panel over kc steps, into the
+ * twelve accumulators it declares (c<r>0, c<r>1: row r, columns 0-7 and 8-15). A macro, not a
+ * function, so both kernels below keep the accumulators in registers. */
+#define UKERNEL_6X16_PRODUCT(kc, a, b)                                                            \
+    __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();                                \
+    __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();                                \
+    __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();                                \
+    __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();                                \
+    __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();                                \
+    __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();                                \
+    for (int64_t k = 0; k < (kc); k++, (a) += MR, (b) += NR) {                                  \
+        const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps((b) + 8);                      \
+        __m256 av;                                                                              \
+        av = _mm256_broadcast_ss((a) + 0); c00 = _mm256_fmadd_ps(av, b0, c00); c01 = _mm256_fmadd_ps(av, b1, c01); \
+        av = _mm256_broadcast_ss((a) + 1); c10 = _mm256_fmadd_ps(av, b0, c10); c11 = _mm256_fmadd_ps(av, b1, c11); \
+        av = _mm256_broadcast_ss((a) + 2); c20 = _mm256_fmadd_ps(av, b0, c20); c21 = _mm256_fmadd_ps(av, b1, c21); \
+        av = _mm256_broadcast_ss((a) + 3); c30 = _mm256_fmadd_ps(av, b0, c30); c31 = _mm256_fmadd_ps(av, b1, c31); \
+        av = _mm256_broadcast_ss((a) + 4); c40 = _mm256_fmadd_ps(av, b0, c40); c41 = _mm256_fmadd_ps(av, b1, c41); \
+        av = _mm256_broadcast_ss((a) + 5); c50 = _mm256_fmadd_ps(av, b0, c50); c51 = _mm256_fmadd_ps(av, b1, c51); \
+    }
+
 __attribute__((target("avx2,fma")))
 static void ukernel_avx2(int64_t kc, const float *a, const float *b, float *c)
 {
-    __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
-    __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
-    __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
-    __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
-    __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
-    __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
-    for (int64_t k = 0; k < kc; k++, a += MR, b += NR) {
-        const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
-        __m256 av;
-        av = _mm256_broadcast_ss(a + 0); c00 = _mm256_fmadd_ps(av, b0, c00); c01 = _mm256_fmadd_ps(av, b1, c01);
-        av = _mm256_broadcast_ss(a + 1); c10 = _mm256_fmadd_ps(av, b0, c10); c11 = _mm256_fmadd_ps(av, b1, c11);
-        av = _mm256_broadcast_ss(a + 2); c20 = _mm256_fmadd_ps(av, b0, c20); c21 = _mm256_fmadd_ps(av, b1, c21);
-        av = _mm256_broadcast_ss(a + 3); c30 = _mm256_fmadd_ps(av, b0, c30); c31 = _mm256_fmadd_ps(av, b1, c31);
-        av = _mm256_broadcast_ss(a + 4); c40 = _mm256_fmadd_ps(av, b0, c40); c41 = _mm256_fmadd_ps(av, b1, c41);
-        av = _mm256_broadcast_ss(a + 5); c50 = _mm256_fmadd_ps(av, b0, c50); c51 = _mm256_fmadd_ps(av, b1, c51);
-    }
+    UKERNEL_6X16_PRODUCT(kc, a, b)
     _mm256_store_ps(c + 0 * NR, c00); _mm256_store_ps(c + 0 * NR + 8, c01);
     _mm256_store_ps(c + 1 * NR, c10); _mm256_store_ps(c + 1 * NR + 8, c11);
     _mm256_store_ps(c + 2 * NR, c20); _mm256_store_ps(c + 2 * NR + 8, c21);
@@ -76,22 +82,7 @@ __attribute__((target("avx2,fma")))
 static void ukernel_avx2_c(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                            int first, const nnc_gemm_epi *ep, int64_t r0, int64_t c0)
 {
-    __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
-    __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
-    __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
-    __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
-    __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
-    __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
-    for (int64_t k = 0; k < kc; k++, a += MR, b += NR) {
-        const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
-        __m256 av;
-        av = _mm256_broadcast_ss(a + 0); c00 = _mm256_fmadd_ps(av, b0, c00); c01 = _mm256_fmadd_ps(av, b1, c01);
-        av = _mm256_broadcast_ss(a + 1); c10 = _mm256_fmadd_ps(av, b0, c10); c11 = _mm256_fmadd_ps(av, b1, c11);
-        av = _mm256_broadcast_ss(a + 2); c20 = _mm256_fmadd_ps(av, b0, c20); c21 = _mm256_fmadd_ps(av, b1, c21);
-        av = _mm256_broadcast_ss(a + 3); c30 = _mm256_fmadd_ps(av, b0, c30); c31 = _mm256_fmadd_ps(av, b1, c31);
-        av = _mm256_broadcast_ss(a + 4); c40 = _mm256_fmadd_ps(av, b0, c40); c41 = _mm256_fmadd_ps(av, b1, c41);
-        av = _mm256_broadcast_ss(a + 5); c50 = _mm256_fmadd_ps(av, b0, c50); c51 = _mm256_fmadd_ps(av, b1, c51);
-    }
+    UKERNEL_6X16_PRODUCT(kc, a, b)
     const __m256 v[2 * MR] = {c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51};
     const int kind = ep && ep->act ? ep->act->kind : ACT_NONE;
     const __m256 zero = _mm256_setzero_ps();
