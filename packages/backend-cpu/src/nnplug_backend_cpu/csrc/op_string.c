@@ -240,7 +240,8 @@ static void ss_destroy(nnc_node *n)
 static int is_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
 
 /* Pieces of one string (start, length), at most cap of them written; returns the count. As
- * Python's str.split(delimiter, maxsplit); no delimiter: runs of whitespace, none empty. */
+ * Python's str.split(delimiter, maxsplit) but "" has none; no delimiter: runs of ASCII
+ * whitespace, none empty. */
 static int64_t split_one(const split_state *s, const nstr *x, int64_t *starts, int64_t *lens, int64_t cap)
 {
     const char *p = x->data;
@@ -261,6 +262,7 @@ static int64_t split_one(const split_state *s, const nstr *x, int64_t *starts, i
         return k;
     }
     int64_t i = 0, d = (int64_t)s->ndelim;
+    if (!n) return 0; /* onnxruntime: "" has no pieces (Python's split gives [""]) */
     for (;;) {
         int64_t j = i;
         int found = 0;
