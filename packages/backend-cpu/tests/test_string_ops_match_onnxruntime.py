@@ -192,7 +192,64 @@ def test_string_constants_are_kept_by_the_kernel(rt):
     check(rt, model, {"a": texts((2, 3), 11)})
 
 
+I64 = TensorProto.INT64
+MOVES = [  # op, extra inputs (name, array), attributes, input shape
+    ("Identity", [], {}, (2, 3)),
+    ("Reshape", [("shape", np.array([3, -1], np.int64))], {}, (2, 3)),
+    ("Flatten", [], {"axis": 2}, (2, 3, 2)),
+    ("Squeeze", [("axes", np.array([1], np.int64))], {}, (2, 1, 3)),
+    ("Unsqueeze", [("axes", np.array([0, 3], np.int64))], {}, (2, 3)),
+    ("Transpose", [], {"perm": [2, 0, 1]}, (2, 3, 4)),
+    ("Expand", [("shape", np.array([3, 1, 4], np.int64))], {}, (2, 1)),
+    ("Slice", [("starts", np.array([1, -1], np.int64)), ("ends", np.array([3, -4], np.int64)),
+               ("axes", np.array([0, 1], np.int64)), ("steps", np.array([1, -1], np.int64))],
+     {}, (4, 4)),
+    ("Gather", [("indices", np.array([[2, 0], [-1, 1]], np.int64))], {"axis": 1}, (2, 3)),
+    ("Tile", [("repeats", np.array([2, 1], np.int64))], {}, (2, 3)),
+]
+
+
+@pytest.mark.parametrize("op,extra,attrs,shape", MOVES, ids=[m[0] for m in MOVES])
+def test_data_movement_on_strings(rt, threads, op, extra, attrs, shape):
+    """The numeric kernels move the elements; each output string gets bytes of its own."""
+    node = helper.make_node(op, ["x"] + [n for n, _ in extra], ["y"], name=f"{op.lower()}_node",
+                            **attrs)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", S, list(shape))]
+        + [helper.make_tensor_value_info(n, I64, list(a.shape)) for n, a in extra],
+        [helper.make_tensor_value_info("y", S, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    check(rt, model, {"x": texts(shape, 12), **dict(extra)})
+
+
+def test_concat_and_split_on_strings(rt, threads):
+    nodes = [helper.make_node("Concat", ["a", "b"], ["c"], name="concat", axis=1),
+             helper.make_node("Split", ["c", "sizes"], ["p", "q"], name="split", axis=1)]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("a", S, [2, 3]),
+                     helper.make_tensor_value_info("b", S, [2, 1]),
+                     helper.make_tensor_value_info("sizes", I64, [2])],
+        [helper.make_tensor_value_info(n, S, None) for n in ("c", "p", "q")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    check(rt, model, {"a": texts((2, 3), 13), "b": texts((2, 1), 14),
+                      "sizes": np.array([1, 3], np.int64)})
+
+
+def test_a_gather_index_out_of_range_on_strings_is_an_error_naming_the_node(rt):
+    node = helper.make_node("Gather", ["x", "i"], ["y"], name="gather_strings")
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", S, [3]),
+                      helper.make_tensor_value_info("i", I64, [1])],
+        [helper.make_tensor_value_info("y", S, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    with rt.load(model, backends=["cpu"]) as net:
+        with pytest.raises(nnplug.BackendError, match="gather_strings"):
+            net.run({"x": texts((3,), 15), "i": np.array([7], np.int64)})
+        ok = net.run({"x": np.array(["a", "b", "c"], object), "i": np.array([2], np.int64)})
+        assert ok["y"].tolist() == ["c"]
+
+
 def test_a_string_node_of_an_op_without_string_kernels_is_declined(rt):
-    model = model_of("Identity", [("x", S, (2,))], [("y", S)])
-    with pytest.raises(nnplug.UnsupportedNodeError, match="identity_node"):
+    model = model_of("Pad", [("x", S, (2,)), ("pads", TensorProto.INT64, (2,))], [("y", S)])
+    with pytest.raises(nnplug.UnsupportedNodeError, match="pad_node"):
         rt.load(model, backends=["cpu"])

@@ -455,8 +455,8 @@ nnc_plan *nnc_plan_build(const nnc_desc_node *nodes, int nn, int probing, nnc_er
         }
         n->op = touches_strings(d) ? nnc_find_string_op(d->domain, d->op_type) : nnc_find_op_in(d->domain, d->op_type);
         if (!n->op && touches_strings(d)) {
-            nnc_node_unsup(e, n, "string tensors are supported only by StringConcat, StringSplit, StringNormalizer, "
-                                 "RegexFullMatch, Equal and LabelEncoder on the cpu backend");
+            nnc_node_unsup(e, n, "this op does not take string tensors on the cpu backend (see "
+                                 "docs/backends/cpu.md, String tensors)");
             goto fail;
         }
         if (!n->op && d->domain && d->domain[0] && strcmp(d->domain, "ai.onnx")) {

@@ -1,5 +1,6 @@
 /* String tensors (backend ABI 1.3): StringConcat, StringSplit, StringNormalizer,
- * RegexFullMatch, Equal on strings and LabelEncoder with string keys or values.
+ * RegexFullMatch, Equal on strings, LabelEncoder with string keys or values, and the
+ * data-movement ops (Identity, Reshape, Transpose, Gather, Concat, ...) on strings.
  *
  * Elements are nnp_string {data, size}: UTF-8 bytes, not NUL-terminated. Inputs belong to the
  * host; every output element gets its own malloc'd bytes (NULL for ""), freed by the table's
@@ -1099,6 +1100,71 @@ static int les_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, struct n
     return NNC_OK;
 }
 
+/* ---- data movement on strings ---------------------------------------------------------- */
+
+/* The numeric op's create and infer (attributes, shapes, indices) and its run on the 16-byte
+ * elements, then every output element gets bytes of its own, so an output never points into
+ * an input. Only ops each of whose output elements is a copy of an input element. */
+#define MOVE_OPS(X) X(identity) X(reshape) X(flatten) X(squeeze) X(unsqueeze) X(transpose) \
+    X(expand) X(slice) X(concat) X(split) X(gather) X(tile)
+#define MOVE_DECL(x) extern const nnc_op nnc_op_##x;
+MOVE_OPS(MOVE_DECL)
+#define MOVE_REF(x) &nnc_op_##x,
+static const nnc_op *const move_orig[] = {MOVE_OPS(MOVE_REF)};
+#define NMOVE ((int)(sizeof move_orig / sizeof move_orig[0]))
+static nnc_op move_ops[NMOVE];
+static pthread_once_t move_once = PTHREAD_ONCE_INIT;
+
+static const nnc_op *orig_of(const nnc_op *op)
+{
+    for (int i = 0; i < NMOVE; i++)
+        if (op == &move_ops[i]) return move_orig[i];
+    return NULL;
+}
+
+static int move_owns_const(const nnc_node *n, int i)
+{
+    const nnc_op *o = orig_of(n->op);
+    if (n->vin[i] && n->vin[i]->dtype == DT_STR) return 0; /* graph.c keeps a deep copy */
+    return o && o->owns_const ? o->owns_const(n, i) : 0;
+}
+
+static int move_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, struct nnc_exec *x, nnc_err *e)
+{
+    const nnc_op *o = orig_of(n->op);
+    int rc = NNC_OK;
+    if (!o) return nnc_node_fail(e, n, "internal: no data-movement op for strings");
+    if (o->flags & OPF_ALIAS) { /* a view: the same elements in the same order */
+        if (nnc_numel(&out[0]) != nnc_numel(in[0])) rc = nnc_node_fail(e, n, "internal: a view changed the element count");
+        else if (nnc_numel(in[0])) memcpy(out[0].data, in[0]->data, (size_t)nnc_numel(in[0]) * sizeof(nstr));
+    } else {
+        rc = o->run(n, in, out, x, e);
+    }
+    for (int j = 0; j < n->nout; j++) {
+        if (n->out[j] < 0 || out[j].dtype != DT_STR || !out[j].data) continue;
+        nstr *el = out[j].data;
+        int64_t total = nnc_numel(&out[j]), i = 0;
+        for (; rc == NNC_OK && i < total; i++) {
+            nstr v = el[i];
+            el[i].data = NULL;
+            el[i].size = 0;
+            if (v.size && (rc = put(n, &el[i], v.data, (size_t)v.size, NULL, 0, e))) break;
+        }
+        for (; i < total; i++) el[i].data = NULL, el[i].size = 0; /* never the input's bytes */
+    }
+    return rc;
+}
+
+static void move_init(void)
+{
+    for (int i = 0; i < NMOVE; i++) {
+        move_ops[i] = *move_orig[i];
+        move_ops[i].run = move_run;
+        move_ops[i].flags &= ~OPF_ALIAS;
+        move_ops[i].owns_const = move_owns_const;
+    }
+}
+
 /* ---- table ----------------------------------------------------------------------------- */
 
 static const nnc_op op_concat = {"StringConcat", 2, 2, 1, 1, sc_create, sc_infer, sc_run, NULL, 0, NULL, NULL, NULL};
@@ -1115,8 +1181,9 @@ const nnc_op *nnc_find_string_op(const char *domain, const char *type)
     int dflt = !domain || !domain[0] || !strcmp(domain, "ai.onnx");
     for (const nnc_op *const *p = string_ops; *p; p++)
         if (!strcmp((*p)->type, type) && (dflt ? !(*p)->domain : (*p)->domain && !strcmp((*p)->domain, domain))) return *p;
+    pthread_once(&move_once, move_init);
+    for (int i = 0; dflt && i < NMOVE; i++)
+        if (!strcmp(move_ops[i].type, type)) return &move_ops[i];
     return NULL;
 }
 
-/* For nnplug_backend_cpu.STRING_OPS and the docs: the ops above, comma-separated. */
-const char *nnc_string_op_names(void) { return "StringConcat, StringSplit, StringNormalizer, RegexFullMatch, Equal, LabelEncoder (ai.onnx.ml)"; }
