@@ -169,6 +169,23 @@ def test_label_encoder_with_strings(rt, threads, name, in_type, out_type, attrs)
     check(rt, model, {"x": x})
 
 
+CATS = dict(cats_strings=["a", "é", "的", "", "a"], cats_int64s=[1, 2, 3, 4, 2])  # duplicates
+
+
+@pytest.mark.parametrize("to_int", [True, False], ids=["strings_to_ints", "ints_to_strings"])
+@pytest.mark.parametrize("default", [{}, {"default_int64": 9, "default_string": "?"}],
+                         ids=["defaults", "given"])
+def test_category_mapper(rt, threads, to_int, default):
+    if to_int:
+        x, in_type, out_type = texts((3, 4), 16, 1, ["a", "é", "的", "b", ""]), S, TensorProto.INT64
+    else:
+        x = np.random.default_rng(17).integers(0, 7, (3, 4)).astype(np.int64)
+        in_type, out_type = TensorProto.INT64, S
+    model = model_of("CategoryMapper", [("x", in_type, x.shape)], [("y", out_type)],
+                     {**CATS, **default}, domain=ML)
+    check(rt, model, {"x": x})
+
+
 def test_a_string_node_next_to_numeric_nodes_runs_in_its_own_partition(rt):
     """Equal(strings) -> Not -> Cast: the string node and the numeric ones on one backend."""
     nodes = [helper.make_node("Equal", ["a", "b"], ["e"], name="eq"),

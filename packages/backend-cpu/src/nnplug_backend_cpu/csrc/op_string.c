@@ -1,5 +1,6 @@
 /* String tensors (backend ABI 1.3): StringConcat, StringSplit, StringNormalizer,
- * RegexFullMatch, Equal on strings, LabelEncoder with string keys or values, and the
+ * RegexFullMatch, Equal on strings, LabelEncoder with string keys or values, CategoryMapper,
+ * and the
  * data-movement ops (Identity, Reshape, Transpose, Gather, Concat, ...) on strings.
  *
  * Elements are nnp_string {data, size}: UTF-8 bytes, not NUL-terminated. Inputs belong to the
@@ -827,6 +828,7 @@ enum { LK_STR, LK_INT, LK_REAL };
 
 typedef struct {
     int kkind, vkind, vdt;
+    int last_wins;       /* equal keys: the last given wins (CategoryMapper), else the first */
     int64_t n;
     nstr *ks, *vs;       /* strings (copied) */
     int64_t *ki, *vi;
@@ -950,7 +952,22 @@ static int order_cmp(const void *x, const void *y)
 {
     int64_t i = *(const int64_t *)x, j = *(const int64_t *)y;
     int c = key_cmp(g_sort_state, i, j);
-    return c ? c : (i < j ? -1 : i > j); /* equal keys: the first given wins */
+    if (c) return c;
+    c = i < j ? -1 : i > j; /* equal keys: the one that wins first */
+    return g_sort_state->last_wins ? -c : c;
+}
+
+/* Key indices by key, equal keys in their given order (a lookup finds the first). */
+static int le_sort(const nnc_node *n, le_state *s, nnc_err *e)
+{
+    if (!(s->order = malloc((size_t)(s->n ? s->n : 1) * sizeof *s->order))) return nnc_node_fail(e, n, "out of memory");
+    for (int64_t i = 0; i < s->n; i++) s->order[i] = i;
+    pthread_mutex_lock(&g_sort_lock);
+    g_sort_state = s;
+    qsort(s->order, (size_t)s->n, sizeof *s->order, order_cmp);
+    g_sort_state = NULL;
+    pthread_mutex_unlock(&g_sort_lock);
+    return NNC_OK;
 }
 
 static int les_create(nnc_node *n, nnc_err *e)
@@ -1011,14 +1028,51 @@ static int les_create(nnc_node *n, nnc_err *e)
         TRY(nnc_attr_float(n, "default_float", -0.0f, &f, e));
         s->dd = f;
     }
-    if (!(s->order = malloc((size_t)(nk ? nk : 1) * sizeof *s->order))) return nnc_node_fail(e, n, "out of memory");
-    for (int64_t i = 0; i < nk; i++) s->order[i] = i;
-    pthread_mutex_lock(&g_sort_lock);
-    g_sort_state = s;
-    qsort(s->order, (size_t)nk, sizeof *s->order, order_cmp);
-    g_sort_state = NULL;
-    pthread_mutex_unlock(&g_sort_lock);
-    return NNC_OK;
+    return le_sort(n, s, e);
+}
+
+/* CategoryMapper: cats_strings[i] <-> cats_int64s[i], the direction by the input's type. */
+static int cm_create(nnc_node *n, nnc_err *e)
+{
+    le_state *s = calloc(1, sizeof *s);
+    if (!s) return nnc_node_fail(e, n, "out of memory");
+    n->state = s;
+    const nnc_attr *cs = nnc_attr_find(n, "cats_strings"), *ci = nnc_attr_find(n, "cats_int64s");
+    if (!cs || !ci || cs->kind != AK_STRINGS || ci->kind != AK_INTS || cs->count != ci->count || cs->count < 0 ||
+        (cs->count && (!cs->data || !ci->data)))
+        return nnc_node_fail(e, n, "attributes 'cats_strings' and 'cats_int64s' must be lists of one length");
+    int to_int = n->vin[0] && n->vin[0]->dtype == DT_STR;
+    int64_t c = cs->count;
+    size_t m = (size_t)(c ? c : 1);
+    nstr *strs = calloc(m, sizeof *strs);
+    int64_t *ints = malloc(m * sizeof *ints);
+    if (to_int) s->ks = strs, s->vi = ints; else s->vs = strs, s->ki = ints;
+    if (!strs || !ints) return nnc_node_fail(e, n, "out of memory");
+    s->n = c;
+    for (int64_t i = 0; i < c; i++) {
+        const char *p = ((const char *const *)cs->data)[i];
+        size_t len = p ? strlen(p) : 0;
+        if (!utf8_valid((const unsigned char *)p, len)) return nnc_node_fail(e, n, "cats_strings element %lld is not valid UTF-8", (long long)i);
+        if (copy_str(&strs[i], p, len)) return nnc_node_fail(e, n, "out of memory");
+        ints[i] = ((const int64_t *)ci->data)[i];
+    }
+    s->last_wins = 1; /* as onnxruntime's maps, filled in order */
+    s->kkind = to_int ? LK_STR : LK_INT;
+    s->vkind = to_int ? LK_INT : LK_STR;
+    s->vdt = to_int ? DT_I64 : DT_STR;
+    TRY(want_dtype(n, 0, 0, to_int ? DT_STR : DT_I64, e));
+    TRY(want_dtype(n, 1, 0, s->vdt, e));
+    if (to_int) {
+        TRY(nnc_attr_int(n, "default_int64", -1, &s->di, e));
+    } else {
+        const nnc_attr *a = nnc_attr_find(n, "default_string");
+        if (a && (a->kind != AK_STRING || (a->count > 0 && !a->data))) return nnc_node_fail(e, n, "attribute 'default_string' must be a string");
+        const char *p = a ? a->data : "_Unused";
+        size_t len = a ? (size_t)(a->count > 0 ? a->count : 0) : 7;
+        if (!utf8_valid((const unsigned char *)p, len)) return nnc_node_fail(e, n, "attribute 'default_string' is not valid UTF-8");
+        if (copy_str(&s->ds, p, len)) return nnc_node_fail(e, n, "out of memory");
+    }
+    return le_sort(n, s, e);
 }
 
 static int les_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err *e)
@@ -1172,9 +1226,10 @@ static const nnc_op op_equal = {"Equal", 2, 2, 1, 1, eq_create, eq_infer, eq_run
 static const nnc_op op_split = {"StringSplit", 1, 1, 1, 2, ss_create, ss_infer, ss_run, ss_destroy, 0, NULL, NULL, NULL};
 static const nnc_op op_norm = {"StringNormalizer", 1, 1, 1, 1, sn_create, sn_infer, sn_run, sn_destroy, 0, NULL, NULL, NULL};
 static const nnc_op op_regex = {"RegexFullMatch", 1, 1, 1, 1, rx_create, rx_infer, rx_run, rx_destroy, 0, NULL, NULL, NULL};
+static const nnc_op op_catmap = {"CategoryMapper", 1, 1, 1, 1, cm_create, les_infer, les_run, les_destroy, 0, NULL, NULL, "ai.onnx.ml"};
 static const nnc_op op_labelenc = {"LabelEncoder", 1, 1, 1, 1, les_create, les_infer, les_run, les_destroy, 0, NULL, NULL, "ai.onnx.ml"};
 
-static const nnc_op *const string_ops[] = {&op_concat, &op_equal, &op_split, &op_norm, &op_regex, &op_labelenc, NULL};
+static const nnc_op *const string_ops[] = {&op_concat, &op_equal, &op_split, &op_norm, &op_regex, &op_labelenc, &op_catmap, NULL};
 
 const nnc_op *nnc_find_string_op(const char *domain, const char *type)
 {
