@@ -15,10 +15,11 @@ import ctypes as C
 import numpy as np
 
 from ..errors import BackendError, InputError
-from . import strings
+from . import abi, strings
 
 MAX_STRING_BYTES = 1 << 30  # NNP_MAX_STRING_BYTES (backend.h)
 _ITEM = np.dtype([("data", np.uint64), ("size", np.uint64)])  # == nnp_string, 16 bytes
+assert _ITEM.itemsize == C.sizeof(abi.String)
 
 
 def is_string(dtype) -> bool:
