@@ -1,7 +1,7 @@
 """The ai.onnx.ml kernels, one node at a time, against onnxruntime on seeded random inputs:
 every post-transform, aggregate function, base-value and binary-classifier case those kernels
 special-case, plus the attribute checks that must refuse a malformed node before any native
-code reads it, and the ops declined because their values are not numeric tensors."""
+code reads it. String keys and values: test_string_ops_match_onnxruntime.py."""
 
 from __future__ import annotations
 
@@ -582,11 +582,15 @@ def test_linear_coefficients_must_match_classes(rt):
     assert "coefficients" in load_error(rt, m)
 
 
-def test_label_encoder_strings_are_declined(rt):
+def test_label_encoder_to_strings_runs_on_string_tensors(rt):
+    """String values travel as ABI 1.3 string tensors (more in test_string_ops_match_onnxruntime)."""
     m = ml_model("LabelEncoder", dict(keys_int64s=[1, 2], values_strings=["a", "b"]), [("X", INT64, [3])],
                  [("Y", TensorProto.STRING, [3])], ml_opset=2)
-    with pytest.raises(nnplug.NnplugError):
-        rt.load(m, backends=["cpu"]).close()
+    x = np.array([2, 1, 7], np.int64)
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"X": x})[0]
+    with rt.load(m, backends=["cpu"]) as net:
+        got = net.run({"X": x})["Y"]
+    assert got.dtype == want.dtype and got.tolist() == want.tolist()  # ["b", "a", "_Unused"]
 
 
 def test_v5_branch_out_of_range_is_refused(rt):

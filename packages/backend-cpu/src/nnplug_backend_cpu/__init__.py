@@ -43,6 +43,8 @@ OPS = (
     "TfIdfVectorizer",
 ) + (  # the 8-, 4- and 2-bit types
     "BitCast",
+) + (  # string tensors (backend ABI 1.3; Equal and ai.onnx.ml's LabelEncoder take them too)
+    "RegexFullMatch", "StringConcat", "StringNormalizer", "StringSplit",
 )
 """The ONNX op types the backend runs (default domain; dtypes and attributes as documented in
 docs/backends/cpu.md)."""

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from .errors import ModelError, NnplugError, PluginError
 from .executor import Plan, Step, plan_frees, run_steps
 from .loader import whole_graph
+from .native.string_tensors import node_has_strings
 from .planner import constant_nodes, partitions, subgraph_for
 from .target import Target
 from .tensor import Tensor
@@ -81,7 +82,8 @@ def build_steps(plan: Plan, model: Model, nodes: list[Node], placed: dict[str, P
                 keep: set[str], target_of: dict[str, Target], optimization: str) -> list[Step]:
     """One step per partition of ``nodes``; ``keep``: values wanted after all of them."""
     steps: list[Step] = []
-    parts = partitions(nodes, placed)
+    parts = partitions(nodes, placed,
+                       alone=lambda n: node_has_strings(n, model.values, plan.constants))
     if optimization != "all":  # one node per kernel: nothing for a backend to fuse
         parts = [[n] for part in parts for n in part]
     wanted_after: list[set[str]] = []  # per partition: values read after it, or kept

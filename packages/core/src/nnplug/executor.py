@@ -208,8 +208,10 @@ def _as_tensor(name: str, value) -> Tensor:
         arr = np.asarray(value)
     except Exception as e:
         raise InputError(f"input {name!r} cannot be converted to an array: {e}") from None
-    if arr.dtype == object:
-        raise InputError(f"input {name!r} is not a numeric array")
+    if arr.dtype.kind in "US":  # ONNX strings: object arrays of str, as onnxruntime returns
+        arr = arr.astype(object)
+    if arr.dtype == object and not all(isinstance(v, (str, bytes)) for v in arr.flat):
+        raise InputError(f"input {name!r} is neither a numeric array nor an array of strings")
     try:
         return Tensor.from_numpy(arr)
     except MemoryError:

@@ -166,15 +166,21 @@ def _unsupported_message(node: Node, backends: list[Backend], custom_ops, instal
     return msg
 
 
-def partitions(nodes: list[Node], placements: dict[str, Placement]) -> list[list[Node]]:
+def partitions(nodes: list[Node], placements: dict[str, Placement],
+               alone: Callable[[Node], bool] | None = None) -> list[list[Node]]:
     """Consecutive nodes (topological order) with the same backend form one partition;
-    every custom op node is its own partition."""
+    every custom op node is its own partition, and so is every node ``alone`` names (those
+    reading or writing string tensors: a string value never lives inside a partition)."""
     parts: list[list[Node]] = []
+    prev_alone = False
     for n in nodes:
-        if parts and placements[parts[-1][-1].name].same_partition(placements[n.name]):
+        solo = bool(alone and alone(n))
+        if parts and not solo and not prev_alone and \
+                placements[parts[-1][-1].name].same_partition(placements[n.name]):
             parts[-1].append(n)
         else:
             parts.append([n])
+        prev_alone = solo
     return parts
 
 

@@ -16,7 +16,7 @@ C_NAMES = {
     abi.Tensor: "nnp_tensor", abi.Attr: "nnp_attr", abi.ValueDesc: "nnp_value_desc",
     abi.NodeDesc: "nnp_node_desc", abi.InitOptions: "nnp_init_options",
     abi.AttrValue: "nnp_attr_value", abi.Step: "nnp_step", abi.BackendV1: "nnp_backend_v1",
-    abi.ProfileEvent: "nnp_profile_event",
+    abi.ProfileEvent: "nnp_profile_event", abi.String: "nnp_string",
 }
 
 

@@ -54,6 +54,7 @@ static int dt_from(nnp_dtype t)
     case NNP_DTYPE_FLOAT8_E5M2FNUZ: return t.bits == 8 ? DT_F8E5M2FNUZ : -1;
     case NNP_DTYPE_FLOAT8_E8M0FNU: return t.bits == 8 ? DT_F8E8M0 : -1;
     case NNP_DTYPE_FLOAT4_E2M1FN: return t.bits == 4 ? DT_F4E2M1 : -1;
+    case NNP_DTYPE_STRING: return t.bits == 128 ? DT_STR : -1;
     default: return -1;
     }
 }
@@ -529,6 +530,17 @@ static nnp_status cpu_run_steps(const nnp_step *steps, int32_t n, void *const *s
     return NNP_OK;
 }
 
+/* ABI 1.3: the bytes op_string.c's kernels allocated for string outputs. */
+static void cpu_release_strings(nnp_string *items, uint64_t count)
+{
+    if (!items) return;
+    for (uint64_t i = 0; i < count; i++) {
+        free((void *)items[i].data);
+        items[i].data = NULL;
+        items[i].size = 0;
+    }
+}
+
 static const nnp_backend_v1 TABLE = {
     .abi_version = {NNP_BACKEND_ABI_MAJOR, NNP_BACKEND_ABI_MINOR, NNP_BACKEND_ABI_PATCH},
     .struct_size = sizeof(nnp_backend_v1),
@@ -554,6 +566,7 @@ static const nnp_backend_v1 TABLE = {
     .kernel_run = cpu_kernel_run,
     .run_steps = cpu_run_steps,
     .set_profile_hook = cpu_set_profile_hook,
+    .release_strings = cpu_release_strings,
 };
 
 NNP_EXPORT const nnp_backend_v1 *nnp_backend_entry(const nnp_version *host_abi)

@@ -256,6 +256,39 @@ static int name_fused(nnc_plan *p, nnc_err *e)
     return NNC_OK;
 }
 
+/* Whether a node reads or writes a string tensor: then only op_string.c's ops may run it. */
+static int touches_strings(const nnc_desc_node *d)
+{
+    for (int j = 0; j < d->nin; j++)
+        if (d->in[j].info.dtype == DT_STR) return 1;
+    for (int j = 0; j < d->nout; j++)
+        if (d->out[j].info.dtype == DT_STR) return 1;
+    return 0;
+}
+
+/* A string constant's elements and bytes in one block (the caller's pointers die with the
+ * call). Elements are {data, size} as nnp_string. */
+typedef struct { const char *data; uint64_t size; } str_elem;
+static void *copy_strings(const void *src, size_t count)
+{
+    const str_elem *s = src;
+    size_t bytes = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (s[i].size && !s[i].data) return NULL;
+        bytes += (size_t)s[i].size;
+    }
+    str_elem *d = nnc_alloc(count * sizeof *d + bytes + 1);
+    if (!d) return NULL;
+    char *at = (char *)(d + count);
+    for (size_t i = 0; i < count; i++) {
+        d[i].size = s[i].size;
+        d[i].data = s[i].size ? at : NULL;
+        if (s[i].size) memcpy(at, s[i].data, (size_t)s[i].size);
+        at += s[i].size;
+    }
+    return d;
+}
+
 static int owns_const(const nnc_node *n, int j)
 {
     return n->op && n->op->owns_const && n->op->owns_const(n, j);
@@ -420,7 +453,12 @@ nnc_plan *nnc_plan_build(const nnc_desc_node *nodes, int nn, int probing, nnc_er
             nnc_node_unsup(e, n, "more than %d inputs or outputs are not supported", NNC_MAXIO);
             goto fail;
         }
-        n->op = nnc_find_op_in(d->domain, d->op_type);
+        n->op = touches_strings(d) ? nnc_find_string_op(d->domain, d->op_type) : nnc_find_op_in(d->domain, d->op_type);
+        if (!n->op && touches_strings(d)) {
+            nnc_node_unsup(e, n, "this op does not take string tensors on the cpu backend (see "
+                                 "docs/backends/cpu.md, String tensors)");
+            goto fail;
+        }
         if (!n->op && d->domain && d->domain[0] && strcmp(d->domain, "ai.onnx")) {
             nnc_node_unsup(e, n, "op '%s' of domain '%s' is not supported by the cpu backend", d->op_type, d->domain);
             goto fail;
@@ -509,7 +547,12 @@ nnc_plan *nnc_plan_build(const nnc_desc_node *nodes, int nn, int probing, nnc_er
                 if (n->in[j] == v && !owns_const(n, j)) { needed = 1; break; }
         }
         size_t nb = info_nbytes(&x->info);
-        if (needed) {
+        if (needed && x->info.dtype == DT_STR) {
+            if (!(x->owned = copy_strings(x->info.const_data, nb / nnc_dtsize(DT_STR)))) {
+                nnc_fail(e, "out of memory copying constant '%s'", x->name);
+                goto fail;
+            }
+        } else if (needed) {
             x->owned = nnc_alloc(nb ? nb : 1);
             if (!x->owned) { nnc_fail(e, "out of memory copying constant '%s'", x->name); goto fail; }
             if (nb) memcpy(x->owned, x->info.const_data, nb);

@@ -76,4 +76,8 @@ enum { NNC_R_SUM, NNC_R_MEAN, NNC_R_MAX, NNC_R_MIN, NNC_R_PROD, NNC_R_L2, NNC_R_
 int nnc_reduce_typed_ok(int kind, int dt);
 int nnc_reduce_typed_run(const nnc_node *n, int kind, const int *mask, const nnc_tensor *x,
                          nnc_tensor *out, nnc_err *e);
+
+/* Ops on string tensors (op_string.c): the only ops graph.c gives a node that reads or writes
+ * one. NULL when none of them is op_type of that domain. */
+const nnc_op *nnc_find_string_op(const char *domain, const char *type);
 #endif

@@ -12,6 +12,7 @@ size_t nnc_dtsize(int dt)
     switch (dt) {
     case DT_F32: case DT_I32: case DT_U32: return 4;
     case DT_I64: case DT_U64: case DT_F64: return 8;
+    case DT_STR: return 16; /* nnp_string: only op_string.c's ops see these */
     case DT_U8: case DT_I8: case DT_BOOL: return 1;
     case DT_F8E4M3FN: case DT_F8E4M3FNUZ: case DT_F8E5M2: case DT_F8E5M2FNUZ: case DT_F8E8M0:
     case DT_F4E2M1: case DT_I4: case DT_U4: case DT_I2: case DT_U2: return 1; /* padded */

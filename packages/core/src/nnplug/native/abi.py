@@ -1,4 +1,4 @@
-"""ctypes mirrors of ``nnplug/common.h`` and ``nnplug/backend.h`` (backend ABI 1.2).
+"""ctypes mirrors of ``nnplug/common.h`` and ``nnplug/backend.h`` (backend ABI 1.3).
 
 Keep in step with the headers: same members, same order. Structs only grow at the end.
 """
@@ -10,7 +10,7 @@ import ctypes as C
 import numpy as np
 
 ABI_MAJOR = 1
-ABI_MINOR = 2
+ABI_MINOR = 3
 ABI_PATCH = 0
 ABI_VERSION = (ABI_MAJOR, ABI_MINOR, ABI_PATCH)
 ENTRY_SYMBOL = "nnp_backend_entry"
@@ -94,6 +94,15 @@ class Tensor(C.Structure):
         ("strides", C.POINTER(C.c_int64)),
         ("byte_offset", C.c_uint64),
     ]
+
+
+class String(C.Structure):
+    """nnp_string (ABI 1.3): one element of a string tensor."""
+
+    _fields_ = [("data", C.c_void_p), ("size", C.c_uint64)]
+
+
+DTYPE_STRING = 64  # NNP_DTYPE_STRING: elements are String, 128 bits
 
 
 class Attr(C.Structure):
@@ -188,6 +197,7 @@ KERNEL_OUTPUT_SHAPES = _F(status, _p, _TP, _i32, _i32, C.POINTER(_i32), C.POINTE
 KERNEL_WORKSPACE_SIZE = _F(status, _p, _TP, _i32, _TP, _i32, C.POINTER(_u64))
 KERNEL_RUN = _F(status, _p, _TP, _i32, _TP, _i32, _p, _u64, _p)
 RUN_STEPS = _F(status, C.POINTER(Step), _i32, C.POINTER(_p), _i32, _p, _u64, _p, C.POINTER(_i32))
+RELEASE_STRINGS = _F(None, _p, _u64)
 KERNEL_CREATE_FOR_TARGET = _F(status, C.POINTER(NodeDesc), _i32, Device, C.c_char_p, C.POINTER(_p))
 
 
@@ -254,6 +264,8 @@ class BackendV1(C.Structure):
         # ABI 1.2
         ("target_attrs", C.c_char_p),
         ("kernel_create_for_target", KERNEL_CREATE_FOR_TARGET),
+        # ABI 1.3
+        ("release_strings", RELEASE_STRINGS),
     ]
 
 
@@ -269,7 +281,8 @@ PAIRED_ENTRIES = (
 MIN_STRUCT_SIZE = BackendV1.set_profile_hook.offset
 # Members added by a minor version: (minor, member). The host reads one only from a table of
 # that minor or newer whose struct_size covers it.
-SINCE_MINOR = {"set_profile_hook": 1, "target_attrs": 2, "kernel_create_for_target": 2}
+SINCE_MINOR = {"set_profile_hook": 1, "target_attrs": 2, "kernel_create_for_target": 2,
+               "release_strings": 3}
 
 
 def has_member(table: BackendV1, size: int, name: str) -> bool:
@@ -310,6 +323,8 @@ def dtype_of(dt) -> DType:
     if dt is None:
         return DType(0, 0, 0)
     dt = np.dtype(dt)
+    if dt.kind in "OUS":  # ONNX STRING: numpy object (or fixed-width str/bytes) arrays
+        return DType(DTYPE_STRING, 128, 1)
     if dt.name in _NAMED and dt.kind in "Vf":  # ml_dtypes (one of its kinds is "f")
         return DType(*_NAMED[dt.name], 1)
     code = _KIND_CODE.get(dt.kind)

@@ -15,7 +15,7 @@ from ..device_api import DeviceAPI, _Workspace, attr_kind
 from ..errors import InvalidArgumentError, TensorExportError
 from ..graph import Node, SubGraph
 from ..target import Target
-from . import abi
+from . import abi, string_tensors
 from .buffer import NativeBuffer, cdev
 from .descs import DescBuilder
 
@@ -234,8 +234,12 @@ class NativeBackend(Backend):
 
     def supports(self, node: Node, graph: SubGraph) -> bool:
         values = getattr(graph, "values", {}) or {}
-        if not self._can_plan_outputs(node, values, getattr(graph, "constants", {}) or {}):
+        constants = getattr(graph, "constants", {}) or {}
+        if not self._can_plan_outputs(node, values, constants):
             return False  # claiming it would fail at build time: decline, so it falls back
+        if not string_tensors.takes_strings(self.library) and \
+                string_tensors.node_has_strings(node, values, constants):
+            return False  # string tensors: host memory, ABI 1.3 and release_strings only
         builder = DescBuilder(values, getattr(graph, "constants", {}) or {})
         desc = abi.NodeDesc()
         builder.node(node, desc)

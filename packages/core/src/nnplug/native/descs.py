@@ -12,7 +12,7 @@ import numpy as np
 
 from ..graph import Node
 from ..tensor import as_contiguous
-from . import abi
+from . import abi, string_tensors
 
 _INT64 = abi.DType(0, 64, 1)
 _FLOAT32 = abi.DType(2, 32, 1)
@@ -45,6 +45,11 @@ class DescBuilder:
             out.dtype = abi.dtype_of(arr.dtype)
             out.ndim = arr.ndim
             out.shape = self._shape(arr.shape)
+            if string_tensors.is_string(arr.dtype):  # an nnp_string array (ABI 1.3)
+                packed = self._hold(string_tensors.pack(arr, f"constant {name!r}"))
+                out.const_data = packed.address if packed.nbytes else None
+                out.const_nbytes = packed.nbytes
+                return
             out.const_data = arr.ctypes.data if arr.nbytes else None
             out.const_nbytes = arr.nbytes
             return
@@ -84,10 +89,16 @@ class DescBuilder:
             out.data = C.addressof(arr) if items else None
             out.ndim, out.shape = 1, self._shape([len(items)])
         elif type_ == abi.ATTR_TENSOR and isinstance(value, np.ndarray) \
+                and string_tensors.is_string(value.dtype):  # nnp_string elements (ABI 1.3)
+            packed = self._hold(string_tensors.pack(value, f"attribute {name!r}"))
+            out.dtype, out.count = abi.dtype_of(value.dtype), value.size
+            out.data = packed.address if value.size else None
+            out.ndim, out.shape = value.ndim, self._shape(value.shape) if value.ndim else None
+        elif type_ == abi.ATTR_TENSOR and isinstance(value, np.ndarray) \
                 and abi.is_known(abi.dtype_of(value.dtype)):
             arr = as_contiguous(value)
             self._array(arr, out, arr.ndim)
-        else:  # graphs, lists of tensors, tensors of strings: not passed
+        else:  # graphs, lists of tensors: not passed
             out.count, out.data = 0, None
 
     def _array(self, arr: np.ndarray, out: abi.Attr, ndim: int) -> None:

@@ -24,7 +24,7 @@ from ..graph import SubGraph
 from ..runcontext import current, output_buffer
 from ..shapecheck import bind_symbols, mismatch
 from ..tensor import Tensor, as_contiguous
-from . import abi
+from . import abi, string_tensors
 from .buffer import NativeBuffer, cdev
 from .descs import DescBuilder
 from .profile_hook import NodeEvents, record_kernel
@@ -147,7 +147,9 @@ def _build(lib, state, subgraph, dev, target=None):
         k.ptr = out.value
         state.kernels.append(k)
     spec = _Specs(values, consts)
-    if all(spec.static(v) for k in state.kernels for v in k.inputs + k.outputs) and \
+    strings = any(string_tensors.is_string(spec.dtype(v)) for k in state.kernels
+                  for v in k.inputs + k.outputs if v)
+    if not strings and all(spec.static(v) for k in state.kernels for v in k.inputs + k.outputs) and \
             all(spec.static(v) for v in list(subgraph.inputs) + list(subgraph.outputs)):
         return StaticRunner(lib, state, subgraph, dev, spec, consts)
     return DynamicRunner(lib, state, subgraph, dev, spec, consts)
@@ -255,10 +257,14 @@ class _Runner:
         self.ws_size_fn = t.kernel_workspace_size
         self.stream_sync = t.stream_sync
         self.const_ptr = {}  # name -> address (host) or device handle, valid for the module
+        self._packed = []  # string constants as nnp_string arrays
         for name, arr in consts.items():
             if self.own_consts or not any(name in k.inputs for k in state.kernels):
                 continue
-            if self.host:
+            if self.host and string_tensors.is_string(arr.dtype):
+                self._packed.append(string_tensors.pack(arr, f"constant {name!r}"))
+                self.const_ptr[name] = self._packed[-1].address
+            elif self.host:
                 self.const_ptr[name] = arr.ctypes.data if arr.nbytes else None
             elif arr.nbytes:
                 buf = self.api.alloc_data_space(dev, arr.nbytes, dtype=arr.dtype)
@@ -499,6 +505,12 @@ class StaticRunner(_Runner):
         return result
 
 
+def _string_array(t, name) -> np.ndarray:
+    """An input for a string value as a numpy object array (str and bytes arrays converted)."""
+    arr = as_contiguous(_array_of(t, name))
+    return arr.astype(object) if arr.dtype.kind in "US" else arr
+
+
 def _node_events(lib, prof):
     """The backend's per-node profile hook, held on this thread while profiling."""
     return NodeEvents(lib) if prof is not None else contextlib.nullcontext()
@@ -552,9 +564,15 @@ class DynamicRunner(_Runner):
             if want is not None and (len(want) != len(shape) or any(
                     isinstance(w, int) and w != d for w, d in zip(want, shape))):
                 raise InputError(f"input {name!r} has shape {shape}, the model needs {tuple(want)}")
-            _check_input(name, shape, t.dtype, None, self.spec.dtype(name))
+            want_dtype = self.spec.dtype(name)
+            if string_tensors.is_string(want_dtype):  # str/bytes arrays are ONNX strings too
+                t = _string_array(t, name)
+            _check_input(name, shape, t.dtype, None, want_dtype)
             bind_symbols(info, shape, symbols)
-            if self.host:
+            if self.host and string_tensors.is_string(want_dtype):
+                packed = string_tensors.pack(t, f"input {name!r}")
+                env[name] = (packed.address, t.shape, t.dtype, t, packed)
+            elif self.host:
                 arr = as_contiguous(_array_of(t, name))
                 env[name] = (arr.ctypes.data, arr.shape, arr.dtype, arr)
             else:
@@ -581,7 +599,7 @@ class DynamicRunner(_Runner):
         result = []
         for n in self.outputs:
             if n in env:
-                ptr, shape, dtype, obj = env[n]
+                ptr, shape, dtype, obj = env[n][:4]
                 if self.host:
                     result.append(obj if isinstance(obj, Tensor) else Tensor.from_numpy(obj))
                 elif isinstance(obj, Tensor):
@@ -592,6 +610,23 @@ class DynamicRunner(_Runner):
                 result.append(self._const_output(n))
         return result
 
+    def _strings_out(self, k, string_outs, rc_ok: bool) -> dict:
+        """Copy the text of a kernel's string outputs and hand their bytes back to the backend
+        (release_strings), also after a failed run."""
+        texts, error = {}, None
+        release = self.lib.table.release_strings
+        for v, items, shape in string_outs:
+            try:
+                arr = string_tensors.unpack(items, shape, release,
+                                            f"backend {self.lib.id!r}, {k.label}, output {v!r}")
+            except BackendError as e:
+                error = error or e
+                continue
+            texts[v] = arr
+        if error is not None and rc_ok:
+            raise error
+        return texts
+
     def _run_kernel(self, s, k, env, symbols):
         keep = []
         n_in, n_out = len(k.inputs), len(k.outputs)
@@ -600,7 +635,10 @@ class DynamicRunner(_Runner):
             if not v:
                 continue
             if v in env:
-                ptr, shape, dtype, _ = env[v]
+                ptr, shape, dtype = env[v][:3]
+                if ptr is None and self.host and string_tensors.is_string(dtype):
+                    keep.append(string_tensors.pack(env[v][3], f"value {v!r}"))
+                    ptr = keep[-1].address
             else:
                 arr = self.consts[v]
                 ptr, shape, dtype = self.const_ptr.get(v), arr.shape, arr.dtype
@@ -632,12 +670,16 @@ class DynamicRunner(_Runner):
         else:
             shapes = [self.spec.shape(o) if o else () for o in k.outputs]
         tout = (abi.Tensor * max(n_out, 1))()
-        made = {}
+        made, string_outs = {}, []
         for o, v in enumerate(k.outputs):
             if not v:
                 continue
             shape, dtype = shapes[o], self.spec.dtype(v)
-            if self.host:
+            if self.host and string_tensors.is_string(dtype):  # filled by the backend
+                items = string_tensors.output_items(shape)
+                string_outs.append((v, items, shape))
+                made[v] = (items.ctypes.data, shape, dtype, items)
+            elif self.host:
                 arr = np.empty(shape, dtype)
                 made[v] = (arr.ctypes.data, shape, dtype, arr)
             else:
@@ -656,13 +698,17 @@ class DynamicRunner(_Runner):
                 ws_handle = self.api.alloc_workspace(self.dev, ws_n)
                 ws = workspace_data(ws_handle)
                 ws = ws.ptr if isinstance(ws, NativeBuffer) else ws.ctypes.data
+        rc = -1
         try:
             rc = self.kernel_run(k.ptr, tin, n_in, tout, n_out, ws, ws_n, None)
         finally:
             if ws_handle is not None:
                 self.api.free_workspace(self.dev, ws_handle)
+            texts = self._strings_out(k, string_outs, rc_ok=rc == 0)
         if rc != 0:
             raise self._fail(rc, k)
+        for v, arr in texts.items():
+            made[v] = (None, made[v][1], made[v][2], arr)
         env.update(made)
         for v in k.inputs:
             if v and self.last_use.get(v) == s and v not in self.outputs:

@@ -60,6 +60,16 @@
 #define TB_STRUCT_SIZE sizeof(nnp_backend_v1)
 #endif
 
+/* ABI 1.3 string tensors: Identity on strings, with release_strings when TB_STRINGS is 1;
+ * TB_STRINGS 2: the table has no release_strings (the host must not offer string nodes);
+ * TB_BAD_STRINGS: Identity writes bytes that are not UTF-8. */
+#ifndef TB_STRINGS
+#define TB_STRINGS 0
+#endif
+#ifndef TB_BAD_STRINGS
+#define TB_BAD_STRINGS 0
+#endif
+
 #ifndef TB_NULL_NODE_CRASH
 #define TB_NULL_NODE_CRASH 0
 #endif
@@ -96,7 +106,7 @@ static const char* tb_last_error(void) { return tb_err; }
 enum {
   ST_ALLOC, ST_FREE, ST_LIVE, ST_WS_ALLOC, ST_WS_FREE, ST_H2D, ST_D2H, ST_D2D, ST_KERNEL_RUN,
   ST_RUN_STEPS, ST_STREAMS, ST_STREAM_SYNC, ST_SET_STREAM, ST_SYNC_FROM_TO, ST_KERNELS_LIVE,
-  ST_INIT, ST_SHUTDOWN, ST_THREADS, ST_SET_DEVICE, ST_GET_ATTR, ST_COUNT
+  ST_INIT, ST_SHUTDOWN, ST_THREADS, ST_SET_DEVICE, ST_GET_ATTR, ST_STRINGS_LIVE, ST_COUNT
 };
 static long long tb_counters[ST_COUNT];
 #define BUMP(i, n) __atomic_add_fetch(&tb_counters[i], (n), __ATOMIC_RELAXED)
@@ -308,7 +318,7 @@ static nnp_status tb_sync_from_to(nnp_device dev, nnp_stream a, nnp_stream b) {
 }
 
 /* ---- ops ------------------------------------------------------------------------------------ */
-enum { OP_NONE, OP_ADD, OP_RELU, OP_MATMUL, OP_RESHAPE, OP_FAIL };
+enum { OP_NONE, OP_ADD, OP_RELU, OP_MATMUL, OP_RESHAPE, OP_FAIL, OP_SIDENTITY };
 
 static int streq(const char* a, const char* b) { return a && b && strcmp(a, b) == 0; }
 
@@ -321,6 +331,7 @@ static int op_of(const nnp_node_desc* n) {
   if (streq(n->op_type, "Relu")) return OP_RELU;
   if (streq(n->op_type, "MatMul")) return OP_MATMUL;
   if (streq(n->op_type, "Reshape")) return OP_RESHAPE;
+  if (TB_STRINGS && streq(n->op_type, "Identity")) return OP_SIDENTITY;
   return OP_NONE;
 }
 
@@ -353,6 +364,9 @@ static nnp_status tb_supports(const nnp_node_desc* n, int32_t* out) {
     }
     case OP_FAIL:
       *out = 1;
+      break;
+    case OP_SIDENTITY:
+      *out = n->num_inputs == 1 && n->inputs[0].dtype.code == NNP_DTYPE_STRING;
       break;
     default:
       break;
@@ -460,6 +474,7 @@ static nnp_status output_shape(const tb_kernel* k, const nnp_tensor* in, int32_t
       return broadcast_shape(&in[0], &in[1], nd, dims);
     case OP_RELU:
     case OP_FAIL:
+    case OP_SIDENTITY:
       *nd = in[0].ndim;
       for (int32_t i = 0; i < in[0].ndim; ++i) dims[i] = in[0].shape[i];
       return NNP_OK;
@@ -559,6 +574,21 @@ static nnp_status tb_kernel_run(const nnp_kernel* kernel, const nnp_tensor* inpu
   const void* a = in_ptr(k, &inputs[0], 0);
   const void* b = k->num_inputs > 1 ? in_ptr(k, &inputs[1], 1) : NULL;
   if (!a || (k->num_inputs > 1 && !b)) return NNP_STATUS_INVALID_ARGUMENT;
+  if (k->op == OP_SIDENTITY) { /* every output element gets its own bytes */
+    const nnp_string* x = (const nnp_string*)a;
+    nnp_string* s = (nnp_string*)out;
+    for (int64_t i = 0; i < n; ++i) {
+      s[i].size = x[i].size + (TB_BAD_STRINGS ? 1 : 0);
+      if (!s[i].size) continue;
+      char* m = (char*)malloc(s[i].size);
+      if (!m) return fail(NNP_STATUS_OUT_OF_MEMORY, "Identity: out of memory");
+      if (x[i].size) memcpy(m, x[i].data, x[i].size);
+      if (TB_BAD_STRINGS) m[x[i].size] = (char)0xff;
+      s[i].data = m;
+      BUMP(ST_STRINGS_LIVE, 1);
+    }
+    return NNP_OK;
+  }
   float* y = (float*)out;
   switch (k->op) {
     case OP_ADD: {
@@ -643,6 +673,17 @@ static nnp_status tb_set_num_threads(int32_t n) {
   return NNP_OK;
 }
 
+#if TB_STRINGS == 1
+static void tb_release_strings(nnp_string* items, uint64_t count) {
+  for (uint64_t i = 0; items && i < count; ++i)
+    if (items[i].data) {
+      free((void*)items[i].data);
+      items[i].data = NULL;
+      BUMP(ST_STRINGS_LIVE, -1);
+    }
+}
+#endif
+
 static const nnp_backend_v1 tb_table = {
     {TB_ABI_MAJOR, TB_ABI_MINOR, NNP_BACKEND_ABI_PATCH},
     (uint32_t)TB_STRUCT_SIZE,
@@ -681,6 +722,11 @@ static const nnp_backend_v1 tb_table = {
     tb_kernel_create_for_target,
 #else
     NULL, /* kernel_create_for_target (ABI 1.2) */
+#endif
+#if TB_STRINGS == 1
+    tb_release_strings, /* release_strings (ABI 1.3) */
+#else
+    NULL, /* release_strings (ABI 1.3): no string tensors */
 #endif
 };
 

@@ -68,6 +68,21 @@
  *   constant), unless the backend sets NNP_BACKEND_KERNELS_OWN_CONSTANTS: then their data is
  *   NULL at run time and the host keeps no device copy.
  * - Outputs never alias inputs. All tensors passed are compact (strides == NULL).
+ *
+ * STRING TENSORS (ABI 1.3)
+ * - ONNX string tensors have dtype {NNP_DTYPE_STRING, 128, 1}: arrays of nnp_string
+ *   (nnplug/common.h) in host memory. The host offers a node that reads or writes strings only
+ *   to backends with NNP_BACKEND_HOST_VISIBLE, an ABI >= 1.3 table and release_strings; other
+ *   backends never see one (their supports() is not asked).
+ * - Such a node is a partition of its own, run through kernel_output_shapes (when an output
+ *   shape is not known at load) and kernel_run, never through run_steps; a string value is
+ *   never an intermediate inside a kernel group or an arena.
+ * - Input and constant strings belong to the host (valid during the call). For a string OUTPUT
+ *   the host passes an array of zeroed nnp_string elements; kernel_run sets each one to bytes
+ *   the backend allocated (data NULL is allowed for size 0). After the call, successful or
+ *   not, the host copies the text and calls release_strings on that array, so a failing
+ *   kernel may leave elements it filled. The host checks every element (readable memory, at
+ *   most NNP_MAX_STRING_BYTES, UTF-8) and fails the run naming the node otherwise.
  */
 #ifndef NNPLUG_BACKEND_H_
 #define NNPLUG_BACKEND_H_
@@ -81,11 +96,15 @@ extern "C" {
 #endif
 
 #define NNP_BACKEND_ABI_MAJOR 1
-#define NNP_BACKEND_ABI_MINOR 2 /* 1.1: set_profile_hook; 1.2: target_attrs, kernel_create_for_target */
+#define NNP_BACKEND_ABI_MINOR 3 /* 1.1: set_profile_hook; 1.2: target_attrs, kernel_create_for_target;
+                                   1.3: string tensors, release_strings */
 #define NNP_BACKEND_ABI_PATCH 0
 
 /* The one symbol the host looks up. */
 #define NNP_BACKEND_ENTRY_SYMBOL "nnp_backend_entry"
+
+/* Longest element of a string output the host accepts (bytes). */
+#define NNP_MAX_STRING_BYTES (1u << 30)
 
 /* Largest rank kernel_output_shapes() can report. */
 #define NNP_MAX_NDIM 16
@@ -351,6 +370,13 @@ typedef struct nnp_backend_v1 {
    * target_attrs as the user set them. */
   nnp_status (*kernel_create_for_target)(const nnp_node_desc* nodes, int32_t num_nodes,
                                          nnp_device dev, const char* target, nnp_kernel** out);
+
+  /* ---- since ABI 1.3 ----------------------------------------------------------------- */
+  /* OPTIONAL. Free the bytes of `count` elements of a string output that kernel_run filled
+   * (see STRING TENSORS above); elements with data == NULL are skipped. The host calls it
+   * once per string output of every kernel_run, after copying the text. NULL: the backend
+   * gets no node that reads or writes string tensors. */
+  void (*release_strings)(nnp_string* items, uint64_t count);
 } nnp_backend_v1;
 
 /* The entry symbol every backend defines (with NNP_EXPORT). */

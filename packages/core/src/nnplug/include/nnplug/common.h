@@ -26,7 +26,8 @@
  * -----------
  * - Every call returns an nnp_status (NNP_OK == 0 on success). On failure the plugin stores a
  *   human-readable message retrievable from the same thread (see last_error in the tables).
- * - Strings are UTF-8, NUL-terminated. Pointers handed to a plugin call are valid only during
+ * - Strings are UTF-8, NUL-terminated (the elements of string TENSORS are not: nnp_string).
+ *   Pointers handed to a plugin call are valid only during
  *   that call unless stated otherwise: copy what you keep.
  * - Sizes and offsets are in bytes unless stated otherwise; counts are element counts.
  * - A plugin must validate every argument before touching memory and fail with
@@ -141,14 +142,29 @@ enum {
   NNP_DTYPE_FLOAT8_E5M2 = 12,
   NNP_DTYPE_FLOAT8_E5M2FNUZ = 13,
   NNP_DTYPE_FLOAT8_E8M0FNU = 14,
-  NNP_DTYPE_FLOAT4_E2M1FN = 17
+  NNP_DTYPE_FLOAT4_E2M1FN = 17,
+  /* nnplug's own code (>= 64, outside DLPack's): ONNX STRING tensors, backend ABI 1.3. Bits 128:
+   * each element is an nnp_string (below). Host memory only: the host passes string tensors
+   * only to backends with NNP_BACKEND_HOST_VISIBLE and release_strings (nnplug/backend.h). */
+  NNP_DTYPE_STRING = 64
 };
+
+/* One element of a string tensor ({NNP_DTYPE_STRING, 128, 1}): `size` bytes of UTF-8 text at
+ * `data`, NOT NUL-terminated (a string may hold NUL bytes); data may be NULL when size == 0.
+ * 16 bytes. Who owns the bytes: for inputs and constants the host (valid during the call, as
+ * the tensor); for kernel outputs the backend, which allocates them in kernel_run and frees
+ * them in release_strings once the host has copied them. */
+typedef struct nnp_string {
+  const char* data;
+  uint64_t size;
+} nnp_string;
 
 /* == DLDataType. 4 bytes. float32 is {NNP_DTYPE_FLOAT, 32, 1}; bool is {NNP_DTYPE_BOOL, 8, 1}.
  * {0, 0, 0} means "unknown" in descriptors (never in tensors passed to a kernel). */
 typedef struct nnp_dtype {
   uint8_t code;   /* NNP_DTYPE_* */
-  uint8_t bits;   /* bits per lane: 8, 16, 32, 64; 4 or 2 for the sub-byte types below */
+  uint8_t bits;   /* bits per lane: 8, 16, 32, 64; 4 or 2 for the sub-byte types below;
+                     128 for NNP_DTYPE_STRING (one nnp_string) */
   uint16_t lanes; /* 1 for scalars (nnplug only uses 1) */
 } nnp_dtype;
 
@@ -206,7 +222,8 @@ enum {
   NNP_ATTR_STRING = 3,  /* data: const char*, NUL-terminated; count = bytes without the NUL;
                            dtype uint8 */
   NNP_ATTR_TENSOR = 4,  /* data: the tensor's elements, host memory, row-major; dtype, ndim and
-                           shape describe it; count = number of elements */
+                           shape describe it; count = number of elements. A tensor of strings
+                           (ABI 1.3) is an array of nnp_string, dtype NNP_DTYPE_STRING */
   NNP_ATTR_GRAPH = 5,   /* subgraphs are not passed: data NULL, count 0 */
   NNP_ATTR_FLOATS = 6,  /* data: const float*   [count] */
   NNP_ATTR_INTS = 7,    /* data: const int64_t* [count] */

@@ -1,0 +1,121 @@
+"""String tensors across the backend ABI (1.3): numpy object arrays <-> ``nnp_string`` arrays.
+
+ONNX STRING tensors are numpy object arrays of ``str`` in the core (as onnxruntime returns
+them). A native backend sees them as arrays of ``nnp_string {const char* data; uint64_t
+size;}`` in host memory: for inputs and constants the bytes are the host's, packed here and
+kept alive by the returned object; for outputs the backend allocates the bytes, the host copies
+them (bounded reads: a bad pointer is an error, never a crash) and hands them back through the
+table's ``release_strings``.
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+
+import numpy as np
+
+from ..errors import BackendError, InputError
+from . import abi, strings
+
+MAX_STRING_BYTES = 1 << 30  # NNP_MAX_STRING_BYTES (backend.h)
+_ITEM = np.dtype([("data", np.uint64), ("size", np.uint64)])  # == nnp_string, 16 bytes
+assert _ITEM.itemsize == C.sizeof(abi.String)
+
+
+def is_string(dtype) -> bool:
+    """Whether values of this numpy dtype are ONNX strings (object, str or bytes arrays)."""
+    return dtype is not None and np.dtype(dtype).kind in "OUS"
+
+
+class Packed:
+    """An ``nnp_string`` array over the UTF-8 bytes of a numpy array; ``address`` is valid while
+    this object lives."""
+
+    __slots__ = ("items", "blob", "address", "nbytes")
+
+    def __init__(self, arr: np.ndarray, what: str):
+        flat = np.asarray(arr).reshape(-1)
+        parts = []
+        for i, v in enumerate(flat):
+            if isinstance(v, str):
+                try:
+                    parts.append(v.encode("utf-8"))
+                except UnicodeEncodeError as e:
+                    raise InputError(f"{what}: element {i} is not valid Unicode text ({e.reason}); "
+                                     f"string tensors hold UTF-8 text") from None
+            elif isinstance(v, (bytes, np.bytes_)):
+                parts.append(bytes(v))
+            else:
+                raise InputError(f"{what}: element {i} is a {type(v).__name__}; a string tensor "
+                                 f"holds str (or bytes) elements")
+        self.blob = b"".join(parts)
+        base = C.cast(C.c_char_p(self.blob), C.c_void_p).value or 0
+        sizes = np.fromiter((len(p) for p in parts), np.uint64, len(parts))
+        self.items = np.zeros(max(len(parts), 1), _ITEM)
+        if parts:
+            starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.uint64)
+            self.items["data"][:len(parts)] = np.where(sizes > 0, base + starts, 0)
+            self.items["size"][:len(parts)] = sizes
+        self.address = self.items.ctypes.data
+        self.nbytes = len(parts) * _ITEM.itemsize
+
+
+def pack(arr: np.ndarray, what: str) -> Packed:
+    return Packed(arr, what)
+
+
+def output_items(shape) -> np.ndarray:
+    """Zeroed ``nnp_string`` elements for a string output of this shape."""
+    n = int(np.prod(shape, dtype=np.int64))
+    return np.zeros(max(n, 1), _ITEM)
+
+
+def unpack(items: np.ndarray, shape, release, who: str) -> np.ndarray:
+    """The object array of str a backend wrote into ``items`` (from :func:`output_items`);
+    ``release(address, count)`` frees the backend's bytes, whatever happens here."""
+    n = int(np.prod(shape, dtype=np.int64))
+    try:
+        out = np.empty(n, object)
+        for i in range(n):
+            ptr, size = int(items["data"][i]), int(items["size"][i])
+            if size > MAX_STRING_BYTES:
+                raise BackendError(f"{who}: string output element {i} claims {size} bytes, more "
+                                   f"than NNP_MAX_STRING_BYTES ({MAX_STRING_BYTES})")
+            if size and not ptr:
+                raise BackendError(f"{who}: string output element {i} has {size} bytes at NULL")
+            raw = strings.read_bytes(ptr, size)
+            if len(raw) != size:
+                raise BackendError(f"{who}: string output element {i} points to unreadable "
+                                   f"memory ({ptr:#x}, {size} bytes)")
+            try:
+                out[i] = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise BackendError(f"{who}: string output element {i} is not UTF-8 ({e.reason} at "
+                                   f"byte {e.start}: {strings.shorten(repr(raw))})") from None
+        return out.reshape(shape)
+    finally:
+        if n and release:
+            release(items.ctypes.data, n)
+
+
+def node_has_strings(node, values: dict, constants: dict) -> bool:
+    """Whether a node reads or writes a string tensor (as far as the graph's types tell)."""
+    for name in [*node.inputs, *node.outputs]:
+        if not name:
+            continue
+        arr = constants.get(name)
+        if arr is not None:
+            if is_string(np.asarray(arr).dtype):
+                return True
+            continue
+        info = values.get(name)
+        if info is not None and is_string(getattr(info, "dtype", None)):
+            return True
+    return False
+
+
+def takes_strings(lib) -> bool:
+    """Whether a loaded native library may be given string tensors (ABI 1.3 and release_strings,
+    host-visible memory)."""
+    return bool(lib.host_visible and lib.table.release_strings)
+

@@ -1,0 +1,95 @@
+"""String tensors across the backend ABI (1.3): packed for a kernel, copied back and released,
+offered only to backends that can take them, and checked when a backend hands back bad text."""
+
+import numpy as np
+import pytest
+from nativelib import bare_runtime
+from onnx import TensorProto, helper
+
+import nnplug
+
+ort = pytest.importorskip("onnxruntime")
+
+TEXT = np.array([["", "plain", "naïve café"], ["的中", "a\0b", "emoji 🙂"]], dtype=object)
+
+
+def identity_then_add(shape=(2, 3)):
+    """y = Identity(s) on strings; z = Add(a, a) on floats (a node every variant runs)."""
+    nodes = [helper.make_node("Identity", ["s"], ["y"], name="copy_strings"),
+             helper.make_node("Add", ["a", "a"], ["z"], name="add")]
+    graph = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info("s", TensorProto.STRING, list(shape)),
+         helper.make_tensor_value_info("a", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.STRING, list(shape)),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, [3])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def floats_only():
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["a", "a"], ["z"], name="add")], "g",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [3])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def _feeds(text=TEXT):
+    return {"s": text, "a": np.arange(3, dtype=np.float32)}
+
+
+@pytest.mark.parametrize("text", [TEXT, np.empty((0, 3), object)], ids=["text", "empty"])
+def test_strings_round_trip_as_onnxruntime_returns_them(libs, stats, text):
+    model = identity_then_add(text.shape)
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, _feeds(text))
+    with bare_runtime() as rt:
+        rt.register_backend(libs["strings"])
+        with rt.load(model) as net:
+            got = net.run(_feeds(text))
+    assert got["y"].dtype == want[0].dtype == object
+    assert got["y"].shape == want[0].shape
+    assert got["y"].tolist() == want[0].tolist()
+    assert all(type(v) is str for v in got["y"].flat)
+    np.testing.assert_array_equal(got["z"], want[1])
+    assert stats("strings")["strings_live"] == 0  # every output byte handed back
+
+
+def test_str_arrays_are_taken_as_strings(libs):
+    with bare_runtime() as rt:
+        rt.register_backend(libs["strings"])
+        with rt.load(identity_then_add((2,))) as net:
+            got = net.run({"s": np.array(["ab", "ç"]), "a": np.zeros(3, np.float32)})
+    assert got["y"].dtype == object and got["y"].tolist() == ["ab", "ç"]
+
+
+@pytest.mark.parametrize("variant", ["strings_norelease", "strings_abi12", "strings_device"])
+def test_backends_that_cannot_take_strings_are_never_offered_string_nodes(libs, variant):
+    """No release_strings entry, an ABI 1.2 table (whose struct still holds a pointer there),
+    or device memory: the string node is declined, the float node still runs."""
+    with bare_runtime() as rt:
+        b = rt.register_backend(libs[variant]).backend
+        if variant == "strings_abi12":
+            assert b.abi_version[:2] == (1, 2)
+            assert not b.library.table.release_strings  # a 1.2 table is read by its minor
+        with pytest.raises(nnplug.UnsupportedNodeError, match="copy_strings"):
+            rt.load(identity_then_add())
+        with rt.load(floats_only()) as net:
+            np.testing.assert_array_equal(net.run({"a": np.ones(3, np.float32)})["z"], 2)
+
+
+def test_a_string_output_that_is_not_utf8_fails_naming_the_node(libs, stats):
+    with bare_runtime() as rt:
+        rt.register_backend(libs["strings_bad"])
+        with rt.load(identity_then_add()) as net:
+            with pytest.raises(nnplug.BackendError, match="copy_strings.*not UTF-8"):
+                net.run(_feeds())
+    assert stats("strings_bad")["strings_live"] == 0  # released although the text was bad
+
+
+def test_elements_that_are_not_strings_are_refused(libs):
+    with bare_runtime() as rt:
+        rt.register_backend(libs["strings"])
+        with rt.load(identity_then_add((2,))) as net:
+            with pytest.raises(nnplug.InputError, match="'s'"):
+                net.run({"s": np.array(["a", 3], dtype=object), "a": np.zeros(3, np.float32)})
