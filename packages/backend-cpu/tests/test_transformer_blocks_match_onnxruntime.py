@@ -125,3 +125,20 @@ def test_erf_matches_onnxruntime_on_a_dense_grid(rt):
     np.testing.assert_allclose(got, want, rtol=0, atol=3e-7)
     exact = np.vectorize(math.erf, otypes=[np.float64])(x.astype(np.float64))
     np.testing.assert_allclose(got, exact, rtol=0, atol=2e-7)
+
+
+@pytest.mark.parametrize("length", [1, 7, 8, 9, 17, 197, 768])
+def test_layernorm_and_softmax_rows_match_onnxruntime(rt, threads, length):
+    from conftest import one_node_model
+
+    x = (RNG.standard_normal((3, 5, length)) * 4 + 3).astype(np.float32)
+    x[0, 0, 0] = np.nan  # one row with a NaN: NaN out, the other rows untouched
+    g = RNG.standard_normal(length).astype(np.float32)
+    b = RNG.standard_normal(length).astype(np.float32)
+    for model, feeds in [one_node_model("LayerNormalization", [x, g, b], dict(axis=-1, epsilon=1e-5),
+                                        opset=17, const_inputs=(1, 2)),
+                         one_node_model("Softmax", [x], dict(axis=-1), opset=13),
+                         one_node_model("LogSoftmax", [x], dict(axis=-1), opset=13)]:
+        (got,), _ = run_cpu(rt, model, feeds)
+        (want,) = onnxruntime_run(model, feeds)
+        assert_close(got, want, rtol=1e-5, atol=1e-5)
