@@ -142,3 +142,21 @@ def test_layernorm_and_softmax_rows_match_onnxruntime(rt, threads, length):
         (got,), _ = run_cpu(rt, model, feeds)
         (want,) = onnxruntime_run(model, feeds)
         assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [
+    ((2, 12, 9, 8), (2, 12, 8, 9)),       # attention's Q.K^T: heads spread over the threads
+    ((1, 12, 33, 17), (1, 12, 17, 5)),
+    ((2, 3, 7, 5), (3, 5, 6)),            # B broadcast over the leading dim
+    ((4, 1, 6, 16), (1, 5, 16, 19)),      # both broadcast
+    ((3, 70, 40), (3, 40, 70)),           # few entries, each product split over the threads
+], ids=lambda s: "x".join(map(str, s)))
+def test_batched_matmul_matches_onnxruntime(rt, threads, a_shape, b_shape):
+    from conftest import one_node_model
+
+    a = RNG.standard_normal(a_shape).astype(np.float32)
+    b = RNG.standard_normal(b_shape).astype(np.float32)
+    model, feeds = one_node_model("MatMul", [a, b], opset=13)
+    (got,), _ = run_cpu(rt, model, feeds)
+    (want,) = onnxruntime_run(model, feeds)
+    assert_close(got, want, rtol=1e-4, atol=1e-4)

@@ -512,6 +512,21 @@ static void mm_typed_rows(void *arg, int64_t b, int64_t e, int tid)
     }
 }
 
+typedef struct { gemm_job j; mm_batch bt; const float *A, *B; float *C; int64_t M, N; } mm_batch_job;
+
+static void mm_batches(void *arg, int64_t b, int64_t e, int tid)
+{
+    (void)tid;
+    const mm_batch_job *bj = arg;
+    for (int64_t t = b; t < e; t++) {
+        int64_t offa, offb;
+        mm_batch_offsets(&bj->bt, t, &offa, &offb);
+        gemm_job j = bj->j;
+        j.M = bj->M; j.A = bj->A + offa; j.B = bj->B + offb; j.C = bj->C + t * bj->M * bj->N;
+        gemm_mt(&j); /* inside a pool chunk its own split runs inline */
+    }
+}
+
 static int matmul_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec *x, nnc_err *e)
 {
     if (nnc_matmul_packed(n)) return matmul_run_packed(n, in, out, x, e);
@@ -540,28 +555,12 @@ static int matmul_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_e
             return NNC_OK;
         }
     }
-    /* General broadcast over batch dims. */
-    int64_t ostr[NNC_MAXDIM], astr[NNC_MAXDIM], bstr[NNC_MAXDIM];
-    int64_t sa = M * K, sb = K * N;
-    for (int i = nb - 1; i >= 0; i--) {
-        int ia = i - (nb - ba.ndim), ib = i - (nb - bb.ndim);
-        astr[i] = (ia >= 0 && ba.dims[ia] != 1) ? sa : 0;
-        bstr[i] = (ib >= 0 && bb.dims[ib] != 1) ? sb : 0;
-        if (ia >= 0) sa *= ba.dims[ia];
-        if (ib >= 0) sb *= bb.dims[ib];
-        ostr[i] = o.dims[i];
-    }
-    for (int64_t t = 0; t < nbatch; t++) {
-        int64_t rem = t, offa = 0, offb = 0;
-        for (int i = nb - 1; i >= 0; i--) {
-            int64_t idx = rem % ostr[i];
-            rem /= ostr[i];
-            offa += idx * astr[i];
-            offb += idx * bstr[i];
-        }
-        j.M = M; j.A = A + offa; j.B = B + offb; j.C = C + t * M * N;
-        gemm_mt(&j);
-    }
+    /* General broadcast over batch dims: the batch entries (attention's heads) are spread
+     * over the threads, one whole product each. */
+    mm_batch_job bj = {j, {0}, A, B, C, M, N};
+    mm_batch_setup(&bj.bt, &o, nb, &ba, &bb, M, K, N);
+    if (nbatch >= 2 * nnc_num_threads()) nnc_parallel_for(nbatch, 1, mm_batches, &bj);
+    else mm_batches(&bj, 0, nbatch, 0); /* few entries: each product split over the threads */
     return NNC_OK;
 }
 
