@@ -10,9 +10,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import onnx
 import pytest
-from conftest import assert_close, onnxruntime_run, run_cpu
+from conftest import assert_close, one_node_model, onnxruntime_run, run_cpu
 from onnx import TensorProto, helper, numpy_helper
 
 RNG = np.random.default_rng(7)
@@ -115,8 +114,6 @@ def test_fused_gelu_keeps_nan_and_infinities(rt):
 
 
 def test_erf_matches_onnxruntime_on_a_dense_grid(rt):
-    from conftest import one_node_model
-
     x = np.concatenate([np.linspace(-6, 6, 400_001, dtype=np.float32),
                         np.array([np.nan, np.inf, -np.inf, -0.0, 3.925, -3.925, 0.921875], np.float32)])
     model, feeds = one_node_model("Erf", [x])
@@ -129,8 +126,6 @@ def test_erf_matches_onnxruntime_on_a_dense_grid(rt):
 
 @pytest.mark.parametrize("length", [1, 7, 8, 9, 17, 197, 768])
 def test_layernorm_and_softmax_rows_match_onnxruntime(rt, threads, length):
-    from conftest import one_node_model
-
     x = (RNG.standard_normal((3, 5, length)) * 4 + 3).astype(np.float32)
     x[0, 0, 0] = np.nan  # one row with a NaN: NaN out, the other rows untouched
     g = RNG.standard_normal(length).astype(np.float32)
@@ -152,8 +147,6 @@ def test_layernorm_and_softmax_rows_match_onnxruntime(rt, threads, length):
     ((3, 70, 40), (3, 40, 70)),           # few entries, each product split over the threads
 ], ids=lambda s: "x".join(map(str, s)))
 def test_batched_matmul_matches_onnxruntime(rt, threads, a_shape, b_shape):
-    from conftest import one_node_model
-
     a = RNG.standard_normal(a_shape).astype(np.float32)
     b = RNG.standard_normal(b_shape).astype(np.float32)
     model, feeds = one_node_model("MatMul", [a, b], opset=13)
