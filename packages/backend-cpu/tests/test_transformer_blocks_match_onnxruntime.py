@@ -153,3 +153,13 @@ def test_batched_matmul_matches_onnxruntime(rt, threads, a_shape, b_shape):
     (got,), _ = run_cpu(rt, model, feeds)
     (want,) = onnxruntime_run(model, feeds)
     assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "unknown_dims"])
+def test_fused_block_is_bit_identical_to_the_nodes_as_written(rt, monkeypatch, dynamic):
+    # the epilogue computes bias and Gelu in the same operations as the separate nodes
+    model, feeds = block_model((3, 29, 40), 53, dynamic=dynamic, residual=True)
+    fused, _ = run_cpu(rt, model, feeds)
+    monkeypatch.setenv("NNPLUG_CPU_FUSION", "0")
+    plain, _ = run_cpu(rt, model, feeds)
+    np.testing.assert_array_equal(fused[0], plain[0])

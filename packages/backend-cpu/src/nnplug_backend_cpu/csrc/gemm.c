@@ -88,6 +88,7 @@ static void ukernel_avx2_c(int64_t kc, const float *a, const float *b, float *c,
     const __m256 zero = _mm256_setzero_ps();
     const __m256 lo = _mm256_set1_ps(ep && ep->act ? ep->act->a : 0.f);
     const __m256 hi = _mm256_set1_ps(ep && ep->act ? ep->act->b : 0.f);
+    _Alignas(32) float g[MR * NR];
     for (int i = 0; i < MR; i++) {
         float *row = c + i * ldc;
         __m256 x[2] = {v[2 * i], v[2 * i + 1]};
@@ -109,9 +110,16 @@ static void ukernel_avx2_c(int64_t kc, const float *a, const float *b, float *c,
                     x[h] = _mm256_blendv_ps(_mm256_mul_ps(x[h], lo), x[h], _mm256_cmp_ps(x[h], zero, _CMP_GE_OQ));
                 }
             }
-            _mm256_storeu_ps(row + 8 * h, x[h]);
+            if (kind == ACT_GELU_ERF) _mm256_store_ps(g + i * NR + 8 * h, x[h]);
+            else _mm256_storeu_ps(row + 8 * h, x[h]);
         }
-        if (kind == ACT_GELU_ERF) nnc_vgelu_erf(row, row, NR, ep->act->a); /* while the row is in L1 */
+    }
+    if (kind == ACT_GELU_ERF) { /* the whole tile in one call: the vectorised loop runs long enough */
+        nnc_vgelu_erf(g, g, MR * NR, ep->act->a);
+        for (int i = 0; i < MR; i++) {
+            _mm256_storeu_ps(c + i * ldc, _mm256_load_ps(g + i * NR));
+            _mm256_storeu_ps(c + i * ldc + 8, _mm256_load_ps(g + i * NR + 8));
+        }
     }
 }
 #endif
