@@ -163,3 +163,15 @@ def test_fused_block_is_bit_identical_to_the_nodes_as_written(rt, monkeypatch, d
     monkeypatch.setenv("NNPLUG_CPU_FUSION", "0")
     plain, _ = run_cpu(rt, model, feeds)
     np.testing.assert_array_equal(fused[0], plain[0])
+
+
+def test_batched_matmul_entries_are_bit_identical_to_single_products(rt, threads):
+    # whole products per thread (packed, stored straight into C) sum as the 2-D kernel does
+    a = RNG.standard_normal((6, 37, 300)).astype(np.float32)
+    b = RNG.standard_normal((6, 300, 23)).astype(np.float32)
+    model, feeds = one_node_model("MatMul", [a, b], opset=13)
+    (got,), _ = run_cpu(rt, model, feeds)
+    for t in range(6):
+        m2, f2 = one_node_model("MatMul", [a[t], b[t]], opset=13)
+        (one,), _ = run_cpu(rt, m2, f2)
+        np.testing.assert_array_equal(got[t], one)

@@ -512,7 +512,22 @@ static void mm_typed_rows(void *arg, int64_t b, int64_t e, int tid)
     }
 }
 
-typedef struct { gemm_job j; mm_batch bt; const float *A, *B; float *C; int64_t M, N; } mm_batch_job;
+typedef struct { gemm_job j; mm_batch bt; const float *A, *B; float *C; int64_t M, N; int whole; } mm_batch_job;
+
+/* One whole product of a batch on this thread: both operands packed into the thread's memory
+ * and the tiles stored straight into C (the same sums as nnc_sgemm, without its staging tile).
+ * 0 when the memory cannot be had. */
+static int mm_one_packed(const float *A, const float *B, float *C, int64_t M, int64_t K, int64_t N)
+{
+    size_t nb = (size_t)nnc_sgemm_packed_b_floats(K, N), na = (size_t)nnc_sgemm_packed_a_floats(M, K);
+    nb = (nb + 15) / 16 * 16; /* packed A after B, B 64-byte aligned */
+    float *pb = mm_pack_memory((nb + na) * sizeof(float));
+    if (!pb) return 0;
+    for (int64_t k = 0; k < K; k++) nnc_sgemm_pack_b_row(K, k, N, B + k * N, pb);
+    nnc_sgemm_pack_a(M, K, A, K, pb + nb);
+    nnc_sgemm_packed(M, N, K, pb + nb, pb, C, N, NULL);
+    return 1;
+}
 
 static void mm_batches(void *arg, int64_t b, int64_t e, int tid)
 {
@@ -521,6 +536,8 @@ static void mm_batches(void *arg, int64_t b, int64_t e, int tid)
     for (int64_t t = b; t < e; t++) {
         int64_t offa, offb;
         mm_batch_offsets(&bj->bt, t, &offa, &offb);
+        if (bj->whole && mm_one_packed(bj->A + offa, bj->B + offb, bj->C + t * bj->M * bj->N, bj->M, bj->j.K, bj->N))
+            continue;
         gemm_job j = bj->j;
         j.M = bj->M; j.A = bj->A + offa; j.B = bj->B + offb; j.C = bj->C + t * bj->M * bj->N;
         gemm_mt(&j); /* inside a pool chunk its own split runs inline */
@@ -557,10 +574,14 @@ static int matmul_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_e
     }
     /* General broadcast over batch dims: the batch entries (attention's heads) are spread
      * over the threads, one whole product each. */
-    mm_batch_job bj = {j, {0}, A, B, C, M, N};
+    mm_batch_job bj = {j, {0}, A, B, C, M, N, 0};
     mm_batch_setup(&bj.bt, &o, nb, &ba, &bb, M, K, N);
-    if (nbatch >= 2 * nnc_num_threads()) nnc_parallel_for(nbatch, 1, mm_batches, &bj);
-    else mm_batches(&bj, 0, nbatch, 0); /* few entries: each product split over the threads */
+    if (nbatch >= 2 * nnc_num_threads()) {
+        bj.whole = M >= 2 && K > 0; /* one row: gemm_mt's matrix-vector kernel */
+        nnc_parallel_for(nbatch, 1, mm_batches, &bj);
+    } else {
+        mm_batches(&bj, 0, nbatch, 0); /* few entries: each product split over the threads */
+    }
     return NNC_OK;
 }
 
