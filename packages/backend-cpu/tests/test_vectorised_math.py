@@ -1,7 +1,9 @@
-"""The vectorised Exp, Sigmoid, Tanh and Softmax (vmath.c) agree with float64 math to a few
+"""The vectorised Exp, Sigmoid, Tanh, Erf and Softmax (vmath.c) agree with float64 math to a few
 ulp over the whole float range, propagate NaN and saturate at +-inf like onnxruntime."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import onnxruntime as ort
@@ -10,7 +12,8 @@ from conftest import one_node_model, run_cpu
 
 RNG = np.random.default_rng(11)
 SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-30, -1e-30, 88.72, 88.73, -87.3,
-                    -103.0, -104.5, 0.6249, 0.6251, 9.0, -9.2, 20.0], np.float32)
+                    -103.0, -104.5, 0.6249, 0.6251, 9.0, -9.2, 20.0, 0.921875, -0.921875,
+                    0.9218749, 3.925, 3.9249999, -3.925, 1e-45], np.float32)
 
 
 def wide_inputs():
@@ -24,6 +27,7 @@ EXACT = {
     "Exp": np.exp,
     "Sigmoid": lambda v: 1.0 / (1.0 + np.exp(-v)),
     "Tanh": np.tanh,
+    "Erf": np.vectorize(math.erf, otypes=[np.float64]),
 }
 
 

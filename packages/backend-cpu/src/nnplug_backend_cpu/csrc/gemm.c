@@ -18,7 +18,7 @@
 #include <stdlib.h>
 
 #define MR NNC_GEMM_MR
-#define NR 16
+#define NR NNC_GEMM_NR
 #define KC 256
 #define MC 96  /* multiple of MR */
 #define NC 1024 /* multiple of NR */
@@ -88,6 +88,7 @@ static void ukernel_avx2_c(int64_t kc, const float *a, const float *b, float *c,
     const __m256 zero = _mm256_setzero_ps();
     const __m256 lo = _mm256_set1_ps(ep && ep->act ? ep->act->a : 0.f);
     const __m256 hi = _mm256_set1_ps(ep && ep->act ? ep->act->b : 0.f);
+    _Alignas(32) float g[MR * NR];
     for (int i = 0; i < MR; i++) {
         float *row = c + i * ldc;
         __m256 x[2] = {v[2 * i], v[2 * i + 1]};
@@ -95,6 +96,7 @@ static void ukernel_avx2_c(int64_t kc, const float *a, const float *b, float *c,
             if (!first) x[h] = _mm256_add_ps(_mm256_loadu_ps(row + 8 * h), x[h]);
             if (ep) {
                 const __m256 bb = _mm256_set1_ps(ep->bias ? ep->bias[r0 + i] : 0.f);
+                if (ep->col_bias) x[h] = _mm256_add_ps(x[h], _mm256_loadu_ps(ep->col_bias + c0 + 8 * h));
                 if (ep->res)
                     x[h] = _mm256_add_ps(x[h], _mm256_add_ps(bb, _mm256_loadu_ps(ep->res + (r0 + i) * ep->ldr + c0 + 8 * h)));
                 else if (ep->bias)
@@ -108,7 +110,15 @@ static void ukernel_avx2_c(int64_t kc, const float *a, const float *b, float *c,
                     x[h] = _mm256_blendv_ps(_mm256_mul_ps(x[h], lo), x[h], _mm256_cmp_ps(x[h], zero, _CMP_GE_OQ));
                 }
             }
-            _mm256_storeu_ps(row + 8 * h, x[h]);
+            if (kind == ACT_GELU_ERF) _mm256_store_ps(g + i * NR + 8 * h, x[h]);
+            else _mm256_storeu_ps(row + 8 * h, x[h]);
+        }
+    }
+    if (kind == ACT_GELU_ERF) { /* the whole tile in one call: the vectorised loop runs long enough */
+        nnc_vgelu_erf(g, g, MR * NR, ep->act->a);
+        for (int i = 0; i < MR; i++) {
+            _mm256_storeu_ps(c + i * ldc, _mm256_load_ps(g + i * NR));
+            _mm256_storeu_ps(c + i * ldc + 8, _mm256_load_ps(g + i * NR + 8));
         }
     }
 }
@@ -309,6 +319,7 @@ static void store_tile(float *c, int64_t ldc, const float *tile, int64_t h, int6
         const float *r = ep->res ? ep->res + (r0 + i) * ep->ldr + c0 : NULL;
         float v[NR];
         for (int64_t j = 0; j < w; j++) v[j] = first ? t[j] : row[j] + t[j];
+        if (ep->col_bias) for (int64_t j = 0; j < w; j++) v[j] += ep->col_bias[c0 + j];
         if (r) for (int64_t j = 0; j < w; j++) v[j] += b + r[j];
         else if (ep->bias) for (int64_t j = 0; j < w; j++) v[j] += b;
         switch (kind) {
@@ -317,6 +328,7 @@ static void store_tile(float *c, int64_t ldc, const float *tile, int64_t h, int6
             for (int64_t j = 0; j < w; j++) { float x = v[j] < lo ? lo : v[j]; row[j] = x > hi ? hi : x; }
             break;
         case ACT_LEAKY: for (int64_t j = 0; j < w; j++) row[j] = v[j] >= 0.f ? v[j] : v[j] * lo; break;
+        case ACT_GELU_ERF: nnc_vgelu_erf(v, row, w, lo); break;
         default: for (int64_t j = 0; j < w; j++) row[j] = v[j];
         }
     }
@@ -325,7 +337,14 @@ static void store_tile(float *c, int64_t ldc, const float *tile, int64_t h, int6
 void nnc_sgemm_packed(int64_t m, int64_t n, int64_t k, const float *pa, const float *pb, float *c,
                       int64_t ldc, const nnc_gemm_epi *ep)
 {
-    if (m <= 0 || n <= 0 || k <= 0) return;
+    nnc_sgemm_packed_cols(m, n, k, pa, pb, c, ldc, ep, 0, n);
+}
+
+void nnc_sgemm_packed_cols(int64_t m, int64_t n, int64_t k, const float *pa, const float *pb, float *c,
+                           int64_t ldc, const nnc_gemm_epi *ep, int64_t j0, int64_t j1)
+{
+    if (j1 > n) j1 = n;
+    if (m <= 0 || j1 <= j0 || k <= 0 || j0 % NR) return;
     static ukernel_fn kernel;
     if (!kernel) kernel = pick_kernel(); /* idempotent: a race writes the same pointer */
     int64_t npad = (n + NR - 1) / NR * NR;
@@ -337,8 +356,8 @@ void nnc_sgemm_packed(int64_t m, int64_t n, int64_t k, const float *pa, const fl
         for (int64_t i0 = 0; i0 < m; i0 += MC) {
             int64_t mc = m - i0 < MC ? m - i0 : MC;
             /* a B micro-panel stays in L1 across the A panels of the block (in L2) */
-            for (int64_t jr = 0; jr < n; jr += NR) {
-                int64_t w = n - jr < NR ? n - jr : NR;
+            for (int64_t jr = j0; jr < j1; jr += NR) {
+                int64_t w = j1 - jr < NR ? j1 - jr : NR;
                 for (int64_t ir = 0; ir < mc; ir += MR) {
                     int64_t h = mc - ir < MR ? mc - ir : MR;
 #ifdef HAVE_AVX2_KERNEL

@@ -187,7 +187,9 @@ static void fuse_residuals(nnc_plan *p)
             int pi = p->vals[v].producer;
             if (pi < 0) continue;
             nnc_node *c = &p->nodes[pi];
-            if (!is_op(c, "Conv") || c->dead || c->residual >= 0 || c->act.kind != ACT_NONE || c->nin >= NNC_MAXIO) continue;
+            if (!(is_op(c, "Conv") || nnc_matmul_packed(c)) || c->dead || c->residual >= 0 || c->act.kind != ACT_NONE ||
+                c->nin >= NNC_MAXIO)
+                continue;
             if (sole_consumer(p, v) != a) continue;
             if (!same_static_shape(&p->vals[v].info, o) || !same_static_shape(&p->vals[other].info, o)) continue;
             if (p->vals[other].info.dtype != DT_F32) continue;
@@ -204,8 +206,97 @@ static void fuse_residuals(nnc_plan *p)
     }
 }
 
+/* A constant c added to (or multiplying) a value of rank `rank` whose last dim is `last` (-1:
+ * any) leaves its shape as it is: c has no more dims, all 1 but a last one of 1 or `last`.
+ * Shapes need not be known for that, so these fusions also run where ONNX's inference leaves
+ * dims unknown (BERT's batch dim, lost in its attention mask). */
+static int bias_keeps_shape(const nnc_valinfo *c, int rank, int64_t last)
+{
+    if (!c || rank < 1 || c->ndim > rank) return 0;
+    for (int d = 0; d + 1 < c->ndim; d++)
+        if (c->dims[d] != 1) return 0;
+    if (c->ndim == 0) return last < 0;
+    int64_t l = c->dims[c->ndim - 1];
+    return last < 0 ? l == 1 : l == last;
+}
+
+/* The constant (float32) operand of a two-input node whose other input is v, or NULL. */
+static const nnc_valinfo *const_other(const nnc_plan *p, const nnc_node *n, int v)
+{
+    if (n->nin != 2 || n->in[0] < 0 || n->in[1] < 0 || (n->in[0] == v) == (n->in[1] == v)) return NULL;
+    const nnc_value *o = &p->vals[n->in[n->in[0] == v ? 1 : 0]];
+    if (!o->is_const || !o->info.const_data || o->info.dtype != DT_F32 || !info_static(&o->info)) return NULL;
+    return &o->info;
+}
+
+static int const_scalar(const nnc_valinfo *c, float want, int rank)
+{
+    return c && nnc_info_numel(c) == 1 && bias_keeps_shape(c, rank, -1) && *(const float *)c->const_data == want;
+}
+
+/* MatMul (packed constant B) then Add of a constant [N] (or [1, ..., N]) bias: the bias is added
+ * in the GEMM's epilogue. */
+static void fuse_matmul_bias(nnc_plan *p)
+{
+    for (int i = 0; i < p->nnodes; i++) {
+        nnc_node *c = &p->nodes[i];
+        if (c->dead || !nnc_matmul_packed(c) || c->out[0] < 0) continue;
+        int v = c->out[0];
+        nnc_node *u = sole_consumer(p, v);
+        if (!is_op(u, "Add")) continue;
+        const nnc_valinfo *b = const_other(p, u, v);
+        if (!b || u->out[0] < 0 || !bias_keeps_shape(b, p->vals[v].info.ndim, nnc_matmul_cols(c))) continue;
+        if (!nnc_matmul_set_bias(c, b->const_data)) continue;
+        take_output(p, c, u);
+    }
+}
+
+/* The exact Gelu as exporters decompose it, (x * (Erf(x / d) + 1)) * 0.5 (torch: Div, Erf,
+ * Add, Mul, Mul), after a packed MatMul: run as an epilogue activation (nnc_vgelu_erf, the
+ * same operations with a vectorised erf). */
+static void fuse_gelu_erf(nnc_plan *p)
+{
+    for (int i = 0; i < p->nnodes; i++) {
+        nnc_node *c = &p->nodes[i];
+        if (c->dead || !nnc_matmul_packed(c) || c->act.kind != ACT_NONE || c->residual >= 0 || c->out[0] < 0) continue;
+        int x = c->out[0], only = -1;
+        if (p->vals[x].ext_out >= 0 || consumers(p, x, &only) != 2) continue;
+        nnc_node *dv = NULL, *m1 = NULL;
+        for (int k = 0; k < p->nnodes; k++) {
+            nnc_node *q = &p->nodes[k];
+            if (q->dead || q->nin != 2 || (q->in[0] != x && q->in[1] != x)) continue;
+            if (is_op(q, "Div") && q->in[0] == x) dv = q;
+            else if (is_op(q, "Mul")) m1 = q;
+        }
+        if (!dv || !m1 || dv->in[1] < 0) continue;
+        const nnc_value *dc = &p->vals[dv->in[1]];
+        int rank = p->vals[x].info.ndim;
+        if (!dc->is_const || dc->info.dtype != DT_F32 || nnc_info_numel(&dc->info) != 1 || !dc->info.const_data ||
+            !bias_keeps_shape(&dc->info, rank, -1))
+            continue;
+        float d = *(const float *)dc->info.const_data;
+        nnc_node *ef = sole_consumer(p, dv->out[0]);
+        if (!is_op(ef, "Erf") || ef->in[0] != dv->out[0]) continue;
+        nnc_node *ad = sole_consumer(p, ef->out[0]);
+        if (!is_op(ad, "Add") || !const_scalar(const_other(p, ad, ef->out[0]), 1.f, rank)) continue;
+        if (sole_consumer(p, ad->out[0]) != m1 || m1->in[0] == m1->in[1]) continue;
+        if (!((m1->in[0] == x && m1->in[1] == ad->out[0]) || (m1->in[1] == x && m1->in[0] == ad->out[0]))) continue;
+        nnc_node *m2 = sole_consumer(p, m1->out[0]);
+        if (!is_op(m2, "Mul") || !const_scalar(const_other(p, m2, m1->out[0]), 0.5f, rank)) continue;
+        if (m2->out[0] < 0) continue;
+        if (p->vals[dv->out[0]].ext_out >= 0 || p->vals[ef->out[0]].ext_out >= 0 || p->vals[ad->out[0]].ext_out >= 0 ||
+            p->vals[m1->out[0]].ext_out >= 0)
+            continue;
+        c->act.kind = ACT_GELU_ERF;
+        c->act.a = d;
+        nnc_node *chain[5] = {dv, ef, ad, m1, m2};
+        for (int k = 0; k < 5; k++) take_output(p, c, chain[k]);
+    }
+}
+
 static int takes_act(const nnc_node *n)
 {
+    if (nnc_matmul_packed(n)) return 1;
     static const char *ops[] = {"Conv", "Gemm", "BatchNormalization", "ChannelAffine", "MaxPool",
                                 "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Concat",
                                 "Add", "Sub", "Mul", "Div", "Sum", "LRN", NULL};
@@ -531,7 +622,9 @@ nnc_plan *nnc_plan_build(const nnc_desc_node *nodes, int nn, int probing, nnc_er
     int fusion = !(fz && !strcmp(fz, "0"));
     if (nn > 1 && fusion) {
         fold_affines(p);
+        fuse_matmul_bias(p);
         fuse_residuals(p);
+        fuse_gelu_erf(p);
         fuse_activations(p);
     }
     if (name_fused(p, e)) goto fail;
@@ -666,6 +759,36 @@ static int check_inputs_present(const nnc_node *n, nnc_tensor *const *in, nnc_er
     return NNC_OK;
 }
 
+/* Output shapes of a multi-node plan whose shapes are not all known ahead (the chains
+ * matmul_chain takes): every live node's infer in order, from the actual input shapes (their
+ * infer reads no data). */
+static int infer_through(const nnc_plan *p, const nnc_tensor *kin, int nkin, nnc_tensor *outs, nnc_err *e)
+{
+    run_env r = {malloc((size_t)p->nvals * sizeof(nnc_tensor)), calloc((size_t)p->nvals, 1), NULL, 0};
+    int rc = r.vt && r.set ? bind_inputs(p, kin, nkin, &r, e) : nnc_fail(e, "out of memory");
+    for (int i = 0; i < p->nnodes && rc == NNC_OK; i++) {
+        const nnc_node *n = &p->nodes[i];
+        if (n->dead) continue;
+        nnc_tensor *in[NNC_MAXIO], o[NNC_MAXIO];
+        gather_inputs(n, &r, in);
+        if ((rc = check_inputs_present(n, in, e))) break;
+        memset(o, 0, sizeof(nnc_tensor) * (size_t)n->nout);
+        if ((rc = n->op->infer((nnc_node *)n, in, o, e))) break;
+        for (int j = 0; j < n->nout; j++)
+            if (n->out[j] >= 0) { o[j].data = NULL; r.vt[n->out[j]] = o[j]; r.set[n->out[j]] = 1; }
+    }
+    for (int j = 0; j < p->nkout && rc == NNC_OK; j++) {
+        int v = p->kout_val[j];
+        memset(&outs[j], 0, sizeof outs[j]);
+        if (v < 0) continue;
+        if (!r.set[v]) { rc = nnc_fail(e, "output '%s' was not computed", p->vals[v].name); break; }
+        outs[j] = r.vt[v];
+    }
+    free(r.vt);
+    free(r.set);
+    return rc;
+}
+
 int nnc_plan_output_shapes(const nnc_plan *p, const nnc_tensor *kin, int nkin, nnc_tensor *outs, nnc_err *e)
 {
     /* Multi-node plans are static (the fuse query guarantees it): report the known shapes.
@@ -683,11 +806,13 @@ int nnc_plan_output_shapes(const nnc_plan *p, const nnc_tensor *kin, int nkin, n
         memset(outs, 0, sizeof(nnc_tensor) * (size_t)n->nout);
         return n->op->infer((nnc_node *)n, in, outs, e);
     }
+    int dynamic = 0;
+    for (int j = 0; j < p->nkout; j++) dynamic |= p->kout_val[j] >= 0 && !info_static(&p->vals[p->kout_val[j]].info);
+    if (dynamic) return infer_through(p, kin, nkin, outs, e);
     for (int j = 0; j < p->nkout; j++) {
         int v = p->kout_val[j];
         memset(&outs[j], 0, sizeof outs[j]);
         if (v < 0) continue;
-        if (!info_static(&p->vals[v].info)) return nnc_fail(e, "output '%s' has no static shape", p->vals[v].name);
         info_tensor(&p->vals[v].info, NULL, &outs[j]);
     }
     return NNC_OK;
@@ -847,14 +972,59 @@ static int all_static(const nnc_desc_node *d)
 static int continues_chain(const char *op)
 {
     static const char *ops[] = {"BatchNormalization", "Mul", "Add", "Sub", "Div", "Sum", "Relu",
-                                "Clip", "LeakyRelu", NULL};
+                                "Clip", "LeakyRelu", "Erf", NULL};
     for (const char **o = ops; *o; o++)
         if (!strcmp(op, *o)) return 1;
     return 0;
 }
 
+static int desc_is(const nnc_desc_node *d, const char *op)
+{
+    return !strcmp(d->op_type, op) && (!d->domain || !d->domain[0] || !strcmp(d->domain, "ai.onnx"));
+}
+
+static int same_name(const nnc_desc_value *v, const char *name) { return v->name && name && !strcmp(v->name, name); }
+
+/* The input of two-input d other than the one named v (exactly one input is v), or NULL. */
+static const nnc_desc_value *desc_other(const nnc_desc_node *d, const char *v)
+{
+    if (d->nin != 2 || same_name(&d->in[0], v) == same_name(&d->in[1], v)) return NULL;
+    return &d->in[same_name(&d->in[0], v) ? 1 : 0];
+}
+
+static const nnc_valinfo *desc_const(const nnc_desc_value *v)
+{
+    return v && v->info.const_data && v->info.dtype == DT_F32 && info_static(&v->info) ? &v->info : NULL;
+}
+
+/* How many nodes from nodes[0] fold into a MatMul with a constant 2-D B whatever the shapes
+ * (fuse_matmul_bias, fuse_gelu_erf: a bias Add, then the exact Gelu's five nodes), else 1. */
+static int matmul_chain(const nnc_desc_node *nodes, int n)
+{
+    const nnc_desc_node *m = &nodes[0];
+    if (!desc_is(m, "MatMul") || m->nin != 2 || m->nout != 1 || !desc_const(&m->in[1]) || m->in[1].info.ndim != 2 ||
+        m->in[0].info.dtype != DT_F32 || m->in[0].info.ndim < 2)
+        return 1;
+    int rank = m->in[0].info.ndim;
+    if (n < 2 || !desc_is(&nodes[1], "Add") || nodes[1].nout != 1 ||
+        !bias_keeps_shape(desc_const(desc_other(&nodes[1], m->out[0].name)), rank, m->in[1].info.dims[1]))
+        return 1;
+    const char *x = nodes[1].out[0].name;
+    if (n < 7) return 2;
+    const nnc_desc_node *dv = &nodes[2], *ef = &nodes[3], *ad = &nodes[4], *m1 = &nodes[5], *m2 = &nodes[6];
+    int gelu = desc_is(dv, "Div") && dv->nin == 2 && same_name(&dv->in[0], x) &&
+               bias_keeps_shape(desc_const(&dv->in[1]), rank, -1) && desc_is(ef, "Erf") && ef->nin == 1 &&
+               same_name(&ef->in[0], dv->out[0].name) && desc_is(ad, "Add") &&
+               bias_keeps_shape(desc_const(desc_other(ad, ef->out[0].name)), rank, -1) && desc_is(m1, "Mul") &&
+               desc_other(m1, x) && same_name(desc_other(m1, x), ad->out[0].name) && desc_is(m2, "Mul") &&
+               bias_keeps_shape(desc_const(desc_other(m2, m1->out[0].name)), rank, -1);
+    return gelu ? 7 : 2;
+}
+
 int nnc_fuse_count(const nnc_desc_node *nodes, int n)
 {
+    int chain = matmul_chain(nodes, n);
+    if (chain > 1 && !all_static(&nodes[chain - 1])) return chain; /* dynamic shapes: the chain alone */
     int take = 0;
     for (int i = 0; i < n; i++) {
         int ok = 1;
@@ -872,10 +1042,10 @@ int nnc_fuse_count(const nnc_desc_node *nodes, int n)
     if (take == n && n > 2) {
         int j = take - 1;
         while (j > 0 && continues_chain(nodes[j].op_type)) j--;
-        int head = !strcmp(nodes[j].op_type, "Conv") || !strcmp(nodes[j].op_type, "Gemm") ||
-                   !strcmp(nodes[j].op_type, "BatchNormalization");
-        if (head && j > 0 && LAST_OK(j) &&
-            (j < take - 1 || !strcmp(nodes[j].op_type, "Conv") || !strcmp(nodes[j].op_type, "Gemm")))
+        int gemm = !strcmp(nodes[j].op_type, "Conv") || !strcmp(nodes[j].op_type, "Gemm") ||
+                   !strcmp(nodes[j].op_type, "MatMul");
+        int head = gemm || !strcmp(nodes[j].op_type, "BatchNormalization");
+        if (head && j > 0 && LAST_OK(j) && (j < take - 1 || gemm))
             take = j;
     }
     return take;

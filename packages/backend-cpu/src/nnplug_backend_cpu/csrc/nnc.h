@@ -90,10 +90,10 @@ typedef struct nnc_op {
 #define OPF_ALIAS 1u /* output 0 is input 0's data with another shape (no copy) */
 
 /* Activation fused into a producer's epilogue. */
-enum { ACT_NONE = 0, ACT_RELU, ACT_CLIP, ACT_LEAKY };
+enum { ACT_NONE = 0, ACT_RELU, ACT_CLIP, ACT_LEAKY, ACT_GELU_ERF };
 typedef struct nnc_act {
     int kind;
-    float a, b; /* CLIP: min, max; LEAKY: alpha */
+    float a, b; /* CLIP: min, max; LEAKY: alpha; GELU_ERF: the divisor (nnc_vgelu_erf) */
 } nnc_act;
 
 typedef struct nnc_node {
@@ -193,11 +193,17 @@ typedef struct nnc_gemm_epi {
     const float *res;  /* added with the bias, row stride ldr, or NULL */
     int64_t ldr;
     const nnc_act *act; /* or NULL */
+    const float *col_bias; /* per column, added first (MatMul's bias), or NULL */
 } nnc_gemm_epi;
 /* C[m x n] (row stride ldc) = packed A [m x k] * packed B [k x n], then the epilogue. pb must
  * be 64-byte aligned. */
 void nnc_sgemm_packed(int64_t m, int64_t n, int64_t k, const float *pa, const float *pb, float *c,
                       int64_t ldc, const nnc_gemm_epi *ep);
+/* Columns [j0, j1) of the same product (j0 a multiple of NNC_GEMM_NR; c, pb and the epilogue's
+ * columns still indexed from column 0), so threads can share one packed A and B. */
+#define NNC_GEMM_NR 16
+void nnc_sgemm_packed_cols(int64_t m, int64_t n, int64_t k, const float *pa, const float *pb, float *c,
+                           int64_t ldc, const nnc_gemm_epi *ep, int64_t j0, int64_t j1);
 
 /* Compiled for several x86-64 levels, picked at load time. Elementwise loops only: C11 mode
  * contracts no a*b+c into an FMA, so each element's value is the same at every level. */
@@ -211,6 +217,9 @@ void nnc_sgemm_packed(int64_t m, int64_t n, int64_t k, const float *pa, const fl
 void nnc_vexp(const float *x, float *y, int64_t n);
 void nnc_vsigmoid(const float *x, float *y, int64_t n);
 void nnc_vtanh(const float *x, float *y, int64_t n);
+void nnc_verf(const float *x, float *y, int64_t n);
+/* (x * (erf(x / d) + 1)) * 0.5: the exact Gelu as ONNX exports decompose it */
+void nnc_vgelu_erf(const float *x, float *y, int64_t n, float d);
 
 /* Memory. */
 void *nnc_alloc(size_t nbytes); /* 64-byte aligned, NULL on failure */

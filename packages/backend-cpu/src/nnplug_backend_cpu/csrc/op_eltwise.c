@@ -528,7 +528,7 @@ static void un_range(void *arg, int64_t b, int64_t e, int tid)
         float lo = j->lo, hi = j->hi;
         for (int64_t i = b; i < e; i++) { float v = x[i]; v = v < lo ? lo : v; y[i] = v > hi ? hi : v; }
     } break;
-    case U_ERF: for (int64_t i = b; i < e; i++) y[i] = erff(x[i]); break;
+    case U_ERF: nnc_verf(x + b, y + b, e - b); break;
     case U_GELU: for (int64_t i = b; i < e; i++) y[i] = 0.5f * x[i] * (1.f + erff(x[i] * 0.70710678118654752f)); break;
     case U_GELU_TANH:
         for (int64_t i = b; i < e; i++) {

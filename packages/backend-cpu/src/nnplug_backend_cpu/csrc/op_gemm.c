@@ -252,6 +252,49 @@ const nnc_op nnc_op_gemm = {"Gemm", 2, 3, 1, 1, gemm_create, gemm_infer, gemm_ru
  * in 64 bits, wrapped to the element width. */
 static const int matmul_dts[] = {DT_F32, DT_F16, DT_BF16, DT_F64, DT_I32, DT_I64, DT_U32, DT_U64, 0};
 
+/* A float32 MatMul whose B is a constant 2-D weight [K, N] (a transformer's projections): B
+ * is packed once in the GEMM's panel layout, A's leading dims are folded into the rows of one
+ * product, and a bias Add, a residual Add and an activation fused by the planner run in the
+ * epilogue of each 6x16 tile. Threads split the columns in blocks of MM_COLS, so each block of
+ * packed B (MM_COLS x 256 floats per depth block) stays in L2 while the rows pass over it. */
+#define MM_COLS 128
+extern const nnc_op nnc_op_matmul;
+typedef struct {
+    float *pb;     /* packed B */
+    float *bias;   /* per column, fused Add, or NULL */
+    int64_t K, N;
+} mm_state;
+
+static void matmul_destroy(nnc_node *n)
+{
+    mm_state *s = n->state;
+    if (!s) return;
+    nnc_free(s->pb);
+    nnc_free(s->bias);
+    free(s);
+    n->state = NULL;
+}
+
+int nnc_matmul_packed(const nnc_node *n)
+{
+    const mm_state *s = n->op == &nnc_op_matmul ? n->state : NULL;
+    return s && s->pb;
+}
+
+int64_t nnc_matmul_cols(const nnc_node *n) { return nnc_matmul_packed(n) ? ((const mm_state *)n->state)->N : -1; }
+
+int nnc_matmul_set_bias(nnc_node *n, const float *bias)
+{
+    mm_state *s = n->state;
+    if (!nnc_matmul_packed(n) || s->bias || n->residual >= 0 || n->act.kind != ACT_NONE) return 0;
+    s->bias = nnc_alloc((size_t)s->N * sizeof(float));
+    if (!s->bias) return 0;
+    memcpy(s->bias, bias, (size_t)s->N * sizeof(float));
+    return 1;
+}
+
+static int matmul_owns(const nnc_node *n, int i) { return i == 1 && nnc_matmul_packed(n); }
+
 static int matmul_create(nnc_node *n, nnc_err *e)
 {
     TRY(nnc_check_dtype(n, 0, matmul_dts, e));
@@ -262,6 +305,87 @@ static int matmul_create(nnc_node *n, nnc_err *e)
     for (int i = 0; i < 2; i++)
         if (n->vin[i] && n->vin[i]->ndim == 0)
             return nnc_node_fail(e, n, "input %d is a scalar; MatMul needs rank 1 or more", i);
+    const nnc_valinfo *a = n->vin[0], *b = n->vin[1];
+    if (!n->probing && a && b && a->dtype == DT_F32 && a->ndim >= 2 && nnc_in_const(n, 1) && nnc_in_static(n, 1) &&
+        b->ndim == 2 && b->dims[0] > 0 && b->dims[1] > 0 && b->dims[0] <= INT32_MAX && b->dims[1] <= INT32_MAX &&
+        (a->dims[a->ndim - 1] < 0 || a->dims[a->ndim - 1] == b->dims[0])) {
+        mm_state *s = calloc(1, sizeof *s);
+        if (!s) return nnc_node_fail(e, n, "out of memory");
+        n->state = s;
+        s->K = b->dims[0];
+        s->N = b->dims[1];
+        s->pb = nnc_alloc((size_t)nnc_sgemm_packed_b_floats(s->K, s->N) * sizeof(float));
+        if (!s->pb) return nnc_node_fail(e, n, "out of memory packing B");
+        for (int64_t k = 0; k < s->K; k++)
+            nnc_sgemm_pack_b_row(s->K, k, s->N, (const float *)b->const_data + k * s->N, s->pb);
+    }
+    return NNC_OK;
+}
+
+/* Rows of A (all its leading dims) for the packed path. */
+static int64_t mm_rows(const nnc_tensor *a) { return a->dims[a->ndim - 1] ? nnc_numel(a) / a->dims[a->ndim - 1] : 0; }
+
+static size_t matmul_scratch(const nnc_node *n, nnc_tensor *const *in, const nnc_tensor *out)
+{
+    (void)out;
+    if (!nnc_matmul_packed(n) || !in[0] || in[0]->ndim < 2) return 0;
+    const mm_state *s = n->state;
+    return (size_t)nnc_sgemm_packed_a_floats(mm_rows(in[0]), s->K) * sizeof(float);
+}
+
+/* Packing memory of the calling thread, kept between runs, for plans without planned scratch. */
+static _Thread_local float *t_pa;
+static _Thread_local size_t t_pa_bytes;
+
+static float *mm_pack_memory(size_t nbytes)
+{
+    if (t_pa_bytes >= nbytes) return t_pa;
+    float *p = nnc_alloc(nbytes);
+    if (!p) return NULL;
+    nnc_free(t_pa);
+    t_pa = p;
+    t_pa_bytes = nbytes;
+    return p;
+}
+
+typedef struct {
+    int64_t M, N, K;
+    const float *pa, *pb;
+    float *C;
+    nnc_gemm_epi ep;
+} mm_packed_job;
+
+static void mm_packed_cols(void *arg, int64_t b, int64_t e, int tid)
+{
+    (void)tid;
+    const mm_packed_job *j = arg;
+    nnc_sgemm_packed_cols(j->M, j->N, j->K, j->pa, j->pb, j->C, j->N, &j->ep, b * MM_COLS, e * MM_COLS);
+}
+
+static int matmul_run_packed(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec *x, nnc_err *e)
+{
+    const mm_state *s = n->state;
+    const nnc_tensor *a = in[0];
+    int64_t M = mm_rows(a);
+    if (M == 0) return NNC_OK;
+    size_t pan = (size_t)nnc_sgemm_packed_a_floats(M, s->K) * sizeof(float);
+    float *pa = nnc_scratch(x, 0, pan);
+    if (!pa) pa = mm_pack_memory(pan); /* A's shape known only at run time: no planned scratch */
+    if (!pa) return nnc_node_fail(e, n, "out of memory packing A (%zu bytes)", pan);
+    nnc_sgemm_pack_a(M, s->K, a->data, s->K, pa);
+    mm_packed_job j = {M, s->N, s->K, pa, s->pb, out->data, {NULL, NULL, 0, NULL, s->bias}};
+    if (n->residual >= 0) {
+        const nnc_tensor *r = in[n->residual];
+        if (!r || r->dtype != DT_F32 || !nnc_same_shape(r, out))
+            return nnc_node_fail(e, n, "the fused residual does not have the output's shape");
+        j.ep.res = r->data;
+        j.ep.ldr = s->N;
+    }
+    if (n->act.kind != ACT_NONE) j.ep.act = &n->act;
+    int64_t blocks = (s->N + MM_COLS - 1) / MM_COLS;
+    double flops = (double)M * (double)s->N * (double)s->K;
+    if (flops < 2e5 || blocks == 1) mm_packed_cols(&j, 0, blocks, 0);
+    else nnc_parallel_for(blocks, 1, mm_packed_cols, &j);
     return NNC_OK;
 }
 
@@ -295,6 +419,17 @@ static int matmul_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc
 {
     int64_t M, K, N;
     nnc_tensor ba, bb;
+    if (nnc_matmul_packed(n)) { /* B is the packed constant: A (..., M, K) gives (..., M, N) */
+        const mm_state *s = n->state;
+        const nnc_tensor *a = in[0];
+        if (a->dtype != DT_F32 || a->ndim < 2) return nnc_node_fail(e, n, "A must be float32 of rank 2 or more");
+        if (a->dims[a->ndim - 1] != s->K)
+            return nnc_node_fail(e, n, "inner dimensions differ: %lld vs %lld", (long long)a->dims[a->ndim - 1], (long long)s->K);
+        *out = *a;
+        out->dims[a->ndim - 1] = s->N;
+        out->data = NULL;
+        return NNC_OK;
+    }
     if (in[0]->dtype != in[1]->dtype) return nnc_node_fail(e, n, "A and B must have one element type");
     int ok = 0;
     for (const int *d = matmul_dts; *d; d++) ok |= *d == in[0]->dtype;
@@ -377,9 +512,41 @@ static void mm_typed_rows(void *arg, int64_t b, int64_t e, int tid)
     }
 }
 
+typedef struct { gemm_job j; mm_batch bt; const float *A, *B; float *C; int64_t M, N; int whole; } mm_batch_job;
+
+/* One whole product of a batch on this thread: both operands packed into the thread's memory
+ * and the tiles stored straight into C (the same sums as nnc_sgemm, without its staging tile).
+ * 0 when the memory cannot be had. */
+static int mm_one_packed(const float *A, const float *B, float *C, int64_t M, int64_t K, int64_t N)
+{
+    size_t nb = (size_t)nnc_sgemm_packed_b_floats(K, N), na = (size_t)nnc_sgemm_packed_a_floats(M, K);
+    nb = (nb + 15) / 16 * 16; /* packed A after B, B 64-byte aligned */
+    float *pb = mm_pack_memory((nb + na) * sizeof(float));
+    if (!pb) return 0;
+    for (int64_t k = 0; k < K; k++) nnc_sgemm_pack_b_row(K, k, N, B + k * N, pb);
+    nnc_sgemm_pack_a(M, K, A, K, pb + nb);
+    nnc_sgemm_packed(M, N, K, pb + nb, pb, C, N, NULL);
+    return 1;
+}
+
+static void mm_batches(void *arg, int64_t b, int64_t e, int tid)
+{
+    (void)tid;
+    const mm_batch_job *bj = arg;
+    for (int64_t t = b; t < e; t++) {
+        int64_t offa, offb;
+        mm_batch_offsets(&bj->bt, t, &offa, &offb);
+        if (bj->whole && mm_one_packed(bj->A + offa, bj->B + offb, bj->C + t * bj->M * bj->N, bj->M, bj->j.K, bj->N))
+            continue;
+        gemm_job j = bj->j;
+        j.M = bj->M; j.A = bj->A + offa; j.B = bj->B + offb; j.C = bj->C + t * bj->M * bj->N;
+        gemm_mt(&j); /* inside a pool chunk its own split runs inline */
+    }
+}
+
 static int matmul_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec *x, nnc_err *e)
 {
-    (void)x;
+    if (nnc_matmul_packed(n)) return matmul_run_packed(n, in, out, x, e);
     int64_t M, K, N;
     nnc_tensor ba, bb, o;
     TRY(matmul_shapes(n, in[0], in[1], &o, &M, &K, &N, &ba, &bb, e));
@@ -405,29 +572,18 @@ static int matmul_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_e
             return NNC_OK;
         }
     }
-    /* General broadcast over batch dims. */
-    int64_t ostr[NNC_MAXDIM], astr[NNC_MAXDIM], bstr[NNC_MAXDIM];
-    int64_t sa = M * K, sb = K * N;
-    for (int i = nb - 1; i >= 0; i--) {
-        int ia = i - (nb - ba.ndim), ib = i - (nb - bb.ndim);
-        astr[i] = (ia >= 0 && ba.dims[ia] != 1) ? sa : 0;
-        bstr[i] = (ib >= 0 && bb.dims[ib] != 1) ? sb : 0;
-        if (ia >= 0) sa *= ba.dims[ia];
-        if (ib >= 0) sb *= bb.dims[ib];
-        ostr[i] = o.dims[i];
-    }
-    for (int64_t t = 0; t < nbatch; t++) {
-        int64_t rem = t, offa = 0, offb = 0;
-        for (int i = nb - 1; i >= 0; i--) {
-            int64_t idx = rem % ostr[i];
-            rem /= ostr[i];
-            offa += idx * astr[i];
-            offb += idx * bstr[i];
-        }
-        j.M = M; j.A = A + offa; j.B = B + offb; j.C = C + t * M * N;
-        gemm_mt(&j);
+    /* General broadcast over batch dims: the batch entries (attention's heads) are spread
+     * over the threads, one whole product each. */
+    mm_batch_job bj = {j, {0}, A, B, C, M, N, 0};
+    mm_batch_setup(&bj.bt, &o, nb, &ba, &bb, M, K, N);
+    if (nbatch >= 2 * nnc_num_threads()) {
+        bj.whole = M >= 2 && K > 0; /* one row: gemm_mt's matrix-vector kernel */
+        nnc_parallel_for(nbatch, 1, mm_batches, &bj);
+    } else {
+        mm_batches(&bj, 0, nbatch, 0); /* few entries: each product split over the threads */
     }
     return NNC_OK;
 }
 
-const nnc_op nnc_op_matmul = {"MatMul", 2, 2, 1, 1, matmul_create, matmul_infer, matmul_run, NULL, 0};
+const nnc_op nnc_op_matmul = {"MatMul", 2, 2, 1, 1, matmul_create, matmul_infer, matmul_run, matmul_destroy, 0,
+                              matmul_scratch, matmul_owns};

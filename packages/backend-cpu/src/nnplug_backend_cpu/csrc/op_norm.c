@@ -262,6 +262,59 @@ static int sm_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err
 
 typedef struct { const float *x; float *y; int64_t len, inner; int log; } sm_job;
 
+/* The largest of x[0..n) (NaN skipped, as x > m is false for it), over 8 lanes so it
+ * vectorises. */
+MULTIVERSION
+static float row_max(const float *x, int64_t n)
+{
+    float lm[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8)
+        for (int l = 0; l < 8; l++) lm[l] = x[k + l] > lm[l] ? x[k + l] : lm[l];
+    float m = -INFINITY;
+    for (int l = 0; l < 8; l++) m = lm[l] > m ? lm[l] : m;
+    for (; k < n; k++) m = x[k] > m ? x[k] : m;
+    return m;
+}
+
+/* Sum of x[0..n) in double, over 8 lanes (a fixed order for a given n). */
+MULTIVERSION
+static double row_sum(const float *x, int64_t n)
+{
+    double acc[8] = {0};
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8)
+        for (int l = 0; l < 8; l++) acc[l] += x[k + l];
+    double s = 0;
+    for (; k < n; k++) s += x[k];
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + s;
+}
+
+/* Sum of (x - mu)^2 over x[0..n) in double, over 8 lanes. */
+MULTIVERSION
+static double row_sq_dev(const float *x, int64_t n, double mu)
+{
+    double acc[8] = {0};
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8)
+        for (int l = 0; l < 8; l++) { double d = x[k + l] - mu; acc[l] += d * d; }
+    double s = 0;
+    for (; k < n; k++) { double d = x[k] - mu; s += d * d; }
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + s;
+}
+
+MULTIVERSION
+static void sub_scalar(const float *x, float m, float *y, int64_t n)
+{
+    for (int64_t k = 0; k < n; k++) y[k] = x[k] - m;
+}
+
+MULTIVERSION
+static void mul_scalar(float *y, float s, int64_t n)
+{
+    for (int64_t k = 0; k < n; k++) y[k] *= s;
+}
+
 static void sm_rows(void *arg, int64_t b, int64_t e, int tid)
 {
     (void)tid;
@@ -272,18 +325,18 @@ static void sm_rows(void *arg, int64_t b, int64_t e, int tid)
         float *y = j->y + o * j->len * j->inner + i;
         int64_t st = j->inner;
         float m = -INFINITY;
-        for (int64_t k = 0; k < j->len; k++) m = x[k * st] > m ? x[k * st] : m;
+        if (st == 1) m = row_max(x, j->len);
+        else for (int64_t k = 0; k < j->len; k++) m = x[k * st] > m ? x[k * st] : m;
         double sum = 0;
         if (st == 1) { /* contiguous rows (the usual last-axis softmax): vectorised exp */
-            for (int64_t k = 0; k < j->len; k++) y[k] = x[k] - m;
+            sub_scalar(x, m, y, j->len);
             nnc_vexp(y, y, j->len);
-            for (int64_t k = 0; k < j->len; k++) sum += y[k];
+            sum = row_sum(y, j->len);
             if (j->log) {
                 float ls = (float)log(sum);
                 for (int64_t k = 0; k < j->len; k++) y[k] = x[k] - m - ls;
             } else {
-                float inv = (float)(1.0 / sum);
-                for (int64_t k = 0; k < j->len; k++) y[k] *= inv;
+                mul_scalar(y, (float)(1.0 / sum), j->len);
             }
         } else if (j->log) {
             for (int64_t k = 0; k < j->len; k++) sum += expf(x[k * st] - m);
@@ -383,6 +436,13 @@ typedef struct {
     int64_t glen, blen;
 } ln_job;
 
+MULTIVERSION
+static void ln_affine(const float *x, float m, float inv, const float *g, const float *bb, float *y, int64_t n)
+{
+    if (bb) for (int64_t k = 0; k < n; k++) y[k] = (x[k] - m) * inv * g[k] + bb[k];
+    else for (int64_t k = 0; k < n; k++) y[k] = (x[k] - m) * inv * g[k];
+}
+
 static void ln_rows(void *arg, int64_t b, int64_t e, int tid)
 {
     (void)tid;
@@ -390,16 +450,12 @@ static void ln_rows(void *arg, int64_t b, int64_t e, int tid)
     for (int64_t r = b; r < e; r++) {
         const float *x = j->x + r * j->len;
         float *y = j->y + r * j->len;
-        double sum = 0, sq = 0;
-        for (int64_t k = 0; k < j->len; k++) sum += x[k];
-        double mu = sum / (double)j->len;
-        for (int64_t k = 0; k < j->len; k++) { double d = x[k] - mu; sq += d * d; }
+        double mu = row_sum(x, j->len) / (double)j->len;
+        double sq = row_sq_dev(x, j->len, mu);
         float inv = (float)(1.0 / sqrt(sq / (double)j->len + j->eps));
         float m = (float)mu;
         if (j->glen == j->len && (!j->b || j->blen == j->len)) { /* the usual case: no modulo */
-            const float *g = j->g, *bb = j->b;
-            if (bb) for (int64_t k = 0; k < j->len; k++) y[k] = (x[k] - m) * inv * g[k] + bb[k];
-            else for (int64_t k = 0; k < j->len; k++) y[k] = (x[k] - m) * inv * g[k];
+            ln_affine(x, m, inv, j->g, j->b, y, j->len);
         } else {
             for (int64_t k = 0; k < j->len; k++) {
                 float v = (x[k] - m) * inv * j->g[k % j->glen];

@@ -21,6 +21,11 @@ int nnc_conv_can_fold(const nnc_node *n);
 int64_t nnc_conv_out_channels(const nnc_node *n);
 void nnc_conv_fold_affine(nnc_node *n, const float *scale, const float *shift);
 int nnc_gemm_can_fuse(const nnc_node *n);
+/* MatMul with a packed constant 2-D B: its column count (else -1), and the bias the planner
+ * folds in from a following Add (1 when taken). */
+int nnc_matmul_packed(const nnc_node *n);
+int64_t nnc_matmul_cols(const nnc_node *n);
+int nnc_matmul_set_bias(nnc_node *n, const float *bias);
 
 /* Per-channel affine + activation: the planner's replacement for BN/Mul/Add chains that
  * cannot fold into a Conv (DenseNet's BN after Concat). */

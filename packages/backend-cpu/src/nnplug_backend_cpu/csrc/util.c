@@ -278,6 +278,7 @@ void nnc_apply_act(float *x, int64_t n, const nnc_act *a)
         for (int64_t i = 0; i < n; i++) x[i] = x[i] >= 0.f ? x[i] : x[i] * al;
         break;
     }
+    case ACT_GELU_ERF: nnc_vgelu_erf(x, x, n, a->a); break;
     default: break;
     }
 }
