@@ -39,7 +39,20 @@ ACTS = {
     "relu": [("Relu", {})],
     "relu6": [("Clip", {})],
     "leaky": [("LeakyRelu", {"alpha": 0.1})],
+    "hardswish": [("HardSwish", {})],
+    "silu": [("Sigmoid", {}), ("Mul", {})],  # x * Sigmoid(x), as exporters write SiLU
 }
+
+
+def activation_nodes(act: str, x: str) -> list:
+    """The nodes of activation act on value x, ending in value "act" (Clip reads "lo", "hi")."""
+    if act == "silu":
+        return [helper.make_node("Sigmoid", [x], ["sig"], name="sigmoid"),
+                helper.make_node("Mul", [x, "sig"], ["act"], name="mul")]
+    if not ACTS[act]:
+        return [helper.make_node("Identity", [x], ["act"], name="same")]
+    ((op, a),) = ACTS[act]
+    return [helper.make_node(op, [x, "lo", "hi"] if op == "Clip" else [x], ["act"], name=op, **a)]
 
 
 def depthwise_model(case: str, act: str, *, bias=True, residual=False, const_weights=True,
@@ -82,10 +95,8 @@ def depthwise_model(case: str, act: str, *, bias=True, residual=False, const_wei
         feeds["r"] = r
         nodes.append(helper.make_node("Add", [last, "r"], ["sum"], name="res"))
         last = "sum"
-    for i, (op, a) in enumerate(ACTS[act]):
-        ins = [last, "lo", "hi"] if op == "Clip" else [last]
-        nodes.append(helper.make_node(op, ins, [f"a{i}"], name=f"act{i}", **a))
-        last = f"a{i}"
+    nodes += activation_nodes(act, last)
+    last = "act"
     nodes.append(helper.make_node("Identity", [last], ["y"], name="out"))
     graph = helper.make_graph(nodes, "dw", inputs,
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)

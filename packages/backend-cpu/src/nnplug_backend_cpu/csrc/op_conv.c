@@ -400,9 +400,11 @@ static void conv_tasks_packed(void *arg, int64_t b, int64_t e, int tid)
                     }
         }
         int64_t mg0 = g * j->Mg + m0;
-        nnc_gemm_epi ep = {j->bias + mg0, j->res ? j->res + mg0 * OHW + p0 : NULL, OHW, j->act};
-        nnc_sgemm_packed(m1 - m0, tn, K, s->pw + g * s->pw_group + m0 * K, pb, j->y + mg0 * OHW + p0,
-                         OHW, &ep);
+        int after = j->act->kind == ACT_HARDSWISH || j->act->kind == ACT_SILU; /* not in the GEMM's epilogue */
+        nnc_gemm_epi ep = {j->bias + mg0, j->res ? j->res + mg0 * OHW + p0 : NULL, OHW, after ? NULL : j->act};
+        float *y = j->y + mg0 * OHW + p0;
+        nnc_sgemm_packed(m1 - m0, tn, K, s->pw + g * s->pw_group + m0 * K, pb, y, OHW, &ep);
+        for (int64_t m = 0; after && m < m1 - m0; m++) nnc_apply_act(y + m * OHW, tn, j->act);
     }
 }
 

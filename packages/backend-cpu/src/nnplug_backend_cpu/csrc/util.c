@@ -277,6 +277,27 @@ void nnc_apply_act(float *x, int64_t n, const nnc_act *a)
         for (int64_t i = 0; i < n; i++) x[i] = x[i] >= 0.f ? x[i] : x[i] * al;
         break;
     }
+    case ACT_HARDSWISH: { /* as the HardSwish kernel (op_unary.c) computes it */
+        float t[256];
+        for (int64_t i0 = 0; i0 < n; i0 += 256) {
+            int64_t m = n - i0 < 256 ? n - i0 : 256;
+            for (int64_t i = 0; i < m; i++) {
+                float v = x[i0 + i] * (1.f / 6.f) + 0.5f;
+                t[i] = v < 0.f ? 0.f : (v > 1.f ? 1.f : v);
+            }
+            for (int64_t i = 0; i < m; i++) x[i0 + i] *= t[i];
+        }
+        break;
+    }
+    case ACT_SILU: { /* Sigmoid then Mul, as the two unfused kernels compute them */
+        float t[256];
+        for (int64_t i0 = 0; i0 < n; i0 += 256) {
+            int64_t m = n - i0 < 256 ? n - i0 : 256;
+            nnc_vsigmoid(x + i0, t, m);
+            for (int64_t i = 0; i < m; i++) x[i0 + i] *= t[i];
+        }
+        break;
+    }
     default: break;
     }
 }
