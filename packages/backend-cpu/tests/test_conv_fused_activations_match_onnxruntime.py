@@ -24,16 +24,22 @@ SHAPES = {
 ACTS = ["none", "relu", "relu6", "leaky", "hardswish", "silu"]
 
 
-def conv_model(case: str, act: str, *, residual=False, sigmoid_also_output=False, seed=0):
+def conv_model(case: str, act: str, *, residual=False, sigmoid_also_output=False,
+               const_weights=True, seed=0):
     n, c, h, w, m, group, k, s, pads = SHAPES[case]
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((n, c, h, w), dtype=np.float32)
-    inits = [numpy_helper.from_array(rng.standard_normal((m, c // group, *k), dtype=np.float32), "w"),
-             numpy_helper.from_array(rng.standard_normal(m, dtype=np.float32), "b"),
+    wt = rng.standard_normal((m, c // group, *k), dtype=np.float32)
+    inits = [numpy_helper.from_array(rng.standard_normal(m, dtype=np.float32), "b"),
              numpy_helper.from_array(np.array(-1, np.float32), "lo"),
              numpy_helper.from_array(np.array(2, np.float32), "hi")]
     inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)]
     feeds = {"x": x}
+    if const_weights:
+        inits.append(numpy_helper.from_array(wt, "w"))
+    else:  # the weights given at run time take the Conv's unpacked path
+        inputs.append(helper.make_tensor_value_info("w", TensorProto.FLOAT, wt.shape))
+        feeds["w"] = wt
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["conv"], name="conv", group=group,
                               kernel_shape=list(k), strides=list(s), pads=pads)]
     last = "conv"
@@ -101,6 +107,13 @@ def test_conv_with_fused_activation_matches_onnxruntime(rt, case, act):
 def test_conv_with_residual_and_fused_activation_matches_onnxruntime(rt, case, act):
     model, feeds = conv_model(case, act, residual=True, seed=1)
     check_against_onnxruntime(rt, model, feeds, f"{case} + residual + {act}")
+
+
+@pytest.mark.parametrize("act", ["hardswish", "silu"])
+@pytest.mark.parametrize("case", ["1x1", "3x3s2", "5x5-grouped"])
+def test_conv_with_run_time_weights_and_fused_activation_matches_onnxruntime(rt, case, act):
+    model, feeds = conv_model(case, act, const_weights=False, seed=4)
+    check_against_onnxruntime(rt, model, feeds, f"{case} run-time weights + {act}")
 
 
 def test_silu_whose_sigmoid_is_also_an_output_matches_onnxruntime(rt):

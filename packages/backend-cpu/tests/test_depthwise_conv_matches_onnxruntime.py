@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import onnxruntime_run
+from conftest import one_node_model, onnxruntime_run
 from onnx import TensorProto, helper, numpy_helper
 
 # name: (N, C, H, W, kernel, strides, dilations, pads or auto_pad)
@@ -152,3 +152,16 @@ def test_depthwise_conv_with_weights_given_at_run_time_matches_onnxruntime(rt, c
 def test_depthwise_conv_without_bias_matches_onnxruntime(rt):
     model, feeds = depthwise_model("5x5s2", "none", bias=False, seed=4)
     check_against_onnxruntime(rt, model, feeds, "no bias")
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_one_dimensional_depthwise_conv_matches_onnxruntime(rt, stride):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 11, 41), dtype=np.float32)
+    w = rng.standard_normal((11, 1, 5), dtype=np.float32)
+    b = rng.standard_normal(11, dtype=np.float32)
+    model, feeds = one_node_model("Conv", [x, w, b], dict(group=11, strides=[stride], pads=[2, 1]),
+                                  const_inputs=(1, 2))
+    model.graph.output[0].name = "y"
+    model.graph.node[0].output[0] = "y"
+    check_against_onnxruntime(rt, model, feeds, f"1-D stride {stride}")
