@@ -390,6 +390,10 @@ static int global_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc
 
 typedef struct { const float *x; float *y; int64_t sp; int is_max; } gpool_job;
 
+/* The mean sums in double over eight interleaved lanes (element i in lane i % 8) added in a
+ * fixed tree: one dependent add chain an element was latency-bound (EfficientNet's and
+ * MobileNetV3's squeeze-excite pools); the order is the same for every plane and thread. */
+MULTIVERSION
 static void gpool_planes(void *arg, int64_t b, int64_t e, int tid)
 {
     (void)tid;
@@ -401,9 +405,13 @@ static void gpool_planes(void *arg, int64_t b, int64_t e, int tid)
             for (int64_t i = 0; i < j->sp; i++) m = x[i] > m || x[i] != x[i] ? x[i] : m;
             j->y[p] = m;
         } else {
-            double acc = 0;
-            for (int64_t i = 0; i < j->sp; i++) acc += x[i];
-            j->y[p] = (float)(acc / (double)j->sp);
+            double acc[8] = {0};
+            int64_t i = 0;
+            for (; i + 8 <= j->sp; i += 8)
+                for (int k = 0; k < 8; k++) acc[k] += x[i + k];
+            for (int k = 0; i < j->sp; i++, k++) acc[k] += x[i];
+            double sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+            j->y[p] = (float)(sum / (double)j->sp);
         }
     }
 }
