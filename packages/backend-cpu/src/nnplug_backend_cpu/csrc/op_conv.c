@@ -299,11 +299,16 @@ static void im2col_row(const conv_job *j, const float *xc, int64_t ky, int64_t k
                 if (lo) memset(row, 0, (size_t)lo * sizeof(float));
                 if (hi > lo) memcpy(row + lo, src + iw0 + lo, (size_t)(hi - lo) * sizeof(float));
                 if (seg > hi) memset(row + hi, 0, (size_t)(seg - hi) * sizeof(float));
-            } else {
-                for (int64_t i = 0; i < seg; i++) {
-                    int64_t iw = iw0 + i * s->sw;
-                    row[i] = (iw >= 0 && iw < W) ? src[iw] : 0.f;
-                }
+            } else { /* the taps inside the row [lo, hi) found once, not tested per pixel */
+                int64_t sw = s->sw;
+                int64_t lo = iw0 < 0 ? (-iw0 + sw - 1) / sw : 0;
+                int64_t hi = iw0 >= W ? 0 : (W - iw0 + sw - 1) / sw;
+                if (lo > seg) lo = seg;
+                if (hi > seg) hi = seg;
+                if (hi < lo) hi = lo;
+                for (int64_t i = 0; i < lo; i++) row[i] = 0.f;
+                for (int64_t i = lo; i < hi; i++) row[i] = src[iw0 + i * sw];
+                for (int64_t i = hi; i < seg; i++) row[i] = 0.f;
             }
         }
         row += seg;
