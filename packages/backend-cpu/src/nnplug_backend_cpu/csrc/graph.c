@@ -323,6 +323,44 @@ static void fuse_activations(nnc_plan *p)
     }
 }
 
+/* The Conv that alone computes value v (float32, no activation fused yet), or NULL. */
+static nnc_node *plain_conv_producer(nnc_plan *p, int v)
+{
+    if (v < 0 || p->vals[v].producer < 0 || p->vals[v].info.dtype != DT_F32) return NULL;
+    nnc_node *c = &p->nodes[p->vals[v].producer];
+    if (c->dead || !is_op(c, "Conv") || c->act.kind != ACT_NONE || c->out[0] != v) return NULL;
+    return c;
+}
+
+/* Activations only Conv applies (after its product): HardSwish (MobileNetV3) and SiLU, which
+ * exporters write as x * Sigmoid(x) (EfficientNet). */
+static void fuse_conv_activations(nnc_plan *p)
+{
+    for (int i = 0; i < p->nnodes; i++) {
+        nnc_node *r = &p->nodes[i];
+        if (r->dead || r->nin != 1 || r->in[0] < 0) continue;
+        int v = r->in[0];
+        nnc_node *c = plain_conv_producer(p, v);
+        if (!c) continue;
+        if (is_op(r, "HardSwish")) {
+            if (sole_consumer(p, v) != r) continue;
+            c->act.kind = ACT_HARDSWISH;
+            take_output(p, c, r);
+        } else if (is_op(r, "Sigmoid")) {
+            nnc_node *m = sole_consumer(p, r->out[0]);
+            int only = -1;
+            if (!is_op(m, "Mul") || m->dead || m->nin != 2 || p->vals[v].ext_out >= 0) continue;
+            if (!((m->in[0] == v && m->in[1] == r->out[0]) || (m->in[1] == v && m->in[0] == r->out[0])))
+                continue;
+            if (consumers(p, v, &only) != 2) continue; /* only the Sigmoid and the Mul read v */
+            c->act.kind = ACT_SILU;
+            take_output(p, c, m);
+            r->dead = 1;
+            r->fused_into = (int)(c - p->nodes);
+        }
+    }
+}
+
 /* ---- building ------------------------------------------------------------------------ */
 
 /* Each live node lists the nodes folded or fused into it (for profile events). */
@@ -626,6 +664,7 @@ nnc_plan *nnc_plan_build(const nnc_desc_node *nodes, int nn, int probing, nnc_er
         fuse_residuals(p);
         fuse_gelu_erf(p);
         fuse_activations(p);
+        fuse_conv_activations(p);
     }
     if (name_fused(p, e)) goto fail;
     /* Keep constants the kernels read at run time (not those packed at create). */

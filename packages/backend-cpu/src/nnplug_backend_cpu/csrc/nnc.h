@@ -90,7 +90,9 @@ typedef struct nnc_op {
 #define OPF_ALIAS 1u /* output 0 is input 0's data with another shape (no copy) */
 
 /* Activation fused into a producer's epilogue. */
-enum { ACT_NONE = 0, ACT_RELU, ACT_CLIP, ACT_LEAKY, ACT_GELU_ERF };
+/* ACT_HARDSWISH and ACT_SILU (x * sigmoid(x)) are fused into Conv only; the GEMM epilogue
+ * leaves them to the caller (nnc_apply_act). ACT_GELU_ERF: MatMul's fused exact Gelu. */
+enum { ACT_NONE = 0, ACT_RELU, ACT_CLIP, ACT_LEAKY, ACT_GELU_ERF, ACT_HARDSWISH, ACT_SILU };
 typedef struct nnc_act {
     int kind;
     float a, b; /* CLIP: min, max; LEAKY: alpha; GELU_ERF: the divisor (nnc_vgelu_erf) */

@@ -299,11 +299,16 @@ static void im2col_row(const conv_job *j, const float *xc, int64_t ky, int64_t k
                 if (lo) memset(row, 0, (size_t)lo * sizeof(float));
                 if (hi > lo) memcpy(row + lo, src + iw0 + lo, (size_t)(hi - lo) * sizeof(float));
                 if (seg > hi) memset(row + hi, 0, (size_t)(seg - hi) * sizeof(float));
-            } else {
-                for (int64_t i = 0; i < seg; i++) {
-                    int64_t iw = iw0 + i * s->sw;
-                    row[i] = (iw >= 0 && iw < W) ? src[iw] : 0.f;
-                }
+            } else { /* the taps inside the row [lo, hi) found once, not tested per pixel */
+                int64_t sw = s->sw;
+                int64_t lo = iw0 < 0 ? (-iw0 + sw - 1) / sw : 0;
+                int64_t hi = iw0 >= W ? 0 : (W - iw0 + sw - 1) / sw;
+                if (lo > seg) lo = seg;
+                if (hi > seg) hi = seg;
+                if (hi < lo) hi = lo;
+                for (int64_t i = 0; i < lo; i++) row[i] = 0.f;
+                for (int64_t i = lo; i < hi; i++) row[i] = src[iw0 + i * sw];
+                for (int64_t i = hi; i < seg; i++) row[i] = 0.f;
             }
         }
         row += seg;
@@ -400,55 +405,160 @@ static void conv_tasks_packed(void *arg, int64_t b, int64_t e, int tid)
                     }
         }
         int64_t mg0 = g * j->Mg + m0;
-        nnc_gemm_epi ep = {j->bias + mg0, j->res ? j->res + mg0 * OHW + p0 : NULL, OHW, j->act};
-        nnc_sgemm_packed(m1 - m0, tn, K, s->pw + g * s->pw_group + m0 * K, pb, j->y + mg0 * OHW + p0,
-                         OHW, &ep);
+        int after = j->act->kind == ACT_HARDSWISH || j->act->kind == ACT_SILU; /* not in the GEMM's epilogue */
+        nnc_gemm_epi ep = {j->bias + mg0, j->res ? j->res + mg0 * OHW + p0 : NULL, OHW, after ? NULL : j->act};
+        float *y = j->y + mg0 * OHW + p0;
+        nnc_sgemm_packed(m1 - m0, tn, K, s->pw + g * s->pw_group + m0 * K, pb, y, OHW, &ep);
+        for (int64_t m = 0; after && m < m1 - m0; m++) nnc_apply_act(y + m * OHW, tn, j->act);
     }
 }
 
-/* One output row of a depthwise convolution: the taps of one kernel row added in order. */
-MULTIVERSION
-static void dw_row(float *yr, const float *pr, const float *wr, int64_t kw, int64_t dw, int64_t sw,
-                   int64_t OW)
+/* ---- depthwise convolution (group == C == M) ------------------------------------------ */
+
+/* Each channel is copied into a zero-bordered plane (PH x PW, the same for every channel) and
+ * every output row is summed straight from it: for each output pixel the bias, then the taps
+ * in row-major kernel order, then the residual and the activation, with no per-pixel bound
+ * checks. The plane is wide enough for whole 8-pixel vectors (stride 1 or 2) past the last
+ * output pixel, so the vector kernel never reads out of it. The sum of one pixel depends only
+ * on its channel's data, not on the thread count. */
+static void dw_plane_size(const conv_state *s, int64_t H, int64_t W, int64_t OH, int64_t OW,
+                          int64_t pt, int64_t pl, int64_t *PH, int64_t *PW)
 {
-    for (int64_t kx = 0; kx < kw; kx++) {
-        const float wv = wr[kx], *src = pr + kx * dw;
-        if (sw == 1)
-            for (int64_t ow = 0; ow < OW; ow++) yr[ow] += wv * src[ow];
-        else if (sw == 2)
-            for (int64_t ow = 0; ow < OW; ow++) yr[ow] += wv * src[2 * ow];
-        else
-            for (int64_t ow = 0; ow < OW; ow++) yr[ow] += wv * src[ow * sw];
-    }
+    int64_t owv = (OW + 7) / 8 * 8;
+    int64_t pw = s->sw * owv + (s->kw - 1) * s->dw + 16;
+    int64_t ph = (OH - 1) * s->sh + (s->kh - 1) * s->dh + 1;
+    if (pw < W + pl) pw = W + pl;
+    if (ph < H + pt) ph = H + pt;
+    *PH = ph;
+    *PW = pw;
 }
 
-/* Depthwise (one input channel per group, one output channel per input channel). */
+/* Portable row: the taps of each kernel row added in order over the whole output row. */
+MULTIVERSION
+static void dw_row_c(float *yr, const float *pr, int64_t PW, const float *wc, const conv_state *s,
+                     int64_t OW, float bias)
+{
+    for (int64_t ow = 0; ow < OW; ow++) yr[ow] = bias;
+    for (int64_t ky = 0; ky < s->kh; ky++)
+        for (int64_t kx = 0; kx < s->kw; kx++) {
+            const float wv = wc[ky * s->kw + kx], *src = pr + ky * s->dh * PW + kx * s->dw;
+            if (s->sw == 1)
+                for (int64_t ow = 0; ow < OW; ow++) yr[ow] += wv * src[ow];
+            else if (s->sw == 2)
+                for (int64_t ow = 0; ow < OW; ow++) yr[ow] += wv * src[2 * ow];
+            else
+                for (int64_t ow = 0; ow < OW; ow++) yr[ow] += wv * src[ow * s->sw];
+        }
+}
+
+typedef void (*dw_row_fn)(float *yr, const float *pr, int64_t PW, const float *wc,
+                          const conv_state *s, int64_t OW, float bias);
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_DW_AVX2 1
+
+/* Pixels ow, ow + 1, ... ow + 7 of a stride-2 row: the even floats of p[0, 16). */
+__attribute__((target("avx2,fma")))
+static inline __m256 dw_load_s2(const float *p)
+{
+    __m256 e = _mm256_shuffle_ps(_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8), _MM_SHUFFLE(2, 0, 2, 0));
+    return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), _MM_SHUFFLE(3, 1, 2, 0)));
+}
+
+/* Stride 1 or 2: 32 pixels at a time in four accumulators (each tap's weight broadcast once
+ * for them), then 8 at a time; the last partial vector is summed in full (the plane is wide
+ * enough) and stored in part. */
+__attribute__((target("avx2,fma")))
+static void dw_row_avx2(float *yr, const float *pr, int64_t PW, const float *wc, const conv_state *s,
+                        int64_t OW, float bias)
+{
+    const int64_t kh = s->kh, kw = s->kw, rs = s->dh * PW, cs = s->dw;
+    const int s2 = s->sw == 2;
+    const __m256 b = _mm256_set1_ps(bias);
+    int64_t ow = 0;
+    for (; ow + 32 <= OW; ow += 32) {
+        __m256 a0 = b, a1 = b, a2 = b, a3 = b;
+        const float *base = pr + ow * s->sw;
+        for (int64_t ky = 0; ky < kh; ky++)
+            for (int64_t kx = 0; kx < kw; kx++) {
+                const __m256 wv = _mm256_broadcast_ss(wc + ky * kw + kx);
+                const float *p = base + ky * rs + kx * cs;
+                if (s2) {
+                    a0 = _mm256_fmadd_ps(wv, dw_load_s2(p), a0);
+                    a1 = _mm256_fmadd_ps(wv, dw_load_s2(p + 16), a1);
+                    a2 = _mm256_fmadd_ps(wv, dw_load_s2(p + 32), a2);
+                    a3 = _mm256_fmadd_ps(wv, dw_load_s2(p + 48), a3);
+                } else {
+                    a0 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(p), a0);
+                    a1 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(p + 8), a1);
+                    a2 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(p + 16), a2);
+                    a3 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(p + 24), a3);
+                }
+            }
+        _mm256_storeu_ps(yr + ow, a0);
+        _mm256_storeu_ps(yr + ow + 8, a1);
+        _mm256_storeu_ps(yr + ow + 16, a2);
+        _mm256_storeu_ps(yr + ow + 24, a3);
+    }
+    for (; ow < OW; ow += 8) {
+        __m256 a0 = b;
+        const float *base = pr + ow * s->sw;
+        for (int64_t ky = 0; ky < kh; ky++)
+            for (int64_t kx = 0; kx < kw; kx++) {
+                const __m256 wv = _mm256_broadcast_ss(wc + ky * kw + kx);
+                const float *p = base + ky * rs + kx * cs;
+                a0 = _mm256_fmadd_ps(wv, s2 ? dw_load_s2(p) : _mm256_loadu_ps(p), a0);
+            }
+        if (ow + 8 <= OW) {
+            _mm256_storeu_ps(yr + ow, a0);
+        } else {
+            _Alignas(32) float t[8];
+            _mm256_store_ps(t, a0);
+            memcpy(yr + ow, t, (size_t)(OW - ow) * sizeof(float));
+        }
+    }
+}
+#endif
+
+static dw_row_fn dw_pick_row(int64_t sw)
+{
+#ifdef HAVE_DW_AVX2
+    static int avx2 = -1;
+    if (avx2 < 0) { /* idempotent: a race writes the same value */
+        __builtin_cpu_init();
+        avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    }
+    if (avx2 && (sw == 1 || sw == 2)) return dw_row_avx2;
+#endif
+    (void)sw;
+    return dw_row_c;
+}
+
+/* Planes [b, e) of the batch (plane = image * C + channel). */
 static void dw_tasks(void *arg, int64_t b, int64_t e, int tid)
 {
     conv_job *j = arg;
     const conv_state *s = j->s;
-    int64_t H = j->H, W = j->W, OH = j->OH, OW = j->OW;
-    int64_t PW = (OW - 1) * s->sw + (s->kw - 1) * s->dw + 1;
-    int64_t PH = (OH - 1) * s->sh + (s->kh - 1) * s->dh + 1;
-    if (PW < W + j->pl) PW = W + j->pl;
-    if (PH < H + j->pt) PH = H + j->pt;
+    int64_t H = j->H, W = j->W, OH = j->OH, OW = j->OW, PH, PW, C = s->group;
+    dw_plane_size(s, H, W, OH, OW, j->pt, j->pl, &PH, &PW);
     float *pad = nnc_scratch(j->xc, tid, (size_t)(PH * PW) * sizeof(float));
     if (!pad) { j->fail = 1; return; }
-    for (int64_t c = b; c < e; c++) {
-        const float *xc = j->x + c * H * W;
-        memset(pad, 0, (size_t)(PH * PW) * sizeof(float));
+    memset(pad, 0, (size_t)(PH * PW) * sizeof(float)); /* the border stays zero for every plane */
+    dw_row_fn row = dw_pick_row(s->sw);
+    for (int64_t p = b; p < e; p++) {
+        int64_t c = p % C;
+        const float *xc = j->x + p * H * W;
         for (int64_t h = 0; h < H; h++)
             memcpy(pad + (h + j->pt) * PW + j->pl, xc + h * W, (size_t)W * sizeof(float));
         const float *wc = j->w + c * s->kh * s->kw;
-        float *yc = j->y + c * OH * OW;
+        float *yc = j->y + p * OH * OW;
         float bias = j->bias ? j->bias[c] : 0.f;
         for (int64_t oh = 0; oh < OH; oh++) {
             float *yr = yc + oh * OW;
-            for (int64_t ow = 0; ow < OW; ow++) yr[ow] = bias;
-            for (int64_t ky = 0; ky < s->kh; ky++)
-                dw_row(yr, pad + (oh * s->sh + ky * s->dh) * PW, wc + ky * s->kw, s->kw, s->dw, s->sw, OW);
+            row(yr, pad + oh * s->sh * PW, PW, wc, s, OW, bias);
             if (j->res) {
-                const float *r = j->res + c * OH * OW + oh * OW;
+                const float *r = j->res + p * OH * OW + oh * OW;
                 for (int64_t ow = 0; ow < OW; ow++) yr[ow] += r[ow];
             }
             nnc_apply_act(yr, OW, j->act);
@@ -521,9 +631,8 @@ static size_t conv_scratch(const nnc_node *n, nnc_tensor *const *in, const nnc_t
     (void)out;
     int64_t Mg = s->M / s->group, K = s->Cg * s->kh * s->kw;
     if (s->Cg == 1 && Mg == 1) { /* depthwise: one padded channel */
-        int64_t PW = (OW - 1) * s->sw + (s->kw - 1) * s->dw + 1, PH = (OH - 1) * s->sh + (s->kh - 1) * s->dh + 1;
-        if (PW < W + pl) PW = W + pl;
-        if (PH < H + pt) PH = H + pt;
+        int64_t PH, PW;
+        dw_plane_size(s, H, W, OH, OW, pt, pl, &PH, &PW);
         return (size_t)(PH * PW) * sizeof(float);
     }
     int direct = s->kh == 1 && s->kw == 1 && s->sh == 1 && s->sw == 1 && pt == 0 && pl == 0 && OH == H && OW == W;
@@ -591,12 +700,19 @@ static int conv_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exe
         j.mblk = (j.mblk + NNC_GEMM_MR - 1) / NNC_GEMM_MR * NNC_GEMM_MR;
         j.nmb = (j.Mg + j.mblk - 1) / j.mblk;
     }
+    if (depthwise) { /* every plane of the batch at once */
+        j.x = x->data;
+        j.y = out->data;
+        j.res = n->residual >= 0 ? in[n->residual]->data : NULL;
+        nnc_parallel_for(N * s->group, 1, dw_tasks, &j);
+        if (j.fail) return nnc_node_fail(e, n, "out of memory for convolution scratch");
+        return NNC_OK;
+    }
     for (int64_t b = 0; b < N; b++) {
         j.x = (const float *)x->data + b * x->dims[1] * j.H * j.W;
         j.y = (float *)out->data + b * s->M * OHW;
         j.res = n->residual >= 0 ? (const float *)in[n->residual]->data + b * s->M * OHW : NULL;
-        if (depthwise) nnc_parallel_for(s->group, 1, dw_tasks, &j);
-        else nnc_parallel_for(s->group * j.ntiles * j.nmb, 1, packed ? conv_tasks_packed : conv_tasks, &j);
+        nnc_parallel_for(s->group * j.ntiles * j.nmb, 1, packed ? conv_tasks_packed : conv_tasks, &j);
         if (j.fail) return nnc_node_fail(e, n, "out of memory for convolution scratch");
     }
     return NNC_OK;

@@ -149,6 +149,7 @@ static size_t pool_tmp_bytes(const geom3 *g)
 /* max that keeps a NaN once seen (NaN in a window gives NaN, as numpy and torch) */
 #define MAXN(acc, v) ((v) > (acc) || (v) != (v) ? (v) : (acc))
 
+MULTIVERSION
 static void pool_plane_2d(const pool_job *j, const float *x, float *y, float *tmp)
 {
     const geom3 *g = &j->g;
@@ -165,11 +166,28 @@ static void pool_plane_2d(const pool_job *j, const float *x, float *y, float *tm
         wr[3 * ow + 1] = w1 - w0;
         wr[3 * ow + 2] = incl ? padded_taps(st, W, g->pb[2], g->pe[2], kw, dw) : w1 - w0;
     }
+    /* columns whose three taps are all inside the row: [in0, in1) */
+    int64_t in0 = (g->pb[2] + sw - 1) / sw, in1 = W - 3 + g->pb[2] < 0 ? 0 : (W - 3 + g->pb[2]) / sw + 1;
+    if (in0 > OW) in0 = OW;
+    if (in1 > OW) in1 = OW;
+    if (in1 < in0) in1 = in0;
     for (int64_t h = 0; h < H; h++) {
         const float *row = x + h * W;
         float *t = tmp + h * OW;
         if (is_max && dw == 1 && kw == 3) {
+            /* no tap count to test there: branch-free, so it vectorises (random data made
+             * each comparison a mispredicted branch, the 3x3 stride-2 pool of ResNet slow) */
+            const float *r0 = row - g->pb[2];
+            for (int64_t ow = in0; ow < in1; ow++) {
+                const float *r = r0 + ow * sw;
+                float acc = r[0];
+                acc = MAXN(acc, r[1]);
+                acc = MAXN(acc, r[2]);
+                t[ow] = acc;
+            }
             for (int64_t ow = 0; ow < OW; ow++) {
+                if (ow == in0) ow = in1;
+                if (ow >= OW) break;
                 const float *r = row + wr[3 * ow];
                 int64_t c = wr[3 * ow + 1];
                 float acc = c > 0 ? r[0] : init;
@@ -390,6 +408,10 @@ static int global_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc
 
 typedef struct { const float *x; float *y; int64_t sp; int is_max; } gpool_job;
 
+/* The mean sums in double over eight interleaved lanes (element i in lane i % 8) added in a
+ * fixed tree: one dependent add chain an element was latency-bound (EfficientNet's and
+ * MobileNetV3's squeeze-excite pools); the order is the same for every plane and thread. */
+MULTIVERSION
 static void gpool_planes(void *arg, int64_t b, int64_t e, int tid)
 {
     (void)tid;
@@ -401,9 +423,13 @@ static void gpool_planes(void *arg, int64_t b, int64_t e, int tid)
             for (int64_t i = 0; i < j->sp; i++) m = x[i] > m || x[i] != x[i] ? x[i] : m;
             j->y[p] = m;
         } else {
-            double acc = 0;
-            for (int64_t i = 0; i < j->sp; i++) acc += x[i];
-            j->y[p] = (float)(acc / (double)j->sp);
+            double acc[8] = {0};
+            int64_t i = 0;
+            for (; i + 8 <= j->sp; i += 8)
+                for (int k = 0; k < 8; k++) acc[k] += x[i + k];
+            for (int k = 0; i < j->sp; i++, k++) acc[k] += x[i];
+            double sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+            j->y[p] = (float)(sum / (double)j->sp);
         }
     }
 }
