@@ -506,11 +506,34 @@ static int parse_node(parser *p, ox_op *op)
     if (!strcmp(t, "BatchNormalization")) { op->kind = OP_BN; return parse_bn(p, op); }
     if (!strcmp(t, "LayerNormalization")) { op->kind = OP_LN; return parse_ln(p, op); }
     if (!strcmp(t, "Reshape") || !strcmp(t, "Flatten")) {
-        /* a new shape over the same row-major bytes; the output's dims must be known at load */
+        /* a new shape over the same row-major bytes: the output's dims known at load, or from a
+         * constant shape (0: the input's dim, -1: the rest) and the input's dims at run time */
         const ox_value *x = &p->g->vals[op->in[0]], *y = &p->g->vals[op->out];
         op->kind = OP_RESHAPE;
         if (op->in[0] < 0 || op->nin > 2) return decline(p, "arity");
-        if (!known(y) || !known(x) || vnumel(x) != vnumel(y)) return decline(p, "the input's and output's dims must be known at load");
+        if (!strcmp(t, "Flatten")) {
+            int64_t axis = attr_int(p->n, "axis", 1);
+            if (axis < 0) axis += x->ndim;
+            if (y->ndim != 2 || axis < 0 || axis > x->ndim) return decline(p, "axis");
+            op->axis = axis;
+            op->size = 2; /* Flatten: (prod dims[:axis], prod dims[axis:]) */
+        } else if (op->nin == 2) {
+            const nnp_value_desc *sd = &p->n->inputs[1];
+            if (sd->const_data && sd->dtype.code == NNP_DTYPE_INT && sd->dtype.bits == 64 && sd->ndim == 1 && sd->shape &&
+                sd->shape[0] == y->ndim && y->ndim <= MAXR && sd->const_nbytes == (uint64_t)y->ndim * 8) {
+                memcpy(op->perm, sd->const_data, (size_t)y->ndim * 8);
+                int minus = 0;
+                for (int i = 0; i < y->ndim; i++) {
+                    if (op->perm[i] < -1 || (op->perm[i] == 0 && attr_int(p->n, "allowzero", 0))) return decline(p, "shape");
+                    if (op->perm[i] == 0 && i >= x->ndim) return decline(p, "shape");
+                    minus += op->perm[i] == -1;
+                }
+                if (minus > 1) return decline(p, "shape");
+                op->size = 1;
+            }
+        }
+        if (!op->size && !known(y)) return decline(p, "the output's dims must be known at load, or the shape constant");
+        if (known(x) && known(y) && vnumel(x) != vnumel(y)) return decline(p, "element counts differ");
         op->nin = 1;
         return 0;
     }
@@ -928,9 +951,31 @@ int ox_graph_shapes(const ox_graph *g, const nnp_tensor *in, int nin, int64_t *d
             y[r - 1] = N;
             break;
         }
-        case OP_RESHAPE: /* static: the declared dims */
-            memcpy(y, yv->dims, sizeof y);
+        case OP_RESHAPE: {
+            const ox_value *xv = &g->vals[op->in[0]];
+            int64_t nx = 1, ny = 1, rest = -1;
+            for (int i = 0; i < xv->ndim; i++) nx *= x[i];
+            if (op->size == 2) { /* Flatten */
+                y[0] = 1;
+                for (int i = 0; i < op->axis; i++) y[0] *= x[i];
+                y[1] = nx / y[0];
+            } else if (op->size == 1) {
+                for (int i = 0; i < r; i++) {
+                    y[i] = op->perm[i] == 0 ? x[i] : op->perm[i];
+                    if (y[i] == -1) rest = i;
+                    else ny *= y[i];
+                }
+                if (rest >= 0) {
+                    if (ny < 1 || nx % ny) return ox_fail(e, "node '%s': cannot reshape %lld elements", op->name, (long long)nx);
+                    y[rest] = nx / ny;
+                }
+            } else
+                memcpy(y, yv->dims, sizeof y);
+            ny = 1;
+            for (int i = 0; i < r; i++) ny *= y[i];
+            if (ny != nx) return ox_fail(e, "node '%s': cannot reshape %lld elements to %lld", op->name, (long long)nx, (long long)ny);
             break;
+        }
         case OP_TRANSPOSE:
             for (int i = 0; i < r; i++) y[i] = x[op->perm[i]];
             break;

@@ -123,6 +123,14 @@ static int fast_impl(const_dnnl_primitive_desc_t pd)
     return !strncmp(impl, "jit", 3) || !strncmp(impl, "brg", 3) || !strncmp(impl, "brdgmm", 6);
 }
 
+/* Whether oneDNN fell back to its reference kernel (a layout its jit kernels do not take, such
+ * as a Transpose's permuted view): then plain data and a reorder are faster. */
+static int ref_impl(const_dnnl_primitive_desc_t pd)
+{
+    const char *impl = NULL;
+    return D(dnnl_primitive_desc_query)(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl && !strncmp(impl, "ref", 3);
+}
+
 /* A row-major (rows, cols) matrix read transposed or not, right-aligned to rank r. */
 static dnnl_memory_desc_t matrix_md(const int64_t *shape, int r, int trans)
 {
@@ -537,11 +545,12 @@ static int matmul_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd,
     return 0;
 }
 
-/* A MatMul / Gemm whose weights are a constant matrix runs as a 1x1 convolution over nhwc data:
- * the activations (M rows of K, M the product of the leading dims) are an nhwc image of
- * 1 x K x M x 1, the result an nhwc 1 x N x M x 1, both the row-major bytes they are. oneDNN's
- * brgemm 1x1 convolution keeps the weights packed and takes the bias, element-wise post-ops and
- * the residual `sum`; its gemm-based matmul repacks the weights on every call. */
+/* A MatMul / Gemm whose weights are a constant matrix runs as a 1x1 convolution over nhwc data
+ * or as an inner product: the activations (M rows of K, M the product of the leading dims) are
+ * an nhwc image of 1 x K x 1 x M (or an M x K matrix), the result an nhwc 1 x N x 1 x M (M x N),
+ * both the row-major bytes they are. oneDNN's brgemm kernels for these keep the weights packed
+ * and take the bias, element-wise post-ops and the residual `sum`; its gemm-based matmul
+ * repacks the weights on every call. */
 static int conv_matmul_dims(pb *b, const ox_op *op, int64_t *M, int64_t *K, int64_t *N)
 {
     const ox_value *av = VAL(op->in[0]), *wv = VAL(op->in[1]);
@@ -554,18 +563,21 @@ static int conv_matmul_dims(pb *b, const ox_op *op, int64_t *M, int64_t *K, int6
     return 1;
 }
 
+static __thread int t_ip; /* the primitive being built is an inner product (else a 1x1 convolution) */
+
 static int conv_matmul_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, int s)
 {
     int64_t M, K, N;
     conv_matmul_dims(b, op, &M, &K, &N);
-    int64_t xd[4] = {1, K, M, 1};
+    int64_t xd[4] = {1, K, 1, M}, x2[2] = {M, K};
+    int nd = t_ip ? 2 : 4;
     if (s == -1) return 0;
-    if (plain_arg(b, s, DNNL_ARG_SRC, op->in[0], tag_md(4, xd, dnnl_acdb))) return 1;
+    if (plain_arg(b, s, DNNL_ARG_SRC, op->in[0], t_ip ? plain_md(2, x2, 2) : tag_md(4, xd, dnnl_acdb))) return 1;
     if (s == -2) {
-        /* the (K, N) matrix (transB: (N, K)) as oihw weights N x K x 1 x 1 */
+        /* the (K, N) matrix (transB: (N, K)) as oihw weights N x K x 1 x 1 (or N x K) */
         dnnl_dims_t wd = {N, K, 1, 1}, ws = {op->tb ? K : 1, op->tb ? 1 : N, 1, 1};
         dnnl_memory_desc_t src = NULL;
-        if (D(dnnl_memory_desc_create_with_strides)(&src, 4, wd, dnnl_f32, ws) != dnnl_success)
+        if (D(dnnl_memory_desc_create_with_strides)(&src, nd, wd, dnnl_f32, ws) != dnnl_success)
             return ox_fail(b->e, "oneDNN could not create a memory descriptor");
         t_packed.bbuf = -1;
         if (pack(b, VAL(op->in[1])->cdata, src, query(pd, dnnl_query_weights_md, 0), &t_packed.wbuf)) return 1;
@@ -577,36 +589,54 @@ static int conv_matmul_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_
     return 0;
 }
 
-/* 1 when built so, 0 when oneDNN has no fast 1x1 convolution for it (then a matmul), -1 on error. */
-static int build_conv_matmul(pb *b, const ox_op *op)
+/* One attempt: the inner product (ip) or the 1x1 convolution, when oneDNN has a jit / brgemm
+ * kernel for it; NULL else. */
+static dnnl_primitive_desc_t packed_matmul_pd(const ox_op *op, int64_t M, int64_t K, int64_t N, int ip)
 {
-    int64_t M, K, N;
-    if (!conv_matmul_dims(b, op, &M, &K, &N)) return 0;
-    int64_t xd[4] = {1, K, M, 1}, yd[4] = {1, N, M, 1}, wd[4] = {N, K, 1, 1};
+    int64_t xd[4] = {1, K, 1, M}, yd[4] = {1, N, 1, M}, wd[4] = {N, K, 1, 1}, x2[2] = {M, K}, y2[2] = {M, N};
     dnnl_dims_t S = {1, 1}, DL = {0, 0}, P0 = {0, 0};
-    dnnl_memory_desc_t src = tag_md(4, xd, dnnl_acdb), dst = tag_md(4, yd, dnnl_acdb), w = any_md(4, wd);
+    dnnl_memory_desc_t src = ip ? plain_md(2, x2, 2) : tag_md(4, xd, dnnl_acdb), dst = ip ? plain_md(2, y2, 2) : tag_md(4, yd, dnnl_acdb),
+                       w = any_md(ip ? 2 : 4, wd);
     dnnl_memory_desc_t bias = op->b ? plain_md(1, &N, 1) : NULL;
     dnnl_primitive_attr_t a = op_attr(op);
     dnnl_primitive_desc_t pd = NULL;
-    dnnl_status_t st = a && src && dst && w && (bias || !op->b)
-                           ? D(dnnl_convolution_forward_primitive_desc_create)(&pd, ox_engine(), dnnl_forward_inference,
-                                                                              dnnl_convolution_direct, src, w, bias, dst, S,
-                                                                              DL, P0, P0, a)
-                           : dnnl_out_of_memory;
+    dnnl_status_t st = !(a && src && dst && w && (bias || !op->b)) ? dnnl_out_of_memory
+                       : ip ? D(dnnl_inner_product_forward_primitive_desc_create)(&pd, ox_engine(), dnnl_forward_inference, src, w, bias, dst, a)
+                            : D(dnnl_convolution_forward_primitive_desc_create)(&pd, ox_engine(), dnnl_forward_inference,
+                                                                               dnnl_convolution_direct, src, w, bias, dst, S, DL, P0, P0, a);
     md_free(src);
     md_free(dst);
     md_free(w);
     md_free(bias);
     if (a) D(dnnl_primitive_attr_destroy)(a);
-    if (st != dnnl_success) return 0;
+    if (st != dnnl_success) return NULL;
     if (!fast_impl(pd)) {
         D(dnnl_primitive_desc_destroy)(pd);
-        return 0;
+        return NULL;
     }
+    return pd;
+}
+
+/* 1 when built as a packed-weights primitive, 0 when oneDNN has none fast for it (then its
+ * matmul), -1 on error. The 1x1 convolution is the faster unless the inner dimension is much
+ * longer than the output rows (BERT's 3072 -> 768: the convolution runs at a third of the speed
+ * there; the brgemm inner product does not). */
+static int build_conv_matmul(pb *b, const ox_op *op)
+{
+    int64_t M, K, N;
+    if (!conv_matmul_dims(b, op, &M, &K, &N)) return 0;
+    int first_ip = K > 2 * N;
+    dnnl_primitive_desc_t pd = NULL;
+    for (int attempt = 0; attempt < 2 && !pd; attempt++) {
+        t_ip = attempt ? !first_ip : first_ip;
+        pd = packed_matmul_pd(op, M, K, N, t_ip);
+    }
+    if (!pd) return 0;
     dnnl_memory_desc_t as = value_plain(b, op->out, VAL(op->out)->ndim);
     if (!as) {
         D(dnnl_primitive_desc_destroy)(pd);
-        return ox_fail(b->e, "oneDNN could not create a memory descriptor") ? -1 : -1;
+        ox_fail(b->e, "oneDNN could not create a memory descriptor");
+        return -1;
     }
     int rc = finish_as(b, op, pd, conv_matmul_inputs, as);
     md_free(as);
@@ -810,7 +840,7 @@ static dnnl_memory_desc_t layout(pb *b, int v, int r, int attempt)
 
 /* A layout-keeping op: with its input's layout; for pools and LRN, whose plain-layout kernels
  * are slow, then nhwc unless a jit kernel takes the first; last plain (if oneDNN refuses the
- * others). */
+ * others or has only its reference kernel for them). */
 static int build_simple(pb *b, const ox_op *op)
 {
     int x = op->in[0];
@@ -883,7 +913,7 @@ static int build_simple(pb *b, const ox_op *op)
         md_free(src1);
         for (int i = 0; i < MAXIN; i++) md_free(srcs[i]);
         if (a) D(dnnl_primitive_attr_destroy)(a);
-        if (st == dnnl_success && picky && attempt < 2 && !fast_impl(pd)) {
+        if (st == dnnl_success && attempt < 2 && ((picky && !fast_impl(pd)) || ref_impl(pd))) {
             D(dnnl_primitive_desc_destroy)(pd);
             continue;
         }
