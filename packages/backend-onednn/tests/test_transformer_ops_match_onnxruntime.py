@@ -184,6 +184,19 @@ def test_channel_shuffle_stays_in_one_kernel(rt, threads):
     check(rt, g, {"x": rand(1, 6, 5, 5)}, threads, "channel shuffle")
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_densenet_concat_of_many_layers(rt, threads):
+    """DenseNet concatenates every earlier layer's output: a Concat of 40 inputs, then
+    BatchNormalization, Relu and a 1x1 Conv."""
+    g = Graph()
+    feats = [g.op("Relu", [g.op("Conv", ["x", g.const(rand(2, 3, 3, 3))], pads=[1] * 4)]) for _ in range(39)]
+    y = g.op("Concat", ["x", *feats], axis=1)
+    c = 3 + 2 * 39
+    bn = [g.const(rand(c)), g.const(rand(c)), g.const(rand(c)), g.const(np.abs(rand(c)) + 0.5)]
+    g.op("Conv", [g.op("Relu", [g.op("BatchNormalization", [y, *bn])]), g.const(rand(8, c, 1, 1))])
+    check(rt, g, {"x": rand(1, 3, 6, 6)}, threads, "concat of 40")
+
+
 def test_flatten_and_reshape_as_the_kernel_output(rt):
     g = Graph()
     y = g.op("Flatten", [g.op("Relu", ["x"])], axis=2)

@@ -11,7 +11,7 @@
 #include "nnplug/backend.h"
 
 #define MAXR 6      /* largest rank handled */
-#define MAXIN 16    /* inputs of one op (Concat) */
+#define MAXIN 64    /* inputs of one op (Concat: DenseNet concatenates up to 49) */
 #define MAXPOST 8   /* post-ops of one op */
 #define MAXPLANS 8  /* plans (shape x thread count) a kernel keeps */
 
