@@ -108,11 +108,26 @@ def test_gelu_written_with_mul_by_inverse_sqrt2_and_unfused_erf(rt, threads):
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_gemm_with_constant_bias_vector(rt, threads):
+@pytest.mark.parametrize("c_shape", [(12,), (1, 12), (1,), (5, 12)])
+def test_gemm_with_constant_bias(rt, c_shape, threads):
     g = Graph()
-    w, c = g.const(rand(12, 20)), g.const(rand(12))
+    w, c = g.const(rand(12, 20)), g.const(rand(*c_shape))
     g.op("Relu", [g.op("Gemm", ["x", w, c], transB=1)])
-    check(rt, g, {"x": rand(5, 20)}, threads, "gemm transB")
+    check(rt, g, {"x": rand(5, 20)}, threads, f"gemm transB, C {c_shape}")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_silu_after_conv_and_matmul_is_a_swish_post_op(rt, threads):
+    """EfficientNet's SiLU, Mul(x, Sigmoid(x)), after a Conv and after a dense layer; a Mul by
+    the Sigmoid of another value is not SiLU."""
+    g = Graph()
+    y = g.op("Conv", ["x", g.const(rand(6, 3, 3, 3)), g.const(rand(6))], pads=[1] * 4)
+    y = g.op("Mul", [g.op("Sigmoid", [y]), y])
+    y = g.op("Flatten", [g.op("GlobalAveragePool", [y])])
+    y = g.dense(y, 6, 10)
+    y = g.op("Mul", [y, g.op("Sigmoid", [y])])
+    g.op("Mul", [y, g.op("Sigmoid", [g.op("Neg", [y])])])
+    check(rt, g, {"x": rand(2, 3, 7, 7)}, threads, "silu")
 
 
 @pytest.mark.parametrize("threads", [1, 2])

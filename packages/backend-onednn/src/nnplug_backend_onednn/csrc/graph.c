@@ -483,6 +483,16 @@ static int parse_matmul(parser *p, ox_op *op)
             int64_t want = y->dims[2 - c->ndim + i];
             if (c->dims[i] != 1 && c->dims[i] != want) return decline(p, "Gemm C shape");
         }
+    /* a constant C with one value per column (or one value) is the bias of a packed-weights
+     * primitive (see plan.c); other C are the matmul's bias operand */
+    int64_t N = y->dims[1];
+    if (c && c->cdata && N > 0 && (c->ndim < 2 || c->dims[0] == 1)) {
+        int perc = vnumel(c) == N && N > 1;
+        op->b = malloc((size_t)N * sizeof(float));
+        if (!op->b) return ox_fail(p->e, "out of memory");
+        for (int64_t o = 0; o < N; o++) op->b[o] = c->cdata[perc ? o : 0];
+        op->nin = 2;
+    }
     return 0;
 }
 
@@ -729,8 +739,28 @@ static int gelu_chain(const ox_graph *g, int x, int *chain)
     return 1;
 }
 
+/* SiLU / swish as exported: Mul(x, Sigmoid(x)) (either order), x read by nothing else. Fills
+ * chain[2]; 1 when found. */
+static int swish_chain(const ox_graph *g, int x, int *chain)
+{
+    if (x == g->out || g->vals[x].consumers != 2) return 0;
+    int sg = -1;
+    for (int i = 0; i < g->nop && sg < 0; i++) {
+        const ox_op *o = &g->ops[i];
+        if (!o->dead && o->kind == OP_ELTWISE && o->alg == dnnl_eltwise_logistic && o->in[0] == x) sg = i;
+    }
+    if (sg < 0) return 0;
+    int m = sole_consumer(g, g->ops[sg].out);
+    if (binary_with(g, m, x, dnnl_binary_mul, 0) != g->ops[sg].out) return 0;
+    if (!same_dims(&g->vals[g->ops[m].out], &g->vals[x])) return 0;
+    chain[0] = sg;
+    chain[1] = m;
+    return 1;
+}
+
 /* Post-op fusion: each op that takes post-ops absorbs the chain of ops that alone read its
- * output: element-wise ops, the exported exact GELU (Div, Erf, Add, Mul, Mul: one gelu_erf), a
+ * output: element-wise ops, the exported exact GELU (Div, Erf, Add, Mul, Mul: one gelu_erf) and
+ * SiLU (Sigmoid, Mul: one swish), a
  * BatchNormalization (into a Conv's weights), a bias Add (into a MatMul's bias), and for a Conv or MatMul the residual Add of a value of the same shape (a
  * `sum` post-op; the op then runs where the Add was, after both operands exist). */
 static void fuse(ox_graph *g)
@@ -744,6 +774,11 @@ static void fuse(ox_graph *g)
             if (op->kind != OP_BN && op->npost < MAXPOST && gelu_chain(g, op->out, chain)) {
                 op->post[op->npost++] = (ox_post){POST_ELTWISE, dnnl_eltwise_gelu_erf, 0.f, 0.f, -1};
                 for (int k = 0; k < 5; k++) absorb(g, op, &g->ops[chain[k]]);
+                continue;
+            }
+            if (op->kind != OP_BN && op->npost < MAXPOST && swish_chain(g, op->out, chain)) {
+                op->post[op->npost++] = (ox_post){POST_ELTWISE, dnnl_eltwise_swish, 1.f, 0.f, -1};
+                for (int k = 0; k < 2; k++) absorb(g, op, &g->ops[chain[k]]);
                 continue;
             }
             int j = sole_consumer(g, op->out);
