@@ -21,9 +21,10 @@ ONEDNN_SONAME = "libdnnl.so.3"
 
 OPS = (
     "Abs", "Add", "AveragePool", "BatchNormalization", "Clip", "Concat", "Conv", "Div", "Elu",
-    "Exp", "Gemm", "GlobalAveragePool", "GlobalMaxPool", "HardSigmoid", "HardSwish", "LRN",
-    "LeakyRelu", "Log", "LogSoftmax", "MatMul", "Max", "MaxPool", "Min", "Mul", "Neg", "Relu",
-    "Sigmoid", "Softmax", "Sqrt", "Sub", "Sum", "Tanh",
+    "Erf", "Exp", "Flatten", "Gemm", "GlobalAveragePool", "GlobalMaxPool", "HardSigmoid",
+    "HardSwish", "LRN", "LayerNormalization", "LeakyRelu", "Log", "LogSoftmax", "MatMul", "Max",
+    "MaxPool", "Min", "Mul", "Neg", "Relu", "Reshape", "Sigmoid", "Softmax", "Sqrt", "Sub", "Sum",
+    "Tanh", "Transpose",
 )
 """The ONNX op types the backend may claim (float32; symbolic dimensions are planned per shape at
 run time; the attribute and shape combinations it handles are in docs/backends/onednn.md)."""

@@ -17,6 +17,7 @@
     X(dnnl_memory_desc_clone)                          \
     X(dnnl_memory_desc_get_size)                       \
     X(dnnl_memory_desc_equal)                          \
+    X(dnnl_memory_desc_permute_axes)                   \
     X(dnnl_memory_create)                              \
     X(dnnl_memory_destroy)                             \
     X(dnnl_memory_set_data_handle)                     \
@@ -44,6 +45,8 @@
     X(dnnl_concat_primitive_desc_create)               \
     X(dnnl_lrn_forward_primitive_desc_create)          \
     X(dnnl_batch_normalization_forward_primitive_desc_create) \
+    X(dnnl_layer_normalization_forward_primitive_desc_create)  \
+    X(dnnl_inner_product_forward_primitive_desc_create)        \
     X(dnnl_version)
 
 #define DNNL_DECLARE_PTR(name) extern __typeof__(&name) dl_##name;

@@ -429,6 +429,35 @@ static int parse_bn(parser *p, ox_op *op)
     return 0;
 }
 
+/* LayerNormalization over the axes from `axis` on: oneDNN's layer_normalization over the input
+ * seen as (outer, inner) rows; Scale and B must have exactly the normalised shape. */
+static int parse_ln(parser *p, ox_op *op)
+{
+    const nnp_node_desc *n = p->n;
+    if (op->nin < 2 || op->nin > 3 || op->in[0] < 0 || op->in[1] < 0) return decline(p, "arity");
+    const ox_value *x = V(0);
+    if (x->ndim < 1 || !same_dims(x, Y)) return decline(p, "shapes");
+    int64_t axis = attr_int(n, "axis", -1);
+    if (axis < 0) axis += x->ndim;
+    if (axis < 0 || axis >= x->ndim) return decline(p, "axis");
+    int64_t inner = 1;
+    for (int i = (int)axis; i < x->ndim; i++) {
+        if (x->dims[i] < 0) return decline(p, "normalised dimensions unknown at load");
+        inner *= x->dims[i];
+    }
+    for (int j = 1; j < op->nin; j++) {
+        if (op->in[j] < 0) continue;
+        const ox_value *v = V(j);
+        if (v->ndim > x->ndim - axis || vnumel(v) != inner) return decline(p, "Scale and B must have the normalised shape (no broadcasting)");
+        for (int i = 0; i < v->ndim; i++)
+            if (v->dims[i] != x->dims[x->ndim - v->ndim + i]) return decline(p, "Scale and B must have the normalised shape (no broadcasting)");
+    }
+    op->axis = axis;
+    op->size = inner;
+    op->eps = attr_float(n, "epsilon", 1e-5f);
+    return 0;
+}
+
 static int parse_matmul(parser *p, ox_op *op)
 {
     const nnp_node_desc *n = p->n;
@@ -454,6 +483,16 @@ static int parse_matmul(parser *p, ox_op *op)
             int64_t want = y->dims[2 - c->ndim + i];
             if (c->dims[i] != 1 && c->dims[i] != want) return decline(p, "Gemm C shape");
         }
+    /* a constant C with one value per column (or one value) is the bias of a packed-weights
+     * primitive (see plan.c); other C are the matmul's bias operand */
+    int64_t N = y->dims[1];
+    if (c && c->cdata && N > 0 && (c->ndim < 2 || c->dims[0] == 1)) {
+        int perc = vnumel(c) == N && N > 1;
+        op->b = malloc((size_t)N * sizeof(float));
+        if (!op->b) return ox_fail(p->e, "out of memory");
+        for (int64_t o = 0; o < N; o++) op->b[o] = c->cdata[perc ? o : 0];
+        op->nin = 2;
+    }
     return 0;
 }
 
@@ -475,6 +514,59 @@ static int parse_node(parser *p, ox_op *op)
     if (!strcmp(t, "Concat")) { op->kind = OP_CONCAT; return parse_concat(p, op); }
     if (!strcmp(t, "LRN")) { op->kind = OP_LRN; return parse_lrn(p, op); }
     if (!strcmp(t, "BatchNormalization")) { op->kind = OP_BN; return parse_bn(p, op); }
+    if (!strcmp(t, "LayerNormalization")) { op->kind = OP_LN; return parse_ln(p, op); }
+    if (!strcmp(t, "Reshape") || !strcmp(t, "Flatten")) {
+        /* a new shape over the same row-major bytes: the output's dims known at load, or from a
+         * constant shape (0: the input's dim, -1: the rest) and the input's dims at run time */
+        const ox_value *x = &p->g->vals[op->in[0]], *y = &p->g->vals[op->out];
+        op->kind = OP_RESHAPE;
+        if (op->in[0] < 0 || op->nin > 2) return decline(p, "arity");
+        if (!strcmp(t, "Flatten")) {
+            int64_t axis = attr_int(p->n, "axis", 1);
+            if (axis < 0) axis += x->ndim;
+            if (y->ndim != 2 || axis < 0 || axis > x->ndim) return decline(p, "axis");
+            op->axis = axis;
+            op->size = 2; /* Flatten: (prod dims[:axis], prod dims[axis:]) */
+        } else if (op->nin == 2) {
+            const nnp_value_desc *sd = &p->n->inputs[1];
+            if (sd->const_data && sd->dtype.code == NNP_DTYPE_INT && sd->dtype.bits == 64 && sd->ndim == 1 && sd->shape &&
+                sd->shape[0] == y->ndim && y->ndim <= MAXR && sd->const_nbytes == (uint64_t)y->ndim * 8) {
+                memcpy(op->perm, sd->const_data, (size_t)y->ndim * 8);
+                int minus = 0;
+                for (int i = 0; i < y->ndim; i++) {
+                    if (op->perm[i] < -1 || (op->perm[i] == 0 && attr_int(p->n, "allowzero", 0))) return decline(p, "shape");
+                    if (op->perm[i] == 0 && i >= x->ndim) return decline(p, "shape");
+                    minus += op->perm[i] == -1;
+                }
+                if (minus > 1) return decline(p, "shape");
+                op->size = 1;
+            }
+        }
+        if (!op->size && !known(y)) return decline(p, "the output's dims must be known at load, or the shape constant");
+        if (known(x) && known(y) && vnumel(x) != vnumel(y)) return decline(p, "element counts differ");
+        op->nin = 1;
+        return 0;
+    }
+    if (!strcmp(t, "Transpose")) {
+        const ox_value *x = &p->g->vals[op->in[0]], *y = &p->g->vals[op->out];
+        op->kind = OP_TRANSPOSE;
+        if (op->nin != 1 || op->in[0] < 0 || x->ndim < 1 || x->ndim != y->ndim) return decline(p, "arity");
+        int np = attr_ints(p->n, "perm", op->perm, MAXR);
+        if (np < 0 || (np && np != x->ndim)) return decline(p, "perm");
+        int seen[MAXR] = {0};
+        for (int i = 0; i < x->ndim; i++) {
+            if (!np) op->perm[i] = x->ndim - 1 - i;
+            if (op->perm[i] < 0 || op->perm[i] >= x->ndim || seen[op->perm[i]]++) return decline(p, "perm is not a permutation");
+            if (y->dims[i] >= 0 && x->dims[op->perm[i]] >= 0 && y->dims[i] != x->dims[op->perm[i]]) return decline(p, "shapes");
+        }
+        return 0;
+    }
+    if (!strcmp(t, "Erf")) { /* oneDNN has erf only inside gelu_erf: a loop of its own when not fused */
+        op->kind = OP_ERF;
+        if (op->nin != 1 || op->in[0] < 0) return decline(p, "arity");
+        if (!same_dims(&p->g->vals[op->in[0]], &p->g->vals[op->out])) return decline(p, "output shape differs from the input's");
+        return 0;
+    }
     if (!strcmp(t, "Add") || !strcmp(t, "Mul") || !strcmp(t, "Sub") || !strcmp(t, "Div") || !strcmp(t, "Max") || !strcmp(t, "Min") ||
         !strcmp(t, "Sum")) {
         op->kind = OP_BINARY;
@@ -567,6 +659,25 @@ static int fold_channel(ox_graph *g, ox_op *conv, const ox_op *nx)
     return 1;
 }
 
+/* Fold an Add of a constant bias, one value per output column (or one value), into a MatMul /
+ * Gemm with constant weights that has no bias yet: the bias of its primitive. */
+static int fold_matmul_bias(ox_graph *g, ox_op *mm, const ox_op *nx)
+{
+    if (mm->npost || mm->b || (mm->nin == 3 && mm->in[2] >= 0) || !g->vals[mm->in[1]].cdata) return 0;
+    if (nx->kind != OP_BINARY || nx->alg != dnnl_binary_add) return 0;
+    int other = nx->in[0] == mm->out ? nx->in[1] : nx->in[0];
+    const ox_value *c = &g->vals[other], *y = &g->vals[mm->out];
+    if (other == mm->out || !c->cdata || !same_dims(&g->vals[nx->out], y) || y->dims[y->ndim - 1] < 1) return 0;
+    int64_t N = y->dims[y->ndim - 1];
+    for (int i = 0; i < c->ndim; i++)
+        if (c->dims[i] != 1 && !(i == c->ndim - 1 && c->dims[i] == N)) return 0;
+    int perc = vnumel(c) == N && N > 1;
+    mm->b = malloc((size_t)N * sizeof(float));
+    if (!mm->b) return 0;
+    for (int64_t o = 0; o < N; o++) mm->b[o] = c->cdata[perc ? o : 0];
+    return 1;
+}
+
 static void absorb(ox_graph *g, ox_op *op, ox_op *next)
 {
     for (int j = 0; j < next->nin; j++)
@@ -576,10 +687,82 @@ static void absorb(ox_graph *g, ox_op *op, ox_op *next)
     op->pos = next->pos;
 }
 
+/* Whether value c is a constant scalar (any rank, one element) equal to want within rel. */
+static int const_is(const ox_graph *g, int c, double want, double rel)
+{
+    const ox_value *v = &g->vals[c];
+    return v->cdata && known(v) && vnumel(v) == 1 && fabs(v->cdata[0] - want) <= rel * fabs(want);
+}
+
+/* The other operand of binary op o (alg) reading value v, or -1 when o is not that. */
+static int binary_with(const ox_graph *g, int o, int v, dnnl_alg_kind_t alg, int first_only)
+{
+    if (o < 0) return -1;
+    const ox_op *x = &g->ops[o];
+    if (x->kind != OP_BINARY || x->alg != alg || x->nin != 2) return -1;
+    if (x->in[0] == v && x->in[1] != v) return x->in[1];
+    if (!first_only && x->in[1] == v && x->in[0] != v) return x->in[0];
+    return -1;
+}
+
+/* The exact GELU as exported from PyTorch, on value x read by nothing else:
+ * Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5) (Div may be Mul by 1/sqrt 2; the Muls either
+ * way round). Fills chain[5] with the ops in order; 1 when found. */
+static int gelu_chain(const ox_graph *g, int x, int *chain)
+{
+    if (x == g->out || g->vals[x].consumers != 2) return 0;
+    int d = -1, m = -1;
+    for (int i = 0; i < g->nop; i++) {
+        const ox_op *o = &g->ops[i];
+        if (o->dead) continue;
+        int c = binary_with(g, i, x, dnnl_binary_div, 1);
+        if (c >= 0 && const_is(g, c, 1.4142135623730951, 1e-6)) { d = i; continue; }
+        c = binary_with(g, i, x, dnnl_binary_mul, 0);
+        if (c >= 0 && const_is(g, c, 0.7071067811865476, 1e-6)) { d = i; continue; }
+        if (c >= 0) m = i;
+    }
+    if (d < 0 || m < 0) return 0;
+    int e = sole_consumer(g, g->ops[d].out);
+    if (e < 0 || g->ops[e].kind != OP_ERF) return 0;
+    int a = sole_consumer(g, g->ops[e].out);
+    int one = binary_with(g, a, g->ops[e].out, dnnl_binary_add, 0);
+    if (one < 0 || !const_is(g, one, 1.0, 0.0)) return 0;
+    if (binary_with(g, m, x, dnnl_binary_mul, 0) != g->ops[a].out || sole_consumer(g, g->ops[a].out) != m) return 0;
+    int h = sole_consumer(g, g->ops[m].out);
+    int half = binary_with(g, h, g->ops[m].out, dnnl_binary_mul, 0);
+    if (half < 0 || !const_is(g, half, 0.5, 0.0)) return 0;
+    /* every operand must have x's shape (no broadcasting hides in the pattern) */
+    int seq[5] = {d, e, a, m, h};
+    for (int i = 0; i < 5; i++)
+        if (!same_dims(&g->vals[g->ops[seq[i]].out], &g->vals[x])) return 0;
+    memcpy(chain, seq, sizeof seq);
+    return 1;
+}
+
+/* SiLU / swish as exported: Mul(x, Sigmoid(x)) (either order), x read by nothing else. Fills
+ * chain[2]; 1 when found. */
+static int swish_chain(const ox_graph *g, int x, int *chain)
+{
+    if (x == g->out || g->vals[x].consumers != 2) return 0;
+    int sg = -1;
+    for (int i = 0; i < g->nop && sg < 0; i++) {
+        const ox_op *o = &g->ops[i];
+        if (!o->dead && o->kind == OP_ELTWISE && o->alg == dnnl_eltwise_logistic && o->in[0] == x) sg = i;
+    }
+    if (sg < 0) return 0;
+    int m = sole_consumer(g, g->ops[sg].out);
+    if (binary_with(g, m, x, dnnl_binary_mul, 0) != g->ops[sg].out) return 0;
+    if (!same_dims(&g->vals[g->ops[m].out], &g->vals[x])) return 0;
+    chain[0] = sg;
+    chain[1] = m;
+    return 1;
+}
+
 /* Post-op fusion: each op that takes post-ops absorbs the chain of ops that alone read its
- * output: element-wise ops, a BatchNormalization (into a Conv's weights), and for a Conv the
- * residual Add of a value of the same shape (a `sum` post-op; the Conv then runs where the
- * Add was, after both operands exist). */
+ * output: element-wise ops, the exported exact GELU (Div, Erf, Add, Mul, Mul: one gelu_erf) and
+ * SiLU (Sigmoid, Mul: one swish), a
+ * BatchNormalization (into a Conv's weights), a bias Add (into a MatMul's bias), and for a Conv or MatMul the residual Add of a value of the same shape (a
+ * `sum` post-op; the op then runs where the Add was, after both operands exist). */
 static void fuse(ox_graph *g)
 {
     for (int i = 0; i < g->nop; i++) {
@@ -587,6 +770,17 @@ static void fuse(ox_graph *g)
         if (op->dead || (op->kind != OP_CONV && op->kind != OP_MATMUL && op->kind != OP_BINARY && op->kind != OP_BN)) continue;
         int has_sum = 0;
         for (;;) {
+            int chain[5];
+            if (op->kind != OP_BN && op->npost < MAXPOST && gelu_chain(g, op->out, chain)) {
+                op->post[op->npost++] = (ox_post){POST_ELTWISE, dnnl_eltwise_gelu_erf, 0.f, 0.f, -1};
+                for (int k = 0; k < 5; k++) absorb(g, op, &g->ops[chain[k]]);
+                continue;
+            }
+            if (op->kind != OP_BN && op->npost < MAXPOST && swish_chain(g, op->out, chain)) {
+                op->post[op->npost++] = (ox_post){POST_ELTWISE, dnnl_eltwise_swish, 1.f, 0.f, -1};
+                for (int k = 0; k < 2; k++) absorb(g, op, &g->ops[chain[k]]);
+                continue;
+            }
             int j = sole_consumer(g, op->out);
             if (j < 0) break;
             ox_op *nx = &g->ops[j];
@@ -603,13 +797,17 @@ static void fuse(ox_graph *g)
                 absorb(g, op, nx);
                 continue;
             }
+            if (op->kind == OP_MATMUL && fold_matmul_bias(g, op, nx)) {
+                absorb(g, op, nx);
+                continue;
+            }
             if (op->npost >= MAXPOST) break;
             if (nx->kind == OP_ELTWISE && nx->in[0] == op->out) {
                 op->post[op->npost++] = (ox_post){POST_ELTWISE, nx->alg, nx->alpha, nx->beta, -1};
                 absorb(g, op, nx);
                 continue;
             }
-            if (op->kind == OP_CONV && !has_sum && nx->kind == OP_BINARY && nx->alg == dnnl_binary_add) {
+            if ((op->kind == OP_CONV || op->kind == OP_MATMUL) && !has_sum && nx->kind == OP_BINARY && nx->alg == dnnl_binary_add) {
                 int other = nx->in[0] == op->out ? nx->in[1] : nx->in[0];
                 if (other == op->out || !same_dims(&g->vals[other], &g->vals[op->out]) ||
                     !same_dims(&g->vals[nx->out], &g->vals[op->out]))
@@ -680,6 +878,10 @@ ox_graph *ox_graph_parse(const nnp_node_desc *nodes, int n, int *unsupported, ox
             const nnp_value_desc *vd = &d->inputs[j];
             op->in[j] = -1;
             if (!vd->name[0]) { g->kin_val[g->nkin++] = -1; continue; }
+            if (j == 1 && !strcmp(d->op_type, "Reshape")) { /* the shape: the declared output dims are used */
+                g->kin_val[g->nkin++] = -1;
+                continue;
+            }
             int v = find_value(g, vd->name);
             int inside = 0;
             for (int k = 0; k < i && v >= 0; k++)
@@ -784,7 +986,35 @@ int ox_graph_shapes(const ox_graph *g, const nnp_tensor *in, int nin, int64_t *d
             y[r - 1] = N;
             break;
         }
-        default: /* element-wise, softmax, LRN, BatchNormalization: the input's shape */
+        case OP_RESHAPE: {
+            const ox_value *xv = &g->vals[op->in[0]];
+            int64_t nx = 1, ny = 1, rest = -1;
+            for (int i = 0; i < xv->ndim; i++) nx *= x[i];
+            if (op->size == 2) { /* Flatten */
+                y[0] = 1;
+                for (int i = 0; i < op->axis; i++) y[0] *= x[i];
+                y[1] = nx / y[0];
+            } else if (op->size == 1) {
+                for (int i = 0; i < r; i++) {
+                    y[i] = op->perm[i] == 0 ? x[i] : op->perm[i];
+                    if (y[i] == -1) rest = i;
+                    else ny *= y[i];
+                }
+                if (rest >= 0) {
+                    if (ny < 1 || nx % ny) return ox_fail(e, "node '%s': cannot reshape %lld elements", op->name, (long long)nx);
+                    y[rest] = nx / ny;
+                }
+            } else
+                memcpy(y, yv->dims, sizeof y);
+            ny = 1;
+            for (int i = 0; i < r; i++) ny *= y[i];
+            if (ny != nx) return ox_fail(e, "node '%s': cannot reshape %lld elements to %lld", op->name, (long long)nx, (long long)ny);
+            break;
+        }
+        case OP_TRANSPOSE:
+            for (int i = 0; i < r; i++) y[i] = x[op->perm[i]];
+            break;
+        default: /* element-wise, softmax, LRN, Batch- and LayerNormalization: the input's shape */
             break;
         }
         for (int i = 0; i < r; i++)

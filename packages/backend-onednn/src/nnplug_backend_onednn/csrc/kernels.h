@@ -11,7 +11,7 @@
 #include "nnplug/backend.h"
 
 #define MAXR 6      /* largest rank handled */
-#define MAXIN 16    /* inputs of one op (Concat) */
+#define MAXIN 64    /* inputs of one op (Concat: DenseNet concatenates up to 49) */
 #define MAXPOST 8   /* post-ops of one op */
 #define MAXPLANS 8  /* plans (shape x thread count) a kernel keeps */
 
@@ -23,7 +23,7 @@ int ox_fail(ox_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)
 
 /* ---- the parsed group (graph.c) --------------------------------------------------------- */
 
-enum { OP_CONV, OP_MATMUL, OP_POOL, OP_ELTWISE, OP_SOFTMAX, OP_BINARY, OP_CONCAT, OP_LRN, OP_BN };
+enum { OP_CONV, OP_MATMUL, OP_POOL, OP_ELTWISE, OP_SOFTMAX, OP_BINARY, OP_CONCAT, OP_LRN, OP_BN, OP_LN, OP_ERF, OP_RESHAPE, OP_TRANSPOSE };
 enum { PAD_NOTSET, PAD_VALID, PAD_SAME_UPPER, PAD_SAME_LOWER };
 enum { POST_ELTWISE, POST_SUM };
 
@@ -57,10 +57,11 @@ typedef struct {
     float alpha, beta, eps, lrn_bias;
     int64_t size, axis;
     int ta, tb, gemm, logsm, commutes, bn_relu;
-    float *w, *b; /* Conv: owned weights and bias (BatchNormalization folded in) */
+    float *w, *b; /* Conv: owned weights and bias (BatchNormalization folded in); MatMul: a folded bias */
     int64_t wdims[4], oc;
     int npost;
     ox_post post[MAXPOST];
+    int64_t perm[MAXR]; /* Transpose */
 } ox_op;
 
 typedef struct {

@@ -7,6 +7,7 @@
  * arena inside the run's workspace, placed by lifetime; a residual Add is a `sum` post-op
  * writing into the buffer of the value it adds when that value is read by nothing later. */
 #define _GNU_SOURCE
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,7 @@ typedef struct {
     const void *ptr; /* B_CONST */
     uint64_t size, off;
     int first, last; /* steps that use it (B_ARENA) */
+    int shared;      /* also the bytes of a Reshape's or Transpose's result: never written in place */
 } ox_buf;
 
 typedef struct {
@@ -32,8 +34,13 @@ typedef struct {
     dnnl_memory_t fixed; /* B_CONST: made once */
 } ox_arg;
 
+/* A step of the backend's own: y[i] = f(x[i]) over n plain floats (its args: src, dst). */
+typedef void (*ox_loop)(const float *x, float *y, int64_t n);
+
 typedef struct {
-    dnnl_primitive_t prim;
+    dnnl_primitive_t prim; /* or NULL with loop set */
+    ox_loop loop;
+    int64_t n;
     int nargs;
     ox_arg args[MAXARGS];
 } ox_step;
@@ -116,6 +123,14 @@ static int fast_impl(const_dnnl_primitive_desc_t pd)
     return !strncmp(impl, "jit", 3) || !strncmp(impl, "brg", 3) || !strncmp(impl, "brdgmm", 6);
 }
 
+/* Whether oneDNN fell back to its reference kernel (a layout its jit kernels do not take, such
+ * as a Transpose's permuted view): then plain data and a reorder are faster. */
+static int ref_impl(const_dnnl_primitive_desc_t pd)
+{
+    const char *impl = NULL;
+    return D(dnnl_primitive_desc_query)(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl && !strncmp(impl, "ref", 3);
+}
+
 /* A row-major (rows, cols) matrix read transposed or not, right-aligned to rank r. */
 static dnnl_memory_desc_t matrix_md(const int64_t *shape, int r, int trans)
 {
@@ -166,7 +181,7 @@ static int new_buf(pb *b, int where, int index, const void *ptr, uint64_t size)
 {
     ox_plan *p = b->p;
     if (grow((void **)&p->bufs, &p->cap_buf, p->nbuf, sizeof *p->bufs)) return -1;
-    p->bufs[p->nbuf] = (ox_buf){where, index, ptr, size ? size : 64, 0, -1, -1};
+    p->bufs[p->nbuf] = (ox_buf){where, index, ptr, size ? size : 64, 0, -1, -1, 0};
     return p->nbuf++;
 }
 
@@ -374,11 +389,14 @@ static const ox_post *sum_post(const ox_op *op)
 typedef int (*inputs_fn)(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, int s);
 
 /* The step of op's primitive: inputs, destination (with the operand of a `sum` post-op placed
- * in it first), the result's view, and its reorder into the kernel's output if needed. */
-static int finish(pb *b, const ox_op *op, dnnl_primitive_desc_t pd, inputs_fn inputs)
+ * in it first), the result's view, and its reorder into the kernel's output if needed. `as`:
+ * the layout the result is recorded in when the primitive's destination descriptor names the
+ * same bytes differently (a MatMul run as a 1x1 convolution, a LayerNormalization over a
+ * flattened view), else NULL. */
+static int finish_as(pb *b, const ox_op *op, dnnl_primitive_desc_t pd, inputs_fn inputs, const_dnnl_memory_desc_t as)
 {
     int rc = 1, reorder_out = 0, dbuf = -1;
-    const_dnnl_memory_desc_t dmd = query(pd, dnnl_query_dst_md, 0);
+    const_dnnl_memory_desc_t pmd = query(pd, dnnl_query_dst_md, 0), dmd = as ? as : pmd;
     if (b->dry) {
         rc = inputs(b, op, pd, -1) || add_view(b, op->out, dmd, 0);
         goto done;
@@ -391,7 +409,8 @@ static int finish(pb *b, const ox_op *op, dnnl_primitive_desc_t pd, inputs_fn in
             if (D(dnnl_memory_desc_equal)(b->views[v][i].md, dmd)) ob = b->views[v][i].buf;
         int read = 0; /* the primitive must not write what it reads */
         for (int j = 0; j < op->nin; j++) read |= op->in[j] == v;
-        if (ob >= 0 && !read && b->p->bufs[ob].where == B_ARENA && b->last_use[v] == b->cur && op->out != b->g->out) {
+        if (ob >= 0 && !read && b->p->bufs[ob].where == B_ARENA && !b->p->bufs[ob].shared && b->last_use[v] == b->cur &&
+            op->out != b->g->out) {
             dbuf = ob; /* accumulate in place: nothing reads v after this op */
         } else {
             dbuf = dst_buf(b, op, dmd, &reorder_out);
@@ -402,11 +421,17 @@ static int finish(pb *b, const ox_op *op, dnnl_primitive_desc_t pd, inputs_fn in
         if (dbuf < 0) goto done;
     }
     int s = new_step(b, pd);
-    if (s < 0 || inputs(b, op, pd, s) || add_arg(b, s, DNNL_ARG_DST, dbuf, dmd)) goto done;
+    if (s < 0 || inputs(b, op, pd, s) || add_arg(b, s, DNNL_ARG_DST, dbuf, pmd)) goto done;
     rc = set_result(b, op, dbuf, dmd, reorder_out);
 done:
     D(dnnl_primitive_desc_destroy)(pd);
     return rc;
+}
+
+/* The step of op's primitive whose result is recorded as its own destination layout. */
+static int finish(pb *b, const ox_op *op, dnnl_primitive_desc_t pd, inputs_fn inputs)
+{
+    return finish_as(b, op, pd, inputs, NULL);
 }
 
 /* Value v in the layout pd has for its input (query what, index i). */
@@ -513,11 +538,116 @@ static int matmul_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd,
         return 1;
     if (op->gemm && op->nin == 3 && op->in[2] >= 0)
         return plain_arg(b, s, DNNL_ARG_BIAS, op->in[2], plain_md(VAL(op->in[2])->ndim, DIMS(op->in[2]), 2));
+    if (op->b && s >= 0) { /* a folded bias Add */
+        int bb = new_buf(b, B_CONST, 0, op->b, 0);
+        return bb < 0 || add_arg(b, s, DNNL_ARG_BIAS, bb, query(pd, dnnl_query_weights_md, 1));
+    }
     return 0;
+}
+
+/* A MatMul / Gemm whose weights are a constant matrix runs as a 1x1 convolution over nhwc data
+ * or as an inner product: the activations (M rows of K, M the product of the leading dims) are
+ * an nhwc image of 1 x K x 1 x M (or an M x K matrix), the result an nhwc 1 x N x 1 x M (M x N),
+ * both the row-major bytes they are. oneDNN's brgemm kernels for these keep the weights packed
+ * and take the bias, element-wise post-ops and the residual `sum`; its gemm-based matmul
+ * repacks the weights on every call. */
+static int conv_matmul_dims(pb *b, const ox_op *op, int64_t *M, int64_t *K, int64_t *N)
+{
+    const ox_value *av = VAL(op->in[0]), *wv = VAL(op->in[1]);
+    const int64_t *ad = DIMS(op->in[0]), *wd = DIMS(op->in[1]);
+    if (!wv->cdata || wv->ndim != 2 || op->ta || (op->gemm && op->nin == 3 && op->in[2] >= 0)) return 0;
+    *M = 1;
+    for (int i = 0; i < av->ndim - 1; i++) *M *= ad[i];
+    *K = ad[av->ndim - 1];
+    *N = op->tb ? wd[0] : wd[1];
+    return 1;
+}
+
+static __thread int t_ip; /* the primitive being built is an inner product (else a 1x1 convolution) */
+
+static int conv_matmul_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, int s)
+{
+    int64_t M, K, N;
+    conv_matmul_dims(b, op, &M, &K, &N);
+    int64_t xd[4] = {1, K, 1, M}, x2[2] = {M, K};
+    int nd = t_ip ? 2 : 4;
+    if (s == -1) return 0;
+    if (plain_arg(b, s, DNNL_ARG_SRC, op->in[0], t_ip ? plain_md(2, x2, 2) : tag_md(4, xd, dnnl_acdb))) return 1;
+    if (s == -2) {
+        /* the (K, N) matrix (transB: (N, K)) as oihw weights N x K x 1 x 1 (or N x K) */
+        dnnl_dims_t wd = {N, K, 1, 1}, ws = {op->tb ? K : 1, op->tb ? 1 : N, 1, 1};
+        dnnl_memory_desc_t src = NULL;
+        if (D(dnnl_memory_desc_create_with_strides)(&src, nd, wd, dnnl_f32, ws) != dnnl_success)
+            return ox_fail(b->e, "oneDNN could not create a memory descriptor");
+        t_packed.bbuf = -1;
+        if (pack(b, VAL(op->in[1])->cdata, src, query(pd, dnnl_query_weights_md, 0), &t_packed.wbuf)) return 1;
+        if (op->b) t_packed.bbuf = new_buf(b, B_CONST, 0, op->b, 0);
+        return 0;
+    }
+    if (add_arg(b, s, DNNL_ARG_WEIGHTS, t_packed.wbuf, query(pd, dnnl_query_weights_md, 0))) return 1;
+    if (t_packed.bbuf >= 0) return add_arg(b, s, DNNL_ARG_BIAS, t_packed.bbuf, query(pd, dnnl_query_weights_md, 1));
+    return 0;
+}
+
+/* One attempt: the inner product (ip) or the 1x1 convolution, when oneDNN has a jit / brgemm
+ * kernel for it; NULL else. */
+static dnnl_primitive_desc_t packed_matmul_pd(const ox_op *op, int64_t M, int64_t K, int64_t N, int ip)
+{
+    int64_t xd[4] = {1, K, 1, M}, yd[4] = {1, N, 1, M}, wd[4] = {N, K, 1, 1}, x2[2] = {M, K}, y2[2] = {M, N};
+    dnnl_dims_t S = {1, 1}, DL = {0, 0}, P0 = {0, 0};
+    dnnl_memory_desc_t src = ip ? plain_md(2, x2, 2) : tag_md(4, xd, dnnl_acdb), dst = ip ? plain_md(2, y2, 2) : tag_md(4, yd, dnnl_acdb),
+                       w = any_md(ip ? 2 : 4, wd);
+    dnnl_memory_desc_t bias = op->b ? plain_md(1, &N, 1) : NULL;
+    dnnl_primitive_attr_t a = op_attr(op);
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_status_t st = !(a && src && dst && w && (bias || !op->b)) ? dnnl_out_of_memory
+                       : ip ? D(dnnl_inner_product_forward_primitive_desc_create)(&pd, ox_engine(), dnnl_forward_inference, src, w, bias, dst, a)
+                            : D(dnnl_convolution_forward_primitive_desc_create)(&pd, ox_engine(), dnnl_forward_inference,
+                                                                               dnnl_convolution_direct, src, w, bias, dst, S, DL, P0, P0, a);
+    md_free(src);
+    md_free(dst);
+    md_free(w);
+    md_free(bias);
+    if (a) D(dnnl_primitive_attr_destroy)(a);
+    if (st != dnnl_success) return NULL;
+    if (!fast_impl(pd)) {
+        D(dnnl_primitive_desc_destroy)(pd);
+        return NULL;
+    }
+    return pd;
+}
+
+/* 1 when built as a packed-weights primitive, 0 when oneDNN has none fast for it (then its
+ * matmul), -1 on error. The 1x1 convolution is the faster unless the inner dimension is much
+ * longer than the output rows (BERT's 3072 -> 768: the convolution runs at a third of the speed
+ * there; the brgemm inner product does not). */
+static int build_conv_matmul(pb *b, const ox_op *op)
+{
+    int64_t M, K, N;
+    if (!conv_matmul_dims(b, op, &M, &K, &N)) return 0;
+    int first_ip = K > 2 * N;
+    dnnl_primitive_desc_t pd = NULL;
+    for (int attempt = 0; attempt < 2 && !pd; attempt++) {
+        t_ip = attempt ? !first_ip : first_ip;
+        pd = packed_matmul_pd(op, M, K, N, t_ip);
+    }
+    if (!pd) return 0;
+    dnnl_memory_desc_t as = value_plain(b, op->out, VAL(op->out)->ndim);
+    if (!as) {
+        D(dnnl_primitive_desc_destroy)(pd);
+        ox_fail(b->e, "oneDNN could not create a memory descriptor");
+        return -1;
+    }
+    int rc = finish_as(b, op, pd, conv_matmul_inputs, as);
+    md_free(as);
+    return rc ? -1 : 1;
 }
 
 static int build_matmul(pb *b, const ox_op *op)
 {
+    int viaconv = build_conv_matmul(b, op);
+    if (viaconv) return viaconv < 0;
+
     const ox_value *av = VAL(op->in[0]), *wv = VAL(op->in[1]);
     int r = VAL(op->out)->ndim;
     const int64_t *ad = DIMS(op->in[0]), *wd = DIMS(op->in[1]), *yd = DIMS(op->out);
@@ -533,7 +663,8 @@ static int build_matmul(pb *b, const ox_op *op)
         wmd = op->gemm ? matrix_md(wd, 2, op->tb) : plain_md(wv->ndim, wd, r);
     }
     int c = op->gemm && op->nin == 3 && op->in[2] >= 0;
-    dnnl_memory_desc_t ymd = plain_md(r, yd, r), cmd = c ? plain_md(VAL(op->in[2])->ndim, DIMS(op->in[2]), 2) : NULL;
+    dnnl_memory_desc_t ymd = plain_md(r, yd, r), cmd = c ? plain_md(VAL(op->in[2])->ndim, DIMS(op->in[2]), 2)
+                                                  : op->b ? plain_md(1, &N, r) : NULL;
     dnnl_primitive_attr_t a = op_attr(op);
     dnnl_primitive_desc_t pd = NULL;
     dnnl_status_t st = a && amd && wmd && ymd ? D(dnnl_matmul_primitive_desc_create)(&pd, ox_engine(), amd, wmd, cmd, ymd, a)
@@ -589,6 +720,116 @@ static int concat_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd,
     return 0;
 }
 
+static void erf_loop(const float *x, float *y, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) y[i] = erff(x[i]);
+}
+
+/* Erf outside a GELU: the C library's erff over the plain values (oneDNN has no erf of its own). */
+static int build_erf(pb *b, const ox_op *op)
+{
+    int x = op->in[0], xbuf, reorder_out;
+    dnnl_memory_desc_t md = value_plain(b, op->out, VAL(op->out)->ndim);
+    int rc = 1;
+    if (!md) { ox_fail(b->e, "oneDNN could not create a memory descriptor"); goto done; }
+    if (b->dry) { rc = add_view(b, op->out, md, 0); goto done; }
+    if (plain_buf(b, x, &xbuf)) goto done;
+    int dbuf = dst_buf(b, op, md, &reorder_out);
+    ox_plan *p = b->p;
+    if (dbuf < 0 || grow((void **)&p->steps, &p->cap_step, p->nstep, sizeof *p->steps)) { ox_fail(b->e, "out of memory"); goto done; }
+    int s = p->nstep++;
+    memset(&p->steps[s], 0, sizeof p->steps[s]);
+    p->steps[s].loop = erf_loop;
+    p->steps[s].n = (int64_t)(D(dnnl_memory_desc_get_size)(md) / sizeof(float));
+    rc = add_arg(b, s, DNNL_ARG_SRC, xbuf, md) || add_arg(b, s, DNNL_ARG_DST, dbuf, md) || set_result(b, op, dbuf, md, reorder_out);
+done:
+    md_free(md);
+    return rc;
+}
+
+/* Reshape and Transpose copy nothing: the result is a view of the input's bytes (a Reshape of
+ * its row-major bytes; a Transpose of the layout it is in, axes permuted). A reader needing
+ * another layout reorders it, as for any value; the kernel's output is reordered into place. */
+static int build_view(pb *b, const ox_op *op)
+{
+    int x = op->in[0], buf = 0, r = VAL(op->out)->ndim;
+    dnnl_memory_desc_t md = NULL;
+    if (op->kind == OP_RESHAPE) {
+        md = value_plain(b, op->out, r);
+        if (!md || (!b->dry && plain_buf(b, x, &buf))) { md_free(md); return ox_fail(b->e, "node '%s' (%s): no view of its input", op->name, op->op_type); }
+    } else {
+        int inv[MAXR];
+        for (int i = 0; i < r; i++) inv[op->perm[i]] = i; /* oneDNN: input axis i becomes output axis inv[i] */
+        const_dnnl_memory_desc_t from = home(b, x);
+        if (D(dnnl_memory_desc_permute_axes)(&md, from, inv) != dnnl_success) {
+            md = NULL;
+            dnnl_memory_desc_t pm = value_plain(b, x, VAL(x)->ndim);
+            if (!pm || D(dnnl_memory_desc_permute_axes)(&md, pm, inv) != dnnl_success || (!b->dry && plain_buf(b, x, &buf))) {
+                md_free(pm);
+                return ox_fail(b->e, "node '%s' (Transpose): oneDNN cannot permute its layout", op->name);
+            }
+            md_free(pm);
+        } else
+            buf = b->views[x][0].buf;
+    }
+    int rc;
+    if (b->dry) rc = add_view(b, op->out, md, 0);
+    else {
+        b->p->bufs[buf].shared = 1; /* its readers' arguments extend the buffer's life */
+        rc = op->out == b->g->out ? set_result(b, op, buf, md, 1) : add_view(b, op->out, md, buf);
+    }
+    md_free(md);
+    return rc;
+}
+
+/* LayerNormalization: the input's plain bytes as (outer, inner) rows. */
+static void ln_rows(pb *b, const ox_op *op, int64_t *rows)
+{
+    const int64_t *xd = DIMS(op->in[0]);
+    rows[0] = 1;
+    for (int i = 0; i < op->axis; i++) rows[0] *= xd[i];
+    rows[1] = op->size;
+}
+
+static int ln_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, int s)
+{
+    int64_t rows[2];
+    ln_rows(b, op, rows);
+    if (s == -1) return 0;
+    if (plain_arg(b, s, DNNL_ARG_SRC, op->in[0], plain_md(2, rows, 2))) return 1;
+    if (plain_arg(b, s, DNNL_ARG_SCALE, op->in[1], plain_md(1, &op->size, 1))) return 1;
+    if (op->nin == 3 && op->in[2] >= 0 && plain_arg(b, s, DNNL_ARG_SHIFT, op->in[2], plain_md(1, &op->size, 1))) return 1;
+    if (s < 0) return 0;
+    /* the statistics, where this oneDNN wants them as outputs: scratch in the arena */
+    static const int stats[2] = {DNNL_ARG_MEAN, DNNL_ARG_VARIANCE};
+    for (int i = 0; i < 2; i++) {
+        const_dnnl_memory_desc_t md = query(pd, dnnl_query_dst_md, 1 + i);
+        if (!md || !D(dnnl_memory_desc_get_size)(md)) continue;
+        int sb = arena_buf(b, md);
+        if (sb < 0 || add_arg(b, s, stats[i], sb, md)) return 1;
+    }
+    return 0;
+}
+
+static int build_ln(pb *b, const ox_op *op)
+{
+    int64_t rows[2];
+    ln_rows(b, op, rows);
+    unsigned flags = dnnl_use_scale | (op->nin == 3 && op->in[2] >= 0 ? dnnl_use_shift : 0);
+    dnnl_memory_desc_t md = plain_md(2, rows, 2), as = value_plain(b, op->out, VAL(op->out)->ndim);
+    dnnl_primitive_attr_t a = op_attr(op);
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_status_t st = a && md && as ? D(dnnl_layer_normalization_forward_primitive_desc_create)(
+                                           &pd, ox_engine(), dnnl_forward_inference, md, md, NULL, op->eps, flags, a)
+                                     : dnnl_out_of_memory;
+    md_free(md);
+    if (a) D(dnnl_primitive_attr_destroy)(a);
+    int rc = st == dnnl_success ? finish_as(b, op, pd, ln_inputs, as)
+                                : ox_fail(b->e, "node '%s' (LayerNormalization): oneDNN has no primitive for it", op->name);
+    md_free(as);
+    return rc;
+}
+
 /* The layout of value v an op is tried with: 0 where it is, 1 nhwc (4-D only), 2 plain. */
 static dnnl_memory_desc_t layout(pb *b, int v, int r, int attempt)
 {
@@ -599,7 +840,7 @@ static dnnl_memory_desc_t layout(pb *b, int v, int r, int attempt)
 
 /* A layout-keeping op: with its input's layout; for pools and LRN, whose plain-layout kernels
  * are slow, then nhwc unless a jit kernel takes the first; last plain (if oneDNN refuses the
- * others). */
+ * others or has only its reference kernel for them). */
 static int build_simple(pb *b, const ox_op *op)
 {
     int x = op->in[0];
@@ -672,7 +913,7 @@ static int build_simple(pb *b, const ox_op *op)
         md_free(src1);
         for (int i = 0; i < MAXIN; i++) md_free(srcs[i]);
         if (a) D(dnnl_primitive_attr_destroy)(a);
-        if (st == dnnl_success && picky && attempt < 2 && !fast_impl(pd)) {
+        if (st == dnnl_success && attempt < 2 && ((picky && !fast_impl(pd)) || ref_impl(pd))) {
             D(dnnl_primitive_desc_destroy)(pd);
             continue;
         }
@@ -781,7 +1022,11 @@ static ox_plan *build_ex(const ox_graph *g, const int64_t *dims, int threads, in
     for (int oi = 0; oi < g->norder; oi++) {
         const ox_op *op = &g->ops[g->order[oi]];
         b.cur = oi;
-        int r = op->kind == OP_CONV ? build_conv(&b, op) : op->kind == OP_MATMUL ? build_matmul(&b, op) : build_simple(&b, op);
+        int r = op->kind == OP_CONV ? build_conv(&b, op) : op->kind == OP_MATMUL ? build_matmul(&b, op)
+                : op->kind == OP_LN     ? build_ln(&b, op)
+                : op->kind == OP_ERF    ? build_erf(&b, op)
+                : op->kind == OP_RESHAPE || op->kind == OP_TRANSPOSE ? build_view(&b, op)
+                                        : build_simple(&b, op);
         if (r) goto done;
     }
     rc = dry ? 0 : place_arena(p);
@@ -856,6 +1101,7 @@ int ox_plan_run(const ox_plan *cp, const nnp_tensor *in, const nnp_tensor *out, 
     for (int i = 0, k = 0; i < p->nstep && !rc; i++) {
         const ox_step *st = &p->steps[i];
         dnnl_exec_arg_t args[MAXARGS];
+        void *ptrs[MAXARGS];
         for (int j = 0; j < st->nargs; j++, k++) {
             const ox_arg *a = &st->args[j];
             args[j].arg = a->arg;
@@ -867,6 +1113,8 @@ int ox_plan_run(const ox_plan *cp, const nnp_tensor *in, const nnp_tensor *out, 
                 ptr = bf->where == B_IN ? nnp_tensor_ptr(&in[bf->index]) : bf->where == B_OUT ? nnp_tensor_ptr(&out[0])
                       : bf->where == B_ARENA ? arena + bf->off : (void *)bf->ptr;
             }
+            ptrs[j] = ptr;
+            if (st->loop) continue;
             if (!c->mem[k]) {
                 if (D(dnnl_memory_create)(&c->mem[k], a->md, ox_engine(), ptr) != dnnl_success) {
                     c->mem[k] = NULL;
@@ -879,6 +1127,12 @@ int ox_plan_run(const ox_plan *cp, const nnp_tensor *in, const nnp_tensor *out, 
             }
             c->ptr[k] = ptr;
             args[j].memory = c->mem[k];
+        }
+        if (!rc && st->loop) {
+            /* oneDNN's CPU stream runs primitives as they are submitted: the ones before are done */
+            if (D(dnnl_stream_wait)(s) != dnnl_success) rc = ox_fail(e, "oneDNN failed to finish a step");
+            else st->loop(ptrs[0], ptrs[1], st->n);
+            continue;
         }
         if (!rc && D(dnnl_primitive_execute)(st->prim, s, st->nargs, args) != dnnl_success)
             rc = ox_fail(e, "oneDNN failed to execute a primitive");

@@ -1,0 +1,297 @@
+"""Transformer and ConvNeXt / ShuffleNet building blocks against onnxruntime on random weights,
+at 1 and 2 threads: MatMul with constant weights (run as a packed-weights 1x1 convolution or
+inner product) with its bias Add, the exported exact GELU and the residual Add fused into it,
+LayerNormalization, Erf, Reshape / Flatten / Transpose as views inside a kernel, an attention
+block, channel shuffles, symbolic dims through a Reshape; and what is declined."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import BACKENDS, assert_matches, graph_model, onnxruntime_run
+from onnx import TensorProto, helper, numpy_helper
+
+R = np.random.default_rng(2024)
+SQRT2 = np.float32(1.4142135)
+
+
+def rand(*shape, scale=1.0):
+    return (R.standard_normal(shape) * scale).astype(np.float32)
+
+
+class Graph:
+    """Nodes and initializers, each node named after its output."""
+
+    def __init__(self):
+        self.nodes, self.inits, self.n = [], {}, 0
+
+    def const(self, value, dtype=np.float32):
+        self.n += 1
+        name = f"k{self.n}"
+        self.inits[name] = np.asarray(value, dtype=dtype)
+        return name
+
+    def op(self, op, ins, **attrs):
+        self.n += 1
+        out = f"{op.lower()}{self.n}"
+        self.nodes.append(helper.make_node(op, list(ins), [out], name=out, **attrs))
+        return out
+
+    def dense(self, x, k, n, bias=True, bias_first=False):
+        y = self.op("MatMul", [x, self.const(rand(k, n, scale=1 / np.sqrt(k)))])
+        if bias:
+            b = self.const(rand(n))
+            y = self.op("Add", [b, y] if bias_first else [y, b])
+        return y
+
+    def gelu(self, x, div=True):
+        """PyTorch's export of the exact GELU."""
+        d = self.op("Div", [x, self.const(SQRT2)]) if div else self.op("Mul", [x, self.const(np.float32(0.70710677))])
+        a = self.op("Add", [self.op("Erf", [d]), self.const(np.float32(1.0))])
+        return self.op("Mul", [self.op("Mul", [x, a]), self.const(np.float32(0.5))])
+
+    def layernorm(self, x, c, axis=-1, bias=True, eps=1e-5):
+        ins = [x, self.const(rand(c)), *([self.const(rand(c))] if bias else [])]
+        return self.op("LayerNormalization", ins, axis=axis, epsilon=eps)
+
+    def model(self, feeds, opset=18):
+        return graph_model(self.nodes, feeds, self.inits, opset=opset)
+
+
+def run_both(rt, model, feeds, threads):
+    lib = rt.backends["onednn"].backend
+    want = onnxruntime_run(model, feeds)
+    try:
+        lib.set_num_threads(threads)
+        with rt.load(model, backends=BACKENDS) as net:
+            assignment = dict(net.assignment)
+            got = net.run(feeds)
+            outs = [got[o.name] for o in net.outputs]
+    finally:
+        lib.set_num_threads(0)
+    return assignment, outs, want
+
+
+def check(rt, g, feeds, threads, what, all_onednn=True, opset=18):
+    model = g.model(feeds, opset)
+    assignment, outs, want = run_both(rt, model, feeds, threads)
+    if all_onednn:
+        assert set(assignment.values()) == {"onednn"}, assignment
+    for got, w in zip(outs, want):
+        assert_matches(got, w, what=f"{what}, {threads} thread(s)")
+    return assignment
+
+
+# (leading dims, K, N): K <= 2N runs as a 1x1 convolution, K > 2N as an inner product
+MATMUL_SHAPES = [((1, 16), 24, 40), ((2, 5), 64, 16), ((7,), 96, 32), ((3, 2, 4), 33, 17), ((1, 9), 128, 8)]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("lead,k,n", MATMUL_SHAPES)
+def test_matmul_with_constant_weights_bias_gelu_and_residual(rt, lead, k, n, threads):
+    g = Graph()
+    y = g.gelu(g.dense("x", k, n, bias_first=True))
+    y = g.op("Add", [g.dense(y, n, k), "x"])  # the residual: a sum post-op
+    check(rt, g, {"x": rand(*lead, k)}, threads, f"dense {lead} {k}->{n}")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_gelu_written_with_mul_by_inverse_sqrt2_and_unfused_erf(rt, threads):
+    g = Graph()
+    y = g.gelu(g.dense("x", 16, 24), div=False)
+    g.op("Erf", [g.op("Relu", [y])])  # an Erf outside a GELU: the backend's own loop
+    check(rt, g, {"x": rand(2, 3, 16)}, threads, "gelu / erf")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("c_shape", [(12,), (1, 12), (1,), (5, 12)])
+def test_gemm_with_constant_bias(rt, c_shape, threads):
+    g = Graph()
+    w, c = g.const(rand(12, 20)), g.const(rand(*c_shape))
+    g.op("Relu", [g.op("Gemm", ["x", w, c], transB=1)])
+    check(rt, g, {"x": rand(5, 20)}, threads, f"gemm transB, C {c_shape}")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_silu_after_conv_and_matmul_is_a_swish_post_op(rt, threads):
+    """EfficientNet's SiLU, Mul(x, Sigmoid(x)), after a Conv and after a dense layer; a Mul by
+    the Sigmoid of another value is not SiLU."""
+    g = Graph()
+    y = g.op("Conv", ["x", g.const(rand(6, 3, 3, 3)), g.const(rand(6))], pads=[1] * 4)
+    y = g.op("Mul", [g.op("Sigmoid", [y]), y])
+    y = g.op("Flatten", [g.op("GlobalAveragePool", [y])])
+    y = g.dense(y, 6, 10)
+    y = g.op("Mul", [y, g.op("Sigmoid", [y])])
+    g.op("Mul", [y, g.op("Sigmoid", [g.op("Neg", [y])])])
+    check(rt, g, {"x": rand(2, 3, 7, 7)}, threads, "silu")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape,axis,bias", [((2, 7, 32), -1, True), ((5, 24), 1, False), ((2, 3, 4, 5), 2, True),
+                                              ((4, 6), 0, True), ((1, 197, 64), 2, True)])
+def test_layernormalization(rt, shape, axis, bias, threads):
+    g = Graph()
+    c = int(np.prod(shape[axis:]))
+    ins = ["x", g.const(rand(*shape[axis:])), *([g.const(rand(*shape[axis:]))] if bias else [])]
+    g.op("LayerNormalization", ins, axis=axis, epsilon=1e-6)
+    assert c > 0
+    check(rt, g, {"x": rand(*shape, scale=3.0) + 1.0}, threads, f"layernorm {shape} axis {axis}")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("perm", [[0, 2, 1, 3], [0, 2, 3, 1], [3, 1, 0, 2], None])
+def test_transpose_inside_a_kernel(rt, perm, threads):
+    g = Graph()
+    t = g.op("Transpose", [g.op("Relu", ["x"])], **({"perm": perm} if perm else {}))
+    g.op("Sigmoid", [t])
+    check(rt, g, {"x": rand(2, 3, 4, 5)}, threads, f"transpose {perm}")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_attention_block_stays_in_onednn(rt, threads):
+    """BERT's self-attention as PyTorch exports it: projections, Reshape to heads, Transpose,
+    scaled Q K^T, masked Softmax, times V, back to (tokens, hidden), output projection, residual
+    and LayerNormalization."""
+    s, h, d = 10, 4, 8
+    hid = h * d
+    g = Graph()
+    heads = g.const(np.array([0, 0, h, d]), np.int64)
+    q = g.op("Transpose", [g.op("Reshape", [g.dense("x", hid, hid), heads])], perm=[0, 2, 1, 3])
+    k = g.op("Transpose", [g.op("Reshape", [g.dense("x", hid, hid), heads])], perm=[0, 2, 3, 1])
+    v = g.op("Transpose", [g.op("Reshape", [g.dense("x", hid, hid), heads])], perm=[0, 2, 1, 3])
+    scale = g.const(np.float32(d ** -0.25))
+    scores = g.op("MatMul", [g.op("Mul", [q, scale]), g.op("Mul", [k, scale])])
+    p = g.op("Softmax", [g.op("Add", [scores, "mask"])], axis=-1)
+    ctx = g.op("Transpose", [g.op("MatMul", [p, v])], perm=[0, 2, 1, 3])
+    ctx = g.op("Reshape", [ctx, g.const(np.array([1, -1, hid]), np.int64)])
+    g.layernorm(g.op("Add", [g.dense(ctx, hid, hid), "x"]), hid, eps=1e-12)
+    feeds = {"x": rand(1, s, hid), "mask": np.where(R.random((1, 1, 1, s)) < 0.2, -1e4, 0).astype(np.float32)}
+    check(rt, g, feeds, threads, "attention")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_convnext_block_with_nhwc_views(rt, threads):
+    """Depthwise 7x7 Conv, Transpose to NHWC (a view of the convolution's nhwc output),
+    LayerNormalization, MLP with GELU, a per-channel scale, Transpose back, residual."""
+    c = 16
+    g = Graph()
+    y = g.op("Conv", ["x", g.const(rand(c, 1, 7, 7, scale=0.2)), g.const(rand(c))], group=c, pads=[3] * 4)
+    y = g.layernorm(g.op("Transpose", [y], perm=[0, 2, 3, 1]), c, eps=1e-6)
+    y = g.dense(g.gelu(g.dense(y, c, 4 * c)), 4 * c, c)
+    y = g.op("Transpose", [g.op("Mul", [y, g.const(rand(c))])], perm=[0, 3, 1, 2])
+    g.op("Add", ["x", y])
+    check(rt, g, {"x": rand(1, c, 9, 9)}, threads, "convnext block")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_channel_shuffle_stays_in_one_kernel(rt, threads):
+    """ShuffleNet's Reshape (N, g, C/g, H, W) -> Transpose -> Reshape between convolutions."""
+    g = Graph()
+    y = g.op("Relu", [g.op("Conv", ["x", g.const(rand(12, 6, 1, 1))])])
+    y = g.op("Reshape", [y, g.const(np.array([1, 3, 4, 5, 5]), np.int64)])
+    y = g.op("Transpose", [y], perm=[0, 2, 1, 3, 4])
+    y = g.op("Reshape", [y, g.const(np.array([1, 12, 5, 5]), np.int64)])
+    g.op("Conv", [y, g.const(rand(12, 1, 3, 3)), g.const(rand(12))], group=12, pads=[1] * 4)
+    check(rt, g, {"x": rand(1, 6, 5, 5)}, threads, "channel shuffle")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_densenet_concat_of_many_layers(rt, threads):
+    """DenseNet concatenates every earlier layer's output: a Concat of 40 inputs, then
+    BatchNormalization, Relu and a 1x1 Conv."""
+    g = Graph()
+    feats = [g.op("Relu", [g.op("Conv", ["x", g.const(rand(2, 3, 3, 3))], pads=[1] * 4)]) for _ in range(39)]
+    y = g.op("Concat", ["x", *feats], axis=1)
+    c = 3 + 2 * 39
+    bn = [g.const(rand(c)), g.const(rand(c)), g.const(rand(c)), g.const(np.abs(rand(c)) + 0.5)]
+    g.op("Conv", [g.op("Relu", [g.op("BatchNormalization", [y, *bn])]), g.const(rand(8, c, 1, 1))])
+    check(rt, g, {"x": rand(1, 3, 6, 6)}, threads, "concat of 40")
+
+
+def test_flatten_and_reshape_as_the_kernel_output(rt):
+    g = Graph()
+    y = g.op("Flatten", [g.op("Relu", ["x"])], axis=2)
+    g.op("Reshape", [g.op("Sigmoid", [y]), g.const(np.array([-1, 5]), np.int64)])
+    check(rt, g, {"x": rand(2, 3, 4, 5)}, 1, "flatten / reshape")
+
+
+def test_symbolic_dims_through_a_reshape_with_a_constant_shape(rt):
+    g = Graph()
+    y = g.op("Reshape", [g.dense("x", 8, 12), g.const(np.array([0, -1, 3, 4]), np.int64)])
+    g.op("Softmax", [g.op("Transpose", [y], perm=[0, 2, 1, 3])], axis=-1)
+    gin = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S", 8])]
+    out = helper.make_tensor_value_info(g.nodes[-1].output[0], TensorProto.FLOAT, None)
+    ini = [numpy_helper.from_array(v, k) for k, v in g.inits.items()]
+    model = helper.make_model(helper.make_graph(g.nodes, "g", gin, [out], ini),
+                              opset_imports=[helper.make_opsetid("", 18)])
+    with rt.load(model, backends=BACKENDS) as net:
+        assert set(net.assignment.values()) == {"onednn"}, net.assignment
+        for shape in ((1, 5, 8), (3, 2, 8), (1, 5, 8)):
+            feeds = {"x": rand(*shape)}
+            got = net.run(feeds)[net.outputs[0].name]
+            assert_matches(got, onnxruntime_run(model, feeds)[0], what=f"shape {shape}")
+
+
+DECLINED = {
+    "layernorm_broadcast_scale": lambda g: g.op("LayerNormalization", ["x", g.const(rand(1))], axis=-1),
+    "reshape_runtime_shape_symbolic_output": lambda g: g.op("Reshape", ["x", "shape"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DECLINED))
+def test_what_onednn_cannot_match_is_declined_to_the_cpu_backend(rt, case):
+    g = Graph()
+    DECLINED[case](g)
+    feeds = {"x": rand(2, 4, 5)}
+    gin = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 5])]
+    if case == "reshape_runtime_shape_symbolic_output":
+        feeds["shape"] = np.array([4, 10], np.int64)
+        gin.append(helper.make_tensor_value_info("shape", TensorProto.INT64, [2]))
+    out = helper.make_tensor_value_info(g.nodes[-1].output[0], TensorProto.FLOAT, None)
+    ini = [numpy_helper.from_array(v, k) for k, v in g.inits.items()]
+    model = helper.make_model(helper.make_graph(g.nodes, "g", gin, [out], ini),
+                              opset_imports=[helper.make_opsetid("", 18)])
+    with rt.load(model, backends=BACKENDS) as net:
+        assert set(net.assignment.values()) == {"cpu"}, net.assignment
+        got = net.run(feeds)[net.outputs[0].name]
+    assert_matches(got, onnxruntime_run(model, feeds)[0], what=case)
+
+
+CHILD = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+from conftest import make_runtime
+from test_transformer_ops_match_onnxruntime import Graph, rand
+g = Graph()
+g.op("Add", [g.dense(g.gelu(g.dense("x", 32, 64)), 64, 32), "x"])
+feeds = {"x": rand(1, 6, 32)}
+rt = make_runtime()
+with rt.load(g.model(feeds), backends=["onednn", "cpu"]) as net:
+    net.run(feeds)
+    print("=== run", flush=True)
+    net.run(feeds)
+    print("=== end", flush=True)
+"""
+
+
+def test_dense_gelu_dense_residual_is_two_primitives_with_post_ops():
+    """oneDNN's own log: MatMul + bias + GELU is one packed-weights primitive with a gelu_erf
+    post-op, MatMul + bias + residual Add one with a sum post-op; besides them only the copy of
+    the residual (a kernel input) into the kernel's output, which the sum accumulates into."""
+    env = dict(os.environ, ONEDNN_VERBOSE="1", NNPLUG_CPU_THREADS="1")
+    out = subprocess.run([sys.executable, "-c", CHILD, os.path.dirname(__file__)], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    run = out.stdout.split("=== run")[1].split("=== end")[0]
+    lines = [ln for ln in run.splitlines() if ln.startswith("onednn_verbose") and ",exec," in ln]
+    execs = [ln for ln in lines if ",reorder," not in ln]
+    assert len(lines) <= 3 and len(execs) == 2, lines
+    assert "eltwise_gelu_erf" in execs[0] and "sum" in execs[1], execs
+    for e in execs:
+        assert ",convolution," in e or ",inner_product," in e, e
+        assert "gemm" not in e.split(",")[4] and not e.split(",")[4].startswith("ref"), e
