@@ -1229,7 +1229,9 @@ static const nnc_op op_regex = {"RegexFullMatch", 1, 1, 1, 1, rx_create, rx_infe
 static const nnc_op op_catmap = {"CategoryMapper", 1, 1, 1, 1, cm_create, les_infer, les_run, les_destroy, 0, NULL, NULL, "ai.onnx.ml"};
 static const nnc_op op_labelenc = {"LabelEncoder", 1, 1, 1, 1, les_create, les_infer, les_run, les_destroy, 0, NULL, NULL, "ai.onnx.ml"};
 
-static const nnc_op *const string_ops[] = {&op_concat, &op_equal, &op_split, &op_norm, &op_regex, &op_labelenc, &op_catmap, NULL};
+extern const nnc_op nnc_op_cast_str, nnc_op_castlike_str; /* op_cast.c */
+static const nnc_op *const string_ops[] = {&op_concat, &op_equal, &op_split, &op_norm, &op_regex, &op_labelenc,
+                                           &op_catmap, &nnc_op_cast_str, &nnc_op_castlike_str, NULL};
 
 const nnc_op *nnc_find_string_op(const char *domain, const char *type)
 {
