@@ -1,7 +1,7 @@
 /* String tensors (backend ABI 1.3): StringConcat, StringSplit, StringNormalizer,
  * RegexFullMatch, Equal on strings, LabelEncoder with string keys or values, CategoryMapper,
- * and the
- * data-movement ops (Identity, Reshape, Transpose, Gather, Concat, ...) on strings.
+ * Cast to and from strings (op_cast.c), and the data-movement ops (Identity, Reshape,
+ * Transpose, Gather, Concat, Where, Compress, the gathers and scatters, ...) on strings.
  *
  * Elements are nnp_string {data, size}: UTF-8 bytes, not NUL-terminated. Inputs belong to the
  * host; every output element gets its own malloc'd bytes (NULL for ""), freed by the table's
@@ -1154,13 +1154,72 @@ static int les_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, struct n
     return NNC_OK;
 }
 
+/* OneHotEncoder with cats_strings: [..] strings -> [.., categories] floats. Equal categories:
+ * the last wins, as onnxruntime's map filled in order. */
+static int ohs_create(nnc_node *n, nnc_err *e)
+{
+    le_state *s = calloc(1, sizeof *s);
+    if (!s) return nnc_node_fail(e, n, "out of memory");
+    n->state = s;
+    const nnc_attr *cs = nnc_attr_find(n, "cats_strings");
+    if (!cs || cs->kind != AK_STRINGS || cs->count < 1 || !cs->data)
+        return nnc_node_fail(e, n, "attribute 'cats_strings' must be a list of at least one string");
+    TRY(want_dtype(n, 0, 0, DT_STR, e));
+    TRY(want_dtype(n, 1, 0, DT_F32, e));
+    if (!(s->ks = calloc((size_t)cs->count, sizeof *s->ks))) return nnc_node_fail(e, n, "out of memory");
+    s->n = cs->count;
+    for (int64_t i = 0; i < s->n; i++) {
+        const char *p = ((const char *const *)cs->data)[i];
+        size_t len = p ? strlen(p) : 0;
+        if (!utf8_valid((const unsigned char *)p, len)) return nnc_node_fail(e, n, "cats_strings element %lld is not valid UTF-8", (long long)i);
+        if (copy_str(&s->ks[i], p, len)) return nnc_node_fail(e, n, "out of memory");
+    }
+    int64_t z;
+    TRY(nnc_attr_int(n, "zeros", 1, &z, e));
+    s->di = z != 0; /* the 'zeros' attribute */
+    s->kkind = LK_STR;
+    s->last_wins = 1;
+    return le_sort(n, s, e);
+}
+
+static int ohs_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err *e)
+{
+    const le_state *s = n->state;
+    TRY(check_strings(n, in[0], 0, e));
+    if (in[0]->ndim + 1 > NNC_MAXDIM) return nnc_node_unsup(e, n, "input rank %d is too large", in[0]->ndim);
+    *out = *in[0];
+    out->data = NULL;
+    out->dtype = DT_F32;
+    out->dims[out->ndim++] = s->n;
+    return NNC_OK;
+}
+
+static int ohs_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, struct nnc_exec *x_, nnc_err *e)
+{
+    (void)x_;
+    const le_state *s = n->state;
+    int64_t k = nnc_numel(in[0]);
+    float *y = out->data;
+    if (k) memset(y, 0, (size_t)(k * s->n) * sizeof(float));
+    for (int64_t i = 0; i < k; i++) {
+        int64_t j = les_find(s, in[0], i);
+        if (j >= 0) y[i * s->n + j] = 1.f;
+        else if (!s->di)
+            return nnc_node_fail(e, n, "input element %lld is not one of the categories and attribute 'zeros' is 0",
+                                 (long long)i);
+    }
+    return NNC_OK;
+}
+
 /* ---- data movement on strings ---------------------------------------------------------- */
 
 /* The numeric op's create and infer (attributes, shapes, indices) and its run on the 16-byte
  * elements, then every output element gets bytes of its own, so an output never points into
- * an input. Only ops each of whose output elements is a copy of an input element. */
+ * an input. Only ops each of whose string output elements is a copy of an input element
+ * (Shape and Size read no elements; the scatters decline reductions on strings). */
 #define MOVE_OPS(X) X(identity) X(reshape) X(flatten) X(squeeze) X(unsqueeze) X(transpose) \
-    X(expand) X(slice) X(concat) X(split) X(gather) X(tile)
+    X(expand) X(slice) X(concat) X(split) X(gather) X(tile) X(where) X(compress) X(reversesequence) \
+    X(gatherelements) X(gathernd) X(scatterelements) X(scatternd) X(shape) X(size)
 #define MOVE_DECL(x) extern const nnc_op nnc_op_##x;
 MOVE_OPS(MOVE_DECL)
 #define MOVE_REF(x) &nnc_op_##x,
@@ -1227,11 +1286,12 @@ static const nnc_op op_split = {"StringSplit", 1, 1, 1, 2, ss_create, ss_infer, 
 static const nnc_op op_norm = {"StringNormalizer", 1, 1, 1, 1, sn_create, sn_infer, sn_run, sn_destroy, 0, NULL, NULL, NULL};
 static const nnc_op op_regex = {"RegexFullMatch", 1, 1, 1, 1, rx_create, rx_infer, rx_run, rx_destroy, 0, NULL, NULL, NULL};
 static const nnc_op op_catmap = {"CategoryMapper", 1, 1, 1, 1, cm_create, les_infer, les_run, les_destroy, 0, NULL, NULL, "ai.onnx.ml"};
+static const nnc_op op_onehot = {"OneHotEncoder", 1, 1, 1, 1, ohs_create, ohs_infer, ohs_run, les_destroy, 0, NULL, NULL, "ai.onnx.ml"};
 static const nnc_op op_labelenc = {"LabelEncoder", 1, 1, 1, 1, les_create, les_infer, les_run, les_destroy, 0, NULL, NULL, "ai.onnx.ml"};
 
 extern const nnc_op nnc_op_cast_str, nnc_op_castlike_str; /* op_cast.c */
 static const nnc_op *const string_ops[] = {&op_concat, &op_equal, &op_split, &op_norm, &op_regex, &op_labelenc,
-                                           &op_catmap, &nnc_op_cast_str, &nnc_op_castlike_str, NULL};
+                                           &op_catmap, &op_onehot, &nnc_op_cast_str, &nnc_op_castlike_str, NULL};
 
 const nnc_op *nnc_find_string_op(const char *domain, const char *type)
 {
