@@ -206,6 +206,40 @@ def test_one_hot_encoder_with_an_unknown_string_and_zeros_0_is_an_error(rt):
         net.run({"x": np.array(["a", "b"], dtype=object)})
 
 
+LABELS = ["low", "mid", "hoch 的", ""]
+RNG = np.random.default_rng(22)
+CLASSIFIERS = [
+    ("LinearClassifier", dict(coefficients=RNG.standard_normal(12).tolist(), intercepts=RNG.standard_normal(4).tolist(),
+                              classlabels_strings=LABELS, post_transform="SOFTMAX")),
+    ("LinearClassifier", dict(coefficients=RNG.standard_normal(3).tolist(), intercepts=[0.1],
+                              classlabels_strings=LABELS[:2], post_transform="LOGISTIC")),
+    ("SVMClassifier", dict(kernel_type="RBF", kernel_params=[0.5, 0.0, 3.0], vectors_per_class=[2, 1, 1],
+                           support_vectors=RNG.standard_normal(12).tolist(), coefficients=RNG.standard_normal(8).tolist(),
+                           rho=RNG.standard_normal(3).tolist(), classlabels_strings=LABELS[:3])),
+    ("TreeEnsembleClassifier", dict(nodes_treeids=[0, 0, 0], nodes_nodeids=[0, 1, 2], nodes_featureids=[1, 0, 0],
+                                    nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"], nodes_values=[0.0, 0.0, 0.0],
+                                    nodes_truenodeids=[1, 0, 0], nodes_falsenodeids=[2, 0, 0],
+                                    class_treeids=[0, 0, 0, 0], class_nodeids=[1, 1, 2, 2], class_ids=[0, 2, 1, 2],
+                                    class_weights=[0.7, 0.3, 0.8, 0.2], classlabels_strings=LABELS[:3])),
+]
+
+
+@pytest.mark.parametrize("op,attrs", CLASSIFIERS, ids=[f"{c[0]}{i}" for i, c in enumerate(CLASSIFIERS)])
+def test_classifiers_with_string_labels(rt, threads, op, attrs):
+    node = helper.make_node(op, ["x"], ["label", "scores"], name="classify", domain=ML, **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [9, 3])],
+                              [helper.make_tensor_value_info("label", S, None),
+                               helper.make_tensor_value_info("scores", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ML, 3)])
+    feeds = {"x": np.random.default_rng(23).standard_normal((9, 3)).astype(np.float32)}
+    want_label, want_scores = onnxruntime_run(model, feeds)
+    with rt.load(model, backends=["cpu"]) as net:
+        out = net.run(feeds)
+    assert out["label"].dtype == object and out["label"].tolist() == want_label.tolist()
+    # scores as the numeric classifier computes them (float sums in another order: an ulp)
+    np.testing.assert_allclose(out["scores"], want_scores, rtol=1e-5, atol=1e-6)
+
+
 def test_a_string_node_next_to_numeric_nodes_runs_in_its_own_partition(rt):
     """Equal(strings) -> Not -> Cast: the string node and the numeric ones on one backend."""
     nodes = [helper.make_node("Equal", ["a", "b"], ["e"], name="eq"),

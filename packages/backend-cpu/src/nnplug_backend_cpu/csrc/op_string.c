@@ -1211,6 +1211,147 @@ static int ohs_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, struct n
     return NNC_OK;
 }
 
+/* ---- classifiers with string class labels ---------------------------------------------- */
+
+/* LinearClassifier, SVMClassifier, TreeEnsembleClassifier with classlabels_strings: the
+ * numeric op runs with integer labels 0..n-1 (its create sees those in place of the strings
+ * and an int64 label output), then each label index becomes its string. The numeric op sees
+ * a copy of the node holding its own state, so the node itself is never changed at run. */
+extern const nnc_op nnc_op_ml_linearclassifier, nnc_op_ml_svmclassifier, nnc_op_ml_treeensembleclassifier;
+static const nnc_op *const labelled_orig[] = {&nnc_op_ml_linearclassifier, &nnc_op_ml_svmclassifier,
+                                              &nnc_op_ml_treeensembleclassifier};
+#define NLABELLED 3
+static nnc_op labelled_ops[NLABELLED];
+
+typedef struct {
+    void *inner;
+    int64_t n;
+    nstr *labels;
+} lab_state;
+
+static const nnc_op *labelled_inner(const nnc_node *n)
+{
+    for (int i = 0; i < NLABELLED; i++)
+        if (n->op == &labelled_ops[i]) return labelled_orig[i];
+    return NULL;
+}
+
+/* The node as the numeric op knows it. */
+static nnc_node inner_node(const nnc_node *n)
+{
+    nnc_node m = *n;
+    m.op = labelled_inner(n);
+    m.state = n->state ? ((const lab_state *)n->state)->inner : NULL;
+    return m;
+}
+
+static void lab_destroy(nnc_node *n)
+{
+    lab_state *s = n->state;
+    if (!s) return;
+    nnc_node m = inner_node(n);
+    if (m.state && m.op->destroy) m.op->destroy(&m);
+    for (int64_t i = 0; i < s->n; i++) free((void *)s->labels[i].data);
+    free(s->labels);
+    free(s);
+    n->state = NULL;
+}
+
+static int lab_create(nnc_node *n, nnc_err *e)
+{
+    const nnc_op *o = labelled_inner(n);
+    const nnc_attr *cs = nnc_attr_find(n, "classlabels_strings");
+    if (!o) return nnc_node_fail(e, n, "internal: no classifier for string labels");
+    if (!cs || cs->kind != AK_STRINGS || cs->count < 1 || !cs->data)
+        return nnc_node_unsup(e, n, "string outputs need attribute 'classlabels_strings'");
+    /* the tree ensemble names its integer labels classlabels_int64s, the others classlabels_ints */
+    const char *ints_name = o == &nnc_op_ml_treeensembleclassifier ? "classlabels_int64s" : "classlabels_ints";
+    if (nnc_attr_find(n, ints_name)) return nnc_node_fail(e, n, "both classlabels_strings and %s are given", ints_name);
+    TRY(want_dtype(n, 1, 0, DT_STR, e));
+    for (int j = 0; j < n->nin; j++)
+        if (n->vin[j] && n->vin[j]->dtype == DT_STR) return nnc_node_unsup(e, n, "input %d is string; this op takes numbers", j);
+    lab_state *s = calloc(1, sizeof *s);
+    if (!s) return nnc_node_fail(e, n, "out of memory");
+    n->state = s;
+    if (!(s->labels = calloc((size_t)cs->count, sizeof *s->labels))) return nnc_node_fail(e, n, "out of memory");
+    s->n = cs->count;
+    for (int64_t i = 0; i < cs->count; i++) {
+        const char *p = ((const char *const *)cs->data)[i];
+        size_t len = p ? strlen(p) : 0;
+        if (!utf8_valid((const unsigned char *)p, len)) return nnc_node_fail(e, n, "classlabels_strings element %lld is not valid UTF-8", (long long)i);
+        if (copy_str(&s->labels[i], p, len)) return nnc_node_fail(e, n, "out of memory");
+    }
+    nnc_attr *attrs = malloc((size_t)n->nattr * sizeof *attrs);
+    int64_t *ids = malloc((size_t)cs->count * sizeof *ids);
+    if (!attrs || !ids) { free(attrs); free(ids); return nnc_node_fail(e, n, "out of memory"); }
+    for (int64_t i = 0; i < cs->count; i++) ids[i] = i;
+    for (int i = 0; i < n->nattr; i++) {
+        attrs[i] = n->attrs[i];
+        if (&n->attrs[i] == cs) {
+            attrs[i].name = ints_name;
+            attrs[i].kind = AK_INTS;
+            attrs[i].data = ids;
+        }
+    }
+    nnc_node m = inner_node(n);
+    nnc_valinfo as_int;
+    if (m.vout[0]) { as_int = *m.vout[0]; as_int.dtype = DT_I64; m.vout[0] = &as_int; }
+    m.attrs = attrs;
+    int rc = o->create(&m, e); /* the numeric ops copy what they keep of attributes */
+    s->inner = m.state;
+    free(attrs);
+    free(ids);
+    return rc;
+}
+
+static int lab_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err *e)
+{
+    nnc_node m = inner_node(n);
+    TRY(m.op->infer(&m, in, out, e));
+    if (out[0].dtype != DT_I64) return nnc_node_fail(e, n, "internal: the label output is not int64");
+    out[0].dtype = DT_STR;
+    return NNC_OK;
+}
+
+static int lab_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, struct nnc_exec *x, nnc_err *e)
+{
+    const lab_state *s = n->state;
+    nnc_node m = inner_node(n);
+    nnc_tensor outs[NNC_MAXIO];
+    for (int j = 0; j < n->nout; j++) outs[j] = out[j];
+    outs[0].dtype = DT_I64; /* the string elements' buffer is twice as large as the labels */
+    nstr *y = out[0].data;
+    int64_t k = nnc_numel(&out[0]);
+    int rc = m.op->run(&m, in, outs, x, e);
+    const int64_t *ids = out[0].data;
+    /* from the last element down: element i's 16 bytes cover only labels i and up, read before */
+    for (int64_t i = k - 1; i >= 0; i--) {
+        int64_t id = rc == NNC_OK ? ids[i] : -1;
+        y[i].data = NULL;
+        y[i].size = 0;
+        if (rc != NNC_OK) continue;
+        if (id < 0 || id >= s->n) { rc = nnc_node_fail(e, n, "internal: label index %lld", (long long)id); continue; }
+        rc = put(n, &y[i], s->labels[id].data, (size_t)s->labels[id].size, NULL, 0, e);
+    }
+    if (rc != NNC_OK)
+        for (int64_t i = 0; i < k; i++) { free((void *)y[i].data); y[i].data = NULL; y[i].size = 0; }
+    return rc;
+}
+
+static pthread_once_t labelled_once = PTHREAD_ONCE_INIT;
+static void labelled_init(void)
+{
+    for (int i = 0; i < NLABELLED; i++) {
+        labelled_ops[i] = *labelled_orig[i];
+        labelled_ops[i].create = lab_create;
+        labelled_ops[i].infer = lab_infer;
+        labelled_ops[i].run = lab_run;
+        labelled_ops[i].destroy = lab_destroy;
+        labelled_ops[i].scratch = NULL;
+        labelled_ops[i].owns_const = NULL;
+    }
+}
+
 /* ---- data movement on strings ---------------------------------------------------------- */
 
 /* The numeric op's create and infer (attributes, shapes, indices) and its run on the 16-byte
@@ -1298,6 +1439,9 @@ const nnc_op *nnc_find_string_op(const char *domain, const char *type)
     int dflt = !domain || !domain[0] || !strcmp(domain, "ai.onnx");
     for (const nnc_op *const *p = string_ops; *p; p++)
         if (!strcmp((*p)->type, type) && (dflt ? !(*p)->domain : (*p)->domain && !strcmp((*p)->domain, domain))) return *p;
+    pthread_once(&labelled_once, labelled_init);
+    for (int i = 0; !dflt && domain && !strcmp(domain, "ai.onnx.ml") && i < NLABELLED; i++)
+        if (!strcmp(labelled_ops[i].type, type)) return &labelled_ops[i];
     pthread_once(&move_once, move_init);
     for (int i = 0; dflt && i < NMOVE; i++)
         if (!strcmp(move_ops[i].type, type)) return &move_ops[i];
