@@ -184,7 +184,9 @@ def test_strings_onnxruntime_refuses_are_errors_naming_the_node_and_the_text(rt,
 
 
 def test_the_process_locale_does_not_change_results(rt):
-    """A host that sets a locale with a decimal comma still gets onnxruntime's "C" results."""
+    """A host that sets a locale with a decimal comma still gets onnxruntime's "C" results.
+    (Runs where such a locale is installed, or built: localedef -i de_DE -f UTF-8 DIR/de_DE.UTF-8
+    and LOCPATH=DIR.)"""
     import locale
 
     old = locale.setlocale(locale.LC_ALL)
@@ -197,12 +199,14 @@ def test_the_process_locale_does_not_change_results(rt):
     else:
         pytest.skip("no locale with a decimal comma is installed")
     try:
-        m = model([helper.make_node("Cast", ["x"], ["s"], to=S), helper.make_node("Cast", ["s"], ["y"], to=T.DOUBLE)], T.FLOAT, T.DOUBLE)
-        with rt.load(m, backends=["cpu"]) as net:
-            got = net.run({"x": np.array([1.5, -0.25], np.float32)})["y"]
+        printed = model([helper.make_node("Cast", ["x"], ["y"], to=S)], T.FLOAT, S)
+        parsed = model([helper.make_node("Cast", ["x"], ["y"], to=T.DOUBLE)], S, T.DOUBLE)
+        with rt.load(printed, backends=["cpu"]) as a, rt.load(parsed, backends=["cpu"]) as b:
+            text = a.run({"x": np.array([1.5, -0.25], np.float32)})["y"].tolist()
+            value = b.run({"x": np.array(["1.5", "-0,25"], dtype=object)})["y"].tolist()
     finally:
         locale.setlocale(locale.LC_ALL, old)
-    assert got.tolist() == [1.5, -0.25]
+    assert text == ["1.5", "-0.25"] and value == [1.5, -0.0]  # "-0,25": the C locale stops at ","
 
 
 def test_four_bit_types_with_strings_are_declined(rt):
