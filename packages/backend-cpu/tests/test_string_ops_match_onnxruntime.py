@@ -317,6 +317,25 @@ def test_where_on_strings(rt, threads, c_shape, x_shape, y_shape):
     check(rt, model, {"c": cond, "x": texts(x_shape, 20), "y": texts(y_shape, 21)})
 
 
+@pytest.mark.parametrize("sorted_", [1, 0])
+@pytest.mark.parametrize("shape", [(12,), (3, 4), (0,), ()])
+def test_unique_on_strings(rt, threads, sorted_, shape):
+    node = helper.make_node("Unique", ["x"], ["y", "indices", "inverse", "counts"], name="unique_node", sorted=sorted_)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", S, list(shape))],
+                              [helper.make_tensor_value_info("y", S, None)]
+                              + [helper.make_tensor_value_info(n, I64, None) for n in ("indices", "inverse", "counts")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    check(rt, model, {"x": texts(shape, 24, 2, ["", "a", "Z", "é", "ä", "\x7f", "的"])})
+
+
+def test_unique_on_strings_with_only_some_outputs(rt):
+    node = helper.make_node("Unique", ["x"], ["y", "", "inverse"], name="unique_node")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", S, [9])],
+                              [helper.make_tensor_value_info("y", S, None), helper.make_tensor_value_info("inverse", I64, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    check(rt, model, {"x": texts((9,), 25, 1, ["a", "b", "é"])})
+
+
 def test_scatter_reductions_on_strings_are_declined(rt):
     model = model_of("ScatterElements", [("x", S, (3,)), ("i", I64, (1,)), ("u", S, (1,))], [("y", S)],
                      {"reduction": "add"})

@@ -1211,6 +1211,98 @@ static int ohs_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, struct n
     return NNC_OK;
 }
 
+/* ---- Unique (no axis) ---------------------------------------------------------------------- */
+
+/* Y: the distinct strings, in byte order (sorted=1, as std::string's compare) or in order of
+ * first occurrence; indices (first occurrences), inverse_indices, counts as onnxruntime. */
+static int uq_create(nnc_node *n, nnc_err *e)
+{
+    TRY(want_dtype(n, 0, 0, DT_STR, e));
+    TRY(want_dtype(n, 1, 0, DT_STR, e));
+    for (int j = 1; j < n->nout; j++) TRY(want_dtype(n, 1, j, DT_I64, e));
+    if (nnc_attr_find(n, "axis")) return nnc_node_unsup(e, n, "Unique on strings with attribute 'axis' is not supported");
+    int64_t sorted;
+    TRY(nnc_attr_int(n, "sorted", 1, &sorted, e));
+    int64_t *st = malloc(sizeof *st);
+    if (!st) return nnc_node_fail(e, n, "out of memory");
+    *st = sorted != 0;
+    n->state = st;
+    return NNC_OK;
+}
+
+static void uq_destroy(nnc_node *n) { free(n->state); n->state = NULL; }
+
+static int uq_cmp(const void *a, const void *b, void *ctx)
+{
+    const nstr *x = ctx;
+    int64_t i = *(const int64_t *)a, j = *(const int64_t *)b;
+    int c = str_cmp(&x[i], &x[j]);
+    return c ? c : (i < j ? -1 : i > j);
+}
+
+static int first_cmp(const void *a, const void *b)
+{
+    int64_t i = ((const int64_t *)a)[0], j = ((const int64_t *)b)[0];
+    return i < j ? -1 : i > j;
+}
+
+/* groups[2u], groups[2u+1]: first index and start in `order` of each distinct string, in output
+ * order; returns the count (-1: out of memory). order has the indices by (string, index). */
+static int64_t uq_groups(const nstr *x, int64_t total, int sorted, int64_t *order, int64_t *groups)
+{
+    for (int64_t i = 0; i < total; i++) order[i] = i;
+    qsort_r(order, (size_t)total, sizeof *order, uq_cmp, (void *)x);
+    int64_t u = 0;
+    for (int64_t i = 0; i < total; i++)
+        if (i == 0 || str_cmp(&x[order[i]], &x[order[i - 1]])) { groups[2 * u] = order[i]; groups[2 * u + 1] = i; u++; }
+    if (!sorted) qsort(groups, (size_t)u, 2 * sizeof *groups, first_cmp);
+    return u;
+}
+
+static int uq_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err *e)
+{
+    TRY(check_strings(n, in[0], 0, e));
+    int64_t total = nnc_numel(in[0]);
+    int64_t *buf = malloc((size_t)(total ? total : 1) * 3 * sizeof *buf);
+    if (!buf) return nnc_node_fail(e, n, "out of memory");
+    int64_t u = uq_groups(in[0]->data, total, *(const int64_t *)n->state, buf, buf + total);
+    free(buf);
+    for (int j = 0; j < n->nout; j++) {
+        out[j] = *in[0];
+        out[j].data = NULL;
+        out[j].ndim = 1;
+        out[j].dims[0] = j == 2 ? total : u;
+        out[j].dtype = j ? DT_I64 : DT_STR;
+    }
+    return NNC_OK;
+}
+
+static int uq_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, struct nnc_exec *x_, nnc_err *e)
+{
+    (void)x_;
+    const nstr *x = in[0]->data;
+    int64_t total = nnc_numel(in[0]);
+    int64_t *order = malloc((size_t)(total ? total : 1) * 3 * sizeof *order), *groups = order + total;
+    if (!order) return nnc_node_fail(e, n, "out of memory");
+    int64_t u = uq_groups(x, total, *(const int64_t *)n->state, order, groups);
+    nstr *y = out[0].data;
+    int64_t *ind = n->nout > 1 && n->out[1] >= 0 ? out[1].data : NULL;
+    int64_t *inv = n->nout > 2 && n->out[2] >= 0 ? out[2].data : NULL;
+    int64_t *cnt = n->nout > 3 && n->out[3] >= 0 ? out[3].data : NULL;
+    int rc = u == nnc_numel(&out[0]) ? NNC_OK : nnc_node_fail(e, n, "internal: the unique count changed");
+    for (int64_t k = 0; k < nnc_numel(&out[0]); k++) y[k].data = NULL, y[k].size = 0;
+    for (int64_t k = 0; k < u && rc == NNC_OK; k++) {
+        int64_t first = groups[2 * k], start = groups[2 * k + 1], end = start + 1;
+        while (end < total && !str_cmp(&x[order[end]], &x[first])) end++;
+        rc = put(n, &y[k], x[first].data, (size_t)x[first].size, NULL, 0, e);
+        if (ind) ind[k] = first;
+        if (cnt) cnt[k] = end - start;
+        if (inv) for (int64_t i = start; i < end; i++) inv[order[i]] = k;
+    }
+    free(order);
+    return rc;
+}
+
 /* ---- classifiers with string class labels ---------------------------------------------- */
 
 /* LinearClassifier, SVMClassifier, TreeEnsembleClassifier with classlabels_strings: the
@@ -1428,11 +1520,12 @@ static const nnc_op op_norm = {"StringNormalizer", 1, 1, 1, 1, sn_create, sn_inf
 static const nnc_op op_regex = {"RegexFullMatch", 1, 1, 1, 1, rx_create, rx_infer, rx_run, rx_destroy, 0, NULL, NULL, NULL};
 static const nnc_op op_catmap = {"CategoryMapper", 1, 1, 1, 1, cm_create, les_infer, les_run, les_destroy, 0, NULL, NULL, "ai.onnx.ml"};
 static const nnc_op op_onehot = {"OneHotEncoder", 1, 1, 1, 1, ohs_create, ohs_infer, ohs_run, les_destroy, 0, NULL, NULL, "ai.onnx.ml"};
+static const nnc_op op_unique = {"Unique", 1, 1, 1, 4, uq_create, uq_infer, uq_run, uq_destroy, 0, NULL, NULL, NULL};
 static const nnc_op op_labelenc = {"LabelEncoder", 1, 1, 1, 1, les_create, les_infer, les_run, les_destroy, 0, NULL, NULL, "ai.onnx.ml"};
 
 extern const nnc_op nnc_op_cast_str, nnc_op_castlike_str; /* op_cast.c */
 static const nnc_op *const string_ops[] = {&op_concat, &op_equal, &op_split, &op_norm, &op_regex, &op_labelenc,
-                                           &op_catmap, &op_onehot, &nnc_op_cast_str, &nnc_op_castlike_str, NULL};
+                                           &op_catmap, &op_onehot, &op_unique, &nnc_op_cast_str, &nnc_op_castlike_str, NULL};
 
 const nnc_op *nnc_find_string_op(const char *domain, const char *type)
 {
