@@ -1,5 +1,5 @@
 /* Cast and CastLike between every numeric type and bool, the 8- and 4-bit floats and the 4-
- * and 2-bit integers. Conversions follow onnxruntime's CPU provider on x86-64: float to
+ * and 2-bit integers (to and from strings: the section at the end). Conversions follow onnxruntime's CPU provider on x86-64: float to
  * integer truncates toward zero, and NaN or values out of range give what cvttss2si/cvttsd2si
  * give there (the "integer indefinite" value, then truncated to narrow types); integer to
  * integer wraps (to 4 and 2 bits too, as ml_dtypes does; a float out of a 4- or 2-bit type's
