@@ -214,3 +214,31 @@ def test_four_bit_types_with_strings_are_declined(rt):
     m = model([helper.make_node("Cast", ["x"], ["y"], to=T.INT4, name="to_int4")], S, T.INT4)
     with pytest.raises(nnplug.UnsupportedNodeError, match="to_int4"):
         rt.load(m, backends=["cpu"])
+
+
+def test_casts_to_and_from_strings_run_from_many_threads_at_once(rt):
+    """One network that prints numbers and parses them back, four Python threads."""
+    import threading
+
+    nodes = [helper.make_node("Cast", ["x"], ["s"], to=S), helper.make_node("Cast", ["s"], ["y"], to=T.DOUBLE)]
+    m = model(nodes, T.FLOAT, T.DOUBLE)
+    m.graph.output.append(helper.make_tensor_value_info("s", S, None))
+    feeds = [{"x": random_floats(20, 30 + i).astype(np.float32)} for i in range(4)]
+    want = [onnxruntime_run(m, f) for f in feeds]
+    errors = []
+    with rt.load(m, backends=["cpu"]) as net:
+        def work(i):
+            try:
+                for _ in range(20):
+                    out = net.run(feeds[i])
+                    np.testing.assert_array_equal(out["y"], want[i][0])
+                    assert out["s"].tolist() == want[i][1].tolist()
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        workers = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        for t in workers:
+            t.start()
+        for t in workers:
+            t.join()
+    assert not errors, errors[0]
