@@ -40,6 +40,7 @@ STATUS = {
     "skl_minmax_binarizer_tree": MATCH,
     "skl_normalizer_logistic": MATCH,
     "skl_onehot_pipeline": MATCH,
+    "skl_string_columns_pipeline": MATCH,  # string columns in, string labels out
     "skl_random_forest_binary": MATCH,
     "skl_random_forest_classifier": MATCH,
     "skl_random_forest_regressor": MATCH,
@@ -85,6 +86,9 @@ def make_inputs(spec: list[dict], seed: int) -> dict[str, np.ndarray]:
     feeds = {}
     for s in spec:
         shape, dt, kind = s["shape"], np.dtype(s["dtype"]), s["kind"]
+        if kind.startswith("strings:"):  # strings:<the values to draw from, comma-separated>
+            feeds[s["name"]] = rng.choice(kind[8:].split(","), shape).astype(object)
+            continue
         if kind.startswith("ids:"):
             a = rng.integers(0, int(kind[4:]), shape)
         elif kind == "ones":
@@ -109,7 +113,7 @@ def compare(name, got: dict, want: dict):
             g = np.array([list(m.values()) for m in g], np.float32)
             w = np.array([list(m.values()) for m in w], np.float32)
         assert g.shape == w.shape and g.dtype == w.dtype, f"{name}/{k}: {g.dtype}{g.shape} vs {w.dtype}{w.shape}"
-        if w.dtype.kind in "biu":
+        if w.dtype.kind in "biuO":  # O: string labels
             np.testing.assert_array_equal(g, w, err_msg=f"{name}/{k}")
         else:
             scale = float(np.nanmax(np.abs(w))) if w.size else 1.0

@@ -186,6 +186,60 @@ def test_category_mapper(rt, threads, to_int, default):
     check(rt, model, {"x": x})
 
 
+@pytest.mark.parametrize("zeros", [1, 0])
+@pytest.mark.parametrize("shape", [(4,), (3, 2), (0, 2)])
+def test_one_hot_encoder_with_string_categories(rt, threads, zeros, shape):
+    cats = ["a", "é", "的", "", "a", "b"]  # a duplicate: the last wins
+    pool = cats if not zeros else cats + ["zz", "A"]
+    x = texts(shape, 18, 1, pool) if not zeros else texts(shape, 18, 2, pool)
+    if not zeros:
+        x = np.array([v if v in cats else "b" for v in x.flat], dtype=object).reshape(shape)
+    model = model_of("OneHotEncoder", [("x", S, shape)], [("y", TensorProto.FLOAT)],
+                     {"cats_strings": cats, "zeros": zeros}, domain=ML)
+    check(rt, model, {"x": x})
+
+
+def test_one_hot_encoder_with_an_unknown_string_and_zeros_0_is_an_error(rt):
+    model = model_of("OneHotEncoder", [("x", S, (2,))], [("y", TensorProto.FLOAT)],
+                     {"cats_strings": ["a"], "zeros": 0}, domain=ML)
+    with rt.load(model, backends=["cpu"]) as net, pytest.raises(nnplug.NnplugError, match="onehotencoder_node"):
+        net.run({"x": np.array(["a", "b"], dtype=object)})
+
+
+LABELS = ["low", "mid", "hoch 的", ""]
+RNG = np.random.default_rng(22)
+CLASSIFIERS = [
+    ("LinearClassifier", dict(coefficients=RNG.standard_normal(12).tolist(), intercepts=RNG.standard_normal(4).tolist(),
+                              classlabels_strings=LABELS, post_transform="SOFTMAX")),
+    ("LinearClassifier", dict(coefficients=RNG.standard_normal(3).tolist(), intercepts=[0.1],
+                              classlabels_strings=LABELS[:2], post_transform="LOGISTIC")),
+    ("SVMClassifier", dict(kernel_type="RBF", kernel_params=[0.5, 0.0, 3.0], vectors_per_class=[2, 1, 1],
+                           support_vectors=RNG.standard_normal(12).tolist(), coefficients=RNG.standard_normal(8).tolist(),
+                           rho=RNG.standard_normal(3).tolist(), classlabels_strings=LABELS[:3])),
+    ("TreeEnsembleClassifier", dict(nodes_treeids=[0, 0, 0], nodes_nodeids=[0, 1, 2], nodes_featureids=[1, 0, 0],
+                                    nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"], nodes_values=[0.0, 0.0, 0.0],
+                                    nodes_truenodeids=[1, 0, 0], nodes_falsenodeids=[2, 0, 0],
+                                    class_treeids=[0, 0, 0, 0], class_nodeids=[1, 1, 2, 2], class_ids=[0, 2, 1, 2],
+                                    class_weights=[0.7, 0.3, 0.8, 0.2], classlabels_strings=LABELS[:3])),
+]
+
+
+@pytest.mark.parametrize("op,attrs", CLASSIFIERS, ids=[f"{c[0]}{i}" for i, c in enumerate(CLASSIFIERS)])
+def test_classifiers_with_string_labels(rt, threads, op, attrs):
+    node = helper.make_node(op, ["x"], ["label", "scores"], name="classify", domain=ML, **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [9, 3])],
+                              [helper.make_tensor_value_info("label", S, None),
+                               helper.make_tensor_value_info("scores", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ML, 3)])
+    feeds = {"x": np.random.default_rng(23).standard_normal((9, 3)).astype(np.float32)}
+    want_label, want_scores = onnxruntime_run(model, feeds)
+    with rt.load(model, backends=["cpu"]) as net:
+        out = net.run(feeds)
+    assert out["label"].dtype == object and out["label"].tolist() == want_label.tolist()
+    # scores as the numeric classifier computes them (float sums in another order: an ulp)
+    np.testing.assert_allclose(out["scores"], want_scores, rtol=1e-5, atol=1e-6)
+
+
 def test_a_string_node_next_to_numeric_nodes_runs_in_its_own_partition(rt):
     """Equal(strings) -> Not -> Cast: the string node and the numeric ones on one backend."""
     nodes = [helper.make_node("Equal", ["a", "b"], ["e"], name="eq"),
@@ -223,20 +277,70 @@ MOVES = [  # op, extra inputs (name, array), attributes, input shape
      {}, (4, 4)),
     ("Gather", [("indices", np.array([[2, 0], [-1, 1]], np.int64))], {"axis": 1}, (2, 3)),
     ("Tile", [("repeats", np.array([2, 1], np.int64))], {}, (2, 3)),
+    ("Compress", [("condition", np.array([True, False, True]))], {"axis": 1}, (2, 3)),
+    ("Compress", [("condition", np.array([False, True, True, False, True]))], {}, (2, 3)),
+    ("ReverseSequence", [("sequence_lens", np.array([1, 3, 2], np.int64))],
+     {"batch_axis": 1, "time_axis": 0}, (3, 3)),
+    ("GatherElements", [("indices", np.array([[1, 0, 1], [-1, 1, 0]], np.int64))], {"axis": 0}, (2, 3)),
+    ("GatherND", [("indices", np.array([[[1, 2]], [[0, 0]]], np.int64))], {}, (2, 3, 2)),
+    ("GatherND", [("indices", np.array([[1], [0]], np.int64))], {"batch_dims": 1}, (2, 3)),
+    ("ScatterElements", [("indices", np.array([[1, 0], [0, 2]], np.int64)),
+                         ("updates", np.array([["u", "v"], ["é", ""]], object))], {"axis": 1}, (2, 3)),
+    ("ScatterND", [("indices", np.array([[1], [0]], np.int64)),
+                   ("updates", np.array([["u", "v", "w"], ["的", "", "x"]], object))], {}, (2, 3)),
+    ("Shape", [], {"start": 1}, (2, 3, 4)),
+    ("Size", [], {}, (2, 3, 4)),
 ]
 
 
-@pytest.mark.parametrize("op,extra,attrs,shape", MOVES, ids=[m[0] for m in MOVES])
+@pytest.mark.parametrize("op,extra,attrs,shape", MOVES, ids=[f"{m[0]}{i}" for i, m in enumerate(MOVES)])
 def test_data_movement_on_strings(rt, threads, op, extra, attrs, shape):
     """The numeric kernels move the elements; each output string gets bytes of its own."""
     node = helper.make_node(op, ["x"] + [n for n, _ in extra], ["y"], name=f"{op.lower()}_node",
                             **attrs)
+    out_type = I64 if op in ("Shape", "Size") else S
     graph = helper.make_graph(
         [node], "g", [helper.make_tensor_value_info("x", S, list(shape))]
-        + [helper.make_tensor_value_info(n, I64, list(a.shape)) for n, a in extra],
-        [helper.make_tensor_value_info("y", S, None)])
+        + [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype) if a.dtype != object else S,
+                                         list(a.shape)) for n, a in extra],
+        [helper.make_tensor_value_info("y", out_type, None)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
     check(rt, model, {"x": texts(shape, 12), **dict(extra)})
+
+
+@pytest.mark.parametrize("c_shape,x_shape,y_shape", [((2, 3), (2, 3), (2, 3)), ((3,), (2, 1), ()),
+                                                     ((2, 1, 1), (1, 4), (3, 1)), ((0, 2), (2,), (1,))])
+def test_where_on_strings(rt, threads, c_shape, x_shape, y_shape):
+    model = model_of("Where", [("c", TensorProto.BOOL, c_shape), ("x", S, x_shape), ("y", S, y_shape)],
+                     [("z", S)])
+    cond = np.random.default_rng(19).integers(0, 2, c_shape).astype(bool)
+    check(rt, model, {"c": cond, "x": texts(x_shape, 20), "y": texts(y_shape, 21)})
+
+
+@pytest.mark.parametrize("sorted_", [1, 0])
+@pytest.mark.parametrize("shape", [(12,), (3, 4), (0,), ()])
+def test_unique_on_strings(rt, threads, sorted_, shape):
+    node = helper.make_node("Unique", ["x"], ["y", "indices", "inverse", "counts"], name="unique_node", sorted=sorted_)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", S, list(shape))],
+                              [helper.make_tensor_value_info("y", S, None)]
+                              + [helper.make_tensor_value_info(n, I64, None) for n in ("indices", "inverse", "counts")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    check(rt, model, {"x": texts(shape, 24, 2, ["", "a", "Z", "é", "ä", "\x7f", "的"])})
+
+
+def test_unique_on_strings_with_only_some_outputs(rt):
+    node = helper.make_node("Unique", ["x"], ["y", "", "inverse"], name="unique_node")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", S, [9])],
+                              [helper.make_tensor_value_info("y", S, None), helper.make_tensor_value_info("inverse", I64, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    check(rt, model, {"x": texts((9,), 25, 1, ["a", "b", "é"])})
+
+
+def test_scatter_reductions_on_strings_are_declined(rt):
+    model = model_of("ScatterElements", [("x", S, (3,)), ("i", I64, (1,)), ("u", S, (1,))], [("y", S)],
+                     {"reduction": "add"})
+    with pytest.raises(nnplug.UnsupportedNodeError, match="scatterelements_node"):
+        rt.load(model, backends=["cpu"])
 
 
 def test_concat_and_split_on_strings(rt, threads):

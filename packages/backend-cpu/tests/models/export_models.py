@@ -3,7 +3,7 @@
 Run in a scratch environment, not the test environment:
 
     python -m venv /tmp/export-venv
-    /tmp/export-venv/bin/pip install torch==2.13.0 scikit-learn skl2onnx onnxscript transformers onnx
+    /tmp/export-venv/bin/pip install torch==2.13.0 scikit-learn skl2onnx onnxscript transformers onnx pandas
     /tmp/export-venv/bin/python packages/backend-cpu/tests/models/export_models.py
 
 Every model has random weights (seeded) and a small configuration: a few hundred KB each. The
@@ -372,6 +372,47 @@ def sklearn_models():
         MANIFEST["skl_onehot_pipeline"]["inputs"][0]["kind"] = "cats:0,1:4,3"
     conv("skl_random_forest_zipmap", RandomForestClassifier(4, max_depth=3, random_state=0).fit(Xc, yc), Xc,
          zipmap=True)
+    string_columns_pipeline()
+
+
+def string_columns_pipeline():
+    """String categorical columns as a table has them: one graph input per column, a one-hot
+    and an ordinal encoding of strings beside scaled numbers, and string class labels."""
+    from skl2onnx import to_onnx
+    from skl2onnx.common.data_types import FloatTensorType, StringTensorType
+    from sklearn.compose import ColumnTransformer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import OneHotEncoder, OrdinalEncoder, StandardScaler
+
+    rng = np.random.default_rng(0)
+    n = 300
+    colors, sizes = ["red", "green", "blue", "vert foncé", "紫"], ["S", "M", "L", "XL"]
+    color, size = rng.choice(colors, (n, 1)), rng.choice(sizes, (n, 1))
+    x0, x1 = rng.standard_normal((n, 1)), rng.standard_normal((n, 1))
+    score = (np.isin(color, ["red", "紫"]) + 0.5 * np.vectorize(sizes.index)(size) + x0
+             + 0.5 * rng.standard_normal((n, 1))).ravel()
+    y = np.where(score > 2, "high", np.where(score > 0.8, "mid", "low"))
+    import pandas as pd  # ColumnTransformer on named columns, as skl2onnx maps them to inputs
+
+    df = pd.DataFrame({"color": color.ravel(), "size": size.ravel(), "x0": x0.ravel().astype(np.float32),
+                       "x1": x1.ravel().astype(np.float32)})
+    ct = ColumnTransformer([("onehot", OneHotEncoder(handle_unknown="ignore"), ["color"]),
+                            ("ordinal", OrdinalEncoder(categories=[sizes]), ["size"]),
+                            ("num", StandardScaler(), ["x0", "x1"])])
+    pipe = make_pipeline(ct, LogisticRegression(max_iter=500)).fit(df, y)
+    types = [("color", StringTensorType([None, 1])), ("size", StringTensorType([None, 1])),
+             ("x0", FloatTensorType([None, 1])), ("x1", FloatTensorType([None, 1]))]
+    onx = to_onnx(pipe, initial_types=types, target_opset={"": OPSET, "ai.onnx.ml": 3},
+                  options={id(pipe): {"zipmap": False}})
+    name = "skl_string_columns_pipeline"
+    with open(os.path.join(HERE, f"{name}.onnx"), "wb") as f:
+        f.write(onx.SerializeToString())
+    # "unseen" is no category of the one-hot encoder (handle_unknown="ignore": all zeros)
+    record(name, [{"name": "color", "dtype": "object", "shape": [16, 1], "kind": "strings:" + ",".join(colors + ["unseen"])},
+                  {"name": "size", "dtype": "object", "shape": [16, 1], "kind": "strings:" + ",".join(sizes)},
+                  {"name": "x0", "dtype": "float32", "shape": [16, 1], "kind": "normal"},
+                  {"name": "x1", "dtype": "float32", "shape": [16, 1], "kind": "normal"}], "sklearn")
 
 
 def main():

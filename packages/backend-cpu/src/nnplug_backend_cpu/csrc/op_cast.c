@@ -1,16 +1,22 @@
 /* Cast and CastLike between every numeric type and bool, the 8- and 4-bit floats and the 4-
- * and 2-bit integers. Conversions follow onnxruntime's CPU provider on x86-64: float to
+ * and 2-bit integers (to and from strings: the section at the end). Conversions follow onnxruntime's CPU provider on x86-64: float to
  * integer truncates toward zero, and NaN or values out of range give what cvttss2si/cvttsd2si
  * give there (the "integer indefinite" value, then truncated to narrow types); integer to
  * integer wraps (to 4 and 2 bits too, as ml_dtypes does; a float out of a 4- or 2-bit type's
  * range gives 0 there, as ml_dtypes does); float16/bfloat16 round to nearest
  * even; anything to bool is "!= 0". The 8- and 4-bit floats follow the ONNX spec (typed.h):
  * one rounding to nearest even, `saturate` (default 1) clamping to the largest finite value. */
+#define _GNU_SOURCE /* strtod_l, strtoll_l, uselocale */
 #include "nnc.h"
 #include "ops.h"
 #include "typed.h"
+#include "nnplug/common.h"
 
+#include <errno.h>
+#include <locale.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 /* Types computed through double: the wide floats, the 8- and 4-bit floats. */
@@ -141,7 +147,8 @@ static void cast_range(void *arg, int64_t b, int64_t e, int tid)
     }
 }
 
-static int cast_create(nnc_node *n, nnc_err *e)
+/* Attributes into n->state; `strings`: the string cast (op_string.c's table) checks types. */
+static int cast_setup(nnc_node *n, int strings, nnc_err *e)
 {
     int to;
     int like = !strcmp(n->op_type, "CastLike");
@@ -154,9 +161,9 @@ static int cast_create(nnc_node *n, nnc_err *e)
         if (v < 0 || v > 1000) return nnc_node_fail(e, n, "attribute 'to' = %lld is not an element type", (long long)v);
         to = (int)v;
     }
-    if (!castable_to(to))
+    if (!strings && !castable_to(to))
         return nnc_node_unsup(e, n, "casting to %s is not supported", nnc_dtname(to));
-    if (n->vin[0] && n->vin[0]->dtype && !castable_from(n->vin[0]->dtype))
+    if (!strings && n->vin[0] && n->vin[0]->dtype && !castable_from(n->vin[0]->dtype))
         return nnc_node_unsup(e, n, "casting from %s is not supported", nnc_dtname(n->vin[0]->dtype));
     int64_t sat = 1;
     if (n->opset >= 19 || n->opset == 0) TRY(nnc_attr_int(n, "saturate", 1, &sat, e));
@@ -173,16 +180,24 @@ static int cast_create(nnc_node *n, nnc_err *e)
     return NNC_OK;
 }
 
-static int cast_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err *e)
+static int cast_create(nnc_node *n, nnc_err *e) { return cast_setup(n, 0, e); }
+
+/* The output: the input's shape as `to`. */
+static int cast_shape(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err *e)
 {
     int to = ((const cast_state *)n->state)->to;
-    if (!castable_from(in[0]->dtype)) return nnc_node_fail(e, n, "casting from %s is not supported", nnc_dtname(in[0]->dtype));
     if (n->nin > 1 && in[1] && in[1]->dtype != to)
         return nnc_node_fail(e, n, "target_type input is %s, the model declared %s", nnc_dtname(in[1]->dtype), nnc_dtname(to));
     *out = *in[0];
     out->dtype = to;
     out->data = NULL;
     return NNC_OK;
+}
+
+static int cast_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err *e)
+{
+    if (!castable_from(in[0]->dtype)) return nnc_node_fail(e, n, "casting from %s is not supported", nnc_dtname(in[0]->dtype));
+    return cast_shape(n, in, out, e);
 }
 
 static int cast_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec *x, nnc_err *e)
@@ -265,3 +280,179 @@ static int bitcast_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_
 }
 
 const nnc_op nnc_op_bitcast = {"BitCast", 1, 1, 1, 1, bitcast_create, bitcast_infer, bitcast_run, cast_destroy, 0};
+
+/* ---- Cast and CastLike to and from strings ---------------------------------------------- */
+
+/* As onnxruntime's CPU provider (cast_op.cc), checked over a wide grid of inputs:
+ *  - to string: floats of every width as printf("%.8g") of the value (float16, bfloat16 and
+ *    the 8-bit floats widened first), NaN as "NaN", infinities as "INF" / "-INF"; integers in
+ *    decimal; bool as "1" / "0".
+ *  - from string: floats by strtod (leading space, a prefix such as "1.5abc", hex, "nan",
+ *    "inf" all parse), then narrowed to float for every type but double, then to the target;
+ *    signed integers by strtoll, unsigned ones and bool by strtoull (base 10, so "-1" is the
+ *    largest uint64), then wrapped to the width (bool: != 0). Where std::stod / stoll / stoull
+ *    throw there (nothing parsed; out of range, which includes strtod's underflow) the node
+ *    fails naming the element and its text.
+ * Parsing and printing run in the "C" locale of this thread only (uselocale / strtod_l), so a
+ * host process's setlocale never changes a result. */
+
+typedef nnp_string cstr;
+
+static locale_t g_c_locale;
+static pthread_once_t g_c_once = PTHREAD_ONCE_INIT;
+static void c_locale_init(void) { g_c_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0); }
+static locale_t c_locale(void)
+{
+    pthread_once(&g_c_once, c_locale_init);
+    return g_c_locale;
+}
+
+/* Types a string casts to and from: the numeric types, bool, the 8-bit floats. */
+static int str_castable(int dt)
+{
+    return nnc_dt_numeric(dt) || dt == DT_BOOL || dt == DT_STR ||
+           (nnc_dt_minifloat(dt) && dt != DT_F4E2M1);
+}
+
+static int scast_create(nnc_node *n, nnc_err *e)
+{
+    TRY(cast_setup(n, 1, e));
+    int to = ((const cast_state *)n->state)->to;
+    int from = n->vin[0] ? n->vin[0]->dtype : DT_UNDEF;
+    if (to != DT_STR && from != DT_UNDEF && from != DT_STR)
+        return nnc_node_fail(e, n, "internal: a cast without strings came to the string cast");
+    if (!str_castable(to) || (from != DT_UNDEF && !str_castable(from)))
+        return nnc_node_unsup(e, n, "casting %s to %s is not supported (strings cast to and from the numeric types, "
+                              "bool and the 8-bit floats)", nnc_dtname(from), nnc_dtname(to));
+    if (!c_locale()) return nnc_node_unsup(e, n, "the C locale could not be created");
+    return NNC_OK;
+}
+
+static int scast_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err *e)
+{
+    int to = ((const cast_state *)n->state)->to;
+    if (!str_castable(in[0]->dtype) || (to != DT_STR && in[0]->dtype != DT_STR))
+        return nnc_node_unsup(e, n, "casting %s to %s is not supported", nnc_dtname(in[0]->dtype), nnc_dtname(to));
+    return cast_shape(n, in, out, e);
+}
+
+/* One output string: its own bytes (NULL for ""). */
+static int str_put(const nnc_node *n, cstr *o, const char *p, size_t len, nnc_err *e)
+{
+    o->data = NULL;
+    o->size = 0;
+    if (!len) return NNC_OK;
+    char *m = malloc(len);
+    if (!m) return nnc_node_fail(e, n, "out of memory for a string of %zu bytes", len);
+    memcpy(m, p, len);
+    o->data = m;
+    o->size = len;
+    return NNC_OK;
+}
+
+/* Text of element i of a number tensor (the C locale is this thread's). */
+static int num_text(const nnc_tensor *t, int64_t i, char *buf, size_t cap)
+{
+    int dt = t->dtype;
+    if (nnc_dt_int(dt) || dt == DT_BOOL) {
+        int64_t k;
+        nnc_load_i(t->data, dt, i, 1, 1, &k);
+        return dt == DT_U64 ? snprintf(buf, cap, "%llu", (unsigned long long)(uint64_t)k) : snprintf(buf, cap, "%lld", (long long)k);
+    }
+    double d;
+    nnc_load_d(t->data, dt, i, 1, 1, &d);
+    if (isnan(d)) return snprintf(buf, cap, "NaN");
+    if (isinf(d)) return snprintf(buf, cap, d < 0 ? "-INF" : "INF");
+    return snprintf(buf, cap, "%.8g", d);
+}
+
+static int to_strings(nnc_node *n, const nnc_tensor *x, nnc_tensor *out, nnc_err *e)
+{
+    cstr *y = out->data;
+    int64_t k = nnc_numel(out), i = 0;
+    int rc = NNC_OK;
+    locale_t old = uselocale(c_locale());
+    for (; i < k; i++) {
+        char buf[64];
+        int len = num_text(x, i, buf, sizeof buf);
+        if (len < 0 || (size_t)len >= sizeof buf) { rc = nnc_node_fail(e, n, "element %lld could not be printed", (long long)i); break; }
+        if ((rc = str_put(n, &y[i], buf, (size_t)len, e))) break;
+    }
+    uselocale(old);
+    for (; i < k; i++) y[i].data = NULL, y[i].size = 0;
+    return rc;
+}
+
+/* The parse of one string as `to`: a double for the float types, else an integer's bits. */
+static int parse_one(const nnc_node *n, const cstr *s, int64_t i, int to, double *d, int64_t *k, nnc_err *e)
+{
+    char small[128], *buf = small;
+    if (s->size && !s->data) return nnc_node_fail(e, n, "string element %lld has %llu bytes at NULL", (long long)i, (unsigned long long)s->size);
+    if (s->size >= sizeof small && !(buf = malloc((size_t)s->size + 1))) return nnc_node_fail(e, n, "out of memory");
+    if (s->size) memcpy(buf, s->data, (size_t)s->size);
+    buf[s->size] = 0; /* as std::string's c_str(): an embedded NUL ends the text */
+    char *end = NULL;
+    const char *what;
+    locale_t loc = c_locale();
+    errno = 0;
+    if (!nnc_dt_int(to) && to != DT_BOOL) {
+        *d = strtod_l(buf, &end, loc);
+        what = "a double (std::stod)";
+    } else if (nnc_dt_signed(to)) {
+        *k = (int64_t)strtoll_l(buf, &end, 10, loc);
+        what = "an int64 (std::stoll)";
+    } else {
+        *k = (int64_t)strtoull_l(buf, &end, 10, loc);
+        what = "a uint64 (std::stoull)";
+    }
+    int bad = end == buf, range = errno == ERANGE;
+    int rc = NNC_OK;
+    if (bad || range) {
+        int shown = s->size > 60 ? 60 : (int)s->size;
+        rc = nnc_node_fail(e, n, "string element %lld, \"%.*s\"%s, %s %s, as onnxruntime refuses it too; "
+                           "clean the input or map it with LabelEncoder first", (long long)i, shown, buf,
+                           s->size > 60 ? "..." : "", bad ? "does not start with" : "is out of the range of", what);
+    }
+    if (buf != small) free(buf);
+    return rc;
+}
+
+static int from_strings(nnc_node *n, const nnc_tensor *x, nnc_tensor *out, int saturate, nnc_err *e)
+{
+    const cstr *s = x->data;
+    int to = out->dtype;
+    int64_t total = nnc_numel(out);
+    const nnc_minifloat *mf = nnc_minifloat_of(to);
+    for (int64_t i = 0; i < total; i++) {
+        double d = 0;
+        int64_t k = 0;
+        TRY(parse_one(n, &s[i], i, to, &d, &k, e));
+        if (nnc_dt_int(to)) { nnc_store_i(out->data, to, i, 1, &k); continue; }
+        if (to == DT_BOOL) { ((uint8_t *)out->data)[i] = k != 0; continue; }
+        if (to != DT_F64) d = (double)(float)d; /* narrowed to float first, as onnxruntime */
+        if (to == DT_BF16 && isnan(d)) d = fabs(d); /* its bfloat16 NaN is positive */
+        if (mf) ((uint8_t *)out->data)[i] = nnc_mf_encode(mf, d, saturate);
+        else nnc_store_d(out->data, to, i, 1, &d);
+    }
+    return NNC_OK;
+}
+
+static int scast_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec *x, nnc_err *e)
+{
+    (void)x;
+    const cast_state *st = n->state;
+    if (in[0]->dtype == DT_STR && out->dtype == DT_STR) {
+        const cstr *s = in[0]->data;
+        cstr *y = out->data;
+        int64_t k = nnc_numel(out), i = 0;
+        int rc = NNC_OK;
+        for (; i < k && rc == NNC_OK; i++) rc = str_put(n, &y[i], s[i].data, (size_t)s[i].size, e);
+        for (; i < k; i++) y[i].data = NULL, y[i].size = 0;
+        return rc;
+    }
+    if (out->dtype == DT_STR) return to_strings(n, in[0], out, e);
+    return from_strings(n, in[0], out, st->saturate, e);
+}
+
+const nnc_op nnc_op_cast_str = {"Cast", 1, 1, 1, 1, scast_create, scast_infer, scast_run, cast_destroy, 0};
+const nnc_op nnc_op_castlike_str = {"CastLike", 2, 2, 1, 1, scast_create, scast_infer, scast_run, cast_destroy, 0};

@@ -214,8 +214,8 @@ const int ML_OUT_I64[] = {DT_I64, 0};
 int ml_no_string_labels(const nnc_node *n, const char *attr, nnc_err *e)
 {
     if (ml_attr_len(n, attr) > 0)
-        return nnc_node_unsup(e, n, "string class labels ('%s') are not supported (the cpu backend carries no "
-                              "string tensors); convert the model with integer labels", attr);
+        return nnc_node_unsup(e, n, "string class labels ('%s') run when the label output is typed as a string "
+                              "tensor (it is not typed so here)", attr);
     return NNC_OK;
 }
 

@@ -418,7 +418,7 @@ static int ohe_cmp(const void *a, const void *b)
 static int ohe_create(nnc_node *n, nnc_err *e)
 {
     if (ml_attr_len(n, "cats_strings") > 0)
-        return nnc_node_unsup(e, n, "string categories are not supported (the cpu backend carries no string tensors)");
+        return nnc_node_unsup(e, n, "cats_strings needs a string input (the input is numeric)");
     static const int num[] = {DT_I64, DT_I32, DT_F32, DT_F64, 0};
     TRY(nnc_check_dtype(n, 0, num, e));
     TRY(ml_check_out(n, 0, ML_OUT_F32, e));

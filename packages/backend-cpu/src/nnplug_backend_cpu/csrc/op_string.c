@@ -1,7 +1,7 @@
 /* String tensors (backend ABI 1.3): StringConcat, StringSplit, StringNormalizer,
  * RegexFullMatch, Equal on strings, LabelEncoder with string keys or values, CategoryMapper,
- * and the
- * data-movement ops (Identity, Reshape, Transpose, Gather, Concat, ...) on strings.
+ * Cast to and from strings (op_cast.c), and the data-movement ops (Identity, Reshape,
+ * Transpose, Gather, Concat, Where, Compress, the gathers and scatters, ...) on strings.
  *
  * Elements are nnp_string {data, size}: UTF-8 bytes, not NUL-terminated. Inputs belong to the
  * host; every output element gets its own malloc'd bytes (NULL for ""), freed by the table's
@@ -1154,13 +1154,305 @@ static int les_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, struct n
     return NNC_OK;
 }
 
+/* OneHotEncoder with cats_strings: [..] strings -> [.., categories] floats. Equal categories:
+ * the last wins, as onnxruntime's map filled in order. */
+static int ohs_create(nnc_node *n, nnc_err *e)
+{
+    le_state *s = calloc(1, sizeof *s);
+    if (!s) return nnc_node_fail(e, n, "out of memory");
+    n->state = s;
+    const nnc_attr *cs = nnc_attr_find(n, "cats_strings");
+    if (!cs || cs->kind != AK_STRINGS || cs->count < 1 || !cs->data)
+        return nnc_node_fail(e, n, "attribute 'cats_strings' must be a list of at least one string");
+    TRY(want_dtype(n, 0, 0, DT_STR, e));
+    TRY(want_dtype(n, 1, 0, DT_F32, e));
+    if (!(s->ks = calloc((size_t)cs->count, sizeof *s->ks))) return nnc_node_fail(e, n, "out of memory");
+    s->n = cs->count;
+    for (int64_t i = 0; i < s->n; i++) {
+        const char *p = ((const char *const *)cs->data)[i];
+        size_t len = p ? strlen(p) : 0;
+        if (!utf8_valid((const unsigned char *)p, len)) return nnc_node_fail(e, n, "cats_strings element %lld is not valid UTF-8", (long long)i);
+        if (copy_str(&s->ks[i], p, len)) return nnc_node_fail(e, n, "out of memory");
+    }
+    int64_t z;
+    TRY(nnc_attr_int(n, "zeros", 1, &z, e));
+    s->di = z != 0; /* the 'zeros' attribute */
+    s->kkind = LK_STR;
+    s->last_wins = 1;
+    return le_sort(n, s, e);
+}
+
+static int ohs_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err *e)
+{
+    const le_state *s = n->state;
+    TRY(check_strings(n, in[0], 0, e));
+    if (in[0]->ndim + 1 > NNC_MAXDIM) return nnc_node_unsup(e, n, "input rank %d is too large", in[0]->ndim);
+    *out = *in[0];
+    out->data = NULL;
+    out->dtype = DT_F32;
+    out->dims[out->ndim++] = s->n;
+    return NNC_OK;
+}
+
+static int ohs_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, struct nnc_exec *x_, nnc_err *e)
+{
+    (void)x_;
+    const le_state *s = n->state;
+    int64_t k = nnc_numel(in[0]);
+    float *y = out->data;
+    if (k) memset(y, 0, (size_t)(k * s->n) * sizeof(float));
+    for (int64_t i = 0; i < k; i++) {
+        int64_t j = les_find(s, in[0], i);
+        if (j >= 0) y[i * s->n + j] = 1.f;
+        else if (!s->di)
+            return nnc_node_fail(e, n, "input element %lld is not one of the categories and attribute 'zeros' is 0",
+                                 (long long)i);
+    }
+    return NNC_OK;
+}
+
+/* ---- Unique (no axis) ---------------------------------------------------------------------- */
+
+/* Y: the distinct strings, in byte order (sorted=1, as std::string's compare) or in order of
+ * first occurrence; indices (first occurrences), inverse_indices, counts as onnxruntime. */
+static int uq_create(nnc_node *n, nnc_err *e)
+{
+    TRY(want_dtype(n, 0, 0, DT_STR, e));
+    TRY(want_dtype(n, 1, 0, DT_STR, e));
+    for (int j = 1; j < n->nout; j++) TRY(want_dtype(n, 1, j, DT_I64, e));
+    if (nnc_attr_find(n, "axis")) return nnc_node_unsup(e, n, "Unique on strings with attribute 'axis' is not supported");
+    int64_t sorted;
+    TRY(nnc_attr_int(n, "sorted", 1, &sorted, e));
+    int64_t *st = malloc(sizeof *st);
+    if (!st) return nnc_node_fail(e, n, "out of memory");
+    *st = sorted != 0;
+    n->state = st;
+    return NNC_OK;
+}
+
+static void uq_destroy(nnc_node *n) { free(n->state); n->state = NULL; }
+
+static int uq_cmp(const void *a, const void *b, void *ctx)
+{
+    const nstr *x = ctx;
+    int64_t i = *(const int64_t *)a, j = *(const int64_t *)b;
+    int c = str_cmp(&x[i], &x[j]);
+    return c ? c : (i < j ? -1 : i > j);
+}
+
+static int first_cmp(const void *a, const void *b)
+{
+    int64_t i = ((const int64_t *)a)[0], j = ((const int64_t *)b)[0];
+    return i < j ? -1 : i > j;
+}
+
+/* groups[2u], groups[2u+1]: first index and start in `order` of each distinct string, in output
+ * order; returns the count (-1: out of memory). order has the indices by (string, index). */
+static int64_t uq_groups(const nstr *x, int64_t total, int sorted, int64_t *order, int64_t *groups)
+{
+    for (int64_t i = 0; i < total; i++) order[i] = i;
+    qsort_r(order, (size_t)total, sizeof *order, uq_cmp, (void *)x);
+    int64_t u = 0;
+    for (int64_t i = 0; i < total; i++)
+        if (i == 0 || str_cmp(&x[order[i]], &x[order[i - 1]])) { groups[2 * u] = order[i]; groups[2 * u + 1] = i; u++; }
+    if (!sorted) qsort(groups, (size_t)u, 2 * sizeof *groups, first_cmp);
+    return u;
+}
+
+static int uq_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err *e)
+{
+    TRY(check_strings(n, in[0], 0, e));
+    int64_t total = nnc_numel(in[0]);
+    int64_t *buf = malloc((size_t)(total ? total : 1) * 3 * sizeof *buf);
+    if (!buf) return nnc_node_fail(e, n, "out of memory");
+    int64_t u = uq_groups(in[0]->data, total, *(const int64_t *)n->state, buf, buf + total);
+    free(buf);
+    for (int j = 0; j < n->nout; j++) {
+        out[j] = *in[0];
+        out[j].data = NULL;
+        out[j].ndim = 1;
+        out[j].dims[0] = j == 2 ? total : u;
+        out[j].dtype = j ? DT_I64 : DT_STR;
+    }
+    return NNC_OK;
+}
+
+static int uq_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, struct nnc_exec *x_, nnc_err *e)
+{
+    (void)x_;
+    const nstr *x = in[0]->data;
+    int64_t total = nnc_numel(in[0]);
+    int64_t *order = malloc((size_t)(total ? total : 1) * 3 * sizeof *order), *groups = order + total;
+    if (!order) return nnc_node_fail(e, n, "out of memory");
+    int64_t u = uq_groups(x, total, *(const int64_t *)n->state, order, groups);
+    nstr *y = out[0].data;
+    int64_t *ind = n->nout > 1 && n->out[1] >= 0 ? out[1].data : NULL;
+    int64_t *inv = n->nout > 2 && n->out[2] >= 0 ? out[2].data : NULL;
+    int64_t *cnt = n->nout > 3 && n->out[3] >= 0 ? out[3].data : NULL;
+    int rc = u == nnc_numel(&out[0]) ? NNC_OK : nnc_node_fail(e, n, "internal: the unique count changed");
+    for (int64_t k = 0; k < nnc_numel(&out[0]); k++) y[k].data = NULL, y[k].size = 0;
+    for (int64_t k = 0; k < u && rc == NNC_OK; k++) {
+        int64_t first = groups[2 * k], start = groups[2 * k + 1], end = start + 1;
+        while (end < total && !str_cmp(&x[order[end]], &x[first])) end++;
+        rc = put(n, &y[k], x[first].data, (size_t)x[first].size, NULL, 0, e);
+        if (ind) ind[k] = first;
+        if (cnt) cnt[k] = end - start;
+        if (inv) for (int64_t i = start; i < end; i++) inv[order[i]] = k;
+    }
+    free(order);
+    return rc;
+}
+
+/* ---- classifiers with string class labels ---------------------------------------------- */
+
+/* LinearClassifier, SVMClassifier, TreeEnsembleClassifier with classlabels_strings: the
+ * numeric op runs with integer labels 0..n-1 (its create sees those in place of the strings
+ * and an int64 label output), then each label index becomes its string. The numeric op sees
+ * a copy of the node holding its own state, so the node itself is never changed at run. */
+extern const nnc_op nnc_op_ml_linearclassifier, nnc_op_ml_svmclassifier, nnc_op_ml_treeensembleclassifier;
+static const nnc_op *const labelled_orig[] = {&nnc_op_ml_linearclassifier, &nnc_op_ml_svmclassifier,
+                                              &nnc_op_ml_treeensembleclassifier};
+#define NLABELLED 3
+static nnc_op labelled_ops[NLABELLED];
+
+typedef struct {
+    void *inner;
+    int64_t n;
+    nstr *labels;
+} lab_state;
+
+static const nnc_op *labelled_inner(const nnc_node *n)
+{
+    for (int i = 0; i < NLABELLED; i++)
+        if (n->op == &labelled_ops[i]) return labelled_orig[i];
+    return NULL;
+}
+
+/* The node as the numeric op knows it. */
+static nnc_node inner_node(const nnc_node *n)
+{
+    nnc_node m = *n;
+    m.op = labelled_inner(n);
+    m.state = n->state ? ((const lab_state *)n->state)->inner : NULL;
+    return m;
+}
+
+static void lab_destroy(nnc_node *n)
+{
+    lab_state *s = n->state;
+    if (!s) return;
+    nnc_node m = inner_node(n);
+    if (m.state && m.op->destroy) m.op->destroy(&m);
+    for (int64_t i = 0; i < s->n; i++) free((void *)s->labels[i].data);
+    free(s->labels);
+    free(s);
+    n->state = NULL;
+}
+
+static int lab_create(nnc_node *n, nnc_err *e)
+{
+    const nnc_op *o = labelled_inner(n);
+    const nnc_attr *cs = nnc_attr_find(n, "classlabels_strings");
+    if (!o) return nnc_node_fail(e, n, "internal: no classifier for string labels");
+    if (!cs || cs->kind != AK_STRINGS || cs->count < 1 || !cs->data)
+        return nnc_node_unsup(e, n, "string outputs need attribute 'classlabels_strings'");
+    /* the tree ensemble names its integer labels classlabels_int64s, the others classlabels_ints */
+    const char *ints_name = o == &nnc_op_ml_treeensembleclassifier ? "classlabels_int64s" : "classlabels_ints";
+    if (nnc_attr_find(n, ints_name)) return nnc_node_fail(e, n, "both classlabels_strings and %s are given", ints_name);
+    TRY(want_dtype(n, 1, 0, DT_STR, e));
+    for (int j = 0; j < n->nin; j++)
+        if (n->vin[j] && n->vin[j]->dtype == DT_STR) return nnc_node_unsup(e, n, "input %d is string; this op takes numbers", j);
+    lab_state *s = calloc(1, sizeof *s);
+    if (!s) return nnc_node_fail(e, n, "out of memory");
+    n->state = s;
+    if (!(s->labels = calloc((size_t)cs->count, sizeof *s->labels))) return nnc_node_fail(e, n, "out of memory");
+    s->n = cs->count;
+    for (int64_t i = 0; i < cs->count; i++) {
+        const char *p = ((const char *const *)cs->data)[i];
+        size_t len = p ? strlen(p) : 0;
+        if (!utf8_valid((const unsigned char *)p, len)) return nnc_node_fail(e, n, "classlabels_strings element %lld is not valid UTF-8", (long long)i);
+        if (copy_str(&s->labels[i], p, len)) return nnc_node_fail(e, n, "out of memory");
+    }
+    nnc_attr *attrs = malloc((size_t)n->nattr * sizeof *attrs);
+    int64_t *ids = malloc((size_t)cs->count * sizeof *ids);
+    if (!attrs || !ids) { free(attrs); free(ids); return nnc_node_fail(e, n, "out of memory"); }
+    for (int64_t i = 0; i < cs->count; i++) ids[i] = i;
+    for (int i = 0; i < n->nattr; i++) {
+        attrs[i] = n->attrs[i];
+        if (&n->attrs[i] == cs) {
+            attrs[i].name = ints_name;
+            attrs[i].kind = AK_INTS;
+            attrs[i].data = ids;
+        }
+    }
+    nnc_node m = inner_node(n);
+    nnc_valinfo as_int;
+    if (m.vout[0]) { as_int = *m.vout[0]; as_int.dtype = DT_I64; m.vout[0] = &as_int; }
+    m.attrs = attrs;
+    int rc = o->create(&m, e); /* the numeric ops copy what they keep of attributes */
+    s->inner = m.state;
+    free(attrs);
+    free(ids);
+    return rc;
+}
+
+static int lab_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err *e)
+{
+    nnc_node m = inner_node(n);
+    TRY(m.op->infer(&m, in, out, e));
+    if (out[0].dtype != DT_I64) return nnc_node_fail(e, n, "internal: the label output is not int64");
+    out[0].dtype = DT_STR;
+    return NNC_OK;
+}
+
+static int lab_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, struct nnc_exec *x, nnc_err *e)
+{
+    const lab_state *s = n->state;
+    nnc_node m = inner_node(n);
+    nnc_tensor outs[NNC_MAXIO];
+    for (int j = 0; j < n->nout; j++) outs[j] = out[j];
+    outs[0].dtype = DT_I64; /* the string elements' buffer is twice as large as the labels */
+    nstr *y = out[0].data;
+    int64_t k = nnc_numel(&out[0]);
+    int rc = m.op->run(&m, in, outs, x, e);
+    const int64_t *ids = out[0].data;
+    /* from the last element down: element i's 16 bytes cover only labels i and up, read before */
+    for (int64_t i = k - 1; i >= 0; i--) {
+        int64_t id = rc == NNC_OK ? ids[i] : -1;
+        y[i].data = NULL;
+        y[i].size = 0;
+        if (rc != NNC_OK) continue;
+        if (id < 0 || id >= s->n) { rc = nnc_node_fail(e, n, "internal: label index %lld", (long long)id); continue; }
+        rc = put(n, &y[i], s->labels[id].data, (size_t)s->labels[id].size, NULL, 0, e);
+    }
+    if (rc != NNC_OK)
+        for (int64_t i = 0; i < k; i++) { free((void *)y[i].data); y[i].data = NULL; y[i].size = 0; }
+    return rc;
+}
+
+static pthread_once_t labelled_once = PTHREAD_ONCE_INIT;
+static void labelled_init(void)
+{
+    for (int i = 0; i < NLABELLED; i++) {
+        labelled_ops[i] = *labelled_orig[i];
+        labelled_ops[i].create = lab_create;
+        labelled_ops[i].infer = lab_infer;
+        labelled_ops[i].run = lab_run;
+        labelled_ops[i].destroy = lab_destroy;
+        labelled_ops[i].scratch = NULL;
+        labelled_ops[i].owns_const = NULL;
+    }
+}
+
 /* ---- data movement on strings ---------------------------------------------------------- */
 
 /* The numeric op's create and infer (attributes, shapes, indices) and its run on the 16-byte
  * elements, then every output element gets bytes of its own, so an output never points into
- * an input. Only ops each of whose output elements is a copy of an input element. */
+ * an input. Only ops each of whose string output elements is a copy of an input element
+ * (Shape and Size read no elements; the scatters decline reductions on strings). */
 #define MOVE_OPS(X) X(identity) X(reshape) X(flatten) X(squeeze) X(unsqueeze) X(transpose) \
-    X(expand) X(slice) X(concat) X(split) X(gather) X(tile)
+    X(expand) X(slice) X(concat) X(split) X(gather) X(tile) X(where) X(compress) X(reversesequence) \
+    X(gatherelements) X(gathernd) X(scatterelements) X(scatternd) X(shape) X(size)
 #define MOVE_DECL(x) extern const nnc_op nnc_op_##x;
 MOVE_OPS(MOVE_DECL)
 #define MOVE_REF(x) &nnc_op_##x,
@@ -1227,15 +1519,22 @@ static const nnc_op op_split = {"StringSplit", 1, 1, 1, 2, ss_create, ss_infer, 
 static const nnc_op op_norm = {"StringNormalizer", 1, 1, 1, 1, sn_create, sn_infer, sn_run, sn_destroy, 0, NULL, NULL, NULL};
 static const nnc_op op_regex = {"RegexFullMatch", 1, 1, 1, 1, rx_create, rx_infer, rx_run, rx_destroy, 0, NULL, NULL, NULL};
 static const nnc_op op_catmap = {"CategoryMapper", 1, 1, 1, 1, cm_create, les_infer, les_run, les_destroy, 0, NULL, NULL, "ai.onnx.ml"};
+static const nnc_op op_onehot = {"OneHotEncoder", 1, 1, 1, 1, ohs_create, ohs_infer, ohs_run, les_destroy, 0, NULL, NULL, "ai.onnx.ml"};
+static const nnc_op op_unique = {"Unique", 1, 1, 1, 4, uq_create, uq_infer, uq_run, uq_destroy, 0, NULL, NULL, NULL};
 static const nnc_op op_labelenc = {"LabelEncoder", 1, 1, 1, 1, les_create, les_infer, les_run, les_destroy, 0, NULL, NULL, "ai.onnx.ml"};
 
-static const nnc_op *const string_ops[] = {&op_concat, &op_equal, &op_split, &op_norm, &op_regex, &op_labelenc, &op_catmap, NULL};
+extern const nnc_op nnc_op_cast_str, nnc_op_castlike_str; /* op_cast.c */
+static const nnc_op *const string_ops[] = {&op_concat, &op_equal, &op_split, &op_norm, &op_regex, &op_labelenc,
+                                           &op_catmap, &op_onehot, &op_unique, &nnc_op_cast_str, &nnc_op_castlike_str, NULL};
 
 const nnc_op *nnc_find_string_op(const char *domain, const char *type)
 {
     int dflt = !domain || !domain[0] || !strcmp(domain, "ai.onnx");
     for (const nnc_op *const *p = string_ops; *p; p++)
         if (!strcmp((*p)->type, type) && (dflt ? !(*p)->domain : (*p)->domain && !strcmp((*p)->domain, domain))) return *p;
+    pthread_once(&labelled_once, labelled_init);
+    for (int i = 0; !dflt && domain && !strcmp(domain, "ai.onnx.ml") && i < NLABELLED; i++)
+        if (!strcmp(labelled_ops[i].type, type)) return &labelled_ops[i];
     pthread_once(&move_once, move_init);
     for (int i = 0; dflt && i < NMOVE; i++)
         if (!strcmp(move_ops[i].type, type)) return &move_ops[i];
