@@ -299,6 +299,13 @@ void nnc_sgemm_pack_b_row(int64_t k, int64_t kk, int64_t n, const float *row, fl
     }
 }
 
+float *nnc_sgemm_packed_b_row_at(int64_t k, int64_t kk, int64_t n, float *pb, int64_t *panel)
+{
+    int64_t npad = (n + NR - 1) / NR * NR, p0 = kk / KC * KC;
+    *panel = (k - p0 < KC ? k - p0 : KC) * NR;
+    return pb + p0 * npad + (kk - p0) * NR;
+}
+
 /* One tile of the product into C: the KC block's sums added to what C holds (or stored, for the
  * first block), and after the last block the epilogue, in one pass while the tile is in L1. */
 MULTIVERSION

@@ -189,6 +189,9 @@ void nnc_sgemm_pack_a(int64_t m, int64_t k, const float *a, int64_t lda, float *
 void nnc_sgemm_packed_a_scale_row(float *pa, int64_t k, int64_t row, float s); /* row *= s */
 int64_t nnc_sgemm_packed_b_floats(int64_t k, int64_t n);
 void nnc_sgemm_pack_b_row(int64_t k, int64_t kk, int64_t n, const float *row, float *pb);
+/* Where row kk of packed B starts: columns [0, NR) of it there, each next NR columns *panel
+ * floats further on (for callers that write the row in place instead of passing it whole). */
+float *nnc_sgemm_packed_b_row_at(int64_t k, int64_t kk, int64_t n, float *pb, int64_t *panel);
 /* Applied to each tile of C once its sum is complete: c = act(c + bias[row] (+ res)). */
 typedef struct nnc_gemm_epi {
     const float *bias; /* per row, or NULL */

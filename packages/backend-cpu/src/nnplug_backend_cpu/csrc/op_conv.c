@@ -318,6 +318,60 @@ static void im2col_row(const conv_job *j, const float *xc, int64_t ky, int64_t k
     }
 }
 
+/* n floats of src (zeros when src is NULL) into a packed B row at columns [pos, pos + n): the
+ * row's columns lie in NNC_GEMM_NR-wide pieces, each next piece `panel` floats on. */
+static inline void packed_put(float *dst, int64_t panel, int64_t pos, const float *src, int64_t n)
+{
+    while (n > 0) {
+        int64_t q = (int64_t)((uint64_t)pos % NNC_GEMM_NR), c = NNC_GEMM_NR - q < n ? NNC_GEMM_NR - q : n;
+        float *d = dst + (int64_t)((uint64_t)pos / NNC_GEMM_NR) * panel + q;
+        if (c == NNC_GEMM_NR) { /* fixed size: inlined vector moves */
+            if (src) memcpy(d, src, NNC_GEMM_NR * sizeof(float));
+            else memset(d, 0, NNC_GEMM_NR * sizeof(float));
+        } else if (src) {
+            memcpy(d, src, (size_t)c * sizeof(float));
+        } else {
+            memset(d, 0, (size_t)c * sizeof(float));
+        }
+        pos += c;
+        n -= c;
+        if (src) src += c;
+    }
+}
+
+/* The same values as im2col_row for stride 1 along W, written straight into the packed B row
+ * (dst, panel: nnc_sgemm_packed_b_row_at) instead of through a row buffer: each output row's
+ * run of pixels is a shifted contiguous slice of one input row, copied in NR-wide pieces.
+ * The row's padding columns [p1 - p0, npad) are zeroed too. */
+static void im2col_row_packed(const conv_job *j, const float *xc, int64_t ky, int64_t kx, int64_t p0,
+                              int64_t p1, int64_t npad, float *dst, int64_t panel)
+{
+    const conv_state *s = j->s;
+    int64_t H = j->H, W = j->W, OW = j->OW;
+    int64_t p = p0, oh = p0 / OW, ow = p0 % OW;
+    while (p < p1) {
+        int64_t seg = OW - ow < p1 - p ? OW - ow : p1 - p, pos = p - p0;
+        int64_t ih = oh * s->sh - j->pt + ky * s->dh;
+        if (ih < 0 || ih >= H) {
+            packed_put(dst, panel, pos, NULL, seg);
+        } else {
+            const float *src = xc + ih * W;
+            int64_t iw0 = ow - j->pl + kx * s->dw;
+            int64_t lo = iw0 < 0 ? -iw0 : 0;           /* first valid i */
+            int64_t hi = W - iw0 < seg ? W - iw0 : seg; /* one past last valid */
+            if (lo > seg) lo = seg;
+            if (hi < lo) hi = lo;
+            if (lo) packed_put(dst, panel, pos, NULL, lo);
+            if (hi > lo) packed_put(dst, panel, pos + lo, src + iw0 + lo, hi - lo);
+            if (seg > hi) packed_put(dst, panel, pos + hi, NULL, seg - hi);
+        }
+        p += seg;
+        ow = 0;
+        oh++;
+    }
+    if (npad > p1 - p0) packed_put(dst, panel, p1 - p0, NULL, npad - (p1 - p0));
+}
+
 static void im2col_tile(const conv_job *j, const float *xg, float *col, int64_t p0, int64_t p1)
 {
     const conv_state *s = j->s;
@@ -394,6 +448,14 @@ static void conv_tasks_packed(void *arg, int64_t b, int64_t e, int tid)
         const float *xg = j->x + g * s->Cg * j->H * j->W;
         if (j->direct) {
             for (int64_t kk = 0; kk < K; kk++) nnc_sgemm_pack_b_row(K, kk, tn, xg + kk * OHW + p0, pb);
+        } else if (s->sw == 1 && j->OW >= NNC_GEMM_NR) { /* narrower rows: pieces too short to pay */
+            int64_t kk = 0, npad = (tn + NNC_GEMM_NR - 1) / NNC_GEMM_NR * NNC_GEMM_NR, panel;
+            for (int64_t c = 0; c < s->Cg; c++)
+                for (int64_t ky = 0; ky < s->kh; ky++)
+                    for (int64_t kx = 0; kx < s->kw; kx++) {
+                        float *dst = nnc_sgemm_packed_b_row_at(K, kk++, tn, pb, &panel);
+                        im2col_row_packed(j, xg + c * j->H * j->W, ky, kx, p0, p1, npad, dst, panel);
+                    }
         } else {
             float *row = pb + pbn;
             int64_t kk = 0;
