@@ -151,6 +151,32 @@ def test_transpose_inside_a_kernel(rt, perm, threads):
     check(rt, g, {"x": rand(2, 3, 4, 5)}, threads, f"transpose {perm}")
 
 
+# (A's shape, A's perm, B's shape, B's perm): the operands as they are before their Transpose
+# (None: no Transpose); the product reads the permuted views in place
+STRIDED_MATMULS = [
+    ((1, 13, 3, 8), [0, 2, 1, 3], (1, 13, 3, 8), [0, 2, 3, 1]),  # Q K^T as BERT exports it
+    ((2, 3, 9, 9), None, (2, 9, 3, 5), [0, 2, 1, 3]),  # attn V
+    ((2, 3, 7, 5), [0, 1, 3, 2], (2, 3, 7, 6), None),  # A^T B
+    ((2, 1, 6, 11), [0, 1, 3, 2], (1, 4, 4, 6), [0, 1, 3, 2]),  # both transposed, batch broadcast
+    ((3, 17, 33), [1, 0, 2], (33, 17, 5), [1, 0, 2]),  # batch is the middle axis
+    ((4, 5, 6), [2, 1, 0], (6, 4, 3), None),  # reversed axes: oneDNN may not read it in place
+]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("a_shape,a_perm,b_shape,b_perm", STRIDED_MATMULS)
+def test_batched_matmul_reads_transposed_views(rt, a_shape, a_perm, b_shape, b_perm, threads):
+    g = Graph()
+    a = g.op("Relu", ["a"])
+    b = g.op("Sigmoid", ["b"])
+    if a_perm:
+        a = g.op("Transpose", [a], perm=a_perm)
+    if b_perm:
+        b = g.op("Transpose", [b], perm=b_perm)
+    g.op("Tanh", [g.op("MatMul", [a, b])])
+    check(rt, g, {"a": rand(*a_shape), "b": rand(*b_shape)}, threads, f"matmul {a_shape}{a_perm} x {b_shape}{b_perm}")
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_attention_block_stays_in_onednn(rt, threads):
     """BERT's self-attention as PyTorch exports it: projections, Reshape to heads, Transpose,
