@@ -151,6 +151,32 @@ def test_transpose_inside_a_kernel(rt, perm, threads):
     check(rt, g, {"x": rand(2, 3, 4, 5)}, threads, f"transpose {perm}")
 
 
+# (A's shape, A's perm, B's shape, B's perm): the operands as they are before their Transpose
+# (None: no Transpose); the product reads the permuted views in place
+STRIDED_MATMULS = [
+    ((1, 13, 3, 8), [0, 2, 1, 3], (1, 13, 3, 8), [0, 2, 3, 1]),  # Q K^T as BERT exports it
+    ((2, 3, 9, 9), None, (2, 9, 3, 5), [0, 2, 1, 3]),  # attn V
+    ((2, 3, 7, 5), [0, 1, 3, 2], (2, 3, 7, 6), None),  # A^T B
+    ((2, 1, 6, 11), [0, 1, 3, 2], (1, 4, 4, 6), [0, 1, 3, 2]),  # both transposed, batch broadcast
+    ((3, 17, 33), [1, 0, 2], (33, 17, 5), [1, 0, 2]),  # batch is the middle axis
+    ((4, 5, 6), [2, 1, 0], (6, 4, 3), None),  # reversed axes: oneDNN may not read it in place
+]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("a_shape,a_perm,b_shape,b_perm", STRIDED_MATMULS)
+def test_batched_matmul_reads_transposed_views(rt, a_shape, a_perm, b_shape, b_perm, threads):
+    g = Graph()
+    a = g.op("Relu", ["a"])
+    b = g.op("Sigmoid", ["b"])
+    if a_perm:
+        a = g.op("Transpose", [a], perm=a_perm)
+    if b_perm:
+        b = g.op("Transpose", [b], perm=b_perm)
+    g.op("Tanh", [g.op("MatMul", [a, b])])
+    check(rt, g, {"a": rand(*a_shape), "b": rand(*b_shape)}, threads, f"matmul {a_shape}{a_perm} x {b_shape}{b_perm}")
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_attention_block_stays_in_onednn(rt, threads):
     """BERT's self-attention as PyTorch exports it: projections, Reshape to heads, Transpose,
@@ -295,3 +321,29 @@ def test_dense_gelu_dense_residual_is_two_primitives_with_post_ops():
     for e in execs:
         assert ",convolution," in e or ",inner_product," in e, e
         assert "gemm" not in e.split(",")[4] and not e.split(",")[4].startswith("ref"), e
+
+
+# Rows a masked Softmax meets (torch's export then maps NaN to 0 with Where(IsNaN(p), 0, p)):
+# onnxruntime gives a whole row of NaN for a row of -inf only, or with a NaN or +inf in it
+SOFTMAX_ROWS = {
+    "some -inf": [1.0, -np.inf, 2.0, -np.inf, 3.0],
+    "all -inf": [-np.inf] * 5,
+    "a NaN": pytest.param([0.5, 1.0, np.nan, 0.0, 2.0], marks=pytest.mark.xfail(
+        strict=True, reason="oneDNN's softmax gives NaN only where the NaN is, onnxruntime the whole row")),
+    "a +inf": pytest.param([0.5, np.inf, 1.0, 0.0, 2.0], marks=pytest.mark.xfail(
+        strict=True, reason="oneDNN's softmax gives NaN only where the +inf is, onnxruntime the whole row")),
+}
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("row", SOFTMAX_ROWS.values(), ids=SOFTMAX_ROWS.keys())
+def test_softmax_of_non_finite_rows(rt, row, threads):
+    g = Graph()
+    g.op("Softmax", [g.op("Add", ["x", "m"])], axis=-1)
+    x = rand(3, 5)
+    m = np.zeros((3, 5), np.float32)
+    m[1] = row
+    model = g.model({"x": x, "m": m})
+    assignment, outs, want = run_both(rt, model, {"x": x, "m": m}, threads)
+    assert set(assignment.values()) == {"onednn"}, assignment
+    np.testing.assert_allclose(outs[0], want[0], rtol=1e-5, atol=1e-6, equal_nan=True)

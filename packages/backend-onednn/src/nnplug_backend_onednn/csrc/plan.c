@@ -520,13 +520,33 @@ static int build_conv(pb *b, const ox_op *op)
     return ox_fail(b->e, "node '%s' (Conv): oneDNN has no convolution for it (status %d)", op->name, (int)st);
 }
 
+/* The operands of a batched MatMul read in the layout they have (a Transpose's strided view:
+ * Q, K^T and V of attention) rather than reordered to row-major first; see build_matmul. */
+static __thread int t_mm_strided[2];
+
+/* Value v's own layout when a matmul of rank r can read it: the same rank and plain strides
+ * (no blocking; a permuted row-major tensor), else NULL. */
+static dnnl_memory_desc_t strided_operand_md(pb *b, int v, int r)
+{
+    if (VAL(v)->ndim != r || !b->nviews[v]) return NULL;
+    const_dnnl_memory_desc_t md = home(b, v);
+    int nblks = -1;
+    dnnl_format_kind_t fk = dnnl_format_kind_undef;
+    if (D(dnnl_memory_desc_query)(md, dnnl_query_format_kind, &fk) != dnnl_success || fk != dnnl_blocked) return NULL;
+    if (D(dnnl_memory_desc_query)(md, dnnl_query_inner_nblks_s32, &nblks) != dnnl_success || nblks != 0) return NULL;
+    if (is_plain(b, v, md)) return NULL;
+    return clone_md(md);
+}
+
 static int matmul_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, int s)
 {
     const ox_value *av = VAL(op->in[0]), *wv = VAL(op->in[1]);
     int r = VAL(op->out)->ndim;
     const int64_t *ad = DIMS(op->in[0]), *wd = DIMS(op->in[1]);
     if (s == -1) return 0;
-    if (plain_arg(b, s, DNNL_ARG_SRC, op->in[0], op->gemm ? matrix_md(ad, 2, op->ta) : plain_md(av->ndim, ad, r))) return 1;
+    if (t_mm_strided[0] ? input_arg_any(b, s, DNNL_ARG_SRC, op->in[0], pd, dnnl_query_src_md, 0)
+                        : plain_arg(b, s, DNNL_ARG_SRC, op->in[0], op->gemm ? matrix_md(ad, 2, op->ta) : plain_md(av->ndim, ad, r)))
+        return 1;
     if (wv->cdata) {
         if (s == -2) {
             if (pack(b, wv->cdata, op->gemm ? matrix_md(wd, 2, op->tb) : plain_md(wv->ndim, wd, r),
@@ -534,7 +554,8 @@ static int matmul_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd,
                 return 1;
         } else if (add_arg(b, s, DNNL_ARG_WEIGHTS, t_packed.wbuf, query(pd, dnnl_query_weights_md, 0)))
             return 1;
-    } else if (plain_arg(b, s, DNNL_ARG_WEIGHTS, op->in[1], op->gemm ? matrix_md(wd, 2, op->tb) : plain_md(wv->ndim, wd, r)))
+    } else if (t_mm_strided[1] ? input_arg_any(b, s, DNNL_ARG_WEIGHTS, op->in[1], pd, dnnl_query_weights_md, 0)
+                               : plain_arg(b, s, DNNL_ARG_WEIGHTS, op->in[1], op->gemm ? matrix_md(wd, 2, op->tb) : plain_md(wv->ndim, wd, r)))
         return 1;
     if (op->gemm && op->nin == 3 && op->in[2] >= 0)
         return plain_arg(b, s, DNNL_ARG_BIAS, op->in[2], plain_md(VAL(op->in[2])->ndim, DIMS(op->in[2]), 2));
@@ -667,8 +688,28 @@ static int build_matmul(pb *b, const ox_op *op)
                                                   : op->b ? plain_md(1, &N, r) : NULL;
     dnnl_primitive_attr_t a = op_attr(op);
     dnnl_primitive_desc_t pd = NULL;
-    dnnl_status_t st = a && amd && wmd && ymd ? D(dnnl_matmul_primitive_desc_create)(&pd, ox_engine(), amd, wmd, cmd, ymd, a)
-                                              : dnnl_out_of_memory;
+    dnnl_status_t st = dnnl_out_of_memory;
+    /* A permuted activation (a Transpose's view) is read in place when oneDNN has a gemm or
+     * brgemm kernel for its strides: the reorder it saves costs as much as the product. */
+    t_mm_strided[0] = t_mm_strided[1] = 0;
+    if (!op->gemm) {
+        dnnl_memory_desc_t sa = strided_operand_md(b, op->in[0], r), sw = wv->cdata ? NULL : strided_operand_md(b, op->in[1], r);
+        if ((sa || sw) && a && ymd &&
+            D(dnnl_matmul_primitive_desc_create)(&pd, ox_engine(), sa ? sa : amd, sw ? sw : wmd, cmd, ymd, a) == dnnl_success) {
+            if (ref_impl(pd)) {
+                D(dnnl_primitive_desc_destroy)(pd);
+                pd = NULL;
+            } else {
+                st = dnnl_success;
+                t_mm_strided[0] = sa != NULL;
+                t_mm_strided[1] = sw != NULL;
+            }
+        }
+        md_free(sa);
+        md_free(sw);
+    }
+    if (!pd)
+        st = a && amd && wmd && ymd ? D(dnnl_matmul_primitive_desc_create)(&pd, ox_engine(), amd, wmd, cmd, ymd, a) : dnnl_out_of_memory;
     md_free(amd);
     md_free(wmd);
     md_free(ymd);
