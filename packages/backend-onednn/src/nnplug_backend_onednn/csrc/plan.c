@@ -34,13 +34,14 @@ typedef struct {
     dnnl_memory_t fixed; /* B_CONST: made once */
 } ox_arg;
 
-/* A step of the backend's own: y[i] = f(x[i]) over n plain floats (its args: src, dst). */
-typedef void (*ox_loop)(const float *x, float *y, int64_t n);
+/* A step of the backend's own over n plain floats (its args: src, dst), seen as rows of `row`
+ * elements `inner` apart (a row-major axis of that length with that inner size). */
+typedef void (*ox_loop)(const float *x, float *y, int64_t n, int64_t row, int64_t inner);
 
 typedef struct {
     dnnl_primitive_t prim; /* or NULL with loop set */
     ox_loop loop;
-    int64_t n;
+    int64_t n, row, inner;
     int nargs;
     ox_arg args[MAXARGS];
 } ox_step;
@@ -761,9 +762,50 @@ static int concat_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd,
     return 0;
 }
 
-static void erf_loop(const float *x, float *y, int64_t n)
+static void erf_loop(const float *x, float *y, int64_t n, int64_t row, int64_t inner)
 {
+    (void)row, (void)inner;
     for (int64_t i = 0; i < n; i++) y[i] = erff(x[i]);
+}
+
+/* oneDNN's (Log)Softmax gives NaN only where a row holds NaN or +inf (0 elsewhere); onnxruntime
+ * and the ONNX reference give the whole row NaN (max - max is NaN, and so is every sum). In place,
+ * on the plain result (x == y): a row with a NaN becomes all NaN. */
+static void softmax_nan_rows(const float *x, float *y, int64_t n, int64_t row, int64_t inner)
+{
+    (void)x;
+    for (int64_t o = 0; o + row * inner <= n; o += row * inner)
+        for (int64_t j = 0; j < inner; j++) {
+            float *r = y + o + j;
+            int nan = 0;
+            for (int64_t i = 0; i < row; i++) nan |= r[i * inner] != r[i * inner];
+            if (nan)
+                for (int64_t i = 0; i < row; i++) r[i * inner] = NAN;
+        }
+}
+
+/* The NaN rule above as a step after op's (Log)Softmax, on its plain row-major result (rows along
+ * the op's axis). */
+static int add_softmax_nan_rows(pb *b, const ox_op *op)
+{
+    if (b->dry) return 0;
+    int v = op->out, r = VAL(v)->ndim;
+    const ox_view *vw = &b->views[v][b->nviews[v] - 1];
+    ox_plan *p = b->p;
+    if (!is_plain(b, v, vw->md)) return ox_fail(b->e, "internal: node '%s' (%s): its result is not plain", op->name, op->op_type);
+    if (grow((void **)&p->steps, &p->cap_step, p->nstep, sizeof *p->steps)) return ox_fail(b->e, "out of memory");
+    int s = p->nstep++;
+    memset(&p->steps[s], 0, sizeof p->steps[s]);
+    p->steps[s].loop = softmax_nan_rows;
+    p->steps[s].n = (int64_t)(D(dnnl_memory_desc_get_size)(vw->md) / sizeof(float));
+    int64_t row = 1, inner = 1;
+    for (int d = 0; d < r; d++) {
+        if (d == op->axis) row = DIMS(v)[d];
+        else if (d > op->axis) inner *= DIMS(v)[d];
+    }
+    p->steps[s].row = row > 0 ? row : 1;
+    p->steps[s].inner = inner > 0 ? inner : 1;
+    return add_arg(b, s, DNNL_ARG_SRC, vw->buf, vw->md) || add_arg(b, s, DNNL_ARG_DST, vw->buf, vw->md);
 }
 
 /* Erf outside a GELU: the C library's erff over the plain values (oneDNN has no erf of its own). */
@@ -890,6 +932,7 @@ static int build_simple(pb *b, const ox_op *op)
     int picky = (op->kind == OP_POOL || op->kind == OP_LRN) && r == 4;
     for (int attempt = 0; attempt < 3; attempt++) {
         if (attempt == 1 && !picky) continue;
+        if (op->kind == OP_SOFTMAX && attempt < 2) continue; /* plain: see softmax_nan_rows */
         dnnl_memory_desc_t src = layout(b, x, r, attempt), dst = NULL;
         dnnl_memory_desc_t src1 = NULL, srcs[MAXIN] = {0};
         dnnl_primitive_attr_t a = op_attr(op);
@@ -958,7 +1001,10 @@ static int build_simple(pb *b, const ox_op *op)
             D(dnnl_primitive_desc_destroy)(pd);
             continue;
         }
-        if (st == dnnl_success) return finish(b, op, pd, fn);
+        if (st == dnnl_success) {
+            if (op->kind != OP_SOFTMAX) return finish(b, op, pd, fn);
+            return finish(b, op, pd, fn) || add_softmax_nan_rows(b, op);
+        }
     }
     return ox_fail(b->e, "node '%s' (%s): oneDNN has no primitive for it", op->name, op->op_type);
 }
@@ -1172,7 +1218,7 @@ int ox_plan_run(const ox_plan *cp, const nnp_tensor *in, const nnp_tensor *out, 
         if (!rc && st->loop) {
             /* oneDNN's CPU stream runs primitives as they are submitted: the ones before are done */
             if (D(dnnl_stream_wait)(s) != dnnl_success) rc = ox_fail(e, "oneDNN failed to finish a step");
-            else st->loop(ptrs[0], ptrs[1], st->n);
+            else st->loop(ptrs[0], ptrs[1], st->n, st->row, st->inner);
             continue;
         }
         if (!rc && D(dnnl_primitive_execute)(st->prim, s, st->nargs, args) != dnnl_success)
