@@ -1,14 +1,16 @@
 """The fold stage: constant subgraphs are placed like any node, run once at load, and
-become constants of the plan; so do ``Shape`` and ``Size`` of values whose shape is static.
+become constants of the plan.
 
 ONNX's shape inference evaluates only some ops on constant data (its data propagation), so
 a shape computed by others (``Where(Equal(..), ConstantOfShape(..), ..)`` feeding an
 ``Expand``, as exporters write for BERT) leaves every value after it with unknown dims,
 and backends plan those nodes at run time. When folding gives values to nodes whose
 outputs have unknown dims, shape inference is run again with the folded values known;
-outputs it now finds fully static take those shapes, which may make more ``Shape`` nodes
-foldable: rounds go on until nothing changes (at most :data:`MAX_ROUNDS`). Dims that
-depend on a symbolic input dim (a dynamic batch) stay symbolic."""
+outputs it now finds fully static take those shapes, and ``Shape``/``Size`` of a value whose
+shape is static is folded too, which may make more nodes constant: rounds go on until
+nothing changes (at most :data:`MAX_ROUNDS`). A model whose shapes are all known is folded
+in one round, its constant nodes only. Dims that depend on a symbolic input dim (a dynamic
+batch) stay symbolic."""
 
 from __future__ import annotations
 
@@ -41,23 +43,29 @@ def fold_constants(plan: Plan, model: Model, placer: Placer, target_of: dict[str
     rest = list(model.nodes)
     if optimization == "disable":
         return rest
+    # a model whose shapes are all known folds as it always did: only its constant nodes
+    lost = any(o and not _static(model.values.get(o)) for n in rest for o in n.outputs)
     for _ in range(MAX_ROUNDS):
         before = len(rest)
-        rest = _fold_shapes(plan, model, rest)
+        if lost:
+            rest = _fold_shapes(plan, model, rest, placer)
         rest = _fold_constant_nodes(plan, model, rest, placer, target_of, optimization)
-        if len(rest) == before or not _refine_shapes(model, rest, plan.constants):
+        if not lost or len(rest) == before or not _refine_shapes(model, rest, plan.constants):
             break
     return rest
 
 
-def _fold_shapes(plan: Plan, model: Model, nodes: list[Node]) -> list[Node]:
-    """``Shape``/``Size`` of a value whose shape is static: its result, computed here."""
+def _fold_shapes(plan: Plan, model: Model, nodes: list[Node], placer: Placer) -> list[Node]:
+    """``Shape``/``Size`` of a value whose shape is static: its result, computed here from
+    that shape. ``plan.assignment`` names the backend the node is placed on, as for any
+    folded node."""
     rest = []
     for n in nodes:
         v = model.values.get(n.inputs[0]) if n.inputs and n.inputs[0] else None
         out = n.outputs[0] if n.outputs else ""
         if (n.op_type not in ("Shape", "Size") or n.domain not in ("", "ai.onnx") or not out
-                or v is None or not v.is_static or v.kind != "tensor"):
+                or n.op_type in placer.ops or v is None or not v.is_static
+                or v.kind != "tensor"):
             rest.append(n)
             continue
         if n.op_type == "Shape":  # ONNX clamps start/end as Python slicing does
@@ -66,7 +74,11 @@ def _fold_shapes(plan: Plan, model: Model, nodes: list[Node]) -> list[Node]:
         else:
             plan.constants[out] = np.array(int(np.prod(v.shape, dtype=np.int64)),
                                            dtype=np.int64)
-        plan.assignment[n.name] = "core (folded)"
+        try:
+            label = placer.place_one(n, whole_graph(model, [n], plan.constants)).label
+        except NnplugError:
+            label = "core"  # no backend runs it, and none needs to
+        plan.assignment[n.name] = label + " (folded)"
     return rest
 
 
