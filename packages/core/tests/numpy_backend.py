@@ -74,6 +74,10 @@ EXTRA_KERNELS = {
     "Tanh": lambda node, x: np.tanh(x),
     "Softplus": lambda node, x: np.log1p(np.exp(x)).astype(x.dtype),
     "Where": lambda node, c, a, b: np.where(c, a, b),
+    "Equal": lambda node, a, b: a == b,
+    "Expand": lambda node, x, shape: x * np.ones(tuple(shape.tolist()), x.dtype),
+    "Shape": lambda node, x: np.array(x.shape[node.attrs.get("start", 0):node.attrs.get("end")],
+                                      np.int64),
     "Constant": lambda node: _constant(node),
     "Cast": lambda node, x: x.astype(__import__("onnx").helper.tensor_dtype_to_np_dtype(
         node.attrs["to"])),

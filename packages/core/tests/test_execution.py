@@ -167,6 +167,20 @@ def test_run_validates_names_dtypes_and_shapes(feeds):
         assert list(net.run(feeds, output_names=["y"])) == ["y"]
 
 
+def test_static_inputs_are_checked_by_name_dtype_and_each_dimension():
+    m = single_op("Relu", [[3, 4]])
+    with make_runtime(NumpyBackend()) as rt:
+        net = rt.load(m)
+        with pytest.raises(InputError, match="'in0' has dtype float64.*astype"):
+            net.run({"in0": np.ones((3, 4), np.float64)})
+        with pytest.raises(InputError, match=r"'in0' has shape \(3, 5\).*dimension 1 must be 4"):
+            net.run({"in0": np.ones((3, 5), np.float32)})
+        with pytest.raises(InputError, match="'in0'.*rank 1"):
+            net.run({"in0": np.ones(12, np.float32)})
+        x = np.arange(24, dtype=np.float32).reshape(3, 8)[:, ::2] - 10  # not contiguous
+        np.testing.assert_array_equal(net.run({"in0": x})["out"], np.maximum(x, 0))
+
+
 def test_feeds_accept_dlpack_producers(feeds):
     with make_runtime(NumpyBackend()) as rt:
         net = rt.load(mlp())

@@ -1,7 +1,6 @@
 """The compile stage: placed nodes become the steps of a Network's :class:`~nnplug.executor.Plan`.
 
-Constant subgraphs are placed like any node, built, run once now and folded into the plan's
-constants (:func:`fold_constants`); every other partition is built once by its backend for
+Every partition left after folding (:mod:`nnplug.folding`) is built once by its backend for
 its Target (:func:`build_plan`). Control-flow nodes build the sub-plans of their subgraphs
 when their step is made (see :mod:`nnplug.controlflow`)."""
 
@@ -10,10 +9,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .errors import ModelError, NnplugError, PluginError
-from .executor import Plan, Step, plan_frees, run_steps
-from .loader import whole_graph
+from .executor import Plan, Step, plan_frees
 from .native.string_tensors import node_has_strings
-from .planner import constant_nodes, partitions, subgraph_for
+from .planner import partitions, subgraph_for
 from .target import Target
 from .tensor import Tensor
 
@@ -21,7 +19,7 @@ if TYPE_CHECKING:
     from .backend import Backend
     from .graph import Node
     from .loader import Model
-    from .planner import Placement, Placer
+    from .planner import Placement
 
 
 def targets_for(backends: list[Backend], targets: dict) -> dict[str, Target]:
@@ -38,33 +36,6 @@ def targets_for(backends: list[Backend], targets: dict) -> dict[str, Target]:
     if unknown:
         raise ModelError(f"targets given for backend(s) not in use: {', '.join(sorted(unknown))}")
     return target_of
-
-
-def fold_constants(plan: Plan, model: Model, placer: Placer, target_of: dict[str, Target],
-                   optimization: str) -> list[Node]:
-    """Constant subgraphs: placed like any node, run once now, folded into weights. Returns
-    the nodes left to place."""
-    const_nodes = constant_nodes(model, placer.ops) if optimization != "disable" else []
-    const_names = {n.name for n in const_nodes}
-    rest = [n for n in model.nodes if n.name not in const_names]
-    results = {o.name for o in model.outputs}
-    if const_nodes:
-        graph = whole_graph(model, const_nodes, plan.constants)
-        placed = placer.place_all(const_nodes, graph)
-        used_later = {x for n in rest for x in n.inputs if x} | results
-        keep = {o for n in const_nodes for o in n.outputs if o} & used_later
-        steps = build_steps(plan, model, const_nodes, placed, keep, target_of, optimization)
-        try:
-            env = run_steps(steps, {})
-        finally:
-            for s in steps:
-                if s.close:
-                    s.close()
-        for name in keep:
-            plan.constants[name] = env[name].numpy()
-        for n in const_nodes:
-            plan.assignment[n.name] = placed[n.name].label + " (folded)"
-    return rest
 
 
 def build_plan(plan: Plan, model: Model, nodes: list[Node], placed: dict[str, Placement],

@@ -6,7 +6,7 @@ import weakref
 from typing import TYPE_CHECKING
 
 from .errors import InputError, NnplugError
-from .executor import Plan, Step, check_feeds, run_steps
+from .executor import Plan, Step, check_feeds, input_table, run_steps
 from .plugins import BACKENDS, log
 from .tensor import Tensor
 
@@ -37,6 +37,7 @@ class Network:
                 self._lease_keys.append(key)
         self._finalizer = weakref.finalize(self, _close_network, self._steps, self._lease_keys)
         self._output_names = [o.name for o in self.outputs]
+        self._input_table = input_table(self.inputs)
 
     def run(self, feeds: dict, output_names: list[str] | None = None) -> dict:
         """Run the network: ``{input name: array}`` -> ``{output name: numpy array}``."""
@@ -55,8 +56,8 @@ class Network:
                 f"unknown output name(s) {', '.join(map(repr, bad))}; the model's outputs: "
                 f"{', '.join(self._output_names)}"
             )
-        env = dict(check_feeds(feeds, self.inputs))
-        for name in self._output_names:
+        env = check_feeds(feeds, self._input_table)
+        for name in self._output_names:  # plan.constants grows while the network is compiled
             if name in self._constants and name not in env:  # a copy: callers may write to it
                 env[name] = Tensor.from_numpy(self._constants[name].copy())
         env = run_steps(self._steps, env)

@@ -4,8 +4,10 @@
     validate   nnplug.validate    every node, before any backend sees it
     expand     nnplug.expand      nodes no backend claims whose op is a function -> its body
                nnplug.controlflow what subgraphs read from outer scopes -> node inputs
+    fold       nnplug.folding     constant subgraphs run once -> constants; shapes they make
+                                  static are inferred again
     place      nnplug.planner     a backend, custom op or core op for each node
-    compile    nnplug.compiler    fold constants, build each partition: the Network's plan
+    compile    nnplug.compiler    build each partition: the Network's plan
     run        nnplug.executor    (``Network.run``) the plan's steps over the feeds
 
 A subgraph of If/Loop/Scan gets a sub-plan of its own from :func:`compile_network`, on the
@@ -17,11 +19,12 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING
 
-from .compiler import build_plan, fold_constants, targets_for
+from .compiler import build_plan, targets_for
 from .controlflow import attach_outer_inputs
 from .errors import ModelWarning
 from .executor import Plan
 from .expand import expand_unclaimed
+from .folding import fold_constants
 from .loader import Model, load, whole_graph
 from .network import Network
 from .planner import Placer

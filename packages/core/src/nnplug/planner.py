@@ -54,14 +54,16 @@ class Placement:
                 and other.core is None and self.backend is other.backend)
 
 
-def constant_nodes(model: Model, custom_ops: dict[str, CustomOp]) -> list[Node]:
-    """Standard, deterministic nodes whose inputs are all constant (transitively)."""
-    known = set(model.constants)
+def constant_nodes(nodes: list[Node], constants, values: dict, custom_ops: dict[str, CustomOp]
+                   ) -> list[Node]:
+    """Standard, deterministic ``nodes`` whose inputs are all in ``constants`` (names), or
+    computed from them (transitively)."""
+    known = set(constants)
     out = []
-    for n in model.nodes:
+    for n in nodes:
         if (n.op_type not in custom_ops and n.op_type not in _NONDETERMINISTIC
                 and n.domain in ("", "ai.onnx") and all(x == "" or x in known for x in n.inputs)
-                and all(model.values.get(o) is None or model.values[o].kind == "tensor"
+                and all(values.get(o) is None or values[o].kind == "tensor"
                         for o in n.outputs if o)):  # sequences/optionals are not weights
             out.append(n)
             known.update(o for o in n.outputs if o)

@@ -373,6 +373,11 @@ class StaticRunner(_Runner):
         self.arena_nbytes = self.ws_offset + (_align(ws) if ws else 0)
         self._free_arenas: list = []
         self.run_steps = lib.table.run_steps
+        # where each result comes from, found once: (0, output slot) / (1, input) / (2, const)
+        at = {n: j for j, n in enumerate(self.out_slot_names)}
+        self._picks = [(0, at[n]) if n in at else
+                       (1, self.inputs.index(n)) if n in self.inputs else (2, n)
+                       for n in self.outputs]
 
     # -- arenas (host path): reused across runs, one per concurrent run ---------------------
     def _host_arena(self):
@@ -490,18 +495,18 @@ class StaticRunner(_Runner):
         return None
 
     def _results(self, inputs, outs):
-        by_name = dict(zip(self.out_slot_names, outs))
         result = []
-        for n in self.outputs:
-            if n in by_name:
-                o = by_name[n]
-                shape, dtype = self.out_specs[self.out_slot_names.index(n)]
-                result.append(Tensor.from_numpy(o) if self.host else
-                              Tensor(o, shape, dtype, self.dev, self.api))
-            elif n in self.inputs:
-                result.append(inputs[self.inputs.index(n)])
+        for kind, k in self._picks:
+            if kind == 0:
+                if self.host:
+                    result.append(Tensor.from_numpy(outs[k]))
+                else:
+                    shape, dtype = self.out_specs[k]
+                    result.append(Tensor(outs[k], shape, dtype, self.dev, self.api))
+            elif kind == 1:
+                result.append(inputs[k])
             else:
-                result.append(self._const_output(n))
+                result.append(self._const_output(k))
         return result
 
 
