@@ -63,6 +63,21 @@ def onnxruntime_run(model, feeds):
     return sess.run(None, feeds)
 
 
+def run_both(rt, model, feeds, threads):
+    """The model on onednn+cpu at ``threads`` oneDNN threads: (assignment, outputs, onnxruntime's)."""
+    lib = rt.backends["onednn"].backend
+    want = onnxruntime_run(model, feeds)
+    try:
+        lib.set_num_threads(threads)
+        with rt.load(model, backends=BACKENDS) as net:
+            assignment = dict(net.assignment)
+            got = net.run(feeds)
+            outs = [got[o.name] for o in net.outputs]
+    finally:
+        lib.set_num_threads(0)
+    return assignment, outs, want
+
+
 def assert_matches(got, want, rtol=1e-4, what=""):
     """Equal within rtol of the expected output's range (absolute error)."""
     got, want = np.asarray(got), np.asarray(want)

@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import BACKENDS, assert_matches, graph_model, onnxruntime_run
+from conftest import BACKENDS, assert_matches, graph_model, onnxruntime_run, run_both
 from onnx import TensorProto, helper, numpy_helper
 
 R = np.random.default_rng(77)
@@ -103,26 +103,12 @@ def residual_net(batch=2):
     return b
 
 
-def run_both(model, feeds, rt, threads):
-    lib = rt.backends["onednn"].backend
-    want = onnxruntime_run(model, feeds)
-    try:
-        lib.set_num_threads(threads)
-        with rt.load(model, backends=BACKENDS) as net:
-            assignment = dict(net.assignment)
-            got = net.run(feeds)
-            outs = [got[o.name] for o in net.outputs]
-    finally:
-        lib.set_num_threads(0)
-    return assignment, outs, want
-
-
 @pytest.mark.parametrize("threads", [1, 2])
 def test_blocked_layouts_across_a_partition(rt, threads):
     b = blocked_chain()
     feeds = {"x": rand(2, 3, 17, 17)}
     model = graph_model(b.nodes, feeds, b.inits, opset=18)
-    assignment, outs, want = run_both(model, feeds, rt, threads)
+    assignment, outs, want = run_both(rt, model, feeds, threads)
     assert set(assignment.values()) == {"onednn"}, assignment
     for g, w in zip(outs, want):
         assert_matches(g, w, what=f"blocked chain, {threads} thread(s)")
@@ -133,7 +119,7 @@ def test_residual_add_as_sum_post_op(rt, threads):
     b = residual_net()
     feeds = {"x": rand(2, 8, 12, 12)}
     model = graph_model(b.nodes, feeds, b.inits, opset=15)
-    assignment, outs, want = run_both(model, feeds, rt, threads)
+    assignment, outs, want = run_both(rt, model, feeds, threads)
     assert set(assignment.values()) == {"onednn"}, assignment
     for g, w in zip(outs, want):
         assert_matches(g, w, what=f"residual blocks, {threads} thread(s)")
@@ -148,7 +134,7 @@ def test_sum_post_op_with_the_kernel_input_as_shortcut(rt, threads):
     feeds = {"x": rand(1, 16, 9, 9)}
     before = feeds["x"].copy()
     model = graph_model(b.nodes, feeds, b.inits, opset=15)
-    assignment, outs, want = run_both(model, feeds, rt, threads)
+    assignment, outs, want = run_both(rt, model, feeds, threads)
     assert set(assignment.values()) == {"onednn"}, assignment
     assert_matches(outs[0], want[0], what="shortcut from the input")
     np.testing.assert_array_equal(feeds["x"], before)  # the input is read, never written
@@ -266,6 +252,6 @@ def test_batchnorm_exported_as_mul_add_is_folded_into_the_conv(rt, threads):
     b.op("Mul", [b.conv(y, 8, 8, act=None), "g"])
     feeds = {"x": rand(2, 3, 10, 10), "g": rand(2, 8, 10, 10)}
     model = graph_model(b.nodes, feeds, b.inits, opset=15)
-    assignment, outs, want = run_both(model, feeds, rt, threads)
+    assignment, outs, want = run_both(rt, model, feeds, threads)
     assert set(assignment.values()) == {"onednn"}, assignment
     assert_matches(outs[0], want[0], what=f"folded Mul/Add, {threads} thread(s)")

@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import BACKENDS, assert_matches, graph_model, onnxruntime_run
+from conftest import BACKENDS, assert_matches, graph_model, onnxruntime_run, run_both
 from onnx import TensorProto, helper, numpy_helper
 
 R = np.random.default_rng(2024)
@@ -60,20 +60,6 @@ class Graph:
 
     def model(self, feeds, opset=18):
         return graph_model(self.nodes, feeds, self.inits, opset=opset)
-
-
-def run_both(rt, model, feeds, threads):
-    lib = rt.backends["onednn"].backend
-    want = onnxruntime_run(model, feeds)
-    try:
-        lib.set_num_threads(threads)
-        with rt.load(model, backends=BACKENDS) as net:
-            assignment = dict(net.assignment)
-            got = net.run(feeds)
-            outs = [got[o.name] for o in net.outputs]
-    finally:
-        lib.set_num_threads(0)
-    return assignment, outs, want
 
 
 def check(rt, g, feeds, threads, what, all_onednn=True, opset=18):
