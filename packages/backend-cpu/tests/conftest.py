@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 
 import numpy as np
 import onnx
@@ -133,3 +134,23 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(
             f"ONNX node tests on the cpu backend: {c['passed']} passed, {c['failed']} failed, "
             f"{c['not claimed']} not claimed (of {len(mod.CASES)})")
+
+
+def run_from_threads(work, n: int = 4) -> None:
+    """work(0) .. work(n-1), each on its own thread at once; the first exception any raised is
+    raised here."""
+    errors = []
+
+    def guarded(i):
+        try:
+            work(i)
+        except BaseException as e:  # noqa: BLE001 - raised below
+            errors.append(e)
+
+    workers = [threading.Thread(target=guarded, args=(i,)) for i in range(n)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    if errors:
+        raise errors[0]

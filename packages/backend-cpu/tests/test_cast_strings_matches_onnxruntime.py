@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import onnxruntime_run
+from conftest import onnxruntime_run, run_from_threads
 from onnx import TensorProto, helper
 
 import nnplug
@@ -218,27 +218,16 @@ def test_four_bit_types_with_strings_are_declined(rt):
 
 def test_casts_to_and_from_strings_run_from_many_threads_at_once(rt):
     """One network that prints numbers and parses them back, four Python threads."""
-    import threading
-
     nodes = [helper.make_node("Cast", ["x"], ["s"], to=S), helper.make_node("Cast", ["s"], ["y"], to=T.DOUBLE)]
     m = model(nodes, T.FLOAT, T.DOUBLE)
     m.graph.output.append(helper.make_tensor_value_info("s", S, None))
     feeds = [{"x": random_floats(20, 30 + i).astype(np.float32)} for i in range(4)]
     want = [onnxruntime_run(m, f) for f in feeds]
-    errors = []
     with rt.load(m, backends=["cpu"]) as net:
         def work(i):
-            try:
-                for _ in range(20):
-                    out = net.run(feeds[i])
-                    np.testing.assert_array_equal(out["y"], want[i][0])
-                    assert out["s"].tolist() == want[i][1].tolist()
-            except BaseException as e:  # noqa: BLE001 - reported below
-                errors.append(e)
+            for _ in range(20):
+                out = net.run(feeds[i])
+                np.testing.assert_array_equal(out["y"], want[i][0])
+                assert out["s"].tolist() == want[i][1].tolist()
 
-        workers = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-        for t in workers:
-            t.start()
-        for t in workers:
-            t.join()
-    assert not errors, errors[0]
+        run_from_threads(work)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import onnxruntime_run
+from conftest import onnxruntime_run, run_from_threads
 from onnx import TensorProto, helper, numpy_helper
 
 import nnplug
@@ -378,8 +378,6 @@ def test_a_string_node_of_an_op_without_string_kernels_is_declined(rt):
 
 def test_string_networks_run_from_many_threads_at_once(rt):
     """Kernels stay immutable: one network, four Python threads, the answers of one thread."""
-    import threading
-
     nodes = [helper.make_node("RegexFullMatch", ["x"], ["m"], name="match", pattern=r"[a-zé]+\d?"),
              helper.make_node("StringNormalizer", ["x"], ["u"], name="upper",
                               case_change_action="UPPER", locale="C.UTF-8")]
@@ -389,20 +387,11 @@ def test_string_networks_run_from_many_threads_at_once(rt):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
     feeds = [{"x": texts((64,), 20 + i, 5, ["a", "é", "Z", "1", "ß"])} for i in range(4)]
     want = [onnxruntime_run(model, f) for f in feeds]
-    errors = []
     with rt.load(model, backends=["cpu"]) as net:
         def work(i):
-            try:
-                for _ in range(20):
-                    out = net.run(feeds[i])
-                    assert out["m"].tolist() == want[i][0].tolist()
-                    assert out["u"].tolist() == want[i][1].tolist()
-            except BaseException as e:  # noqa: BLE001 - reported below
-                errors.append(e)
+            for _ in range(20):
+                out = net.run(feeds[i])
+                assert out["m"].tolist() == want[i][0].tolist()
+                assert out["u"].tolist() == want[i][1].tolist()
 
-        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    assert not errors, errors[0]
+        run_from_threads(work)
