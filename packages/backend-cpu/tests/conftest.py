@@ -154,3 +154,11 @@ def run_from_threads(work, n: int = 4) -> None:
         t.join()
     if errors:
         raise errors[0]
+
+
+def first_inferred_shape(nodes, inputs, inits, opset: int = 18) -> list[int]:
+    """The static shape ONNX infers for the first value the nodes compute (e.g. a Conv's output)."""
+    probe = helper.make_model(helper.make_graph(nodes, "g", inputs, [], inits),
+                              opset_imports=[helper.make_opsetid("", opset)])
+    return [d.dim_value for d in onnx.shape_inference.infer_shapes(probe).graph.value_info[0]
+            .type.tensor_type.shape.dim]

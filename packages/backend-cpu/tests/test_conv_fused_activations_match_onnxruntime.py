@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import onnxruntime_run
-from onnx import TensorProto, helper, numpy_helper, shape_inference
+from conftest import first_inferred_shape, onnxruntime_run
+from onnx import TensorProto, helper, numpy_helper
 
 # name: (N, C, H, W, M, group, kernel, strides, pads)
 SHAPES = {
@@ -46,10 +46,7 @@ def conv_model(case: str, act: str, *, residual=False, sigmoid_also_output=False
                               kernel_shape=list(k), strides=list(s), pads=pads)]
     last = "conv"
     if residual:
-        probe = helper.make_model(helper.make_graph(nodes, "g", inputs, [], inits),
-                                  opset_imports=[helper.make_opsetid("", 18)])
-        shape = [d.dim_value for d in shape_inference.infer_shapes(probe).graph.value_info[0]
-                 .type.tensor_type.shape.dim]
+        shape = first_inferred_shape(nodes, inputs, inits)
         r = rng.standard_normal(shape, dtype=np.float32)
         inputs.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, r.shape))
         feeds["r"] = r

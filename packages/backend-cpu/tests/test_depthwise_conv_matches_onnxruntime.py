@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import one_node_model, onnxruntime_run
+from conftest import first_inferred_shape, one_node_model, onnxruntime_run
 from onnx import TensorProto, helper, numpy_helper
 
 # name: (N, C, H, W, kernel, strides, dilations, pads or auto_pad)
@@ -85,11 +85,7 @@ def depthwise_model(case: str, act: str, *, bias=True, residual=False, const_wei
                               name="dw", **attrs)]
     last = "conv"
     if residual:
-        probe = helper.make_model(helper.make_graph(nodes, "g", inputs, [], inits),
-                                  opset_imports=[helper.make_opsetid("", 18)])
-        from onnx import shape_inference
-        shape = [dd.dim_value for dd in shape_inference.infer_shapes(probe).graph.value_info[0]
-                 .type.tensor_type.shape.dim]
+        shape = first_inferred_shape(nodes, inputs, inits)
         r = rng.standard_normal(shape, dtype=np.float32)
         inputs.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, r.shape))
         feeds["r"] = r
