@@ -36,6 +36,7 @@
     X(dnnl_post_ops_destroy)                           \
     X(dnnl_post_ops_append_eltwise)                    \
     X(dnnl_post_ops_append_sum)                        \
+    X(dnnl_post_ops_append_binary)                     \
     X(dnnl_reorder_primitive_desc_create)              \
     X(dnnl_convolution_forward_primitive_desc_create)  \
     X(dnnl_matmul_primitive_desc_create)               \

@@ -631,6 +631,30 @@ static int fold_bn(ox_graph *g, ox_op *conv, const ox_op *bn)
     return 1;
 }
 
+/* A BatchNormalization whose parameters are constants as one multiply-add per channel,
+ * y = x * s + t with s = scale / sqrt(var + eps) and t = shift - mean * s (op->w = s, op->b = t):
+ * run as one binary primitive in its input's layout (oneDNN's own batch normalization
+ * falls back to plain layout and a slow kernel for some channel counts), which also takes any
+ * element-wise post-op. Left as it is when a parameter is a run-time input. */
+static void bn_affine(ox_graph *g, ox_op *bn)
+{
+    for (int i = 1; i < 5; i++)
+        if (!g->vals[bn->in[i]].cdata) return;
+    int64_t C = g->vals[bn->in[1]].dims[0];
+    float *s = malloc((size_t)C * sizeof(float)), *t = malloc((size_t)C * sizeof(float));
+    if (!s || !t) { free(s); free(t); return; }
+    const float *sc = g->vals[bn->in[1]].cdata, *sh = g->vals[bn->in[2]].cdata, *mu = g->vals[bn->in[3]].cdata,
+                *var = g->vals[bn->in[4]].cdata;
+    for (int64_t c = 0; c < C; c++) {
+        double f = sc[c] / sqrt((double)var[c] + bn->eps);
+        s[c] = (float)f;
+        t[c] = (float)(sh[c] - mu[c] * f);
+    }
+    bn->w = s;
+    bn->b = t;
+    bn->oc = C;
+}
+
 /* Fold a Mul or Add of the Conv's output by a constant that is one value per output channel
  * (or one value) into its weights and bias: BatchNormalization exported as Mul+Add. */
 static int fold_channel(ox_graph *g, ox_op *conv, const ox_op *nx)
@@ -768,15 +792,16 @@ static void fuse(ox_graph *g)
     for (int i = 0; i < g->nop; i++) {
         ox_op *op = &g->ops[i];
         if (op->dead || (op->kind != OP_CONV && op->kind != OP_MATMUL && op->kind != OP_BINARY && op->kind != OP_BN)) continue;
+        if (op->kind == OP_BN) bn_affine(g, op); /* not folded into a Conv before it */
         int has_sum = 0;
         for (;;) {
             int chain[5];
-            if (op->kind != OP_BN && op->npost < MAXPOST && gelu_chain(g, op->out, chain)) {
+            if ((op->kind != OP_BN || op->w) && op->npost < MAXPOST && gelu_chain(g, op->out, chain)) {
                 op->post[op->npost++] = (ox_post){POST_ELTWISE, dnnl_eltwise_gelu_erf, 0.f, 0.f, -1};
                 for (int k = 0; k < 5; k++) absorb(g, op, &g->ops[chain[k]]);
                 continue;
             }
-            if (op->kind != OP_BN && op->npost < MAXPOST && swish_chain(g, op->out, chain)) {
+            if ((op->kind != OP_BN || op->w) && op->npost < MAXPOST && swish_chain(g, op->out, chain)) {
                 op->post[op->npost++] = (ox_post){POST_ELTWISE, dnnl_eltwise_swish, 1.f, 0.f, -1};
                 for (int k = 0; k < 2; k++) absorb(g, op, &g->ops[chain[k]]);
                 continue;
@@ -784,7 +809,7 @@ static void fuse(ox_graph *g)
             int j = sole_consumer(g, op->out);
             if (j < 0) break;
             ox_op *nx = &g->ops[j];
-            if (op->kind == OP_BN) { /* only a Relu, as the fuse_norm_relu flag */
+            if (op->kind == OP_BN && !op->w) { /* only a Relu, as the fuse_norm_relu flag */
                 if (nx->kind == OP_ELTWISE && nx->alg == dnnl_eltwise_relu && nx->alpha == 0.f && !op->bn_relu) {
                     op->bn_relu = 1;
                     absorb(g, op, nx);

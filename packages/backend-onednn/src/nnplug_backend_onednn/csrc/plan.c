@@ -375,6 +375,24 @@ static dnnl_primitive_attr_t op_attr(const ox_op *op)
     return a;
 }
 
+/* The attribute of a per-channel multiply-add (a BatchNormalization, see bn_affine): the add
+ * of the shift (operand md, per channel) as the first post-op, then op's own. */
+static dnnl_primitive_attr_t affine_attr(const ox_op *op, const_dnnl_memory_desc_t md)
+{
+    dnnl_primitive_attr_t a = plain_attr();
+    dnnl_post_ops_t po;
+    if (!a) return NULL;
+    if (D(dnnl_post_ops_create)(&po) != dnnl_success) { D(dnnl_primitive_attr_destroy)(a); return NULL; }
+    int ok = D(dnnl_post_ops_append_binary)(po, dnnl_binary_add, md) == dnnl_success;
+    for (int i = 0; i < op->npost && ok; i++)
+        ok = op->post[i].kind == POST_ELTWISE &&
+             D(dnnl_post_ops_append_eltwise)(po, op->post[i].alg, op->post[i].alpha, op->post[i].beta) == dnnl_success;
+    ok = ok && D(dnnl_primitive_attr_set_post_ops)(a, po) == dnnl_success;
+    D(dnnl_post_ops_destroy)(po);
+    if (!ok) { D(dnnl_primitive_attr_destroy)(a); return NULL; }
+    return a;
+}
+
 /* ---- ops ------------------------------------------------------------------------------------ */
 
 static const ox_post *sum_post(const ox_op *op)
@@ -734,6 +752,17 @@ static int bn_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, int
     return 0;
 }
 
+/* A per-channel multiply-add: x, the scales (op->w) and, for the post-op, the shifts (op->b). */
+static int affine_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, int s)
+{
+    if (input_arg_any(b, s, DNNL_ARG_SRC_0, op->in[0], pd, dnnl_query_src_md, 0)) return 1;
+    if (s < 0) return 0;
+    const_dnnl_memory_desc_t cmd = query(pd, dnnl_query_src_md, 1);
+    int sb = new_buf(b, B_CONST, 0, op->w, 0), tb = new_buf(b, B_CONST, 0, op->b, 0);
+    return sb < 0 || tb < 0 || add_arg(b, s, DNNL_ARG_SRC_1, sb, cmd) ||
+           add_arg(b, s, DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, tb, cmd);
+}
+
 /* The full-shaped operand is src0 (the other one first when the op commutes and only it is);
  * src1 has src0's layout when it has the same shape, else it is read plain (broadcast). */
 static int binary_operands(pb *b, const ox_op *op, int *i0, int *ofull)
@@ -966,6 +995,17 @@ static int build_simple(pb *b, const ox_op *op)
                                                           op->size, op->alpha, op->beta, op->lrn_bias, a);
             break;
         case OP_BN: {
+            if (op->w) { /* per-channel multiply-add (see bn_affine): x * s, then + t as a post-op */
+                dnnl_dims_t cd;
+                for (int i = 0; i < r; i++) cd[i] = i == 1 ? op->oc : 1;
+                src1 = NULL;
+                D(dnnl_memory_desc_create_with_tag)(&src1, r, cd, dnnl_f32, r == 2 ? dnnl_ab : r == 3 ? dnnl_abc : r == 4 ? dnnl_abcd : dnnl_abcde);
+                D(dnnl_primitive_attr_destroy)(a);
+                a = src1 ? affine_attr(op, src1) : NULL;
+                if (a) st = D(dnnl_binary_primitive_desc_create)(&pd, ox_engine(), dnnl_binary_mul, src, src1, src, a);
+                fn = affine_inputs;
+                break;
+            }
             unsigned flags = dnnl_use_global_stats | dnnl_use_scale | dnnl_use_shift | (op->bn_relu ? dnnl_fuse_norm_relu : 0);
             st = D(dnnl_batch_normalization_forward_primitive_desc_create)(&pd, ox_engine(), dnnl_forward_inference, src, src, op->eps, flags, a);
             fn = bn_inputs;

@@ -1,0 +1,125 @@
+"""A BatchNormalization that no Conv before it absorbs (DenseNet's norm of each Concat, a
+pre-activation block) against onnxruntime, with random parameters: with constant parameters it
+runs as one per-channel multiply-add in its input's layout, taking the element-wise ops after
+it as post-ops; with a parameter given at run time it stays oneDNN's batch normalization."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import assert_matches, graph_model, run_both
+from onnx import helper
+
+R = np.random.default_rng(77)
+
+
+def rand(*shape):
+    return R.standard_normal(shape).astype(np.float32)
+
+
+def bn_params(c):
+    return {"s": rand(c), "sh": rand(c), "m": rand(c), "v": (np.abs(rand(c)) + 0.05).astype(np.float32)}
+
+
+def node(op, ins, outs, name, **attrs):
+    return helper.make_node(op, ins, outs, name=name, **attrs)
+
+
+def bn_model(shape, after=(), conv_before=False, runtime_param=None, eps=1e-5):
+    """x (shape) -> [Conv 3x3 + Relu] -> BatchNormalization -> the element-wise ops `after`."""
+    c = shape[1]
+    inits = bn_params(c)
+    feeds = {"x": rand(*shape)}
+    nodes, x = [], "x"
+    if conv_before:  # the Conv's output is in oneDNN's layout (nhwc) when the norm reads it
+        inits["w"] = rand(c, c, 3, 3) * np.float32(0.2)
+        nodes += [node("Conv", ["x", "w"], ["c"], "conv", pads=[1, 1, 1, 1]), node("Relu", ["c"], ["r"], "relu0")]
+        x = "r"
+    if runtime_param:
+        feeds[runtime_param] = inits.pop(runtime_param)
+    nodes.append(node("BatchNormalization", [x, "s", "sh", "m", "v"], ["n0"], "bn", epsilon=eps))
+    for i, (op, kw) in enumerate(after):
+        nodes.append(node(op, [f"n{i}"], [f"n{i + 1}"], f"post{i}", **kw))
+    return graph_model(nodes, feeds, inits, opset=15), feeds, [n.name for n in nodes]
+
+
+CASES = {
+    # 224 channels: oneDNN's own batch normalization has no nhwc kernel there (plain + slow)
+    "after_conv_224_channels_relu": dict(shape=(1, 224, 9, 9), after=[("Relu", {})], conv_before=True),
+    "after_conv_40_channels_sigmoid": dict(shape=(2, 40, 7, 5), after=[("Sigmoid", {})], conv_before=True),
+    "plain_input_clip_then_tanh": dict(shape=(2, 12, 6, 6), after=[("Clip", {}), ("Tanh", {})]),
+    "plain_input_leaky_relu": dict(shape=(1, 5, 4, 4), after=[("LeakyRelu", {"alpha": 0.3})]),
+    "rank2": dict(shape=(7, 33), after=[("Relu", {})]),
+    "rank3": dict(shape=(2, 16, 11), after=[]),
+    "rank5": dict(shape=(1, 8, 3, 4, 5), after=[("Relu", {})]),
+    "large_epsilon": dict(shape=(1, 24, 5, 5), eps=0.5),
+    "runtime_scale": dict(shape=(1, 16, 5, 5), after=[("Relu", {})], runtime_param="s"),
+    "runtime_variance": dict(shape=(2, 8, 5, 5), runtime_param="v"),
+}
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_batch_normalization_matches_onnxruntime(rt, case, threads):
+    model, feeds, names = bn_model(**CASES[case])
+    assignment, got, want = run_both(rt, model, feeds, threads)
+    for n in names:
+        assert assignment[n] == "onednn", f"{case}: node {n} went to {assignment[n]}"
+    for g, w in zip(got, want):
+        assert_matches(g, w, what=case)
+
+
+def test_zero_variance_channel_matches_onnxruntime(rt):
+    """var = 0 with a small epsilon: the largest scale the multiply-add meets."""
+    model, feeds, _ = bn_model((1, 16, 5, 5), after=[("Relu", {})])
+    var = {i.name: i for i in model.graph.initializer}["v"]
+    var.CopyFrom(helper.make_tensor("v", var.data_type, var.dims, np.zeros(16, np.float32)))
+    _, got, want = run_both(rt, model, feeds, 1)
+    assert_matches(got[0], want[0], what="zero variance")
+
+
+CHILD = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+from conftest import make_runtime
+from test_batch_norm_matches_onnxruntime import CASES, bn_model
+model, feeds, _ = bn_model(**CASES[sys.argv[2]])
+rt = make_runtime()
+with rt.load(model, backends=["onednn", "cpu"]) as net:
+    net.run(feeds)
+    print("=== run", flush=True)
+    net.run(feeds)
+    print("=== end", flush=True)
+"""
+
+
+def executed_primitives(case):
+    env = dict(os.environ, ONEDNN_VERBOSE="1", NNPLUG_CPU_THREADS="1")
+    out = subprocess.run([sys.executable, "-c", CHILD, os.path.dirname(__file__), case], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    run = out.stdout.split("=== run")[1].split("=== end")[0]
+    return [ln.split(",") for ln in run.splitlines() if ln.startswith("onednn_verbose") and ",exec," in ln]
+
+
+def test_norm_after_conv_is_one_binary_primitive_in_the_conv_layout():
+    """Conv + Relu, then BatchNormalization + Relu over 224 channels: the convolution, then one
+    binary primitive (multiply, add of the shift and relu as post-ops) on the nhwc values the
+    convolution wrote; no batch normalization primitive and no reorder between the two."""
+    lines = executed_primitives("after_conv_224_channels_relu")
+    kinds = [ln[3] for ln in lines]
+    assert "batch_normalization" not in kinds, kinds
+    conv, binary = kinds.index("convolution"), kinds.index("binary")
+    assert binary == conv + 1, kinds
+    desc = ",".join(lines[binary])
+    assert "binary_add" in desc and "eltwise_relu" in desc and "acdb" in desc, desc
+    assert not lines[binary][4].startswith("ref"), desc
+
+
+def test_norm_with_runtime_parameter_stays_batch_normalization():
+    kinds = [ln[3] for ln in executed_primitives("runtime_scale")]
+    assert "batch_normalization" in kinds and "binary" not in kinds, kinds
