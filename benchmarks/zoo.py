@@ -51,15 +51,29 @@ def print_summary(ratios: dict[str, list[float]]) -> None:
           f"figures taken under load are not results")
 
 
+QUIET_S = 0.2
+"""Pause before each engine's turn in a round (see time_rounds)."""
+SETTLE_S = 0.3
+"""Untimed runs, for at least this long, after the pause."""
+
+
 def time_rounds(runners: dict, rounds: int, per_round: int) -> dict:
-    """Interleaved timing: each round runs every engine `per_round` times, after one untimed
-    run. The untimed run lets the engine that ran before go quiet: onnxruntime's and OpenMP's
-    worker threads spin for a while after a run, and on a machine with as many cores as
-    threads they would take a core from the first timed runs of the next engine."""
+    """Interleaved timing: each round gives every engine a turn of `per_round` timed runs,
+    after a pause and untimed runs. onnxruntime's worker threads spin for tens of milliseconds
+    after a run; on a machine with as many cores as threads they take a core from the engine
+    timed next (measured here: a 2-thread nnplug-cpu MobileNetV3 took 26-28 ms right after
+    onnxruntime, 14-15 ms after a 0.1 s pause), so each turn starts once the engine before has
+    gone quiet. After an idle spell these virtual machines run slower for about 0.1 s (every
+    engine, onnxruntime at 1 thread included: 15-16 ms, then 12-13), so the untimed runs go on
+    for SETTLE_S before the timed ones."""
     times = {name: [] for name in runners}
     for _ in range(rounds):
         for name, fn in runners.items():
+            time.sleep(QUIET_S)
+            start = time.perf_counter()
             fn()
+            while time.perf_counter() - start < SETTLE_S:
+                fn()
             for _ in range(per_round):
                 t = time.perf_counter()
                 fn()
