@@ -6,6 +6,7 @@
                nnplug.controlflow what subgraphs read from outer scopes -> node inputs
     fold       nnplug.folding     constant subgraphs run once -> constants; shapes they make
                                   static are inferred again
+    merge      nnplug.cse         nodes computing the same thing from the same inputs -> one
     place      nnplug.planner     a backend, custom op or core op for each node
     compile    nnplug.compiler    build each partition: the Network's plan
     run        nnplug.executor    (``Network.run``) the plan's steps over the feeds
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from .compiler import build_plan, targets_for
 from .controlflow import attach_outer_inputs
+from .cse import merge_common_subexpressions
 from .errors import ModelWarning
 from .executor import Plan
 from .expand import expand_unclaimed
@@ -68,8 +70,14 @@ def compile_network(runtime: Runtime, model: Model, infos: list[BackendInfo],
                   optimization=optimization)
     try:  # the network holds the backends and closes the steps built so far if this fails
         rest = fold_constants(plan, expanded, placer, target_of, optimization)
+        merged = {}
+        if optimization != "disable":
+            rest, merged = merge_common_subexpressions(
+                rest, plan.constants, {o.name for o in expanded.outputs}, ops)
         placed = placer.place_all(rest, whole_graph(expanded, rest, plan.constants))
         build_plan(plan, expanded, rest, placed, target_of, optimization)
+        for dropped, kept in merged.items():  # it ran where the node it is the same as ran
+            plan.assignment[dropped] = plan.assignment[kept]
     except Exception:
         net.close()
         raise

@@ -283,8 +283,9 @@ class Runtime:
 
         ``backends``: preference order (default: the creation options' order, else all
         registered backends). ``targets``: backend id -> Target (or JSON/dict) to compile for.
-        ``optimization``: ``"all"`` (fold constant subgraphs, let backends fuse nodes),
-        ``"basic"`` (fold only: every node is its own kernel) or ``"disable"`` (neither).
+        ``optimization``: ``"all"`` (fold constant subgraphs, run repeated computations
+        once, let backends fuse nodes), ``"basic"`` (fold and merge only: every node is its own
+        kernel) or ``"disable"`` (none of them).
         ``external_data_dir``: the folder of the model's external data files when ``model``
         is bytes or a ModelProto (a path finds them beside the model file).
         """

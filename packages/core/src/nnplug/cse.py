@@ -1,0 +1,140 @@
+"""The merge stage: nodes that compute the same thing from the same inputs run once.
+
+Two nodes are the same computation when they have the same op (type and domain), the same
+attributes and the same inputs, where a constant input counts by its value, not its name:
+exporters repeat a subexpression per layer with constants of their own (BERT's attention
+mask, ``Where(mask, -inf, 0)``, once in each of its twelve layers). The later node is dropped
+and its readers read the first one's outputs, as onnxruntime's common subexpression
+elimination does at its basic level.
+
+Left alone: random ops and Dropout, custom ops (they may keep state), non-standard domains,
+nodes with subgraphs or whose outputs a subgraph node reads (a body names outer values
+itself), and nodes with a graph output (its name must stay)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import struct
+from typing import TYPE_CHECKING
+
+import numpy as np
+import onnx
+
+if TYPE_CHECKING:
+    from .customop import CustomOp
+    from .graph import Node
+
+RANDOM = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
+          "Bernoulli", "Dropout"}
+"""Ops whose outputs may differ between two nodes with equal inputs."""
+DOMAINS = ("", "ai.onnx", "ai.onnx.ml")
+SUBGRAPH_OPS = {"If", "Loop", "Scan"}
+
+
+def merge_common_subexpressions(nodes: list[Node], constants: dict[str, np.ndarray],
+                                graph_outputs: set[str], custom_ops: dict[str, CustomOp]
+                                ) -> tuple[list[Node], dict[str, str]]:
+    """``nodes`` (topological order) with repeated computations dropped and their readers
+    reading the kept node's outputs; and {dropped node name: kept node name}."""
+    read_by_subgraph = {x for n in nodes if _has_subgraph(n) for x in n.inputs if x}
+    renamed: dict[str, str] = {}  # dropped output -> the kept node's output
+    seen: dict[tuple, Node] = {}
+    const_keys: dict[str, tuple] = {}
+    merged: dict[str, str] = {}
+    out: list[Node] = []
+    for n in nodes:
+        if any(x in renamed for x in n.inputs):
+            n = _reading(n, [renamed.get(x, x) for x in n.inputs])
+        key = _key(n, constants, const_keys, custom_ops)
+        if key is None or any(o in graph_outputs or o in read_by_subgraph for o in n.outputs if o):
+            out.append(n)
+            continue
+        kept = seen.get(key)
+        if kept is None or len(kept.outputs) != len(n.outputs):
+            seen.setdefault(key, n)
+            out.append(n)
+            continue
+        for mine, theirs in zip(n.outputs, kept.outputs):
+            if mine:
+                if not theirs:  # the kept node does not make this optional output
+                    break
+                renamed[mine] = theirs
+        else:
+            merged[n.name] = kept.name
+            continue
+        for o in n.outputs:  # not merged after all
+            renamed.pop(o, None)
+        out.append(n)
+    return out, merged
+
+
+def _key(n: Node, constants: dict, const_keys: dict, custom_ops: dict) -> tuple | None:
+    """What makes ``n``'s computation, or None when it must not be merged."""
+    if (n.op_type in RANDOM or n.op_type in custom_ops or n.domain not in DOMAINS
+            or _has_subgraph(n)):
+        return None
+    attrs = []
+    for k in sorted(n.attrs):
+        v = _canonical(n.attrs[k])
+        if v is None:
+            return None
+        attrs.append((k, v))
+    ins = []
+    for x in n.inputs:
+        if x in constants:
+            if x not in const_keys:
+                const_keys[x] = ("const", *_array_key(np.asarray(constants[x])))
+            ins.append(const_keys[x])
+        else:
+            ins.append(("value", x))
+    return (n.domain or "", n.op_type, n.opset, tuple(attrs), tuple(ins))
+
+
+def _array_key(a: np.ndarray) -> tuple:
+    """dtype, shape and the bytes themselves (small) or their digest: equal bits, equal key."""
+    if a.dtype == object:  # strings
+        data = b"\0".join(str(s).encode("utf-8", "surrogatepass") for s in a.ravel())
+        data += struct.pack("<q", a.size)
+    else:
+        data = np.ascontiguousarray(a).tobytes()
+    body = data if len(data) <= 64 else hashlib.blake2b(data, digest_size=32).digest()
+    return a.dtype.str, a.shape, len(data), body
+
+
+def _canonical(v):
+    """A hashable form of an attribute value that tells -0.0 from 0.0; None for one that
+    cannot be compared (graphs, types, sparse tensors)."""
+    if isinstance(v, bool | int | str | bytes):
+        return (type(v).__name__, v)
+    if isinstance(v, float):
+        return ("float", struct.pack("<d", v))
+    if isinstance(v, np.ndarray):
+        return ("array", *_array_key(v))
+    if isinstance(v, np.generic):
+        return ("array", *_array_key(np.asarray(v)))
+    if isinstance(v, list | tuple):
+        items = [_canonical(x) for x in v]
+        return None if any(i is None for i in items) else ("list", tuple(items))
+    return None
+
+
+def _has_subgraph(n: Node) -> bool:
+    if n.op_type in SUBGRAPH_OPS:
+        return True
+    if n.proto is not None:
+        return any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                   for a in n.proto.attribute)
+    return any(isinstance(v, onnx.GraphProto) or (isinstance(v, list) and v and isinstance(v[0], onnx.GraphProto))
+               for v in n.attrs.values())
+
+
+def _reading(n: Node, inputs: list[str]) -> Node:
+    """``n`` reading ``inputs`` instead (its proto too, which later stages may rebuild from)."""
+    proto = None
+    if n.proto is not None:
+        proto = onnx.NodeProto()
+        proto.CopyFrom(n.proto)
+        del proto.input[:]
+        proto.input.extend(inputs)
+    return dataclasses.replace(n, inputs=list(inputs), proto=proto)

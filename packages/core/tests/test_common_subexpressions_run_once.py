@@ -1,0 +1,224 @@
+"""Nodes computing the same thing from the same inputs run once (nnplug.cse): equal constants
+under different names count as the same input, as BERT's per-layer attention masks have them;
+what could differ (attributes, constant values down to the sign of zero, random ops, custom
+ops, graph outputs, values a subgraph reads) is left alone. Results match onnxruntime."""
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from numpy_backend import NumpyBackend, make_runtime
+from onnx import TensorProto, helper, numpy_helper
+
+from nnplug.cse import merge_common_subexpressions
+from nnplug.loader import load
+
+OPS = ["Where", "Add", "Mul", "Relu", "Equal", "Sigmoid", "Identity", "Expand"]
+R = np.random.default_rng(5)
+
+
+def f32(*shape):
+    return R.standard_normal(shape).astype(np.float32)
+
+
+def model_of(nodes, inputs, outputs, inits=(), opset=17):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def ort_run(model, feeds):
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def built_nodes(backend):
+    return [n.name for sg, _ in backend.builds for n in sg.nodes]
+
+
+def masked_layers(layers=3, neg=-1e4, vary=None):
+    """BERT's pattern: each layer adds Where(mask, 0, neg) to its scores, with constants of
+    its own name; ``vary``: the layer whose neg constant differs (by its value)."""
+    nodes, inits = [], []
+    x = "x"
+    for i in range(layers):
+        inits += [numpy_helper.from_array(np.array(0.0, np.float32), f"zero{i}"),
+                  numpy_helper.from_array(np.array(neg if i != vary else neg * 2, np.float32), f"neg{i}")]
+        nodes += [helper.make_node("Where", ["mask", f"zero{i}", f"neg{i}"], [f"bias{i}"], name=f"where{i}"),
+                  helper.make_node("Add", [x, f"bias{i}"], [f"s{i}"], name=f"add{i}"),
+                  helper.make_node("Relu", [f"s{i}"], [f"r{i}"], name=f"relu{i}")]
+        x = f"r{i}"
+    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5]),
+           helper.make_tensor_value_info("mask", TensorProto.BOOL, [2, 5])]
+    outs = [helper.make_tensor_value_info(x, TensorProto.FLOAT, [2, 5])]
+    return model_of(nodes, ins, outs, inits)
+
+
+def feeds_for_mask():
+    return {"x": f32(2, 5), "mask": R.random((2, 5)) > 0.4}
+
+
+def test_repeated_mask_runs_once_and_matches_onnxruntime():
+    model, feeds = masked_layers(), feeds_for_mask()
+    backend = NumpyBackend(ops=OPS)
+    with make_runtime(backend) as rt, rt.load(model) as net:
+        got = net.run(feeds)["r2"]
+        ran = built_nodes(backend)
+        assert ran.count("where0") == 1 and "where1" not in ran and "where2" not in ran, ran
+        assert all(net.assignment[f"where{i}"] == "numpy" for i in range(3))
+    np.testing.assert_array_equal(got, ort_run(model, feeds)[0])
+
+
+def test_a_different_constant_value_is_not_merged():
+    model, feeds = masked_layers(vary=1), feeds_for_mask()
+    backend = NumpyBackend(ops=OPS)
+    with make_runtime(backend) as rt, rt.load(model) as net:
+        got = net.run(feeds)["r2"]
+        ran = built_nodes(backend)
+    assert "where0" in ran and "where1" in ran and "where2" not in ran, ran
+    np.testing.assert_array_equal(got, ort_run(model, feeds)[0])
+
+
+def test_negative_zero_is_not_zero():
+    """Where(mask, 0.0, 1) and Where(mask, -0.0, 1) differ (1 / y tells them apart)."""
+    nodes = [helper.make_node("Where", ["mask", "pz", "one"], ["a"], name="pos"),
+             helper.make_node("Where", ["mask", "nz", "one"], ["b"], name="neg"),
+             helper.make_node("Add", ["a", "b"], ["y"], name="add")]
+    inits = [numpy_helper.from_array(np.array(0.0, np.float32), "pz"),
+             numpy_helper.from_array(np.array(-0.0, np.float32), "nz"),
+             numpy_helper.from_array(np.array(1.0, np.float32), "one")]
+    m = load(model_of(nodes, [helper.make_tensor_value_info("mask", TensorProto.BOOL, [3])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])], inits))
+    kept, merged = merge_common_subexpressions(m.nodes, m.constants, {"y"}, {})
+    assert merged == {} and [n.name for n in kept] == ["pos", "neg", "add"]
+
+
+def test_attributes_must_match():
+    nodes = [helper.make_node("Softmax", ["x"], ["a"], name="s0", axis=0),
+             helper.make_node("Softmax", ["x"], ["b"], name="s1", axis=1),
+             helper.make_node("Softmax", ["x"], ["c"], name="s2", axis=1),
+             helper.make_node("Sum", ["a", "b", "c"], ["y"], name="sum")]
+    m = load(model_of(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])]))
+    kept, merged = merge_common_subexpressions(m.nodes, m.constants, {"y"}, {})
+    assert merged == {"s2": "s1"}
+    assert kept[-1].inputs == ["a", "b", "b"] and list(kept[-1].proto.input) == ["a", "b", "b"]
+
+
+def test_chains_merge_and_random_ops_do_not():
+    """Relu(Sigmoid(x)) twice is one chain; two RandomUniformLike(x) stay two."""
+    nodes = [helper.make_node("Sigmoid", ["x"], ["a0"], name="sig0"),
+             helper.make_node("Relu", ["a0"], ["b0"], name="relu0"),
+             helper.make_node("Sigmoid", ["x"], ["a1"], name="sig1"),
+             helper.make_node("Relu", ["a1"], ["b1"], name="relu1"),
+             helper.make_node("RandomUniformLike", ["x"], ["u0"], name="rnd0"),
+             helper.make_node("RandomUniformLike", ["x"], ["u1"], name="rnd1"),
+             helper.make_node("Sum", ["b0", "b1", "u0", "u1"], ["y"], name="sum")]
+    m = load(model_of(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])]))
+    kept, merged = merge_common_subexpressions(m.nodes, m.constants, {"y"}, {})
+    assert merged == {"sig1": "sig0", "relu1": "relu0"}
+    assert [n.name for n in kept] == ["sig0", "relu0", "rnd0", "rnd1", "sum"]
+    assert kept[-1].inputs == ["b0", "b0", "u0", "u1"]
+
+
+def test_graph_outputs_keep_their_nodes():
+    nodes = [helper.make_node("Relu", ["x"], ["y0"], name="r0"),
+             helper.make_node("Relu", ["x"], ["y1"], name="r1")]
+    model = model_of(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                     [helper.make_tensor_value_info("y0", TensorProto.FLOAT, [3]),
+                      helper.make_tensor_value_info("y1", TensorProto.FLOAT, [3])])
+    backend = NumpyBackend(ops=OPS)
+    x = f32(3)
+    with make_runtime(backend) as rt, rt.load(model) as net:
+        got = net.run({"x": x})
+    assert sorted(built_nodes(backend)) == ["r0", "r1"]
+    np.testing.assert_array_equal(got["y0"], np.maximum(x, 0))
+    np.testing.assert_array_equal(got["y1"], np.maximum(x, 0))
+
+
+def test_values_a_subgraph_reads_are_not_renamed():
+    """An If branch reads outer value a1 by name: its producer, the same as a0's, stays."""
+    then_g = helper.make_graph([helper.make_node("Identity", ["a1"], ["t"], name="then_id")], "then", [],
+                               [helper.make_tensor_value_info("t", TensorProto.FLOAT, [3])])
+    else_g = helper.make_graph([helper.make_node("Identity", ["a0"], ["e"], name="else_id")], "else", [],
+                               [helper.make_tensor_value_info("e", TensorProto.FLOAT, [3])])
+    nodes = [helper.make_node("Relu", ["x"], ["a0"], name="r0"),
+             helper.make_node("Relu", ["x"], ["a1"], name="r1"),
+             helper.make_node("If", ["c"], ["y"], name="if", then_branch=then_g, else_branch=else_g)]
+    model = model_of(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3]),
+                             helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                     [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
+    m = load(model)
+    from nnplug.controlflow import attach_outer_inputs
+    from nnplug.expand import expand_unclaimed
+    expanded = expand_unclaimed(m, lambda n, g: True, {})
+    attach_outer_inputs(expanded)
+    kept, merged = merge_common_subexpressions(expanded.nodes, expanded.constants, {"y"}, {})
+    assert merged == {} and [n.name for n in kept] == ["r0", "r1", "if"]
+    backend = NumpyBackend(ops=OPS)
+    x = f32(3)
+    with make_runtime(backend) as rt, rt.load(model) as net:
+        for c in (True, False):
+            np.testing.assert_array_equal(net.run({"x": x, "c": np.array(c)})["y"], np.maximum(x, 0))
+
+
+def test_custom_ops_run_every_time():
+    """A Python op that overrides Relu may keep state: two Relu(x) nodes call it twice."""
+
+    class CountingRelu:
+        op_type = "Relu"
+
+        def __init__(self):
+            self.calls = []
+
+        def shape_infer(self, node, in_shapes, in_dtypes):
+            return [in_shapes[0]], [in_dtypes[0]]
+
+        def compute(self, node, inputs):
+            self.calls.append(node.name)
+            return [np.maximum(inputs[0], 0)]
+
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="r0"),
+             helper.make_node("Relu", ["x"], ["b"], name="r1"),
+             helper.make_node("Add", ["a", "b"], ["y"], name="add")]
+    model = model_of(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                     [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
+    op = CountingRelu()
+    x = f32(3)
+    with make_runtime(NumpyBackend(ops=OPS)) as rt:
+        rt.register_custom_op(op, override=True)
+        with rt.load(model) as net:
+            np.testing.assert_array_equal(net.run({"x": x})["y"], 2 * np.maximum(x, 0))
+    assert sorted(op.calls) == ["r0", "r1"]
+
+
+@pytest.mark.parametrize("level,runs", [("disable", 3), ("basic", 1), ("all", 1)])
+def test_optimization_levels(level, runs):
+    model, feeds = masked_layers(), feeds_for_mask()
+    backend = NumpyBackend(ops=OPS)
+    with make_runtime(backend) as rt, rt.load(model, optimization=level) as net:
+        got = net.run(feeds)["r2"]
+    ran = built_nodes(backend)
+    assert sum(n.startswith("where") for n in ran) == runs, ran
+    np.testing.assert_array_equal(got, ort_run(model, feeds)[0])
+
+
+def test_multi_output_nodes_merge_output_by_output():
+    """Split with both outputs named on both nodes is merged, each output to its own."""
+    nodes = [helper.make_node("Split", ["x"], ["p0", "q0"], name="sp0", axis=0, num_outputs=2),
+             helper.make_node("Split", ["x"], ["p1", "q1"], name="sp1", axis=0, num_outputs=2),
+             helper.make_node("Sum", ["p0", "q1"], ["y"], name="sum")]
+    m = load(model_of(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])], opset=18))
+    kept, merged = merge_common_subexpressions(m.nodes, m.constants, {"y"}, {})
+    assert merged == {"sp1": "sp0"} and kept[-1].inputs == ["p0", "q0"]
+
+
+def test_proto_of_rewritten_node_is_valid_onnx():
+    """The reader of a merged value is rewritten with its proto, which ONNX still checks."""
+    model, _ = masked_layers(), None
+    m = load(model)
+    kept, _ = merge_common_subexpressions(m.nodes, m.constants, {"r2"}, {})
+    g = helper.make_graph([n.proto for n in kept], "g", list(model.graph.input), list(model.graph.output),
+                          list(model.graph.initializer))
+    onnx.checker.check_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
