@@ -30,7 +30,7 @@ from .descs import DescBuilder
 from .profile_hook import NodeEvents, record_kernel
 
 MAX_FUSE = 64
-"""Longest run of nodes offered to ``fuse`` at once."""
+"""The run of nodes first offered to ``fuse``; doubled while the backend takes all of it."""
 ALIGN = 64
 
 
@@ -156,32 +156,58 @@ def _build(lib, state, subgraph, dev, target=None):
 
 
 def _group(lib, builder, nodes, graph_outputs):
-    consumers: dict[str, set[int]] = {}
-    for i, n in enumerate(nodes):
+    """Consecutive runs of ``nodes``, each a kernel: what the backend's ``fuse`` takes from
+    each node on, cut back so that no value made inside a run is needed after it (a kernel's
+    outputs are its last node's). The run offered starts at MAX_FUSE nodes and doubles while
+    the backend takes all of it, so a backend that plans whole partitions (oneDNN's) gets
+    them whole, and one that takes a few nodes costs no more than before."""
+    INF = len(nodes) + 1
+    last_reader: dict[str, int] = {}
+    for j, n in enumerate(nodes):
         for v in n.inputs:
             if v:
-                consumers.setdefault(v, set()).add(i)
-    escaping = set(graph_outputs)
+                last_reader[v] = j
+    # per node: the last node reading one of its outputs (INF: a graph output)
+    last_use = [max((INF if o in graph_outputs else last_reader.get(o, -1) for o in n.outputs if o),
+                    default=-1) for n in nodes]
+    def cuts(i, take):
+        """The longest run [i, i + t), t <= take, whose nodes but the last are read only
+        inside it; and the shortest such run longer than take (None: there is none)."""
+        worst, best = -1, 1
+        for t in range(2, len(nodes) - i + 1):
+            worst = max(worst, last_use[i + t - 2])
+            if worst >= INF:
+                return best, None
+            if worst < i + t:
+                if t > take:
+                    return best, t
+                best = t
+        return best, None
+
     groups, i, fuse = [], 0, lib.table.fuse
     while i < len(nodes):
         take = 1
         if fuse and i + 1 < len(nodes):
-            run = nodes[i:i + MAX_FUSE]
-            out = C.c_int32(1)
-            rc = fuse(builder.nodes(run), len(run), C.byref(out))
-            if rc != 0:
-                raise lib.error(rc, f"fuse() from node {nodes[i].name!r}")
-            take = out.value
-            if not 1 <= take <= len(run):
-                raise BackendError(
-                    f"backend {lib.id!r}: fuse() took {take} of {len(run)} nodes from "
-                    f"node {nodes[i].name!r}; it must be between 1 and {len(run)}"
-                )
-            # Values made inside a group must not be needed outside it.
-            while take > 1 and any(
-                    o and (o in escaping or any(c >= i + take for c in consumers.get(o, ())))
-                    for n in nodes[i:i + take - 1] for o in n.outputs):
-                take -= 1
+            size = MAX_FUSE
+            while True:
+                run = nodes[i:i + size]
+                out = C.c_int32(1)
+                rc = fuse(builder.nodes(run), len(run), C.byref(out))
+                if rc != 0:
+                    raise lib.error(rc, f"fuse() from node {nodes[i].name!r}")
+                take = out.value
+                if not 1 <= take <= len(run):
+                    raise BackendError(
+                        f"backend {lib.id!r}: fuse() took {take} of {len(run)} nodes from "
+                        f"node {nodes[i].name!r}; it must be between 1 and {len(run)}"
+                    )
+                best, longer = cuts(i, take)
+                # the backend took all it was offered: offer more when a longer run could
+                # be a kernel (what is made inside it read only inside it)
+                if take < len(run) or longer is None:
+                    break
+                size = max(2 * size, longer)
+            take = best
         groups.append(nodes[i:i + take])
         i += take
     return groups

@@ -47,9 +47,10 @@
  *
  * HOW THE HOST RUNS A PARTITION
  * - At load time, for each node: supports(). Consecutive supported nodes form a partition.
- *   Within a partition the host offers each run of consecutive nodes to fuse() and creates one
- *   kernel per group with kernel_create(), which sees the constant inputs (const_data) so it can
- *   pre-pack weights once.
+ *   Within a partition the host offers each run of consecutive nodes to fuse() (64 nodes first;
+ *   twice as many while fuse() takes all it is offered) and creates one kernel per group with
+ *   kernel_create(), which sees the constant inputs (const_data) so it can pre-pack weights
+ *   once. A group ends where a value made in it is needed after it.
  * - Static shapes (every value shape known at load): the host plans once. All intermediate
  *   values get fixed byte offsets in one arena; each kernel call becomes an nnp_step whose
  *   tensors refer to "slots" (arena, partition inputs, partition outputs) by index. Each run

@@ -1,0 +1,66 @@
+"""A partition longer than the first run of nodes the core offers to fuse (64) is one kernel
+when its values are read only inside it: a DenseNet block, whose every layer's output is read
+by every later Concat, kept nhwc from its input to its output (with random weights, against
+onnxruntime at 1 and 2 threads; and in oneDNN's log, no reorder between its primitives)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import assert_matches, graph_model, run_both
+from test_partitions_match_onnxruntime import Builder, rand
+
+LAYERS = 14  # 6 nodes a layer: 84 nodes
+
+
+def dense_block(layers=LAYERS, c0=8, growth=4):
+    b = Builder()
+    feats = [b.conv("x", 3, c0)]
+    for _ in range(layers):
+        c = c0 + growth * (len(feats) - 1)
+        y = b.op("Concat", feats, axis=1) if len(feats) > 1 else feats[0]
+        y = b.op("Relu", [b.bn(y, c)])
+        y = b.conv(y, c, 2 * growth, k=1)
+        feats.append(b.conv(y, 2 * growth, growth, act=None))
+    b.op("Concat", feats, axis=1)
+    return b, {"x": rand(1, 3, 10, 9)}
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_dense_block_matches_onnxruntime(rt, threads):
+    b, feeds = dense_block()
+    assert len(b.nodes) > 64
+    model = graph_model(b.nodes, feeds, b.inits, opset=15)
+    assignment, outs, want = run_both(rt, model, feeds, threads)
+    assert set(assignment.values()) == {"onednn"}, assignment
+    assert_matches(outs[0], want[0], what=f"dense block, {threads} thread(s)")
+
+
+CHILD = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+from conftest import graph_model, make_runtime
+from test_large_partitions_match_onnxruntime import dense_block
+b, feeds = dense_block()
+rt = make_runtime()
+with rt.load(graph_model(b.nodes, feeds, b.inits, opset=15), backends=["onednn", "cpu"]) as net:
+    net.run(feeds)
+    print("=== run", flush=True)
+    net.run(feeds)
+    print("=== end", flush=True)
+"""
+
+
+def test_dense_block_is_one_kernel_in_nhwc():
+    env = dict(os.environ, ONEDNN_VERBOSE="1", NNPLUG_CPU_THREADS="1")
+    out = subprocess.run([sys.executable, "-c", CHILD, os.path.dirname(__file__)], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    run = out.stdout.split("=== run")[1].split("=== end")[0]
+    kinds = [ln.split(",")[3] for ln in run.splitlines() if ln.startswith("onednn_verbose") and ",exec," in ln]
+    assert kinds.count("convolution") == 1 + 2 * LAYERS, kinds
+    # the input into nhwc and the output back to row-major; nothing in between
+    assert kinds.count("reorder") == 2 and kinds[0] == kinds[-1] == "reorder", kinds
