@@ -88,6 +88,11 @@ class Backend:
         """Whether this backend can run ``node``; ``graph`` gives value types/shapes."""
         raise NotImplementedError
 
+    def supports_fused(self, nodes: list[Node], graph: SubGraph) -> bool:
+        """Whether this backend runs ``nodes`` (a node it declined alone and the node after it,
+        the only reader of its outputs) together, in one kernel. Default: no."""
+        return False
+
     def build(self, subgraph: SubGraph, target: Target) -> Module:
         """Compile ``subgraph`` for ``target``; read the device only through ``target``."""
         raise NotImplementedError

@@ -55,8 +55,14 @@ def build_steps(plan: Plan, model: Model, nodes: list[Node], placed: dict[str, P
     steps: list[Step] = []
     parts = partitions(nodes, placed,
                        alone=lambda n: node_has_strings(n, model.values, plan.constants))
-    if optimization != "all":  # one node per kernel: nothing for a backend to fuse
-        parts = [[n] for part in parts for n in part]
+    if optimization != "all":  # one node per kernel: nothing for a backend to fuse, but a
+        split: list[list[Node]] = []  # node claimed only with the next one keeps it
+        for n in (n for part in parts for n in part):
+            if split and placed[split[-1][-1].name].with_next:
+                split[-1].append(n)
+            else:
+                split.append([n])
+        parts = split
     wanted_after: list[set[str]] = []  # per partition: values read after it, or kept
     later = set(keep)
     for part in reversed(parts):

@@ -40,6 +40,7 @@ class Placement:
     target: str | None = None  # custom ops: "cpu" or "gpu"
     bound: object = None  # custom ops: the BoundOp that runs this node
     core: object = None  # nodes the core runs itself (control flow): has .step(subgraph)
+    with_next: bool = False  # claimed only together with the next node: one kernel for both
 
     @property
     def label(self) -> str:
@@ -71,8 +72,12 @@ def constant_nodes(nodes: list[Node], constants, values: dict, custom_ops: dict[
 
 
 def place(node: Node, graph: SubGraph, backends: list[Backend], custom_ops: dict[str, CustomOp],
-          use_overrides: bool, bind_op, installed=()) -> Placement:
+          use_overrides: bool, bind_op, installed=(), next_node: Node | None = None) -> Placement:
     """The first backend (or custom op for its target) in preference order that runs ``node``.
+
+    ``next_node``: the node after it when that node alone reads ``node``'s outputs (none of
+    them a graph output); a backend declining ``node`` alone may claim the two together
+    (``supports_fused``), and then the Placement says ``with_next``.
 
     ``bind_op(op, node, target, backend)`` binds a custom op and returns the BoundOp, or
     None when the op declines the node, so the backend's own kernel is tried next.
@@ -90,6 +95,8 @@ def place(node: Node, graph: SubGraph, backends: list[Backend], custom_ops: dict
                         return Placement(b, op, target, bound)
         if b.supports(node, graph):
             return Placement(b)
+        if next_node is not None and b.supports_fused([node, next_node], graph):
+            return Placement(b, with_next=True)
     if op is not None and op.runs_anywhere:
         bound = bind_op(op, node, "cpu", None)
         if bound is not None:
@@ -114,16 +121,35 @@ class Placer:
         self.compile_sub = compile_sub
 
     def place_all(self, nodes: list[Node], graph: SubGraph) -> dict[str, Placement]:
+        readers: dict[str, set[str]] = {}
+        for n in [*self.model.nodes, *nodes]:
+            for x in n.inputs:
+                if x:
+                    readers.setdefault(x, set()).add(n.name)
+        results = set(graph.outputs or ()) | {o.name for o in self.model.outputs}
+        placed: dict[str, Placement] = {}
         try:
-            return {n.name: self.place_one(n, graph) for n in nodes}
+            for i, n in enumerate(nodes):
+                if n.name in placed:
+                    continue
+                nxt = nodes[i + 1] if i + 1 < len(nodes) else None
+                outs = [o for o in n.outputs if o]
+                if nxt is None or not outs or any(
+                        o in results or readers.get(o, set()) != {nxt.name} for o in outs):
+                    nxt = None  # only a node that alone reads n's outputs is claimed with it
+                p = self.place_one(n, graph, nxt)
+                placed[n.name] = p
+                if p.with_next:
+                    placed[nxt.name] = Placement(p.backend)
+            return placed
         except UnsupportedNodeError as e:
             installed = ", ".join(self.installed) or "none"
             raise UnsupportedNodeError(f"{e} (installed backends: {installed})") from None
 
-    def place_one(self, n: Node, graph: SubGraph) -> Placement:
+    def place_one(self, n: Node, graph: SubGraph, next_node: Node | None = None) -> Placement:
         try:
             return place(n, graph, self.backends, self.ops, self.use_overrides, self.bind,
-                         installed=self.installed)
+                         installed=self.installed, next_node=next_node)
         except UnsupportedNodeError as e:
             core = place_control_flow(n, self.model, self.compile_sub) or place_structural(n, graph)
             if core is None:
@@ -177,7 +203,9 @@ def partitions(nodes: list[Node], placements: dict[str, Placement],
     prev_alone = False
     for n in nodes:
         solo = bool(alone and alone(n))
-        if parts and not solo and not prev_alone and \
+        if parts and placements[parts[-1][-1].name].with_next:
+            parts[-1].append(n)  # claimed together with the node before it
+        elif parts and not solo and not prev_alone and \
                 placements[parts[-1][-1].name].same_partition(placements[n.name]):
             parts[-1].append(n)
         else:

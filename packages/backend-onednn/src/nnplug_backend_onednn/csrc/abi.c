@@ -107,7 +107,17 @@ static nnp_status ox_copy(const void *from, uint64_t fo, void *to, uint64_t to_o
 static nnp_status ox_supports(const nnp_node_desc *node, int32_t *out)
 {
     if (!node || !out) return set_error(NNP_STATUS_INVALID_ARGUMENT, "supports: NULL argument");
-    *out = ox_supported(node);
+    *out = ox_supported(node, 1);
+    return NNP_OK;
+}
+
+/* Nodes claimed only together (ABI 1.4): IsNaN, whose bool result this float32 backend never
+ * holds, is claimed with the Where after it when the two are Where(IsNaN(x), C, x), one
+ * float->float step (graph.c, nan_replace). */
+static nnp_status ox_supports_fused(const nnp_node_desc *nodes, int32_t n, int32_t *out)
+{
+    if (!nodes || !out || n < 1) return set_error(NNP_STATUS_INVALID_ARGUMENT, "supports_fused: bad arguments");
+    *out = ox_supported(nodes, n);
     return NNP_OK;
 }
 
@@ -118,6 +128,8 @@ static nnp_status ox_fuse(const nnp_node_desc *nodes, int32_t n, int32_t *taken)
 {
     if (!nodes || !taken || n < 1) return set_error(NNP_STATUS_INVALID_ARGUMENT, "fuse: bad arguments");
     *taken = n;
+    /* an IsNaN is claimed only with the Where after it: a group never ends at one */
+    if (n > 1 && nodes[n - 1].op_type && !strcmp(nodes[n - 1].op_type, "IsNaN")) *taken = n - 1;
     return NNP_OK;
 }
 
@@ -189,6 +201,7 @@ static const nnp_backend_v1 TABLE = {
     .kernel_workspace_size = ox_workspace,
     .kernel_run = ox_kernel_run,
     .run_steps = ox_run_steps,
+    .supports_fused = ox_supports_fused,
 };
 
 NNP_EXPORT const nnp_backend_v1 *nnp_backend_entry(const nnp_version *host_abi)

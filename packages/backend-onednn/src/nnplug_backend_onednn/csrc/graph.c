@@ -26,6 +26,7 @@ typedef struct {
     int *unsupported;
     ox_err *e;
     int cap_val;
+    int allow_bool; /* the value being added may be bool (an IsNaN's result) */
 } parser;
 
 static int decline(parser *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -97,7 +98,8 @@ static int add_value(parser *p, const nnp_value_desc *d, int *out)
 {
     ox_graph *g = p->g;
     const char *nm = d->name ? d->name : "";
-    if (d->dtype.code != NNP_DTYPE_FLOAT || d->dtype.bits != 32 || d->dtype.lanes > 1)
+    int boolean = p->allow_bool && d->dtype.code == NNP_DTYPE_BOOL && d->dtype.bits == 8 && d->dtype.lanes <= 1 && !d->const_data;
+    if (!boolean && (d->dtype.code != NNP_DTYPE_FLOAT || d->dtype.bits != 32 || d->dtype.lanes > 1))
         return decline(p, "value '%s' is not float32", nm);
     if (d->ndim < 0) return decline(p, "value '%s' has an unknown rank", nm);
     if (d->ndim > MAXR) return decline(p, "value '%s' has rank %d (at most %d)", nm, d->ndim, MAXR);
@@ -112,6 +114,7 @@ static int add_value(parser *p, const nnp_value_desc *d, int *out)
     ox_value *v = &g->vals[g->nval];
     memset(v, 0, sizeof *v);
     v->kin = -1;
+    v->boolean = boolean;
     v->ndim = d->ndim;
     for (int i = 0; i < d->ndim; i++) {
         if (d->shape[i] == 0) return decline(p, "value '%s' is empty", nm);
@@ -561,6 +564,16 @@ static int parse_node(parser *p, ox_op *op)
         }
         return 0;
     }
+    if (!strcmp(t, "IsNaN") || !strcmp(t, "Where")) { /* only as Where(IsNaN(x), C, x): see nan_replace */
+        const ox_value *y = &p->g->vals[op->out];
+        op->kind = t[0] == 'I' ? OP_ISNAN : OP_WHERE;
+        if (op->nin != (op->kind == OP_ISNAN ? 1 : 3)) return decline(p, "arity");
+        for (int j = 0; j < op->nin; j++)
+            if (op->in[j] < 0 || p->g->vals[op->in[j]].boolean != (op->kind == OP_WHERE && j == 0))
+                return decline(p, "only Where(IsNaN(x), C, x) on float32 values");
+        if (!same_dims(&p->g->vals[op->in[op->nin - 1]], y)) return decline(p, "output shape differs from the input's");
+        return 0;
+    }
     if (!strcmp(t, "Erf")) { /* oneDNN has erf only inside gelu_erf: a loop of its own when not fused */
         op->kind = OP_ERF;
         if (op->nin != 1 || op->in[0] < 0) return decline(p, "arity");
@@ -848,6 +861,44 @@ static void fuse(ox_graph *g)
     }
 }
 
+/* PyTorch's export of attention, p = Softmax(s); y = Where(IsNaN(p), 0.0, p), as one op:
+ * Where(IsNaN(x), C, x) with C a constant float32 scalar (any rank, one element) and the
+ * IsNaN's result read by that Where alone becomes OP_NANREP, y = isnan(x) ? C : x, so the bool
+ * value never exists in the kernel. Any other IsNaN or Where is declined (the backend holds
+ * float32 values only), and another backend runs it. */
+static int nan_replace(parser *p, const nnp_node_desc *nodes)
+{
+    ox_graph *g = p->g;
+    for (int i = 0; i < g->nop; i++) {
+        ox_op *w = &g->ops[i];
+        if (w->dead || w->kind != OP_WHERE) continue;
+        p->n = &nodes[i];
+        int k = -1;
+        for (int j = 0; j < g->nop && k < 0; j++)
+            if (!g->ops[j].dead && g->ops[j].kind == OP_ISNAN && g->ops[j].out == w->in[0]) k = j;
+        if (k < 0) return decline(p, "the condition must be an IsNaN in the same kernel (only Where(IsNaN(x), C, x))");
+        ox_op *isn = &g->ops[k];
+        const ox_value *c = &g->vals[w->in[1]];
+        if (isn->in[0] != w->in[2]) return decline(p, "only Where(IsNaN(x), C, x): the IsNaN reads another value");
+        if (!c->cdata || !known(c) || vnumel(c) != 1) return decline(p, "only Where(IsNaN(x), C, x) with C a constant scalar");
+        if (sole_consumer(g, isn->out) != i) return decline(p, "the IsNaN's result is read elsewhere too");
+        w->alpha = c->cdata[0];
+        g->vals[w->in[0]].consumers--;
+        g->vals[w->in[1]].consumers--;
+        w->in[0] = w->in[2];
+        w->nin = 1;
+        w->kind = OP_NANREP;
+        g->vals[isn->in[0]].consumers--;
+        isn->dead = 1;
+    }
+    for (int i = 0; i < g->nop; i++)
+        if (!g->ops[i].dead && g->ops[i].kind == OP_ISNAN) {
+            p->n = &nodes[i];
+            return decline(p, "its bool result is not only the condition of a Where(IsNaN(x), C, x) in the same kernel");
+        }
+    return 0;
+}
+
 static int by_pos(const void *a, const void *b, void *ops)
 {
     const ox_op *o = ops;
@@ -919,13 +970,16 @@ ox_graph *ox_graph_parse(const nnp_node_desc *nodes, int n, int *unsupported, ox
             op->in[j] = v;
             g->vals[v].consumers++;
         }
+        p.allow_bool = !strcmp(d->op_type, "IsNaN");
         if (add_value(&p, &d->outputs[0], &op->out)) goto bad;
+        p.allow_bool = 0;
         if (parse_node(&p, op)) goto bad;
         /* inputs parse_node dropped (Clip's bounds) are not read */
         for (int j = op->nin; j < d->num_inputs; j++)
             if (op->in[j] >= 0) g->vals[op->in[j]].consumers--;
     }
     g->out = g->ops[n - 1].out;
+    if (nan_replace(&p, nodes)) goto bad;
     fuse(g);
     for (int i = 0; i < g->nop; i++)
         if (!g->ops[i].dead) g->order[g->norder++] = i;

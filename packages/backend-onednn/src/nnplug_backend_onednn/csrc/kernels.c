@@ -87,11 +87,11 @@ struct nnp_kernel {
 
 static size_t dims_bytes(const ox_graph *g) { return (size_t)g->nval * MAXR * sizeof(int64_t); }
 
-int ox_supported(const nnp_node_desc *node)
+int ox_supported(const nnp_node_desc *nodes, int n)
 {
     ox_err e;
     int unsupported, ok = 0;
-    ox_graph *g = ox_graph_parse(node, 1, &unsupported, &e);
+    ox_graph *g = ox_graph_parse(nodes, n, &unsupported, &e);
     if (!g) return 0;
     if (g->dynamic) ok = 1; /* primitives are made per shape at run time */
     else {

@@ -23,7 +23,9 @@ int ox_fail(ox_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)
 
 /* ---- the parsed group (graph.c) --------------------------------------------------------- */
 
-enum { OP_CONV, OP_MATMUL, OP_POOL, OP_ELTWISE, OP_SOFTMAX, OP_BINARY, OP_CONCAT, OP_LRN, OP_BN, OP_LN, OP_ERF, OP_RESHAPE, OP_TRANSPOSE };
+enum { OP_CONV, OP_MATMUL, OP_POOL, OP_ELTWISE, OP_SOFTMAX, OP_BINARY, OP_CONCAT, OP_LRN, OP_BN, OP_LN, OP_ERF, OP_RESHAPE, OP_TRANSPOSE,
+       OP_ISNAN, OP_WHERE, /* only while parsing: Where(IsNaN(x), C, x) becomes one OP_NANREP */
+       OP_NANREP };
 enum { PAD_NOTSET, PAD_VALID, PAD_SAME_UPPER, PAD_SAME_LOWER };
 enum { POST_ELTWISE, POST_SUM };
 
@@ -34,6 +36,7 @@ typedef struct {
     float *cdata;       /* owned copy of a constant, or NULL */
     int kin;            /* first kernel input index holding it, or -1 */
     int consumers;      /* live ops reading it */
+    int boolean;        /* an IsNaN's bool result: never leaves the parse (see nan_replace) */
 } ox_value;
 
 typedef struct {
@@ -103,7 +106,7 @@ int ox_num_threads(void);
 dnnl_engine_t ox_engine(void);
 dnnl_stream_t ox_thread_stream(void);
 
-int ox_supported(const nnp_node_desc *node);
+int ox_supported(const nnp_node_desc *nodes, int n);
 int ox_build(const nnp_node_desc *nodes, int n, nnp_kernel **out, int *unsupported, ox_err *e);
 void ox_destroy(nnp_kernel *k);
 int ox_output_shapes(const nnp_kernel *k, const nnp_tensor *in, int nin, int nout, int32_t *ndims, int64_t *shapes,

@@ -35,13 +35,15 @@ typedef struct {
 } ox_arg;
 
 /* A step of the backend's own over n plain floats (its args: src, dst), seen as rows of `row`
- * elements `inner` apart (a row-major axis of that length with that inner size). */
-typedef void (*ox_loop)(const float *x, float *y, int64_t n, int64_t row, int64_t inner);
+ * elements `inner` apart (a row-major axis of that length with that inner size); c: a scalar
+ * parameter (nan_replace_loop's replacement). */
+typedef void (*ox_loop)(const float *x, float *y, int64_t n, int64_t row, int64_t inner, float c);
 
 typedef struct {
     dnnl_primitive_t prim; /* or NULL with loop set */
     ox_loop loop;
     int64_t n, row, inner;
+    float c;
     int nargs;
     ox_arg args[MAXARGS];
 } ox_step;
@@ -791,18 +793,34 @@ static int concat_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd,
     return 0;
 }
 
-static void erf_loop(const float *x, float *y, int64_t n, int64_t row, int64_t inner)
+static void erf_loop(const float *x, float *y, int64_t n, int64_t row, int64_t inner, float c)
+{
+    (void)row, (void)inner, (void)c;
+    for (int64_t i = 0; i < n; i++) y[i] = erff(x[i]);
+}
+
+/* Where(IsNaN(x), C, x): every NaN (any payload, either sign) becomes c; everything else
+ * (infinities, -0.0, denormals) is copied bit for bit. On the bits, so that no float compare
+ * or move can touch a value. */
+static void nan_replace_loop(const float *x, float *y, int64_t n, int64_t row, int64_t inner, float c)
 {
     (void)row, (void)inner;
-    for (int64_t i = 0; i < n; i++) y[i] = erff(x[i]);
+    uint32_t cb;
+    memcpy(&cb, &c, 4);
+    const uint32_t *xs = (const uint32_t *)x;
+    uint32_t *ys = (uint32_t *)y;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t v = xs[i];
+        ys[i] = (v & 0x7fffffffu) > 0x7f800000u ? cb : v;
+    }
 }
 
 /* oneDNN's (Log)Softmax gives NaN only where a row holds NaN or +inf (0 elsewhere); onnxruntime
  * and the ONNX reference give the whole row NaN (max - max is NaN, and so is every sum). In place,
  * on the plain result (x == y): a row with a NaN becomes all NaN. */
-static void softmax_nan_rows(const float *x, float *y, int64_t n, int64_t row, int64_t inner)
+static void softmax_nan_rows(const float *x, float *y, int64_t n, int64_t row, int64_t inner, float c)
 {
-    (void)x;
+    (void)x, (void)c;
     for (int64_t o = 0; o + row * inner <= n; o += row * inner)
         for (int64_t j = 0; j < inner; j++) {
             float *r = y + o + j;
@@ -837,8 +855,9 @@ static int add_softmax_nan_rows(pb *b, const ox_op *op)
     return add_arg(b, s, DNNL_ARG_SRC, vw->buf, vw->md) || add_arg(b, s, DNNL_ARG_DST, vw->buf, vw->md);
 }
 
-/* Erf outside a GELU: the C library's erff over the plain values (oneDNN has no erf of its own). */
-static int build_erf(pb *b, const ox_op *op)
+/* Erf outside a GELU: the C library's erff over the plain values (oneDNN has no erf of its own);
+ * Where(IsNaN(x), C, x) (OP_NANREP): nan_replace_loop over them. */
+static int build_loop(pb *b, const ox_op *op)
 {
     int x = op->in[0], xbuf, reorder_out;
     dnnl_memory_desc_t md = value_plain(b, op->out, VAL(op->out)->ndim);
@@ -851,7 +870,8 @@ static int build_erf(pb *b, const ox_op *op)
     if (dbuf < 0 || grow((void **)&p->steps, &p->cap_step, p->nstep, sizeof *p->steps)) { ox_fail(b->e, "out of memory"); goto done; }
     int s = p->nstep++;
     memset(&p->steps[s], 0, sizeof p->steps[s]);
-    p->steps[s].loop = erf_loop;
+    p->steps[s].loop = op->kind == OP_NANREP ? nan_replace_loop : erf_loop;
+    p->steps[s].c = op->alpha;
     p->steps[s].n = (int64_t)(D(dnnl_memory_desc_get_size)(md) / sizeof(float));
     rc = add_arg(b, s, DNNL_ARG_SRC, xbuf, md) || add_arg(b, s, DNNL_ARG_DST, dbuf, md) || set_result(b, op, dbuf, md, reorder_out);
 done:
@@ -1254,7 +1274,7 @@ static ox_plan *build_ex(const ox_graph *g, const int64_t *dims, int threads, in
         b.cur = oi;
         int r = op->kind == OP_CONV ? build_conv(&b, op) : op->kind == OP_MATMUL ? build_matmul(&b, op)
                 : op->kind == OP_LN     ? build_ln(&b, op)
-                : op->kind == OP_ERF    ? build_erf(&b, op)
+                : op->kind == OP_ERF || op->kind == OP_NANREP ? build_loop(&b, op)
                 : op->kind == OP_RESHAPE || op->kind == OP_TRANSPOSE ? build_view(&b, op)
                                         : build_simple(&b, op);
         if (r) goto done;
@@ -1361,7 +1381,7 @@ int ox_plan_run(const ox_plan *cp, const nnp_tensor *in, const nnp_tensor *out, 
         if (!rc && st->loop) {
             /* oneDNN's CPU stream runs primitives as they are submitted: the ones before are done */
             if (D(dnnl_stream_wait)(s) != dnnl_success) rc = ox_fail(e, "oneDNN failed to finish a step");
-            else st->loop(ptrs[0], ptrs[1], st->n, st->row, st->inner);
+            else st->loop(ptrs[0], ptrs[1], st->n, st->row, st->inner, st->c);
             continue;
         }
         if (!rc && D(dnnl_primitive_execute)(st->prim, s, st->nargs, args) != dnnl_success)

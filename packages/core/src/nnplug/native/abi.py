@@ -1,4 +1,4 @@
-"""ctypes mirrors of ``nnplug/common.h`` and ``nnplug/backend.h`` (backend ABI 1.3).
+"""ctypes mirrors of ``nnplug/common.h`` and ``nnplug/backend.h`` (backend ABI 1.4).
 
 Keep in step with the headers: same members, same order. Structs only grow at the end.
 """
@@ -10,7 +10,7 @@ import ctypes as C
 import numpy as np
 
 ABI_MAJOR = 1
-ABI_MINOR = 3
+ABI_MINOR = 4
 ABI_PATCH = 0
 ABI_VERSION = (ABI_MAJOR, ABI_MINOR, ABI_PATCH)
 ENTRY_SYMBOL = "nnp_backend_entry"
@@ -266,6 +266,8 @@ class BackendV1(C.Structure):
         ("kernel_create_for_target", KERNEL_CREATE_FOR_TARGET),
         # ABI 1.3
         ("release_strings", RELEASE_STRINGS),
+        # ABI 1.4
+        ("supports_fused", FUSE),
     ]
 
 
@@ -282,7 +284,7 @@ MIN_STRUCT_SIZE = BackendV1.set_profile_hook.offset
 # Members added by a minor version: (minor, member). The host reads one only from a table of
 # that minor or newer whose struct_size covers it.
 SINCE_MINOR = {"set_profile_hook": 1, "target_attrs": 2, "kernel_create_for_target": 2,
-               "release_strings": 3}
+               "release_strings": 3, "supports_fused": 4}
 
 
 def has_member(table: BackendV1, size: int, name: str) -> bool:

@@ -248,6 +248,22 @@ class NativeBackend(Backend):
                            f"supports() for {node.describe()}")
         return bool(out.value)
 
+    def supports_fused(self, nodes: list[Node], graph: SubGraph) -> bool:
+        fn = self.library.table.supports_fused
+        if not fn:
+            return False
+        values = getattr(graph, "values", {}) or {}
+        constants = getattr(graph, "constants", {}) or {}
+        if not all(self._can_plan_outputs(n, values, constants) for n in nodes):
+            return False
+        if any(string_tensors.node_has_strings(n, values, constants) for n in nodes):
+            return False  # a string value is never inside a kernel group
+        builder = DescBuilder(values, constants)
+        out = C.c_int32(0)
+        self.library.check(fn(builder.nodes(nodes), len(nodes), C.byref(out)),
+                           f"supports_fused() for {nodes[0].describe()}")
+        return bool(out.value)
+
     def _can_plan_outputs(self, node: Node, values, constants) -> bool:
         """What the plan needs of a node's outputs: a known dtype, and a shape known at load
         time unless the library computes output shapes (``kernel_output_shapes``)."""

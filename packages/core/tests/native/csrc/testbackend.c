@@ -728,6 +728,7 @@ static const nnp_backend_v1 tb_table = {
 #else
     NULL, /* release_strings (ABI 1.3): no string tensors */
 #endif
+    NULL, /* supports_fused (ABI 1.4): nodes are claimed one by one */
 };
 
 #ifdef TB_HOSTILE

@@ -97,8 +97,8 @@ extern "C" {
 #endif
 
 #define NNP_BACKEND_ABI_MAJOR 1
-#define NNP_BACKEND_ABI_MINOR 3 /* 1.1: set_profile_hook; 1.2: target_attrs, kernel_create_for_target;
-                                   1.3: string tensors, release_strings */
+#define NNP_BACKEND_ABI_MINOR 4 /* 1.1: set_profile_hook; 1.2: target_attrs, kernel_create_for_target;
+                                   1.3: string tensors, release_strings; 1.4: supports_fused */
 #define NNP_BACKEND_ABI_PATCH 0
 
 /* The one symbol the host looks up. */
@@ -378,6 +378,17 @@ typedef struct nnp_backend_v1 {
    * once per string output of every kernel_run, after copying the text. NULL: the backend
    * gets no node that reads or writes string tensors. */
   void (*release_strings)(nnp_string* items, uint64_t count);
+
+  /* ---- since ABI 1.4 ----------------------------------------------------------------- */
+  /* OPTIONAL. Nodes the backend runs only together, in one kernel (a node whose output dtype
+   * it never holds, folded into the node that reads it). Asked at load time for a node that
+   * supports() declined, with `nodes` = that node and the next one in topological order, when
+   * that next node is the only reader of the first one's outputs and none of them is a graph
+   * output. *out_supported = 1: both nodes are placed on this backend (before any later backend
+   * in the preference order is asked), and the host never puts them in different kernels:
+   * fuse() must not end a group between them (with optimization below "all" the pair is still
+   * one kernel). NULL: nodes are only ever claimed one by one. */
+  nnp_status (*supports_fused)(const nnp_node_desc* nodes, int32_t num_nodes, int32_t* out_supported);
 } nnp_backend_v1;
 
 /* The entry symbol every backend defines (with NNP_EXPORT). */
