@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import platform
+import subprocess
+import sys
 
 import numpy as np
 import onnx
@@ -97,3 +99,16 @@ def zoo_input(model: onnx.ModelProto, seed=0):
     (inp,) = [i for i in model.graph.input if i.name not in inits]
     shape = [d.dim_value for d in inp.type.tensor_type.shape.dim]
     return inp.name, np.random.default_rng(seed).random(shape, dtype=np.float32)
+
+
+def onednn_log(child: str, *args: str) -> list[str]:
+    """The lines oneDNN logs (``ONEDNN_VERBOSE=1``, one thread) for the primitives it runs
+    between the ``=== run`` and ``=== end`` lines that script ``child`` prints, run in a
+    process of its own with this folder and ``args`` as its arguments. Each line, split at
+    commas, is ``onednn_verbose, exec, cpu, <kind>, <implementation>, ...``."""
+    env = dict(os.environ, ONEDNN_VERBOSE="1", NNPLUG_CPU_THREADS="1")
+    out = subprocess.run([sys.executable, "-c", child, os.path.dirname(__file__), *args], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    run = out.stdout.split("=== run")[1].split("=== end")[0]
+    return [ln for ln in run.splitlines() if ln.startswith("onednn_verbose") and ",exec," in ln]

@@ -5,13 +5,9 @@ it as post-ops; with a parameter given at run time it stays oneDNN's batch norma
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
-from conftest import assert_matches, graph_model, run_both
+from conftest import assert_matches, graph_model, onednn_log, run_both
 from onnx import helper
 
 R = np.random.default_rng(77)
@@ -98,12 +94,7 @@ with rt.load(model, backends=["onednn", "cpu"]) as net:
 
 
 def executed_primitives(case):
-    env = dict(os.environ, ONEDNN_VERBOSE="1", NNPLUG_CPU_THREADS="1")
-    out = subprocess.run([sys.executable, "-c", CHILD, os.path.dirname(__file__), case], env=env,
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    run = out.stdout.split("=== run")[1].split("=== end")[0]
-    return [ln.split(",") for ln in run.splitlines() if ln.startswith("onednn_verbose") and ",exec," in ln]
+    return [ln.split(",") for ln in onednn_log(CHILD, case)]
 
 
 def test_norm_after_conv_is_one_binary_primitive_in_the_conv_layout():

@@ -5,12 +5,8 @@ onnxruntime at 1 and 2 threads; and in oneDNN's log, no reorder between its prim
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
-from conftest import assert_matches, graph_model, run_both
+from conftest import assert_matches, graph_model, onednn_log, run_both
 from test_partitions_match_onnxruntime import Builder, rand
 
 LAYERS = 14  # 6 nodes a layer: 84 nodes
@@ -55,12 +51,7 @@ with rt.load(graph_model(b.nodes, feeds, b.inits, opset=15), backends=["onednn",
 
 
 def test_dense_block_is_one_kernel_in_nhwc():
-    env = dict(os.environ, ONEDNN_VERBOSE="1", NNPLUG_CPU_THREADS="1")
-    out = subprocess.run([sys.executable, "-c", CHILD, os.path.dirname(__file__)], env=env,
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    run = out.stdout.split("=== run")[1].split("=== end")[0]
-    kinds = [ln.split(",")[3] for ln in run.splitlines() if ln.startswith("onednn_verbose") and ",exec," in ln]
+    kinds = [ln.split(",")[3] for ln in onednn_log(CHILD)]
     assert kinds.count("convolution") == 1 + 2 * LAYERS, kinds
     # the input into nhwc and the output back to row-major; nothing in between
     assert kinds.count("reorder") == 2 and kinds[0] == kinds[-1] == "reorder", kinds

@@ -4,13 +4,9 @@ time; each against onnxruntime on random weights, at 1 and 2 threads."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
-from conftest import BACKENDS, assert_matches, graph_model, onnxruntime_run, run_both
+from conftest import BACKENDS, assert_matches, graph_model, onednn_log, onnxruntime_run, run_both
 from onnx import TensorProto, helper, numpy_helper
 
 R = np.random.default_rng(77)
@@ -222,14 +218,7 @@ def test_activations_stay_in_blocked_layouts_inside_a_partition():
     """oneDNN's own log of one run: reorders only where a node needs another layout than its
     producer's and at the edges, far fewer than one per node (what plain layouts at every
     node's edges cost), and convolutions on its blocked (not reference or gemm) kernels."""
-    env = dict(os.environ, ONEDNN_VERBOSE="1", NNPLUG_CPU_THREADS="1")
-    out = subprocess.run([sys.executable, "-c", CHILD, os.path.dirname(__file__)], env=env,
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    run = out.stdout.split("=== run")[1].split("=== end")[0]
-    # onednn_verbose[,primitive],exec,cpu,<kind>,<implementation>,...
-    execs = [f[f.index("exec") + 2:] for f in (ln.split(",") for ln in run.splitlines())
-             if f[0] == "onednn_verbose" and "exec" in f[:3]]
+    execs = [f[f.index("exec") + 2:] for f in (ln.split(",") for ln in onednn_log(CHILD))]
     kinds = [e[0] for e in execs]
     assert kinds.count("convolution") == 4, kinds
     assert kinds.count("reorder") <= 3, [",".join(e[:4]) for e in execs]

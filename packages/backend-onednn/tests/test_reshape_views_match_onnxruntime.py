@@ -6,13 +6,9 @@ row-major."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
-from conftest import assert_matches, graph_model, run_both
+from conftest import assert_matches, graph_model, onednn_log, run_both
 from test_partitions_match_onnxruntime import Builder, rand
 
 
@@ -106,12 +102,7 @@ def test_channel_shuffle_is_one_reorder():
     """In oneDNN's log: each shuffle between two nhwc convolutions is one reorder of the 5-D
     transposed view straight into the next convolution's layout (it was three: to row-major,
     the transpose, back to nhwc); besides them only the kernel input's and output's."""
-    env = dict(os.environ, ONEDNN_VERBOSE="1", NNPLUG_CPU_THREADS="1")
-    out = subprocess.run([sys.executable, "-c", CHILD, os.path.dirname(__file__)], env=env,
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    run = out.stdout.split("=== run")[1].split("=== end")[0]
-    lines = [ln.split(",") for ln in run.splitlines() if ln.startswith("onednn_verbose") and ",exec," in ln]
+    lines = [ln.split(",") for ln in onednn_log(CHILD)]
     kinds = [ln[3] for ln in lines]
     assert kinds.count("convolution") == 4 and kinds.count("reorder") == 4, kinds
     shuffles = [i for i, ln in enumerate(lines) if ln[3] == "reorder" and ln[-2].count("x") == 4]

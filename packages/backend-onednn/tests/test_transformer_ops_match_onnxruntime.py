@@ -6,13 +6,9 @@ block, channel shuffles, symbolic dims through a Reshape; and what is declined."
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
-from conftest import BACKENDS, assert_matches, graph_model, onnxruntime_run, run_both
+from conftest import BACKENDS, assert_matches, graph_model, onednn_log, onnxruntime_run, run_both
 from onnx import TensorProto, helper, numpy_helper
 
 R = np.random.default_rng(2024)
@@ -295,12 +291,7 @@ def test_dense_gelu_dense_residual_is_two_primitives_with_post_ops():
     """oneDNN's own log: MatMul + bias + GELU is one packed-weights primitive with a gelu_erf
     post-op, MatMul + bias + residual Add one with a sum post-op; besides them only the copy of
     the residual (a kernel input) into the kernel's output, which the sum accumulates into."""
-    env = dict(os.environ, ONEDNN_VERBOSE="1", NNPLUG_CPU_THREADS="1")
-    out = subprocess.run([sys.executable, "-c", CHILD, os.path.dirname(__file__)], env=env,
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    run = out.stdout.split("=== run")[1].split("=== end")[0]
-    lines = [ln for ln in run.splitlines() if ln.startswith("onednn_verbose") and ",exec," in ln]
+    lines = onednn_log(CHILD)
     execs = [ln for ln in lines if ",reorder," not in ln]
     assert len(lines) <= 3 and len(execs) == 2, lines
     assert "eltwise_gelu_erf" in execs[0] and "sum" in execs[1], execs
