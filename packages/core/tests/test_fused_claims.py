@@ -79,3 +79,27 @@ def test_no_pair_when_the_reader_is_not_the_next_node():
             assert net.assignment["less"] == net.assignment["where"] == "full", net.assignment
             np.testing.assert_array_equal(net.run(FEEDS)["y"], want())
     assert ["Less", "Where"] not in pair.asked
+
+
+def test_no_pair_when_a_custom_op_runs_the_reader():
+    """A Python op overriding Where runs every Where: the pair is not offered, and Less goes to
+    the backend that runs it alone."""
+    calls = []
+
+    class MyWhere:
+        op_type = "Where"
+
+        def shape_infer(self, node, in_shapes, in_dtypes):
+            return [in_shapes[1]], [in_dtypes[1]]
+
+        def compute(self, node, inputs):
+            calls.append(node.name)
+            return [np.where(*inputs)]
+
+    pair = PairBackend()
+    with make_runtime(pair, NumpyBackend(id="full", ops=set(KERNELS))) as rt:
+        rt.register_custom_op(MyWhere(), override=True)
+        with rt.load(model(), backends=["pair", "full"]) as net:
+            assert net.assignment["less"] == "full" and net.assignment["where"].startswith("op:"), net.assignment
+            np.testing.assert_array_equal(net.run(FEEDS)["y"], want())
+    assert calls == ["where"] and ["Less", "Where"] not in pair.asked

@@ -137,6 +137,8 @@ class Placer:
                 if nxt is None or not outs or any(
                         o in results or readers.get(o, set()) != {nxt.name} for o in outs):
                     nxt = None  # only a node that alone reads n's outputs is claimed with it
+                elif nxt.op_type in self.ops and (self.use_overrides or not self.ops[nxt.op_type].override):
+                    nxt = None  # a custom op registered for the reader's op runs it
                 p = self.place_one(n, graph, nxt)
                 placed[n.name] = p
                 if p.with_next:
