@@ -101,12 +101,28 @@ def zoo_input(model: onnx.ModelProto, seed=0):
     return inp.name, np.random.default_rng(seed).random(shape, dtype=np.float32)
 
 
-def onednn_log(child: str, *args: str) -> list[str]:
-    """The lines oneDNN logs (``ONEDNN_VERBOSE=1``, one thread) for the primitives it runs
-    between the ``=== run`` and ``=== end`` lines that script ``child`` prints, run in a
-    process of its own with this folder and ``args`` as its arguments. Each line, split at
-    commas, is ``onednn_verbose, exec, cpu, <kind>, <implementation>, ...``."""
+_LOGGED_RUN = """
+import sys
+sys.path.insert(0, sys.argv[1])
+{setup}
+from conftest import make_runtime
+with make_runtime().load(model, backends=["onednn", "cpu"]) as net:
+    net.run(feeds)  # the first run builds the plan (weights reordered once)
+    sys.stdout.flush()
+    print("=== run", flush=True)
+    net.run(feeds)
+    sys.stdout.flush()
+    print("=== end", flush=True)
+"""
+
+
+def onednn_log(setup: str, *args: str) -> list[str]:
+    """The lines oneDNN logs (``ONEDNN_VERBOSE=1``, one thread) for the primitives of one run of
+    the ``model`` that the code ``setup`` makes, on ``feeds`` it makes too: run in a process of
+    its own (this folder on its path, ``args`` in ``sys.argv[2:]``), after a first run. Each
+    line, split at commas, is ``onednn_verbose, exec, cpu, <kind>, <implementation>, ...``."""
     env = dict(os.environ, ONEDNN_VERBOSE="1", NNPLUG_CPU_THREADS="1")
+    child = _LOGGED_RUN.format(setup=setup)
     out = subprocess.run([sys.executable, "-c", child, os.path.dirname(__file__), *args], env=env,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
