@@ -101,6 +101,16 @@ def zoo_input(model: onnx.ModelProto, seed=0):
     return inp.name, np.random.default_rng(seed).random(shape, dtype=np.float32)
 
 
+
+def assert_all_on_onednn_and_matching(rt, nodes, feeds, inits, opset, threads, what):
+    """The graph of ``nodes`` runs wholly on onednn at ``threads`` oneDNN threads and every
+    output matches onnxruntime's (see assert_matches)."""
+    model = graph_model(nodes, feeds, inits, opset=opset)
+    assignment, outs, want = run_both(rt, model, feeds, threads)
+    assert set(assignment.values()) == {"onednn"}, assignment
+    for g, w in zip(outs, want):
+        assert_matches(g, w, what=f"{what}, {threads} thread(s)")
+
 _LOGGED_RUN = """
 import sys
 sys.path.insert(0, sys.argv[1])

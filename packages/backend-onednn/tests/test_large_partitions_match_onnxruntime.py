@@ -6,7 +6,7 @@ onnxruntime at 1 and 2 threads; and in oneDNN's log, no reorder between its prim
 from __future__ import annotations
 
 import pytest
-from conftest import assert_matches, graph_model, onednn_log, run_both
+from conftest import assert_all_on_onednn_and_matching, onednn_log
 from test_partitions_match_onnxruntime import Builder, rand
 
 LAYERS = 14  # 6 nodes a layer: 84 nodes
@@ -29,10 +29,7 @@ def dense_block(layers=LAYERS, c0=8, growth=4):
 def test_dense_block_matches_onnxruntime(rt, threads):
     b, feeds = dense_block()
     assert len(b.nodes) > 64
-    model = graph_model(b.nodes, feeds, b.inits, opset=15)
-    assignment, outs, want = run_both(rt, model, feeds, threads)
-    assert set(assignment.values()) == {"onednn"}, assignment
-    assert_matches(outs[0], want[0], what=f"dense block, {threads} thread(s)")
+    assert_all_on_onednn_and_matching(rt, b.nodes, feeds, b.inits, 15, threads, "dense block")
 
 
 SETUP = """

@@ -6,7 +6,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import BACKENDS, assert_matches, graph_model, onednn_log, onnxruntime_run, run_both
+from conftest import (
+    BACKENDS,
+    assert_all_on_onednn_and_matching,
+    assert_matches,
+    graph_model,
+    onednn_log,
+    onnxruntime_run,
+    run_both,
+)
 from onnx import TensorProto, helper, numpy_helper
 
 R = np.random.default_rng(77)
@@ -102,23 +110,13 @@ def residual_net(batch=2):
 @pytest.mark.parametrize("threads", [1, 2])
 def test_blocked_layouts_across_a_partition(rt, threads):
     b = blocked_chain()
-    feeds = {"x": rand(2, 3, 17, 17)}
-    model = graph_model(b.nodes, feeds, b.inits, opset=18)
-    assignment, outs, want = run_both(rt, model, feeds, threads)
-    assert set(assignment.values()) == {"onednn"}, assignment
-    for g, w in zip(outs, want):
-        assert_matches(g, w, what=f"blocked chain, {threads} thread(s)")
+    assert_all_on_onednn_and_matching(rt, b.nodes, {"x": rand(2, 3, 17, 17)}, b.inits, 18, threads, "blocked chain")
 
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_residual_add_as_sum_post_op(rt, threads):
     b = residual_net()
-    feeds = {"x": rand(2, 8, 12, 12)}
-    model = graph_model(b.nodes, feeds, b.inits, opset=15)
-    assignment, outs, want = run_both(rt, model, feeds, threads)
-    assert set(assignment.values()) == {"onednn"}, assignment
-    for g, w in zip(outs, want):
-        assert_matches(g, w, what=f"residual blocks, {threads} thread(s)")
+    assert_all_on_onednn_and_matching(rt, b.nodes, {"x": rand(2, 8, 12, 12)}, b.inits, 15, threads, "residual blocks")
 
 
 @pytest.mark.parametrize("threads", [1, 2])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import assert_matches, graph_model, onednn_log, run_both
+from conftest import assert_all_on_onednn_and_matching, onednn_log
 from test_partitions_match_onnxruntime import Builder, rand
 
 
@@ -41,11 +41,7 @@ def shuffle_net(n, groups, h=9, w=7, c=12):
 
 
 def check(rt, b, feeds, threads, what):
-    model = graph_model(b.nodes, feeds, b.inits, opset=18)
-    assignment, outs, want = run_both(rt, model, feeds, threads)
-    assert set(assignment.values()) == {"onednn"}, assignment
-    for g, w in zip(outs, want):
-        assert_matches(g, w, what=f"{what}, {threads} thread(s)")
+    assert_all_on_onednn_and_matching(rt, b.nodes, feeds, b.inits, 18, threads, what)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
