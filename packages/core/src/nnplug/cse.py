@@ -21,15 +21,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 import onnx
 
+from .controlflow import CONTROL_FLOW
+from .planner import NONDETERMINISTIC
+
 if TYPE_CHECKING:
     from .customop import CustomOp
     from .graph import Node
 
-RANDOM = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
-          "Bernoulli", "Dropout"}
-"""Ops whose outputs may differ between two nodes with equal inputs."""
+RANDOM = NONDETERMINISTIC | {"Dropout"}
+"""Ops whose outputs may differ between two nodes with equal inputs (Dropout: in training mode)."""
 DOMAINS = ("", "ai.onnx", "ai.onnx.ml")
-SUBGRAPH_OPS = {"If", "Loop", "Scan"}
 
 
 def merge_common_subexpressions(nodes: list[Node], constants: dict[str, np.ndarray],
@@ -70,9 +71,9 @@ def merge_common_subexpressions(nodes: list[Node], constants: dict[str, np.ndarr
 
 
 def _key(n: Node, constants: dict, const_keys: dict, custom_ops: dict) -> tuple | None:
-    """What makes ``n``'s computation, or None when it must not be merged."""
-    if (n.op_type in RANDOM or n.op_type in custom_ops or n.domain not in DOMAINS
-            or _has_subgraph(n)):
+    """What makes ``n``'s computation, or None when it must not be merged (a graph attribute
+    has no canonical form, so a node with a subgraph has no key)."""
+    if n.op_type in RANDOM or n.op_type in custom_ops or n.domain not in DOMAINS:
         return None
     attrs = []
     for k in sorted(n.attrs):
@@ -120,13 +121,11 @@ def _canonical(v):
 
 
 def _has_subgraph(n: Node) -> bool:
-    if n.op_type in SUBGRAPH_OPS:
-        return True
-    if n.proto is not None:
-        return any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
-                   for a in n.proto.attribute)
-    return any(isinstance(v, onnx.GraphProto) or (isinstance(v, list) and v and isinstance(v[0], onnx.GraphProto))
-               for v in n.attrs.values())
+    """Control flow, or any node with a graph attribute (``Node.attrs`` keeps them as
+    GraphProto, GRAPHS as a list of them)."""
+    return n.op_type in CONTROL_FLOW or any(
+        isinstance(v, onnx.GraphProto) or (isinstance(v, list) and v and isinstance(v[0], onnx.GraphProto))
+        for v in n.attrs.values())
 
 
 def _reading(n: Node, inputs: list[str]) -> Node:

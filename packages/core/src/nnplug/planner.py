@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     import onnx
 
 # Ops whose result differs run to run: never folded.
-_NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
                      "Multinomial", "Bernoulli"}
 
 # Which backends a custom op's target can run on: its device type.
@@ -62,13 +62,20 @@ def constant_nodes(nodes: list[Node], constants, values: dict, custom_ops: dict[
     known = set(constants)
     out = []
     for n in nodes:
-        if (n.op_type not in custom_ops and n.op_type not in _NONDETERMINISTIC
+        if (n.op_type not in custom_ops and n.op_type not in NONDETERMINISTIC
                 and n.domain in ("", "ai.onnx") and all(x == "" or x in known for x in n.inputs)
                 and all(values.get(o) is None or values[o].kind == "tensor"
                         for o in n.outputs if o)):  # sequences/optionals are not weights
             out.append(n)
             known.update(o for o in n.outputs if o)
     return out
+
+
+def custom_op_for(op_type: str, custom_ops: dict[str, CustomOp], use_overrides: bool) -> CustomOp | None:
+    """The custom op that runs nodes of ``op_type``, if any (an override only when overrides
+    are used)."""
+    op = custom_ops.get(op_type)
+    return None if op is not None and op.override and not use_overrides else op
 
 
 def place(node: Node, graph: SubGraph, backends: list[Backend], custom_ops: dict[str, CustomOp],
@@ -83,9 +90,7 @@ def place(node: Node, graph: SubGraph, backends: list[Backend], custom_ops: dict
     None when the op declines the node, so the backend's own kernel is tried next.
     ``installed``: ids of every registered backend, for the error's advice.
     """
-    op = custom_ops.get(node.op_type)
-    if op is not None and op.override and not use_overrides:
-        op = None
+    op = custom_op_for(node.op_type, custom_ops, use_overrides)
     for b in backends:
         if op is not None:
             for target in op.targets:
@@ -137,7 +142,7 @@ class Placer:
                 if nxt is None or not outs or any(
                         o in results or readers.get(o, set()) != {nxt.name} for o in outs):
                     nxt = None  # only a node that alone reads n's outputs is claimed with it
-                elif nxt.op_type in self.ops and (self.use_overrides or not self.ops[nxt.op_type].override):
+                elif custom_op_for(nxt.op_type, self.ops, self.use_overrides) is not None:
                     nxt = None  # a custom op registered for the reader's op runs it
                 p = self.place_one(n, graph, nxt)
                 placed[n.name] = p
