@@ -623,21 +623,32 @@ static int sole_consumer(const ox_graph *g, int v)
 }
 
 /* Fold an inference BatchNormalization with constant parameters into the Conv before it. */
-static int fold_bn(ox_graph *g, ox_op *conv, const ox_op *bn)
+/* Whether bn's scale, shift, mean and variance are all constants. */
+static int bn_params_const(const ox_graph *g, const ox_op *bn)
 {
-    if (conv->npost || (conv->nin == 3 && conv->in[2] >= 0 && !conv->b)) return 0;
     for (int i = 1; i < 5; i++)
         if (!g->vals[bn->in[i]].cdata) return 0;
+    return 1;
+}
+
+/* Channel c's factor of a BatchNormalization with constant parameters: scale / sqrt(var + eps). */
+static double bn_factor(const ox_graph *g, const ox_op *bn, int64_t c)
+{
+    return g->vals[bn->in[1]].cdata[c] / sqrt((double)g->vals[bn->in[4]].cdata[c] + bn->eps);
+}
+
+static int fold_bn(ox_graph *g, ox_op *conv, const ox_op *bn)
+{
+    if (conv->npost || (conv->nin == 3 && conv->in[2] >= 0 && !conv->b) || !bn_params_const(g, bn)) return 0;
     int64_t OC = conv->oc, per = conv->wdims[1] * conv->wdims[2] * conv->wdims[3];
     if (!conv->b) {
         conv->b = calloc((size_t)OC, sizeof(float));
         if (!conv->b) return 0;
     }
-    const float *sc = g->vals[bn->in[1]].cdata, *sh = g->vals[bn->in[2]].cdata, *mu = g->vals[bn->in[3]].cdata,
-                *var = g->vals[bn->in[4]].cdata;
+    const float *sh = g->vals[bn->in[2]].cdata, *mu = g->vals[bn->in[3]].cdata;
     /* y = (conv(x) + bias - mean) * s + shift with s = scale / sqrt(var + eps), per channel */
     for (int64_t o = 0; o < OC; o++) {
-        double f = sc[o] / sqrt((double)var[o] + bn->eps);
+        double f = bn_factor(g, bn, o);
         for (int64_t i = 0; i < per; i++) conv->w[o * per + i] = (float)(conv->w[o * per + i] * f);
         conv->b[o] = (float)((conv->b[o] - mu[o]) * f + sh[o]);
     }
@@ -651,15 +662,13 @@ static int fold_bn(ox_graph *g, ox_op *conv, const ox_op *bn)
  * element-wise post-op. Left as it is when a parameter is a run-time input. */
 static void bn_affine(ox_graph *g, ox_op *bn)
 {
-    for (int i = 1; i < 5; i++)
-        if (!g->vals[bn->in[i]].cdata) return;
+    if (!bn_params_const(g, bn)) return;
     int64_t C = g->vals[bn->in[1]].dims[0];
     float *s = malloc((size_t)C * sizeof(float)), *t = malloc((size_t)C * sizeof(float));
     if (!s || !t) { free(s); free(t); return; }
-    const float *sc = g->vals[bn->in[1]].cdata, *sh = g->vals[bn->in[2]].cdata, *mu = g->vals[bn->in[3]].cdata,
-                *var = g->vals[bn->in[4]].cdata;
+    const float *sh = g->vals[bn->in[2]].cdata, *mu = g->vals[bn->in[3]].cdata;
     for (int64_t c = 0; c < C; c++) {
-        double f = sc[c] / sqrt((double)var[c] + bn->eps);
+        double f = bn_factor(g, bn, c);
         s[c] = (float)f;
         t[c] = (float)(sh[c] - mu[c] * f);
     }
@@ -800,6 +809,10 @@ static int swish_chain(const ox_graph *g, int x, int *chain)
  * SiLU (Sigmoid, Mul: one swish), a
  * BatchNormalization (into a Conv's weights), a bias Add (into a MatMul's bias), and for a Conv or MatMul the residual Add of a value of the same shape (a
  * `sum` post-op; the op then runs where the Add was, after both operands exist). */
+/* A BatchNormalization left to oneDNN's own primitive (a parameter given at run time): it
+ * takes only a Relu, as its fuse_norm_relu flag; bn_affine's multiply-add takes any post-op. */
+static int bn_primitive(const ox_op *op) { return op->kind == OP_BN && !op->w; }
+
 static void fuse(ox_graph *g)
 {
     for (int i = 0; i < g->nop; i++) {
@@ -809,12 +822,12 @@ static void fuse(ox_graph *g)
         int has_sum = 0;
         for (;;) {
             int chain[5];
-            if ((op->kind != OP_BN || op->w) && op->npost < MAXPOST && gelu_chain(g, op->out, chain)) {
+            if (!bn_primitive(op) && op->npost < MAXPOST && gelu_chain(g, op->out, chain)) {
                 op->post[op->npost++] = (ox_post){POST_ELTWISE, dnnl_eltwise_gelu_erf, 0.f, 0.f, -1};
                 for (int k = 0; k < 5; k++) absorb(g, op, &g->ops[chain[k]]);
                 continue;
             }
-            if ((op->kind != OP_BN || op->w) && op->npost < MAXPOST && swish_chain(g, op->out, chain)) {
+            if (!bn_primitive(op) && op->npost < MAXPOST && swish_chain(g, op->out, chain)) {
                 op->post[op->npost++] = (ox_post){POST_ELTWISE, dnnl_eltwise_swish, 1.f, 0.f, -1};
                 for (int k = 0; k < 2; k++) absorb(g, op, &g->ops[chain[k]]);
                 continue;
@@ -822,7 +835,7 @@ static void fuse(ox_graph *g)
             int j = sole_consumer(g, op->out);
             if (j < 0) break;
             ox_op *nx = &g->ops[j];
-            if (op->kind == OP_BN && !op->w) { /* only a Relu, as the fuse_norm_relu flag */
+            if (bn_primitive(op)) { /* only a Relu, as the fuse_norm_relu flag */
                 if (nx->kind == OP_ELTWISE && nx->alg == dnnl_eltwise_relu && nx->alpha == 0.f && !op->bn_relu) {
                     op->bn_relu = 1;
                     absorb(g, op, nx);

@@ -358,14 +358,16 @@ done:
     return rc;
 }
 
-/* The attribute of op: user scratchpad, its post-ops. */
-static dnnl_primitive_attr_t op_attr(const ox_op *op)
+/* The attribute of op: user scratchpad, its post-ops; first the add of a per-channel operand
+ * of layout `add` when given (the shift of a BatchNormalization run as a multiply-add, see
+ * bn_affine). */
+static dnnl_primitive_attr_t op_attr_adding(const ox_op *op, const_dnnl_memory_desc_t add)
 {
     dnnl_primitive_attr_t a = plain_attr();
-    if (!a || !op->npost) return a;
+    if (!a || (!op->npost && !add)) return a;
     dnnl_post_ops_t po;
     if (D(dnnl_post_ops_create)(&po) != dnnl_success) { D(dnnl_primitive_attr_destroy)(a); return NULL; }
-    int ok = 1;
+    int ok = !add || D(dnnl_post_ops_append_binary)(po, dnnl_binary_add, add) == dnnl_success;
     for (int i = 0; i < op->npost && ok; i++) {
         const ox_post *q = &op->post[i];
         ok = (q->kind == POST_SUM ? D(dnnl_post_ops_append_sum)(po, 1.f, 0, dnnl_data_type_undef)
@@ -377,23 +379,7 @@ static dnnl_primitive_attr_t op_attr(const ox_op *op)
     return a;
 }
 
-/* The attribute of a per-channel multiply-add (a BatchNormalization, see bn_affine): the add
- * of the shift (operand md, per channel) as the first post-op, then op's own. */
-static dnnl_primitive_attr_t affine_attr(const ox_op *op, const_dnnl_memory_desc_t md)
-{
-    dnnl_primitive_attr_t a = plain_attr();
-    dnnl_post_ops_t po;
-    if (!a) return NULL;
-    if (D(dnnl_post_ops_create)(&po) != dnnl_success) { D(dnnl_primitive_attr_destroy)(a); return NULL; }
-    int ok = D(dnnl_post_ops_append_binary)(po, dnnl_binary_add, md) == dnnl_success;
-    for (int i = 0; i < op->npost && ok; i++)
-        ok = op->post[i].kind == POST_ELTWISE &&
-             D(dnnl_post_ops_append_eltwise)(po, op->post[i].alg, op->post[i].alpha, op->post[i].beta) == dnnl_success;
-    ok = ok && D(dnnl_primitive_attr_set_post_ops)(a, po) == dnnl_success;
-    D(dnnl_post_ops_destroy)(po);
-    if (!ok) { D(dnnl_primitive_attr_destroy)(a); return NULL; }
-    return a;
-}
+static dnnl_primitive_attr_t op_attr(const ox_op *op) { return op_attr_adding(op, NULL); }
 
 /* ---- ops ------------------------------------------------------------------------------------ */
 
@@ -1119,12 +1105,11 @@ static int build_simple(pb *b, const ox_op *op)
             break;
         case OP_BN: {
             if (op->w) { /* per-channel multiply-add (see bn_affine): x * s, then + t as a post-op */
-                dnnl_dims_t cd;
+                int64_t cd[MAXR];
                 for (int i = 0; i < r; i++) cd[i] = i == 1 ? op->oc : 1;
-                src1 = NULL;
-                D(dnnl_memory_desc_create_with_tag)(&src1, r, cd, dnnl_f32, r == 2 ? dnnl_ab : r == 3 ? dnnl_abc : r == 4 ? dnnl_abcd : dnnl_abcde);
+                src1 = plain_md(r, cd, r);
                 D(dnnl_primitive_attr_destroy)(a);
-                a = src1 ? affine_attr(op, src1) : NULL;
+                a = src1 ? op_attr_adding(op, src1) : NULL;
                 if (a) st = D(dnnl_binary_primitive_desc_create)(&pd, ox_engine(), dnnl_binary_mul, src, src1, src, a);
                 fn = affine_inputs;
                 break;
