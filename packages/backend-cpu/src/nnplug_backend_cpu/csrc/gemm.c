@@ -122,23 +122,167 @@ static void ukernel_avx2_c(int64_t kc, const float *a, const float *b, float *c,
         }
     }
 }
+
+/* ---- AVX-512: up to 12 x 32 of C per call ---------------------------------------------- *
+ * Two packed A panels (12 rows) by two packed B panels (32 columns) in 24 zmm accumulators,
+ * so each B load and A broadcast feeds more FMAs than the 6x16 kernel's. Each element is still
+ * fma(a[k], b[k], acc) for k in order from zero, the same instruction per lane as the AVX2
+ * kernel, so the two kernels give bit-identical results; rows and columns past the tile's
+ * edge (zero padding in the packed panels) are summed and not stored, columns by mask. */
+#define HAVE_AVX512_KERNEL 1
+
+__attribute__((target("avx512f"), always_inline))
+static inline __m512 epi_avx512(__m512 x, const float *row, __mmask16 mk, int first, const nnc_gemm_epi *ep,
+                                int kind, __m512 lo, __m512 hi, float bias, const float *res, const float *cb)
+{
+    const __m512 zero = _mm512_setzero_ps();
+    if (!first) x = _mm512_add_ps(_mm512_maskz_loadu_ps(mk, row), x);
+    if (!ep) return x;
+    const __m512 bb = _mm512_set1_ps(bias);
+    if (cb) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk, cb));
+    if (res) x = _mm512_add_ps(x, _mm512_add_ps(bb, _mm512_maskz_loadu_ps(mk, res)));
+    else if (ep->bias) x = _mm512_add_ps(x, bb);
+    if (kind == ACT_RELU) {
+        x = _mm512_max_ps(zero, x);
+    } else if (kind == ACT_CLIP) {
+        x = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ), x, lo);
+        x = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ), x, hi);
+    } else if (kind == ACT_LEAKY) {
+        x = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, zero, _CMP_GE_OQ), _mm512_mul_ps(x, lo), x);
+    }
+    return x;
+}
+
+/* The product of NA (1 or 2) A panels and NB (1 or 2) B panels over kc steps, into the h x w
+ * corner of C at (r0, c0) (h <= 6 NA, w <= 16 NB), with store_tile's arithmetic. */
+__attribute__((target("avx512f"), always_inline))
+static inline void tile_avx512(const int NA, const int NB, int64_t kc, const float *a, int64_t astride,
+                               const float *b, int64_t bstride, float *c, int64_t ldc, int64_t h, int64_t w,
+                               int first, const nnc_gemm_epi *ep, int64_t r0, int64_t c0)
+{
+    __m512 acc[2 * MR][2];
+    for (int i = 0; i < NA * MR; i++)
+        for (int q = 0; q < NB; q++) acc[i][q] = _mm512_setzero_ps();
+    const float *a1 = a + astride, *b1 = b + bstride;
+    for (int64_t k = 0; k < kc; k++) {
+        const __m512 bv0 = _mm512_loadu_ps(b + k * NR);
+        const __m512 bv1 = NB > 1 ? _mm512_loadu_ps(b1 + k * NR) : bv0;
+        for (int i = 0; i < NA * MR; i++) {
+            const __m512 av = _mm512_set1_ps(i < MR ? a[k * MR + i] : a1[k * MR + i - MR]);
+            acc[i][0] = _mm512_fmadd_ps(av, bv0, acc[i][0]);
+            if (NB > 1) acc[i][1] = _mm512_fmadd_ps(av, bv1, acc[i][1]);
+        }
+    }
+    const int kind = ep && ep->act ? ep->act->kind : ACT_NONE;
+    const __m512 lo = _mm512_set1_ps(ep && ep->act ? ep->act->a : 0.f);
+    const __m512 hi = _mm512_set1_ps(ep && ep->act ? ep->act->b : 0.f);
+    __mmask16 mk[2];
+    for (int q = 0; q < NB; q++) {
+        int64_t wq = w - 16 * q;
+        mk[q] = wq >= 16 ? (__mmask16)0xFFFF : wq <= 0 ? 0 : (__mmask16)((1u << wq) - 1);
+    }
+    for (int i = 0; i < NA * MR; i++) {
+        if (i >= h) break;
+        float *row = c + i * ldc;
+        const float bias = ep && ep->bias ? ep->bias[r0 + i] : 0.f;
+        for (int q = 0; q < NB; q++) {
+            if (!mk[q]) continue;
+            const float *res = ep && ep->res ? ep->res + (r0 + i) * ep->ldr + c0 + 16 * q : NULL;
+            const float *cb = ep && ep->col_bias ? ep->col_bias + c0 + 16 * q : NULL;
+            __m512 x = epi_avx512(acc[i][q], row + 16 * q, mk[q], first, ep, kind, lo, hi, bias, res, cb);
+            if (kind == ACT_GELU_ERF) { /* the vectorised erf over the row's valid columns */
+                _Alignas(64) float g[16];
+                _mm512_store_ps(g, x);
+                nnc_vgelu_erf(g, g, w - 16 * q < 16 ? w - 16 * q : 16, ep->act->a);
+                x = _mm512_load_ps(g);
+            }
+            _mm512_mask_storeu_ps(row + 16 * q, mk[q], x);
+        }
+    }
+}
+
+__attribute__((target("avx512f"), noinline))
+static void tile_avx512_22(int64_t kc, const float *a, int64_t as, const float *b, int64_t bs, float *c,
+                           int64_t ldc, int64_t h, int64_t w, int first, const nnc_gemm_epi *ep, int64_t r0, int64_t c0)
+{ tile_avx512(2, 2, kc, a, as, b, bs, c, ldc, h, w, first, ep, r0, c0); }
+__attribute__((target("avx512f"), noinline))
+static void tile_avx512_21(int64_t kc, const float *a, int64_t as, const float *b, int64_t bs, float *c,
+                           int64_t ldc, int64_t h, int64_t w, int first, const nnc_gemm_epi *ep, int64_t r0, int64_t c0)
+{ tile_avx512(2, 1, kc, a, as, b, bs, c, ldc, h, w, first, ep, r0, c0); }
+__attribute__((target("avx512f"), noinline))
+static void tile_avx512_12(int64_t kc, const float *a, int64_t as, const float *b, int64_t bs, float *c,
+                           int64_t ldc, int64_t h, int64_t w, int first, const nnc_gemm_epi *ep, int64_t r0, int64_t c0)
+{ tile_avx512(1, 2, kc, a, as, b, bs, c, ldc, h, w, first, ep, r0, c0); }
+__attribute__((target("avx512f"), noinline))
+static void tile_avx512_11(int64_t kc, const float *a, int64_t as, const float *b, int64_t bs, float *c,
+                           int64_t ldc, int64_t h, int64_t w, int first, const nnc_gemm_epi *ep, int64_t r0, int64_t c0)
+{ tile_avx512(1, 1, kc, a, as, b, bs, c, ldc, h, w, first, ep, r0, c0); }
+
+/* nnc_sgemm_packed_cols with the AVX-512 tiles: for each KC block and MC row block, pairs of B
+ * panels (32 columns, in L1 across the block's A panels) by pairs of A panels. */
+static void packed_cols_avx512(int64_t m, int64_t n, int64_t k, const float *pa, const float *pb, float *c,
+                               int64_t ldc, const nnc_gemm_epi *ep, int64_t j0, int64_t j1)
+{
+    int64_t npad = (n + NR - 1) / NR * NR;
+    for (int64_t p0 = 0; p0 < k; p0 += KC) {
+        int64_t kc = k - p0 < KC ? k - p0 : KC;
+        int first = p0 == 0, last = p0 + kc >= k;
+        const float *bp = pb + p0 * npad;
+        const nnc_gemm_epi *e = last ? ep : NULL;
+        for (int64_t i0 = 0; i0 < m; i0 += MC) {
+            int64_t mc = m - i0 < MC ? m - i0 : MC;
+            for (int64_t jr = j0; jr < j1; jr += 2 * NR) {
+                int64_t w = j1 - jr < 2 * NR ? j1 - jr : 2 * NR;
+                for (int64_t ir = 0; ir < mc; ir += 2 * MR) {
+                    int64_t h = mc - ir < 2 * MR ? mc - ir : 2 * MR, r = i0 + ir;
+                    const float *a = pa + r * k + p0 * MR, *b = bp + jr * kc;
+                    float *cc = c + r * ldc + jr;
+                    if (h > MR && w > NR) tile_avx512_22(kc, a, MR * k, b, NR * kc, cc, ldc, h, w, first, e, r, jr);
+                    else if (h > MR) tile_avx512_21(kc, a, MR * k, b, NR * kc, cc, ldc, h, w, first, e, r, jr);
+                    else if (w > NR) tile_avx512_12(kc, a, MR * k, b, NR * kc, cc, ldc, h, w, first, e, r, jr);
+                    else tile_avx512_11(kc, a, MR * k, b, NR * kc, cc, ldc, h, w, first, e, r, jr);
+                }
+            }
+        }
+    }
+}
 #endif
+
+/* The widest kernel the CPU runs, capped by NNPLUG_CPU_ISA ("avx2": no AVX-512 tiles;
+ * "portable": the C kernel), so every path can be tested on one machine. 2: AVX-512 tiles for
+ * packed products (and the AVX2 kernel elsewhere), 1: AVX2, 0: portable C. */
+static int gemm_level(void)
+{
+    static int level = -1;
+    if (level >= 0) return level; /* idempotent: a race writes the same value */
+    int l = 0;
+#ifdef HAVE_AVX2_KERNEL
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) l = 1;
+    if (l && __builtin_cpu_supports("avx512f")) l = 2;
+#endif
+    const char *cap = getenv("NNPLUG_CPU_ISA");
+    if (cap && !strcmp(cap, "avx2") && l > 1) l = 1;
+    if (cap && !strcmp(cap, "portable")) l = 0;
+    level = l;
+    return l;
+}
 
 static ukernel_fn pick_kernel(void)
 {
 #ifdef HAVE_AVX2_KERNEL
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return ukernel_avx2;
+    if (gemm_level() >= 1) return ukernel_avx2;
 #endif
     return ukernel_c;
 }
 
 const char *nnc_gemm_info(void)
 {
-#ifdef HAVE_AVX2_KERNEL
-    if (pick_kernel() == ukernel_avx2) return "nnc sgemm 6x16 avx2+fma";
-#endif
-    return "nnc sgemm 6x16 portable C";
+    switch (gemm_level()) {
+    case 2: return "nnc sgemm 12x32 avx512f (6x16 avx2+fma unpacked)";
+    case 1: return "nnc sgemm 6x16 avx2+fma";
+    default: return "nnc sgemm 6x16 portable C";
+    }
 }
 
 /* op(B)[p0:p0+kc, j0:j0+nc] into NR-wide panels, k-major inside each, zero-padded columns. */
@@ -352,6 +496,12 @@ void nnc_sgemm_packed_cols(int64_t m, int64_t n, int64_t k, const float *pa, con
 {
     if (j1 > n) j1 = n;
     if (m <= 0 || j1 <= j0 || k <= 0 || j0 % NR) return;
+#ifdef HAVE_AVX512_KERNEL
+    if (gemm_level() == 2) {
+        packed_cols_avx512(m, n, k, pa, pb, c, ldc, ep, j0, j1);
+        return;
+    }
+#endif
     static ukernel_fn kernel;
     if (!kernel) kernel = pick_kernel(); /* idempotent: a race writes the same pointer */
     int64_t npad = (n + NR - 1) / NR * NR;
