@@ -513,9 +513,6 @@ static void dw_row_c(float *yr, const float *pr, int64_t PW, const float *wc, co
         }
 }
 
-typedef void (*dw_row_fn)(float *yr, const float *pr, int64_t PW, const float *wc,
-                          const conv_state *s, int64_t OW, float bias);
-
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define HAVE_DW_AVX2 1
@@ -528,62 +525,54 @@ static inline __m256 dw_load_s2(const float *p)
     return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), _MM_SHUFFLE(3, 1, 2, 0)));
 }
 
-/* Stride 1 or 2: 32 pixels at a time in four accumulators (each tap's weight broadcast once
- * for them), then 8 at a time; the last partial vector is summed in full (the plane is wide
- * enough) and stored in part. */
+/* Stride 1 or 2, the whole output plane: its 8-pixel vectors (row by row, the last of a row
+ * partial) taken 8 at a time, each with its own accumulator, so eight FMA chains are in flight
+ * (one chain is bound by the FMA's latency: rows of 7 or 14 pixels ran at a tenth of the
+ * peak). A partial vector is summed in full (the plane is wide enough) and stored in part.
+ * Each pixel is still its bias, then its taps in row-major kernel order. */
 __attribute__((target("avx2,fma")))
-static void dw_row_avx2(float *yr, const float *pr, int64_t PW, const float *wc, const conv_state *s,
-                        int64_t OW, float bias)
+static void dw_plane_avx2(float *yc, const float *pad, int64_t PW, const float *wc, const conv_state *s,
+                          int64_t OH, int64_t OW, float bias)
 {
     const int64_t kh = s->kh, kw = s->kw, rs = s->dh * PW, cs = s->dw;
     const int s2 = s->sw == 2;
     const __m256 b = _mm256_set1_ps(bias);
-    int64_t ow = 0;
-    for (; ow + 32 <= OW; ow += 32) {
-        __m256 a0 = b, a1 = b, a2 = b, a3 = b;
-        const float *base = pr + ow * s->sw;
+    const int64_t nvr = (OW + 7) / 8, nv = OH * nvr;
+    for (int64_t v0 = 0; v0 < nv; v0 += 8) {
+        const float *src[8];
+        float *dst[8];
+        int64_t len[8];
+        for (int q = 0; q < 8; q++) { /* past the plane's last vector: repeat it, store nothing */
+            int64_t v = v0 + q < nv ? v0 + q : nv - 1, oh = v / nvr, ow = v % nvr * 8;
+            src[q] = pad + oh * s->sh * PW + ow * s->sw;
+            dst[q] = yc + oh * OW + ow;
+            len[q] = v0 + q < nv ? (OW - ow < 8 ? OW - ow : 8) : 0;
+        }
+        __m256 a[8];
+        for (int q = 0; q < 8; q++) a[q] = b;
         for (int64_t ky = 0; ky < kh; ky++)
             for (int64_t kx = 0; kx < kw; kx++) {
                 const __m256 wv = _mm256_broadcast_ss(wc + ky * kw + kx);
-                const float *p = base + ky * rs + kx * cs;
-                if (s2) {
-                    a0 = _mm256_fmadd_ps(wv, dw_load_s2(p), a0);
-                    a1 = _mm256_fmadd_ps(wv, dw_load_s2(p + 16), a1);
-                    a2 = _mm256_fmadd_ps(wv, dw_load_s2(p + 32), a2);
-                    a3 = _mm256_fmadd_ps(wv, dw_load_s2(p + 48), a3);
-                } else {
-                    a0 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(p), a0);
-                    a1 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(p + 8), a1);
-                    a2 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(p + 16), a2);
-                    a3 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(p + 24), a3);
-                }
+                const int64_t off = ky * rs + kx * cs;
+                if (s2)
+                    for (int q = 0; q < 8; q++) a[q] = _mm256_fmadd_ps(wv, dw_load_s2(src[q] + off), a[q]);
+                else
+                    for (int q = 0; q < 8; q++) a[q] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(src[q] + off), a[q]);
             }
-        _mm256_storeu_ps(yr + ow, a0);
-        _mm256_storeu_ps(yr + ow + 8, a1);
-        _mm256_storeu_ps(yr + ow + 16, a2);
-        _mm256_storeu_ps(yr + ow + 24, a3);
-    }
-    for (; ow < OW; ow += 8) {
-        __m256 a0 = b;
-        const float *base = pr + ow * s->sw;
-        for (int64_t ky = 0; ky < kh; ky++)
-            for (int64_t kx = 0; kx < kw; kx++) {
-                const __m256 wv = _mm256_broadcast_ss(wc + ky * kw + kx);
-                const float *p = base + ky * rs + kx * cs;
-                a0 = _mm256_fmadd_ps(wv, s2 ? dw_load_s2(p) : _mm256_loadu_ps(p), a0);
+        for (int q = 0; q < 8; q++) {
+            if (len[q] == 8) {
+                _mm256_storeu_ps(dst[q], a[q]);
+            } else if (len[q] > 0) {
+                _Alignas(32) float t[8];
+                _mm256_store_ps(t, a[q]);
+                memcpy(dst[q], t, (size_t)len[q] * sizeof(float));
             }
-        if (ow + 8 <= OW) {
-            _mm256_storeu_ps(yr + ow, a0);
-        } else {
-            _Alignas(32) float t[8];
-            _mm256_store_ps(t, a0);
-            memcpy(yr + ow, t, (size_t)(OW - ow) * sizeof(float));
         }
     }
 }
 #endif
 
-static dw_row_fn dw_pick_row(int64_t sw)
+static int dw_has_avx2(int64_t sw)
 {
 #ifdef HAVE_DW_AVX2
     static int avx2 = -1;
@@ -591,10 +580,11 @@ static dw_row_fn dw_pick_row(int64_t sw)
         __builtin_cpu_init();
         avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     }
-    if (avx2 && (sw == 1 || sw == 2)) return dw_row_avx2;
-#endif
+    return avx2 && (sw == 1 || sw == 2);
+#else
     (void)sw;
-    return dw_row_c;
+    return 0;
+#endif
 }
 
 /* Planes [b, e) of the batch (plane = image * C + channel). */
@@ -607,7 +597,7 @@ static void dw_tasks(void *arg, int64_t b, int64_t e, int tid)
     float *pad = nnc_scratch(j->xc, tid, (size_t)(PH * PW) * sizeof(float));
     if (!pad) { j->fail = 1; return; }
     memset(pad, 0, (size_t)(PH * PW) * sizeof(float)); /* the border stays zero for every plane */
-    dw_row_fn row = dw_pick_row(s->sw);
+    int avx2 = dw_has_avx2(s->sw);
     for (int64_t p = b; p < e; p++) {
         int64_t c = p % C;
         const float *xc = j->x + p * H * W;
@@ -616,15 +606,15 @@ static void dw_tasks(void *arg, int64_t b, int64_t e, int tid)
         const float *wc = j->w + c * s->kh * s->kw;
         float *yc = j->y + p * OH * OW;
         float bias = j->bias ? j->bias[c] : 0.f;
-        for (int64_t oh = 0; oh < OH; oh++) {
-            float *yr = yc + oh * OW;
-            row(yr, pad + oh * s->sh * PW, PW, wc, s, OW, bias);
-            if (j->res) {
-                const float *r = j->res + p * OH * OW + oh * OW;
-                for (int64_t ow = 0; ow < OW; ow++) yr[ow] += r[ow];
-            }
-            nnc_apply_act(yr, OW, j->act);
+#ifdef HAVE_DW_AVX2
+        if (avx2) dw_plane_avx2(yc, pad, PW, wc, s, OH, OW, bias);
+#endif
+        for (int64_t oh = 0; !avx2 && oh < OH; oh++) dw_row_c(yc + oh * OW, pad + oh * s->sh * PW, PW, wc, s, OW, bias);
+        if (j->res) { /* then the residual and the activation, over the whole plane */
+            const float *r = j->res + p * OH * OW;
+            for (int64_t i = 0; i < OH * OW; i++) yc[i] += r[i];
         }
+        nnc_apply_act(yc, OH * OW, j->act);
     }
 }
 
