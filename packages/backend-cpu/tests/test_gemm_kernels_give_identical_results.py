@@ -2,8 +2,9 @@
 on CPUs with avx512f) and the AVX2 kernel (6 x 16) compute every element with the same fused
 multiply-adds in the same order, so their outputs are bit-identical on convolutions and matrix
 products of every fused epilogue (bias, residual, Relu, Clip, LeakyRelu, HardSwish, SiLU,
-Gelu) and of shapes off both kernels' tiles; the portable C kernel (no FMA) matches
-onnxruntime. NNPLUG_CPU_ISA caps the kernel for a process, so each runs in its own."""
+Gelu) and of shapes off both kernels' tiles; a one-pixel convolution (matrix times vector) gives
+the bits the GEMM gives that pixel in a wider image, with every kernel; the portable C kernel (no
+FMA) matches onnxruntime. NNPLUG_CPU_ISA caps the kernel for a process, so each runs in its own."""
 
 from __future__ import annotations
 
@@ -79,9 +80,23 @@ def matmul_case(rng, rows, k, n, gelu):
     return nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)], inits, {"x": x}
 
 
+def one_pixel_cases(rng, c, m, act, residual):
+    """The same 1x1 convolution on one pixel (the matrix-vector path) and on a 1 x 2 image whose
+    first pixel is that one (the GEMM), for comparing the two."""
+    wide = conv_case(rng, 1, c, 1, 2, m, 1, 1, 0, act, residual)
+    nodes, inputs, inits, feeds = wide
+    one = {k: np.ascontiguousarray(v[..., :1]) for k, v in feeds.items()}
+    one_inputs = [helper.make_tensor_value_info(i.name, TensorProto.FLOAT, one[i.name].shape)
+                  for i in inputs]
+    return (nodes, one_inputs, inits, one), wide
+
+
 def cases():
     rng = np.random.default_rng(11)
     out = {}
+    # squeeze-excitation layers: m over one 64-panel chunk, K over one 256-deep block
+    out["se-1px"], out["se-2px"] = one_pixel_cases(rng, 300, 400, "relu", True)
+    out["se-small-1px"], out["se-small-2px"] = one_pixel_cases(rng, 20, 7, "leaky", False)
     # channels and pixels off both tiles (12 x 32 and 6 x 16); K over one 256-deep block
     for m in (5, 12, 13, 70):
         out[f"conv3x3-m{m}"] = conv_case(rng, 1, 40, 9, 11, m, 3, 1, 1, "relu", False)
@@ -145,3 +160,12 @@ def test_each_kernel_matches_onnxruntime(models):
             scale = max(float(np.abs(want).max()), 1.0)
             np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=2e-5 * scale,
                                        err_msg=f"{name} on {info}")
+
+
+@pytest.mark.parametrize("isa", ["avx2", "portable", None])
+def test_one_pixel_convolution_gives_the_gemm_bits(models, isa):
+    folder, _ = models
+    info, got = run_with(folder, isa)
+    for name in ("se", "se-small"):
+        one, wide = got[f"{name}-1px"], got[f"{name}-2px"]
+        np.testing.assert_array_equal(one, wide[..., :1], err_msg=f"{name} on {info}")

@@ -531,3 +531,76 @@ void nnc_sgemm_packed_cols(int64_t m, int64_t n, int64_t k, const float *pa, con
         }
     }
 }
+
+/* ---- one column: packed A times a vector ----------------------------------------------- */
+
+/* The epilogue of store_tile for one element whose sum is v. */
+static float epi_one(float v, const nnc_gemm_epi *ep, int64_t i, int64_t c0)
+{
+    if (!ep) return v;
+    const float b = ep->bias ? ep->bias[i] : 0.f;
+    if (ep->col_bias) v += ep->col_bias[c0];
+    if (ep->res) v += b + ep->res[i * ep->ldr + c0];
+    else if (ep->bias) v += b;
+    switch (ep->act ? ep->act->kind : ACT_NONE) {
+    case ACT_RELU: return v < 0.f ? 0.f : v;
+    case ACT_CLIP: { float x = v < ep->act->a ? ep->act->a : v; return x > ep->act->b ? ep->act->b : x; }
+    case ACT_LEAKY: return v >= 0.f ? v : v * ep->act->a;
+    case ACT_GELU_ERF: nnc_vgelu_erf(&v, &v, 1, ep->act->a); return v;
+    default: return v;
+    }
+}
+
+#ifdef HAVE_AVX2_KERNEL
+/* Sums of rows [p * MR, ...) of packed A against x over one KC block, eight panels at a time
+ * (eight FMA chains; panels past the last repeat it and are not stored). */
+__attribute__((target("avx2,fma")))
+static void gemv_block_avx2(int64_t npanels, int64_t k, int64_t p0, int64_t kc, const float *pa,
+                            const float *x, float *t)
+{
+    const __m256i m6 = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);
+    for (int64_t p = 0; p < npanels; p += 8) {
+        const float *a[8];
+        for (int q = 0; q < 8; q++) a[q] = pa + (p + q < npanels ? p + q : npanels - 1) * MR * k + p0 * MR;
+        __m256 acc[8];
+        for (int q = 0; q < 8; q++) acc[q] = _mm256_setzero_ps();
+        for (int64_t kk = 0; kk < kc; kk++) {
+            const __m256 xv = _mm256_broadcast_ss(x + p0 + kk);
+            for (int q = 0; q < 8; q++) acc[q] = _mm256_fmadd_ps(_mm256_maskload_ps(a[q] + kk * MR, m6), xv, acc[q]);
+        }
+        for (int q = 0; q < 8 && p + q < npanels; q++) {
+            _Alignas(32) float v[8];
+            _mm256_store_ps(v, acc[q]);
+            memcpy(t + (p + q) * MR, v, MR * sizeof(float));
+        }
+    }
+}
+#endif
+
+void nnc_sgemv_packed(int64_t m, int64_t k, const float *pa, const float *x, float *y, int64_t ldy,
+                      const nnc_gemm_epi *ep, int64_t c0)
+{
+    if (m <= 0 || k <= 0) return;
+    enum { CHUNK = 64 }; /* panels whose block sums are held at once */
+    float t[CHUNK * MR];
+    int level = gemm_level();
+    for (int64_t pc = 0; pc * MR < m; pc += CHUNK) {
+        int64_t np = (m - pc * MR + MR - 1) / MR < CHUNK ? (m - pc * MR + MR - 1) / MR : CHUNK;
+        int64_t r0 = pc * MR, r1 = r0 + np * MR < m ? r0 + np * MR : m;
+        const float *pc_a = pa + r0 * k;
+        for (int64_t p0 = 0; p0 < k; p0 += KC) {
+            int64_t kc = k - p0 < KC ? k - p0 : KC;
+#ifdef HAVE_AVX2_KERNEL
+            if (level) gemv_block_avx2(np, k, p0, kc, pc_a, x, t);
+#endif
+            for (int64_t i = 0; !level && i < np * MR; i++) { /* as ukernel_c: multiply, then add */
+                const float *a = pc_a + i / MR * MR * k + p0 * MR + i % MR;
+                float acc = 0.f;
+                for (int64_t kk = 0; kk < kc; kk++) acc += a[kk * MR] * x[p0 + kk];
+                t[i] = acc;
+            }
+            for (int64_t i = r0; i < r1; i++) y[i * ldy] = p0 == 0 ? t[i - r0] : y[i * ldy] + t[i - r0];
+        }
+    }
+    for (int64_t i = 0; i < m; i++) y[i * ldy] = epi_one(y[i * ldy], ep, i, c0);
+}

@@ -209,6 +209,11 @@ void nnc_sgemm_packed(int64_t m, int64_t n, int64_t k, const float *pa, const fl
 #define NNC_GEMM_NR 16
 void nnc_sgemm_packed_cols(int64_t m, int64_t n, int64_t k, const float *pa, const float *pb, float *c,
                            int64_t ldc, const nnc_gemm_epi *ep, int64_t j0, int64_t j1);
+/* Column c0 of the same product when B is that one column x (k floats): y[i * ldy] for rows
+ * [0, m), the same bits as nnc_sgemm_packed gives it, without padding B to NNC_GEMM_NR columns
+ * (1-pixel convolutions: the squeeze-excitation layers). */
+void nnc_sgemv_packed(int64_t m, int64_t k, const float *pa, const float *x, float *y, int64_t ldy,
+                      const nnc_gemm_epi *ep, int64_t c0);
 
 /* Compiled for several x86-64 levels, picked at load time. Elementwise loops only: C11 mode
  * contracts no a*b+c into an FMA, so each element's value is the same at every level. */

@@ -442,10 +442,19 @@ static void conv_tasks_packed(void *arg, int64_t b, int64_t e, int tid)
         int64_t p0 = tile * j->tn, p1 = p0 + j->tn < OHW ? p0 + j->tn : OHW, tn = p1 - p0;
         int64_t m0 = mb * j->mblk, m1 = m0 + j->mblk < j->Mg ? m0 + j->mblk : j->Mg;
         if (m0 >= m1) continue;
+        const float *xg = j->x + g * s->Cg * j->H * j->W;
+        int64_t mg0 = g * j->Mg + m0;
+        int after = j->act->kind == ACT_HARDSWISH || j->act->kind == ACT_SILU; /* not in the GEMM's epilogue */
+        nnc_gemm_epi ep = {j->bias + mg0, j->res ? j->res + mg0 * OHW + p0 : NULL, OHW, after ? NULL : j->act};
+        float *y = j->y + mg0 * OHW + p0;
+        if (j->direct && OHW == 1) { /* one pixel (squeeze-excitation): the input is the column */
+            nnc_sgemv_packed(m1 - m0, K, s->pw + g * s->pw_group + m0 * K, xg, y, OHW, &ep, 0);
+            if (after) nnc_apply_act(y, m1 - m0, j->act);
+            continue;
+        }
         int64_t pbn = nnc_sgemm_packed_b_floats(K, j->tn);
         float *pb = nnc_scratch(j->xc, tid, (size_t)(pbn + j->tn) * sizeof(float));
         if (!pb) { j->fail = 1; return; }
-        const float *xg = j->x + g * s->Cg * j->H * j->W;
         if (j->direct) {
             for (int64_t kk = 0; kk < K; kk++) nnc_sgemm_pack_b_row(K, kk, tn, xg + kk * OHW + p0, pb);
         } else if (s->sw == 1 && j->OW >= NNC_GEMM_NR) { /* narrower rows: pieces too short to pay */
@@ -466,10 +475,6 @@ static void conv_tasks_packed(void *arg, int64_t b, int64_t e, int tid)
                         nnc_sgemm_pack_b_row(K, kk++, tn, row, pb);
                     }
         }
-        int64_t mg0 = g * j->Mg + m0;
-        int after = j->act->kind == ACT_HARDSWISH || j->act->kind == ACT_SILU; /* not in the GEMM's epilogue */
-        nnc_gemm_epi ep = {j->bias + mg0, j->res ? j->res + mg0 * OHW + p0 : NULL, OHW, after ? NULL : j->act};
-        float *y = j->y + mg0 * OHW + p0;
         nnc_sgemm_packed(m1 - m0, tn, K, s->pw + g * s->pw_group + m0 * K, pb, y, OHW, &ep);
         for (int64_t m = 0; after && m < m1 - m0; m++) nnc_apply_act(y + m * OHW, tn, j->act);
     }
