@@ -248,10 +248,8 @@ static void packed_cols_avx512(int64_t m, int64_t n, int64_t k, const float *pa,
 }
 #endif
 
-/* The widest kernel the CPU runs, capped by NNPLUG_CPU_ISA ("avx2": no AVX-512 tiles;
- * "portable": the C kernel), so every path can be tested on one machine. 2: AVX-512 tiles for
- * packed products (and the AVX2 kernel elsewhere), 1: AVX2, 0: portable C. */
-static int gemm_level(void)
+/* The widest vector kernels the CPU runs (nnc.h), capped by NNPLUG_CPU_ISA. */
+int nnc_isa_level(void)
 {
     static int level = -1;
     if (level >= 0) return level; /* idempotent: a race writes the same value */
@@ -271,14 +269,14 @@ static int gemm_level(void)
 static ukernel_fn pick_kernel(void)
 {
 #ifdef HAVE_AVX2_KERNEL
-    if (gemm_level() >= 1) return ukernel_avx2;
+    if (nnc_isa_level() >= 1) return ukernel_avx2;
 #endif
     return ukernel_c;
 }
 
 const char *nnc_gemm_info(void)
 {
-    switch (gemm_level()) {
+    switch (nnc_isa_level()) {
     case 2: return "nnc sgemm 12x32 avx512f (6x16 avx2+fma unpacked)";
     case 1: return "nnc sgemm 6x16 avx2+fma";
     default: return "nnc sgemm 6x16 portable C";
@@ -497,7 +495,7 @@ void nnc_sgemm_packed_cols(int64_t m, int64_t n, int64_t k, const float *pa, con
     if (j1 > n) j1 = n;
     if (m <= 0 || j1 <= j0 || k <= 0 || j0 % NR) return;
 #ifdef HAVE_AVX512_KERNEL
-    if (gemm_level() == 2) {
+    if (nnc_isa_level() == 2) {
         packed_cols_avx512(m, n, k, pa, pb, c, ldc, ep, j0, j1);
         return;
     }
@@ -583,7 +581,7 @@ void nnc_sgemv_packed(int64_t m, int64_t k, const float *pa, const float *x, flo
     if (m <= 0 || k <= 0) return;
     enum { CHUNK = 64 }; /* panels whose block sums are held at once */
     float t[CHUNK * MR];
-    int level = gemm_level();
+    int level = nnc_isa_level();
     for (int64_t pc = 0; pc * MR < m; pc += CHUNK) {
         int64_t np = (m - pc * MR + MR - 1) / MR < CHUNK ? (m - pc * MR + MR - 1) / MR : CHUNK;
         int64_t r0 = pc * MR, r1 = r0 + np * MR < m ? r0 + np * MR : m;

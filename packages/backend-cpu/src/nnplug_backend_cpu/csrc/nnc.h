@@ -178,6 +178,10 @@ void nnc_sgemm(int transa, int transb, int64_t m, int64_t n, int64_t k, float al
                const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
                int64_t ldc);
 const char *nnc_gemm_info(void); /* which micro-kernel runs */
+/* The widest hand-vectorised kernels to run: 2 AVX-512 (avx512f), 1 AVX2+FMA, 0 portable C;
+ * what the CPU has, capped by NNPLUG_CPU_ISA ("avx2" or "portable") so that every path can be
+ * tested on one machine. Kernels of different levels give the same bits wherever both use FMA. */
+int nnc_isa_level(void);
 
 /* Products with both operands packed ahead (gemm.c): Conv packs its weights (A) once at load
  * and its columns (B) per pixel tile, straight from im2col. Same per-element arithmetic as

@@ -1,7 +1,7 @@
-"""The GEMM kernels the backend picks by CPU give the same results: the AVX-512 tiles (12 x 32,
-on CPUs with avx512f) and the AVX2 kernel (6 x 16) compute every element with the same fused
-multiply-adds in the same order, so their outputs are bit-identical on convolutions and matrix
-products of every fused epilogue (bias, residual, Relu, Clip, LeakyRelu, HardSwish, SiLU,
+"""The vector kernels the backend picks by CPU give the same results: the AVX-512 GEMM tiles
+(12 x 32, on CPUs with avx512f) and the AVX2 kernel (6 x 16), and the depthwise convolution's
+16- and 8-pixel vectors, compute every element with the same fused multiply-adds in the same
+order, so their outputs are bit-identical on convolutions and matrix products of every fused epilogue (bias, residual, Relu, Clip, LeakyRelu, HardSwish, SiLU,
 Gelu) and of shapes off both kernels' tiles; a one-pixel convolution (matrix times vector) gives
 the bits the GEMM gives that pixel in a wider image, with every kernel; the portable C kernel (no
 FMA) matches onnxruntime. NNPLUG_CPU_ISA caps the kernel for a process, so each runs in its own."""
@@ -35,16 +35,16 @@ for path in sorted(glob.glob(os.path.join(folder, "*.onnx"))):
 """
 
 
-def conv_case(rng, n, c, h, w, m, k, stride, pad, act, residual):
+def conv_case(rng, n, c, h, w, m, k, stride, pad, act, residual, group=1):
     x = rng.standard_normal((n, c, h, w), dtype=np.float32)
-    inits = [numpy_helper.from_array(rng.standard_normal((m, c, k, k), dtype=np.float32), "w"),
+    inits = [numpy_helper.from_array(rng.standard_normal((m, c // group, k, k), dtype=np.float32), "w"),
              numpy_helper.from_array(rng.standard_normal(m, dtype=np.float32), "b"),
              numpy_helper.from_array(np.array(-0.5, np.float32), "lo"),
              numpy_helper.from_array(np.array(0.7, np.float32), "hi")]
     inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)]
     feeds = {"x": x}
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y0"], kernel_shape=[k, k],
-                              strides=[stride] * 2, pads=[pad] * 4)]
+                              strides=[stride] * 2, pads=[pad] * 4, group=group)]
     last = "y0"
     if residual:
         oh, ow = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
@@ -105,6 +105,10 @@ def cases():
     out["conv3x3s2"] = conv_case(rng, 1, 17, 23, 21, 25, 3, 2, 1, "leaky", True)
     out["conv-hardswish"] = conv_case(rng, 1, 8, 16, 16, 19, 3, 1, 1, "hardswish", False)
     out["conv-silu"] = conv_case(rng, 1, 8, 15, 16, 33, 3, 1, 1, "silu", True)
+    # depthwise: rows of 14 and 28 pixels (16-wide vectors on AVX-512), of 7 (8-wide), stride 2
+    out["dw3x3-14px"] = conv_case(rng, 1, 24, 14, 14, 24, 3, 1, 1, "relu", True, group=24)
+    out["dw5x5-7px"] = conv_case(rng, 1, 40, 7, 7, 40, 5, 1, 2, "silu", False, group=40)
+    out["dw3x3s2-28px"] = conv_case(rng, 2, 16, 56, 55, 16, 3, 2, 1, "clip", False, group=16)
     out["matmul-bias"] = matmul_case(rng, 17, 300, 45, False)
     out["matmul-gelu"] = matmul_case(rng, 29, 64, 100, True)
     return out
@@ -112,7 +116,7 @@ def cases():
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("gemm_kernels")
+    folder = tmp_path_factory.mktemp("vector_kernels")
     made = {}
     for name, (nodes, inputs, inits, feeds) in cases().items():
         graph = helper.make_graph(nodes, name, inputs,
