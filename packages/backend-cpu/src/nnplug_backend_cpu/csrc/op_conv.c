@@ -430,7 +430,49 @@ static void conv_tasks(void *arg, int64_t b, int64_t e, int tid)
     }
 }
 
-/* Columns of one pixel tile packed for nnc_sgemm_packed, then one row block of it. */
+/* Rows [k0, k1) of the packed columns of pixels [p0, p1) of group plane xg into pb (row: a
+ * row buffer of the caller's for the taps that go through im2col_row first). */
+static void pack_columns(const conv_job *j, const float *xg, int64_t p0, int64_t p1, int64_t k0,
+                         int64_t k1, float *pb, float *row)
+{
+    const conv_state *s = j->s;
+    int64_t OHW = j->OH * j->OW, K = j->K, tn = p1 - p0, taps = s->kh * s->kw;
+    int64_t npad = (tn + NNC_GEMM_NR - 1) / NNC_GEMM_NR * NNC_GEMM_NR, panel;
+    int piecewise = s->sw == 1 && j->OW >= NNC_GEMM_NR; /* narrower rows: pieces too short to pay */
+    for (int64_t kk = k0; kk < k1; kk++) {
+        if (j->direct) {
+            nnc_sgemm_pack_b_row(K, kk, tn, xg + kk * OHW + p0, pb);
+            continue;
+        }
+        int64_t c = kk / taps, ky = kk % taps / s->kw, kx = kk % s->kw;
+        const float *xc = xg + c * j->H * j->W;
+        if (piecewise) {
+            float *dst = nnc_sgemm_packed_b_row_at(K, kk, tn, pb, &panel);
+            im2col_row_packed(j, xc, ky, kx, p0, p1, npad, dst, panel);
+        } else {
+            im2col_row(j, xc, ky, kx, p0, p1, row);
+            nnc_sgemm_pack_b_row(K, kk, tn, row, pb);
+        }
+    }
+}
+
+/* Output channels [m0, m1) of group g over pixels [p0, p1) from the packed columns pb, with the
+ * epilogue; or, for one pixel of a 1x1 convolution, from the input column itself. */
+static void columns_product(const conv_job *j, int64_t g, int64_t p0, int64_t p1, int64_t m0, int64_t m1,
+                            const float *pb)
+{
+    const conv_state *s = j->s;
+    int64_t OHW = j->OH * j->OW, mg0 = g * j->Mg + m0;
+    int after = j->act->kind == ACT_HARDSWISH || j->act->kind == ACT_SILU; /* not in the GEMM's epilogue */
+    nnc_gemm_epi ep = {j->bias + mg0, j->res ? j->res + mg0 * OHW + p0 : NULL, OHW, after ? NULL : j->act};
+    float *y = j->y + mg0 * OHW + p0;
+    const float *pa = s->pw + g * s->pw_group + m0 * j->K;
+    if (!pb) nnc_sgemv_packed(m1 - m0, j->K, pa, j->x + g * s->Cg * j->H * j->W + p0, y, OHW, &ep, 0);
+    else nnc_sgemm_packed(m1 - m0, p1 - p0, j->K, pa, pb, y, OHW, &ep);
+    for (int64_t m = 0; after && m < m1 - m0; m++) nnc_apply_act(y + m * OHW, p1 - p0, j->act);
+}
+
+/* One pixel tile's columns packed, then one row block of the product; for each task. */
 static void conv_tasks_packed(void *arg, int64_t b, int64_t e, int tid)
 {
     conv_job *j = arg;
@@ -439,45 +481,62 @@ static void conv_tasks_packed(void *arg, int64_t b, int64_t e, int tid)
     for (int64_t t = b; t < e; t++) {
         int64_t mb = t % j->nmb, rest = t / j->nmb;
         int64_t tile = rest % j->ntiles, g = rest / j->ntiles;
-        int64_t p0 = tile * j->tn, p1 = p0 + j->tn < OHW ? p0 + j->tn : OHW, tn = p1 - p0;
+        int64_t p0 = tile * j->tn, p1 = p0 + j->tn < OHW ? p0 + j->tn : OHW;
         int64_t m0 = mb * j->mblk, m1 = m0 + j->mblk < j->Mg ? m0 + j->mblk : j->Mg;
         if (m0 >= m1) continue;
-        const float *xg = j->x + g * s->Cg * j->H * j->W;
-        int64_t mg0 = g * j->Mg + m0;
-        int after = j->act->kind == ACT_HARDSWISH || j->act->kind == ACT_SILU; /* not in the GEMM's epilogue */
-        nnc_gemm_epi ep = {j->bias + mg0, j->res ? j->res + mg0 * OHW + p0 : NULL, OHW, after ? NULL : j->act};
-        float *y = j->y + mg0 * OHW + p0;
         if (j->direct && OHW == 1) { /* one pixel (squeeze-excitation): the input is the column */
-            nnc_sgemv_packed(m1 - m0, K, s->pw + g * s->pw_group + m0 * K, xg, y, OHW, &ep, 0);
-            if (after) nnc_apply_act(y, m1 - m0, j->act);
+            columns_product(j, g, p0, p1, m0, m1, NULL);
             continue;
         }
         int64_t pbn = nnc_sgemm_packed_b_floats(K, j->tn);
         float *pb = nnc_scratch(j->xc, tid, (size_t)(pbn + j->tn) * sizeof(float));
         if (!pb) { j->fail = 1; return; }
-        if (j->direct) {
-            for (int64_t kk = 0; kk < K; kk++) nnc_sgemm_pack_b_row(K, kk, tn, xg + kk * OHW + p0, pb);
-        } else if (s->sw == 1 && j->OW >= NNC_GEMM_NR) { /* narrower rows: pieces too short to pay */
-            int64_t kk = 0, npad = (tn + NNC_GEMM_NR - 1) / NNC_GEMM_NR * NNC_GEMM_NR, panel;
-            for (int64_t c = 0; c < s->Cg; c++)
-                for (int64_t ky = 0; ky < s->kh; ky++)
-                    for (int64_t kx = 0; kx < s->kw; kx++) {
-                        float *dst = nnc_sgemm_packed_b_row_at(K, kk++, tn, pb, &panel);
-                        im2col_row_packed(j, xg + c * j->H * j->W, ky, kx, p0, p1, npad, dst, panel);
-                    }
-        } else {
-            float *row = pb + pbn;
-            int64_t kk = 0;
-            for (int64_t c = 0; c < s->Cg; c++)
-                for (int64_t ky = 0; ky < s->kh; ky++)
-                    for (int64_t kx = 0; kx < s->kw; kx++) {
-                        im2col_row(j, xg + c * j->H * j->W, ky, kx, p0, p1, row);
-                        nnc_sgemm_pack_b_row(K, kk++, tn, row, pb);
-                    }
-        }
-        nnc_sgemm_packed(m1 - m0, tn, K, s->pw + g * s->pw_group + m0 * K, pb, y, OHW, &ep);
-        for (int64_t m = 0; after && m < m1 - m0; m++) nnc_apply_act(y + m * OHW, tn, j->act);
+        pack_columns(j, j->x + g * s->Cg * j->H * j->W, p0, p1, 0, K, pb, pb + pbn);
+        columns_product(j, g, p0, p1, m0, m1, pb);
     }
+}
+
+/* Few pixel tiles, output channels split into row blocks: each tile's columns are packed once,
+ * the threads sharing the rows of it (shared_pack), then the row blocks multiply it
+ * (shared_product), instead of every row block packing the same columns again. */
+typedef struct { conv_job *j; int64_t g, p0, p1; float *pb; } shared_job;
+
+static void shared_pack(void *arg, int64_t b, int64_t e, int tid)
+{
+    shared_job *sj = arg;
+    conv_job *j = sj->j;
+    int64_t pbn = nnc_sgemm_packed_b_floats(j->K, j->tn);
+    /* the row buffer of each thread lies past the packed columns in its scratch (thread 0's
+     * scratch holds the shared columns themselves, at its start) */
+    float *own = nnc_scratch(j->xc, tid, (size_t)(pbn + j->tn) * sizeof(float));
+    if (!own) { j->fail = 1; return; }
+    pack_columns(j, j->x + sj->g * j->s->Cg * j->H * j->W, sj->p0, sj->p1, b, e, sj->pb, own + pbn);
+}
+
+static void shared_product(void *arg, int64_t b, int64_t e, int tid)
+{
+    (void)tid;
+    shared_job *sj = arg;
+    conv_job *j = sj->j;
+    for (int64_t mb = b; mb < e; mb++) {
+        int64_t m0 = mb * j->mblk, m1 = m0 + j->mblk < j->Mg ? m0 + j->mblk : j->Mg;
+        if (m0 < m1) columns_product(j, sj->g, sj->p0, sj->p1, m0, m1, sj->pb);
+    }
+}
+
+static void conv_shared_columns(conv_job *j)
+{
+    int64_t OHW = j->OH * j->OW, pbn = nnc_sgemm_packed_b_floats(j->K, j->tn);
+    float *pb = nnc_scratch(j->xc, 0, (size_t)(pbn + j->tn) * sizeof(float));
+    if (!pb) { j->fail = 1; return; }
+    for (int64_t g = 0; g < j->s->group; g++)
+        for (int64_t tile = 0; tile < j->ntiles; tile++) {
+            int64_t p0 = tile * j->tn, p1 = p0 + j->tn < OHW ? p0 + j->tn : OHW;
+            shared_job sj = {j, g, p0, p1, pb};
+            nnc_parallel_for(j->K, 8, shared_pack, &sj);
+            if (j->fail) return;
+            nnc_parallel_for(j->nmb, 1, shared_product, &sj);
+        }
 }
 
 /* ---- depthwise convolution (group == C == M) ------------------------------------------ */
@@ -805,6 +864,10 @@ static int conv_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exe
         int64_t t2 = ((OHW + nt - 1) / nt + 15) / 16 * 16;
         if (t2 >= 32 && t2 < tn) tn = t2;
     }
+    if (packed && nt > 1) { /* tiles of about one size (784 pixels: 4 x 196, not 3 x 256 + 16) */
+        int64_t t2 = ((OHW + nt - 1) / nt + 15) / 16 * 16;
+        if (t2 >= 32 && t2 < tn) tn = t2;
+    }
     j.tn = tn;
     j.ntiles = (OHW + tn - 1) / tn;
     tasks = s->group * j.ntiles;
@@ -828,7 +891,8 @@ static int conv_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exe
         j.x = (const float *)x->data + b * x->dims[1] * j.H * j.W;
         j.y = (float *)out->data + b * s->M * OHW;
         j.res = n->residual >= 0 ? (const float *)in[n->residual]->data + b * s->M * OHW : NULL;
-        nnc_parallel_for(s->group * j.ntiles * j.nmb, 1, packed ? conv_tasks_packed : conv_tasks, &j);
+        if (packed && j.nmb > 1 && !(j.direct && OHW == 1)) conv_shared_columns(&j);
+        else nnc_parallel_for(s->group * j.ntiles * j.nmb, 1, packed ? conv_tasks_packed : conv_tasks, &j);
         if (j.fail) return nnc_node_fail(e, n, "out of memory for convolution scratch");
     }
     return NNC_OK;
