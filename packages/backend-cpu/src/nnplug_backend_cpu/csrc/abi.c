@@ -484,8 +484,10 @@ static nnp_status cpu_kernel_run(const nnp_kernel *k, const nnp_tensor *inputs, 
     if (!p || nin < 0 || nout < 0) return set_error(NNP_STATUS_INVALID_ARGUMENT, "kernel_run: bad arguments");
     if (tlist_init(&in, nin, &e)) return from_err(&e, NNP_STATUS_OUT_OF_MEMORY);
     if (tlist_init(&out, nout, &e)) { tlist_free(&in); return from_err(&e, NNP_STATUS_OUT_OF_MEMORY); }
+    nnc_pool_hold();
     int rc = conv_tensors(inputs, nin, in.t, "input", &e) || conv_tensors(outputs, nout, out.t, "output", &e) ||
              nnc_plan_run(p, in.t, nin, out.t, nout, ws, (size_t)wsn, &e);
+    nnc_pool_release();
     tlist_free(&in);
     tlist_free(&out);
     return rc ? from_err(&e, NNP_STATUS_INVALID_ARGUMENT) : NNP_OK;
@@ -506,11 +508,9 @@ static nnp_status resolve(const nnp_tensor *src, const int32_t *slot_ids, int32_
     return NNP_OK;
 }
 
-static nnp_status cpu_run_steps(const nnp_step *steps, int32_t n, void *const *slots, int32_t ns,
-                                void *ws, uint64_t wsn, nnp_stream stream, int32_t *failed)
+static nnp_status run_step_list(const nnp_step *steps, int32_t n, void *const *slots, int32_t ns, void *ws,
+                                uint64_t wsn, nnp_stream stream, int32_t *failed, nnp_tensor *sin, nnp_tensor *sout)
 {
-    nnp_tensor sin[STACKT], sout[STACKT];
-    if (n < 0 || (n && !steps)) return set_error(NNP_STATUS_INVALID_ARGUMENT, "run_steps: bad step list");
     for (int32_t i = 0; i < n; i++) {
         const nnp_step *st = &steps[i];
         if (failed) *failed = i;
@@ -528,6 +528,17 @@ static nnp_status cpu_run_steps(const nnp_step *steps, int32_t n, void *const *s
     }
     if (failed) *failed = -1;
     return NNP_OK;
+}
+
+static nnp_status cpu_run_steps(const nnp_step *steps, int32_t n, void *const *slots, int32_t ns,
+                                void *ws, uint64_t wsn, nnp_stream stream, int32_t *failed)
+{
+    nnp_tensor sin[STACKT], sout[STACKT]; /* each step's tensors, when they fit */
+    if (n < 0 || (n && !steps)) return set_error(NNP_STATUS_INVALID_ARGUMENT, "run_steps: bad step list");
+    nnc_pool_hold(); /* the pool's workers stay awake across the steps */
+    nnp_status rc = run_step_list(steps, n, slots, ns, ws, wsn, stream, failed, sin, sout);
+    nnc_pool_release();
+    return rc;
 }
 
 /* ABI 1.3: the bytes op_string.c's kernels allocated for string outputs. */

@@ -171,6 +171,9 @@ void nnc_set_thread_limit(int limit);
 int nnc_num_threads(void);
 void nnc_set_num_threads(int n);
 void nnc_threads_shutdown(void);
+/* Around one run (nested and concurrent runs counted): idle workers wait awake meanwhile. */
+void nnc_pool_hold(void);
+void nnc_pool_release(void);
 
 /* Row-major sgemm C = alpha*op(A)*op(B) + beta*C (gemm.c): every element summed in the same
  * order wherever it sits, so results do not depend on tiling or thread count. */
