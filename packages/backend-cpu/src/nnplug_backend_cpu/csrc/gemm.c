@@ -218,6 +218,100 @@ static void tile_avx512_11(int64_t kc, const float *a, int64_t as, const float *
                            int64_t ldc, int64_t h, int64_t w, int first, const nnc_gemm_epi *ep, int64_t r0, int64_t c0)
 { tile_avx512(1, 1, kc, a, as, b, bs, c, ldc, h, w, first, ep, r0, c0); }
 
+/* The AVX-512 tile with B read in place: row k of panel q (up to 16 columns, len[q] of them
+ * valid) at brow[k] + boff[q], C's columns of panel q at coff[q]. The same sums as
+ * tile_avx512 gives the same B packed. */
+__attribute__((target("avx512f"), always_inline))
+static inline void tile_rows_avx512(const int NA, const int NB, int64_t kc, const float *a, int64_t astride,
+                                    const float *const *brow, const nnc_slot *sl, float *c, int64_t ldc,
+                                    int64_t h, int first, const nnc_gemm_epi *ep, int64_t r0)
+{
+    __mmask16 mk[2] = {(__mmask16)((1u << sl[0].len) - 1), 0};
+    if (NB > 1) mk[1] = (__mmask16)((1u << sl[1].len) - 1);
+    const int64_t o0 = sl[0].boff, o1 = NB > 1 ? sl[1].boff : 0;
+    const float *a1 = a + astride;
+    /* named accumulators, not an array: with B's rows behind loaded pointers gcc kept an array
+     * in memory and stored it every step */
+#define ROW_ACC(i) __m512 c##i##0 = _mm512_setzero_ps(), c##i##1 = _mm512_setzero_ps();
+    ROW_ACC(0) ROW_ACC(1) ROW_ACC(2) ROW_ACC(3) ROW_ACC(4) ROW_ACC(5)
+    ROW_ACC(6) ROW_ACC(7) ROW_ACC(8) ROW_ACC(9) ROW_ACC(10) ROW_ACC(11)
+#undef ROW_ACC
+    for (int64_t k = 0; k < kc; k++) {
+        const float *b = brow[k];
+        const __m512 bv0 = _mm512_maskz_loadu_ps(mk[0], b + o0);
+        const __m512 bv1 = NB > 1 ? _mm512_maskz_loadu_ps(mk[1], b + o1) : bv0;
+#define ROW_STEP(i, src)                                                   \
+        {                                                                  \
+            const __m512 av = _mm512_set1_ps(src);                         \
+            c##i##0 = _mm512_fmadd_ps(av, bv0, c##i##0);                   \
+            if (NB > 1) c##i##1 = _mm512_fmadd_ps(av, bv1, c##i##1);       \
+        }
+        ROW_STEP(0, a[k * MR]) ROW_STEP(1, a[k * MR + 1]) ROW_STEP(2, a[k * MR + 2])
+        ROW_STEP(3, a[k * MR + 3]) ROW_STEP(4, a[k * MR + 4]) ROW_STEP(5, a[k * MR + 5])
+        if (NA > 1) {
+            ROW_STEP(6, a1[k * MR]) ROW_STEP(7, a1[k * MR + 1]) ROW_STEP(8, a1[k * MR + 2])
+            ROW_STEP(9, a1[k * MR + 3]) ROW_STEP(10, a1[k * MR + 4]) ROW_STEP(11, a1[k * MR + 5])
+        }
+#undef ROW_STEP
+    }
+    const __m512 acc[2 * MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51},
+                                   {c60, c61}, {c70, c71}, {c80, c81}, {c90, c91}, {c100, c101}, {c110, c111}};
+    const int kind = ep && ep->act ? ep->act->kind : ACT_NONE;
+    const __m512 lo = _mm512_set1_ps(ep && ep->act ? ep->act->a : 0.f);
+    const __m512 hi = _mm512_set1_ps(ep && ep->act ? ep->act->b : 0.f);
+    for (int i = 0; i < NA * MR; i++) {
+        if (i >= h) break;
+        const float bias = ep && ep->bias ? ep->bias[r0 + i] : 0.f;
+        for (int q = 0; q < NB; q++) {
+            float *row = c + i * ldc + sl[q].coff;
+            const float *res = ep && ep->res ? ep->res + (r0 + i) * ep->ldr + sl[q].coff : NULL;
+            const float *cb = ep && ep->col_bias ? ep->col_bias + sl[q].coff : NULL;
+            __m512 x = epi_avx512(acc[i][q], row, mk[q], first, ep, kind, lo, hi, bias, res, cb);
+            if (kind == ACT_GELU_ERF) {
+                _Alignas(64) float g[16];
+                _mm512_store_ps(g, x);
+                nnc_vgelu_erf(g, g, sl[q].len, ep->act->a);
+                x = _mm512_load_ps(g);
+            }
+            _mm512_mask_storeu_ps(row, mk[q], x);
+        }
+    }
+}
+
+#define TILE_ROWS(NA, NB)                                                                              \
+    __attribute__((target("avx512f"), noinline)) static void tile_rows_##NA##NB(                     \
+        int64_t kc, const float *a, int64_t as, const float *const *brow, const nnc_slot *sl, float *c, \
+        int64_t ldc, int64_t h, int first, const nnc_gemm_epi *ep, int64_t r0)                          \
+    { tile_rows_avx512(NA, NB, kc, a, as, brow, sl, c, ldc, h, first, ep, r0); }
+TILE_ROWS(2, 2)
+TILE_ROWS(2, 1)
+TILE_ROWS(1, 2)
+TILE_ROWS(1, 1)
+
+int nnc_sgemm_rows(int64_t m, int64_t k, const float *pa, const float *const *brow, const nnc_slot *slots,
+                   int64_t nslots, float *c, int64_t ldc, const nnc_gemm_epi *ep)
+{
+    if (nnc_isa_level() < 2) return NNC_ERR;
+    for (int64_t p0 = 0; p0 < k; p0 += KC) {
+        int64_t kc = k - p0 < KC ? k - p0 : KC;
+        int first = p0 == 0;
+        const nnc_gemm_epi *e = p0 + kc >= k ? ep : NULL;
+        for (int64_t q = 0; q < nslots; q += 2) {
+            int two = q + 1 < nslots;
+            for (int64_t ir = 0; ir < m; ir += 2 * MR) {
+                int64_t h = m - ir < 2 * MR ? m - ir : 2 * MR;
+                const float *a = pa + ir * k + p0 * MR;
+                float *cc = c + ir * ldc;
+                if (h > MR && two) tile_rows_22(kc, a, MR * k, brow + p0, slots + q, cc, ldc, h, first, e, ir);
+                else if (h > MR) tile_rows_21(kc, a, MR * k, brow + p0, slots + q, cc, ldc, h, first, e, ir);
+                else if (two) tile_rows_12(kc, a, MR * k, brow + p0, slots + q, cc, ldc, h, first, e, ir);
+                else tile_rows_11(kc, a, MR * k, brow + p0, slots + q, cc, ldc, h, first, e, ir);
+            }
+        }
+    }
+    return NNC_OK;
+}
+
 /* nnc_sgemm_packed_cols with the AVX-512 tiles: for each KC block and MC row block, pairs of B
  * panels (32 columns, in L1 across the block's A panels) by pairs of A panels. */
 static void packed_cols_avx512(int64_t m, int64_t n, int64_t k, const float *pa, const float *pb, float *c,
@@ -245,6 +339,15 @@ static void packed_cols_avx512(int64_t m, int64_t n, int64_t k, const float *pa,
             }
         }
     }
+}
+#endif
+
+#ifndef HAVE_AVX512_KERNEL
+int nnc_sgemm_rows(int64_t m, int64_t k, const float *pa, const float *const *brow, const nnc_slot *slots,
+                   int64_t nslots, float *c, int64_t ldc, const nnc_gemm_epi *ep)
+{
+    (void)m; (void)k; (void)pa; (void)brow; (void)slots; (void)nslots; (void)c; (void)ldc; (void)ep;
+    return NNC_ERR;
 }
 #endif
 

@@ -216,6 +216,14 @@ void nnc_sgemm_packed(int64_t m, int64_t n, int64_t k, const float *pa, const fl
 #define NNC_GEMM_NR 16
 void nnc_sgemm_packed_cols(int64_t m, int64_t n, int64_t k, const float *pa, const float *pb, float *c,
                            int64_t ldc, const nnc_gemm_epi *ep, int64_t j0, int64_t j1);
+/* The same product with B read in place, on CPUs with AVX-512 (NNC_ERR elsewhere, computing
+ * nothing): row kk of B is brow[kk] (k pointers), its columns given as slots of up to 16,
+ * slot s at brow[kk] + slots[s].boff, stored at column slots[s].coff of C; so a convolution
+ * reads its taps straight from a zero-padded input instead of packing im2col columns. The same
+ * bits as nnc_sgemm_packed on those columns. Epilogue columns (res, col_bias) are coff's. */
+typedef struct { int64_t boff, coff; int len; } nnc_slot;
+int nnc_sgemm_rows(int64_t m, int64_t k, const float *pa, const float *const *brow, const nnc_slot *slots,
+                   int64_t nslots, float *c, int64_t ldc, const nnc_gemm_epi *ep);
 /* Column c0 of the same product when B is that one column x (k floats): y[i * ldy] for rows
  * [0, m), the same bits as nnc_sgemm_packed gives it, without padding B to NNC_GEMM_NR columns
  * (1-pixel convolutions: the squeeze-excitation layers). */

@@ -539,6 +539,130 @@ static void conv_shared_columns(conv_job *j)
         }
 }
 
+/* ---- stride-1 convolutions read in place (AVX-512) ----------------------------------- *
+ * Instead of im2col columns, the input of a group is copied once into zero-padded planes
+ * (Cg x PH x PWp: every tap of every output pixel lies inside) and the GEMM reads each column
+ * row (channel, tap) straight from them: row kk of B for output row oh is the padded plane's
+ * row oh + ky*dh from column kx*dw on, so the pixels of one output row are contiguous there.
+ * Output rows are cut into slots of 16 pixels. The same products, in the same order, as the
+ * packed columns give: the same bits, without writing K x pixels of columns every run. */
+typedef struct {
+    conv_job *j;
+    const float *xg;   /* the group's input */
+    float *xp;         /* its padded planes */
+    const float **brow;
+    int64_t PH, PWp, g, nslots, per, ngroups;
+} rows_job;
+
+enum { ROWS_MAX_SLOTS = 64 };
+
+static int64_t max_tile(int64_t K, int64_t OHW);
+
+static void rows_geometry(const conv_state *s, int64_t OH, int64_t OW, int64_t *PH, int64_t *PWp)
+{
+    *PH = OH + (s->kh - 1) * s->dh;
+    *PWp = OW + (s->kw - 1) * s->dw;
+}
+
+static int rows_path(const conv_state *s, int64_t OW, int direct)
+{
+    return s->pw && s->sh == 1 && s->sw == 1 && !direct && OW >= 14 && nnc_isa_level() == 2;
+}
+
+static size_t rows_scratch(const conv_state *s, int64_t OH, int64_t OW)
+{
+    int64_t PH, PWp;
+    rows_geometry(s, OH, OW, &PH, &PWp);
+    return (size_t)(s->Cg * PH * PWp) * sizeof(float) + (size_t)(s->Cg * s->kh * s->kw) * sizeof(float *) + 64;
+}
+
+static void rows_pad(void *arg, int64_t b, int64_t e, int tid)
+{
+    (void)tid;
+    rows_job *r = arg;
+    const conv_job *j = r->j;
+    for (int64_t c = b; c < e; c++) {
+        const float *xc = r->xg + c * j->H * j->W;
+        float *pc = r->xp + c * r->PH * r->PWp;
+        for (int64_t row = 0; row < r->PH; row++) {
+            float *d = pc + row * r->PWp;
+            int64_t ih = row - j->pt;
+            if (ih < 0 || ih >= j->H) {
+                memset(d, 0, (size_t)r->PWp * sizeof(float));
+                continue;
+            }
+            memset(d, 0, (size_t)j->pl * sizeof(float));
+            memcpy(d + j->pl, xc + ih * j->W, (size_t)j->W * sizeof(float));
+            memset(d + j->pl + j->W, 0, (size_t)(r->PWp - j->pl - j->W) * sizeof(float));
+        }
+    }
+}
+
+static void rows_tasks(void *arg, int64_t b, int64_t e, int tid)
+{
+    (void)tid;
+    rows_job *r = arg;
+    conv_job *j = r->j;
+    const conv_state *s = j->s;
+    int64_t OHW = j->OH * j->OW, nvr = (j->OW + 15) / 16;
+    for (int64_t t = b; t < e; t++) {
+        int64_t mb = t % j->nmb, sg = t / j->nmb;
+        int64_t m0 = mb * j->mblk, m1 = m0 + j->mblk < j->Mg ? m0 + j->mblk : j->Mg;
+        int64_t s0 = sg * r->per, s1 = s0 + r->per < r->nslots ? s0 + r->per : r->nslots;
+        if (m0 >= m1 || s0 >= s1) continue;
+        nnc_slot sl[ROWS_MAX_SLOTS];
+        for (int64_t q = s0; q < s1; q++) {
+            int64_t oh = q / nvr, ow = q % nvr * 16;
+            sl[q - s0] = (nnc_slot){oh * r->PWp + ow, oh * j->OW + ow, (int)(j->OW - ow < 16 ? j->OW - ow : 16)};
+        }
+        int64_t mg0 = r->g * j->Mg + m0;
+        int after = j->act->kind == ACT_HARDSWISH || j->act->kind == ACT_SILU; /* not in the GEMM's epilogue */
+        nnc_gemm_epi ep = {j->bias + mg0, j->res ? j->res + mg0 * OHW : NULL, OHW, after ? NULL : j->act};
+        float *y = j->y + mg0 * OHW;
+        nnc_sgemm_rows(m1 - m0, j->K, s->pw + r->g * s->pw_group + m0 * j->K, r->brow, sl, s1 - s0, y, OHW, &ep);
+        int64_t p0 = sl[0].coff, p1 = sl[s1 - s0 - 1].coff + sl[s1 - s0 - 1].len;
+        for (int64_t m = 0; after && m < m1 - m0; m++) nnc_apply_act(y + m * OHW + p0, p1 - p0, j->act);
+    }
+}
+
+/* Tasks: groups of slots (about a pixel tile's worth, at most ROWS_MAX_SLOTS), times row
+ * blocks of the output channels where there are too few groups for the threads. */
+static int conv_rows(conv_job *j, int T)
+{
+    const conv_state *s = j->s;
+    rows_job r = {j, NULL, NULL, NULL, 0, 0, 0, 0, 0, 0};
+    rows_geometry(s, j->OH, j->OW, &r.PH, &r.PWp);
+    char *mem = nnc_scratch(j->xc, 0, rows_scratch(s, j->OH, j->OW));
+    if (!mem) return NNC_ERR;
+    r.xp = (float *)mem;
+    r.brow = (const float **)(((uintptr_t)(r.xp + s->Cg * r.PH * r.PWp) + 63) & ~(uintptr_t)63);
+    r.nslots = j->OH * ((j->OW + 15) / 16);
+    int64_t per = max_tile(j->K, j->OH * j->OW) / 16;
+    if (per < 2) per = 2;
+    if (per > ROWS_MAX_SLOTS) per = ROWS_MAX_SLOTS;
+    r.ngroups = (r.nslots + per - 1) / per;
+    r.per = (r.nslots + r.ngroups - 1) / r.ngroups; /* groups of about one size */
+    j->mblk = j->Mg;
+    j->nmb = 1;
+    if (r.ngroups < 2 * T && j->Mg >= 24) {
+        int64_t nmb = (2 * T + r.ngroups - 1) / r.ngroups;
+        j->mblk = ((j->Mg + nmb - 1) / nmb + NNC_GEMM_MR - 1) / NNC_GEMM_MR * NNC_GEMM_MR;
+        j->nmb = (j->Mg + j->mblk - 1) / j->mblk;
+    }
+    for (int64_t g = 0; g < s->group; g++) {
+        r.g = g;
+        r.xg = j->x + g * s->Cg * j->H * j->W;
+        nnc_parallel_for(s->Cg, 4, rows_pad, &r);
+        int64_t kk = 0;
+        for (int64_t c = 0; c < s->Cg; c++)
+            for (int64_t ky = 0; ky < s->kh; ky++)
+                for (int64_t kx = 0; kx < s->kw; kx++)
+                    r.brow[kk++] = r.xp + c * r.PH * r.PWp + ky * s->dh * r.PWp + kx * s->dw;
+        nnc_parallel_for(r.ngroups * j->nmb, 1, rows_tasks, &r);
+    }
+    return NNC_OK;
+}
+
 /* ---- depthwise convolution (group == C == M) ------------------------------------------ */
 
 /* Each channel is copied into a zero-bordered plane (PH x PW, the same for every channel) and
@@ -812,7 +936,11 @@ static size_t conv_scratch(const nnc_node *n, nnc_tensor *const *in, const nnc_t
     }
     int direct = s->kh == 1 && s->kw == 1 && s->sh == 1 && s->sw == 1 && pt == 0 && pl == 0 && OH == H && OW == W;
     int64_t tn = max_tile(K, OH * OW);
-    if (s->pw) return (size_t)(nnc_sgemm_packed_b_floats(K, tn) + tn) * sizeof(float);
+    if (s->pw) {
+        size_t packed = (size_t)(nnc_sgemm_packed_b_floats(K, tn) + tn) * sizeof(float);
+        size_t rows = rows_path(s, OW, direct) ? rows_scratch(s, OH, OW) : 0;
+        return rows > packed ? rows : packed;
+    }
     return direct ? 0 : (size_t)(K * tn) * sizeof(float);
 }
 
@@ -891,7 +1019,9 @@ static int conv_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exe
         j.x = (const float *)x->data + b * x->dims[1] * j.H * j.W;
         j.y = (float *)out->data + b * s->M * OHW;
         j.res = n->residual >= 0 ? (const float *)in[n->residual]->data + b * s->M * OHW : NULL;
-        if (packed && j.nmb > 1 && !(j.direct && OHW == 1)) conv_shared_columns(&j);
+        if (rows_path(s, j.OW, j.direct)) {
+            if (conv_rows(&j, T)) return nnc_node_fail(e, n, "out of memory for convolution scratch");
+        } else if (packed && j.nmb > 1 && !(j.direct && OHW == 1)) conv_shared_columns(&j);
         else nnc_parallel_for(s->group * j.ntiles * j.nmb, 1, packed ? conv_tasks_packed : conv_tasks, &j);
         if (j.fail) return nnc_node_fail(e, n, "out of memory for convolution scratch");
     }
