@@ -102,11 +102,12 @@ def cases():
     # channels and pixels off both tiles (12 x 32 and 6 x 16); K over one 256-deep block
     for m in (5, 12, 13, 70):
         out[f"conv3x3-m{m}"] = conv_case(rng, 1, 40, 9, 11, m, 3, 1, 1, "relu", False)
-    # stride 1 with rows of 14 or more pixels: on AVX-512 the taps are read in place from a
-    # zero-padded input (16-pixel slots, a row's last one partial), elsewhere packed columns
+    # stride 1: on AVX-512 the taps are read in place from a zero-padded input (16-lane slots
+    # of the padded grid, crossing from one output row to the next), elsewhere packed columns
     out["conv3x3-rows"] = conv_case(rng, 1, 20, 15, 30, 13, 3, 1, 1, "relu", True)
     out["conv5x5-rows-grouped"] = conv_case(rng, 2, 12, 9, 17, 10, 5, 1, 2, "hardswish", False, group=2)
     out["conv3x3-rows-wide"] = conv_case(rng, 1, 40, 6, 40, 70, 3, 1, 0, "leaky", False)
+    out["conv3x3-rows-7px"] = conv_case(rng, 1, 30, 7, 7, 19, 3, 1, 1, "clip", True)
     out["conv1x1-49px"] = conv_case(rng, 1, 300, 7, 7, 37, 1, 1, 0, "none", False)
     out["conv1x1-batch2"] = conv_case(rng, 2, 24, 13, 17, 30, 1, 1, 0, "clip", True)
     out["conv3x3s2"] = conv_case(rng, 1, 17, 23, 21, 25, 3, 2, 1, "leaky", True)

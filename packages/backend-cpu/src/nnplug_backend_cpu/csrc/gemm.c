@@ -218,16 +218,18 @@ static void tile_avx512_11(int64_t kc, const float *a, int64_t as, const float *
                            int64_t ldc, int64_t h, int64_t w, int first, const nnc_gemm_epi *ep, int64_t r0, int64_t c0)
 { tile_avx512(1, 1, kc, a, as, b, bs, c, ldc, h, w, first, ep, r0, c0); }
 
-/* The AVX-512 tile with B read in place: row k of panel q (up to 16 columns, len[q] of them
- * valid) at brow[k] + boff[q], C's columns of panel q at coff[q]. The same sums as
- * tile_avx512 gives the same B packed. */
+/* The AVX-512 tile with B read in place: row k of slot q at brow[k] + boff[q], its valid lanes
+ * in mask[q] (any set: a slot may cross the padding between two output rows), stored in order
+ * at C's columns from coff[q] on (compressed; the epilogue's C and residual expanded alike).
+ * The same sums as tile_avx512 gives the same B packed. */
 __attribute__((target("avx512f"), always_inline))
 static inline void tile_rows_avx512(const int NA, const int NB, int64_t kc, const float *a, int64_t astride,
                                     const float *const *brow, const nnc_slot *sl, float *c, int64_t ldc,
                                     int64_t h, int first, const nnc_gemm_epi *ep, int64_t r0)
 {
-    __mmask16 mk[2] = {(__mmask16)((1u << sl[0].len) - 1), 0};
-    if (NB > 1) mk[1] = (__mmask16)((1u << sl[1].len) - 1);
+    __mmask16 mk[2] = {(__mmask16)sl[0].mask, 0}, cm[2] = {0, 0}; /* lanes; as many from lane 0 */
+    if (NB > 1) mk[1] = (__mmask16)sl[1].mask;
+    for (int q = 0; q < NB; q++) cm[q] = (__mmask16)((1u << __builtin_popcount(mk[q])) - 1);
     const int64_t o0 = sl[0].boff, o1 = NB > 1 ? sl[1].boff : 0;
     const float *a1 = a + astride;
     /* named accumulators, not an array: with B's rows behind loaded pointers gcc kept an array
@@ -259,21 +261,39 @@ static inline void tile_rows_avx512(const int NA, const int NB, int64_t kc, cons
     const int kind = ep && ep->act ? ep->act->kind : ACT_NONE;
     const __m512 lo = _mm512_set1_ps(ep && ep->act ? ep->act->a : 0.f);
     const __m512 hi = _mm512_set1_ps(ep && ep->act ? ep->act->b : 0.f);
+    const __m512 zero = _mm512_setzero_ps();
     for (int i = 0; i < NA * MR; i++) {
         if (i >= h) break;
         const float bias = ep && ep->bias ? ep->bias[r0 + i] : 0.f;
-        for (int q = 0; q < NB; q++) {
+        const __m512 bb = _mm512_set1_ps(bias);
+        for (int q = 0; q < NB; q++) { /* epi_avx512's arithmetic, on lanes gathered from C */
             float *row = c + i * ldc + sl[q].coff;
-            const float *res = ep && ep->res ? ep->res + (r0 + i) * ep->ldr + sl[q].coff : NULL;
-            const float *cb = ep && ep->col_bias ? ep->col_bias + sl[q].coff : NULL;
-            __m512 x = epi_avx512(acc[i][q], row, mk[q], first, ep, kind, lo, hi, bias, res, cb);
-            if (kind == ACT_GELU_ERF) {
-                _Alignas(64) float g[16];
-                _mm512_store_ps(g, x);
-                nnc_vgelu_erf(g, g, sl[q].len, ep->act->a);
-                x = _mm512_load_ps(g);
+            __m512 x = acc[i][q];
+            if (!first) x = _mm512_add_ps(_mm512_maskz_expand_ps(mk[q], _mm512_maskz_loadu_ps(cm[q], row)), x);
+            if (ep) {
+                if (ep->col_bias)
+                    x = _mm512_add_ps(x, _mm512_maskz_expand_ps(mk[q], _mm512_maskz_loadu_ps(cm[q], ep->col_bias + sl[q].coff)));
+                if (ep->res) {
+                    const float *r = ep->res + (r0 + i) * ep->ldr + sl[q].coff;
+                    x = _mm512_add_ps(x, _mm512_add_ps(bb, _mm512_maskz_expand_ps(mk[q], _mm512_maskz_loadu_ps(cm[q], r))));
+                } else if (ep->bias) {
+                    x = _mm512_add_ps(x, bb);
+                }
+                if (kind == ACT_RELU) {
+                    x = _mm512_max_ps(zero, x);
+                } else if (kind == ACT_CLIP) {
+                    x = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ), x, lo);
+                    x = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ), x, hi);
+                } else if (kind == ACT_LEAKY) {
+                    x = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, zero, _CMP_GE_OQ), _mm512_mul_ps(x, lo), x);
+                } else if (kind == ACT_GELU_ERF) {
+                    _Alignas(64) float g[16];
+                    _mm512_store_ps(g, x);
+                    nnc_vgelu_erf(g, g, 16, ep->act->a);
+                    x = _mm512_load_ps(g);
+                }
             }
-            _mm512_mask_storeu_ps(row, mk[q], x);
+            _mm512_mask_storeu_ps(row, cm[q], _mm512_maskz_compress_ps(mk[q], x));
         }
     }
 }

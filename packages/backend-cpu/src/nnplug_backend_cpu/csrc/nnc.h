@@ -217,11 +217,13 @@ void nnc_sgemm_packed(int64_t m, int64_t n, int64_t k, const float *pa, const fl
 void nnc_sgemm_packed_cols(int64_t m, int64_t n, int64_t k, const float *pa, const float *pb, float *c,
                            int64_t ldc, const nnc_gemm_epi *ep, int64_t j0, int64_t j1);
 /* The same product with B read in place, on CPUs with AVX-512 (NNC_ERR elsewhere, computing
- * nothing): row kk of B is brow[kk] (k pointers), its columns given as slots of up to 16,
- * slot s at brow[kk] + slots[s].boff, stored at column slots[s].coff of C; so a convolution
- * reads its taps straight from a zero-padded input instead of packing im2col columns. The same
- * bits as nnc_sgemm_packed on those columns. Epilogue columns (res, col_bias) are coff's. */
-typedef struct { int64_t boff, coff; int len; } nnc_slot;
+ * nothing): row kk of B is brow[kk] (k pointers), its columns given as slots of 16 lanes, slot s
+ * at brow[kk] + slots[s].boff with its valid lanes in slots[s].mask, which are stored in order
+ * at columns slots[s].coff, coff + 1, ... of C; so a convolution reads its taps straight from a
+ * zero-padded input (a slot may cross the padding between output rows) instead of packing
+ * im2col columns. The same bits as nnc_sgemm_packed on those columns. Epilogue columns (res,
+ * col_bias) are C's. */
+typedef struct { int64_t boff, coff; uint32_t mask; } nnc_slot;
 int nnc_sgemm_rows(int64_t m, int64_t k, const float *pa, const float *const *brow, const nnc_slot *slots,
                    int64_t nslots, float *c, int64_t ldc, const nnc_gemm_epi *ep);
 /* Column c0 of the same product when B is that one column x (k floats): y[i * ldy] for rows

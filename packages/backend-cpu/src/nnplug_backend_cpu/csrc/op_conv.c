@@ -544,8 +544,10 @@ static void conv_shared_columns(conv_job *j)
  * (Cg x PH x PWp: every tap of every output pixel lies inside) and the GEMM reads each column
  * row (channel, tap) straight from them: row kk of B for output row oh is the padded plane's
  * row oh + ky*dh from column kx*dw on, so the pixels of one output row are contiguous there.
- * Output rows are cut into slots of 16 pixels. The same products, in the same order, as the
- * packed columns give: the same bits, without writing K x pixels of columns every run. */
+ * The output is cut into slots of 16 consecutive positions of the padded grid (OH x PWp, the
+ * columns past OW padding): a slot may take the end of one output row and the start of the
+ * next, its lanes on padding masked. The same products, in the same order, as the packed
+ * columns give: the same bits, without writing K x pixels of columns every run. */
 typedef struct {
     conv_job *j;
     const float *xg;   /* the group's input */
@@ -566,7 +568,8 @@ static void rows_geometry(const conv_state *s, int64_t OH, int64_t OW, int64_t *
 
 static int rows_path(const conv_state *s, int64_t OW, int direct)
 {
-    return s->pw && s->sh == 1 && s->sw == 1 && !direct && OW >= 14 && nnc_isa_level() == 2;
+    (void)OW;
+    return s->pw && s->sh == 1 && s->sw == 1 && !direct && nnc_isa_level() == 2;
 }
 
 static size_t rows_scratch(const conv_state *s, int64_t OH, int64_t OW)
@@ -604,23 +607,35 @@ static void rows_tasks(void *arg, int64_t b, int64_t e, int tid)
     rows_job *r = arg;
     conv_job *j = r->j;
     const conv_state *s = j->s;
-    int64_t OHW = j->OH * j->OW, nvr = (j->OW + 15) / 16;
+    int64_t OHW = j->OH * j->OW, end = (j->OH - 1) * r->PWp + j->OW; /* past the last pixel */
     for (int64_t t = b; t < e; t++) {
         int64_t mb = t % j->nmb, sg = t / j->nmb;
         int64_t m0 = mb * j->mblk, m1 = m0 + j->mblk < j->Mg ? m0 + j->mblk : j->Mg;
         int64_t s0 = sg * r->per, s1 = s0 + r->per < r->nslots ? s0 + r->per : r->nslots;
         if (m0 >= m1 || s0 >= s1) continue;
         nnc_slot sl[ROWS_MAX_SLOTS];
-        for (int64_t q = s0; q < s1; q++) {
-            int64_t oh = q / nvr, ow = q % nvr * 16;
-            sl[q - s0] = (nnc_slot){oh * r->PWp + ow, oh * j->OW + ow, (int)(j->OW - ow < 16 ? j->OW - ow : 16)};
+        int64_t ns = 0, p1 = 0;
+        for (int64_t q = s0; q < s1; q++) { /* 16 positions of the padded grid: its pixels' lanes */
+            uint32_t mask = 0;
+            int64_t first = -1;
+            for (int l = 0; l < 16; l++) {
+                int64_t pos = q * 16 + l;
+                if (pos < end && pos % r->PWp < j->OW) {
+                    mask |= 1u << l;
+                    if (first < 0) first = pos / r->PWp * j->OW + pos % r->PWp;
+                }
+            }
+            if (!mask) continue; /* all padding (kernels wider than 16) */
+            sl[ns++] = (nnc_slot){q * 16, first, mask};
+            p1 = first + __builtin_popcount(mask);
         }
+        if (!ns) continue;
         int64_t mg0 = r->g * j->Mg + m0;
         int after = j->act->kind == ACT_HARDSWISH || j->act->kind == ACT_SILU; /* not in the GEMM's epilogue */
         nnc_gemm_epi ep = {j->bias + mg0, j->res ? j->res + mg0 * OHW : NULL, OHW, after ? NULL : j->act};
         float *y = j->y + mg0 * OHW;
-        nnc_sgemm_rows(m1 - m0, j->K, s->pw + r->g * s->pw_group + m0 * j->K, r->brow, sl, s1 - s0, y, OHW, &ep);
-        int64_t p0 = sl[0].coff, p1 = sl[s1 - s0 - 1].coff + sl[s1 - s0 - 1].len;
+        nnc_sgemm_rows(m1 - m0, j->K, s->pw + r->g * s->pw_group + m0 * j->K, r->brow, sl, ns, y, OHW, &ep);
+        int64_t p0 = sl[0].coff;
         for (int64_t m = 0; after && m < m1 - m0; m++) nnc_apply_act(y + m * OHW + p0, p1 - p0, j->act);
     }
 }
@@ -636,7 +651,7 @@ static int conv_rows(conv_job *j, int T)
     if (!mem) return NNC_ERR;
     r.xp = (float *)mem;
     r.brow = (const float **)(((uintptr_t)(r.xp + s->Cg * r.PH * r.PWp) + 63) & ~(uintptr_t)63);
-    r.nslots = j->OH * ((j->OW + 15) / 16);
+    r.nslots = ((j->OH - 1) * r.PWp + j->OW + 15) / 16;
     int64_t per = max_tile(j->K, j->OH * j->OW) / 16;
     if (per < 2) per = 2;
     if (per > ROWS_MAX_SLOTS) per = ROWS_MAX_SLOTS;
