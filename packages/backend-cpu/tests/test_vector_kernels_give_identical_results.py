@@ -110,6 +110,7 @@ def cases():
     out["conv3x3-rows-7px"] = conv_case(rng, 1, 30, 7, 7, 19, 3, 1, 1, "clip", True)
     out["conv1x1-49px"] = conv_case(rng, 1, 300, 7, 7, 37, 1, 1, 0, "none", False)
     out["conv1x1-batch2"] = conv_case(rng, 2, 24, 13, 17, 30, 1, 1, 0, "clip", True)
+    out["conv1x1-16ch"] = conv_case(rng, 1, 16, 20, 21, 40, 1, 1, 0, "relu", False)  # packed
     out["conv3x3s2"] = conv_case(rng, 1, 17, 23, 21, 25, 3, 2, 1, "leaky", True)
     out["conv-hardswish"] = conv_case(rng, 1, 8, 16, 16, 19, 3, 1, 1, "hardswish", False)
     out["conv-silu"] = conv_case(rng, 1, 8, 15, 16, 33, 3, 1, 1, "silu", True)
