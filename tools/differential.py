@@ -6,8 +6,10 @@ setting that changes the cpu backend's code path.
     python tools/differential.py --settings unset:1 --only zoo --backends cpu
 
 Each setting (``OPENBLAS_CORETYPE`` unset, Haswell, Zen, SkylakeX where the CPU has
-avx512f; 1 and 2 backend threads) runs in its own child process, since OpenBLAS reads the
-core type when it loads. References come from onnxruntime once, in the parent; where
+avx512f; 1 and 2 backend threads; the cpu backend's vector kernels capped by
+``NNPLUG_CPU_ISA`` at avx2 where the CPU has AVX-512, and its portable C kernels) runs in its
+own child process, since OpenBLAS reads the core type, and the backend its kernel level, once
+per process. References come from onnxruntime once, in the parent; where
 onnxruntime cannot run a node case, ONNX's own expected outputs are the reference.
 
 A case is *matched*, *declined* (nnplug raised one of its own errors: it does not run that
@@ -185,14 +187,21 @@ def run_setting(ref_file: str, backends: list[str], threads: int, out_file: str)
 
 
 # -- driver -----------------------------------------------------------------------------------
-def settings_from(args) -> tuple[list[tuple[str, int]], list[str]]:
+def settings_from(args) -> tuple[list[tuple[str, int, str]], list[str]]:
+    """(coretype, threads, isa) triples; isa "best" leaves NNPLUG_CPU_ISA unset."""
     notes = []
     if args.settings:
-        pairs = [(s.split(":")[0], int(s.split(":")[1])) for s in args.settings.split(",")]
+        pairs = []
+        for item in args.settings.split(","):
+            parts = item.split(":")
+            pairs.append((parts[0], int(parts[1]), parts[2] if len(parts) > 2 else "best"))
     else:
-        pairs = [(c, t) for c in CORETYPES for t in THREADS]
-    if any(c == "SkylakeX" for c, _ in pairs) and not proofcases.cpu_has("avx512f"):
-        pairs = [(c, t) for c, t in pairs if c != "SkylakeX"]
+        pairs = [(c, t, "best") for c in CORETYPES for t in THREADS]
+        if proofcases.cpu_has("avx512f"):
+            pairs.append(("unset", 2, "avx2"))
+        pairs.append(("unset", 1, "portable"))
+    if any(c == "SkylakeX" for c, _, _ in pairs) and not proofcases.cpu_has("avx512f"):
+        pairs = [(c, t, i) for c, t, i in pairs if c != "SkylakeX"]
         notes.append("OPENBLAS_CORETYPE=SkylakeX skipped: this CPU has no avx512f, and "
                      "OpenBLAS's SkylakeX kernels would fault with SIGILL on it")
     return pairs, notes
@@ -202,7 +211,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--backends", help="comma-separated backend ids (default: every installed "
                    "one; opencl only where a device is visible)")
-    p.add_argument("--settings", help="comma-separated CORETYPE:THREADS, e.g. unset:1,Haswell:2")
+    p.add_argument("--settings", help="comma-separated CORETYPE:THREADS[:ISA], e.g. "
+                   "unset:1,Haswell:2,unset:2:avx2 (ISA: best, avx2 or portable, for NNPLUG_CPU_ISA)")
     p.add_argument("--only", choices=["zoo", "nodes"], help="only whole models or node cases")
     p.add_argument("--limit", type=int, help="first N cases (for a quick look)")
     p.add_argument("--report", help="write every result as JSON here")
@@ -226,7 +236,7 @@ def main(argv=None) -> int:
     notes += more
     load = os.getloadavg()
     print(f"differential: backends {', '.join(backends)}; settings "
-          f"{', '.join(f'{c}:{t}' for c, t in pairs)}; load average {load[0]:.2f}", flush=True)
+          f"{', '.join(f'{c}:{t}:{i}' for c, t, i in pairs)}; load average {load[0]:.2f}", flush=True)
     for n in notes:
         print(f"  note: {n}")
     t0 = time.perf_counter()
@@ -243,12 +253,15 @@ def main(argv=None) -> int:
         with open(case_file, "wb") as f:
             pickle.dump((args.only, args.limit, {c["name"]: c["references"] for c in cases}), f)
         del cases
-        for coretype, threads in pairs:
+        for coretype, threads, isa in pairs:
             env = dict(os.environ)
             env.pop("OPENBLAS_CORETYPE", None)
+            env.pop("NNPLUG_CPU_ISA", None)
             if coretype != "unset":
                 env["OPENBLAS_CORETYPE"] = coretype
-            out = os.path.join(tmp, f"{coretype}-{threads}.json")
+            if isa != "best":
+                env["NNPLUG_CPU_ISA"] = isa
+            out = os.path.join(tmp, f"{coretype}-{threads}-{isa}.json")
             t1 = time.perf_counter()
             try:
                 proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child",
@@ -257,7 +270,8 @@ def main(argv=None) -> int:
                 rc = proc.returncode
             except subprocess.TimeoutExpired:
                 rc = "timeout"
-            label = f"OPENBLAS_CORETYPE={coretype} threads={threads}"
+            label = f"OPENBLAS_CORETYPE={coretype} threads={threads}" + (
+                f" NNPLUG_CPU_ISA={isa}" if isa != "best" else "")
             if rc != 0 or not os.path.exists(out):
                 print(f"  {label}: the child process failed ({rc}); see its output above")
                 failed = True
