@@ -131,16 +131,19 @@ static void ukernel_avx2_c(int64_t kc, const float *a, const float *b, float *c,
  * edge (zero padding in the packed panels) are summed and not stored, columns by mask. */
 #define HAVE_AVX512_KERNEL 1
 
+/* store_tile's epilogue on one vector: x (the block's sum) plus what C held unless first, then
+ * the column bias, the row bias with the residual, the activation; prev, cb and res are what
+ * the caller loaded from C and the epilogue's operands for these lanes. */
 __attribute__((target("avx512f"), always_inline))
-static inline __m512 epi_avx512(__m512 x, const float *row, __mmask16 mk, int first, const nnc_gemm_epi *ep,
-                                int kind, __m512 lo, __m512 hi, float bias, const float *res, const float *cb)
+static inline __m512 epi_values(__m512 x, int first, __m512 prev, const nnc_gemm_epi *ep, int kind, __m512 lo,
+                                __m512 hi, float bias, const __m512 *cb, const __m512 *res)
 {
     const __m512 zero = _mm512_setzero_ps();
-    if (!first) x = _mm512_add_ps(_mm512_maskz_loadu_ps(mk, row), x);
+    if (!first) x = _mm512_add_ps(prev, x);
     if (!ep) return x;
     const __m512 bb = _mm512_set1_ps(bias);
-    if (cb) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk, cb));
-    if (res) x = _mm512_add_ps(x, _mm512_add_ps(bb, _mm512_maskz_loadu_ps(mk, res)));
+    if (cb) x = _mm512_add_ps(x, *cb);
+    if (res) x = _mm512_add_ps(x, _mm512_add_ps(bb, *res));
     else if (ep->bias) x = _mm512_add_ps(x, bb);
     if (kind == ACT_RELU) {
         x = _mm512_max_ps(zero, x);
@@ -151,6 +154,16 @@ static inline __m512 epi_avx512(__m512 x, const float *row, __mmask16 mk, int fi
         x = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, zero, _CMP_GE_OQ), _mm512_mul_ps(x, lo), x);
     }
     return x;
+}
+
+/* The same for lanes mk of C at row (contiguous), its operands at res and cb. */
+__attribute__((target("avx512f"), always_inline))
+static inline __m512 epi_avx512(__m512 x, const float *row, __mmask16 mk, int first, const nnc_gemm_epi *ep,
+                                int kind, __m512 lo, __m512 hi, float bias, const float *res, const float *cb)
+{
+    const __m512 prev = first ? x : _mm512_maskz_loadu_ps(mk, row);
+    const __m512 r = res ? _mm512_maskz_loadu_ps(mk, res) : x, c = cb ? _mm512_maskz_loadu_ps(mk, cb) : x;
+    return epi_values(x, first, prev, ep, kind, lo, hi, bias, cb ? &c : NULL, res ? &r : NULL);
 }
 
 /* The product of NA (1 or 2) A panels and NB (1 or 2) B panels over kc steps, into the h x w
@@ -201,22 +214,15 @@ static inline void tile_avx512(const int NA, const int NB, int64_t kc, const flo
     }
 }
 
-__attribute__((target("avx512f"), noinline))
-static void tile_avx512_22(int64_t kc, const float *a, int64_t as, const float *b, int64_t bs, float *c,
-                           int64_t ldc, int64_t h, int64_t w, int first, const nnc_gemm_epi *ep, int64_t r0, int64_t c0)
-{ tile_avx512(2, 2, kc, a, as, b, bs, c, ldc, h, w, first, ep, r0, c0); }
-__attribute__((target("avx512f"), noinline))
-static void tile_avx512_21(int64_t kc, const float *a, int64_t as, const float *b, int64_t bs, float *c,
-                           int64_t ldc, int64_t h, int64_t w, int first, const nnc_gemm_epi *ep, int64_t r0, int64_t c0)
-{ tile_avx512(2, 1, kc, a, as, b, bs, c, ldc, h, w, first, ep, r0, c0); }
-__attribute__((target("avx512f"), noinline))
-static void tile_avx512_12(int64_t kc, const float *a, int64_t as, const float *b, int64_t bs, float *c,
-                           int64_t ldc, int64_t h, int64_t w, int first, const nnc_gemm_epi *ep, int64_t r0, int64_t c0)
-{ tile_avx512(1, 2, kc, a, as, b, bs, c, ldc, h, w, first, ep, r0, c0); }
-__attribute__((target("avx512f"), noinline))
-static void tile_avx512_11(int64_t kc, const float *a, int64_t as, const float *b, int64_t bs, float *c,
-                           int64_t ldc, int64_t h, int64_t w, int first, const nnc_gemm_epi *ep, int64_t r0, int64_t c0)
-{ tile_avx512(1, 1, kc, a, as, b, bs, c, ldc, h, w, first, ep, r0, c0); }
+#define TILE_PACKED(NA, NB)                                                                            \
+    __attribute__((target("avx512f"), noinline)) static void tile_avx512_##NA##NB(                    \
+        int64_t kc, const float *a, int64_t as, const float *b, int64_t bs, float *c, int64_t ldc,      \
+        int64_t h, int64_t w, int first, const nnc_gemm_epi *ep, int64_t r0, int64_t c0)                \
+    { tile_avx512(NA, NB, kc, a, as, b, bs, c, ldc, h, w, first, ep, r0, c0); }
+TILE_PACKED(2, 2)
+TILE_PACKED(2, 1)
+TILE_PACKED(1, 2)
+TILE_PACKED(1, 1)
 
 /* The AVX-512 tile with B read in place: row k of slot q at brow[k] + boff[q], its valid lanes
  * in mask[q] (any set: a slot may cross the padding between two output rows), stored in order
@@ -261,37 +267,24 @@ static inline void tile_rows_avx512(const int NA, const int NB, int64_t kc, cons
     const int kind = ep && ep->act ? ep->act->kind : ACT_NONE;
     const __m512 lo = _mm512_set1_ps(ep && ep->act ? ep->act->a : 0.f);
     const __m512 hi = _mm512_set1_ps(ep && ep->act ? ep->act->b : 0.f);
-    const __m512 zero = _mm512_setzero_ps();
     for (int i = 0; i < NA * MR; i++) {
         if (i >= h) break;
         const float bias = ep && ep->bias ? ep->bias[r0 + i] : 0.f;
-        const __m512 bb = _mm512_set1_ps(bias);
-        for (int q = 0; q < NB; q++) { /* epi_avx512's arithmetic, on lanes gathered from C */
+        for (int q = 0; q < NB; q++) {
             float *row = c + i * ldc + sl[q].coff;
-            __m512 x = acc[i][q];
-            if (!first) x = _mm512_add_ps(_mm512_maskz_expand_ps(mk[q], _mm512_maskz_loadu_ps(cm[q], row)), x);
-            if (ep) {
-                if (ep->col_bias)
-                    x = _mm512_add_ps(x, _mm512_maskz_expand_ps(mk[q], _mm512_maskz_loadu_ps(cm[q], ep->col_bias + sl[q].coff)));
-                if (ep->res) {
-                    const float *r = ep->res + (r0 + i) * ep->ldr + sl[q].coff;
-                    x = _mm512_add_ps(x, _mm512_add_ps(bb, _mm512_maskz_expand_ps(mk[q], _mm512_maskz_loadu_ps(cm[q], r))));
-                } else if (ep->bias) {
-                    x = _mm512_add_ps(x, bb);
-                }
-                if (kind == ACT_RELU) {
-                    x = _mm512_max_ps(zero, x);
-                } else if (kind == ACT_CLIP) {
-                    x = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ), x, lo);
-                    x = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ), x, hi);
-                } else if (kind == ACT_LEAKY) {
-                    x = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, zero, _CMP_GE_OQ), _mm512_mul_ps(x, lo), x);
-                } else if (kind == ACT_GELU_ERF) {
-                    _Alignas(64) float g[16];
-                    _mm512_store_ps(g, x);
-                    nnc_vgelu_erf(g, g, 16, ep->act->a);
-                    x = _mm512_load_ps(g);
-                }
+            /* C and the operands gathered into the slot's lanes (expanded), the sum back compressed */
+#define GATHER(p) _mm512_maskz_expand_ps(mk[q], _mm512_maskz_loadu_ps(cm[q], (p)))
+            const __m512 prev = first ? acc[i][q] : GATHER(row);
+            const __m512 r = ep && ep->res ? GATHER(ep->res + (r0 + i) * ep->ldr + sl[q].coff) : prev;
+            const __m512 cbv = ep && ep->col_bias ? GATHER(ep->col_bias + sl[q].coff) : prev;
+#undef GATHER
+            __m512 x = epi_values(acc[i][q], first, prev, ep, kind, lo, hi, bias, ep && ep->col_bias ? &cbv : NULL,
+                                  ep && ep->res ? &r : NULL);
+            if (kind == ACT_GELU_ERF) {
+                _Alignas(64) float g[16];
+                _mm512_store_ps(g, x);
+                nnc_vgelu_erf(g, g, 16, ep->act->a);
+                x = _mm512_load_ps(g);
             }
             _mm512_mask_storeu_ps(row, cm[q], _mm512_maskz_compress_ps(mk[q], x));
         }

@@ -738,6 +738,33 @@ static inline __m256 dw_load_s2(const float *p)
     return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), _MM_SHUFFLE(3, 1, 2, 0)));
 }
 
+/* Where the plane's next vectors of `width` pixels start, row by row (the last of a row
+ * partial): eight at a time, each with its source, destination and pixel count; past the
+ * plane's last vector the last is repeated with no pixels to store. */
+typedef struct { const float *prow; float *yrow; int64_t oh, ow, OH, OW, sw, row_step; } dw_walk;
+
+static inline void dw_next_vectors(dw_walk *w, int64_t width, const float **src, float **dst, int64_t *len)
+{
+    for (int q = 0; q < 8; q++) {
+        if (w->oh >= w->OH) {
+            src[q] = src[q - 1];
+            dst[q] = dst[q - 1];
+            len[q] = 0;
+            continue;
+        }
+        src[q] = w->prow + w->ow * w->sw;
+        dst[q] = w->yrow + w->ow;
+        len[q] = w->OW - w->ow < width ? w->OW - w->ow : width;
+        w->ow += width;
+        if (w->ow >= w->OW) {
+            w->ow = 0;
+            w->oh++;
+            w->prow += w->row_step;
+            w->yrow += w->OW;
+        }
+    }
+}
+
 /* Stride 1 or 2, the whole output plane: its 8-pixel vectors (row by row, the last of a row
  * partial) taken 8 at a time, each with its own accumulator, so eight FMA chains are in flight
  * (one chain is bound by the FMA's latency: rows of 7 or 14 pixels ran at a tenth of the
@@ -750,31 +777,12 @@ static void dw_plane_avx2(float *yc, const float *pad, int64_t PW, const float *
     const int64_t kh = s->kh, kw = s->kw, rs = s->dh * PW, cs = s->dw;
     const int s2 = s->sw == 2;
     const __m256 b = _mm256_set1_ps(bias);
-    const float *prow = pad; /* where the next vector's output row and pixel start */
-    float *yrow = yc;
-    int64_t oh = 0, ow = 0;
-    while (oh < OH) {
+    dw_walk walk = {pad, yc, 0, 0, OH, OW, s->sw, s->sh * PW};
+    while (walk.oh < OH) {
         const float *src[8];
         float *dst[8];
         int64_t len[8];
-        for (int q = 0; q < 8; q++) {
-            if (oh >= OH) { /* past the plane's last vector: repeat it, store nothing */
-                src[q] = src[q - 1];
-                dst[q] = dst[q - 1];
-                len[q] = 0;
-                continue;
-            }
-            src[q] = prow + ow * s->sw;
-            dst[q] = yrow + ow;
-            len[q] = OW - ow < 8 ? OW - ow : 8;
-            ow += 8;
-            if (ow >= OW) {
-                ow = 0;
-                oh++;
-                prow += s->sh * PW;
-                yrow += OW;
-            }
-        }
+        dw_next_vectors(&walk, 8, src, dst, len);
         __m256 a[8];
         for (int q = 0; q < 8; q++) a[q] = b;
         for (int64_t ky = 0; ky < kh; ky++)
@@ -813,31 +821,12 @@ static void dw_plane_avx512(float *yc, const float *pad, int64_t PW, const float
     const int64_t kh = s->kh, kw = s->kw, rs = s->dh * PW, cs = s->dw;
     const int s2 = s->sw == 2;
     const __m512 b = _mm512_set1_ps(bias);
-    const float *prow = pad; /* where the next vector's output row and pixel start */
-    float *yrow = yc;
-    int64_t oh = 0, ow = 0;
-    while (oh < OH) {
+    dw_walk walk = {pad, yc, 0, 0, OH, OW, s->sw, s->sh * PW};
+    while (walk.oh < OH) {
         const float *src[8];
         float *dst[8];
         int64_t len[8];
-        for (int q = 0; q < 8; q++) {
-            if (oh >= OH) { /* past the plane's last vector: repeat it, store nothing */
-                src[q] = src[q - 1];
-                dst[q] = dst[q - 1];
-                len[q] = 0;
-                continue;
-            }
-            src[q] = prow + ow * s->sw;
-            dst[q] = yrow + ow;
-            len[q] = OW - ow < 16 ? OW - ow : 16;
-            ow += 16;
-            if (ow >= OW) {
-                ow = 0;
-                oh++;
-                prow += s->sh * PW;
-                yrow += OW;
-            }
-        }
+        dw_next_vectors(&walk, 16, src, dst, len);
         __m512 a[8];
         for (int q = 0; q < 8; q++) a[q] = b;
         for (int64_t ky = 0; ky < kh; ky++)
