@@ -430,6 +430,27 @@ static void conv_tasks(void *arg, int64_t b, int64_t e, int tid)
     }
 }
 
+/* Output channels in row blocks (a multiple of NNC_GEMM_MR rows each) when `tasks` pixel
+ * tasks are too few for the threads (late layers, few pixels); one block otherwise. */
+static void split_channels(conv_job *j, int64_t tasks, int T)
+{
+    j->mblk = j->Mg;
+    j->nmb = 1;
+    if (tasks >= 2 * T || j->Mg < 32) return;
+    int64_t nmb = (2 * T + tasks - 1) / tasks;
+    j->mblk = ((j->Mg + nmb - 1) / nmb + NNC_GEMM_MR - 1) / NNC_GEMM_MR * NNC_GEMM_MR;
+    j->nmb = (j->Mg + j->mblk - 1) / j->mblk;
+}
+
+/* The GEMM epilogue of output channels from mg0 on, columns from p0 on: bias, residual and the
+ * activations the epilogue applies; *after says the caller applies the activation itself. */
+static nnc_gemm_epi product_epilogue(const conv_job *j, int64_t mg0, int64_t p0, int *after)
+{
+    int64_t OHW = j->OH * j->OW;
+    *after = j->act->kind == ACT_HARDSWISH || j->act->kind == ACT_SILU; /* not in the GEMM's epilogue */
+    return (nnc_gemm_epi){j->bias + mg0, j->res ? j->res + mg0 * OHW + p0 : NULL, OHW, *after ? NULL : j->act, NULL};
+}
+
 /* Rows [k0, k1) of the packed columns of pixels [p0, p1) of group plane xg into pb (row: a
  * row buffer of the caller's for the taps that go through im2col_row first). */
 static void pack_columns(const conv_job *j, const float *xg, int64_t p0, int64_t p1, int64_t k0,
@@ -463,8 +484,8 @@ static void columns_product(const conv_job *j, int64_t g, int64_t p0, int64_t p1
 {
     const conv_state *s = j->s;
     int64_t OHW = j->OH * j->OW, mg0 = g * j->Mg + m0;
-    int after = j->act->kind == ACT_HARDSWISH || j->act->kind == ACT_SILU; /* not in the GEMM's epilogue */
-    nnc_gemm_epi ep = {j->bias + mg0, j->res ? j->res + mg0 * OHW + p0 : NULL, OHW, after ? NULL : j->act};
+    int after;
+    nnc_gemm_epi ep = product_epilogue(j, mg0, p0, &after);
     float *y = j->y + mg0 * OHW + p0;
     const float *pa = s->pw + g * s->pw_group + m0 * j->K;
     if (!pb) nnc_sgemv_packed(m1 - m0, j->K, pa, j->x + g * s->Cg * j->H * j->W + p0, y, OHW, &ep, 0);
@@ -636,8 +657,8 @@ static void rows_tasks(void *arg, int64_t b, int64_t e, int tid)
         }
         if (!ns) continue;
         int64_t mg0 = r->g * j->Mg + m0;
-        int after = j->act->kind == ACT_HARDSWISH || j->act->kind == ACT_SILU; /* not in the GEMM's epilogue */
-        nnc_gemm_epi ep = {j->bias + mg0, j->res ? j->res + mg0 * OHW : NULL, OHW, after ? NULL : j->act};
+        int after;
+        nnc_gemm_epi ep = product_epilogue(j, mg0, 0, &after); /* the slots give C's columns */
         float *y = j->y + mg0 * OHW;
         nnc_sgemm_rows(m1 - m0, j->K, s->pw + r->g * s->pw_group + m0 * j->K, r->brow, sl, ns, y, OHW, &ep);
         int64_t p0 = sl[0].coff;
@@ -663,13 +684,7 @@ static int conv_rows(conv_job *j, int T)
     if (per > ROWS_MAX_SLOTS) per = ROWS_MAX_SLOTS;
     r.ngroups = (r.nslots + per - 1) / per;
     r.per = (r.nslots + r.ngroups - 1) / r.ngroups; /* groups of about one size */
-    j->mblk = j->Mg;
-    j->nmb = 1;
-    if (r.ngroups < 2 * T && j->Mg >= 24) {
-        int64_t nmb = (2 * T + r.ngroups - 1) / r.ngroups;
-        j->mblk = ((j->Mg + nmb - 1) / nmb + NNC_GEMM_MR - 1) / NNC_GEMM_MR * NNC_GEMM_MR;
-        j->nmb = (j->Mg + j->mblk - 1) / j->mblk;
-    }
+    split_channels(j, r.ngroups, T);
     for (int64_t g = 0; g < s->group; g++) {
         r.g = g;
         r.xg = j->x + g * s->Cg * j->H * j->W;
@@ -1001,26 +1016,15 @@ static int conv_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exe
         if (t2 < tn) tn = t2 < 32 ? 32 : t2;
     }
     int64_t nt = (OHW + tn - 1) / tn;
-    if (packed && s->group == 1 && T > 1 && nt > 1 && nt % T) {
-        nt = (nt + T - 1) / T * T;
-        int64_t t2 = ((OHW + nt - 1) / nt + 15) / 16 * 16;
-        if (t2 >= 32 && t2 < tn) tn = t2;
-    }
-    if (packed && nt > 1) { /* tiles of about one size (784 pixels: 4 x 196, not 3 x 256 + 16) */
+    if (packed && s->group == 1 && T > 1 && nt > 1 && nt % T) nt = (nt + T - 1) / T * T;
+    if (packed && nt > 1) { /* nt tiles of about one size (784 pixels: 4 x 208, not 3 x 256 + 16) */
         int64_t t2 = ((OHW + nt - 1) / nt + 15) / 16 * 16;
         if (t2 >= 32 && t2 < tn) tn = t2;
     }
     j.tn = tn;
     j.ntiles = (OHW + tn - 1) / tn;
     tasks = s->group * j.ntiles;
-    j.mblk = j.Mg;
-    j.nmb = 1;
-    if (tasks < 2 * T && j.Mg >= 32) { /* few pixels (late layers): split output channels */
-        int64_t nmb = (2 * T + tasks - 1) / tasks;
-        j.mblk = (j.Mg + nmb - 1) / nmb;
-        j.mblk = (j.mblk + NNC_GEMM_MR - 1) / NNC_GEMM_MR * NNC_GEMM_MR;
-        j.nmb = (j.Mg + j.mblk - 1) / j.mblk;
-    }
+    split_channels(&j, tasks, T);
     if (depthwise) { /* every plane of the batch at once */
         j.x = x->data;
         j.y = out->data;
