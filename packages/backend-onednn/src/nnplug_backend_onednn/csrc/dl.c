@@ -18,10 +18,13 @@ static void (*g_omp_set_num_threads)(int);
 
 int dl_load(char *err, size_t errlen)
 {
-    /* GNU OpenMP spins between parallel regions by default, which makes runs many times
-     * slower on a loaded machine; it reads these once, when it loads. */
+    /* GNU OpenMP spins for milliseconds between parallel regions by default, which makes runs
+     * many times slower on a loaded machine: its threads wait passively, after a spin of about
+     * 10 us (1000 iterations). That spin covers the gap between two primitives of one run;
+     * without it each parallel region paid a sleeping thread's wake-up, 70-80 us on a
+     * virtual machine. libgomp reads these once, when it loads; a user's own settings win. */
     setenv("OMP_WAIT_POLICY", "passive", 0);
-    setenv("GOMP_SPINCOUNT", "0", 0);
+    setenv("GOMP_SPINCOUNT", "1000", 0);
     g_gomp = dlopen("libgomp.so.1", RTLD_NOW | RTLD_GLOBAL);
     if (!g_gomp) {
         snprintf(err, errlen, "cannot load libgomp.so.1, the GNU OpenMP runtime oneDNN needs (%s). "
