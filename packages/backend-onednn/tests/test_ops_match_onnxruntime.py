@@ -159,6 +159,18 @@ CASES.update({
             ["lrn"], 18),
     "batchnorm": ([node("BatchNormalization", ["x", "s", "b", "m", "v"], epsilon=1e-3)], {"x": rand(2, 4, 5, 5)},
                   {"s": rand(4), "b": rand(4), "m": rand(4), "v": np.abs(rand(4)) + 0.5}, ["batchnormalization"], 15),
+    # inference Dropout and Identity pass their input through as a view: the partition is not cut
+    "conv_dropout_unread_mask_relu": ([node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+                                       node("Dropout", ["c"], ["d", "mask"], ratio=0.5), node("Relu", ["d"])],
+                                      {"x": rand(1, 3, 8, 8)}, {"w": rand(16, 3, 3, 3), "b": rand(16)},
+                                      ["conv", "dropout", "relu"], 9),
+    "dropout_training_false_maxpool": ([node("Dropout", ["x", "r", "t"], ["d"]),
+                                        node("MaxPool", ["d"], kernel_shape=[2, 2])],
+                                       {"x": rand(1, 4, 6, 6)}, {"r": np.float32(0.3), "t": np.bool_(False)},
+                                       ["dropout", "maxpool"], 13),
+    "relu_identity_sigmoid": ([node("Relu", ["x"], ["a"]), node("Identity", ["a"], ["b"]), node("Sigmoid", ["b"])],
+                              {"x": rand(2, 3, 4, 5)}, {}, ["relu", "identity", "sigmoid"], 18),
+    "softmax_opset11_axis1_ones_after": unary("Softmax", shape=(3, 10, 1, 1), opset=11, axis=1),
 })
 
 
@@ -200,6 +212,7 @@ DECLINED = {
     "sub_broadcast_first": ([node("Sub", ["a", "b"])], {"a": rand(5), "b": rand(2, 5)}, {}),
     "concat_int64": ([node("Concat", ["a", "b"], axis=0)], {"a": np.arange(6).reshape(2, 3), "b": np.arange(3).reshape(1, 3)}, {}),
     "softmax_opset11_not_last_axis": ([node("Softmax", ["x"], axis=1)], {"x": rand(2, 3, 4)}, {}, 11),
+    "dropout_mask_read": ([node("Dropout", ["x"], ["y", "mask"])], {"x": rand(2, 3)}, {}, 13),
 }
 
 

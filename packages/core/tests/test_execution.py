@@ -314,6 +314,38 @@ def test_unread_outputs_without_an_inferred_type_are_passed_as_omitted():
     assert node.outputs == ["y", ""]
 
 
+def test_unread_optional_outputs_are_passed_as_omitted_and_read_ones_kept():
+    from nnplug.loader import load
+
+    a = onnx.helper
+    nodes = [a.make_node("Dropout", ["x"], ["d", "mask"], name="drop"),  # mask: optional, unread
+             a.make_node("MaxPool", ["d"], ["p", "idx"], name="pool", kernel_shape=[1, 1]),
+             a.make_node("Shape", ["idx"], ["s"], name="read_idx"),  # idx is read: kept
+             a.make_node("BatchNormalization", ["p", "sc", "b", "m", "v"], ["y", "rm", "rv", "sm", "sv"],
+                         name="bn")]  # unread, but its outputs say training mode: kept
+    g = a.make_graph(nodes, "g", [a.make_tensor_value_info("x", 1, [1, 2, 2, 2])],
+                     [a.make_tensor_value_info("y", 1, None), a.make_tensor_value_info("s", 7, [4])],
+                     [a.make_tensor(n, 1, [2], [1.0, 2.0]) for n in ("sc", "b", "m", "v")])
+    got = {n.name: n.outputs for n in load(a.make_model(g, opset_imports=[a.make_opsetid("", 9)])).nodes}
+    assert got["drop"] == ["d", ""]
+    assert got["pool"] == ["p", "idx"]
+    assert got["bn"] == ["y", "rm", "rv", "sm", "sv"]
+
+
+def test_an_output_read_only_inside_a_subgraph_is_kept():
+    from nnplug.loader import load
+
+    a = onnx.helper
+    branch = a.make_graph([a.make_node("Identity", ["mask"], ["out"])], "then", [],
+                          [a.make_tensor_value_info("out", 9, [2])])
+    nodes = [a.make_node("Dropout", ["x"], ["d", "mask"], name="drop"),
+             a.make_node("If", ["c"], ["z"], name="if", then_branch=branch, else_branch=branch)]
+    g = a.make_graph(nodes, "g", [a.make_tensor_value_info("x", 1, [2]), a.make_tensor_value_info("c", 9, [])],
+                     [a.make_tensor_value_info("z", 9, [2])])
+    got = {n.name: n.outputs for n in load(a.make_model(g, opset_imports=[a.make_opsetid("", 13)])).nodes}
+    assert got["drop"] == ["d", "mask"]
+
+
 def test_isolated_options_load_no_plugin_and_keep_overrides():
     opts = nnplug.CreationOptions.isolated(backend_preference=["numpy"], custom_op_paths=["/x"])
     assert (opts.entry_points, opts.dynamic_backends_path) == (False, "")

@@ -14,7 +14,7 @@ from . import ml_types
 from .checking import check_model
 from .errors import ModelError
 from .graph import Node, SubGraph, ValueInfo, attribute_value, value_info
-from .validate import check_before_inference
+from .validate import _schema, check_before_inference
 
 
 @dataclass
@@ -180,7 +180,7 @@ def load(model, custom_ops: dict | None = None, external_data_dir=None) -> Model
         values = _custom_shape_inference(inferred, nodes, values, custom_ops)
 
     g = inferred.graph
-    _omit_untyped_unused_outputs(nodes, values, {o.name for o in g.output})
+    _omit_unused_outputs(nodes, values, {o.name for o in g.output})
     constants = {}
     for init in g.initializer:
         constants[init.name] = numpy_helper.to_array(init)
@@ -209,14 +209,40 @@ def _make_nodes(model: onnx.ModelProto, opsets: dict[str, int]) -> list[Node]:
     return nodes
 
 
-def _omit_untyped_unused_outputs(nodes: list[Node], values: dict, graph_outputs: set[str]) -> None:
-    """An output nothing reads and whose type ONNX cannot infer (e.g. Dropout-7's mask) is
-    passed to backends as omitted (""), as ONNX does for optional outputs."""
-    read = {x for n in nodes for x in n.inputs if x} | graph_outputs
+def _omit_unused_outputs(nodes: list[Node], values: dict, graph_outputs: set[str]) -> None:
+    """An output nothing reads (no node, no subgraph, not a graph output) is passed to
+    backends as omitted (""), as ONNX writes an optional output the model does not want,
+    when ONNX declares it optional (Dropout's mask, MaxPool's indices), or when ONNX cannot
+    infer its type (Dropout-7's mask). A backend then computes only what is read: onnxruntime
+    likewise drops an inference Dropout whose mask nothing reads. Not BatchNormalization's:
+    before opset 14 how many outputs it has says whether it runs in training mode."""
+    read = _names_read(nodes) | graph_outputs
     for n in nodes:
-        n.outputs = ["" if o and o not in read and (values.get(o) is None
-                                                    or values[o].dtype is None) else o
-                     for o in n.outputs]
+        if n.op_type == "BatchNormalization" or not any(o and o not in read for o in n.outputs):
+            continue
+        schema = _schema(n)
+        formal = schema.outputs if schema is not None else []
+        optional = onnx.defs.OpSchema.FormalParameterOption.Optional
+        n.outputs = ["" if o and o not in read and (
+            values.get(o) is None or values[o].dtype is None
+            or (i < len(formal) and formal[i].option == optional)) else o
+            for i, o in enumerate(n.outputs)]
+
+
+def _names_read(nodes: list[Node]) -> set[str]:
+    """Every value name a node reads, with the names read inside its subgraphs (a body may
+    read a value of the enclosing graph without naming it as an input)."""
+    read = {x for n in nodes for x in n.inputs if x}
+    stack = [a for n in nodes if n.proto is not None for a in n.proto.attribute]
+    while stack:
+        a = stack.pop()
+        for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
+                    list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else []):
+            for sn in sub.node:
+                read.update(x for x in sn.input if x)
+                stack.extend(sn.attribute)
+            read.update(o.name for o in sub.output)
+    return read
 
 
 def _check_topology(nodes: list[Node], model: onnx.ModelProto) -> None:

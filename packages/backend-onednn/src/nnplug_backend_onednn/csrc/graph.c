@@ -349,8 +349,11 @@ static int parse_softmax(parser *p, ox_op *op)
     int64_t axis = attr_int(n, "axis", n->opset > 0 && n->opset < 13 ? 1 : -1);
     if (axis < 0) axis += x->ndim;
     if (axis < 0 || axis >= x->ndim) return decline(p, "axis");
-    /* before opset 13 the input is flattened to 2-D at axis: one axis only when it is the last */
-    if (n->opset > 0 && n->opset < 13 && axis != x->ndim - 1) return decline(p, "opset < 13 with an axis other than the last");
+    /* before opset 13 the input is flattened to 2-D at axis: one axis only when the axes after
+     * it have one element each */
+    int ones_after = 1;
+    for (int i = (int)axis + 1; i < x->ndim; i++) ones_after &= x->dims[i] == 1;
+    if (n->opset > 0 && n->opset < 13 && !ones_after) return decline(p, "opset < 13 with elements after the axis");
     op->axis = axis;
     return 0;
 }
@@ -562,6 +565,22 @@ static int parse_node(parser *p, ox_op *op)
             if (op->perm[i] < 0 || op->perm[i] >= x->ndim || seen[op->perm[i]]++) return decline(p, "perm is not a permutation");
             if (y->dims[i] >= 0 && x->dims[op->perm[i]] >= 0 && y->dims[i] != x->dims[op->perm[i]]) return decline(p, "shapes");
         }
+        return 0;
+    }
+    if (!strcmp(t, "Identity") || !strcmp(t, "Dropout")) {
+        /* inference Dropout passes its input through: a view of it, as a Transpose that moves
+         * no axis */
+        const ox_value *x = &p->g->vals[op->in[0]], *y = &p->g->vals[op->out];
+        op->kind = OP_TRANSPOSE;
+        if (op->in[0] < 0 || (t[0] == 'I' && op->nin != 1) || op->nin > 3 || !same_dims(x, y)) return decline(p, "arity");
+        if (t[0] == 'D') {
+            if (p->n->opset > 0 && p->n->opset < 7) return decline(p, "opset < 7 (is_test)");
+            const nnp_value_desc *tm = op->nin == 3 ? &p->n->inputs[2] : NULL;
+            if (tm && tm->name[0] && !(tm->const_data && tm->const_nbytes == 1 && !*(const uint8_t *)tm->const_data))
+                return decline(p, "training_mode must be omitted or a constant false");
+        }
+        for (int i = 0; i < x->ndim; i++) op->perm[i] = i;
+        op->nin = 1;
         return 0;
     }
     if (!strcmp(t, "IsNaN") || !strcmp(t, "Where")) { /* only as Where(IsNaN(x), C, x): see nan_replace */
@@ -937,7 +956,9 @@ ox_graph *ox_graph_parse(const nnp_node_desc *nodes, int n, int *unsupported, ox
             ox_fail(e, "node '%s': domain %s is not handled by the onednn backend", d->name ? d->name : "", d->domain);
             return NULL;
         }
-        if (d->num_outputs != 1) {
+        int extra = 0; /* outputs after the first the model wants (an omitted one is "") */
+        for (int j = 1; j < d->num_outputs; j++) extra += d->outputs[j].name && d->outputs[j].name[0];
+        if (extra) {
             *unsupported = 1;
             ox_fail(e, "node '%s' (%s): only single-output nodes are handled by the onednn backend", d->name ? d->name : "",
                     d->op_type);
@@ -967,7 +988,9 @@ ox_graph *ox_graph_parse(const nnp_node_desc *nodes, int n, int *unsupported, ox
             const nnp_value_desc *vd = &d->inputs[j];
             op->in[j] = -1;
             if (!vd->name[0]) { g->kin_val[g->nkin++] = -1; continue; }
-            if (j == 1 && !strcmp(d->op_type, "Reshape")) { /* the shape: the declared output dims are used */
+            if ((j == 1 && !strcmp(d->op_type, "Reshape")) || (j >= 1 && !strcmp(d->op_type, "Dropout"))) {
+                /* Reshape's shape: the declared output dims are used; Dropout's ratio and
+                 * training mode: see parse_node */
                 g->kin_val[g->nkin++] = -1;
                 continue;
             }
