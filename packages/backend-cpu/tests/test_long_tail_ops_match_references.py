@@ -208,3 +208,17 @@ def test_string_pools_are_declined_not_guessed(rt):
                                                            pool_strings=["a"]), opset=9)
     with pytest.raises(nnplug.UnsupportedNodeError, match="tfidfvectorizer_node"):
         rt.load(model, backends=["cpu"])
+
+
+def test_batchnormalization_9_listing_training_outputs_is_not_run_in_inference_mode(rt):
+    """Before opset 14 a BatchNormalization with its five outputs is in training mode (batch
+    statistics; onnxruntime computes it so) even when nothing reads the extra four: running it
+    with the running statistics would be a wrong answer, so it is declined by name."""
+    outs = ["y", "mean", "var", "saved_mean", "saved_var"]
+    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], outs, name="batchnormalization_node")
+    consts = [helper.make_tensor(k, TensorProto.FLOAT, [3], f32(3, lo=0.5, hi=1.5).tolist()) for k in "sbmv"]
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4, 4])], consts)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)])
+    with pytest.raises(nnplug.UnsupportedNodeError, match="batchnormalization_node"):
+        rt.load(model, backends=["cpu"])
