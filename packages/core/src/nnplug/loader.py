@@ -14,7 +14,7 @@ from . import ml_types
 from .checking import check_model
 from .errors import ModelError
 from .graph import Node, SubGraph, ValueInfo, attribute_value, value_info
-from .validate import _schema, check_before_inference
+from .validate import check_before_inference, node_schema
 
 
 @dataclass
@@ -220,7 +220,7 @@ def _omit_unused_outputs(nodes: list[Node], values: dict, graph_outputs: set[str
     for n in nodes:
         if n.op_type == "BatchNormalization" or not any(o and o not in read for o in n.outputs):
             continue
-        schema = _schema(n)
+        schema = node_schema(n)
         formal = schema.outputs if schema is not None else []
         optional = onnx.defs.OpSchema.FormalParameterOption.Optional
         n.outputs = ["" if o and o not in read and (

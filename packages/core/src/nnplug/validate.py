@@ -168,7 +168,7 @@ class _Validator:
             value = node.attrs["value"]
             if isinstance(value, np.ndarray):
                 self.const[node.outputs[0]] = value
-        schema = _schema(node)
+        schema = node_schema(node)
         if schema is None:
             return  # a custom op, or an op no backend will claim: the planner says so
         proto = node.proto or _node_proto(node)
@@ -223,7 +223,8 @@ class _Validator:
                 self.types.pop(name, None)
 
 
-def _schema(node: Node):
+def node_schema(node: Node):
+    """ONNX's schema of ``node`` at its opset, or None for an op ONNX does not define there."""
     domain = "" if node.domain in ("", "ai.onnx") else node.domain
     try:
         return defs.get_schema(node.op_type, max(node.opset, 1), domain)
