@@ -4,6 +4,7 @@ same thread count), in one process.
     python benchmarks/export_real_models.py [FOLDER]      # once, in an environment with torch
     python benchmarks/real_models.py [FOLDER] [--threads 2] [--runs 10]
                                      [--models resnet18,bert_base] [--backends onednn]
+                                     [--busy 1]
 
 FOLDER (default ~/.cache/nnplug-bench) holds the exported models and their manifest.json.
 Before any timing, every engine's outputs on the same seeded inputs are checked against
@@ -11,7 +12,8 @@ onnxruntime's (within 1e-4 relative to the output's largest magnitude); an engin
 not match, or cannot run a model, is reported and not timed on it. Then the runs of each engine
 are interleaved as in benchmarks/zoo.py, and the script prints per-model medians (ms), the ratio
 nnplug-cpu / onnxruntime (and of each --backends entry), the geometric means of the ratios,
-and the load average beside every figure. Needs nnplug, nnplug-backend-cpu and onnxruntime.
+and the load average beside every figure. --busy N keeps N cores busy meanwhile, as in
+benchmarks/zoo.py. Needs nnplug, nnplug-backend-cpu and onnxruntime.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from zoo import print_summary, time_rounds  # noqa: E402 - the zoo benchmark's timing and summary
+from zoo import busy_processes, print_summary, time_rounds  # noqa: E402 - the zoo benchmark's timing and summary
 
 DEFAULT_DIR = os.path.join(os.path.expanduser("~"), ".cache", "nnplug-bench")
 RTOL = 1e-4
@@ -67,6 +69,7 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=10, help="timed runs per engine and model")
     ap.add_argument("--models", default="", help="comma-separated names (default: all in the manifest)")
     ap.add_argument("--backends", default="", help="other nnplug backends to time, e.g. onednn")
+    ap.add_argument("--busy", type=int, default=0, help="processes keeping a core busy meanwhile")
     args = ap.parse_args(argv)
 
     mpath = os.path.join(args.folder, "manifest.json")
@@ -105,7 +108,7 @@ def main(argv=None) -> int:
 
     cols = ["nnplug-cpu", "onnxruntime", "ratio"] + [f"nnplug-{b}" for b in extra] + [f"ratio-{b}" for b in extra]
     widths = [max(13, len(c) + 2) for c in cols]
-    print(f"threads={args.threads} runs={args.runs} folder={args.folder}")
+    print(f"threads={args.threads} runs={args.runs} busy={args.busy} folder={args.folder}")
     print(f"{'model':<20}" + "".join(f"{c:>{w}}" for c, w in zip(cols, widths)) + f"{'load':>8}")
     for name in names:
         entry = manifest[name]
@@ -130,7 +133,8 @@ def main(argv=None) -> int:
         for fn in runners.values():  # warm up (first-run allocations, lazy init)
             fn()
         per_round = 2
-        med = time_rounds(runners, max(1, args.runs // per_round), per_round)
+        with busy_processes(args.busy):
+            med = time_rounds(runners, max(1, args.runs // per_round), per_round)
         row = [f"{med['nnplug-cpu']:.2f}" if "nnplug-cpu" in med else "-", f"{med['onnxruntime']:.2f}"]
         rs = {}
         for b in engines:

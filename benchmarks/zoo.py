@@ -2,20 +2,25 @@
 onnxruntime (CPU, same thread count) and onnx.reference, in one process.
 
     python benchmarks/zoo.py [--threads 2] [--runs 20] [--models resnet50,vgg19]
-                             [--backends onednn,opencl] [--no-reference]
+                             [--backends onednn,opencl] [--no-reference] [--busy 1]
 
 Prints per-model medians (ms), the ratio nnplug-cpu / onnxruntime, and the geometric mean of
 the ratios. Backends named with --backends are timed too, with their own geometric mean
 against onnxruntime; an entry may be a preference list joined by "+" (``opencl+cpu``), and
 ``onednn``, which declines what it does not run by design, means ``onednn+cpu``. The
 timed runs of each engine are interleaved (a few runs of one, then of the next) so machine
-noise hits all of them alike. Needs nnplug, nnplug-backend-cpu and onnxruntime installed.
+noise hits all of them alike. --busy N starts N processes that each keep a core busy for the
+whole run: how each engine copes with other work beside it (a spinning thread pool gives way
+badly); those figures are taken under load by design and compare engines' slowdowns, they are
+not the engines' speeds. Needs nnplug, nnplug-backend-cpu and onnxruntime installed.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
+import multiprocessing
 import os
 import statistics
 import sys
@@ -49,6 +54,27 @@ def print_summary(ratios: dict[str, list[float]]) -> None:
             print(f"geometric mean of {engine} / onnxruntime: {geo:.2f} over {len(rs)} models")
     print(f"load average (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in os.getloadavg())}; "
           f"figures taken under load are not results")
+
+
+def _spin(stop) -> None:
+    while not stop.is_set():
+        pass
+
+
+@contextlib.contextmanager
+def busy_processes(n: int):
+    """n processes, each keeping one core busy until the block ends (--busy)."""
+    ctx = multiprocessing.get_context("spawn")  # not a fork of a process running thread pools
+    stop = ctx.Event()
+    procs = [ctx.Process(target=_spin, args=(stop,), daemon=True) for _ in range(n)]
+    for p in procs:
+        p.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for p in procs:
+            p.join()
 
 
 QUIET_S = 0.2
@@ -88,6 +114,7 @@ def main(argv=None) -> int:
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--backends", default="", help="other nnplug backends to time, e.g. opencl")
     ap.add_argument("--no-reference", action="store_true", help="skip onnx.reference")
+    ap.add_argument("--busy", type=int, default=0, help="processes keeping a core busy meanwhile")
     args = ap.parse_args(argv)
 
     os.environ["NNPLUG_CPU_THREADS"] = str(args.threads)
@@ -115,7 +142,7 @@ def main(argv=None) -> int:
     so.log_severity_level = 3
 
     cols = ["nnplug-cpu", "onnxruntime", "ratio"] + [f"nnplug-{b}" for b in extra] + ["onnx.reference"]
-    print(f"threads={args.threads} runs={args.runs} cpu={rt.backends['cpu'].source}")
+    print(f"threads={args.threads} runs={args.runs} busy={args.busy} cpu={rt.backends['cpu'].source}")
     widths = [max(16, len(c) + 2) for c in cols]
     print(f"{'model':<14}" + "".join(f"{c:>{w}}" for c, w in zip(cols, widths)) + f"{'load':>8}")
     ratios = []
@@ -137,7 +164,8 @@ def main(argv=None) -> int:
         for fn in runners.values():  # warm up (first-run allocations, lazy init)
             fn()
         per_round = 2
-        med = time_rounds(runners, max(1, args.runs // per_round), per_round)
+        with busy_processes(args.busy):
+            med = time_rounds(runners, max(1, args.runs // per_round), per_round)
         ratio = med["nnplug-cpu"] / med["onnxruntime"]
         ratios.append(ratio)
         for b in extra:
