@@ -21,43 +21,12 @@ from .device import CPU
 from .errors import BackendError, ModelError
 from .executor import Step
 from .graph import Node, SubGraph, ValueInfo
-from .loader import Model
+from .loader import Model, outer_reads, subgraphs
 from .tensor import HOST_API, Tensor
 from .values import TensorSequence, from_host
 
 CONTROL_FLOW = {"If": ("then_branch", "else_branch"), "Loop": ("body",), "Scan": ("body",),
                 "SequenceMap": ("body",)}
-
-
-def subgraphs(n: onnx.NodeProto):
-    for a in n.attribute:
-        if a.type == onnx.AttributeProto.GRAPH:
-            yield a.name, a.g
-        elif a.type == onnx.AttributeProto.GRAPHS:
-            for g in a.graphs:
-                yield a.name, g
-
-
-def outer_reads(g: onnx.GraphProto) -> list[str]:
-    """Names ``g`` (and the subgraphs in it) reads that it does not define."""
-    defined = {i.name for i in g.input} | {t.name for t in g.initializer} | {""}
-    defined |= {t.values.name for t in g.sparse_initializer}
-    reads: list[str] = []
-
-    def read(x):
-        if x not in defined and x not in reads:
-            reads.append(x)
-
-    for n in g.node:
-        for x in n.input:
-            read(x)
-        for _, sub in subgraphs(n):
-            for x in outer_reads(sub):
-                read(x)
-        defined.update(n.output)
-    for o in g.output:
-        read(o.name)
-    return reads
 
 
 def attach_outer_inputs(model: Model) -> None:

@@ -217,12 +217,12 @@ def _omit_unused_outputs(nodes: list[Node], values: dict, graph_outputs: set[str
     likewise drops an inference Dropout whose mask nothing reads. Not BatchNormalization's:
     before opset 14 how many outputs it has says whether it runs in training mode."""
     read = _names_read(nodes) | graph_outputs
+    optional = onnx.defs.OpSchema.FormalParameterOption.Optional
     for n in nodes:
         if n.op_type == "BatchNormalization" or not any(o and o not in read for o in n.outputs):
             continue
         schema = node_schema(n)
         formal = schema.outputs if schema is not None else []
-        optional = onnx.defs.OpSchema.FormalParameterOption.Optional
         n.outputs = ["" if o and o not in read and (
             values.get(o) is None or values[o].dtype is None
             or (i < len(formal) and formal[i].option == optional)) else o
@@ -230,19 +230,46 @@ def _omit_unused_outputs(nodes: list[Node], values: dict, graph_outputs: set[str
 
 
 def _names_read(nodes: list[Node]) -> set[str]:
-    """Every value name a node reads, with the names read inside its subgraphs (a body may
+    """Every value name a node reads, with the outer names its subgraphs read (a body may
     read a value of the enclosing graph without naming it as an input)."""
     read = {x for n in nodes for x in n.inputs if x}
-    stack = [a for n in nodes if n.proto is not None for a in n.proto.attribute]
-    while stack:
-        a = stack.pop()
-        for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
-                    list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else []):
-            for sn in sub.node:
-                read.update(x for x in sn.input if x)
-                stack.extend(sn.attribute)
-            read.update(o.name for o in sub.output)
+    for n in nodes:
+        if n.proto is not None:
+            for _, g in subgraphs(n.proto):
+                read.update(outer_reads(g))
     return read
+
+
+def subgraphs(n: onnx.NodeProto):
+    """(attribute name, graph) for each subgraph attribute of ``n`` (If's branches, bodies)."""
+    for a in n.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            yield a.name, a.g
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            for g in a.graphs:
+                yield a.name, g
+
+
+def outer_reads(g: onnx.GraphProto) -> list[str]:
+    """Names ``g`` (and the subgraphs in it) reads that it does not define."""
+    defined = {i.name for i in g.input} | {t.name for t in g.initializer} | {""}
+    defined |= {t.values.name for t in g.sparse_initializer}
+    reads: list[str] = []
+
+    def read(x):
+        if x not in defined and x not in reads:
+            reads.append(x)
+
+    for n in g.node:
+        for x in n.input:
+            read(x)
+        for _, sub in subgraphs(n):
+            for x in outer_reads(sub):
+                read(x)
+        defined.update(n.output)
+    for o in g.output:
+        read(o.name)
+    return reads
 
 
 def _check_topology(nodes: list[Node], model: onnx.ModelProto) -> None:
