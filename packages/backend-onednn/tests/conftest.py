@@ -126,12 +126,13 @@ with make_runtime().load(model, backends=["onednn", "cpu"]) as net:
 """
 
 
-def onednn_log(setup: str, *args: str) -> list[str]:
+def onednn_log(setup: str, *args: str, env: dict | None = None) -> list[str]:
     """The lines oneDNN logs (``ONEDNN_VERBOSE=1``, one thread) for the primitives of one run of
     the ``model`` that the code ``setup`` makes, on ``feeds`` it makes too: run in a process of
-    its own (this folder on its path, ``args`` in ``sys.argv[2:]``), after a first run. Each
-    line, split at commas, is ``onednn_verbose, exec, cpu, <kind>, <implementation>, ...``."""
-    env = dict(os.environ, ONEDNN_VERBOSE="1", NNPLUG_CPU_THREADS="1")
+    its own (this folder on its path, ``args`` in ``sys.argv[2:]``, ``env`` added to its
+    environment), after a first run. Each line, split at commas, is
+    ``onednn_verbose, exec, cpu, <kind>, <implementation>, ...``."""
+    env = dict(os.environ, ONEDNN_VERBOSE="1", NNPLUG_CPU_THREADS="1", **(env or {}))
     child = _LOGGED_RUN.format(setup=setup)
     out = subprocess.run([sys.executable, "-c", child, os.path.dirname(__file__), *args], env=env,
                          capture_output=True, text=True, timeout=300)

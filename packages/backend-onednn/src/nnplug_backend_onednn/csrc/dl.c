@@ -15,6 +15,8 @@ DNNL_FUNCS(DNNL_DEFINE_PTR)
 
 static void *g_gomp, *g_dnnl;
 static void (*g_omp_set_num_threads)(int);
+static void (*g_gomp_parallel)(void (*)(void *), void *, unsigned, unsigned);
+static int (*g_omp_get_thread_num)(void), (*g_omp_get_num_threads)(void);
 
 int dl_load(char *err, size_t errlen)
 {
@@ -32,6 +34,12 @@ int dl_load(char *err, size_t errlen)
         return 1;
     }
     g_omp_set_num_threads = (void (*)(int))dlsym(g_gomp, "omp_set_num_threads");
+    /* the entry point of `#pragma omp parallel` (libgomp 4.9+): the backend's own loops run
+     * on the threads oneDNN's primitives use */
+    g_gomp_parallel = (void (*)(void (*)(void *), void *, unsigned, unsigned))dlsym(g_gomp, "GOMP_parallel");
+    g_omp_get_thread_num = (int (*)(void))dlsym(g_gomp, "omp_get_thread_num");
+    g_omp_get_num_threads = (int (*)(void))dlsym(g_gomp, "omp_get_num_threads");
+    if (!g_omp_get_thread_num || !g_omp_get_num_threads) g_gomp_parallel = NULL;
     const char *path = getenv(LIBRARY_ENV);
     if (!path || !path[0]) path = "libdnnl.so.3";
     g_dnnl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -68,4 +76,17 @@ void dl_unload(void)
 void dl_omp_set_num_threads(int n)
 {
     if (g_omp_set_num_threads && n > 0) g_omp_set_num_threads(n);
+}
+
+void dl_parallel(void (*fn)(void *), void *arg, int n)
+{
+    if (n > 1 && g_gomp_parallel) g_gomp_parallel(fn, arg, (unsigned)n, 0);
+    else fn(arg);
+}
+
+void dl_team(int *me, int *n)
+{
+    *me = g_gomp_parallel ? g_omp_get_thread_num() : 0;
+    *n = g_gomp_parallel ? g_omp_get_num_threads() : 1;
+    if (*n < 1 || *me < 0 || *me >= *n) { *me = 0; *n = 1; }
 }

@@ -62,5 +62,11 @@ int dl_load(char *err, size_t errlen);
 void dl_unload(void);
 /* omp_set_num_threads of the calling thread (a no-op when libgomp has none). */
 void dl_omp_set_num_threads(int n);
+/* fn(arg) on up to n threads of the OpenMP pool oneDNN's primitives run on (on the caller
+ * alone when n is 1 or libgomp has no GOMP_parallel). Inside, dl_team gives the thread's index
+ * and the team's size, which is what work must be split by: libgomp gives fewer threads than
+ * asked when the caller is itself inside a parallel region. */
+void dl_parallel(void (*fn)(void *), void *arg, int n);
+void dl_team(int *me, int *n);
 
 #endif

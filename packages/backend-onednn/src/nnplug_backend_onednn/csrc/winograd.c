@@ -1,0 +1,156 @@
+/* Winograd F(2x2, 3x3): the weight, input and output transforms (see winograd.h). The
+ * transforms run on 8 channels at a time (AVX2 vectors) on the threads of oneDNN's OpenMP
+ * pool (dl_parallel), each thread taking a contiguous run of tiles. */
+#include "winograd.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "dl.h"
+
+typedef float v8 __attribute__((vector_size(32), aligned(4))); /* unaligned loads and stores */
+
+int ox_wino_cpu_ok(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+void ox_wino_init(ox_wino *w)
+{
+    w->th = (w->oh + 1) / 2;
+    w->tw = (w->ow + 1) / 2;
+    if (w->threads < 1) w->threads = 1;
+}
+
+void ox_wino_weights(const float *g, int64_t oc, int64_t ic, float *u)
+{
+    static const double G[4][3] = {{1, 0, 0}, {.5, .5, .5}, {.5, -.5, .5}, {0, 0, 1}};
+    for (int64_t o = 0; o < oc; o++)
+        for (int64_t c = 0; c < ic; c++) {
+            const float *k = g + (o * ic + c) * 9;
+            double t[4][3];
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 3; j++) t[i][j] = G[i][0] * k[j] + G[i][1] * k[3 + j] + G[i][2] * k[6 + j];
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 4; j++)
+                    u[((int64_t)(i * 4 + j) * ic + c) * oc + o] = (float)(t[i][0] * G[j][0] + t[i][1] * G[j][1] + t[i][2] * G[j][2]);
+        }
+}
+
+/* The calling thread's share [t0, t1) of `total` tiles. */
+static void share(int64_t total, int64_t *t0, int64_t *t1)
+{
+    int me, n;
+    dl_team(&me, &n);
+    *t0 = total * me / n;
+    *t1 = total * (me + 1) / n;
+}
+
+typedef struct {
+    const ox_wino *w;
+    const float *x;
+    float *v;
+    const float *bias;
+    int bad;
+} job;
+
+__attribute__((target("avx2,fma"))) static void input_part(void *arg)
+{
+    job *jb = arg;
+    const ox_wino *w = jb->w;
+    const int64_t C = w->ic, T = ox_wino_tiles(w), P = T * C; /* P: one position's plane in V */
+    int64_t t0, t1;
+    share(T, &t0, &t1);
+    v8 acc = {0};
+    const v8 zero = {0};
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t n = t / (w->th * w->tw), r = t % (w->th * w->tw), y0 = (r / w->tw) * 2 - w->pt, x0 = (r % w->tw) * 2 - w->pl;
+        const float *row[4];
+        int xok[4];
+        for (int i = 0; i < 4; i++) {
+            int64_t y = y0 + i;
+            row[i] = y >= 0 && y < w->h ? jb->x + ((n * w->h + y) * w->w) * C : NULL;
+            xok[i] = x0 + i >= 0 && x0 + i < w->w;
+        }
+        float *out = jb->v + t * C;
+        for (int64_t c = 0; c < C; c += 8) {
+            v8 d[4][4], s[4][4];
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 4; j++) d[i][j] = row[i] && xok[j] ? *(const v8 *)(row[i] + (x0 + j) * C + c) : zero;
+            for (int j = 0; j < 4; j++) { /* B^T d */
+                s[0][j] = d[0][j] - d[2][j];
+                s[1][j] = d[1][j] + d[2][j];
+                s[2][j] = d[2][j] - d[1][j];
+                s[3][j] = d[1][j] - d[3][j];
+            }
+            for (int i = 0; i < 4; i++) { /* (B^T d) B */
+                v8 e[4] = {s[i][0] - s[i][2], s[i][1] + s[i][2], s[i][2] - s[i][1], s[i][1] - s[i][3]};
+                for (int j = 0; j < 4; j++) {
+                    acc += e[j] * zero; /* stays 0 unless a value is inf or NaN */
+                    *(v8 *)(out + (i * 4 + j) * P + c) = e[j];
+                }
+            }
+        }
+    }
+    int bad = 0;
+    for (int i = 0; i < 8; i++) bad |= acc[i] != 0.f;
+    if (bad) __atomic_store_n(&jb->bad, 1, __ATOMIC_RELAXED);
+}
+
+int ox_wino_input(const ox_wino *w, const float *x, float *v)
+{
+    job jb = {w, x, v, NULL, 0};
+    dl_parallel(input_part, &jb, w->threads);
+    return jb.bad;
+}
+
+__attribute__((target("avx2,fma"))) static void output_part(void *arg)
+{
+    job *jb = arg;
+    const ox_wino *w = jb->w;
+    const int64_t K = w->oc, T = ox_wino_tiles(w), P = T * K;
+    int64_t t0, t1;
+    share(T, &t0, &t1);
+    const v8 zero = {0};
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t n = t / (w->th * w->tw), r = t % (w->th * w->tw), y0 = (r / w->tw) * 2, x0 = (r % w->tw) * 2;
+        int ny = y0 + 1 < w->oh ? 2 : 1, nx = x0 + 1 < w->ow ? 2 : 1;
+        const float *in = jb->v + t * K;
+        float *out = (float *)jb->x + ((n * w->oh + y0) * w->ow + x0) * K;
+        for (int64_t c = 0; c < K; c += 8) {
+            v8 m[4][4], s[2][4], o[2][2];
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 4; j++) m[i][j] = *(const v8 *)(in + (i * 4 + j) * P + c);
+            for (int j = 0; j < 4; j++) { /* A^T m */
+                s[0][j] = m[0][j] + m[1][j] + m[2][j];
+                s[1][j] = m[1][j] - m[2][j] - m[3][j];
+            }
+            v8 bv = jb->bias ? *(const v8 *)(jb->bias + c) : zero;
+            for (int i = 0; i < 2; i++) { /* (A^T m) A */
+                o[i][0] = s[i][0] + s[i][1] + s[i][2] + bv;
+                o[i][1] = s[i][1] - s[i][2] - s[i][3] + bv;
+            }
+            for (int i = 0; i < ny; i++)
+                for (int j = 0; j < nx; j++) {
+                    float *dst = out + (i * w->ow + j) * K + c;
+                    v8 y = o[i][j];
+                    for (int q = 0; q < w->npost; q++) {
+                        const ox_wpost *p = &w->post[q];
+                        if (p->kind == WPOST_SUM) y += *(const v8 *)dst;
+                        else if (p->kind == WPOST_RELU)
+                            y = _mm256_blendv_ps(y * p->a, y, _mm256_cmp_ps(y, zero, _CMP_GT_OQ));
+                        else
+                            y = _mm256_min_ps(_mm256_max_ps(y, zero + p->a), zero + p->b);
+                    }
+                    *(v8 *)dst = y;
+                }
+        }
+    }
+}
+
+void ox_wino_output(const ox_wino *w, const float *m, const float *bias, float *y)
+{
+    job jb = {w, y, (float *)m, bias, 0};
+    dl_parallel(output_part, &jb, w->threads);
+}
