@@ -90,3 +90,17 @@ void dl_team(int *me, int *n)
     *n = g_gomp_parallel ? g_omp_get_num_threads() : 1;
     if (*n < 1 || *me < 0 || *me >= *n) { *me = 0; *n = 1; }
 }
+
+void dl_share(int64_t total, int64_t *t0, int64_t *t1)
+{
+    int me, n;
+    dl_team(&me, &n);
+    *t0 = total * me / n;
+    *t1 = total * (me + 1) / n;
+}
+
+int dl_avx2_fma(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}

@@ -68,5 +68,9 @@ void dl_omp_set_num_threads(int n);
  * asked when the caller is itself inside a parallel region. */
 void dl_parallel(void (*fn)(void *), void *arg, int n);
 void dl_team(int *me, int *n);
+/* The calling team member's share [*t0, *t1) of `total` items (dl_team's split). */
+void dl_share(int64_t total, int64_t *t0, int64_t *t1);
+/* Whether the CPU has AVX2 and FMA, which the backend's own loops are built for. */
+int dl_avx2_fma(void);
 
 #endif

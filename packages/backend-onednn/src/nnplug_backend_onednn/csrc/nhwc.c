@@ -8,25 +8,11 @@
 
 typedef float v8 __attribute__((vector_size(32), aligned(4)));
 
-static void share(int64_t total, int64_t *p0, int64_t *p1)
-{
-    int me, n;
-    dl_team(&me, &n);
-    *p0 = total * me / n;
-    *p1 = total * (me + 1) / n;
-}
-
 typedef struct {
     const ox_lrn_nhwc *cfg;
     const float *x;
     float *y;
 } job;
-
-int ox_lrn_nhwc_ok(void)
-{
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}
 
 __attribute__((target("avx2,fma"))) static void lrn_part(void *arg)
 {
@@ -37,7 +23,7 @@ __attribute__((target("avx2,fma"))) static void lrn_part(void *arg)
     float *s = sq + 64;
     memset(sq, 0, sizeof sq);
     int64_t p0, p1;
-    share(l->pixels, &p0, &p1);
+    dl_share(l->pixels, &p0, &p1);
     const v8 an = (v8){0} + l->alpha_n, bias = (v8){0} + l->bias;
     for (int64_t p = p0; p < p1; p++) {
         const float *x = jb->x + p * C;

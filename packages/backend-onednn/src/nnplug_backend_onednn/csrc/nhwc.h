@@ -16,8 +16,7 @@ typedef struct {
 } ox_lrn_nhwc;
 
 /* y = x / (bias + alpha / size * the sum of x^2 over the channel window) ^ 0.75, with
- * c <= LRN_MAXC and half <= 56; only where ox_lrn_nhwc_ok (AVX2 with FMA). */
+ * c <= LRN_MAXC and half <= 56; only where dl_avx2_fma. */
 void ox_lrn_nhwc_run(const ox_lrn_nhwc *cfg, const float *x, float *y);
-int ox_lrn_nhwc_ok(void);
 
 #endif

@@ -619,7 +619,7 @@ static void *owned_cfg(pb *b, size_t n)
 static int winograd_fits(pb *b, const ox_op *op)
 {
     const char *env = getenv("NNPLUG_ONEDNN_WINOGRAD");
-    if ((env && !strcmp(env, "0")) || !ox_wino_cpu_ok()) return 0;
+    if ((env && !strcmp(env, "0")) || !dl_avx2_fma()) return 0;
     const int64_t *xd = DIMS(op->in[0]), *yd = DIMS(op->out);
     if (VAL(op->in[0])->ndim != 4 || op->group != 1 || op->wdims[2] != 3 || op->wdims[3] != 3 || op->st[0] != 1 ||
         op->st[1] != 1 || op->dil[0] != 1 || op->dil[1] != 1 || !op->w)
@@ -1300,7 +1300,7 @@ static int lrn_fn(const void *cfg, void *const *ptrs, int nptrs)
 static int nhwc_lrn_fits(pb *b, const ox_op *op)
 {
     return !b->dry && op->kind == OP_LRN && !op->npost && op->beta == 0.75f && DIMS(op->in[0])[1] <= LRN_MAXC &&
-           (op->size - 1) / 2 <= 56 && is_nhwc(b, op->in[0]) && ox_lrn_nhwc_ok();
+           (op->size - 1) / 2 <= 56 && is_nhwc(b, op->in[0]) && dl_avx2_fma();
 }
 
 static int build_nhwc_lrn(pb *b, const ox_op *op)

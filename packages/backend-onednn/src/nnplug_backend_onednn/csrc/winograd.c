@@ -10,12 +10,6 @@
 
 typedef float v8 __attribute__((vector_size(32), aligned(4))); /* unaligned loads and stores */
 
-int ox_wino_cpu_ok(void)
-{
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}
-
 void ox_wino_init(ox_wino *w)
 {
     w->th = (w->oh + 1) / 2;
@@ -38,15 +32,6 @@ void ox_wino_weights(const float *g, int64_t oc, int64_t ic, float *u)
         }
 }
 
-/* The calling thread's share [t0, t1) of `total` tiles. */
-static void share(int64_t total, int64_t *t0, int64_t *t1)
-{
-    int me, n;
-    dl_team(&me, &n);
-    *t0 = total * me / n;
-    *t1 = total * (me + 1) / n;
-}
-
 typedef struct {
     const ox_wino *w;
     const float *x;
@@ -61,7 +46,7 @@ __attribute__((target("avx2,fma"))) static void input_part(void *arg)
     const ox_wino *w = jb->w;
     const int64_t C = w->ic, T = ox_wino_tiles(w), P = T * C; /* P: one position's plane in V */
     int64_t t0, t1;
-    share(T, &t0, &t1);
+    dl_share(T, &t0, &t1);
     v8 acc = {0};
     const v8 zero = {0};
     for (int64_t t = t0; t < t1; t++) {
@@ -111,7 +96,7 @@ __attribute__((target("avx2,fma"))) static void output_part(void *arg)
     const ox_wino *w = jb->w;
     const int64_t K = w->oc, T = ox_wino_tiles(w), P = T * K;
     int64_t t0, t1;
-    share(T, &t0, &t1);
+    dl_share(T, &t0, &t1);
     const v8 zero = {0};
     for (int64_t t = t0; t < t1; t++) {
         int64_t n = t / (w->th * w->tw), r = t % (w->th * w->tw), y0 = (r / w->tw) * 2, x0 = (r % w->tw) * 2;

@@ -9,7 +9,8 @@
  * of the direct sum (measured: 2-6e-7 of the largest output for 64-512 input channels, the
  * direct sum 4e-7-1e-6). A non-finite input would spread through a whole tile (inf - inf),
  * where the direct sum keeps it to the outputs that read it; the input transform reports any,
- * and the plan then runs the direct convolution instead. */
+ * and the plan then runs the direct convolution instead. The transforms need AVX2 with FMA
+ * (dl_avx2_fma). */
 #ifndef NNPLUG_ONEDNN_WINOGRAD_H_
 #define NNPLUG_ONEDNN_WINOGRAD_H_
 
@@ -34,8 +35,6 @@ typedef struct {
     ox_wpost post[WINO_MAXPOST];
 } ox_wino;
 
-/* Whether this CPU runs the transforms (AVX2 with FMA). */
-int ox_wino_cpu_ok(void);
 /* Fill in the tiles from the shape fields; the channel counts must be multiples of 8. */
 void ox_wino_init(ox_wino *w);
 static inline int64_t ox_wino_tiles(const ox_wino *w) { return w->n * w->th * w->tw; }
