@@ -127,3 +127,26 @@ def test_a_nan_in_the_input_runs_the_direct_convolution_instead():
 def test_winograd_can_be_turned_off():
     k = kinds("pad1_relu", env={"NNPLUG_ONEDNN_WINOGRAD": "0"})
     assert "matmul" not in k and k.count("convolution") == 1, k
+
+
+def test_concurrent_runs_of_one_network_match_onnxruntime(rt):
+    """Four host threads run one loaded network at once, each its own input: every transform
+    runs in a team of its own and every result is its own input's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from conftest import BACKENDS, onnxruntime_run
+
+    model, feeds = conv_model(**CASES["residual_conv_relu"])
+    inputs = [rand(*feeds["x"].shape) for _ in range(8)]
+    want = [onnxruntime_run(model, {"x": x})[0] for x in inputs]
+    lib = rt.backends["onednn"].backend
+    try:
+        lib.set_num_threads(2)
+        with rt.load(model, backends=BACKENDS) as net:
+            name = net.outputs[0].name
+            with ThreadPoolExecutor(4) as pool:
+                got = list(pool.map(lambda x: net.run({"x": x})[name], inputs * 3))
+    finally:
+        lib.set_num_threads(0)
+    for i, g in enumerate(got):
+        assert_matches(g, want[i % len(inputs)], what=f"run {i}")
