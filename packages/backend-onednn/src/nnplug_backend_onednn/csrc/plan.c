@@ -36,11 +36,6 @@ typedef struct {
     dnnl_memory_t fixed; /* B_CONST: made once */
 } ox_arg;
 
-/* A step of the backend's own over n plain floats (its args: src, dst), seen as rows of `row`
- * elements `inner` apart (a row-major axis of that length with that inner size); c: a scalar
- * parameter (nan_replace_loop's replacement). */
-typedef void (*ox_loop)(const float *x, float *y, int64_t n, int64_t row, int64_t inner, float c);
-
 /* A step of the backend's own on the pointers of its args (in order) and its settings cfg,
  * owned by the plan; a step that checks its input for NaNs and infinities returns whether it
  * found any (0 or 1), any other -1. */
@@ -51,10 +46,7 @@ typedef int (*ox_fn)(const void *cfg, void *const *ptrs, int nptrs);
 enum { RUN_ALWAYS, RUN_FINITE, RUN_NONFINITE };
 
 typedef struct {
-    dnnl_primitive_t prim; /* or NULL with loop or fn set */
-    ox_loop loop;
-    int64_t n, row, inner;
-    float c;
+    dnnl_primitive_t prim; /* or NULL with fn set */
     ox_fn fn;
     const void *cfg;
     int when; /* RUN_* */
@@ -975,6 +967,35 @@ static int concat_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd,
     return 0;
 }
 
+/* A loop of the backend's own over n plain floats (its step's args: src, dst), seen as rows
+ * of `row` elements `inner` apart (a row-major axis of that length with that inner size); c:
+ * a scalar parameter (nan_replace_loop's replacement). It runs as a step (loop_fn) with its
+ * parameters as the settings. */
+typedef void (*ox_loop)(const float *x, float *y, int64_t n, int64_t row, int64_t inner, float c);
+
+typedef struct {
+    ox_loop loop;
+    int64_t n, row, inner;
+    float c;
+} ox_loop_cfg;
+
+static int loop_fn(const void *cfg, void *const *ptrs, int nptrs)
+{
+    (void)nptrs;
+    const ox_loop_cfg *l = cfg;
+    l->loop(ptrs[0], ptrs[1], l->n, l->row, l->inner, l->c);
+    return -1;
+}
+
+/* A step running loop over the n floats of its args src and dst (added by the caller). */
+static int loop_step(pb *b, ox_loop loop, int64_t n, int64_t row, int64_t inner, float c)
+{
+    ox_loop_cfg *l = owned_cfg(b, sizeof *l);
+    if (!l) return -1;
+    *l = (ox_loop_cfg){loop, n, row, inner, c};
+    return fn_step(b, loop_fn, l, RUN_ALWAYS);
+}
+
 static void erf_loop(const float *x, float *y, int64_t n, int64_t row, int64_t inner, float c)
 {
     (void)row, (void)inner, (void)c;
@@ -1020,20 +1041,15 @@ static int add_softmax_nan_rows(pb *b, const ox_op *op)
     if (b->dry) return 0;
     int v = op->out, r = VAL(v)->ndim;
     const ox_view *vw = &b->views[v][b->nviews[v] - 1];
-    ox_plan *p = b->p;
     if (!is_plain(b, v, vw->md)) return ox_fail(b->e, "internal: node '%s' (%s): its result is not plain", op->name, op->op_type);
-    if (grow((void **)&p->steps, &p->cap_step, p->nstep, sizeof *p->steps)) return ox_fail(b->e, "out of memory");
-    int s = p->nstep++;
-    memset(&p->steps[s], 0, sizeof p->steps[s]);
-    p->steps[s].loop = softmax_nan_rows;
-    p->steps[s].n = (int64_t)(D(dnnl_memory_desc_get_size)(vw->md) / sizeof(float));
     int64_t row = 1, inner = 1;
     for (int d = 0; d < r; d++) {
         if (d == op->axis) row = DIMS(v)[d];
         else if (d > op->axis) inner *= DIMS(v)[d];
     }
-    p->steps[s].row = row > 0 ? row : 1;
-    p->steps[s].inner = inner > 0 ? inner : 1;
+    int s = loop_step(b, softmax_nan_rows, (int64_t)(D(dnnl_memory_desc_get_size)(vw->md) / sizeof(float)),
+                      row > 0 ? row : 1, inner > 0 ? inner : 1, 0.f);
+    if (s < 0) return 1;
     return add_arg(b, s, DNNL_ARG_SRC, vw->buf, vw->md) || add_arg(b, s, DNNL_ARG_DST, vw->buf, vw->md);
 }
 
@@ -1047,14 +1063,10 @@ static int build_loop(pb *b, const ox_op *op)
     if (!md) { ox_fail(b->e, "oneDNN could not create a memory descriptor"); goto done; }
     if (b->dry) { rc = add_view(b, op->out, md, 0); goto done; }
     if (plain_buf(b, x, &xbuf)) goto done;
-    int dbuf = dst_buf(b, op, md, &reorder_out);
-    ox_plan *p = b->p;
-    if (dbuf < 0 || grow((void **)&p->steps, &p->cap_step, p->nstep, sizeof *p->steps)) { ox_fail(b->e, "out of memory"); goto done; }
-    int s = p->nstep++;
-    memset(&p->steps[s], 0, sizeof p->steps[s]);
-    p->steps[s].loop = op->kind == OP_NANREP ? nan_replace_loop : erf_loop;
-    p->steps[s].c = op->alpha;
-    p->steps[s].n = (int64_t)(D(dnnl_memory_desc_get_size)(md) / sizeof(float));
+    int dbuf = dst_buf(b, op, md, &reorder_out), s;
+    if (dbuf < 0 || (s = loop_step(b, op->kind == OP_NANREP ? nan_replace_loop : erf_loop,
+                                   (int64_t)(D(dnnl_memory_desc_get_size)(md) / sizeof(float)), 1, 1, op->alpha)) < 0)
+        goto done;
     rc = add_arg(b, s, DNNL_ARG_SRC, xbuf, md) || add_arg(b, s, DNNL_ARG_DST, dbuf, md) || set_result(b, op, dbuf, md, reorder_out);
 done:
     md_free(md);
@@ -1615,7 +1627,7 @@ int ox_plan_run(const ox_plan *cp, const nnp_tensor *in, const nnp_tensor *out, 
             }
             ptrs[j] = ptr;
             if (a->fixed) { args[j].memory = a->fixed; continue; }
-            if (st->loop || st->fn) continue;
+            if (st->fn) continue;
             if (!c->mem[k]) {
                 if (D(dnnl_memory_create)(&c->mem[k], a->md, ox_engine(), ptr) != dnnl_success) {
                     c->mem[k] = NULL;
@@ -1629,10 +1641,9 @@ int ox_plan_run(const ox_plan *cp, const nnp_tensor *in, const nnp_tensor *out, 
             c->ptr[k] = ptr;
             args[j].memory = c->mem[k];
         }
-        if (!rc && (st->loop || st->fn)) {
+        if (!rc && st->fn) {
             /* oneDNN's CPU stream runs primitives as they are submitted: the ones before are done */
             if (D(dnnl_stream_wait)(s) != dnnl_success) rc = ox_fail(e, "oneDNN failed to finish a step");
-            else if (st->loop) st->loop(ptrs[0], ptrs[1], st->n, st->row, st->inner, st->c);
             else {
                 int found = st->fn(st->cfg, ptrs, st->nargs);
                 if (found >= 0) nonfinite = found;
