@@ -556,10 +556,10 @@ static int build_conv(pb *b, const ox_op *op)
      * Else nhwc: one layout for every convolution keeps the nodes between them (pools,
      * binary ops, concats) in it too; kept when oneDNN runs it on a jit or brgemm kernel.
      * Else the layouts oneDNN picks (format_tag::any). */
-    int x = op->in[0], first = DIMS(x)[1] <= 4 && b->nviews[x] && is_plain(b, x, home(b, x)) && pool_reads_only(b, op->out) ? 2 : 0;
-    for (int i = 0; i < 3; i++) {
-        int attempt = i == 0 ? first : i == 1 ? (first ? 0 : 1) : (first ? 1 : -1);
-        if (attempt < 0) break;
+    static const int order[3] = {2, 0, 1}; /* conv_pd's attempts, the first one only for a first convolution */
+    int x = op->in[0], first = DIMS(x)[1] <= 4 && b->nviews[x] && is_plain(b, x, home(b, x)) && pool_reads_only(b, op->out);
+    for (int i = first ? 0 : 1; i < 3; i++) {
+        int attempt = order[i];
         dnnl_primitive_desc_t pd = conv_pd(b, op, attempt, pl, pr, &st);
         if (!pd) continue;
         if (attempt != 1 && !fast_impl(pd)) {
