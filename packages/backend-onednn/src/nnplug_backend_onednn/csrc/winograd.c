@@ -34,8 +34,8 @@ void ox_wino_weights(const float *g, int64_t oc, int64_t ic, float *u)
 
 typedef struct {
     const ox_wino *w;
-    const float *x;
-    float *v;
+    const float *src; /* the input x, or M */
+    float *dst;       /* V, or the output y */
     const float *bias;
     int bad;
 } job;
@@ -55,10 +55,10 @@ __attribute__((target("avx2,fma"))) static void input_part(void *arg)
         int xok[4];
         for (int i = 0; i < 4; i++) {
             int64_t y = y0 + i;
-            row[i] = y >= 0 && y < w->h ? jb->x + ((n * w->h + y) * w->w) * C : NULL;
+            row[i] = y >= 0 && y < w->h ? jb->src + ((n * w->h + y) * w->w) * C : NULL;
             xok[i] = x0 + i >= 0 && x0 + i < w->w;
         }
-        float *out = jb->v + t * C;
+        float *out = jb->dst + t * C;
         for (int64_t c = 0; c < C; c += 8) {
             v8 d[4][4], s[4][4];
             for (int i = 0; i < 4; i++)
@@ -101,8 +101,8 @@ __attribute__((target("avx2,fma"))) static void output_part(void *arg)
     for (int64_t t = t0; t < t1; t++) {
         int64_t n = t / (w->th * w->tw), r = t % (w->th * w->tw), y0 = (r / w->tw) * 2, x0 = (r % w->tw) * 2;
         int ny = y0 + 1 < w->oh ? 2 : 1, nx = x0 + 1 < w->ow ? 2 : 1;
-        const float *in = jb->v + t * K;
-        float *out = (float *)jb->x + ((n * w->oh + y0) * w->ow + x0) * K;
+        const float *in = jb->src + t * K;
+        float *out = jb->dst + ((n * w->oh + y0) * w->ow + x0) * K;
         for (int64_t c = 0; c < K; c += 8) {
             v8 m[4][4], s[2][4], o[2][2];
             for (int i = 0; i < 4; i++)
@@ -136,6 +136,6 @@ __attribute__((target("avx2,fma"))) static void output_part(void *arg)
 
 void ox_wino_output(const ox_wino *w, const float *m, const float *bias, float *y)
 {
-    job jb = {w, y, (float *)m, bias, 0};
+    job jb = {w, m, y, bias, 0};
     dl_parallel(output_part, &jb, w->threads);
 }
