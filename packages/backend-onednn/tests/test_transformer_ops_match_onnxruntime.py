@@ -68,17 +68,20 @@ def check(rt, g, feeds, threads, what, all_onednn=True, opset=18):
     return assignment
 
 
-# (leading dims, K, N): K <= 2N runs as a 1x1 convolution, K > 2N as an inner product
+# (leading dims, K, N): which primitive runs them depends on the CPU (K > 2N as an inner
+# product on AMD's), so each runs as both
 MATMUL_SHAPES = [((1, 16), 24, 40), ((2, 5), 64, 16), ((7,), 96, 32), ((3, 2, 4), 33, 17), ((1, 9), 128, 8)]
 
 
 @pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dense", ["convolution", "inner_product"])
 @pytest.mark.parametrize("lead,k,n", MATMUL_SHAPES)
-def test_matmul_with_constant_weights_bias_gelu_and_residual(rt, lead, k, n, threads):
+def test_matmul_with_constant_weights_bias_gelu_and_residual(rt, lead, k, n, dense, threads, monkeypatch):
+    monkeypatch.setenv("NNPLUG_ONEDNN_DENSE", dense)
     g = Graph()
     y = g.gelu(g.dense("x", k, n, bias_first=True))
     y = g.op("Add", [g.dense(y, n, k), "x"])  # the residual: a sum post-op
-    check(rt, g, {"x": rand(*lead, k)}, threads, f"dense {lead} {k}->{n}")
+    check(rt, g, {"x": rand(*lead, k)}, threads, f"dense {lead} {k}->{n} as {dense}")
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -289,6 +292,14 @@ def test_dense_gelu_dense_residual_is_two_primitives_with_post_ops():
     for e in execs:
         assert ",convolution," in e or ",inner_product," in e, e
         assert "gemm" not in e.split(",")[4] and not e.split(",")[4].startswith("ref"), e
+
+
+@pytest.mark.parametrize("dense", ["convolution", "inner_product"])
+def test_dense_primitive_can_be_chosen(dense):
+    """NNPLUG_ONEDNN_DENSE picks the primitive a MatMul with constant weights runs as."""
+    lines = onednn_log(SETUP, env={"NNPLUG_ONEDNN_DENSE": dense})
+    execs = [ln for ln in lines if ",reorder," not in ln]
+    assert len(execs) == 2 and all(f",{dense}," in e for e in execs), execs
 
 
 # Rows a masked Softmax meets (torch's export then maps NaN to 0 with Where(IsNaN(p), 0, p)):

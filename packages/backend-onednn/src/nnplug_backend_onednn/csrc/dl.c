@@ -137,3 +137,9 @@ int dl_avx2_fma(void)
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
+
+int dl_cpu_amd(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_is("amd");
+}

@@ -72,5 +72,7 @@ void dl_team(int *me, int *n);
 void dl_share(int64_t total, int64_t *t0, int64_t *t1);
 /* Whether the CPU has AVX2 and FMA, which the backend's own loops are built for. */
 int dl_avx2_fma(void);
+/* Whether the CPU is AMD's (oneDNN's kernels rank differently there for some shapes). */
+int dl_cpu_amd(void);
 
 #endif

@@ -834,14 +834,19 @@ static dnnl_primitive_desc_t packed_matmul_pd(const ox_op *op, int64_t M, int64_
 }
 
 /* 1 when built as a packed-weights primitive, 0 when oneDNN has none fast for it (then its
- * matmul), -1 on error. The 1x1 convolution is the faster unless the inner dimension is much
- * longer than the output rows (BERT's 3072 -> 768: the convolution runs at a third of the speed
- * there; the brgemm inner product does not). */
+ * matmul), -1 on error. The 1x1 convolution is the faster, except on AMD CPUs where the inner
+ * dimension is much longer than the output rows: BERT's 3072 -> 768 ran at a third of the
+ * speed as a convolution on a Zen CPU, not as an inner product. On an Intel Xeon the
+ * convolution was the faster there too (1 thread: BERT-base's 3072 -> 768 49 ms against 55,
+ * ViT-B/16's 70 against 83; level at 2 threads). */
 static int build_conv_matmul(pb *b, const ox_op *op)
 {
     int64_t M, K, N;
     if (!conv_matmul_dims(b, op, &M, &K, &N)) return 0;
-    int first_ip = K > 2 * N;
+    /* NNPLUG_ONEDNN_DENSE=convolution / inner_product (read when a plan is made) picks one */
+    const char *pick = getenv("NNPLUG_ONEDNN_DENSE");
+    int first_ip = pick && !strcmp(pick, "inner_product") ? 1 : pick && !strcmp(pick, "convolution") ? 0
+                 : K > 2 * N && dl_cpu_amd();
     dnnl_primitive_desc_t pd = NULL;
     for (int attempt = 0; attempt < 2 && !pd; attempt++) {
         t_ip = attempt ? !first_ip : first_ip;
