@@ -4,6 +4,7 @@
  * each tile of the product while it is in L1; a direct kernel for depthwise convolution. The
  * planner folds BatchNormalization and per-channel Mul/Add into the packed weights
  * (nnc_conv_fold_affine). Weights given at run time go through nnc_sgemm. */
+#include "conv_winograd.h"
 #include "nnc.h"
 #include "ops.h"
 #include "typed.h"
@@ -18,6 +19,7 @@ typedef struct {
     int auto_pad;                    /* AP_* */
     float *w;                        /* depthwise: constant weights [M][kh*kw] */
     float *pw;                       /* otherwise: constant weights, each group packed */
+    float *pu;                       /* and Winograd's transformed ones (conv_winograd.h), or NULL */
     int64_t pw_group;                /* floats per group in pw */
     float *bias;                     /* [M] when weights are constant */
     int dt;                          /* element type: float32, or float16/bfloat16/float64 on
@@ -109,9 +111,23 @@ static void conv_destroy(nnc_node *n)
     if (!s) return;
     nnc_free(s->w);
     nnc_free(s->pw);
+    nnc_free(s->pu);
     nnc_free(s->bias);
     free(s);
     n->state = NULL;
+}
+
+/* 3x3, stride 1, dilation 1, one group, with constant float32 weights that are all finite
+ * (a non-finite weight would spread over its tiles as a non-finite input does), unless
+ * NNPLUG_CPU_WINOGRAD=0: such a convolution runs as Winograd F(2x2, 3x3) where the shape
+ * pays (nnc_wino_fits). */
+static int winograd_kernel(const conv_state *s)
+{
+    const char *env = getenv("NNPLUG_CPU_WINOGRAD");
+    if ((env && !strcmp(env, "0")) || !s->pw || s->nsp != 2 || s->group != 1 || s->kh != 3 || s->kw != 3 ||
+        s->sh != 1 || s->sw != 1 || s->dh != 1 || s->dw != 1)
+        return 0;
+    return 1;
 }
 
 static int conv_create(nnc_node *n, nnc_err *e)
@@ -186,6 +202,10 @@ static int conv_create(nnc_node *n, nnc_err *e)
                 nnc_sgemm_pack_a(Mg, K, src + g * Mg * K, K, s->pw + g * s->pw_group);
         }
         if ((!s->w && !s->pw) || !s->bias) return nnc_node_fail(e, n, "out of memory packing weights");
+        if (winograd_kernel(s) && !nnc_any_nonfinite(src, s->M * K)) {
+            s->pu = nnc_alloc((size_t)nnc_wino_packed_floats(s->M, s->Cg) * sizeof(float));
+            if (!s->pu || nnc_wino_pack(src, s->M, s->Cg, s->pu)) return nnc_node_fail(e, n, "out of memory packing weights");
+        }
         if (nnc_in_present(n, 2)) memcpy(s->bias, n->vin[2]->const_data, (size_t)s->M * sizeof(float));
         else memset(s->bias, 0, (size_t)s->M * sizeof(float));
     }
@@ -204,12 +224,17 @@ void nnc_conv_fold_affine(nnc_node *n, const float *scale, const float *shift)
 {
     conv_state *s = n->state;
     int64_t K = s->Cg * s->kh * s->kw, Mg = s->M / s->group;
+    if (scale && s->pu && nnc_any_nonfinite(scale, s->M)) { /* see winograd_kernel */
+        nnc_free(s->pu);
+        s->pu = NULL;
+    }
     for (int64_t m = 0; m < s->M; m++) {
         float a = scale ? scale[m] : 1.f, b = shift ? shift[m] : 0.f;
         if (scale && s->w)
             for (int64_t k = 0; k < K; k++) s->w[m * K + k] *= a;
         else if (scale)
             nnc_sgemm_packed_a_scale_row(s->pw + m / Mg * s->pw_group, K, m % Mg, a);
+        if (scale && s->pu) nnc_wino_scale_row(s->pu, s->M, s->Cg, m, a);
         s->bias[m] = s->bias[m] * a + b;
     }
 }
@@ -976,7 +1001,13 @@ static size_t conv_scratch(const nnc_node *n, nnc_tensor *const *in, const nnc_t
     if (s->pw) {
         size_t packed = (size_t)(nnc_sgemm_packed_b_floats(K, tn) + tn) * sizeof(float);
         size_t rows = rows_path(s, OH, OW, direct) ? rows_scratch(s, OH, OW, direct) : 0;
-        return rows > packed ? rows : packed;
+        size_t most = rows > packed ? rows : packed;
+        if (s->pu && nnc_wino_fits(s->Cg, s->M, OH, OW)) {
+            nnc_wino_shape g = {s->Cg, s->M, H, W, OH, OW, pt, pl};
+            size_t wino = nnc_wino_scratch(&g);
+            if (wino > most) most = wino;
+        }
+        return most;
     }
     return direct ? 0 : (size_t)(K * tn) * sizeof(float);
 }
@@ -1041,10 +1072,15 @@ static int conv_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exe
         if (j.fail) return nnc_node_fail(e, n, "out of memory for convolution scratch");
         return NNC_OK;
     }
+    int wino = s->pu && nnc_wino_fits(s->Cg, s->M, j.OH, j.OW);
+    nnc_wino_shape g = {s->Cg, s->M, j.H, j.W, j.OH, j.OW, j.pt, j.pl};
     for (int64_t b = 0; b < N; b++) {
         j.x = (const float *)x->data + b * x->dims[1] * j.H * j.W;
         j.y = (float *)out->data + b * s->M * OHW;
         j.res = n->residual >= 0 ? (const float *)in[n->residual]->data + b * s->M * OHW : NULL;
+        int rc = wino ? nnc_wino_run(&g, s->pu, j.x, j.bias, j.res, j.act, j.y, xc, T) : 1;
+        if (rc == NNC_ERR) return nnc_node_fail(e, n, "out of memory for convolution scratch");
+        if (rc == NNC_OK) continue; /* else the direct convolution: not Winograd, or a NaN or infinity in x */
         if (rows_path(s, j.OH, j.OW, j.direct)) {
             if (conv_rows(&j, T)) return nnc_node_fail(e, n, "out of memory for convolution scratch");
         } else if (packed && j.nmb > 1 && !(j.direct && OHW == 1)) conv_shared_columns(&j);
