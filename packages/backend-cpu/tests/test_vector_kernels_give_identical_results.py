@@ -6,7 +6,8 @@ in the same order, so their outputs are bit-identical on convolutions and matrix
 every fused epilogue (bias, residual, Relu, Clip, LeakyRelu, HardSwish, SiLU, Gelu) and of
 shapes off both kernels' tiles; a one-pixel convolution (matrix times vector) gives the bits
 the GEMM gives that pixel in a wider image, with every kernel; the portable C kernel (no FMA)
-matches onnxruntime. NNPLUG_CPU_ISA caps the kernels for a process, so each runs in its own."""
+matches onnxruntime. Winograd convolutions (conv_winograd.c) are among the cases: their
+transforms are additions only, the same at every level. NNPLUG_CPU_ISA caps the kernels for a process, so each runs in its own."""
 
 from __future__ import annotations
 
@@ -120,6 +121,9 @@ def cases():
     out["dw3x3s2-28px"] = conv_case(rng, 2, 16, 56, 55, 16, 3, 2, 1, "clip", False, group=16)
     out["matmul-bias"] = matmul_case(rng, 17, 300, 45, False)
     out["matmul-gelu"] = matmul_case(rng, 29, 64, 100, True)
+    # Winograd F(2x2, 3x3) (32+ in, 64+ out channels): partial tiles, batch, epilogues
+    out["wino3x3-odd-residual"] = conv_case(rng, 1, 40, 9, 11, 70, 3, 1, 1, "relu", True)
+    out["wino3x3-batch2-hardswish"] = conv_case(rng, 2, 33, 7, 8, 64, 3, 1, 1, "hardswish", False)
     return out
 
 
