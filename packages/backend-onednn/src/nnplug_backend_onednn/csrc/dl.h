@@ -28,6 +28,7 @@
     X(dnnl_primitive_create)                           \
     X(dnnl_primitive_destroy)                          \
     X(dnnl_primitive_execute)                          \
+    X(dnnl_primitive_get_primitive_desc)               \
     X(dnnl_primitive_attr_create)                      \
     X(dnnl_primitive_attr_destroy)                     \
     X(dnnl_primitive_attr_set_post_ops)                \

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kernels.h"
 #include "nhwc.h"
@@ -52,6 +53,8 @@ typedef struct {
     int when; /* RUN_* */
     int nargs;
     ox_arg args[MAXARGS];
+    const char *node; /* "name (OpType)" of the node it is for (NNPLUG_ONEDNN_PROFILE) */
+    const char *what; /* a step of the backend's own: what it does */
 } ox_step;
 
 /* The memory objects of one run: a run takes a context for itself, so handles can be reset
@@ -64,6 +67,7 @@ typedef struct ox_ctx {
 
 struct ox_plan {
     int nstep, cap_step, nbuf, cap_buf, nowned, cap_owned, threads, nmem;
+    int profile; /* NNPLUG_ONEDNN_PROFILE=1 when it was made: each step's time to stderr */
     ox_step *steps;
     ox_buf *bufs;
     void **owned; /* packed weights */
@@ -197,12 +201,27 @@ static int new_buf(pb *b, int where, int index, const void *ptr, uint64_t size)
 static int arena_buf(pb *b, const_dnnl_memory_desc_t md) { return new_buf(b, B_ARENA, 0, NULL, D(dnnl_memory_desc_get_size)(md)); }
 
 /* A step running pd's primitive; its arguments come with add_arg. -1 on failure. */
+static void *owned_cfg(pb *b, size_t n);
+
+/* "name (OpType)" of the node being built, owned by the plan ("" when out of memory). */
+static const char *step_node(pb *b)
+{
+    if (b->cur < 0 || b->cur >= b->g->norder) return "";
+    const ox_op *op = &b->g->ops[b->g->order[b->cur]];
+    size_t n = strlen(op->name) + strlen(op->op_type) + 4;
+    char *t = owned_cfg(b, n);
+    if (!t) return "";
+    snprintf(t, n, "%s (%s)", op->name, op->op_type);
+    return t;
+}
+
 static int new_step(pb *b, const_dnnl_primitive_desc_t pd)
 {
     ox_plan *p = b->p;
     if (grow((void **)&p->steps, &p->cap_step, p->nstep, sizeof *p->steps)) return ox_fail(b->e, "out of memory") ? -1 : -1;
     ox_step *s = &p->steps[p->nstep];
     memset(s, 0, sizeof *s);
+    s->node = step_node(b);
     if (D(dnnl_primitive_create)(&s->prim, pd) != dnnl_success) {
         ox_fail(b->e, "oneDNN could not create a primitive");
         return -1;
@@ -572,16 +591,19 @@ static int build_conv(pb *b, const ox_op *op)
     return ox_fail(b->e, "node '%s' (Conv): oneDNN has no convolution for it (status %d)", op->name, (int)st);
 }
 
-/* A step of the backend's own: fn on cfg. -1 on failure. */
-static int fn_step(pb *b, ox_fn fn, const void *cfg, int when)
+/* A step of the backend's own: fn on cfg, doing `what`. -1 on failure. */
+static int fn_step(pb *b, ox_fn fn, const void *cfg, int when, const char *what)
 {
     ox_plan *p = b->p;
+    const char *node = step_node(b);
     if (grow((void **)&p->steps, &p->cap_step, p->nstep, sizeof *p->steps)) return ox_fail(b->e, "out of memory") ? -1 : -1;
     ox_step *st = &p->steps[p->nstep];
     memset(st, 0, sizeof *st);
     st->fn = fn;
     st->cfg = cfg;
     st->when = when;
+    st->node = node;
+    st->what = what;
     return p->nstep++;
 }
 
@@ -674,7 +696,7 @@ static int build_winograd(pb *b, const ox_op *op, dnnl_primitive_desc_t direct, 
     }
     /* V = B^T d B */
     if (get_view(b, op->in[0], xmd, &xbuf) || (vbuf = arena_buf(b, vmd)) < 0 || (mbuf = arena_buf(b, mmd)) < 0) goto done;
-    if ((s = fn_step(b, wino_input_fn, w, RUN_ALWAYS)) < 0 || add_arg(b, s, DNNL_ARG_SRC, xbuf, xmd) ||
+    if ((s = fn_step(b, wino_input_fn, w, RUN_ALWAYS, "winograd input transform")) < 0 || add_arg(b, s, DNNL_ARG_SRC, xbuf, xmd) ||
         add_arg(b, s, DNNL_ARG_DST, vbuf, vmd))
         goto done;
     /* M = V . U */
@@ -688,7 +710,7 @@ static int build_winograd(pb *b, const ox_op *op, dnnl_primitive_desc_t direct, 
         goto done;
     /* y = A^T M A with the bias and post-ops; or the direct convolution */
     if (conv_inputs(b, op, direct, -2) || sum_dst(b, op, ymd, &dbuf, &reorder_out)) goto done;
-    if ((s = fn_step(b, wino_output_fn, w, RUN_FINITE)) < 0 || add_arg(b, s, DNNL_ARG_SRC, mbuf, mmd) ||
+    if ((s = fn_step(b, wino_output_fn, w, RUN_FINITE, "winograd output transform")) < 0 || add_arg(b, s, DNNL_ARG_SRC, mbuf, mmd) ||
         add_arg(b, s, DNNL_ARG_DST, dbuf, ymd))
         goto done;
     if (op->b || (op->nin == 3 && op->in[2] >= 0)) {
@@ -993,12 +1015,12 @@ static int loop_fn(const void *cfg, void *const *ptrs, int nptrs)
 }
 
 /* A step running loop over the n floats of its args src and dst (added by the caller). */
-static int loop_step(pb *b, ox_loop loop, int64_t n, int64_t row, int64_t inner, float c)
+static int loop_step(pb *b, ox_loop loop, int64_t n, int64_t row, int64_t inner, float c, const char *what)
 {
     ox_loop_cfg *l = owned_cfg(b, sizeof *l);
     if (!l) return -1;
     *l = (ox_loop_cfg){loop, n, row, inner, c};
-    return fn_step(b, loop_fn, l, RUN_ALWAYS);
+    return fn_step(b, loop_fn, l, RUN_ALWAYS, what);
 }
 
 static void erf_loop(const float *x, float *y, int64_t n, int64_t row, int64_t inner, float c)
@@ -1053,7 +1075,7 @@ static int add_softmax_nan_rows(pb *b, const ox_op *op)
         else if (d > op->axis) inner *= DIMS(v)[d];
     }
     int s = loop_step(b, softmax_nan_rows, (int64_t)(D(dnnl_memory_desc_get_size)(vw->md) / sizeof(float)),
-                      row > 0 ? row : 1, inner > 0 ? inner : 1, 0.f);
+                      row > 0 ? row : 1, inner > 0 ? inner : 1, 0.f, "softmax nan rows");
     if (s < 0) return 1;
     return add_arg(b, s, DNNL_ARG_SRC, vw->buf, vw->md) || add_arg(b, s, DNNL_ARG_DST, vw->buf, vw->md);
 }
@@ -1070,7 +1092,8 @@ static int build_loop(pb *b, const ox_op *op)
     if (plain_buf(b, x, &xbuf)) goto done;
     int dbuf = dst_buf(b, op, md, &reorder_out), s;
     if (dbuf < 0 || (s = loop_step(b, op->kind == OP_NANREP ? nan_replace_loop : erf_loop,
-                                   (int64_t)(D(dnnl_memory_desc_get_size)(md) / sizeof(float)), 1, 1, op->alpha)) < 0)
+                                   (int64_t)(D(dnnl_memory_desc_get_size)(md) / sizeof(float)), 1, 1, op->alpha,
+                                   op->kind == OP_NANREP ? "nan replacement" : "erf")) < 0)
         goto done;
     rc = add_arg(b, s, DNNL_ARG_SRC, xbuf, md) || add_arg(b, s, DNNL_ARG_DST, dbuf, md) || set_result(b, op, dbuf, md, reorder_out);
 done:
@@ -1329,7 +1352,7 @@ static int build_nhwc_lrn(pb *b, const ox_op *op)
     *l = (ox_lrn_nhwc){.pixels = yd[0] * yd[2] * yd[3], .c = yd[1], .half = (int)((op->size - 1) / 2),
                        .alpha_n = op->alpha / (float)op->size, .bias = op->lrn_bias, .threads = b->p->threads};
     const_dnnl_memory_desc_t md = home(b, x); /* nhwc: the result's layout too */
-    return (dbuf = dst_buf(b, op, md, &reorder_out)) < 0 || (s = fn_step(b, lrn_fn, l, RUN_ALWAYS)) < 0 ||
+    return (dbuf = dst_buf(b, op, md, &reorder_out)) < 0 || (s = fn_step(b, lrn_fn, l, RUN_ALWAYS, "nhwc lrn")) < 0 ||
            add_arg(b, s, DNNL_ARG_SRC, b->views[x][0].buf, md) || add_arg(b, s, DNNL_ARG_DST, dbuf, md) ||
            set_result(b, op, dbuf, md, reorder_out);
 }
@@ -1543,6 +1566,8 @@ static ox_plan *build_ex(const ox_graph *g, const int64_t *dims, int threads, in
         if (r) goto done;
     }
     rc = dry ? 0 : place_arena(p);
+    const char *prof = getenv("NNPLUG_ONEDNN_PROFILE");
+    p->profile = prof && !strcmp(prof, "1");
     for (int i = 0; i < p->nstep; i++) p->nmem += p->steps[i].nargs;
 done:
     if (b.views)
@@ -1600,6 +1625,50 @@ static void ctx_give(ox_plan *p, ox_ctx *c)
     pthread_mutex_unlock(&p->mu);
 }
 
+/* ---- NNPLUG_ONEDNN_PROFILE=1 -------------------------------------------------------------- */
+
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+static const char *kind_name(dnnl_primitive_kind_t k)
+{
+    switch (k) {
+    case dnnl_reorder: return "reorder";
+    case dnnl_concat: return "concat";
+    case dnnl_convolution: return "convolution";
+    case dnnl_eltwise: return "eltwise";
+    case dnnl_softmax: return "softmax";
+    case dnnl_pooling: return "pooling";
+    case dnnl_lrn: return "lrn";
+    case dnnl_batch_normalization: return "batch_normalization";
+    case dnnl_layer_normalization: return "layer_normalization";
+    case dnnl_inner_product: return "inner_product";
+    case dnnl_binary: return "binary";
+    case dnnl_matmul: return "matmul";
+    default: return "primitive";
+    }
+}
+
+/* One line on stderr for step i, its fields between " | ": its node, what ran (oneDNN's
+ * primitive kind and implementation, or the backend's own step) and its time. */
+static void profile_line(int i, const ox_step *st, double ms)
+{
+    const char *kind = st->what ? st->what : "primitive", *impl = "own";
+    if (st->prim) {
+        const_dnnl_primitive_desc_t pd = NULL;
+        dnnl_primitive_kind_t k = dnnl_undefined_primitive;
+        if (D(dnnl_primitive_get_primitive_desc)(st->prim, &pd) == dnnl_success && pd) {
+            if (D(dnnl_primitive_desc_query)(pd, dnnl_query_primitive_kind, 0, &k) == dnnl_success) kind = kind_name(k);
+            if (D(dnnl_primitive_desc_query)(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl) impl = "?";
+        }
+    }
+    fprintf(stderr, "nnplug-onednn: step %4d | %-40s | %-26s | %-28s | %9.3f ms\n", i, st->node ? st->node : "", kind, impl, ms);
+}
+
 /* The plan's one mutable part is its pool of contexts, under its mutex. */
 int ox_plan_run(const ox_plan *cp, const nnp_tensor *in, const nnp_tensor *out, void *ws, ox_err *e)
 {
@@ -1614,6 +1683,7 @@ int ox_plan_run(const ox_plan *cp, const nnp_tensor *in, const nnp_tensor *out, 
     int nonfinite = 0; /* what the last Winograd input transform found */
     for (int i = 0, k = 0; i < p->nstep && !rc; i++) {
         const ox_step *st = &p->steps[i];
+        double t0 = p->profile ? now_ms() : 0;
         if (st->when != RUN_ALWAYS && (st->when == RUN_NONFINITE) != nonfinite) {
             k += st->nargs;
             continue;
@@ -1653,10 +1723,12 @@ int ox_plan_run(const ox_plan *cp, const nnp_tensor *in, const nnp_tensor *out, 
                 int found = st->fn(st->cfg, ptrs, st->nargs);
                 if (found >= 0) nonfinite = found;
             }
+            if (p->profile) profile_line(i, st, now_ms() - t0);
             continue;
         }
         if (!rc && D(dnnl_primitive_execute)(st->prim, s, st->nargs, args) != dnnl_success)
             rc = ox_fail(e, "oneDNN failed to execute a primitive");
+        if (p->profile) profile_line(i, st, now_ms() - t0);
     }
     if (!rc && D(dnnl_stream_wait)(s) != dnnl_success) rc = ox_fail(e, "oneDNN failed to finish a run");
     ctx_give(p, c);
