@@ -59,16 +59,14 @@ static int64_t block_rows(const nnc_wino_shape *g)
     return rows > TH ? TH : rows;
 }
 
-static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
-
 /* One task's scratch: V (16 packed B of ic x tiles), M (16 of rows x tiles), the 16 rows of one
  * channel's transformed tiles, and four zero-padded input rows. */
 static size_t task_bytes(const nnc_wino_shape *g, int64_t tiles, int64_t rows)
 {
     int64_t TW = (g->ow + 1) / 2;
-    return 16 * align64((size_t)nnc_sgemm_packed_b_floats(g->ic, tiles) * sizeof(float)) +
-           16 * align64((size_t)(rows * tiles) * sizeof(float)) + 16 * align64((size_t)tiles * sizeof(float)) +
-           4 * align64((size_t)(2 * TW + 2) * sizeof(float)) + 64;
+    return 16 * nnc_align64((size_t)nnc_sgemm_packed_b_floats(g->ic, tiles) * sizeof(float)) +
+           16 * nnc_align64((size_t)(rows * tiles) * sizeof(float)) + 16 * nnc_align64((size_t)tiles * sizeof(float)) +
+           4 * nnc_align64((size_t)(2 * TW + 2) * sizeof(float));
 }
 
 size_t nnc_wino_scratch(const nnc_wino_shape *g)
@@ -232,17 +230,16 @@ static void wino_tasks(void *arg, int64_t b, int64_t e, int tid)
         int64_t tiles = (th1 - th0) * TW;
         char *mem = nnc_scratch(j->xc, tid, task_bytes(g, tiles, rows));
         if (!mem) { __atomic_store_n(&j->fail, 1, __ATOMIC_RELAXED); return; }
-        size_t vsz = align64((size_t)nnc_sgemm_packed_b_floats(g->ic, tiles) * sizeof(float));
-        size_t msz = align64((size_t)(rows * tiles) * sizeof(float)), rsz = align64((size_t)tiles * sizeof(float));
-        float *v[16], *mx[16], *vrow[16], *pr[4];
-        mem = (char *)(((uintptr_t)mem + 63) & ~(uintptr_t)63);
+        size_t vsz = nnc_align64((size_t)nnc_sgemm_packed_b_floats(g->ic, tiles) * sizeof(float));
+        size_t msz = nnc_align64((size_t)(rows * tiles) * sizeof(float)), rsz = nnc_align64((size_t)tiles * sizeof(float));
+        float *v[16], *mx[16], *vrow[16], *pr[4]; /* mem is 64-byte aligned (nnc_scratch) */
         for (int xi = 0; xi < 16; xi++) v[xi] = (float *)(mem + xi * vsz);
         mem += 16 * vsz;
         for (int xi = 0; xi < 16; xi++) mx[xi] = (float *)(mem + xi * msz);
         mem += 16 * msz;
         for (int xi = 0; xi < 16; xi++) vrow[xi] = (float *)(mem + xi * rsz);
         mem += 16 * rsz;
-        for (int r = 0; r < 4; r++) pr[r] = (float *)(mem + r * align64((size_t)PW * sizeof(float)));
+        for (int r = 0; r < 4; r++) pr[r] = (float *)(mem + r * nnc_align64((size_t)PW * sizeof(float)));
         for (int64_t c = 0; c < g->ic; c++) {
             const float *xc = j->x + c * g->h * g->w;
             for (int64_t th = th0; th < th1; th++) {
@@ -262,14 +259,10 @@ static void wino_tasks(void *arg, int64_t b, int64_t e, int tid)
 int nnc_wino_run(const nnc_wino_shape *g, const float *pu, const float *x, const float *bias, const float *res,
                  const nnc_act *act, float *y, nnc_exec *xc, int threads)
 {
-    wino_job j = {g, x, pu, bias, res, y, act, xc, block_rows(g), 0, g->oc, 1, 0, 0};
+    wino_job j = {g, x, pu, bias, res, y, act, xc, block_rows(g), 0, 0, 0, 0, 0};
     int64_t TH = (g->oh + 1) / 2;
     j.nblk = (TH + j.rows_per_blk - 1) / j.rows_per_blk;
-    if (j.nblk < 2 * threads && g->oc >= 32) { /* few blocks: the output channels split too */
-        int64_t nmb = (2 * threads + j.nblk - 1) / j.nblk;
-        j.mblk = ((g->oc + nmb - 1) / nmb + NNC_GEMM_MR - 1) / NNC_GEMM_MR * NNC_GEMM_MR;
-        j.nmb = (g->oc + j.mblk - 1) / j.mblk;
-    }
+    nnc_gemm_row_blocks(g->oc, j.nblk, threads, &j.mblk, &j.nmb); /* few blocks: channels split too */
     nnc_parallel_for(j.nblk * j.nmb, 1, wino_tasks, &j);
     if (j.fail) return NNC_ERR;
     return j.nonfinite ? 1 : NNC_OK;

@@ -718,3 +718,13 @@ void nnc_sgemv_packed(int64_t m, int64_t k, const float *pa, const float *x, flo
     }
     for (int64_t i = 0; i < m; i++) y[i * ldy] = epi_one(y[i * ldy], ep, i, c0);
 }
+
+void nnc_gemm_row_blocks(int64_t m, int64_t tasks, int threads, int64_t *blk, int64_t *nblk)
+{
+    *blk = m;
+    *nblk = 1;
+    if (tasks >= 2 * threads || m < 32) return;
+    int64_t want = (2 * threads + tasks - 1) / tasks;
+    *blk = ((m + want - 1) / want + NNC_GEMM_MR - 1) / NNC_GEMM_MR * NNC_GEMM_MR;
+    *nblk = (m + *blk - 1) / *blk;
+}

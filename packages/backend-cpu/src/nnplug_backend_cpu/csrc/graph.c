@@ -6,8 +6,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#define ALIGN 64
-static size_t align_up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
+
 
 static char *dup_str(const char *s)
 {
@@ -509,7 +508,7 @@ static int plan_memory(nnc_plan *p, int concat_in_place, nnc_err *e)
         if (x->producer < 0 || x->ext_out >= 0 || x->root != v || x->is_const) continue;
         if (p->nodes[x->producer].dead) continue;
         if (!info_static(&x->info)) { x->dyn = 1; continue; }
-        x->nbytes = align_up(info_nbytes(&x->info) ? info_nbytes(&x->info) : 1);
+        x->nbytes = nnc_align64(info_nbytes(&x->info) ? info_nbytes(&x->info) : 1);
         cand[nc++] = v;
     }
     /* Greedy: biggest first, lowest offset clear of every overlapping lifetime. */
@@ -552,7 +551,7 @@ static int node_scratch(nnc_node *n, nnc_tensor *const *in, size_t *out, nnc_err
     nnc_tensor outs[NNC_MAXIO];
     memset(outs, 0, sizeof outs);
     TRY(n->op->infer(n, in, outs, e));
-    *out = align_up(n->op->scratch(n, in, outs));
+    *out = nnc_align64(n->op->scratch(n, in, outs));
     return NNC_OK;
 }
 
@@ -871,7 +870,7 @@ int nnc_plan_workspace(const nnc_plan *p, const nnc_tensor *kin, int nkin, size_
         TRY(check_inputs_present(&p->nodes[0], in, e));
         TRY(node_scratch((nnc_node *)&p->nodes[0], in, &per, e));
     }
-    *out = align_up(p->arena_bytes) + (size_t)nnc_num_threads() * per;
+    *out = nnc_align64(p->arena_bytes) + (size_t)nnc_num_threads() * per;
     return NNC_OK;
 }
 
@@ -879,7 +878,7 @@ int nnc_plan_run(const nnc_plan *p, const nnc_tensor *kin, int nkin, const nnc_t
                  void *ws, size_t wsn, nnc_err *e)
 {
     if (nkout != p->nkout) return nnc_fail(e, "the kernel got %d outputs, it has %d", nkout, p->nkout);
-    size_t arena = align_up(p->arena_bytes);
+    size_t arena = nnc_align64(p->arena_bytes);
     if (p->arena_bytes && (!ws || wsn < arena))
         return nnc_fail(e, "the workspace has %zu bytes, the kernel needs %zu", ws ? wsn : 0, arena);
     nnc_tensor vt_stack[64];

@@ -191,6 +191,10 @@ int nnc_isa_level(void);
  * nnc_sgemm. Packed A: panels of NNC_GEMM_MR rows over the whole K, so rows [r, m) with r a
  * multiple of NNC_GEMM_MR start at pa + r * k. Packed B: filled row by row (k rows of n). */
 #define NNC_GEMM_MR 6
+/* Rows [0, m) of a product in blocks of *blk rows (a multiple of NNC_GEMM_MR), *nblk of them,
+ * when `tasks` other tasks are too few for `threads` threads (fewer than two each) and m is
+ * 32 or more; else one block of m. */
+void nnc_gemm_row_blocks(int64_t m, int64_t tasks, int threads, int64_t *blk, int64_t *nblk);
 int64_t nnc_sgemm_packed_a_floats(int64_t m, int64_t k);
 void nnc_sgemm_pack_a(int64_t m, int64_t k, const float *a, int64_t lda, float *pa);
 void nnc_sgemm_packed_a_scale_row(float *pa, int64_t k, int64_t row, float s); /* row *= s */
@@ -250,6 +254,7 @@ void nnc_vgelu_erf(const float *x, float *y, int64_t n, float d);
 
 /* Memory. */
 void *nnc_alloc(size_t nbytes); /* 64-byte aligned, NULL on failure */
+static inline size_t nnc_align64(size_t n) { return (n + 63) & ~(size_t)63; }
 void nnc_free(void *p);
 
 /* Epilogue helpers. */

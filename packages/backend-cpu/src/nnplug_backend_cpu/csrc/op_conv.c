@@ -459,12 +459,7 @@ static void conv_tasks(void *arg, int64_t b, int64_t e, int tid)
  * tasks are too few for the threads (late layers, few pixels); one block otherwise. */
 static void split_channels(conv_job *j, int64_t tasks, int T)
 {
-    j->mblk = j->Mg;
-    j->nmb = 1;
-    if (tasks >= 2 * T || j->Mg < 32) return;
-    int64_t nmb = (2 * T + tasks - 1) / tasks;
-    j->mblk = ((j->Mg + nmb - 1) / nmb + NNC_GEMM_MR - 1) / NNC_GEMM_MR * NNC_GEMM_MR;
-    j->nmb = (j->Mg + j->mblk - 1) / j->mblk;
+    nnc_gemm_row_blocks(j->Mg, tasks, T, &j->mblk, &j->nmb);
 }
 
 /* The GEMM epilogue of output channels from mg0 on, columns from p0 on: bias, residual and the
