@@ -200,7 +200,6 @@ static int new_buf(pb *b, int where, int index, const void *ptr, uint64_t size)
 
 static int arena_buf(pb *b, const_dnnl_memory_desc_t md) { return new_buf(b, B_ARENA, 0, NULL, D(dnnl_memory_desc_get_size)(md)); }
 
-/* A step running pd's primitive; its arguments come with add_arg. -1 on failure. */
 static void *owned_cfg(pb *b, size_t n);
 
 /* "name (OpType)" of the node being built, owned by the plan ("" when out of memory). */
@@ -215,6 +214,7 @@ static const char *step_node(pb *b)
     return t;
 }
 
+/* A step running pd's primitive; its arguments come with add_arg. -1 on failure. */
 static int new_step(pb *b, const_dnnl_primitive_desc_t pd)
 {
     ox_plan *p = b->p;
