@@ -14,6 +14,7 @@ is not rebuilt for every session.
 from __future__ import annotations
 
 import contextlib
+import functools
 import glob
 import hashlib
 import os
@@ -48,6 +49,29 @@ SANITIZE_LDFLAGS = "-fsanitize=address,undefined"
 
 nox.options.error_on_missing_interpreters = True
 nox.options.sessions = ["lint", "tests", "isolation", "wheels", "sanitize", "docs"]
+
+
+DISCARD_ENVS = "NNPLUG_NOX_DISCARD_ENVS"
+"""Set to 1 (``nox -s ci`` sets it): each session deletes its environment when it ends."""
+
+
+def disposable_session(**kwargs):
+    """``nox.session`` whose environment is deleted when the session ends if DISCARD_ENVS is 1.
+
+    CI machines may have only a few GB of disk: the 27 environments of ``ci`` hold 0.4-1 GB
+    each (onnxruntime, oneDNN, Ray), and kept side by side they filled one (ENOSPC in pip)."""
+    def decorate(func):
+        @functools.wraps(func)
+        def run_then_discard(session: nox.Session, **params) -> None:
+            try:
+                func(session, **params)
+            finally:
+                where = getattr(session.virtualenv, "location", None)
+                if os.environ.get(DISCARD_ENVS) == "1" and where and os.path.isdir(where):
+                    session.log(f"discarding {os.path.relpath(where, ROOT)} ({DISCARD_ENVS}=1)")
+                    shutil.rmtree(where, ignore_errors=True)
+        return nox.session(**kwargs)(run_then_discard)
+    return decorate
 
 
 def _put_interpreters_on_path() -> None:
@@ -283,7 +307,7 @@ def run_pytest(session: nox.Session, pkg: Package, *args: str, env: dict | None 
 
 
 # -- sessions ----------------------------------------------------------------------------
-@nox.session(python=PYTHONS)
+@disposable_session(python=PYTHONS)
 @nox.parametrize("package", list(PACKAGES))
 def tests(session: nox.Session, package: str) -> None:
     """One package on one Python: its wheel installed beside only the core, then its tests.
@@ -301,7 +325,7 @@ def tests(session: nox.Session, package: str) -> None:
 ISOLATION_PARTNERS = {"backend-onednn": ["backend-cpu"]}
 
 
-@nox.session(python=CI_PYTHON)
+@disposable_session(python=CI_PYTHON)
 @nox.parametrize("plugin", [*PLUGINS, "all"])
 def isolation(session: nox.Session, plugin: str) -> None:
     """The core plus exactly one plugin works; the others are reported absent.
@@ -328,7 +352,7 @@ def isolation(session: nox.Session, plugin: str) -> None:
         session.run("python", check, *args, *session.posargs)
 
 
-@nox.session(python=PYTHONS)
+@disposable_session(python=PYTHONS)
 def wheels(session: nox.Session) -> None:
     """sdist and wheel of every package, contents checked, all installed together, demo runs.
 
@@ -403,7 +427,7 @@ def _auditwheel_problems(session: nox.Session, wheel: str, platform: str) -> lis
     return []
 
 
-@nox.session(python=CI_PYTHON)
+@disposable_session(python=CI_PYTHON)
 def sanitize(session: nox.Session) -> None:
     """C code under AddressSanitizer and UndefinedBehaviorSanitizer: build, check, test.
 
@@ -463,7 +487,7 @@ def _compiler_file(name: str) -> str:
                           capture_output=True, text=True, check=True).stdout.strip()
 
 
-@nox.session(python=CI_PYTHON)
+@disposable_session(python=CI_PYTHON)
 def lint(session: nox.Session) -> None:
     """ruff over the whole repository (config in the root pyproject.toml)."""
     session.install("ruff")
@@ -473,7 +497,7 @@ def lint(session: nox.Session) -> None:
 DOCS_TOOLS = ("mkdocs>=1.6", "mkdocstrings[python]>=0.26", "pymdown-extensions>=10")
 
 
-@nox.session(python=CI_PYTHON)
+@disposable_session(python=CI_PYTHON)
 def docs(session: nox.Session) -> None:
     """Docs and READMEs: relative links resolve, python blocks run (all packages installed);
     then the site (mkdocs.yml, API reference from the docstrings) builds with warnings as
@@ -495,7 +519,7 @@ CONFORMANCE = {
 }
 
 
-@nox.session(python=CI_PYTHON)
+@disposable_session(python=CI_PYTHON)
 @nox.parametrize("plugin", list(CONFORMANCE))
 def conformance(session: nox.Session, plugin: str) -> None:
     """The nnplug.testing conformance suite against one in-tree plugin, from its wheel.
@@ -517,7 +541,7 @@ NODESUITE = {
 }
 
 
-@nox.session(python=CI_PYTHON)
+@disposable_session(python=CI_PYTHON)
 @nox.parametrize("backend", list(NODESUITE))
 def nodesuite(session: nox.Session, backend: str) -> None:
     """Every case of ONNX's node suite on nnplug and on onnxruntime in the same run; fails on
@@ -538,7 +562,7 @@ def _backend_packages() -> list[Package]:
     return [PACKAGES[p] for p in PLUGINS if PACKAGES[p].backend_ids]
 
 
-@nox.session(python=CI_PYTHON)
+@disposable_session(python=CI_PYTHON)
 def differential(session: nox.Session) -> None:
     """Proof: every zoo model (shipped and random weights), the repository's .onnx files and
     ONNX's node suite against onnxruntime, under OPENBLAS_CORETYPE unset/Haswell/Zen/SkylakeX
@@ -549,7 +573,7 @@ def differential(session: nox.Session) -> None:
         session.run("python", os.path.join(ROOT, "tools", "differential.py"), *session.posargs)
 
 
-@nox.session(python=CI_PYTHON)
+@disposable_session(python=CI_PYTHON)
 def fuzz(session: nox.Session) -> None:
     """Proof: a few hundred seeded mutations of zoo models and node cases, each in a child
     process; a signal, a hang or a non-nnplug exception fails it (tools/fuzz.py; arguments
@@ -560,12 +584,15 @@ def fuzz(session: nox.Session) -> None:
         session.run("python", os.path.join(ROOT, "tools", "fuzz.py"), *session.posargs)
 
 
-@nox.session(python=False)
+@disposable_session(python=False)
 def ci(session: nox.Session) -> None:
     """What CI runs: lint, every package's tests on 3.11, wheels, isolation, conformance,
     the whole node suite per backend, sanitize, fuzz, docs.
 
-    Queues those sessions; the full Python matrix is ``nox`` (or ``nox -s tests wheels``)."""
+    Queues those sessions; the full Python matrix is ``nox`` (or ``nox -s tests wheels``).
+    Each queued session deletes its environment when it ends (DISCARD_ENVS), so the run fits
+    on a small disk; ``NNPLUG_NOX_DISCARD_ENVS=0 nox -s ci`` keeps them."""
+    os.environ.setdefault(DISCARD_ENVS, "1")
     session.notify("lint")
     for name in PACKAGES:
         session.notify(f"tests-{CI_PYTHON}(package={name!r})")
