@@ -288,6 +288,11 @@ static int parse_conv(parser *p, ox_op *op)
     const ox_value *x = V(0), *w = V(1), *y = Y;
     if (x->ndim != 4 || w->ndim != 4 || y->ndim != 4) return decline(p, "only 2-D convolutions");
     if (!w->cdata) return decline(p, "weights must be constant");
+    /* ONNX pads with zeros, so a weight that is not finite makes 0 * inf = NaN on the padding;
+     * oneDNN's kernels skip padded taps and this backend's Winograd spreads such a weight over
+     * whole tiles, so the cpu backend, which follows the definition, runs these */
+    for (int64_t i = 0, nw = vnumel(w); i < nw; i++)
+        if (!isfinite(w->cdata[i])) return decline(p, "a weight is infinite or NaN");
     int64_t C = x->dims[1], OC = w->dims[0];
     op->group = attr_int(n, "group", 1);
     if (C < 0) return decline(p, "channel count unknown at load");
