@@ -834,7 +834,8 @@ static int swish_chain(const ox_graph *g, int x, int *chain)
  * BatchNormalization (into a Conv's weights), a bias Add (into a MatMul's bias), and for a Conv or MatMul the residual Add of a value of the same shape (a
  * `sum` post-op; the op then runs where the Add was, after both operands exist). */
 /* A BatchNormalization left to oneDNN's own primitive (a parameter given at run time): it
- * takes only a Relu, as its fuse_norm_relu flag; bn_affine's multiply-add takes any post-op. */
+ * takes no post-op (its fuse_norm_relu flag turns a NaN into 0: the Relu runs as its own step,
+ * see plan.c is_relu); bn_affine's multiply-add takes any post-op. */
 static int bn_primitive(const ox_op *op) { return op->kind == OP_BN && !op->w; }
 
 static void fuse(ox_graph *g)
@@ -859,14 +860,7 @@ static void fuse(ox_graph *g)
             int j = sole_consumer(g, op->out);
             if (j < 0) break;
             ox_op *nx = &g->ops[j];
-            if (bn_primitive(op)) { /* only a Relu, as the fuse_norm_relu flag */
-                if (nx->kind == OP_ELTWISE && nx->alg == dnnl_eltwise_relu && nx->alpha == 0.f && !op->bn_relu) {
-                    op->bn_relu = 1;
-                    absorb(g, op, nx);
-                    continue;
-                }
-                break;
-            }
+            if (bn_primitive(op)) break;
             if (op->kind == OP_CONV && ((nx->kind == OP_BN && nx->in[0] == op->out && fold_bn(g, op, nx)) ||
                                         fold_channel(g, op, nx))) {
                 absorb(g, op, nx);

