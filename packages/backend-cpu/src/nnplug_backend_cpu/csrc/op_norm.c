@@ -4,6 +4,7 @@
 #include "nnc.h"
 #include "ops.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -452,7 +453,9 @@ static void ln_rows(void *arg, int64_t b, int64_t e, int tid)
         float *y = j->y + r * j->len;
         double mu = row_sum(x, j->len) / (double)j->len;
         double sq = row_sq_dev(x, j->len, mu);
-        float inv = (float)(1.0 / sqrt(sq / (double)j->len + j->eps));
+        /* stash_type 1 makes stage one float32: its sum of squared deviations overflows to
+         * inf past FLT_MAX, and InvStdDev is then 0 (as in onnxruntime and the reference) */
+        float inv = sq > FLT_MAX ? 0.f : (float)(1.0 / sqrt(sq / (double)j->len + j->eps));
         float m = (float)mu;
         if (j->glen == j->len && (!j->b || j->blen == j->len)) { /* the usual case: no modulo */
             ln_affine(x, m, inv, j->g, j->b, y, j->len);

@@ -1,0 +1,178 @@
+"""Non-finite inputs for backend tests: one small model per op a backend may claim (and the
+chains backends fuse), fed NaN, +-inf, -0.0, a denormal and values near exp's and float32's
+limits, and the rule an answer must meet. Shared by the backends' own tests (see
+docs/conformance.md, *Non-finite inputs*).
+
+The rule is onnxruntime's answer: the same NaN positions, the same infinities, finite values
+within 1e-4 relative. Where onnxruntime's answer depends on its kernel rather than on the op
+it is replaced, by a NumPy formula of the op in float32:
+
+- MaxPool and GlobalMaxPool: a window holding a NaN gives NaN (onnxruntime compares with its
+  running maximum, so a NaN survives only at some taps of a window; the ONNX reference drops
+  it everywhere); nnplug never lets a NaN vanish.
+- LRN: onnxruntime keeps a running sum of squares along the channels, so one infinity (inf -
+  inf) spreads NaN to every later channel; the formula gives it only to windows holding it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+# Every special value, and the set used where an op accumulates (values near 1e30 would cancel
+# there in an order that differs between correct kernels).
+SPECIAL = (np.nan, np.inf, -np.inf, -0.0, 0.0, 1e30, -1e30, 88.8, -88.8, 100.0, -100.0, 1e-40)
+SPECIAL_ACCUMULATING = (np.nan, np.inf, -np.inf, -0.0, 0.0, 88.8, -88.8, 100.0, -100.0, 1e-40)
+
+UNARY = ("Relu", "Sigmoid", "Tanh", "Elu", "Abs", "Neg", "Exp", "Log", "Sqrt", "HardSigmoid",
+         "HardSwish", "Erf")
+BINARY = ("Add", "Sub", "Mul", "Div", "Max", "Min")
+
+
+def special_array(shape, rng, values=SPECIAL) -> np.ndarray:
+    """Standard normal values times 3 with each special value written at three random places
+    (fewer when the array is small)."""
+    x = (rng.standard_normal(shape) * 3).astype(np.float32)
+    flat = x.reshape(-1)
+    idx = rng.choice(flat.size, min(flat.size, 3 * len(values)), replace=False)
+    for k, i in enumerate(idx):
+        flat[i] = values[k % len(values)]
+    return x
+
+
+def model(nodes, feeds: dict, inits: dict, opset: int = 18) -> onnx.ModelProto:
+    """A model of ``nodes`` whose inputs are ``feeds`` and initializers ``inits``; its output
+    is the last node's first output ``y``, typed by shape inference."""
+    gin = [helper.make_tensor_value_info(k, onnx.TensorProto.FLOAT, v.shape) for k, v in feeds.items()]
+    ini = [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in inits.items()]
+    probe = helper.make_model(helper.make_graph(nodes, "g", gin, [], ini),
+                              opset_imports=[helper.make_opsetid("", opset)])
+    inferred = {v.name: v for v in onnx.shape_inference.infer_shapes(probe).graph.value_info}
+    m = helper.make_model(helper.make_graph(nodes, "g", gin, [inferred["y"]], ini),
+                          opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = min(m.ir_version, 9)  # older onnxruntime builds (Python 3.10) read no newer IR
+    return m
+
+
+def _node(op, ins, out="y", **attrs):
+    return helper.make_node(op, ins, [out], name=out, **attrs)
+
+
+def cases(seed: int = 2) -> dict:
+    """name -> (model, feeds, formula): ``formula(feeds, run)`` gives the expected output where
+    it replaces onnxruntime's (see the module's docstring), else it is None; ``run(model,
+    feeds)`` is the caller's onnxruntime, for the part of a chain before the pooling."""
+    rng = np.random.default_rng(seed)
+    x = special_array((2, 16, 9, 9), rng)
+    x2 = special_array((2, 16, 9, 9), rng)
+    xa = special_array((2, 16, 9, 9), rng, SPECIAL_ACCUMULATING)
+    c = 16
+    w = (rng.standard_normal((c, c, 3, 3)) / 12).astype(np.float32)
+    w64 = (rng.standard_normal((64, 16, 3, 3)) / 12).astype(np.float32)
+    bn = {"s": rng.uniform(0.5, 2, c), "t": rng.standard_normal(c), "m": rng.standard_normal(c),
+          "v": rng.uniform(0.5, 2, c)}
+    lo, hi = np.float32(0), np.float32(6)
+    out = {}
+
+    def add(name, nodes, feeds, inits=None, formula=None, opset=18):
+        out[name] = (model(nodes, feeds, inits or {}, opset), feeds, formula)
+
+    for op in UNARY:
+        add(op, [_node(op, ["x"])], {"x": x})
+    add("LeakyRelu", [_node("LeakyRelu", ["x"], alpha=0.1)], {"x": x})
+    add("Clip", [_node("Clip", ["x", "lo", "hi"])], {"x": x}, {"lo": lo, "hi": hi})
+    add("Clip-min-above-max", [_node("Clip", ["x", "lo", "hi"])], {"x": x}, {"lo": hi, "hi": lo})
+    for op in BINARY:
+        add(op, [_node(op, ["x", "x2"])], {"x": x, "x2": x2})
+        add(f"{op}-broadcast", [_node(op, ["x", "k"])], {"x": x},
+            {"k": special_array((16, 1, 1), rng)})
+    pool = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
+    add("MaxPool", [_node("MaxPool", ["x"], **pool)], {"x": x},
+        formula=lambda f, run: max_pool(f["x"], 3, 1, 1))
+    add("MaxPool-stride2", [_node("MaxPool", ["x"], kernel_shape=[2, 2], strides=[2, 2])], {"x": x},
+        formula=lambda f, run: max_pool(f["x"], 2, 2, 0))
+    add("GlobalMaxPool", [_node("GlobalMaxPool", ["x"])], {"x": x},
+        formula=lambda f, run: max_pool(f["x"], 9, 1, 0))
+    add("AveragePool", [_node("AveragePool", ["x"], **pool)], {"x": xa})
+    add("GlobalAveragePool", [_node("GlobalAveragePool", ["x"])], {"x": xa})
+    lrn = {"size": 5, "alpha": 1e-4, "beta": 0.75, "bias": 1.0}
+    add("LRN", [_node("LRN", ["x"], **lrn)], {"x": x}, formula=lambda f, run: lrn_formula(f["x"], **lrn))
+    add("BatchNormalization", [_node("BatchNormalization", ["x", "s", "t", "m", "v"])], {"x": x}, bn)
+    add("LayerNormalization", [_node("LayerNormalization", ["x", "g", "b"], axis=-1)], {"x": x},
+        {"g": rng.standard_normal(9), "b": rng.standard_normal(9)})
+    add("Softmax", [_node("Softmax", ["x"], axis=-1)], {"x": x})
+    add("LogSoftmax", [_node("LogSoftmax", ["x"], axis=-1)], {"x": x})
+    add("Concat", [_node("Concat", ["x", "x2"], axis=1)], {"x": x, "x2": x2})
+    add("Conv", [_node("Conv", ["x", "w"], pads=[1, 1, 1, 1])], {"x": xa}, {"w": w})
+    add("Conv-depthwise", [_node("Conv", ["x", "w"], pads=[1, 1, 1, 1], group=c)], {"x": xa},
+        {"w": w[:, :1]})
+    a = special_array((8, 32), rng, SPECIAL_ACCUMULATING)
+    b = rng.standard_normal((32, 16))
+    add("MatMul", [_node("MatMul", ["a", "b"])], {"a": a}, {"b": b})
+    add("Gemm", [_node("Gemm", ["a", "b", "bias"])], {"a": a}, {"b": b, "bias": rng.standard_normal(16)})
+    # the chains backends fuse: an activation after a convolution, a matrix product, a binary
+    # op, a normalization; MobileNet's ReLU6 (Clip) after a depthwise convolution
+    conv = _node("Conv", ["x", "w"], "c", pads=[1, 1, 1, 1])
+    add("Conv+Relu", [conv, _node("Relu", ["c"])], {"x": xa}, {"w": w})
+    add("Conv+Clip", [conv, _node("Clip", ["c", "lo", "hi"])], {"x": xa}, {"w": w, "lo": lo, "hi": hi})
+    add("Conv64+Relu", [conv, _node("Relu", ["c"])], {"x": xa}, {"w": w64})
+    add("Conv-depthwise+Clip", [_node("Conv", ["x", "w"], "c", pads=[1, 1, 1, 1], group=c),
+                                _node("Clip", ["c", "lo", "hi"])], {"x": xa},
+        {"w": w[:, :1], "lo": lo, "hi": hi})
+    add("Conv+HardSigmoid", [conv, _node("HardSigmoid", ["c"])], {"x": xa}, {"w": w})
+    add("Conv+BatchNormalization+Relu",
+        [conv, _node("BatchNormalization", ["c", "s", "t", "m", "v"], "n"), _node("Relu", ["n"])],
+        {"x": xa}, {"w": w, **bn})
+    add("Conv+Add+Relu", [conv, _node("Add", ["c", "r"], "s"), _node("Relu", ["s"])],
+        {"x": xa, "r": special_array(x.shape, rng, SPECIAL_ACCUMULATING)}, {"w": w})
+    conv_relu = model([conv, _node("Relu", ["c"])], {"x": xa}, {"w": w})
+    add("Conv+Relu+MaxPool", [conv, _node("Relu", ["c"], "r"), _node("MaxPool", ["r"], "y", **pool)],
+        {"x": xa}, {"w": w}, formula=lambda f, run: max_pool(run(conv_relu, f)[0], 3, 1, 1))
+    add("MatMul+Relu", [_node("MatMul", ["a", "b"], "p"), _node("Relu", ["p"])], {"a": a}, {"b": b})
+    add("Add+Clip", [_node("Add", ["x", "x2"], "s"), _node("Clip", ["s", "lo", "hi"])],
+        {"x": x, "x2": x2}, {"lo": lo, "hi": hi})
+    return out
+
+
+def max_pool(x: np.ndarray, k: int, stride: int, pad: int) -> np.ndarray:
+    """2-D max pooling of NCHW x (square window, stride, zero-free padding) in which a window
+    holding a NaN gives NaN."""
+    n, c, h, w = x.shape
+    p = np.full((n, c, h + 2 * pad, w + 2 * pad), -np.inf, np.float32)
+    p[:, :, pad:pad + h, pad:pad + w] = x
+    oh, ow = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
+    y = np.empty((n, c, oh, ow), np.float32)
+    for i in range(oh):
+        for j in range(ow):
+            win = p[:, :, i * stride:i * stride + k, j * stride:j * stride + k]
+            y[:, :, i, j] = win.max(axis=(2, 3))  # numpy's max propagates NaN
+    return y
+
+
+def lrn_formula(x: np.ndarray, size: int, alpha: float, beta: float, bias: float) -> np.ndarray:
+    """LRN as ONNX defines it, in float32: x / (bias + alpha / size * square_sum) ** beta, the
+    sum over the channel window of each element."""
+    c = x.shape[1]
+    lo_half, hi_half = (size - 1) // 2, size - 1 - (size - 1) // 2
+    with np.errstate(all="ignore"):  # squares past float32's range are inf, as in the kernels
+        sq = np.square(x, dtype=np.float32)
+        s = np.zeros_like(x)
+        for ch in range(c):
+            s[:, ch] = sq[:, max(0, ch - lo_half):min(c, ch + hi_half + 1)].sum(axis=1, dtype=np.float32)
+        return (x / (np.float32(bias) + np.float32(alpha / size) * s) ** np.float32(beta)).astype(np.float32)
+
+
+def assert_nonfinite_match(got: np.ndarray, want: np.ndarray, what: str, rtol: float = 1e-4):
+    """The same NaN positions, the same infinities (with their signs), finite values within
+    rtol of each other (relative to 1 + |want|)."""
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
+    gn, wn = np.isnan(got), np.isnan(want)
+    assert (gn == wn).all(), (f"{what}: NaN at {int(wn.sum())} places expected, {int(gn.sum())} got, "
+                              f"{int((gn != wn).sum())} differ (first {np.argwhere(gn != wn)[:3].tolist()})")
+    gi, wi = np.isinf(got), np.isinf(want)
+    assert (gi == wi).all() and (np.sign(got[wi]) == np.sign(want[wi])).all(), f"{what}: infinities differ"
+    fin = np.isfinite(want)
+    err = np.abs(got[fin].astype(np.float64) - want[fin]) / (1.0 + np.abs(want[fin].astype(np.float64)))
+    assert err.size == 0 or err.max() <= rtol, f"{what}: finite values differ by {err.max():.3g} (relative)"
