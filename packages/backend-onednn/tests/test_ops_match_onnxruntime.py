@@ -147,8 +147,9 @@ CASES.update({
     "sub_broadcast": ([node("Sub", ["a", "b"])], {"a": rand(2, 4, 5), "b": rand(4, 1)}, {}, ["sub"], 18),
     "sum_two_inputs_broadcast": ([node("Sum", ["a", "b"])], {"a": rand(2, 3, 4), "b": rand(3, 1)}, {}, ["sum"], 18),
     "div": ([node("Div", ["a", "b"])], {"a": rand(3, 6), "b": np.abs(rand(3, 6)) + 0.5}, {}, ["div"], 18),
+    # declined (oneDNN's max and min drop a NaN): the cpu backend runs both
     "max_min": ([node("Max", ["a", "b"], ["m"]), node("Min", ["m", "c"], name="min")],
-                {"a": rand(4, 6), "b": rand(4, 6), "c": rand(1, 6)}, {}, ["max", "min"], 18),
+                {"a": rand(4, 6), "b": rand(4, 6), "c": rand(1, 6)}, {}, [], 18),
     "add_relu": ([node("Add", ["a", "b"], ["s"]), node("Relu", ["s"], name="relu")],
                  {"a": rand(2, 8, 3, 3), "b": rand(2, 8, 3, 3)}, {}, ["add", "relu"], 18),
     "concat_channels": ([node("Concat", ["a", "b", "c"], axis=1)],

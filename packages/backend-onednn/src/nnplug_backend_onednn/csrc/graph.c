@@ -383,8 +383,10 @@ static int parse_binary(parser *p, ox_op *op)
     op->commutes = 1;
     if (!strcmp(t, "Add")) op->alg = dnnl_binary_add;
     else if (!strcmp(t, "Mul")) op->alg = dnnl_binary_mul;
-    else if (!strcmp(t, "Max")) op->alg = dnnl_binary_max;
-    else if (!strcmp(t, "Min")) op->alg = dnnl_binary_min;
+    else if (!strcmp(t, "Max") || !strcmp(t, "Min"))
+        /* oneDNN's binary max and min, and its max post-op, drop a NaN in the first operand;
+         * onnxruntime and the ONNX reference keep it */
+        return decline(p, "oneDNN's max and min drop a NaN; another backend runs it");
     else if (!strcmp(t, "Sub")) { op->alg = dnnl_binary_sub; op->commutes = 0; }
     else if (!strcmp(t, "Div")) { op->alg = dnnl_binary_div; op->commutes = 0; }
     else if (!strcmp(t, "Sum") && op->nin == 2) op->alg = dnnl_binary_add; /* a residual, in exported ResNets */
@@ -838,7 +840,21 @@ static int swish_chain(const ox_graph *g, int x, int *chain)
  * see plan.c is_relu); bn_affine's multiply-add takes any post-op. */
 static int bn_primitive(const ox_op *op) { return op->kind == OP_BN && !op->w; }
 
-static void fuse(ox_graph *g)
+/* Whether op runs otherwise in a strict graph, where a NaN or an infinity can reach it: a Relu
+ * (oneDNN's relu is max(x, 0), which drops a NaN; see plan.c strict_relu), a fused Clip (its
+ * clip too), a max pooling and an LRN (see strict.h). */
+static int strict_differs(const ox_op *op)
+{
+    int n = (op->kind == OP_ELTWISE && op->alg == dnnl_eltwise_relu && op->alpha == 0.f) ||
+            (op->kind == OP_POOL && op->maxpool) || op->kind == OP_LRN;
+    for (int i = 0; i < op->npost; i++) {
+        const ox_post *q = &op->post[i];
+        n |= q->kind == POST_ELTWISE && (q->alg == dnnl_eltwise_clip || (q->alg == dnnl_eltwise_relu && q->alpha == 0.f));
+    }
+    return n;
+}
+
+static void fuse(ox_graph *g, int strict)
 {
     for (int i = 0; i < g->nop; i++) {
         ox_op *op = &g->ops[i];
@@ -871,7 +887,8 @@ static void fuse(ox_graph *g)
                 continue;
             }
             if (op->npost >= MAXPOST) break;
-            if (nx->kind == OP_ELTWISE && nx->in[0] == op->out) {
+            int fused_clip = nx->kind == OP_ELTWISE && !strict && nx->alg == dnnl_eltwise_clip; /* MobileNet's ReLU6 */
+            if (nx->kind == OP_ELTWISE && nx->in[0] == op->out && (fused_clip || !ox_own_eltwise(nx->alg))) {
                 op->post[op->npost++] = (ox_post){POST_ELTWISE, nx->alg, nx->alpha, nx->beta, -1};
                 absorb(g, op, nx);
                 continue;
@@ -936,7 +953,7 @@ static int by_pos(const void *a, const void *b, void *ops)
     return o[*(const int *)a].pos - o[*(const int *)b].pos;
 }
 
-ox_graph *ox_graph_parse(const nnp_node_desc *nodes, int n, int *unsupported, ox_err *e)
+ox_graph *ox_graph_parse(const nnp_node_desc *nodes, int n, int strict, int *unsupported, ox_err *e)
 {
     *unsupported = 0;
     if (!nodes || n < 1) { ox_fail(e, "no nodes given"); return NULL; }
@@ -1015,9 +1032,13 @@ ox_graph *ox_graph_parse(const nnp_node_desc *nodes, int n, int *unsupported, ox
     }
     g->out = g->ops[n - 1].out;
     if (nan_replace(&p, nodes)) goto bad;
-    fuse(g);
+    fuse(g, strict);
+    g->strict = strict;
     for (int i = 0; i < g->nop; i++)
-        if (!g->ops[i].dead) g->order[g->norder++] = i;
+        if (!g->ops[i].dead) {
+            g->order[g->norder++] = i;
+            g->guarded |= !strict && strict_differs(&g->ops[i]);
+        }
     qsort_r(g->order, (size_t)g->norder, sizeof(int), by_pos, g->ops);
     return g;
 bad:

@@ -73,13 +73,15 @@ dnnl_stream_t ox_thread_stream(void)
 /* ---- kernels ------------------------------------------------------------------------------ */
 
 typedef struct {
-    int threads;
+    int threads, strict;
     int64_t *dims; /* every value's dims, [nval * MAXR] */
     ox_plan *plan;
 } cached;
 
+/* g, and when g is guarded (a Clip fused: oneDNN's turns a NaN into its bound) the same nodes
+ * parsed strict, for runs with a NaN or an infinity in an input; its plans are made only then. */
 struct nnp_kernel {
-    ox_graph *g;
+    ox_graph *g, *strict;
     pthread_mutex_t mu;
     int nplans;
     cached plans[MAXPLANS];
@@ -91,7 +93,7 @@ int ox_supported(const nnp_node_desc *nodes, int n)
 {
     ox_err e;
     int unsupported, ok = 0;
-    ox_graph *g = ox_graph_parse(nodes, n, &unsupported, &e);
+    ox_graph *g = ox_graph_parse(nodes, n, 0, &unsupported, &e);
     if (!g) return 0;
     if (g->dynamic) ok = 1; /* primitives are made per shape at run time */
     else {
@@ -111,25 +113,29 @@ void ox_destroy(nnp_kernel *k)
         free(k->plans[i].dims);
     }
     ox_graph_free(k->g);
+    ox_graph_free(k->strict);
     pthread_mutex_destroy(&k->mu);
     free(k);
 }
 
-/* The plan for these dims and the current thread count: a kept one, else a new one (kept
- * while there is room; else *temp is set and the caller frees it). */
-static ox_plan *get_plan(nnp_kernel *k, int64_t *dims, int *temp, ox_err *e)
+/* The plan of k->g (k->strict when strict) for these dims and the current thread count: a
+ * kept one, else a new one (kept while there is room; else *temp is set and the caller frees
+ * it). */
+static ox_plan *get_plan(nnp_kernel *k, int strict, int64_t *dims, int *temp, ox_err *e)
 {
     int threads = ox_num_threads();
     *temp = 0;
     pthread_mutex_lock(&k->mu);
     ox_plan *p = NULL;
     for (int i = 0; i < k->nplans && !p; i++)
-        if (k->plans[i].threads == threads && !memcmp(k->plans[i].dims, dims, dims_bytes(k->g))) p = k->plans[i].plan;
+        if (k->plans[i].threads == threads && k->plans[i].strict == strict && !memcmp(k->plans[i].dims, dims, dims_bytes(k->g)))
+            p = k->plans[i].plan;
     if (!p) {
-        p = ox_plan_build(k->g, dims, threads, e);
+        p = ox_plan_build(strict ? k->strict : k->g, dims, threads, e);
         if (p && k->nplans < MAXPLANS && (k->plans[k->nplans].dims = malloc(dims_bytes(k->g)))) {
             memcpy(k->plans[k->nplans].dims, dims, dims_bytes(k->g));
             k->plans[k->nplans].threads = threads;
+            k->plans[k->nplans].strict = strict;
             k->plans[k->nplans++].plan = p;
         } else if (p) *temp = 1;
     }
@@ -140,16 +146,20 @@ static ox_plan *get_plan(nnp_kernel *k, int64_t *dims, int *temp, ox_err *e)
 int ox_build(const nnp_node_desc *nodes, int n, nnp_kernel **out, int *unsupported, ox_err *e)
 {
     *out = NULL;
-    ox_graph *g = ox_graph_parse(nodes, n, unsupported, e);
+    ox_graph *g = ox_graph_parse(nodes, n, 0, unsupported, e);
     if (!g) return 1;
     nnp_kernel *k = calloc(1, sizeof *k);
     if (!k) { ox_graph_free(g); return ox_fail(e, "out of memory"); }
     k->g = g;
     pthread_mutex_init(&k->mu, NULL);
+    if (g->guarded && !(k->strict = ox_graph_parse(nodes, n, 1, unsupported, e))) {
+        ox_destroy(k);
+        return 1;
+    }
     if (!g->dynamic) { /* static shapes: the plan now, so that errors show at load */
         int64_t *dims = malloc(dims_bytes(g));
         int temp = 0;
-        ox_plan *p = dims && !ox_graph_shapes(g, NULL, 0, dims, e) ? get_plan(k, dims, &temp, e) : NULL;
+        ox_plan *p = dims && !ox_graph_shapes(g, NULL, 0, dims, e) ? get_plan(k, 0, dims, &temp, e) : NULL;
         free(dims);
         if (!p) { ox_destroy(k); return 1; }
         if (temp) ox_plan_free(p);
@@ -178,12 +188,29 @@ int ox_workspace_size(const nnp_kernel *kc, const nnp_tensor *in, int nin, uint6
     nnp_kernel *k = (nnp_kernel *)kc; /* the plan cache is the kernel's one mutable part, locked */
     int64_t *dims = malloc(dims_bytes(k->g));
     int temp = 0;
-    ox_plan *p = dims && !ox_graph_shapes(k->g, in, nin, dims, e) ? get_plan(k, dims, &temp, e) : NULL;
+    ox_plan *p = dims && !ox_graph_shapes(k->g, in, nin, dims, e) ? get_plan(k, 0, dims, &temp, e) : NULL;
     free(dims);
     if (!p) return 1;
-    *nbytes = ox_plan_workspace(p);
+    *nbytes = ox_plan_workspace(p); /* a strict plan's, when larger, is allocated by its run */
     if (temp) ox_plan_free(p);
     return 0;
+}
+
+/* Whether every float of the kernel's inputs given at run time is finite (constants are not
+ * looked at: a Conv's weights are checked at load, see parse_conv). */
+static int inputs_finite(const ox_graph *g, const nnp_tensor *in, int nin, const int64_t *dims)
+{
+    for (int i = 0; i < nin; i++) {
+        int v = g->kin_val[i];
+        if (v < 0 || g->vals[v].cdata) continue;
+        size_t n = 1;
+        for (int d = 0; d < g->vals[v].ndim; d++) n *= (size_t)dims[(size_t)v * MAXR + d];
+        const uint32_t *x = in[i].data;
+        uint32_t bad = 0;
+        for (size_t j = 0; j < n; j++) bad |= (x[j] & 0x7f800000u) == 0x7f800000u; /* exponent all ones */
+        if (bad) return 0;
+    }
+    return 1;
 }
 
 int ox_run(const nnp_kernel *kc, const nnp_tensor *in, int nin, const nnp_tensor *out, int nout, void *ws, uint64_t wsn,
@@ -211,14 +238,18 @@ int ox_run(const nnp_kernel *kc, const nnp_tensor *in, int nin, const nnp_tensor
         for (int i = 0; ok && i < t->ndim; i++) ok = t->shape[i] == yd[i];
         if (!ok) rc = ox_fail(e, "output '%s' must be a compact float32 tensor of the shape the inputs give", y->name);
     }
+    /* the strict graph's shapes: the values a fused op holds inside have them there only */
+    int strict = !rc && k->strict && !inputs_finite(g, in, nin, dims);
+    if (strict) rc = ox_graph_shapes(k->strict, in, nin, dims, e);
     int temp = 0;
-    ox_plan *p = rc ? NULL : get_plan(k, dims, &temp, e);
+    ox_plan *p = rc ? NULL : get_plan(k, strict, dims, &temp, e);
     free(dims);
     if (!p) return 1;
     uint64_t need = ox_plan_workspace(p);
     void *own = NULL;
     if (need && (!ws || wsn < need)) {
-        /* the thread count changed since the workspace was sized: a scratch of our own */
+        /* the thread count changed since the workspace was sized, or a strict plan runs: a
+         * scratch of our own */
         if (posix_memalign(&own, 64, (size_t)need)) {
             if (temp) ox_plan_free(p);
             return ox_fail(e, "cannot allocate a workspace of %llu bytes", (unsigned long long)need);

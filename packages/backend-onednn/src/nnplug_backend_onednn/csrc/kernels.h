@@ -23,6 +23,16 @@ int ox_fail(ox_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)
 
 /* ---- the parsed group (graph.c) --------------------------------------------------------- */
 
+/* The element-wise ops the backend runs as loops of its own, not as oneDNN's eltwise: oneDNN's
+ * clip and hardsigmoid take max/min with the NaN as the operand that loses, its exp clamps its
+ * input first (both turn a NaN into a number), and its log gives -87.3 for every denormal;
+ * onnxruntime keeps the NaN and takes the denormal's log. None is fused as a post-op, except
+ * Clip in a graph that is not strict (see ox_graph.guarded). */
+static inline int ox_own_eltwise(dnnl_alg_kind_t alg)
+{
+    return alg == dnnl_eltwise_clip || alg == dnnl_eltwise_hardsigmoid || alg == dnnl_eltwise_exp || alg == dnnl_eltwise_log;
+}
+
 enum { OP_CONV, OP_MATMUL, OP_POOL, OP_ELTWISE, OP_SOFTMAX, OP_BINARY, OP_CONCAT, OP_LRN, OP_BN, OP_LN, OP_ERF, OP_RESHAPE, OP_TRANSPOSE,
        OP_ISNAN, OP_WHERE, /* only while parsing: Where(IsNaN(x), C, x) becomes one OP_NANREP */
        OP_NANREP };
@@ -75,11 +85,15 @@ typedef struct {
     int *order;    /* live ops in execution order */
     int norder;
     int dynamic;   /* a dimension is known at run time only */
+    int strict;    /* parsed for inputs holding a NaN or an infinity: no op turns a NaN into a number */
+    int guarded;   /* not strict, and an op here turns a NaN into a number (oneDNN's relu and a
+                      fused Clip: fast, exact on finite values): a run with a NaN or an infinity
+                      in an input takes the strict graph of the same nodes instead */
 } ox_graph;
 
 /* Parse and check nodes[0..n). Returns NULL with a message; *unsupported when the nodes are
- * valid ONNX the backend does not run (then it declines them). */
-ox_graph *ox_graph_parse(const nnp_node_desc *nodes, int n, int *unsupported, ox_err *e);
+ * valid ONNX the backend does not run (then it declines them). strict: no Clip fused. */
+ox_graph *ox_graph_parse(const nnp_node_desc *nodes, int n, int strict, int *unsupported, ox_err *e);
 void ox_graph_free(ox_graph *g);
 /* Value dims for concrete kernel input shapes (dims[v * MAXR ...]; in NULL: the declared,
  * static ones); 0, or 1 with a message. */

@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "kernels.h"
+#include "strict.h"
 #include "nhwc.h"
 #include "winograd.h"
 
@@ -383,27 +384,30 @@ done:
     return rc;
 }
 
-/* Relu as oneDNN runs it keeping NaN: its relu is max(x, 0) with the NaN as the operand that
- * loses (NaN -> 0; onnxruntime keeps it), so Relu runs as elu with alpha 0 (x > 0 ? x :
- * 0 * (exp(x) - 1), which is NaN for NaN and -0 for the rest) and then linear 1 * y + 0, which
- * turns -0 into +0. Exact for every other value; measured 2-10 % slower than relu on
- * ReLU-heavy models (ResNet-50 +5 %, DenseNet-121 +7-10 %). */
-static int is_relu(dnnl_alg_kind_t alg, float alpha) { return alg == dnnl_eltwise_relu && alpha == 0.f; }
-
-static int append_eltwise(dnnl_post_ops_t po, dnnl_alg_kind_t alg, float alpha, float beta)
+/* Relu in a strict graph (see ox_graph.guarded): oneDNN's relu is max(x, 0) with the NaN as
+ * the operand that loses (NaN -> 0; onnxruntime keeps it), so Relu runs as elu with alpha 0
+ * (x > 0 ? x : 0 * (exp(x) - 1), NaN for NaN and -0 for the rest) and then linear 1 * y + 0,
+ * which turns -0 into +0: the same bits as relu for every other value, but its exp is measured
+ * 5-25 % slower on whole models (MobileNetV3 +15-25 %), so only strict graphs take it. */
+static int strict_relu(const pb *b, dnnl_alg_kind_t alg, float alpha)
 {
-    if (!is_relu(alg, alpha)) return D(dnnl_post_ops_append_eltwise)(po, alg, alpha, beta) == dnnl_success;
+    return b->g->strict && alg == dnnl_eltwise_relu && alpha == 0.f;
+}
+
+static int append_eltwise(const pb *b, dnnl_post_ops_t po, dnnl_alg_kind_t alg, float alpha, float beta)
+{
+    if (!strict_relu(b, alg, alpha)) return D(dnnl_post_ops_append_eltwise)(po, alg, alpha, beta) == dnnl_success;
     return D(dnnl_post_ops_append_eltwise)(po, dnnl_eltwise_elu, 0.f, 0.f) == dnnl_success &&
            D(dnnl_post_ops_append_eltwise)(po, dnnl_eltwise_linear, 1.f, 0.f) == dnnl_success;
 }
 
 /* The attribute of op: user scratchpad, its post-ops; first the add of a per-channel operand
  * of layout `add` when given (the shift of a BatchNormalization run as a multiply-add, see
- * bn_affine). A Relu's own primitive is an elu whose first post-op is the linear (is_relu). */
-static dnnl_primitive_attr_t op_attr_adding(const ox_op *op, const_dnnl_memory_desc_t add)
+ * bn_affine). A strict Relu's own primitive is an elu whose first post-op is the linear. */
+static dnnl_primitive_attr_t op_attr_adding(const pb *b, const ox_op *op, const_dnnl_memory_desc_t add)
 {
     dnnl_primitive_attr_t a = plain_attr();
-    int relu = op->kind == OP_ELTWISE && is_relu(op->alg, op->alpha);
+    int relu = op->kind == OP_ELTWISE && strict_relu(b, op->alg, op->alpha);
     if (!a || (!op->npost && !add && !relu)) return a;
     dnnl_post_ops_t po;
     if (D(dnnl_post_ops_create)(&po) != dnnl_success) { D(dnnl_primitive_attr_destroy)(a); return NULL; }
@@ -412,7 +416,7 @@ static dnnl_primitive_attr_t op_attr_adding(const ox_op *op, const_dnnl_memory_d
     for (int i = 0; i < op->npost && ok; i++) {
         const ox_post *q = &op->post[i];
         ok = q->kind == POST_SUM ? D(dnnl_post_ops_append_sum)(po, 1.f, 0, dnnl_data_type_undef) == dnnl_success
-                                 : append_eltwise(po, q->alg, q->alpha, q->beta);
+                                 : append_eltwise(b, po, q->alg, q->alpha, q->beta);
     }
     ok = ok && D(dnnl_primitive_attr_set_post_ops)(a, po) == dnnl_success;
     D(dnnl_post_ops_destroy)(po);
@@ -420,7 +424,7 @@ static dnnl_primitive_attr_t op_attr_adding(const ox_op *op, const_dnnl_memory_d
     return a;
 }
 
-static dnnl_primitive_attr_t op_attr(const ox_op *op) { return op_attr_adding(op, NULL); }
+static dnnl_primitive_attr_t op_attr(const pb *b, const ox_op *op) { return op_attr_adding(b, op, NULL); }
 
 /* ---- ops ------------------------------------------------------------------------------------ */
 
@@ -562,7 +566,7 @@ static dnnl_primitive_desc_t conv_pd(pb *b, const ox_op *op, int attempt, const 
     dnnl_memory_desc_t dst = attempt ? any_md(4, yd) : tag_md(4, yd, dnnl_acdb);
     dnnl_memory_desc_t w = g > 1 ? any_md(5, wd) : any_md(4, op->wdims);
     dnnl_memory_desc_t bias = has_bias ? plain_md(1, &op->oc, 1) : NULL;
-    dnnl_primitive_attr_t a = op_attr(op);
+    dnnl_primitive_attr_t a = op_attr(b, op);
     dnnl_primitive_desc_t pd = NULL;
     *st = a && src && w && dst ? D(dnnl_convolution_forward_primitive_desc_create)(
                                      &pd, ox_engine(), dnnl_forward_inference, dnnl_convolution_direct, src, w, bias, dst, S, DL, PL,
@@ -845,14 +849,14 @@ static int conv_matmul_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_
 
 /* One attempt: the inner product (ip) or the 1x1 convolution, when oneDNN has a jit / brgemm
  * kernel for it; NULL else. */
-static dnnl_primitive_desc_t packed_matmul_pd(const ox_op *op, int64_t M, int64_t K, int64_t N, int ip)
+static dnnl_primitive_desc_t packed_matmul_pd(const pb *b, const ox_op *op, int64_t M, int64_t K, int64_t N, int ip)
 {
     int64_t xd[4] = {1, K, 1, M}, yd[4] = {1, N, 1, M}, wd[4] = {N, K, 1, 1}, x2[2] = {M, K}, y2[2] = {M, N};
     dnnl_dims_t S = {1, 1}, DL = {0, 0}, P0 = {0, 0};
     dnnl_memory_desc_t src = ip ? plain_md(2, x2, 2) : tag_md(4, xd, dnnl_acdb), dst = ip ? plain_md(2, y2, 2) : tag_md(4, yd, dnnl_acdb),
                        w = any_md(ip ? 2 : 4, wd);
     dnnl_memory_desc_t bias = op->b ? plain_md(1, &N, 1) : NULL;
-    dnnl_primitive_attr_t a = op_attr(op);
+    dnnl_primitive_attr_t a = op_attr(b, op);
     dnnl_primitive_desc_t pd = NULL;
     dnnl_status_t st = !(a && src && dst && w && (bias || !op->b)) ? dnnl_out_of_memory
                        : ip ? D(dnnl_inner_product_forward_primitive_desc_create)(&pd, ox_engine(), dnnl_forward_inference, src, w, bias, dst, a)
@@ -888,7 +892,7 @@ static int build_conv_matmul(pb *b, const ox_op *op)
     dnnl_primitive_desc_t pd = NULL;
     for (int attempt = 0; attempt < 2 && !pd; attempt++) {
         t_ip = attempt ? !first_ip : first_ip;
-        pd = packed_matmul_pd(op, M, K, N, t_ip);
+        pd = packed_matmul_pd(b, op, M, K, N, t_ip);
     }
     if (!pd) return 0;
     dnnl_memory_desc_t as = value_plain(b, op->out, VAL(op->out)->ndim);
@@ -924,7 +928,7 @@ static int build_matmul(pb *b, const ox_op *op)
     int c = op->gemm && op->nin == 3 && op->in[2] >= 0;
     dnnl_memory_desc_t ymd = plain_md(r, yd, r), cmd = c ? plain_md(VAL(op->in[2])->ndim, DIMS(op->in[2]), 2)
                                                   : op->b ? plain_md(1, &N, r) : NULL;
-    dnnl_primitive_attr_t a = op_attr(op);
+    dnnl_primitive_attr_t a = op_attr(b, op);
     dnnl_primitive_desc_t pd = NULL;
     dnnl_status_t st = dnnl_out_of_memory;
     /* A permuted activation (a Transpose's view) is read in place when oneDNN has a gemm or
@@ -1011,46 +1015,79 @@ static int concat_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd,
 }
 
 /* A loop of the backend's own over n plain floats (its step's args: src, dst), seen as rows
- * of `row` elements `inner` apart (a row-major axis of that length with that inner size); c:
- * a scalar parameter (nan_replace_loop's replacement). It runs as a step (loop_fn) with its
- * parameters as the settings. */
-typedef void (*ox_loop)(const float *x, float *y, int64_t n, int64_t row, int64_t inner, float c);
+ * of `row` elements `inner` apart (a row-major axis of that length with that inner size); c, d:
+ * scalar parameters (nan_replace_loop's replacement, Clip's bounds). It runs as a step
+ * (loop_fn) with its parameters as the settings. */
+typedef void (*ox_loop)(const float *x, float *y, int64_t n, int64_t row, int64_t inner, float c, float d);
 
 typedef struct {
     ox_loop loop;
     int64_t n, row, inner;
-    float c;
+    float c, d;
 } ox_loop_cfg;
 
 static int loop_fn(const void *cfg, void *const *ptrs, int nptrs)
 {
     (void)nptrs;
     const ox_loop_cfg *l = cfg;
-    l->loop(ptrs[0], ptrs[1], l->n, l->row, l->inner, l->c);
+    l->loop(ptrs[0], ptrs[1], l->n, l->row, l->inner, l->c, l->d);
     return -1;
 }
 
 /* A step running loop over the n floats of its args src and dst (added by the caller). */
-static int loop_step(pb *b, ox_loop loop, int64_t n, int64_t row, int64_t inner, float c, const char *what)
+static int loop_step(pb *b, ox_loop loop, int64_t n, int64_t row, int64_t inner, float c, float d, const char *what)
 {
     ox_loop_cfg *l = owned_cfg(b, sizeof *l);
     if (!l) return -1;
-    *l = (ox_loop_cfg){loop, n, row, inner, c};
+    *l = (ox_loop_cfg){loop, n, row, inner, c, d};
     return fn_step(b, loop_fn, l, RUN_ALWAYS, what);
 }
 
-static void erf_loop(const float *x, float *y, int64_t n, int64_t row, int64_t inner, float c)
+static void erf_loop(const float *x, float *y, int64_t n, int64_t row, int64_t inner, float c, float d)
 {
-    (void)row, (void)inner, (void)c;
+    (void)row, (void)inner, (void)c, (void)d;
     for (int64_t i = 0; i < n; i++) y[i] = erff(x[i]);
+}
+
+/* The ox_own_eltwise ops (kernels.h). Written so that a NaN fails every compare and comes
+ * through: onnxruntime keeps it in all four. */
+static void clip_loop(const float *x, float *y, int64_t n, int64_t row, int64_t inner, float lo, float hi)
+{
+    (void)row, (void)inner;
+    for (int64_t i = 0; i < n; i++) { /* hi last: lo > hi gives hi, as ONNX says */
+        float v = x[i] < lo ? lo : x[i];
+        y[i] = v > hi ? hi : v;
+    }
+}
+
+static void hardsigmoid_loop(const float *x, float *y, int64_t n, int64_t row, int64_t inner, float alpha, float beta)
+{
+    (void)row, (void)inner;
+    for (int64_t i = 0; i < n; i++) {
+        float v = alpha * x[i] + beta;
+        v = v < 0.f ? 0.f : v;
+        y[i] = v > 1.f ? 1.f : v;
+    }
+}
+
+static void exp_loop(const float *x, float *y, int64_t n, int64_t row, int64_t inner, float c, float d)
+{
+    (void)row, (void)inner, (void)c, (void)d;
+    for (int64_t i = 0; i < n; i++) y[i] = expf(x[i]);
+}
+
+static void log_loop(const float *x, float *y, int64_t n, int64_t row, int64_t inner, float c, float d)
+{
+    (void)row, (void)inner, (void)c, (void)d;
+    for (int64_t i = 0; i < n; i++) y[i] = logf(x[i]);
 }
 
 /* Where(IsNaN(x), C, x): every NaN (any payload, either sign) becomes c; everything else
  * (infinities, -0.0, denormals) is copied bit for bit. On the bits, so that no float compare
  * or move can touch a value. */
-static void nan_replace_loop(const float *x, float *y, int64_t n, int64_t row, int64_t inner, float c)
+static void nan_replace_loop(const float *x, float *y, int64_t n, int64_t row, int64_t inner, float c, float d)
 {
-    (void)row, (void)inner;
+    (void)row, (void)inner, (void)d;
     uint32_t cb;
     memcpy(&cb, &c, 4);
     const uint32_t *xs = (const uint32_t *)x;
@@ -1064,9 +1101,9 @@ static void nan_replace_loop(const float *x, float *y, int64_t n, int64_t row, i
 /* oneDNN's (Log)Softmax gives NaN only where a row holds NaN or +inf (0 elsewhere); onnxruntime
  * and the ONNX reference give the whole row NaN (max - max is NaN, and so is every sum). In place,
  * on the plain result (x == y): a row with a NaN becomes all NaN. */
-static void softmax_nan_rows(const float *x, float *y, int64_t n, int64_t row, int64_t inner, float c)
+static void softmax_nan_rows(const float *x, float *y, int64_t n, int64_t row, int64_t inner, float c, float d)
 {
-    (void)x, (void)c;
+    (void)x, (void)c, (void)d;
     for (int64_t o = 0; o + row * inner <= n; o += row * inner)
         for (int64_t j = 0; j < inner; j++) {
             float *r = y + o + j;
@@ -1091,7 +1128,7 @@ static int add_softmax_nan_rows(pb *b, const ox_op *op)
         else if (d > op->axis) inner *= DIMS(v)[d];
     }
     int s = loop_step(b, softmax_nan_rows, (int64_t)(D(dnnl_memory_desc_get_size)(vw->md) / sizeof(float)),
-                      row > 0 ? row : 1, inner > 0 ? inner : 1, 0.f, "softmax nan rows");
+                      row > 0 ? row : 1, inner > 0 ? inner : 1, 0.f, 0.f, "softmax nan rows");
     if (s < 0) return 1;
     return add_arg(b, s, DNNL_ARG_SRC, vw->buf, vw->md) || add_arg(b, s, DNNL_ARG_DST, vw->buf, vw->md);
 }
@@ -1108,8 +1145,101 @@ static int build_loop(pb *b, const ox_op *op)
     if (plain_buf(b, x, &xbuf)) goto done;
     int dbuf = dst_buf(b, op, md, &reorder_out), s;
     if (dbuf < 0 || (s = loop_step(b, op->kind == OP_NANREP ? nan_replace_loop : erf_loop,
-                                   (int64_t)(D(dnnl_memory_desc_get_size)(md) / sizeof(float)), 1, 1, op->alpha,
+                                   (int64_t)(D(dnnl_memory_desc_get_size)(md) / sizeof(float)), 1, 1, op->alpha, 0.f,
                                    op->kind == OP_NANREP ? "nan replacement" : "erf")) < 0)
+        goto done;
+    rc = add_arg(b, s, DNNL_ARG_SRC, xbuf, md) || add_arg(b, s, DNNL_ARG_DST, dbuf, md) || set_result(b, op, dbuf, md, reorder_out);
+done:
+    md_free(md);
+    return rc;
+}
+
+/* An ox_own_eltwise op: its loop element for element over its input in the layout that input
+ * has (the result takes it too), when that layout is dense; a blocked one whose padding would
+ * no longer hold zeros (f(0) != 0: log(0) is -inf) is read in plain layout instead. */
+static int build_own_eltwise(pb *b, const ox_op *op)
+{
+    int x = op->in[0], xbuf, reorder_out;
+    const_dnnl_memory_desc_t md = home(b, x);
+    dnnl_memory_desc_t pm = NULL;
+    int rc = 1;
+    size_t n = 1;
+    for (int d = 0; d < VAL(x)->ndim; d++) n *= (size_t)DIMS(x)[d];
+    if ((size_t)D(dnnl_memory_desc_get_size)(md) != n * sizeof(float)) {
+        if (!(pm = value_plain(b, x, VAL(x)->ndim))) return ox_fail(b->e, "oneDNN could not create a memory descriptor");
+        md = pm;
+    }
+    if (b->dry) { rc = add_view(b, op->out, md, 0); goto done; }
+    if (get_view(b, x, md, &xbuf)) goto done;
+    ox_loop loop = op->alg == dnnl_eltwise_clip ? clip_loop : op->alg == dnnl_eltwise_hardsigmoid ? hardsigmoid_loop
+                   : op->alg == dnnl_eltwise_exp ? exp_loop : log_loop;
+    int dbuf = dst_buf(b, op, md, &reorder_out), s;
+    if (dbuf < 0 || (s = loop_step(b, loop, (int64_t)n, 1, 1, op->alpha,
+                                   op->beta, op->op_type)) < 0)
+        goto done;
+    rc = add_arg(b, s, DNNL_ARG_SRC, xbuf, md) || add_arg(b, s, DNNL_ARG_DST, dbuf, md) || set_result(b, op, dbuf, md, reorder_out);
+done:
+    md_free(pm);
+    return rc;
+}
+
+static int maxpool_fn(const void *cfg, void *const *ptrs, int nptrs)
+{
+    (void)nptrs;
+    ox_maxpool_run(cfg, ptrs[0], ptrs[1]);
+    return -1;
+}
+
+/* MaxPool or GlobalMaxPool in a strict graph: ox_maxpool_run (strict.h) over plain NCHW. */
+static int build_strict_maxpool(pb *b, const ox_op *op)
+{
+    int x = op->in[0], xbuf, reorder_out, s;
+    const int64_t *xd = DIMS(x), *yd = DIMS(op->out);
+    dnnl_memory_desc_t md = value_plain(b, op->out, 4), xmd = value_plain(b, x, 4);
+    int rc = 1;
+    if (!md || !xmd) { ox_fail(b->e, "oneDNN could not create a memory descriptor"); goto done; }
+    if (b->dry) { rc = add_view(b, op->out, md, 0); goto done; }
+    ox_maxpool *m = owned_cfg(b, sizeof *m);
+    if (!m) goto done;
+    int64_t pl[2] = {0, 0}, pr[2] = {0, 0};
+    if (!op->global && ox_window(op, xd + 2, yd + 2, pl, pr, b->e)) goto done;
+    *m = (ox_maxpool){.planes = xd[0] * xd[1], .h = xd[2], .w = xd[3], .oh = yd[2], .ow = yd[3],
+                      .kh = op->global ? xd[2] : op->ker[0], .kw = op->global ? xd[3] : op->ker[1],
+                      .sh = op->global ? 1 : op->st[0], .sw = op->global ? 1 : op->st[1],
+                      .dh = op->global ? 1 : op->dil[0], .dw = op->global ? 1 : op->dil[1], .pt = pl[0], .pl = pl[1]};
+    int dbuf;
+    if (plain_buf(b, x, &xbuf) || (dbuf = dst_buf(b, op, md, &reorder_out)) < 0 ||
+        (s = fn_step(b, maxpool_fn, m, RUN_ALWAYS, "maxpool keeping nan")) < 0)
+        goto done;
+    rc = add_arg(b, s, DNNL_ARG_SRC, xbuf, xmd) || add_arg(b, s, DNNL_ARG_DST, dbuf, md) || set_result(b, op, dbuf, md, reorder_out);
+done:
+    md_free(md);
+    md_free(xmd);
+    return rc;
+}
+
+static int strict_lrn_fn(const void *cfg, void *const *ptrs, int nptrs)
+{
+    (void)nptrs;
+    ox_lrn_run(cfg, ptrs[0], ptrs[1]);
+    return -1;
+}
+
+/* LRN in a strict graph: ox_lrn_run (strict.h) over plain NCHW. */
+static int build_strict_lrn(pb *b, const ox_op *op)
+{
+    int x = op->in[0], xbuf, reorder_out, s, dbuf;
+    const int64_t *xd = DIMS(x);
+    dnnl_memory_desc_t md = value_plain(b, op->out, 4);
+    int rc = 1;
+    if (!md) return ox_fail(b->e, "oneDNN could not create a memory descriptor");
+    if (b->dry) { rc = add_view(b, op->out, md, 0); goto done; }
+    ox_lrn *l = owned_cfg(b, sizeof *l);
+    if (!l) goto done;
+    *l = (ox_lrn){.n = xd[0], .c = xd[1], .pixels = xd[2] * xd[3], .size = op->size, .alpha = op->alpha, .beta = op->beta,
+                  .bias = op->lrn_bias};
+    if (plain_buf(b, x, &xbuf) || (dbuf = dst_buf(b, op, md, &reorder_out)) < 0 ||
+        (s = fn_step(b, strict_lrn_fn, l, RUN_ALWAYS, "lrn keeping the formula")) < 0)
         goto done;
     rc = add_arg(b, s, DNNL_ARG_SRC, xbuf, md) || add_arg(b, s, DNNL_ARG_DST, dbuf, md) || set_result(b, op, dbuf, md, reorder_out);
 done:
@@ -1290,7 +1420,7 @@ static int build_ln(pb *b, const ox_op *op)
     ln_rows(b, op, rows);
     unsigned flags = dnnl_use_scale | (op->nin == 3 && op->in[2] >= 0 ? dnnl_use_shift : 0);
     dnnl_memory_desc_t md = plain_md(2, rows, 2), as = value_plain(b, op->out, VAL(op->out)->ndim);
-    dnnl_primitive_attr_t a = op_attr(op);
+    dnnl_primitive_attr_t a = op_attr(b, op);
     dnnl_primitive_desc_t pd = NULL;
     dnnl_status_t st = a && md && as ? D(dnnl_layer_normalization_forward_primitive_desc_create)(
                                            &pd, ox_engine(), dnnl_forward_inference, md, md, NULL, op->eps, flags, a)
@@ -1388,7 +1518,7 @@ static int build_simple(pb *b, const ox_op *op)
         if (op->kind == OP_SOFTMAX && attempt < 2) continue; /* plain: see softmax_nan_rows */
         dnnl_memory_desc_t src = layout(b, x, r, attempt), dst = NULL;
         dnnl_memory_desc_t src1 = NULL, srcs[MAXIN] = {0};
-        dnnl_primitive_attr_t a = op_attr(op);
+        dnnl_primitive_attr_t a = op_attr(b, op);
         dnnl_primitive_desc_t pd = NULL;
         dnnl_status_t st = dnnl_out_of_memory;
         inputs_fn fn = src_inputs;
@@ -1409,7 +1539,7 @@ static int build_simple(pb *b, const ox_op *op)
         }
         case OP_ELTWISE:
             st = D(dnnl_eltwise_forward_primitive_desc_create)(&pd, ox_engine(), dnnl_forward_inference,
-                                                               is_relu(op->alg, op->alpha) ? dnnl_eltwise_elu : op->alg,
+                                                               strict_relu(b, op->alg, op->alpha) ? dnnl_eltwise_elu : op->alg,
                                                                src, src, op->alpha, op->beta, a);
             break;
         case OP_SOFTMAX:
@@ -1426,7 +1556,7 @@ static int build_simple(pb *b, const ox_op *op)
                 for (int i = 0; i < r; i++) cd[i] = i == 1 ? op->oc : 1;
                 src1 = plain_md(r, cd, r);
                 D(dnnl_primitive_attr_destroy)(a);
-                a = src1 ? op_attr_adding(op, src1) : NULL;
+                a = src1 ? op_attr_adding(b, op, src1) : NULL;
                 if (a) st = D(dnnl_binary_primitive_desc_create)(&pd, ox_engine(), dnnl_binary_mul, src, src1, src, a);
                 fn = affine_inputs;
                 break;
@@ -1579,6 +1709,9 @@ static ox_plan *build_ex(const ox_graph *g, const int64_t *dims, int threads, in
         int r = op->kind == OP_CONV ? build_conv(&b, op) : op->kind == OP_MATMUL ? build_matmul(&b, op)
                 : op->kind == OP_LN     ? build_ln(&b, op)
                 : op->kind == OP_ERF || op->kind == OP_NANREP ? build_loop(&b, op)
+                : op->kind == OP_ELTWISE && ox_own_eltwise(op->alg) ? build_own_eltwise(&b, op)
+                : op->kind == OP_POOL && op->maxpool && g->strict ? build_strict_maxpool(&b, op)
+                : op->kind == OP_LRN && g->strict ? build_strict_lrn(&b, op)
                 : op->kind == OP_RESHAPE || op->kind == OP_TRANSPOSE ? build_view(&b, op)
                                         : build_simple(&b, op);
         if (r) goto done;

@@ -1,0 +1,72 @@
+"""NaN, infinities, -0.0, denormals and values near float32's limits through every op this
+backend claims and the chains it fuses (nnplug.testing.nonfinite), at 1 and 2 threads: the
+answer is onnxruntime's (or, for max pooling and LRN, the op's formula). A run whose inputs
+hold a NaN or an infinity takes the strict plan (kernels.h ox_graph.strict); finite inputs
+keep oneDNN's relu and fused Clip (test_finite_inputs_keep_the_fused_relu)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import graph_model, onednn_log, onnxruntime_run, run_both
+from onnx import helper
+
+from nnplug.testing.nonfinite import assert_nonfinite_match, cases, max_pool, special_array
+
+CASES = cases()
+# the cpu backend runs these: oneDNN's max and min drop a NaN; a Clip whose min is above its
+# max is declined at parse
+DECLINED = {c for c in CASES if c.split("-")[0] in ("Max", "Min")} | {"Clip-min-above-max"}
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_nonfinite_inputs_match_onnxruntime(rt, case, threads):
+    model, feeds, formula = CASES[case]
+    assignment, outs, want = run_both(rt, model, feeds, threads)
+    expected = "cpu" if case in DECLINED else "onednn"
+    assert set(assignment.values()) == {expected}, assignment
+    assert_nonfinite_match(outs[0], formula(feeds, onnxruntime_run) if formula else want[0], case)
+
+
+def test_nan_from_another_backend_goes_through_relu(rt):
+    """A NaN made by a node the cpu backend runs (Max) reaches a partition of this backend as
+    its input: the strict plan keeps it through Conv+Relu and MaxPool."""
+    rng = np.random.default_rng(4)
+    x = special_array((1, 16, 8, 8), rng, (np.nan,))
+    k = rng.standard_normal((1, 16, 8, 8)).astype(np.float32)
+    w = (rng.standard_normal((16, 16, 3, 3)) / 12).astype(np.float32)
+    nodes = [helper.make_node("Max", ["x", "k"], ["m"], name="max"),
+             helper.make_node("Conv", ["m", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("MaxPool", ["r"], ["y"], name="pool", kernel_shape=[2, 2], strides=[2, 2])]
+    model = graph_model(nodes, {"x": x}, {"k": k, "w": w})
+    assignment, outs, _ = run_both(rt, model, {"x": x}, 1)
+    assert assignment == {"max": "cpu", "conv": "onednn", "relu": "onednn", "pool": "onednn"}, assignment
+    want = max_pool(onnxruntime_run(graph_model(nodes[:3], {"x": x}, {"k": k, "w": w}), {"x": x})[0], 2, 2, 0)
+    assert np.isnan(want).any()
+    assert_nonfinite_match(outs[0], want, "max -> conv+relu -> maxpool")
+
+
+SETUP = """
+import numpy as np
+from conftest import graph_model
+from onnx import helper
+rng = np.random.default_rng(6)
+x = rng.standard_normal((1, 16, 8, 8)).astype(np.float32)
+if sys.argv[2] == "nan":
+    x[0, 0, 0, 0] = np.nan
+w = (rng.standard_normal((16, 16, 3, 3)) / 12).astype(np.float32)
+model = graph_model([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+                     helper.make_node("Relu", ["c"], ["y"])], {"x": x}, {"w": w})
+feeds = {"x": x}
+"""
+
+
+def test_finite_inputs_keep_the_fused_relu():
+    """Only a run with a NaN or an infinity in an input pays for the strict plan: with finite
+    inputs the Relu is oneDNN's relu post-op of the convolution, with a NaN an elu and a linear."""
+    finite = [ln for ln in onednn_log(SETUP, "finite") if ",convolution," in ln]
+    strict = [ln for ln in onednn_log(SETUP, "nan") if ",convolution," in ln]
+    assert len(finite) == 1 and "eltwise_relu" in finite[0] and "eltwise_elu" not in finite[0], finite
+    assert len(strict) == 1 and "eltwise_elu+eltwise_linear" in strict[0], strict
