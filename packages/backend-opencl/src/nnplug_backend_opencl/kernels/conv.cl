@@ -12,13 +12,18 @@
 #define ACT_SIGMOID 3
 #define ACT_CLIP 4
 
+// Relu and Clip by compares, which a NaN fails, so that it comes through (fmax and fmin
+// return the other operand: a NaN would vanish)
 float8 activate8(float8 v, int act, float a, float b)
 {
     switch (act) {
-    case ACT_RELU: return fmax(v, (float8)0.0f);
+    case ACT_RELU: return select(v, (float8)0.0f, v < (float8)0.0f);
     case ACT_LEAKY: return select(v * a, v, v >= (float8)0.0f);
     case ACT_SIGMOID: return 1.0f / (1.0f + exp(-v));
-    case ACT_CLIP: return fmin(fmax(v, (float8)a), (float8)b);
+    case ACT_CLIP: {  // the max of the two bounds last: min > max gives max, as ONNX says
+        const float8 r = select(v, (float8)a, v < (float8)a);
+        return select(r, (float8)b, r > (float8)b);
+    }
     default: return v;
     }
 }

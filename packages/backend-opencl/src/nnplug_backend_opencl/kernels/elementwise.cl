@@ -44,6 +44,14 @@
 
 #define MAX_RANK 6
 
+// v clamped to [lo, hi] by compares, which a NaN fails, so that it comes through (fmax and
+// fmin return the other operand: a NaN would vanish); hi last: lo > hi gives hi, as ONNX's Clip
+float clamp_keeping_nan(float v, float lo, float hi)
+{
+    const float r = v < lo ? lo : v;
+    return r > hi ? hi : r;
+}
+
 __kernel void unary(__global const float* restrict x, __global float* restrict y, int n,
                     int act, float a, float b)
 {
@@ -52,10 +60,10 @@ __kernel void unary(__global const float* restrict x, __global float* restrict y
     const float v = x[i];
     float r;
     switch (act) {
-    case ACT_RELU: r = fmax(v, 0.0f); break;
+    case ACT_RELU: r = clamp_keeping_nan(v, 0.0f, INFINITY); break;
     case ACT_LEAKY: r = v >= 0.0f ? v : v * a; break;
     case ACT_SIGMOID: r = 1.0f / (1.0f + exp(-v)); break;
-    case ACT_CLIP: r = fmin(fmax(v, a), b); break;
+    case ACT_CLIP: r = clamp_keeping_nan(v, a, b); break;
     case F_TANH: r = tanh(v); break;
     case F_EXP: r = exp(v); break;
     case F_LOG: r = log(v); break;
@@ -68,8 +76,8 @@ __kernel void unary(__global const float* restrict x, __global float* restrict y
     case F_GELU_TANH:
         r = 0.5f * v * (1.0f + tanh(0.7978845608028654f * (v + 0.044715f * v * v * v)));
         break;
-    case F_HARDSIGMOID: r = fmax(0.0f, fmin(1.0f, a * v + b)); break;
-    case F_HARDSWISH: r = v * fmax(0.0f, fmin(1.0f, v * (1.0f / 6.0f) + 0.5f)); break;
+    case F_HARDSIGMOID: r = clamp_keeping_nan(a * v + b, 0.0f, 1.0f); break;
+    case F_HARDSWISH: r = v * clamp_keeping_nan(v * (1.0f / 6.0f) + 0.5f, 0.0f, 1.0f); break;
     case F_ELU: r = v >= 0.0f ? v : a * (exp(v) - 1.0f); break;
     case F_SELU: r = v > 0.0f ? b * v : b * (a * exp(v) - a); break;
     // log(1 + e^v) without overflow for large v
@@ -86,7 +94,7 @@ __kernel void unary(__global const float* restrict x, __global float* restrict y
         r = v * tanh(sp);
         break;
     }
-    case F_CELU: r = fmax(0.0f, v) + fmin(0.0f, a * (exp(v / a) - 1.0f)); break;
+    case F_CELU: r = clamp_keeping_nan(v, 0.0f, INFINITY) + clamp_keeping_nan(a * (exp(v / a) - 1.0f), -INFINITY, 0.0f); break;
     case F_THRESHOLDED_RELU: r = v > a ? v : 0.0f; break;
     default: r = v;
     }

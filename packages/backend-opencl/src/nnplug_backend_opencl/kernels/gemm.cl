@@ -12,13 +12,18 @@
 #define ACT_CLIP 4
 #define TM 4
 
+// Relu and Clip by compares, which a NaN fails, so that it comes through (fmax and fmin
+// return the other operand: a NaN would vanish)
 float activate(float v, int act, float a, float b)
 {
     switch (act) {
-    case ACT_RELU: return fmax(v, 0.0f);
+    case ACT_RELU: return v < 0.0f ? 0.0f : v;
     case ACT_LEAKY: return v >= 0.0f ? v : v * a;
     case ACT_SIGMOID: return 1.0f / (1.0f + exp(-v));
-    case ACT_CLIP: return fmin(fmax(v, a), b);
+    case ACT_CLIP: {  // the max of the two bounds last: min > max gives max, as ONNX says
+        const float r = v < a ? a : v;
+        return r > b ? b : r;
+    }
     default: return v;
     }
 }

@@ -16,7 +16,9 @@ __kernel void maxpool2d(__global const float* restrict x, __global float* restri
         for (int kw = 0; kw < KW; ++kw) {
             const int iw = ow * SW - PL + kw * DW;
             if (iw < 0 || iw >= W) continue;
-            m = fmax(m, xp[ih * W + iw]);
+            const float v = xp[ih * W + iw];
+            if (isnan(v)) { m = v; kh = KH; break; }  // a window holding a NaN gives NaN
+            m = v > m ? v : m;
         }
     }
     y[(size_t)nc * OH * OW + p] = m;

@@ -1,0 +1,40 @@
+"""NaN, infinities, -0.0, denormals and values near float32's limits through the ops and fused
+chains of nnplug.testing.nonfinite on the OpenCL backend alone: the answer is onnxruntime's
+(or, for max pooling and LRN, the op's formula). Relu, Clip, HardSigmoid, HardSwish, Celu and
+the fused activations clamp by compares, and max pooling gives NaN for a window holding one:
+OpenCL's fmax and fmin return the operand that is not NaN."""
+
+from __future__ import annotations
+
+import pytest
+
+import nnplug
+from nnplug.testing.nonfinite import assert_nonfinite_match, cases
+
+CASES = cases()
+# ops this backend does not run: GlobalMaxPool, and LogSoftmax's opset-18 expansion holds a
+# Constant; a case newly declined fails below
+DECLINED = {"GlobalMaxPool", "LogSoftmax"}
+
+
+def onnxruntime_run(model, feeds):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_opencl_nonfinite_inputs_match_onnxruntime(rt, case):
+    model, feeds, formula = CASES[case]
+    try:
+        net = rt.load(model, backends=["opencl"])
+    except nnplug.UnsupportedNodeError as e:
+        assert case in DECLINED, f"{case}: declined: {e}"
+        return
+    assert case not in DECLINED, f"{case} now runs: take it out of DECLINED"
+    with net:
+        got = net.run(feeds)["y"]
+    want = formula(feeds, onnxruntime_run) if formula else onnxruntime_run(model, feeds)[0]
+    assert_nonfinite_match(got, want, case)
