@@ -1,6 +1,7 @@
 """Differential proof: nnplug against onnxruntime on every zoo model (shipped and random
-weights), every .onnx this repository ships and ONNX's whole node suite, under every
-setting that changes the cpu backend's code path.
+weights), every .onnx this repository ships, ONNX's whole node suite and the non-finite
+cases (nnplug.testing.nonfinite: NaN, infinities and values near float32's limits through
+every op a backend may claim), under every setting that changes the cpu backend's code path.
 
     python tools/differential.py                     # every setting, every installed backend
     python tools/differential.py --settings unset:1 --only zoo --backends cpu
@@ -62,6 +63,12 @@ def collect_cases(only: str | None, limit: int | None) -> list[dict]:
                 cases.append({"name": f"repo/{os.path.relpath(path, proofcases.ROOT)}",
                               "model": model.SerializeToString(), "kind": "model",
                               "datasets": [(feeds, None)]})
+    if only in (None, "nonfinite"):
+        from nnplug.testing import nonfinite
+
+        for name, (model, feeds, _) in nonfinite.cases().items():
+            cases.append({"name": f"nonfinite/{name}", "model": model.SerializeToString(),
+                          "kind": "nonfinite", "datasets": [(feeds, None)]})
     if only in (None, "nodes"):
         from nnplug.testing import node_tests
 
@@ -86,10 +93,21 @@ def collect_cases(only: str | None, limit: int | None) -> list[dict]:
 def add_references(cases: list[dict]) -> None:
     import onnxruntime as ort
 
+    from nnplug.testing import nonfinite
+
     so = ort.SessionOptions()
     so.log_severity_level = 4
     so.intra_op_num_threads = 1
+
+    def ort_run(model, feeds):
+        return ort.InferenceSession(model.SerializeToString(), so,
+                                    providers=["CPUExecutionProvider"]).run(None, feeds)
+
+    formulas = {f"nonfinite/{k}": f for k, (_, _, f) in nonfinite.cases().items() if f}
     for case in cases:
+        if case["name"] in formulas:  # onnxruntime's answer depends on its kernel here
+            case["references"] = [{"y": formulas[case["name"]](case["datasets"][0][0], ort_run)}]
+            continue
         refs = []
         try:
             sess = ort.InferenceSession(case["model"], so, providers=["CPUExecutionProvider"])
@@ -105,7 +123,14 @@ def add_references(cases: list[dict]) -> None:
 # -- one setting (child) ------------------------------------------------------------------------
 def compare_case(case: dict, got: dict, k: int) -> str | None:
     """None when nnplug's outputs of data set ``k`` match a reference, else the difference."""
-    from nnplug.testing import node_tests
+    from nnplug.testing import node_tests, nonfinite
+
+    if case["kind"] == "nonfinite":  # the reference: onnxruntime's answer, or the op's formula
+        try:
+            nonfinite.assert_nonfinite_match(got["y"], case["references"][k]["y"], case["name"])
+        except AssertionError as e:
+            return str(e).splitlines()[0]
+        return None
 
     refs = []
     if case.get("references"):
@@ -213,7 +238,8 @@ def main(argv=None) -> int:
                    "one; opencl only where a device is visible)")
     p.add_argument("--settings", help="comma-separated CORETYPE:THREADS[:ISA], e.g. "
                    "unset:1,Haswell:2,unset:2:avx2 (ISA: best, avx2 or portable, for NNPLUG_CPU_ISA)")
-    p.add_argument("--only", choices=["zoo", "nodes"], help="only whole models or node cases")
+    p.add_argument("--only", choices=["zoo", "nodes", "nonfinite"],
+                   help="only whole models, node cases or the non-finite cases")
     p.add_argument("--limit", type=int, help="first N cases (for a quick look)")
     p.add_argument("--report", help="write every result as JSON here")
     p.add_argument("--child", nargs=4, metavar=("REFS", "BACKENDS", "THREADS", "OUT"),
