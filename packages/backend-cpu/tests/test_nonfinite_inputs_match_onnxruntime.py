@@ -1,7 +1,9 @@
 """NaN, infinities, -0.0, denormals and values near float32's limits through the ops and fused
-chains of nnplug.testing.nonfinite, at 1 and 2 threads: the answer is onnxruntime's (or, for
-max pooling and LRN, the op's formula). Among them: LayerNormalization of a row whose squared
-deviations pass float32's range (stash_type 1: InvStdDev 0, as onnxruntime has it)."""
+chains of nnplug.testing.nonfinite, at 1 and 2 threads: the answer is onnxruntime's (or,
+where onnxruntime's depends on its kernel, the op's formula). Among them what these cases
+found here: Celu and HardSigmoid's double path keeping NaN, Pow to 0.5 at -inf and -0,
+Hardmax's first NaN, ReduceL2 and LayerNormalization of rows whose squares pass float32's
+range, ReduceLogSumExp of a row holding +inf."""
 
 from __future__ import annotations
 
@@ -17,6 +19,6 @@ CASES = cases()
 def test_nonfinite_inputs_match_onnxruntime(rt, threads, case):
     model, feeds, formula = CASES[case]
     (got,), assignment = run_cpu(rt, model, feeds)
-    assert set(assignment.values()) == {"cpu"}, assignment
+    assert {v.split()[0] for v in assignment.values()} == {"cpu"}, assignment  # "cpu (folded)" too
     want = formula(feeds, onnxruntime_run) if formula else onnxruntime_run(model, feeds)[0]
     assert_nonfinite_match(got, want, case)

@@ -149,7 +149,8 @@ static void bin_f32(void *ctx, int64_t n, const char *const *p, const int64_t *s
     case B_SUB: BIN_LOOP(float, float, x - y) break;
     case B_MUL: BIN_LOOP(float, float, x * y) break;
     case B_DIV: BIN_LOOP(float, float, x / y) break;
-    case B_POW: BIN_LOOP(float, float, y == 2.f ? x * x : (y == 0.5f ? sqrtf(x) : powf(x, y))) break;
+    /* x^0.5 as sqrt, but pow's answers at -inf (+inf) and -0 (+0), which onnxruntime gives */
+    case B_POW: BIN_LOOP(float, float, y == 2.f ? x * x : (y == 0.5f ? (x == -INFINITY ? INFINITY : sqrtf(x) + 0.f) : powf(x, y))) break;
     case B_MAX: BIN_LOOP(float, float, (x != x || x > y) ? x : y) break;
     case B_MIN: BIN_LOOP(float, float, (x != x || x < y) ? x : y) break;
     case B_EQ: BIN_LOOP(float, uint8_t, x == y) break;

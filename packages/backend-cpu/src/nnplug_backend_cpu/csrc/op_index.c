@@ -1004,7 +1004,7 @@ static int hardmax_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_
             double bv = 0;
             for (int64_t t = 0; t < L; t++) {
                 double v = nnc_get_d(in[0]->data, dt, (o * L + t) * inner + i);
-                if (t == 0 || v > bv) { bv = v; best = t; }
+                if (t == 0 || v > bv || (v != v && bv == bv)) { bv = v; best = t; } /* the first NaN, as numpy */
             }
             for (int64_t t = 0; t < L; t++) nnc_store_d(out->data, dt, (o * L + t) * inner + i, 1, t == best ? &one : &zero);
         }

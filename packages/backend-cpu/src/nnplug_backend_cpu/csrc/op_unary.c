@@ -66,6 +66,8 @@ typedef struct {
 
 static double sigm(double v) { return v >= 0 ? 1.0 / (1.0 + exp(-v)) : exp(v) / (1.0 + exp(v)); }
 static double softplus(double v) { return v > 0 ? v + log1p(exp(-v)) : log1p(exp(v)); }
+/* by compares, which a NaN fails: it stays NaN (fmax and fmin would return the other operand) */
+static double clamp01d(double v) { return v < 0 ? 0 : (v > 1 ? 1 : v); }
 
 static void fop(const tu_job *j, int64_t n, double *x)
 {
@@ -104,11 +106,11 @@ static void fop(const tu_job *j, int64_t n, double *x)
     case T_ASINH: L(asinh(v))
     case T_ACOSH: L(acosh(v))
     case T_ATANH: L(atanh(v))
-    case T_HSIGMOID: L(fmax(0.0, fmin(1.0, a * v + b)))
-    case T_HSWISH: L(v * fmax(0.0, fmin(1.0, v / 6.0 + 0.5)))
+    case T_HSIGMOID: L(clamp01d(a * v + b))
+    case T_HSWISH: L(v * clamp01d(v / 6.0 + 0.5))
     case T_ELU: L(v < 0 ? a * expm1(v) : v)
     case T_SELU: L(v > 0 ? c * v : c * (a * exp(v) - a))
-    case T_CELU: L(fmax(0.0, v) + fmin(0.0, a * expm1(v / a)))
+    case T_CELU: L(v > 0 ? v : a * expm1(v / a)) /* max(0, v) + min(0, a * expm1(v / a)), keeping NaN */
     case T_MISH: L(v * tanh(softplus(v)))
     case T_SOFTSIGN: L(v / (1.0 + fabs(v)))
     case T_THRELU: L(v > a ? v : 0.0)
