@@ -123,7 +123,9 @@ def axis_table(node, n_in, n_out, scale):
     xo = np.clip(xo, 0, hi)
     i0 = np.floor(xo).astype(np.int64)
     i1 = np.minimum(i0 + 1, hi)
-    return i0, i1, xo - i0
+    # at the last index both taps are the same element: half each, as onnxruntime weighs them,
+    # so an infinity there stays one (weights 1 and 0 would give inf + 0 * inf = NaN)
+    return i0, i1, np.where(i1 == i0, 0.5, xo - i0)
 
 
 def lower_resize(node, p):
@@ -146,7 +148,7 @@ def lower_resize(node, p):
         offsets.append(sum(len(t) for t in wts))
         idx.append(np.stack([i0, i1], axis=1).reshape(-1))
         wts.append(w.astype(np.float32))
-        if np.any(w != 0):
+        if np.any((w != 0) & (i1 != i0)):  # it interpolates between two elements somewhere
             active.append(d)
     idx_arr = np.concatenate(idx).astype(np.int32)
     w_arr = np.ascontiguousarray(np.concatenate(wts))
