@@ -1,6 +1,6 @@
 """NaN, infinities, -0.0, denormals and values near float32's limits through every op this
 backend claims and the chains it fuses (nnplug.testing.nonfinite), at 1 and 2 threads: the
-answer is onnxruntime's (or, for max pooling and LRN, the op's formula). A run whose inputs
+answer is onnxruntime's (or, where onnxruntime's depends on its kernel, the op's formula). A run whose inputs
 hold a NaN or an infinity takes the strict plan (kernels.h ox_graph.strict); finite inputs
 keep oneDNN's relu and fused Clip (test_finite_inputs_keep_the_fused_relu)."""
 
@@ -14,9 +14,18 @@ from onnx import helper
 from nnplug.testing.nonfinite import assert_nonfinite_match, cases, max_pool, special_array
 
 CASES = cases()
-# the cpu backend runs these: oneDNN's max and min drop a NaN; a Clip whose min is above its
-# max is declined at parse
-DECLINED = {c for c in CASES if c.split("-")[0] in ("Max", "Min")} | {"Clip-min-above-max"}
+# the cases whose op this backend does not run (the cpu backend does; MeanVarianceNormalization's
+# expansion in part): ops outside its table;
+# Max and Min, whose oneDNN forms drop a NaN; a Clip whose min is above its max. A case that
+# changes side fails below.
+DECLINED = {
+    "ArgMax", "ArgMin", "Asinh", "Atan", "Ceil", "Celu", "Clip-min-above-max", "ConvTranspose", "Cos",
+    "Floor", "Hardmax", "InstanceNormalization", "LpNormalization", "LpPool", "Max", "Max-3",
+    "Max-broadcast", "Mean-2", "MeanVarianceNormalization", "Min", "Min-broadcast", "Mish", "PRelu",
+    "Pow-0.5", "Pow-2", "Reciprocal", "ReduceL1", "ReduceL2", "ReduceLogSumExp", "ReduceMax",
+    "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare", "Resize-linear", "Round",
+    "Selu", "Shrink", "Sign", "Sin", "Sinh", "Softplus", "Softsign", "Sum-3", "ThresholdedRelu",
+}
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -24,8 +33,8 @@ DECLINED = {c for c in CASES if c.split("-")[0] in ("Max", "Min")} | {"Clip-min-
 def test_nonfinite_inputs_match_onnxruntime(rt, case, threads):
     model, feeds, formula = CASES[case]
     assignment, outs, want = run_both(rt, model, feeds, threads)
-    expected = "cpu" if case in DECLINED else "onednn"
-    assert set(assignment.values()) == {expected}, assignment
+    placed = {v.split()[0] for v in assignment.values()}  # "cpu (folded)": a folded constant
+    assert "cpu" in placed if case in DECLINED else placed == {"onednn"}, assignment
     assert_nonfinite_match(outs[0], formula(feeds, onnxruntime_run) if formula else want[0], case)
 
 

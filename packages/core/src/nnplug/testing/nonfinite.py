@@ -12,6 +12,9 @@ it is replaced, by a NumPy formula of the op in float32:
   it everywhere); nnplug never lets a NaN vanish.
 - LRN: onnxruntime keeps a running sum of squares along the channels, so one infinity (inf -
   inf) spreads NaN to every later channel; the formula gives it only to windows holding it.
+- ReduceMax and ReduceMin: a NaN gives NaN (numpy's max and min); onnxruntime drops it.
+- Hardmax, ArgMax, ArgMin: numpy's argmax and argmin, the first NaN of a row holding one
+  (onnxruntime's Hardmax row then has no 1).
 """
 
 from __future__ import annotations
@@ -26,8 +29,13 @@ SPECIAL = (np.nan, np.inf, -np.inf, -0.0, 0.0, 1e30, -1e30, 88.8, -88.8, 100.0, 
 SPECIAL_ACCUMULATING = (np.nan, np.inf, -np.inf, -0.0, 0.0, 88.8, -88.8, 100.0, -100.0, 1e-40)
 
 UNARY = ("Relu", "Sigmoid", "Tanh", "Elu", "Abs", "Neg", "Exp", "Log", "Sqrt", "HardSigmoid",
-         "HardSwish", "Erf")
+         "HardSwish", "Erf", "Celu", "Selu", "Softplus", "Softsign", "Mish", "ThresholdedRelu",
+         "Shrink", "Sign", "Round", "Floor", "Ceil", "Reciprocal", "Sin", "Cos", "Atan", "Sinh",
+         "Asinh")
 BINARY = ("Add", "Sub", "Mul", "Div", "Max", "Min")
+# reductions over the channels; those that add up values of either sign get no +-1e30
+REDUCE = ("ReduceMax", "ReduceMin", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp")
+REDUCE_ACCUMULATING = ("ReduceSum", "ReduceMean", "ReduceProd")
 
 
 def special_array(shape, rng, values=SPECIAL) -> np.ndarray:
@@ -42,10 +50,11 @@ def special_array(shape, rng, values=SPECIAL) -> np.ndarray:
 
 
 def model(nodes, feeds: dict, inits: dict, opset: int = 18) -> onnx.ModelProto:
-    """A model of ``nodes`` whose inputs are ``feeds`` and initializers ``inits``; its output
-    is the last node's first output ``y``, typed by shape inference."""
+    """A model of ``nodes`` whose inputs are ``feeds`` and initializers ``inits`` (float ones
+    as float32); its output is the last node's first output ``y``, typed by shape inference."""
     gin = [helper.make_tensor_value_info(k, onnx.TensorProto.FLOAT, v.shape) for k, v in feeds.items()]
-    ini = [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in inits.items()]
+    ini = [numpy_helper.from_array(np.asarray(v, np.float32) if np.asarray(v).dtype.kind == "f" else np.asarray(v), k)
+           for k, v in inits.items()]
     probe = helper.make_model(helper.make_graph(nodes, "g", gin, [], ini),
                               opset_imports=[helper.make_opsetid("", opset)])
     inferred = {v.name: v for v in onnx.shape_inference.infer_shapes(probe).graph.value_info}
@@ -87,6 +96,33 @@ def cases(seed: int = 2) -> dict:
         add(op, [_node(op, ["x", "x2"])], {"x": x, "x2": x2})
         add(f"{op}-broadcast", [_node(op, ["x", "k"])], {"x": x},
             {"k": special_array((16, 1, 1), rng)})
+    add("Pow-2", [_node("Pow", ["x", "e"])], {"x": x}, {"e": np.float32(2)})
+    add("Pow-0.5", [_node("Pow", ["x", "e"])], {"x": x}, {"e": np.float32(0.5)})
+    add("PRelu", [_node("PRelu", ["x", "k"])], {"x": x}, {"k": rng.standard_normal((16, 1, 1))})
+    add("Sum-3", [_node("Sum", ["x", "x2", "x"])], {"x": x, "x2": x2})
+    add("Max-3", [_node("Max", ["x", "x2", "x"])], {"x": x, "x2": x2})
+    add("Mean-2", [_node("Mean", ["x", "x2"])], {"x": x, "x2": x2})
+    axes = np.array([1], np.int64)
+    for op in REDUCE + REDUCE_ACCUMULATING:
+        formula = None
+        if op in ("ReduceMax", "ReduceMin"):  # numpy's max and min propagate NaN
+            f = np.max if op == "ReduceMax" else np.min
+            formula = lambda fd, run, f=f: f(fd["x"], axis=1, keepdims=True)  # noqa: E731
+        add(op, [_node(op, ["x", "axes"])], {"x": x if op in REDUCE else xa}, {"axes": axes}, formula)
+    add("Hardmax", [_node("Hardmax", ["x"], axis=-1)], {"x": x}, formula=lambda f, run: hardmax(f["x"]))
+    add("ArgMax", [_node("ArgMax", ["x"], axis=1)], {"x": x},
+        formula=lambda f, run: np.argmax(f["x"], axis=1, keepdims=True))
+    add("ArgMin", [_node("ArgMin", ["x"], axis=1)], {"x": x},
+        formula=lambda f, run: np.argmin(f["x"], axis=1, keepdims=True))
+    add("InstanceNormalization", [_node("InstanceNormalization", ["x", "g", "b"])], {"x": xa},
+        {"g": rng.standard_normal(c), "b": rng.standard_normal(c)})
+    add("LpNormalization", [_node("LpNormalization", ["x"], axis=-1)], {"x": xa})
+    add("MeanVarianceNormalization", [_node("MeanVarianceNormalization", ["x"])], {"x": xa})
+    add("Resize-linear", [_node("Resize", ["x", "", "scales"], mode="linear")], {"x": xa},
+        {"scales": np.array([1, 1, 2, 2], np.float32)})
+    add("ConvTranspose", [_node("ConvTranspose", ["x", "w"])], {"x": xa},
+        {"w": (rng.standard_normal((c, 8, 3, 3)) / 12)})
+    add("LpPool", [_node("LpPool", ["x"], kernel_shape=[2, 2])], {"x": xa})
     pool = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
     add("MaxPool", [_node("MaxPool", ["x"], **pool)], {"x": x},
         formula=lambda f, run: max_pool(f["x"], 3, 1, 1))
@@ -147,6 +183,14 @@ def max_pool(x: np.ndarray, k: int, stride: int, pad: int) -> np.ndarray:
         for j in range(ow):
             win = p[:, :, i * stride:i * stride + k, j * stride:j * stride + k]
             y[:, :, i, j] = win.max(axis=(2, 3))  # numpy's max propagates NaN
+    return y
+
+
+def hardmax(x: np.ndarray) -> np.ndarray:
+    """Hardmax over the last axis: 1 at numpy's argmax (the first NaN, when a row holds one;
+    onnxruntime's row then has no 1 at all)."""
+    y = np.zeros_like(x)
+    np.put_along_axis(y, np.argmax(x, axis=-1)[..., None], 1.0, axis=-1)
     return y
 
 
