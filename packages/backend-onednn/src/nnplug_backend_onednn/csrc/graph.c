@@ -836,8 +836,9 @@ static int swish_chain(const ox_graph *g, int x, int *chain)
  * BatchNormalization (into a Conv's weights), a bias Add (into a MatMul's bias), and for a Conv or MatMul the residual Add of a value of the same shape (a
  * `sum` post-op; the op then runs where the Add was, after both operands exist). */
 /* A BatchNormalization left to oneDNN's own primitive (a parameter given at run time): it
- * takes no post-op (its fuse_norm_relu flag turns a NaN into 0: the Relu runs as its own step,
- * see plan.c is_relu); bn_affine's multiply-add takes any post-op. */
+ * takes no post-op, so a Relu after it is a step of its own (its fuse_norm_relu flag is
+ * oneDNN's relu, which a strict graph must not use; see plan.c strict_relu); bn_affine's
+ * multiply-add takes any post-op. */
 static int bn_primitive(const ox_op *op) { return op->kind == OP_BN && !op->w; }
 
 /* Whether op runs otherwise in a strict graph, where a NaN or an infinity can reach it: a Relu
@@ -845,11 +846,11 @@ static int bn_primitive(const ox_op *op) { return op->kind == OP_BN && !op->w; }
  * clip too), a max pooling and an LRN (see strict.h). */
 static int strict_differs(const ox_op *op)
 {
-    int n = (op->kind == OP_ELTWISE && op->alg == dnnl_eltwise_relu && op->alpha == 0.f) ||
+    int n = (op->kind == OP_ELTWISE && ox_is_relu(op->alg, op->alpha)) ||
             (op->kind == OP_POOL && op->maxpool) || op->kind == OP_LRN;
     for (int i = 0; i < op->npost; i++) {
         const ox_post *q = &op->post[i];
-        n |= q->kind == POST_ELTWISE && (q->alg == dnnl_eltwise_clip || (q->alg == dnnl_eltwise_relu && q->alpha == 0.f));
+        n |= q->kind == POST_ELTWISE && (q->alg == dnnl_eltwise_clip || ox_is_relu(q->alg, q->alpha));
     }
     return n;
 }

@@ -78,8 +78,8 @@ typedef struct {
     ox_plan *plan;
 } cached;
 
-/* g, and when g is guarded (a Clip fused: oneDNN's turns a NaN into its bound) the same nodes
- * parsed strict, for runs with a NaN or an infinity in an input; its plans are made only then. */
+/* g, and when g is guarded (see ox_graph.guarded) the same nodes parsed strict, for runs with a
+ * NaN or an infinity in an input; its plans are made only then. */
 struct nnp_kernel {
     ox_graph *g, *strict;
     pthread_mutex_t mu;

@@ -33,6 +33,10 @@ static inline int ox_own_eltwise(dnnl_alg_kind_t alg)
     return alg == dnnl_eltwise_clip || alg == dnnl_eltwise_hardsigmoid || alg == dnnl_eltwise_exp || alg == dnnl_eltwise_log;
 }
 
+/* Relu itself (LeakyRelu is relu with a slope): oneDNN's form, max(x, 0), drops a NaN, so a
+ * strict graph runs it otherwise (plan.c strict_relu). */
+static inline int ox_is_relu(dnnl_alg_kind_t alg, float alpha) { return alg == dnnl_eltwise_relu && alpha == 0.f; }
+
 enum { OP_CONV, OP_MATMUL, OP_POOL, OP_ELTWISE, OP_SOFTMAX, OP_BINARY, OP_CONCAT, OP_LRN, OP_BN, OP_LN, OP_ERF, OP_RESHAPE, OP_TRANSPOSE,
        OP_ISNAN, OP_WHERE, /* only while parsing: Where(IsNaN(x), C, x) becomes one OP_NANREP */
        OP_NANREP };
@@ -86,13 +90,15 @@ typedef struct {
     int norder;
     int dynamic;   /* a dimension is known at run time only */
     int strict;    /* parsed for inputs holding a NaN or an infinity: no op turns a NaN into a number */
-    int guarded;   /* not strict, and an op here turns a NaN into a number (oneDNN's relu and a
-                      fused Clip: fast, exact on finite values): a run with a NaN or an infinity
-                      in an input takes the strict graph of the same nodes instead */
+    int guarded;   /* not strict, and an op here mishandles a NaN or an infinity (oneDNN's relu, a
+                      fused Clip, max pooling, LRN: fast, exact on finite values; graph.c
+                      strict_differs): a run with one in an input takes the strict graph of the
+                      same nodes instead */
 } ox_graph;
 
 /* Parse and check nodes[0..n). Returns NULL with a message; *unsupported when the nodes are
- * valid ONNX the backend does not run (then it declines them). strict: no Clip fused. */
+ * valid ONNX the backend does not run (then it declines them). strict: no Clip fused, and
+ * its plans run Relu, max pooling and LRN in forms that keep NaN (see ox_graph.guarded). */
 ox_graph *ox_graph_parse(const nnp_node_desc *nodes, int n, int strict, int *unsupported, ox_err *e);
 void ox_graph_free(ox_graph *g);
 /* Value dims for concrete kernel input shapes (dims[v * MAXR ...]; in NULL: the declared,

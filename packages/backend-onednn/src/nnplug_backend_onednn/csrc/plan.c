@@ -391,7 +391,7 @@ done:
  * 5-25 % slower on whole models (MobileNetV3 +15-25 %), so only strict graphs take it. */
 static int strict_relu(const pb *b, dnnl_alg_kind_t alg, float alpha)
 {
-    return b->g->strict && alg == dnnl_eltwise_relu && alpha == 0.f;
+    return b->g->strict && ox_is_relu(alg, alpha);
 }
 
 static int append_eltwise(const pb *b, dnnl_post_ops_t po, dnnl_alg_kind_t alg, float alpha, float beta)
