@@ -128,14 +128,13 @@ static void red_rows(void *arg, int64_t b, int64_t e, int tid)
             case R_PROD: acc *= v; break;
             case R_L2: case R_SUMSQ: acc += v * v; break;
             case R_L1: acc += fabs(v); break;
-            case R_LOGSUMEXP: acc += isinf(mx) ? (v != v ? v : 0.0) : exp(v - mx); break;
+            case R_LOGSUMEXP: acc += nnc_lse_term(v, mx); break;
             }
         }
         if (k == R_MEAN) acc = j->R ? acc / (double)j->R : NAN;
         /* the squares' sum past float32's range is inf in float32, as onnxruntime computes it */
         if (k == R_L2) acc = acc > FLT_MAX ? INFINITY : sqrt(acc);
-        /* a row with +inf (and no NaN) gives +inf, one of -inf only -inf: not inf - inf */
-        if (k == R_LOGSUMEXP) acc = !j->R ? -INFINITY : isinf(mx) && acc == acc ? mx : mx + log(acc);
+        if (k == R_LOGSUMEXP) acc = nnc_lse_result(mx, acc, j->R);
         j->y[r] = (float)acc;
     }
 }

@@ -76,7 +76,7 @@ int nnc_reduce_typed_run(const nnc_node *n, int kind, const int *mask, const nnc
                     case NNC_R_PROD: ad *= v; break;
                     case NNC_R_L2: case NNC_R_SUMSQ: ad += v * v; break;
                     case NNC_R_L1: ad += fabs(v); break;
-                    case NNC_R_LOGSUMEXP: ad += isinf(mx) ? (v != v ? v : 0.0) : exp(v - mx); break;
+                    case NNC_R_LOGSUMEXP: ad += nnc_lse_term(v, mx); break;
                     }
                 } else {
                     int64_t v;
@@ -98,8 +98,7 @@ int nnc_reduce_typed_run(const nnc_node *n, int kind, const int *mask, const nnc
             if (kind == NNC_R_MEAN) ad = count ? ad / (double)count : NAN;
             if (kind == NNC_R_L2) ad = sqrt(ad);
             if (kind == NNC_R_LOGSUM) ad = log(ad);
-            /* a row with +inf (and no NaN) gives +inf, one of -inf only -inf: not inf - inf */
-            if (kind == NNC_R_LOGSUMEXP) ad = !count ? -INFINITY : isinf(mx) && ad == ad ? mx : mx + log(ad);
+            if (kind == NNC_R_LOGSUMEXP) ad = nnc_lse_result(mx, ad, count);
             nnc_store_d(out->data, dt, o, 1, &ad);
         } else {
             if (kind == NNC_R_MEAN && count)

@@ -3,6 +3,8 @@
 #define NNC_OPS_H
 #include "nnc.h"
 
+#include <math.h>
+
 enum { AP_NOTSET = 0, AP_SAME_UPPER, AP_SAME_LOWER, AP_VALID };
 
 typedef struct nnc_window {
@@ -79,6 +81,14 @@ int nnc_unary_typed_run(const nnc_node *n, int code, float alpha, float beta, nn
 enum { NNC_R_SUM, NNC_R_MEAN, NNC_R_MAX, NNC_R_MIN, NNC_R_PROD, NNC_R_L2, NNC_R_SUMSQ, NNC_R_L1,
        NNC_R_LOGSUMEXP, NNC_R_LOGSUM };
 int nnc_reduce_typed_ok(int kind, int dt);
+/* ReduceLogSumExp over a row of maximum mx, as max + log(sum(exp(v - max))): a term, and the
+ * result from the sum of the terms (count: the row's length). A row with +inf (and no NaN)
+ * gives +inf and a row of -inf gives -inf, not inf - inf = NaN. */
+static inline double nnc_lse_term(double v, double mx) { return isinf(mx) ? (v != v ? v : 0.0) : exp(v - mx); }
+static inline double nnc_lse_result(double mx, double sum, int64_t count)
+{
+    return !count ? -INFINITY : isinf(mx) && sum == sum ? mx : mx + log(sum);
+}
 int nnc_reduce_typed_run(const nnc_node *n, int kind, const int *mask, const nnc_tensor *x,
                          nnc_tensor *out, nnc_err *e);
 
