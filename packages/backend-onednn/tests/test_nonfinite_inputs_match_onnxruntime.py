@@ -1,8 +1,9 @@
 """NaN, infinities, -0.0, denormals and values near float32's limits through every op this
 backend claims and the chains it fuses (nnplug.testing.nonfinite), at 1 and 2 threads: the
-answer is onnxruntime's (or, where onnxruntime's depends on its kernel, the op's formula). A run whose inputs
-hold a NaN or an infinity takes the strict plan (kernels.h ox_graph.strict); finite inputs
-keep oneDNN's relu and fused Clip (test_finite_inputs_keep_the_fused_relu)."""
+answer is onnxruntime's (or, where onnxruntime's depends on its kernel, the op's formula). A run
+whose inputs hold a NaN or an infinity takes the strict plan (kernels.h ox_graph.strict); finite
+inputs keep oneDNN's relu and fused Clip (test_finite_inputs_keep_the_fused_relu), and a run
+that made a NaN or an infinity from them runs again strict (kernels.c run_plan)."""
 
 from __future__ import annotations
 
@@ -55,6 +56,25 @@ def test_nan_from_another_backend_goes_through_relu(rt):
     want = max_pool(onnxruntime_run(graph_model(nodes[:3], {"x": x}, {"k": k, "w": w}), {"x": x})[0], 2, 2, 0)
     assert np.isnan(want).any()
     assert_nonfinite_match(outs[0], want, "max -> conv+relu -> maxpool")
+
+
+@pytest.mark.parametrize("where", ["first", "last"])
+def test_nan_made_by_either_thread_is_kept(rt, where):
+    """At 2 threads each thread runs part of a large Sub: a NaN made (inf - inf) only in the first
+    or only in the last rows is seen whichever thread made it, and kept through the Relu."""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((4, 32, 64, 64)).astype(np.float32)
+    rows = slice(0, 2) if where == "first" else slice(-2, None)
+    big = np.float32(1e20)  # squared: inf, and inf - inf = NaN
+    x[rows, :, ::7, ::5] = big
+    nodes = [helper.make_node("Mul", ["x", "x"], ["xx"], name="square"),
+             helper.make_node("Sub", ["xx", "xx"], ["d"], name="diff"),
+             helper.make_node("Relu", ["d"], ["y"], name="relu")]
+    model = graph_model(nodes, {"x": x})
+    assignment, outs, want = run_both(rt, model, {"x": x}, 2)
+    assert set(assignment.values()) == {"onednn"}, assignment
+    assert np.isnan(want[0]).sum() == np.count_nonzero(x == big)
+    assert_nonfinite_match(outs[0], want[0], f"NaN made in the {where} rows")
 
 
 SETUP = """

@@ -3,6 +3,7 @@
 #include "dl.h"
 
 #include <dlfcn.h>
+#include <fenv.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -130,6 +131,36 @@ void dl_share(int64_t total, int64_t *t0, int64_t *t1)
     dl_team(&me, &n);
     *t0 = total * me / n;
     *t1 = total * (me + 1) / n;
+}
+
+#define MADE_NONFINITE (FE_INVALID | FE_OVERFLOW | FE_DIVBYZERO)
+
+static void fp_clear(void *arg)
+{
+    (void)arg;
+    feclearexcept(MADE_NONFINITE);
+}
+
+static void fp_take(void *raised)
+{
+    if (fetestexcept(MADE_NONFINITE)) __atomic_store_n((int *)raised, 1, __ATOMIC_RELAXED);
+    feclearexcept(MADE_NONFINITE);
+}
+
+/* A team of n reuses the pool threads that oneDNN's regions of n (or fewer) threads ran on:
+ * libgomp keeps one pool per calling thread. */
+void dl_fp_clear(int n)
+{
+    dl_parallel(fp_clear, NULL, n);
+    fp_clear(NULL); /* the caller, also when libgomp gave a smaller team */
+}
+
+int dl_fp_raised(int n)
+{
+    int raised = n > 1 && !g_gomp_parallel;
+    dl_parallel(fp_take, &raised, n);
+    fp_take(&raised);
+    return raised;
 }
 
 int dl_avx2_fma(void)

@@ -71,6 +71,14 @@ void dl_parallel(void (*fn)(void *), void *arg, int n);
 void dl_team(int *me, int *n);
 /* The calling team member's share [*t0, *t1) of `total` items (dl_team's split). */
 void dl_share(int64_t total, int64_t *t0, int64_t *t1);
+/* The floating-point flags that say a NaN or an infinity was made from finite operands
+ * (FE_INVALID: inf - inf, 0 * inf, sqrt(-1)...; FE_OVERFLOW, FE_DIVBYZERO: an infinity), on the
+ * caller and the n threads of the pool oneDNN runs on: each thread keeps its own.
+ * dl_fp_clear lowers them; dl_fp_raised says whether one was raised since, and lowers them.
+ * Where the pool's threads cannot be reached (n > 1 without GOMP_parallel) dl_fp_raised says
+ * 1: a caller that reruns on it is slow there, never wrong. */
+void dl_fp_clear(int n);
+int dl_fp_raised(int n);
 /* Whether the CPU has AVX2 and FMA, which the backend's own loops are built for. */
 int dl_avx2_fma(void);
 /* Whether the CPU is AMD's (oneDNN's kernels rank differently there for some shapes). */

@@ -213,6 +213,39 @@ static int inputs_finite(const ox_graph *g, const nnp_tensor *in, int nin, const
     return 1;
 }
 
+/* Run k's plan (strict: its strict graph's) for these inputs. watch (a guarded graph's fast
+ * plan): *made is set when the run made a NaN or an infinity from finite values (see
+ * dl_fp_raised), which the fast plan's relu, fused Clip or max pooling may have turned into a
+ * number. */
+static int run_plan(nnp_kernel *k, int strict, const nnp_tensor *in, int nin, const nnp_tensor *out, void *ws,
+                    uint64_t wsn, int watch, int *made, ox_err *e)
+{
+    int64_t *dims = malloc(dims_bytes(k->g));
+    if (!dims) return ox_fail(e, "out of memory");
+    /* the strict graph's shapes: the values a fused op holds inside have them there only */
+    int temp = 0;
+    ox_plan *p = ox_graph_shapes(strict ? k->strict : k->g, in, nin, dims, e) ? NULL : get_plan(k, strict, dims, &temp, e);
+    free(dims);
+    if (!p) return 1;
+    uint64_t need = ox_plan_workspace(p);
+    void *own = NULL;
+    if (need && (!ws || wsn < need)) {
+        /* the thread count changed since the workspace was sized, or a strict plan runs: a
+         * scratch of our own */
+        if (posix_memalign(&own, 64, (size_t)need)) {
+            if (temp) ox_plan_free(p);
+            return ox_fail(e, "cannot allocate a workspace of %llu bytes", (unsigned long long)need);
+        }
+        ws = own;
+    }
+    if (watch) dl_fp_clear(ox_plan_threads(p));
+    int rc = ox_plan_run(p, in, out, ws, e);
+    if (watch) *made = dl_fp_raised(ox_plan_threads(p));
+    free(own);
+    if (temp) ox_plan_free(p);
+    return rc;
+}
+
 int ox_run(const nnp_kernel *kc, const nnp_tensor *in, int nin, const nnp_tensor *out, int nout, void *ws, uint64_t wsn,
            ox_err *e)
 {
@@ -238,26 +271,14 @@ int ox_run(const nnp_kernel *kc, const nnp_tensor *in, int nin, const nnp_tensor
         for (int i = 0; ok && i < t->ndim; i++) ok = t->shape[i] == yd[i];
         if (!ok) rc = ox_fail(e, "output '%s' must be a compact float32 tensor of the shape the inputs give", y->name);
     }
-    /* the strict graph's shapes: the values a fused op holds inside have them there only */
     int strict = !rc && k->strict && !inputs_finite(g, in, nin, dims);
-    if (strict) rc = ox_graph_shapes(k->strict, in, nin, dims, e);
-    int temp = 0;
-    ox_plan *p = rc ? NULL : get_plan(k, strict, dims, &temp, e);
     free(dims);
-    if (!p) return 1;
-    uint64_t need = ox_plan_workspace(p);
-    void *own = NULL;
-    if (need && (!ws || wsn < need)) {
-        /* the thread count changed since the workspace was sized, or a strict plan runs: a
-         * scratch of our own */
-        if (posix_memalign(&own, 64, (size_t)need)) {
-            if (temp) ox_plan_free(p);
-            return ox_fail(e, "cannot allocate a workspace of %llu bytes", (unsigned long long)need);
-        }
-        ws = own;
-    }
-    rc = ox_plan_run(p, in, out, ws, e);
-    free(own);
-    if (temp) ox_plan_free(p);
+    if (rc) return rc;
+    /* A guarded graph's fast plan runs watched: when it made a NaN or an infinity from finite
+     * inputs (an overflow, then inf - inf), the strict plan runs the same inputs again. The
+     * kernel never writes its inputs, and the rerun writes the whole output. */
+    int made = 0;
+    rc = run_plan(k, strict, in, nin, out, ws, wsn, k->strict && !strict, &made, e);
+    if (!rc && made) rc = run_plan(k, 1, in, nin, out, ws, wsn, 0, NULL, e);
     return rc;
 }

@@ -115,6 +115,7 @@ ox_plan *ox_plan_build(const ox_graph *g, const int64_t *dims, int threads, ox_e
 int ox_plan_check(const ox_graph *g, const int64_t *dims, int threads, ox_err *e);
 void ox_plan_free(ox_plan *p);
 uint64_t ox_plan_workspace(const ox_plan *p);
+int ox_plan_threads(const ox_plan *p);
 int ox_plan_run(const ox_plan *p, const nnp_tensor *in, const nnp_tensor *out, void *ws, ox_err *e);
 
 /* ---- engine and kernels (kernels.c) ----------------------------------------------------- */

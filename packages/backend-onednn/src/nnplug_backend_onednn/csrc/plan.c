@@ -1736,6 +1736,7 @@ int ox_plan_check(const ox_graph *g, const int64_t *dims, int threads, ox_err *e
 }
 
 uint64_t ox_plan_workspace(const ox_plan *p) { return align64(p->arena) + p->scratch; }
+int ox_plan_threads(const ox_plan *p) { return p->threads; }
 
 /* A context for one run: an idle one, else a new one (kept with the plan). */
 static ox_ctx *ctx_take(ox_plan *p)
