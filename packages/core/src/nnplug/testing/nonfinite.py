@@ -1,7 +1,7 @@
 """Non-finite inputs for backend tests: one small model per op a backend may claim (and the
 chains backends fuse), fed NaN, +-inf, -0.0, a denormal and values near exp's and float32's
-limits, and the rule an answer must meet. Shared by the backends' own tests (see
-docs/conformance.md, *Non-finite inputs*).
+limits, and finite inputs that make a NaN inside the graph; and the rule an answer must meet.
+Shared by the backends' own tests (see docs/conformance.md, *Non-finite inputs*).
 
 The rule is onnxruntime's answer: the same NaN positions, the same infinities, finite values
 within 1e-4 relative. Where onnxruntime's answer depends on its kernel rather than on the op
@@ -168,7 +168,34 @@ def cases(seed: int = 2) -> dict:
     add("MatMul+Relu", [_node("MatMul", ["a", "b"], "p"), _node("Relu", ["p"])], {"a": a}, {"b": b})
     add("Add+Clip", [_node("Add", ["x", "x2"], "s"), _node("Clip", ["s", "lo", "hi"])],
         {"x": x, "x2": x2}, {"lo": lo, "hi": hi})
+    # finite inputs whose squares overflow: inf - inf makes a NaN inside the graph, +-inf where
+    # only one square overflows, before each op that could turn a NaN into a number
+    fx, fx2 = overflowing_pair((2, 16, 9, 9), rng)
+    diff = [_node("Mul", ["x", "x"], "xx"), _node("Mul", ["x2", "x2"], "yy"), _node("Sub", ["xx", "yy"], "d")]
+    made = model(diff[:2] + [_node("Sub", ["xx", "yy"], "y")], {"x": fx, "x2": fx2}, {})
+    inside = {"x": fx, "x2": fx2}
+    add("made-inside+Relu", diff + [_node("Relu", ["d"])], inside)
+    add("made-inside+Clip", diff + [_node("Clip", ["d", "lo", "hi"])], inside, {"lo": lo, "hi": hi})
+    add("made-inside+Conv+Relu", diff + [_node("Conv", ["d", "w"], "c", pads=[1, 1, 1, 1]), _node("Relu", ["c"])],
+        inside, {"w": w})
+    add("made-inside+MaxPool", diff + [_node("MaxPool", ["d"], "y", **pool)], inside,
+        formula=lambda f, run: max_pool(run(made, f)[0], 3, 1, 1))
+    add("made-inside+LRN", diff + [_node("LRN", ["d"], **lrn)], inside,
+        formula=lambda f, run: lrn_formula(run(made, f)[0], **lrn))
     return out
+
+
+def overflowing_pair(shape, rng) -> tuple[np.ndarray, np.ndarray]:
+    """Two finite arrays, standard normal times 3, holding 1e20 or -1e20 (whose square
+    overflows float32) at some places in both, in the first only, and in the second only."""
+    x = (rng.standard_normal(shape) * 3).astype(np.float32)
+    x2 = (rng.standard_normal(shape) * 3).astype(np.float32)
+    idx = rng.choice(x.size, 30, replace=False)
+    sign = rng.choice(np.float32([-1, 1]), 30)
+    x.reshape(-1)[idx[:20]] = 1e20 * sign[:20]
+    x2.reshape(-1)[idx[:10]] = 1e20 * sign[10:20]
+    x2.reshape(-1)[idx[20:]] = 1e20 * sign[20:]
+    return x, x2
 
 
 def max_pool(x: np.ndarray, k: int, stride: int, pad: int) -> np.ndarray:
