@@ -181,6 +181,9 @@ CASES = [
     ("gridsample_3d_linear_zeros", "GridSample", [f32(2, 2, 4, 5, 6), f32(2, 3, 4, 2, 3, lo=-1.3, hi=1.3)], dict(mode="linear"), 20, (), 1, 1e-5),
     ("gridsample_3d_nearest_border_align", "GridSample", [f32(1, 3, 3, 4, 5), f32(1, 2, 3, 4, 3, lo=-1.5, hi=1.5)], dict(mode="nearest", padding_mode="border", align_corners=1), 20, (), 1, 0),
     ("gridsample_3d_linear_reflection", "GridSample", [f32(1, 1, 4, 4, 4), f32(1, 3, 3, 3, 3, lo=-2, hi=2)], dict(mode="linear", padding_mode="reflection"), 20, (), 1, 1e-5),
+    # bicubic border pads each tap (onnxruntime): an in-range axis keeps its place when the other is out
+    ("gridsample_cubic_border_20", "GridSample", [f32(1, 2, 5, 6), f32(1, 9, 7, 2, lo=-1.6, hi=1.6)], dict(mode="cubic", padding_mode="border"), 20, (), 1, 1e-5),
+    ("gridsample_cubic_border_align_20", "GridSample", [f32(1, 2, 5, 6), f32(1, 9, 7, 2, lo=-1.6, hi=1.6)], dict(mode="cubic", padding_mode="border", align_corners=1), 20, (), 1, 1e-5),
     ("gridsample_linear_border_20", "GridSample", [f32(2, 2, 4, 6), f32(2, 3, 3, 2, lo=-1.4, hi=1.4)], dict(mode="linear", padding_mode="border"), 20, (), 1, 1e-5),
     # --- MaxUnpool, Col2Im, Det --------------------------------------------------------------------
     ("maxunpool_2d_stride2", "MaxUnpool", [f32(1, 2, 3, 3), np.array([0, 3, 5, 12, 14, 17, 26, 29, 33, 36 + 1, 36 + 7, 36 + 10, 36 + 20, 36 + 22, 36 + 24, 36 + 30, 36 + 33, 36 + 35], np.int64).reshape(1, 2, 3, 3)], dict(kernel_shape=[2, 2], strides=[2, 2]), 11, (), 1, 0),
@@ -247,3 +250,22 @@ def test_batch_first_layout_matches_onnxruntime_on_transposed_data(rt, threads, 
     assert_close(got[0], want[0].transpose(2, 0, 1, 3), what="Y")
     for j in range(1, nout):
         assert_close(got[j], want[j].transpose(1, 0, 2), what=f"output {j}")
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+def test_gridsample_far_and_infinite_coordinates(rt, mode):
+    """A coordinate far outside the image or infinite (onnxruntime's integer conversion is
+    undefined there) reads padding along that axis, as a coordinate 3 images away does (where
+    onnxruntime is defined): 0 with zeros, the edge column with border."""
+    x = f32(1, 2, 4, 5)
+    far = np.float32([1e30, np.inf, -1e30, -np.inf])
+    ys = np.float32([-0.9, 0.2, 0.7, -0.3])
+    grid = np.stack([far, ys], -1).reshape(1, 1, 4, 2)
+    near = np.stack([np.sign(far) * 3, ys], -1).reshape(1, 1, 4, 2)
+    for pad in ("zeros", "border"):
+        model, feeds = one_node_model("GridSample", [x, grid], dict(mode=mode, padding_mode=pad), opset=20)
+        got = run_cpu(rt, model, feeds)[0][0]
+        want = onnxruntime_run(model, {"in0": x, "in1": near})[0]
+        assert_close(got, want, what=f"{mode} {pad}")
+        if pad == "zeros":
+            assert (got == 0).all(), got

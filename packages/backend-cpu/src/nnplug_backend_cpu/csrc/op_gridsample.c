@@ -58,23 +58,22 @@ static int gs_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err
     return NNC_OK;
 }
 
+/* x reflected into [lo, hi] by the near border until it lies inside; in double with fmod,
+ * so that a huge coordinate needs no integer conversion (undefined beyond int64). */
 static float gs_reflect(float x, float lo, float hi)
 {
-    float range = hi - lo, fx = x;
-    if (!(range > 0.f)) return lo;
-    if (fx < lo) {
-        float dx = lo - fx;
-        int64_t k = (int64_t)(dx / range);
-        float r = dx - (float)k * range;
-        fx = k % 2 == 0 ? lo + r : hi - r;
-    } else if (fx > hi) {
-        float dx = fx - hi;
-        int64_t k = (int64_t)(dx / range);
-        float r = dx - (float)k * range;
-        fx = k % 2 == 0 ? hi - r : lo + r;
-    }
-    return fx;
+    double range = (double)hi - lo;
+    if (!(range > 0.0)) return lo;
+    if (x >= lo && x <= hi) return x;
+    double d = x < lo ? (double)lo - x : (double)x - hi, t = fmod(d, 2.0 * range);
+    double r = t <= range ? t : 2.0 * range - t; /* distance from the border it started at */
+    return (float)(x < lo ? lo + r : hi - r);
 }
+
+/* A coordinate placed where every tap reads the same as at the original one: taps are at most
+ * 2 pixels from it (cubic), so beyond [-4, size + 3] each one is padding (zeros) or the edge
+ * (border) already. Keeps the integer conversions below defined for +-inf and huge values. */
+static inline float gs_bound(float v, float size) { return v < -4.f ? -4.f : v > size + 3.f ? size + 3.f : v; }
 
 typedef struct { const gs_state *s; const float *x, *g; float *y; int64_t C, H, W, OH, OW; float bx0, bx1, by0, by1; } gs_job;
 
@@ -117,16 +116,17 @@ static void gs_planes(void *arg, int64_t b, int64_t e, int tid)
             float x = s->align ? (gx + 1) / 2.f * (W - 1) : ((gx + 1) * W - 1) / 2.f;
             float yy = s->align ? (gy + 1) / 2.f * (H - 1) : ((gy + 1) * H - 1) / 2.f;
             if (s->mode == GS_NEAREST) { x = nearbyintf(x); yy = nearbyintf(yy); }
-            if (x < j->bx0 || x > j->bx1 || yy < j->by0 || yy > j->by1) {
-                if (s->pad == GP_BORDER) {
-                    x = x < 0 ? 0 : x > W - 1 ? W - 1 : x;
-                    yy = yy < 0 ? 0 : yy > H - 1 ? H - 1 : yy;
-                } else if (s->pad == GP_REFLECTION) {
-                    x = gs_reflect(x, j->bx0, j->bx1);
-                    yy = gs_reflect(yy, j->by0, j->by1);
-                }
+            /* Each axis on its own. Reflection moves the coordinate inside; zeros and border
+             * pad each tap (pixel), as onnxruntime does: for cubic, clamping the coordinate to
+             * the border instead would weight the taps differently. */
+            if (s->pad == GP_REFLECTION) {
+                x = gs_reflect(x, j->bx0, j->bx1);
+                yy = gs_reflect(yy, j->by0, j->by1);
+            } else {
+                x = gs_bound(x, W);
+                yy = gs_bound(yy, H);
             }
-            if (x != x || yy != yy) { y[o] = 0.f; continue; } /* NaN grid */
+            if (x != x || yy != yy) { y[o] = 0.f; continue; } /* a NaN in the grid, or an infinity reflected */
             if (s->mode == GS_NEAREST) {
                 y[o] = pixel(j, p, (int64_t)yy, (int64_t)x);
             } else if (s->mode == GS_LINEAR) {
@@ -182,15 +182,11 @@ static void gs_planes3(void *arg, int64_t b, int64_t e, int tid)
                 c[a] = s->align ? (gv + 1) / 2.f * (L[a] - 1) : ((gv + 1) * L[a] - 1) / 2.f;
                 if (s->mode == GS_NEAREST) c[a] = nearbyintf(c[a]);
             }
-            int outside = 0;
-            for (int a = 0; a < 3; a++) outside |= c[a] < j->b0[a] || c[a] > j->b1[a];
-            if (outside)
-                for (int a = 0; a < 3; a++) {
-                    if (s->pad == GP_BORDER) c[a] = c[a] < 0 ? 0 : c[a] > L[a] - 1 ? L[a] - 1 : c[a];
-                    else if (s->pad == GP_REFLECTION) c[a] = gs_reflect(c[a], j->b0[a], j->b1[a]);
-                }
-            for (int a = 0; a < 3; a++) bad |= c[a] != c[a];
-            if (bad) { y[o] = 0.f; continue; }
+            for (int a = 0; a < 3; a++) { /* each axis on its own, as in gs_planes */
+                c[a] = s->pad == GP_REFLECTION ? gs_reflect(c[a], j->b0[a], j->b1[a]) : gs_bound(c[a], L[a]);
+                bad |= c[a] != c[a];
+            }
+            if (bad) { y[o] = 0.f; continue; } /* a NaN in the grid, or an infinity reflected */
             if (s->mode == GS_NEAREST) { y[o] = pixel3(j, p, (int64_t)c[0], (int64_t)c[1], (int64_t)c[2]); continue; }
             float f[3], d1[3];
             int64_t i0[3];
