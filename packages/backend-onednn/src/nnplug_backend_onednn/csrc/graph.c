@@ -843,14 +843,17 @@ static int bn_primitive(const ox_op *op) { return op->kind == OP_BN && !op->w; }
 
 /* Whether op runs otherwise in a strict graph, where a NaN or an infinity can reach it: a Relu
  * (oneDNN's relu is max(x, 0), which drops a NaN; see plan.c strict_relu), a fused Clip (its
- * clip too), a max pooling and an LRN (see strict.h). */
+ * clip too), a fused GELU (oneDNN's gelu_erf gives NaN for +inf, where x * 0.5 * (1 + erf) is
+ * +inf; the strict graph runs the exported ops one by one), a max pooling and an LRN (see
+ * strict.h), and a convolution that may run as Winograd (ox_winograd_shape). */
 static int strict_differs(const ox_op *op)
 {
     int n = (op->kind == OP_ELTWISE && ox_is_relu(op->alg, op->alpha)) ||
-            (op->kind == OP_POOL && op->maxpool) || op->kind == OP_LRN;
+            (op->kind == OP_POOL && op->maxpool) || op->kind == OP_LRN || ox_winograd_shape(op);
     for (int i = 0; i < op->npost; i++) {
         const ox_post *q = &op->post[i];
-        n |= q->kind == POST_ELTWISE && (q->alg == dnnl_eltwise_clip || ox_is_relu(q->alg, q->alpha));
+        n |= q->kind == POST_ELTWISE &&
+             (q->alg == dnnl_eltwise_clip || q->alg == dnnl_eltwise_gelu_erf || ox_is_relu(q->alg, q->alpha));
     }
     return n;
 }
@@ -864,7 +867,7 @@ static void fuse(ox_graph *g, int strict)
         int has_sum = 0;
         for (;;) {
             int chain[5];
-            if (!bn_primitive(op) && op->npost < MAXPOST && gelu_chain(g, op->out, chain)) {
+            if (!strict && !bn_primitive(op) && op->npost < MAXPOST && gelu_chain(g, op->out, chain)) {
                 op->post[op->npost++] = (ox_post){POST_ELTWISE, dnnl_eltwise_gelu_erf, 0.f, 0.f, -1};
                 for (int k = 0; k < 5; k++) absorb(g, op, &g->ops[chain[k]]);
                 continue;

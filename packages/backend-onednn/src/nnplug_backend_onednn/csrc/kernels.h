@@ -37,6 +37,14 @@ static inline int ox_own_eltwise(dnnl_alg_kind_t alg)
  * strict graph runs it otherwise (plan.c strict_relu). */
 static inline int ox_is_relu(dnnl_alg_kind_t alg, float alpha) { return alg == dnnl_eltwise_relu && alpha == 0.f; }
 
+/* A convolution plan.c may run as Winograd F(2x2, 3x3), by its attributes (winograd_fits also
+ * asks for channel counts, plane size and post-ops). Its transforms add and subtract inputs
+ * before the products: on finite inputs within about a tenth of FLT_MAX they overflow where the
+ * direct sum does not, so a strict graph runs it direct (see ox_graph.guarded). */
+#define ox_winograd_shape(op)                                                                                          \
+    ((op)->kind == OP_CONV && (op)->w && (op)->group == 1 && (op)->wdims[2] == 3 && (op)->wdims[3] == 3 &&           \
+     (op)->st[0] == 1 && (op)->st[1] == 1 && (op)->dil[0] == 1 && (op)->dil[1] == 1)
+
 enum { OP_CONV, OP_MATMUL, OP_POOL, OP_ELTWISE, OP_SOFTMAX, OP_BINARY, OP_CONCAT, OP_LRN, OP_BN, OP_LN, OP_ERF, OP_RESHAPE, OP_TRANSPOSE,
        OP_ISNAN, OP_WHERE, /* only while parsing: Where(IsNaN(x), C, x) becomes one OP_NANREP */
        OP_NANREP };
@@ -91,14 +99,15 @@ typedef struct {
     int dynamic;   /* a dimension is known at run time only */
     int strict;    /* parsed for inputs holding a NaN or an infinity: no op turns a NaN into a number */
     int guarded;   /* not strict, and an op here mishandles a NaN or an infinity (oneDNN's relu, a
-                      fused Clip, max pooling, LRN: fast, exact on finite values; graph.c
-                      strict_differs): a run with one in an input takes the strict graph of the
-                      same nodes instead */
+                      fused Clip, a fused GELU, max pooling, LRN, a Winograd convolution: fast,
+                      exact on finite values; graph.c strict_differs): a run with one in an
+                      input, or that made one, takes the strict graph of the same nodes */
 } ox_graph;
 
 /* Parse and check nodes[0..n). Returns NULL with a message; *unsupported when the nodes are
- * valid ONNX the backend does not run (then it declines them). strict: no Clip fused, and
- * its plans run Relu, max pooling and LRN in forms that keep NaN (see ox_graph.guarded). */
+ * valid ONNX the backend does not run (then it declines them). strict: no Clip or GELU fused,
+ * and its plans run Relu, max pooling and LRN in forms that keep NaN and convolutions direct
+ * (see ox_graph.guarded). */
 ox_graph *ox_graph_parse(const nnp_node_desc *nodes, int n, int strict, int *unsupported, ox_err *e);
 void ox_graph_free(ox_graph *g);
 /* Value dims for concrete kernel input shapes (dims[v * MAXR ...]; in NULL: the declared,

@@ -649,15 +649,14 @@ static void *owned_cfg(pb *b, size_t n)
  * Measured against oneDNN's brgemm convolution on the layers of the zoo's models (1 and 2
  * threads): 1.4-1.7x faster from 64 channels on planes of 13x13 and more; at 7x7 (the 2x2
  * tiles cover 8x8) or with fewer channels, where the transforms' memory traffic weighs more,
- * it gains under 10% or loses. NNPLUG_ONEDNN_WINOGRAD=0 turns it off. */
+ * it gains under 10% or loses. NNPLUG_ONEDNN_WINOGRAD=0 turns it off; a strict plan never
+ * takes it. */
 static int winograd_fits(pb *b, const ox_op *op)
 {
     const char *env = getenv("NNPLUG_ONEDNN_WINOGRAD");
-    if ((env && !strcmp(env, "0")) || !dl_avx2_fma()) return 0;
+    if ((env && !strcmp(env, "0")) || !dl_avx2_fma() || b->g->strict) return 0; /* strict: see ox_winograd_shape */
     const int64_t *xd = DIMS(op->in[0]), *yd = DIMS(op->out);
-    if (VAL(op->in[0])->ndim != 4 || op->group != 1 || op->wdims[2] != 3 || op->wdims[3] != 3 || op->st[0] != 1 ||
-        op->st[1] != 1 || op->dil[0] != 1 || op->dil[1] != 1 || !op->w)
-        return 0;
+    if (VAL(op->in[0])->ndim != 4 || !ox_winograd_shape(op)) return 0;
     if (xd[1] % 8 || op->oc % 8 || xd[1] < 64 || op->oc < 64 || yd[2] * yd[3] < 100 || op->npost > WINO_MAXPOST) return 0;
     for (int i = 0; i < op->npost; i++) {
         const ox_post *q = &op->post[i];
