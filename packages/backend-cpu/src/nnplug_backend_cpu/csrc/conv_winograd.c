@@ -8,6 +8,7 @@
  * order of magnitude; F(4x4) would save more products at about 10x the error. */
 #include "conv_winograd.h"
 
+#include <float.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -103,13 +104,41 @@ int nnc_any_nonfinite(const float *x, int64_t n)
     return bad != 0;
 }
 
+/* The largest |x| of x[0, n) as its bits (NaN and infinity above every finite value), by the
+ * same integer test. */
+MULTIVERSION
+static uint32_t abs_max_bits(const float *x, int64_t n)
+{
+    uint32_t m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, x + i, sizeof u);
+        u &= 0x7fffffffu;
+        m = u > m ? u : m;
+    }
+    return m;
+}
+
+float nnc_wino_input_limit(const float *pu, int64_t oc, int64_t ic)
+{
+    int64_t n = nnc_wino_packed_floats(oc, ic);
+    uint32_t ub = abs_max_bits(pu, n);
+    float umax;
+    memcpy(&umax, &ub, sizeof umax);
+    double lim = umax > 0.f ? 0x1p127 / (36.0 * (double)ic * umax) : FLT_MAX;
+    return lim < FLT_MAX ? (float)lim : FLT_MAX;
+}
+
 /* The four input rows under tile row th of channel plane xc, zero outside the input, into
- * pr[0..3] (2 * TW + 2 floats each); 1 when any value they take is not finite. */
+ * pr[0..3] (2 * TW + 2 floats each); 1 when any value they take is not finite or above
+ * g->xmax. */
 static int padded_rows(const wino_job *j, const float *xc, int64_t th, float *const *pr)
 {
     const nnc_wino_shape *g = j->g;
     int64_t TW = (g->ow + 1) / 2, PW = 2 * TW + 2;
     int bad = 0;
+    uint32_t lim; /* the bits of a non-negative float order as the float does */
+    memcpy(&lim, &g->xmax, sizeof lim);
     for (int r = 0; r < 4; r++) {
         float *d = pr[r];
         int64_t ih = 2 * th - g->pt + r;
@@ -123,7 +152,7 @@ static int padded_rows(const wino_job *j, const float *xc, int64_t th, float *co
         memset(d, 0, (size_t)lo * sizeof(float));
         memcpy(d + lo, s, (size_t)n * sizeof(float));
         memset(d + lo + n, 0, (size_t)(PW - lo - n) * sizeof(float));
-        bad |= nnc_any_nonfinite(s, n);
+        bad |= abs_max_bits(s, n) > lim;
     }
     return bad;
 }

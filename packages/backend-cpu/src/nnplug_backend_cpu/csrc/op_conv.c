@@ -20,6 +20,7 @@ typedef struct {
     float *w;                        /* depthwise: constant weights [M][kh*kw] */
     float *pw;                       /* otherwise: constant weights, each group packed */
     float *pu;                       /* and Winograd's transformed ones (conv_winograd.h), or NULL */
+    float wino_xmax;                 /* the largest |x| Winograd takes with pu (nnc_wino_input_limit) */
     int64_t pw_group;                /* floats per group in pw */
     float *bias;                     /* [M] when weights are constant */
     int dt;                          /* element type: float32, or float16/bfloat16/float64 on
@@ -205,6 +206,7 @@ static int conv_create(nnc_node *n, nnc_err *e)
         if (winograd_kernel(s) && !nnc_any_nonfinite(src, s->M * K)) {
             s->pu = nnc_alloc((size_t)nnc_wino_packed_floats(s->M, s->Cg) * sizeof(float));
             if (!s->pu || nnc_wino_pack(src, s->M, s->Cg, s->pu)) return nnc_node_fail(e, n, "out of memory packing weights");
+            s->wino_xmax = nnc_wino_input_limit(s->pu, s->M, s->Cg);
         }
         if (nnc_in_present(n, 2)) memcpy(s->bias, n->vin[2]->const_data, (size_t)s->M * sizeof(float));
         else memset(s->bias, 0, (size_t)s->M * sizeof(float));
@@ -237,6 +239,7 @@ void nnc_conv_fold_affine(nnc_node *n, const float *scale, const float *shift)
         if (scale && s->pu) nnc_wino_scale_row(s->pu, s->M, s->Cg, m, a);
         s->bias[m] = s->bias[m] * a + b;
     }
+    if (scale && s->pu) s->wino_xmax = nnc_wino_input_limit(s->pu, s->M, s->Cg);
 }
 
 static int conv_geometry(const conv_state *s, const nnc_tensor *x, int64_t *H, int64_t *W,
@@ -998,7 +1001,7 @@ static size_t conv_scratch(const nnc_node *n, nnc_tensor *const *in, const nnc_t
         size_t rows = rows_path(s, OH, OW, direct) ? rows_scratch(s, OH, OW, direct) : 0;
         size_t most = rows > packed ? rows : packed;
         if (s->pu && nnc_wino_fits(s->Cg, s->M, OH, OW)) {
-            nnc_wino_shape g = {s->Cg, s->M, H, W, OH, OW, pt, pl};
+            nnc_wino_shape g = {s->Cg, s->M, H, W, OH, OW, pt, pl, 0.f};
             size_t wino = nnc_wino_scratch(&g);
             if (wino > most) most = wino;
         }
@@ -1068,14 +1071,14 @@ static int conv_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exe
         return NNC_OK;
     }
     int wino = s->pu && nnc_wino_fits(s->Cg, s->M, j.OH, j.OW);
-    nnc_wino_shape g = {s->Cg, s->M, j.H, j.W, j.OH, j.OW, j.pt, j.pl};
+    nnc_wino_shape g = {s->Cg, s->M, j.H, j.W, j.OH, j.OW, j.pt, j.pl, s->wino_xmax};
     for (int64_t b = 0; b < N; b++) {
         j.x = (const float *)x->data + b * x->dims[1] * j.H * j.W;
         j.y = (float *)out->data + b * s->M * OHW;
         j.res = n->residual >= 0 ? (const float *)in[n->residual]->data + b * s->M * OHW : NULL;
         int rc = wino ? nnc_wino_run(&g, s->pu, j.x, j.bias, j.res, j.act, j.y, xc, T) : 1;
         if (rc == NNC_ERR) return nnc_node_fail(e, n, "out of memory for convolution scratch");
-        if (rc == NNC_OK) continue; /* else the direct convolution: not Winograd, or a NaN or infinity in x */
+        if (rc == NNC_OK) continue; /* else the direct convolution: not Winograd, or x not finite or too large */
         if (rows_path(s, j.OH, j.OW, j.direct)) {
             if (conv_rows(&j, T)) return nnc_node_fail(e, n, "out of memory for convolution scratch");
         } else if (packed && j.nmb > 1 && !(j.direct && OHW == 1)) conv_shared_columns(&j);
