@@ -168,6 +168,23 @@ def cases(seed: int = 2) -> dict:
     add("MatMul+Relu", [_node("MatMul", ["a", "b"], "p"), _node("Relu", ["p"])], {"a": a}, {"b": b})
     add("Add+Clip", [_node("Add", ["x", "x2"], "s"), _node("Clip", ["s", "lo", "hi"])],
         {"x": x, "x2": x2}, {"lo": lo, "hi": hi})
+    # the exported exact GELU, x * 0.5 * (1 + Erf(x / sqrt 2)), after the ops backends fuse it into
+    gelu = [_node("Div", ["p", "sqrt2"], "gd"), _node("Erf", ["gd"], "ge"), _node("Add", ["ge", "one"], "ga"),
+            _node("Mul", ["p", "ga"], "gm"), _node("Mul", ["gm", "half"], "y")]
+    gk = {"sqrt2": np.float32(np.sqrt(2)), "one": np.float32(1), "half": np.float32(0.5)}
+    add("MatMul+Gelu", [_node("MatMul", ["a", "b"], "p")] + gelu, {"a": a}, {"b": b, **gk})
+    add("Add+Gelu", [_node("Add", ["x", "x2"], "p")] + gelu, {"x": x, "x2": x2}, gk)
+    add("Conv+Gelu", [_node("Conv", ["x", "w"], "p", pads=[1, 1, 1, 1])] + gelu, {"x": xa}, {"w": w, **gk})
+    # finite inputs near float32's limit through convolutions shaped for Winograd (3x3, stride 1,
+    # 64 channels, 12x12): its transforms add inputs up before the products, the direct sum not
+    # (one such value per 3x3 window, so that no sum's order decides whether it overflows)
+    xw = (rng.standard_normal((1, 64, 12, 12)) * 3).astype(np.float32)
+    for k, (i, j) in enumerate(((1, 1), (1, 6), (1, 10), (6, 2), (6, 7), (10, 10))):
+        xw[0, rng.integers(64), i, j] = 3e38 if k % 2 else -3e38
+    ww = (rng.standard_normal((64, 64, 3, 3)) * 0.3).astype(np.float32)
+    conv64 = _node("Conv", ["x", "w"], "c", pads=[1, 1, 1, 1])
+    add("Conv64-near-max", [_node("Conv", ["x", "w"], "y", pads=[1, 1, 1, 1])], {"x": xw}, {"w": ww})
+    add("Conv64-near-max+Relu", [conv64, _node("Relu", ["c"])], {"x": xw}, {"w": ww})
     # finite inputs whose squares overflow: inf - inf makes a NaN inside the graph, +-inf where
     # only one square overflows, before each op that could turn a NaN into a number
     fx, fx2 = overflowing_pair((2, 16, 9, 9), rng)
