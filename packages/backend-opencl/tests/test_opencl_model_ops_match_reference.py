@@ -10,7 +10,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
-from test_opencl_ops_match_reference import check, rand, single_node_model
+from test_opencl_ops_match_reference import check, rand, single_node_model, with_output_types
 
 from nnplug_backend_opencl import OpenCLBackend
 
@@ -39,6 +39,47 @@ def test_unary(rt, op, attrs, opset, domain):
     if op == "Softplus":
         x[0, 0, :2] = [60.0, -60.0]  # no overflow on the way to log(1 + e^x)
     check(rt, single_node_model(op, {"x": x}, attrs, opset=opset), {"x": x})
+
+
+# past |x| = 9.011 float32's tanh is exactly +-1 (onnxruntime's too); a tanh stopping at
+# +-0.99999994 leaves 1 + tanh = 6e-8 where the tanh Gelu wants 0
+SATURATED = np.array([-np.inf, -1e30, -20.0, -10.0, -9.5, 9.5, 10.0, 20.0, 1e30, np.inf, np.nan],
+                     np.float32)
+
+
+@pytest.mark.parametrize("op,opset", [("Tanh", 13), ("Mish", 18)])
+def test_tanh_saturates_to_exactly_one(rt, op, opset):
+    x = SATURATED if op == "Tanh" else np.abs(SATURATED)  # Mish(x) = x * tanh(softplus(x))
+    check(rt, single_node_model(op, {"x": x}, opset=opset), {"x": x}, rtol=0, atol=0,
+          ref="ort")
+
+
+GELU_EDGES = np.array([-np.inf, -1e30, -100.0, -10.0, -0.0, 0.5, 3.0, 100.0, 1e30, np.inf,
+                       np.nan], np.float32)
+
+
+def test_gelu_tanh_of_large_negative_values(rt):
+    # 0.5 * x * (1 + tanh(...)): -0 for -1e30 and -100, NaN (-inf * 0) for -inf
+    x = GELU_EDGES
+    check(rt, single_node_model("Gelu", {"x": x}, {"approximate": "tanh"}, opset=20), {"x": x},
+          rtol=1e-5, atol=0, ref="ort")
+
+
+def test_gelu_tanh_written_as_ops_of_large_negative_values(rt):
+    # GPT-2's gelu_new: 0.5 * x * (1 + Tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))
+    x = GELU_EDGES
+    consts = {"k": 0.044715, "r": np.sqrt(2 / np.pi), "one": 1.0, "half": 0.5}
+    nodes = [helper.make_node("Mul", ["x", "x"], ["x2"]), helper.make_node("Mul", ["x2", "x"], ["x3"]),
+             helper.make_node("Mul", ["x3", "k"], ["kx3"]), helper.make_node("Add", ["x", "kx3"], ["s"]),
+             helper.make_node("Mul", ["s", "r"], ["z"]), helper.make_node("Tanh", ["z"], ["t"]),
+             helper.make_node("Add", ["t", "one"], ["a"]), helper.make_node("Mul", ["x", "a"], ["b"]),
+             helper.make_node("Mul", ["b", "half"], ["y0"])]
+    graph = helper.make_graph(
+        nodes, "gelu_new", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y0", TensorProto.FLOAT, x.shape)],
+        [onnx.numpy_helper.from_array(np.array(v, np.float32), n) for n, v in consts.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    check(rt, model, {"x": x}, rtol=1e-5, atol=0, ref="ort")
 
 
 @pytest.mark.parametrize("sa,sb", [((2, 3, 4), (2, 3, 4)), ((2, 3, 4), (4,)), ((3, 1), (1, 5)),
@@ -111,6 +152,27 @@ def test_layer_normalization(rt, shape, axis, scale_shape, bias):
         inits["b"] = rand(*scale_shape)
     check(rt, single_node_model("LayerNormalization", {"x": x}, dict(axis=axis, epsilon=1e-3),
                                 opset=17, initializers=inits), {"x": x})
+
+
+def test_layer_normalization_of_constant_rows_of_large_values(rt):
+    # a float32 sum of 64 copies of 1e20 (or 1e8) is ulps off 64 * 1e20, and a mean that far
+    # off normalises the row to +-1; the answer is 0, so the bias
+    x = np.concatenate([np.full((1, 64), 1e20, np.float32), np.full((1, 64), 1e8, np.float32),
+                        rand(2, 64)])
+    s, b = rand(64), rand(64)
+    model = single_node_model("LayerNormalization", {"x": x}, opset=17,
+                              initializers={"s": s, "b": b})
+    check(rt, model, {"x": x}, atol=1e-4, ref="ort")
+    # and a row far from 0: against the formula in float64 (onnxruntime 1.32 is 3e-4 off there)
+    x = np.concatenate([x, rand(1, 64) * 3 + 1e4])
+    model = single_node_model("LayerNormalization", {"x": x}, opset=17,
+                              initializers={"s": s, "b": b})
+    with rt.load(with_output_types(model, {"x": x}), backends=["opencl"]) as net:
+        got = net.run({"x": x})["y0"]
+    np.testing.assert_array_equal(got[:2], np.broadcast_to(b, (2, 64)))
+    x64 = x.astype(np.float64)
+    want = (x64 - x64.mean(1, keepdims=True)) / np.sqrt(x64.var(1, keepdims=True) + 1e-5) * s + b
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_layer_normalization_with_runtime_scale(rt):
@@ -331,3 +393,22 @@ def test_instance_normalization(rt, shape):
     c = shape[1]
     check(rt, single_node_model("InstanceNormalization", {"x": x}, dict(epsilon=1e-4),
                                 initializers={"s": rand(c), "b": rand(c)}), {"x": x})
+
+
+def test_instance_normalization_of_a_constant_channel_of_large_values(rt):
+    # a constant channel normalises to 0, so the answer is the bias; onnxruntime 1.32's CPU
+    # kernel gives 0 here (from a constant of 1e5 up; 0.5 for 1e4), so the reference is the
+    # formula in float64
+    x = np.full((1, 3, 8, 8), 1e8, np.float32)
+    x[0, 1] = np.arange(64).reshape(8, 8)
+    x[0, 2] = rand(8, 8) * 3 + 1e4
+    s, b = np.array([1.5, 2.0, -0.7], np.float32), np.array([0.25, -0.5, 0.1], np.float32)
+    model = with_output_types(single_node_model("InstanceNormalization", {"x": x},
+                                                initializers={"s": s, "b": b}), {"x": x})
+    with rt.load(model, backends=["opencl"]) as net:
+        got = net.run({"x": x})["y0"]
+    x64 = x.astype(np.float64)
+    mean, var = x64.mean(axis=(2, 3), keepdims=True), x64.var(axis=(2, 3), keepdims=True)
+    want = (x64 - mean) / np.sqrt(var + 1e-5) * s[:, None, None] + b[:, None, None]
+    np.testing.assert_array_equal(got[0, 0], np.full((8, 8), b[0]))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -52,6 +52,16 @@ float clamp_keeping_nan(float v, float lo, float hi)
     return r > hi ? hi : r;
 }
 
+// tanh that reaches +-1: PoCL's tanh stops at +-0.99999994, and then 1 + tanh in the tanh Gelu
+// is 6e-8, not 0, for very negative x (x * 6e-8 instead of -0, -inf instead of NaN). For
+// |x| > 13 * ln 2 = 9.0109, 1 - tanh|x| ~ 2e^(-2|x|) is under 2^-25 (half the ulp below 1), so
+// the true value rounds to exactly 1 in float32; 9.011f is just above that. A NaN fails the
+// compare and stays NaN.
+float tanh_saturating(float v)
+{
+    return fabs(v) > 9.011f ? copysign(1.0f, v) : tanh(v);
+}
+
 __kernel void unary(__global const float* restrict x, __global float* restrict y, int n,
                     int act, float a, float b)
 {
@@ -64,7 +74,7 @@ __kernel void unary(__global const float* restrict x, __global float* restrict y
     case ACT_LEAKY: r = v >= 0.0f ? v : v * a; break;
     case ACT_SIGMOID: r = 1.0f / (1.0f + exp(-v)); break;
     case ACT_CLIP: r = clamp_keeping_nan(v, a, b); break;
-    case F_TANH: r = tanh(v); break;
+    case F_TANH: r = tanh_saturating(v); break;
     case F_EXP: r = exp(v); break;
     case F_LOG: r = log(v); break;
     case F_SQRT: r = sqrt(v); break;
@@ -74,7 +84,8 @@ __kernel void unary(__global const float* restrict x, __global float* restrict y
     case F_ERF: r = erf(v); break;
     case F_GELU: r = 0.5f * v * (1.0f + erf(v * M_SQRT1_2_F)); break;
     case F_GELU_TANH:
-        r = 0.5f * v * (1.0f + tanh(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+        r = 0.5f * v
+            * (1.0f + tanh_saturating(0.7978845608028654f * (v + 0.044715f * v * v * v)));
         break;
     case F_HARDSIGMOID: r = clamp_keeping_nan(a * v + b, 0.0f, 1.0f); break;
     case F_HARDSWISH: r = v * clamp_keeping_nan(v * (1.0f / 6.0f) + 0.5f, 0.0f, 1.0f); break;
@@ -91,7 +102,7 @@ __kernel void unary(__global const float* restrict x, __global float* restrict y
     case F_SIGN: r = v > 0.0f ? 1.0f : (v < 0.0f ? -1.0f : v); break;
     case F_MISH: {
         const float sp = v > 0.0f ? v + log1p(exp(-v)) : log1p(exp(v));
-        r = v * tanh(sp);
+        r = v * tanh_saturating(sp);
         break;
     }
     case F_CELU: r = clamp_keeping_nan(v, 0.0f, INFINITY) + clamp_keeping_nan(a * (exp(v / a) - 1.0f), -INFINITY, 0.0f); break;

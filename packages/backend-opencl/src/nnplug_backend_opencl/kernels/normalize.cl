@@ -36,7 +36,9 @@ __kernel void lrn(__global const float* restrict x, __global float* restrict y,
 }
 
 // LayerNormalization over the last `len` elements of each row (the axes from `axis` on,
-// flattened), one work-item per row; mean and variance in two passes for accuracy.
+// flattened), one work-item per row; mean and variance in two passes for accuracy, on the row
+// shifted by its first element: a float32 sum of large equal values lands ulps off their mean,
+// and a constant row must give 0 deviations (the bias), not +-1.
 // per_row = 0: scale[i] and bias[i] per element of the row (LayerNormalization);
 // per_row = C: scale[c] and bias[c] with c = row % C (InstanceNormalization, rows = N * C).
 __kernel void layernorm(__global const float* restrict x, __global const float* restrict scale,
@@ -49,18 +51,19 @@ __kernel void layernorm(__global const float* restrict x, __global const float* 
     const int step = per_row ? 0 : 1;
     __global const float* xr = x + (size_t)r * len;
     __global float* yr = y + (size_t)r * len;
+    const float x0 = xr[0];  // len >= 1: the host launches no empty rows
     float s = 0.0f;
-    for (int i = 0; i < len; ++i) s += xr[i];
-    const float mean = s / (float)len;
+    for (int i = 0; i < len; ++i) s += xr[i] - x0;
+    const float mean = s / (float)len;  // of the shifted row
     float v = 0.0f;
     for (int i = 0; i < len; ++i) {
-        const float d = xr[i] - mean;
+        const float d = (xr[i] - x0) - mean;
         v += d * d;
     }
     const float inv = rsqrt(v / (float)len + epsilon);
     for (int i = 0; i < len; ++i) {
         const int k = per_row ? c : i * step;
-        const float o = (xr[i] - mean) * inv * scale[k];
+        const float o = ((xr[i] - x0) - mean) * inv * scale[k];
         yr[i] = has_bias ? o + bias[k] : o;
     }
 }
