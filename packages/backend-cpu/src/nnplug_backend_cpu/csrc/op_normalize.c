@@ -79,12 +79,16 @@ static void in_groups(void *arg, int64_t b, int64_t e, int tid)
         double mu = len ? sum / (double)len : 0;
         for (int64_t i = 0; i < len; i++) { double d = x[i] - mu; sq += d * d; }
         double inv = 1.0 / sqrt((len ? sq / (double)len : 0) + (double)j->eps);
+        /* (x - mean) first, then the scale: folded into x * a + (bias - mean * a), a large mean
+         * cancels in float32 (a constant channel of 1e4 gave 0, not the bias). x - mean is
+         * exact where x is near the mean (Sterbenz). */
+        float muf = (float)mu;
         for (int64_t c = 0; c < j->cpg; c++) {
             int64_t pi = j->per_channel ? g * j->cpg + c : g;
-            float a = (float)(inv * j->scale[pi]), sh = (float)(j->bias[pi] - mu * inv * j->scale[pi]);
+            float a = (float)(inv * j->scale[pi]), b = j->bias[pi];
             const float *xc = x + c * j->sp;
             float *yc = y + c * j->sp;
-            for (int64_t i = 0; i < j->sp; i++) yc[i] = xc[i] * a + sh;
+            for (int64_t i = 0; i < j->sp; i++) yc[i] = (xc[i] - muf) * a + b;
         }
     }
 }
