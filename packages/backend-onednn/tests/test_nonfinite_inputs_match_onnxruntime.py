@@ -15,8 +15,7 @@ from onnx import helper
 from nnplug.testing.nonfinite import assert_nonfinite_match, cases, max_pool, special_array
 
 CASES = cases()
-# the cases whose op this backend does not run (the cpu backend does; MeanVarianceNormalization's
-# expansion in part): ops outside its table;
+# the cases whose op this backend does not run (the cpu backend does): ops outside its table;
 # Max and Min, whose oneDNN forms drop a NaN; a Clip whose min is above its max. A case that
 # changes side fails below.
 DECLINED = {
@@ -99,3 +98,28 @@ def test_finite_inputs_keep_the_fused_relu():
     strict = [ln for ln in onednn_log(SETUP, "nan") if ",convolution," in ln]
     assert len(finite) == 1 and "eltwise_relu" in finite[0] and "eltwise_elu" not in finite[0], finite
     assert len(strict) == 1 and "eltwise_elu+eltwise_linear" in strict[0], strict
+
+
+MADE_INSIDE = """
+import numpy as np
+from conftest import graph_model
+from onnx import helper
+rng = np.random.default_rng(9)
+x = rng.standard_normal((1, 16, 8, 8)).astype(np.float32)
+if sys.argv[2] == "overflow":
+    x[0, 3, 4, 4] = 1e20  # squared: inf; inf - inf: NaN
+w = (rng.standard_normal((16, 16, 3, 3)) / 12).astype(np.float32)
+model = graph_model([helper.make_node("Mul", ["x", "x"], ["xx"]), helper.make_node("Sub", ["xx", "xx"], ["d"]),
+                     helper.make_node("Conv", ["d", "w"], ["c"], pads=[1, 1, 1, 1]),
+                     helper.make_node("Relu", ["c"], ["y"])], {"x": x}, {"w": w})
+feeds = {"x": x}
+"""
+
+
+def test_a_run_that_makes_a_nan_runs_again_strict():
+    """Finite inputs run the fast plan once; when that run made a NaN (here inf - inf before a
+    Conv+Relu), the same run goes on to the strict plan, whose convolution keeps it (elu)."""
+    normal = [ln for ln in onednn_log(MADE_INSIDE, "normal") if ",convolution," in ln]
+    made = [ln for ln in onednn_log(MADE_INSIDE, "overflow") if ",convolution," in ln]
+    assert len(normal) == 1 and "eltwise_relu" in normal[0], normal
+    assert len(made) == 2 and "eltwise_relu" in made[0] and "eltwise_elu+eltwise_linear" in made[1], made

@@ -279,6 +279,12 @@ int ox_run(const nnp_kernel *kc, const nnp_tensor *in, int nin, const nnp_tensor
      * kernel never writes its inputs, and the rerun writes the whole output. */
     int made = 0;
     rc = run_plan(k, strict, in, nin, out, ws, wsn, k->strict && !strict, &made, e);
-    if (!rc && made) rc = run_plan(k, 1, in, nin, out, ws, wsn, 0, NULL, e);
+    if (!rc && made) {
+        const char *prof = getenv("NNPLUG_ONEDNN_PROFILE");
+        if (prof && !strcmp(prof, "1"))
+            fprintf(stderr, "nnplug-onednn: rerun | %s | the fast plan made a NaN or an infinity: the strict plan runs\n",
+                    g->vals[g->out].name);
+        rc = run_plan(k, 1, in, nin, out, ws, wsn, 0, NULL, e);
+    }
     return rc;
 }
