@@ -1,8 +1,9 @@
-"""InstanceNormalization, GroupNormalization and LayerNormalization of channels whose mean is
-large against their spread (a constant channel of 1e4 to 1e20 included) give the formula's
-answer, taken in float64: a constant channel gives exactly the bias. onnxruntime 1.32 does not
-here (a constant InstanceNormalization channel of 1e4 gives 2x the bias, of 1e5 or more 0;
-GroupNormalization gives NaN from 1e8), so the reference is the formula, not onnxruntime."""
+"""InstanceNormalization, GroupNormalization, LayerNormalization and MeanVarianceNormalization of
+channels whose mean is large against their spread (a constant channel of 1e4 to 1e20 included)
+give the formula's answer, taken in float64: a constant channel gives exactly the bias (0 for
+MeanVarianceNormalization). onnxruntime 1.32 does not here (a constant InstanceNormalization
+channel of 1e4 gives 2x the bias, of 1e5 or more 0; GroupNormalization gives NaN from 1e8;
+MeanVarianceNormalization NaN for any constant channel), so the reference is the formula."""
 
 from __future__ import annotations
 
@@ -36,3 +37,18 @@ def test_large_channels_match_the_formula(rt, op, value):
     got = run_cpu(rt, model, feeds)[0][0]
     assert (got[0, 0] == want[0, 0, 0]).all(), f"{op} of a constant channel of {value:g}: {got[0, 0, :4]}"
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-4 * np.abs(want).max(), err_msg=f"{op} at {value:g}")
+
+
+@pytest.mark.parametrize("value", [0.0, 1.0, 1e4, 1e8])
+def test_mean_variance_normalization_matches_the_formula(rt, value):
+    """(x - mean) / (std + 1e-9): the function body's E[x^2] - E[x]^2 cancels in float32 (17% off
+    for a channel of mean 1 and spread 1e-3), so the backend takes the variance in two passes."""
+    rng = np.random.default_rng(5)
+    x = np.full((2, 3, 4, 5), value, np.float32)
+    x[:, 1:] = (rng.standard_normal((2, 2, 4, 5)) * max(value * 1e-3, 1e-3) + value).astype(np.float32)
+    model, feeds = one_node_model("MeanVarianceNormalization", [x], {"axes": [0, 2, 3]}, opset=13)
+    got = run_cpu(rt, model, feeds)[0][0]
+    xd = x.astype(np.float64)
+    want = (xd - xd.mean((0, 2, 3), keepdims=True)) / (xd.std((0, 2, 3), keepdims=True) + 1e-9)
+    assert (got[:, 0] == 0).all(), got[:, 0]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5, err_msg=f"MeanVarianceNormalization at {value:g}")

@@ -17,7 +17,7 @@
     X(hardsigmoid) X(hardswish) X(elu) X(selu) X(celu) X(mish) X(softsign) X(thresholdedrelu) \
     X(shrink) X(swish) X(size) X(range) X(trilu) X(cumsum) X(cumprod) X(tile) X(gatherelements) X(scatterelements) \
     X(gathernd) X(scatternd) X(onehot) X(nonzero) X(topk) X(compress) X(reversesequence) X(hardmax) X(unique) X(reducelogsum) X(prelu) \
-    X(resize) X(upsample) X(convtranspose) X(instancenorm) X(groupnorm) X(lpnorm) \
+    X(resize) X(upsample) X(convtranspose) X(instancenorm) X(groupnorm) X(lpnorm) X(meanvariancenormalization) \
     X(rnn) X(gru) X(lstm) X(quantizelinear) X(dequantizelinear) X(dynamicquantizelinear) \
     X(matmulinteger) X(convinteger) X(qlinearmatmul) X(qlinearconv) X(einsum) \
     X(nonmaxsuppression) X(roialign) X(gridsample) \
