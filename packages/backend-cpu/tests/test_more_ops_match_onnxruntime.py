@@ -7,7 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import assert_close, one_node_model, onnxruntime_run, run_cpu
-from onnx import helper
+from onnx import TensorProto, helper, numpy_helper
+
+import nnplug
 
 R = np.random.default_rng(4321)
 
@@ -172,6 +174,10 @@ CASES = [
     ("roialign_max_sampling2_scale", "RoiAlign", [f32(1, 4, 8, 8, lo=0, hi=1), np.array([[1, 1, 14, 12], [0, 4, 8, 15]], np.float32), i64(0, 0)], dict(mode="max", output_height=2, output_width=2, sampling_ratio=2, spatial_scale=0.5), 16, (), 1, 1e-5),
     ("roialign_output_half_pixel", "RoiAlign", [f32(1, 2, 9, 9), np.array([[1.5, 2.5, 6.5, 8.0], [0, 0, 2, 2]], np.float32), i64(0, 0)], dict(coordinate_transformation_mode="output_half_pixel", output_height=5, output_width=3, sampling_ratio=3), 16, (), 1, 1e-5),
     ("roialign_10", "RoiAlign", [f32(1, 2, 6, 6), np.array([[0, 0, 5, 5]], np.float32), i64(0)], dict(output_height=2, output_width=2), 10, (), 1, 1e-5),
+    # --- MeanVarianceNormalization (a kernel of its own, not the function body) ---------------------
+    ("mvn_default_axes", "MeanVarianceNormalization", [f32(2, 3, 4, 5)], {}, 13, (), 1, 1e-5),
+    ("mvn_last_axis_rank3", "MeanVarianceNormalization", [f32(3, 4, 7, lo=2, hi=3)], dict(axes=[-1]), 13, (), 1, 1e-5),
+    ("mvn_axes_1_2", "MeanVarianceNormalization", [f32(2, 3, 4, 5, lo=-5, hi=9)], dict(axes=[1, 2]), 9, (), 1, 1e-5),
     # --- GridSample (grid partly outside [-1, 1]) ------------------------------------------------
     ("gridsample_bilinear_zeros", "GridSample", [f32(2, 3, 6, 7), f32(2, 5, 4, 2, lo=-1.3, hi=1.3)], {}, 16, (), 1, 1e-5),
     ("gridsample_bilinear_border_align", "GridSample", [f32(1, 2, 5, 5), f32(1, 6, 6, 2, lo=-1.5, hi=1.5)], dict(padding_mode="border", align_corners=1), 16, (), 1, 1e-5),
@@ -269,3 +275,161 @@ def test_gridsample_far_and_infinite_coordinates(rt, mode):
         assert_close(got, want, what=f"{mode} {pad}")
         if pad == "zeros":
             assert (got == 0).all(), got
+
+
+# --- NaN, infinities, -0.0 and empty sequences in these ops ------------------------------------
+
+def test_nms_nan_scores_come_after_every_finite_score(rt):
+    """NaN scores (undefined in the spec; onnxruntime's order then depends on its heap) are taken
+    last, so the finite boxes keep the greedy order and suppress as they would without them."""
+    boxes = np.array([[[i * 10, 0, i * 10 + 5, 5] for i in range(8)]], np.float32)
+    scores = np.array([[[0.248, np.nan, 0.779, 0.809, np.nan, np.inf, 0.143, 0.04]]], np.float32)
+    for overlap, want in ((False, [5, 3, 2, 0, 6, 7, 1, 4]), (True, [5, 3, 2, 0, 6, 1, 4])):
+        b = boxes.copy()
+        if overlap:
+            b[0, 7] = [0.2, 0, 5.2, 5]  # IoU ~0.92 with box 0, which scores higher
+        model, feeds = one_node_model("NonMaxSuppression", [b, scores, i64(20), fl(0.5)], opset=11,
+                                      const_inputs=(2, 3))
+        got = run_cpu(rt, model, feeds)[0][0]
+        assert got[:, 2].tolist() == want, (overlap, got[:, 2].tolist())
+
+
+@pytest.mark.parametrize("iou", [np.nan, np.inf, -0.5])
+def test_nms_iou_threshold_outside_0_1_is_rejected(rt, iou):
+    # onnxruntime rejects these too ("iou_threshold must be in range [0, 1]")
+    model, feeds = one_node_model("NonMaxSuppression", [f32(1, 3, 4), f32(1, 1, 3), i64(5), fl(iou)],
+                                  opset=11, const_inputs=(2, 3))
+    with pytest.raises(nnplug.NnplugError, match=r"nonmaxsuppression_node.*'iou_threshold' must be in \[0, 1\]"):
+        run_cpu(rt, model, feeds)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+@pytest.mark.parametrize("ev", [5.0, -np.inf, 1e-7], ids=["5", "-inf", "1e-7"])
+def test_resize_tf_crop_outside_points_are_exactly_the_extrapolation_value(rt, mode, ev):
+    """The spec (and onnxruntime): not the value blended through the other axis' weights, which
+    gave 4.999999 for 5 and NaN for -inf."""
+    roi = fl(0, 0, -0.5, 0.2, 1, 1, 0.9, 1.4)  # rows above and columns right of the input
+    # (onnxruntime ignores the roi of an axis whose size does not change: none here)
+    for hw, sizes in (((5, 6), i64(1, 1, 4, 7)), ((4, 4), i64(1, 1, 3, 5))):
+        x = (np.arange(hw[0] * hw[1], dtype=np.float32) / 3).reshape(1, 1, *hw)
+        model, feeds = one_node_model("Resize", [x, roi, NONE, sizes],
+                                      dict(mode=mode, coordinate_transformation_mode="tf_crop_and_resize",
+                                           extrapolation_value=ev), opset=19, const_inputs=(1, 3))
+        got = run_cpu(rt, model, feeds)[0][0]
+        want = onnxruntime_run(model, feeds)[0]
+        outside = want == np.float32(ev)
+        assert outside[0, 0, 0].all() and outside[0, 0, :, -1].all() and not outside.all()
+        np.testing.assert_array_equal(got[outside], want[outside], err_msg=f"{mode} {hw} outside")
+        assert_close(got[~outside], want[~outside], what=f"{mode} {hw} inside")
+
+
+def test_einsum_copy_and_cumsum_keep_negative_zero(rt):
+    x = np.array([[-0.0, -0.0], [2.0, -0.0]], np.float32)
+    y = np.array([[-0.0, 1.0], [1.0, -0.0]], np.float32)
+    runs = [("Einsum", [x], dict(equation=eq), 12) for eq in ("ij->ji", "ii->i")]
+    # products and sums start from +0.0 as onnxruntime's do: these must stay as they are
+    runs += [("Einsum", [x, y], dict(equation="ij,jk->ik"), 12), ("Einsum", [x], dict(equation="ij->j"), 12)]
+    for dt in (np.float32, np.float64):
+        v = np.array([-0.0, -0.0, 1.0, -1.0, 1.0], dt)
+        for rev in (0, 1):
+            for ex in (0, 1):  # exclusive: the first output is +0.0 in onnxruntime
+                runs.append(("CumSum", [v[::-1].copy() if rev else v, np.array(0, np.int64)],
+                             dict(reverse=rev, exclusive=ex), 14))
+    for op, ins, attrs, opset in runs:
+        model, feeds = one_node_model(op, ins, attrs, opset=opset)
+        got = run_cpu(rt, model, feeds)[0][0]
+        want = onnxruntime_run(model, feeds)[0]
+        assert_close(got, want, what=f"{op} {attrs}")
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want), err_msg=f"{op} {attrs}")
+
+
+QZP = {"uint8": np.uint8(128), "int8": np.int8(3), "uint16": np.uint16(1000), "int16": np.int16(-5)}
+
+
+@pytest.mark.parametrize("xdt", [np.float32, np.float16])
+@pytest.mark.parametrize("zdt", sorted(QZP))
+@pytest.mark.parametrize("scale", [0.05, 0.0, np.inf, np.nan])
+def test_quantizelinear_nan_gives_the_lowest_value(rt, xdt, zdt, scale):
+    """x / scale = NaN (x NaN, 0/0, inf/inf, a NaN scale) saturates to the type's lowest value,
+    as onnxruntime (the spec leaves it undefined); +-inf saturate to the ends."""
+    x = np.array([np.nan, np.inf, -np.inf, 0.0, 1.0, -1.0], xdt)
+    model, feeds = one_node_model("QuantizeLinear", [x, np.array(scale, xdt), QZP[zdt]], opset=21,
+                                  const_inputs=(1, 2))
+    got = run_cpu(rt, model, feeds)[0][0]
+    assert_close(got, onnxruntime_run(model, feeds)[0], what=f"{zdt} scale {scale}")
+
+
+@pytest.mark.parametrize("tp,zp", [(TensorProto.INT4, 2), (TensorProto.UINT4, 5)], ids=["int4", "uint4"])
+@pytest.mark.parametrize("scale", [0.05, 0.0, np.inf, np.nan])
+def test_quantizelinear_4bit_nan_gives_the_lowest_value(rt, tp, zp, scale):
+    # onnxruntime's Python API has no 4-bit arrays: both read the result through a Cast to int8
+    x = np.array([np.nan, np.inf, -np.inf, 0.0, 1.0, -1.0], np.float32)
+    g = helper.make_graph(
+        [helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["q"]),
+         helper.make_node("Cast", ["q"], ["y"], to=TensorProto.INT8)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.INT8, x.shape)],
+        [numpy_helper.from_array(np.array(scale, np.float32), "s"), helper.make_tensor("zp", tp, [], [zp])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    got = run_cpu(rt, model, {"x": x})[0][0]
+    assert_close(got, onnxruntime_run(model, {"x": x})[0], what=f"scale {scale}")
+
+
+@pytest.mark.parametrize("x", [
+    np.zeros(4, np.float32), np.array([-0.0, 0.0], np.float32), np.full(3, -2.0, np.float32),
+    np.array([-np.inf, 1, 2, 3], np.float32), np.array([1, 2, np.inf], np.float32),
+    np.array([-1, 2, np.inf, -np.inf], np.float32), np.array([1e-45, 0, 1e-45], np.float32),
+], ids=["zeros", "signed_zeros", "negative_constant", "-inf", "inf", "both_infs", "denormal_range"])
+def test_dynamicquantizelinear_zero_range_and_infinities_match_onnxruntime(rt, x):
+    # an all-zero range has scale 1 (onnxruntime's max == min rule), not 0
+    model, feeds = one_node_model("DynamicQuantizeLinear", [x], outputs=3, opset=11)
+    got = run_cpu(rt, model, feeds)[0]
+    for j, (g, w) in enumerate(zip(got, onnxruntime_run(model, feeds))):
+        assert_close(g, w, rtol=0, atol=0, what=f"output {j}")
+
+
+@pytest.mark.parametrize("pos", [0, 2, 5, 15, 19])
+def test_dynamicquantizelinear_nan_gives_a_nan_scale_wherever_it_is(rt, pos):
+    """onnxruntime's vector min/max keeps or drops the NaN by its position (here it drops it at
+    0-10 and keeps it at 15); onnx.reference's numpy max always keeps it: scale NaN, zero point
+    255 (min(255, NaN) picks 255 in both) and y the QuantizeLinear NaN rule's lowest value, 0."""
+    x = np.linspace(-2, 3, 20).astype(np.float32)
+    x[pos] = np.nan
+    model, feeds = one_node_model("DynamicQuantizeLinear", [x], outputs=3, opset=11)
+    y, scale, zp = run_cpu(rt, model, feeds)[0]
+    assert np.isnan(scale) and scale.shape == () and scale.dtype == np.float32
+    assert zp == 255 and zp.dtype == np.uint8
+    np.testing.assert_array_equal(y, np.zeros(20, np.uint8))
+
+
+@pytest.mark.parametrize("op", ["RNN", "GRU", "LSTM"])
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+def test_rnn_sequence_length_0_gives_zero_states(rt, op, direction):
+    # onnxruntime: Y and Y_h (LSTM's Y_c too) of an empty sequence are 0, not the initial state
+    rng = np.random.default_rng(7)
+    T, B, In, H = 3, 3, 2, 2
+    G, D = {"RNN": 1, "GRU": 3, "LSTM": 4}[op], 2 if direction == "bidirectional" else 1
+    r = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+    ins = [r(T, B, In), r(D, G * H, In), r(D, G * H, H), NONE, np.array([3, 0, 2], np.int32), r(D, B, H)]
+    if op == "LSTM":
+        ins.append(r(D, B, H))
+    nout = 3 if op == "LSTM" else 2
+    model, feeds = one_node_model(op, ins, dict(hidden_size=H, direction=direction), outputs=nout,
+                                  opset=14, const_inputs=(1, 2))
+    got = run_cpu(rt, model, feeds)[0]
+    want = onnxruntime_run(model, feeds)
+    for j in range(nout):
+        assert_close(got[j], want[j], what=f"output {j}")
+    for j in range(1, nout):
+        assert (got[j][:, 1] == 0).all(), got[j]
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf], ids=["nan", "inf", "-inf"])
+def test_roialign_nonfinite_rois_are_rejected(rt, bad):
+    # onnxruntime: "All 'rois' values must be finite"
+    rois = np.array([[0, 0, 4, 4], [1, 1, 5, 5]], np.float32)
+    rois[1, 2] = bad
+    model, feeds = one_node_model("RoiAlign", [f32(1, 2, 8, 8), rois, i64(0, 0)],
+                                  dict(output_height=2, output_width=2), opset=16)
+    with pytest.raises(nnplug.NnplugError, match=r"roialign_node.*'rois' box 1 has the non-finite value"):
+        run_cpu(rt, model, feeds)

@@ -251,7 +251,9 @@ static void es_elems(void *arg, int64_t b, int64_t e, int tid)
             rem /= p->osize[d];
             for (int o = 0; o < p->nops; o++) base[o] += v * p->ostr[o][d];
         }
-        double acc = 0;
+        /* one operand and nothing summed is a copy (transpose, diagonal): start from -0.0 so
+         * -0.0 is kept, as onnxruntime and numpy; sums and products start from +0.0 as theirs */
+        double acc = p->nops == 1 && p->nsum == 0 ? -0.0 : 0.0;
         int64_t acci = 0;
         int64_t idx[EL] = {0}, off[NNC_MAXIO];
         for (int o = 0; o < p->nops; o++) off[o] = base[o];

@@ -262,7 +262,9 @@ static int cumsum_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_e
     int dt = out->dtype, fl = nnc_dt_float(dt);
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < inner; i++) {
-            double ad = s->prod ? 1 : 0;
+            /* -0.0 + x is x, so an inclusive sum keeps a leading -0.0 (numpy, onnxruntime);
+             * an exclusive one starts from +0.0, its first output, as onnxruntime */
+            double ad = s->prod ? 1 : s->exclusive ? 0.0 : -0.0;
             int64_t ai = s->prod ? 1 : 0;
             for (int64_t t = 0; t < L; t++) {
                 int64_t tt = s->reverse ? L - 1 - t : t, off = (o * L + tt) * inner + i;

@@ -1,7 +1,8 @@
 /* NonMaxSuppression (float32 boxes and scores, both box encodings). Greedy per (batch,
  * class): candidates above score_threshold by score (ties: lower box index first), a box kept
- * unless its IoU with a kept box exceeds iou_threshold; as onnxruntime. The output count
- * depends on the data, so infer runs the selection to size the output and run repeats it. */
+ * unless its IoU with a kept box exceeds iou_threshold; as onnxruntime. NaN scores (undefined
+ * in the spec) sort after every finite score, so the finite boxes keep their order. The output
+ * count depends on the data, so infer runs the selection to size the output and run repeats it. */
 #include "nnc.h"
 #include "ops.h"
 
@@ -31,10 +32,13 @@ static int nms_create(nnc_node *n, nnc_err *e)
 
 typedef struct { float score; int64_t idx; } cand;
 
+/* A total order (qsort needs one): descending score, NaN last, then box index. */
 static int cand_cmp(const void *a, const void *b)
 {
     const cand *x = a, *y = b;
-    if (x->score != y->score) return x->score > y->score ? -1 : 1;
+    int xn = isnan(x->score), yn = isnan(y->score);
+    if (xn != yn) return xn - yn;
+    if (!xn && x->score != y->score) return x->score > y->score ? -1 : 1;
     return x->idx < y->idx ? -1 : x->idx > y->idx;
 }
 
@@ -89,7 +93,9 @@ static int nms_select(nnc_node *n, nnc_tensor *const *in, int64_t *sel, int64_t 
     if (scalar_in(n, in, 2, DT_I64, &maxout, e) < 0) return NNC_ERR;
     if (scalar_in(n, in, 3, DT_F32, &iou, e) < 0) return NNC_ERR;
     if ((has_s = scalar_in(n, in, 4, DT_F32, &sthr, e)) < 0) return NNC_ERR;
-    if (iou < 0.f || iou > 1.f) return nnc_node_fail(e, n, "iou_threshold must be in [0, 1], got %g", (double)iou);
+    /* written so that NaN fails too */
+    if (!(iou >= 0.f && iou <= 1.f))
+        return nnc_node_fail(e, n, "input 3 'iou_threshold' must be in [0, 1], got %g", (double)iou);
     if (maxout < 0) maxout = 0;
     int64_t B = bx->dims[0], C = sc->dims[1], N = bx->dims[1], k = 0;
     cand *cs = malloc((size_t)(N ? N : 1) * sizeof(cand));

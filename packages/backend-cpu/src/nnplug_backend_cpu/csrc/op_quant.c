@@ -49,8 +49,8 @@ static void qrange(int dt, float *lo, float *hi)
 static inline void qput(void *p, int dt, int64_t i, float v, int32_t zp, float lo, float hi)
 {
     float r = nearbyintf(v) + (float)zp;
-    r = r < lo ? lo : r > hi ? hi : r;
-    if (r != r) r = (float)zp; /* NaN */
+    /* NaN (x or scale NaN, 0/0, inf/inf; undefined in the spec): the lowest value, as onnxruntime */
+    r = r != r ? lo : r < lo ? lo : r > hi ? hi : r;
     switch (dt) {
     case DT_U8: ((uint8_t *)p)[i] = (uint8_t)r; break;
     case DT_I8: ((int8_t *)p)[i] = (int8_t)r; break;
@@ -281,19 +281,26 @@ static int dq_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
     const float *x = in[0]->data;
     int64_t cnt = nnc_numel(in[0]);
     float mn = 0.f, mx = 0.f;
-    for (int64_t i = 0; i < cnt; i++) { mn = x[i] < mn ? x[i] : mn; mx = x[i] > mx ? x[i] : mx; }
-    float scale = (mx - mn) / 255.f;
-    float zpf = scale != 0.f ? 0.f - mn / scale : 0.f;
-    zpf = zpf < 0.f ? 0.f : zpf > 255.f ? 255.f : zpf;
+    int nan = 0;
+    for (int64_t i = 0; i < cnt; i++) {
+        mn = x[i] < mn ? x[i] : mn;
+        mx = x[i] > mx ? x[i] : mx;
+        nan |= x[i] != x[i];
+    }
+    /* A NaN makes the range NaN wherever it is (onnx.reference's numpy max; onnxruntime's
+     * vector min/max keeps or drops it by position), so the scale is NaN. */
+    if (nan) mn = mx = NAN;
+    /* onnxruntime's formulas: scale 1 for an all-zero range; the zero point clamped as
+     * min(255, max(0, z)) with std::min, so a NaN z (from -inf or a NaN scale) gives 255 */
+    float scale = mx == mn ? 1.f : (mx - mn) / 255.f;
+    float zpf = 0.f - mn / scale;
+    zpf = !(zpf <= 255.f) ? 255.f : zpf < 0.f ? 0.f : zpf;
     int32_t zp = (int32_t)nearbyintf(zpf);
     if (n->nout > 1 && n->out[1] >= 0) *(float *)out[1].data = scale;
     if (n->nout > 2 && n->out[2] >= 0) *(uint8_t *)out[2].data = (uint8_t)zp;
     uint8_t *y = out[0].data;
     if (n->out[0] < 0) return NNC_OK;
-    for (int64_t i = 0; i < cnt; i++) {
-        if (scale == 0.f) { y[i] = (uint8_t)zp; continue; }
-        qput(y, DT_U8, i, x[i] / scale, zp, 0.f, 255.f);
-    }
+    for (int64_t i = 0; i < cnt; i++) qput(y, DT_U8, i, x[i] / scale, zp, 0.f, 255.f);
     return NNC_OK;
 }
 

@@ -518,6 +518,23 @@ static int rs_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
         src = dst;
         which ^= 1;
     }
+    /* tf_crop_and_resize: a later pass blends extrapolated rows through its weights (5 gives
+     * 4.999999, -inf NaN), so set every output extrapolated along some axis to the value
+     * exactly, as the spec and onnxruntime. Nearest copies it exactly already. */
+    if (s->ctm == CT_TF_CROP && s->mode != RM_NEAREST) {
+        float *y = out->data;
+        for (int d = 0; d < g.rank; d++) {
+            if (!need[d]) continue;
+            rs_table(s, &g, d, nts[d], idx, w, ext);
+            int64_t outer = 1, inner = 1;
+            for (int k = 0; k < d; k++) outer *= g.out[k];
+            for (int k = d + 1; k < g.rank; k++) inner *= g.out[k];
+            for (int64_t b = 0; b < outer; b++)
+                for (int64_t o = 0; o < g.out[d]; o++)
+                    if (ext[o])
+                        for (int64_t i = 0; i < inner; i++) y[(b * g.out[d] + o) * inner + i] = s->extrapolation;
+        }
+    }
 done:
     free(idx);
     free(w);

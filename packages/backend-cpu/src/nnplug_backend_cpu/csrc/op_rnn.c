@@ -286,8 +286,16 @@ static void rnn_dir(void *arg, int64_t b0, int64_t b1, int tid)
         }
         for (int64_t bi = 0; bi < B; bi++) {
             int64_t so = s->layout ? (bi * D + d) * H : (d * B + bi) * H;
-            if (j->yh) memcpy(j->yh + so, h + bi * H, (size_t)H * sizeof(float));
-            if (j->yc) memcpy(j->yc + so, c + bi * H, (size_t)H * sizeof(float));
+            /* a sequence of length 0 has no last state: 0, as onnxruntime (not the initial one) */
+            int empty = j->lens && j->lens[bi] == 0;
+            if (j->yh) {
+                if (empty) memset(j->yh + so, 0, (size_t)H * sizeof(float));
+                else memcpy(j->yh + so, h + bi * H, (size_t)H * sizeof(float));
+            }
+            if (j->yc) {
+                if (empty) memset(j->yc + so, 0, (size_t)H * sizeof(float));
+                else memcpy(j->yc + so, c + bi * H, (size_t)H * sizeof(float));
+            }
         }
         nnc_free(xw);
     }

@@ -119,8 +119,14 @@ static void ra_planes(void *arg, int64_t b, int64_t e, int tid)
 
 static int ra_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec *xc, nnc_err *e)
 {
-    (void)xc; (void)e;
+    (void)xc;
     const nnc_tensor *x = in[0];
+    /* a NaN or infinite corner has no bins (its sample counts overflow): reject it, as onnxruntime */
+    const float *rv = in[1]->data;
+    for (int64_t i = 0; i < nnc_numel(in[1]); i++)
+        if (!isfinite(rv[i]))
+            return nnc_node_fail(e, n, "input 'rois' box %lld has the non-finite value %g; all 'rois' values must be "
+                                 "finite: fix or drop that box before this node", (long long)(i / 4), (double)rv[i]);
     ra_job j = {n->state, x->data, in[1]->data, in[2]->data, out->data, x->dims[1], x->dims[2], x->dims[3], 0};
     if (j.H == 0 || j.W == 0) { memset(out->data, 0, nnc_nbytes(out)); return NNC_OK; }
     nnc_parallel_for(out->dims[0] * j.C, 1, ra_planes, &j);
