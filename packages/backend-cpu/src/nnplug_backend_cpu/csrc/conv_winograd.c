@@ -91,21 +91,9 @@ typedef struct {
     int fail, nonfinite;
 } wino_job;
 
-/* An integer test of the exponent bits, which vectorises where a running float sum would not. */
-MULTIVERSION
-int nnc_any_nonfinite(const float *x, int64_t n)
-{
-    uint32_t bad = 0;
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, x + i, sizeof u);
-        bad |= (~u & 0x7f800000u) == 0;
-    }
-    return bad != 0;
-}
-
-/* The largest |x| of x[0, n) as its bits (NaN and infinity above every finite value), by the
- * same integer test. */
+/* The largest |x| of x[0, n) as its bits: a non-negative float's bits order as the float does,
+ * and NaN and infinity lie above every finite value. An integer max, which vectorises where a
+ * running float comparison would not. */
 MULTIVERSION
 static uint32_t abs_max_bits(const float *x, int64_t n)
 {
@@ -118,6 +106,8 @@ static uint32_t abs_max_bits(const float *x, int64_t n)
     }
     return m;
 }
+
+int nnc_any_nonfinite(const float *x, int64_t n) { return abs_max_bits(x, n) >= 0x7f800000u; }
 
 float nnc_wino_input_limit(const float *pu, int64_t oc, int64_t ic)
 {
@@ -137,7 +127,7 @@ static int padded_rows(const wino_job *j, const float *xc, int64_t th, float *co
     const nnc_wino_shape *g = j->g;
     int64_t TW = (g->ow + 1) / 2, PW = 2 * TW + 2;
     int bad = 0;
-    uint32_t lim; /* the bits of a non-negative float order as the float does */
+    uint32_t lim; /* compared as abs_max_bits' bits */
     memcpy(&lim, &g->xmax, sizeof lim);
     for (int r = 0; r < 4; r++) {
         float *d = pr[r];

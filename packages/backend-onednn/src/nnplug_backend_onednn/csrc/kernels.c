@@ -213,19 +213,16 @@ static int inputs_finite(const ox_graph *g, const nnp_tensor *in, int nin, const
     return 1;
 }
 
-/* Run k's plan (strict: its strict graph's) for these inputs. watch (a guarded graph's fast
- * plan): *made is set when the run made a NaN or an infinity from finite values (see
- * dl_fp_raised), which the fast plan's relu, fused Clip or max pooling may have turned into a
- * number. */
-static int run_plan(nnp_kernel *k, int strict, const nnp_tensor *in, int nin, const nnp_tensor *out, void *ws,
-                    uint64_t wsn, int watch, int *made, ox_err *e)
+/* Run k's plan (strict: its strict graph's) for these inputs; dims holds k->g's value dims for
+ * them (strict: overwritten with the strict graph's, since the values a fused op holds inside
+ * have dims there only). watch (a guarded graph's fast plan): *made is set when the run made a
+ * NaN or an infinity from finite values (see dl_fp_raised), which the fast plan's relu, fused
+ * Clip or max pooling may have turned into a number. */
+static int run_plan(nnp_kernel *k, int strict, const nnp_tensor *in, int nin, int64_t *dims, const nnp_tensor *out,
+                    void *ws, uint64_t wsn, int watch, int *made, ox_err *e)
 {
-    int64_t *dims = malloc(dims_bytes(k->g));
-    if (!dims) return ox_fail(e, "out of memory");
-    /* the strict graph's shapes: the values a fused op holds inside have them there only */
     int temp = 0;
-    ox_plan *p = ox_graph_shapes(strict ? k->strict : k->g, in, nin, dims, e) ? NULL : get_plan(k, strict, dims, &temp, e);
-    free(dims);
+    ox_plan *p = strict && ox_graph_shapes(k->strict, in, nin, dims, e) ? NULL : get_plan(k, strict, dims, &temp, e);
     if (!p) return 1;
     uint64_t need = ox_plan_workspace(p);
     void *own = NULL;
@@ -272,19 +269,18 @@ int ox_run(const nnp_kernel *kc, const nnp_tensor *in, int nin, const nnp_tensor
         if (!ok) rc = ox_fail(e, "output '%s' must be a compact float32 tensor of the shape the inputs give", y->name);
     }
     int strict = !rc && k->strict && !inputs_finite(g, in, nin, dims);
-    free(dims);
-    if (rc) return rc;
     /* A guarded graph's fast plan runs watched: when it made a NaN or an infinity from finite
      * inputs (an overflow, then inf - inf), the strict plan runs the same inputs again. The
      * kernel never writes its inputs, and the rerun writes the whole output. */
     int made = 0;
-    rc = run_plan(k, strict, in, nin, out, ws, wsn, k->strict && !strict, &made, e);
+    if (!rc) rc = run_plan(k, strict, in, nin, dims, out, ws, wsn, k->strict && !strict, &made, e);
     if (!rc && made) {
         const char *prof = getenv("NNPLUG_ONEDNN_PROFILE");
         if (prof && !strcmp(prof, "1"))
             fprintf(stderr, "nnplug-onednn: rerun | %s | the fast plan made a NaN or an infinity: the strict plan runs\n",
                     g->vals[g->out].name);
-        rc = run_plan(k, 1, in, nin, out, ws, wsn, 0, NULL, e);
+        rc = run_plan(k, 1, in, nin, dims, out, ws, wsn, 0, NULL, e);
     }
+    free(dims);
     return rc;
 }

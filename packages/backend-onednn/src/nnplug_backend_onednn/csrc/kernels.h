@@ -37,14 +37,6 @@ static inline int ox_own_eltwise(dnnl_alg_kind_t alg)
  * strict graph runs it otherwise (plan.c strict_relu). */
 static inline int ox_is_relu(dnnl_alg_kind_t alg, float alpha) { return alg == dnnl_eltwise_relu && alpha == 0.f; }
 
-/* A convolution plan.c may run as Winograd F(2x2, 3x3), by its attributes (winograd_fits also
- * asks for channel counts, plane size and post-ops). Its transforms add and subtract inputs
- * before the products: on finite inputs within about a tenth of FLT_MAX they overflow where the
- * direct sum does not, so a strict graph runs it direct (see ox_graph.guarded). */
-#define ox_winograd_shape(op)                                                                                          \
-    ((op)->kind == OP_CONV && (op)->w && (op)->group == 1 && (op)->wdims[2] == 3 && (op)->wdims[3] == 3 &&           \
-     (op)->st[0] == 1 && (op)->st[1] == 1 && (op)->dil[0] == 1 && (op)->dil[1] == 1)
-
 enum { OP_CONV, OP_MATMUL, OP_POOL, OP_ELTWISE, OP_SOFTMAX, OP_BINARY, OP_CONCAT, OP_LRN, OP_BN, OP_LN, OP_ERF, OP_RESHAPE, OP_TRANSPOSE,
        OP_ISNAN, OP_WHERE, /* only while parsing: Where(IsNaN(x), C, x) becomes one OP_NANREP */
        OP_NANREP };
@@ -88,6 +80,16 @@ typedef struct {
     ox_post post[MAXPOST];
     int64_t perm[MAXR]; /* Transpose */
 } ox_op;
+
+/* A convolution plan.c may run as Winograd F(2x2, 3x3), by its attributes (winograd_fits also
+ * asks for channel counts, plane size and post-ops). Its transforms add and subtract inputs
+ * before the products: on finite inputs within about a tenth of FLT_MAX they overflow where the
+ * direct sum does not, so a strict graph runs it direct (see ox_graph.guarded). */
+static inline int ox_winograd_shape(const ox_op *op)
+{
+    return op->kind == OP_CONV && op->w && op->group == 1 && op->wdims[2] == 3 && op->wdims[3] == 3 && op->st[0] == 1 &&
+           op->st[1] == 1 && op->dil[0] == 1 && op->dil[1] == 1;
+}
 
 typedef struct {
     int nval, nop, nkin, out;
