@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 
 log = logging.getLogger("nnplug")
 
-RESERVED_IDS = frozenset({"auto", "all", "none", "default", "host", "python", "custom", "nnplug"})
-"""Backend ids that mean something else to the host (NNP_RESERVED_BACKEND_IDS in backend.h)."""
+RESERVED_IDS = frozenset({"auto", "all", "none", "default", "host", "python", "custom", "op",
+                          "nnplug"})
+"""Backend ids that mean something else to the host, for Python and native backends alike
+(NNP_RESERVED_BACKEND_IDS in backend.h, checked against it by the tests)."""
 
 
 @dataclass(frozen=True)

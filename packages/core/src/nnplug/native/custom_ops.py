@@ -32,6 +32,7 @@ from ..errors import ArgumentTypeError, CustomOpError, PluginError
 from ..plugins import LoadError, report
 from ..shapecheck import bind_symbols, mismatch
 from ..tensor import HOST_API, Tensor
+from ..threads import thread_count
 from . import abi, strings
 from .descs import DescBuilder
 from .loader import (
@@ -325,7 +326,7 @@ def _check_op(path: str, lib: OpLibrary, i: int, address: int) -> OpImpl:
         raise bad(f"struct_size {size} is smaller than an ABI 1.0 nnp_custom_op",
                   "set struct_size = sizeof(nnp_custom_op)")
     if not name or not name.replace("_", "").isalnum() or not name[0].isalpha():
-        raise bad("op_type must be a name such as \"cstSoftmax\"", "set op_type")
+        raise bad("op_type must be a name such as \"cstMyOp\"", "set op_type")
     if op.target not in TARGET_NAMES:
         raise bad(f"target {op.target} is neither NNP_OP_TARGET_CPU nor NNP_OP_TARGET_GPU",
                   "set target")
@@ -606,13 +607,6 @@ _GET_ATTR = GET_ATTR(_get_attr)
 _SET_ERROR = SET_ERROR(_set_error)
 
 
-def _num_threads() -> int:
-    env = os.environ.get("NNPLUG_NUM_THREADS", "")
-    if env.isdigit() and int(env) > 0:
-        return int(env)
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 class _NodeState:
     """The context of one node: what the callbacks of that node see."""
 
@@ -631,7 +625,7 @@ class _NodeState:
         ctx.target = TARGET_CPU if target == "cpu" else TARGET_GPU
         ctx.op_type = self.hold(op.op_type.encode())
         ctx.node_name = self.hold((node.name or "").encode())
-        ctx.num_threads = _num_threads()
+        ctx.num_threads = thread_count()
         ctx.get_attr = _GET_ATTR
         ctx.set_error = _SET_ERROR
         ctx.host_data = self.key

@@ -30,10 +30,9 @@ class ScaffoldError(ValueError):
 
 
 def _reserved_ids() -> set[str]:
-    from ..native.abi import RESERVED_IDS as native_reserved
-    from ..runtime import RESERVED_IDS
+    from ..plugins import RESERVED_IDS
 
-    return set(RESERVED_IDS) | set(native_reserved)
+    return set(RESERVED_IDS)
 
 
 @dataclass

@@ -15,8 +15,8 @@ from onnx import TensorProto, helper
 
 from ..errors import NnplugError, PluginError, UnsupportedNodeError
 from ..graph import Node, SubGraph, ValueInfo
+from ..plugins import RESERVED_IDS
 from ..registry import get_func
-from ..runtime import RESERVED_IDS as RUNTIME_RESERVED
 from ..target import Target
 
 ID_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
@@ -32,8 +32,8 @@ def test_backend_id_is_valid(nnplug_backend):
     bid = nnplug_backend.id
     assert isinstance(bid, str) and ID_RE.match(bid), \
         f"backend id {bid!r} must be 1-32 characters of [a-z0-9_] starting with a letter"
-    reserved = set(RUNTIME_RESERVED) | set(_abi().RESERVED_IDS)
-    assert bid not in reserved, f"backend id {bid!r} is reserved ({', '.join(sorted(reserved))})"
+    assert bid not in RESERVED_IDS, \
+        f"backend id {bid!r} is reserved ({', '.join(sorted(RESERVED_IDS))})"
 
 
 def test_entry_point_name_is_the_backend_id(nnplug_subject, nnplug_backend):
