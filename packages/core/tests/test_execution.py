@@ -87,8 +87,9 @@ def test_unsupported_node_error_names_op_node_domain_opset_and_backends():
 
 
 def _package_advice(dist: str) -> str:
-    """What an error says about a backend package: install it, unless it is installed."""
-    return dist if dist_installed(dist) else f"pip install {dist}"
+    """What an error says about a backend package: it is installed but unregistered, or the
+    naming rule of backend packages (the core names none)."""
+    return dist if dist_installed(dist) else "backend packages are named nnplug-backend-<id>"
 
 
 def test_unknown_backend_id_suggests_the_package():

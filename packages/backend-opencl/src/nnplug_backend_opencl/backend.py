@@ -36,7 +36,9 @@ def shared_device_api() -> OpenCLDeviceAPI:
 class OpenCLBackend(Backend):
     id = "opencl"
     device_type = "opencl"
-    pip_package = "nnplug-backend-opencl"
+    # Below the portable CPU backend: on PoCL (OpenCL on the CPU) it is the slower one; a
+    # session that wants the GPU first says so (providers, or the prefer_gpu policy).
+    priority = 50
 
     def device_api(self) -> OpenCLDeviceAPI:
         return shared_device_api()

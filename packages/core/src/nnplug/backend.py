@@ -59,14 +59,22 @@ class Module:
 class Backend:
     """Base class of Python backends (native ones are wrapped in one by the core).
 
-    Class attributes to set: ``id`` (short lower-case name, e.g. ``"cpu"``),
-    ``device_type`` (a DLPack device name or number), and optionally ``pip_package``
-    (shown in errors when a node needs this backend and it is missing).
+    Class attributes to set: ``id`` (short lower-case name, e.g. ``"mynpu"``) and
+    ``device_type`` (a DLPack device name or number). What the core needs to know to rank it
+    among the installed backends, the backend declares (the core names no backend):
+    ``priority`` and ``provider_names`` (the same members as a native table's, ABI 1.5).
     """
 
     id: str = ""
     device_type: int | str = "cpu"
-    pip_package: str | None = None
+    priority: int = 0
+    """Rank in the default backend order (a load or session given no backends): higher
+    first, ties in registration order. 100 suits a portable backend that runs nearly every op;
+    above it, one that claims only what it runs faster than those; 0, below every backend
+    that declares a priority."""
+    provider_names: tuple[str, ...] = ()
+    """onnxruntime execution provider names this backend can stand for (beyond its device
+    type's, e.g. ``"CPUExecutionProvider"`` for every CPU backend)."""
 
     # -- what the core asks -------------------------------------------------------------
     def device_api(self) -> DeviceAPI:

@@ -39,7 +39,7 @@ def cmd_info(args) -> int:
         version = f" {info.version}" if info.version else ""
         print(f"  {info.id:<12} {info.device_type:<8} {info.origin}{version}: {info.source}")
     if not rt.backends:
-        print("  none installed; try: pip install nnplug-backend-cpu")
+        print(f"  none installed; install one: pip install {discovery.BACKEND_DIST_PREFIX}<id>")
     print("custom ops:")
     for op in rt.ops.values():
         print(f"  {op.op_type:<12} {', '.join(op.targets):<8} {op.source}"
@@ -208,7 +208,8 @@ def cmd_demo(args) -> int:
     try:
         if not rt.backends:
             print("nnplug demo: no backend is installed, so nothing can run the model.\n"
-                  "Install one and try again:  pip install nnplug-backend-cpu", file=sys.stderr)
+                  f"Install one and try again:  pip install {discovery.BACKEND_DIST_PREFIX}<id> "
+                  f"(the README names nnplug's own)", file=sys.stderr)
             for e in rt.load_errors:
                 print(f"  (load error: {e})", file=sys.stderr)
             return 1

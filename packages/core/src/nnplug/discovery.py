@@ -15,10 +15,9 @@ OPS_GROUP = "nnplug.ops"
 CLI_GROUP = "nnplug.cli"
 DISABLE_ENV = "NNPLUG_DISABLE_PLUGINS"
 
-# The distributions that provide the plugins nnplug knows of, for "pip install ..." advice.
-KNOWN_BACKEND_PACKAGES = {"cpu": "nnplug-backend-cpu", "opencl": "nnplug-backend-opencl",
-                          "onednn": "nnplug-backend-onednn"}
-KNOWN_OP_PACKAGES = {"cstSoftmax": "nnplug-ops-softmax"}
+BACKEND_DIST_PREFIX = "nnplug-backend-"
+"""How backend distributions are named (``nnplug-backend-<id>``): the core knows no plugin,
+only this rule, so its advice for a missing backend follows it."""
 
 
 def disabled_names(extra=None) -> set[str]:
@@ -42,6 +41,11 @@ def describe(ep) -> str:
     dist = getattr(ep, "dist", None)
     where = " from {} {}".format(*_name_version(dist)) if dist is not None else ""
     return f"{ep.group}:{ep.name} = {ep.value}{where}"
+
+
+def dist_name(ep) -> str | None:
+    dist = getattr(ep, "dist", None)
+    return _name_version(dist)[0] if dist is not None else None
 
 
 def dist_version(ep) -> str | None:
@@ -73,6 +77,29 @@ def dist_installed(name: str) -> bool:
     except importlib_metadata.PackageNotFoundError:
         return False
     return True
+
+
+def backend_dist(backend_id: str) -> str:
+    """The distribution a backend id has by the naming rule (``_`` becomes ``-``)."""
+    return BACKEND_DIST_PREFIX + backend_id.replace("_", "-")
+
+
+def install_hint(backend_id: str) -> str:
+    """Advice for a backend that is not registered and whose load did not fail: the
+    distribution the naming rule gives, installed (then it registered no such backend) or to
+    install."""
+    dist = backend_dist(backend_id)
+    if dist_installed(dist):  # installed: advice to install it would be wrong
+        return (f"{dist} is installed but registered no backend {backend_id!r} with this "
+                f"Runtime (see nnplug info)")
+    return f"install it with: pip install {dist}"
+
+
+def installed_backend_dists() -> dict[str, str]:
+    """Backend id -> the distribution whose ``nnplug.backends`` entry point names it, for
+    every installed one (metadata only, nothing imported)."""
+    return {ep.name: _name_version(ep.dist)[0] or "?" for ep in entry_points(BACKENDS_GROUP)
+            if getattr(ep, "dist", None) is not None}
 
 
 def absolute_paths(option: str | None) -> str | None:

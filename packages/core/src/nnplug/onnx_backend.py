@@ -1,8 +1,9 @@
 """``nnplug.onnx_backend``: an ``onnx.backend.base.Backend`` over nnplug, so ONNX's own
 backend test suite (and any tool built on that interface) runs against nnplug backends.
 
-Which backends it uses: the ``NNPLUG_BACKENDS`` environment variable (comma-separated ids,
-in preference order), else every installed backend. ``device`` strings are ``"CPU"`` or
+Which backends it uses: the default order of nnplug's process-wide Runtime (the
+``NNPLUG_BACKENDS`` environment variable, comma-separated ids, when set; else the order the
+installed backends declare). ``device`` strings are ``"CPU"`` or
 an nnplug device such as ``"opencl:0"``.
 """
 
@@ -19,36 +20,27 @@ import onnx
 from onnx.backend.base import Backend as _OnnxBackend
 from onnx.backend.base import BackendRep as _OnnxBackendRep
 
-from .runtime import CreationOptions, Runtime
-
-_runtime: Runtime | None = None
-_lock = threading.Lock()
-
+from .runtime import Runtime, default_runtime, set_default_runtime
 
 def runtime() -> Runtime:
-    """The process-wide Runtime this module uses (created on first use)."""
-    global _runtime
-    with _lock:
-        if _runtime is None:
-            _runtime = Runtime(CreationOptions())
-        return _runtime
+    """The Runtime this module uses: the process-wide default (``nnplug.runtime``)."""
+    return default_runtime()
 
 
 def set_runtime(rt: Runtime | None) -> None:
     """Use ``rt`` (e.g. one with test backends registered) instead of the default."""
-    global _runtime
-    with _lock:
-        _runtime = rt
+    set_default_runtime(rt)
 
 
 def preference(device: str = "CPU") -> list[str]:
-    env = os.environ.get("NNPLUG_BACKENDS", "")
-    ids = [s.strip() for s in env.split(",") if s.strip()] or list(runtime().backends)
+    """The runtime's default order (see :meth:`nnplug.Runtime.default_backends`); an
+    explicit device puts its backends first."""
+    rt = runtime()
+    ids = rt.default_backends()
     dev = device.lower().split(":")[0]
     if dev not in ("cpu", ""):
-        # an explicit device puts the backends for it first
-        ids = sorted(ids, key=lambda b: runtime().backends[b].device_type != dev
-                     if b in runtime().backends else True)
+        ids = sorted(ids, key=lambda b: rt.backends[b].device_type != dev
+                     if b in rt.backends else True)
     return ids
 
 

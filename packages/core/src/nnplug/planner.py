@@ -13,7 +13,7 @@ from .backend import Backend
 from .controlflow import place_control_flow
 from .customop import CustomOp
 from .device import device_type_of
-from .discovery import KNOWN_BACKEND_PACKAGES, KNOWN_OP_PACKAGES, dist_installed
+from .discovery import BACKEND_DIST_PREFIX, installed_backend_dists
 from .errors import UnsupportedNodeError
 from .expand import expansion_note
 from .graph import Node, SubGraph
@@ -179,25 +179,24 @@ def _unsupported_message(node: Node, backends: list[Backend], custom_ops, instal
     ids = ", ".join(b.id for b in backends) or "none"
     msg = f"no backend can run {node.describe()}; tried: {ids}"
     if node.domain not in STANDARD_DOMAINS:
-        pkg = KNOWN_OP_PACKAGES.get(node.op_type)
         msg += (f". {node.op_type!r} is a custom op of domain {node.domain!r} and no custom op "
-                f"of that type is registered")
-        msg += f": pip install {pkg}" if pkg else "; register one with rt.register_custom_op()"
+                f"of that type is registered: install the package that provides it (an "
+                f"nnplug.ops entry point), or register one with rt.register_custom_op()")
     else:
         tried = {b.id for b in backends}
         untried = [bid for bid in installed if bid not in tried]
-        absent = {bid: p for bid, p in KNOWN_BACKEND_PACKAGES.items()
-                  if bid not in tried and bid not in installed}
-        unused = [p for p in absent.values() if dist_installed(p)]
-        missing = [p for p in absent.values() if p not in unused]
+        unused = sorted({dist for bid, dist in installed_backend_dists().items()
+                         if bid not in tried and bid not in installed})
         if untried:  # registered but left out of the preference list: no install will help
             msg += (f". Registered but not tried: {', '.join(map(repr, untried))}; add it to "
                     f"the backends list")
         if unused:
             msg += (f". Installed but not registered with this Runtime: {', '.join(unused)} "
                     f"(see nnplug info and Runtime.load_errors)")
-        if missing:
-            msg += f". Another backend may run it: pip install {' or '.join(missing)}"
+        else:
+            msg += (f". Another backend may run it: backend packages are named "
+                    f"{BACKEND_DIST_PREFIX}<id> (pip install one; nnplug info lists what is "
+                    f"installed)")
     return msg
 
 

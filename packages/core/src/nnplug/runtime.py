@@ -3,16 +3,16 @@ to :mod:`nnplug.pipeline`, which makes a Network of a model."""
 
 from __future__ import annotations
 
+import atexit
 import inspect
 import os
 import threading
 from dataclasses import dataclass
 
-from . import discovery
+from . import discovery, ranking
 from .backend import Backend
 from .customop import CustomOp, PythonCustomOp
 from .device import device_type_name
-from .discovery import KNOWN_BACKEND_PACKAGES
 from .errors import (
     ArgumentTypeError,
     InvalidArgumentError,
@@ -28,9 +28,6 @@ from .target import Target, register_target_kind, remove_target_kind
 OPTIMIZATION_LEVELS = ("disable", "basic", "all")
 """Graph optimisation levels of ``Runtime.load`` (see there)."""
 
-PREFERRED_FIRST = ("onednn",)
-"""Backends a ``load()`` without an order tries before the others (which keep registration
-order): they claim only what they run faster and decline the rest to the portable ones."""
 
 
 @dataclass
@@ -47,8 +44,9 @@ class CreationOptions:
     NNPLUG_CUSTOM_OP_PATH, else ``ops/`` beside the core: ``nnplug.native.default_op_dir()``,
     as ``nnplug.native.default_backend_dir()`` is the backends' default)."""
     backend_preference: list[str] | None = None
-    """Default backend order for ``load()``; None: ``PREFERRED_FIRST`` backends, then the others
-    in registration order."""
+    """Default backend order for ``load()`` and sessions without providers; None: the
+    ``NNPLUG_BACKENDS`` environment variable, else the order the backends declare
+    (``nnplug.ranking.default_order``: higher ``priority`` first, ties in registration order)."""
     entry_points: bool = True
     """Read installed plugins (``nnplug.backends`` / ``nnplug.ops`` entry points)."""
     disable_op_overrides: bool = False
@@ -79,6 +77,7 @@ class Runtime:
         self.options = options or CreationOptions()
         self.load_errors: list[LoadError] = []
         self.disabled: list[str] = []
+        self._disabled_dists: dict[str, str] = {}  # "group:name" -> distribution
         self._backends: dict[str, BackendInfo] = {}
         self._leases: dict[str, object] = {}  # backend id -> lease key
         self._ops: dict[str, CustomOp] = {}
@@ -159,6 +158,7 @@ class Runtime:
         for ep in discovery.entry_points(group):
             if ep.name in disabled or "*" in disabled:
                 self.disabled.append(f"{ep.group}:{ep.name}")
+                self._disabled_dists[f"{ep.group}:{ep.name}"] = discovery.dist_name(ep)
                 continue
             source = discovery.describe(ep)
             try:
@@ -302,36 +302,46 @@ class Runtime:
         return load_network(self, model, chosen, ops, targets or {}, optimization=optimization,
                             external_data_dir=external_data_dir)
 
+    def default_backends(self, policy: str = "default") -> list[str]:
+        """The backend order used when none is given: ``CreationOptions.backend_preference``,
+        else ``NNPLUG_BACKENDS``, else the order the backends declare (see
+        :mod:`nnplug.ranking`), with ``policy``'s device types first."""
+        explicit = self.options.backend_preference or ranking.env_order()
+        if explicit:
+            return list(explicit)
+        with self._lock:
+            infos = list(self._backends.values())
+        return ranking.default_order(infos, policy)
+
     def _choose_backends(self, names) -> list[BackendInfo]:
         with self._lock:
             available = dict(self._backends)
         if names is None:
-            names = self.options.backend_preference or sorted(
-                available, key=lambda bid: bid not in PREFERRED_FIRST)  # stable: else registration order
+            names = self.default_backends()
         if isinstance(names, str):
             names = [names]
         chosen = []
         for name in names:
             if name not in available:
-                pkg = KNOWN_BACKEND_PACKAGES.get(name)
-                why = next((f"; it failed to load: {e}" for e in self.load_errors
-                            if name in e.source), "")
-                hint = ""
-                if pkg and discovery.dist_installed(pkg):  # installed: advice to install is wrong
-                    off = [d for d in self.disabled if d.endswith(f":{name}")]
-                    hint = (f"; {pkg} is installed but its entry point is disabled "
-                            f"({', '.join(off)}: see {discovery.DISABLE_ENV} and "
-                            f"CreationOptions.disabled_plugins)" if off else
-                            "" if why else f"; {pkg} is installed but registered no backend "
-                            f"{name!r} with this Runtime (see nnplug info)")
-                elif pkg:
-                    hint = f"; install it with: pip install {pkg}"
                 raise UnsupportedNodeError(
                     f"backend {name!r} is not available (installed: "
-                    f"{', '.join(available) or 'none'}){why}{hint}"
-                )
+                    f"{', '.join(available) or 'none'}){self.missing_backend_hint(name)}")
             chosen.append(available[name])
         return chosen
+
+    def missing_backend_hint(self, name: str) -> str:
+        """Why backend ``name`` is not registered and what to do, as a message tail: it failed
+        to load, its entry point is disabled, or it is not installed."""
+        why = next((f"; it failed to load: {e}" for e in self.load_errors
+                    if name in e.source), "")
+        if why:
+            return why
+        off = [d for d in self.disabled if d == f"{discovery.BACKENDS_GROUP}:{name}"]
+        if off:
+            dist = self._disabled_dists.get(off[0], "its distribution")
+            return (f"; {dist} is installed but its entry point is disabled ({', '.join(off)}: "
+                    f"see {discovery.DISABLE_ENV} and CreationOptions.disabled_plugins)")
+        return f"; {discovery.install_hint(name)}"
 
     # -- life cycle -----------------------------------------------------------------------
     def close(self) -> None:
@@ -361,6 +371,29 @@ class Runtime:
             self.close()
         except Exception:
             pass
+
+
+_default: Runtime | None = None
+_default_lock = threading.Lock()
+
+
+def default_runtime() -> Runtime:
+    """The one process-wide Runtime (created on first use) that sessions and the ONNX backend
+    interface share when they are given none."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Runtime()
+            atexit.register(_default.close)  # before interpreter teardown, not during it
+        return _default
+
+
+def set_default_runtime(rt: Runtime | None) -> None:
+    """Use ``rt`` (e.g. one with test backends registered) as the default; None: create one
+    on next use."""
+    global _default
+    with _default_lock:
+        _default = rt
 
 
 def _last_id(rt: Runtime, source: str) -> str:
@@ -466,4 +499,4 @@ class _Identity:
         return isinstance(other, _Identity) and other.obj is self.obj
 
 
-__all__ = ["CreationOptions", "Runtime", "Network"]
+__all__ = ["CreationOptions", "Runtime", "Network", "default_runtime", "set_default_runtime"]

@@ -11,7 +11,6 @@ map to a device type (``"CPUExecutionProvider"`` -> the best CPU backend install
 
 from __future__ import annotations
 
-import atexit
 import datetime
 import enum
 import logging
@@ -22,9 +21,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from . import ranking
 from .device import CPU
 from .device import device as parse_device
-from .discovery import KNOWN_BACKEND_PACKAGES
 from .errors import (
     ArgumentTypeError,
     InputError,
@@ -35,6 +34,7 @@ from .errors import (
 )
 from .profiling import Profiler
 from .runcontext import RunContext, running
+from .runtime import default_runtime
 from .tensor import Tensor
 
 if TYPE_CHECKING:  # onnx is imported when a session reads its model, not with nnplug
@@ -142,6 +142,9 @@ class SessionOptions(_Options):
     - ``inter_op_num_threads``, ``execution_mode``, ``enable_cpu_mem_arena``,
       ``enable_mem_pattern``, ``log_verbosity_level``: accepted for compatibility; nnplug runs
       partitions in order and plans memory itself.
+    - ``device_policy``: with no providers, which device types go first in the default
+      order: ``"default"``, ``"prefer_cpu"``, ``"prefer_gpu"``, ``"prefer_npu"`` (see
+      :mod:`nnplug.ranking`).
     """
 
     _defaults = {
@@ -158,6 +161,7 @@ class SessionOptions(_Options):
         "optimized_model_filepath": "",
         "logid": "",
         "use_deterministic_compute": False,
+        "device_policy": "default",
     }
 
     def _check(self, name, value):
@@ -174,6 +178,9 @@ class SessionOptions(_Options):
         if name in ("enable_profiling", "enable_cpu_mem_arena", "enable_mem_pattern",
                     "use_deterministic_compute"):
             return bool(value)
+        if name == "device_policy" and value not in ranking.POLICIES:
+            raise InvalidArgumentError(f"SessionOptions.device_policy {value!r} is not one of "
+                                       f"{', '.join(ranking.POLICIES)}")
         if name in ("profile_file_prefix", "logid") and not isinstance(value, str):
             raise ArgumentTypeError(f"SessionOptions.{name} must be a str, not {value!r}")
         return value
@@ -285,50 +292,23 @@ def _node_arg(vi: onnx.ValueInfoProto) -> NodeArg:
 
 
 # -- providers -----------------------------------------------------------------------------------
-PROVIDER_DEVICE_TYPES = {
-    "CPUExecutionProvider": "cpu",
-    "CUDAExecutionProvider": "cuda",
-    "TensorrtExecutionProvider": "cuda",
-    "ROCMExecutionProvider": "rocm",
-    "MIGraphXExecutionProvider": "rocm",
-    "OpenCLExecutionProvider": "opencl",
-    "WebGpuExecutionProvider": "webgpu",
-    "VulkanExecutionProvider": "vulkan",
-}
-"""onnxruntime provider names nnplug maps, to the device type whose backends stand in."""
-
-_PREFERRED = {"cpu": ("cpu",), "opencl": ("opencl",)}
-"""Backend ids tried first for a device type (the best of its kind), then any other."""
-
-_runtime = None
-_runtime_lock = threading.Lock()
-
-
-def default_runtime():
-    """The Runtime sessions share when none is given (created on first use)."""
-    global _runtime
-    with _runtime_lock:
-        if _runtime is None:
-            from .runtime import Runtime
-
-            _runtime = Runtime()
-            atexit.register(_runtime.close)  # before interpreter teardown, not during it
-        return _runtime
-
-
 def get_available_providers(runtime=None) -> list[str]:
-    """The backend ids a session can use (every registered backend of the runtime)."""
-    return list((runtime or default_runtime()).backends)
+    """The backend ids a session can use, in the default order (see :mod:`nnplug.ranking`)."""
+    return (runtime or default_runtime()).default_backends()
 
 
-def resolve_providers(runtime, providers) -> tuple[list[str], dict[str, dict]]:
+def resolve_providers(runtime, providers, policy: str = "default"
+                      ) -> tuple[list[str], dict[str, dict]]:
     """Backend ids (in preference order) and per-backend options for ``providers``: a list
-    of backend ids / onnxruntime names, each optionally as ``(name, options)``."""
-    available = runtime.backends
+    of backend ids / onnxruntime names, each optionally as ``(name, options)``. An
+    onnxruntime name stands for every backend that answers to it, best first (a device
+    type's name, such as ``"CPUExecutionProvider"``, for every backend of that type); None:
+    the runtime's default order, ``policy``'s device types first."""
     if providers is None:
-        return list(runtime.options.backend_preference or available), {}
+        return runtime.default_backends(policy), {}
     if isinstance(providers, str):
         providers = [providers]
+    available = runtime.backends
     ids, options = [], {}
     for p in providers:
         opts = {}
@@ -339,41 +319,53 @@ def resolve_providers(runtime, providers) -> tuple[list[str], dict[str, dict]]:
         if not isinstance(p, str):
             raise ArgumentTypeError(f"a provider is a backend id or an onnxruntime provider "
                                     f"name, not {p!r}")
-        bid = _provider_backend(p, available)
-        if bid not in ids:
-            ids.append(bid)
-            if opts:
-                options[bid] = dict(opts)
+        group = _provider_backends(runtime, p, available)
+        for bid, bopts in _share_options(group, opts, available).items():
+            if bid not in ids:
+                ids.append(bid)
+                if bopts:
+                    options[bid] = bopts
     if not ids:
         raise InvalidArgumentError("providers is empty: name at least one backend, or pass None")
     return ids, options
 
 
-def _provider_backend(name: str, available: dict) -> str:
+def _provider_backends(runtime, name: str, available: dict) -> list[str]:
     installed = ", ".join(available) or "none"
     if name in available:
-        return name
-    if name in PROVIDER_DEVICE_TYPES:
-        dtype = PROVIDER_DEVICE_TYPES[name]
-        matching = [bid for bid, info in available.items() if info.device_type == dtype]
-        for bid in _PREFERRED.get(dtype, ()):
-            if bid in matching:
-                return bid
-        if matching:
-            return matching[0]
-        pkg = KNOWN_BACKEND_PACKAGES.get(dtype)
-        hint = f"; install one with: pip install {pkg}" if pkg else ""
+        return [name]
+    group = ranking.provider_backends(name, available.values())
+    if group:
+        return group
+    if name in ranking.PROVIDER_DEVICE_TYPES:
+        dtype = ranking.PROVIDER_DEVICE_TYPES[name]
         raise UnsupportedNodeError(
             f"provider {name!r} maps to a {dtype} backend, but none is installed (installed "
-            f"backends: {installed}){hint}")
+            f"backends: {installed})")
     if name.endswith("ExecutionProvider"):
         raise UnsupportedNodeError(
             f"onnxruntime provider {name!r} has no nnplug equivalent; use one of the installed "
             f"backends ({installed}) or one of the provider names nnplug maps: "
-            f"{', '.join(PROVIDER_DEVICE_TYPES)}")
-    pkg = KNOWN_BACKEND_PACKAGES.get(name)
-    hint = f"; install it with: pip install {pkg}" if pkg else ""
-    raise UnsupportedNodeError(f"backend {name!r} is not available (installed: {installed}){hint}")
+            f"{', '.join(ranking.PROVIDER_DEVICE_TYPES)}")
+    raise UnsupportedNodeError(f"backend {name!r} is not available (installed: {installed})"
+                               f"{runtime.missing_backend_hint(name)}")
+
+
+def _share_options(group: list[str], opts: dict, available: dict) -> dict[str, dict]:
+    """A provider's options among the backends it stands for: each backend gets the ones its
+    Target kind declares; one that none declares goes to the first (best) backend, whose
+    Target then refuses it with the kind's own message."""
+    if len(group) == 1 or not opts:
+        return {bid: dict(opts) for bid in group}
+    from .target import get_target_kind
+
+    declared = {bid: set(get_target_kind(available[bid].backend.target_kind_name).attrs)
+                for bid in group}
+    shared = {bid: {k: v for k, v in opts.items() if k in declared[bid]} for bid in group}
+    for k, v in opts.items():
+        if not any(k in d for d in declared.values()):
+            shared[group[0]][k] = v
+    return shared
 
 
 # -- threads -------------------------------------------------------------------------------------
@@ -448,7 +440,7 @@ class InferenceSession:
         self._load(providers, provider_options)
 
     def _load(self, providers, provider_options) -> None:
-        ids, options = resolve_providers(self._runtime, providers)
+        ids, options = resolve_providers(self._runtime, providers, self._options.device_policy)
         if provider_options is not None:
             if len(provider_options) != len(ids):
                 raise InvalidArgumentError(

@@ -578,6 +578,8 @@ static const nnp_backend_v1 TABLE = {
     .run_steps = cpu_run_steps,
     .set_profile_hook = cpu_set_profile_hook,
     .release_strings = cpu_release_strings,
+    /* the portable backend: runs nearly every op; faster specialised ones rank above it */
+    .priority = 100,
 };
 
 NNP_EXPORT const nnp_backend_v1 *nnp_backend_entry(const nnp_version *host_abi)

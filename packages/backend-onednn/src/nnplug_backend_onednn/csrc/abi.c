@@ -202,6 +202,9 @@ static const nnp_backend_v1 TABLE = {
     .kernel_run = ox_kernel_run,
     .run_steps = ox_run_steps,
     .supports_fused = ox_supports_fused,
+    /* above the portable backends: it claims only what it runs faster and declines the rest */
+    .priority = 200,
+    .provider_names = "DnnlExecutionProvider",
 };
 
 NNP_EXPORT const nnp_backend_v1 *nnp_backend_entry(const nnp_version *host_abi)

@@ -1,4 +1,4 @@
-"""ctypes mirrors of ``nnplug/common.h`` and ``nnplug/backend.h`` (backend ABI 1.4).
+"""ctypes mirrors of ``nnplug/common.h`` and ``nnplug/backend.h`` (backend ABI 1.5).
 
 Keep in step with the headers: same members, same order. Structs only grow at the end.
 """
@@ -9,14 +9,14 @@ import ctypes as C
 
 import numpy as np
 
+from ..plugins import RESERVED_IDS  # noqa: F401  (one set, for every kind of backend)
+
 ABI_MAJOR = 1
-ABI_MINOR = 4
+ABI_MINOR = 5
 ABI_PATCH = 0
 ABI_VERSION = (ABI_MAJOR, ABI_MINOR, ABI_PATCH)
 ENTRY_SYMBOL = "nnp_backend_entry"
 MAX_NDIM = 16
-RESERVED_IDS = frozenset({"auto", "all", "none", "default", "host", "python", "custom", "op",
-                          "nnplug"})
 
 # status codes
 STATUS_NAMES = {
@@ -268,6 +268,9 @@ class BackendV1(C.Structure):
         ("release_strings", RELEASE_STRINGS),
         # ABI 1.4
         ("supports_fused", FUSE),
+        # ABI 1.5
+        ("priority", C.c_int32),
+        ("provider_names", C.c_char_p),
     ]
 
 
@@ -284,7 +287,7 @@ MIN_STRUCT_SIZE = BackendV1.set_profile_hook.offset
 # Members added by a minor version: (minor, member). The host reads one only from a table of
 # that minor or newer whose struct_size covers it.
 SINCE_MINOR = {"set_profile_hook": 1, "target_attrs": 2, "kernel_create_for_target": 2,
-               "release_strings": 3, "supports_fused": 4}
+               "release_strings": 3, "supports_fused": 4, "priority": 5, "provider_names": 5}
 
 
 def has_member(table: BackendV1, size: int, name: str) -> bool:

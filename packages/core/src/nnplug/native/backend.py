@@ -206,6 +206,8 @@ class NativeBackend(Backend):
         self.id = lib.id
         self.device_type = lib.device_type
         self.version = lib.version
+        self.priority = lib.priority
+        self.provider_names = lib.provider_names
         self.path = path
         self.abi_version = lib.abi_version
         self._key = key

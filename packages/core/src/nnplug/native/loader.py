@@ -27,12 +27,12 @@ from ..device import (
 )
 from ..errors import ArgumentTypeError, PluginError
 from ..plugins import LoadError
+from ..threads import requested_threads
 from . import abi, strings, target_attrs
 
 log = logging.getLogger("nnplug")
 
 ENV_VAR = "NNPLUG_BACKEND_PATH"
-NUM_THREADS_ENV_VAR = "NNPLUG_NUM_THREADS"
 _SO_NAME = re.compile(r".*\.so(\.\d+)*$")
 _ID = re.compile(r"[a-z][a-z0-9_]{0,31}$")
 _DEVICE_NAME = re.compile(r"[a-z][a-z0-9_]*$")
@@ -179,15 +179,6 @@ def _mangled_entry(path: str) -> bool:
         return False
 
 
-def _num_threads() -> int:
-    text = os.environ.get(NUM_THREADS_ENV_VAR, "")
-    try:
-        return max(0, int(text)) if text else 0
-    except ValueError:
-        log.warning("nnplug: ignoring %s=%r (not an integer)", NUM_THREADS_ENV_VAR, text)
-        return 0
-
-
 class NativeLibrary:
     """One dlopen'ed backend library: its checked function table and life cycle.
 
@@ -211,6 +202,8 @@ class NativeLibrary:
         self.device_type = int(table.device_type)
         self.host_visible = bool(self.flags & abi.HOST_VISIBLE)
         self.target_attrs = declared_target_attrs(path, table, struct_size)
+        self.priority = int(table.priority)
+        self.provider_names = declared_provider_names(path, table)
         self.key = lease_key(realpath)
         self._lock = threading.Lock()
         self._unloaded = False
@@ -358,7 +351,7 @@ class NativeLibrary:
         if not self.table.init:
             return
         opts = abi.InitOptions(ctypes.sizeof(abi.InitOptions), abi.Version(*abi.ABI_VERSION),
-                               _num_threads(), None)
+                               requested_threads(), None)
         rc = self.table.init(ctypes.byref(opts))
         if rc != 0:
             msg = self.last_error() or f"status {abi.STATUS_NAMES.get(rc, rc)} and no message"
@@ -457,6 +450,29 @@ def table_strings(path: str, table: abi.BackendV1) -> dict[str, str | None]:
                 f"in nnplug/common.h)")
         out[name] = None if s is None else s.text
     return out
+
+
+_PROVIDER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*$")
+
+
+def declared_provider_names(path: str, table: abi.BackendV1) -> tuple[str, ...]:
+    """The onnxruntime provider names the table says it stands for (ABI 1.5
+    ``provider_names``, comma-separated); () for NULL and older tables. LibraryLoadError for
+    text that is not a list of names."""
+    s = strings.field(table, "provider_names", strings.MAX_PROVIDER_NAMES_BYTES)
+    if s is None:
+        return ()
+    names = tuple(n.strip() for n in s.text.split(",") if n.strip())
+    bad = [n for n in names if not _PROVIDER_NAME.match(n)]
+    if s.problem or bad:
+        raise LibraryLoadError(
+            path, "invalid table",
+            f"provider_names string {s.problem or 'holds ' + repr(bad[0]) + ', not a name'}: "
+            f"{s.shown}",
+            f"make provider_names a NUL-terminated, comma-separated list of onnxruntime provider "
+            f"names such as \"DnnlExecutionProvider\" of at most "
+            f"{strings.MAX_PROVIDER_NAMES_BYTES} bytes (NNP_MAX_PROVIDER_NAMES_BYTES), or NULL")
+    return names
 
 
 def declared_target_attrs(path: str, table: abi.BackendV1, size: int) -> dict:

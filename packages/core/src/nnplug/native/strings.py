@@ -23,6 +23,7 @@ MAX_MESSAGE_BYTES = 4096
 MAX_PATH_BYTES = 4096
 MAX_SOURCE_BYTES = 16 << 20  # NNP_MAX_CL_SOURCE_BYTES (custom_op.h): an OpenCL source text
 MAX_TARGET_ATTRS_BYTES = 16384  # nnp_backend_v1.target_attrs (backend ABI 1.2)
+MAX_PROVIDER_NAMES_BYTES = 1024  # nnp_backend_v1.provider_names (backend ABI 1.5)
 SHOWN_CHARS = 80  # how much of a bad string an error message quotes
 
 _PAGE = mmap.PAGESIZE

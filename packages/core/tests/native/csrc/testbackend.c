@@ -59,6 +59,12 @@
 #ifndef TB_STRUCT_SIZE
 #define TB_STRUCT_SIZE sizeof(nnp_backend_v1)
 #endif
+#ifndef TB_PRIORITY
+#define TB_PRIORITY 0
+#endif
+#ifndef TB_PROVIDER_NAMES
+#define TB_PROVIDER_NAMES NULL
+#endif
 
 /* ABI 1.3 string tensors: Identity on strings, with release_strings when TB_STRINGS is 1;
  * TB_STRINGS 2: the table has no release_strings (the host must not offer string nodes);
@@ -729,6 +735,8 @@ static const nnp_backend_v1 tb_table = {
     NULL, /* release_strings (ABI 1.3): no string tensors */
 #endif
     NULL, /* supports_fused (ABI 1.4): nodes are claimed one by one */
+    TB_PRIORITY,       /* priority (ABI 1.5) */
+    TB_PROVIDER_NAMES, /* provider_names (ABI 1.5) */
 };
 
 #ifdef TB_HOSTILE

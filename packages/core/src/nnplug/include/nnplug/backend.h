@@ -97,8 +97,9 @@ extern "C" {
 #endif
 
 #define NNP_BACKEND_ABI_MAJOR 1
-#define NNP_BACKEND_ABI_MINOR 4 /* 1.1: set_profile_hook; 1.2: target_attrs, kernel_create_for_target;
-                                   1.3: string tensors, release_strings; 1.4: supports_fused */
+#define NNP_BACKEND_ABI_MINOR 5 /* 1.1: set_profile_hook; 1.2: target_attrs, kernel_create_for_target;
+                                   1.3: string tensors, release_strings; 1.4: supports_fused;
+                                   1.5: priority, provider_names */
 #define NNP_BACKEND_ABI_PATCH 0
 
 /* The one symbol the host looks up. */
@@ -389,6 +390,22 @@ typedef struct nnp_backend_v1 {
    * fuse() must not end a group between them (with optimization below "all" the pair is still
    * one kernel). NULL: nodes are only ever claimed one by one. */
   nnp_status (*supports_fused)(const nnp_node_desc* nodes, int32_t num_nodes, int32_t* out_supported);
+
+  /* ---- since ABI 1.5 ----------------------------------------------------------------- */
+  /* What the host needs to know to rank this backend among the installed ones; the host
+   * itself names no backend. */
+  /* Rank in the default backend order (a load or session given no backends): higher first,
+   * ties in registration order. 0 (or a table older than 1.5): below every backend that
+   * declares one. Guide: 100 for a portable backend that runs nearly every op; above it for
+   * one that claims only what it runs faster than those (it then declines the rest to
+   * them); below it for one that is slower than the portable backends on the same host. */
+  int32_t priority;
+  /* onnxruntime execution provider names this backend can stand for, comma-separated, e.g.
+   * "DnnlExecutionProvider". A session given one of them uses the backends that declare it
+   * (and, for a name of a device type, such as "CPUExecutionProvider", every backend of that
+   * device type) in the default order. NULL: none beyond its device type's.
+   * At most NNP_MAX_PROVIDER_NAMES_BYTES bytes. */
+  const char* provider_names;
 } nnp_backend_v1;
 
 /* The entry symbol every backend defines (with NNP_EXPORT). */

@@ -70,6 +70,7 @@ extern "C" {
 #define NNP_MAX_PATH_BYTES 4096    /* cl_kernel_source given as a path */
 #define NNP_MAX_CL_SOURCE_BYTES (16u << 20) /* cl_kernel_source given as text (cl_source_size) */
 #define NNP_MAX_TARGET_ATTRS_BYTES 16384 /* nnp_backend_v1.target_attrs (ABI 1.2) */
+#define NNP_MAX_PROVIDER_NAMES_BYTES 1024 /* nnp_backend_v1.provider_names (ABI 1.5) */
 
 /* ------------------------------------------------------------------------------------------ */
 /* Versions                                                                                    */
