@@ -3,6 +3,7 @@
  * runs it. Then element-wise nodes, a folded BatchNormalization and a residual Add are fused
  * into the op before them as post-ops, and the ops are put in execution order. */
 #define _GNU_SOURCE
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -182,11 +183,13 @@ static int parse_eltwise(parser *p, ox_op *op)
     else if (!strcmp(t, "Clip")) {
         maxin = 3;
         op->alg = dnnl_eltwise_clip;
-        op->alpha = -INFINITY;
-        op->beta = INFINITY;
+        /* an omitted bound is float32's lowest / largest value (ONNX; onnxruntime): +-inf
+         * clips to it */
+        op->alpha = -FLT_MAX;
+        op->beta = FLT_MAX;
         if (n->opset > 0 && n->opset < 11) {
-            op->alpha = attr_float(n, "min", -INFINITY);
-            op->beta = attr_float(n, "max", INFINITY);
+            op->alpha = attr_float(n, "min", -FLT_MAX);
+            op->beta = attr_float(n, "max", FLT_MAX);
         } else {
             /* min and max are inputs: only constant scalars can become eltwise parameters */
             for (int i = 1; i < 3 && i < op->nin; i++) {
