@@ -5,6 +5,7 @@
 #include "ops.h"
 #include "typed.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -476,11 +477,14 @@ static int un_create(nnc_node *n, nnc_err *e)
         else if (strcmp(ap, "none")) return nnc_node_fail(e, n, "attribute 'approximate' = '%s' is not 'none' or 'tanh'", ap);
     }
     if (s->op == U_CLIP) {
-        s->a = -INFINITY;
-        s->b = INFINITY;
+        /* an omitted bound is the type's lowest / largest value (ONNX; onnxruntime), so +-inf
+         * clips to it (float32 here; the typed kernels keep +-inf for other types) */
+        float big = dt == DT_F32 ? FLT_MAX : INFINITY;
+        s->a = -big;
+        s->b = big;
         if (n->opset < 11) {
-            TRY(nnc_attr_float(n, "min", -INFINITY, &s->a, e));
-            TRY(nnc_attr_float(n, "max", INFINITY, &s->b, e));
+            TRY(nnc_attr_float(n, "min", -big, &s->a, e));
+            TRY(nnc_attr_float(n, "max", big, &s->b, e));
         } else {
             for (int i = 1; i < n->nin && i < 3; i++) {
                 if (!nnc_in_present(n, i)) continue;

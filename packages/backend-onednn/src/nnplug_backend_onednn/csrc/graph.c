@@ -3,6 +3,7 @@
  * runs it. Then element-wise nodes, a folded BatchNormalization and a residual Add are fused
  * into the op before them as post-ops, and the ops are put in execution order. */
 #define _GNU_SOURCE
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -182,11 +183,13 @@ static int parse_eltwise(parser *p, ox_op *op)
     else if (!strcmp(t, "Clip")) {
         maxin = 3;
         op->alg = dnnl_eltwise_clip;
-        op->alpha = -INFINITY;
-        op->beta = INFINITY;
+        /* an omitted bound is float32's lowest / largest value (ONNX; onnxruntime): +-inf
+         * clips to it */
+        op->alpha = -FLT_MAX;
+        op->beta = FLT_MAX;
         if (n->opset > 0 && n->opset < 11) {
-            op->alpha = attr_float(n, "min", -INFINITY);
-            op->beta = attr_float(n, "max", INFINITY);
+            op->alpha = attr_float(n, "min", -FLT_MAX);
+            op->beta = attr_float(n, "max", FLT_MAX);
         } else {
             /* min and max are inputs: only constant scalars can become eltwise parameters */
             for (int i = 1; i < 3 && i < op->nin; i++) {
@@ -491,6 +494,7 @@ static int parse_matmul(parser *p, ox_op *op)
     int64_t K = op->ta ? a->dims[a->ndim - 2] : a->dims[a->ndim - 1];
     int64_t K2 = op->tb ? w->dims[w->ndim - 1] : w->dims[w->ndim - 2];
     if (K < 0 || K2 < 0 || K != K2) return decline(p, "inner dimensions");
+    if (K == 0) return decline(p, "an empty inner dimension (the product is its bias alone)");
     if (c)
         for (int i = 0; i < c->ndim; i++) {
             int64_t want = y->dims[2 - c->ndim + i];
@@ -1066,7 +1070,7 @@ int ox_graph_shapes(const ox_graph *g, const nnp_tensor *in, int nin, int64_t *d
         if (t->dtype.code != NNP_DTYPE_FLOAT || t->dtype.bits != 32 || t->ndim != val->ndim || (t->ndim && !t->shape))
             return ox_fail(e, "input %d ('%s') must be a float32 tensor of rank %d", k, val->name, val->ndim);
         for (int i = 0; i < t->ndim; i++) {
-            if (t->shape[i] < 1) return ox_fail(e, "input '%s' has dimension %d of size %lld: empty tensors are not handled", val->name, i, (long long)t->shape[i]);
+            if (t->shape[i] < 0) return ox_fail(e, "input '%s' has dimension %d of size %lld", val->name, i, (long long)t->shape[i]);
             if (val->dims[i] >= 0 && t->shape[i] != val->dims[i])
                 return ox_fail(e, "input '%s' has dimension %d of size %lld; the model says %lld", val->name, i,
                                (long long)t->shape[i], (long long)val->dims[i]);
@@ -1085,8 +1089,12 @@ int ox_graph_shapes(const ox_graph *g, const nnp_tensor *in, int nin, int64_t *d
         case OP_POOL:
             y[1] = op->kind == OP_CONV ? op->oc : x[1];
             for (int i = 0; i < 2; i++) {
+                if (op->global && x[2 + i] == 0)
+                    return ox_fail(e, "node '%s' (%s): global pooling of an empty plane has no value", op->name, op->op_type);
                 y[2 + i] = op->global ? 1 : yv->dims[2 + i] > 0 ? yv->dims[2 + i] : window_out(op, i, x[2 + i]);
-                if (y[2 + i] < 1) return ox_fail(e, "node '%s': window larger than its input", op->name);
+                /* an empty plane with SAME padding gives an empty one */
+                if (y[2 + i] < 1 && !(y[2 + i] == 0 && x[2 + i] == 0))
+                    return ox_fail(e, "node '%s': window larger than its input", op->name);
             }
             break;
         case OP_BINARY: {
@@ -1096,7 +1104,7 @@ int ox_graph_shapes(const ox_graph *g, const nnp_tensor *in, int nin, int64_t *d
                 int64_t da = ia >= 0 ? DIMS(op->in[0])[ia] : 1, db = ib >= 0 ? DIMS(op->in[1])[ib] : 1;
                 if (da != db && da != 1 && db != 1)
                     return ox_fail(e, "node '%s': dims %lld and %lld do not broadcast", op->name, (long long)da, (long long)db);
-                y[i] = da > db ? da : db;
+                y[i] = da == 1 ? db : da; /* a 0 broadcast against a 1 stays 0 */
             }
             break;
         }
@@ -1119,7 +1127,7 @@ int ox_graph_shapes(const ox_graph *g, const nnp_tensor *in, int nin, int64_t *d
                 int ia = i - (r - a->ndim), iw = i - (r - w->ndim);
                 int64_t p = ia >= 0 ? da[ia] : 1, q = iw >= 0 ? dw[iw] : 1;
                 if (p != q && p != 1 && q != 1) return ox_fail(e, "node '%s': batch dims do not broadcast", op->name);
-                y[i] = p > q ? p : q;
+                y[i] = p == 1 ? q : p;
             }
             y[r - 2] = M;
             y[r - 1] = N;
@@ -1130,9 +1138,8 @@ int ox_graph_shapes(const ox_graph *g, const nnp_tensor *in, int nin, int64_t *d
             int64_t nx = 1, ny = 1, rest = -1;
             for (int i = 0; i < xv->ndim; i++) nx *= x[i];
             if (op->size == 2) { /* Flatten */
-                y[0] = 1;
-                for (int i = 0; i < op->axis; i++) y[0] *= x[i];
-                y[1] = nx / y[0];
+                y[0] = y[1] = 1;
+                for (int i = 0; i < xv->ndim; i++) y[i < op->axis ? 0 : 1] *= x[i];
             } else if (op->size == 1) {
                 for (int i = 0; i < r; i++) {
                     y[i] = op->perm[i] == 0 ? x[i] : op->perm[i];

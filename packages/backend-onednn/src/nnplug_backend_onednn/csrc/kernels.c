@@ -187,8 +187,18 @@ int ox_workspace_size(const nnp_kernel *kc, const nnp_tensor *in, int nin, uint6
 {
     nnp_kernel *k = (nnp_kernel *)kc; /* the plan cache is the kernel's one mutable part, locked */
     int64_t *dims = malloc(dims_bytes(k->g));
+    if (!dims) return ox_fail(e, "out of memory");
     int temp = 0;
-    ox_plan *p = dims && !ox_graph_shapes(k->g, in, nin, dims, e) ? get_plan(k, 0, dims, &temp, e) : NULL;
+    if (ox_graph_shapes(k->g, in, nin, dims, e)) {
+        free(dims);
+        return 1;
+    }
+    *nbytes = 0;
+    if (ox_value_empty(k->g, dims, k->g->out)) { /* an empty output: the run computes nothing */
+        free(dims);
+        return 0;
+    }
+    ox_plan *p = get_plan(k, 0, dims, &temp, e);
     free(dims);
     if (!p) return 1;
     *nbytes = ox_plan_workspace(p); /* a strict plan's, when larger, is allocated by its run */
@@ -251,22 +261,30 @@ int ox_run(const nnp_kernel *kc, const nnp_tensor *in, int nin, const nnp_tensor
     const ox_graph *g = k->g;
     if (nin != g->nkin || nout != 1 || (nin && !in) || !out)
         return ox_fail(e, "the kernel has %d inputs and 1 output; called with %d and %d", g->nkin, nin, nout);
-    for (int i = 0; i < nin; i++) {
-        int v = g->kin_val[i];
-        if (v >= 0 && !g->vals[v].cdata && !in[i].data) return ox_fail(e, "input %d ('%s') has no data", i, g->vals[v].name);
-        if (v >= 0 && !g->vals[v].cdata && in[i].strides) return ox_fail(e, "input %d ('%s') is strided; compact tensors only", i, g->vals[v].name);
-    }
     int64_t *dims = malloc(dims_bytes(g));
     if (!dims) return ox_fail(e, "out of memory");
     int rc = ox_graph_shapes(g, in, nin, dims, e);
+    for (int i = 0; !rc && i < nin; i++) {
+        int v = g->kin_val[i];
+        if (v < 0 || g->vals[v].cdata) continue;
+        if (!in[i].data && !ox_value_empty(g, dims, v)) rc = ox_fail(e, "input %d ('%s') has no data", i, g->vals[v].name);
+        else if (in[i].strides) rc = ox_fail(e, "input %d ('%s') is strided; compact tensors only", i, g->vals[v].name);
+    }
     const ox_value *y = &g->vals[g->out];
     const int64_t *yd = dims + (size_t)g->out * MAXR;
+    /* An empty output: nothing to compute (the kernel has no other effect), whatever its
+     * inputs hold; a run whose empty values are inside skips the ops making them (plan.c). */
+    int empty = !rc && ox_value_empty(g, dims, g->out);
     if (!rc) {
         const nnp_tensor *t = &out[0];
-        int ok = t->data && !t->strides && t->dtype.code == NNP_DTYPE_FLOAT && t->dtype.bits == 32 && t->ndim == y->ndim &&
+        int ok = (t->data || empty) && !t->strides && t->dtype.code == NNP_DTYPE_FLOAT && t->dtype.bits == 32 && t->ndim == y->ndim &&
                  (!t->ndim || t->shape);
         for (int i = 0; ok && i < t->ndim; i++) ok = t->shape[i] == yd[i];
         if (!ok) rc = ox_fail(e, "output '%s' must be a compact float32 tensor of the shape the inputs give", y->name);
+    }
+    if (!rc && empty) {
+        free(dims);
+        return 0;
     }
     int strict = !rc && k->strict && !inputs_finite(g, in, nin, dims);
     /* A guarded graph's fast plan runs watched: when it made a NaN or an infinity from finite

@@ -115,6 +115,14 @@ void ox_graph_free(ox_graph *g);
 /* Value dims for concrete kernel input shapes (dims[v * MAXR ...]; in NULL: the declared,
  * static ones); 0, or 1 with a message. */
 int ox_graph_shapes(const ox_graph *g, const nnp_tensor *in, int nin, int64_t *dims, ox_err *e);
+/* Whether value v holds no element for these dims (a dimension of size 0): no op computes it
+ * (plan.c skips it; a Concat leaves it out), and a kernel whose output is empty runs nothing. */
+static inline int ox_value_empty(const ox_graph *g, const int64_t *dims, int v)
+{
+    for (int i = 0; i < g->vals[v].ndim; i++)
+        if (dims[(size_t)v * MAXR + i] == 0) return 1;
+    return 0;
+}
 /* Spatial padding of a window op for concrete shapes; 0, or 1 with a message. */
 int ox_window(const ox_op *op, const int64_t *in, const int64_t *out, int64_t *pl, int64_t *pr, ox_err *e);
 

@@ -1006,10 +1006,22 @@ static int binary_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd,
     return plain_arg(b, s, DNNL_ARG_SRC_1, o, clone_md(query(pd, dnnl_query_src_md, 1)));
 }
 
+/* The inputs of a Concat that hold elements (a KV cache's first step concatenates an empty
+ * past): the ones its primitive takes. Returns their count, at least 1 when the result is not
+ * empty. */
+static int concat_sources(pb *b, const ox_op *op, int *vals)
+{
+    int n = 0;
+    for (int i = 0; i < op->nin; i++)
+        if (!ox_value_empty(b->g, b->dims, op->in[i])) vals[n++] = op->in[i];
+    return n;
+}
+
 static int concat_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, int s)
 {
-    for (int i = 0; i < op->nin; i++)
-        if (input_arg_any(b, s, DNNL_ARG_MULTIPLE_SRC + i, op->in[i], pd, dnnl_query_src_md, i)) return 1;
+    int vals[MAXIN], n = concat_sources(b, op, vals);
+    for (int i = 0; i < n; i++)
+        if (input_arg_any(b, s, DNNL_ARG_MULTIPLE_SRC + i, vals[i], pd, dnnl_query_src_md, i)) return 1;
     return 0;
 }
 
@@ -1569,10 +1581,10 @@ static int build_simple(pb *b, const ox_op *op)
             break;
         }
         case OP_CONCAT: {
-            int ok = 1;
-            for (int i = 0; i < op->nin; i++) ok = ok && (srcs[i] = layout(b, op->in[i], r, attempt));
+            int ok = 1, vals[MAXIN], n = concat_sources(b, op, vals);
+            for (int i = 0; i < n; i++) ok = ok && (srcs[i] = layout(b, vals[i], r, attempt));
             dst = any_md(r, yd);
-            if (ok && dst) st = D(dnnl_concat_primitive_desc_create)(&pd, ox_engine(), dst, op->nin, (int)op->axis, (const_dnnl_memory_desc_t *)srcs, a);
+            if (ok && dst) st = D(dnnl_concat_primitive_desc_create)(&pd, ox_engine(), dst, n, (int)op->axis, (const_dnnl_memory_desc_t *)srcs, a);
             fn = concat_inputs;
             break;
         }
@@ -1669,6 +1681,17 @@ static int place_arena(ox_plan *p)
     return 0;
 }
 
+/* An op whose result holds no element runs no step: its result is a plain view of no bytes,
+ * for readers whose own result is not empty (a MatMul over K = 0; a Concat leaves it out). */
+static int empty_result(pb *b, const ox_op *op)
+{
+    dnnl_memory_desc_t md = value_plain(b, op->out, VAL(op->out)->ndim);
+    int buf = !md ? -1 : op->out == b->g->out ? new_buf(b, B_OUT, 0, NULL, 0) : arena_buf(b, md);
+    int rc = buf < 0 || add_view(b, op->out, md, buf);
+    md_free(md);
+    return rc ? ox_fail(b->e, "out of memory") : 0;
+}
+
 static ox_plan *build_ex(const ox_graph *g, const int64_t *dims, int threads, int dry, ox_err *e)
 {
     ox_plan *p = calloc(1, sizeof *p);
@@ -1699,6 +1722,10 @@ static ox_plan *build_ex(const ox_graph *g, const int64_t *dims, int threads, in
     for (int oi = 0; oi < g->norder; oi++) {
         const ox_op *op = &g->ops[g->order[oi]];
         b.cur = oi;
+        if (ox_value_empty(g, dims, op->out)) { /* nothing to compute */
+            if (empty_result(&b, op)) goto done;
+            continue;
+        }
         int r = op->kind == OP_CONV ? build_conv(&b, op) : op->kind == OP_MATMUL ? build_matmul(&b, op)
                 : op->kind == OP_LN     ? build_ln(&b, op)
                 : op->kind == OP_ERF || op->kind == OP_NANREP ? build_loop(&b, op)

@@ -45,10 +45,11 @@ def activation_of(node, host=None):
     if op == "Clip":
         if node.opset < 11:
             return ACT_CLIP, float(node.attr("min", -FLT_MAX)), float(node.attr("max", FLT_MAX))
+        # an omitted bound is float32's lowest / largest value (ONNX; onnxruntime): +-inf clips to it
         lo = float(host(node.inputs[1]).reshape(-1)[0]) if len(node.inputs) > 1 and node.inputs[1] \
-            else -np.inf
+            else -FLT_MAX
         hi = float(host(node.inputs[2]).reshape(-1)[0]) if len(node.inputs) > 2 and node.inputs[2] \
-            else np.inf
+            else FLT_MAX
         return ACT_CLIP, lo, hi
     if op == "Gelu" and node.attr("approximate", "none") == "tanh":
         return ACT_GELU_TANH, 0.0, 0.0

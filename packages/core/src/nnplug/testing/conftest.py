@@ -13,7 +13,7 @@ _subject_key = pytest.StashKey[object]()
 _tally_key = pytest.StashKey[Tally]()
 
 
-_BACKEND_MODULES = {"test_registration.py", "test_device_api.py"}
+_BACKEND_MODULES = {"test_registration.py", "test_device_api.py", "test_edge_values.py"}
 
 
 def pytest_ignore_collect(collection_path, config):

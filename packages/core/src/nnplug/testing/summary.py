@@ -9,6 +9,7 @@ SECTIONS = {
     "test_registration": "registration and ABI",
     "test_device_api": "device API",
     "test_onnx_nodes": "ONNX node tests",
+    "test_edge_values": "edge values",
     "test_custom_ops": "custom ops",
 }
 NOT_CLAIMED = "not claimed"

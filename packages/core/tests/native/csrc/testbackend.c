@@ -13,6 +13,8 @@
  * Other macros build the broken variants the loader tests need (see test_loader.py), and
  * TB_BAD_OUTPUT_SHAPES=1 one whose kernel_output_shapes reports twice the real dims.
  * TB_NULL_NODE_CRASH=1: supports() dereferences a NULL node (the conformance-report tests).
+ * TB_RELU_LETS_THROUGH=v: Relu passes the value v (a negative float) unchanged, a wrong answer
+ * only an input of exactly v shows (the edge-value conformance tests).
  * TB_TARGET_ATTRS="<JSON>" declares Target attributes and TB_FOR_TARGET=1 provides
  * kernel_create_for_target, recording the Target it gets (tb_last_target(); ABI 1.2); TB_DEVICE_TYPE=N and
  * TB_DEVICE_NAME="x" pick another extension device (the device-type clash tests).
@@ -624,7 +626,11 @@ static nnp_status tb_kernel_run(const nnp_kernel* kernel, const nnp_tensor* inpu
     }
     case OP_RELU: {
       const float* x = (const float*)a;
-      for (int64_t e = 0; e < n; ++e) y[e] = x[e] > 0 ? x[e] : 0.0f;
+      for (int64_t e = 0; e < n; ++e) y[e] = x[e] < 0 ? 0.0f : x[e]; /* a NaN stays NaN */
+#ifdef TB_RELU_LETS_THROUGH
+      /* planted bug (the edge-value conformance tests): this negative value passes unchanged */
+      for (int64_t e = 0; e < n; ++e) if (x[e] == (float)(TB_RELU_LETS_THROUGH)) y[e] = x[e];
+#endif
       break;
     }
     case OP_MATMUL: {

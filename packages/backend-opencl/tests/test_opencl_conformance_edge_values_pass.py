@@ -1,0 +1,10 @@
+"""The conformance suite's edge values and empty tensors (nnplug.testing.edge_values) pass on
+this backend: among them Clip with an omitted bound, which clips +-inf to float32's largest
+value as ONNX and onnxruntime define it."""
+
+from nnplug.testing import run_conformance
+
+
+def test_opencl_conformance_edge_values_pass(tmp_path):
+    result = run_conformance("opencl", cwd=str(tmp_path), timeout=900, args=["-k", "test_edge_values", "-rf"])
+    assert result.returncode == 0, result.stdout[-6000:]
