@@ -195,6 +195,7 @@ def _entry_points(rep: _Report, isolate: bool = False):
 def _model(rep: _Report, path: str, backends: list) -> None:
     from .errors import NnplugError
     from .loader import load, whole_graph
+    from .static_shapes import FIX, reason, static_shapes_only
 
     rep.line(f"Model {path}:")
     try:
@@ -212,6 +213,9 @@ def _model(rep: _Report, path: str, backends: list) -> None:
                 if b.supports(node, graph):
                     chosen = b
                     break
+                why = static_shapes_only(b, node, graph)
+                if why:  # it would run the node but for the shapes: the user should know
+                    rep.problem(reason(b, node, why), FIX, 1)
             except Exception as e:  # noqa: BLE001 - a broken supports() is itself a finding
                 rep.problem(f"backend {b.id!r}: supports() failed on {node.describe()}: {e}",
                             "report it to the backend's authors", 1)
