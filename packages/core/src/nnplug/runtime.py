@@ -15,12 +15,13 @@ from .device import device_type_name
 from .discovery import KNOWN_BACKEND_PACKAGES
 from .errors import (
     ArgumentTypeError,
+    BackendNotAvailableError,
     InvalidArgumentError,
     NnplugError,
     PluginError,
-    UnsupportedNodeError,
 )
 from .network import Network
+from .plugin_import import EntryPointImportError, load_entry_point
 from .plugins import BACKENDS, RESERVED_IDS, BackendInfo, LoadError, report
 from .registry import register_func, remove_func
 from .target import Target, register_target_kind, remove_target_kind
@@ -162,12 +163,9 @@ class Runtime:
                 continue
             source = discovery.describe(ep)
             try:
-                obj = ep.load()
-            except Exception as e:
-                report(self.load_errors, LoadError(
-                    source, "import", f"{type(e).__name__}: {e}",
-                    f"reinstall the distribution that provides it, or set "
-                    f"{discovery.DISABLE_ENV}={ep.name}"))
+                obj = load_entry_point(ep)
+            except EntryPointImportError as e:  # sys.exit() in a plugin included
+                report(self.load_errors, LoadError(source, "import", e.reason, e.fix))
                 continue
             yield ep, source, obj
 
@@ -326,7 +324,7 @@ class Runtime:
                             f"{name!r} with this Runtime (see nnplug info)")
                 elif pkg:
                     hint = f"; install it with: pip install {pkg}"
-                raise UnsupportedNodeError(
+                raise BackendNotAvailableError(
                     f"backend {name!r} is not available (installed: "
                     f"{', '.join(available) or 'none'}){why}{hint}"
                 )

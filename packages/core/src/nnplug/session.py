@@ -27,11 +27,11 @@ from .device import device as parse_device
 from .discovery import KNOWN_BACKEND_PACKAGES
 from .errors import (
     ArgumentTypeError,
+    BackendNotAvailableError,
     InputError,
     InvalidArgumentError,
     NnplugError,
     OptionError,
-    UnsupportedNodeError,
 )
 from .profiling import Profiler
 from .runcontext import RunContext, running
@@ -363,17 +363,17 @@ def _provider_backend(name: str, available: dict) -> str:
             return matching[0]
         pkg = KNOWN_BACKEND_PACKAGES.get(dtype)
         hint = f"; install one with: pip install {pkg}" if pkg else ""
-        raise UnsupportedNodeError(
+        raise BackendNotAvailableError(
             f"provider {name!r} maps to a {dtype} backend, but none is installed (installed "
             f"backends: {installed}){hint}")
     if name.endswith("ExecutionProvider"):
-        raise UnsupportedNodeError(
+        raise BackendNotAvailableError(
             f"onnxruntime provider {name!r} has no nnplug equivalent; use one of the installed "
             f"backends ({installed}) or one of the provider names nnplug maps: "
             f"{', '.join(PROVIDER_DEVICE_TYPES)}")
     pkg = KNOWN_BACKEND_PACKAGES.get(name)
     hint = f"; install it with: pip install {pkg}" if pkg else ""
-    raise UnsupportedNodeError(f"backend {name!r} is not available (installed: {installed}){hint}")
+    raise BackendNotAvailableError(f"backend {name!r} is not available (installed: {installed}){hint}")
 
 
 # -- threads -------------------------------------------------------------------------------------
