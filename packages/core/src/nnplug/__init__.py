@@ -14,6 +14,7 @@ from .device_api import AttrKind, DeviceAPI, HostDeviceAPI
 from .errors import (
     ArgumentTypeError,
     BackendError,
+    BackendNotAvailableError,
     CustomOpError,
     InputError,
     InvalidArgumentError,
@@ -22,6 +23,7 @@ from .errors import (
     NnplugError,
     OptionError,
     PluginError,
+    PluginWarning,
     RegistryError,
     RunTerminatedError,
     TargetError,
@@ -50,11 +52,12 @@ from .target import Target, list_target_kinds, register_target_kind
 from .tensor import Tensor, from_dlpack
 
 __all__ = [
-    "ArgumentTypeError", "AttrKind", "Backend", "BackendError", "BackendInfo", "BoundOp", "CPU",
+    "ArgumentTypeError", "AttrKind", "Backend", "BackendError", "BackendInfo", "BackendNotAvailableError", "BoundOp", "CPU",
     "CreationOptions", "CustomOp", "CustomOpError", "Device", "DeviceAPI", "ExecutionMode",
     "GraphOptimizationLevel", "HostDeviceAPI", "IOBinding", "InferenceSession", "InputError",
     "InvalidArgumentError", "LoadError", "ModelError", "ModelMetadata", "ModelWarning", "Module",
-    "Network", "NnplugError", "Node", "NodeArg", "OptionError", "PluginError", "RegistryError",
+    "Network", "NnplugError", "Node", "NodeArg", "OptionError", "PluginError", "PluginWarning",
+    "RegistryError",
     "RunOptions", "RunTerminatedError", "Runtime", "SessionOptions", "SubGraph", "Target",
     "TargetError", "Tensor", "TensorExportError", "UnsupportedNodeError", "ValidationError",
     "ValueInfo", "__version__", "device", "from_dlpack", "get_available_providers", "get_func",

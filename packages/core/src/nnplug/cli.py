@@ -270,12 +270,13 @@ def plugin_commands() -> dict:
 
 
 def cmd_plugin(ep, argv) -> int:
+    from .plugin_import import EntryPointImportError, load_entry_point
+
     try:
-        fn = ep.load()
-    except Exception as e:
+        fn = load_entry_point(ep)
+    except EntryPointImportError as e:
         raise PluginError(f"command {ep.name!r} ({discovery.describe(ep)}) failed to load: "
-                          f"{type(e).__name__}: {e}; reinstall the package that provides it, "
-                          f"or skip it with NNPLUG_DISABLE_PLUGINS={ep.name}") from None
+                          f"{e}") from None
     return fn(list(argv))
 
 

@@ -192,9 +192,23 @@ def _entry_points(rep: _Report, isolate: bool = False):
     return rt
 
 
+def _shadowed(rep: _Report, loaded: dict, rt) -> None:
+    """Folder libraries whose id an installed package (entry point) registers: a Runtime
+    registers the package's and refuses the file ("duplicate id")."""
+    for bid, backend in loaded.items():
+        info = rt.backends.get(bid)
+        if info is not None:
+            rep.problem(
+                f"{os.path.basename(backend.path)}: backend {bid!r} is also installed ({info.source}); "
+                f"a Runtime registers the installed one and refuses this file (duplicate id)",
+                f"remove one of the two, or, to use the file, disable the entry point with "
+                f"{discovery.DISABLE_ENV}={info.source.split(' = ')[0].split(':')[-1]}", 1)
+
+
 def _model(rep: _Report, path: str, backends: list) -> None:
     from .errors import NnplugError
     from .loader import load, whole_graph
+    from .static_shapes import FIX, reason, static_shapes_only
 
     rep.line(f"Model {path}:")
     try:
@@ -212,6 +226,9 @@ def _model(rep: _Report, path: str, backends: list) -> None:
                 if b.supports(node, graph):
                     chosen = b
                     break
+                why = static_shapes_only(b, node, graph)
+                if why:  # it would run the node but for the shapes: the user should know
+                    rep.problem(reason(b, node, why), FIX, 1)
             except Exception as e:  # noqa: BLE001 - a broken supports() is itself a finding
                 rep.problem(f"backend {b.id!r}: supports() failed on {node.describe()}: {e}",
                             "report it to the backend's authors", 1)
@@ -268,7 +285,10 @@ def doctor_main(argv=None, out=None) -> int:
         backends = list(loaded.values())
         if not args.no_entry_points:
             rt = _entry_points(rep, args.isolate)
-            backends += [i.backend for i in rt.backends.values() if i.id not in loaded]
+            _shadowed(rep, loaded, rt)
+            # as a Runtime places them: the installed package's backend, not the folder copy
+            backends = [b for b in backends if b.id not in rt.backends]
+            backends += [i.backend for i in rt.backends.values()]
         if args.model:
             _model(rep, args.model, backends)
     finally:

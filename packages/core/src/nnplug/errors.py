@@ -26,6 +26,12 @@ class UnsupportedNodeError(NnplugError):
     """No backend (or custom op) in the preference list can run a node."""
 
 
+class BackendNotAvailableError(UnsupportedNodeError):
+    """A backend named in the preference list (``backends=``, ``providers=``) is not
+    registered with the Runtime: not installed, disabled, or it failed to load. A subclass of
+    UnsupportedNodeError, which it was raised as before, so existing handlers still catch it."""
+
+
 class InputError(NnplugError, ValueError):
     """A feed given to Network.run has the wrong name, dtype or shape (or a requested output
     name is not one of the model's)."""
@@ -57,6 +63,12 @@ class RegistryError(NnplugError, KeyError):
 class ModelWarning(UserWarning):
     """The model breaks a rule of the strict ONNX checker that onnxruntime does not
     enforce (e.g. a graph output without a shape); nnplug loads it anyway."""
+
+
+class PluginWarning(UserWarning):
+    """A plugin will not do what it looks like it does, without failing: e.g. a native backend
+    that supports a node but declines it because the output shapes are unknown at load time
+    and it has no ``kernel_output_shapes`` (the node then runs on the next backend)."""
 
 
 class InvalidArgumentError(NnplugError, ValueError):

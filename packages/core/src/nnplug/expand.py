@@ -10,6 +10,8 @@ Bodies that contain functions again are expanded in the next round.
 
 from __future__ import annotations
 
+import ast
+import re
 import warnings
 from collections.abc import Callable
 
@@ -188,6 +190,15 @@ def expansion_note(node: Node) -> str:
             f"whole either")
 
 
+def origin_of(node: Node) -> str | None:
+    """The name of the node whose function body ``node`` is a piece of (the outermost one,
+    for nested functions), or None."""
+    doc = node.proto.doc_string if node.proto is not None else ""
+    m = re.match(r"node ('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\") \(op ", doc[len(_ORIGIN):]) \
+        if doc.startswith(_ORIGIN) else None
+    return ast.literal_eval(m.group(1)) if m else None
+
+
 def _copy_node(n: onnx.NodeProto, k: int, rename, attrs, prefix: str,
                taken: set[str]) -> onnx.NodeProto:
     out = onnx.NodeProto()
@@ -267,4 +278,4 @@ def _rebuilt(model: Model, bodies: dict[int, tuple[list[onnx.NodeProto], list]])
     return proto
 
 
-__all__ = ["expand_unclaimed", "expansion_note", "function_of", "inline"]
+__all__ = ["expand_unclaimed", "expansion_note", "function_of", "inline", "origin_of"]

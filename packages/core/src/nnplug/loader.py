@@ -325,12 +325,44 @@ def _custom_shape_inference(model, nodes, values, custom_ops) -> dict[str, Value
             vi = onnx.helper.make_tensor_value_info(name, elem, list(shape))
             model.graph.value_info.append(vi)
             values[name] = value_info(vi)
+        _check_downstream(model, node, custom_ops, values)
         inferred = _infer(model)
         for k, v in _collect_values(inferred).items():
             if k not in values or values[k].shape is None:
                 values[k] = v
         model = inferred
     return values
+
+
+def _check_downstream(model: onnx.ModelProto, node: Node, custom_ops, values) -> None:
+    """The shapes ``node``'s custom op gave, carried on by ONNX inference without the shapes
+    the model declares downstream, must fit those: else the op's shape_infer is wrong, and is
+    blamed here rather than the backend whose kernel would meet the wrong shape later (ONNX's
+    own inference keeps a declared shape without comparing)."""
+    from .errors import CustomOpError
+    from .shapecheck import fmt, mismatch
+
+    ours = {o for n in model.graph.node if n.op_type in custom_ops for o in n.output}
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    kept = [vi for vi in probe.graph.value_info if vi.name in ours]
+    del probe.graph.value_info[:]
+    probe.graph.value_info.extend(kept)
+    for o in probe.graph.output:
+        if o.name not in ours and o.type.HasField("tensor_type"):
+            o.type.tensor_type.ClearField("shape")
+    for k, v in _collect_values(_infer(probe)).items():
+        known = values.get(k)
+        if k in ours or known is None or known.shape is None or v.shape is None:
+            continue
+        why = mismatch(v.shape, None, known)
+        if why:
+            gave = ", ".join(f"{o!r} {fmt(values[o].shape)}" for o in node.outputs
+                             if o and values.get(o) is not None)
+            raise CustomOpError(
+                f"custom op {node.op_type!r} ({custom_ops[node.op_type].source}) shape_infer() "
+                f"on node {node.name!r} gave output {gave}; from it ONNX shape inference gives "
+                f"{k!r} {why}; fix the op's shape_infer (or the shape the model declares)")
 
 
 def whole_graph(model: Model, nodes: list[Node], constants: dict[str, np.ndarray]) -> SubGraph:

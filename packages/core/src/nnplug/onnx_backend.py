@@ -10,8 +10,6 @@ an nnplug device such as ``"opencl:0"``.
 from __future__ import annotations
 
 import functools
-import os
-import threading
 import warnings
 from dataclasses import dataclass
 
@@ -21,6 +19,7 @@ from onnx.backend.base import Backend as _OnnxBackend
 from onnx.backend.base import BackendRep as _OnnxBackendRep
 
 from .runtime import Runtime, default_runtime, set_default_runtime
+
 
 def runtime() -> Runtime:
     """The Runtime this module uses: the process-wide default (``nnplug.runtime``)."""

@@ -30,6 +30,7 @@ from .folding import fold_constants
 from .loader import Model, load, whole_graph
 from .network import Network
 from .planner import Placer
+from .static_shapes import ShapeDeclines
 from .validate import validate
 
 if TYPE_CHECKING:
@@ -54,7 +55,8 @@ def compile_network(runtime: Runtime, model: Model, infos: list[BackendInfo],
     backends = [info.backend for info in infos]
     target_of = targets_for(backends, targets)
 
-    expanded = expand_unclaimed(model, lambda n, g: any(b.supports(n, g) for b in backends), ops)
+    declines = ShapeDeclines(backends)  # nodes declined only for unknown shapes: said, not hidden
+    expanded = expand_unclaimed(model, declines.claimed, ops)
     attach_outer_inputs(expanded)  # control flow: what subgraphs read is a node input
 
     def compile_sub(proto, name):
@@ -64,7 +66,8 @@ def compile_network(runtime: Runtime, model: Model, infos: list[BackendInfo],
 
     placer = Placer(expanded, backends, ops,
                     use_overrides=not runtime.options.disable_op_overrides,
-                    installed=list(runtime.backends), compile_sub=compile_sub)
+                    installed=list(runtime.backends), compile_sub=compile_sub,
+                    why_declined=declines.note)
     plan = Plan(dict(model.constants))
     net = Network(model, plan, [runtime._leases.get(info.id) for info in infos],
                   optimization=optimization)
@@ -75,6 +78,7 @@ def compile_network(runtime: Runtime, model: Model, infos: list[BackendInfo],
             rest, merged = merge_common_subexpressions(
                 rest, plan.constants, {o.name for o in expanded.outputs}, ops)
         placed = placer.place_all(rest, whole_graph(expanded, rest, plan.constants))
+        declines.warn(placed)
         build_plan(plan, expanded, rest, placed, target_of, optimization)
         for dropped, kept in merged.items():  # it ran where the node it is the same as ran
             plan.assignment[dropped] = plan.assignment[kept]

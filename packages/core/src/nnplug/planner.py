@@ -115,15 +115,18 @@ class Placer:
 
     def __init__(self, model: Model, backends: list[Backend], ops: dict[str, CustomOp], *,
                  use_overrides: bool, installed: list[str],
-                 compile_sub: Callable[[onnx.ModelProto, str], object]):
+                 compile_sub: Callable[[onnx.ModelProto, str], object],
+                 why_declined: Callable[[Node], str] | None = None):
         """``installed``: ids of every registered backend, for errors; ``compile_sub(proto,
-        name)``: a Network for a subgraph of a control-flow node."""
+        name)``: a Network for a subgraph of a control-flow node; ``why_declined(node)``: what
+        to lead an error about ``node`` with (a backend that declined it for a known reason)."""
         self.model = model
         self.backends = backends
         self.ops = ops
         self.use_overrides = use_overrides
         self.installed = installed
         self.compile_sub = compile_sub
+        self.why_declined = why_declined
 
     def place_all(self, nodes: list[Node], graph: SubGraph) -> dict[str, Placement]:
         readers: dict[str, set[str]] = {}
@@ -151,7 +154,9 @@ class Placer:
             return placed
         except UnsupportedNodeError as e:
             installed = ", ".join(self.installed) or "none"
-            raise UnsupportedNodeError(f"{e} (installed backends: {installed})") from None
+            why = self.why_declined(n) if self.why_declined else ""
+            msg = f"{why} (placing it failed: {e})" if why else str(e)
+            raise UnsupportedNodeError(f"{msg} (installed backends: {installed})") from None
 
     def place_one(self, n: Node, graph: SubGraph, next_node: Node | None = None) -> Placement:
         try:

@@ -15,12 +15,13 @@ from .customop import CustomOp, PythonCustomOp
 from .device import device_type_name
 from .errors import (
     ArgumentTypeError,
+    BackendNotAvailableError,
     InvalidArgumentError,
     NnplugError,
     PluginError,
-    UnsupportedNodeError,
 )
 from .network import Network
+from .plugin_import import EntryPointImportError, load_entry_point
 from .plugins import BACKENDS, RESERVED_IDS, BackendInfo, LoadError, report
 from .registry import register_func, remove_func
 from .target import Target, register_target_kind, remove_target_kind
@@ -162,12 +163,9 @@ class Runtime:
                 continue
             source = discovery.describe(ep)
             try:
-                obj = ep.load()
-            except Exception as e:
-                report(self.load_errors, LoadError(
-                    source, "import", f"{type(e).__name__}: {e}",
-                    f"reinstall the distribution that provides it, or set "
-                    f"{discovery.DISABLE_ENV}={ep.name}"))
+                obj = load_entry_point(ep)
+            except EntryPointImportError as e:  # sys.exit() in a plugin included
+                report(self.load_errors, LoadError(source, "import", e.reason, e.fix))
                 continue
             yield ep, source, obj
 
@@ -323,7 +321,7 @@ class Runtime:
         chosen = []
         for name in names:
             if name not in available:
-                raise UnsupportedNodeError(
+                raise BackendNotAvailableError(
                     f"backend {name!r} is not available (installed: "
                     f"{', '.join(available) or 'none'}){self.missing_backend_hint(name)}")
             chosen.append(available[name])

@@ -26,11 +26,11 @@ from .device import CPU
 from .device import device as parse_device
 from .errors import (
     ArgumentTypeError,
+    BackendNotAvailableError,
     InputError,
     InvalidArgumentError,
     NnplugError,
     OptionError,
-    UnsupportedNodeError,
 )
 from .profiling import Profiler
 from .runcontext import RunContext, running
@@ -339,15 +339,15 @@ def _provider_backends(runtime, name: str, available: dict) -> list[str]:
         return group
     if name in ranking.PROVIDER_DEVICE_TYPES:
         dtype = ranking.PROVIDER_DEVICE_TYPES[name]
-        raise UnsupportedNodeError(
+        raise BackendNotAvailableError(
             f"provider {name!r} maps to a {dtype} backend, but none is installed (installed "
             f"backends: {installed})")
     if name.endswith("ExecutionProvider"):
-        raise UnsupportedNodeError(
+        raise BackendNotAvailableError(
             f"onnxruntime provider {name!r} has no nnplug equivalent; use one of the installed "
             f"backends ({installed}) or one of the provider names nnplug maps: "
             f"{', '.join(ranking.PROVIDER_DEVICE_TYPES)}")
-    raise UnsupportedNodeError(f"backend {name!r} is not available (installed: {installed})"
+    raise BackendNotAvailableError(f"backend {name!r} is not available (installed: {installed})"
                                f"{runtime.missing_backend_hint(name)}")
 
 

@@ -217,7 +217,7 @@ static const nnp_custom_op fail_cpu = {
     NULL, NULL, fail_compute, NULL, NULL, same_shape};
 static const nnp_custom_op relu_cpu = {
     VERSION, sizeof(nnp_custom_op), NNP_OP_TARGET_CPU, "Relu", NULL, NULL, 0, NULL,
-    relu_init, NULL, relu_compute, NULL, NULL, NULL};
+    relu_init, NULL, relu_compute, NULL, NULL, NULL, NNP_OP_OVERRIDES_STANDARD};
 
 static const nnp_custom_op* const ops[] = {&scale_cpu, &scale_gpu, &fail_cpu, &relu_cpu};
 static const nnp_op_library library = {

@@ -65,3 +65,15 @@ def test_the_documented_backend_builds_loads_and_runs(tmp_path, monkeypatch):
         with rt.load(model) as net:
             x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
             np.testing.assert_array_equal(net.run({"x": x})["y"], np.maximum(x, 0))
+
+
+def test_the_documented_backend_runs_a_symbolic_batch(tmp_path):
+    folder, _ = _build(tmp_path)
+    node = helper.make_node("Relu", ["x"], ["y"], name="relu")
+    g = helper.make_graph([node], "r", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with bare_runtime(dynamic_backends_path=str(folder)) as rt, rt.load(model) as net:
+        assert net.assignment == {"relu": "relu_demo"}
+        x = np.linspace(-1, 1, 20, dtype=np.float32).reshape(5, 4)
+        np.testing.assert_array_equal(net.run({"x": x})["y"], np.maximum(x, 0))

@@ -1,4 +1,5 @@
 /* Building and running plans. See graph.h. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, CLOCK_MONOTONIC under -std=c11 */
 #include "graph.h"
 #include "ops.h"
 

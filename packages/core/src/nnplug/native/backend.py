@@ -283,6 +283,36 @@ class NativeBackend(Backend):
                 return False
         return True
 
+    def static_shapes_only(self, node: Node, graph: SubGraph) -> str | None:
+        """Why this backend declines ``node`` although its library supports it: an output
+        shape unknown at load time and no ``kernel_output_shapes``; None when that is not
+        the reason (see :mod:`nnplug.static_shapes`)."""
+        if self.library.table.kernel_output_shapes:
+            return None
+        values = getattr(graph, "values", {}) or {}
+        constants = getattr(graph, "constants", {}) or {}
+        infos = [(o, values[o]) for o in node.outputs
+                 if o and o not in constants and values.get(o) is not None]
+        if any(i.dtype is None or i.kind != "tensor" for _, i in infos):
+            return None  # declined for another reason
+        dynamic = [o for o, i in infos if i.shape is None or not all(
+            isinstance(d, int) and d >= 0 for d in i.shape)]
+        if not dynamic:
+            return None
+        if not string_tensors.takes_strings(self.library) and \
+                string_tensors.node_has_strings(node, values, constants):
+            return None
+        builder = DescBuilder(values, constants)  # holds the descriptor's memory
+        desc = abi.NodeDesc()
+        builder.node(node, desc)
+        out = C.c_int32(0)
+        if self.library.table.supports(C.byref(desc), C.byref(out)) != 0 or not out.value:
+            return None
+        shape = values[dynamic[0]].shape
+        shown = "unknown" if shape is None else "(" + ", ".join(map(str, shape)) + ")"
+        return (f"its output {dynamic[0]!r} has shape {shown} at load time, and the backend "
+                f"has no kernel_output_shapes to compute output shapes at run time")
+
     def build(self, subgraph: SubGraph, target: Target) -> Module:
         from .plan import build_module
 

@@ -47,7 +47,8 @@ from .loader import (
 
 log = logging.getLogger("nnplug.ops")
 
-ABI_MAJOR, ABI_MINOR, ABI_PATCH = 1, 0, 0
+ABI_MAJOR, ABI_MINOR, ABI_PATCH = 1, 1, 0
+OVERRIDES_STANDARD = 1 << 0  # nnp_custom_op.flags (ABI 1.1)
 ABI_VERSION = (ABI_MAJOR, ABI_MINOR, ABI_PATCH)
 ENTRY_SYMBOL = "nnp_custom_op_entry"
 ENV_VAR = "NNPLUG_CUSTOM_OP_PATH"
@@ -134,6 +135,7 @@ class CustomOpStruct(C.Structure):
         ("compute_native", C.c_void_p),
         ("destroy", DESTROY),
         ("shape_infer", CALLBACK),
+        ("flags", C.c_uint32),  # ABI 1.1
     ]
 
 
@@ -334,6 +336,13 @@ def _check_op(path: str, lib: OpLibrary, i: int, address: int) -> OpImpl:
         raise bad("compute is NULL", "provide compute")
     if op.compute_native:
         raise bad("compute_native is reserved and must be NULL", "leave compute_native NULL")
+    has_flags = abi.Version.from_address(address).tuple()[1] >= 1 and \
+        size >= CustomOpStruct.flags.offset + C.sizeof(C.c_uint32)
+    if is_standard_op(name) and not (has_flags and op.flags & OVERRIDES_STANDARD):
+        raise bad(f"op_type {name!r} is the name of a standard ONNX operator, and the op does "
+                  f"not say it overrides it",
+                  "set .flags = NNP_OP_OVERRIDES_STANDARD (nnplug/custom_op.h, ABI 1.1) to "
+                  "replace the backends' kernel for it, or rename the op")
     source = None
     if op.target == TARGET_GPU:
         if not op.cl_kernel_name or not op.cl_kernel_source:
@@ -684,14 +693,22 @@ class _NodeState:
         if verbose:
             log.debug("%s[%s] %s -> %d", self.op.op_type, self.node.name, name, rc)
         if rc != 0 and not (name == "init" and rc == SKIP):
-            raise self.error(name, f"returned {rc}")
+            raise self.error(name, returned(rc))
         return rc
 
     def error(self, callback: str, what: str) -> CustomOpError:
         msg = getattr(self.last_error, "text", "")
         return CustomOpError(
             f"custom op {self.op.op_type!r} ({self.target}, {self.op.source}) failed in "
-            f"{callback}() on node {self.node.name!r}: {what}" + (f": {msg}" if msg else ""))
+            f"{callback}() on node {self.node.name!r}: {what}" + (
+                f": {msg}" if msg else " and gave no message (the op did not call "
+                                      "ctx->set_error)"))
+
+
+def returned(rc: int) -> str:
+    """A callback's non-zero return value, with the nnp_status it is (nnplug/common.h)."""
+    name = abi.STATUS_NAMES.get(rc)
+    return f"returned {rc} (NNP_STATUS_{name})" if name else f"returned {rc} (not an nnp_status)"
 
 
 def _forget(key: int) -> None:
@@ -871,7 +888,7 @@ def _destroy(state: _NodeState) -> None:
                 rc = fn(C.byref(state.ctx))
             if rc != 0:
                 logging.getLogger("nnplug").warning(
-                    "nnplug: %s", state.error("destroy", f"returned {rc}"))
+                    "nnplug: %s", state.error("destroy", returned(rc)))
     finally:
         state.release_gpu()
         _forget(state.key)

@@ -373,7 +373,7 @@ class NativeLibrary:
         """A BackendError for a failed call: the backend's message, the status and ``what``."""
         from ..errors import BackendError
 
-        msg = self.last_error() or "no message"
+        msg = self.last_error() or "the backend gave no message (its last_error() is empty)"
         return BackendError(
             f"backend {self.id!r}: {what} failed: {msg} "
             f"(status {abi.STATUS_NAMES.get(rc, rc)}; library {self.path})"

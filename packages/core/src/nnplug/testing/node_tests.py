@@ -148,6 +148,14 @@ def collect() -> list[NodeCase]:
     return cases
 
 
+def plain(value) -> str:
+    """A value as a message shows it: 0.5, nan, -3, True, 'text' (numpy 2's repr would say
+    np.float32(0.5)); a number keeps its own dtype's shortest form."""
+    if isinstance(value, np.generic):
+        return repr(value.item()) if value.dtype.kind in "OSU" else str(value)
+    return repr(value)
+
+
 def compare(name: str, got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> str | None:
     """None when ``got`` matches ``want``, else what differs (shape, dtype, values)."""
     got = np.asarray(got)
@@ -173,7 +181,8 @@ def compare(name: str, got: np.ndarray, want: np.ndarray, rtol: float, atol: flo
                 worst = float(np.nanmax(np.where(bad, diff, 0))) if bad.any() else 0.0
             return (f"output {name!r}: {int(bad.sum())} of {w.size} values differ beyond "
                     f"rtol={rtol:g} atol={atol:g} (max abs diff {worst:.3g}); first at index "
-                    f"{tuple(int(i) for i in idx)}: got {g[tuple(idx)]!r}, expected {w[tuple(idx)]!r}")
+                    f"{tuple(int(i) for i in idx)}: got {plain(got[tuple(idx)])}, expected "
+                    f"{plain(want[tuple(idx)])}")
         return None
     if want.dtype.kind in "OSU":
         equal = np.array_equal(got.astype(str), want.astype(str))
@@ -183,6 +192,6 @@ def compare(name: str, got: np.ndarray, want: np.ndarray, rtol: float, atol: flo
         bad = got != want
         idx = np.argwhere(bad)[0] if bad.ndim else ()
         return (f"output {name!r}: {int(np.sum(bad))} of {want.size} values differ; first at "
-                f"index {tuple(int(i) for i in idx)}: got {got[tuple(idx)]!r}, expected "
-                f"{want[tuple(idx)]!r}")
+                f"index {tuple(int(i) for i in idx)}: got {plain(got[tuple(idx)])}, expected "
+                f"{plain(want[tuple(idx)])}")
     return None

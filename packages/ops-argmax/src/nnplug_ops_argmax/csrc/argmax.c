@@ -254,11 +254,12 @@ static int32_t argmax_gpu_compute(nnp_op_context* ctx, const nnp_op_tensor* in, 
 
 static const nnp_custom_op argmax_cpu = {
     VERSION, sizeof(nnp_custom_op), NNP_OP_TARGET_CPU, "ArgMax", NULL, NULL, 0, NULL,
-    argmax_init, NULL, argmax_compute, NULL, argmax_destroy, argmax_shape_infer};
+    argmax_init, NULL, argmax_compute, NULL, argmax_destroy, argmax_shape_infer,
+    NNP_OP_OVERRIDES_STANDARD /* ArgMax is a standard op: say that replacing it is meant */};
 static const nnp_custom_op argmax_gpu = {
     VERSION, sizeof(nnp_custom_op), NNP_OP_TARGET_GPU, "ArgMax", "argmax_f32", argmax_cl,
     sizeof argmax_cl - 1, NULL, argmax_init, NULL, argmax_gpu_compute, NULL, argmax_destroy,
-    argmax_shape_infer};
+    argmax_shape_infer, NNP_OP_OVERRIDES_STANDARD};
 
 static const nnp_custom_op* const ops[] = {&argmax_cpu, &argmax_gpu};
 static const nnp_op_library library = {VERSION, sizeof(nnp_op_library), "nnplug-ops-argmax", 2,

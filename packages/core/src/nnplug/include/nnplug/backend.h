@@ -315,8 +315,10 @@ typedef struct nnp_backend_v1 {
   /* OPTIONAL (required to run nodes whose output shapes are not all known at load time).
    * From the actual inputs (data valid, on the device), fill out_ndims[num_outputs] and
    * out_shapes[num_outputs * NNP_MAX_NDIM] (row o starts at o * NNP_MAX_NDIM). Output
-   * dtypes are those of the node descriptors. NULL: the host refuses, at load time, to build
-   * kernels with non-static outputs. */
+   * dtypes are those of the node descriptors. NULL: a node with an output shape unknown at load
+   * time (a symbolic batch "N") is declined, even where supports() says 1: it goes to the next
+   * backend, with a warning at load naming this backend and the node (nnplug doctor MODEL
+   * reports it as a problem). */
   nnp_status (*kernel_output_shapes)(const nnp_kernel* kernel, const nnp_tensor* inputs,
                                      int32_t num_inputs, int32_t num_outputs,
                                      int32_t* out_ndims, int64_t* out_shapes);

@@ -70,7 +70,7 @@ extern "C" {
 #endif
 
 #define NNP_CUSTOM_OP_ABI_MAJOR 1
-#define NNP_CUSTOM_OP_ABI_MINOR 0
+#define NNP_CUSTOM_OP_ABI_MINOR 1 /* 1.1: nnp_custom_op.flags (NNP_OP_OVERRIDES_STANDARD) */
 #define NNP_CUSTOM_OP_ABI_PATCH 0
 
 /* The one symbol the host looks up. */
@@ -81,6 +81,15 @@ extern "C" {
 
 /* Returned by init to decline a node (RKNN's "skip custom op" code): not an error. */
 #define NNP_OP_SKIP (-1)
+
+/* nnp_custom_op.flags (ABI 1.1) */
+enum {
+  /* op_type is a standard ONNX op (e.g. "ArgMax") and this op replaces the backends' kernel
+   * for its nodes, ai.onnx ones included (unless the Runtime disables op overrides). Without
+   * it a library whose op_type names a standard op fails to load ("invalid op"), as a Python
+   * op needs override=True: an op must not take standard nodes by accident of its name. */
+  NNP_OP_OVERRIDES_STANDARD = 1u << 0
+};
 
 /* nnp_custom_op.target / nnp_op_context.target */
 enum {
@@ -191,8 +200,8 @@ typedef struct nnp_custom_op {
   uint32_t struct_size; /* sizeof(nnp_custom_op) as compiled */
   int32_t target;       /* NNP_OP_TARGET_CPU or NNP_OP_TARGET_GPU */
   const char* op_type;  /* matched whatever (custom) domain the model's node uses. A standard
-                           ONNX op type (e.g. "ArgMax") overrides the backends' kernel for it.
-                           At most NNP_MAX_NAME_BYTES bytes (see common.h), as is cl_kernel_name */
+                           ONNX op type (e.g. "ArgMax") needs NNP_OP_OVERRIDES_STANDARD in
+                           flags, and then overrides the backends' kernel for it. At most NNP_MAX_NAME_BYTES bytes (see common.h), as is cl_kernel_name */
 
   /* GPU target only. */
   const char* cl_kernel_name;   /* the __kernel function to create */
@@ -214,6 +223,9 @@ typedef struct nnp_custom_op {
    * shapes of the standard ONNX op it overrides, or those the model declares. */
   int32_t (*shape_infer)(nnp_op_context* ctx, const nnp_op_tensor* inputs, uint32_t n_inputs,
                          nnp_op_tensor* outputs, uint32_t n_outputs);
+
+  /* ---- since ABI 1.1 ----------------------------------------------------------------- */
+  uint32_t flags; /* NNP_OP_* bits; read only from ops of ABI >= 1.1 whose struct_size covers it */
 } nnp_custom_op;
 
 /* What the entry returns. Static, constant, valid while the library is loaded. */
