@@ -74,6 +74,7 @@ def compile_network(runtime: Runtime, model: Model, infos: list[BackendInfo],
         if optimization != "disable":
             rest, merged = merge_common_subexpressions(
                 rest, plan.constants, {o.name for o in expanded.outputs}, ops)
+        net.nodes = rest
         placed = placer.place_all(rest, whole_graph(expanded, rest, plan.constants))
         build_plan(plan, expanded, rest, placed, target_of, optimization)
         for dropped, kept in merged.items():  # it ran where the node it is the same as ran
