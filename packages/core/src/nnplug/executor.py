@@ -246,7 +246,12 @@ def _as_tensor(name: str, value) -> Tensor:
         raise InputError(f"input {name!r} cannot be converted to an array: {e}") from None
     if arr.dtype.kind == "V" and arr.dtype.fields is None:  # raw bytes (np.void): strings
         arr = arr.view(f"S{arr.dtype.itemsize}") if arr.dtype.itemsize else arr.astype("S1")
-    if arr.dtype.kind in "US":  # ONNX strings: object arrays of str, as onnxruntime returns
+    if arr.dtype.kind == "S":  # bytes are UTF-8 text, as onnxruntime reads them
+        try:
+            arr = np.char.decode(arr, "utf-8")
+        except UnicodeDecodeError as e:
+            raise InputError(f"input {name!r}: a string is not UTF-8 text: {e}") from None
+    if arr.dtype.kind == "U":  # ONNX strings: object arrays of str, as onnxruntime returns
         arr = arr.astype(object)
     if arr.dtype == object and not all(isinstance(v, (str, bytes)) for v in arr.flat):
         raise InputError(f"input {name!r} is neither a numeric array nor an array of strings")
