@@ -63,3 +63,25 @@ def test_warnings_can_be_made_errors_for_a_strict_load():
         warnings.simplefilter("error", nnplug.ModelWarning)
         with pytest.raises(nnplug.ModelWarning):
             rt.load(model)
+
+
+def test_an_ir3_model_whose_initializer_is_not_a_graph_input_loads_as_in_onnxruntime():
+    # onnxruntime.datasets' mul_1.onnx is such a model: IR 3 asks every initializer to be a
+    # graph input too; onnxruntime loads it anyway, with the initializer as a constant
+    w = np.array([[1, 2], [3, 4], [5, 6]], np.float32)
+    g = h.make_graph([h.make_node("Mul", ["x", "w"], ["y"], name="mul")], "g",
+                     [h.make_tensor_value_info("x", T.FLOAT, [3, 2])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [3, 2])],
+                     [onnx.numpy_helper.from_array(w, "w")])
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 7)], ir_version=3)
+    with pytest.raises(onnx.checker.ValidationError, match="in initializer but not in graph input"):
+        onnx.checker.check_model(model)
+    x = np.arange(6, dtype=np.float32).reshape(3, 2)
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    with make_runtime(NumpyBackend()) as rt:
+        with pytest.warns(nnplug.ModelWarning, match="initializer 'w' is not a graph input"):
+            net = rt.load(model)
+        with net:
+            assert [i.name for i in net.inputs] == ["x"]
+            np.testing.assert_array_equal(net.run({"x": x})["y"], want)

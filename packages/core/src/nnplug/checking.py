@@ -21,6 +21,11 @@ LENIENT = [
      "a value (e.g. a subgraph's output) has no type; nnplug infers it"),
     (re.compile(r"Unrecognized type value case \(value_info name: (?P<name>[^)]*)\)"),
      "value {name!r} has no type; nnplug infers it"),
+    # IR versions before 4 list every initializer among the graph inputs; models exported
+    # then (onnxruntime.datasets' mul_1.onnx) often do not, and their values are still plain
+    (re.compile(r"(?P<name>.*) in initializer but not in graph input"),
+     "initializer {name!r} is not a graph input, which IR version < 4 requires; nnplug "
+     "treats it as a constant"),
 ]
 MAX_FINDINGS = 32
 
@@ -71,10 +76,16 @@ def _describe(first: str, text: str) -> str:
             f"it is exported, or check it with onnx.checker.check_model(model)")
 
 
-def _patch(g: onnx.GraphProto) -> bool:
+def _patch(g: onnx.GraphProto, top: bool = True) -> bool:
     """Make the lenient findings go away in a copy only the checker sees (so a real
     finding behind them is still reported). True when something was changed."""
     changed = False
+    declared = {vi.name for vi in g.input}
+    for init in g.initializer if top else ():  # IR < 4: initializers are inputs too
+        if init.name not in declared:
+            g.input.append(onnx.helper.make_tensor_value_info(init.name, init.data_type,
+                                                              list(init.dims)))
+            changed = True
     for vi in [*g.input, *g.output]:
         t = vi.type
         if t.WhichOneof("value") is None:
@@ -92,7 +103,7 @@ def _patch(g: onnx.GraphProto) -> bool:
     for n in g.node:
         for a in n.attribute:
             for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                changed |= _patch(sub)
+                changed |= _patch(sub, top=False)
     return changed
 
 

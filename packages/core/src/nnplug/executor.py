@@ -170,6 +170,8 @@ def check_feeds(feeds, inputs: list[ValueInfo] | dict[str, ValueInfo]) -> dict[s
             continue
         if info.kind == "sequence":
             raise InputError(f"input {name!r} is a sequence: give a list of arrays")
+        if isinstance(value, (list, tuple)) and info.dtype is not None:
+            value = _list_as_array(name, value, info.dtype)
         t = value if isinstance(value, Tensor) else _as_tensor(name, value)
         if info.dtype is not None and t.dtype != info.dtype:
             raise InputError(
@@ -220,6 +222,16 @@ def _non_tensor(name: str, value, info: ValueInfo):
                      f"an array or None (optional), not {type(value).__name__}")
 
 
+def _list_as_array(name: str, value, dtype: np.dtype) -> np.ndarray:
+    """Nested Python lists take the model's dtype, as in onnxruntime (numpy alone would make
+    ``[[1.0, 2.0]]`` float64 for a float input)."""
+    try:
+        return np.asarray(value, dtype=dtype)
+    except (TypeError, ValueError) as e:
+        raise InputError(f"input {name!r}: the list cannot be converted to a {dtype} array "
+                         f"(the model's type): {e}") from None
+
+
 def _as_tensor(name: str, value) -> Tensor:
     if hasattr(value, "__dlpack__") and not isinstance(value, np.ndarray):
         from .tensor import from_dlpack
@@ -232,7 +244,14 @@ def _as_tensor(name: str, value) -> Tensor:
         arr = np.asarray(value)
     except Exception as e:
         raise InputError(f"input {name!r} cannot be converted to an array: {e}") from None
-    if arr.dtype.kind in "US":  # ONNX strings: object arrays of str, as onnxruntime returns
+    if arr.dtype.kind == "V" and arr.dtype.fields is None:  # raw bytes (np.void): strings
+        arr = arr.view(f"S{arr.dtype.itemsize}") if arr.dtype.itemsize else arr.astype("S1")
+    if arr.dtype.kind == "S":  # bytes are UTF-8 text, as onnxruntime reads them
+        try:
+            arr = np.char.decode(arr, "utf-8")
+        except UnicodeDecodeError as e:
+            raise InputError(f"input {name!r}: a string is not UTF-8 text: {e}") from None
+    if arr.dtype.kind == "U":  # ONNX strings: object arrays of str, as onnxruntime returns
         arr = arr.astype(object)
     if arr.dtype == object and not all(isinstance(v, (str, bytes)) for v in arr.flat):
         raise InputError(f"input {name!r} is neither a numeric array nor an array of strings")

@@ -5,12 +5,16 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from .errors import InputError, NnplugError
 from .executor import Plan, Step, check_feeds, input_table, run_steps
 from .plugins import BACKENDS, log
 from .tensor import Tensor
+from .values import TensorSequence
 
 if TYPE_CHECKING:
+    from .graph import Node
     from .loader import Model
 
 
@@ -28,6 +32,9 @@ class Network:
         self.op_types = {n.name: n.op_type for n in model.nodes}
         """node name -> op type (profiles name partitions by them)."""
         self._constants = plan.constants
+        self.nodes: list[Node] = list(model.nodes)
+        """The nodes the network runs: after expansion, folding and merging, the pipeline
+        sets them (``nnplug.optimized_model`` writes them as an ONNX model)."""
         self._steps: list[Step] = plan.steps
         self._lease_keys = []
         self._closed = False
@@ -57,11 +64,12 @@ class Network:
                 f"{', '.join(self._output_names)}"
             )
         env = check_feeds(feeds, self._input_table)
+        fed = [t.handle for v in env.values() for t in _tensors(v) if t.is_host]
         for name in self._output_names:  # plan.constants grows while the network is compiled
             if name in self._constants and name not in env:  # a copy: callers may write to it
                 env[name] = Tensor.from_numpy(self._constants[name].copy())
         env = run_steps(self._steps, env)
-        return {n: env[n] for n in names}
+        return {n: _unaliased(env[n], fed) for n in names}
 
     def run_async(self, feeds: dict, output_names: list[str] | None = None):
         """Start :meth:`run` on a worker thread; a ``concurrent.futures.Future`` of its
@@ -79,6 +87,11 @@ class Network:
 
         return run_many(self, feeds_iterable, output_names, batch_size)
 
+    @property
+    def constants(self) -> dict:
+        """Initializers and folded values by name (what :attr:`nodes` read besides the feeds)."""
+        return self._constants
+
     def close(self) -> None:
         """Release kernels and backend leases (also done when the network is collected)."""
         self._closed = True
@@ -93,6 +106,28 @@ class Network:
     def __repr__(self) -> str:
         return (f"<nnplug.Network {self.name!r} inputs={[i.name for i in self.inputs]} "
                 f"outputs={[o.name for o in self.outputs]}>")
+
+
+def _tensors(value) -> tuple:
+    """The tensors a value holds: itself, or a sequence's items."""
+    if isinstance(value, Tensor):
+        return (value,)
+    return value.items if isinstance(value, TensorSequence) else ()
+
+
+def _unaliased(value, fed: list):
+    """``value``, copied where it shares memory with a feed (a graph input that is also an
+    output, an Identity of a sequence): outputs are the caller's to keep and write, as in
+    onnxruntime."""
+    def shared(t):
+        return t.is_host and any(np.may_share_memory(t.handle, f) for f in fed)
+
+    if not fed or not any(shared(t) for t in _tensors(value)):
+        return value
+    if isinstance(value, Tensor):
+        return Tensor.from_numpy(value.handle.copy())
+    return TensorSequence([Tensor.from_numpy(t.handle.copy()) if shared(t) else t
+                           for t in value.items], value.dtype)
 
 
 def _close_network(steps: list[Step], lease_keys: list) -> None:

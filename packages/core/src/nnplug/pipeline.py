@@ -77,6 +77,7 @@ def compile_network(runtime: Runtime, model: Model, infos: list[BackendInfo],
         if optimization != "disable":
             rest, merged = merge_common_subexpressions(
                 rest, plan.constants, {o.name for o in expanded.outputs}, ops)
+        net.nodes = rest
         placed = placer.place_all(rest, whole_graph(expanded, rest, plan.constants))
         declines.warn(placed)
         build_plan(plan, expanded, rest, placed, target_of, optimization)

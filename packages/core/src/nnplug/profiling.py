@@ -99,10 +99,15 @@ class Profiler:
         return {"traceEvents": self.events(), "displayTimeUnit": "ms",
                 "otherData": {"producer": "nnplug"}}
 
-    def write(self, path: str) -> str:
+    def write(self, path: str, *, one_event_a_line: bool = False) -> str:
+        """Write the trace to ``path``: the JSON object form, or with ``one_event_a_line``
+        a JSON array with one event a line (onnxruntime's layout; both are Chrome traces)."""
         try:
             with open(path, "w", encoding="utf-8") as f:
-                json.dump(self.trace(), f)
+                if one_event_a_line:
+                    f.write("[\n" + ",\n".join(json.dumps(e) for e in self.events()) + "\n]\n")
+                else:
+                    json.dump(self.trace(), f)
         except OSError as e:
             raise NnplugError(f"cannot write the profile to {path!r}: {e}") from None
         return path

@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime
 import enum
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from .errors import (
     NnplugError,
     OptionError,
 )
+from .model_options import as_array, config_from_model, read_with_overrides
 from .profiling import Profiler
 from .runcontext import RunContext, running
 from .runtime import default_runtime
@@ -120,6 +122,9 @@ class _Options:
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self._values.items())})"
 
 
+_MAX_CONFIG_KEY = 1024
+
+
 def _int_option(owner, name, value, low, high=None):
     if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low or \
             (high is not None and value > high):
@@ -172,9 +177,11 @@ class SessionOptions(_Options):
         if name == "graph_optimization_level":
             optimization_of(value)
             return value
-        if name == "optimized_model_filepath" and value:
-            raise OptionError("SessionOptions.optimized_model_filepath: nnplug does not write "
-                              "optimised models (its optimisations live in the backends' kernels)")
+        if name == "optimized_model_filepath":
+            if not isinstance(value, (str, os.PathLike)):
+                raise ArgumentTypeError(f"SessionOptions.optimized_model_filepath must be a path, "
+                                        f"not {value!r}")
+            return os.fspath(value)
         if name in ("enable_profiling", "enable_cpu_mem_arena", "enable_mem_pattern",
                     "use_deterministic_compute"):
             return bool(value)
@@ -185,14 +192,84 @@ class SessionOptions(_Options):
             raise ArgumentTypeError(f"SessionOptions.{name} must be a str, not {value!r}")
         return value
 
+    def __init__(self):
+        super().__init__()
+        for name in ("_initializers", "_external_initializers", "_external_files",
+                     "_free_dims_by_name", "_free_dims_by_denotation"):
+            object.__setattr__(self, name, {})
+
+    def copy(self) -> SessionOptions:
+        other = type(self)()
+        for name in ("_values", "_config", "_initializers", "_external_initializers",
+                     "_external_files", "_free_dims_by_name", "_free_dims_by_denotation"):
+            object.__setattr__(other, name, dict(getattr(self, name)))
+        return other
+
     def add_session_config_entry(self, key: str, value: str) -> None:
-        self._config[str(key)] = str(value)
+        key, value = str(key), str(value)
+        if not key or len(key) > _MAX_CONFIG_KEY:  # onnxruntime's limit and words
+            raise InvalidArgumentError(f"Config key is empty or longer than maximum length "
+                                       f"{_MAX_CONFIG_KEY}")
+        self._config[key] = value
 
     def get_session_config_entry(self, key: str) -> str:
         try:
             return self._config[key]
         except KeyError:
-            raise InvalidArgumentError(f"no session config entry {key!r}") from None
+            raise InvalidArgumentError(f"SessionOptions does not have configuration with key: "
+                                       f"{key}") from None
+
+    # -- what the model is loaded with (applied by nnplug.model_options) ------------------
+    def add_initializer(self, name: str, value) -> None:
+        """Use ``value`` (an array, Tensor or OrtValue) for the model's initializer ``name``."""
+        self._initializers[str(name)] = as_array(value)
+
+    def add_external_initializers(self, names, values) -> None:
+        """The data of initializers the model keeps in external files, by tensor name."""
+        names, values = list(names), list(values)
+        if len(names) != len(values):
+            raise InvalidArgumentError(f"add_external_initializers: {len(names)} names for "
+                                       f"{len(values)} values")
+        for name, value in zip(names, values):
+            self._external_initializers[str(name)] = as_array(value)
+
+    def add_external_initializers_from_files_in_memory(self, file_names, buffers,
+                                                       lengths) -> None:
+        """The contents of external data files, by the file name the model gives."""
+        file_names, buffers, lengths = list(file_names), list(buffers), list(lengths)
+        if not len(file_names) == len(buffers) == len(lengths):
+            raise InvalidArgumentError(
+                f"add_external_initializers_from_files_in_memory: {len(file_names)} names, "
+                f"{len(buffers)} buffers and {len(lengths)} lengths; give one of each per file")
+        for name, buf, length in zip(file_names, buffers, lengths):
+            data = memoryview(buf).cast("B")
+            if not 0 <= int(length) <= len(data):
+                raise InvalidArgumentError(f"external file {name!r}: length {length} but the "
+                                           f"buffer holds {len(data)} bytes")
+            self._external_files[os.fspath(name)] = bytes(data[:int(length)])
+
+    def add_free_dimension_override_by_name(self, dim_name: str, dim_value: int) -> None:
+        """Fix the symbolic input dimension ``dim_name`` to ``dim_value``."""
+        self._free_dims_by_name[str(dim_name)] = _int_option(
+            "SessionOptions", f"free dimension {dim_name!r}", dim_value, 0)
+
+    def add_free_dimension_override_by_denotation(self, denotation: str, dim_value: int) -> None:
+        """Fix every free input dimension with this denotation (e.g. ``DATA_BATCH``)."""
+        self._free_dims_by_denotation[str(denotation)] = _int_option(
+            "SessionOptions", f"free dimension {denotation!r}", dim_value, 0)
+
+    def _set_from_config(self, name: str, value) -> None:
+        """An option from a model's ``ort_config`` metadata (onnxruntime's JSON types)."""
+        if name not in self._values:
+            raise OptionError(f"the model's ort_config sets {name!r}, which SessionOptions does "
+                              f"not have")
+        if name == "graph_optimization_level":
+            value = GraphOptimizationLevel(int(value))
+        elif name == "execution_mode":
+            value = ExecutionMode(int(value))
+        elif isinstance(self._defaults[name], bool):
+            value = bool(value)
+        setattr(self, name, value)
 
 
 class RunOptions(_Options):
@@ -200,7 +277,7 @@ class RunOptions(_Options):
     options between kernels with :class:`nnplug.RunTerminatedError`), ``run_tag`` (names the
     run in errors and profiles; ``tag`` is the same), ``log_severity_level``."""
 
-    _defaults = {"terminate": False, "run_tag": "", "log_severity_level": 2,
+    _defaults = {"terminate": False, "run_tag": "", "logid": "", "log_severity_level": 2,
                  "log_verbosity_level": 0, "only_execute_path_to_fetches": False}
 
     def _check(self, name, value):
@@ -412,6 +489,9 @@ class InferenceSession:
     (default: one shared by all sessions). Thread-safe: ``run`` may be called from many threads.
     """
 
+    _profile_one_event_a_line = False
+    """Write traces as a JSON array with one event a line (onnxruntime's layout)."""
+
     def __init__(self, path_or_bytes, sess_options: SessionOptions | None = None,
                  providers=None, provider_options=None, *, runtime=None, **kwargs):
         if kwargs:
@@ -433,11 +513,18 @@ class InferenceSession:
                      "partitions of a network in order")
         if so.enable_profiling:
             self._profiler = Profiler()
-        from .loader import read_model
-
         # onnxruntime's config entry for the folder of external data when the model is bytes
-        self._proto = read_model(path_or_bytes, so._config_entries().get(EXTERNAL_DATA_FOLDER))
+        self._proto = read_with_overrides(path_or_bytes, so,
+                                          so._config_entries().get(EXTERNAL_DATA_FOLDER))
+        self._options = so = config_from_model(self._proto, so)
+        if so.enable_profiling and self._profiler is None:
+            self._profiler = Profiler()
         self._load(providers, provider_options)
+        if so.optimized_model_filepath:
+            from .optimized_model import write_optimized_model
+
+            write_optimized_model(self._net, self._proto, so.optimized_model_filepath,
+                                  so._config_entries())
 
     def _load(self, providers, provider_options) -> None:
         ids, options = resolve_providers(self._runtime, providers, self._options.device_policy)
@@ -539,6 +626,8 @@ class InferenceSession:
     def _output_names(self, output_names) -> list[str] | None:
         if output_names is None:
             return None
+        if isinstance(output_names, (list, tuple)) and not output_names:
+            return None  # onnxruntime's run([], feeds): every output
         if isinstance(output_names, str):
             raise ArgumentTypeError(f"output_names is a list of names, not the str "
                                     f"{output_names!r}; write [{output_names!r}]")
@@ -559,8 +648,8 @@ class InferenceSession:
                                  {"tag": ctx.tag} if ctx.tag else {})
 
     def run(self, output_names, input_feed: dict, run_options: RunOptions | None = None) -> list:
-        """Run the model: a list of numpy arrays, one per name in ``output_names`` (None:
-        every output, in the model's order)."""
+        """Run the model: a list of numpy arrays, one per name in ``output_names`` (None or
+        []: every output, in the model's order)."""
         ctx = self._context(run_options)
         names = self._output_names(output_names)
         result = self._run(self._net.run, ctx, input_feed, names)
@@ -606,7 +695,7 @@ class InferenceSession:
             return ""
         stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
         path = f"{self._options.profile_file_prefix}_{stamp}.json"
-        return prof.write(path)
+        return prof.write(path, one_event_a_line=self._profile_one_event_a_line)
 
     def get_profiling_start_time_ns(self) -> int:
         prof = self._profiler

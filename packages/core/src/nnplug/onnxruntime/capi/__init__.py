@@ -1,0 +1,1 @@
+"""``onnxruntime.capi``: the submodules onnxruntime code imports from."""
