@@ -225,3 +225,16 @@ def test_a_session_device_policy_orders_the_backends_it_is_not_given(ranked):
     assert nnplug.InferenceSession(mlp(), so, runtime=ranked).get_providers()[0] == "gpuish"
     with pytest.raises(nnplug.InvalidArgumentError, match="device_policy 'gpu' is not one of"):
         so.device_policy = "gpu"
+
+
+def test_onnxruntime_module_takes_the_same_order_and_answers_in_the_callers_names(ranked):
+    from nnplug import onnxruntime as ort
+
+    model = mlp().SerializeToString()
+    s = ort.InferenceSession(model, providers=["CPUExecutionProvider"], runtime=ranked)
+    assert s.get_providers() == ["CPUExecutionProvider"]
+    assert set(s.network.assignment.values()) <= {"fast", "fast (folded)"}  # the best CPU backend
+    s = ort.InferenceSession(model, providers=["NpuExecutionProvider"], runtime=ranked)
+    assert s.get_providers() == ["NpuExecutionProvider", "CPUExecutionProvider"]  # CPU: fallback
+    s = ort.InferenceSession(model, runtime=ranked)
+    assert set(s.network.assignment.values()) <= {"fast", "fast (folded)"}

@@ -1,19 +1,22 @@
 """onnxruntime's provider names over nnplug's backends.
 
-A backend answers to an onnxruntime name by its id where onnxruntime has a provider for
-the same library (``onednn`` -> ``DnnlExecutionProvider``), else by its device type
-(``cpu`` -> ``CPUExecutionProvider``, ``opencl`` -> ``OpenCLExecutionProvider``). Names are
-turned into backend ids by :func:`nnplug.session.resolve_providers`, which knows the device
-types; this module only adds the names it does not know and onnxruntime's rules: a provider
+A backend answers to the onnxruntime names it declares (``provider_names``; e.g. a oneDNN
+backend declares ``DnnlExecutionProvider``), and to its device type's
+(``CPUExecutionProvider`` for every CPU backend, ``OpenCLExecutionProvider``); see
+:mod:`nnplug.ranking`. Names are turned into backend ids by
+:func:`nnplug.session.resolve_providers`; this module adds onnxruntime's rules: a provider
 onnxruntime knows but nothing here can run is skipped with onnxruntime's warning, an unknown
-name is onnxruntime's ``RuntimeError``, and the CPU provider is always the last fallback.
+name is onnxruntime's ``RuntimeError``, the CPU provider is always the last fallback, and a
+session answers ``get_providers()`` in the names it was given.
 """
 
 from __future__ import annotations
 
 import warnings
 
-from ..session import PROVIDER_DEVICE_TYPES, default_runtime, resolve_providers
+from .. import ranking
+from ..ranking import PROVIDER_DEVICE_TYPES
+from ..session import default_runtime, resolve_providers
 from ._errors import OrtRuntimeError
 
 CPU = "CPUExecutionProvider"
@@ -28,21 +31,15 @@ ALL_PROVIDERS = [
 ]
 """Every provider onnxruntime knows, highest priority first (its ``get_all_providers``)."""
 
-BACKEND_PROVIDERS = {"onednn": "DnnlExecutionProvider"}
-"""Backend ids that are onnxruntime providers of their own (the same library underneath)."""
-
-_DEVICE_PROVIDERS: dict[str, str] = {}
-for _name, _dtype in PROVIDER_DEVICE_TYPES.items():
-    _DEVICE_PROVIDERS.setdefault(_dtype, _name)
-
-
 def provider_name(runtime, backend_id: str) -> str:
-    """The onnxruntime name a backend answers to (its id when it has none)."""
-    if backend_id in BACKEND_PROVIDERS:
-        return BACKEND_PROVIDERS[backend_id]
+    """The onnxruntime name that names one backend: the first it declares, else its device
+    type's, else its id."""
     info = runtime.backends.get(backend_id)
-    dtype = getattr(info, "device_type", None)
-    return _DEVICE_PROVIDERS.get(dtype, backend_id)
+    if info is None:
+        return backend_id
+    declared = tuple(getattr(info.backend, "provider_names", ()))
+    names = ranking.provider_names(info)
+    return declared[0] if declared else (names[0] if names else backend_id)
 
 
 def _dedupe(names):
@@ -63,18 +60,19 @@ def all_providers(runtime=None) -> list[str]:
     return ALL_PROVIDERS[:-1] + extra + [CPU]
 
 
-def backend_ids(runtime, providers, provider_options=None) -> list | None:
-    """onnxruntime's ``providers``/``provider_options`` as the ``providers`` nnplug's session
-    takes: backend ids, ``(id, options)`` where options are given, the CPU's last. None
-    (nnplug's default order) for None."""
+def backend_ids(runtime, providers, provider_options=None) -> tuple[list | None, list | None]:
+    """onnxruntime's ``providers``/``provider_options`` as what nnplug's session takes
+    (backend ids and onnxruntime names it knows, ``(name, options)`` where options are given,
+    the CPU's last), and the names ``get_providers()`` answers with. (None, None) for None:
+    nnplug's default order."""
     if providers is None:
-        return None
+        return None, None
     if isinstance(providers, str):
         providers = [providers]
     if provider_options is not None and len(provider_options) != len(providers):
         raise ValueError("'providers' and 'provider_options' should be the same length if "
                          "both are given.")
-    by_name = {provider_name(runtime, b): b for b in runtime.backends}
+    infos = list(runtime.backends.values())
     chosen: dict[str, dict] = {}
     for k, p in enumerate(providers):
         name, opts = p if isinstance(p, tuple) else (p, None)
@@ -83,22 +81,20 @@ def backend_ids(runtime, providers, provider_options=None) -> list | None:
         if not isinstance(name, str):
             raise ValueError("'providers' values must be either strings or (string, dict) "
                              "tuples.")
-        if name in runtime.backends:  # nnplug's own backend ids work here too
-            bid = name
-        elif name in by_name:
-            bid = by_name[name]
+        if name in runtime.backends or ranking.provider_backends(name, infos):
+            chosen.setdefault(name, dict(opts or {}))
         elif name in ALL_PROVIDERS or name in PROVIDER_DEVICE_TYPES:
             warnings.warn(f"Specified provider '{name}' is not in available provider names."
                           f"Available providers: '{', '.join(available_providers(runtime))}'",
                           stacklevel=4)
-            continue
         else:
             raise OrtRuntimeError(f"Unknown Provider Type: {name}")
-        chosen.setdefault(bid, dict(opts or {}))
-    cpu = by_name.get(CPU)
-    if cpu is not None:  # onnxruntime always falls back to its CPU provider
-        chosen.setdefault(cpu, {})
-    return [(bid, opts) if opts else bid for bid, opts in chosen.items()] or None
+    if ranking.provider_backends(CPU, infos):  # onnxruntime always falls back to its CPU provider
+        chosen.setdefault(CPU, {})
+    if not chosen:
+        return None, None
+    names = [provider_name(runtime, n) if n in runtime.backends else n for n in chosen]
+    return [(n, opts) if opts else n for n, opts in chosen.items()], list(dict.fromkeys(names))
 
 
 def check_and_normalize_provider_args(providers, provider_options, available_provider_names):
@@ -147,5 +143,5 @@ def check_and_normalize_provider_args(providers, provider_options, available_pro
     return list(provider_name_to_options), list(provider_name_to_options.values())
 
 
-__all__ = ["ALL_PROVIDERS", "BACKEND_PROVIDERS", "CPU", "all_providers", "available_providers",
+__all__ = ["ALL_PROVIDERS", "CPU", "all_providers", "available_providers",
            "backend_ids", "check_and_normalize_provider_args", "provider_name"]

@@ -116,11 +116,15 @@ class InferenceSession(base.InferenceSession):
             if not any(op.source == path for op in runtime.ops.values()
                        if hasattr(op, "source")):
                 runtime.register_custom_ops_library(path)
-        ids = backend_ids(runtime, providers, provider_options)
+        ids, self._provider_names = backend_ids(runtime, providers, provider_options)
         super().__init__(path_or_bytes, so, ids, None, runtime=runtime, **kwargs)
 
     # -- providers ------------------------------------------------------------------------
     def get_providers(self) -> list[str]:
+        """In the names the session was given (the CPU provider last, as onnxruntime adds
+        it); without providers, the names of the backends it uses, best first."""
+        if self._provider_names:
+            return list(self._provider_names)
         return list(dict.fromkeys(provider_name(self._runtime, b) for b in self._providers))
 
     def get_provider_options(self) -> dict[str, dict]:
@@ -132,7 +136,9 @@ class InferenceSession(base.InferenceSession):
 
     @ort_errors
     def set_providers(self, providers=None, provider_options=None) -> None:
-        self._load(backend_ids(self._runtime, providers, provider_options), None)
+        ids, names = backend_ids(self._runtime, providers, provider_options)
+        self._load(ids, None)
+        self._provider_names = names
 
     def enable_fallback(self) -> None:
         """The CPU backend is always the last fallback here."""
