@@ -15,7 +15,8 @@ float ml_probit(float v);
 void ml_softmax(float *v, int64_t k);
 void ml_softmax_zero(float *v, int64_t k);
 /* Writes k scores (k >= 1) to z after the post-transform; a single score becomes two columns
- * as add_second says (0/1: [1-s, s]; 2/3: [-s, s] or logistic of both; -1: one column).
+ * as add_second says (0/1: [1-s, s]; 2/3: [-s, s]; both LOGISTIC: [logistic(-s), logistic(s)];
+ * -1: one column).
  * Returns the number of values written. */
 int ml_write_scores(float *s, int k, int pt, int add_second, float *z);
 /* Regression targets in place: one target gets PROBIT only (every other transform leaves a

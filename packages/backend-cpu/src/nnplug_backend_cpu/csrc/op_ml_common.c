@@ -74,7 +74,12 @@ int ml_write_scores(float *s, int k, int pt, int add_second, float *z)
     float v = s[0];
     if (pt == PT_PROBIT) { z[0] = ml_probit(v); return 1; }
     switch (add_second) {
-    case 0: case 1: z[0] = 1.f - v; z[1] = v; return 2;
+    case 0: case 1:
+        /* LOGISTIC applies here too since onnxruntime 1.26 (its issue 27533: a binary tree
+         * classifier whose weights are all for class 0, e.g. leaf-only trees, gave [1 - s, s]) */
+        if (pt == PT_LOGISTIC) { z[0] = ml_logistic(-v); z[1] = ml_logistic(v); }
+        else { z[0] = 1.f - v; z[1] = v; }
+        return 2;
     case 2: case 3:
         if (pt == PT_LOGISTIC) { z[0] = ml_logistic(-v); z[1] = ml_logistic(v); }
         else { z[0] = -v; z[1] = v; }

@@ -565,8 +565,9 @@ static int svmr_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exe
             v = kernel_dot(&s->k, xr, s->coef, F) + s->rho[0];
         }
         if (s->one_class) v = v > 0.f ? 1.f : -1.f;
+        /* post_transform is read and checked but not applied: onnxruntime's SVMRegressor
+         * (svmregressor.cc) never applies it, PROBIT included, and users compare with it */
         y[r] = v;
-        ml_transform_targets(&y[r], 1, s->pt);
     }
     free(xb);
     return NNC_OK;

@@ -429,8 +429,9 @@ static int treev5_create(nnc_node *n, nnc_err *e)
     for (int64_t r = 0; r < nroots; r++) {
         if (roots[r] < 0 || roots[r] >= N) { nnc_node_fail(e, n, "tree_roots[%lld] = %lld is not a node", (long long)r, (long long)roots[r]); goto done; }
         m->roots[r] = roots[r];
-        /* a root whose branches name the same id is a one-leaf tree: leaf tree_roots[r] (onnxruntime) */
-        if (tid[roots[r]] == fid[roots[r]]) {
+        /* a root whose two branches name the same leaf is a one-leaf tree: leaf tree_roots[r]
+         * (onnxruntime); branches naming the same id as a node and as a leaf are two branches */
+        if (tid[roots[r]] == fid[roots[r]] && tleaf[roots[r]] && fleaf[roots[r]]) {
             if (roots[r] >= L) { nnc_node_fail(e, n, "tree %lld is a single leaf %lld, beyond the %lld leaves", (long long)r, (long long)roots[r], (long long)L); goto done; }
             m->roots[r] = N + roots[r];
         }
@@ -529,7 +530,10 @@ static void finalize_regressor(const tree_model *m, double *acc, unsigned char *
         if (m->agg == AGG_SUM) s = use_base ? ADD(f32, s, b) : s;
         else if (m->agg == AGG_AVERAGE) s = ADD(f32, f32 ? (double)((float)s / (float)m->ntrees) : s / (double)m->ntrees, b);
         else s = ADD(f32, b, has[t] ? s : 0.0);
-        z32[t] = (float)s;
+        /* a target no tree gave a weight is 0 before the transform, base value or not: what
+         * onnxruntime writes (its scores carry a has-score flag that adding the base leaves
+         * unset; the ONNX spec and reference give the base value). One target keeps the base. */
+        z32[t] = has[t] ? (float)s : 0.f;
     }
     ml_transform_targets(z32, T, m->pt);
 }
