@@ -406,7 +406,7 @@ def test_a_network_collected_while_backends_are_published_does_not_deadlock():
     garbage collector wherever it runs, possibly while this thread publishes a backend."""
     import gc
 
-    from nnplug import runtime
+    from nnplug import registry
 
     r1 = make_runtime(NumpyBackend(id="doomed"))
     net = r1.load(chain())
@@ -414,22 +414,23 @@ def test_a_network_collected_while_backends_are_published_does_not_deadlock():
     cycle.append(cycle)  # only the collector frees it
     r1.close()
     del net, cycle
-    real_install = runtime._install
+    real_add = registry.Namespace.add
     collected = []
 
-    def install_and_collect(*args):  # as if allocating here had triggered a collection
-        real_install(*args)
-        collected.append(gc.collect())
+    def add_and_collect(self, *args, **kwargs):  # as if allocating here had triggered a collection
+        with registry._holding_lock():  # while this thread holds the registry
+            real_add(self, *args, **kwargs)
+            collected.append(gc.collect())
 
     done = threading.Event()
 
     def register():
-        runtime._install = install_and_collect
+        registry.Namespace.add = add_and_collect
         try:
             with make_runtime(NumpyBackend(id="fresh")):
                 pass
         finally:
-            runtime._install = real_install
+            registry.Namespace.add = real_add
         done.set()
 
     worker = threading.Thread(target=register, daemon=True)

@@ -96,6 +96,12 @@ class Backend:
         """Whether this backend can run ``node``; ``graph`` gives value types/shapes."""
         raise NotImplementedError
 
+    def decline_reason(self, node: Node, graph: SubGraph) -> str | None:
+        """Why :meth:`supports` declined ``node``, in a few words, for the placement
+        explanation (``Network.placement``); asked only after a decline. Default: None (the
+        explanation then says the backend does not support it)."""
+        return None
+
     def supports_fused(self, nodes: list[Node], graph: SubGraph) -> bool:
         """Whether this backend runs ``nodes`` (a node it declined alone and the node after it,
         the only reader of its outputs) together, in one kernel. Default: no."""

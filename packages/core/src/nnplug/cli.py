@@ -129,8 +129,8 @@ def run_model(rt, model: str, backends, feeds=None, repeat: int = 1,
         print("nodes ran on: " + ", ".join(f"{b} ({n})" for b, n in sorted(counts.items())))
         if show_placement:
             print("placement:")
-            for node, b in net.assignment.items():
-                print(f"  {node}: {b}")
+            for line in net.explain_placement().splitlines():
+                print(f"  {line}")
         print(f"time: {min(times) * 1e3:.2f} ms (best of {len(times)})")
         if output_dir:
             print(f"saved: {', '.join(save_outputs(out, output_dir))}")

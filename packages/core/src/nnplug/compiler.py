@@ -45,6 +45,7 @@ def build_plan(plan: Plan, model: Model, nodes: list[Node], placed: dict[str, Pl
     results = {o.name for o in model.outputs}
     for n in nodes:
         plan.assignment[n.name] = placed[n.name].label
+        plan.declined[n.name] = dict(placed[n.name].declined or {})
     plan.steps.extend(build_steps(plan, model, nodes, placed, results, target_of, optimization))
     plan_frees(plan.steps, results)
 

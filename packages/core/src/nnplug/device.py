@@ -10,6 +10,7 @@ import threading
 from dataclasses import dataclass
 
 from .errors import InvalidArgumentError
+from .registry import DEVICE_TYPES
 
 # DLPack's DLDeviceType values (dlpack.h).
 _STANDARD_TYPES = {
@@ -32,16 +33,17 @@ _STANDARD_TYPES = {
 EXTENSION_TYPE_BASE = 64
 """Device types handed out to plugins start here, clear of DLPack's own numbers."""
 
-_name_to_type: dict[str, int] = dict(_STANDARD_TYPES)
+for _name, _number in _STANDARD_TYPES.items():
+    DEVICE_TYPES.add(_name, _number, owner="DLPack")
 _type_to_name: dict[int, str] = {v: k for k, v in _STANDARD_TYPES.items()}
-_owner: dict[int, str] = {}  # extension type number -> the plugin that registered it
+"""number -> name: an index of :data:`nnplug.registry.DEVICE_TYPES`, kept beside it."""
 _lock = threading.Lock()
 
 
 def _whose(device_type: int) -> str:
     if device_type in _STANDARD_TYPES.values():
         return "DLPack's"
-    owner = _owner.get(device_type)
+    owner = DEVICE_TYPES.owner_of(_type_to_name.get(device_type, ""))
     return f"registered by {owner}" if owner else "registered earlier"
 
 
@@ -56,8 +58,8 @@ def register_device_type(name: str, device_type: int | None = None, *,
     if not name or not name.replace("_", "").isalnum() or not name.islower():
         raise InvalidArgumentError(f"device type name {name!r} must be lower-case letters, digits and _")
     with _lock:
-        if name in _name_to_type:
-            held = _name_to_type[name]
+        held = DEVICE_TYPES.get(name)
+        if held is not None:
             if device_type is not None and held != device_type:
                 raise InvalidArgumentError(
                     f"device type {name!r} is already number {held} ({_whose(held)}), "
@@ -71,10 +73,8 @@ def register_device_type(name: str, device_type: int | None = None, *,
                 f"device type number {device_type} already belongs to "
                 f"{_type_to_name[device_type]!r} ({_whose(device_type)})"
             )
-        _name_to_type[name] = device_type
+        DEVICE_TYPES.add(name, device_type, owner=owner)
         _type_to_name[device_type] = name
-        if owner:
-            _owner[device_type] = owner
         return device_type
 
 
@@ -88,12 +88,11 @@ def device_type_of(name_or_type: str | int) -> int:
         if name_or_type not in _type_to_name:
             raise InvalidArgumentError(f"unknown device type number {name_or_type}")
         return name_or_type
-    try:
-        return _name_to_type[name_or_type]
-    except KeyError:
+    number = DEVICE_TYPES.get(name_or_type)
+    if number is None:
         raise InvalidArgumentError(
-            f"unknown device type {name_or_type!r}; known: {', '.join(sorted(_name_to_type))}"
-        ) from None
+            f"unknown device type {name_or_type!r}; known: {', '.join(DEVICE_TYPES.names())}")
+    return number
 
 
 def device_type_name(device_type: int) -> str:

@@ -58,6 +58,8 @@ class Plan:
     steps: list[Step] = field(default_factory=list)
     assignment: dict[str, str] = field(default_factory=dict)
     """node name -> where it runs (``Network.assignment``)."""
+    declined: dict[str, dict[str, str]] = field(default_factory=dict)
+    """node name -> {backend or custom op that declined it before the one chosen: why}."""
 
 
 def plan_frees(steps: list[Step], keep: set[str]) -> None:

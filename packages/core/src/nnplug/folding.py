@@ -104,6 +104,7 @@ def _fold_constant_nodes(plan: Plan, model: Model, nodes: list[Node], placer: Pl
         plan.constants[name] = env[name].numpy()
     for n in const_nodes:
         plan.assignment[n.name] = placed[n.name].label + " (folded)"
+        plan.declined[n.name] = dict(placed[n.name].declined or {})
     return rest
 
 

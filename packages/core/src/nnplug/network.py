@@ -29,6 +29,7 @@ class Network:
         self.inputs = list(model.inputs)
         self.outputs = list(model.outputs)
         self.assignment: dict[str, str] = plan.assignment
+        self._declined = plan.declined
         self.op_types = {n.name: n.op_type for n in model.nodes}
         """node name -> op type (profiles name partitions by them)."""
         self._constants = plan.constants
@@ -45,6 +46,22 @@ class Network:
         self._finalizer = weakref.finalize(self, _close_network, self._steps, self._lease_keys)
         self._output_names = [o.name for o in self.outputs]
         self._input_table = input_table(self.inputs)
+
+    @property
+    def placement(self) -> dict[str, dict]:
+        """Per node: ``{"op": op type, "ran_on": where it runs (as in ``assignment``),
+        "declined": {backend or custom op tried before it: the reason it gave}}``."""
+        return {n: {"op": self.op_types.get(n, n.rsplit("/", 1)[-1]), "ran_on": where,
+                    "declined": dict(self._declined.get(n, {}))}
+                for n, where in self.assignment.items()}
+
+    def explain_placement(self) -> str:
+        """The placement as text: one line per node, with every decline and its reason."""
+        lines = []
+        for node, p in self.placement.items():
+            lines.append(f"{node}: {p['ran_on']}")
+            lines.extend(f"    declined by {who}: {why}" for who, why in p["declined"].items())
+        return "\n".join(lines)
 
     def run(self, feeds: dict, output_names: list[str] | None = None) -> dict:
         """Run the network: ``{input name: array}`` -> ``{output name: numpy array}``."""

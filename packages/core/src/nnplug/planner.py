@@ -41,6 +41,7 @@ class Placement:
     bound: object = None  # custom ops: the BoundOp that runs this node
     core: object = None  # nodes the core runs itself (control flow): has .step(subgraph)
     with_next: bool = False  # claimed only together with the next node: one kernel for both
+    declined: dict[str, str] | None = None  # who declined the node before it, and why
 
     @property
     def label(self) -> str:
@@ -91,21 +92,24 @@ def place(node: Node, graph: SubGraph, backends: list[Backend], custom_ops: dict
     ``installed``: ids of every registered backend, for the error's advice.
     """
     op = custom_op_for(node.op_type, custom_ops, use_overrides)
+    declined: dict[str, str] = {}
     for b in backends:
         if op is not None:
             for target in op.targets:
                 if _TARGET_DEVICE.get(target) == b.device_type_number:
                     bound = bind_op(op, node, target, b)
                     if bound is not None:
-                        return Placement(b, op, target, bound)
+                        return Placement(b, op, target, bound, declined=declined)
+                    declined[f"op:{op.op_type}@{target}"] = "the custom op declined the node"
         if b.supports(node, graph):
-            return Placement(b)
+            return Placement(b, declined=declined)
         if next_node is not None and b.supports_fused([node, next_node], graph):
-            return Placement(b, with_next=True)
+            return Placement(b, with_next=True, declined=declined)
+        declined[b.id] = b.decline_reason(node, graph) or "does not support it"
     if op is not None and op.runs_anywhere:
         bound = bind_op(op, node, "cpu", None)
         if bound is not None:
-            return Placement(None, op, "cpu", bound)
+            return Placement(None, op, "cpu", bound, declined=declined)
     raise UnsupportedNodeError(_unsupported_message(node, backends, custom_ops, installed))
 
 

@@ -9,7 +9,7 @@ import os
 import threading
 from dataclasses import dataclass
 
-from . import discovery, ranking
+from . import discovery, ranking, registry
 from .backend import Backend
 from .customop import CustomOp, PythonCustomOp
 from .device import device_type_name
@@ -23,8 +23,8 @@ from .errors import (
 from .network import Network
 from .plugin_import import EntryPointImportError, load_entry_point
 from .plugins import BACKENDS, RESERVED_IDS, BackendInfo, LoadError, report
-from .registry import register_func, remove_func
-from .target import Target, register_target_kind, remove_target_kind
+from .registry import register_func
+from .target import Target, register_target_kind
 
 OPTIMIZATION_LEVELS = ("disable", "basic", "all")
 """Graph optimisation levels of ``Runtime.load`` (see there)."""
@@ -408,76 +408,23 @@ def _instantiate(obj) -> Backend:
     return obj
 
 
-# Global names (target kinds, device_api.<id>, target.build.<kind>) published by live
-# backends. Two live backends may share an id (two Runtimes, two sources): the newest one
-# is visible, and when it goes the previous one is visible again.
-_published: dict[tuple[str, str], list[tuple[Backend, object]]] = {}
-_published_lock = threading.RLock()
-# The garbage collector may release a Runtime or Network (and so withdraw a backend) inside
-# any allocation, also while this thread is publishing: a withdrawal made while the lock is
-# held by this thread is queued, and the holder applies it before letting go.
-_to_withdraw: list[Backend] = []
-_holding = threading.local()
-
-
-def _install(space: str, name: str, value) -> None:
-    if space == "kind":
-        register_target_kind(name, override=True, **value)
-    else:
-        register_func(name, value, override=True)
-
-
-def _publish(backend: Backend, space: str, name: str, value) -> None:
-    with _published_lock:
-        _holding.depth = getattr(_holding, "depth", 0) + 1
-        try:
-            _published.setdefault((space, name), []).append((backend, value))
-            _install(space, name, value)
-        finally:
-            _holding.depth -= 1
-    _apply_withdrawals()
-
-
-def _withdraw(backend: Backend) -> None:
-    _to_withdraw.append(backend)
-    if not getattr(_holding, "depth", 0):
-        _apply_withdrawals()
-
-
-def _apply_withdrawals() -> None:
-    with _published_lock:
-        _holding.depth = getattr(_holding, "depth", 0) + 1
-        try:
-            while _to_withdraw:
-                backend = _to_withdraw.pop()
-                for (space, name), stack in list(_published.items()):
-                    kept = [(b, v) for b, v in stack if b is not backend]
-                    if len(kept) == len(stack):
-                        continue
-                    if kept:
-                        _published[(space, name)] = kept
-                        _install(space, name, kept[-1][1])
-                    else:
-                        del _published[(space, name)]
-                        (remove_target_kind if space == "kind" else remove_func)(name)
-        finally:
-            _holding.depth -= 1
-
-
 def _activate(backend: Backend) -> Backend:
-    """First use of a backend in this process: publish its target kind and functions."""
+    """First use of a backend in this process: publish its target kind and functions, owned
+    by the backend (two live backends may share an id: the newest is visible, and when it is
+    withdrawn the previous one is visible again; see :mod:`nnplug.registry`)."""
     if not isinstance(backend, Backend):
         raise ArgumentTypeError(f"expected a nnplug.Backend, got {type(backend).__name__}")
     kind_args = dict(backend.target_kind())
-    _publish(backend, "kind", backend.target_kind_name, kind_args)
+    register_target_kind(backend.target_kind_name, override=True, owner=backend, **kind_args)
     # asked for on first use: a device API may import its driver's bindings (start-up time)
-    _publish(backend, "func", f"device_api.{backend.id}", backend.device_api)
-    _publish(backend, "func", f"target.build.{backend.target_kind_name}", backend.build)
+    register_func(f"device_api.{backend.id}", backend.device_api, override=True, owner=backend)
+    register_func(f"target.build.{backend.target_kind_name}", backend.build, override=True,
+                  owner=backend)
     return backend
 
 
 def _deactivate(backend: Backend) -> None:
-    _withdraw(backend)
+    registry.withdraw(backend)
     backend.close()
 
 

@@ -9,12 +9,12 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from .device import Device, device_type_of
 from .errors import TargetError
+from .registry import TARGET_KINDS
 
 # Every kind accepts these, on top of its own attributes.
 COMMON_ATTRS: dict[str, tuple[type, object]] = {
@@ -35,14 +35,15 @@ class TargetKind:
     attributes not in ``given`` (the names the user set explicitly)."""
 
 
-_kinds: dict[str, TargetKind] = {}
-_lock = threading.RLock()  # re-entered when the collector releases a backend
+TARGET_KINDS.error = TargetError
 
 
 def register_target_kind(name: str, device_type: int | str,
                          attrs: Mapping[str, tuple[type, object]] | None = None,
                          canonicalizer: Callable | None = None, *,
-                         override: bool = False) -> TargetKind:
+                         override: bool = False, owner=None) -> TargetKind:
+    """Register a target kind (in :data:`nnplug.registry.TARGET_KINDS`); a second one of the
+    same name raises unless ``override=True``. ``owner``: whose withdrawal removes it."""
     attrs = dict(attrs or {})
     for a, spec in attrs.items():
         if not (isinstance(spec, tuple) and len(spec) == 2 and spec[0] in _SUPPORTED_TYPES):
@@ -51,32 +52,27 @@ def register_target_kind(name: str, device_type: int | str,
                 f"int, float, str, bool, list, dict"
             )
     kind = TargetKind(name, device_type_of(device_type), {**COMMON_ATTRS, **attrs}, canonicalizer)
-    with _lock:
-        if name in _kinds and not override:
-            raise TargetError(f"target kind {name!r} is already registered")
-        _kinds[name] = kind
+    if name in TARGET_KINDS and not override:
+        raise TargetError(f"target kind {name!r} is already registered")
+    TARGET_KINDS.add(name, kind, owner=owner, override=True)
     return kind
 
 
 def remove_target_kind(name: str, kind: TargetKind | None = None) -> None:
-    with _lock:
-        if name in _kinds and (kind is None or _kinds[name] is kind):
-            del _kinds[name]
+    TARGET_KINDS.remove(name, kind)
 
 
 def get_target_kind(name: str) -> TargetKind:
-    with _lock:
-        kind = _kinds.get(name)
-        known = sorted(_kinds)
+    kind = TARGET_KINDS.get(name)
     if kind is None:
+        known = TARGET_KINDS.names()
         hint = ", ".join(known) if known else "none; install a backend package"
         raise TargetError(f"unknown target kind {name!r}; registered kinds: {hint}")
     return kind
 
 
 def list_target_kinds() -> list[str]:
-    with _lock:
-        return sorted(_kinds)
+    return TARGET_KINDS.names()
 
 
 def _check_type(kind: str, attr: str, want: type, value):

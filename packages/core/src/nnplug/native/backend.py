@@ -250,6 +250,19 @@ class NativeBackend(Backend):
                            f"supports() for {node.describe()}")
         return bool(out.value)
 
+    def decline_reason(self, node: Node, graph: SubGraph) -> str | None:
+        """The host's own reasons to decline before asking the library (see supports)."""
+        values = getattr(graph, "values", {}) or {}
+        constants = getattr(graph, "constants", {}) or {}
+        if not self._can_plan_outputs(node, values, constants):
+            return self.static_shapes_only(node, graph) or \
+                "an output's dtype or kind is not known at load time"
+        if not string_tensors.takes_strings(self.library) and \
+                string_tensors.node_has_strings(node, values, constants):
+            return ("it reads or writes string tensors and its table has no release_strings "
+                    "(backend ABI 1.3)")
+        return None
+
     def supports_fused(self, nodes: list[Node], graph: SubGraph) -> bool:
         fn = self.library.table.supports_fused
         if not fn:
