@@ -111,6 +111,20 @@ INVALID = {
         one_node("GlobalAveragePool", [("x", [1, 4, 0, 0])]), ["empty"]),
     "maxpool_over_0x0": (
         one_node("MaxPool", [("x", [1, 4, 0, 0])], {"kernel_shape": [1, 1]}), ["empty"]),
+    "maxpool_window_larger_than_padded_input": (
+        one_node("MaxPool", [("x", [1, 4, 3, 3])], {"kernel_shape": [5, 5]}),
+        ["kernel_shape", "spans 5", "3"]),
+    "maxpool_dilated_window_larger_than_padded_input": (
+        one_node("MaxPool", [("x", [1, 4, 5, 5])],
+                 {"kernel_shape": [3, 3], "dilations": [4, 4], "pads": [1, 1, 1, 1]}),
+        ["kernel_shape", "spans 9", "7 with its pads"]),
+    "conv_weight_larger_than_padded_input": (
+        one_node("Conv", [("x", [1, 4, 3, 3]), ("w", w(2, 4, 6, 6))], {"pads": [1, 1, 1, 1]}),
+        ["kernel_shape", "spans 6", "5 with its pads"]),
+    "constant_of_shape_past_int64_bytes": (
+        one_node("ConstantOfShape", [("s", i64(2**62, 4))]), ["bytes", "memory"]),
+    "constant_of_shape_2e32_squared": (
+        one_node("ConstantOfShape", [("s", i64(2**32, 2**32))]), ["bytes", "memory"]),
     "gemm_inner_dims_differ": (
         one_node("Gemm", [("a", [2, 3]), ("b", [4, 5])]), ["4", "3"]),
     "gemm_bias_not_broadcasting": (

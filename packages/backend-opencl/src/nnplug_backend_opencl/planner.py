@@ -131,8 +131,26 @@ class Planner:
         )
 
     def define(self, name: str, shape, dtype) -> str:
-        self.values[name] = Value(tuple(int(d) for d in shape), np.dtype(dtype), name)
+        shape = tuple(int(d) for d in shape)
+        self._check_size(name, shape, np.dtype(dtype))
+        self.values[name] = Value(shape, np.dtype(dtype), name)
         return name
+
+    def _check_size(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        """A value's shape must be one a buffer can hold: no negative dim, and no more bytes
+        than the device's global memory (a ConstantOfShape of [2**62, 4] asks for more than
+        any address space)."""
+        what = "a scratch buffer" if name.startswith("\0") else repr(name)
+        if any(d < 0 for d in shape):
+            raise ValueError(f"{what} would have shape {list(shape)}, with a negative dim")
+        nbytes = dtype.itemsize
+        for d in shape:
+            nbytes *= d  # Python ints: no overflow
+        limit = self.target.attrs.get("global_memory") or 0
+        if limit and nbytes > limit:
+            raise ValueError(
+                f"{what} of shape {list(shape)} ({dtype}) needs {nbytes:,} bytes, more than "
+                f"the device's {limit:,} bytes of global memory")
 
     def alias(self, name: str, src: str, shape) -> str:
         v = self.values[src] if src in self.values else self._ensure(src)

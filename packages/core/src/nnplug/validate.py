@@ -341,6 +341,8 @@ def _conv(r: NodeRules) -> None:
                    f"{_fmt(w)}, whose kernel dims are {_fmt(w[2:])}",
                    "make kernel_shape equal to the weight's last dims, or drop it (it is "
                    "taken from the weight)", attribute="kernel_shape")
+    if not transpose:
+        _window_fits(r, list(ks) if ks is not None else None if w is None else list(w[2:]))
     if x is None or w is None or len(x) < 2 or len(w) < 2:
         return
     c, m = x[1], w[0]
@@ -370,6 +372,34 @@ def _conv(r: NodeRules) -> None:
                f"channel", f"give the bias shape [{out_c}]", input=r.input_name(2))
 
 
+def _window_fits(r: NodeRules, kernel) -> None:
+    """A window (dilated kernel) larger than the padded input leaves no output: onnxruntime
+    refuses it at run time ("Calculated output dimension is negative", "Invalid input shape");
+    with static spatial dims it is refused here."""
+    spatial = _spatial(r.shape(0))
+    auto = r.attr("auto_pad", "NOTSET")
+    if not kernel or spatial is None or len(spatial) != len(kernel) or r.attr("ceil_mode", 0) \
+            or auto not in ("NOTSET", "VALID"):
+        return
+    n = len(kernel)
+    pads = list(r.attr("pads") or [0] * 2 * n) if auto == "NOTSET" else [0] * 2 * n
+    strides = list(r.attr("strides") or [1] * n)
+    dil = list(r.attr("dilations") or [1] * n)
+    if len(pads) != 2 * n or len(strides) != n or len(dil) != n:
+        return  # ONNX's inference reports those
+    for i, (size, k) in enumerate(zip(spatial, kernel)):
+        if size is None or not isinstance(k, int) or k < 1 or strides[i] < 1 or dil[i] < 1:
+            continue
+        span = dil[i] * (k - 1) + 1
+        padded = size + pads[i] + pads[i + n]
+        if padded - span < 0:
+            r.fail(f"the window on spatial axis {i} spans {span} (kernel {k}, dilation "
+                   f"{dil[i]}) but the input {r.input_name(0)!r} is {size} there, {padded} "
+                   f"with its pads; no output fits",
+                   "use a smaller kernel or larger pads, or feed a larger input",
+                   attribute="kernel_shape")
+
+
 def _pool(r: NodeRules) -> None:
     ks = r.attr("kernel_shape")
     pads = r.attr("pads")
@@ -381,6 +411,7 @@ def _pool(r: NodeRules) -> None:
                        "use pads smaller than the kernel on every axis (a window of only "
                        "padding has no value)", attribute="pads")
     _non_empty_spatial(r)
+    _window_fits(r, list(ks) if ks else None)
 
 
 def _non_empty_spatial(r: NodeRules) -> None:
@@ -389,6 +420,25 @@ def _non_empty_spatial(r: NodeRules) -> None:
         r.fail(f"the input has shape {_fmt(x)}; pooling over an empty channel or spatial "
                f"axis has no value (only the batch dim may be 0)",
                "give the input a non-empty spatial extent", input=r.input_name(0))
+
+
+MAX_BYTES = 2**63 - 1
+"""No tensor holds more bytes than an int64 counts (onnxruntime: "Integer overflow")."""
+
+
+def _constant_of_shape(r: NodeRules) -> None:
+    shape = r.const(0)
+    if shape is None:
+        return
+    dims = [int(d) for d in np.asarray(shape).ravel()]
+    value = r.attr("value")
+    itemsize = np.asarray(value).dtype.itemsize if value is not None else 4
+    nbytes = itemsize
+    for d in dims:
+        nbytes *= max(d, 0)  # Python ints: no overflow; negative dims are ONNX's to report
+    if nbytes > MAX_BYTES:
+        r.fail(f"shape {dims} asks for {nbytes:,} bytes, more than any memory holds (over "
+               f"2**63)", "give a shape whose elements fit in memory", input=r.input_name(0))
 
 
 def _lrn(r: NodeRules) -> None:
@@ -536,6 +586,7 @@ RULES: dict[str, list[Callable[[NodeRules], None]]] = {
     "LRN": [_lrn], "Pad": [_pad], "Reshape": [_reshape], "Transpose": [_transpose],
     "Gather": [_gather], "Gemm": [_gemm], "InstanceNormalization": [_instance_norm],
     "DepthToSpace": [_depth_space], "SpaceToDepth": [_depth_space], "Resize": [_resize],
+    "ConstantOfShape": [_constant_of_shape],
 }
 """Checks per op type beyond ONNX's own inference; each raises through ``NodeRules.fail``."""
 

@@ -798,6 +798,24 @@ static int check_inputs_present(const nnc_node *n, nnc_tensor *const *in, nnc_er
     return NNC_OK;
 }
 
+/* The host allocates what output_shapes reports: a shape whose bytes pass int64 (a
+ * ConstantOfShape of [2**62, 4]; onnxruntime: "Integer overflow") is refused here, naming the
+ * node, rather than left to fail in the allocator. */
+static int outputs_fit(const nnc_node *n, const nnc_tensor *outs, nnc_err *e)
+{
+    for (int j = 0; j < n->nout; j++) {
+        int64_t bytes = (int64_t)(nnc_dtsize(outs[j].dtype) ? nnc_dtsize(outs[j].dtype) : 1);
+        for (int i = 0; i < outs[j].ndim; i++)
+            if (outs[j].dims[i] < 0 || __builtin_mul_overflow(bytes, outs[j].dims[i], &bytes)) {
+                char sh[160];
+                nnc_shape_str(&outs[j], sh, sizeof sh);
+                return nnc_node_fail(e, n, "output %d would have shape %s of %s: more bytes than any memory holds", j, sh,
+                                     nnc_dtname(outs[j].dtype));
+            }
+    }
+    return NNC_OK;
+}
+
 /* Output shapes of a multi-node plan whose shapes are not all known ahead (the chains
  * matmul_chain takes): every live node's infer in order, from the actual input shapes (their
  * infer reads no data). */
@@ -812,7 +830,7 @@ static int infer_through(const nnc_plan *p, const nnc_tensor *kin, int nkin, nnc
         gather_inputs(n, &r, in);
         if ((rc = check_inputs_present(n, in, e))) break;
         memset(o, 0, sizeof(nnc_tensor) * (size_t)n->nout);
-        if ((rc = n->op->infer((nnc_node *)n, in, o, e))) break;
+        if ((rc = n->op->infer((nnc_node *)n, in, o, e)) || (rc = outputs_fit(n, o, e))) break;
         for (int j = 0; j < n->nout; j++)
             if (n->out[j] >= 0) { o[j].data = NULL; r.vt[n->out[j]] = o[j]; r.set[n->out[j]] = 1; }
     }
@@ -843,7 +861,8 @@ int nnc_plan_output_shapes(const nnc_plan *p, const nnc_tensor *kin, int nkin, n
         gather_inputs(n, &r, in);
         TRY(check_inputs_present(n, in, e));
         memset(outs, 0, sizeof(nnc_tensor) * (size_t)n->nout);
-        return n->op->infer((nnc_node *)n, in, outs, e);
+        TRY(n->op->infer((nnc_node *)n, in, outs, e));
+        return outputs_fit(n, outs, e);
     }
     int dynamic = 0;
     for (int j = 0; j < p->nkout; j++) dynamic |= p->kout_val[j] >= 0 && !info_static(&p->vals[p->kout_val[j]].info);

@@ -247,10 +247,32 @@ static int bin_create(nnc_node *n, nnc_err *e)
     return NNC_OK;
 }
 
+/* PRelu before opset 7 had no broadcasting rule; its exporters (PyTorch's converted models,
+ * onnx's test_PReLU_*_multiparam) give a slope of shape [C] for x [N, C, ...]: one slope per
+ * channel. That slope is read as [C, 1, ...] (a view: the same data). */
+static const nnc_tensor *legacy_prelu_slope(const nnc_node *n, const nnc_tensor *x, const nnc_tensor *slope,
+                                            nnc_tensor *view)
+{
+    const bin_state *s = n->state;
+    if (s->op != B_PRELU || n->opset < 1 || n->opset >= 7 || slope->ndim != 1 || x->ndim < 3 ||
+        slope->dims[0] != x->dims[1] || slope->dims[0] == 1)
+        return slope;
+    *view = *slope;
+    view->ndim = x->ndim - 1;
+    for (int i = 1; i < view->ndim; i++) view->dims[i] = 1;
+    return view;
+}
+
 static int bin_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err *e)
 {
     const bin_state *s = n->state;
     int nin = n->nin;
+    nnc_tensor slope_view, *args[2];
+    if (s->op == B_PRELU && nin == 2) {
+        args[0] = in[0];
+        args[1] = (nnc_tensor *)legacy_prelu_slope(n, in[0], in[1], &slope_view);
+        in = args;
+    }
     int kind = bin_kind(n);
     nnc_tensor acc = *in[0];
     for (int i = 0; i < nin; i++)
@@ -310,7 +332,8 @@ static int bin_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec
     if (nin == 1) { /* variadic with one input: a copy */
         memcpy(out->data, in[0]->data, nnc_nbytes(in[0]));
     } else {
-        TRY(bin_pair(n, op, in[0], in[1], out, e));
+        nnc_tensor slope_view;
+        TRY(bin_pair(n, op, in[0], (nnc_tensor *)legacy_prelu_slope(n, in[0], in[1], &slope_view), out, e));
         for (int i = 2; i < nin; i++) TRY(bin_pair(n, op, out, in[i], out, e));
     }
     if (s->variadic == 2) {

@@ -89,6 +89,21 @@ static int pool_geom(const pool_state *s, const nnc_tensor *x, geom3 *g)
     return NNC_OK;
 }
 
+/* onnxruntime's rule for every pool: only the batch dim may be 0 (a mean or max over an empty
+ * channel or window has no value; a 0x0 GlobalAveragePool would give 0/0). */
+static int nonempty_pool_input(nnc_node *n, const nnc_tensor *x, nnc_err *e)
+{
+    if (x->ndim < 1 || x->dims[0] == 0) return NNC_OK;
+    for (int i = 1; i < x->ndim; i++)
+        if (x->dims[i] == 0) {
+            char sh[128];
+            nnc_shape_str(x, sh, sizeof sh);
+            return nnc_node_fail(e, n, "the input has shape %s; pooling over an empty channel or spatial axis has no value "
+                                 "(only the batch dim may be 0)", sh);
+        }
+    return NNC_OK;
+}
+
 static int pool_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err *e)
 {
     const pool_state *s = n->state;
@@ -98,6 +113,7 @@ static int pool_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_e
     if (x->dtype != DT_F32 && !typed_ok) return nnc_node_fail(e, n, "input must be float32, got %s", nnc_dtname(x->dtype));
     if (x->ndim != s->w.nsp + 2)
         return nnc_node_fail(e, n, "input must have rank %d, got %d", s->w.nsp + 2, x->ndim);
+    TRY(nonempty_pool_input(n, x, e));
     geom3 g;
     if (pool_geom(s, x, &g)) return nnc_node_fail(e, n, "the kernel window is larger than the padded input");
     out->dtype = x->dtype;
@@ -401,6 +417,7 @@ static int global_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc
     const nnc_tensor *x = in[0];
     if (x->dtype != DT_F32) return nnc_node_fail(e, n, "input must be float32");
     if (x->ndim < 3) return nnc_node_fail(e, n, "input must have rank 3 or more, got %d", x->ndim);
+    TRY(nonempty_pool_input(n, x, e));
     *out = *x;
     for (int i = 2; i < x->ndim; i++) out->dims[i] = 1;
     return NNC_OK;

@@ -55,8 +55,9 @@ def _table() -> dict[str, OpDef]:
         "ConstantOfShape": OpDef(shape.supports_constant_of_shape, shape.lower_constant_of_shape,
                                  shape.host_first_input),
     }
-    for op in ("Add", "Sub", "Mul", "Div", "Pow", "PRelu"):
+    for op in ("Add", "Sub", "Mul", "Div", "Pow"):
         t[op] = OpDef(ew.supports_binary, ew.lower_binary)
+    t["PRelu"] = OpDef(ew.supports_binary, ew.lower_prelu)
     for op in reduce.CODES:
         t[op] = OpDef(reduce.supports_reduce, reduce.lower_reduce, reduce.reduce_host_inputs)
     for op in UNARY_CODES:

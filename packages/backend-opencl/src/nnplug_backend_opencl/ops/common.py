@@ -58,6 +58,14 @@ def activation(node) -> tuple[int, float, float]:
     return node.attrs.get("_act", (ACT_NONE, 0.0, 0.0))
 
 
+def check_pool_input(shape) -> None:
+    """onnxruntime's rule for every pool: only the batch dim may be 0 (a mean or max over an
+    empty channel or window has no value; a 0x0 GlobalAveragePool would give 0/0)."""
+    if shape and shape[0] != 0 and 0 in shape[1:]:
+        raise ValueError(f"the input has shape {list(shape)}; pooling over an empty channel or "
+                         f"spatial axis has no value (only the batch dim may be 0)")
+
+
 def spatial(node, in_spatial, kernel, *, ceil_mode=False):
     """Output sizes and (begin, end) pads per spatial axis, after ONNX's auto_pad rules."""
     n = len(in_spatial)
@@ -86,6 +94,11 @@ def spatial(node, in_spatial, kernel, *, ceil_mode=False):
                     o -= 1  # the last window must start inside the input or its begin padding
             else:
                 o = math.floor(exact)
+        if o < 1:
+            raise ValueError(
+                f"the kernel window ({span} wide with dilation {d} on spatial axis {i}) is larger "
+                f"than the padded input ({size} + pads {pb} and {pe}); the output would be "
+                f"empty. Fix: use a smaller kernel_shape or larger pads, or feed a larger input")
         out.append(int(o))
         begin.append(int(pb))
         end.append(int(pe))

@@ -107,6 +107,17 @@ def lower_binary(node, p):
     binary(p, OPS[node.op_type], node.inputs[0], node.inputs[1], None, node.outputs[0])
 
 
+def lower_prelu(node, p):
+    """PRelu before opset 7 had no broadcasting rule; its exporters (PyTorch's converted
+    models) give a slope of shape [C] for x [N, C, ...]: one slope per channel, read here as
+    [C, 1, ...] (an alias of the same buffer)."""
+    x, slope = node.inputs[0], node.inputs[1]
+    xs, ss = p.shape(x), p.shape(slope)
+    if 1 <= node.opset < 7 and len(ss) == 1 and len(xs) >= 3 and ss[0] == xs[1] != 1:
+        slope = p.alias(f"\0slope:{node.outputs[0]}", slope, (ss[0],) + (1,) * (len(xs) - 2))
+    binary(p, OPS["PRelu"], x, slope, None, node.outputs[0])
+
+
 def supports_sum(node, graph):
     if not node.inputs:
         return "Sum without inputs"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import F32, i32, need_f32, rank_of, spatial
+from .common import F32, check_pool_input, i32, need_f32, rank_of, spatial
 
 
 def supports_pool(node, graph):
@@ -24,6 +24,7 @@ def supports_pool(node, graph):
 def lower_pool(node, p):
     x = node.inputs[0]
     xs = p.shape(x)
+    check_pool_input(xs)
     one_d = len(xs) == 3
     n, c = xs[:2]
     h, w = (1, xs[2]) if one_d else xs[2:]
@@ -58,6 +59,7 @@ def supports_global(node, graph):
 def lower_global(node, p):
     x = node.inputs[0]
     xs = p.shape(x)
+    check_pool_input(xs)
     rows = xs[0] * xs[1]
     inner = int(np.prod(xs[2:], dtype=np.int64))
     y = p.define(node.outputs[0], tuple(xs[:2]) + (1,) * (len(xs) - 2), F32)

@@ -146,6 +146,10 @@ def lower_concat(node, p):
     r = len(shapes[0])
     axis = int(node.attr("axis"))
     axis = axis + r if axis < 0 else axis
+    for k, s in enumerate(shapes[1:], 1):
+        if len(s) != r or any(a != b for i, (a, b) in enumerate(zip(s, shapes[0])) if i != axis):
+            raise ValueError(f"input {k} ({node.inputs[k]!r}) has shape {list(s)} and input 0 "
+                             f"{list(shapes[0])}; they may differ only on axis {axis}")
     out = list(shapes[0])
     out[axis] = sum(s[axis] for s in shapes)
     dtype = p.dtype(node.inputs[0])

@@ -7,9 +7,12 @@ The rule is onnxruntime's answer: the same NaN positions, the same infinities, f
 within 1e-4 relative. Where onnxruntime's answer depends on its kernel rather than on the op
 it is replaced, by a NumPy formula of the op in float32:
 
-- MaxPool and GlobalMaxPool: a window holding a NaN gives NaN (onnxruntime compares with its
-  running maximum, so a NaN survives only at some taps of a window; the ONNX reference drops
-  it everywhere); nnplug never lets a NaN vanish.
+- MaxPool and GlobalMaxPool: a window holding a NaN gives NaN, a window of only -inf -inf.
+  onnxruntime's answer depends on its kernel and the CPU, not on the window: MLAS starts at
+  -FLT_MAX and drops a NaN in its scalar kernels (1-D, 3-D, 2-D tails; a window of only -inf
+  or NaN gives -3.4e38) and keeps one in its SSE 2-D kernel until the next tap replaces it
+  (ARM's vmaxq_f32 keeps every NaN); the ONNX reference drops it everywhere. Copying one of
+  those would give a wrong answer elsewhere, so nnplug never lets a NaN vanish.
 - LRN: onnxruntime keeps a running sum of squares along the channels, so one infinity (inf -
   inf) spreads NaN to every later channel; the formula gives it only to windows holding it.
 - ReduceMax and ReduceMin: a NaN gives NaN (numpy's max and min); onnxruntime drops it.
@@ -128,6 +131,8 @@ def cases(seed: int = 2) -> dict:
         formula=lambda f, run: max_pool(f["x"], 3, 1, 1))
     add("MaxPool-stride2", [_node("MaxPool", ["x"], kernel_shape=[2, 2], strides=[2, 2])], {"x": x},
         formula=lambda f, run: max_pool(f["x"], 2, 2, 0))
+    add("MaxPool-nan-beside-inf", [_node("MaxPool", ["x"], kernel_shape=[2, 2], strides=[2, 2])],
+        {"x": nan_beside_inf()}, formula=lambda f, run: max_pool(f["x"], 2, 2, 0))
     add("GlobalMaxPool", [_node("GlobalMaxPool", ["x"])], {"x": x},
         formula=lambda f, run: max_pool(f["x"], 9, 1, 0))
     add("AveragePool", [_node("AveragePool", ["x"], **pool)], {"x": xa})
@@ -213,6 +218,24 @@ def overflowing_pair(shape, rng) -> tuple[np.ndarray, np.ndarray]:
     x2.reshape(-1)[idx[:10]] = 1e20 * sign[10:20]
     x2.reshape(-1)[idx[20:]] = 1e20 * sign[20:]
     return x, x2
+
+
+def nan_beside_inf() -> np.ndarray:
+    """[1, 2, 4, 8]: 2x2 windows holding a NaN beside +inf, -inf or numbers at each tap, of only
+    -inf, of only NaN, and without a NaN. onnxruntime 1.32 (x86-64, its 2-D vector kernel here)
+    gives NaN for 4 of the 12 windows holding one, and +inf, -inf or a number for the others,
+    as the NaN's tap decides; the formula gives NaN for all 12."""
+    nan, inf = np.nan, np.inf
+    windows = [[nan, inf, 1, 2], [inf, nan, 1, 2], [1, 2, nan, inf], [2, inf, 1, nan],
+               [-inf, -inf, -inf, -inf], [nan, -inf, -inf, -inf], [-inf, -inf, -inf, nan],
+               [nan, nan, nan, nan], [3, -inf, 1, 2], [nan, 5, -1, -inf], [0, -0.0, nan, 0],
+               [inf, -inf, 1, 1], [nan, 1e30, -1e30, 7], [-2, -1, nan, -3], [inf, inf, nan, inf],
+               [-1, -2, -3, -4]]
+    x = np.empty((1, 2, 4, 8), np.float32)
+    for k, w in enumerate(windows):
+        c, i, j = k // 8, (k % 8) // 4 * 2, (k % 4) * 2
+        x[0, c, i:i + 2, j:j + 2] = np.reshape(w, (2, 2))
+    return x
 
 
 def max_pool(x: np.ndarray, k: int, stride: int, pad: int) -> np.ndarray:
