@@ -1,8 +1,14 @@
 """Latency of the onnx package's model zoo (batch 1) on nnplug's cpu backend, beside
-onnxruntime (CPU, same thread count) and onnx.reference, in one process.
+onnxruntime (CPU, same thread count), OpenVINO (CPU plugin, when installed) and
+onnx.reference, in one process.
 
     python benchmarks/zoo.py [--threads 2] [--runs 20] [--models resnet50,vgg19]
                              [--backends onednn,opencl] [--no-reference] [--busy 1]
+
+Also timed: ``nnplug-default``, an ``nnplug.InferenceSession`` given no providers (the
+default backend order the installed backends declare: it should match the fastest order), and,
+with ``pip install openvino``, ``openvino-f32`` (INFERENCE_PRECISION_HINT=f32) and
+``openvino`` (its default precision: bf16 on CPUs with AMX).
 
 Prints per-model medians (ms), the ratio nnplug-cpu / onnxruntime, and the geometric mean of
 the ratios. Backends named with --backends are timed too, with their own geometric mean
@@ -134,14 +140,28 @@ def main(argv=None) -> int:
             if one not in rt.backends:
                 print(f"backend {one!r} is not available; skipping {b}", file=sys.stderr)
     extra = [b for b in extra if all(one in rt.backends for one in b.split("+"))]
+    extra += ["default"]  # a session with no providers: the declared default order
     extra_ratios = {b: [] for b in extra}
+    try:
+        import openvino as ov
+        core = ov.Core()
+        vino = {"openvino-f32": {"INFERENCE_PRECISION_HINT": "f32"}, "openvino": {}}
+    except ImportError:
+        print("openvino is not installed (pip install openvino): its columns are left out",
+              file=sys.stderr)
+        vino = {}
+    extra += list(vino)
+    extra_ratios.update({v: [] for v in vino})
+    nso = nnplug.SessionOptions()
+    nso.intra_op_num_threads = args.threads
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = args.threads
     so.inter_op_num_threads = 1
     so.log_severity_level = 3
 
-    cols = ["nnplug-cpu", "onnxruntime", "ratio"] + [f"nnplug-{b}" for b in extra] + ["onnx.reference"]
+    cols = ["nnplug-cpu", "onnxruntime", "ratio"] + [
+        b if b in vino else f"nnplug-{b}" for b in extra] + ["onnx.reference"]
     print(f"threads={args.threads} runs={args.runs} busy={args.busy} cpu={rt.backends['cpu'].source}")
     widths = [max(16, len(c) + 2) for c in cols]
     print(f"{'model':<14}" + "".join(f"{c:>{w}}" for c, w in zip(cols, widths)) + f"{'load':>8}")
@@ -157,10 +177,20 @@ def main(argv=None) -> int:
         others = {}
         for b in extra:
             try:
-                others[b] = rt.load(model, backends=b.split("+"))
+                if b in vino:
+                    compiled = core.compile_model(
+                        core.read_model(path), "CPU",
+                        {**vino[b], "INFERENCE_NUM_THREADS": args.threads})
+                    request = compiled.create_infer_request()
+                    runners[b] = lambda r=request, feeds=feeds: r.infer(feeds)
+                    continue
+                if b == "default":
+                    others[b] = nnplug.InferenceSession(model, nso, runtime=rt).network
+                else:
+                    others[b] = rt.load(model, backends=b.split("+"))
                 runners[f"nnplug-{b}"] = lambda n=others[b], feeds=feeds: n.run(feeds)
             except Exception as e:  # noqa: BLE001 - a figure we cannot get is shown as such
-                print(f"  {name}: nnplug-{b} cannot run it: {e}", file=sys.stderr)
+                print(f"  {name}: {b} cannot run it: {e}", file=sys.stderr)
         for fn in runners.values():  # warm up (first-run allocations, lazy init)
             fn()
         per_round = 2
@@ -168,11 +198,12 @@ def main(argv=None) -> int:
             med = time_rounds(runners, max(1, args.runs // per_round), per_round)
         ratio = med["nnplug-cpu"] / med["onnxruntime"]
         ratios.append(ratio)
+        label = {b: b if b in vino else f"nnplug-{b}" for b in extra}
         for b in extra:
-            if f"nnplug-{b}" in med:
-                extra_ratios[b].append(med[f"nnplug-{b}"] / med["onnxruntime"])
+            if label[b] in med:
+                extra_ratios[b].append(med[label[b]] / med["onnxruntime"])
         row = [f"{med['nnplug-cpu']:.2f}", f"{med['onnxruntime']:.2f}", f"{ratio:.2f}"]
-        row += [f"{med[f'nnplug-{b}']:.2f}" if f"nnplug-{b}" in med else "-" for b in extra]
+        row += [f"{med[label[b]]:.2f}" if label[b] in med else "-" for b in extra]
         if args.no_reference:
             row.append("-")
         else:
@@ -189,7 +220,8 @@ def main(argv=None) -> int:
         net.close()
         for n in others.values():
             n.close()
-    print_summary({"nnplug-cpu": ratios, **{f"nnplug-{b}": rs for b, rs in extra_ratios.items()}})
+    print_summary({"nnplug-cpu": ratios, **{b if b in vino else f"nnplug-{b}": rs
+                                             for b, rs in extra_ratios.items()}})
     return 0
 
 
