@@ -2,6 +2,8 @@
 says the backend gave no message (not "failed: no message"); the conformance suite's value
 comparison prints numbers plainly (0.5, nan), not numpy's repr (np.float32(0.5))."""
 
+import threading
+
 import numpy as np
 from nativelib import bare_runtime
 
@@ -12,8 +14,14 @@ def test_a_failure_without_a_message_says_the_backend_gave_none(libs):
     with bare_runtime() as rt:
         info = rt.register_backend(libs["testcpu"])
         lib = info.backend.library
-        err = lib.error(6, "running node 'relu' (op Relu)")  # no failing call on this thread
-    msg = str(err)
+        got = []
+        # a fresh thread: the backend's last error is per thread, and earlier tests may have
+        # left one on this thread (the library is loaded once for the whole run)
+        worker = threading.Thread(target=lambda: got.append(
+            lib.error(6, "running node 'relu' (op Relu)")))
+        worker.start()
+        worker.join()
+    msg = str(got[0])
     assert msg.startswith("backend 'testcpu': running node 'relu' (op Relu) failed: "), msg
     assert "the backend gave no message" in msg and "SHAPE_ERROR" in msg, msg
 
