@@ -238,3 +238,26 @@ def test_onnxruntime_module_takes_the_same_order_and_answers_in_the_callers_name
     assert s.get_providers() == ["NpuExecutionProvider", "CPUExecutionProvider"]  # CPU: fallback
     s = ort.InferenceSession(model, runtime=ranked)
     assert set(s.network.assignment.values()) <= {"fast", "fast (folded)"}
+
+
+def test_devices_list_every_backend_device_pair_best_first(ranked):
+    devs = ranked.devices()
+    assert [d.backend for d in devs] == ranked.default_backends()  # one host device each
+    first = devs[0]
+    assert first.device == nnplug.device("cpu:0") and first.device_class == "cpu"
+    assert first.provider_names == ("CPUExecutionProvider",)
+    assert first.vendor == nnplug.device_api.cpu_vendor()
+    assert ranked.devices("prefer_gpu")[0].backend == "gpuish"
+
+
+def test_onnxruntime_device_listing_and_selection_policy(ranked):
+    from nnplug import onnxruntime as ort
+
+    devs = ort.get_ep_devices(ranked)
+    assert [d.ep_metadata["nnplug_backend"] for d in devs] == ranked.default_backends()
+    assert devs[0].ep_name == "CPUExecutionProvider"
+    assert devs[0].device.type == ort.OrtHardwareDeviceType.CPU
+    so = ort.SessionOptions()
+    so.set_provider_selection_policy(ort.OrtExecutionProviderDevicePolicy.PREFER_GPU)
+    s = ort.InferenceSession(mlp().SerializeToString(), so, runtime=ranked)
+    assert set(s.network.assignment.values()) <= {"gpuish", "gpuish (folded)"}

@@ -63,6 +63,10 @@ class OpenCLDeviceAPI(DeviceAPI):
             return int(d.global_mem_cache_size) or None
         if kind is AttrKind.TOTAL_GLOBAL_MEMORY:
             return int(d.global_mem_size)
+        if kind is AttrKind.VENDOR:
+            return d.vendor.strip()
+        if kind is AttrKind.DEVICE_CLASS:
+            return _device_class(int(d.type))
         # WARP_SIZE and AVAILABLE_GLOBAL_MEMORY: core OpenCL has no query for them.
         return None
 
@@ -160,3 +164,12 @@ def _check_bounds(side: str, size: int, offset: int, nbytes: int) -> None:
             f"copy of {nbytes} bytes at offset {offset} is out of bounds of the {side} "
             f"({size} bytes)"
         )
+
+
+def _device_class(cl_type: int) -> str:
+    """CL_DEVICE_TYPE_* bits as nnplug's device classes (PoCL is a "cpu")."""
+    if cl_type & 4:  # CL_DEVICE_TYPE_GPU
+        return "gpu"
+    if cl_type & 2:  # CL_DEVICE_TYPE_CPU
+        return "cpu"
+    return "accelerator"  # CL_DEVICE_TYPE_ACCELERATOR, CUSTOM

@@ -34,6 +34,10 @@ class AttrKind(str, enum.Enum):
     L2_CACHE_SIZE_BYTES = "l2_cache_size_bytes"
     TOTAL_GLOBAL_MEMORY = "total_global_memory"
     AVAILABLE_GLOBAL_MEMORY = "available_global_memory"
+    VENDOR = "vendor"
+    """The device's maker, e.g. "GenuineIntel", "NVIDIA Corporation" (backend ABI 1.5)."""
+    DEVICE_CLASS = "device_class"
+    """What kind of hardware it is: "cpu", "gpu", "npu" or "accelerator" (backend ABI 1.5)."""
 
 
 def attr_kind(kind: str | AttrKind) -> AttrKind:
@@ -159,6 +163,10 @@ class HostDeviceAPI(DeviceAPI):
             return _meminfo("MemTotal")
         if kind is AttrKind.AVAILABLE_GLOBAL_MEMORY:
             return _meminfo("MemAvailable")
+        if kind is AttrKind.VENDOR:
+            return cpu_vendor()
+        if kind is AttrKind.DEVICE_CLASS:
+            return "cpu"
         return None
 
     def alloc_data_space(self, dev, nbytes, alignment=64, dtype=None):
@@ -179,6 +187,18 @@ class HostDeviceAPI(DeviceAPI):
                 f"dst {d.size} bytes at {dst_offset})"
             )
         d[dst_offset:dst_offset + nbytes] = s[src_offset:src_offset + nbytes]
+
+
+def cpu_vendor() -> str | None:
+    """The host CPU's vendor as the kernel reports it (``vendor_id``, e.g. "GenuineIntel")."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("vendor_id", "CPU implementer")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
 
 
 def _cpu_name() -> str | None:

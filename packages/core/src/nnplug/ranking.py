@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -90,3 +91,58 @@ def _is_extension(info: BackendInfo) -> bool:
 
     number = getattr(info.backend, "device_type_number", 0)
     return isinstance(number, int) and number >= EXTENSION_TYPE_BASE
+
+
+_CLASS_OF_TYPE = {"cpu": "cpu", "cuda": "gpu", "rocm": "gpu", "opencl": "gpu", "vulkan": "gpu",
+                  "metal": "gpu", "webgpu": "gpu", "oneapi": "gpu", "hexagon": "npu",
+                  "maia": "accelerator"}
+MAX_DEVICES = 64
+"""How many device indices :func:`backend_devices` asks each backend about."""
+
+
+@dataclass(frozen=True)
+class BackendDevice:
+    """One device a backend can run on (onnxruntime's ``OrtEpDevice``)."""
+
+    backend: str
+    device: object
+    """The :class:`nnplug.Device` (type and index)."""
+    device_class: str
+    """"cpu", "gpu", "npu" or "accelerator": the device's answer, else its type's."""
+    vendor: str | None
+    name: str | None
+    provider_names: tuple[str, ...]
+
+
+def backend_devices(infos: Iterable[BackendInfo], policy: str = "default") -> list[BackendDevice]:
+    """Every (backend, device) pair, backends in the default order under ``policy``, devices
+    in index order, each with its class, vendor and name as the backend's device API tells."""
+    from .device import Device
+    from .device_api import AttrKind
+
+    by_id = {i.id: i for i in infos}
+    out = []
+    for bid in default_order(by_id.values(), policy):
+        info = by_id[bid]
+        api = info.backend.device_api()
+        dtype = info.backend.device_type_number
+        for index in range(MAX_DEVICES):
+            dev = Device(dtype, index)
+            try:
+                if not api.get_attr(dev, AttrKind.EXIST):
+                    break
+                cls = api.get_attr(dev, AttrKind.DEVICE_CLASS)
+                vendor = api.get_attr(dev, AttrKind.VENDOR)
+                name = api.get_attr(dev, AttrKind.DEVICE_NAME)
+            except Exception:  # a device API that cannot answer lists no device
+                break
+            if cls is None:
+                cls = "npu" if _is_extension(info) else _CLASS_OF_TYPE.get(info.device_type,
+                                                                          "accelerator")
+            if vendor is None and cls == "cpu" and getattr(api, "host_visible", True):
+                from .device_api import cpu_vendor
+
+                vendor = cpu_vendor()
+            out.append(BackendDevice(bid, dev, str(cls), vendor, name,
+                                     tuple(provider_names(info))))
+    return out

@@ -311,6 +311,14 @@ class Runtime:
             infos = list(self._backends.values())
         return ranking.default_order(infos, policy)
 
+    def devices(self, policy: str = "default") -> list:
+        """Every (backend, device) pair this Runtime can run on, best first: a list of
+        :class:`nnplug.ranking.BackendDevice` (backend id, device, class "cpu"/"gpu"/"npu"/
+        "accelerator", vendor, name, onnxruntime provider names)."""
+        with self._lock:
+            infos = list(self._backends.values())
+        return ranking.backend_devices(infos, policy)
+
     def _choose_backends(self, names) -> list[BackendInfo]:
         with self._lock:
             available = dict(self._backends)

@@ -46,6 +46,8 @@ ATTR_VALUE_STRING = 2
 
 # device attribute kinds: AttrKind value -> TVM number
 DEVICE_ATTR_NUMBERS = {
+    "vendor": 16,
+    "device_class": 17,
     "exist": 0,
     "max_threads_per_block": 1,
     "warp_size": 2,

@@ -18,11 +18,16 @@ from ._devices import (
     OrtDevice,
     OrtDeviceMemoryType,
     OrtDeviceVendorId,
+    OrtEpDevice,
+    OrtExecutionProviderDevicePolicy,
+    OrtHardwareDevice,
+    OrtHardwareDeviceType,
     OrtMemoryInfo,
     OrtMemoryInfoDeviceType,
     OrtMemType,
     create_and_register_allocator,
     create_and_register_allocator_v2,
+    get_ep_devices,
 )
 from ._process import (
     ORT_API_VERSION,
@@ -66,6 +71,7 @@ __all__ = [
     "SparseTensor", "create_and_register_allocator", "create_and_register_allocator_v2",
     "disable_telemetry_events", "enable_telemetry_events", "get_all_providers",
     "get_available_providers", "get_build_info", "get_device", "get_version_string",
-    "has_collective_ops", "set_default_logger_callback", "set_default_logger_severity",
+    "OrtEpDevice", "OrtExecutionProviderDevicePolicy", "OrtHardwareDevice",
+    "OrtHardwareDeviceType", "get_ep_devices", "has_collective_ops", "set_default_logger_callback", "set_default_logger_severity",
     "set_default_logger_verbosity", "set_seed",
 ]

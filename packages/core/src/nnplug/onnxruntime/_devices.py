@@ -202,3 +202,74 @@ __all__ = ["OrtAllocatorType", "OrtArenaCfg", "OrtDevice", "OrtDeviceMemoryType"
            "OrtDeviceVendorId", "OrtMemType", "OrtMemoryInfo", "OrtMemoryInfoDeviceType",
            "create_and_register_allocator", "create_and_register_allocator_v2",
            "memory_info_of"]
+
+
+# -- devices and the provider selection policy (onnxruntime's plugin-EP API) ---------------------
+class OrtHardwareDeviceType(enum.IntEnum):
+    CPU = 0
+    GPU = 1
+    NPU = 2
+
+
+class OrtExecutionProviderDevicePolicy(enum.IntEnum):
+    DEFAULT = 0
+    PREFER_CPU = 1
+    PREFER_NPU = 2
+    PREFER_GPU = 3
+    MAX_PERFORMANCE = 4
+    MAX_EFFICIENCY = 5
+    MIN_OVERALL_POWER = 6
+
+
+DEVICE_POLICIES = {OrtExecutionProviderDevicePolicy.DEFAULT: "default",
+                   OrtExecutionProviderDevicePolicy.PREFER_CPU: "prefer_cpu",
+                   OrtExecutionProviderDevicePolicy.PREFER_NPU: "prefer_npu",
+                   OrtExecutionProviderDevicePolicy.PREFER_GPU: "prefer_gpu",
+                   # nnplug ranks by what backends declare: the fastest first
+                   OrtExecutionProviderDevicePolicy.MAX_PERFORMANCE: "default",
+                   OrtExecutionProviderDevicePolicy.MAX_EFFICIENCY: "prefer_npu",
+                   OrtExecutionProviderDevicePolicy.MIN_OVERALL_POWER: "prefer_npu"}
+"""onnxruntime's policies as nnplug's device policies (``SessionOptions.device_policy``)."""
+
+_HARDWARE_TYPES = {"cpu": OrtHardwareDeviceType.CPU, "gpu": OrtHardwareDeviceType.GPU,
+                   "npu": OrtHardwareDeviceType.NPU, "accelerator": OrtHardwareDeviceType.NPU}
+
+
+class OrtHardwareDevice:
+    """A device as a backend's device API describes it."""
+
+    def __init__(self, device_type: OrtHardwareDeviceType, vendor: str, device_id: int,
+                 metadata: dict[str, str]):
+        self.type, self.vendor, self.device_id, self.metadata = (device_type, vendor,
+                                                                  device_id, metadata)
+        self.vendor_id = 0  # PCI vendor ids are not known to nnplug's device APIs
+
+    def __repr__(self) -> str:
+        return f"OrtHardwareDevice({self.type.name}, {self.vendor!r}, {self.device_id})"
+
+
+class OrtEpDevice:
+    """A (provider, device) pair: nnplug's (backend, device), named as onnxruntime names it."""
+
+    def __init__(self, ep_name: str, device: OrtHardwareDevice, backend: str):
+        self.ep_name, self.device, self.ep_vendor = ep_name, device, "nnplug"
+        self.ep_metadata = {"nnplug_backend": backend}
+        self.ep_options: dict[str, str] = {}
+
+    def __repr__(self) -> str:
+        return f"OrtEpDevice({self.ep_name!r}, {self.device!r})"
+
+
+def get_ep_devices(runtime=None) -> list[OrtEpDevice]:
+    """Every (backend, device) pair, best first (``nnplug.Runtime.devices``)."""
+    from ..runtime import default_runtime
+    from ._providers import provider_name
+
+    runtime = runtime or default_runtime()
+    out = []
+    for d in runtime.devices():
+        hw = OrtHardwareDevice(_HARDWARE_TYPES.get(d.device_class, OrtHardwareDeviceType.NPU),
+                               d.vendor or "", d.device.index,
+                               {"name": d.name or "", "nnplug_device": str(d.device)})
+        out.append(OrtEpDevice(provider_name(runtime, d.backend), hw, d.backend))
+    return out

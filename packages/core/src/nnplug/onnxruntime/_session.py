@@ -42,6 +42,12 @@ class SessionOptions(base.SessionOptions):
         super().__init__()
         object.__setattr__(self, "_op_libraries", [])
 
+    def set_provider_selection_policy(self, policy) -> None:
+        """onnxruntime's automatic provider selection: sets ``device_policy``."""
+        from ._devices import DEVICE_POLICIES, OrtExecutionProviderDevicePolicy
+
+        self.device_policy = DEVICE_POLICIES[OrtExecutionProviderDevicePolicy(policy)]
+
     def copy(self) -> SessionOptions:
         other = super().copy()
         object.__setattr__(other, "_op_libraries", list(self._op_libraries))

@@ -160,7 +160,10 @@ enum {
   NNP_DEVICE_ATTR_DRIVER_VERSION = 12,             /* string */
   NNP_DEVICE_ATTR_L2_CACHE_SIZE_BYTES = 13,        /* int, bytes */
   NNP_DEVICE_ATTR_TOTAL_GLOBAL_MEMORY = 14,        /* int, bytes */
-  NNP_DEVICE_ATTR_AVAILABLE_GLOBAL_MEMORY = 15     /* int, bytes */
+  NNP_DEVICE_ATTR_AVAILABLE_GLOBAL_MEMORY = 15,    /* int, bytes */
+  NNP_DEVICE_ATTR_VENDOR = 16,                     /* string, e.g. "GenuineIntel" (ABI 1.5) */
+  NNP_DEVICE_ATTR_DEVICE_CLASS = 17                /* string: "cpu", "gpu", "npu" or
+                                                      "accelerator" (ABI 1.5) */
 };
 
 /* nnp_attr_value.type */
