@@ -15,6 +15,7 @@ struct (libraries call its ``Alloc``/``Free`` members directly).
 
 from __future__ import annotations
 
+import atexit
 import ctypes as C
 import logging
 import threading
@@ -223,7 +224,7 @@ ALLOCATOR_ADDRESS = C.addressof(ALLOCATOR)
 # -- the API functions -------------------------------------------------------------------------
 _impls: dict[str, tuple] = {}  # slot name -> (restype, argtypes, function)
 
-S = C.c_void_p  # OrtStatus*
+S = object()  # marks a slot returning OrtStatus* (a c_void_p made from what it raises)
 P = C.c_void_p
 SZ = C.c_size_t
 PSZ = C.POINTER(C.c_size_t)
@@ -458,7 +459,7 @@ def _ctx_output(ctx, index, dims, count, out):
         raise ApiError(ORT_NOT_IMPLEMENTED, f"output {index} of {c.op_name} has element type "
                                             f"{etype}, which nnplug cannot hold")
     # zeros: deterministic where a kernel leaves elements unset
-    arr = np.full(shape, "", dtype=object) if dtype == object else np.zeros(shape, dtype)
+    arr = np.full(shape, "", dtype=object) if dtype.kind == "O" else np.zeros(shape, dtype)
     value = Value(arr, etype)
     c.outputs[index] = value
     c.output_handles[index] = new_handle(value)
@@ -657,14 +658,14 @@ def _create_tensor(allocator, dims, count, etype, out):
     if dtype is None:
         raise ApiError(ORT_NOT_IMPLEMENTED, f"element type {etype}")
     shape = tuple(int(dims[i]) for i in range(count))
-    arr = np.full(shape, "", dtype=object) if dtype == object else np.zeros(shape, dtype)
+    arr = np.full(shape, "", dtype=object) if dtype.kind == "O" else np.zeros(shape, dtype)
     out[0] = new_handle(Value(arr, int(etype)))
 
 
 @api("CreateTensorWithDataAsOrtValue", P, P, SZ, C.POINTER(C.c_int64), SZ, C.c_int, PP)
 def _create_tensor_with_data(info, data, length, dims, count, etype, out):
     dtype = numpy_dtype(etype)
-    if dtype is None or dtype == object:
+    if dtype is None or dtype.kind == "O":
         raise ApiError(ORT_NOT_IMPLEMENTED, f"element type {etype} over caller memory")
     shape = tuple(int(dims[i]) for i in range(count))
     n = int(np.prod(shape, dtype=np.int64))
@@ -835,13 +836,28 @@ _table = (C.c_void_p * len(SLOTS))()
 for _i, _name in enumerate(SLOTS):
     if _name in _impls:
         _restype, _argtypes, _fn = _impls[_name]
-        _cb = C.CFUNCTYPE(_restype, *_argtypes)(_wrap(_name, _restype, _fn))
+        _cb = C.CFUNCTYPE(C.c_void_p if _restype is S else _restype, *_argtypes)(
+            _wrap(_name, _restype, _fn))
     else:
         _cb = _unimplemented(_name, _name not in NOT_STATUS)
     _callbacks.append(_cb)
     _table[_i] = C.cast(_cb, C.c_void_p).value
 TABLE_ADDRESS = C.addressof(_table)
 IMPLEMENTED = frozenset(_impls)
+
+
+def _quiet_at_exit() -> None:
+    """Point every slot (and the allocator's members) at a native function that does nothing
+    and returns 0: a library's static destructors run after Python has finalized (releasing
+    its domains, freeing what it allocated), when no Python callback may run."""
+    nothing = C.cast(_libc.sched_yield, C.c_void_p).value
+    for i in range(len(SLOTS)):
+        _table[i] = nothing
+    C.c_void_p.from_address(ALLOCATOR_ADDRESS + OrtAllocator.Free.offset).value = nothing
+    C.c_void_p.from_address(ALLOCATOR_ADDRESS + OrtAllocator.Alloc.offset).value = nothing
+
+
+atexit.register(_quiet_at_exit)
 
 
 def _get_api(version):

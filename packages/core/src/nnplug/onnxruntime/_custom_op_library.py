@@ -18,12 +18,14 @@ from __future__ import annotations
 import ctypes as C
 import logging
 import os
+import shutil
+import tempfile
 import threading
 import weakref
 
 import numpy as np
 
-from ..customop import BoundOp, CustomOp, is_standard_op
+from ..customop import BoundOp, CustomOp
 from ..errors import CustomOpError
 from ..tensor import Tensor
 from . import _custom_op_api as ort
@@ -167,7 +169,9 @@ def has_entry(cdll) -> bool:
 
 
 def load_ort_library(path: str, cdll) -> list[OrtLibraryOp]:
-    """The ops of the onnxruntime custom-op library ``cdll`` (already loaded from ``path``).
+    """The ops of the onnxruntime custom-op library at ``path`` (``cdll``: that file loaded,
+    found to export ``RegisterCustomOps``; the ops run in a private copy, see
+    :func:`_private_copy`).
 
     Raises :class:`nnplug.native.loader.LibraryLoadError` when its ``RegisterCustomOps``
     fails."""
@@ -177,6 +181,7 @@ def load_ort_library(path: str, cdll) -> list[OrtLibraryOp]:
     with _libraries_lock:
         defs = _libraries.get(real)
         if defs is None:
+            cdll = _private_copy(real)
             entry = getattr(cdll, ENTRY_SYMBOL)
             entry.restype, entry.argtypes = C.c_void_p, [C.c_void_p, C.c_void_p]
             options = ort.SessionOptions()
@@ -203,10 +208,6 @@ def load_ort_library(path: str, cdll) -> list[OrtLibraryOp]:
     for d in defs:
         if d.provider != CPU_PROVIDER:
             continue  # kernels for other execution providers' memory
-        if is_standard_op(d.name):
-            log.debug("%s: skipping op %r of domain %r: nnplug matches ops by type, and that "
-                      "is a standard ONNX op's", path, d.name, d.domain)
-            continue
         by_type.setdefault(d.name, []).append(d)
     ops = [OrtLibraryOp(t, ds, path) for t, ds in by_type.items()]
     log.debug("loaded onnxruntime custom-op library %s: %d op types", path, len(ops))
@@ -214,6 +215,21 @@ def load_ort_library(path: str, cdll) -> list[OrtLibraryOp]:
 
 
 _keep: list = []  # loaded libraries: their function pointers are held by ops
+
+
+def _private_copy(real: str):
+    """The library loaded from a copy of its file: its own globals, apart from the instance
+    onnxruntime (or another host) loads from the same file in this process. Such libraries
+    keep the first OrtApi they are given in globals (onnxruntime-extensions does), so one
+    loaded instance cannot serve two hosts."""
+    folder = tempfile.mkdtemp(prefix="nnplug-ortlib-")
+    copy = os.path.join(folder, os.path.basename(real))
+    try:
+        shutil.copyfile(real, copy)
+        _unshare_unique_symbols(copy)
+        return C.CDLL(copy, mode=getattr(os, "RTLD_LOCAL", 0) | getattr(os, "RTLD_NOW", 2))
+    finally:  # the loaded copy stays mapped without its file
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 class OrtLibraryOp(CustomOp):
@@ -246,13 +262,23 @@ class OrtLibraryOp(CustomOp):
             f"onnxruntime custom op {self.op_type!r} ({self.source}) has no kernel for the "
             f"input types {got} of node {node.name!r}; its kernels take element types {have}")
 
+    @staticmethod
+    def runs(node) -> bool:
+        """Not nodes of ONNX's own domain: a library op named like a standard op (StringSplit,
+        StringConcat) runs only where the model names its domain, as in onnxruntime."""
+        return (node.domain or "") not in ("", "ai.onnx")
+
     def shape_infer(self, node, in_shapes, in_dtypes):
+        if not self.runs(node):
+            return [None] * len(node.outputs), [None] * len(node.outputs)
         dtypes = list(in_dtypes) + [None] * (len(node.inputs) - len(in_dtypes))
         d = self.pick(node, _by_position(node, dtypes))
         types = d.output_types_for(len(node.outputs), _by_position(node, dtypes))
         return [None] * len(node.outputs), [ort.numpy_dtype(t) if t else None for t in types]
 
     def bind(self, node, values, target, backend):
+        if not self.runs(node):
+            return None  # the backends' kernel for the standard op
         in_dtypes = [values[x].dtype if x and x in values else None for x in node.inputs]
         d = self.pick(node, in_dtypes)
         declared = [values[o].dtype if o and o in values else None for o in node.outputs]
@@ -368,3 +394,42 @@ def _destroy(d: OpDef, kernel: int, info_handle: int) -> None:
 
 
 __all__ = ["OrtLibraryOp", "has_entry", "load_ort_library"]
+
+
+# -- ELF: GNU unique symbols -----------------------------------------------------------------------
+_STB_GLOBAL, _STB_GNU_UNIQUE = 1, 10
+_SHT_DYNSYM = 11
+
+
+def _unshare_unique_symbols(path: str) -> int:
+    """Rebind the GNU unique symbols of the ELF file at ``path`` as global ones; the count.
+
+    g++ makes the static locals of inline functions (a library's singletons, e.g.
+    onnxruntime-extensions' ``OrtW::API::instance``) GNU unique: one per process, whatever
+    file they are loaded from. As plain globals of a library loaded RTLD_LOCAL, the copy
+    binds them to its own."""
+    import struct
+
+    with open(path, "r+b") as f:
+        data = bytearray(f.read())
+        if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+            return 0  # not a 64-bit little-endian ELF file: leave it alone
+        shoff, = struct.unpack_from("<Q", data, 0x28)
+        shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+        count = 0
+        for i in range(shnum):
+            at = shoff + i * shentsize
+            sh_type, = struct.unpack_from("<I", data, at + 4)
+            if sh_type != _SHT_DYNSYM:
+                continue
+            offset, size = struct.unpack_from("<QQ", data, at + 0x18)
+            entsize, = struct.unpack_from("<Q", data, at + 0x38)
+            for sym in range(offset, offset + size, entsize or 24):
+                info = data[sym + 4]
+                if info >> 4 == _STB_GNU_UNIQUE:
+                    data[sym + 4] = (_STB_GLOBAL << 4) | (info & 0xF)
+                    count += 1
+        if count:
+            f.seek(0)
+            f.write(data)
+    return count
