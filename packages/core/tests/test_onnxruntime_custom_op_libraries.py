@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 
 import numpy as np
 import onnx
@@ -17,6 +18,7 @@ from onnx import helper
 import nnplug
 import nnplug.onnxruntime as nort
 from nnplug import CustomOpError
+from nnplug.onnxruntime import _custom_op_api
 from nnplug.onnxruntime._ort_api_slots import SLOTS
 
 ort = pytest.importorskip("onnxruntime")
@@ -64,8 +66,10 @@ def assert_same(ours: list, ref: list) -> None:
 
 
 def check_both_ways(m: onnx.ModelProto, library: str, feeds: dict) -> list:
-    """nnplug's Runtime and nnplug.onnxruntime's session give onnxruntime's outputs."""
+    """nnplug's Runtime and nnplug.onnxruntime's session give onnxruntime's outputs, and
+    the library called no OrtApi slot nnplug leaves unimplemented."""
     ref = reference(m, library, feeds)
+    unimplemented = len(_custom_op_api.called_unimplemented)
     with nnplug.Runtime() as rt:
         ops = rt.register_custom_ops_library(library)
         assert ops and all(op.source == library for op in ops)
@@ -77,6 +81,7 @@ def check_both_ways(m: onnx.ModelProto, library: str, feeds: dict) -> list:
     with nnplug.Runtime() as rt:
         sess = nort.InferenceSession(m.SerializeToString(), so, runtime=rt)
         assert_same(sess.run(None, feeds), ref)
+    assert _custom_op_api.called_unimplemented[unimplemented:] == []
     return ref
 
 
@@ -94,6 +99,14 @@ def test_string_case_and_length_ops_match_onnxruntime(extensions):
                tensor("n", T.INT64, [None]), tensor("stripped", T.STRING, [None])])
     ref = check_both_ways(m, extensions, {"x": TEXT})
     assert ref[0][0] == "HELLO WORLD"  # the reference really ran the library's ops
+    check_both_ways(m, extensions, {"x": np.array([], dtype=object)})
+
+
+def test_strided_and_2d_inputs_match_onnxruntime(extensions):
+    m = model([helper.make_node("StringLength", ["x"], ["n"], domain=CONTRIB)],
+              [tensor("x", T.STRING, [None, None])], [tensor("n", T.INT64, [None, None])])
+    x = np.array([["a", "bb", "x"], ["ccc", "é", "y"]], dtype=object)[:, ::-2]
+    check_both_ways(m, extensions, {"x": x})
 
 
 def test_regex_replace_split_and_join_match_onnxruntime(extensions):
@@ -231,18 +244,23 @@ def ortops(tmp_path_factory):
         if os.environ.get("NNPLUG_REQUIRE_NATIVE") == "1":
             pytest.fail("no C compiler (cc) and NNPLUG_REQUIRE_NATIVE=1")
         pytest.skip("no C compiler (cc) to build the test library")
-    slots = ["KernelInfoGetAttribute_float", "ReleaseStatus", "KernelContext_GetInput",
+    slots = ["CreateStatus", "KernelInfoGetAttribute_float", "ReleaseStatus",
+             "KernelContext_GetInput",
              "GetTensorTypeAndShape", "GetDimensionsCount", "GetDimensions",
              "GetTensorShapeElementCount", "ReleaseTensorTypeAndShapeInfo",
              "GetTensorMutableData", "KernelContext_GetOutput", "CreateCustomOpDomain",
              "CustomOpDomain_Add", "AddCustomOpDomain"]
     flags = [f"-DSLOT_{s}={SLOTS.index(s)}" for s in slots]
     flags.append(f"-DSLOT_UNIMPLEMENTED={SLOTS.index('CreateSessionOptions')}")
-    path = tmp_path_factory.mktemp("ortops") / "libortops.so"
-    subprocess.run([cc, "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall", *flags,
-                    os.path.join(HERE, "ort_custom_ops", "ortops.c"), "-o", str(path)],
-                   check=True)
-    return str(path)
+    folder = tmp_path_factory.mktemp("ortops")
+    out = {}
+    for name, extra in (("good", []), ("fails", ["-DFAIL_REGISTER"])):
+        path = folder / f"libortops_{name}.so"
+        subprocess.run([cc, "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall", *flags,
+                        *extra, os.path.join(HERE, "ort_custom_ops", "ortops.c"), "-o",
+                        str(path)], check=True)
+        out[name] = str(path)
+    return out
 
 
 def add_offset_model(offset):
@@ -254,7 +272,7 @@ def add_offset_model(offset):
 
 def test_a_version_1_op_of_a_compiled_library_matches_onnxruntime(ortops):
     x = np.arange(12, dtype=np.float32).reshape(4, 3) / 7
-    ref = check_both_ways(add_offset_model(1.5), ortops, {"x": x})
+    ref = check_both_ways(add_offset_model(1.5), ortops["good"], {"x": x})
     np.testing.assert_allclose(ref[0], x + 1.5)
 
 
@@ -263,13 +281,50 @@ def test_an_unimplemented_api_call_is_an_error_naming_it(ortops):
                                 domain="test.ortops")],
               [tensor("x", T.FLOAT, [2])], [tensor("y", T.FLOAT, [2])], domain="test.ortops")
     with nnplug.Runtime() as rt:
-        rt.register_custom_ops_library(ortops)
+        rt.register_custom_ops_library(ortops["good"])
         net = rt.load(m)
         with pytest.raises(CustomOpError) as e:
             net.run({"x": np.zeros(2, np.float32)})
     msg = str(e.value)
     assert "OrtApi::CreateSessionOptions is not implemented" in msg, msg
     assert "'CallsUnimplemented'" in msg and "'calls'" in msg and "ORT_NOT_IMPLEMENTED" in msg
+
+
+def test_a_library_whose_registration_fails_is_a_load_error_with_its_message(ortops):
+    with nnplug.Runtime() as rt:
+        with pytest.raises(nnplug.PluginError) as e:
+            rt.register_custom_ops_library(ortops["fails"])
+    assert e.value.stage == "register"
+    assert "RegisterCustomOps returned ORT_FAIL: test.ortops refuses to register" in str(e.value)
+
+
+def test_onnxruntime_loading_the_library_after_nnplug_still_works(extensions):
+    """nnplug's ops run in a private copy of the library: onnxruntime-extensions keeps the
+    first OrtApi it gets in a process-wide singleton, which an onnxruntime session made later
+    in the process must not find to be nnplug's (its kernels' error statuses are made
+    through it). The reverse order is every other test here (the reference runs first)."""
+    code = f"""
+import numpy as np, onnxruntime as ort, nnplug, sys
+sys.path.insert(0, {HERE!r})
+from test_onnxruntime_custom_op_libraries import stft_model
+rt = nnplug.Runtime()
+rt.register_custom_ops_library({extensions!r})
+pcm = np.sin(np.arange(64, dtype=np.float32) / 3).reshape(1, 64)
+ours = rt.load(stft_model()).run({{"pcm": pcm}})["spectrum"]
+so = ort.SessionOptions()
+so.register_custom_ops_library({extensions!r})
+sess = ort.InferenceSession(stft_model().SerializeToString(), so)
+try:
+    sess.run(None, {{"pcm": np.zeros((2, 64), np.float32)}})
+    raise SystemExit("onnxruntime gave no error")
+except ort.capi.onnxruntime_pybind11_state.RuntimeException as e:
+    assert "Only batch == 1" in str(e), e
+np.testing.assert_array_equal(ours, sess.run(None, {{"pcm": pcm}})[0])
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
 
 
 def test_the_api_table_has_onnxruntimes_layout():

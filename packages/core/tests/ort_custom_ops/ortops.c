@@ -5,7 +5,8 @@
  *   test.ortops:AddOffset          (OrtCustomOp version 1: CreateKernel/KernelCompute)
  *       y = x + offset  (float tensors, float attribute "offset")
  *   test.ortops:CallsUnimplemented (version 16: CreateKernelV2/KernelComputeV2)
- *       returns the status of OrtApi slot SLOT_UNIMPLEMENTED (CreateSessionOptions) */
+ *       returns the status of OrtApi slot SLOT_UNIMPLEMENTED (CreateSessionOptions)
+ * Built with -DFAIL_REGISTER, RegisterCustomOps returns an ORT_FAIL status instead. */
 #include <stddef.h>
 #include <stdint.h>
 
@@ -118,6 +119,9 @@ __attribute__((visibility("default"))) OrtStatus* RegisterCustomOps(void* option
   OrtStatus* st;
   api = base->GetApi(16);
   if (!api) return 0;
+#ifdef FAIL_REGISTER
+  return API(CreateStatus, OrtStatus*, int, const char*)(1, "test.ortops refuses to register");
+#endif
   if ((st = API(CreateCustomOpDomain, OrtStatus*, const char*, void**)("test.ortops", &domain)))
     return st;
   if ((st = API(CustomOpDomain_Add, OrtStatus*, void*, const OrtCustomOp*)(domain, &add_op)))
