@@ -276,6 +276,14 @@ def test_a_version_1_op_of_a_compiled_library_matches_onnxruntime(ortops):
     np.testing.assert_allclose(ref[0], x + 1.5)
 
 
+def test_an_attribute_of_another_type_is_not_read_as_the_type_asked(ortops):
+    """offset=2 is an INT attribute: KernelInfoGetAttribute_float fails, as in onnxruntime,
+    and the op falls back to its default (0)."""
+    x = np.ones((2, 3), np.float32)
+    ref = check_both_ways(add_offset_model(2), ortops["good"], {"x": x})
+    np.testing.assert_array_equal(ref[0], x)
+
+
 def test_an_unimplemented_api_call_is_an_error_naming_it(ortops):
     m = model([helper.make_node("CallsUnimplemented", ["x"], ["y"], name="calls",
                                 domain="test.ortops")],

@@ -317,67 +317,70 @@ def _release_status(status):
     drop_handle(status)
 
 
-# kernel info
-def _attr(info, name) -> object:
+# kernel info: attributes of the type asked for, as onnxruntime reads them from the node
+_FLOAT, _INT, _STRING, _TENSOR, _FLOATS, _INTS = 1, 2, 3, 4, 6, 7  # AttributeProto.type
+
+
+def _attr(info, name, want: int):
+    """The node's attribute ``name`` as onnxruntime gives it: the raw AttributeProto field
+    (bytes for strings), an error when it is missing or of another type."""
     node = get(info, KernelInfo).node
     key = _cstr(name)
-    if key not in node.attrs:
-        raise ApiError(ORT_FAIL, f"No attribute with name:'{key}'is defined.")
-    return node.attrs[key]
+    proto = next((a for a in node.proto.attribute if a.name == key), None) \
+        if node.proto is not None else None
+    if proto is None:
+        if key not in node.attrs:
+            raise ApiError(ORT_FAIL, f"No attribute with name:'{key}'is defined.")
+        return _from_value(node.attrs[key], key, want)
+    if proto.type != want:
+        raise ApiError(ORT_FAIL, f"Attribute name and type don't match for '{key}'")
+    if want == _TENSOR:
+        from onnx import numpy_helper
+
+        return numpy_helper.to_array(proto.t)
+    return {_FLOAT: proto.f, _INT: proto.i, _STRING: proto.s, _FLOATS: list(proto.floats),
+            _INTS: list(proto.ints)}[want]
+
+
+def _from_value(v, key: str, want: int):
+    """The same from a node without its proto (attributes as nnplug's plain values)."""
+    ok = {_FLOAT: isinstance(v, float), _INT: isinstance(v, (int, np.integer)),
+          _STRING: isinstance(v, (str, bytes)), _TENSOR: isinstance(v, np.ndarray),
+          _FLOATS: isinstance(v, list) and all(isinstance(x, float) for x in v),
+          _INTS: isinstance(v, list) and all(isinstance(x, int) for x in v)}[want]
+    if not ok:
+        raise ApiError(ORT_FAIL, f"Attribute name and type don't match for '{key}'")
+    return v.encode() if isinstance(v, str) else v
 
 
 @api("KernelInfoGetAttribute_float", P, C.c_char_p, C.POINTER(C.c_float))
 def _attr_float(info, name, out):
-    v = _attr(info, name)
-    if not isinstance(v, (float, int)) or isinstance(v, bool):
-        raise ApiError(ORT_FAIL, f"Attribute name and type don't match: {_cstr(name)!r}")
-    out[0] = float(v)
+    out[0] = _attr(info, name, _FLOAT)
 
 
 @api("KernelInfoGetAttribute_int64", P, C.c_char_p, C.POINTER(C.c_int64))
 def _attr_int(info, name, out):
-    v = _attr(info, name)
-    if not isinstance(v, (int, np.integer)):
-        raise ApiError(ORT_FAIL, f"Attribute name and type don't match: {_cstr(name)!r}")
-    out[0] = int(v)
-
-
-def _text(v) -> bytes:
-    return v if isinstance(v, bytes) else str(v).encode()
+    out[0] = _attr(info, name, _INT)
 
 
 @api("KernelInfoGetAttribute_string", P, C.c_char_p, P, PSZ)
 def _attr_string(info, name, out, size):
-    v = _attr(info, name)
-    if not isinstance(v, (str, bytes)):
-        raise ApiError(ORT_FAIL, f"Attribute name and type don't match: {_cstr(name)!r}")
-    _put_bytes(_text(v), out, size)
-
-
-def _list_attr(info, name, kind) -> list:
-    v = _attr(info, name)
-    if isinstance(v, np.ndarray):
-        v = v.tolist()
-    if not isinstance(v, (list, tuple)):
-        raise ApiError(ORT_FAIL, f"Attribute name and type don't match: {_cstr(name)!r}")
-    return [kind(x) for x in v]
+    _put_bytes(_attr(info, name, _STRING), out, size)
 
 
 @api("KernelInfoGetAttributeArray_float", P, C.c_char_p, P, PSZ)
 def _attr_floats(info, name, out, size):
-    _put_array(_list_attr(info, name, float), C.c_float, out, size)
+    _put_array(_attr(info, name, _FLOATS), C.c_float, out, size)
 
 
 @api("KernelInfoGetAttributeArray_int64", P, C.c_char_p, P, PSZ)
 def _attr_ints(info, name, out, size):
-    _put_array(_list_attr(info, name, int), C.c_int64, out, size)
+    _put_array(_attr(info, name, _INTS), C.c_int64, out, size)
 
 
 @api("KernelInfoGetAttribute_tensor", P, C.c_char_p, P, PP)
 def _attr_tensor(info, name, allocator, out):
-    v = _attr(info, name)
-    if not isinstance(v, np.ndarray):
-        raise ApiError(ORT_FAIL, f"Attribute name and type don't match: {_cstr(name)!r}")
+    v = _attr(info, name, _TENSOR)
     arr = np.array(v, dtype=object if v.dtype.kind in "OUS" else v.dtype, copy=True)
     out[0] = new_handle(Value(arr, element_type(arr.dtype)))
 
