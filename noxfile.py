@@ -494,7 +494,8 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", ".", *session.posargs)
 
 
-DOCS_TOOLS = ("mkdocs>=1.6", "mkdocstrings[python]>=0.26", "pymdown-extensions>=10")
+DOCS_TOOLS = ("mkdocs>=1.6", "mkdocstrings[python]>=0.26", "pymdown-extensions>=10",
+              "onnxruntime-extensions")  # the onnxruntime custom-op library examples run
 
 
 @disposable_session(python=CI_PYTHON)

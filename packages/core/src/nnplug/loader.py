@@ -185,11 +185,13 @@ def _custom_shape_inference(model, nodes, values, custom_ops) -> dict[str, Value
         if op is None:
             continue
         ins = [values.get(x) for x in node.inputs if x]
-        if any(v is None or v.shape is None for v in ins):
+        types_only = getattr(op, "infers_types_only", False)
+        if not types_only and any(v is None or v.shape is None for v in ins):
             continue  # unknown input shapes: leave the outputs to run time
         try:
-            shapes, dtypes = op.shape_infer(node, [list(v.shape) for v in ins],
-                                            [v.dtype for v in ins])
+            shapes, dtypes = op.shape_infer(
+                node, [None if v is None or v.shape is None else list(v.shape) for v in ins],
+                [None if v is None else v.dtype for v in ins])
         except Exception as e:
             raise CustomOpError(
                 f"custom op {node.op_type!r} failed in shape_infer() on node {node.name!r}: "
@@ -207,8 +209,13 @@ def _custom_shape_inference(model, nodes, values, custom_ops) -> dict[str, Value
                     f"custom op {node.op_type!r} ({custom_ops[node.op_type].source}) "
                     f"shape_infer() on node {node.name!r} gave output {name!r} {why}; fix "
                     f"the op's shape_infer (or the shape the model declares)")
-            elem = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
-            vi = onnx.helper.make_tensor_value_info(name, elem, list(shape))
+            if not name or (shape is None and (dtype is None or (
+                    values.get(name) is not None and values[name].dtype is not None))):
+                continue  # nothing more known before run time (an onnxruntime library's op)
+            elem = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype)) \
+                if dtype is not None else 0
+            vi = onnx.helper.make_tensor_value_info(
+                name, elem, list(shape) if shape is not None else None)
             model.graph.value_info.append(vi)
             values[name] = value_info(vi)
         _check_downstream(model, node, custom_ops, values)

@@ -226,7 +226,8 @@ class Runtime:
         return op
 
     def register_custom_ops_library(self, path) -> list[CustomOp]:
-        """Load a native custom-op library (``nnplug/custom_op.h``) and register its ops.
+        """Load a native custom-op library (``nnplug/custom_op.h``, or one built for
+        onnxruntime's custom-op C API: ``RegisterCustomOps``) and register its ops.
 
         All or none: a library whose op type is already registered is refused. Raises
         ``nnplug.PluginError`` (with ``stage``, ``reason``, ``fix``) when it cannot be loaded."""

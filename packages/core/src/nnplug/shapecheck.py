@@ -31,7 +31,7 @@ def mismatch(shape, dtype, declared: ValueInfo | None,
         return None
     if dtype is not None and declared.dtype is not None and np.dtype(dtype) != declared.dtype:
         return f"dtype {np.dtype(dtype)} where the model has {declared.dtype}"
-    if declared.shape is None:
+    if declared.shape is None or shape is None:
         return None
     shape = tuple(d if isinstance(d, (str, type(None))) else int(d) for d in shape)
     want = declared.shape

@@ -205,8 +205,10 @@ class OpLibrary:
         self.impls: list[OpImpl] = []
 
 
-def load_op_library(path) -> list[NativeCustomOp]:
-    """Load the custom-op library at ``path``: one NativeCustomOp per op type it exports.
+def load_op_library(path) -> list[CustomOp]:
+    """Load the custom-op library at ``path``: one NativeCustomOp per op type it exports (or,
+    for a library built for onnxruntime's custom-op C API, one ``OrtLibraryOp`` per op type
+    its ``RegisterCustomOps`` adds: see ``nnplug.onnxruntime._custom_op_library``).
 
     Raises :class:`nnplug.native.loader.LibraryLoadError` (``stage``, ``reason``, ``fix``)."""
     path = check_library_file(path, "op library")
@@ -217,6 +219,10 @@ def load_op_library(path) -> list[NativeCustomOp]:
         text = str(e)
         fix = _dlopen_fix(text).replace("backends folder", "custom-op folder")
         raise LibraryLoadError(path, "not loadable", text, fix) from None
+    from ..onnxruntime import _custom_op_library as ort_library
+
+    if not _exports(cdll, ENTRY_SYMBOL) and ort_library.has_entry(cdll):
+        return ort_library.load_ort_library(path, cdll)  # built for onnxruntime's C API
     try:
         lib = _check_library(path, cdll)
     except BaseException:
@@ -228,6 +234,14 @@ def load_op_library(path) -> list[NativeCustomOp]:
     ops = [NativeCustomOp(t, impls, lib) for t, impls in by_type.items()]
     log.debug("loaded op library %s: %s", path, ", ".join(op.describe() for op in ops))
     return ops
+
+
+def _exports(cdll, symbol: str) -> bool:
+    try:
+        getattr(cdll, symbol)
+        return True
+    except AttributeError:
+        return False
 
 
 def _check_library(path: str, cdll) -> OpLibrary:

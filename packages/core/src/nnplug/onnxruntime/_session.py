@@ -66,8 +66,10 @@ class SessionOptions(base.SessionOptions):
             raise OrtRuntimeError(str(e)) from None
 
     def register_custom_ops_library(self, library_path: str) -> None:
-        """An nnplug custom-op library (``nnplug/custom_op.h``; onnxruntime's custom-op ABI
-        is not nnplug's), registered on the session's Runtime when it loads."""
+        """A custom-op library, registered on the session's Runtime when it loads: one built
+        for onnxruntime's custom-op C API (``RegisterCustomOps``, e.g.
+        ``onnxruntime_extensions.get_library_path()``) or for nnplug's
+        (``nnplug/custom_op.h``). See docs/custom-ops.md."""
         if not os.path.isfile(library_path):
             raise OrtRuntimeError(f"custom op library {library_path!r} does not exist")
         self._op_libraries.append(os.fspath(library_path))
