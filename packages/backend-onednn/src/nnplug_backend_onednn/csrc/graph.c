@@ -1088,9 +1088,11 @@ int ox_graph_shapes(const ox_graph *g, const nnp_tensor *in, int nin, int64_t *d
         case OP_CONV:
         case OP_POOL:
             y[1] = op->kind == OP_CONV ? op->oc : x[1];
+            /* as onnxruntime ("Only N can be zero"): an empty channel or plane has no pooled value */
+            if (op->kind == OP_POOL && (x[1] == 0 || x[2] == 0 || x[3] == 0))
+                return ox_fail(e, "node '%s' (%s): an input dimension other than the batch has size 0; a pool of it has no value",
+                               op->name, op->op_type);
             for (int i = 0; i < 2; i++) {
-                if (op->global && x[2 + i] == 0)
-                    return ox_fail(e, "node '%s' (%s): global pooling of an empty plane has no value", op->name, op->op_type);
                 y[2 + i] = op->global ? 1 : yv->dims[2 + i] > 0 ? yv->dims[2 + i] : window_out(op, i, x[2 + i]);
                 /* an empty plane with SAME padding gives an empty one */
                 if (y[2 + i] < 1 && !(y[2 + i] == 0 && x[2 + i] == 0))
