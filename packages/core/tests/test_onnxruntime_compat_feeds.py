@@ -6,20 +6,12 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from numpy_backend import NumpyBackend, make_runtime
 from onnx import TensorProto as T
 from onnx import helper as h
 
 import nnplug
 
 ort = pytest.importorskip("onnxruntime")
-
-
-@pytest.fixture
-def rt():
-    r = make_runtime(NumpyBackend())
-    yield r
-    r.close()
 
 
 def _model(nodes, inputs, outputs, inits=(), opset=17):

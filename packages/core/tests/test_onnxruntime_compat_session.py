@@ -9,7 +9,6 @@ import os
 import numpy as np
 import onnx
 import pytest
-from numpy_backend import NumpyBackend, make_runtime
 from onnx import TensorProto as T
 from onnx import helper as h
 
@@ -18,13 +17,6 @@ import nnplug.onnxruntime as nort
 from nnplug.onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument
 
 ort = pytest.importorskip("onnxruntime")
-
-
-@pytest.fixture
-def rt():
-    r = make_runtime(NumpyBackend())
-    yield r
-    r.close()
 
 
 def matmul_model(batch="N", ir=8, meta=None):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from numpy_backend import NumpyBackend, make_runtime
 from onnx import TensorProto as T
 from onnx import helper as h
 
@@ -15,13 +14,6 @@ from nnplug.onnxruntime.capi import _pybind_state as C
 ort = pytest.importorskip("onnxruntime")
 
 X = np.array([[1, 2], [3, 4], [5, 6]], np.float32)
-
-
-@pytest.fixture
-def rt():
-    r = make_runtime(NumpyBackend())
-    yield r
-    r.close()
 
 
 def relu_model():

@@ -21,13 +21,6 @@ from nnplug import profiling
 ort = pytest.importorskip("onnxruntime")
 
 
-@pytest.fixture
-def rt():
-    r = make_runtime(NumpyBackend())
-    yield r
-    r.close()
-
-
 def chain(depth=4, batch="N", seed=0, meta=True) -> onnx.ModelProto:
     """x[N,8] -> (MatMul w_i -> Add b_i -> Relu) x depth -> y[N,8], random weights."""
     rng = np.random.default_rng(seed)
