@@ -97,7 +97,7 @@ def test_mappings_that_name_no_such_input_or_output_are_refused():
 
 def test_a_backend_missing_on_the_worker_is_nnplugs_error_saying_where():
     with pytest.raises(nnplug.UnsupportedNodeError,
-                       match=r"backend 'nosuch' is not available \(installed: .*\) \(on .*, pid "):
+                       match=r"backend 'nosuch' is not available \(installed: .*\);.* \(on .*, pid "):
         Predictor(mlp(), backends=["nosuch"])
     with pytest.raises(nnplug.ModelError, match="does not exist"):
         Predictor("/no/such/model.onnx")
