@@ -43,7 +43,7 @@ def test_generated_native_package_builds_in_an_isolated_build(native_pkg, tmp_pa
     (wheel,) = tmp_path.glob("*.whl")
     assert "-py3-none-manylinux_2_" in wheel.name, wheel.name
     names = zipfile.ZipFile(wheel).namelist()
-    assert "nnplug_backend_isobuild/libnnplug_isobuild.so" in names, names
+    assert "nnplug_backend_isobuild/libnnplug_backend_isobuild.so" in names, names
     assert not [n for n in names if n.endswith((".c", ".h"))], names
 
 
@@ -51,7 +51,7 @@ def test_missing_compiler_fails_the_build_naming_the_reason(native_pkg, tmp_path
     proc = pip_wheel(native_pkg, tmp_path, CC="/nonexistent/cc")
     assert proc.returncode != 0
     text = proc.stdout + proc.stderr
-    assert "cannot build libnnplug_isobuild.so" in text and "no C compiler" in text, text[-3000:]
+    assert "cannot build libnnplug_backend_isobuild.so" in text and "no C compiler" in text, text[-3000:]
     assert "NNPLUG_ALLOW_NO_NATIVE=1" in text
     assert not list(tmp_path.glob("*.whl"))
 
@@ -71,4 +71,4 @@ def test_a_compile_error_fails_the_build_with_the_compiler_output(native_pkg, tm
     src.write_text(src.read_text() + "\nthis is not C;\n")
     proc = pip_wheel(broken, tmp_path / "out")
     assert proc.returncode != 0
-    assert "cannot build libnnplug_isobuild.so" in proc.stdout + proc.stderr
+    assert "cannot build libnnplug_backend_isobuild.so" in proc.stdout + proc.stderr

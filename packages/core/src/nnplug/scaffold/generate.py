@@ -71,7 +71,7 @@ class Spec:
             "CLASS": self.class_name,
             "NNPLUG_REQUIREMENT": f"nnplug>={major}.{minor}",
             "BUILD_HOOK_REQUIREMENT": BUILD_HOOK_REQUIREMENT,
-            "LIBRARY": f"libnnplug_{self.short}.so",
+            "LIBRARY": f"libnnplug_backend_{self.short}.so",
             # custom-op folders load only files named libnnplug_op_*.so
             "OP_LIBRARY": f"libnnplug_op_{self.short}.so",
         }
