@@ -506,11 +506,33 @@ def _compiler_file(name: str) -> str:
                           capture_output=True, text=True, check=True).stdout.strip()
 
 
+CLANG_FORMAT = "clang-format==23.1.5"
+"""The formatter of the C code, from its PyPI wheel; pinned: another release formats
+differently, and the check would fail on code nobody changed."""
+_C_SUFFIXES = (".c", ".h", ".c.tmpl")
+
+
+def c_sources() -> list[str]:
+    """The C sources and headers under packages/ (the scaffold's C templates too), build
+    outputs left out; paths relative to the root."""
+    found = []
+    for root, dirs, files in os.walk(os.path.join(ROOT, "packages")):
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith(".")
+                         and not d.endswith(".egg-info"))
+        found += [os.path.relpath(os.path.join(root, f), ROOT) for f in sorted(files)
+                  if f.endswith(_C_SUFFIXES)]
+    return found
+
+
 @disposable_session(python=CI_PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff over the whole repository (config in the root pyproject.toml)."""
-    session.install("ruff")
+    """ruff over the whole repository (config in the root pyproject.toml), then clang-format
+    over the C code (config in the root .clang-format): a file it would change fails, and
+    ``clang-format -i FILE`` fixes it. Arguments go to ruff."""
+    session.install("ruff", CLANG_FORMAT)
     session.run("ruff", "check", ".", *session.posargs)
+    with session.chdir(ROOT):
+        session.run("clang-format", "--dry-run", "--Werror", *c_sources())
 
 
 DOCS_TOOLS = ("mkdocs>=1.6", "mkdocstrings[python]>=0.26", "pymdown-extensions>=10")
