@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "argmax_cl.h" /* generated from argmax.cl by hatch_build.py */
+#include "argmax_cl.h" /* generated from argmax.cl by the build hook (embed) */
 
 #define MIN_PARALLEL_ELEMS (1 << 16)
 #define MAX_THREADS 64

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "softmax_cl.h" /* generated from softmax.cl by hatch_build.py */
+#include "softmax_cl.h" /* generated from softmax.cl by the build hook (embed) */
 
 #define LANES 8
 #define MIN_PARALLEL_ELEMS (1 << 16) /* below this, threads cost more than they save */
