@@ -40,7 +40,10 @@ CI_PYTHON = "3.11"
 CORE = "core"
 DIST_CACHE = os.path.join(ROOT, ".nox", "_dist")
 CORE_INCLUDE = os.path.join(ROOT, "packages", CORE, "src", "nnplug", "include")
-NATIVE_BUILD = os.path.join(ROOT, "packages", CORE, "src", "nnplug", "native_build.py")
+BUILD_HOOK = "build-hook"
+"""nnplug-build-hook, the hatchling hook native packages build with: not a plugin, and not on
+PyPI, so the builds here find it through PIP_FIND_LINKS (see build())."""
+BUILD_HOOK_DIST = "nnplug-build-hook"
 BUILDER = os.path.join(ROOT, ".nox", "_builder")
 
 SANITIZE_CFLAGS = ("-fsanitize=address,undefined -fno-sanitize-recover=undefined "
@@ -109,10 +112,21 @@ class Package:
         self.tests = os.path.join(self.path, "tests")
 
     @property
-    def project(self) -> dict:
-        """The ``[project]`` table, read afresh: a long nox run sees edits made meanwhile."""
+    def pyproject(self) -> dict:
+        """``pyproject.toml``, read afresh: a long nox run sees edits made meanwhile."""
         with open(os.path.join(self.path, "pyproject.toml"), "rb") as f:
-            return tomllib.load(f).get("project", {})
+            return tomllib.load(f)
+
+    @property
+    def project(self) -> dict:
+        return self.pyproject.get("project", {})
+
+    @property
+    def uses_build_hook(self) -> bool:
+        """Whether the package builds native code with nnplug-build-hook (names it in
+        ``[build-system] requires``)."""
+        requires = self.pyproject.get("build-system", {}).get("requires", [])
+        return BUILD_HOOK_DIST in {_requirement_name(r) for r in requires}
 
     @property
     def extras(self) -> dict[str, list[str]]:
@@ -148,7 +162,7 @@ def _discover() -> dict[str, Package]:
 
 
 PACKAGES = _discover()
-PLUGINS = [name for name in PACKAGES if name != CORE]
+PLUGINS = [name for name in PACKAGES if name not in (CORE, BUILD_HOOK)]
 
 
 def _normalize(name: str) -> str:
@@ -174,12 +188,11 @@ _SKIP_SUFFIXES = (".pyc", ".pyo", ".so", ".o")
 
 
 def _source_digest(pkg: Package, env: dict[str, str]) -> str:
-    """A hash of what goes into the build: the package's files, the core's C headers and
-    native build hook (native plugins compile with them) and the build flags."""
+    """A hash of what goes into the build: the package's files, the core's C headers and, for
+    native packages, the build hook they compile with, and the build flags."""
     h = hashlib.sha256()
-    with open(NATIVE_BUILD, "rb") as f:  # the build hook every native package runs
-        h.update(hashlib.sha256(f.read()).digest())
-    for top in (pkg.path, CORE_INCLUDE):
+    hook = [os.path.join(PACKAGES[BUILD_HOOK].path, "src")] if pkg.uses_build_hook else []
+    for top in (pkg.path, CORE_INCLUDE, *hook):
         for root, dirs, files in os.walk(top):
             dirs[:] = sorted(d for d in dirs
                              if d not in _SKIP_DIRS and not d.endswith(".egg-info"))
@@ -234,7 +247,13 @@ def build(session: nox.Session, pkg: Package, flags: dict[str, str] | None = Non
     env.setdefault("NNPLUG_CFLAGS", os.environ.get("NNPLUG_CFLAGS", ""))
     env.setdefault("NNPLUG_LDFLAGS", os.environ.get("NNPLUG_LDFLAGS", ""))
     # No NNPLUG_INCLUDE: the wheel is built from the unpacked sdist, which must carry nnplug's
-    # headers itself (nnplug/native_build.py ships them), as it does for pip users.
+    # headers itself (the build hook ships them), as it does for pip users.
+    if pkg.uses_build_hook:
+        # The isolated build environments install the hook from its wheel, built here: it is
+        # not on PyPI. Appended, so the machine's own find-links still count.
+        hook = build(session, PACKAGES[BUILD_HOOK])
+        links = [os.environ.get("PIP_FIND_LINKS", ""), os.path.dirname(hook.wheel)]
+        env["PIP_FIND_LINKS"] = " ".join(link for link in links if link)
     try:
         session.run(python, "-m", "build", "--outdir", tmp, pkg.path, env=env, external=True)
         wheels = glob.glob(os.path.join(tmp, "*.whl"))
@@ -356,7 +375,8 @@ def isolation(session: nox.Session, plugin: str) -> None:
 def wheels(session: nox.Session) -> None:
     """sdist and wheel of every package, contents checked, all installed together, demo runs.
 
-    Each wheel is built from its sdist with nothing but the sdist (no NNPLUG_INCLUDE); checked:
+    Each wheel is built from its sdist with nothing but the sdist and, for native packages, the
+    build hook's wheel (no NNPLUG_INCLUDE); checked:
     manylinux tag confirmed by auditwheel, no C sources, LICENSE in both. The smoke inference (``nnplug demo --backend cpu``) runs from the installed wheels alone."""
     session.install("auditwheel")
     for pkg in PACKAGES.values():
@@ -381,7 +401,7 @@ def _check_dists(session: nox.Session, pkg: Package, dists: Dists) -> None:
         problems.append(f"no {pkg.module}/__init__.py inside")
     if any(n.startswith(("tests/", "src/")) for n in names):
         problems.append("tests/ or src/ copied into the wheel")
-    if pkg.has_c and os.path.exists(os.path.join(pkg.path, "hatch_build.py")):
+    if pkg.uses_build_hook:
         if not libs:
             problems.append("the package has C sources but the wheel has no shared object")
         if tag[2] == "any":
@@ -405,10 +425,9 @@ def _check_dists(session: nox.Session, pkg: Package, dists: Dists) -> None:
     for needed in ("pyproject.toml", "README.md", "LICENSE"):
         if needed not in members:
             problems.append(f"sdist lacks {needed}")
-    if libs:  # the sdist alone builds the library: headers and the build hook inside
-        for needed in ("include/nnplug/common.h", "_nnplug_build/native_build.py"):
-            if needed not in members:
-                problems.append(f"sdist lacks {needed}")
+    if libs:  # the sdist builds the library with the build hook alone: headers inside
+        if "include/nnplug/common.h" not in members:
+            problems.append("sdist lacks include/nnplug/common.h")
         problems += _auditwheel_problems(session, dists.wheel, tag[2])
     if problems:
         session.error(f"{pkg.dist}: " + "; ".join(problems))
@@ -438,7 +457,7 @@ def sanitize(session: nox.Session) -> None:
     native = [p for p in PACKAGES.values() if p.has_c]
     if not native:
         session.skip("no package has C sources yet")
-    install_wheels(session, list(PACKAGES.values()), flags=flags,
+    install_wheels(session, [p for p in PACKAGES.values() if p.folder != BUILD_HOOK], flags=flags,
                    extras={p.folder: "test" for p in native}, also=TEST_TOOLS)
     site = session.run("python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])",
                        silent=True).strip()
@@ -487,11 +506,33 @@ def _compiler_file(name: str) -> str:
                           capture_output=True, text=True, check=True).stdout.strip()
 
 
+CLANG_FORMAT = "clang-format==23.1.5"
+"""The formatter of the C code, from its PyPI wheel; pinned: another release formats
+differently, and the check would fail on code nobody changed."""
+_C_SUFFIXES = (".c", ".h", ".c.tmpl")
+
+
+def c_sources() -> list[str]:
+    """The C sources and headers under packages/ (the scaffold's C templates too), build
+    outputs left out; paths relative to the root."""
+    found = []
+    for root, dirs, files in os.walk(os.path.join(ROOT, "packages")):
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith(".")
+                         and not d.endswith(".egg-info"))
+        found += [os.path.relpath(os.path.join(root, f), ROOT) for f in sorted(files)
+                  if f.endswith(_C_SUFFIXES)]
+    return found
+
+
 @disposable_session(python=CI_PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff over the whole repository (config in the root pyproject.toml)."""
-    session.install("ruff")
+    """ruff over the whole repository (config in the root pyproject.toml), then clang-format
+    over the C code (config in the root .clang-format): a file it would change fails, and
+    ``clang-format -i FILE`` fixes it. Arguments go to ruff."""
+    session.install("ruff", CLANG_FORMAT)
     session.run("ruff", "check", ".", *session.posargs)
+    with session.chdir(ROOT):
+        session.run("clang-format", "--dry-run", "--Werror", *c_sources())
 
 
 DOCS_TOOLS = ("mkdocs>=1.6", "mkdocstrings[python]>=0.26", "pymdown-extensions>=10",

@@ -41,7 +41,7 @@ def test_authoring_summary_example_is_what_the_suite_prints(tmp_path, monkeypatc
     pkg = tmp_path / "nnplug-backend-mynpu"
     generate(Spec("backend-native", "mynpu", str(pkg)))
     src = pkg / "src" / "nnplug_backend_mynpu"
-    lib = src / "libnnplug_mynpu.so"  # where the editable install builds it
+    lib = src / "libnnplug_backend_mynpu.so"  # where the editable install builds it
     subprocess.run([shutil.which("cc"), "-O2", "-std=c11", "-fPIC", "-shared",
                     "-fvisibility=hidden", f"-I{nnplug.get_include()}", str(src / "csrc" / "backend.c"),
                     "-o", str(lib), "-lm"], check=True, capture_output=True, text=True)

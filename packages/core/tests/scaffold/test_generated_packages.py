@@ -18,9 +18,9 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def venv(tmp_path_factory):
+def venv(tmp_path_factory, build_hook_wheelhouse):
     """A venv that sees the packages of the environment running the tests (nnplug under
-    test, numpy, onnx, pytest). ``--system-site-packages`` would not do: it shows the base
+    test, numpy, onnx, pytest), with hatchling and nnplug's build hook for the builds. ``--system-site-packages`` would not do: it shows the base
     interpreter's packages, not those of a venv (such as nox's) the tests run in."""
     root = tmp_path_factory.mktemp("venv")
     subprocess.run([sys.executable, "-m", "venv", str(root)], check=True)
@@ -32,8 +32,9 @@ def venv(tmp_path_factory):
     # installs, are processed too.
     with open(os.path.join(site_dir, "_nnplug_tests_parent.pth"), "w") as f:
         f.write("".join(f"import site; site.addsitedir({d!r})\n" for d in sorted(here)))
-    # --no-build-isolation below builds with this venv's own hatchling.
-    subprocess.run([python, "-m", "pip", "install", "-q", "hatchling", "editables"], check=True)
+    # --no-build-isolation below builds with this venv's own hatchling and build hook.
+    subprocess.run([python, "-m", "pip", "install", "-q", "--find-links", build_hook_wheelhouse,
+                    "hatchling", "editables", "nnplug-build-hook"], check=True)
     return python
 
 
@@ -77,16 +78,18 @@ needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler"
 
 
 @needs_cc
-def test_generated_native_op_installs_from_its_sdist_in_an_isolated_build(tmp_path, venv):
+def test_generated_native_op_installs_from_its_sdist_in_an_isolated_build(tmp_path, venv,
+                                                                          build_hook_find_links):
     pkg = tmp_path / "pkg"
     generate(Spec("op-native", "SdistOp", str(pkg)))
     sdist = _sdist(venv, pkg, tmp_path / "dist")
-    # pip's default: an isolated build environment with hatchling from the index, no nnplug;
-    # the sdist carries nnplug's headers and build hook
+    # pip's default: an isolated build environment with hatchling from the index and the build
+    # hook from its wheel, no nnplug; the sdist carries nnplug's headers
     env_free = {k: v for k, v in os.environ.items() if k not in ("NNPLUG_INCLUDE",)}
     proc = subprocess.run([venv, "-m", "pip", "install", "--no-deps", "--force-reinstall", sdist],
                           capture_output=True, text=True, timeout=600,
-                          env={**env_free, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+                          env={**env_free, "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+                               "PIP_FIND_LINKS": build_hook_find_links})
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     info = _run([venv, "-m", "nnplug", "info"], tmp_path)
     assert "SdistOp " in info, info

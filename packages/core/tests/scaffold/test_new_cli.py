@@ -58,11 +58,12 @@ def test_usage_without_arguments(capsys):
 @pytest.mark.parametrize("kind, name, expected", [
     ("backend-python", "mine", ["pyproject.toml", "README.md", "src/nnplug_backend_mine/backend.py",
                                 "tests/test_backend.py", "tests/test_conformance.py"]),
-    ("backend-native", "my_npu", ["hatch_build.py", "src/nnplug_backend_my_npu/csrc/backend.c",
+    ("backend-native", "my_npu", ["include/nnplug/backend.h",
+                                  "src/nnplug_backend_my_npu/csrc/backend.c",
                                   "src/nnplug_backend_my_npu/__init__.py", "tests/test_backend.py"]),
     ("op", "MySwish", ["src/nnplug_ops_myswish/op.py", "tests/test_op.py",
                        "tests/test_conformance.py"]),
-    ("op-native", "MyCOp", ["hatch_build.py", "src/nnplug_ops_mycop/csrc/op.c",
+    ("op-native", "MyCOp", ["include/nnplug/custom_op.h", "src/nnplug_ops_mycop/csrc/op.c",
                             "src/nnplug_ops_mycop/reference.py", "tests/test_op.py",
                             "tests/conftest.py"]),
 ])
@@ -90,9 +91,8 @@ def test_generated_python_is_valid(tmp_path):
 def test_options_may_follow_the_folder(tmp_path):
     # the form docs/cli.md shows: NAME, then the option, then DIR
     assert main(["new", "backend", "late", "--native", str(tmp_path / "b")]) == 0
-    assert (tmp_path / "b" / "hatch_build.py").is_file()
     assert (tmp_path / "b" / "include" / "nnplug" / "backend.h").is_file()
-    assert (tmp_path / "b" / "_nnplug_build" / "native_build.py").is_file()
+    assert "[tool.hatch.build.hooks.nnplug-native]" in (tmp_path / "b" / "pyproject.toml").read_text()
 
 
 def test_language_given_as_the_name_is_refused_with_the_option_to_use(tmp_path, capsys):
@@ -107,11 +107,13 @@ def test_native_op_is_a_c_package_with_the_build_hook_and_headers(tmp_path, caps
     out = capsys.readouterr().out
     assert "native custom op 'MyOp'" in out and "pip install -e ." in out
     root = tmp_path / "o"
-    for f in ("hatch_build.py", "_nnplug_build/native_build.py", "include/nnplug/custom_op.h",
+    for f in ("include/nnplug/custom_op.h",
               "src/nnplug_ops_myop/csrc/op.c", "src/nnplug_ops_myop/reference.py",
               "tests/test_op.py", "tests/test_conformance.py", "tests/conftest.py"):
         assert (root / f).is_file(), f
+    assert not list(root.glob("*.py")), "no build hook loader: the hook is a build requirement"
     pyproject = (root / "pyproject.toml").read_text()
+    assert '"nnplug-build-hook>=0.1"' in pyproject
     assert 'library = "libnnplug_op_myop.so"' in pyproject  # the name op folders load
     assert '"MyOp"' in (root / "src/nnplug_ops_myop/csrc/op.c").read_text()
 

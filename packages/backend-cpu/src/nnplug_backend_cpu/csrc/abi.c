@@ -30,11 +30,15 @@ static nnp_status set_error(nnp_status st, const char *fmt, ...)
 
 static nnp_status from_err(const nnc_err *e, nnp_status fallback)
 {
-    snprintf(t_error, sizeof t_error, "%s", e->msg[0] ? e->msg : "unknown error in the cpu backend");
+    snprintf(t_error, sizeof t_error, "%s",
+             e->msg[0] ? e->msg : "unknown error in the cpu backend");
     return e->unsupported ? NNP_STATUS_UNSUPPORTED : fallback;
 }
 
-static const char *last_error(void) { return t_error; }
+static const char *last_error(void)
+{
+    return t_error;
+}
 
 /* ---- conversions --------------------------------------------------------------------- */
 
@@ -43,9 +47,24 @@ static int dt_from(nnp_dtype t)
     if (t.code == 0 && t.bits == 0) return DT_UNDEF;
     if (t.lanes > 1) return -1;
     switch (t.code) {
-    case NNP_DTYPE_FLOAT: return t.bits == 32 ? DT_F32 : t.bits == 64 ? DT_F64 : t.bits == 16 ? DT_F16 : -1;
-    case NNP_DTYPE_INT: return t.bits == 8 ? DT_I8 : t.bits == 16 ? DT_I16 : t.bits == 32 ? DT_I32 : t.bits == 64 ? DT_I64 : t.bits == 4 ? DT_I4 : t.bits == 2 ? DT_I2 : -1;
-    case NNP_DTYPE_UINT: return t.bits == 8 ? DT_U8 : t.bits == 16 ? DT_U16 : t.bits == 32 ? DT_U32 : t.bits == 64 ? DT_U64 : t.bits == 4 ? DT_U4 : t.bits == 2 ? DT_U2 : -1;
+    case NNP_DTYPE_FLOAT:
+        return t.bits == 32 ? DT_F32 : t.bits == 64 ? DT_F64 : t.bits == 16 ? DT_F16 : -1;
+    case NNP_DTYPE_INT:
+        return t.bits == 8    ? DT_I8
+               : t.bits == 16 ? DT_I16
+               : t.bits == 32 ? DT_I32
+               : t.bits == 64 ? DT_I64
+               : t.bits == 4  ? DT_I4
+               : t.bits == 2  ? DT_I2
+                              : -1;
+    case NNP_DTYPE_UINT:
+        return t.bits == 8    ? DT_U8
+               : t.bits == 16 ? DT_U16
+               : t.bits == 32 ? DT_U32
+               : t.bits == 64 ? DT_U64
+               : t.bits == 4  ? DT_U4
+               : t.bits == 2  ? DT_U2
+                              : -1;
     case NNP_DTYPE_BOOL: return t.bits == 8 ? DT_BOOL : -1;
     case NNP_DTYPE_BFLOAT: return t.bits == 16 ? DT_BF16 : -1;
     case NNP_DTYPE_FLOAT8_E4M3FN: return t.bits == 8 ? DT_F8E4M3FN : -1;
@@ -77,25 +96,35 @@ static int conv_value(const nnp_value_desc *s, nnc_desc_value *d, const char *no
 {
     memset(d, 0, sizeof *d);
     d->name = s->name ? s->name : "";
-    if (!d->name[0]) { d->info.ndim = 0; return NNC_OK; }
+    if (!d->name[0]) {
+        d->info.ndim = 0;
+        return NNC_OK;
+    }
     int dt = dt_from(s->dtype);
     if (dt < 0 || (dt != DT_UNDEF && !nnc_dtsize(dt))) {
         e->unsupported = 1;
-        return nnc_fail(e, "node '%s': value '%s' has an element type the cpu backend does not support", node, d->name);
+        return nnc_fail(
+            e, "node '%s': value '%s' has an element type the cpu backend does not support", node,
+            d->name);
     }
     d->info.dtype = dt;
     d->info.ndim = s->ndim;
     if (s->ndim > NNC_MAXDIM) {
         e->unsupported = 1;
-        return nnc_fail(e, "node '%s': value '%s' has rank %d; the cpu backend supports up to %d", node, d->name, s->ndim, NNC_MAXDIM);
+        return nnc_fail(e, "node '%s': value '%s' has rank %d; the cpu backend supports up to %d",
+                        node, d->name, s->ndim, NNC_MAXDIM);
     }
-    if (s->ndim > 0 && !s->shape) return nnc_fail(e, "node '%s': value '%s' has no shape array", node, d->name);
-    for (int i = 0; i < s->ndim && i < NNC_MAXDIM; i++) d->info.dims[i] = s->shape[i] < 0 ? -1 : s->shape[i];
+    if (s->ndim > 0 && !s->shape)
+        return nnc_fail(e, "node '%s': value '%s' has no shape array", node, d->name);
+    for (int i = 0; i < s->ndim && i < NNC_MAXDIM; i++)
+        d->info.dims[i] = s->shape[i] < 0 ? -1 : s->shape[i];
     if (s->const_data) {
         int64_t k = nnc_info_numel(&d->info);
         if (k < 0 || dt == DT_UNDEF || (uint64_t)k * nnc_dtsize(dt) != s->const_nbytes)
-            return nnc_fail(e, "node '%s': constant '%s' has %llu bytes, its shape and type need %lld", node, d->name,
-                            (unsigned long long)s->const_nbytes, (long long)(k < 0 ? -1 : k * (int64_t)nnc_dtsize(dt)));
+            return nnc_fail(e,
+                            "node '%s': constant '%s' has %llu bytes, its shape and type need %lld",
+                            node, d->name, (unsigned long long)s->const_nbytes,
+                            (long long)(k < 0 ? -1 : k * (int64_t)nnc_dtsize(dt)));
         d->info.const_data = s->const_data;
         d->const_nbytes = s->const_nbytes;
     }
@@ -109,15 +138,15 @@ static void conv_attr(const nnp_attr *s, nnc_attr *d)
     d->count = s->count;
     d->data = s->data;
     switch (s->type) {
-    case NNP_ATTR_FLOAT: case NNP_ATTR_FLOATS:
+    case NNP_ATTR_FLOAT:
+    case NNP_ATTR_FLOATS:
         d->kind = dt_from(s->dtype) == DT_F32 && (s->data || !s->count) ? s->type : AK_UNDEF;
         break;
-    case NNP_ATTR_INT: case NNP_ATTR_INTS:
+    case NNP_ATTR_INT:
+    case NNP_ATTR_INTS:
         d->kind = dt_from(s->dtype) == DT_I64 && (s->data || !s->count) ? s->type : AK_UNDEF;
         break;
-    case NNP_ATTR_STRING:
-        d->kind = s->data || !s->count ? AK_STRING : AK_UNDEF;
-        break;
+    case NNP_ATTR_STRING: d->kind = s->data || !s->count ? AK_STRING : AK_UNDEF; break;
     case NNP_ATTR_STRINGS: /* data: const char *const *, each terminated */
         d->kind = s->data || !s->count ? AK_STRINGS : AK_UNDEF;
         break;
@@ -128,8 +157,7 @@ static void conv_attr(const nnp_attr *s, nnc_attr *d)
         d->tndim = s->ndim;
         for (int i = 0; i < s->ndim && i < NNC_MAXDIM && s->shape; i++) d->tdims[i] = s->shape[i];
         break;
-    default:
-        d->kind = AK_UNDEF;
+    default: d->kind = AK_UNDEF;
     }
 }
 
@@ -140,7 +168,8 @@ static int build_descs(const nnp_node_desc *nodes, int32_t n, descs *d, nnc_err 
     size_t nv = 0, na = 0;
     for (int i = 0; i < n; i++) {
         if (nodes[i].num_inputs < 0 || nodes[i].num_outputs < 0 || nodes[i].num_attrs < 0 ||
-            (nodes[i].num_inputs && !nodes[i].inputs) || (nodes[i].num_outputs && !nodes[i].outputs) ||
+            (nodes[i].num_inputs && !nodes[i].inputs) ||
+            (nodes[i].num_outputs && !nodes[i].outputs) ||
             (nodes[i].num_attrs && !nodes[i].attrs) || !nodes[i].op_type)
             return nnc_fail(e, "node %d: malformed descriptor", i);
         nv += (size_t)nodes[i].num_inputs + (size_t)nodes[i].num_outputs;
@@ -172,17 +201,22 @@ static int build_descs(const nnp_node_desc *nodes, int32_t n, descs *d, nnc_err 
     return NNC_OK;
 }
 
-static int conv_tensors(const nnp_tensor *src, int32_t n, nnc_tensor *dst, const char *what, nnc_err *e)
+static int conv_tensors(const nnp_tensor *src, int32_t n, nnc_tensor *dst, const char *what,
+                        nnc_err *e)
 {
     if (n < 0 || (n && !src)) return nnc_fail(e, "%s: bad tensor list", what);
     for (int i = 0; i < n; i++) {
         const nnp_tensor *s = &src[i];
         nnc_tensor *d = &dst[i];
         memset(d, 0, sizeof *d);
-        if (s->ndim < 0 || s->ndim > NNC_MAXDIM) return nnc_fail(e, "%s %d has rank %d; at most %d is supported", what, i, s->ndim, NNC_MAXDIM);
+        if (s->ndim < 0 || s->ndim > NNC_MAXDIM)
+            return nnc_fail(e, "%s %d has rank %d; at most %d is supported", what, i, s->ndim,
+                            NNC_MAXDIM);
         if (s->ndim > 0 && !s->shape) return nnc_fail(e, "%s %d has no shape", what, i);
-        if (s->strides) return nnc_fail(e, "%s %d is strided; the cpu backend needs compact tensors", what, i);
-        if (s->data && s->device.device_type != NNP_DEVICE_CPU) return nnc_fail(e, "%s %d is not in host memory", what, i);
+        if (s->strides)
+            return nnc_fail(e, "%s %d is strided; the cpu backend needs compact tensors", what, i);
+        if (s->data && s->device.device_type != NNP_DEVICE_CPU)
+            return nnc_fail(e, "%s %d is not in host memory", what, i);
         int dt = dt_from(s->dtype);
         if (dt < 0) return nnc_fail(e, "%s %d has an unsupported element type", what, i);
         d->dtype = dt;
@@ -200,12 +234,16 @@ static int conv_tensors(const nnp_tensor *src, int32_t n, nnc_tensor *dst, const
 
 static nnp_status cpu_init(const nnp_init_options *o)
 {
-    if (o && o->struct_size >= offsetof(nnp_init_options, num_threads) + sizeof(int32_t) && o->num_threads > 0)
+    if (o && o->struct_size >= offsetof(nnp_init_options, num_threads) + sizeof(int32_t) &&
+        o->num_threads > 0)
         nnc_set_num_threads(o->num_threads);
     return NNP_OK;
 }
 
-static void cpu_shutdown(void) { nnc_threads_shutdown(); }
+static void cpu_shutdown(void)
+{
+    nnc_threads_shutdown();
+}
 
 static nnp_status cpu_set_num_threads(int32_t n)
 {
@@ -230,8 +268,8 @@ static int shape_rows(const nnc_tensor *const *ts, int count, int32_t *ndims, in
     return count;
 }
 
-static void report_node(void *user, const nnc_node *n, nnc_tensor *const *in, const nnc_tensor *outs,
-                        int64_t t0, int64_t t1)
+static void report_node(void *user, const nnc_node *n, nnc_tensor *const *in,
+                        const nnc_tensor *outs, int64_t t0, int64_t t1)
 {
     (void)user;
     int32_t in_nd[NNC_MAXIO], out_nd[NNC_MAXIO];
@@ -240,8 +278,9 @@ static void report_node(void *user, const nnc_node *n, nnc_tensor *const *in, co
     for (int j = 0; j < n->nout && j < NNC_MAXIO; j++) op[j] = n->out[j] >= 0 ? &outs[j] : NULL;
     int nin = shape_rows((const nnc_tensor *const *)in, n->nin, in_nd, in_sh);
     int nout = shape_rows(op, n->nout, out_nd, out_sh);
-    nnp_profile_event ev = {sizeof ev, n->name, n->op_type, n->nfused, n->fused_names, n->fused_types,
-                            t0, t1 - t0, nin, in_nd, in_sh, nout, out_nd, out_sh};
+    nnp_profile_event ev = {sizeof ev,      n->name, n->op_type, n->nfused, n->fused_names,
+                            n->fused_types, t0,      t1 - t0,    nin,       in_nd,
+                            in_sh,          nout,    out_nd,     out_sh};
     if (t_profile_hook) t_profile_hook(t_profile_user, &ev);
 }
 
@@ -255,7 +294,10 @@ static nnp_status cpu_set_profile_hook(nnp_profile_hook hook, void *user)
 
 /* ---- device API ---------------------------------------------------------------------- */
 
-static int is_host(nnp_device d) { return d.device_type == NNP_DEVICE_CPU && d.device_id == 0; }
+static int is_host(nnp_device d)
+{
+    return d.device_type == NNP_DEVICE_CPU && d.device_id == 0;
+}
 
 static int64_t meminfo(const char *key)
 {
@@ -265,7 +307,10 @@ static int64_t meminfo(const char *key)
     size_t kl = strlen(key);
     if (!f) return -1;
     while (fgets(line, sizeof line, f))
-        if (!strncmp(line, key, kl) && line[kl] == ':') { v = atoll(line + kl + 1) * 1024; break; }
+        if (!strncmp(line, key, kl) && line[kl] == ':') {
+            v = atoll(line + kl + 1) * 1024;
+            break;
+        }
     fclose(f);
     return v;
 }
@@ -273,7 +318,11 @@ static int64_t meminfo(const char *key)
 static nnp_status cpu_get_attr(nnp_device dev, int32_t kind, nnp_attr_value *out)
 {
     if (!out) return set_error(NNP_STATUS_INVALID_ARGUMENT, "get_attr: out is NULL");
-    if (kind == NNP_DEVICE_ATTR_EXIST) { out->type = NNP_ATTR_VALUE_INT; out->i = is_host(dev); return NNP_OK; }
+    if (kind == NNP_DEVICE_ATTR_EXIST) {
+        out->type = NNP_ATTR_VALUE_INT;
+        out->i = is_host(dev);
+        return NNP_OK;
+    }
     if (!is_host(dev)) return NNP_OK;
     switch (kind) {
     case NNP_DEVICE_ATTR_MULTI_PROCESSOR_COUNT:
@@ -307,34 +356,47 @@ static nnp_status cpu_get_attr(nnp_device dev, int32_t kind, nnp_attr_value *out
         break;
     case NNP_DEVICE_ATTR_L2_CACHE_SIZE_BYTES: {
         long v = sysconf(_SC_LEVEL2_CACHE_SIZE);
-        if (v > 0) { out->type = NNP_ATTR_VALUE_INT; out->i = v; }
+        if (v > 0) {
+            out->type = NNP_ATTR_VALUE_INT;
+            out->i = v;
+        }
         break;
     }
     case NNP_DEVICE_ATTR_TOTAL_GLOBAL_MEMORY:
     case NNP_DEVICE_ATTR_AVAILABLE_GLOBAL_MEMORY: {
-        int64_t v = meminfo(kind == NNP_DEVICE_ATTR_TOTAL_GLOBAL_MEMORY ? "MemTotal" : "MemAvailable");
-        if (v >= 0) { out->type = NNP_ATTR_VALUE_INT; out->i = v; }
+        int64_t v =
+            meminfo(kind == NNP_DEVICE_ATTR_TOTAL_GLOBAL_MEMORY ? "MemTotal" : "MemAvailable");
+        if (v >= 0) {
+            out->type = NNP_ATTR_VALUE_INT;
+            out->i = v;
+        }
         break;
     }
-    default:
-        break;
+    default: break;
     }
     return NNP_OK;
 }
 
-static nnp_status cpu_alloc(nnp_device dev, uint64_t nbytes, uint64_t alignment, nnp_dtype hint, void **out)
+static nnp_status cpu_alloc(nnp_device dev, uint64_t nbytes, uint64_t alignment, nnp_dtype hint,
+                            void **out)
 {
     (void)hint;
     if (!out) return set_error(NNP_STATUS_INVALID_ARGUMENT, "alloc_data_space: out is NULL");
     *out = NULL;
-    if (!is_host(dev)) return set_error(NNP_STATUS_INVALID_ARGUMENT, "alloc_data_space: device %d:%d is not the cpu", dev.device_type, dev.device_id);
+    if (!is_host(dev))
+        return set_error(NNP_STATUS_INVALID_ARGUMENT,
+                         "alloc_data_space: device %d:%d is not the cpu", dev.device_type,
+                         dev.device_id);
     if (nbytes == 0) return set_error(NNP_STATUS_INVALID_ARGUMENT, "alloc_data_space: nbytes is 0");
     if (alignment == 0 || (alignment & (alignment - 1)))
-        return set_error(NNP_STATUS_INVALID_ARGUMENT, "alloc_data_space: alignment %llu is not a power of two", (unsigned long long)alignment);
+        return set_error(NNP_STATUS_INVALID_ARGUMENT,
+                         "alloc_data_space: alignment %llu is not a power of two",
+                         (unsigned long long)alignment);
     if (alignment < 64) alignment = 64;
     void *p = NULL;
     if (posix_memalign(&p, (size_t)alignment, (size_t)nbytes) != 0 || !p)
-        return set_error(NNP_STATUS_OUT_OF_MEMORY, "alloc_data_space: cannot allocate %llu bytes", (unsigned long long)nbytes);
+        return set_error(NNP_STATUS_OUT_OF_MEMORY, "alloc_data_space: cannot allocate %llu bytes",
+                         (unsigned long long)nbytes);
     *out = p;
     return NNP_OK;
 }
@@ -349,11 +411,14 @@ static nnp_status cpu_free(nnp_device dev, void *h)
 static nnp_status cpu_copy(const void *from, uint64_t fo, void *to, uint64_t to_off, uint64_t n,
                            nnp_device df, nnp_device dt, int32_t kind, nnp_stream stream)
 {
-    (void)df; (void)dt; (void)stream;
+    (void)df;
+    (void)dt;
+    (void)stream;
     if (kind < NNP_COPY_HOST_TO_DEVICE || kind > NNP_COPY_DEVICE_TO_DEVICE)
         return set_error(NNP_STATUS_INVALID_ARGUMENT, "copy_data_from_to: unknown kind %d", kind);
     if (!n) return NNP_OK;
-    if (!from || !to) return set_error(NNP_STATUS_INVALID_ARGUMENT, "copy_data_from_to: NULL buffer");
+    if (!from || !to)
+        return set_error(NNP_STATUS_INVALID_ARGUMENT, "copy_data_from_to: NULL buffer");
     memmove((char *)to + to_off, (const char *)from + fo, (size_t)n);
     return NNP_OK;
 }
@@ -366,7 +431,10 @@ static nnp_status cpu_supports(const nnp_node_desc *node, int32_t *out)
     *out = 0;
     nnc_err e = {{0}, 0};
     descs d;
-    if (build_descs(node, 1, &d, &e)) { descs_free(&d); return NNP_OK; }
+    if (build_descs(node, 1, &d, &e)) {
+        descs_free(&d);
+        return NNP_OK;
+    }
     /* Inputs of unknown type (strings, sequences, optionals) are not ours. */
     for (int j = 0; j < d.nodes[0].nin; j++)
         if (d.nodes[0].in[j].name[0] && d.nodes[0].in[j].info.dtype == DT_UNDEF) {
@@ -384,10 +452,15 @@ static nnp_status cpu_supports(const nnp_node_desc *node, int32_t *out)
 
 static nnp_status cpu_fuse(const nnp_node_desc *nodes, int32_t n, int32_t *taken)
 {
-    if (!nodes || !taken || n < 1) return set_error(NNP_STATUS_INVALID_ARGUMENT, "fuse: bad arguments");
+    if (!nodes || !taken || n < 1)
+        return set_error(NNP_STATUS_INVALID_ARGUMENT, "fuse: bad arguments");
     nnc_err e = {{0}, 0};
     descs d;
-    if (build_descs(nodes, n, &d, &e)) { descs_free(&d); *taken = 1; return NNP_OK; }
+    if (build_descs(nodes, n, &d, &e)) {
+        descs_free(&d);
+        *taken = 1;
+        return NNP_OK;
+    }
     *taken = nnc_fuse_count(d.nodes, n);
     descs_free(&d);
     return NNP_OK;
@@ -395,14 +468,20 @@ static nnp_status cpu_fuse(const nnp_node_desc *nodes, int32_t n, int32_t *taken
 
 /* ---- kernels ------------------------------------------------------------------------- */
 
-static nnp_status cpu_kernel_create(const nnp_node_desc *nodes, int32_t n, nnp_device dev, nnp_kernel **out)
+static nnp_status cpu_kernel_create(const nnp_node_desc *nodes, int32_t n, nnp_device dev,
+                                    nnp_kernel **out)
 {
     if (!out) return set_error(NNP_STATUS_INVALID_ARGUMENT, "kernel_create: out is NULL");
     *out = NULL;
-    if (!is_host(dev)) return set_error(NNP_STATUS_INVALID_ARGUMENT, "kernel_create: device %d:%d is not the cpu", dev.device_type, dev.device_id);
+    if (!is_host(dev))
+        return set_error(NNP_STATUS_INVALID_ARGUMENT, "kernel_create: device %d:%d is not the cpu",
+                         dev.device_type, dev.device_id);
     nnc_err e = {{0}, 0};
     descs d;
-    if (build_descs(nodes, n, &d, &e)) { descs_free(&d); return from_err(&e, NNP_STATUS_INVALID_ARGUMENT); }
+    if (build_descs(nodes, n, &d, &e)) {
+        descs_free(&d);
+        return from_err(&e, NNP_STATUS_INVALID_ARGUMENT);
+    }
     nnc_plan *p = nnc_plan_build(d.nodes, n, 0, &e);
     descs_free(&d);
     if (!p) return from_err(&e, NNP_STATUS_INVALID_ARGUMENT);
@@ -441,11 +520,18 @@ static nnp_status cpu_output_shapes(const nnp_kernel *k, const nnp_tensor *input
     const nnc_plan *p = (const nnc_plan *)k;
     nnc_err e = {{0}, 0};
     tlist in, out;
-    if (!p || !ndims || !shapes || nin < 0) return set_error(NNP_STATUS_INVALID_ARGUMENT, "kernel_output_shapes: bad arguments");
-    if (nout != p->nkout) return set_error(NNP_STATUS_INVALID_ARGUMENT, "kernel_output_shapes: %d outputs, the kernel has %d", nout, p->nkout);
+    if (!p || !ndims || !shapes || nin < 0)
+        return set_error(NNP_STATUS_INVALID_ARGUMENT, "kernel_output_shapes: bad arguments");
+    if (nout != p->nkout)
+        return set_error(NNP_STATUS_INVALID_ARGUMENT,
+                         "kernel_output_shapes: %d outputs, the kernel has %d", nout, p->nkout);
     if (tlist_init(&in, nin, &e)) return from_err(&e, NNP_STATUS_OUT_OF_MEMORY);
-    if (tlist_init(&out, nout, &e)) { tlist_free(&in); return from_err(&e, NNP_STATUS_OUT_OF_MEMORY); }
-    int rc = conv_tensors(inputs, nin, in.t, "input", &e) || nnc_plan_output_shapes(p, in.t, nin, out.t, &e);
+    if (tlist_init(&out, nout, &e)) {
+        tlist_free(&in);
+        return from_err(&e, NNP_STATUS_OUT_OF_MEMORY);
+    }
+    int rc = conv_tensors(inputs, nin, in.t, "input", &e) ||
+             nnc_plan_output_shapes(p, in.t, nin, out.t, &e);
     if (!rc)
         for (int j = 0; j < nout; j++) {
             ndims[j] = out.t[j].ndim;
@@ -459,14 +545,17 @@ static nnp_status cpu_output_shapes(const nnp_kernel *k, const nnp_tensor *input
 static nnp_status cpu_workspace_size(const nnp_kernel *k, const nnp_tensor *inputs, int32_t nin,
                                      const nnp_tensor *outputs, int32_t nout, uint64_t *nbytes)
 {
-    (void)outputs; (void)nout;
+    (void)outputs;
+    (void)nout;
     const nnc_plan *p = (const nnc_plan *)k;
     nnc_err e = {{0}, 0};
     tlist in;
     size_t n = 0;
-    if (!p || !nbytes || nin < 0) return set_error(NNP_STATUS_INVALID_ARGUMENT, "kernel_workspace_size: bad arguments");
+    if (!p || !nbytes || nin < 0)
+        return set_error(NNP_STATUS_INVALID_ARGUMENT, "kernel_workspace_size: bad arguments");
     if (tlist_init(&in, nin, &e)) return from_err(&e, NNP_STATUS_OUT_OF_MEMORY);
-    int rc = conv_tensors(inputs, nin, in.t, "input", &e) || nnc_plan_workspace(p, in.t, nin, &n, &e);
+    int rc =
+        conv_tensors(inputs, nin, in.t, "input", &e) || nnc_plan_workspace(p, in.t, nin, &n, &e);
     tlist_free(&in);
     if (rc) return from_err(&e, NNP_STATUS_INVALID_ARGUMENT);
     *nbytes = n;
@@ -481,11 +570,16 @@ static nnp_status cpu_kernel_run(const nnp_kernel *k, const nnp_tensor *inputs, 
     const nnc_plan *p = (const nnc_plan *)k;
     nnc_err e = {{0}, 0};
     tlist in, out;
-    if (!p || nin < 0 || nout < 0) return set_error(NNP_STATUS_INVALID_ARGUMENT, "kernel_run: bad arguments");
+    if (!p || nin < 0 || nout < 0)
+        return set_error(NNP_STATUS_INVALID_ARGUMENT, "kernel_run: bad arguments");
     if (tlist_init(&in, nin, &e)) return from_err(&e, NNP_STATUS_OUT_OF_MEMORY);
-    if (tlist_init(&out, nout, &e)) { tlist_free(&in); return from_err(&e, NNP_STATUS_OUT_OF_MEMORY); }
+    if (tlist_init(&out, nout, &e)) {
+        tlist_free(&in);
+        return from_err(&e, NNP_STATUS_OUT_OF_MEMORY);
+    }
     nnc_pool_hold();
-    int rc = conv_tensors(inputs, nin, in.t, "input", &e) || conv_tensors(outputs, nout, out.t, "output", &e) ||
+    int rc = conv_tensors(inputs, nin, in.t, "input", &e) ||
+             conv_tensors(outputs, nout, out.t, "output", &e) ||
              nnc_plan_run(p, in.t, nin, out.t, nout, ws, (size_t)wsn, &e);
     nnc_pool_release();
     tlist_free(&in);
@@ -494,34 +588,45 @@ static nnp_status cpu_kernel_run(const nnp_kernel *k, const nnp_tensor *inputs, 
 }
 
 /* Like nnp_run_steps_default, without its limit on tensors per step. */
-static nnp_status resolve(const nnp_tensor *src, const int32_t *slot_ids, int32_t n, void *const *slots,
-                          int32_t ns, nnp_tensor *dst)
+static nnp_status resolve(const nnp_tensor *src, const int32_t *slot_ids, int32_t n,
+                          void *const *slots, int32_t ns, nnp_tensor *dst)
 {
     for (int32_t i = 0; i < n; i++) {
         int32_t s = slot_ids ? slot_ids[i] : -1;
         dst[i] = src[i];
         if (s >= 0) {
-            if (s >= ns || !slots) return set_error(NNP_STATUS_INVALID_ARGUMENT, "run_steps: slot %d out of range (%d slots)", s, ns);
+            if (s >= ns || !slots)
+                return set_error(NNP_STATUS_INVALID_ARGUMENT,
+                                 "run_steps: slot %d out of range (%d slots)", s, ns);
             dst[i].data = slots[s];
         }
     }
     return NNP_OK;
 }
 
-static nnp_status run_step_list(const nnp_step *steps, int32_t n, void *const *slots, int32_t ns, void *ws,
-                                uint64_t wsn, nnp_stream stream, int32_t *failed, nnp_tensor *sin, nnp_tensor *sout)
+static nnp_status run_step_list(const nnp_step *steps, int32_t n, void *const *slots, int32_t ns,
+                                void *ws, uint64_t wsn, nnp_stream stream, int32_t *failed,
+                                nnp_tensor *sin, nnp_tensor *sout)
 {
     for (int32_t i = 0; i < n; i++) {
         const nnp_step *st = &steps[i];
         if (failed) *failed = i;
-        if (st->num_inputs < 0 || st->num_outputs < 0 || (st->num_inputs && !st->inputs) || (st->num_outputs && !st->outputs))
+        if (st->num_inputs < 0 || st->num_outputs < 0 || (st->num_inputs && !st->inputs) ||
+            (st->num_outputs && !st->outputs))
             return set_error(NNP_STATUS_INVALID_ARGUMENT, "run_steps: step %d is malformed", i);
-        nnp_tensor *tin = st->num_inputs <= STACKT ? sin : malloc((size_t)st->num_inputs * sizeof(nnp_tensor));
-        nnp_tensor *tout = st->num_outputs <= STACKT ? sout : malloc((size_t)st->num_outputs * sizeof(nnp_tensor));
-        nnp_status rc = (!tin || !tout) ? set_error(NNP_STATUS_OUT_OF_MEMORY, "run_steps: out of memory") : NNP_OK;
+        nnp_tensor *tin =
+            st->num_inputs <= STACKT ? sin : malloc((size_t)st->num_inputs * sizeof(nnp_tensor));
+        nnp_tensor *tout =
+            st->num_outputs <= STACKT ? sout : malloc((size_t)st->num_outputs * sizeof(nnp_tensor));
+        nnp_status rc = (!tin || !tout)
+                            ? set_error(NNP_STATUS_OUT_OF_MEMORY, "run_steps: out of memory")
+                            : NNP_OK;
         if (rc == NNP_OK) rc = resolve(st->inputs, st->input_slots, st->num_inputs, slots, ns, tin);
-        if (rc == NNP_OK) rc = resolve(st->outputs, st->output_slots, st->num_outputs, slots, ns, tout);
-        if (rc == NNP_OK) rc = cpu_kernel_run(st->kernel, tin, st->num_inputs, tout, st->num_outputs, ws, wsn, stream);
+        if (rc == NNP_OK)
+            rc = resolve(st->outputs, st->output_slots, st->num_outputs, slots, ns, tout);
+        if (rc == NNP_OK)
+            rc = cpu_kernel_run(st->kernel, tin, st->num_inputs, tout, st->num_outputs, ws, wsn,
+                                stream);
         if (tin && tin != sin) free(tin);
         if (tout && tout != sout) free(tout);
         if (rc != NNP_OK) return rc;
@@ -534,7 +639,8 @@ static nnp_status cpu_run_steps(const nnp_step *steps, int32_t n, void *const *s
                                 void *ws, uint64_t wsn, nnp_stream stream, int32_t *failed)
 {
     nnp_tensor sin[STACKT], sout[STACKT]; /* each step's tensors, when they fit */
-    if (n < 0 || (n && !steps)) return set_error(NNP_STATUS_INVALID_ARGUMENT, "run_steps: bad step list");
+    if (n < 0 || (n && !steps))
+        return set_error(NNP_STATUS_INVALID_ARGUMENT, "run_steps: bad step list");
     nnc_pool_hold(); /* the pool's workers stay awake across the steps */
     nnp_status rc = run_step_list(steps, n, slots, ns, ws, wsn, stream, failed, sin, sout);
     nnc_pool_release();

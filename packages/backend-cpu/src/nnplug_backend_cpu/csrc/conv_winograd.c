@@ -14,7 +14,10 @@
 
 /* U_xi = (G g G^T)_xi of each output channel's 3x3 kernel for input channel c, packed as 16
  * A matrices (OC x IC), each nnc_sgemm_packed_a_floats(oc, ic) floats. */
-int64_t nnc_wino_packed_floats(int64_t oc, int64_t ic) { return 16 * nnc_sgemm_packed_a_floats(oc, ic); }
+int64_t nnc_wino_packed_floats(int64_t oc, int64_t ic)
+{
+    return 16 * nnc_sgemm_packed_a_floats(oc, ic);
+}
 
 int nnc_wino_pack(const float *w, int64_t oc, int64_t ic, float *pu)
 {
@@ -31,7 +34,8 @@ int nnc_wino_pack(const float *w, int64_t oc, int64_t ic, float *pu)
                 t[3][k] = g[6 + k];
             }
             for (int r = 0; r < 4; r++) { /* (G g) G^T: the same on each row */
-                float v[4] = {t[r][0], 0.5f * (t[r][0] + t[r][1] + t[r][2]), 0.5f * (t[r][0] - t[r][1] + t[r][2]), t[r][2]};
+                float v[4] = {t[r][0], 0.5f * (t[r][0] + t[r][1] + t[r][2]),
+                              0.5f * (t[r][0] - t[r][1] + t[r][2]), t[r][2]};
                 for (int k = 0; k < 4; k++) u[((r * 4 + k) * oc + o) * ic + c] = v[k];
             }
         }
@@ -66,7 +70,8 @@ static size_t task_bytes(const nnc_wino_shape *g, int64_t tiles, int64_t rows)
 {
     int64_t TW = (g->ow + 1) / 2;
     return 16 * nnc_align64((size_t)nnc_sgemm_packed_b_floats(g->ic, tiles) * sizeof(float)) +
-           16 * nnc_align64((size_t)(rows * tiles) * sizeof(float)) + 16 * nnc_align64((size_t)tiles * sizeof(float)) +
+           16 * nnc_align64((size_t)(rows * tiles) * sizeof(float)) +
+           16 * nnc_align64((size_t)tiles * sizeof(float)) +
            4 * nnc_align64((size_t)(2 * TW + 2) * sizeof(float));
 }
 
@@ -107,7 +112,10 @@ static uint32_t abs_max_bits(const float *x, int64_t n)
     return m;
 }
 
-int nnc_any_nonfinite(const float *x, int64_t n) { return abs_max_bits(x, n) >= 0x7f800000u; }
+int nnc_any_nonfinite(const float *x, int64_t n)
+{
+    return abs_max_bits(x, n) >= 0x7f800000u;
+}
 
 float nnc_wino_input_limit(const float *pu, int64_t oc, int64_t ic)
 {
@@ -169,7 +177,8 @@ static void input_transform(float *const *pr, int64_t TW, float *const *vrow, in
             }
         }
         for (int k = 0; k < 4; k++) { /* the same down the rows */
-            float *v0 = vrow[k] + t0 + c0, *v1 = vrow[4 + k] + t0 + c0, *v2 = vrow[8 + k] + t0 + c0, *v3 = vrow[12 + k] + t0 + c0;
+            float *v0 = vrow[k] + t0 + c0, *v1 = vrow[4 + k] + t0 + c0, *v2 = vrow[8 + k] + t0 + c0,
+                  *v3 = vrow[12 + k] + t0 + c0;
             for (int64_t i = 0; i < n; i++) {
                 v0[i] = q[0][k][i] - q[2][k][i];
                 v1[i] = q[1][k][i] + q[2][k][i];
@@ -183,13 +192,15 @@ static void input_transform(float *const *pr, int64_t TW, float *const *vrow, in
 /* Y = A^T m A (A^T = [[1, 1, 1, 0], [0, 1, -1, -1]]) for the tiles of one tile row of output
  * channel o (m: mx[xi] + off, TW tiles), plus the bias, into output rows 2 th and 2 th + 1. */
 MULTIVERSION
-static void output_row(float *const *mx, int64_t off, int64_t TW, float b, float *y0, float *y1, int64_t OW)
+static void output_row(float *const *mx, int64_t off, int64_t TW, float b, float *y0, float *y1,
+                       int64_t OW)
 {
     float s[2][4][WINO_MAXTW], o[2][2][WINO_MAXTW];
     for (int64_t c0 = 0; c0 < TW; c0 += WINO_MAXTW) {
         int64_t n = TW - c0 < WINO_MAXTW ? TW - c0 : WINO_MAXTW;
         for (int k = 0; k < 4; k++) {
-            const float *m0 = mx[k] + off + c0, *m1 = mx[4 + k] + off + c0, *m2 = mx[8 + k] + off + c0, *m3 = mx[12 + k] + off + c0;
+            const float *m0 = mx[k] + off + c0, *m1 = mx[4 + k] + off + c0,
+                        *m2 = mx[8 + k] + off + c0, *m3 = mx[12 + k] + off + c0;
             for (int64_t i = 0; i < n; i++) {
                 s[0][k][i] = m0[i] + m1[i] + m2[i];
                 s[1][k][i] = m1[i] - m2[i] - m3[i];
@@ -216,8 +227,8 @@ static void output_row(float *const *mx, int64_t off, int64_t TW, float b, float
 
 /* The block's tiles (tile rows th0..th1) for its output channels o0.., then the residual and
  * the activation over its output rows, which are contiguous. */
-static void output_transform(const wino_job *j, float *const *mx, int64_t rows, int64_t o0, int64_t th0,
-                             int64_t th1)
+static void output_transform(const wino_job *j, float *const *mx, int64_t rows, int64_t o0,
+                             int64_t th0, int64_t th1)
 {
     const nnc_wino_shape *g = j->g;
     int64_t TW = (g->ow + 1) / 2, tiles = (th1 - th0) * TW;
@@ -244,13 +255,18 @@ static void wino_tasks(void *arg, int64_t b, int64_t e, int tid)
     int64_t TW = (g->ow + 1) / 2, TH = (g->oh + 1) / 2, PW = 2 * TW + 2;
     for (int64_t task = b; task < e; task++) {
         int64_t blk = task / j->nmb, mb = task % j->nmb;
-        int64_t th0 = blk * j->rows_per_blk, th1 = th0 + j->rows_per_blk < TH ? th0 + j->rows_per_blk : TH;
+        int64_t th0 = blk * j->rows_per_blk,
+                th1 = th0 + j->rows_per_blk < TH ? th0 + j->rows_per_blk : TH;
         int64_t o0 = mb * j->mblk, o1 = o0 + j->mblk < g->oc ? o0 + j->mblk : g->oc, rows = o1 - o0;
         int64_t tiles = (th1 - th0) * TW;
         char *mem = nnc_scratch(j->xc, tid, task_bytes(g, tiles, rows));
-        if (!mem) { __atomic_store_n(&j->fail, 1, __ATOMIC_RELAXED); return; }
+        if (!mem) {
+            __atomic_store_n(&j->fail, 1, __ATOMIC_RELAXED);
+            return;
+        }
         size_t vsz = nnc_align64((size_t)nnc_sgemm_packed_b_floats(g->ic, tiles) * sizeof(float));
-        size_t msz = nnc_align64((size_t)(rows * tiles) * sizeof(float)), rsz = nnc_align64((size_t)tiles * sizeof(float));
+        size_t msz = nnc_align64((size_t)(rows * tiles) * sizeof(float)),
+               rsz = nnc_align64((size_t)tiles * sizeof(float));
         float *v[16], *mx[16], *vrow[16], *pr[4]; /* mem is 64-byte aligned (nnc_scratch) */
         for (int xi = 0; xi < 16; xi++) v[xi] = (float *)(mem + xi * vsz);
         mem += 16 * vsz;
@@ -258,30 +274,35 @@ static void wino_tasks(void *arg, int64_t b, int64_t e, int tid)
         mem += 16 * msz;
         for (int xi = 0; xi < 16; xi++) vrow[xi] = (float *)(mem + xi * rsz);
         mem += 16 * rsz;
-        for (int r = 0; r < 4; r++) pr[r] = (float *)(mem + r * nnc_align64((size_t)PW * sizeof(float)));
+        for (int r = 0; r < 4; r++)
+            pr[r] = (float *)(mem + r * nnc_align64((size_t)PW * sizeof(float)));
         for (int64_t c = 0; c < g->ic; c++) {
             const float *xc = j->x + c * g->h * g->w;
             for (int64_t th = th0; th < th1; th++) {
-                if (padded_rows(j, xc, th, pr)) __atomic_store_n(&j->nonfinite, 1, __ATOMIC_RELAXED);
+                if (padded_rows(j, xc, th, pr))
+                    __atomic_store_n(&j->nonfinite, 1, __ATOMIC_RELAXED);
                 input_transform(pr, TW, vrow, (th - th0) * TW);
             }
             for (int xi = 0; xi < 16; xi++) nnc_sgemm_pack_b_row(g->ic, c, tiles, vrow[xi], v[xi]);
         }
-        if (__atomic_load_n(&j->nonfinite, __ATOMIC_RELAXED)) return; /* the caller runs the direct one */
+        if (__atomic_load_n(&j->nonfinite, __ATOMIC_RELAXED))
+            return; /* the caller runs the direct one */
         int64_t per = nnc_sgemm_packed_a_floats(g->oc, g->ic);
         for (int xi = 0; xi < 16; xi++)
-            nnc_sgemm_packed(rows, tiles, g->ic, j->pu + xi * per + o0 * g->ic, v[xi], mx[xi], tiles, NULL);
+            nnc_sgemm_packed(rows, tiles, g->ic, j->pu + xi * per + o0 * g->ic, v[xi], mx[xi],
+                             tiles, NULL);
         output_transform(j, mx, rows, o0, th0, th1);
     }
 }
 
-int nnc_wino_run(const nnc_wino_shape *g, const float *pu, const float *x, const float *bias, const float *res,
-                 const nnc_act *act, float *y, nnc_exec *xc, int threads)
+int nnc_wino_run(const nnc_wino_shape *g, const float *pu, const float *x, const float *bias,
+                 const float *res, const nnc_act *act, float *y, nnc_exec *xc, int threads)
 {
     wino_job j = {g, x, pu, bias, res, y, act, xc, block_rows(g), 0, 0, 0, 0, 0};
     int64_t TH = (g->oh + 1) / 2;
     j.nblk = (TH + j.rows_per_blk - 1) / j.rows_per_blk;
-    nnc_gemm_row_blocks(g->oc, j.nblk, threads, &j.mblk, &j.nmb); /* few blocks: channels split too */
+    nnc_gemm_row_blocks(g->oc, j.nblk, threads, &j.mblk,
+                        &j.nmb); /* few blocks: channels split too */
     nnc_parallel_for(j.nblk * j.nmb, 1, wino_tasks, &j);
     if (j.fail) return NNC_ERR;
     return j.nonfinite ? 1 : NNC_OK;

@@ -36,7 +36,7 @@ size_t nnc_wino_scratch(const nnc_wino_shape *g);
  * in full, and the caller runs the direct convolution (a non-finite value would reach every
  * output of its tiles through the transform's zero coefficients, where the direct sum gives it
  * to its windows only). */
-int nnc_wino_run(const nnc_wino_shape *g, const float *pu, const float *x, const float *bias, const float *res,
-                 const nnc_act *act, float *y, nnc_exec *xc, int threads);
+int nnc_wino_run(const nnc_wino_shape *g, const float *pu, const float *x, const float *bias,
+                 const float *res, const nnc_act *act, float *y, nnc_exec *xc, int threads);
 
 #endif

@@ -45,42 +45,60 @@ static void ukernel_c(int64_t kc, const float *a, const float *b, float *c)
 /* The 6x16 product of one packed A panel and one packed B panel over kc steps, into the
  * twelve accumulators it declares (c<r>0, c<r>1: row r, columns 0-7 and 8-15). A macro, not a
  * function, so both kernels below keep the accumulators in registers. */
-#define UKERNEL_6X16_PRODUCT(kc, a, b)                                                            \
-    __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();                                \
-    __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();                                \
-    __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();                                \
-    __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();                                \
-    __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();                                \
-    __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();                                \
-    for (int64_t k = 0; k < (kc); k++, (a) += MR, (b) += NR) {                                  \
-        const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps((b) + 8);                      \
-        __m256 av;                                                                              \
-        av = _mm256_broadcast_ss((a) + 0); c00 = _mm256_fmadd_ps(av, b0, c00); c01 = _mm256_fmadd_ps(av, b1, c01); \
-        av = _mm256_broadcast_ss((a) + 1); c10 = _mm256_fmadd_ps(av, b0, c10); c11 = _mm256_fmadd_ps(av, b1, c11); \
-        av = _mm256_broadcast_ss((a) + 2); c20 = _mm256_fmadd_ps(av, b0, c20); c21 = _mm256_fmadd_ps(av, b1, c21); \
-        av = _mm256_broadcast_ss((a) + 3); c30 = _mm256_fmadd_ps(av, b0, c30); c31 = _mm256_fmadd_ps(av, b1, c31); \
-        av = _mm256_broadcast_ss((a) + 4); c40 = _mm256_fmadd_ps(av, b0, c40); c41 = _mm256_fmadd_ps(av, b1, c41); \
-        av = _mm256_broadcast_ss((a) + 5); c50 = _mm256_fmadd_ps(av, b0, c50); c51 = _mm256_fmadd_ps(av, b1, c51); \
+#define UKERNEL_6X16_PRODUCT(kc, a, b)                                     \
+    __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();           \
+    __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();           \
+    __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();           \
+    __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();           \
+    __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();           \
+    __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();           \
+    for (int64_t k = 0; k < (kc); k++, (a) += MR, (b) += NR) {             \
+        const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps((b) + 8); \
+        __m256 av;                                                         \
+        av = _mm256_broadcast_ss((a) + 0);                                 \
+        c00 = _mm256_fmadd_ps(av, b0, c00);                                \
+        c01 = _mm256_fmadd_ps(av, b1, c01);                                \
+        av = _mm256_broadcast_ss((a) + 1);                                 \
+        c10 = _mm256_fmadd_ps(av, b0, c10);                                \
+        c11 = _mm256_fmadd_ps(av, b1, c11);                                \
+        av = _mm256_broadcast_ss((a) + 2);                                 \
+        c20 = _mm256_fmadd_ps(av, b0, c20);                                \
+        c21 = _mm256_fmadd_ps(av, b1, c21);                                \
+        av = _mm256_broadcast_ss((a) + 3);                                 \
+        c30 = _mm256_fmadd_ps(av, b0, c30);                                \
+        c31 = _mm256_fmadd_ps(av, b1, c31);                                \
+        av = _mm256_broadcast_ss((a) + 4);                                 \
+        c40 = _mm256_fmadd_ps(av, b0, c40);                                \
+        c41 = _mm256_fmadd_ps(av, b1, c41);                                \
+        av = _mm256_broadcast_ss((a) + 5);                                 \
+        c50 = _mm256_fmadd_ps(av, b0, c50);                                \
+        c51 = _mm256_fmadd_ps(av, b1, c51);                                \
     }
 
-__attribute__((target("avx2,fma")))
-static void ukernel_avx2(int64_t kc, const float *a, const float *b, float *c)
+__attribute__((target("avx2,fma"))) static void ukernel_avx2(int64_t kc, const float *a,
+                                                             const float *b, float *c)
 {
     UKERNEL_6X16_PRODUCT(kc, a, b)
-    _mm256_store_ps(c + 0 * NR, c00); _mm256_store_ps(c + 0 * NR + 8, c01);
-    _mm256_store_ps(c + 1 * NR, c10); _mm256_store_ps(c + 1 * NR + 8, c11);
-    _mm256_store_ps(c + 2 * NR, c20); _mm256_store_ps(c + 2 * NR + 8, c21);
-    _mm256_store_ps(c + 3 * NR, c30); _mm256_store_ps(c + 3 * NR + 8, c31);
-    _mm256_store_ps(c + 4 * NR, c40); _mm256_store_ps(c + 4 * NR + 8, c41);
-    _mm256_store_ps(c + 5 * NR, c50); _mm256_store_ps(c + 5 * NR + 8, c51);
+    _mm256_store_ps(c + 0 * NR, c00);
+    _mm256_store_ps(c + 0 * NR + 8, c01);
+    _mm256_store_ps(c + 1 * NR, c10);
+    _mm256_store_ps(c + 1 * NR + 8, c11);
+    _mm256_store_ps(c + 2 * NR, c20);
+    _mm256_store_ps(c + 2 * NR + 8, c21);
+    _mm256_store_ps(c + 3 * NR, c30);
+    _mm256_store_ps(c + 3 * NR + 8, c31);
+    _mm256_store_ps(c + 4 * NR, c40);
+    _mm256_store_ps(c + 4 * NR + 8, c41);
+    _mm256_store_ps(c + 5 * NR, c50);
+    _mm256_store_ps(c + 5 * NR + 8, c51);
 }
 
 /* The same products as ukernel_avx2, stored straight into a full MR x NR tile of C (row stride
  * ldc): added to what C holds unless first, then, when ep is given, the epilogue with the same
  * operations store_tile does (max(0, v) keeps a NaN and -0 as v < 0 ? 0 : v does). */
-__attribute__((target("avx2,fma")))
-static void ukernel_avx2_c(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
-                           int first, const nnc_gemm_epi *ep, int64_t r0, int64_t c0)
+__attribute__((target("avx2,fma"))) static void
+ukernel_avx2_c(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, int first,
+               const nnc_gemm_epi *ep, int64_t r0, int64_t c0)
 {
     UKERNEL_6X16_PRODUCT(kc, a, b)
     const __m256 v[2 * MR] = {c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51};
@@ -96,25 +114,29 @@ static void ukernel_avx2_c(int64_t kc, const float *a, const float *b, float *c,
             if (!first) x[h] = _mm256_add_ps(_mm256_loadu_ps(row + 8 * h), x[h]);
             if (ep) {
                 const __m256 bb = _mm256_set1_ps(ep->bias ? ep->bias[r0 + i] : 0.f);
-                if (ep->col_bias) x[h] = _mm256_add_ps(x[h], _mm256_loadu_ps(ep->col_bias + c0 + 8 * h));
+                if (ep->col_bias)
+                    x[h] = _mm256_add_ps(x[h], _mm256_loadu_ps(ep->col_bias + c0 + 8 * h));
                 if (ep->res)
-                    x[h] = _mm256_add_ps(x[h], _mm256_add_ps(bb, _mm256_loadu_ps(ep->res + (r0 + i) * ep->ldr + c0 + 8 * h)));
-                else if (ep->bias)
-                    x[h] = _mm256_add_ps(x[h], bb);
+                    x[h] = _mm256_add_ps(
+                        x[h], _mm256_add_ps(
+                                  bb, _mm256_loadu_ps(ep->res + (r0 + i) * ep->ldr + c0 + 8 * h)));
+                else if (ep->bias) x[h] = _mm256_add_ps(x[h], bb);
                 if (kind == ACT_RELU) {
                     x[h] = _mm256_max_ps(zero, x[h]);
                 } else if (kind == ACT_CLIP) {
                     x[h] = _mm256_blendv_ps(x[h], lo, _mm256_cmp_ps(x[h], lo, _CMP_LT_OQ));
                     x[h] = _mm256_blendv_ps(x[h], hi, _mm256_cmp_ps(x[h], hi, _CMP_GT_OQ));
                 } else if (kind == ACT_LEAKY) {
-                    x[h] = _mm256_blendv_ps(_mm256_mul_ps(x[h], lo), x[h], _mm256_cmp_ps(x[h], zero, _CMP_GE_OQ));
+                    x[h] = _mm256_blendv_ps(_mm256_mul_ps(x[h], lo), x[h],
+                                            _mm256_cmp_ps(x[h], zero, _CMP_GE_OQ));
                 }
             }
             if (kind == ACT_GELU_ERF) _mm256_store_ps(g + i * NR + 8 * h, x[h]);
             else _mm256_storeu_ps(row + 8 * h, x[h]);
         }
     }
-    if (kind == ACT_GELU_ERF) { /* the whole tile in one call: the vectorised loop runs long enough */
+    if (kind ==
+        ACT_GELU_ERF) { /* the whole tile in one call: the vectorised loop runs long enough */
         nnc_vgelu_erf(g, g, MR * NR, ep->act->a);
         for (int i = 0; i < MR; i++) {
             _mm256_storeu_ps(c + i * ldc, _mm256_load_ps(g + i * NR));
@@ -134,9 +156,9 @@ static void ukernel_avx2_c(int64_t kc, const float *a, const float *b, float *c,
 /* store_tile's epilogue on one vector: x (the block's sum) plus what C held unless first, then
  * the column bias, the row bias with the residual, the activation; prev, cb and res are what
  * the caller loaded from C and the epilogue's operands for these lanes. */
-__attribute__((target("avx512f"), always_inline))
-static inline __m512 epi_values(__m512 x, int first, __m512 prev, const nnc_gemm_epi *ep, int kind, __m512 lo,
-                                __m512 hi, float bias, const __m512 *cb, const __m512 *res)
+__attribute__((target("avx512f"), always_inline)) static inline __m512
+epi_values(__m512 x, int first, __m512 prev, const nnc_gemm_epi *ep, int kind, __m512 lo, __m512 hi,
+           float bias, const __m512 *cb, const __m512 *res)
 {
     const __m512 zero = _mm512_setzero_ps();
     if (!first) x = _mm512_add_ps(prev, x);
@@ -157,21 +179,22 @@ static inline __m512 epi_values(__m512 x, int first, __m512 prev, const nnc_gemm
 }
 
 /* The same for lanes mk of C at row (contiguous), its operands at res and cb. */
-__attribute__((target("avx512f"), always_inline))
-static inline __m512 epi_avx512(__m512 x, const float *row, __mmask16 mk, int first, const nnc_gemm_epi *ep,
-                                int kind, __m512 lo, __m512 hi, float bias, const float *res, const float *cb)
+__attribute__((target("avx512f"), always_inline)) static inline __m512
+epi_avx512(__m512 x, const float *row, __mmask16 mk, int first, const nnc_gemm_epi *ep, int kind,
+           __m512 lo, __m512 hi, float bias, const float *res, const float *cb)
 {
     const __m512 prev = first ? x : _mm512_maskz_loadu_ps(mk, row);
-    const __m512 r = res ? _mm512_maskz_loadu_ps(mk, res) : x, c = cb ? _mm512_maskz_loadu_ps(mk, cb) : x;
+    const __m512 r = res ? _mm512_maskz_loadu_ps(mk, res) : x,
+                 c = cb ? _mm512_maskz_loadu_ps(mk, cb) : x;
     return epi_values(x, first, prev, ep, kind, lo, hi, bias, cb ? &c : NULL, res ? &r : NULL);
 }
 
 /* The product of NA (1 or 2) A panels and NB (1 or 2) B panels over kc steps, into the h x w
  * corner of C at (r0, c0) (h <= 6 NA, w <= 16 NB), with store_tile's arithmetic. */
-__attribute__((target("avx512f"), always_inline))
-static inline void tile_avx512(const int NA, const int NB, int64_t kc, const float *a, int64_t astride,
-                               const float *b, int64_t bstride, float *c, int64_t ldc, int64_t h, int64_t w,
-                               int first, const nnc_gemm_epi *ep, int64_t r0, int64_t c0)
+__attribute__((target("avx512f"), always_inline)) static inline void
+tile_avx512(const int NA, const int NB, int64_t kc, const float *a, int64_t astride, const float *b,
+            int64_t bstride, float *c, int64_t ldc, int64_t h, int64_t w, int first,
+            const nnc_gemm_epi *ep, int64_t r0, int64_t c0)
 {
     __m512 acc[2 * MR][2];
     for (int i = 0; i < NA * MR; i++)
@@ -202,7 +225,8 @@ static inline void tile_avx512(const int NA, const int NB, int64_t kc, const flo
             if (!mk[q]) continue;
             const float *res = ep && ep->res ? ep->res + (r0 + i) * ep->ldr + c0 + 16 * q : NULL;
             const float *cb = ep && ep->col_bias ? ep->col_bias + c0 + 16 * q : NULL;
-            __m512 x = epi_avx512(acc[i][q], row + 16 * q, mk[q], first, ep, kind, lo, hi, bias, res, cb);
+            __m512 x =
+                epi_avx512(acc[i][q], row + 16 * q, mk[q], first, ep, kind, lo, hi, bias, res, cb);
             if (kind == ACT_GELU_ERF) { /* the vectorised erf over the row's valid columns */
                 _Alignas(64) float g[16];
                 _mm512_store_ps(g, x);
@@ -214,11 +238,13 @@ static inline void tile_avx512(const int NA, const int NB, int64_t kc, const flo
     }
 }
 
-#define TILE_PACKED(NA, NB)                                                                            \
-    __attribute__((target("avx512f"), noinline)) static void tile_avx512_##NA##NB(                    \
-        int64_t kc, const float *a, int64_t as, const float *b, int64_t bs, float *c, int64_t ldc,      \
-        int64_t h, int64_t w, int first, const nnc_gemm_epi *ep, int64_t r0, int64_t c0)                \
-    { tile_avx512(NA, NB, kc, a, as, b, bs, c, ldc, h, w, first, ep, r0, c0); }
+#define TILE_PACKED(NA, NB)                                                                        \
+    __attribute__((target("avx512f"), noinline)) static void tile_avx512_##NA##NB(                 \
+        int64_t kc, const float *a, int64_t as, const float *b, int64_t bs, float *c, int64_t ldc, \
+        int64_t h, int64_t w, int first, const nnc_gemm_epi *ep, int64_t r0, int64_t c0)           \
+    {                                                                                              \
+        tile_avx512(NA, NB, kc, a, as, b, bs, c, ldc, h, w, first, ep, r0, c0);                    \
+    }
 TILE_PACKED(2, 2)
 TILE_PACKED(2, 1)
 TILE_PACKED(1, 2)
@@ -228,10 +254,10 @@ TILE_PACKED(1, 1)
  * in mask[q] (any set: a slot may cross the padding between two output rows), stored in order
  * at C's columns from coff[q] on (compressed; the epilogue's C and residual expanded alike).
  * The same sums as tile_avx512 gives the same B packed. */
-__attribute__((target("avx512f"), always_inline))
-static inline void tile_rows_avx512(const int NA, const int NB, int64_t kc, const float *a, int64_t astride,
-                                    const float *const *brow, const nnc_slot *sl, float *c, int64_t ldc,
-                                    int64_t h, int first, const nnc_gemm_epi *ep, int64_t r0)
+__attribute__((target("avx512f"), always_inline)) static inline void
+tile_rows_avx512(const int NA, const int NB, int64_t kc, const float *a, int64_t astride,
+                 const float *const *brow, const nnc_slot *sl, float *c, int64_t ldc, int64_t h,
+                 int first, const nnc_gemm_epi *ep, int64_t r0)
 {
     __mmask16 mk[2] = {(__mmask16)sl[0].mask, 0}, cm[2] = {0, 0}; /* lanes; as many from lane 0 */
     if (NB > 1) mk[1] = (__mmask16)sl[1].mask;
@@ -241,29 +267,48 @@ static inline void tile_rows_avx512(const int NA, const int NB, int64_t kc, cons
     /* named accumulators, not an array: with B's rows behind loaded pointers gcc kept an array
      * in memory and stored it every step */
 #define ROW_ACC(i) __m512 c##i##0 = _mm512_setzero_ps(), c##i##1 = _mm512_setzero_ps();
-    ROW_ACC(0) ROW_ACC(1) ROW_ACC(2) ROW_ACC(3) ROW_ACC(4) ROW_ACC(5)
-    ROW_ACC(6) ROW_ACC(7) ROW_ACC(8) ROW_ACC(9) ROW_ACC(10) ROW_ACC(11)
+    ROW_ACC(0)
+    ROW_ACC(1)
+    ROW_ACC(2)
+    ROW_ACC(3)
+    ROW_ACC(4)
+    ROW_ACC(5)
+    ROW_ACC(6)
+    ROW_ACC(7)
+    ROW_ACC(8)
+    ROW_ACC(9)
+    ROW_ACC(10)
+    ROW_ACC(11)
 #undef ROW_ACC
     for (int64_t k = 0; k < kc; k++) {
         const float *b = brow[k];
         const __m512 bv0 = _mm512_maskz_loadu_ps(mk[0], b + o0);
         const __m512 bv1 = NB > 1 ? _mm512_maskz_loadu_ps(mk[1], b + o1) : bv0;
-#define ROW_STEP(i, src)                                                   \
-        {                                                                  \
-            const __m512 av = _mm512_set1_ps(src);                         \
-            c##i##0 = _mm512_fmadd_ps(av, bv0, c##i##0);                   \
-            if (NB > 1) c##i##1 = _mm512_fmadd_ps(av, bv1, c##i##1);       \
-        }
-        ROW_STEP(0, a[k * MR]) ROW_STEP(1, a[k * MR + 1]) ROW_STEP(2, a[k * MR + 2])
-        ROW_STEP(3, a[k * MR + 3]) ROW_STEP(4, a[k * MR + 4]) ROW_STEP(5, a[k * MR + 5])
+#define ROW_STEP(i, src)                                         \
+    {                                                            \
+        const __m512 av = _mm512_set1_ps(src);                   \
+        c##i##0 = _mm512_fmadd_ps(av, bv0, c##i##0);             \
+        if (NB > 1) c##i##1 = _mm512_fmadd_ps(av, bv1, c##i##1); \
+    }
+        ROW_STEP(0, a[k * MR])
+        ROW_STEP(1, a[k * MR + 1])
+        ROW_STEP(2, a[k * MR + 2])
+        ROW_STEP(3, a[k * MR + 3])
+        ROW_STEP(4, a[k * MR + 4])
+        ROW_STEP(5, a[k * MR + 5])
         if (NA > 1) {
-            ROW_STEP(6, a1[k * MR]) ROW_STEP(7, a1[k * MR + 1]) ROW_STEP(8, a1[k * MR + 2])
-            ROW_STEP(9, a1[k * MR + 3]) ROW_STEP(10, a1[k * MR + 4]) ROW_STEP(11, a1[k * MR + 5])
+            ROW_STEP(6, a1[k * MR])
+            ROW_STEP(7, a1[k * MR + 1])
+            ROW_STEP(8, a1[k * MR + 2])
+            ROW_STEP(9, a1[k * MR + 3])
+            ROW_STEP(10, a1[k * MR + 4])
+            ROW_STEP(11, a1[k * MR + 5])
         }
 #undef ROW_STEP
     }
-    const __m512 acc[2 * MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51},
-                                   {c60, c61}, {c70, c71}, {c80, c81}, {c90, c91}, {c100, c101}, {c110, c111}};
+    const __m512 acc[2 * MR][2] = {{c00, c01}, {c10, c11}, {c20, c21},   {c30, c31},
+                                   {c40, c41}, {c50, c51}, {c60, c61},   {c70, c71},
+                                   {c80, c81}, {c90, c91}, {c100, c101}, {c110, c111}};
     const int kind = ep && ep->act ? ep->act->kind : ACT_NONE;
     const __m512 lo = _mm512_set1_ps(ep && ep->act ? ep->act->a : 0.f);
     const __m512 hi = _mm512_set1_ps(ep && ep->act ? ep->act->b : 0.f);
@@ -275,11 +320,12 @@ static inline void tile_rows_avx512(const int NA, const int NB, int64_t kc, cons
             /* C and the operands gathered into the slot's lanes (expanded), the sum back compressed */
 #define GATHER(p) _mm512_maskz_expand_ps(mk[q], _mm512_maskz_loadu_ps(cm[q], (p)))
             const __m512 prev = first ? acc[i][q] : GATHER(row);
-            const __m512 r = ep && ep->res ? GATHER(ep->res + (r0 + i) * ep->ldr + sl[q].coff) : prev;
+            const __m512 r =
+                ep && ep->res ? GATHER(ep->res + (r0 + i) * ep->ldr + sl[q].coff) : prev;
             const __m512 cbv = ep && ep->col_bias ? GATHER(ep->col_bias + sl[q].coff) : prev;
 #undef GATHER
-            __m512 x = epi_values(acc[i][q], first, prev, ep, kind, lo, hi, bias, ep && ep->col_bias ? &cbv : NULL,
-                                  ep && ep->res ? &r : NULL);
+            __m512 x = epi_values(acc[i][q], first, prev, ep, kind, lo, hi, bias,
+                                  ep && ep->col_bias ? &cbv : NULL, ep && ep->res ? &r : NULL);
             if (kind == ACT_GELU_ERF) {
                 _Alignas(64) float g[16];
                 _mm512_store_ps(g, x);
@@ -291,18 +337,21 @@ static inline void tile_rows_avx512(const int NA, const int NB, int64_t kc, cons
     }
 }
 
-#define TILE_ROWS(NA, NB)                                                                              \
-    __attribute__((target("avx512f"), noinline)) static void tile_rows_##NA##NB(                     \
-        int64_t kc, const float *a, int64_t as, const float *const *brow, const nnc_slot *sl, float *c, \
-        int64_t ldc, int64_t h, int first, const nnc_gemm_epi *ep, int64_t r0)                          \
-    { tile_rows_avx512(NA, NB, kc, a, as, brow, sl, c, ldc, h, first, ep, r0); }
+#define TILE_ROWS(NA, NB)                                                                     \
+    __attribute__((target("avx512f"), noinline)) static void tile_rows_##NA##NB(              \
+        int64_t kc, const float *a, int64_t as, const float *const *brow, const nnc_slot *sl, \
+        float *c, int64_t ldc, int64_t h, int first, const nnc_gemm_epi *ep, int64_t r0)      \
+    {                                                                                         \
+        tile_rows_avx512(NA, NB, kc, a, as, brow, sl, c, ldc, h, first, ep, r0);              \
+    }
 TILE_ROWS(2, 2)
 TILE_ROWS(2, 1)
 TILE_ROWS(1, 2)
 TILE_ROWS(1, 1)
 
-int nnc_sgemm_rows(int64_t m, int64_t k, const float *pa, const float *const *brow, const nnc_slot *slots,
-                   int64_t nslots, float *c, int64_t ldc, const nnc_gemm_epi *ep)
+int nnc_sgemm_rows(int64_t m, int64_t k, const float *pa, const float *const *brow,
+                   const nnc_slot *slots, int64_t nslots, float *c, int64_t ldc,
+                   const nnc_gemm_epi *ep)
 {
     if (nnc_isa_level() < 2) return NNC_ERR;
     for (int64_t p0 = 0; p0 < k; p0 += KC) {
@@ -315,9 +364,12 @@ int nnc_sgemm_rows(int64_t m, int64_t k, const float *pa, const float *const *br
                 int64_t h = m - ir < 2 * MR ? m - ir : 2 * MR;
                 const float *a = pa + ir * k + p0 * MR;
                 float *cc = c + ir * ldc;
-                if (h > MR && two) tile_rows_22(kc, a, MR * k, brow + p0, slots + q, cc, ldc, h, first, e, ir);
-                else if (h > MR) tile_rows_21(kc, a, MR * k, brow + p0, slots + q, cc, ldc, h, first, e, ir);
-                else if (two) tile_rows_12(kc, a, MR * k, brow + p0, slots + q, cc, ldc, h, first, e, ir);
+                if (h > MR && two)
+                    tile_rows_22(kc, a, MR * k, brow + p0, slots + q, cc, ldc, h, first, e, ir);
+                else if (h > MR)
+                    tile_rows_21(kc, a, MR * k, brow + p0, slots + q, cc, ldc, h, first, e, ir);
+                else if (two)
+                    tile_rows_12(kc, a, MR * k, brow + p0, slots + q, cc, ldc, h, first, e, ir);
                 else tile_rows_11(kc, a, MR * k, brow + p0, slots + q, cc, ldc, h, first, e, ir);
             }
         }
@@ -327,8 +379,9 @@ int nnc_sgemm_rows(int64_t m, int64_t k, const float *pa, const float *const *br
 
 /* nnc_sgemm_packed_cols with the AVX-512 tiles: for each KC block and MC row block, pairs of B
  * panels (32 columns, in L1 across the block's A panels) by pairs of A panels. */
-static void packed_cols_avx512(int64_t m, int64_t n, int64_t k, const float *pa, const float *pb, float *c,
-                               int64_t ldc, const nnc_gemm_epi *ep, int64_t j0, int64_t j1)
+static void packed_cols_avx512(int64_t m, int64_t n, int64_t k, const float *pa, const float *pb,
+                               float *c, int64_t ldc, const nnc_gemm_epi *ep, int64_t j0,
+                               int64_t j1)
 {
     int64_t npad = (n + NR - 1) / NR * NR;
     for (int64_t p0 = 0; p0 < k; p0 += KC) {
@@ -344,9 +397,12 @@ static void packed_cols_avx512(int64_t m, int64_t n, int64_t k, const float *pa,
                     int64_t h = mc - ir < 2 * MR ? mc - ir : 2 * MR, r = i0 + ir;
                     const float *a = pa + r * k + p0 * MR, *b = bp + jr * kc;
                     float *cc = c + r * ldc + jr;
-                    if (h > MR && w > NR) tile_avx512_22(kc, a, MR * k, b, NR * kc, cc, ldc, h, w, first, e, r, jr);
-                    else if (h > MR) tile_avx512_21(kc, a, MR * k, b, NR * kc, cc, ldc, h, w, first, e, r, jr);
-                    else if (w > NR) tile_avx512_12(kc, a, MR * k, b, NR * kc, cc, ldc, h, w, first, e, r, jr);
+                    if (h > MR && w > NR)
+                        tile_avx512_22(kc, a, MR * k, b, NR * kc, cc, ldc, h, w, first, e, r, jr);
+                    else if (h > MR)
+                        tile_avx512_21(kc, a, MR * k, b, NR * kc, cc, ldc, h, w, first, e, r, jr);
+                    else if (w > NR)
+                        tile_avx512_12(kc, a, MR * k, b, NR * kc, cc, ldc, h, w, first, e, r, jr);
                     else tile_avx512_11(kc, a, MR * k, b, NR * kc, cc, ldc, h, w, first, e, r, jr);
                 }
             }
@@ -356,10 +412,19 @@ static void packed_cols_avx512(int64_t m, int64_t n, int64_t k, const float *pa,
 #endif
 
 #ifndef HAVE_AVX512_KERNEL
-int nnc_sgemm_rows(int64_t m, int64_t k, const float *pa, const float *const *brow, const nnc_slot *slots,
-                   int64_t nslots, float *c, int64_t ldc, const nnc_gemm_epi *ep)
+int nnc_sgemm_rows(int64_t m, int64_t k, const float *pa, const float *const *brow,
+                   const nnc_slot *slots, int64_t nslots, float *c, int64_t ldc,
+                   const nnc_gemm_epi *ep)
 {
-    (void)m; (void)k; (void)pa; (void)brow; (void)slots; (void)nslots; (void)c; (void)ldc; (void)ep;
+    (void)m;
+    (void)k;
+    (void)pa;
+    (void)brow;
+    (void)slots;
+    (void)nslots;
+    (void)c;
+    (void)ldc;
+    (void)ep;
     return NNC_ERR;
 }
 #endif
@@ -456,14 +521,14 @@ static float *pack_memory(size_t floats)
     return p;
 }
 
-void nnc_sgemm(int transa, int transb, int64_t m, int64_t n, int64_t k, float alpha,
-               const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
-               int64_t ldc)
+void nnc_sgemm(int transa, int transb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+               int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
 {
     if (m <= 0 || n <= 0) return;
     if (k <= 0) { /* C = beta*C */
         for (int64_t i = 0; i < m; i++)
-            for (int64_t j = 0; j < n; j++) c[i * ldc + j] = beta == 0.f ? 0.f : beta * c[i * ldc + j];
+            for (int64_t j = 0; j < n; j++)
+                c[i * ldc + j] = beta == 0.f ? 0.f : beta * c[i * ldc + j];
         return;
     }
     static ukernel_fn kernel;
@@ -508,7 +573,8 @@ void nnc_sgemm(int transa, int transb, int64_t m, int64_t n, int64_t k, float al
                             else if (beta == 0.f)
                                 for (int64_t j = 0; j < w; j++) row[j] = alpha * t[j];
                             else
-                                for (int64_t j = 0; j < w; j++) row[j] = alpha * t[j] + beta * row[j];
+                                for (int64_t j = 0; j < w; j++)
+                                    row[j] = alpha * t[j] + beta * row[j];
                         }
                     }
                 }
@@ -519,7 +585,10 @@ void nnc_sgemm(int transa, int transb, int64_t m, int64_t n, int64_t k, float al
 
 /* ---- both operands packed ahead -------------------------------------------------------- */
 
-int64_t nnc_sgemm_packed_a_floats(int64_t m, int64_t k) { return (m + MR - 1) / MR * MR * k; }
+int64_t nnc_sgemm_packed_a_floats(int64_t m, int64_t k)
+{
+    return (m + MR - 1) / MR * MR * k;
+}
 
 void nnc_sgemm_pack_a(int64_t m, int64_t k, const float *a, int64_t lda, float *pa)
 {
@@ -541,7 +610,10 @@ void nnc_sgemm_packed_a_scale_row(float *pa, int64_t k, int64_t row, float s)
 
 /* Packed B: per KC block (in order), NR-wide panels of kc rows each, columns zero-padded to
  * a multiple of NR; the block of row p0 starts at p0 * npad. */
-int64_t nnc_sgemm_packed_b_floats(int64_t k, int64_t n) { return k * ((n + NR - 1) / NR * NR); }
+int64_t nnc_sgemm_packed_b_floats(int64_t k, int64_t n)
+{
+    return k * ((n + NR - 1) / NR * NR);
+}
 
 void nnc_sgemm_pack_b_row(int64_t k, int64_t kk, int64_t n, const float *row, float *pb)
 {
@@ -550,7 +622,8 @@ void nnc_sgemm_pack_b_row(int64_t k, int64_t kk, int64_t n, const float *row, fl
     float *dst = pb + p0 * npad + (kk - p0) * NR;
     int64_t j = 0;
     for (; j + NR <= n; j += NR, dst += kc * NR)
-        for (int q = 0; q < NR; q++) dst[q] = row[j + q]; /* inline: a call per 64 bytes costs more */
+        for (int q = 0; q < NR; q++)
+            dst[q] = row[j + q]; /* inline: a call per 64 bytes costs more */
     if (j < n) {
         memcpy(dst, row + j, (size_t)(n - j) * sizeof(float));
         memset(dst + (n - j), 0, (size_t)(NR - (n - j)) * sizeof(float));
@@ -576,25 +649,38 @@ static void store_tile(float *c, int64_t ldc, const float *tile, int64_t h, int6
         float *row = c + i * ldc;
         const float *t = tile + i * NR;
         if (!ep) {
-            if (first) for (int64_t j = 0; j < w; j++) row[j] = t[j];
-            else for (int64_t j = 0; j < w; j++) row[j] += t[j];
+            if (first)
+                for (int64_t j = 0; j < w; j++) row[j] = t[j];
+            else
+                for (int64_t j = 0; j < w; j++) row[j] += t[j];
             continue;
         }
         const float b = ep->bias ? ep->bias[r0 + i] : 0.f;
         const float *r = ep->res ? ep->res + (r0 + i) * ep->ldr + c0 : NULL;
         float v[NR];
         for (int64_t j = 0; j < w; j++) v[j] = first ? t[j] : row[j] + t[j];
-        if (ep->col_bias) for (int64_t j = 0; j < w; j++) v[j] += ep->col_bias[c0 + j];
-        if (r) for (int64_t j = 0; j < w; j++) v[j] += b + r[j];
-        else if (ep->bias) for (int64_t j = 0; j < w; j++) v[j] += b;
+        if (ep->col_bias)
+            for (int64_t j = 0; j < w; j++) v[j] += ep->col_bias[c0 + j];
+        if (r)
+            for (int64_t j = 0; j < w; j++) v[j] += b + r[j];
+        else if (ep->bias)
+            for (int64_t j = 0; j < w; j++) v[j] += b;
         switch (kind) {
-        case ACT_RELU: for (int64_t j = 0; j < w; j++) row[j] = v[j] < 0.f ? 0.f : v[j]; break; /* NaN stays */
+        case ACT_RELU:
+            for (int64_t j = 0; j < w; j++) row[j] = v[j] < 0.f ? 0.f : v[j];
+            break; /* NaN stays */
         case ACT_CLIP:
-            for (int64_t j = 0; j < w; j++) { float x = v[j] < lo ? lo : v[j]; row[j] = x > hi ? hi : x; }
+            for (int64_t j = 0; j < w; j++) {
+                float x = v[j] < lo ? lo : v[j];
+                row[j] = x > hi ? hi : x;
+            }
             break;
-        case ACT_LEAKY: for (int64_t j = 0; j < w; j++) row[j] = v[j] >= 0.f ? v[j] : v[j] * lo; break;
+        case ACT_LEAKY:
+            for (int64_t j = 0; j < w; j++) row[j] = v[j] >= 0.f ? v[j] : v[j] * lo;
+            break;
         case ACT_GELU_ERF: nnc_vgelu_erf(v, row, w, lo); break;
-        default: for (int64_t j = 0; j < w; j++) row[j] = v[j];
+        default:
+            for (int64_t j = 0; j < w; j++) row[j] = v[j];
         }
     }
 }
@@ -605,8 +691,8 @@ void nnc_sgemm_packed(int64_t m, int64_t n, int64_t k, const float *pa, const fl
     nnc_sgemm_packed_cols(m, n, k, pa, pb, c, ldc, ep, 0, n);
 }
 
-void nnc_sgemm_packed_cols(int64_t m, int64_t n, int64_t k, const float *pa, const float *pb, float *c,
-                           int64_t ldc, const nnc_gemm_epi *ep, int64_t j0, int64_t j1)
+void nnc_sgemm_packed_cols(int64_t m, int64_t n, int64_t k, const float *pa, const float *pb,
+                           float *c, int64_t ldc, const nnc_gemm_epi *ep, int64_t j0, int64_t j1)
 {
     if (j1 > n) j1 = n;
     if (m <= 0 || j1 <= j0 || k <= 0 || j0 % NR) return;
@@ -632,14 +718,17 @@ void nnc_sgemm_packed_cols(int64_t m, int64_t n, int64_t k, const float *pa, con
                 for (int64_t ir = 0; ir < mc; ir += MR) {
                     int64_t h = mc - ir < MR ? mc - ir : MR;
 #ifdef HAVE_AVX2_KERNEL
-                    if (kernel == ukernel_avx2 && h == MR && w == NR) { /* full tile: straight into C */
-                        ukernel_avx2_c(kc, pa + (i0 + ir) * k + p0 * MR, bp + jr * kc, c + (i0 + ir) * ldc + jr,
-                                       ldc, first, last ? ep : NULL, i0 + ir, jr);
+                    if (kernel == ukernel_avx2 && h == MR &&
+                        w == NR) { /* full tile: straight into C */
+                        ukernel_avx2_c(kc, pa + (i0 + ir) * k + p0 * MR, bp + jr * kc,
+                                       c + (i0 + ir) * ldc + jr, ldc, first, last ? ep : NULL,
+                                       i0 + ir, jr);
                         continue;
                     }
 #endif
                     kernel(kc, pa + (i0 + ir) * k + p0 * MR, bp + jr * kc, tile);
-                    store_tile(c + (i0 + ir) * ldc + jr, ldc, tile, h, w, first, last ? ep : NULL, i0 + ir, jr);
+                    store_tile(c + (i0 + ir) * ldc + jr, ldc, tile, h, w, first, last ? ep : NULL,
+                               i0 + ir, jr);
                 }
             }
         }
@@ -658,7 +747,10 @@ static float epi_one(float v, const nnc_gemm_epi *ep, int64_t i, int64_t c0)
     else if (ep->bias) v += b;
     switch (ep->act ? ep->act->kind : ACT_NONE) {
     case ACT_RELU: return v < 0.f ? 0.f : v;
-    case ACT_CLIP: { float x = v < ep->act->a ? ep->act->a : v; return x > ep->act->b ? ep->act->b : x; }
+    case ACT_CLIP: {
+        float x = v < ep->act->a ? ep->act->a : v;
+        return x > ep->act->b ? ep->act->b : x;
+    }
     case ACT_LEAKY: return v >= 0.f ? v : v * ep->act->a;
     case ACT_GELU_ERF: nnc_vgelu_erf(&v, &v, 1, ep->act->a); return v;
     default: return v;
@@ -668,19 +760,22 @@ static float epi_one(float v, const nnc_gemm_epi *ep, int64_t i, int64_t c0)
 #ifdef HAVE_AVX2_KERNEL
 /* Sums of rows [p * MR, ...) of packed A against x over one KC block, eight panels at a time
  * (eight FMA chains; panels past the last repeat it and are not stored). */
-__attribute__((target("avx2,fma")))
-static void gemv_block_avx2(int64_t npanels, int64_t k, int64_t p0, int64_t kc, const float *pa,
-                            const float *x, float *t)
+__attribute__((target("avx2,fma"))) static void gemv_block_avx2(int64_t npanels, int64_t k,
+                                                                int64_t p0, int64_t kc,
+                                                                const float *pa, const float *x,
+                                                                float *t)
 {
     const __m256i m6 = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);
     for (int64_t p = 0; p < npanels; p += 8) {
         const float *a[8];
-        for (int q = 0; q < 8; q++) a[q] = pa + (p + q < npanels ? p + q : npanels - 1) * MR * k + p0 * MR;
+        for (int q = 0; q < 8; q++)
+            a[q] = pa + (p + q < npanels ? p + q : npanels - 1) * MR * k + p0 * MR;
         __m256 acc[8];
         for (int q = 0; q < 8; q++) acc[q] = _mm256_setzero_ps();
         for (int64_t kk = 0; kk < kc; kk++) {
             const __m256 xv = _mm256_broadcast_ss(x + p0 + kk);
-            for (int q = 0; q < 8; q++) acc[q] = _mm256_fmadd_ps(_mm256_maskload_ps(a[q] + kk * MR, m6), xv, acc[q]);
+            for (int q = 0; q < 8; q++)
+                acc[q] = _mm256_fmadd_ps(_mm256_maskload_ps(a[q] + kk * MR, m6), xv, acc[q]);
         }
         for (int q = 0; q < 8 && p + q < npanels; q++) {
             _Alignas(32) float v[8];
@@ -713,7 +808,8 @@ void nnc_sgemv_packed(int64_t m, int64_t k, const float *pa, const float *x, flo
                 for (int64_t kk = 0; kk < kc; kk++) acc += a[kk * MR] * x[p0 + kk];
                 t[i] = acc;
             }
-            for (int64_t i = r0; i < r1; i++) y[i * ldy] = p0 == 0 ? t[i - r0] : y[i * ldy] + t[i - r0];
+            for (int64_t i = r0; i < r1; i++)
+                y[i * ldy] = p0 == 0 ? t[i - r0] : y[i * ldy] + t[i - r0];
         }
     }
     for (int64_t i = 0; i < m; i++) y[i * ldy] = epi_one(y[i * ldy], ep, i, c0);

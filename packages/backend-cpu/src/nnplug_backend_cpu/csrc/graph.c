@@ -8,12 +8,14 @@
 #include <time.h>
 
 
-
 static char *dup_str(const char *s)
 {
     size_t n = s ? strlen(s) : 0;
     char *d = malloc(n + 1);
-    if (d) { if (n) memcpy(d, s, n); d[n] = 0; }
+    if (d) {
+        if (n) memcpy(d, s, n);
+        d[n] = 0;
+    }
     return d;
 }
 
@@ -96,7 +98,11 @@ static int consumers(const nnc_plan *p, int v, int *only)
         const nnc_node *n = &p->nodes[i];
         if (n->dead) continue;
         for (int j = 0; j < n->nin; j++)
-            if (n->in[j] == v) { c++; *only = i; break; }
+            if (n->in[j] == v) {
+                c++;
+                *only = i;
+                break;
+            }
     }
     return c;
 }
@@ -110,7 +116,10 @@ static nnc_node *sole_consumer(nnc_plan *p, int v)
     return &p->nodes[only];
 }
 
-static int is_op(const nnc_node *n, const char *t) { return n && n->op && !strcmp(n->op->type, t); }
+static int is_op(const nnc_node *n, const char *t)
+{
+    return n && n->op && !strcmp(n->op->type, t);
+}
 
 static void take_output(nnc_plan *p, nnc_node *into, nnc_node *from)
 {
@@ -142,7 +151,8 @@ static void fold_affines(nnc_plan *p)
         scale = malloc((size_t)C * sizeof(float));
         shift = malloc((size_t)C * sizeof(float));
         if (!scale || !shift) break;
-        if (bn && !nnc_bn_affine(c, C, scale, shift)) continue; /* statistics only known at run time */
+        if (bn && !nnc_bn_affine(c, C, scale, shift))
+            continue; /* statistics only known at run time */
         for (;;) {
             int v = c->out[0];
             if (v < 0) break;
@@ -150,9 +160,11 @@ static void fold_affines(nnc_plan *p)
             if (rank < 2) break;
             nnc_node *u = sole_consumer(p, v);
             if (!u) break;
-            if (conv && is_op(u, "BatchNormalization") && u->in[0] == v && nnc_bn_affine(u, C, scale, shift)) {
+            if (conv && is_op(u, "BatchNormalization") && u->in[0] == v &&
+                nnc_bn_affine(u, C, scale, shift)) {
                 nnc_conv_fold_affine(c, scale, shift);
-            } else if (u->nin == 2 && nnc_per_channel_affine(u, u->in[0] == v ? 0 : 1, C, rank, scale, shift) &&
+            } else if (u->nin == 2 &&
+                       nnc_per_channel_affine(u, u->in[0] == v ? 0 : 1, C, rank, scale, shift) &&
                        (u->in[0] == v) != (u->in[1] == v)) {
                 if (conv) nnc_conv_fold_affine(c, scale, shift);
                 else nnc_channel_affine_fold(c, scale, shift);
@@ -187,15 +199,20 @@ static void fuse_residuals(nnc_plan *p)
             int pi = p->vals[v].producer;
             if (pi < 0) continue;
             nnc_node *c = &p->nodes[pi];
-            if (!(is_op(c, "Conv") || nnc_matmul_packed(c)) || c->dead || c->residual >= 0 || c->act.kind != ACT_NONE ||
-                c->nin >= NNC_MAXIO)
+            if (!(is_op(c, "Conv") || nnc_matmul_packed(c)) || c->dead || c->residual >= 0 ||
+                c->act.kind != ACT_NONE || c->nin >= NNC_MAXIO)
                 continue;
             if (sole_consumer(p, v) != a) continue;
-            if (!same_static_shape(&p->vals[v].info, o) || !same_static_shape(&p->vals[other].info, o)) continue;
+            if (!same_static_shape(&p->vals[v].info, o) ||
+                !same_static_shape(&p->vals[other].info, o))
+                continue;
             if (p->vals[other].info.dtype != DT_F32) continue;
             int op = p->vals[other].producer;
             if (op >= pi) continue; /* the other operand must exist before the conv runs */
-            if (pi > best) { best = pi; bestk = k; }
+            if (pi > best) {
+                best = pi;
+                bestk = k;
+            }
         }
         if (best < 0) continue;
         nnc_node *c = &p->nodes[best];
@@ -223,15 +240,18 @@ static int bias_keeps_shape(const nnc_valinfo *c, int rank, int64_t last)
 /* The constant (float32) operand of a two-input node whose other input is v, or NULL. */
 static const nnc_valinfo *const_other(const nnc_plan *p, const nnc_node *n, int v)
 {
-    if (n->nin != 2 || n->in[0] < 0 || n->in[1] < 0 || (n->in[0] == v) == (n->in[1] == v)) return NULL;
+    if (n->nin != 2 || n->in[0] < 0 || n->in[1] < 0 || (n->in[0] == v) == (n->in[1] == v))
+        return NULL;
     const nnc_value *o = &p->vals[n->in[n->in[0] == v ? 1 : 0]];
-    if (!o->is_const || !o->info.const_data || o->info.dtype != DT_F32 || !info_static(&o->info)) return NULL;
+    if (!o->is_const || !o->info.const_data || o->info.dtype != DT_F32 || !info_static(&o->info))
+        return NULL;
     return &o->info;
 }
 
 static int const_scalar(const nnc_valinfo *c, float want, int rank)
 {
-    return c && nnc_info_numel(c) == 1 && bias_keeps_shape(c, rank, -1) && *(const float *)c->const_data == want;
+    return c && nnc_info_numel(c) == 1 && bias_keeps_shape(c, rank, -1) &&
+           *(const float *)c->const_data == want;
 }
 
 /* MatMul (packed constant B) then Add of a constant [N] (or [1, ..., N]) bias: the bias is added
@@ -245,7 +265,8 @@ static void fuse_matmul_bias(nnc_plan *p)
         nnc_node *u = sole_consumer(p, v);
         if (!is_op(u, "Add")) continue;
         const nnc_valinfo *b = const_other(p, u, v);
-        if (!b || u->out[0] < 0 || !bias_keeps_shape(b, p->vals[v].info.ndim, nnc_matmul_cols(c))) continue;
+        if (!b || u->out[0] < 0 || !bias_keeps_shape(b, p->vals[v].info.ndim, nnc_matmul_cols(c)))
+            continue;
         if (!nnc_matmul_set_bias(c, b->const_data)) continue;
         take_output(p, c, u);
     }
@@ -258,7 +279,9 @@ static void fuse_gelu_erf(nnc_plan *p)
 {
     for (int i = 0; i < p->nnodes; i++) {
         nnc_node *c = &p->nodes[i];
-        if (c->dead || !nnc_matmul_packed(c) || c->act.kind != ACT_NONE || c->residual >= 0 || c->out[0] < 0) continue;
+        if (c->dead || !nnc_matmul_packed(c) || c->act.kind != ACT_NONE || c->residual >= 0 ||
+            c->out[0] < 0)
+            continue;
         int x = c->out[0], only = -1;
         if (p->vals[x].ext_out >= 0 || consumers(p, x, &only) != 2) continue;
         nnc_node *dv = NULL, *m1 = NULL;
@@ -271,8 +294,8 @@ static void fuse_gelu_erf(nnc_plan *p)
         if (!dv || !m1 || dv->in[1] < 0) continue;
         const nnc_value *dc = &p->vals[dv->in[1]];
         int rank = p->vals[x].info.ndim;
-        if (!dc->is_const || dc->info.dtype != DT_F32 || nnc_info_numel(&dc->info) != 1 || !dc->info.const_data ||
-            !bias_keeps_shape(&dc->info, rank, -1))
+        if (!dc->is_const || dc->info.dtype != DT_F32 || nnc_info_numel(&dc->info) != 1 ||
+            !dc->info.const_data || !bias_keeps_shape(&dc->info, rank, -1))
             continue;
         float d = *(const float *)dc->info.const_data;
         nnc_node *ef = sole_consumer(p, dv->out[0]);
@@ -280,12 +303,15 @@ static void fuse_gelu_erf(nnc_plan *p)
         nnc_node *ad = sole_consumer(p, ef->out[0]);
         if (!is_op(ad, "Add") || !const_scalar(const_other(p, ad, ef->out[0]), 1.f, rank)) continue;
         if (sole_consumer(p, ad->out[0]) != m1 || m1->in[0] == m1->in[1]) continue;
-        if (!((m1->in[0] == x && m1->in[1] == ad->out[0]) || (m1->in[1] == x && m1->in[0] == ad->out[0]))) continue;
+        if (!((m1->in[0] == x && m1->in[1] == ad->out[0]) ||
+              (m1->in[1] == x && m1->in[0] == ad->out[0])))
+            continue;
         nnc_node *m2 = sole_consumer(p, m1->out[0]);
-        if (!is_op(m2, "Mul") || !const_scalar(const_other(p, m2, m1->out[0]), 0.5f, rank)) continue;
+        if (!is_op(m2, "Mul") || !const_scalar(const_other(p, m2, m1->out[0]), 0.5f, rank))
+            continue;
         if (m2->out[0] < 0) continue;
-        if (p->vals[dv->out[0]].ext_out >= 0 || p->vals[ef->out[0]].ext_out >= 0 || p->vals[ad->out[0]].ext_out >= 0 ||
-            p->vals[m1->out[0]].ext_out >= 0)
+        if (p->vals[dv->out[0]].ext_out >= 0 || p->vals[ef->out[0]].ext_out >= 0 ||
+            p->vals[ad->out[0]].ext_out >= 0 || p->vals[m1->out[0]].ext_out >= 0)
             continue;
         c->act.kind = ACT_GELU_ERF;
         c->act.a = d;
@@ -297,9 +323,22 @@ static void fuse_gelu_erf(nnc_plan *p)
 static int takes_act(const nnc_node *n)
 {
     if (nnc_matmul_packed(n)) return 1;
-    static const char *ops[] = {"Conv", "Gemm", "BatchNormalization", "ChannelAffine", "MaxPool",
-                                "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Concat",
-                                "Add", "Sub", "Mul", "Div", "Sum", "LRN", NULL};
+    static const char *ops[] = {"Conv",
+                                "Gemm",
+                                "BatchNormalization",
+                                "ChannelAffine",
+                                "MaxPool",
+                                "AveragePool",
+                                "GlobalAveragePool",
+                                "GlobalMaxPool",
+                                "Concat",
+                                "Add",
+                                "Sub",
+                                "Mul",
+                                "Div",
+                                "Sum",
+                                "LRN",
+                                NULL};
     for (const char **o = ops; *o; o++)
         if (is_op(n, *o)) return 1;
     return 0;
@@ -350,7 +389,8 @@ static void fuse_conv_activations(nnc_plan *p)
             nnc_node *m = sole_consumer(p, r->out[0]);
             int only = -1;
             if (!is_op(m, "Mul") || m->dead || m->nin != 2 || p->vals[v].ext_out >= 0) continue;
-            if (!((m->in[0] == v && m->in[1] == r->out[0]) || (m->in[1] == v && m->in[0] == r->out[0])))
+            if (!((m->in[0] == v && m->in[1] == r->out[0]) ||
+                  (m->in[1] == v && m->in[0] == r->out[0])))
                 continue;
             if (consumers(p, v, &only) != 2) continue; /* only the Sigmoid and the Mul read v */
             c->act.kind = ACT_SILU;
@@ -370,12 +410,14 @@ static int name_fused(nnc_plan *p, nnc_err *e)
         nnc_node *d = &p->nodes[i];
         if (!d->dead) continue;
         int r = d->fused_into;
-        for (int hops = 0; r >= 0 && p->nodes[r].dead && hops < p->nnodes; hops++) r = p->nodes[r].fused_into;
+        for (int hops = 0; r >= 0 && p->nodes[r].dead && hops < p->nnodes; hops++)
+            r = p->nodes[r].fused_into;
         if (r < 0 || p->nodes[r].dead) continue;
         nnc_node *n = &p->nodes[r];
         const char **names = realloc(n->fused_names, (size_t)(n->nfused + 1) * sizeof *names);
         if (names) n->fused_names = names;
-        const char **types = names ? realloc(n->fused_types, (size_t)(n->nfused + 1) * sizeof *types) : NULL;
+        const char **types =
+            names ? realloc(n->fused_types, (size_t)(n->nfused + 1) * sizeof *types) : NULL;
         if (types) n->fused_types = types;
         if (!names || !types) return nnc_fail(e, "out of memory naming fused nodes");
         n->fused_names[n->nfused] = d->name;
@@ -397,7 +439,10 @@ static int touches_strings(const nnc_desc_node *d)
 
 /* A string constant's elements and bytes in one block (the caller's pointers die with the
  * call). Elements are {data, size} as nnp_string. */
-typedef struct { const char *data; uint64_t size; } str_elem;
+typedef struct {
+    const char *data;
+    uint64_t size;
+} str_elem;
 static void *copy_strings(const void *src, size_t count)
 {
     const str_elem *s = src;
@@ -447,12 +492,17 @@ static void place_concat_inputs(nnc_plan *p, int *parent, int64_t *off)
             int v = c->in[k];
             if (v < 0) break;
             const nnc_value *x = &p->vals[v];
-            if (!info_static(&x->info) || x->info.ndim != o->info.ndim || x->info.dtype != o->info.dtype) break;
-            int ok = x->producer >= 0 && x->producer < i && !p->nodes[x->producer].dead && !x->is_const &&
-                     x->ext_out < 0 && x->root == v && parent[v] < 0 &&
+            if (!info_static(&x->info) || x->info.ndim != o->info.ndim ||
+                x->info.dtype != o->info.dtype)
+                break;
+            int ok = x->producer >= 0 && x->producer < i && !p->nodes[x->producer].dead &&
+                     !x->is_const && x->ext_out < 0 && x->root == v && parent[v] < 0 &&
                      !(p->nodes[x->producer].op->flags & OPF_ALIAS);
             for (int q = 0; q < c->nin && ok; q++) ok = q == k || c->in[q] != v;
-            if (ok) { parent[v] = c->out[0]; off[v] = at; }
+            if (ok) {
+                parent[v] = c->out[0];
+                off[v] = at;
+            }
             at += x->info.dims[axis] * inner * (int64_t)nnc_dtsize(x->info.dtype);
         }
     }
@@ -465,10 +515,19 @@ static int plan_memory(nnc_plan *p, int concat_in_place, nnc_err *e)
     int *parent = malloc((size_t)nv * sizeof(int));
     int64_t *off = malloc((size_t)nv * sizeof(int64_t));
     if (!first || !last || !parent || !off) {
-        free(first); free(last); free(parent); free(off);
+        free(first);
+        free(last);
+        free(parent);
+        free(off);
         return nnc_fail(e, "out of memory planning a kernel");
     }
-    for (int v = 0; v < nv; v++) { first[v] = -1; last[v] = -1; p->vals[v].root = v; parent[v] = -1; off[v] = 0; }
+    for (int v = 0; v < nv; v++) {
+        first[v] = -1;
+        last[v] = -1;
+        p->vals[v].root = v;
+        parent[v] = -1;
+        off[v] = 0;
+    }
     for (int i = 0; i < p->nnodes; i++) {
         nnc_node *n = &p->nodes[i];
         if (!n->dead && (n->op->flags & OPF_ALIAS) && n->out[0] >= 0 && n->in[0] >= 0)
@@ -481,11 +540,17 @@ static int plan_memory(nnc_plan *p, int concat_in_place, nnc_err *e)
         for (int v = 0; v < nv; v++) {
             int r = p->vals[v].root;
             int64_t o = 0;
-            for (int hops = 0; parent[r] >= 0 && hops < nv; hops++) { o += off[r]; r = parent[r]; }
+            for (int hops = 0; parent[r] >= 0 && hops < nv; hops++) {
+                o += off[r];
+                r = parent[r];
+            }
             first[v] = r;
             p->vals[v].view_off = o;
         }
-        for (int v = 0; v < nv; v++) { p->vals[v].root = first[v]; first[v] = -1; }
+        for (int v = 0; v < nv; v++) {
+            p->vals[v].root = first[v];
+            first[v] = -1;
+        }
     }
     for (int i = 0; i < p->nnodes; i++) {
         nnc_node *n = &p->nodes[i];
@@ -503,19 +568,30 @@ static int plan_memory(nnc_plan *p, int concat_in_place, nnc_err *e)
     /* Intermediates: made by a live node, not a view, not a kernel output. */
     int *cand = malloc((size_t)nv * sizeof(int));
     int nc = 0;
-    if (!cand) { free(first); free(last); return nnc_fail(e, "out of memory planning a kernel"); }
+    if (!cand) {
+        free(first);
+        free(last);
+        return nnc_fail(e, "out of memory planning a kernel");
+    }
     for (int v = 0; v < nv; v++) {
         nnc_value *x = &p->vals[v];
         if (x->producer < 0 || x->ext_out >= 0 || x->root != v || x->is_const) continue;
         if (p->nodes[x->producer].dead) continue;
-        if (!info_static(&x->info)) { x->dyn = 1; continue; }
+        if (!info_static(&x->info)) {
+            x->dyn = 1;
+            continue;
+        }
         x->nbytes = nnc_align64(info_nbytes(&x->info) ? info_nbytes(&x->info) : 1);
         cand[nc++] = v;
     }
     /* Greedy: biggest first, lowest offset clear of every overlapping lifetime. */
     for (int a = 0; a < nc; a++)
         for (int b = a + 1; b < nc; b++)
-            if (p->vals[cand[b]].nbytes > p->vals[cand[a]].nbytes) { int t = cand[a]; cand[a] = cand[b]; cand[b] = t; }
+            if (p->vals[cand[b]].nbytes > p->vals[cand[a]].nbytes) {
+                int t = cand[a];
+                cand[a] = cand[b];
+                cand[b] = t;
+            }
     size_t total = 0;
     for (int a = 0; a < nc; a++) {
         nnc_value *x = &p->vals[cand[a]];
@@ -559,14 +635,23 @@ static int node_scratch(nnc_node *n, nnc_tensor *const *in, size_t *out, nnc_err
 nnc_plan *nnc_plan_build(const nnc_desc_node *nodes, int nn, int probing, nnc_err *e)
 {
     nnc_plan *p = calloc(1, sizeof *p);
-    if (!p) { nnc_fail(e, "out of memory"); return NULL; }
+    if (!p) {
+        nnc_fail(e, "out of memory");
+        return NULL;
+    }
     int maxv = 0, maxk = 0;
-    for (int i = 0; i < nn; i++) { maxv += nodes[i].nin + nodes[i].nout; maxk += nodes[i].nin; }
+    for (int i = 0; i < nn; i++) {
+        maxv += nodes[i].nin + nodes[i].nout;
+        maxk += nodes[i].nin;
+    }
     p->vals = calloc((size_t)maxv + 1, sizeof *p->vals);
     p->nodes = calloc((size_t)nn + 1, sizeof *p->nodes);
     p->kin_val = calloc((size_t)maxk + 1, sizeof(int));
     p->kout_val = calloc((size_t)(nn ? nodes[nn - 1].nout : 0) + 1, sizeof(int));
-    if (!p->vals || !p->nodes || !p->kin_val || !p->kout_val) { nnc_fail(e, "out of memory"); goto fail; }
+    if (!p->vals || !p->nodes || !p->kin_val || !p->kout_val) {
+        nnc_fail(e, "out of memory");
+        goto fail;
+    }
     for (int i = 0; i < nn; i++) {
         const nnc_desc_node *d = &nodes[i];
         nnc_node *n = &p->nodes[i];
@@ -577,22 +662,31 @@ nnc_plan *nnc_plan_build(const nnc_desc_node *nodes, int nn, int probing, nnc_er
         n->fused_into = -1;
         n->probing = probing;
         p->nnodes = i + 1;
-        if (!n->name || !n->op_type) { nnc_fail(e, "out of memory"); goto fail; }
+        if (!n->name || !n->op_type) {
+            nnc_fail(e, "out of memory");
+            goto fail;
+        }
         if (d->nin > NNC_MAXIO || d->nout > NNC_MAXIO) {
             nnc_node_unsup(e, n, "more than %d inputs or outputs are not supported", NNC_MAXIO);
             goto fail;
         }
-        n->op = touches_strings(d) ? nnc_find_string_op(d->domain, d->op_type) : nnc_find_op_in(d->domain, d->op_type);
+        n->op = touches_strings(d) ? nnc_find_string_op(d->domain, d->op_type)
+                                   : nnc_find_op_in(d->domain, d->op_type);
         if (!n->op && touches_strings(d)) {
-            nnc_node_unsup(e, n, "this op does not take string tensors on the cpu backend (see "
-                                 "docs/backends/cpu.md, String tensors)");
+            nnc_node_unsup(e, n,
+                           "this op does not take string tensors on the cpu backend (see "
+                           "docs/backends/cpu.md, String tensors)");
             goto fail;
         }
         if (!n->op && d->domain && d->domain[0] && strcmp(d->domain, "ai.onnx")) {
-            nnc_node_unsup(e, n, "op '%s' of domain '%s' is not supported by the cpu backend", d->op_type, d->domain);
+            nnc_node_unsup(e, n, "op '%s' of domain '%s' is not supported by the cpu backend",
+                           d->op_type, d->domain);
             goto fail;
         }
-        if (!n->op) { nnc_node_unsup(e, n, "this op is not supported by the cpu backend"); goto fail; }
+        if (!n->op) {
+            nnc_node_unsup(e, n, "this op is not supported by the cpu backend");
+            goto fail;
+        }
         n->nin = d->nin;
         n->nout = d->nout;
         for (int j = 0; j < d->nin; j++) {
@@ -601,10 +695,14 @@ nnc_plan *nnc_plan_build(const nnc_desc_node *nodes, int nn, int probing, nnc_er
             if (dv->name && dv->name[0]) {
                 v = find_value(p, dv->name);
                 if (v < 0 || p->vals[v].producer < 0) {
-                    if (v < 0 && (v = add_value(p, dv, -1)) < 0) { nnc_fail(e, "out of memory"); goto fail; }
+                    if (v < 0 && (v = add_value(p, dv, -1)) < 0) {
+                        nnc_fail(e, "out of memory");
+                        goto fail;
+                    }
                 }
             }
-            if (v < 0 || p->vals[v].producer < 0 || p->vals[v].producer >= i) p->kin_val[p->nkin++] = v;
+            if (v < 0 || p->vals[v].producer < 0 || p->vals[v].producer >= i)
+                p->kin_val[p->nkin++] = v;
             n->in[j] = v;
             n->vin[j] = v >= 0 ? &p->vals[v].info : NULL;
         }
@@ -616,7 +714,10 @@ nnc_plan *nnc_plan_build(const nnc_desc_node *nodes, int nn, int probing, nnc_er
                     nnc_node_fail(e, n, "output '%s' is produced twice", dv->name);
                     goto fail;
                 }
-                if ((v = add_value(p, dv, i)) < 0) { nnc_fail(e, "out of memory"); goto fail; }
+                if ((v = add_value(p, dv, i)) < 0) {
+                    nnc_fail(e, "out of memory");
+                    goto fail;
+                }
                 p->vals[v].is_const = 0;
                 p->vals[v].info.const_data = NULL;
             }
@@ -628,17 +729,20 @@ nnc_plan *nnc_plan_build(const nnc_desc_node *nodes, int nn, int probing, nnc_er
                 p->vals[v].info.dtype == DT_UNDEF) {
                 p->vals[v].info = p->vals[n->in[0]].info;
                 p->vals[v].info.const_data = NULL;
-                if (d->opset >= 10 || p->vals[v].info.dtype == DT_UNDEF) p->vals[v].info.dtype = DT_BOOL;
+                if (d->opset >= 10 || p->vals[v].info.dtype == DT_UNDEF)
+                    p->vals[v].info.dtype = DT_BOOL;
             }
         }
         int nin_used = d->nin;
         while (nin_used > 0 && n->in[nin_used - 1] < 0) nin_used--; /* trailing omitted */
         if (nin_used < n->op->min_in || d->nin > n->op->max_in) {
-            nnc_node_fail(e, n, "has %d inputs; this op takes %d to %d", d->nin, n->op->min_in, n->op->max_in);
+            nnc_node_fail(e, n, "has %d inputs; this op takes %d to %d", d->nin, n->op->min_in,
+                          n->op->max_in);
             goto fail;
         }
         if (d->nout < n->op->min_out || d->nout > n->op->max_out) {
-            nnc_node_unsup(e, n, "has %d outputs; the cpu backend supports %d to %d", d->nout, n->op->min_out, n->op->max_out);
+            nnc_node_unsup(e, n, "has %d outputs; the cpu backend supports %d to %d", d->nout,
+                           n->op->min_out, n->op->max_out);
             goto fail;
         }
         n->nattr = d->nattr;
@@ -676,7 +780,10 @@ nnc_plan *nnc_plan_build(const nnc_desc_node *nodes, int nn, int probing, nnc_er
             const nnc_node *n = &p->nodes[i];
             if (n->dead) continue;
             for (int j = 0; j < n->nin; j++)
-                if (n->in[j] == v && !owns_const(n, j)) { needed = 1; break; }
+                if (n->in[j] == v && !owns_const(n, j)) {
+                    needed = 1;
+                    break;
+                }
         }
         size_t nb = info_nbytes(&x->info);
         if (needed && x->info.dtype == DT_STR) {
@@ -686,7 +793,10 @@ nnc_plan *nnc_plan_build(const nnc_desc_node *nodes, int nn, int probing, nnc_er
             }
         } else if (needed) {
             x->owned = nnc_alloc(nb ? nb : 1);
-            if (!x->owned) { nnc_fail(e, "out of memory copying constant '%s'", x->name); goto fail; }
+            if (!x->owned) {
+                nnc_fail(e, "out of memory copying constant '%s'", x->name);
+                goto fail;
+            }
             if (nb) memcpy(x->owned, x->info.const_data, nb);
         }
         x->info.const_data = x->owned; /* never the caller's pointer after this call */
@@ -702,14 +812,20 @@ nnc_plan *nnc_plan_build(const nnc_desc_node *nodes, int nn, int probing, nnc_er
         for (int j = 0; j < n->nin; j++) {
             in[j] = NULL;
             if (n->in[j] < 0) continue;
-            if (!info_static(&p->vals[n->in[j]].info)) { p->static_scratch = 0; break; }
+            if (!info_static(&p->vals[n->in[j]].info)) {
+                p->static_scratch = 0;
+                break;
+            }
             info_tensor(&p->vals[n->in[j]].info, NULL, &ts[j]);
             in[j] = &ts[j];
         }
         if (!p->static_scratch) break;
         size_t s;
         nnc_err tmp = {{0}, 0};
-        if (node_scratch(n, in, &s, &tmp)) { p->static_scratch = 0; break; }
+        if (node_scratch(n, in, &s, &tmp)) {
+            p->static_scratch = 0;
+            break;
+        }
         if (s > p->scratch_static) p->scratch_static = s;
     }
     return p;
@@ -776,7 +892,8 @@ static int bind_inputs(const nnc_plan *p, const nnc_tensor *kin, int nkin, run_e
                 return nnc_fail(e, "input '%s' has element type %s, the model declares %s", x->name,
                                 nnc_dtname(t->dtype), nnc_dtname(x->info.dtype));
             if (x->info.ndim >= 0 && t->ndim != x->info.ndim)
-                return nnc_fail(e, "input '%s' has rank %d, the model declares %d", x->name, t->ndim, x->info.ndim);
+                return nnc_fail(e, "input '%s' has rank %d, the model declares %d", x->name,
+                                t->ndim, x->info.ndim);
             if (!t->data && nnc_numel(t) > 0) return nnc_fail(e, "input '%s' has no data", x->name);
             r->vt[v] = *t;
         }
@@ -787,7 +904,8 @@ static int bind_inputs(const nnc_plan *p, const nnc_tensor *kin, int nkin, run_e
 
 static void gather_inputs(const nnc_node *n, run_env *r, nnc_tensor **in)
 {
-    for (int j = 0; j < n->nin; j++) in[j] = n->in[j] >= 0 && r->set[n->in[j]] ? &r->vt[n->in[j]] : NULL;
+    for (int j = 0; j < n->nin; j++)
+        in[j] = n->in[j] >= 0 && r->set[n->in[j]] ? &r->vt[n->in[j]] : NULL;
 }
 
 static int check_inputs_present(const nnc_node *n, nnc_tensor *const *in, nnc_err *e)
@@ -809,8 +927,9 @@ static int outputs_fit(const nnc_node *n, const nnc_tensor *outs, nnc_err *e)
             if (outs[j].dims[i] < 0 || __builtin_mul_overflow(bytes, outs[j].dims[i], &bytes)) {
                 char sh[160];
                 nnc_shape_str(&outs[j], sh, sizeof sh);
-                return nnc_node_fail(e, n, "output %d would have shape %s of %s: more bytes than any memory holds", j, sh,
-                                     nnc_dtname(outs[j].dtype));
+                return nnc_node_fail(
+                    e, n, "output %d would have shape %s of %s: more bytes than any memory holds",
+                    j, sh, nnc_dtname(outs[j].dtype));
             }
     }
     return NNC_OK;
@@ -819,9 +938,11 @@ static int outputs_fit(const nnc_node *n, const nnc_tensor *outs, nnc_err *e)
 /* Output shapes of a multi-node plan whose shapes are not all known ahead (the chains
  * matmul_chain takes): every live node's infer in order, from the actual input shapes (their
  * infer reads no data). */
-static int infer_through(const nnc_plan *p, const nnc_tensor *kin, int nkin, nnc_tensor *outs, nnc_err *e)
+static int infer_through(const nnc_plan *p, const nnc_tensor *kin, int nkin, nnc_tensor *outs,
+                         nnc_err *e)
 {
-    run_env r = {malloc((size_t)p->nvals * sizeof(nnc_tensor)), calloc((size_t)p->nvals, 1), NULL, 0};
+    run_env r = {malloc((size_t)p->nvals * sizeof(nnc_tensor)), calloc((size_t)p->nvals, 1), NULL,
+                 0};
     int rc = r.vt && r.set ? bind_inputs(p, kin, nkin, &r, e) : nnc_fail(e, "out of memory");
     for (int i = 0; i < p->nnodes && rc == NNC_OK; i++) {
         const nnc_node *n = &p->nodes[i];
@@ -832,13 +953,20 @@ static int infer_through(const nnc_plan *p, const nnc_tensor *kin, int nkin, nnc
         memset(o, 0, sizeof(nnc_tensor) * (size_t)n->nout);
         if ((rc = n->op->infer((nnc_node *)n, in, o, e)) || (rc = outputs_fit(n, o, e))) break;
         for (int j = 0; j < n->nout; j++)
-            if (n->out[j] >= 0) { o[j].data = NULL; r.vt[n->out[j]] = o[j]; r.set[n->out[j]] = 1; }
+            if (n->out[j] >= 0) {
+                o[j].data = NULL;
+                r.vt[n->out[j]] = o[j];
+                r.set[n->out[j]] = 1;
+            }
     }
     for (int j = 0; j < p->nkout && rc == NNC_OK; j++) {
         int v = p->kout_val[j];
         memset(&outs[j], 0, sizeof outs[j]);
         if (v < 0) continue;
-        if (!r.set[v]) { rc = nnc_fail(e, "output '%s' was not computed", p->vals[v].name); break; }
+        if (!r.set[v]) {
+            rc = nnc_fail(e, "output '%s' was not computed", p->vals[v].name);
+            break;
+        }
         outs[j] = r.vt[v];
     }
     free(r.vt);
@@ -846,7 +974,8 @@ static int infer_through(const nnc_plan *p, const nnc_tensor *kin, int nkin, nnc
     return rc;
 }
 
-int nnc_plan_output_shapes(const nnc_plan *p, const nnc_tensor *kin, int nkin, nnc_tensor *outs, nnc_err *e)
+int nnc_plan_output_shapes(const nnc_plan *p, const nnc_tensor *kin, int nkin, nnc_tensor *outs,
+                           nnc_err *e)
 {
     /* Multi-node plans are static (the fuse query guarantees it): report the known shapes.
      * A single node infers from its actual inputs. */
@@ -865,7 +994,8 @@ int nnc_plan_output_shapes(const nnc_plan *p, const nnc_tensor *kin, int nkin, n
         return outputs_fit(n, outs, e);
     }
     int dynamic = 0;
-    for (int j = 0; j < p->nkout; j++) dynamic |= p->kout_val[j] >= 0 && !info_static(&p->vals[p->kout_val[j]].info);
+    for (int j = 0; j < p->nkout; j++)
+        dynamic |= p->kout_val[j] >= 0 && !info_static(&p->vals[p->kout_val[j]].info);
     if (dynamic) return infer_through(p, kin, nkin, outs, e);
     for (int j = 0; j < p->nkout; j++) {
         int v = p->kout_val[j];
@@ -894,13 +1024,15 @@ int nnc_plan_workspace(const nnc_plan *p, const nnc_tensor *kin, int nkin, size_
     return NNC_OK;
 }
 
-int nnc_plan_run(const nnc_plan *p, const nnc_tensor *kin, int nkin, const nnc_tensor *kout, int nkout,
-                 void *ws, size_t wsn, nnc_err *e)
+int nnc_plan_run(const nnc_plan *p, const nnc_tensor *kin, int nkin, const nnc_tensor *kout,
+                 int nkout, void *ws, size_t wsn, nnc_err *e)
 {
-    if (nkout != p->nkout) return nnc_fail(e, "the kernel got %d outputs, it has %d", nkout, p->nkout);
+    if (nkout != p->nkout)
+        return nnc_fail(e, "the kernel got %d outputs, it has %d", nkout, p->nkout);
     size_t arena = nnc_align64(p->arena_bytes);
     if (p->arena_bytes && (!ws || wsn < arena))
-        return nnc_fail(e, "the workspace has %zu bytes, the kernel needs %zu", ws ? wsn : 0, arena);
+        return nnc_fail(e, "the workspace has %zu bytes, the kernel needs %zu", ws ? wsn : 0,
+                        arena);
     nnc_tensor vt_stack[64];
     char set_stack[64];
     void *dyn_stack[16];
@@ -910,7 +1042,13 @@ int nnc_plan_run(const nnc_plan *p, const nnc_tensor *kin, int nkin, const nnc_t
     r.set = heap ? calloc((size_t)p->nvals, 1) : set_stack;
     r.dyn = dyn_stack;
     r.ndyn = 0;
-    if (!r.vt || !r.set) { if (heap) { free(r.vt); free(r.set); } return nnc_fail(e, "out of memory"); }
+    if (!r.vt || !r.set) {
+        if (heap) {
+            free(r.vt);
+            free(r.set);
+        }
+        return nnc_fail(e, "out of memory");
+    }
     if (!heap) memset(set_stack, 0, sizeof set_stack);
     int rc = bind_inputs(p, kin, nkin, &r, e);
     nnc_exec x = {NULL, 0, 0};
@@ -924,7 +1062,9 @@ int nnc_plan_run(const nnc_plan *p, const nnc_tensor *kin, int nkin, const nnc_t
     }
     if (rc == NNC_OK && per) {
         size_t avail = ws && wsn > arena ? (wsn - arena) / per : 0;
-        if (avail < 1) rc = nnc_fail(e, "the workspace has %zu bytes, the kernel needs %zu", ws ? wsn : 0, arena + per);
+        if (avail < 1)
+            rc = nnc_fail(e, "the workspace has %zu bytes, the kernel needs %zu", ws ? wsn : 0,
+                          arena + per);
         x.scratch = (char *)ws + arena;
         x.per_thread = per;
         x.nthreads = avail > 64 ? 64 : (int)avail;
@@ -941,11 +1081,17 @@ int nnc_plan_run(const nnc_plan *p, const nnc_tensor *kin, int nkin, const nnc_t
         int empty = 1, alias_out = -1;
         for (int j = 0; j < n->nout && rc == NNC_OK; j++) {
             int v = n->out[j];
-            if (v < 0) { outs[j].data = NULL; continue; }
+            if (v < 0) {
+                outs[j].data = NULL;
+                continue;
+            }
             const nnc_value *xv = &p->vals[v];
             size_t nb = nnc_nbytes(&outs[j]);
             if (nnc_numel(&outs[j]) > 0) empty = 0;
-            if (outs[j].ndim > NNC_MAXDIM) { rc = nnc_node_fail(e, n, "output rank too large"); break; }
+            if (outs[j].ndim > NNC_MAXDIM) {
+                rc = nnc_node_fail(e, n, "output rank too large");
+                break;
+            }
             if (xv->ext_out >= 0) {
                 const nnc_tensor *k = &kout[xv->ext_out];
                 if (k->dtype != outs[j].dtype || !nnc_same_shape(k, &outs[j])) {
@@ -956,7 +1102,10 @@ int nnc_plan_run(const nnc_plan *p, const nnc_tensor *kin, int nkin, const nnc_t
                                        nnc_dtname(outs[j].dtype), a, nnc_dtname(k->dtype), b);
                     break;
                 }
-                if (!k->data && nb) { rc = nnc_node_fail(e, n, "output %d has no buffer", j); break; }
+                if (!k->data && nb) {
+                    rc = nnc_node_fail(e, n, "output %d has no buffer", j);
+                    break;
+                }
                 outs[j].data = k->data;
                 if (j == 0 && (n->op->flags & OPF_ALIAS)) alias_out = 0;
             } else if (j == 0 && (n->op->flags & OPF_ALIAS)) {
@@ -965,19 +1114,33 @@ int nnc_plan_run(const nnc_plan *p, const nnc_tensor *kin, int nkin, const nnc_t
                 const nnc_value *rv = &p->vals[xv->root];
                 char *base = NULL;
                 size_t cap = 0;
-                if (rv->ext_out >= 0) { base = kout[rv->ext_out].data; cap = nnc_nbytes(&kout[rv->ext_out]); }
-                else if (rv->arena) { base = (char *)ws + rv->offset; cap = rv->nbytes; }
+                if (rv->ext_out >= 0) {
+                    base = kout[rv->ext_out].data;
+                    cap = nnc_nbytes(&kout[rv->ext_out]);
+                } else if (rv->arena) {
+                    base = (char *)ws + rv->offset;
+                    cap = rv->nbytes;
+                }
                 if (!base || (size_t)xv->view_off + nb > cap) {
-                    rc = nnc_node_fail(e, n, "output %d does not fit in the Concat output '%s' planned for it", j, rv->name);
+                    rc = nnc_node_fail(
+                        e, n, "output %d does not fit in the Concat output '%s' planned for it", j,
+                        rv->name);
                     break;
                 }
                 outs[j].data = base + xv->view_off;
             } else if (xv->arena) {
-                if (nb > xv->nbytes) { rc = nnc_node_fail(e, n, "output %d is larger than planned", j); break; }
+                if (nb > xv->nbytes) {
+                    rc = nnc_node_fail(e, n, "output %d is larger than planned", j);
+                    break;
+                }
                 outs[j].data = (char *)ws + xv->offset;
             } else {
                 void *m = nnc_alloc(nb ? nb : 1);
-                if (!m || r.ndyn >= 16) { nnc_free(m); rc = nnc_node_fail(e, n, "out of memory"); break; }
+                if (!m || r.ndyn >= 16) {
+                    nnc_free(m);
+                    rc = nnc_node_fail(e, n, "out of memory");
+                    break;
+                }
                 r.dyn[r.ndyn++] = m;
                 outs[j].data = m;
             }
@@ -997,18 +1160,26 @@ int nnc_plan_run(const nnc_plan *p, const nnc_tensor *kin, int nkin, const nnc_t
                 nnc_shape_str(&outs[0], shp, sizeof shp);
                 double sum = 0;
                 if (outs[0].dtype == DT_F32)
-                    for (int64_t q = 0, m = nnc_numel(&outs[0]); q < m; q++) sum += ((const float *)outs[0].data)[q];
-                fprintf(stderr, "nnplug-cpu: %-12s %-24s %8.3f ms  -> %s%s%s sum %.6g\n", n->op->type, n->name,
-                        ms, shp, n->act.kind ? " +act" : "", n->residual >= 0 ? " +res" : "", sum);
+                    for (int64_t q = 0, m = nnc_numel(&outs[0]); q < m; q++)
+                        sum += ((const float *)outs[0].data)[q];
+                fprintf(stderr, "nnplug-cpu: %-12s %-24s %8.3f ms  -> %s%s%s sum %.6g\n",
+                        n->op->type, n->name, ms, shp, n->act.kind ? " +act" : "",
+                        n->residual >= 0 ? " +res" : "", sum);
             }
         }
         if (t_hook) t_hook(t_hook_user, n, in, outs, hook_t0, now_ns());
         for (int j = 0; j < n->nout; j++)
-            if (n->out[j] >= 0) { r.vt[n->out[j]] = outs[j]; r.set[n->out[j]] = 1; }
+            if (n->out[j] >= 0) {
+                r.vt[n->out[j]] = outs[j];
+                r.set[n->out[j]] = 1;
+            }
     }
     nnc_set_thread_limit(0);
     for (int k = 0; k < r.ndyn; k++) nnc_free(r.dyn[k]);
-    if (heap) { free(r.vt); free(r.set); }
+    if (heap) {
+        free(r.vt);
+        free(r.set);
+    }
     return rc;
 }
 
@@ -1029,8 +1200,9 @@ static int all_static(const nnc_desc_node *d)
 /* Nodes that may continue a chain started by a Conv/Gemm/BN (folded or fused into it). */
 static int continues_chain(const char *op)
 {
-    static const char *ops[] = {"BatchNormalization", "Mul", "Add", "Sub", "Div", "Sum", "Relu",
-                                "Clip", "LeakyRelu", "Erf", NULL};
+    static const char *ops[] = {
+        "BatchNormalization", "Mul", "Add", "Sub", "Div", "Sum", "Relu", "Clip",
+        "LeakyRelu",          "Erf", NULL};
     for (const char **o = ops; *o; o++)
         if (!strcmp(op, *o)) return 1;
     return 0;
@@ -1038,10 +1210,14 @@ static int continues_chain(const char *op)
 
 static int desc_is(const nnc_desc_node *d, const char *op)
 {
-    return !strcmp(d->op_type, op) && (!d->domain || !d->domain[0] || !strcmp(d->domain, "ai.onnx"));
+    return !strcmp(d->op_type, op) &&
+           (!d->domain || !d->domain[0] || !strcmp(d->domain, "ai.onnx"));
 }
 
-static int same_name(const nnc_desc_value *v, const char *name) { return v->name && name && !strcmp(v->name, name); }
+static int same_name(const nnc_desc_value *v, const char *name)
+{
+    return v->name && name && !strcmp(v->name, name);
+}
 
 /* The input of two-input d other than the one named v (exactly one input is v), or NULL. */
 static const nnc_desc_value *desc_other(const nnc_desc_node *d, const char *v)
@@ -1052,7 +1228,8 @@ static const nnc_desc_value *desc_other(const nnc_desc_node *d, const char *v)
 
 static const nnc_valinfo *desc_const(const nnc_desc_value *v)
 {
-    return v && v->info.const_data && v->info.dtype == DT_F32 && info_static(&v->info) ? &v->info : NULL;
+    return v && v->info.const_data && v->info.dtype == DT_F32 && info_static(&v->info) ? &v->info
+                                                                                       : NULL;
 }
 
 /* How many nodes from nodes[0] fold into a MatMul with a constant 2-D B whatever the shapes
@@ -1060,21 +1237,24 @@ static const nnc_valinfo *desc_const(const nnc_desc_value *v)
 static int matmul_chain(const nnc_desc_node *nodes, int n)
 {
     const nnc_desc_node *m = &nodes[0];
-    if (!desc_is(m, "MatMul") || m->nin != 2 || m->nout != 1 || !desc_const(&m->in[1]) || m->in[1].info.ndim != 2 ||
-        m->in[0].info.dtype != DT_F32 || m->in[0].info.ndim < 2)
+    if (!desc_is(m, "MatMul") || m->nin != 2 || m->nout != 1 || !desc_const(&m->in[1]) ||
+        m->in[1].info.ndim != 2 || m->in[0].info.dtype != DT_F32 || m->in[0].info.ndim < 2)
         return 1;
     int rank = m->in[0].info.ndim;
     if (n < 2 || !desc_is(&nodes[1], "Add") || nodes[1].nout != 1 ||
-        !bias_keeps_shape(desc_const(desc_other(&nodes[1], m->out[0].name)), rank, m->in[1].info.dims[1]))
+        !bias_keeps_shape(desc_const(desc_other(&nodes[1], m->out[0].name)), rank,
+                          m->in[1].info.dims[1]))
         return 1;
     const char *x = nodes[1].out[0].name;
     if (n < 7) return 2;
-    const nnc_desc_node *dv = &nodes[2], *ef = &nodes[3], *ad = &nodes[4], *m1 = &nodes[5], *m2 = &nodes[6];
+    const nnc_desc_node *dv = &nodes[2], *ef = &nodes[3], *ad = &nodes[4], *m1 = &nodes[5],
+                        *m2 = &nodes[6];
     int gelu = desc_is(dv, "Div") && dv->nin == 2 && same_name(&dv->in[0], x) &&
-               bias_keeps_shape(desc_const(&dv->in[1]), rank, -1) && desc_is(ef, "Erf") && ef->nin == 1 &&
-               same_name(&ef->in[0], dv->out[0].name) && desc_is(ad, "Add") &&
-               bias_keeps_shape(desc_const(desc_other(ad, ef->out[0].name)), rank, -1) && desc_is(m1, "Mul") &&
-               desc_other(m1, x) && same_name(desc_other(m1, x), ad->out[0].name) && desc_is(m2, "Mul") &&
+               bias_keeps_shape(desc_const(&dv->in[1]), rank, -1) && desc_is(ef, "Erf") &&
+               ef->nin == 1 && same_name(&ef->in[0], dv->out[0].name) && desc_is(ad, "Add") &&
+               bias_keeps_shape(desc_const(desc_other(ad, ef->out[0].name)), rank, -1) &&
+               desc_is(m1, "Mul") && desc_other(m1, x) &&
+               same_name(desc_other(m1, x), ad->out[0].name) && desc_is(m2, "Mul") &&
                bias_keeps_shape(desc_const(desc_other(m2, m1->out[0].name)), rank, -1);
     return gelu ? 7 : 2;
 }
@@ -1082,7 +1262,8 @@ static int matmul_chain(const nnc_desc_node *nodes, int n)
 int nnc_fuse_count(const nnc_desc_node *nodes, int n)
 {
     int chain = matmul_chain(nodes, n);
-    if (chain > 1 && !all_static(&nodes[chain - 1])) return chain; /* dynamic shapes: the chain alone */
+    if (chain > 1 && !all_static(&nodes[chain - 1]))
+        return chain; /* dynamic shapes: the chain alone */
     int take = 0;
     for (int i = 0; i < n; i++) {
         int ok = 1;
@@ -1103,8 +1284,7 @@ int nnc_fuse_count(const nnc_desc_node *nodes, int n)
         int gemm = !strcmp(nodes[j].op_type, "Conv") || !strcmp(nodes[j].op_type, "Gemm") ||
                    !strcmp(nodes[j].op_type, "MatMul");
         int head = gemm || !strcmp(nodes[j].op_type, "BatchNormalization");
-        if (head && j > 0 && LAST_OK(j) && (j < take - 1 || gemm))
-            take = j;
+        if (head && j > 0 && LAST_OK(j) && (j < take - 1 || gemm)) take = j;
     }
     return take;
 }

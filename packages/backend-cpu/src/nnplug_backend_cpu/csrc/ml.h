@@ -26,12 +26,14 @@ void ml_transform_targets(float *z, int64_t T, int pt);
 
 /* Attribute arrays, malloc'd (free them); *count = -1 when the attribute is absent. */
 int ml_attr_reals(const nnc_node *n, const char *name, double **out, int64_t *count, nnc_err *e);
-int ml_attr_int_list(const nnc_node *n, const char *name, int64_t **out, int64_t *count, nnc_err *e);
-int ml_attr_string_list(const nnc_node *n, const char *name, const char *const **out, int64_t *count,
-                        nnc_err *e);
+int ml_attr_int_list(const nnc_node *n, const char *name, int64_t **out, int64_t *count,
+                     nnc_err *e);
+int ml_attr_string_list(const nnc_node *n, const char *name, const char *const **out,
+                        int64_t *count, nnc_err *e);
 /* A reals attribute as a malloc'd float array (free it); absent: an error when required, else
  * an empty array with *count = 0. */
-int ml_attr_floats(const nnc_node *n, const char *name, int required, float **out, int64_t *count, nnc_err *e);
+int ml_attr_floats(const nnc_node *n, const char *name, int required, float **out, int64_t *count,
+                   nnc_err *e);
 /* Number of values of a list attribute, 0 when absent. */
 int64_t ml_attr_len(const nnc_node *n, const char *name);
 /* A reals attribute that may come as `name` (floats) or `name`_as_tensor (float or double

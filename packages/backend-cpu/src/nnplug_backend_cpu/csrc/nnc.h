@@ -12,12 +12,32 @@
 
 /* Element types use ONNX TensorProto.DataType numbers. */
 enum {
-    DT_UNDEF = 0, DT_F32 = 1, DT_U8 = 2, DT_I8 = 3, DT_U16 = 4, DT_I16 = 5, DT_I32 = 6,
-    DT_I64 = 7, DT_STR = 8, DT_BOOL = 9, DT_F16 = 10, DT_F64 = 11, DT_U32 = 12, DT_U64 = 13,
+    DT_UNDEF = 0,
+    DT_F32 = 1,
+    DT_U8 = 2,
+    DT_I8 = 3,
+    DT_U16 = 4,
+    DT_I16 = 5,
+    DT_I32 = 6,
+    DT_I64 = 7,
+    DT_STR = 8,
+    DT_BOOL = 9,
+    DT_F16 = 10,
+    DT_F64 = 11,
+    DT_U32 = 12,
+    DT_U64 = 13,
     DT_BF16 = 16,
     /* 8-, 4- and 2-bit types, one element per byte (the value in the low bits) */
-    DT_F8E4M3FN = 17, DT_F8E4M3FNUZ = 18, DT_F8E5M2 = 19, DT_F8E5M2FNUZ = 20, DT_U4 = 21,
-    DT_I4 = 22, DT_F4E2M1 = 23, DT_F8E8M0 = 24, DT_U2 = 25, DT_I2 = 26
+    DT_F8E4M3FN = 17,
+    DT_F8E4M3FNUZ = 18,
+    DT_F8E5M2 = 19,
+    DT_F8E5M2FNUZ = 20,
+    DT_U4 = 21,
+    DT_I4 = 22,
+    DT_F4E2M1 = 23,
+    DT_F8E8M0 = 24,
+    DT_U2 = 25,
+    DT_I2 = 26
 };
 size_t nnc_dtsize(int dt); /* 0 for unsupported types */
 const char *nnc_dtname(int dt);
@@ -30,7 +50,10 @@ typedef struct nnc_tensor {
 } nnc_tensor;
 
 int64_t nnc_numel(const nnc_tensor *t);
-static inline size_t nnc_nbytes(const nnc_tensor *t) { return (size_t)nnc_numel(t) * nnc_dtsize(t->dtype); }
+static inline size_t nnc_nbytes(const nnc_tensor *t)
+{
+    return (size_t)nnc_numel(t) * nnc_dtsize(t->dtype);
+}
 int nnc_same_shape(const nnc_tensor *a, const nnc_tensor *b);
 void nnc_shape_str(const nnc_tensor *t, char *buf, size_t n);
 
@@ -42,8 +65,16 @@ typedef struct nnc_err {
 int nnc_fail(nnc_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Attributes (ONNX AttributeProto, already decoded). */
-enum { AK_UNDEF = 0, AK_FLOAT = 1, AK_INT = 2, AK_STRING = 3, AK_TENSOR = 4,
-       AK_FLOATS = 6, AK_INTS = 7, AK_STRINGS = 8 };
+enum {
+    AK_UNDEF = 0,
+    AK_FLOAT = 1,
+    AK_INT = 2,
+    AK_STRING = 3,
+    AK_TENSOR = 4,
+    AK_FLOATS = 6,
+    AK_INTS = 7,
+    AK_STRINGS = 8
+};
 typedef struct nnc_attr {
     const char *name;
     int kind;
@@ -145,13 +176,16 @@ static inline int nnc_in_const(const nnc_node *n, int i)
 {
     return i < n->nin && n->vin[i] && n->vin[i]->const_data != NULL;
 }
-static inline int nnc_in_present(const nnc_node *n, int i) { return i < n->nin && n->in[i] >= 0; }
+static inline int nnc_in_present(const nnc_node *n, int i)
+{
+    return i < n->nin && n->in[i] >= 0;
+}
 int nnc_in_static(const nnc_node *n, int i); /* rank and dims all known */
 int64_t nnc_info_numel(const nnc_valinfo *v); /* -1 when unknown */
 int nnc_check_dtype(const nnc_node *n, int i, const int *allowed, nnc_err *e);
 /* Read an int64/int32 tensor's values (shape-like inputs) into out; error naming node. */
-int nnc_read_ints(const nnc_node *n, const nnc_tensor *t, const char *what, int64_t *out,
-                  int maxn, int *count, nnc_err *e);
+int nnc_read_ints(const nnc_node *n, const nnc_tensor *t, const char *what, int64_t *out, int maxn,
+                  int *count, nnc_err *e);
 
 /* Execution context of one run: scratch memory per worker thread, inside the workspace the
  * host passed to this call. */
@@ -177,9 +211,8 @@ void nnc_pool_release(void);
 
 /* Row-major sgemm C = alpha*op(A)*op(B) + beta*C (gemm.c): every element summed in the same
  * order wherever it sits, so results do not depend on tiling or thread count. */
-void nnc_sgemm(int transa, int transb, int64_t m, int64_t n, int64_t k, float alpha,
-               const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
-               int64_t ldc);
+void nnc_sgemm(int transa, int transb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+               int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 const char *nnc_gemm_info(void); /* which micro-kernel runs */
 /* The widest hand-vectorised kernels to run: 2 AVX-512 (avx512f), 1 AVX2+FMA, 0 portable C;
  * what the CPU has, capped by NNPLUG_CPU_ISA ("avx2" or "portable") so that every path can be
@@ -218,8 +251,8 @@ void nnc_sgemm_packed(int64_t m, int64_t n, int64_t k, const float *pa, const fl
 /* Columns [j0, j1) of the same product (j0 a multiple of NNC_GEMM_NR; c, pb and the epilogue's
  * columns still indexed from column 0), so threads can share one packed A and B. */
 #define NNC_GEMM_NR 16
-void nnc_sgemm_packed_cols(int64_t m, int64_t n, int64_t k, const float *pa, const float *pb, float *c,
-                           int64_t ldc, const nnc_gemm_epi *ep, int64_t j0, int64_t j1);
+void nnc_sgemm_packed_cols(int64_t m, int64_t n, int64_t k, const float *pa, const float *pb,
+                           float *c, int64_t ldc, const nnc_gemm_epi *ep, int64_t j0, int64_t j1);
 /* The same product with B read in place, on CPUs with AVX-512 (NNC_ERR elsewhere, computing
  * nothing): row kk of B is brow[kk] (k pointers), its columns given as slots of 16 lanes, slot s
  * at brow[kk] + slots[s].boff with its valid lanes in slots[s].mask, which are stored in order
@@ -227,9 +260,13 @@ void nnc_sgemm_packed_cols(int64_t m, int64_t n, int64_t k, const float *pa, con
  * zero-padded input (a slot may cross the padding between output rows) instead of packing
  * im2col columns. The same bits as nnc_sgemm_packed on those columns. Epilogue columns (res,
  * col_bias) are C's. */
-typedef struct { int64_t boff, coff; uint32_t mask; } nnc_slot;
-int nnc_sgemm_rows(int64_t m, int64_t k, const float *pa, const float *const *brow, const nnc_slot *slots,
-                   int64_t nslots, float *c, int64_t ldc, const nnc_gemm_epi *ep);
+typedef struct {
+    int64_t boff, coff;
+    uint32_t mask;
+} nnc_slot;
+int nnc_sgemm_rows(int64_t m, int64_t k, const float *pa, const float *const *brow,
+                   const nnc_slot *slots, int64_t nslots, float *c, int64_t ldc,
+                   const nnc_gemm_epi *ep);
 /* Column c0 of the same product when B is that one column x (k floats): y[i * ldy] for rows
  * [0, m), the same bits as nnc_sgemm_packed gives it, without padding B to NNC_GEMM_NR columns
  * (1-pixel convolutions: the squeeze-excitation layers). */
@@ -238,7 +275,8 @@ void nnc_sgemv_packed(int64_t m, int64_t k, const float *pa, const float *x, flo
 
 /* Compiled for several x86-64 levels, picked at load time. Elementwise loops only: C11 mode
  * contracts no a*b+c into an FMA, so each element's value is the same at every level. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_ADDRESS__)
 #define MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define MULTIVERSION
@@ -254,7 +292,10 @@ void nnc_vgelu_erf(const float *x, float *y, int64_t n, float d);
 
 /* Memory. */
 void *nnc_alloc(size_t nbytes); /* 64-byte aligned, NULL on failure */
-static inline size_t nnc_align64(size_t n) { return (n + 63) & ~(size_t)63; }
+static inline size_t nnc_align64(size_t n)
+{
+    return (n + 63) & ~(size_t)63;
+}
 void nnc_free(void *p);
 
 /* Epilogue helpers. */
@@ -271,6 +312,9 @@ int nnc_broadcast_shape(const nnc_tensor *a, const nnc_tensor *b, nnc_tensor *ou
 
 #define NNC_OK 0
 #define NNC_ERR (-1)
-#define TRY(x) do { if ((x) != 0) return NNC_ERR; } while (0)
+#define TRY(x)                        \
+    do {                              \
+        if ((x) != 0) return NNC_ERR; \
+    } while (0)
 
 #endif

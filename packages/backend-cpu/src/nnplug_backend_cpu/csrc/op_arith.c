@@ -17,7 +17,10 @@ int nnc_has_zero(const nnc_tensor *t)
     for (int64_t i = 0; i < k; i++) {
         int z = 1;
         for (size_t b = 0; b < sz; b++)
-            if (p[i * (int64_t)sz + (int64_t)b]) { z = 0; break; }
+            if (p[i * (int64_t)sz + (int64_t)b]) {
+                z = 0;
+                break;
+            }
         if (z) return 1;
     }
     return 0;
@@ -28,7 +31,11 @@ static int64_t ipow(int64_t b, int64_t e)
 {
     if (e < 0) return b == 1 ? 1 : (b == -1 ? ((e & 1) ? -1 : 1) : 0);
     uint64_t r = 1, x = (uint64_t)b;
-    while (e) { if (e & 1) r *= x; x *= x; e >>= 1; }
+    while (e) {
+        if (e & 1) r *= x;
+        x *= x;
+        e >>= 1;
+    }
     return (int64_t)r;
 }
 
@@ -51,34 +58,78 @@ static double pymod(double x, double y)
 static void float_op(int op, int64_t n, const double *a, const double *b, double *o)
 {
     switch (op) {
-    case B_ADD: for (int64_t i = 0; i < n; i++) o[i] = a[i] + b[i]; break;
-    case B_SUB: for (int64_t i = 0; i < n; i++) o[i] = a[i] - b[i]; break;
-    case B_MUL: for (int64_t i = 0; i < n; i++) o[i] = a[i] * b[i]; break;
-    case B_DIV: for (int64_t i = 0; i < n; i++) o[i] = a[i] / b[i]; break;
-    case B_POW: for (int64_t i = 0; i < n; i++) o[i] = pow(a[i], b[i]); break;
-    case B_MAX: for (int64_t i = 0; i < n; i++) o[i] = (a[i] != a[i] || a[i] > b[i]) ? a[i] : b[i]; break;
-    case B_MIN: for (int64_t i = 0; i < n; i++) o[i] = (a[i] != a[i] || a[i] < b[i]) ? a[i] : b[i]; break;
-    case B_EQ: for (int64_t i = 0; i < n; i++) o[i] = a[i] == b[i]; break;
-    case B_GT: for (int64_t i = 0; i < n; i++) o[i] = a[i] > b[i]; break;
-    case B_LT: for (int64_t i = 0; i < n; i++) o[i] = a[i] < b[i]; break;
-    case B_GE: for (int64_t i = 0; i < n; i++) o[i] = a[i] >= b[i]; break;
-    case B_LE: for (int64_t i = 0; i < n; i++) o[i] = a[i] <= b[i]; break;
-    case B_MOD: for (int64_t i = 0; i < n; i++) o[i] = fmod(a[i], b[i]); break;
-    case B_PYMOD: for (int64_t i = 0; i < n; i++) o[i] = pymod(a[i], b[i]); break;
-    case B_PRELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] < 0 ? a[i] * b[i] : a[i]; break;
-    default: for (int64_t i = 0; i < n; i++) o[i] = 0; break;
+    case B_ADD:
+        for (int64_t i = 0; i < n; i++) o[i] = a[i] + b[i];
+        break;
+    case B_SUB:
+        for (int64_t i = 0; i < n; i++) o[i] = a[i] - b[i];
+        break;
+    case B_MUL:
+        for (int64_t i = 0; i < n; i++) o[i] = a[i] * b[i];
+        break;
+    case B_DIV:
+        for (int64_t i = 0; i < n; i++) o[i] = a[i] / b[i];
+        break;
+    case B_POW:
+        for (int64_t i = 0; i < n; i++) o[i] = pow(a[i], b[i]);
+        break;
+    case B_MAX:
+        for (int64_t i = 0; i < n; i++) o[i] = (a[i] != a[i] || a[i] > b[i]) ? a[i] : b[i];
+        break;
+    case B_MIN:
+        for (int64_t i = 0; i < n; i++) o[i] = (a[i] != a[i] || a[i] < b[i]) ? a[i] : b[i];
+        break;
+    case B_EQ:
+        for (int64_t i = 0; i < n; i++) o[i] = a[i] == b[i];
+        break;
+    case B_GT:
+        for (int64_t i = 0; i < n; i++) o[i] = a[i] > b[i];
+        break;
+    case B_LT:
+        for (int64_t i = 0; i < n; i++) o[i] = a[i] < b[i];
+        break;
+    case B_GE:
+        for (int64_t i = 0; i < n; i++) o[i] = a[i] >= b[i];
+        break;
+    case B_LE:
+        for (int64_t i = 0; i < n; i++) o[i] = a[i] <= b[i];
+        break;
+    case B_MOD:
+        for (int64_t i = 0; i < n; i++) o[i] = fmod(a[i], b[i]);
+        break;
+    case B_PYMOD:
+        for (int64_t i = 0; i < n; i++) o[i] = pymod(a[i], b[i]);
+        break;
+    case B_PRELU:
+        for (int64_t i = 0; i < n; i++) o[i] = a[i] < 0 ? a[i] * b[i] : a[i];
+        break;
+    default:
+        for (int64_t i = 0; i < n; i++) o[i] = 0;
+        break;
     }
 }
 
-#define ILOOP(EXPR) for (int64_t i = 0; i < n; i++) { int64_t x = a[i], y = b[i]; o[i] = (EXPR); } break;
-#define ULOOP(EXPR) for (int64_t i = 0; i < n; i++) { uint64_t x = (uint64_t)a[i], y = (uint64_t)b[i]; o[i] = (int64_t)(EXPR); } break;
+#define ILOOP(EXPR)                   \
+    for (int64_t i = 0; i < n; i++) { \
+        int64_t x = a[i], y = b[i];   \
+        o[i] = (EXPR);                \
+    }                                 \
+    break;
+#define ULOOP(EXPR)                                      \
+    for (int64_t i = 0; i < n; i++) {                    \
+        uint64_t x = (uint64_t)a[i], y = (uint64_t)b[i]; \
+        o[i] = (int64_t)(EXPR);                          \
+    }                                                    \
+    break;
 
-static void int_op(int op, int uns, int width, int64_t n, const int64_t *a, const int64_t *b, int64_t *o)
+static void int_op(int op, int uns, int width, int64_t n, const int64_t *a, const int64_t *b,
+                   int64_t *o)
 {
     if (uns) {
         switch (op) {
         case B_DIV: ULOOP(y ? x / y : 0)
-        case B_MOD: case B_PYMOD: ULOOP(y ? x % y : 0)
+        case B_MOD:
+        case B_PYMOD: ULOOP(y ? x % y : 0)
         case B_MAX: ULOOP(x > y ? x : y)
         case B_MIN: ULOOP(x < y ? x : y)
         case B_EQ: ULOOP(x == y)
@@ -96,9 +147,12 @@ static void int_op(int op, int uns, int width, int64_t n, const int64_t *a, cons
     case B_ADD: ULOOP(x + y)
     case B_SUB: ULOOP(x - y)
     case B_MUL: ULOOP(x * y)
-    case B_BAND: case B_AND: ULOOP(x & y)
-    case B_BOR: case B_OR: ULOOP(x | y)
-    case B_BXOR: case B_XOR: ULOOP(x ^ y)
+    case B_BAND:
+    case B_AND: ULOOP(x & y)
+    case B_BOR:
+    case B_OR: ULOOP(x | y)
+    case B_BXOR:
+    case B_XOR: ULOOP(x ^ y)
     case B_POW: ILOOP(ipow(x, y))
     default: break;
     }
@@ -106,7 +160,9 @@ static void int_op(int op, int uns, int width, int64_t n, const int64_t *a, cons
     switch (op) {
     case B_DIV: ILOOP(y == 0 ? 0 : (y == -1 ? (int64_t)(0 - (uint64_t)x) : x / y))
     case B_MOD: ILOOP(y == 0 || y == -1 ? 0 : x % y)
-    case B_PYMOD: ILOOP(y == 0 || y == -1 ? 0 : ((x % y != 0 && ((x % y < 0) != (y < 0))) ? x % y + y : x % y))
+    case B_PYMOD:
+        ILOOP(y == 0 || y == -1 ? 0
+                                : ((x % y != 0 && ((x % y < 0) != (y < 0))) ? x % y + y : x % y))
     case B_MAX: ILOOP(x > y ? x : y)
     case B_MIN: ILOOP(x < y ? x : y)
     case B_EQ: ILOOP(x == y)

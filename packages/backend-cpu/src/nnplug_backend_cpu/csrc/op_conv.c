@@ -19,12 +19,12 @@ typedef struct {
     int auto_pad;                    /* AP_* */
     float *w;                        /* depthwise: constant weights [M][kh*kw] */
     float *pw;                       /* otherwise: constant weights, each group packed */
-    float *pu;                       /* and Winograd's transformed ones (conv_winograd.h), or NULL */
-    float wino_xmax;                 /* the largest |x| Winograd takes with pu (nnc_wino_input_limit) */
-    int64_t pw_group;                /* floats per group in pw */
-    float *bias;                     /* [M] when weights are constant */
-    int dt;                          /* element type: float32, or float16/bfloat16/float64 on
-                                        the plain loop (conv_typed_planes) */
+    float *pu; /* and Winograd's transformed ones (conv_winograd.h), or NULL */
+    float wino_xmax; /* the largest |x| Winograd takes with pu (nnc_wino_input_limit) */
+    int64_t pw_group; /* floats per group in pw */
+    float *bias; /* [M] when weights are constant */
+    int dt; /* element type: float32, or float16/bfloat16/float64 on
+               the plain loop (conv_typed_planes) */
 } conv_state;
 
 int nnc_parse_auto_pad(const nnc_node *n, int *out, nnc_err *e)
@@ -35,8 +35,11 @@ int nnc_parse_auto_pad(const nnc_node *n, int *out, nnc_err *e)
     else if (!strcmp(s, "SAME_UPPER")) *out = AP_SAME_UPPER;
     else if (!strcmp(s, "SAME_LOWER")) *out = AP_SAME_LOWER;
     else if (!strcmp(s, "VALID")) *out = AP_VALID;
-    else return nnc_node_fail(e, n, "attribute 'auto_pad' = '%s' is not one of NOTSET, SAME_UPPER, "
-                                    "SAME_LOWER, VALID", s);
+    else
+        return nnc_node_fail(e, n,
+                             "attribute 'auto_pad' = '%s' is not one of NOTSET, SAME_UPPER, "
+                             "SAME_LOWER, VALID",
+                             s);
     return NNC_OK;
 }
 
@@ -76,29 +79,36 @@ int nnc_parse_window(const nnc_node *n, int nsp, const int64_t *kernel_from_w, n
     TRY(nnc_attr_ints(n, "kernel_shape", buf, NNC_MAXDIM, &c, e));
     if (c < 0 && !kernel_from_w) return nnc_node_fail(e, n, "attribute 'kernel_shape' is required");
     if (c >= 0 && c != nsp)
-        return nnc_node_fail(e, n, "attribute 'kernel_shape' has %d values for %d spatial dims", c, nsp);
+        return nnc_node_fail(e, n, "attribute 'kernel_shape' has %d values for %d spatial dims", c,
+                             nsp);
     for (int i = 0; i < nsp; i++) {
         w->k[i] = c >= 0 ? buf[i] : kernel_from_w[i];
         if (kernel_from_w && w->k[i] != kernel_from_w[i])
-            return nnc_node_fail(e, n, "attribute 'kernel_shape' (%lld) does not match the weight "
-                                 "shape (%lld)", (long long)w->k[i], (long long)kernel_from_w[i]);
+            return nnc_node_fail(e, n,
+                                 "attribute 'kernel_shape' (%lld) does not match the weight "
+                                 "shape (%lld)",
+                                 (long long)w->k[i], (long long)kernel_from_w[i]);
         if (w->k[i] < 1) return nnc_node_fail(e, n, "attribute 'kernel_shape' must be positive");
     }
     TRY(nnc_attr_ints(n, "strides", buf, NNC_MAXDIM, &c, e));
-    if (c >= 0 && c != nsp) return nnc_node_fail(e, n, "attribute 'strides' has %d values for %d spatial dims", c, nsp);
+    if (c >= 0 && c != nsp)
+        return nnc_node_fail(e, n, "attribute 'strides' has %d values for %d spatial dims", c, nsp);
     for (int i = 0; i < nsp; i++) {
         w->s[i] = c >= 0 ? buf[i] : 1;
         if (w->s[i] < 1) return nnc_node_fail(e, n, "attribute 'strides' must be positive");
     }
     TRY(nnc_attr_ints(n, "dilations", buf, NNC_MAXDIM, &c, e));
-    if (c >= 0 && c != nsp) return nnc_node_fail(e, n, "attribute 'dilations' has %d values for %d spatial dims", c, nsp);
+    if (c >= 0 && c != nsp)
+        return nnc_node_fail(e, n, "attribute 'dilations' has %d values for %d spatial dims", c,
+                             nsp);
     for (int i = 0; i < nsp; i++) {
         w->d[i] = c >= 0 ? buf[i] : 1;
         if (w->d[i] < 1) return nnc_node_fail(e, n, "attribute 'dilations' must be positive");
     }
     TRY(nnc_attr_ints(n, "pads", buf, 2 * NNC_MAXDIM, &c, e));
     if (c >= 0 && c != 2 * nsp)
-        return nnc_node_fail(e, n, "attribute 'pads' has %d values; %d spatial dims need %d", c, nsp, 2 * nsp);
+        return nnc_node_fail(e, n, "attribute 'pads' has %d values; %d spatial dims need %d", c,
+                             nsp, 2 * nsp);
     for (int i = 0; i < 2 * nsp; i++) {
         w->p[i] = c >= 0 ? buf[i] : 0;
         if (w->p[i] < 0) return nnc_node_fail(e, n, "attribute 'pads' must not be negative");
@@ -125,8 +135,8 @@ static void conv_destroy(nnc_node *n)
 static int winograd_kernel(const conv_state *s)
 {
     const char *env = getenv("NNPLUG_CPU_WINOGRAD");
-    if ((env && !strcmp(env, "0")) || !s->pw || s->nsp != 2 || s->group != 1 || s->kh != 3 || s->kw != 3 ||
-        s->sh != 1 || s->sw != 1 || s->dh != 1 || s->dw != 1)
+    if ((env && !strcmp(env, "0")) || !s->pw || s->nsp != 2 || s->group != 1 || s->kh != 3 ||
+        s->kw != 3 || s->sh != 1 || s->sw != 1 || s->dh != 1 || s->dw != 1)
         return 0;
     return 1;
 }
@@ -144,10 +154,12 @@ static int conv_create(nnc_node *n, nnc_err *e)
                                  nnc_dtname(n->vin[i]->dtype), nnc_dtname(dt));
     const nnc_valinfo *wi = n->vin[1];
     if (!nnc_in_static(n, 1))
-        return nnc_node_fail(e, n, "the weight input's shape must be known when the model is loaded");
+        return nnc_node_fail(e, n,
+                             "the weight input's shape must be known when the model is loaded");
     int wr = wi->ndim;
     if (wr != 3 && wr != 4)
-        return nnc_node_unsup(e, n, "only 1-D and 2-D convolutions are supported (weight rank %d)", wr);
+        return nnc_node_unsup(e, n, "only 1-D and 2-D convolutions are supported (weight rank %d)",
+                              wr);
     const nnc_valinfo *xi = n->vin[0];
     if (xi && xi->ndim >= 0 && xi->ndim != wr)
         return nnc_node_fail(e, n, "input rank %d does not match weight rank %d", xi->ndim, wr);
@@ -158,13 +170,16 @@ static int conv_create(nnc_node *n, nnc_err *e)
     s->dt = dt;
     int64_t group;
     TRY(nnc_attr_int(n, "group", 1, &group, e));
-    if (group < 1) return nnc_node_fail(e, n, "attribute 'group' must be positive, got %lld", (long long)group);
+    if (group < 1)
+        return nnc_node_fail(e, n, "attribute 'group' must be positive, got %lld",
+                             (long long)group);
     s->group = group;
     s->M = wi->dims[0];
     s->Cg = wi->dims[1];
     if (s->M < 1 || s->Cg < 1) return nnc_node_fail(e, n, "the weight has an empty dimension");
     if (s->M % group)
-        return nnc_node_fail(e, n, "attribute 'group' = %lld does not divide the %lld output channels",
+        return nnc_node_fail(e, n,
+                             "attribute 'group' = %lld does not divide the %lld output channels",
                              (long long)group, (long long)s->M);
     if (xi && xi->ndim >= 2 && xi->dims[1] >= 0 && xi->dims[1] != s->Cg * group)
         return nnc_node_fail(e, n, "input has %lld channels but weight expects %lld x group %lld",
@@ -173,11 +188,27 @@ static int conv_create(nnc_node *n, nnc_err *e)
     int64_t kdims[2] = {wi->dims[2], wr == 4 ? wi->dims[3] : 0};
     TRY(nnc_parse_window(n, s->nsp, kdims, &w, e));
     if (s->nsp == 1) {
-        s->kh = 1; s->kw = w.k[0]; s->sh = 1; s->sw = w.s[0]; s->dh = 1; s->dw = w.d[0];
-        s->pads[0] = 0; s->pads[1] = w.p[0]; s->pads[2] = 0; s->pads[3] = w.p[1];
+        s->kh = 1;
+        s->kw = w.k[0];
+        s->sh = 1;
+        s->sw = w.s[0];
+        s->dh = 1;
+        s->dw = w.d[0];
+        s->pads[0] = 0;
+        s->pads[1] = w.p[0];
+        s->pads[2] = 0;
+        s->pads[3] = w.p[1];
     } else {
-        s->kh = w.k[0]; s->kw = w.k[1]; s->sh = w.s[0]; s->sw = w.s[1]; s->dh = w.d[0]; s->dw = w.d[1];
-        s->pads[0] = w.p[0]; s->pads[1] = w.p[1]; s->pads[2] = w.p[2]; s->pads[3] = w.p[3];
+        s->kh = w.k[0];
+        s->kw = w.k[1];
+        s->sh = w.s[0];
+        s->sw = w.s[1];
+        s->dh = w.d[0];
+        s->dw = w.d[1];
+        s->pads[0] = w.p[0];
+        s->pads[1] = w.p[1];
+        s->pads[2] = w.p[2];
+        s->pads[3] = w.p[3];
     }
     s->auto_pad = w.auto_pad;
     if (s->M * s->Cg * s->kh * s->kw > INT32_MAX)
@@ -189,7 +220,8 @@ static int conv_create(nnc_node *n, nnc_err *e)
             return nnc_node_fail(e, n, "bias must be 1-D with %lld values", (long long)s->M);
     }
     /* Pack constant weights (and bias) once. */
-    if (dt == DT_F32 && !n->probing && nnc_in_const(n, 1) && (!nnc_in_present(n, 2) || nnc_in_const(n, 2))) {
+    if (dt == DT_F32 && !n->probing && nnc_in_const(n, 1) &&
+        (!nnc_in_present(n, 2) || nnc_in_const(n, 2))) {
         int64_t Mg = s->M / s->group, K = s->Cg * s->kh * s->kw;
         const float *src = wi->const_data;
         s->bias = nnc_alloc((size_t)s->M * sizeof(float));
@@ -202,13 +234,16 @@ static int conv_create(nnc_node *n, nnc_err *e)
             for (int64_t g = 0; s->pw && g < s->group; g++)
                 nnc_sgemm_pack_a(Mg, K, src + g * Mg * K, K, s->pw + g * s->pw_group);
         }
-        if ((!s->w && !s->pw) || !s->bias) return nnc_node_fail(e, n, "out of memory packing weights");
+        if ((!s->w && !s->pw) || !s->bias)
+            return nnc_node_fail(e, n, "out of memory packing weights");
         if (winograd_kernel(s) && !nnc_any_nonfinite(src, s->M * K)) {
             s->pu = nnc_alloc((size_t)nnc_wino_packed_floats(s->M, s->Cg) * sizeof(float));
-            if (!s->pu || nnc_wino_pack(src, s->M, s->Cg, s->pu)) return nnc_node_fail(e, n, "out of memory packing weights");
+            if (!s->pu || nnc_wino_pack(src, s->M, s->Cg, s->pu))
+                return nnc_node_fail(e, n, "out of memory packing weights");
             s->wino_xmax = nnc_wino_input_limit(s->pu, s->M, s->Cg);
         }
-        if (nnc_in_present(n, 2)) memcpy(s->bias, n->vin[2]->const_data, (size_t)s->M * sizeof(float));
+        if (nnc_in_present(n, 2))
+            memcpy(s->bias, n->vin[2]->const_data, (size_t)s->M * sizeof(float));
         else memset(s->bias, 0, (size_t)s->M * sizeof(float));
     }
     return NNC_OK;
@@ -220,7 +255,10 @@ int nnc_conv_can_fold(const nnc_node *n)
     return s && (s->w || s->pw) && n->residual < 0 && n->act.kind == ACT_NONE;
 }
 
-int64_t nnc_conv_out_channels(const nnc_node *n) { return ((const conv_state *)n->state)->M; }
+int64_t nnc_conv_out_channels(const nnc_node *n)
+{
+    return ((const conv_state *)n->state)->M;
+}
 
 void nnc_conv_fold_affine(nnc_node *n, const float *scale, const float *shift)
 {
@@ -234,8 +272,7 @@ void nnc_conv_fold_affine(nnc_node *n, const float *scale, const float *shift)
         float a = scale ? scale[m] : 1.f, b = shift ? shift[m] : 0.f;
         if (scale && s->w)
             for (int64_t k = 0; k < K; k++) s->w[m * K + k] *= a;
-        else if (scale)
-            nnc_sgemm_packed_a_scale_row(s->pw + m / Mg * s->pw_group, K, m % Mg, a);
+        else if (scale) nnc_sgemm_packed_a_scale_row(s->pw + m / Mg * s->pw_group, K, m % Mg, a);
         if (scale && s->pu) nnc_wino_scale_row(s->pu, s->M, s->Cg, m, a);
         s->bias[m] = s->bias[m] * a + b;
     }
@@ -248,10 +285,14 @@ static int conv_geometry(const conv_state *s, const nnc_tensor *x, int64_t *H, i
     int64_t pb, pr;
     *H = s->nsp == 1 ? 1 : x->dims[2];
     *W = s->nsp == 1 ? x->dims[2] : x->dims[3];
-    if (s->nsp == 1) { *OH = 1; *pt = 0; }
-    else if (nnc_window_out(s->auto_pad, 0, *H, s->kh, s->sh, s->dh, s->pads[0], s->pads[2], OH, pt, &pb))
+    if (s->nsp == 1) {
+        *OH = 1;
+        *pt = 0;
+    } else if (nnc_window_out(s->auto_pad, 0, *H, s->kh, s->sh, s->dh, s->pads[0], s->pads[2], OH,
+                              pt, &pb))
         return NNC_ERR;
-    if (nnc_window_out(s->auto_pad, 0, *W, s->kw, s->sw, s->dw, s->pads[1], s->pads[3], OW, pl, &pr))
+    if (nnc_window_out(s->auto_pad, 0, *W, s->kw, s->sw, s->dw, s->pads[1], s->pads[3], OW, pl,
+                       &pr))
         return NNC_ERR;
     return NNC_OK;
 }
@@ -260,7 +301,8 @@ static int conv_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_e
 {
     const conv_state *s = n->state;
     const nnc_tensor *x = in[0];
-    if (x->dtype != s->dt || in[1]->dtype != s->dt || (n->nin > 2 && in[2] && in[2]->dtype != s->dt))
+    if (x->dtype != s->dt || in[1]->dtype != s->dt ||
+        (n->nin > 2 && in[2] && in[2]->dtype != s->dt))
         return nnc_node_fail(e, n, "inputs must be %s", nnc_dtname(s->dt));
     if (x->ndim != s->nsp + 2)
         return nnc_node_fail(e, n, "input must have rank %d, got %d", s->nsp + 2, x->ndim);
@@ -283,7 +325,10 @@ static int conv_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_e
     out->dims[0] = x->dims[0];
     out->dims[1] = s->M;
     if (s->nsp == 1) out->dims[2] = OW;
-    else { out->dims[2] = OH; out->dims[3] = OW; }
+    else {
+        out->dims[2] = OH;
+        out->dims[3] = OW;
+    }
     if (n->residual >= 0) {
         const nnc_tensor *r = in[n->residual];
         if (!nnc_same_shape(r, out) || r->dtype != DT_F32)
@@ -320,7 +365,7 @@ static void im2col_row(const conv_job *j, const float *xc, int64_t ky, int64_t k
             const float *src = xc + ih * W;
             int64_t iw0 = ow * s->sw - j->pl + kx * s->dw;
             if (s->sw == 1) {
-                int64_t lo = iw0 < 0 ? -iw0 : 0;           /* first valid i */
+                int64_t lo = iw0 < 0 ? -iw0 : 0; /* first valid i */
                 int64_t hi = W - iw0 < seg ? W - iw0 : seg; /* one past last valid */
                 if (lo > seg) lo = seg;
                 if (hi < lo) hi = lo;
@@ -351,7 +396,8 @@ static void im2col_row(const conv_job *j, const float *xc, int64_t ky, int64_t k
 static inline void packed_put(float *dst, int64_t panel, int64_t pos, const float *src, int64_t n)
 {
     while (n > 0) {
-        int64_t q = (int64_t)((uint64_t)pos % NNC_GEMM_NR), c = NNC_GEMM_NR - q < n ? NNC_GEMM_NR - q : n;
+        int64_t q = (int64_t)((uint64_t)pos % NNC_GEMM_NR),
+                c = NNC_GEMM_NR - q < n ? NNC_GEMM_NR - q : n;
         float *d = dst + (int64_t)((uint64_t)pos / NNC_GEMM_NR) * panel + q;
         if (c == NNC_GEMM_NR) { /* fixed size: inlined vector moves */
             if (src) memcpy(d, src, NNC_GEMM_NR * sizeof(float));
@@ -371,8 +417,8 @@ static inline void packed_put(float *dst, int64_t panel, int64_t pos, const floa
  * (dst, panel: nnc_sgemm_packed_b_row_at) instead of through a row buffer: each output row's
  * run of pixels is a shifted contiguous slice of one input row, copied in NR-wide pieces.
  * The row's padding columns [p1 - p0, npad) are zeroed too. */
-static void im2col_row_packed(const conv_job *j, const float *xc, int64_t ky, int64_t kx, int64_t p0,
-                              int64_t p1, int64_t npad, float *dst, int64_t panel)
+static void im2col_row_packed(const conv_job *j, const float *xc, int64_t ky, int64_t kx,
+                              int64_t p0, int64_t p1, int64_t npad, float *dst, int64_t panel)
 {
     const conv_state *s = j->s;
     int64_t H = j->H, W = j->W, OW = j->OW;
@@ -385,7 +431,7 @@ static void im2col_row_packed(const conv_job *j, const float *xc, int64_t ky, in
         } else {
             const float *src = xc + ih * W;
             int64_t iw0 = ow - j->pl + kx * s->dw;
-            int64_t lo = iw0 < 0 ? -iw0 : 0;           /* first valid i */
+            int64_t lo = iw0 < 0 ? -iw0 : 0; /* first valid i */
             int64_t hi = W - iw0 < seg ? W - iw0 : seg; /* one past last valid */
             if (lo > seg) lo = seg;
             if (hi < lo) hi = lo;
@@ -446,14 +492,18 @@ static void conv_tasks(void *arg, int64_t b, int64_t e, int tid)
             ldb = OHW;
         } else {
             float *buf = nnc_scratch(j->xc, tid, (size_t)(j->K * (p1 - p0)) * sizeof(float));
-            if (!buf) { j->fail = 1; return; }
+            if (!buf) {
+                j->fail = 1;
+                return;
+            }
             im2col_tile(j, xg, buf, p0, p1);
             col = buf;
             ldb = p1 - p0;
         }
         int64_t mg0 = g * j->Mg + m0;
         float *y = j->y + mg0 * OHW + p0;
-        nnc_sgemm(0, 0, m1 - m0, p1 - p0, j->K, 1.f, j->w + mg0 * j->K, j->K, col, ldb, 0.f, y, OHW);
+        nnc_sgemm(0, 0, m1 - m0, p1 - p0, j->K, 1.f, j->w + mg0 * j->K, j->K, col, ldb, 0.f, y,
+                  OHW);
         epilogue(j, y, j->res ? j->res + mg0 * OHW + p0 : NULL, mg0, mg0 + (m1 - m0), p1 - p0, OHW);
     }
 }
@@ -470,8 +520,10 @@ static void split_channels(conv_job *j, int64_t tasks, int T)
 static nnc_gemm_epi product_epilogue(const conv_job *j, int64_t mg0, int64_t p0, int *after)
 {
     int64_t OHW = j->OH * j->OW;
-    *after = j->act->kind == ACT_HARDSWISH || j->act->kind == ACT_SILU; /* not in the GEMM's epilogue */
-    return (nnc_gemm_epi){j->bias + mg0, j->res ? j->res + mg0 * OHW + p0 : NULL, OHW, *after ? NULL : j->act, NULL};
+    *after =
+        j->act->kind == ACT_HARDSWISH || j->act->kind == ACT_SILU; /* not in the GEMM's epilogue */
+    return (nnc_gemm_epi){j->bias + mg0, j->res ? j->res + mg0 * OHW + p0 : NULL, OHW,
+                          *after ? NULL : j->act, NULL};
 }
 
 /* Rows [k0, k1) of the packed columns of pixels [p0, p1) of group plane xg into pb (row: a
@@ -502,8 +554,8 @@ static void pack_columns(const conv_job *j, const float *xg, int64_t p0, int64_t
 
 /* Output channels [m0, m1) of group g over pixels [p0, p1) from the packed columns pb, with the
  * epilogue; or, for one pixel of a 1x1 convolution, from the input column itself. */
-static void columns_product(const conv_job *j, int64_t g, int64_t p0, int64_t p1, int64_t m0, int64_t m1,
-                            const float *pb)
+static void columns_product(const conv_job *j, int64_t g, int64_t p0, int64_t p1, int64_t m0,
+                            int64_t m1, const float *pb)
 {
     const conv_state *s = j->s;
     int64_t OHW = j->OH * j->OW, mg0 = g * j->Mg + m0;
@@ -511,7 +563,8 @@ static void columns_product(const conv_job *j, int64_t g, int64_t p0, int64_t p1
     nnc_gemm_epi ep = product_epilogue(j, mg0, p0, &after);
     float *y = j->y + mg0 * OHW + p0;
     const float *pa = s->pw + g * s->pw_group + m0 * j->K;
-    if (!pb) nnc_sgemv_packed(m1 - m0, j->K, pa, j->x + g * s->Cg * j->H * j->W + p0, y, OHW, &ep, 0);
+    if (!pb)
+        nnc_sgemv_packed(m1 - m0, j->K, pa, j->x + g * s->Cg * j->H * j->W + p0, y, OHW, &ep, 0);
     else nnc_sgemm_packed(m1 - m0, p1 - p0, j->K, pa, pb, y, OHW, &ep);
     for (int64_t m = 0; after && m < m1 - m0; m++) nnc_apply_act(y + m * OHW, p1 - p0, j->act);
 }
@@ -534,7 +587,10 @@ static void conv_tasks_packed(void *arg, int64_t b, int64_t e, int tid)
         }
         int64_t pbn = nnc_sgemm_packed_b_floats(K, j->tn);
         float *pb = nnc_scratch(j->xc, tid, (size_t)(pbn + j->tn) * sizeof(float));
-        if (!pb) { j->fail = 1; return; }
+        if (!pb) {
+            j->fail = 1;
+            return;
+        }
         pack_columns(j, j->x + g * s->Cg * j->H * j->W, p0, p1, 0, K, pb, pb + pbn);
         columns_product(j, g, p0, p1, m0, m1, pb);
     }
@@ -543,7 +599,11 @@ static void conv_tasks_packed(void *arg, int64_t b, int64_t e, int tid)
 /* Few pixel tiles, output channels split into row blocks: each tile's columns are packed once,
  * the threads sharing the rows of it (shared_pack), then the row blocks multiply it
  * (shared_product), instead of every row block packing the same columns again. */
-typedef struct { conv_job *j; int64_t g, p0, p1; float *pb; } shared_job;
+typedef struct {
+    conv_job *j;
+    int64_t g, p0, p1;
+    float *pb;
+} shared_job;
 
 static void shared_pack(void *arg, int64_t b, int64_t e, int tid)
 {
@@ -553,7 +613,10 @@ static void shared_pack(void *arg, int64_t b, int64_t e, int tid)
     /* the row buffer of each thread lies past the packed columns in its scratch (thread 0's
      * scratch holds the shared columns themselves, at its start) */
     float *own = nnc_scratch(j->xc, tid, (size_t)(pbn + j->tn) * sizeof(float));
-    if (!own) { j->fail = 1; return; }
+    if (!own) {
+        j->fail = 1;
+        return;
+    }
     pack_columns(j, j->x + sj->g * j->s->Cg * j->H * j->W, sj->p0, sj->p1, b, e, sj->pb, own + pbn);
 }
 
@@ -572,7 +635,10 @@ static void conv_shared_columns(conv_job *j)
 {
     int64_t OHW = j->OH * j->OW, pbn = nnc_sgemm_packed_b_floats(j->K, j->tn);
     float *pb = nnc_scratch(j->xc, 0, (size_t)(pbn + j->tn) * sizeof(float));
-    if (!pb) { j->fail = 1; return; }
+    if (!pb) {
+        j->fail = 1;
+        return;
+    }
     for (int64_t g = 0; g < j->s->group; g++)
         for (int64_t tile = 0; tile < j->ntiles; tile++) {
             int64_t p0 = tile * j->tn, p1 = p0 + j->tn < OHW ? p0 + j->tn : OHW;
@@ -594,8 +660,8 @@ static void conv_shared_columns(conv_job *j)
  * columns give: the same bits, without writing K x pixels of columns every run. */
 typedef struct {
     conv_job *j;
-    const float *xg;   /* the group's input */
-    float *xp;         /* its padded planes */
+    const float *xg; /* the group's input */
+    float *xp; /* its padded planes */
     const float **brow;
     int64_t PH, PWp, g, nslots, per, ngroups;
 } rows_job;
@@ -691,9 +757,11 @@ static void rows_tasks(void *arg, int64_t b, int64_t e, int tid)
         int after;
         nnc_gemm_epi ep = product_epilogue(j, mg0, 0, &after); /* the slots give C's columns */
         float *y = j->y + mg0 * OHW;
-        nnc_sgemm_rows(m1 - m0, j->K, s->pw + r->g * s->pw_group + m0 * j->K, r->brow, sl, ns, y, OHW, &ep);
+        nnc_sgemm_rows(m1 - m0, j->K, s->pw + r->g * s->pw_group + m0 * j->K, r->brow, sl, ns, y,
+                       OHW, &ep);
         int64_t p0 = sl[0].coff;
-        for (int64_t m = 0; after && m < m1 - m0; m++) nnc_apply_act(y + m * OHW + p0, p1 - p0, j->act);
+        for (int64_t m = 0; after && m < m1 - m0; m++)
+            nnc_apply_act(y + m * OHW + p0, p1 - p0, j->act);
     }
 }
 
@@ -707,7 +775,10 @@ static int conv_rows(conv_job *j, int T)
     char *mem = nnc_scratch(j->xc, 0, rows_scratch(s, j->OH, j->OW, j->direct));
     if (!mem) return NNC_ERR;
     r.xp = (float *)mem;
-    r.brow = (const float **)(((uintptr_t)(mem + (j->direct ? 0 : (size_t)(s->Cg * r.PH * r.PWp) * sizeof(float))) + 63) &
+    r.brow = (const float **)(((uintptr_t)(mem + (j->direct ? 0
+                                                            : (size_t)(s->Cg * r.PH * r.PWp) *
+                                                                  sizeof(float))) +
+                               63) &
                               ~(uintptr_t)63);
     r.nslots = ((j->OH - 1) * r.PWp + j->OW + 15) / 16;
     int64_t per = max_tile(j->K, j->OH * j->OW) / 16;
@@ -777,19 +848,24 @@ static void dw_row_c(float *yr, const float *pr, int64_t PW, const float *wc, co
 #define HAVE_DW_AVX2 1
 
 /* Pixels ow, ow + 1, ... ow + 7 of a stride-2 row: the even floats of p[0, 16). */
-__attribute__((target("avx2,fma")))
-static inline __m256 dw_load_s2(const float *p)
+__attribute__((target("avx2,fma"))) static inline __m256 dw_load_s2(const float *p)
 {
-    __m256 e = _mm256_shuffle_ps(_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8), _MM_SHUFFLE(2, 0, 2, 0));
+    __m256 e =
+        _mm256_shuffle_ps(_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8), _MM_SHUFFLE(2, 0, 2, 0));
     return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), _MM_SHUFFLE(3, 1, 2, 0)));
 }
 
 /* Where the plane's next vectors of `width` pixels start, row by row (the last of a row
  * partial): eight at a time, each with its source, destination and pixel count; past the
  * plane's last vector the last is repeated with no pixels to store. */
-typedef struct { const float *prow; float *yrow; int64_t oh, ow, OH, OW, sw, row_step; } dw_walk;
+typedef struct {
+    const float *prow;
+    float *yrow;
+    int64_t oh, ow, OH, OW, sw, row_step;
+} dw_walk;
 
-static inline void dw_next_vectors(dw_walk *w, int64_t width, const float **src, float **dst, int64_t *len)
+static inline void dw_next_vectors(dw_walk *w, int64_t width, const float **src, float **dst,
+                                   int64_t *len)
 {
     for (int q = 0; q < 8; q++) {
         if (w->oh >= w->OH) {
@@ -816,9 +892,10 @@ static inline void dw_next_vectors(dw_walk *w, int64_t width, const float **src,
  * (one chain is bound by the FMA's latency: rows of 7 or 14 pixels ran at a tenth of the
  * peak). A partial vector is summed in full (the plane is wide enough) and stored in part.
  * Each pixel is still its bias, then its taps in row-major kernel order. */
-__attribute__((target("avx2,fma")))
-static void dw_plane_avx2(float *yc, const float *pad, int64_t PW, const float *wc, const conv_state *s,
-                            int64_t OH, int64_t OW, float bias)
+__attribute__((target("avx2,fma"))) static void dw_plane_avx2(float *yc, const float *pad,
+                                                              int64_t PW, const float *wc,
+                                                              const conv_state *s, int64_t OH,
+                                                              int64_t OW, float bias)
 {
     const int64_t kh = s->kh, kw = s->kw, rs = s->dh * PW, cs = s->dw;
     const int s2 = s->sw == 2;
@@ -836,9 +913,11 @@ static void dw_plane_avx2(float *yc, const float *pad, int64_t PW, const float *
                 const __m256 wv = _mm256_broadcast_ss(wc + ky * kw + kx);
                 const int64_t off = ky * rs + kx * cs;
                 if (s2)
-                    for (int q = 0; q < 8; q++) a[q] = _mm256_fmadd_ps(wv, dw_load_s2(src[q] + off), a[q]);
+                    for (int q = 0; q < 8; q++)
+                        a[q] = _mm256_fmadd_ps(wv, dw_load_s2(src[q] + off), a[q]);
                 else
-                    for (int q = 0; q < 8; q++) a[q] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(src[q] + off), a[q]);
+                    for (int q = 0; q < 8; q++)
+                        a[q] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(src[q] + off), a[q]);
             }
         for (int q = 0; q < 8; q++) {
             if (len[q] == 8) {
@@ -853,16 +932,18 @@ static void dw_plane_avx2(float *yc, const float *pad, int64_t PW, const float *
 }
 /* The same with 16-pixel vectors, for CPUs with AVX-512: the same FMA per pixel in the same
  * order, so the same bits as dw_plane_avx2. */
-__attribute__((target("avx512f")))
-static inline __m512 dw_load_s2_16(const float *p) /* the even floats of p[0, 32) */
+__attribute__((target("avx512f"))) static inline __m512
+dw_load_s2_16(const float *p) /* the even floats of p[0, 32) */
 {
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i even =
+        _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     return _mm512_permutex2var_ps(_mm512_loadu_ps(p), even, _mm512_loadu_ps(p + 16));
 }
 
-__attribute__((target("avx512f")))
-static void dw_plane_avx512(float *yc, const float *pad, int64_t PW, const float *wc, const conv_state *s,
-                            int64_t OH, int64_t OW, float bias)
+__attribute__((target("avx512f"))) static void dw_plane_avx512(float *yc, const float *pad,
+                                                               int64_t PW, const float *wc,
+                                                               const conv_state *s, int64_t OH,
+                                                               int64_t OW, float bias)
 {
     const int64_t kh = s->kh, kw = s->kw, rs = s->dh * PW, cs = s->dw;
     const int s2 = s->sw == 2;
@@ -880,9 +961,11 @@ static void dw_plane_avx512(float *yc, const float *pad, int64_t PW, const float
                 const __m512 wv = _mm512_set1_ps(wc[ky * kw + kx]);
                 const int64_t off = ky * rs + kx * cs;
                 if (s2)
-                    for (int q = 0; q < 8; q++) a[q] = _mm512_fmadd_ps(wv, dw_load_s2_16(src[q] + off), a[q]);
+                    for (int q = 0; q < 8; q++)
+                        a[q] = _mm512_fmadd_ps(wv, dw_load_s2_16(src[q] + off), a[q]);
                 else
-                    for (int q = 0; q < 8; q++) a[q] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(src[q] + off), a[q]);
+                    for (int q = 0; q < 8; q++)
+                        a[q] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(src[q] + off), a[q]);
             }
         for (int q = 0; q < 8; q++)
             if (len[q] > 0) _mm512_mask_storeu_ps(dst[q], (__mmask16)((1u << len[q]) - 1), a[q]);
@@ -898,10 +981,14 @@ static void dw_tasks(void *arg, int64_t b, int64_t e, int tid)
     int64_t H = j->H, W = j->W, OH = j->OH, OW = j->OW, PH, PW, C = s->group;
     dw_plane_size(s, H, W, OH, OW, j->pt, j->pl, &PH, &PW);
     float *pad = nnc_scratch(j->xc, tid, (size_t)(PH * PW) * sizeof(float));
-    if (!pad) { j->fail = 1; return; }
+    if (!pad) {
+        j->fail = 1;
+        return;
+    }
     memset(pad, 0, (size_t)(PH * PW) * sizeof(float)); /* the border stays zero for every plane */
     int level = s->sw == 1 || s->sw == 2 ? nnc_isa_level() : 0;
-    if (level == 2 && (OW + 15) / 16 == (OW + 7) / 8) level = 1; /* rows of 8 or fewer: as many 8-wide vectors */
+    if (level == 2 && (OW + 15) / 16 == (OW + 7) / 8)
+        level = 1; /* rows of 8 or fewer: as many 8-wide vectors */
     for (int64_t p = b; p < e; p++) {
         int64_t c = p % C;
         const float *xc = j->x + p * H * W;
@@ -916,7 +1003,8 @@ static void dw_tasks(void *arg, int64_t b, int64_t e, int tid)
 #else
         level = 0;
 #endif
-        for (int64_t oh = 0; !level && oh < OH; oh++) dw_row_c(yc + oh * OW, pad + oh * s->sh * PW, PW, wc, s, OW, bias);
+        for (int64_t oh = 0; !level && oh < OH; oh++)
+            dw_row_c(yc + oh * OW, pad + oh * s->sh * PW, PW, wc, s, OW, bias);
         if (j->res) { /* then the residual and the activation, over the whole plane */
             const float *r = j->res + p * OH * OW;
             for (int64_t i = 0; i < OH * OW; i++) yc[i] += r[i];
@@ -936,7 +1024,12 @@ static int64_t max_tile(int64_t K, int64_t OHW)
     return tn > OHW ? OHW : tn;
 }
 
-typedef struct { const conv_state *s; int64_t H, W, OH, OW, pt, pl; const void *x, *w, *b; void *y; } convt_job;
+typedef struct {
+    const conv_state *s;
+    int64_t H, W, OH, OW, pt, pl;
+    const void *x, *w, *b;
+    void *y;
+} convt_job;
 
 /* Output planes [b, e) (plane = batch * M + channel) of a convolution on float16, bfloat16 or
  * float64: each output summed over its window in float32 (float64 in double) and rounded once
@@ -994,7 +1087,8 @@ static size_t conv_scratch(const nnc_node *n, nnc_tensor *const *in, const nnc_t
         dw_plane_size(s, H, W, OH, OW, pt, pl, &PH, &PW);
         return (size_t)(PH * PW) * sizeof(float);
     }
-    int direct = s->kh == 1 && s->kw == 1 && s->sh == 1 && s->sw == 1 && pt == 0 && pl == 0 && OH == H && OW == W;
+    int direct = s->kh == 1 && s->kw == 1 && s->sh == 1 && s->sw == 1 && pt == 0 && pl == 0 &&
+                 OH == H && OW == W;
     int64_t tn = max_tile(K, OH * OW);
     if (s->pw) {
         size_t packed = (size_t)(nnc_sgemm_packed_b_floats(K, tn) + tn) * sizeof(float);
@@ -1027,8 +1121,10 @@ static int conv_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exe
     j.act = &n->act;
     conv_geometry(s, x, &j.H, &j.W, &j.OH, &j.OW, &j.pt, &j.pl);
     if (s->dt != DT_F32) {
-        convt_job t = {s, j.H, j.W, j.OH, j.OW, j.pt, j.pl, x->data, in[1]->data,
-                       n->nin > 2 && in[2] ? in[2]->data : NULL, out->data};
+        convt_job t = {
+            s,        j.H,  j.W,     j.OH,        j.OW,
+            j.pt,     j.pl, x->data, in[1]->data, n->nin > 2 && in[2] ? in[2]->data : NULL,
+            out->data};
         nnc_parallel_for(x->dims[0] * s->M, 1, conv_typed_planes, &t);
         return NNC_OK;
     }
@@ -1078,15 +1174,20 @@ static int conv_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exe
         j.res = n->residual >= 0 ? (const float *)in[n->residual]->data + b * s->M * OHW : NULL;
         int rc = wino ? nnc_wino_run(&g, s->pu, j.x, j.bias, j.res, j.act, j.y, xc, T) : 1;
         if (rc == NNC_ERR) return nnc_node_fail(e, n, "out of memory for convolution scratch");
-        if (rc == NNC_OK) continue; /* else the direct convolution: not Winograd, or x not finite or too large */
+        if (rc == NNC_OK)
+            continue; /* else the direct convolution: not Winograd, or x not finite or too large */
         if (rows_path(s, j.OH, j.OW, j.direct)) {
-            if (conv_rows(&j, T)) return nnc_node_fail(e, n, "out of memory for convolution scratch");
+            if (conv_rows(&j, T))
+                return nnc_node_fail(e, n, "out of memory for convolution scratch");
         } else if (packed && j.nmb > 1 && !(j.direct && OHW == 1)) conv_shared_columns(&j);
-        else nnc_parallel_for(s->group * j.ntiles * j.nmb, 1, packed ? conv_tasks_packed : conv_tasks, &j);
+        else
+            nnc_parallel_for(s->group * j.ntiles * j.nmb, 1,
+                             packed ? conv_tasks_packed : conv_tasks, &j);
         if (j.fail) return nnc_node_fail(e, n, "out of memory for convolution scratch");
     }
     return NNC_OK;
 }
 
-const nnc_op nnc_op_conv = {"Conv", 2, 3, 1, 1, conv_create, conv_infer, conv_run, conv_destroy, 0,
-                            conv_scratch, conv_owns};
+const nnc_op nnc_op_conv = {
+    "Conv",       2,        3, 1, 1, conv_create, conv_infer, conv_run, conv_destroy, 0,
+    conv_scratch, conv_owns};

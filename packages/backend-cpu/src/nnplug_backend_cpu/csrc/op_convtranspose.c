@@ -14,7 +14,11 @@ typedef struct {
     int has_oshape, has_pads;
 } ct_state;
 
-static void ct_destroy(nnc_node *n) { free(n->state); n->state = NULL; }
+static void ct_destroy(nnc_node *n)
+{
+    free(n->state);
+    n->state = NULL;
+}
 
 static int ct_list(const nnc_node *n, const char *name, int want, int64_t *out, int64_t def,
                    int *present, nnc_err *e)
@@ -40,9 +44,11 @@ static int ct_create(nnc_node *n, nnc_err *e)
     n->state = s;
     const nnc_valinfo *w = n->vin[1], *x = n->vin[0];
     int rank = w && w->ndim >= 0 ? w->ndim : x && x->ndim >= 0 ? x->ndim : -1;
-    if (rank < 0) return nnc_node_unsup(e, n, "the rank of the input must be known when the model is loaded");
+    if (rank < 0)
+        return nnc_node_unsup(e, n, "the rank of the input must be known when the model is loaded");
     if (rank < 3 || rank > 5)
-        return nnc_node_unsup(e, n, "only 1-D to 3-D transposed convolutions are supported (rank %d)", rank);
+        return nnc_node_unsup(
+            e, n, "only 1-D to 3-D transposed convolutions are supported (rank %d)", rank);
     if ((w && w->ndim >= 0 && w->ndim != rank) || (x && x->ndim >= 0 && x->ndim != rank))
         return nnc_node_fail(e, n, "input and weight ranks differ");
     int nsp = s->nsp = rank - 2;
@@ -56,24 +62,33 @@ static int ct_create(nnc_node *n, nnc_err *e)
     TRY(ct_list(n, "pads", 2 * nsp, s->pads, 0, &s->has_pads, e));
     TRY(ct_list(n, "output_shape", nsp, s->oshape, -1, &s->has_oshape, e));
     for (int i = 0; i < nsp; i++) {
-        if (s->s[i] < 1 || s->d[i] < 1) return nnc_node_fail(e, n, "strides and dilations must be positive");
-        if (s->opad[i] < 0) return nnc_node_fail(e, n, "attribute 'output_padding' must not be negative");
+        if (s->s[i] < 1 || s->d[i] < 1)
+            return nnc_node_fail(e, n, "strides and dilations must be positive");
+        if (s->opad[i] < 0)
+            return nnc_node_fail(e, n, "attribute 'output_padding' must not be negative");
         if (s->k[i] < 0) return nnc_node_fail(e, n, "attribute 'kernel_shape' must be positive");
-        if (s->has_oshape && s->oshape[i] < 0) return nnc_node_fail(e, n, "attribute 'output_shape' must not be negative");
+        if (s->has_oshape && s->oshape[i] < 0)
+            return nnc_node_fail(e, n, "attribute 'output_shape' must not be negative");
     }
     /* onnxruntime and ONNX's reference disagree on which wins: run neither combination */
-    if (s->has_pads && (s->has_oshape || s->auto_pad == AP_SAME_UPPER || s->auto_pad == AP_SAME_LOWER))
-        return nnc_node_unsup(e, n, "explicit 'pads' together with 'output_shape' or auto_pad SAME_* is not supported");
+    if (s->has_pads &&
+        (s->has_oshape || s->auto_pad == AP_SAME_UPPER || s->auto_pad == AP_SAME_LOWER))
+        return nnc_node_unsup(
+            e, n,
+            "explicit 'pads' together with 'output_shape' or auto_pad SAME_* is not supported");
     for (int i = 0; i < 2 * nsp; i++)
         if (s->pads[i] < 0) return nnc_node_fail(e, n, "attribute 'pads' must not be negative");
     if (w && w->ndim == rank) {
         for (int i = 0; i < nsp; i++)
             if (s->k[i] && w->dims[2 + i] >= 0 && w->dims[2 + i] != s->k[i])
-                return nnc_node_fail(e, n, "attribute 'kernel_shape' does not match the weight shape");
+                return nnc_node_fail(e, n,
+                                     "attribute 'kernel_shape' does not match the weight shape");
         if (x && x->ndim == rank && x->dims[1] >= 0 && w->dims[0] >= 0 && x->dims[1] != w->dims[0])
-            return nnc_node_fail(e, n, "input has %lld channels, the weight %lld", (long long)x->dims[1], (long long)w->dims[0]);
+            return nnc_node_fail(e, n, "input has %lld channels, the weight %lld",
+                                 (long long)x->dims[1], (long long)w->dims[0]);
         if (w->dims[0] >= 0 && w->dims[0] % s->group)
-            return nnc_node_fail(e, n, "attribute 'group' does not divide the %lld input channels", (long long)w->dims[0]);
+            return nnc_node_fail(e, n, "attribute 'group' does not divide the %lld input channels",
+                                 (long long)w->dims[0]);
     }
     return NNC_OK;
 }
@@ -87,48 +102,76 @@ static int ct_geometry(nnc_node *n, nnc_tensor *const *in, ct_geom *g, nnc_err *
     const ct_state *s = n->state;
     const nnc_tensor *x = in[0], *w = in[1];
     int rank = s->nsp + 2;
-    if (x->dtype != DT_F32 || w->dtype != DT_F32) return nnc_node_fail(e, n, "inputs must be float32");
-    if (x->ndim != rank || w->ndim != rank) return nnc_node_fail(e, n, "input and weight must have rank %d", rank);
-    if (x->dims[1] != w->dims[0]) return nnc_node_fail(e, n, "input has %lld channels, the weight %lld", (long long)x->dims[1], (long long)w->dims[0]);
-    if (w->dims[0] % s->group) return nnc_node_fail(e, n, "attribute 'group' does not divide the input channels");
+    if (x->dtype != DT_F32 || w->dtype != DT_F32)
+        return nnc_node_fail(e, n, "inputs must be float32");
+    if (x->ndim != rank || w->ndim != rank)
+        return nnc_node_fail(e, n, "input and weight must have rank %d", rank);
+    if (x->dims[1] != w->dims[0])
+        return nnc_node_fail(e, n, "input has %lld channels, the weight %lld",
+                             (long long)x->dims[1], (long long)w->dims[0]);
+    if (w->dims[0] % s->group)
+        return nnc_node_fail(e, n, "attribute 'group' does not divide the input channels");
     g->N = x->dims[0];
     g->C = x->dims[1];
     g->Cg = g->C / s->group;
     g->Mg = w->dims[1];
     g->M = g->Mg * s->group;
-    if (n->nin > 2 && in[2] && (in[2]->dtype != DT_F32 || in[2]->ndim != 1 || in[2]->dims[0] != g->M))
+    if (n->nin > 2 && in[2] &&
+        (in[2]->dtype != DT_F32 || in[2]->ndim != 1 || in[2]->dims[0] != g->M))
         return nnc_node_fail(e, n, "bias must be 1-D float32 with %lld values", (long long)g->M);
     int64_t insz[3], ksz[3], out[3], ph[3];
     for (int i = 0; i < s->nsp; i++) {
         insz[i] = x->dims[2 + i];
         ksz[i] = w->dims[2 + i];
-        if (s->k[i] && s->k[i] != ksz[i]) return nnc_node_fail(e, n, "attribute 'kernel_shape' does not match the weight shape");
+        if (s->k[i] && s->k[i] != ksz[i])
+            return nnc_node_fail(e, n, "attribute 'kernel_shape' does not match the weight shape");
         int64_t full = s->s[i] * (insz[i] - 1) + s->opad[i] + (ksz[i] - 1) * s->d[i] + 1;
-        if (s->has_oshape || (!s->has_pads && (s->auto_pad == AP_SAME_UPPER || s->auto_pad == AP_SAME_LOWER))) {
+        if (s->has_oshape ||
+            (!s->has_pads && (s->auto_pad == AP_SAME_UPPER || s->auto_pad == AP_SAME_LOWER))) {
             int64_t want = s->has_oshape ? s->oshape[i] : insz[i] * s->s[i];
             int64_t total = full - want;
-            if (total < 0) total = 0; /* a larger output_shape extends the end, as output_padding does */
+            if (total < 0)
+                total = 0; /* a larger output_shape extends the end, as output_padding does */
             ph[i] = s->auto_pad == AP_SAME_UPPER ? total / 2 : total - total / 2;
             out[i] = want;
         } else {
-            int64_t b = s->auto_pad == AP_VALID ? 0 : s->pads[i], en = s->auto_pad == AP_VALID ? 0 : s->pads[s->nsp + i];
+            int64_t b = s->auto_pad == AP_VALID ? 0 : s->pads[i],
+                    en = s->auto_pad == AP_VALID ? 0 : s->pads[s->nsp + i];
             ph[i] = b;
             out[i] = full - b - en;
         }
         if (out[i] < 0) return nnc_node_fail(e, n, "the pads are larger than the output");
     }
     /* spatial axes as (depth, height, width), missing leading ones of size 1 */
-    int64_t I3[3] = {1, 1, 1}, O3[3] = {1, 1, 1}, K3[3] = {1, 1, 1}, S3[3] = {1, 1, 1}, D3[3] = {1, 1, 1}, P3[3] = {0, 0, 0};
+    int64_t I3[3] = {1, 1, 1}, O3[3] = {1, 1, 1}, K3[3] = {1, 1, 1}, S3[3] = {1, 1, 1},
+            D3[3] = {1, 1, 1}, P3[3] = {0, 0, 0};
     for (int i = 0; i < s->nsp; i++) {
         int a = 3 - s->nsp + i;
-        I3[a] = insz[i]; O3[a] = out[i]; K3[a] = ksz[i]; S3[a] = s->s[i]; D3[a] = s->d[i]; P3[a] = ph[i];
+        I3[a] = insz[i];
+        O3[a] = out[i];
+        K3[a] = ksz[i];
+        S3[a] = s->s[i];
+        D3[a] = s->d[i];
+        P3[a] = ph[i];
     }
-    g->D = I3[0]; g->H = I3[1]; g->W = I3[2];
-    g->OD = O3[0]; g->OH = O3[1]; g->OW = O3[2];
-    g->kd = K3[0]; g->kh = K3[1]; g->kw = K3[2];
-    g->sd = S3[0]; g->sh = S3[1]; g->sw = S3[2];
-    g->dd = D3[0]; g->dh = D3[1]; g->dw = D3[2];
-    g->pf = P3[0]; g->pt = P3[1]; g->pl = P3[2];
+    g->D = I3[0];
+    g->H = I3[1];
+    g->W = I3[2];
+    g->OD = O3[0];
+    g->OH = O3[1];
+    g->OW = O3[2];
+    g->kd = K3[0];
+    g->kh = K3[1];
+    g->kw = K3[2];
+    g->sd = S3[0];
+    g->sh = S3[1];
+    g->sw = S3[2];
+    g->dd = D3[0];
+    g->dh = D3[1];
+    g->dw = D3[2];
+    g->pf = P3[0];
+    g->pt = P3[1];
+    g->pl = P3[2];
     return NNC_OK;
 }
 
@@ -159,9 +202,13 @@ static void ct_tasks(void *arg, int64_t b, int64_t e, int tid)
     (void)tid;
     ct_job *j = arg;
     const ct_geom *g = &j->g;
-    int64_t K = g->kd * g->kh * g->kw, HW = g->D * g->H * g->W, OHW = g->OD * g->OH * g->OW, group = g->M / g->Mg;
+    int64_t K = g->kd * g->kh * g->kw, HW = g->D * g->H * g->W, OHW = g->OD * g->OH * g->OW,
+            group = g->M / g->Mg;
     float *col = nnc_alloc((size_t)(j->mblk * K * j->tn) * sizeof(float));
-    if (!col) { j->fail = 1; return; }
+    if (!col) {
+        j->fail = 1;
+        return;
+    }
     for (int64_t t = b; t < e; t++) {
         int64_t mb = t % j->nmb, rest = t / j->nmb, gi = rest % group, img = rest / group;
         int64_t m0 = mb * j->mblk, m1 = m0 + j->mblk < g->Mg ? m0 + j->mblk : g->Mg;
@@ -175,29 +222,32 @@ static void ct_tasks(void *arg, int64_t b, int64_t e, int tid)
         }
         for (int64_t p0 = 0; p0 < HW; p0 += j->tn) {
             int64_t p1 = p0 + j->tn < HW ? p0 + j->tn : HW, tn = p1 - p0;
-            nnc_sgemm(1, 0, (m1 - m0) * K, tn, g->Cg, 1.f, wg + m0 * K, g->Mg * K, xg + p0, HW, 0.f, col, tn);
+            nnc_sgemm(1, 0, (m1 - m0) * K, tn, g->Cg, 1.f, wg + m0 * K, g->Mg * K, xg + p0, HW, 0.f,
+                      col, tn);
             for (int64_t m = m0; m < m1; m++) {
                 float *yp = yb + (m - m0) * OHW;
                 for (int64_t kz = 0; kz < g->kd; kz++)
-                for (int64_t ky = 0; ky < g->kh; ky++)
-                    for (int64_t kx = 0; kx < g->kw; kx++) {
-                        const float *row = col + ((((m - m0) * g->kd + kz) * g->kh + ky) * g->kw + kx) * tn;
-                        int64_t p = p0;
-                        while (p < p1) {
-                            int64_t iz = p / (g->H * g->W), ih = (p / g->W) % g->H, iw = p % g->W;
-                            int64_t seg = g->W - iw < p1 - p ? g->W - iw : p1 - p;
-                            int64_t oz = iz * g->sd - g->pf + kz * g->dd;
-                            int64_t oh = ih * g->sh - g->pt + ky * g->dh;
-                            if (oz >= 0 && oz < g->OD && oh >= 0 && oh < g->OH) {
-                                float *yr = yp + (oz * g->OH + oh) * g->OW;
-                                const float *src = row + (p - p0);
-                                int64_t ow = iw * g->sw - g->pl + kx * g->dw;
-                                for (int64_t i = 0; i < seg; i++, ow += g->sw)
-                                    if (ow >= 0 && ow < g->OW) yr[ow] += src[i];
+                    for (int64_t ky = 0; ky < g->kh; ky++)
+                        for (int64_t kx = 0; kx < g->kw; kx++) {
+                            const float *row =
+                                col + ((((m - m0) * g->kd + kz) * g->kh + ky) * g->kw + kx) * tn;
+                            int64_t p = p0;
+                            while (p < p1) {
+                                int64_t iz = p / (g->H * g->W), ih = (p / g->W) % g->H,
+                                        iw = p % g->W;
+                                int64_t seg = g->W - iw < p1 - p ? g->W - iw : p1 - p;
+                                int64_t oz = iz * g->sd - g->pf + kz * g->dd;
+                                int64_t oh = ih * g->sh - g->pt + ky * g->dh;
+                                if (oz >= 0 && oz < g->OD && oh >= 0 && oh < g->OH) {
+                                    float *yr = yp + (oz * g->OH + oh) * g->OW;
+                                    const float *src = row + (p - p0);
+                                    int64_t ow = iw * g->sw - g->pl + kx * g->dw;
+                                    for (int64_t i = 0; i < seg; i++, ow += g->sw)
+                                        if (ow >= 0 && ow < g->OW) yr[ow] += src[i];
+                                }
+                                p += seg;
                             }
-                            p += seg;
                         }
-                    }
             }
         }
     }
@@ -225,7 +275,8 @@ static int ct_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
     /* Blocks of output channels: enough tasks for the threads, columns of about 1 MiB. */
     int64_t tasks_per = g->N * group;
     j.mblk = g->Mg;
-    while (j.mblk > 1 && tasks_per * ((g->Mg + j.mblk - 1) / j.mblk) < 4 * nnc_num_threads()) j.mblk = (j.mblk + 1) / 2;
+    while (j.mblk > 1 && tasks_per * ((g->Mg + j.mblk - 1) / j.mblk) < 4 * nnc_num_threads())
+        j.mblk = (j.mblk + 1) / 2;
     j.nmb = (g->Mg + j.mblk - 1) / j.mblk;
     j.tn = (256 * 1024) / (j.mblk * K);
     if (j.tn < 16) j.tn = 16;
@@ -235,4 +286,5 @@ static int ct_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
     return NNC_OK;
 }
 
-const nnc_op nnc_op_convtranspose = {"ConvTranspose", 2, 3, 1, 1, ct_create, ct_infer, ct_run, ct_destroy, 0};
+const nnc_op nnc_op_convtranspose = {"ConvTranspose", 2,        3,      1,          1,
+                                     ct_create,       ct_infer, ct_run, ct_destroy, 0};

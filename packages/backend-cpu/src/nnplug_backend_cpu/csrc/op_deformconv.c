@@ -15,14 +15,20 @@ typedef struct {
     int has_kernel;
 } dc_state;
 
-static void free_state(nnc_node *n) { free(n->state); n->state = NULL; }
+static void free_state(nnc_node *n)
+{
+    free(n->state);
+    n->state = NULL;
+}
 
-static int ints2(const nnc_node *n, const char *name, int want, int64_t *out, int64_t def, nnc_err *e)
+static int ints2(const nnc_node *n, const char *name, int want, int64_t *out, int64_t def,
+                 nnc_err *e)
 {
     int64_t v[4];
     int c;
     TRY(nnc_attr_ints(n, name, v, 4, &c, e));
-    if (c >= 0 && c != want) return nnc_node_fail(e, n, "attribute '%s' has %d values, %d expected", name, c, want);
+    if (c >= 0 && c != want)
+        return nnc_node_fail(e, n, "attribute '%s' has %d values, %d expected", name, c, want);
     for (int i = 0; i < want; i++) out[i] = c >= 0 ? v[i] : def;
     return NNC_OK;
 }
@@ -33,7 +39,9 @@ static int dc_create(nnc_node *n, nnc_err *e)
     for (int i = 0; i < n->nin; i++) TRY(nnc_check_dtype(n, i, f32, e));
     const nnc_valinfo *x = n->vin[0];
     if (x && x->ndim >= 0 && x->ndim != 4)
-        return nnc_node_unsup(e, n, "a %d-D input is not supported (2-D deformable convolution, rank 4, is)", x->ndim - 2);
+        return nnc_node_unsup(
+            e, n, "a %d-D input is not supported (2-D deformable convolution, rank 4, is)",
+            x->ndim - 2);
     dc_state *s = calloc(1, sizeof *s);
     if (!s) return nnc_node_fail(e, n, "out of memory");
     n->state = s;
@@ -54,7 +62,9 @@ static int dc_create(nnc_node *n, nnc_err *e)
     return NNC_OK;
 }
 
-typedef struct { int64_t N, C, H, W, M, kh, kw, oh, ow; } dc_geom;
+typedef struct {
+    int64_t N, C, H, W, M, kh, kw, oh, ow;
+} dc_geom;
 
 static int dc_shapes(const nnc_node *n, nnc_tensor *const *in, dc_geom *g, nnc_err *e)
 {
@@ -62,35 +72,50 @@ static int dc_shapes(const nnc_node *n, nnc_tensor *const *in, dc_geom *g, nnc_e
     const nnc_tensor *x = in[0], *w = in[1], *off = in[2];
     const nnc_tensor *b = n->nin > 3 ? in[3] : NULL, *mask = n->nin > 4 ? in[4] : NULL;
     for (int i = 0; i < n->nin; i++)
-        if (in[i] && in[i]->dtype != DT_F32) return nnc_node_fail(e, n, "input %d must be float32", i);
+        if (in[i] && in[i]->dtype != DT_F32)
+            return nnc_node_fail(e, n, "input %d must be float32", i);
     if (x->ndim != 4 || w->ndim != 4 || off->ndim != 4)
         return nnc_node_fail(e, n, "X, W and offset must have rank 4 (2-D deformable convolution)");
-    g->N = x->dims[0]; g->C = x->dims[1]; g->H = x->dims[2]; g->W = x->dims[3]; g->M = w->dims[0];
+    g->N = x->dims[0];
+    g->C = x->dims[1];
+    g->H = x->dims[2];
+    g->W = x->dims[3];
+    g->M = w->dims[0];
     g->kh = s->has_kernel ? s->k[0] : w->dims[2];
     g->kw = s->has_kernel ? s->k[1] : w->dims[3];
     if (w->dims[2] != g->kh || w->dims[3] != g->kw)
-        return nnc_node_fail(e, n, "W's kernel is %lldx%lld, attribute 'kernel_shape' says %lldx%lld",
-                             (long long)w->dims[2], (long long)w->dims[3], (long long)g->kh, (long long)g->kw);
+        return nnc_node_fail(
+            e, n, "W's kernel is %lldx%lld, attribute 'kernel_shape' says %lldx%lld",
+            (long long)w->dims[2], (long long)w->dims[3], (long long)g->kh, (long long)g->kw);
     if (g->C != w->dims[1] * s->group || g->M % s->group)
-        return nnc_node_fail(e, n, "X has %lld channels and W is %lldx%lld: group = %lld must divide both "
-                             "(W's dim 1 = channels / group)", (long long)g->C, (long long)g->M,
-                             (long long)w->dims[1], (long long)s->group);
-    if (g->C % s->offset_group) return nnc_node_fail(e, n, "offset_group = %lld does not divide the %lld channels",
-                                                    (long long)s->offset_group, (long long)g->C);
+        return nnc_node_fail(
+            e, n,
+            "X has %lld channels and W is %lldx%lld: group = %lld must divide both "
+            "(W's dim 1 = channels / group)",
+            (long long)g->C, (long long)g->M, (long long)w->dims[1], (long long)s->group);
+    if (g->C % s->offset_group)
+        return nnc_node_fail(e, n, "offset_group = %lld does not divide the %lld channels",
+                             (long long)s->offset_group, (long long)g->C);
     int64_t eh = (g->kh - 1) * s->d[0] + 1, ew = (g->kw - 1) * s->d[1] + 1;
     int64_t ph = g->H + s->p[0] + s->p[2] - eh, pw = g->W + s->p[1] + s->p[3] - ew;
-    if (ph < 0 || pw < 0) return nnc_node_fail(e, n, "the dilated kernel is larger than the padded input");
+    if (ph < 0 || pw < 0)
+        return nnc_node_fail(e, n, "the dilated kernel is larger than the padded input");
     g->oh = ph / s->s[0] + 1;
     g->ow = pw / s->s[1] + 1;
     int64_t taps = s->offset_group * g->kh * g->kw;
-    if (off->dims[0] != g->N || off->dims[1] != 2 * taps || off->dims[2] != g->oh || off->dims[3] != g->ow)
-        return nnc_node_fail(e, n, "offset must be [%lld, %lld, %lld, %lld] (batch, offset_group*kH*kW*2, output "
-                             "height, width)", (long long)g->N, (long long)(2 * taps), (long long)g->oh, (long long)g->ow);
-    if (mask && (mask->ndim != 4 || mask->dims[0] != g->N || mask->dims[1] != taps || mask->dims[2] != g->oh ||
-                 mask->dims[3] != g->ow))
-        return nnc_node_fail(e, n, "mask must be [%lld, %lld, %lld, %lld]", (long long)g->N, (long long)taps,
-                             (long long)g->oh, (long long)g->ow);
-    if (b && nnc_numel(b) != g->M) return nnc_node_fail(e, n, "B must have %lld values", (long long)g->M);
+    if (off->dims[0] != g->N || off->dims[1] != 2 * taps || off->dims[2] != g->oh ||
+        off->dims[3] != g->ow)
+        return nnc_node_fail(
+            e, n,
+            "offset must be [%lld, %lld, %lld, %lld] (batch, offset_group*kH*kW*2, output "
+            "height, width)",
+            (long long)g->N, (long long)(2 * taps), (long long)g->oh, (long long)g->ow);
+    if (mask && (mask->ndim != 4 || mask->dims[0] != g->N || mask->dims[1] != taps ||
+                 mask->dims[2] != g->oh || mask->dims[3] != g->ow))
+        return nnc_node_fail(e, n, "mask must be [%lld, %lld, %lld, %lld]", (long long)g->N,
+                             (long long)taps, (long long)g->oh, (long long)g->ow);
+    if (b && nnc_numel(b) != g->M)
+        return nnc_node_fail(e, n, "B must have %lld values", (long long)g->M);
     return NNC_OK;
 }
 
@@ -100,7 +125,10 @@ static int dc_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err
     TRY(dc_shapes(n, in, &g, e));
     out->dtype = DT_F32;
     out->ndim = 4;
-    out->dims[0] = g.N; out->dims[1] = g.M; out->dims[2] = g.oh; out->dims[3] = g.ow;
+    out->dims[0] = g.N;
+    out->dims[1] = g.M;
+    out->dims[2] = g.oh;
+    out->dims[3] = g.ow;
     return NNC_OK;
 }
 
@@ -127,12 +155,15 @@ static int dc_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
     dc_geom g;
     TRY(dc_shapes(n, in, &g, e));
     const float *x = in[0]->data, *w = in[1]->data, *off = in[2]->data;
-    const float *b = n->nin > 3 && in[3] ? in[3]->data : NULL, *mask = n->nin > 4 && in[4] ? in[4]->data : NULL;
+    const float *b = n->nin > 3 && in[3] ? in[3]->data : NULL,
+                *mask = n->nin > 4 && in[4] ? in[4]->data : NULL;
     float *y = out->data;
     int64_t Cg = g.C / s->group, Mg = g.M / s->group, Cog = g.C / s->offset_group, P = g.oh * g.ow;
     int64_t K = Cg * g.kh * g.kw, taps = s->offset_group * g.kh * g.kw;
     float *col = nnc_alloc((size_t)(K * P) * sizeof(float));
-    if (!col) return nnc_node_fail(e, n, "out of memory (%lld x %lld sample matrix)", (long long)K, (long long)P);
+    if (!col)
+        return nnc_node_fail(e, n, "out of memory (%lld x %lld sample matrix)", (long long)K,
+                             (long long)P);
     for (int64_t bn = 0; bn < g.N; bn++) {
         const float *ob = off + bn * 2 * taps * P, *mb = mask ? mask + bn * taps * P : NULL;
         for (int64_t gr = 0; gr < s->group; gr++) {
@@ -164,4 +195,5 @@ static int dc_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
     return NNC_OK;
 }
 
-const nnc_op nnc_op_deformconv = {"DeformConv", 3, 5, 1, 1, dc_create, dc_infer, dc_run, free_state, 0};
+const nnc_op nnc_op_deformconv = {"DeformConv", 3,        5,      1,          1,
+                                  dc_create,    dc_infer, dc_run, free_state, 0};

@@ -7,9 +7,17 @@
 #include <math.h>
 #include <stdlib.h>
 
-typedef struct { int stft, inverse, onesided; int64_t axis_attr; int axis_input; } dft_state;
+typedef struct {
+    int stft, inverse, onesided;
+    int64_t axis_attr;
+    int axis_input;
+} dft_state;
 
-static void dft_destroy(nnc_node *n) { free(n->state); n->state = NULL; }
+static void dft_destroy(nnc_node *n)
+{
+    free(n->state);
+    n->state = NULL;
+}
 
 static int dft_create(nnc_node *n, nnc_err *e)
 {
@@ -55,13 +63,16 @@ static int dft_geometry(nnc_node *n, nnc_tensor *const *in, dft_geom *g, nnc_err
     const dft_state *s = n->state;
     const nnc_tensor *x = in[0];
     memset(g, 0, sizeof *g);
-    if (x->dtype != DT_F32 && x->dtype != DT_F64) return nnc_node_fail(e, n, "the input must be float32 or float64");
+    if (x->dtype != DT_F32 && x->dtype != DT_F64)
+        return nnc_node_fail(e, n, "the input must be float32 or float64");
     int r = x->ndim;
-    if (r < 2 || (x->dims[r - 1] != 1 && x->dims[r - 1] != 2)) return nnc_node_fail(e, n, "the input's last dimension must be 1 (real) or 2 (complex)");
+    if (r < 2 || (x->dims[r - 1] != 1 && x->dims[r - 1] != 2))
+        return nnc_node_fail(e, n, "the input's last dimension must be 1 (real) or 2 (complex)");
     g->cplx = x->dims[r - 1] == 2;
     int irfft = s->inverse && s->onesided;
     if (s->onesided && !irfft && g->cplx) return nnc_node_fail(e, n, "onesided needs a real input");
-    if (irfft && !g->cplx) return nnc_node_fail(e, n, "an inverse onesided DFT needs a complex input");
+    if (irfft && !g->cplx)
+        return nnc_node_fail(e, n, "an inverse onesided DFT needs a complex input");
     if (s->stft) {
         if (r != 3) return nnc_node_fail(e, n, "the signal must be [batch, length, 1 or 2]");
         TRY(scalar_int(n, in[1], "frame_step", &g->step, e));
@@ -69,8 +80,10 @@ static int dft_geometry(nnc_node *n, nnc_tensor *const *in, dft_geom *g, nnc_err
         int64_t flen = -1;
         if (fl) TRY(scalar_int(n, fl, "frame_length", &flen, e));
         if (win) {
-            if (win->dtype != x->dtype || win->ndim != 1) return nnc_node_fail(e, n, "the window must be 1-D with the signal's type");
-            if (flen >= 0 && flen != win->dims[0]) return nnc_node_fail(e, n, "frame_length differs from the window's length");
+            if (win->dtype != x->dtype || win->ndim != 1)
+                return nnc_node_fail(e, n, "the window must be 1-D with the signal's type");
+            if (flen >= 0 && flen != win->dims[0])
+                return nnc_node_fail(e, n, "frame_length differs from the window's length");
             flen = win->dims[0];
         }
         if (flen < 1) return nnc_node_fail(e, n, "frame_length or a window is required");
@@ -90,7 +103,8 @@ static int dft_geometry(nnc_node *n, nnc_tensor *const *in, dft_geom *g, nnc_err
         axis = -2;
         if (n->nin > 2 && in[2]) TRY(scalar_int(n, in[2], "axis", &axis, e));
     }
-    if (axis < -r || axis > r - 2 || axis == -1) return nnc_node_fail(e, n, "axis %lld is out of range for rank %d", (long long)axis, r);
+    if (axis < -r || axis > r - 2 || axis == -1)
+        return nnc_node_fail(e, n, "axis %lld is out of range for rank %d", (long long)axis, r);
     g->axis = (int)(axis < 0 ? axis + r : axis);
     g->len_in = x->dims[g->axis];
     g->n = irfft ? 2 * (g->len_in - 1) : g->len_in;
@@ -138,7 +152,10 @@ typedef struct {
     const double *cs, *sn; /* twiddles: cos/sin(2 pi k / n) */
 } dft_job;
 
-static inline double rd(const void *p, int f64, int64_t i) { return f64 ? ((const double *)p)[i] : ((const float *)p)[i]; }
+static inline double rd(const void *p, int f64, int64_t i)
+{
+    return f64 ? ((const double *)p)[i] : ((const float *)p)[i];
+}
 
 /* Inverse of a onesided spectrum (numpy's irfft): the missing bins are the conjugates of the
  * given ones; the imaginary parts of the DC and (even n) Nyquist bins do not count. */
@@ -186,15 +203,24 @@ static void dft_signals(void *arg, int64_t b, int64_t e, int tid)
                 if (pos >= g->len_in) break; /* zero padding */
                 int64_t xi = ((o * g->len_in + pos) * g->inner + i) * C;
                 double xr = rd(j->x, j->f64, xi), xim = C == 2 ? rd(j->x, j->f64, xi + 1) : 0.0;
-                if (j->win) { double w = rd(j->win, j->f64, m); xr *= w; xim *= w; }
+                if (j->win) {
+                    double w = rd(j->win, j->f64, m);
+                    xr *= w;
+                    xim *= w;
+                }
                 int64_t q = (k * m) % N;
                 double c = j->cs[q], sv = sign * j->sn[q];
                 re += xr * c - xim * sv;
                 im += xr * sv + xim * c;
             }
             int64_t yi = (((o * g->frames + f) * g->bins + k) * g->inner + i) * 2;
-            if (j->f64) { ((double *)j->y)[yi] = re * scale; ((double *)j->y)[yi + 1] = im * scale; }
-            else { ((float *)j->y)[yi] = (float)(re * scale); ((float *)j->y)[yi + 1] = (float)(im * scale); }
+            if (j->f64) {
+                ((double *)j->y)[yi] = re * scale;
+                ((double *)j->y)[yi + 1] = im * scale;
+            } else {
+                ((float *)j->y)[yi] = (float)(re * scale);
+                ((float *)j->y)[yi + 1] = (float)(im * scale);
+            }
         }
     }
 }
@@ -221,7 +247,8 @@ static int dft_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec
     j.sn = tw + j.g.n;
     if (!s->stft) j.g.step = 0;
     int64_t signals = j.g.outer * j.g.frames * j.g.inner;
-    nnc_parallel_for(signals, 1 + 4096 / (j.g.n * j.g.bins + 1), s->inverse && s->onesided ? irfft_signals : dft_signals, &j);
+    nnc_parallel_for(signals, 1 + 4096 / (j.g.n * j.g.bins + 1),
+                     s->inverse && s->onesided ? irfft_signals : dft_signals, &j);
     free(tw);
     return NNC_OK;
 }

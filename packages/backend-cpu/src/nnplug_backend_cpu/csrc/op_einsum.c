@@ -8,20 +8,24 @@
 
 #include <stdlib.h>
 
-#define EL 60          /* labels: 52 letters, then up to NNC_MAXDIM ellipsis dims */
+#define EL 60 /* labels: 52 letters, then up to NNC_MAXDIM ellipsis dims */
 #define ELL_BASE 52
 
 typedef struct {
     int nops;
-    int nlab[NNC_MAXIO];          /* letters per operand (ellipsis excluded) */
+    int nlab[NNC_MAXIO]; /* letters per operand (ellipsis excluded) */
     signed char lab[NNC_MAXIO][NNC_MAXDIM + 1]; /* letter ids in order; -1 marks the ellipsis */
     int has_ell[NNC_MAXIO];
-    int nout;                      /* explicit output labels (ellipsis: -1) */
+    int nout; /* explicit output labels (ellipsis: -1) */
     signed char out[NNC_MAXDIM + 1];
     int out_ell, explicit_out;
 } es_state;
 
-static void es_destroy(nnc_node *n) { free(n->state); n->state = NULL; }
+static void es_destroy(nnc_node *n)
+{
+    free(n->state);
+    n->state = NULL;
+}
 
 static int letter(char c)
 {
@@ -57,13 +61,15 @@ static int es_create(nnc_node *n, nnc_err *e)
     static const int dts[] = {DT_F32, DT_F64, DT_F16, DT_BF16, DT_I32, DT_I64, 0};
     for (int i = 0; i < n->nin; i++) TRY(nnc_check_dtype(n, i, dts, e));
     for (int i = 1; i < n->nin; i++)
-        if (n->vin[i] && n->vin[0] && n->vin[i]->dtype && n->vin[0]->dtype && n->vin[i]->dtype != n->vin[0]->dtype)
+        if (n->vin[i] && n->vin[0] && n->vin[i]->dtype && n->vin[0]->dtype &&
+            n->vin[i]->dtype != n->vin[0]->dtype)
             return nnc_node_fail(e, n, "all inputs must have the same element type");
     es_state *s = calloc(1, sizeof *s);
     if (!s) return nnc_node_fail(e, n, "out of memory");
     n->state = s;
     char eq[512];
-    if (!nnc_attr_find(n, "equation")) return nnc_node_fail(e, n, "attribute 'equation' is required");
+    if (!nnc_attr_find(n, "equation"))
+        return nnc_node_fail(e, n, "attribute 'equation' is required");
     TRY(nnc_attr_str(n, "equation", "", eq, sizeof eq, e));
     const char *arrow = strstr(eq, "->");
     size_t lhs = arrow ? (size_t)(arrow - eq) : strlen(eq);
@@ -79,7 +85,8 @@ static int es_create(nnc_node *n, nnc_err *e)
         start = i + 1;
     }
     if (s->nops != n->nin)
-        return nnc_node_fail(e, n, "equation '%s' has %d operands, the node %d inputs", eq, s->nops, n->nin);
+        return nnc_node_fail(e, n, "equation '%s' has %d operands, the node %d inputs", eq, s->nops,
+                             n->nin);
     int count[ELL_BASE] = {0};
     for (int o = 0; o < s->nops; o++)
         for (int k = 0; k < s->nlab[o] + s->has_ell[o]; k++)
@@ -91,13 +98,15 @@ static int es_create(nnc_node *n, nnc_err *e)
         s->nout = k;
         for (int o = 0; o < s->nops; o++)
             if (s->has_ell[o] && !s->out_ell)
-                return nnc_node_unsup(e, n, "an ellipsis in the inputs but not in the output is not supported");
+                return nnc_node_unsup(
+                    e, n, "an ellipsis in the inputs but not in the output is not supported");
         int seen[ELL_BASE] = {0};
         for (int i = 0; i < k; i++) {
             int l = s->out[i];
             if (l < 0) continue;
             if (seen[l]++) return nnc_node_fail(e, n, "equation '%s' repeats an output label", eq);
-            if (!count[l]) return nnc_node_fail(e, n, "equation '%s' has an output label no input has", eq);
+            if (!count[l])
+                return nnc_node_fail(e, n, "equation '%s' has an output label no input has", eq);
         }
     } else {
         /* implicit: ellipsis, then the labels seen once in alphabetical order; with both cases
@@ -105,14 +114,21 @@ static int es_create(nnc_node *n, nnc_err *e)
         int any_ell = 0, lower = 0, upper = 0;
         for (int o = 0; o < s->nops; o++) any_ell |= s->has_ell[o];
         s->nout = 0;
-        if (any_ell) { s->out[s->nout++] = -1; s->out_ell = 1; }
+        if (any_ell) {
+            s->out[s->nout++] = -1;
+            s->out_ell = 1;
+        }
         for (int l = 0; l < ELL_BASE; l++)
             if (count[l] == 1) {
-                if (s->nout > NNC_MAXDIM) return nnc_node_unsup(e, n, "the output has too many dimensions");
+                if (s->nout > NNC_MAXDIM)
+                    return nnc_node_unsup(e, n, "the output has too many dimensions");
                 s->out[s->nout++] = (signed char)l;
-                if (l < 26) lower = 1; else upper = 1;
+                if (l < 26) lower = 1;
+                else upper = 1;
             }
-        if (lower && upper) return nnc_node_unsup(e, n, "an implicit output with upper- and lower-case labels is not supported");
+        if (lower && upper)
+            return nnc_node_unsup(
+                e, n, "an implicit output with upper- and lower-case labels is not supported");
     }
     return NNC_OK;
 }
@@ -120,7 +136,8 @@ static int es_create(nnc_node *n, nnc_err *e)
 typedef struct {
     int nops, nout, nsum, dt;
     int64_t osize[EL], ssize[EL];
-    int64_t ostr[NNC_MAXIO][EL], sstr[NNC_MAXIO][EL]; /* operand strides per output / summed label */
+    int64_t ostr[NNC_MAXIO][EL],
+        sstr[NNC_MAXIO][EL]; /* operand strides per output / summed label */
     const void *x[NNC_MAXIO];
     void *y;
     int64_t odims[NNC_MAXDIM];
@@ -136,22 +153,31 @@ static int es_resolve(nnc_node *n, nnc_tensor *const *in, es_plan *p, nnc_err *e
     int nell = 0;
     p->dt = in[0]->dtype;
     for (int o = 0; o < s->nops; o++) {
-        if (in[o]->dtype != p->dt) return nnc_node_fail(e, n, "all inputs must have the same element type");
-        if (p->dt != DT_F32 && p->dt != DT_F64 && p->dt != DT_F16 && p->dt != DT_BF16 && p->dt != DT_I32 && p->dt != DT_I64)
+        if (in[o]->dtype != p->dt)
+            return nnc_node_fail(e, n, "all inputs must have the same element type");
+        if (p->dt != DT_F32 && p->dt != DT_F64 && p->dt != DT_F16 && p->dt != DT_BF16 &&
+            p->dt != DT_I32 && p->dt != DT_I64)
             return nnc_node_fail(e, n, "element type %s is not supported", nnc_dtname(p->dt));
         int r = in[o]->ndim, ne = r - s->nlab[o];
         if (ne < 0 || (!s->has_ell[o] && ne != 0))
-            return nnc_node_fail(e, n, "input %d has rank %d, the equation gives it %d labels", o, r, s->nlab[o]);
+            return nnc_node_fail(e, n, "input %d has rank %d, the equation gives it %d labels", o,
+                                 r, s->nlab[o]);
         if (ne > nell) nell = ne;
     }
     /* ellipsis dims, right-aligned and broadcast */
-    for (int k = 0; k < nell; k++) { size[ELL_BASE + k] = 1; seen[ELL_BASE + k] = 1; }
+    for (int k = 0; k < nell; k++) {
+        size[ELL_BASE + k] = 1;
+        seen[ELL_BASE + k] = 1;
+    }
     for (int o = 0; o < s->nops; o++) {
         const nnc_tensor *t = in[o];
         int ne = t->ndim - s->nlab[o], d = 0;
         int64_t st[NNC_MAXDIM];
         int64_t acc = 1;
-        for (int q = t->ndim - 1; q >= 0; q--) { st[q] = acc; acc *= t->dims[q]; }
+        for (int q = t->ndim - 1; q >= 0; q--) {
+            st[q] = acc;
+            acc *= t->dims[q];
+        }
         for (int k = 0; k < s->nlab[o] + s->has_ell[o]; k++) {
             int l = s->lab[o][k];
             if (l < 0) {
@@ -159,7 +185,8 @@ static int es_resolve(nnc_node *n, nnc_tensor *const *in, es_plan *p, nnc_err *e
                     int el = ELL_BASE + nell - ne + q;
                     int64_t sz = t->dims[d];
                     if (sz != 1) {
-                        if (size[el] != 1 && size[el] != sz) return nnc_node_fail(e, n, "ellipsis dimensions do not broadcast");
+                        if (size[el] != 1 && size[el] != sz)
+                            return nnc_node_fail(e, n, "ellipsis dimensions do not broadcast");
                         size[el] = sz;
                         p->sstr[o][el] = st[d]; /* provisional: moved to ostr below if kept */
                     }
@@ -168,7 +195,9 @@ static int es_resolve(nnc_node *n, nnc_tensor *const *in, es_plan *p, nnc_err *e
             }
             int64_t sz = t->dims[d];
             if (seen[l] && size[l] != sz)
-                return nnc_node_fail(e, n, "label '%c' has sizes %lld and %lld", l < 26 ? 'a' + l : 'A' + l - 26, (long long)size[l], (long long)sz);
+                return nnc_node_fail(e, n, "label '%c' has sizes %lld and %lld",
+                                     l < 26 ? 'a' + l : 'A' + l - 26, (long long)size[l],
+                                     (long long)sz);
             seen[l] = 1;
             size[l] = sz;
             p->sstr[o][l] += st[d]; /* repeated label: a diagonal */
@@ -179,10 +208,13 @@ static int es_resolve(nnc_node *n, nnc_tensor *const *in, es_plan *p, nnc_err *e
     int keep[EL] = {0}, order[EL], no = 0;
     for (int i = 0; i < s->nout; i++) {
         int l = s->out[i];
-        if (l < 0) { for (int k = 0; k < nell; k++) order[no++] = ELL_BASE + k; }
-        else order[no++] = l;
+        if (l < 0) {
+            for (int k = 0; k < nell; k++) order[no++] = ELL_BASE + k;
+        } else order[no++] = l;
     }
-    if (no > NNC_MAXDIM) return nnc_node_fail(e, n, "the output has rank %d, at most %d is supported", no, NNC_MAXDIM);
+    if (no > NNC_MAXDIM)
+        return nnc_node_fail(e, n, "the output has rank %d, at most %d is supported", no,
+                             NNC_MAXDIM);
     p->nops = s->nops;
     p->nout = no;
     p->ond = no;
@@ -278,7 +310,10 @@ static void es_elems(void *arg, int64_t b, int64_t e, int tid)
         switch (p->dt) {
         case DT_F32: ((float *)p->y)[i] = (float)acc; break;
         case DT_F64: ((double *)p->y)[i] = acc; break;
-        case DT_F16: case DT_BF16: nnc_store_d(p->y, p->dt, i, 1, &acc); break; /* summed wide, rounded once at the end */
+        case DT_F16:
+        case DT_BF16:
+            nnc_store_d(p->y, p->dt, i, 1, &acc);
+            break; /* summed wide, rounded once at the end */
         case DT_I32: ((int32_t *)p->y)[i] = (int32_t)(uint32_t)(uint64_t)acci; break;
         default: ((int64_t *)p->y)[i] = acci; break;
         }
@@ -308,4 +343,5 @@ static int es_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
     return rc;
 }
 
-const nnc_op nnc_op_einsum = {"Einsum", 1, NNC_MAXIO, 1, 1, es_create, es_infer, es_run, es_destroy, 0};
+const nnc_op nnc_op_einsum = {"Einsum",  1,        NNC_MAXIO, 1,          1,
+                              es_create, es_infer, es_run,    es_destroy, 0};

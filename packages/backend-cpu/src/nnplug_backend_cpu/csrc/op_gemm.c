@@ -68,8 +68,13 @@ static void gemm_block(void *arg, int64_t b, int64_t e, int tid)
     gemm_job *j = arg;
     for (int64_t t = b; t < e; t++) {
         int64_t m0 = 0, m1 = j->M, n0 = 0, n1 = j->N;
-        if (j->split_m) { m0 = t * j->blk; m1 = m0 + j->blk < j->M ? m0 + j->blk : j->M; }
-        else { n0 = t * j->blk; n1 = n0 + j->blk < j->N ? n0 + j->blk : j->N; }
+        if (j->split_m) {
+            m0 = t * j->blk;
+            m1 = m0 + j->blk < j->M ? m0 + j->blk : j->M;
+        } else {
+            n0 = t * j->blk;
+            n1 = n0 + j->blk < j->N ? n0 + j->blk : j->N;
+        }
         if (m0 >= m1 || n0 >= n1) continue;
         const float *A = j->A + (j->ta ? m0 : m0 * j->lda);
         const float *B = j->B + (j->tb ? n0 * j->ldb : n0);
@@ -80,14 +85,17 @@ static void gemm_block(void *arg, int64_t b, int64_t e, int tid)
             if (j->tb) gemv_rows(j->B, j->ldb, j->K, A, incx, j->alpha, C - n0, n0, n1);
             else gemv_cols(j->B, j->ldb, j->K, A, incx, j->alpha, C - n0, n0, n1);
         } else {
-            nnc_sgemm(j->ta, j->tb, m1 - m0, n1 - n0, j->K, j->alpha, A, j->lda, B, j->ldb, 0.f, C, j->ldc);
+            nnc_sgemm(j->ta, j->tb, m1 - m0, n1 - n0, j->K, j->alpha, A, j->lda, B, j->ldb, 0.f, C,
+                      j->ldc);
         }
         for (int64_t m = m0; m < m1; m++) {
             float *row = C + (m - m0) * j->ldc;
             if (j->bias) {
                 const float *bb = j->bias + m * j->bsm;
-                if (j->bsn) for (int64_t k = 0; k < n1 - n0; k++) row[k] += bb[(n0 + k) * j->bsn];
-                else for (int64_t k = 0; k < n1 - n0; k++) row[k] += bb[0];
+                if (j->bsn)
+                    for (int64_t k = 0; k < n1 - n0; k++) row[k] += bb[(n0 + k) * j->bsn];
+                else
+                    for (int64_t k = 0; k < n1 - n0; k++) row[k] += bb[0];
             }
             if (j->act && j->act->kind) nnc_apply_act(row, n1 - n0, j->act);
         }
@@ -130,7 +138,10 @@ static void gemm_destroy(nnc_node *n)
     n->state = NULL;
 }
 
-int nnc_gemm_can_fuse(const nnc_node *n) { return n->act.kind == ACT_NONE; }
+int nnc_gemm_can_fuse(const nnc_node *n)
+{
+    return n->act.kind == ACT_NONE;
+}
 
 static int gemm_create(nnc_node *n, nnc_err *e)
 {
@@ -148,13 +159,15 @@ static int gemm_create(nnc_node *n, nnc_err *e)
     s->tb = tb != 0;
     for (int i = 0; i < 2; i++)
         if (n->vin[i] && n->vin[i]->ndim >= 0 && n->vin[i]->ndim != 2)
-            return nnc_node_fail(e, n, "input %c must be 2-D, got rank %d", 'A' + i, n->vin[i]->ndim);
+            return nnc_node_fail(e, n, "input %c must be 2-D, got rank %d", 'A' + i,
+                                 n->vin[i]->ndim);
     if (nnc_in_present(n, 2) && n->vin[2]->ndim > 2)
         return nnc_node_fail(e, n, "input C must have rank 2 or less, got %d", n->vin[2]->ndim);
     if (nnc_in_static(n, 0) && nnc_in_static(n, 1)) {
         int64_t ka = n->vin[0]->dims[s->ta ? 0 : 1], kb = n->vin[1]->dims[s->tb ? 1 : 0];
         if (ka != kb)
-            return nnc_node_fail(e, n, "inner dimensions differ: A gives K = %lld, B gives K = %lld",
+            return nnc_node_fail(e, n,
+                                 "inner dimensions differ: A gives K = %lld, B gives K = %lld",
                                  (long long)ka, (long long)kb);
     }
     if (!n->probing && nnc_in_const(n, 1) && nnc_in_static(n, 1)) {
@@ -178,11 +191,15 @@ static int gemm_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_e
     const gemm_state *s = n->state;
     const nnc_tensor *a = in[0], *b = in[1];
     if (a->ndim != 2 || b->ndim != 2) return nnc_node_fail(e, n, "A and B must be 2-D");
-    if (a->dtype != DT_F32 || b->dtype != DT_F32) return nnc_node_fail(e, n, "inputs must be float32");
+    if (a->dtype != DT_F32 || b->dtype != DT_F32)
+        return nnc_node_fail(e, n, "inputs must be float32");
     int64_t M = a->dims[s->ta ? 1 : 0], K = a->dims[s->ta ? 0 : 1];
     int64_t K2 = b->dims[s->tb ? 1 : 0], N = b->dims[s->tb ? 0 : 1];
-    if (K != K2) return nnc_node_fail(e, n, "inner dimensions differ: %lld vs %lld", (long long)K, (long long)K2);
-    if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX) return nnc_node_fail(e, n, "matrix too large");
+    if (K != K2)
+        return nnc_node_fail(e, n, "inner dimensions differ: %lld vs %lld", (long long)K,
+                             (long long)K2);
+    if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX)
+        return nnc_node_fail(e, n, "matrix too large");
     out->dtype = DT_F32;
     out->ndim = 2;
     out->dims[0] = M;
@@ -192,7 +209,8 @@ static int gemm_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_e
         nnc_tensor bc;
         if (c->dtype != DT_F32) return nnc_node_fail(e, n, "C must be float32");
         if (nnc_broadcast_shape(out, c, &bc) || !nnc_same_shape(&bc, out))
-            return nnc_node_fail(e, n, "C cannot be broadcast to (%lld, %lld)", (long long)M, (long long)N);
+            return nnc_node_fail(e, n, "C cannot be broadcast to (%lld, %lld)", (long long)M,
+                                 (long long)N);
     }
     return NNC_OK;
 }
@@ -210,8 +228,17 @@ static int gemm_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exe
     j.ta = s->ta;
     j.A = a->data;
     j.lda = a->dims[1];
-    if (s->packed_b) { j.tb = 1; j.B = s->packed_b; j.ldb = j.K; j.alpha = 1.f; }
-    else { j.tb = s->tb; j.B = b->data; j.ldb = b->dims[1]; j.alpha = s->alpha; }
+    if (s->packed_b) {
+        j.tb = 1;
+        j.B = s->packed_b;
+        j.ldb = j.K;
+        j.alpha = 1.f;
+    } else {
+        j.tb = s->tb;
+        j.B = b->data;
+        j.ldb = b->dims[1];
+        j.alpha = s->alpha;
+    }
     j.C = out->data;
     j.ldc = j.N;
     j.act = &n->act;
@@ -243,14 +270,16 @@ static int gemm_owns(const nnc_node *n, int i)
     return s && s->packed_b && i == 1;
 }
 
-const nnc_op nnc_op_gemm = {"Gemm", 2, 3, 1, 1, gemm_create, gemm_infer, gemm_run, gemm_destroy, 0, NULL, gemm_owns};
+const nnc_op nnc_op_gemm = {"Gemm",       2, 3,    1,        1, gemm_create, gemm_infer, gemm_run,
+                            gemm_destroy, 0, NULL, gemm_owns};
 
 /* ---- MatMul --------------------------------------------------------------------------- */
 
 /* MatMul's element types: float32 on the GEMM kernel; the others on a plain loop that sums
  * float16/bfloat16 in float32 (as onnxruntime and ml_dtypes do), float64 in double and integers
  * in 64 bits, wrapped to the element width. */
-static const int matmul_dts[] = {DT_F32, DT_F16, DT_BF16, DT_F64, DT_I32, DT_I64, DT_U32, DT_U64, 0};
+static const int matmul_dts[] = {DT_F32, DT_F16, DT_BF16, DT_F64, DT_I32,
+                                 DT_I64, DT_U32, DT_U64,  0};
 
 /* A float32 MatMul whose B is a constant 2-D weight [K, N] (a transformer's projections): B
  * is packed once in the GEMM's panel layout, A's leading dims are folded into the rows of one
@@ -281,7 +310,10 @@ int nnc_matmul_packed(const nnc_node *n)
     return s && s->pb;
 }
 
-int64_t nnc_matmul_cols(const nnc_node *n) { return nnc_matmul_packed(n) ? ((const mm_state *)n->state)->N : -1; }
+int64_t nnc_matmul_cols(const nnc_node *n)
+{
+    return nnc_matmul_packed(n) ? ((const mm_state *)n->state)->N : -1;
+}
 
 int nnc_matmul_set_bias(nnc_node *n, const float *bias)
 {
@@ -293,21 +325,26 @@ int nnc_matmul_set_bias(nnc_node *n, const float *bias)
     return 1;
 }
 
-static int matmul_owns(const nnc_node *n, int i) { return i == 1 && nnc_matmul_packed(n); }
+static int matmul_owns(const nnc_node *n, int i)
+{
+    return i == 1 && nnc_matmul_packed(n);
+}
 
 static int matmul_create(nnc_node *n, nnc_err *e)
 {
     TRY(nnc_check_dtype(n, 0, matmul_dts, e));
     TRY(nnc_check_dtype(n, 1, matmul_dts, e));
-    if (n->vin[0] && n->vin[1] && n->vin[0]->dtype && n->vin[1]->dtype && n->vin[0]->dtype != n->vin[1]->dtype)
+    if (n->vin[0] && n->vin[1] && n->vin[0]->dtype && n->vin[1]->dtype &&
+        n->vin[0]->dtype != n->vin[1]->dtype)
         return nnc_node_fail(e, n, "A is %s and B is %s; MatMul needs one element type",
                              nnc_dtname(n->vin[0]->dtype), nnc_dtname(n->vin[1]->dtype));
     for (int i = 0; i < 2; i++)
         if (n->vin[i] && n->vin[i]->ndim == 0)
             return nnc_node_fail(e, n, "input %d is a scalar; MatMul needs rank 1 or more", i);
     const nnc_valinfo *a = n->vin[0], *b = n->vin[1];
-    if (!n->probing && a && b && a->dtype == DT_F32 && a->ndim >= 2 && nnc_in_const(n, 1) && nnc_in_static(n, 1) &&
-        b->ndim == 2 && b->dims[0] > 0 && b->dims[1] > 0 && b->dims[0] <= INT32_MAX && b->dims[1] <= INT32_MAX &&
+    if (!n->probing && a && b && a->dtype == DT_F32 && a->ndim >= 2 && nnc_in_const(n, 1) &&
+        nnc_in_static(n, 1) && b->ndim == 2 && b->dims[0] > 0 && b->dims[1] > 0 &&
+        b->dims[0] <= INT32_MAX && b->dims[1] <= INT32_MAX &&
         (a->dims[a->ndim - 1] < 0 || a->dims[a->ndim - 1] == b->dims[0])) {
         mm_state *s = calloc(1, sizeof *s);
         if (!s) return nnc_node_fail(e, n, "out of memory");
@@ -323,7 +360,10 @@ static int matmul_create(nnc_node *n, nnc_err *e)
 }
 
 /* Rows of A (all its leading dims) for the packed path. */
-static int64_t mm_rows(const nnc_tensor *a) { return a->dims[a->ndim - 1] ? nnc_numel(a) / a->dims[a->ndim - 1] : 0; }
+static int64_t mm_rows(const nnc_tensor *a)
+{
+    return a->dims[a->ndim - 1] ? nnc_numel(a) / a->dims[a->ndim - 1] : 0;
+}
 
 static size_t matmul_scratch(const nnc_node *n, nnc_tensor *const *in, const nnc_tensor *out)
 {
@@ -359,10 +399,12 @@ static void mm_packed_cols(void *arg, int64_t b, int64_t e, int tid)
 {
     (void)tid;
     const mm_packed_job *j = arg;
-    nnc_sgemm_packed_cols(j->M, j->N, j->K, j->pa, j->pb, j->C, j->N, &j->ep, b * MM_COLS, e * MM_COLS);
+    nnc_sgemm_packed_cols(j->M, j->N, j->K, j->pa, j->pb, j->C, j->N, &j->ep, b * MM_COLS,
+                          e * MM_COLS);
 }
 
-static int matmul_run_packed(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec *x, nnc_err *e)
+static int matmul_run_packed(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec *x,
+                             nnc_err *e)
 {
     const mm_state *s = n->state;
     const nnc_tensor *a = in[0];
@@ -391,27 +433,32 @@ static int matmul_run_packed(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out
 
 /* Shapes after numpy's 1-D promotion: a (..., M, K), b (..., K, N). */
 static int matmul_shapes(nnc_node *n, const nnc_tensor *a, const nnc_tensor *b, nnc_tensor *out,
-                         int64_t *M, int64_t *K, int64_t *N, nnc_tensor *ba, nnc_tensor *bb, nnc_err *e)
+                         int64_t *M, int64_t *K, int64_t *N, nnc_tensor *ba, nnc_tensor *bb,
+                         nnc_err *e)
 {
     if (a->ndim < 1 || b->ndim < 1) return nnc_node_fail(e, n, "inputs must have rank 1 or more");
     *M = a->ndim >= 2 ? a->dims[a->ndim - 2] : 1;
     *K = a->dims[a->ndim - 1];
     int64_t kb = b->ndim >= 2 ? b->dims[b->ndim - 2] : b->dims[0];
     *N = b->ndim >= 2 ? b->dims[b->ndim - 1] : 1;
-    if (*K != kb) return nnc_node_fail(e, n, "inner dimensions differ: %lld vs %lld", (long long)*K, (long long)kb);
+    if (*K != kb)
+        return nnc_node_fail(e, n, "inner dimensions differ: %lld vs %lld", (long long)*K,
+                             (long long)kb);
     ba->ndim = a->ndim > 2 ? a->ndim - 2 : 0;
     bb->ndim = b->ndim > 2 ? b->ndim - 2 : 0;
     for (int i = 0; i < ba->ndim; i++) ba->dims[i] = a->dims[i];
     for (int i = 0; i < bb->ndim; i++) bb->dims[i] = b->dims[i];
     nnc_tensor batch;
-    if (nnc_broadcast_shape(ba, bb, &batch)) return nnc_node_fail(e, n, "batch dimensions do not broadcast");
+    if (nnc_broadcast_shape(ba, bb, &batch))
+        return nnc_node_fail(e, n, "batch dimensions do not broadcast");
     if (batch.ndim + 2 > NNC_MAXDIM) return nnc_node_fail(e, n, "rank too large");
     out->dtype = a->dtype;
     out->ndim = 0;
     for (int i = 0; i < batch.ndim; i++) out->dims[out->ndim++] = batch.dims[i];
     if (a->ndim >= 2) out->dims[out->ndim++] = *M;
     if (b->ndim >= 2) out->dims[out->ndim++] = *N;
-    if (*M > INT32_MAX || *N > INT32_MAX || *K > INT32_MAX) return nnc_node_fail(e, n, "matrix too large");
+    if (*M > INT32_MAX || *N > INT32_MAX || *K > INT32_MAX)
+        return nnc_node_fail(e, n, "matrix too large");
     return NNC_OK;
 }
 
@@ -422,26 +469,33 @@ static int matmul_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc
     if (nnc_matmul_packed(n)) { /* B is the packed constant: A (..., M, K) gives (..., M, N) */
         const mm_state *s = n->state;
         const nnc_tensor *a = in[0];
-        if (a->dtype != DT_F32 || a->ndim < 2) return nnc_node_fail(e, n, "A must be float32 of rank 2 or more");
+        if (a->dtype != DT_F32 || a->ndim < 2)
+            return nnc_node_fail(e, n, "A must be float32 of rank 2 or more");
         if (a->dims[a->ndim - 1] != s->K)
-            return nnc_node_fail(e, n, "inner dimensions differ: %lld vs %lld", (long long)a->dims[a->ndim - 1], (long long)s->K);
+            return nnc_node_fail(e, n, "inner dimensions differ: %lld vs %lld",
+                                 (long long)a->dims[a->ndim - 1], (long long)s->K);
         *out = *a;
         out->dims[a->ndim - 1] = s->N;
         out->data = NULL;
         return NNC_OK;
     }
-    if (in[0]->dtype != in[1]->dtype) return nnc_node_fail(e, n, "A and B must have one element type");
+    if (in[0]->dtype != in[1]->dtype)
+        return nnc_node_fail(e, n, "A and B must have one element type");
     int ok = 0;
     for (const int *d = matmul_dts; *d; d++) ok |= *d == in[0]->dtype;
-    if (!ok) return nnc_node_fail(e, n, "element type %s is not supported", nnc_dtname(in[0]->dtype));
+    if (!ok)
+        return nnc_node_fail(e, n, "element type %s is not supported", nnc_dtname(in[0]->dtype));
     return matmul_shapes(n, in[0], in[1], out, &M, &K, &N, &ba, &bb, e);
 }
 
 /* Batch offsets (in elements) of A and B for output batch t. */
-typedef struct { int nb; int64_t ostr[NNC_MAXDIM], astr[NNC_MAXDIM], bstr[NNC_MAXDIM]; } mm_batch;
+typedef struct {
+    int nb;
+    int64_t ostr[NNC_MAXDIM], astr[NNC_MAXDIM], bstr[NNC_MAXDIM];
+} mm_batch;
 
-static void mm_batch_setup(mm_batch *bt, const nnc_tensor *o, int nb, const nnc_tensor *ba, const nnc_tensor *bb,
-                           int64_t M, int64_t K, int64_t N)
+static void mm_batch_setup(mm_batch *bt, const nnc_tensor *o, int nb, const nnc_tensor *ba,
+                           const nnc_tensor *bb, int64_t M, int64_t K, int64_t N)
 {
     int64_t sa = M * K, sb = K * N;
     bt->nb = nb;
@@ -467,7 +521,13 @@ static void mm_batch_offsets(const mm_batch *bt, int64_t t, int64_t *offa, int64
     }
 }
 
-typedef struct { int dt; int64_t M, K, N; mm_batch bt; const void *A, *B; void *C; } mm_typed_job;
+typedef struct {
+    int dt;
+    int64_t M, K, N;
+    mm_batch bt;
+    const void *A, *B;
+    void *C;
+} mm_typed_job;
 
 /* Rows [b, e) of all batches' outputs (row r is row r % M of batch r / M). */
 static void mm_typed_rows(void *arg, int64_t b, int64_t e, int tid)
@@ -490,8 +550,11 @@ static void mm_typed_rows(void *arg, int64_t b, int64_t e, int tid)
                     nnc_load_d(j->A, dt, offa + i * K + k0, 1, nk, a);
                     for (int64_t k = 0; k < nk; k++) {
                         nnc_load_d(j->B, dt, offb + (k0 + k) * N + c0, 1, nc, bv);
-                        if (dt == DT_F64) for (int64_t c = 0; c < nc; c++) o[c] += a[k] * bv[c];
-                        else for (int64_t c = 0; c < nc; c++) o[c] = (double)((float)o[c] + (float)a[k] * (float)bv[c]);
+                        if (dt == DT_F64)
+                            for (int64_t c = 0; c < nc; c++) o[c] += a[k] * bv[c];
+                        else
+                            for (int64_t c = 0; c < nc; c++)
+                                o[c] = (double)((float)o[c] + (float)a[k] * (float)bv[c]);
                     }
                 }
                 nnc_store_d(j->C, dt, r * N + c0, nc, o);
@@ -512,14 +575,22 @@ static void mm_typed_rows(void *arg, int64_t b, int64_t e, int tid)
     }
 }
 
-typedef struct { gemm_job j; mm_batch bt; const float *A, *B; float *C; int64_t M, N; int whole; } mm_batch_job;
+typedef struct {
+    gemm_job j;
+    mm_batch bt;
+    const float *A, *B;
+    float *C;
+    int64_t M, N;
+    int whole;
+} mm_batch_job;
 
 /* One whole product of a batch on this thread: both operands packed into the thread's memory
  * and the tiles stored straight into C (the same sums as nnc_sgemm, without its staging tile).
  * 0 when the memory cannot be had. */
 static int mm_one_packed(const float *A, const float *B, float *C, int64_t M, int64_t K, int64_t N)
 {
-    size_t nb = (size_t)nnc_sgemm_packed_b_floats(K, N), na = (size_t)nnc_sgemm_packed_a_floats(M, K);
+    size_t nb = (size_t)nnc_sgemm_packed_b_floats(K, N),
+           na = (size_t)nnc_sgemm_packed_a_floats(M, K);
     nb = (nb + 15) / 16 * 16; /* packed A after B, B 64-byte aligned */
     float *pb = mm_pack_memory((nb + na) * sizeof(float));
     if (!pb) return 0;
@@ -536,10 +607,14 @@ static void mm_batches(void *arg, int64_t b, int64_t e, int tid)
     for (int64_t t = b; t < e; t++) {
         int64_t offa, offb;
         mm_batch_offsets(&bj->bt, t, &offa, &offb);
-        if (bj->whole && mm_one_packed(bj->A + offa, bj->B + offb, bj->C + t * bj->M * bj->N, bj->M, bj->j.K, bj->N))
+        if (bj->whole && mm_one_packed(bj->A + offa, bj->B + offb, bj->C + t * bj->M * bj->N, bj->M,
+                                       bj->j.K, bj->N))
             continue;
         gemm_job j = bj->j;
-        j.M = bj->M; j.A = bj->A + offa; j.B = bj->B + offb; j.C = bj->C + t * bj->M * bj->N;
+        j.M = bj->M;
+        j.A = bj->A + offa;
+        j.B = bj->B + offb;
+        j.C = bj->C + t * bj->M * bj->N;
         gemm_mt(&j); /* inside a pool chunk its own split runs inline */
     }
 }
@@ -556,18 +631,27 @@ static int matmul_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_e
     if (in[0]->dtype != DT_F32) {
         mm_typed_job tj = {in[0]->dtype, M, K, N, {0}, in[0]->data, in[1]->data, out->data};
         mm_batch_setup(&tj.bt, &o, nb, &ba, &bb, M, K, N);
-        if (M > 0 && N > 0) nnc_parallel_for(nbatch * M, 1 + 16384 / (N * K + 1), mm_typed_rows, &tj);
+        if (M > 0 && N > 0)
+            nnc_parallel_for(nbatch * M, 1 + 16384 / (N * K + 1), mm_typed_rows, &tj);
         return NNC_OK;
     }
     const float *A = in[0]->data, *B = in[1]->data;
     float *C = out->data;
     gemm_job j;
     memset(&j, 0, sizeof j);
-    j.N = N; j.K = K; j.lda = K; j.ldb = N; j.ldc = N; j.alpha = 1.f;
+    j.N = N;
+    j.K = K;
+    j.lda = K;
+    j.ldb = N;
+    j.ldc = N;
+    j.alpha = 1.f;
     if (bb.ndim == 0 || nnc_numel(&bb) == 1) { /* one B for all: fold the batch into M */
         int64_t abatch = nnc_numel(&ba);
         if (abatch == nbatch) {
-            j.M = M * nbatch; j.A = A; j.B = B; j.C = C;
+            j.M = M * nbatch;
+            j.A = A;
+            j.B = B;
+            j.C = C;
             gemm_mt(&j);
             return NNC_OK;
         }
@@ -585,5 +669,6 @@ static int matmul_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_e
     return NNC_OK;
 }
 
-const nnc_op nnc_op_matmul = {"MatMul", 2, 2, 1, 1, matmul_create, matmul_infer, matmul_run, matmul_destroy, 0,
-                              matmul_scratch, matmul_owns};
+const nnc_op nnc_op_matmul = {
+    "MatMul",       2,          2, 1, 1, matmul_create, matmul_infer, matmul_run, matmul_destroy, 0,
+    matmul_scratch, matmul_owns};

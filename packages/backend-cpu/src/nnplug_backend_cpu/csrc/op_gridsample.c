@@ -10,9 +10,15 @@
 enum { GS_NEAREST, GS_LINEAR, GS_CUBIC };
 enum { GP_ZEROS, GP_BORDER, GP_REFLECTION };
 
-typedef struct { int mode, pad, align; } gs_state;
+typedef struct {
+    int mode, pad, align;
+} gs_state;
 
-static void gs_destroy(nnc_node *n) { free(n->state); n->state = NULL; }
+static void gs_destroy(nnc_node *n)
+{
+    free(n->state);
+    n->state = NULL;
+}
 
 static int gs_create(nnc_node *n, nnc_err *e)
 {
@@ -37,19 +43,25 @@ static int gs_create(nnc_node *n, nnc_err *e)
     TRY(nnc_attr_int(n, "align_corners", 0, &a, e));
     s->align = a != 0;
     const nnc_valinfo *x = n->vin[0];
-    if (x && x->ndim >= 0 && x->ndim != 4 && x->ndim != 5) return nnc_node_unsup(e, n, "only 4-D and 5-D inputs are supported");
-    if (x && x->ndim == 5 && s->mode == GS_CUBIC) return nnc_node_fail(e, n, "cubic mode needs a 4-D input");
-    if (!x || x->ndim < 0) return nnc_node_unsup(e, n, "the input's rank must be known when the model is loaded");
+    if (x && x->ndim >= 0 && x->ndim != 4 && x->ndim != 5)
+        return nnc_node_unsup(e, n, "only 4-D and 5-D inputs are supported");
+    if (x && x->ndim == 5 && s->mode == GS_CUBIC)
+        return nnc_node_fail(e, n, "cubic mode needs a 4-D input");
+    if (!x || x->ndim < 0)
+        return nnc_node_unsup(e, n, "the input's rank must be known when the model is loaded");
     return NNC_OK;
 }
 
 static int gs_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err *e)
 {
     const nnc_tensor *x = in[0], *g = in[1];
-    if (x->dtype != DT_F32 || g->dtype != DT_F32) return nnc_node_fail(e, n, "inputs must be float32");
+    if (x->dtype != DT_F32 || g->dtype != DT_F32)
+        return nnc_node_fail(e, n, "inputs must be float32");
     int r = x->ndim;
     if ((r != 4 && r != 5) || g->ndim != r || g->dims[0] != x->dims[0] || g->dims[r - 1] != r - 2)
-        return nnc_node_fail(e, n, "X must be [N, C, H, W] with grid [N, H_out, W_out, 2] (or 3-D: [N, C, D, H, W], [N, D_out, H_out, W_out, 3])");
+        return nnc_node_fail(
+            e, n,
+            "X must be [N, C, H, W] with grid [N, H_out, W_out, 2] (or 3-D: [N, C, D, H, W], [N, D_out, H_out, W_out, 3])");
     out->dtype = DT_F32;
     out->ndim = r;
     out->dims[0] = x->dims[0];
@@ -73,13 +85,23 @@ static float gs_reflect(float x, float lo, float hi)
 /* A coordinate placed where every tap reads the same as at the original one: taps are at most
  * 2 pixels from it (cubic), so beyond [-4, size + 3] each one is padding (zeros) or the edge
  * (border) already. Keeps the integer conversions below defined for +-inf and huge values. */
-static inline float gs_bound(float v, float size) { return v < -4.f ? -4.f : v > size + 3.f ? size + 3.f : v; }
+static inline float gs_bound(float v, float size)
+{
+    return v < -4.f ? -4.f : v > size + 3.f ? size + 3.f : v;
+}
 
-typedef struct { const gs_state *s; const float *x, *g; float *y; int64_t C, H, W, OH, OW; float bx0, bx1, by0, by1; } gs_job;
+typedef struct {
+    const gs_state *s;
+    const float *x, *g;
+    float *y;
+    int64_t C, H, W, OH, OW;
+    float bx0, bx1, by0, by1;
+} gs_job;
 
 static inline float pixel(const gs_job *j, const float *p, int64_t r, int64_t c)
 {
-    if (j->s->pad == GP_ZEROS) return (r >= 0 && r < j->H && c >= 0 && c < j->W) ? p[r * j->W + c] : 0.f;
+    if (j->s->pad == GP_ZEROS)
+        return (r >= 0 && r < j->H && c >= 0 && c < j->W) ? p[r * j->W + c] : 0.f;
     if (j->s->pad == GP_BORDER) {
         r = r < 0 ? 0 : r >= j->H ? j->H - 1 : r;
         c = c < 0 ? 0 : c >= j->W ? j->W - 1 : c;
@@ -115,7 +137,10 @@ static void gs_planes(void *arg, int64_t b, int64_t e, int tid)
             float gx = grid[2 * o], gy = grid[2 * o + 1];
             float x = s->align ? (gx + 1) / 2.f * (W - 1) : ((gx + 1) * W - 1) / 2.f;
             float yy = s->align ? (gy + 1) / 2.f * (H - 1) : ((gy + 1) * H - 1) / 2.f;
-            if (s->mode == GS_NEAREST) { x = nearbyintf(x); yy = nearbyintf(yy); }
+            if (s->mode == GS_NEAREST) {
+                x = nearbyintf(x);
+                yy = nearbyintf(yy);
+            }
             /* Each axis on its own. Reflection moves the coordinate inside; zeros and border
              * pad each tap (pixel), as onnxruntime does: for cubic, clamping the coordinate to
              * the border instead would weight the taps differently. */
@@ -126,7 +151,10 @@ static void gs_planes(void *arg, int64_t b, int64_t e, int tid)
                 x = gs_bound(x, W);
                 yy = gs_bound(yy, H);
             }
-            if (x != x || yy != yy) { y[o] = 0.f; continue; } /* a NaN in the grid, or an infinity reflected */
+            if (x != x || yy != yy) {
+                y[o] = 0.f;
+                continue;
+            } /* a NaN in the grid, or an infinity reflected */
             if (s->mode == GS_NEAREST) {
                 y[o] = pixel(j, p, (int64_t)yy, (int64_t)x);
             } else if (s->mode == GS_LINEAR) {
@@ -151,13 +179,22 @@ static void gs_planes(void *arg, int64_t b, int64_t e, int tid)
     }
 }
 
-typedef struct { const gs_state *s; const float *x, *g; float *y; int64_t C, D, H, W, OS; float b0[3], b1[3]; } gs3_job;
+typedef struct {
+    const gs_state *s;
+    const float *x, *g;
+    float *y;
+    int64_t C, D, H, W, OS;
+    float b0[3], b1[3];
+} gs3_job;
 
 static inline float pixel3(const gs3_job *j, const float *p, int64_t z, int64_t r, int64_t c)
 {
     int64_t v[3] = {z, r, c}, L[3] = {j->D, j->H, j->W};
     for (int a = 0; a < 3; a++) {
-        if (j->s->pad == GP_ZEROS) { if (v[a] < 0 || v[a] >= L[a]) return 0.f; continue; }
+        if (j->s->pad == GP_ZEROS) {
+            if (v[a] < 0 || v[a] >= L[a]) return 0.f;
+            continue;
+        }
         if (j->s->pad == GP_REFLECTION) v[a] = (int64_t)gs_reflect((float)v[a], j->b0[a], j->b1[a]);
         v[a] = v[a] < 0 ? 0 : v[a] >= L[a] ? L[a] - 1 : v[a];
     }
@@ -183,19 +220,31 @@ static void gs_planes3(void *arg, int64_t b, int64_t e, int tid)
                 if (s->mode == GS_NEAREST) c[a] = nearbyintf(c[a]);
             }
             for (int a = 0; a < 3; a++) { /* each axis on its own, as in gs_planes */
-                c[a] = s->pad == GP_REFLECTION ? gs_reflect(c[a], j->b0[a], j->b1[a]) : gs_bound(c[a], L[a]);
+                c[a] = s->pad == GP_REFLECTION ? gs_reflect(c[a], j->b0[a], j->b1[a])
+                                               : gs_bound(c[a], L[a]);
                 bad |= c[a] != c[a];
             }
-            if (bad) { y[o] = 0.f; continue; } /* a NaN in the grid, or an infinity reflected */
-            if (s->mode == GS_NEAREST) { y[o] = pixel3(j, p, (int64_t)c[0], (int64_t)c[1], (int64_t)c[2]); continue; }
+            if (bad) {
+                y[o] = 0.f;
+                continue;
+            } /* a NaN in the grid, or an infinity reflected */
+            if (s->mode == GS_NEAREST) {
+                y[o] = pixel3(j, p, (int64_t)c[0], (int64_t)c[1], (int64_t)c[2]);
+                continue;
+            }
             float f[3], d1[3];
             int64_t i0[3];
-            for (int a = 0; a < 3; a++) { f[a] = floorf(c[a]); i0[a] = (int64_t)f[a]; d1[a] = c[a] - f[a]; }
+            for (int a = 0; a < 3; a++) {
+                f[a] = floorf(c[a]);
+                i0[a] = (int64_t)f[a];
+                d1[a] = c[a] - f[a];
+            }
             float acc = 0.f;
             for (int q = 0; q < 8; q++) {
                 float wgt = 1.f;
                 for (int a = 0; a < 3; a++) wgt *= (q >> (2 - a)) & 1 ? d1[a] : 1.f - d1[a];
-                acc += wgt * pixel3(j, p, i0[0] + ((q >> 2) & 1), i0[1] + ((q >> 1) & 1), i0[2] + (q & 1));
+                acc += wgt * pixel3(j, p, i0[0] + ((q >> 2) & 1), i0[1] + ((q >> 1) & 1),
+                                    i0[2] + (q & 1));
             }
             y[o] = acc;
         }
@@ -204,13 +253,19 @@ static void gs_planes3(void *arg, int64_t b, int64_t e, int tid)
 
 static int gs_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec *xc, nnc_err *e)
 {
-    (void)xc; (void)e;
+    (void)xc;
+    (void)e;
     const gs_state *s = n->state;
     const nnc_tensor *x = in[0];
     if (x->ndim == 5) {
-        gs3_job k = {s, x->data, in[1]->data, out->data, x->dims[1], x->dims[2], x->dims[3], x->dims[4],
-                     out->dims[2] * out->dims[3] * out->dims[4], {0, 0, 0}, {0, 0, 0}};
-        if (k.D == 0 || k.H == 0 || k.W == 0) { memset(out->data, 0, nnc_nbytes(out)); return NNC_OK; }
+        gs3_job k = {s,          x->data,    in[1]->data,
+                     out->data,  x->dims[1], x->dims[2],
+                     x->dims[3], x->dims[4], out->dims[2] * out->dims[3] * out->dims[4],
+                     {0, 0, 0},  {0, 0, 0}};
+        if (k.D == 0 || k.H == 0 || k.W == 0) {
+            memset(out->data, 0, nnc_nbytes(out));
+            return NNC_OK;
+        }
         int64_t L[3] = {k.D, k.H, k.W};
         for (int a = 0; a < 3; a++) {
             k.b0[a] = s->align ? 0.f : -0.5f;
@@ -219,8 +274,13 @@ static int gs_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
         nnc_parallel_for(x->dims[0] * k.C, 1, gs_planes3, &k);
         return NNC_OK;
     }
-    gs_job j = {s, x->data, in[1]->data, out->data, x->dims[1], x->dims[2], x->dims[3], out->dims[2], out->dims[3], 0, 0, 0, 0};
-    if (j.H == 0 || j.W == 0) { memset(out->data, 0, nnc_nbytes(out)); return NNC_OK; }
+    gs_job j = {s,          x->data,      in[1]->data,  out->data, x->dims[1], x->dims[2],
+                x->dims[3], out->dims[2], out->dims[3], 0,         0,          0,
+                0};
+    if (j.H == 0 || j.W == 0) {
+        memset(out->data, 0, nnc_nbytes(out));
+        return NNC_OK;
+    }
     j.bx0 = s->align ? 0.f : -0.5f;
     j.bx1 = s->align ? (float)j.W - 1 : (float)j.W - 0.5f;
     j.by0 = s->align ? 0.f : -0.5f;
@@ -229,4 +289,5 @@ static int gs_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
     return NNC_OK;
 }
 
-const nnc_op nnc_op_gridsample = {"GridSample", 2, 2, 1, 1, gs_create, gs_infer, gs_run, gs_destroy, 0};
+const nnc_op nnc_op_gridsample = {"GridSample", 2,        2,      1,          1,
+                                  gs_create,    gs_infer, gs_run, gs_destroy, 0};

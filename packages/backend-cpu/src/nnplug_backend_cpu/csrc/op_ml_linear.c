@@ -10,7 +10,8 @@
 static int check_features(const nnc_node *n, int64_t F, int64_t want, nnc_err *e)
 {
     if (F != want)
-        return nnc_node_fail(e, n, "input X has %lld features; the model's coefficients expect %lld",
+        return nnc_node_fail(e, n,
+                             "input X has %lld features; the model's coefficients expect %lld",
                              (long long)F, (long long)want);
     return NNC_OK;
 }
@@ -35,7 +36,11 @@ typedef struct {
 static void lincls_destroy(nnc_node *n)
 {
     lincls *s = n->state;
-    if (s) { free(s->coef); free(s->icpt); free(s->labels); }
+    if (s) {
+        free(s->coef);
+        free(s->icpt);
+        free(s->labels);
+    }
     ml_free_state(n);
 }
 
@@ -55,10 +60,14 @@ static int lincls_create(nnc_node *n, nnc_err *e)
     if (s->nlabels < 0) s->nlabels = 0;
     TRY(ml_post_transform(n, &s->pt, e));
     /* onnxruntime counts classes by the intercepts. */
-    if (ni < 1) return nnc_node_unsup(e, n, "a LinearClassifier without 'intercepts' is not supported");
+    if (ni < 1)
+        return nnc_node_unsup(e, n, "a LinearClassifier without 'intercepts' is not supported");
     s->C = ni;
-    if (nc < 1 || nc % s->C) return nnc_node_fail(e, n, "attribute 'coefficients' has %lld values, not a multiple "
-                                                 "of the %lld classes of 'intercepts'", (long long)nc, (long long)s->C);
+    if (nc < 1 || nc % s->C)
+        return nnc_node_fail(e, n,
+                             "attribute 'coefficients' has %lld values, not a multiple "
+                             "of the %lld classes of 'intercepts'",
+                             (long long)nc, (long long)s->C);
     s->F = nc / s->C;
     if (s->C > 1 && s->nlabels != s->C)
         return nnc_node_fail(e, n, "attribute 'classlabels_ints' has %lld labels for %lld classes",
@@ -66,7 +75,8 @@ static int lincls_create(nnc_node *n, nnc_err *e)
     s->add_second = s->C == 1 && s->nlabels == 2;
     s->zcols = s->add_second ? 2 : s->C;
     if (s->add_second && s->pt == PT_PROBIT)
-        return nnc_node_unsup(e, n, "post_transform PROBIT with one score and two labels is not supported");
+        return nnc_node_unsup(
+            e, n, "post_transform PROBIT with one score and two labels is not supported");
     return static_features(n, s->F, e);
 }
 
@@ -76,8 +86,15 @@ static int lincls_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc
     int64_t N, F;
     TRY(ml_rows(n, in[0], &N, &F, e));
     TRY(check_features(n, F, s->F, e));
-    out[0].dtype = DT_I64; out[0].ndim = 1; out[0].dims[0] = N;
-    if (n->nout > 1) { out[1].dtype = DT_F32; out[1].ndim = 2; out[1].dims[0] = N; out[1].dims[1] = s->zcols; }
+    out[0].dtype = DT_I64;
+    out[0].ndim = 1;
+    out[0].dims[0] = N;
+    if (n->nout > 1) {
+        out[1].dtype = DT_F32;
+        out[1].ndim = 2;
+        out[1].dims[0] = N;
+        out[1].dims[1] = s->zcols;
+    }
     return NNC_OK;
 }
 
@@ -104,7 +121,8 @@ static int lincls_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_e
             y[r] = sc[0] > 0 ? (two ? s->labels[1] : 1) : (two ? s->labels[0] : 0);
         } else {
             int64_t best = 0;
-            for (int64_t c = 1; c < s->C; c++) if (sc[c] > sc[best]) best = c;
+            for (int64_t c = 1; c < s->C; c++)
+                if (sc[c] > sc[best]) best = c;
             y[r] = s->labels[best];
         }
         if (!z) continue;
@@ -124,8 +142,9 @@ static int lincls_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_e
     return NNC_OK;
 }
 
-const nnc_op nnc_op_ml_linearclassifier = {"LinearClassifier", 1, 1, 1, 2, lincls_create, lincls_infer, lincls_run,
-                                           lincls_destroy, 0, NULL, NULL, ML_DOMAIN};
+const nnc_op nnc_op_ml_linearclassifier = {
+    "LinearClassifier", 1, 1,    1,    2,        lincls_create, lincls_infer, lincls_run,
+    lincls_destroy,     0, NULL, NULL, ML_DOMAIN};
 
 /* ---- LinearRegressor ----------------------------------------------------------------- */
 
@@ -138,7 +157,10 @@ typedef struct {
 static void linreg_destroy(nnc_node *n)
 {
     linreg *s = n->state;
-    if (s) { free(s->coef); free(s->icpt); }
+    if (s) {
+        free(s->coef);
+        free(s->icpt);
+    }
     ml_free_state(n);
 }
 
@@ -154,11 +176,17 @@ static int linreg_create(nnc_node *n, nnc_err *e)
     TRY(ml_attr_floats(n, "intercepts", 0, &s->icpt, &ni, e));
     TRY(nnc_attr_int(n, "targets", 1, &s->T, e));
     TRY(ml_post_transform(n, &s->pt, e));
-    if (s->T < 1) return nnc_node_fail(e, n, "attribute 'targets' must be at least 1, got %lld", (long long)s->T);
-    if (nc < 1 || nc % s->T) return nnc_node_fail(e, n, "attribute 'coefficients' has %lld values, not a multiple "
-                                                 "of targets = %lld", (long long)nc, (long long)s->T);
-    if (ni != 0 && ni != s->T) return nnc_node_fail(e, n, "attribute 'intercepts' has %lld values for %lld targets",
-                                                   (long long)ni, (long long)s->T);
+    if (s->T < 1)
+        return nnc_node_fail(e, n, "attribute 'targets' must be at least 1, got %lld",
+                             (long long)s->T);
+    if (nc < 1 || nc % s->T)
+        return nnc_node_fail(e, n,
+                             "attribute 'coefficients' has %lld values, not a multiple "
+                             "of targets = %lld",
+                             (long long)nc, (long long)s->T);
+    if (ni != 0 && ni != s->T)
+        return nnc_node_fail(e, n, "attribute 'intercepts' has %lld values for %lld targets",
+                             (long long)ni, (long long)s->T);
     s->has_icpt = ni > 0;
     s->F = nc / s->T;
     return static_features(n, s->F, e);
@@ -170,7 +198,10 @@ static int linreg_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc
     int64_t N, F;
     TRY(ml_rows(n, in[0], &N, &F, e));
     TRY(check_features(n, F, s->F, e));
-    out[0].dtype = DT_F32; out[0].ndim = 2; out[0].dims[0] = N; out[0].dims[1] = s->T;
+    out[0].dtype = DT_F32;
+    out[0].ndim = 2;
+    out[0].dims[0] = N;
+    out[0].dims[1] = s->T;
     return NNC_OK;
 }
 
@@ -194,8 +225,9 @@ static int linreg_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_e
     return NNC_OK;
 }
 
-const nnc_op nnc_op_ml_linearregressor = {"LinearRegressor", 1, 1, 1, 1, linreg_create, linreg_infer, linreg_run,
-                                          linreg_destroy, 0, NULL, NULL, ML_DOMAIN};
+const nnc_op nnc_op_ml_linearregressor = {
+    "LinearRegressor", 1, 1,    1,    1,        linreg_create, linreg_infer, linreg_run,
+    linreg_destroy,    0, NULL, NULL, ML_DOMAIN};
 
 /* ---- SVM kernels --------------------------------------------------------------------- */
 
@@ -212,13 +244,20 @@ static int parse_kernel(const nnc_node *n, svm_kernel *k, nnc_err *e)
     TRY(nnc_attr_str(n, "kernel_type", "LINEAR", t, sizeof t, e));
     static const char *names[] = {"LINEAR", "POLY", "RBF", "SIGMOID"};
     k->kernel = -1;
-    for (int i = 0; i < 4; i++) if (!strcmp(t, names[i])) k->kernel = i;
-    if (k->kernel < 0) return nnc_node_fail(e, n, "attribute 'kernel_type' is '%s'; expected LINEAR, POLY, RBF or SIGMOID", t);
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(t, names[i])) k->kernel = i;
+    if (k->kernel < 0)
+        return nnc_node_fail(
+            e, n, "attribute 'kernel_type' is '%s'; expected LINEAR, POLY, RBF or SIGMOID", t);
     float p[3] = {0, 0, 0};
     int cnt;
     TRY(nnc_attr_floats(n, "kernel_params", p, 3, &cnt, e));
-    if (cnt > 0 && cnt < 3) return nnc_node_fail(e, n, "attribute 'kernel_params' needs 3 values (gamma, coef0, degree)");
-    k->gamma = p[0]; k->coef0 = p[1]; k->degree = p[2];
+    if (cnt > 0 && cnt < 3)
+        return nnc_node_fail(e, n,
+                             "attribute 'kernel_params' needs 3 values (gamma, coef0, degree)");
+    k->gamma = p[0];
+    k->coef0 = p[1];
+    k->degree = p[2];
     return NNC_OK;
 }
 
@@ -227,7 +266,10 @@ static float kernel_dot(const svm_kernel *k, const float *x, const float *v, int
 {
     float sum = 0.f;
     if (k->kernel == K_RBF) {
-        for (int64_t f = 0; f < F; f++) { float d = x[f] - v[f]; sum += d * d; }
+        for (int64_t f = 0; f < F; f++) {
+            float d = x[f] - v[f];
+            sum += d * d;
+        }
         return expf(-k->gamma * sum);
     }
     for (int64_t f = 0; f < F; f++) sum += x[f] * v[f];
@@ -261,8 +303,14 @@ static void svmc_destroy(nnc_node *n)
 {
     svmc *s = n->state;
     if (s) {
-        free(s->labels); free(s->per_class); free(s->start); free(s->sv);
-        free(s->coef); free(s->rho); free(s->proba); free(s->probb);
+        free(s->labels);
+        free(s->per_class);
+        free(s->start);
+        free(s->sv);
+        free(s->coef);
+        free(s->rho);
+        free(s->proba);
+        free(s->probb);
     }
     ml_free_state(n);
 }
@@ -287,50 +335,74 @@ static int svmc_create(nnc_node *n, nnc_err *e)
     TRY(ml_attr_floats(n, "prob_a", 0, &s->proba, &s->nprob, e));
     TRY(ml_attr_floats(n, "prob_b", 0, &s->probb, &npb, e));
     if (s->C < 1) return nnc_node_fail(e, n, "attribute 'classlabels_ints' is required");
-    if (s->nprob != npb) return nnc_node_fail(e, n, "attributes 'prob_a' and 'prob_b' have %lld and %lld values",
-                                              (long long)s->nprob, (long long)npb);
-    if (nco < 1 || s->nrho < 1) return nnc_node_fail(e, n, "attributes 'coefficients' and 'rho' must not be empty");
+    if (s->nprob != npb)
+        return nnc_node_fail(e, n, "attributes 'prob_a' and 'prob_b' have %lld and %lld values",
+                             (long long)s->nprob, (long long)npb);
+    if (nco < 1 || s->nrho < 1)
+        return nnc_node_fail(e, n, "attributes 'coefficients' and 'rho' must not be empty");
     s->all_positive = 1;
-    for (int64_t i = 0; i < nco; i++) if (s->coef[i] < 0) { s->all_positive = 0; break; }
+    for (int64_t i = 0; i < nco; i++)
+        if (s->coef[i] < 0) {
+            s->all_positive = 0;
+            break;
+        }
     s->nvec = 0;
     if (npc < 0) npc = 0;
     s->start = malloc((size_t)(npc ? npc : 1) * sizeof(int64_t));
     if (!s->start) return nnc_node_fail(e, n, "out of memory");
     for (int64_t i = 0; i < npc; i++) {
-        if (s->per_class[i] < 0) return nnc_node_fail(e, n, "attribute 'vectors_per_class' has a negative count");
+        if (s->per_class[i] < 0)
+            return nnc_node_fail(e, n, "attribute 'vectors_per_class' has a negative count");
         s->start[i] = s->nvec;
         s->nvec += s->per_class[i];
     }
     s->svc = s->nvec > 0;
     s->ncls = s->C * (s->C - 1) / 2;
     if (s->svc) {
-        if (npc != s->C) return nnc_node_fail(e, n, "attribute 'vectors_per_class' has %lld entries for %lld classes",
-                                             (long long)npc, (long long)s->C);
-        if (s->C < 2) return nnc_node_unsup(e, n, "a support vector classifier with one class is not supported");
-        if (nsv < 1 || nsv % s->nvec) return nnc_node_fail(e, n, "attribute 'support_vectors' has %lld values, not a "
-                                                         "multiple of the %lld vectors", (long long)nsv, (long long)s->nvec);
+        if (npc != s->C)
+            return nnc_node_fail(e, n,
+                                 "attribute 'vectors_per_class' has %lld entries for %lld classes",
+                                 (long long)npc, (long long)s->C);
+        if (s->C < 2)
+            return nnc_node_unsup(e, n,
+                                  "a support vector classifier with one class is not supported");
+        if (nsv < 1 || nsv % s->nvec)
+            return nnc_node_fail(e, n,
+                                 "attribute 'support_vectors' has %lld values, not a "
+                                 "multiple of the %lld vectors",
+                                 (long long)nsv, (long long)s->nvec);
         s->F = nsv / s->nvec;
         if (nco != (s->C - 1) * s->nvec)
-            return nnc_node_fail(e, n, "attribute 'coefficients' has %lld values; %lld classes and %lld vectors need %lld",
-                                 (long long)nco, (long long)s->C, (long long)s->nvec, (long long)((s->C - 1) * s->nvec));
+            return nnc_node_fail(
+                e, n,
+                "attribute 'coefficients' has %lld values; %lld classes and %lld vectors need %lld",
+                (long long)nco, (long long)s->C, (long long)s->nvec,
+                (long long)((s->C - 1) * s->nvec));
         if (s->nrho != s->ncls)
-            return nnc_node_fail(e, n, "attribute 'rho' has %lld values for %lld class pairs", (long long)s->nrho,
-                                 (long long)s->ncls);
+            return nnc_node_fail(e, n, "attribute 'rho' has %lld values for %lld class pairs",
+                                 (long long)s->nrho, (long long)s->ncls);
         if (s->nprob && s->nprob != s->ncls)
-            return nnc_node_fail(e, n, "attributes 'prob_a'/'prob_b' have %lld values for %lld class pairs",
-                                 (long long)s->nprob, (long long)s->ncls);
+            return nnc_node_fail(
+                e, n, "attributes 'prob_a'/'prob_b' have %lld values for %lld class pairs",
+                (long long)s->nprob, (long long)s->ncls);
         s->zcols = s->nprob ? s->C : (s->C > 2 ? s->ncls : 2);
     } else {
         s->k.kernel = K_LINEAR;
-        if (nco % s->C) return nnc_node_fail(e, n, "attribute 'coefficients' has %lld values, not a multiple of the %lld "
-                                             "classes", (long long)nco, (long long)s->C);
+        if (nco % s->C)
+            return nnc_node_fail(
+                e, n,
+                "attribute 'coefficients' has %lld values, not a multiple of the %lld "
+                "classes",
+                (long long)nco, (long long)s->C);
         s->F = nco / s->C;
         s->zcols = s->C;
     }
     /* One classifier score written as two columns (onnxruntime's binary case). */
     s->add_second = s->nrho == 1 && s->C == 2 ? (s->pt == PT_NONE ? 2 : 0) : -1;
     if (s->svc && !s->nprob && s->C == 2 && s->pt == PT_PROBIT)
-        return nnc_node_unsup(e, n, "post_transform PROBIT on a two-class SVM without probabilities is not supported");
+        return nnc_node_unsup(
+            e, n,
+            "post_transform PROBIT on a two-class SVM without probabilities is not supported");
     if (s->nprob && s->svc) s->add_second = -1;
     return static_features(n, s->F, e);
 }
@@ -341,8 +413,15 @@ static int svmc_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_e
     int64_t N, F;
     TRY(ml_rows(n, in[0], &N, &F, e));
     TRY(check_features(n, F, s->F, e));
-    out[0].dtype = DT_I64; out[0].ndim = 1; out[0].dims[0] = N;
-    if (n->nout > 1) { out[1].dtype = DT_F32; out[1].ndim = 2; out[1].dims[0] = N; out[1].dims[1] = s->zcols; }
+    out[0].dtype = DT_I64;
+    out[0].ndim = 1;
+    out[0].dims[0] = N;
+    if (n->nout > 1) {
+        out[1].dtype = DT_F32;
+        out[1].ndim = 2;
+        out[1].dims[0] = N;
+        out[1].dims[1] = s->zcols;
+    }
     return NNC_OK;
 }
 
@@ -405,17 +484,25 @@ static void svmc_rows(void *arg, int64_t b, int64_t end, int tid)
     size_t nf = (size_t)(F + s->nvec + 2 * C * C + C + (C + s->ncls + 2) + s->ncls + 8);
     float *buf = malloc(nf * sizeof(float));
     int64_t *votes = malloc((size_t)C * sizeof(int64_t));
-    if (!buf || !votes) { free(buf); free(votes); j->failed = 1; return; }
-    float *xb = buf, *ker = xb + F, *R = ker + s->nvec, *Q = R + C * C, *Qp = Q + C * C, *sc = Qp + C;
+    if (!buf || !votes) {
+        free(buf);
+        free(votes);
+        j->failed = 1;
+        return;
+    }
+    float *xb = buf, *ker = xb + F, *R = ker + s->nvec, *Q = R + C * C, *Qp = Q + C * C,
+          *sc = Qp + C;
     float *pr = sc + C + s->ncls + 2;
     for (int64_t r = b; r < end; r++) {
         const float *xr = row_f(j->x, r, F, xb);
         int64_t nsc, maxclass = 0;
         float maxw = 0.f;
         if (!s->svc) {
-            for (int64_t c = 0; c < C; c++) sc[c] = kernel_dot(&s->k, xr, s->coef + c * F, F) + s->rho[0];
+            for (int64_t c = 0; c < C; c++)
+                sc[c] = kernel_dot(&s->k, xr, s->coef + c * F, F) + s->rho[0];
             nsc = C;
-            for (int64_t c = 1; c < C; c++) if (sc[c] > sc[maxclass]) maxclass = c;
+            for (int64_t c = 1; c < C; c++)
+                if (sc[c] > sc[maxclass]) maxclass = c;
             maxw = sc[maxclass];
         } else {
             for (int64_t v = 0; v < s->nvec; v++) ker[v] = kernel_dot(&s->k, xr, s->sv + v * F, F);
@@ -425,15 +512,18 @@ static void svmc_rows(void *arg, int64_t b, int64_t end, int tid)
             for (int64_t a = 0; a < C - 1; a++)
                 for (int64_t c2 = a + 1; c2 < C; c2++, q++) {
                     double sum = 0;
-                    const float *w1 = s->coef + (c2 - 1) * s->nvec + s->start[a], *k1 = ker + s->start[a];
+                    const float *w1 = s->coef + (c2 - 1) * s->nvec + s->start[a],
+                                *k1 = ker + s->start[a];
                     for (int64_t m = 0; m < s->per_class[a]; m++) sum += w1[m] * k1[m];
-                    const float *w2 = s->coef + a * s->nvec + s->start[c2], *k2 = ker + s->start[c2];
+                    const float *w2 = s->coef + a * s->nvec + s->start[c2],
+                                *k2 = ker + s->start[c2];
                     for (int64_t m = 0; m < s->per_class[c2]; m++) sum += w2[m] * k2[m];
                     sum += s->rho[q];
                     cs[q] = (float)sum;
                     votes[sum > 0 ? a : c2]++;
                 }
-            for (int64_t c = 1; c < C; c++) if (votes[c] > votes[maxclass]) maxclass = c;
+            for (int64_t c = 1; c < C; c++)
+                if (votes[c] > votes[maxclass]) maxclass = c;
             if (s->nprob) {
                 /* pairwise probabilities into a C x C matrix, then coupling into sc */
                 for (int64_t i = 0; i < C * C; i++) R[i] = 0.f;
@@ -460,8 +550,7 @@ static void svmc_rows(void *arg, int64_t b, int64_t end, int tid)
         if (s->nrho == 1 && C == 2) {
             if (!s->nprob && ((s->all_positive && maxw >= 0.5f) || (maxw > 0 && !s->all_positive)))
                 j->y[r] = s->labels[1];
-            else
-                j->y[r] = s->labels[maxclass];
+            else j->y[r] = s->labels[maxclass];
         } else {
             j->y[r] = s->labels[maxclass];
         }
@@ -484,8 +573,9 @@ static int svmc_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exe
     return NNC_OK;
 }
 
-const nnc_op nnc_op_ml_svmclassifier = {"SVMClassifier", 1, 1, 1, 2, svmc_create, svmc_infer, svmc_run,
-                                        svmc_destroy, 0, NULL, NULL, ML_DOMAIN};
+const nnc_op nnc_op_ml_svmclassifier = {
+    "SVMClassifier", 1, 1,    1,    2,        svmc_create, svmc_infer, svmc_run,
+    svmc_destroy,    0, NULL, NULL, ML_DOMAIN};
 
 /* ---- SVMRegressor -------------------------------------------------------------------- */
 
@@ -499,7 +589,11 @@ typedef struct {
 static void svmr_destroy(nnc_node *n)
 {
     svmr *s = n->state;
-    if (s) { free(s->sv); free(s->coef); free(s->rho); }
+    if (s) {
+        free(s->sv);
+        free(s->coef);
+        free(s->rho);
+    }
     ml_free_state(n);
 }
 
@@ -519,15 +613,21 @@ static int svmr_create(nnc_node *n, nnc_err *e)
     TRY(ml_attr_floats(n, "support_vectors", 0, &s->sv, &nsv, e));
     TRY(ml_attr_floats(n, "coefficients", 1, &s->coef, &nco, e));
     TRY(ml_attr_floats(n, "rho", 1, &s->rho, &nrho, e));
-    if (nrho < 1 || nco < 1) return nnc_node_fail(e, n, "attributes 'coefficients' and 'rho' must not be empty");
+    if (nrho < 1 || nco < 1)
+        return nnc_node_fail(e, n, "attributes 'coefficients' and 'rho' must not be empty");
     if (s->nvec < 0) return nnc_node_fail(e, n, "attribute 'n_supports' is negative");
     s->svc = s->nvec > 0;
     if (s->svc) {
-        if (nsv < 1 || nsv % s->nvec) return nnc_node_fail(e, n, "attribute 'support_vectors' has %lld values, not a "
-                                                         "multiple of n_supports = %lld", (long long)nsv, (long long)s->nvec);
+        if (nsv < 1 || nsv % s->nvec)
+            return nnc_node_fail(e, n,
+                                 "attribute 'support_vectors' has %lld values, not a "
+                                 "multiple of n_supports = %lld",
+                                 (long long)nsv, (long long)s->nvec);
         s->F = nsv / s->nvec;
-        if (nco != s->nvec) return nnc_node_fail(e, n, "attribute 'coefficients' has %lld values for %lld support vectors",
-                                                (long long)nco, (long long)s->nvec);
+        if (nco != s->nvec)
+            return nnc_node_fail(
+                e, n, "attribute 'coefficients' has %lld values for %lld support vectors",
+                (long long)nco, (long long)s->nvec);
     } else {
         s->k.kernel = K_LINEAR;
         s->F = nco;
@@ -541,7 +641,10 @@ static int svmr_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_e
     int64_t N, F;
     TRY(ml_rows(n, in[0], &N, &F, e));
     TRY(check_features(n, F, s->F, e));
-    out[0].dtype = DT_F32; out[0].ndim = 2; out[0].dims[0] = N; out[0].dims[1] = 1;
+    out[0].dtype = DT_F32;
+    out[0].ndim = 2;
+    out[0].dims[0] = N;
+    out[0].dims[1] = 1;
     return NNC_OK;
 }
 
@@ -559,7 +662,8 @@ static int svmr_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exe
         float v;
         if (s->svc) {
             float sum = 0.f;
-            for (int64_t q = 0; q < s->nvec; q++) sum += kernel_dot(&s->k, xr, s->sv + q * F, F) * s->coef[q];
+            for (int64_t q = 0; q < s->nvec; q++)
+                sum += kernel_dot(&s->k, xr, s->sv + q * F, F) * s->coef[q];
             v = sum + s->rho[0];
         } else {
             v = kernel_dot(&s->k, xr, s->coef, F) + s->rho[0];
@@ -573,5 +677,6 @@ static int svmr_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exe
     return NNC_OK;
 }
 
-const nnc_op nnc_op_ml_svmregressor = {"SVMRegressor", 1, 1, 1, 1, svmr_create, svmr_infer, svmr_run,
-                                       svmr_destroy, 0, NULL, NULL, ML_DOMAIN};
+const nnc_op nnc_op_ml_svmregressor = {
+    "SVMRegressor", 1, 1,    1,    1,        svmr_create, svmr_infer, svmr_run,
+    svmr_destroy,   0, NULL, NULL, ML_DOMAIN};

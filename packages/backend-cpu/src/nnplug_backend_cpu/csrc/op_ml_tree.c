@@ -23,11 +23,11 @@ typedef struct {
     int64_t *wstart, *wcount, *wtarget; /* weights of node i: [wstart[i], wstart[i] + wcount[i]) */
     double *wval_d;
     float *wval_f;
-    int64_t *mstart, *mcount;           /* set members of BRANCH_MEMBER nodes */
+    int64_t *mstart, *mcount; /* set members of BRANCH_MEMBER nodes */
     double *members;
     int64_t ntrees, *roots;
     int64_t max_feature;
-    int64_t T;          /* targets or classes */
+    int64_t T; /* targets or classes */
     int agg, pt;
     int64_t nbase;
     double *base;
@@ -42,10 +42,24 @@ static void tree_destroy(nnc_node *n)
 {
     tree_model *m = n->state;
     if (m) {
-        free(m->feat); free(m->thr_d); free(m->thr_f); free(m->mode); free(m->miss_true);
-        free(m->tnext); free(m->fnext); free(m->wstart); free(m->wcount); free(m->wtarget);
-        free(m->wval_d); free(m->wval_f); free(m->mstart); free(m->mcount); free(m->members);
-        free(m->roots); free(m->base); free(m->labels);
+        free(m->feat);
+        free(m->thr_d);
+        free(m->thr_f);
+        free(m->mode);
+        free(m->miss_true);
+        free(m->tnext);
+        free(m->fnext);
+        free(m->wstart);
+        free(m->wcount);
+        free(m->wtarget);
+        free(m->wval_d);
+        free(m->wval_f);
+        free(m->mstart);
+        free(m->mcount);
+        free(m->members);
+        free(m->roots);
+        free(m->base);
+        free(m->labels);
     }
     ml_free_state(n);
 }
@@ -65,8 +79,8 @@ static int tree_alloc(tree_model *m, int64_t n)
     m->wcount = calloc(k, sizeof(int64_t));
     m->mstart = calloc(k, sizeof(int64_t));
     m->mcount = calloc(k, sizeof(int64_t));
-    return m->feat && m->thr_d && m->thr_f && m->mode && m->miss_true && m->tnext && m->fnext && m->wstart &&
-           m->wcount && m->mstart && m->mcount;
+    return m->feat && m->thr_d && m->thr_f && m->mode && m->miss_true && m->tnext && m->fnext &&
+           m->wstart && m->wcount && m->mstart && m->mcount;
 }
 
 /* Weights given as (node index, target, value) triples, grouped per node in input order. */
@@ -79,12 +93,16 @@ static int set_weights(const nnc_node *n, tree_model *m, const int64_t *node, co
     if (!m->wtarget || !m->wval_d || !m->wval_f) return nnc_node_fail(e, n, "out of memory");
     for (int64_t i = 0; i < k; i++) {
         if (target[i] < 0 || target[i] >= m->T)
-            return nnc_node_fail(e, n, "weight %lld is for target/class %lld; the model has %lld", (long long)i,
-                                 (long long)target[i], (long long)m->T);
+            return nnc_node_fail(e, n, "weight %lld is for target/class %lld; the model has %lld",
+                                 (long long)i, (long long)target[i], (long long)m->T);
         m->wcount[node[i]]++;
     }
     int64_t acc = 0;
-    for (int64_t i = 0; i < m->n; i++) { m->wstart[i] = acc; acc += m->wcount[i]; m->wcount[i] = 0; }
+    for (int64_t i = 0; i < m->n; i++) {
+        m->wstart[i] = acc;
+        acc += m->wcount[i];
+        m->wcount[i] = 0;
+    }
     for (int64_t i = 0; i < k; i++) {
         int64_t at = m->wstart[node[i]] + m->wcount[node[i]]++;
         m->wtarget[at] = target[i];
@@ -99,14 +117,19 @@ static int check_acyclic(const nnc_node *n, tree_model *m, nnc_err *e)
 {
     int64_t *indeg = calloc((size_t)(m->n ? m->n : 1), sizeof(int64_t));
     int64_t *queue = malloc((size_t)(m->n ? m->n : 1) * sizeof(int64_t));
-    if (!indeg || !queue) { free(indeg); free(queue); return nnc_node_fail(e, n, "out of memory"); }
+    if (!indeg || !queue) {
+        free(indeg);
+        free(queue);
+        return nnc_node_fail(e, n, "out of memory");
+    }
     for (int64_t i = 0; i < m->n; i++) {
         if (m->mode[i] == M_LEAF) continue;
         indeg[m->tnext[i]]++;
         indeg[m->fnext[i]]++;
     }
     int64_t head = 0, tail = 0;
-    for (int64_t i = 0; i < m->n; i++) if (!indeg[i]) queue[tail++] = i;
+    for (int64_t i = 0; i < m->n; i++)
+        if (!indeg[i]) queue[tail++] = i;
     while (head < tail) {
         int64_t i = queue[head++];
         if (m->mode[i] == M_LEAF) continue;
@@ -115,7 +138,8 @@ static int check_acyclic(const nnc_node *n, tree_model *m, nnc_err *e)
     }
     free(indeg);
     free(queue);
-    if (tail != m->n) return nnc_node_fail(e, n, "the trees contain a cycle (a node reachable from itself)");
+    if (tail != m->n)
+        return nnc_node_fail(e, n, "the trees contain a cycle (a node reachable from itself)");
     return NNC_OK;
 }
 
@@ -124,20 +148,24 @@ static int finish_model(const nnc_node *n, tree_model *m, nnc_err *e)
     m->max_feature = -1;
     for (int64_t i = 0; i < m->n; i++) {
         if (m->mode[i] == M_LEAF) continue;
-        if (m->feat[i] < 0) return nnc_node_fail(e, n, "node %lld has a negative feature id", (long long)i);
+        if (m->feat[i] < 0)
+            return nnc_node_fail(e, n, "node %lld has a negative feature id", (long long)i);
         if (m->feat[i] > m->max_feature) m->max_feature = m->feat[i];
     }
     TRY(check_acyclic(n, m, e));
     const nnc_valinfo *x = n->vin[0];
-    if (x && x->ndim >= 1 && x->ndim <= 2 && x->dims[x->ndim - 1] >= 0 && m->max_feature >= x->dims[x->ndim - 1])
-        return nnc_node_fail(e, n, "a node reads feature %lld; input X has %lld features", (long long)m->max_feature,
-                             (long long)x->dims[x->ndim - 1]);
+    if (x && x->ndim >= 1 && x->ndim <= 2 && x->dims[x->ndim - 1] >= 0 &&
+        m->max_feature >= x->dims[x->ndim - 1])
+        return nnc_node_fail(e, n, "a node reads feature %lld; input X has %lld features",
+                             (long long)m->max_feature, (long long)x->dims[x->ndim - 1]);
     return NNC_OK;
 }
 
 /* ---- opsets 1 and 3: nodes named by (tree id, node id) -------------------------------- */
 
-typedef struct { int64_t tree, node, idx; } node_key;
+typedef struct {
+    int64_t tree, node, idx;
+} node_key;
 
 static int key_cmp(const void *a, const void *b)
 {
@@ -154,15 +182,18 @@ static int64_t key_find(const node_key *keys, int64_t n, int64_t tree, int64_t n
         node_key k = {tree, node, 0};
         int c = key_cmp(&k, &keys[mid]);
         if (!c) return keys[mid].idx;
-        if (c < 0) hi = mid - 1; else lo = mid + 1;
+        if (c < 0) hi = mid - 1;
+        else lo = mid + 1;
     }
     return -1;
 }
 
 static int mode_from_name(const char *s)
 {
-    static const char *names[] = {"BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ", "BRANCH_NEQ", "LEAF"};
-    for (int i = 0; i < 7; i++) if (!strcmp(s, names[i])) return i;
+    static const char *names[] = {"BRANCH_LEQ", "BRANCH_LT",  "BRANCH_GTE", "BRANCH_GT",
+                                  "BRANCH_EQ",  "BRANCH_NEQ", "LEAF"};
+    for (int i = 0; i < 7; i++)
+        if (!strcmp(s, names[i])) return i;
     return -1;
 }
 
@@ -175,8 +206,19 @@ typedef struct {
 
 static void v3_free(v3_arrays *a)
 {
-    free(a->treeids); free(a->nodeids); free(a->featids); free(a->trueids); free(a->falseids); free(a->missing);
-    free(a->wtree); free(a->wnode); free(a->wtarget); free(a->values); free(a->wval); free(a->keys); free(a->widx);
+    free(a->treeids);
+    free(a->nodeids);
+    free(a->featids);
+    free(a->trueids);
+    free(a->falseids);
+    free(a->missing);
+    free(a->wtree);
+    free(a->wnode);
+    free(a->wtarget);
+    free(a->values);
+    free(a->wval);
+    free(a->keys);
+    free(a->widx);
 }
 
 static int build_v3(const nnc_node *n, tree_model *m, const char *wprefix, v3_arrays *a, nnc_err *e)
@@ -200,18 +242,23 @@ static int build_v3(const nnc_node *n, tree_model *m, const char *wprefix, v3_ar
     TRY(ml_attr_int_list(n, name, &a->wtarget, &nwi, e));
     snprintf(name, sizeof name, "%s_weights", wprefix);
     TRY(ml_attr_reals2(n, name, &a->wval, &nww, e));
-    if (nt < 1) return nnc_node_fail(e, n, "attribute 'nodes_treeids' is required and must not be empty");
+    if (nt < 1)
+        return nnc_node_fail(e, n, "attribute 'nodes_treeids' is required and must not be empty");
     if (nn != nt || nf != nt || ntr != nt || nfa != nt || nmodes != nt || nv != nt)
-        return nnc_node_fail(e, n, "the nodes_* attributes must all have %lld values (nodes_treeids); got nodeids %lld, "
-                             "featureids %lld, truenodeids %lld, falsenodeids %lld, modes %lld, values %lld",
-                             (long long)nt, (long long)nn, (long long)nf, (long long)ntr, (long long)nfa,
-                             (long long)nmodes, (long long)nv);
+        return nnc_node_fail(
+            e, n,
+            "the nodes_* attributes must all have %lld values (nodes_treeids); got nodeids %lld, "
+            "featureids %lld, truenodeids %lld, falsenodeids %lld, modes %lld, values %lld",
+            (long long)nt, (long long)nn, (long long)nf, (long long)ntr, (long long)nfa,
+            (long long)nmodes, (long long)nv);
     if (nmi >= 0 && nmi != nt && nmi != 0)
-        return nnc_node_fail(e, n, "attribute 'nodes_missing_value_tracks_true' has %lld values for %lld nodes",
-                             (long long)nmi, (long long)nt);
+        return nnc_node_fail(
+            e, n, "attribute 'nodes_missing_value_tracks_true' has %lld values for %lld nodes",
+            (long long)nmi, (long long)nt);
     if (nwt < 0) nwt = 0;
     if (nwn != nwt || nwi != nwt || (nww < 0 ? 0 : nww) != nwt)
-        return nnc_node_fail(e, n, "the %s_* attributes must all have %lld values", wprefix, (long long)nwt);
+        return nnc_node_fail(e, n, "the %s_* attributes must all have %lld values", wprefix,
+                             (long long)nwt);
     if (!tree_alloc(m, nt)) return nnc_node_fail(e, n, "out of memory");
     a->keys = malloc((size_t)nt * sizeof *a->keys);
     a->widx = malloc((size_t)(nwt ? nwt : 1) * sizeof(int64_t));
@@ -219,9 +266,15 @@ static int build_v3(const nnc_node *n, tree_model *m, const char *wprefix, v3_ar
     for (int64_t i = 0; i < nt; i++) {
         a->keys[i] = (node_key){a->treeids[i], a->nodeids[i], i};
         int md = mode_from_name(modes[i]);
-        if (md < 0) return nnc_node_unsup(e, n, "node %lld has mode '%s'; supported: BRANCH_LEQ, BRANCH_LT, BRANCH_GTE, "
-                                          "BRANCH_GT, BRANCH_EQ, BRANCH_NEQ, LEAF", (long long)i, modes[i]);
-        if (a->featids[i] > INT32_MAX) return nnc_node_fail(e, n, "node %lld has feature id %lld", (long long)i, (long long)a->featids[i]);
+        if (md < 0)
+            return nnc_node_unsup(
+                e, n,
+                "node %lld has mode '%s'; supported: BRANCH_LEQ, BRANCH_LT, BRANCH_GTE, "
+                "BRANCH_GT, BRANCH_EQ, BRANCH_NEQ, LEAF",
+                (long long)i, modes[i]);
+        if (a->featids[i] > INT32_MAX)
+            return nnc_node_fail(e, n, "node %lld has feature id %lld", (long long)i,
+                                 (long long)a->featids[i]);
         m->mode[i] = (uint8_t)md;
         m->feat[i] = (int32_t)a->featids[i];
         m->thr_d[i] = a->values[i];
@@ -231,19 +284,20 @@ static int build_v3(const nnc_node *n, tree_model *m, const char *wprefix, v3_ar
     qsort(a->keys, (size_t)nt, sizeof *a->keys, key_cmp);
     for (int64_t i = 1; i < nt; i++)
         if (!key_cmp(&a->keys[i - 1], &a->keys[i]))
-            return nnc_node_fail(e, n, "node %lld of tree %lld is defined twice", (long long)a->keys[i].node,
-                                 (long long)a->keys[i].tree);
+            return nnc_node_fail(e, n, "node %lld of tree %lld is defined twice",
+                                 (long long)a->keys[i].node, (long long)a->keys[i].tree);
     for (int64_t i = 0; i < nt; i++) {
         if (m->mode[i] == M_LEAF) continue;
         int64_t t = key_find(a->keys, nt, a->treeids[i], a->trueids[i]);
         int64_t f = key_find(a->keys, nt, a->treeids[i], a->falseids[i]);
         if (t < 0 || f < 0)
-            return nnc_node_fail(e, n, "node %lld of tree %lld branches to node %lld, which tree %lld does not have",
-                                 (long long)a->nodeids[i], (long long)a->treeids[i],
-                                 (long long)(t < 0 ? a->trueids[i] : a->falseids[i]), (long long)a->treeids[i]);
+            return nnc_node_fail(
+                e, n, "node %lld of tree %lld branches to node %lld, which tree %lld does not have",
+                (long long)a->nodeids[i], (long long)a->treeids[i],
+                (long long)(t < 0 ? a->trueids[i] : a->falseids[i]), (long long)a->treeids[i]);
         if (t == i || f == i)
-            return nnc_node_fail(e, n, "node %lld of tree %lld branches to itself", (long long)a->nodeids[i],
-                                 (long long)a->treeids[i]);
+            return nnc_node_fail(e, n, "node %lld of tree %lld branches to itself",
+                                 (long long)a->nodeids[i], (long long)a->treeids[i]);
         m->tnext[i] = t;
         m->fnext[i] = f;
     }
@@ -256,8 +310,9 @@ static int build_v3(const nnc_node *n, tree_model *m, const char *wprefix, v3_ar
     for (int64_t i = 0; i < nwt; i++) {
         a->widx[i] = key_find(a->keys, nt, a->wtree[i], a->wnode[i]);
         if (a->widx[i] < 0)
-            return nnc_node_fail(e, n, "weight %lld is for node %lld of tree %lld, which does not exist", (long long)i,
-                                 (long long)a->wnode[i], (long long)a->wtree[i]);
+            return nnc_node_fail(e, n,
+                                 "weight %lld is for node %lld of tree %lld, which does not exist",
+                                 (long long)i, (long long)a->wnode[i], (long long)a->wtree[i]);
     }
     TRY(set_weights(n, m, a->widx, a->wtarget, a->wval, nwt, e));
     return finish_model(n, m, e);
@@ -268,8 +323,13 @@ static int agg_from_name(const nnc_node *n, int *out, nnc_err *e)
     char s[32];
     TRY(nnc_attr_str(n, "aggregate_function", "SUM", s, sizeof s, e));
     static const char *names[] = {"AVERAGE", "SUM", "MIN", "MAX"};
-    for (int i = 0; i < 4; i++) if (!strcmp(s, names[i])) { *out = i; return NNC_OK; }
-    return nnc_node_fail(e, n, "attribute 'aggregate_function' is '%s'; expected AVERAGE, SUM, MIN or MAX", s);
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(s, names[i])) {
+            *out = i;
+            return NNC_OK;
+        }
+    return nnc_node_fail(
+        e, n, "attribute 'aggregate_function' is '%s'; expected AVERAGE, SUM, MIN or MAX", s);
 }
 
 
@@ -287,8 +347,9 @@ static int treereg_create(nnc_node *n, nnc_err *e)
     TRY(ml_attr_reals2(n, "base_values", &m->base, &m->nbase, e));
     if (m->nbase < 0) m->nbase = 0;
     if (m->nbase != 0 && m->nbase != m->T)
-        return nnc_node_fail(e, n, "attribute 'base_values' has %lld values; it needs 0 or n_targets = %lld",
-                             (long long)m->nbase, (long long)m->T);
+        return nnc_node_fail(
+            e, n, "attribute 'base_values' has %lld values; it needs 0 or n_targets = %lld",
+            (long long)m->nbase, (long long)m->T);
     v3_arrays a = {0};
     int rc = build_v3(n, m, "target", &a, e);
     v3_free(&a);
@@ -307,14 +368,16 @@ static int treecls_create(nnc_node *n, nnc_err *e)
     m->classifier = 1;
     m->agg = AGG_SUM;
     TRY(ml_attr_int_list(n, "classlabels_int64s", &m->labels, &m->T, e));
-    if (m->T < 2) return nnc_node_unsup(e, n, "a tree classifier needs at least 2 integer class labels, got %lld",
-                                        (long long)(m->T < 0 ? 0 : m->T));
+    if (m->T < 2)
+        return nnc_node_unsup(e, n,
+                              "a tree classifier needs at least 2 integer class labels, got %lld",
+                              (long long)(m->T < 0 ? 0 : m->T));
     TRY(ml_post_transform(n, &m->pt, e));
     TRY(ml_attr_reals2(n, "base_values", &m->base, &m->nbase, e));
     if (m->nbase < 0) m->nbase = 0;
     if (m->T > 2 && m->nbase > m->T)
-        return nnc_node_fail(e, n, "attribute 'base_values' has %lld values for %lld classes", (long long)m->nbase,
-                             (long long)m->T);
+        return nnc_node_fail(e, n, "attribute 'base_values' has %lld values for %lld classes",
+                             (long long)m->nbase, (long long)m->T);
     v3_arrays a = {0};
     int rc = build_v3(n, m, "class", &a, e);
     if (rc == NNC_OK) {
@@ -326,7 +389,10 @@ static int treecls_create(nnc_node *n, nnc_err *e)
             for (int64_t w = m->wstart[i]; w < m->wstart[i] + m->wcount[i]; w++) {
                 if (m->wval_d[w] < 0) m->all_positive = 0;
                 int64_t c = m->wtarget[w];
-                if (c != seen[0] && c != seen[1]) { if (distinct < 2) seen[distinct] = c; distinct++; }
+                if (c != seen[0] && c != seen[1]) {
+                    if (distinct < 2) seen[distinct] = c;
+                    distinct++;
+                }
             }
         m->binary_case = m->T == 2 && distinct == 1;
     }
@@ -341,7 +407,8 @@ static int treev5_create(nnc_node *n, nnc_err *e)
     static const int fl[] = {DT_F32, DT_F64, 0};
     TRY(nnc_check_dtype(n, 0, fl, e));
     if (n->vin[0] && n->vin[0]->ndim > 2)
-        return nnc_node_unsup(e, n, "input X has rank %d; this op takes rank 1 or 2", n->vin[0]->ndim);
+        return nnc_node_unsup(e, n, "input X has rank %d; this op takes rank 1 or 2",
+                              n->vin[0]->ndim);
     tree_model *m = calloc(1, sizeof *m);
     if (!m) return nnc_node_fail(e, n, "out of memory");
     n->state = m;
@@ -350,27 +417,40 @@ static int treev5_create(nnc_node *n, nnc_err *e)
     TRY(nnc_attr_int(n, "n_targets", -1, &m->T, e));
     TRY(nnc_attr_int(n, "aggregate_function", 1, &agg, e));
     TRY(nnc_attr_int(n, "post_transform", 0, &pt, e));
-    if (m->T < 1) return nnc_node_fail(e, n, "attribute 'n_targets' is required and must be at least 1");
-    if (agg < 0 || agg > 3) return nnc_node_fail(e, n, "attribute 'aggregate_function' = %lld; expected 0..3", (long long)agg);
+    if (m->T < 1)
+        return nnc_node_fail(e, n, "attribute 'n_targets' is required and must be at least 1");
+    if (agg < 0 || agg > 3)
+        return nnc_node_fail(e, n, "attribute 'aggregate_function' = %lld; expected 0..3",
+                             (long long)agg);
     static const int pts[] = {PT_NONE, PT_SOFTMAX, PT_LOGISTIC, PT_SOFTMAX_ZERO, PT_PROBIT};
-    if (pt < 0 || pt > 4) return nnc_node_fail(e, n, "attribute 'post_transform' = %lld; expected 0..4", (long long)pt);
+    if (pt < 0 || pt > 4)
+        return nnc_node_fail(e, n, "attribute 'post_transform' = %lld; expected 0..4",
+                             (long long)pt);
     if (pt == 1 || pt == 2)
         /* the ONNX spec numbers SOFTMAX 1 and LOGISTIC 2, onnxruntime the other way round */
-        return nnc_node_unsup(e, n, "post_transform %lld is not supported (onnxruntime reads 1 as LOGISTIC and 2 as "
-                              "SOFTMAX, the ONNX specification the other way round)", (long long)pt);
+        return nnc_node_unsup(
+            e, n,
+            "post_transform %lld is not supported (onnxruntime reads 1 as LOGISTIC and 2 as "
+            "SOFTMAX, the ONNX specification the other way round)",
+            (long long)pt);
     m->agg = (int)agg;
     m->pt = pts[pt];
-    int64_t *feat = NULL, *tid = NULL, *fid = NULL, *tleaf = NULL, *fleaf = NULL, *miss = NULL, *roots = NULL, *ltarget = NULL;
+    int64_t *feat = NULL, *tid = NULL, *fid = NULL, *tleaf = NULL, *fleaf = NULL, *miss = NULL,
+            *roots = NULL, *ltarget = NULL;
     double *splits = NULL, *lw = NULL, *mem = NULL;
     int64_t nfeat, ntid, nfid, ntl, nfl, nmiss, nroots, nlt, nsplit, nlw, nmem = -1, nmodes;
     int rc = NNC_ERR;
     const nnc_attr *ma = nnc_attr_find(n, "nodes_modes");
-    if (ml_attr_int_list(n, "nodes_featureids", &feat, &nfeat, e) || ml_attr_int_list(n, "nodes_truenodeids", &tid, &ntid, e) ||
-        ml_attr_int_list(n, "nodes_falsenodeids", &fid, &nfid, e) || ml_attr_int_list(n, "nodes_trueleafs", &tleaf, &ntl, e) ||
+    if (ml_attr_int_list(n, "nodes_featureids", &feat, &nfeat, e) ||
+        ml_attr_int_list(n, "nodes_truenodeids", &tid, &ntid, e) ||
+        ml_attr_int_list(n, "nodes_falsenodeids", &fid, &nfid, e) ||
+        ml_attr_int_list(n, "nodes_trueleafs", &tleaf, &ntl, e) ||
         ml_attr_int_list(n, "nodes_falseleafs", &fleaf, &nfl, e) ||
         ml_attr_int_list(n, "nodes_missing_value_tracks_true", &miss, &nmiss, e) ||
-        ml_attr_int_list(n, "tree_roots", &roots, &nroots, e) || ml_attr_int_list(n, "leaf_targetids", &ltarget, &nlt, e) ||
-        ml_attr_reals(n, "nodes_splits", &splits, &nsplit, e) || ml_attr_reals(n, "leaf_weights", &lw, &nlw, e) ||
+        ml_attr_int_list(n, "tree_roots", &roots, &nroots, e) ||
+        ml_attr_int_list(n, "leaf_targetids", &ltarget, &nlt, e) ||
+        ml_attr_reals(n, "nodes_splits", &splits, &nsplit, e) ||
+        ml_attr_reals(n, "leaf_weights", &lw, &nlw, e) ||
         ml_attr_reals(n, "membership_values", &mem, &nmem, e))
         goto done;
     if (!ma || ma->kind != AK_TENSOR || ma->tdtype != DT_U8 || (ma->count && !ma->data)) {
@@ -381,20 +461,35 @@ static int treev5_create(nnc_node *n, nnc_err *e)
     int64_t N = nfeat, L = nlt;
     if (N < 1 || ntid != N || nfid != N || ntl != N || nfl != N || nmodes != N || nsplit != N ||
         (nmiss > 0 && nmiss != N)) {
-        nnc_node_fail(e, n, "the nodes_* attributes must all have %lld values (nodes_featureids)", (long long)N);
+        nnc_node_fail(e, n, "the nodes_* attributes must all have %lld values (nodes_featureids)",
+                      (long long)N);
         goto done;
     }
     if (L < 1 || nlw != L) {
-        nnc_node_fail(e, n, "attributes 'leaf_targetids' and 'leaf_weights' must have the same, non-zero length");
+        nnc_node_fail(
+            e, n,
+            "attributes 'leaf_targetids' and 'leaf_weights' must have the same, non-zero length");
         goto done;
     }
-    if (nroots < 1) { nnc_node_fail(e, n, "attribute 'tree_roots' is required"); goto done; }
-    if (!tree_alloc(m, N + L)) { nnc_node_fail(e, n, "out of memory"); goto done; }
+    if (nroots < 1) {
+        nnc_node_fail(e, n, "attribute 'tree_roots' is required");
+        goto done;
+    }
+    if (!tree_alloc(m, N + L)) {
+        nnc_node_fail(e, n, "out of memory");
+        goto done;
+    }
     const uint8_t *modes = ma->data;
     int64_t mpos = 0;
     for (int64_t i = 0; i < N; i++) {
-        if (modes[i] > 6) { nnc_node_fail(e, n, "node %lld has mode %d; expected 0..6", (long long)i, modes[i]); goto done; }
-        if (feat[i] < 0 || feat[i] > INT32_MAX) { nnc_node_fail(e, n, "node %lld has feature id %lld", (long long)i, (long long)feat[i]); goto done; }
+        if (modes[i] > 6) {
+            nnc_node_fail(e, n, "node %lld has mode %d; expected 0..6", (long long)i, modes[i]);
+            goto done;
+        }
+        if (feat[i] < 0 || feat[i] > INT32_MAX) {
+            nnc_node_fail(e, n, "node %lld has feature id %lld", (long long)i, (long long)feat[i]);
+            goto done;
+        }
         /* BRANCH_MEMBER tests the value itself against the set, as the ONNX specification and
          * reference do (onnxruntime truncates the input to an integer first) */
         m->mode[i] = modes[i] == 6 ? M_MEMBER : modes[i];
@@ -404,17 +499,27 @@ static int treev5_create(nnc_node *n, nnc_err *e)
         m->miss_true[i] = nmiss > 0 && miss[i] == 1;
         int64_t t = tid[i], f = fid[i], tl = tleaf[i] != 0, fl2 = fleaf[i] != 0;
         if (t < 0 || t >= (tl ? L : N) || f < 0 || f >= (fl2 ? L : N)) {
-            nnc_node_fail(e, n, "node %lld branches to %s %lld / %s %lld, out of range (%lld nodes, %lld leaves)",
-                          (long long)i, tl ? "leaf" : "node", (long long)t, fl2 ? "leaf" : "node", (long long)f,
-                          (long long)N, (long long)L);
+            nnc_node_fail(
+                e, n,
+                "node %lld branches to %s %lld / %s %lld, out of range (%lld nodes, %lld leaves)",
+                (long long)i, tl ? "leaf" : "node", (long long)t, fl2 ? "leaf" : "node",
+                (long long)f, (long long)N, (long long)L);
             goto done;
         }
         m->tnext[i] = tl ? N + t : t;
         m->fnext[i] = fl2 ? N + f : f;
-        if (m->tnext[i] == i || m->fnext[i] == i) { nnc_node_fail(e, n, "node %lld branches to itself", (long long)i); goto done; }
+        if (m->tnext[i] == i || m->fnext[i] == i) {
+            nnc_node_fail(e, n, "node %lld branches to itself", (long long)i);
+            goto done;
+        }
         if (m->mode[i] == M_MEMBER) {
             /* this node's set: the next NaN-terminated run of membership_values */
-            if (nmem < 0 || mpos > nmem) { nnc_node_fail(e, n, "node %lld is BRANCH_MEMBER but 'membership_values' has no set for it", (long long)i); goto done; }
+            if (nmem < 0 || mpos > nmem) {
+                nnc_node_fail(
+                    e, n, "node %lld is BRANCH_MEMBER but 'membership_values' has no set for it",
+                    (long long)i);
+                goto done;
+            }
             m->mstart[i] = mpos;
             while (mpos < nmem && !isnan(mem[mpos])) mpos++;
             m->mcount[i] = mpos - m->mstart[i];
@@ -425,27 +530,50 @@ static int treev5_create(nnc_node *n, nnc_err *e)
     m->members = mem;
     mem = NULL;
     m->roots = malloc((size_t)nroots * sizeof(int64_t));
-    if (!m->roots) { nnc_node_fail(e, n, "out of memory"); goto done; }
+    if (!m->roots) {
+        nnc_node_fail(e, n, "out of memory");
+        goto done;
+    }
     for (int64_t r = 0; r < nroots; r++) {
-        if (roots[r] < 0 || roots[r] >= N) { nnc_node_fail(e, n, "tree_roots[%lld] = %lld is not a node", (long long)r, (long long)roots[r]); goto done; }
+        if (roots[r] < 0 || roots[r] >= N) {
+            nnc_node_fail(e, n, "tree_roots[%lld] = %lld is not a node", (long long)r,
+                          (long long)roots[r]);
+            goto done;
+        }
         m->roots[r] = roots[r];
         /* a root whose two branches name the same leaf is a one-leaf tree: leaf tree_roots[r]
          * (onnxruntime); branches naming the same id as a node and as a leaf are two branches */
         if (tid[roots[r]] == fid[roots[r]] && tleaf[roots[r]] && fleaf[roots[r]]) {
-            if (roots[r] >= L) { nnc_node_fail(e, n, "tree %lld is a single leaf %lld, beyond the %lld leaves", (long long)r, (long long)roots[r], (long long)L); goto done; }
+            if (roots[r] >= L) {
+                nnc_node_fail(e, n, "tree %lld is a single leaf %lld, beyond the %lld leaves",
+                              (long long)r, (long long)roots[r], (long long)L);
+                goto done;
+            }
             m->roots[r] = N + roots[r];
         }
     }
     m->ntrees = nroots;
     int64_t *wnode = malloc((size_t)L * sizeof(int64_t));
-    if (!wnode) { nnc_node_fail(e, n, "out of memory"); goto done; }
+    if (!wnode) {
+        nnc_node_fail(e, n, "out of memory");
+        goto done;
+    }
     for (int64_t l = 0; l < L; l++) wnode[l] = N + l;
     rc = set_weights(n, m, wnode, ltarget, lw, L, e);
     free(wnode);
     if (rc == NNC_OK) rc = finish_model(n, m, e);
 done:
-    free(feat); free(tid); free(fid); free(tleaf); free(fleaf); free(miss); free(roots); free(ltarget);
-    free(splits); free(lw); free(mem);
+    free(feat);
+    free(tid);
+    free(fid);
+    free(tleaf);
+    free(fleaf);
+    free(miss);
+    free(roots);
+    free(ltarget);
+    free(splits);
+    free(lw);
+    free(mem);
     return rc;
 }
 
@@ -456,17 +584,27 @@ static int tree_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_e
     tree_model *m = n->state;
     int64_t N, F;
     if (m->v5 && in[0]->dtype != DT_F32 && in[0]->dtype != DT_F64)
-        return nnc_node_fail(e, n, "input X has element type %s; expected float or double", nnc_dtname(in[0]->dtype));
+        return nnc_node_fail(e, n, "input X has element type %s; expected float or double",
+                             nnc_dtname(in[0]->dtype));
     TRY(ml_rows(n, in[0], &N, &F, e));
     if (m->max_feature >= F)
-        return nnc_node_fail(e, n, "a node reads feature %lld; input X has %lld features", (long long)m->max_feature,
-                             (long long)F);
+        return nnc_node_fail(e, n, "a node reads feature %lld; input X has %lld features",
+                             (long long)m->max_feature, (long long)F);
     if (m->classifier) {
-        out[0].dtype = DT_I64; out[0].ndim = 1; out[0].dims[0] = N;
-        if (n->nout > 1) { out[1].dtype = DT_F32; out[1].ndim = 2; out[1].dims[0] = N; out[1].dims[1] = m->T; }
+        out[0].dtype = DT_I64;
+        out[0].ndim = 1;
+        out[0].dims[0] = N;
+        if (n->nout > 1) {
+            out[1].dtype = DT_F32;
+            out[1].ndim = 2;
+            out[1].dims[0] = N;
+            out[1].dims[1] = m->T;
+        }
     } else {
         out[0].dtype = m->v5 ? in[0]->dtype : DT_F32;
-        out[0].ndim = 2; out[0].dims[0] = N; out[0].dims[1] = m->T;
+        out[0].ndim = 2;
+        out[0].dims[0] = N;
+        out[0].dims[1] = m->T;
     }
     return NNC_OK;
 }
@@ -474,7 +612,8 @@ static int tree_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_e
 static int in_set(const tree_model *m, int64_t i, double v)
 {
     const double *s = m->members + m->mstart[i];
-    for (int64_t k = 0; k < m->mcount[i]; k++) if (s[k] == v) return 1;
+    for (int64_t k = 0; k < m->mcount[i]; k++)
+        if (s[k] == v) return 1;
     return 0;
 }
 
@@ -511,14 +650,17 @@ typedef struct {
 /* acc = acc + w in the accumulation type (float arithmetic for float models). */
 #define ADD(f32, a, w) ((f32) ? (double)((float)(a) + (float)(w)) : (a) + (w))
 
-static void finalize_regressor(const tree_model *m, double *acc, unsigned char *has, float *z32, int f32)
+static void finalize_regressor(const tree_model *m, double *acc, unsigned char *has, float *z32,
+                               int f32)
 {
     int64_t T = m->T;
     if (T == 1) {
         double origin = m->nbase == 1 ? (f32 ? (double)(float)m->base[0] : m->base[0]) : 0.0;
         double s = acc[0];
         if (m->agg == AGG_SUM) s = ADD(f32, s, origin);
-        else if (m->agg == AGG_AVERAGE) s = ADD(f32, f32 ? (double)((float)s / (float)m->ntrees) : s / (double)m->ntrees, origin);
+        else if (m->agg == AGG_AVERAGE)
+            s = ADD(f32, f32 ? (double)((float)s / (float)m->ntrees) : s / (double)m->ntrees,
+                    origin);
         else s = has[0] ? ADD(f32, s, origin) : origin;
         z32[0] = (float)s;
         ml_transform_targets(z32, 1, m->pt);
@@ -528,7 +670,8 @@ static void finalize_regressor(const tree_model *m, double *acc, unsigned char *
     for (int64_t t = 0; t < T; t++) {
         double s = acc[t], b = use_base ? (f32 ? (double)(float)m->base[t] : m->base[t]) : 0.0;
         if (m->agg == AGG_SUM) s = use_base ? ADD(f32, s, b) : s;
-        else if (m->agg == AGG_AVERAGE) s = ADD(f32, f32 ? (double)((float)s / (float)m->ntrees) : s / (double)m->ntrees, b);
+        else if (m->agg == AGG_AVERAGE)
+            s = ADD(f32, f32 ? (double)((float)s / (float)m->ntrees) : s / (double)m->ntrees, b);
         else s = ADD(f32, b, has[t] ? s : 0.0);
         /* a target no tree gave a weight is 0 before the transform, base value or not: what
          * onnxruntime writes (its scores carry a has-score flag that adding the base leaves
@@ -538,14 +681,18 @@ static void finalize_regressor(const tree_model *m, double *acc, unsigned char *
     ml_transform_targets(z32, T, m->pt);
 }
 
-static int64_t finalize_classifier(const tree_model *m, double *acc, unsigned char *has, float *z, int f32)
+static int64_t finalize_classifier(const tree_model *m, double *acc, unsigned char *has, float *z,
+                                   int f32)
 {
     int64_t C = m->T, label;
     float v[2];
     if (C > 2) {
         for (int64_t k = 0; k < m->nbase; k++) {
             double b = f32 ? (double)(float)m->base[k] : m->base[k];
-            if (!has[k]) { has[k] = 1; acc[k] = b; } else acc[k] = ADD(f32, acc[k], b);
+            if (!has[k]) {
+                has[k] = 1;
+                acc[k] = b;
+            } else acc[k] = ADD(f32, acc[k], b);
         }
         int64_t best = -1;
         for (int64_t k = 0; k < C; k++)
@@ -559,8 +706,14 @@ static int64_t finalize_classifier(const tree_model *m, double *acc, unsigned ch
     double b0 = m->nbase > 0 ? (f32 ? (double)(float)m->base[0] : m->base[0]) : 0;
     double b1 = m->nbase > 1 ? (f32 ? (double)(float)m->base[1] : m->base[1]) : 0;
     if (m->nbase == 2) {
-        if (has[1]) { acc[1] = ADD(f32, b1, acc[0]); acc[0] = -acc[1]; has[1] = 1; }
-        else { acc[1] = ADD(f32, acc[1], b1); acc[0] = ADD(f32, acc[0], b0); }
+        if (has[1]) {
+            acc[1] = ADD(f32, b1, acc[0]);
+            acc[0] = -acc[1];
+            has[1] = 1;
+        } else {
+            acc[1] = ADD(f32, acc[1], b1);
+            acc[0] = ADD(f32, acc[0], b0);
+        }
     } else if (m->nbase == 1) {
         acc[0] = ADD(f32, acc[0], b0);
         if (!has[1]) k = 1;
@@ -570,8 +723,23 @@ static int64_t finalize_classifier(const tree_model *m, double *acc, unsigned ch
     }
     double pos = k == 2 && has[1] ? acc[1] : (has[0] ? acc[0] : 0.0);
     if (m->binary_case) {
-        if (m->all_positive) { if (pos > 0.5) { was = 0; label = m->labels[1]; } else { was = 1; label = m->labels[0]; } }
-        else { if (pos > 0) { was = 2; label = m->labels[1]; } else { was = 3; label = m->labels[0]; } }
+        if (m->all_positive) {
+            if (pos > 0.5) {
+                was = 0;
+                label = m->labels[1];
+            } else {
+                was = 1;
+                label = m->labels[0];
+            }
+        } else {
+            if (pos > 0) {
+                was = 2;
+                label = m->labels[1];
+            } else {
+                was = 3;
+                label = m->labels[0];
+            }
+        }
     } else {
         label = pos > 0 ? 1 : 0;
     }
@@ -591,13 +759,22 @@ static void tree_rows(void *arg, int64_t b, int64_t end, int tid)
     double *xd = malloc((size_t)(F + 2 * T + 2) * sizeof(double));
     unsigned char *has = malloc((size_t)T + 1);
     float *zb = malloc((size_t)(T + 2) * sizeof(float));
-    if (!xd || !has || !zb) { free(xd); free(has); free(zb); j->failed = 1; return; }
+    if (!xd || !has || !zb) {
+        free(xd);
+        free(has);
+        free(zb);
+        j->failed = 1;
+        return;
+    }
     double *acc = xd + F;
     int f32 = j->f32, single = !m->classifier && T == 1;
     for (int64_t r = b; r < end; r++) {
         for (int64_t f = 0; f < F; f++)
             xd[f] = f32 ? (double)ml_at_f(j->x, r * F + f) : ml_at_d(j->x, r * F + f);
-        for (int64_t t = 0; t < T; t++) { acc[t] = 0; has[t] = 0; }
+        for (int64_t t = 0; t < T; t++) {
+            acc[t] = 0;
+            has[t] = 0;
+        }
         for (int64_t t = 0; t < m->ntrees; t++) {
             int64_t leaf = find_leaf(m, m->roots[t], xd, f32);
             int64_t w0 = m->wstart[leaf], w1 = w0 + m->wcount[leaf];
@@ -652,19 +829,47 @@ static int tree_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exe
     int64_t N, F;
     TRY(ml_rows(n, in[0], &N, &F, e));
     if (m->max_feature >= F)
-        return nnc_node_fail(e, n, "a node reads feature %lld; input X has %lld features", (long long)m->max_feature,
-                             (long long)F);
+        return nnc_node_fail(e, n, "a node reads feature %lld; input X has %lld features",
+                             (long long)m->max_feature, (long long)F);
     tree_job j = {m, in[0], F, NULL, NULL, 0, in[0]->dtype != DT_F64, 0};
-    if (m->classifier) { j.label = out[0].data; j.z = n->nout > 1 ? out[1].data : NULL; }
-    else { j.z = out[0].data; j.zdouble = out[0].dtype == DT_F64; }
+    if (m->classifier) {
+        j.label = out[0].data;
+        j.z = n->nout > 1 ? out[1].data : NULL;
+    } else {
+        j.z = out[0].data;
+        j.zdouble = out[0].dtype == DT_F64;
+    }
     nnc_parallel_for(N, 1 + 2048 / (m->ntrees + 1), tree_rows, &j);
     if (j.failed) return nnc_node_fail(e, n, "out of memory");
     return NNC_OK;
 }
 
-const nnc_op nnc_op_ml_treeensembleregressor = {"TreeEnsembleRegressor", 1, 1, 1, 1, treereg_create, tree_infer,
-                                                tree_run, tree_destroy, 0, NULL, NULL, ML_DOMAIN};
-const nnc_op nnc_op_ml_treeensembleclassifier = {"TreeEnsembleClassifier", 1, 1, 1, 2, treecls_create, tree_infer,
-                                                 tree_run, tree_destroy, 0, NULL, NULL, ML_DOMAIN};
-const nnc_op nnc_op_ml_treeensemble = {"TreeEnsemble", 1, 1, 1, 1, treev5_create, tree_infer, tree_run, tree_destroy,
-                                       0, NULL, NULL, ML_DOMAIN};
+const nnc_op nnc_op_ml_treeensembleregressor = {"TreeEnsembleRegressor",
+                                                1,
+                                                1,
+                                                1,
+                                                1,
+                                                treereg_create,
+                                                tree_infer,
+                                                tree_run,
+                                                tree_destroy,
+                                                0,
+                                                NULL,
+                                                NULL,
+                                                ML_DOMAIN};
+const nnc_op nnc_op_ml_treeensembleclassifier = {"TreeEnsembleClassifier",
+                                                 1,
+                                                 1,
+                                                 1,
+                                                 2,
+                                                 treecls_create,
+                                                 tree_infer,
+                                                 tree_run,
+                                                 tree_destroy,
+                                                 0,
+                                                 NULL,
+                                                 NULL,
+                                                 ML_DOMAIN};
+const nnc_op nnc_op_ml_treeensemble = {
+    "TreeEnsemble", 1, 1,    1,    1,        treev5_create, tree_infer, tree_run,
+    tree_destroy,   0, NULL, NULL, ML_DOMAIN};

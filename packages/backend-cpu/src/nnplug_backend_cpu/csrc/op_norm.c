@@ -33,7 +33,11 @@ int nnc_channel_affine_init(nnc_node *n, int64_t C, const float *scale, const fl
     s->C = C;
     s->scale = nnc_alloc((size_t)C * sizeof(float));
     s->shift = nnc_alloc((size_t)C * sizeof(float));
-    if (!s->scale || !s->shift) { n->state = s; affine_destroy(n); return NNC_ERR; }
+    if (!s->scale || !s->shift) {
+        n->state = s;
+        affine_destroy(n);
+        return NNC_ERR;
+    }
     for (int64_t c = 0; c < C; c++) {
         s->scale[c] = scale ? scale[c] : 1.f;
         s->shift[c] = shift ? shift[c] : 0.f;
@@ -78,15 +82,20 @@ static int bn_create(nnc_node *n, nnc_err *e)
     if (n->nin != 5) return nnc_node_fail(e, n, "needs 5 inputs, got %d", n->nin);
     int64_t tm = 0;
     TRY(nnc_attr_int(n, "training_mode", 0, &tm, e));
-    if (tm && n->opset < 14) return nnc_node_fail(e, n, "attribute 'training_mode' exists from opset 14 on");
+    if (tm && n->opset < 14)
+        return nnc_node_fail(e, n, "attribute 'training_mode' exists from opset 14 on");
     if (tm && n->nout > 3)
-        return nnc_node_fail(e, n, "has %d outputs; in training mode BatchNormalization-%d has at most 3 "
-                             "(Y, running_mean, running_var)", n->nout, n->opset);
+        return nnc_node_fail(e, n,
+                             "has %d outputs; in training mode BatchNormalization-%d has at most 3 "
+                             "(Y, running_mean, running_var)",
+                             n->nout, n->opset);
     if (!tm)
         for (int i = 1; i < n->nout; i++)
             if (n->out[i] >= 0)
-                return nnc_node_unsup(e, n, "outputs beyond Y are given only in training mode (opset 14 on: "
-                                      "training_mode = 1); before opset 14 they are not supported");
+                return nnc_node_unsup(
+                    e, n,
+                    "outputs beyond Y are given only in training mode (opset 14 on: "
+                    "training_mode = 1); before opset 14 they are not supported");
     if (n->opset < 9) {
         int64_t spatial;
         TRY(nnc_attr_int(n, "spatial", 1, &spatial, e));
@@ -99,7 +108,8 @@ static int bn_create(nnc_node *n, nnc_err *e)
     TRY(nnc_attr_float(n, "momentum", 0.9f, &s->momentum, e));
     s->training = tm != 0;
     const nnc_valinfo *x = n->vin[0];
-    if (x && x->ndim >= 0 && x->ndim < 2) return nnc_node_fail(e, n, "input must have rank 2 or more");
+    if (x && x->ndim >= 0 && x->ndim < 2)
+        return nnc_node_fail(e, n, "input must have rank 2 or more");
     int64_t C = x && x->ndim >= 2 ? x->dims[1] : -1;
     for (int i = 1; i < 5; i++) {
         const nnc_valinfo *p = n->vin[i];
@@ -107,14 +117,16 @@ static int bn_create(nnc_node *n, nnc_err *e)
         if (p && p->ndim >= 0 && p->ndim != 1)
             return nnc_node_fail(e, n, "input %d must be 1-D, got rank %d", i, p->ndim);
         if (C >= 0 && k >= 0 && k != C)
-            return nnc_node_fail(e, n, "input %d has %lld values for %lld channels", i, (long long)k, (long long)C);
+            return nnc_node_fail(e, n, "input %d has %lld values for %lld channels", i,
+                                 (long long)k, (long long)C);
     }
     int all_const = !s->training;
     for (int i = 1; i < 5; i++) all_const &= nnc_in_const(n, i) && nnc_in_static(n, i);
     if (all_const) {
         s->C = nnc_info_numel(n->vin[1]);
         for (int i = 2; i < 5; i++)
-            if (nnc_info_numel(n->vin[i]) != s->C) return nnc_node_fail(e, n, "parameter sizes differ");
+            if (nnc_info_numel(n->vin[i]) != s->C)
+                return nnc_node_fail(e, n, "parameter sizes differ");
         s->scale = nnc_alloc((size_t)s->C * sizeof(float));
         s->shift = nnc_alloc((size_t)s->C * sizeof(float));
         if (!s->scale || !s->shift) return nnc_node_fail(e, n, "out of memory");
@@ -132,11 +144,13 @@ static int affine_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc
     if (x->ndim < 2) return nnc_node_fail(e, n, "input must have rank 2 or more");
     int64_t C = x->dims[1];
     if (s->scale && s->C != C)
-        return nnc_node_fail(e, n, "input has %lld channels, parameters have %lld", (long long)C, (long long)s->C);
+        return nnc_node_fail(e, n, "input has %lld channels, parameters have %lld", (long long)C,
+                             (long long)s->C);
     if (!s->scale)
         for (int i = 1; i < 5 && i < n->nin; i++)
             if (in[i]->dtype != DT_F32 || nnc_numel(in[i]) != C)
-                return nnc_node_fail(e, n, "input %d must have %lld float32 values", i, (long long)C);
+                return nnc_node_fail(e, n, "input %d must have %lld float32 values", i,
+                                     (long long)C);
     *out = *x;
     for (int j = 1; j < n->nout; j++) { /* training mode: running mean and variance, [C] */
         out[j].dtype = DT_F32;
@@ -147,7 +161,13 @@ static int affine_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc
     return NNC_OK;
 }
 
-typedef struct { const float *x; float *y; const float *sc, *sh; int64_t C, sp; const nnc_act *act; } aff_job;
+typedef struct {
+    const float *x;
+    float *y;
+    const float *sc, *sh;
+    int64_t C, sp;
+    const nnc_act *act;
+} aff_job;
 
 static void aff_planes(void *arg, int64_t b, int64_t e, int tid)
 {
@@ -160,7 +180,10 @@ static void aff_planes(void *arg, int64_t b, int64_t e, int tid)
         float a = j->sc[c], bb = j->sh[c];
         switch (j->act->kind) {
         case ACT_RELU:
-            for (int64_t i = 0; i < j->sp; i++) { float v = x[i] * a + bb; y[i] = v > 0.f ? v : 0.f; }
+            for (int64_t i = 0; i < j->sp; i++) {
+                float v = x[i] * a + bb;
+                y[i] = v > 0.f ? v : 0.f;
+            }
             break;
         default:
             for (int64_t i = 0; i < j->sp; i++) y[i] = x[i] * a + bb;
@@ -183,7 +206,8 @@ static int affine_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_e
         int64_t N = x->dims[0], C = j.C, sp = j.sp;
         tmp = nnc_alloc((size_t)(2 * C) * sizeof(float));
         if (!tmp) return nnc_node_fail(e, n, "out of memory");
-        const float *xd = x->data, *g = in[1]->data, *b = in[2]->data, *rm = in[3]->data, *rv = in[4]->data;
+        const float *xd = x->data, *g = in[1]->data, *b = in[2]->data, *rm = in[3]->data,
+                    *rv = in[4]->data;
         for (int64_t c = 0; c < C; c++) {
             double sum = 0, sq = 0, cnt = (double)(N * sp);
             for (int64_t i = 0; i < N; i++) {
@@ -193,16 +217,21 @@ static int affine_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_e
             double mean = cnt > 0 ? sum / cnt : 0;
             for (int64_t i = 0; i < N; i++) {
                 const float *p = xd + (i * C + c) * sp;
-                for (int64_t k = 0; k < sp; k++) { double d = p[k] - mean; sq += d * d; }
+                for (int64_t k = 0; k < sp; k++) {
+                    double d = p[k] - mean;
+                    sq += d * d;
+                }
             }
             double var = cnt > 0 ? sq / cnt : 0;
             double sc = g[c] / sqrt(var + (double)s->eps);
             tmp[c] = (float)sc;
             tmp[C + c] = (float)(b[c] - mean * sc);
             if (n->nout > 1 && out[1].data)
-                ((float *)out[1].data)[c] = (float)(rm[c] * (double)s->momentum + mean * (1.0 - (double)s->momentum));
+                ((float *)out[1].data)[c] =
+                    (float)(rm[c] * (double)s->momentum + mean * (1.0 - (double)s->momentum));
             if (n->nout > 2 && out[2].data)
-                ((float *)out[2].data)[c] = (float)(rv[c] * (double)s->momentum + var * (1.0 - (double)s->momentum));
+                ((float *)out[2].data)[c] =
+                    (float)(rv[c] * (double)s->momentum + var * (1.0 - (double)s->momentum));
         }
         j.sc = tmp;
         j.sh = tmp + C;
@@ -224,12 +253,19 @@ static int bn_owns(const nnc_node *n, int i)
     return s && s->scale && i >= 1;
 }
 
-const nnc_op nnc_op_batchnorm = {"BatchNormalization", 5, 5, 1, 5, bn_create, affine_infer, affine_run, affine_destroy, 0, NULL, bn_owns};
-const nnc_op nnc_op_channel_affine = {"ChannelAffine", 1, 1, 1, 1, NULL, affine_infer, affine_run, affine_destroy, 0};
+const nnc_op nnc_op_batchnorm = {
+    "BatchNormalization", 5, 5,    1,      5, bn_create, affine_infer, affine_run,
+    affine_destroy,       0, NULL, bn_owns};
+const nnc_op nnc_op_channel_affine = {"ChannelAffine", 1, 1, 1, 1, NULL, affine_infer, affine_run,
+                                      affine_destroy,  0};
 
 /* ---- Softmax / LogSoftmax ------------------------------------------------------------ */
 
-typedef struct { int64_t axis; int legacy; int log; } sm_state;
+typedef struct {
+    int64_t axis;
+    int legacy;
+    int log;
+} sm_state;
 
 static int sm_create(nnc_node *n, nnc_err *e)
 {
@@ -245,7 +281,8 @@ static int sm_create(nnc_node *n, nnc_err *e)
     if (x && x->ndim >= 0) {
         int r = x->ndim;
         if (s->axis < -r || s->axis >= (r ? r : 1))
-            return nnc_node_fail(e, n, "attribute 'axis' = %lld is out of range for rank %d", (long long)s->axis, r);
+            return nnc_node_fail(e, n, "attribute 'axis' = %lld is out of range for rank %d",
+                                 (long long)s->axis, r);
     }
     return NNC_OK;
 }
@@ -256,19 +293,26 @@ static int sm_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err
     if (in[0]->dtype != DT_F32) return nnc_node_fail(e, n, "input must be float32");
     int r = in[0]->ndim;
     if (s->axis < -r || s->axis >= (r ? r : 1))
-        return nnc_node_fail(e, n, "attribute 'axis' = %lld is out of range for rank %d", (long long)s->axis, r);
+        return nnc_node_fail(e, n, "attribute 'axis' = %lld is out of range for rank %d",
+                             (long long)s->axis, r);
     *out = *in[0];
     return NNC_OK;
 }
 
-typedef struct { const float *x; float *y; int64_t len, inner; int log; } sm_job;
+typedef struct {
+    const float *x;
+    float *y;
+    int64_t len, inner;
+    int log;
+} sm_job;
 
 /* The largest of x[0..n) (NaN skipped, as x > m is false for it), over 8 lanes so it
  * vectorises. */
 MULTIVERSION
 static float row_max(const float *x, int64_t n)
 {
-    float lm[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    float lm[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                   -INFINITY, -INFINITY, -INFINITY, -INFINITY};
     int64_t k = 0;
     for (; k + 8 <= n; k += 8)
         for (int l = 0; l < 8; l++) lm[l] = x[k + l] > lm[l] ? x[k + l] : lm[l];
@@ -298,9 +342,15 @@ static double row_sq_dev(const float *x, int64_t n, double mu)
     double acc[8] = {0};
     int64_t k = 0;
     for (; k + 8 <= n; k += 8)
-        for (int l = 0; l < 8; l++) { double d = x[k + l] - mu; acc[l] += d * d; }
+        for (int l = 0; l < 8; l++) {
+            double d = x[k + l] - mu;
+            acc[l] += d * d;
+        }
     double s = 0;
-    for (; k < n; k++) { double d = x[k] - mu; s += d * d; }
+    for (; k < n; k++) {
+        double d = x[k] - mu;
+        s += d * d;
+    }
     return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + s;
 }
 
@@ -327,7 +377,8 @@ static void sm_rows(void *arg, int64_t b, int64_t e, int tid)
         int64_t st = j->inner;
         float m = -INFINITY;
         if (st == 1) m = row_max(x, j->len);
-        else for (int64_t k = 0; k < j->len; k++) m = x[k * st] > m ? x[k * st] : m;
+        else
+            for (int64_t k = 0; k < j->len; k++) m = x[k * st] > m ? x[k * st] : m;
         double sum = 0;
         if (st == 1) { /* contiguous rows (the usual last-axis softmax): vectorised exp */
             sub_scalar(x, m, y, j->len);
@@ -344,7 +395,11 @@ static void sm_rows(void *arg, int64_t b, int64_t e, int tid)
             float ls = (float)log(sum);
             for (int64_t k = 0; k < j->len; k++) y[k * st] = x[k * st] - m - ls;
         } else {
-            for (int64_t k = 0; k < j->len; k++) { float v = expf(x[k * st] - m); y[k * st] = v; sum += v; }
+            for (int64_t k = 0; k < j->len; k++) {
+                float v = expf(x[k * st] - m);
+                y[k * st] = v;
+                sum += v;
+            }
             float inv = (float)(1.0 / sum);
             for (int64_t k = 0; k < j->len; k++) y[k * st] *= inv;
         }
@@ -353,7 +408,8 @@ static void sm_rows(void *arg, int64_t b, int64_t e, int tid)
 
 static int sm_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec *xc, nnc_err *e)
 {
-    (void)xc; (void)e;
+    (void)xc;
+    (void)e;
     const sm_state *s = n->state;
     const nnc_tensor *x = in[0];
     int r = x->ndim;
@@ -369,13 +425,21 @@ static int sm_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
     return NNC_OK;
 }
 
-static void sm_destroy(nnc_node *n) { free(n->state); n->state = NULL; }
+static void sm_destroy(nnc_node *n)
+{
+    free(n->state);
+    n->state = NULL;
+}
 const nnc_op nnc_op_softmax = {"Softmax", 1, 1, 1, 1, sm_create, sm_infer, sm_run, sm_destroy, 0};
-const nnc_op nnc_op_logsoftmax = {"LogSoftmax", 1, 1, 1, 1, sm_create, sm_infer, sm_run, sm_destroy, 0};
+const nnc_op nnc_op_logsoftmax = {"LogSoftmax", 1,        1,      1,          1,
+                                  sm_create,    sm_infer, sm_run, sm_destroy, 0};
 
 /* ---- LayerNormalization -------------------------------------------------------------- */
 
-typedef struct { int64_t axis; float eps; } ln_state;
+typedef struct {
+    int64_t axis;
+    float eps;
+} ln_state;
 
 static int ln_create(nnc_node *n, nnc_err *e)
 {
@@ -388,14 +452,20 @@ static int ln_create(nnc_node *n, nnc_err *e)
     TRY(nnc_attr_float(n, "epsilon", 1e-5f, &s->eps, e));
     int64_t st;
     TRY(nnc_attr_int(n, "stash_type", 1, &st, e));
-    if (st != 1) return nnc_node_unsup(e, n, "stash_type %lld is not supported (only 1, float32)", (long long)st);
+    if (st != 1)
+        return nnc_node_unsup(e, n, "stash_type %lld is not supported (only 1, float32)",
+                              (long long)st);
     const nnc_valinfo *x = n->vin[0];
     if (x && x->ndim >= 0 && (s->axis < -x->ndim || s->axis >= x->ndim))
-        return nnc_node_fail(e, n, "attribute 'axis' = %lld is out of range for rank %d", (long long)s->axis, x->ndim);
+        return nnc_node_fail(e, n, "attribute 'axis' = %lld is out of range for rank %d",
+                             (long long)s->axis, x->ndim);
     return NNC_OK;
 }
 
-static int ln_axis(const ln_state *s, const nnc_tensor *x) { return (int)(s->axis < 0 ? s->axis + x->ndim : s->axis); }
+static int ln_axis(const ln_state *s, const nnc_tensor *x)
+{
+    return (int)(s->axis < 0 ? s->axis + x->ndim : s->axis);
+}
 
 /* Scale/B must broadcast (unidirectionally) to the normalized shape x.dims[axis:]. */
 static int ln_param_ok(const nnc_tensor *p, const nnc_tensor *x, int axis)
@@ -415,7 +485,8 @@ static int ln_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err
     const nnc_tensor *x = in[0];
     if (x->dtype != DT_F32) return nnc_node_fail(e, n, "input must be float32");
     if (s->axis < -x->ndim || s->axis >= x->ndim)
-        return nnc_node_fail(e, n, "attribute 'axis' = %lld is out of range for rank %d", (long long)s->axis, x->ndim);
+        return nnc_node_fail(e, n, "attribute 'axis' = %lld is out of range for rank %d",
+                             (long long)s->axis, x->ndim);
     int axis = ln_axis(s, x);
     for (int i = 1; i < n->nin; i++)
         if (in[i] && (in[i]->dtype != DT_F32 || !ln_param_ok(in[i], x, axis)))
@@ -438,10 +509,13 @@ typedef struct {
 } ln_job;
 
 MULTIVERSION
-static void ln_affine(const float *x, float m, float inv, const float *g, const float *bb, float *y, int64_t n)
+static void ln_affine(const float *x, float m, float inv, const float *g, const float *bb, float *y,
+                      int64_t n)
 {
-    if (bb) for (int64_t k = 0; k < n; k++) y[k] = (x[k] - m) * inv * g[k] + bb[k];
-    else for (int64_t k = 0; k < n; k++) y[k] = (x[k] - m) * inv * g[k];
+    if (bb)
+        for (int64_t k = 0; k < n; k++) y[k] = (x[k] - m) * inv * g[k] + bb[k];
+    else
+        for (int64_t k = 0; k < n; k++) y[k] = (x[k] - m) * inv * g[k];
 }
 
 static void ln_rows(void *arg, int64_t b, int64_t e, int tid)
@@ -492,7 +566,11 @@ static int ln_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
     for (int k = 0; k < 2; k++) {
         if (!params[k]) continue;
         int64_t pk = nnc_numel(params[k]);
-        if (pk == j.len || pk == 1) { pp[k] = params[k]->data; plen[k] = pk; continue; }
+        if (pk == j.len || pk == 1) {
+            pp[k] = params[k]->data;
+            plen[k] = pk;
+            continue;
+        }
         if (!tmp) tmp = nnc_alloc((size_t)(2 * j.len) * sizeof(float));
         if (!tmp) return nnc_node_fail(e, n, "out of memory");
         float *dst = tmp + k * j.len;
@@ -524,5 +602,10 @@ static int ln_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
     return NNC_OK;
 }
 
-static void ln_destroy(nnc_node *n) { free(n->state); n->state = NULL; }
-const nnc_op nnc_op_layernorm = {"LayerNormalization", 2, 3, 1, 3, ln_create, ln_infer, ln_run, ln_destroy, 0};
+static void ln_destroy(nnc_node *n)
+{
+    free(n->state);
+    n->state = NULL;
+}
+const nnc_op nnc_op_layernorm = {"LayerNormalization", 2, 3, 1, 3, ln_create, ln_infer, ln_run,
+                                 ln_destroy,           0};

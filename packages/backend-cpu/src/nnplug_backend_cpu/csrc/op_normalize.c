@@ -14,7 +14,11 @@ typedef struct {
     int64_t axis, p;  /* LpNormalization */
 } nm_state;
 
-static void nm_destroy(nnc_node *n) { free(n->state); n->state = NULL; }
+static void nm_destroy(nnc_node *n)
+{
+    free(n->state);
+    n->state = NULL;
+}
 
 static int in_create(nnc_node *n, nnc_err *e)
 {
@@ -27,16 +31,22 @@ static int in_create(nnc_node *n, nnc_err *e)
     s->per_channel = 1;
     if (!strcmp(n->op_type, "GroupNormalization")) {
         TRY(nnc_attr_int(n, "num_groups", -1, &s->groups, e));
-        if (s->groups < 1) return nnc_node_fail(e, n, "attribute 'num_groups' is required and must be positive");
+        if (s->groups < 1)
+            return nnc_node_fail(e, n, "attribute 'num_groups' is required and must be positive");
         int64_t st;
         TRY(nnc_attr_int(n, "stash_type", 1, &st, e));
-        if (st != 1) return nnc_node_unsup(e, n, "stash_type %lld is not supported (only 1, float32)", (long long)st);
+        if (st != 1)
+            return nnc_node_unsup(e, n, "stash_type %lld is not supported (only 1, float32)",
+                                  (long long)st);
         s->per_channel = n->opset >= 21;
     }
     const nnc_valinfo *x = n->vin[0];
-    if (x && x->ndim >= 0 && x->ndim < 2) return nnc_node_fail(e, n, "the input must have rank 2 or more");
+    if (x && x->ndim >= 0 && x->ndim < 2)
+        return nnc_node_fail(e, n, "the input must have rank 2 or more");
     if (x && x->ndim >= 2 && x->dims[1] >= 0 && s->groups && x->dims[1] % s->groups)
-        return nnc_node_fail(e, n, "attribute 'num_groups' = %lld does not divide the %lld channels", (long long)s->groups, (long long)x->dims[1]);
+        return nnc_node_fail(e, n,
+                             "attribute 'num_groups' = %lld does not divide the %lld channels",
+                             (long long)s->groups, (long long)x->dims[1]);
     return NNC_OK;
 }
 
@@ -48,11 +58,14 @@ static int in_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err
     if (x->ndim < 2) return nnc_node_fail(e, n, "the input must have rank 2 or more");
     int64_t C = x->dims[1];
     if (s->groups && C % s->groups)
-        return nnc_node_fail(e, n, "attribute 'num_groups' = %lld does not divide the %lld channels", (long long)s->groups, (long long)C);
+        return nnc_node_fail(e, n,
+                             "attribute 'num_groups' = %lld does not divide the %lld channels",
+                             (long long)s->groups, (long long)C);
     int64_t want = s->per_channel ? C : s->groups;
     for (int i = 1; i < 3; i++)
         if (!in[i] || in[i]->dtype != DT_F32 || in[i]->ndim != 1 || in[i]->dims[0] != want)
-            return nnc_node_fail(e, n, "input %d must be 1-D float32 with %lld values", i, (long long)want);
+            return nnc_node_fail(e, n, "input %d must be 1-D float32 with %lld values", i,
+                                 (long long)want);
     *out = *x;
     return NNC_OK;
 }
@@ -77,7 +90,10 @@ static void in_groups(void *arg, int64_t b, int64_t e, int tid)
         double sum = 0, sq = 0;
         for (int64_t i = 0; i < len; i++) sum += x[i];
         double mu = len ? sum / (double)len : 0;
-        for (int64_t i = 0; i < len; i++) { double d = x[i] - mu; sq += d * d; }
+        for (int64_t i = 0; i < len; i++) {
+            double d = x[i] - mu;
+            sq += d * d;
+        }
         double inv = 1.0 / sqrt((len ? sq / (double)len : 0) + (double)j->eps);
         /* (x - mean) first, then the scale: folded into x * a + (bias - mean * a), a large mean
          * cancels in float32 (a constant channel of 1e4 gave 0, not the bias). x - mean is
@@ -95,10 +111,12 @@ static void in_groups(void *arg, int64_t b, int64_t e, int tid)
 
 static int in_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec *xc, nnc_err *e)
 {
-    (void)xc; (void)e;
+    (void)xc;
+    (void)e;
     const nm_state *s = n->state;
     const nnc_tensor *x = in[0];
-    in_job j = {x->data, in[1]->data, in[2]->data, out->data, x->dims[1], 1, 1, s->per_channel, s->eps};
+    in_job j = {x->data, in[1]->data, in[2]->data,    out->data, x->dims[1],
+                1,       1,           s->per_channel, s->eps};
     for (int d = 2; d < x->ndim; d++) j.sp *= x->dims[d];
     if (s->groups) j.cpg = j.C / s->groups;
     if (j.C == 0) return NNC_OK;
@@ -107,8 +125,10 @@ static int in_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
     return NNC_OK;
 }
 
-const nnc_op nnc_op_instancenorm = {"InstanceNormalization", 3, 3, 1, 1, in_create, in_infer, in_run, nm_destroy, 0};
-const nnc_op nnc_op_groupnorm = {"GroupNormalization", 3, 3, 1, 1, in_create, in_infer, in_run, nm_destroy, 0};
+const nnc_op nnc_op_instancenorm = {
+    "InstanceNormalization", 3, 3, 1, 1, in_create, in_infer, in_run, nm_destroy, 0};
+const nnc_op nnc_op_groupnorm = {"GroupNormalization", 3, 3, 1, 1, in_create, in_infer, in_run,
+                                 nm_destroy,           0};
 
 /* ---- LpNormalization ----------------------------------------------------------------- */
 
@@ -121,10 +141,12 @@ static int lp_create(nnc_node *n, nnc_err *e)
     n->state = s;
     TRY(nnc_attr_int(n, "axis", -1, &s->axis, e));
     TRY(nnc_attr_int(n, "p", 2, &s->p, e));
-    if (s->p != 1 && s->p != 2) return nnc_node_fail(e, n, "attribute 'p' must be 1 or 2, got %lld", (long long)s->p);
+    if (s->p != 1 && s->p != 2)
+        return nnc_node_fail(e, n, "attribute 'p' must be 1 or 2, got %lld", (long long)s->p);
     const nnc_valinfo *x = n->vin[0];
     if (x && x->ndim >= 0 && (s->axis < -x->ndim || s->axis >= (x->ndim ? x->ndim : 1)))
-        return nnc_node_fail(e, n, "attribute 'axis' = %lld is out of range for rank %d", (long long)s->axis, x->ndim);
+        return nnc_node_fail(e, n, "attribute 'axis' = %lld is out of range for rank %d",
+                             (long long)s->axis, x->ndim);
     return NNC_OK;
 }
 
@@ -132,14 +154,21 @@ static int lp_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err
 {
     const nm_state *s = n->state;
     const nnc_tensor *x = in[0];
-    if (x->dtype != DT_F32 && x->dtype != DT_F64) return nnc_node_fail(e, n, "the input must be float32 or float64");
+    if (x->dtype != DT_F32 && x->dtype != DT_F64)
+        return nnc_node_fail(e, n, "the input must be float32 or float64");
     if (x->ndim < 1 || s->axis < -x->ndim || s->axis >= x->ndim)
-        return nnc_node_fail(e, n, "attribute 'axis' = %lld is out of range for rank %d", (long long)s->axis, x->ndim);
+        return nnc_node_fail(e, n, "attribute 'axis' = %lld is out of range for rank %d",
+                             (long long)s->axis, x->ndim);
     *out = *x;
     return NNC_OK;
 }
 
-typedef struct { const void *x; void *y; int64_t len, inner; int p, f64; } lp_job;
+typedef struct {
+    const void *x;
+    void *y;
+    int64_t len, inner;
+    int p, f64;
+} lp_job;
 
 static void lp_rows(void *arg, int64_t b, int64_t e, int tid)
 {
@@ -149,7 +178,8 @@ static void lp_rows(void *arg, int64_t b, int64_t e, int tid)
         int64_t o = r / j->inner, i = r % j->inner, base = o * j->len * j->inner + i;
         double acc = 0;
         for (int64_t k = 0; k < j->len; k++) {
-            double v = j->f64 ? ((const double *)j->x)[base + k * j->inner] : ((const float *)j->x)[base + k * j->inner];
+            double v = j->f64 ? ((const double *)j->x)[base + k * j->inner]
+                              : ((const float *)j->x)[base + k * j->inner];
             acc += j->p == 1 ? fabs(v) : v * v;
         }
         double norm = j->p == 1 ? acc : sqrt(acc);
@@ -164,7 +194,8 @@ static void lp_rows(void *arg, int64_t b, int64_t e, int tid)
 
 static int lp_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec *xc, nnc_err *e)
 {
-    (void)xc; (void)e;
+    (void)xc;
+    (void)e;
     const nm_state *s = n->state;
     const nnc_tensor *x = in[0];
     int axis = (int)(s->axis < 0 ? s->axis + x->ndim : s->axis);
@@ -176,7 +207,8 @@ static int lp_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
     return NNC_OK;
 }
 
-const nnc_op nnc_op_lpnorm = {"LpNormalization", 1, 1, 1, 1, lp_create, lp_infer, lp_run, nm_destroy, 0};
+const nnc_op nnc_op_lpnorm = {"LpNormalization", 1,        1,      1,          1,
+                              lp_create,         lp_infer, lp_run, nm_destroy, 0};
 
 /* ---- MeanVarianceNormalization ------------------------------------------------------- */
 
@@ -191,7 +223,11 @@ typedef struct {
     int64_t axes[MVN_MAXAXES];
 } mvn_state;
 
-static void mvn_destroy(nnc_node *n) { free(n->state); n->state = NULL; }
+static void mvn_destroy(nnc_node *n)
+{
+    free(n->state);
+    n->state = NULL;
+}
 
 /* Bit d set for each reduced dimension of a rank-r input; -1 with a message when an axis is
  * out of range or repeated. */
@@ -201,7 +237,9 @@ static int mvn_mask(const nnc_node *n, const mvn_state *s, int r, nnc_err *e)
     for (int i = 0; i < s->naxes; i++) {
         int64_t a = s->axes[i] < 0 ? s->axes[i] + r : s->axes[i];
         if (a < 0 || a >= r) {
-            nnc_node_fail(e, n, "attribute 'axes' value %lld is out of range for an input of rank %d", (long long)s->axes[i], r);
+            nnc_node_fail(e, n,
+                          "attribute 'axes' value %lld is out of range for an input of rank %d",
+                          (long long)s->axes[i], r);
             return -1;
         }
         if (mask >> a & 1) {
@@ -278,11 +316,13 @@ static int mvn_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec
         double dv = xs[k] - mean[gi[k]];
         var[gi[k]] += dv * dv;
     }
-    for (int64_t q = 0; q < groups; q++) var[q] = sqrt(var[q] / (double)count) + 1e-9; /* std + epsilon */
+    for (int64_t q = 0; q < groups; q++)
+        var[q] = sqrt(var[q] / (double)count) + 1e-9; /* std + epsilon */
     for (int64_t k = 0; k < total; k++) y[k] = (float)((xs[k] - mean[gi[k]]) / var[gi[k]]);
     free(mean);
     free(gi);
     return NNC_OK;
 }
 
-const nnc_op nnc_op_meanvariancenormalization = {"MeanVarianceNormalization", 1, 1, 1, 1, mvn_create, mvn_infer, mvn_run, mvn_destroy, 0};
+const nnc_op nnc_op_meanvariancenormalization = {
+    "MeanVarianceNormalization", 1, 1, 1, 1, mvn_create, mvn_infer, mvn_run, mvn_destroy, 0};

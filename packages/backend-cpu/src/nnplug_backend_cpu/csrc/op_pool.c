@@ -19,7 +19,11 @@ typedef struct {
     nnc_window w;
 } pool_state;
 
-static void free_state(nnc_node *n) { free(n->state); n->state = NULL; }
+static void free_state(nnc_node *n)
+{
+    free(n->state);
+    n->state = NULL;
+}
 
 static const int MAXPOOL_TYPES[] = {DT_F32, DT_F64, DT_F16, DT_BF16, DT_I8, DT_U8, 0};
 
@@ -40,14 +44,19 @@ static int pool_create_common(nnc_node *n, int kind, nnc_err *e)
     s->include_pad = v != 0;
     if (is_max) {
         TRY(nnc_attr_int(n, "storage_order", 0, &v, e));
-        if (v != 0 && v != 1) return nnc_node_fail(e, n, "attribute 'storage_order' must be 0 or 1, got %lld", (long long)v);
+        if (v != 0 && v != 1)
+            return nnc_node_fail(e, n, "attribute 'storage_order' must be 0 or 1, got %lld",
+                                 (long long)v);
         s->storage_order = (int)v;
     }
     if (s->lp) {
         /* p: a float in LpPool-1, an int from opset 2 on */
         const nnc_attr *pa = nnc_attr_find(n, "p");
         if (pa && pa->kind == AK_FLOAT) TRY(nnc_attr_float(n, "p", 2.f, &s->p, e));
-        else { TRY(nnc_attr_int(n, "p", 2, &v, e)); s->p = (float)v; }
+        else {
+            TRY(nnc_attr_int(n, "p", 2, &v, e));
+            s->p = (float)v;
+        }
         if (!(s->p > 0.f) || isinf(s->p))
             return nnc_node_fail(e, n, "attribute 'p' must be positive, got %g", (double)s->p);
     }
@@ -57,14 +66,24 @@ static int pool_create_common(nnc_node *n, int kind, nnc_err *e)
     if (nsp < 1 || nsp > 3)
         return nnc_node_unsup(e, n, "%d spatial dims are not supported (1 to 3 are)", nsp);
     if (n->vin[0] && n->vin[0]->ndim >= 0 && n->vin[0]->ndim != nsp + 2)
-        return nnc_node_fail(e, n, "input rank %d does not fit a %d-D kernel", n->vin[0]->ndim, nsp);
+        return nnc_node_fail(e, n, "input rank %d does not fit a %d-D kernel", n->vin[0]->ndim,
+                             nsp);
     TRY(nnc_parse_window(n, nsp, NULL, &s->w, e));
     return NNC_OK;
 }
 
-static int maxpool_create(nnc_node *n, nnc_err *e) { return pool_create_common(n, POOL_MAX, e); }
-static int avgpool_create(nnc_node *n, nnc_err *e) { return pool_create_common(n, POOL_AVG, e); }
-static int lppool_create(nnc_node *n, nnc_err *e) { return pool_create_common(n, POOL_LP, e); }
+static int maxpool_create(nnc_node *n, nnc_err *e)
+{
+    return pool_create_common(n, POOL_MAX, e);
+}
+static int avgpool_create(nnc_node *n, nnc_err *e)
+{
+    return pool_create_common(n, POOL_AVG, e);
+}
+static int lppool_create(nnc_node *n, nnc_err *e)
+{
+    return pool_create_common(n, POOL_LP, e);
+}
 
 /* Per-axis geometry in D, H, W order (missing leading axes have size 1). */
 typedef struct {
@@ -74,15 +93,19 @@ typedef struct {
 static int pool_geom(const pool_state *s, const nnc_tensor *x, geom3 *g)
 {
     int off = 3 - s->w.nsp;
-    for (int i = 0; i < 3; i++) { g->in[i] = g->out[i] = g->k[i] = g->s[i] = g->d[i] = 1; g->pb[i] = g->pe[i] = 0; }
+    for (int i = 0; i < 3; i++) {
+        g->in[i] = g->out[i] = g->k[i] = g->s[i] = g->d[i] = 1;
+        g->pb[i] = g->pe[i] = 0;
+    }
     for (int i = 0; i < s->w.nsp; i++) {
         int a = off + i;
         g->in[a] = x->dims[2 + i];
         g->k[a] = s->w.k[i];
         g->s[a] = s->w.s[i];
         g->d[a] = s->w.d[i];
-        if (nnc_window_out(s->w.auto_pad, s->ceil_mode && s->w.auto_pad == AP_NOTSET, g->in[a], g->k[a],
-                           g->s[a], g->d[a], s->w.p[i], s->w.p[s->w.nsp + i], &g->out[a], &g->pb[a], &g->pe[a]))
+        if (nnc_window_out(s->w.auto_pad, s->ceil_mode && s->w.auto_pad == AP_NOTSET, g->in[a],
+                           g->k[a], g->s[a], g->d[a], s->w.p[i], s->w.p[s->w.nsp + i], &g->out[a],
+                           &g->pb[a], &g->pe[a]))
             return NNC_ERR;
         if (g->out[a] < 1) return NNC_ERR;
     }
@@ -98,8 +121,11 @@ static int nonempty_pool_input(nnc_node *n, const nnc_tensor *x, nnc_err *e)
         if (x->dims[i] == 0) {
             char sh[128];
             nnc_shape_str(x, sh, sizeof sh);
-            return nnc_node_fail(e, n, "the input has shape %s; pooling over an empty channel or spatial axis has no value "
-                                 "(only the batch dim may be 0)", sh);
+            return nnc_node_fail(
+                e, n,
+                "the input has shape %s; pooling over an empty channel or spatial axis has no value "
+                "(only the batch dim may be 0)",
+                sh);
         }
     return NNC_OK;
 }
@@ -110,18 +136,23 @@ static int pool_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_e
     const nnc_tensor *x = in[0];
     int typed_ok = 0;
     for (const int *t = MAXPOOL_TYPES; s->is_max && *t; t++) typed_ok |= *t == x->dtype;
-    if (x->dtype != DT_F32 && !typed_ok) return nnc_node_fail(e, n, "input must be float32, got %s", nnc_dtname(x->dtype));
+    if (x->dtype != DT_F32 && !typed_ok)
+        return nnc_node_fail(e, n, "input must be float32, got %s", nnc_dtname(x->dtype));
     if (x->ndim != s->w.nsp + 2)
         return nnc_node_fail(e, n, "input must have rank %d, got %d", s->w.nsp + 2, x->ndim);
     TRY(nonempty_pool_input(n, x, e));
     geom3 g;
-    if (pool_geom(s, x, &g)) return nnc_node_fail(e, n, "the kernel window is larger than the padded input");
+    if (pool_geom(s, x, &g))
+        return nnc_node_fail(e, n, "the kernel window is larger than the padded input");
     out->dtype = x->dtype;
     out->ndim = x->ndim;
     out->dims[0] = x->dims[0];
     out->dims[1] = x->dims[1];
     for (int i = 0; i < s->w.nsp; i++) out->dims[2 + i] = g.out[3 - s->w.nsp + i];
-    if (n->nout > 1) { out[1] = out[0]; out[1].dtype = DT_I64; }
+    if (n->nout > 1) {
+        out[1] = out[0];
+        out[1].dtype = DT_I64;
+    }
     return NNC_OK;
 }
 
@@ -135,7 +166,8 @@ typedef struct {
 } pool_job;
 
 /* Valid kernel taps [k0, k1) for a window starting at `start` on an axis of size `in`. */
-static inline void tap_range(int64_t start, int64_t in, int64_t k, int64_t d, int64_t *k0, int64_t *k1)
+static inline void tap_range(int64_t start, int64_t in, int64_t k, int64_t d, int64_t *k0,
+                             int64_t *k1)
 {
     int64_t lo = start < 0 ? (-start + d - 1) / d : 0;
     int64_t hi = in - start <= 0 ? 0 : (in - start - 1) / d + 1;
@@ -146,7 +178,8 @@ static inline void tap_range(int64_t start, int64_t in, int64_t k, int64_t d, in
 }
 
 /* Taps inside the padded extent [-pb, in + pe), for count_include_pad. */
-static inline int64_t padded_taps(int64_t start, int64_t in, int64_t pb, int64_t pe, int64_t k, int64_t d)
+static inline int64_t padded_taps(int64_t start, int64_t in, int64_t pb, int64_t pe, int64_t k,
+                                  int64_t d)
 {
     int64_t k0, k1;
     tap_range(start + pb, in + pb + pe, k, d, &k0, &k1);
@@ -183,7 +216,8 @@ static void pool_plane_2d(const pool_job *j, const float *x, float *y, float *tm
         wr[3 * ow + 2] = incl ? padded_taps(st, W, g->pb[2], g->pe[2], kw, dw) : w1 - w0;
     }
     /* columns whose three taps are all inside the row: [in0, in1) */
-    int64_t in0 = (g->pb[2] + sw - 1) / sw, in1 = W - 3 + g->pb[2] < 0 ? 0 : (W - 3 + g->pb[2]) / sw + 1;
+    int64_t in0 = (g->pb[2] + sw - 1) / sw,
+            in1 = W - 3 + g->pb[2] < 0 ? 0 : (W - 3 + g->pb[2]) / sw + 1;
     if (in0 > OW) in0 = OW;
     if (in1 > OW) in1 = OW;
     if (in1 < in0) in1 = in0;
@@ -217,8 +251,10 @@ static void pool_plane_2d(const pool_job *j, const float *x, float *y, float *tm
             const float *r = row + wr[3 * ow];
             int64_t c = wr[3 * ow + 1];
             float acc = init;
-            if (is_max) for (int64_t k = 0; k < c; k++) acc = MAXN(acc, r[k * dw]);
-            else for (int64_t k = 0; k < c; k++) acc += r[k * dw];
+            if (is_max)
+                for (int64_t k = 0; k < c; k++) acc = MAXN(acc, r[k * dw]);
+            else
+                for (int64_t k = 0; k < c; k++) acc += r[k * dw];
             t[ow] = acc;
         }
     }
@@ -229,8 +265,10 @@ static void pool_plane_2d(const pool_job *j, const float *x, float *y, float *tm
         for (int64_t ow = 0; ow < OW; ow++) yr[ow] = init;
         for (int64_t k = h0; k < h1; k++) {
             const float *t = tmp + (st + k * dh) * OW;
-            if (is_max) for (int64_t ow = 0; ow < OW; ow++) yr[ow] = MAXN(yr[ow], t[ow]);
-            else for (int64_t ow = 0; ow < OW; ow++) yr[ow] += t[ow];
+            if (is_max)
+                for (int64_t ow = 0; ow < OW; ow++) yr[ow] = MAXN(yr[ow], t[ow]);
+            else
+                for (int64_t ow = 0; ow < OW; ow++) yr[ow] += t[ow];
         }
         if (!is_max) {
             int64_t ch = incl ? padded_taps(st, H, g->pb[1], g->pe[1], kh, dh) : h1 - h0;
@@ -298,8 +336,7 @@ static void pool_planes(void *arg, int64_t b, int64_t e, int tid)
                             cnt = padded_taps(sd, g->in[0], g->pb[0], g->pe[0], g->k[0], g->d[0]) *
                                   padded_taps(shh, g->in[1], g->pb[1], g->pe[1], g->k[1], g->d[1]) *
                                   padded_taps(sw, g->in[2], g->pb[2], g->pe[2], g->k[2], g->d[2]);
-                        else
-                            cnt = (d1 - d0) * (h1 - h0) * (w1 - w0);
+                        else cnt = (d1 - d0) * (h1 - h0) * (w1 - w0);
                         acc = cnt > 0 ? acc / (float)cnt : 0.f;
                     }
                     yr[ow] = acc;
@@ -349,18 +386,28 @@ static void maxi_planes(void *arg, int64_t b, int64_t e, int tid)
                     for (int64_t kd = d0; kd < d1; kd++)
                         for (int64_t kh = h0; kh < h1; kh++)
                             for (int64_t kw = w0; kw < w1; kw++) {
-                                int64_t a0 = sd + kd * g->d[0], a1 = sh + kh * g->d[1], a2 = sw + kw * g->d[2];
-                                double v = nnc_get_d(j->x->data, dt, p * isz + (a0 * g->in[1] + a1) * g->in[2] + a2);
+                                int64_t a0 = sd + kd * g->d[0], a1 = sh + kh * g->d[1],
+                                        a2 = sw + kw * g->d[2];
+                                double v = nnc_get_d(
+                                    j->x->data, dt, p * isz + (a0 * g->in[1] + a1) * g->in[2] + a2);
                                 /* the first largest; a NaN wins and stays (as the float path) */
-                                if (bd < 0 || (v > best && best == best) || (v != v && best == best)) {
-                                    best = v; bd = a0; bh = a1; bw = a2;
+                                if (bd < 0 || (v > best && best == best) ||
+                                    (v != v && best == best)) {
+                                    best = v;
+                                    bd = a0;
+                                    bh = a1;
+                                    bw = a2;
                                 }
                             }
                     if (nnc_dt_float(dt)) nnc_store_d(j->y->data, dt, o, 1, &best);
-                    else { int64_t iv = bd < 0 ? 0 : (int64_t)best; nnc_store_i(j->y->data, dt, o, 1, &iv); }
+                    else {
+                        int64_t iv = bd < 0 ? 0 : (int64_t)best;
+                        nnc_store_i(j->y->data, dt, o, 1, &iv);
+                    }
                     if (j->idx) {
-                        int64_t at = bd < 0 ? -1 : colmajor ? bd + bh * g->in[0] + bw * g->in[0] * g->in[1]
-                                                            : (bd * g->in[1] + bh) * g->in[2] + bw;
+                        int64_t at = bd < 0     ? -1
+                                     : colmajor ? bd + bh * g->in[0] + bw * g->in[0] * g->in[1]
+                                                : (bd * g->in[1] + bh) * g->in[2] + bw;
                         ((int64_t *)j->idx->data)[o] = at < 0 ? -1 : p * isz + at;
                     }
                 }
@@ -378,7 +425,8 @@ static int pool_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exe
         maxi_job mj = {ps, {{0}}, in[0], &out[0], want_idx ? &out[1] : NULL};
         pool_geom(ps, in[0], &mj.g);
         int64_t work = mj.g.out[0] * mj.g.out[1] * mj.g.out[2] * mj.g.k[0] * mj.g.k[1] * mj.g.k[2];
-        nnc_parallel_for(in[0]->dims[0] * in[0]->dims[1], work > 0 ? 1 + 20000 / work : 1, maxi_planes, &mj);
+        nnc_parallel_for(in[0]->dims[0] * in[0]->dims[1], work > 0 ? 1 + 20000 / work : 1,
+                         maxi_planes, &mj);
         if (out[0].dtype == DT_F32) nnc_apply_act(out[0].data, nnc_numel(&out[0]), &n->act);
         return NNC_OK;
     }
@@ -397,9 +445,12 @@ static int pool_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exe
     return NNC_OK;
 }
 
-const nnc_op nnc_op_maxpool = {"MaxPool", 1, 1, 1, 2, maxpool_create, pool_infer, pool_run, free_state, 0, pool_scratch};
-const nnc_op nnc_op_averagepool = {"AveragePool", 1, 1, 1, 1, avgpool_create, pool_infer, pool_run, free_state, 0, pool_scratch};
-const nnc_op nnc_op_lppool = {"LpPool", 1, 1, 1, 1, lppool_create, pool_infer, pool_run, free_state, 0, pool_scratch};
+const nnc_op nnc_op_maxpool = {"MaxPool",  1,        1,          1, 2,           maxpool_create,
+                               pool_infer, pool_run, free_state, 0, pool_scratch};
+const nnc_op nnc_op_averagepool = {
+    "AveragePool", 1, 1, 1, 1, avgpool_create, pool_infer, pool_run, free_state, 0, pool_scratch};
+const nnc_op nnc_op_lppool = {"LpPool",   1,        1,          1, 1,           lppool_create,
+                              pool_infer, pool_run, free_state, 0, pool_scratch};
 
 /* ---- global pools -------------------------------------------------------------------- */
 
@@ -423,7 +474,12 @@ static int global_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc
     return NNC_OK;
 }
 
-typedef struct { const float *x; float *y; int64_t sp; int is_max; } gpool_job;
+typedef struct {
+    const float *x;
+    float *y;
+    int64_t sp;
+    int is_max;
+} gpool_job;
 
 /* The mean sums in double over eight interleaved lanes (element i in lane i % 8) added in a
  * fixed tree: one dependent add chain an element was latency-bound (EfficientNet's and
@@ -445,7 +501,8 @@ static void gpool_planes(void *arg, int64_t b, int64_t e, int tid)
             for (; i + 8 <= j->sp; i += 8)
                 for (int k = 0; k < 8; k++) acc[k] += x[i + k];
             for (int k = 0; i < j->sp; i++, k++) acc[k] += x[i];
-            double sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+            double sum =
+                ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
             j->y[p] = (float)(sum / (double)j->sp);
         }
     }
@@ -454,24 +511,35 @@ static void gpool_planes(void *arg, int64_t b, int64_t e, int tid)
 static int global_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec *x, nnc_err *e,
                       int is_max)
 {
-    (void)x; (void)e;
+    (void)x;
+    (void)e;
     gpool_job j = {in[0]->data, out->data, 1, is_max};
     for (int i = 2; i < in[0]->ndim; i++) j.sp *= in[0]->dims[i];
-    nnc_parallel_for(in[0]->dims[0] * in[0]->dims[1], 1 + 16384 / (j.sp ? j.sp : 1), gpool_planes, &j);
+    nnc_parallel_for(in[0]->dims[0] * in[0]->dims[1], 1 + 16384 / (j.sp ? j.sp : 1), gpool_planes,
+                     &j);
     nnc_apply_act(out->data, nnc_numel(out), &n->act);
     return NNC_OK;
 }
 static int gavg_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec *x, nnc_err *e)
-{ return global_run(n, in, out, x, e, 0); }
+{
+    return global_run(n, in, out, x, e, 0);
+}
 static int gmax_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec *x, nnc_err *e)
-{ return global_run(n, in, out, x, e, 1); }
+{
+    return global_run(n, in, out, x, e, 1);
+}
 
-const nnc_op nnc_op_globalaveragepool = {"GlobalAveragePool", 1, 1, 1, 1, global_create, global_infer, gavg_run, NULL, 0};
-const nnc_op nnc_op_globalmaxpool = {"GlobalMaxPool", 1, 1, 1, 1, global_create, global_infer, gmax_run, NULL, 0};
+const nnc_op nnc_op_globalaveragepool = {"GlobalAveragePool", 1,        1,    1, 1, global_create,
+                                         global_infer,        gavg_run, NULL, 0};
+const nnc_op nnc_op_globalmaxpool = {"GlobalMaxPool", 1,        1,    1, 1, global_create,
+                                     global_infer,    gmax_run, NULL, 0};
 
 /* ---- LRN ----------------------------------------------------------------------------- */
 
-typedef struct { int64_t size; float alpha, beta, bias; } lrn_state;
+typedef struct {
+    int64_t size;
+    float alpha, beta, bias;
+} lrn_state;
 
 static int lrn_create(nnc_node *n, nnc_err *e)
 {
@@ -498,7 +566,13 @@ static int same_infer_f32(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, n
     return NNC_OK;
 }
 
-typedef struct { const lrn_state *s; const float *x; float *y; int64_t C, sp; int64_t chunk; } lrn_job;
+typedef struct {
+    const lrn_state *s;
+    const float *x;
+    float *y;
+    int64_t C, sp;
+    int64_t chunk;
+} lrn_job;
 
 static void lrn_tasks(void *arg, int64_t b, int64_t e, int tid)
 {
@@ -530,7 +604,8 @@ static void lrn_tasks(void *arg, int64_t b, int64_t e, int tid)
                     yr[i] = xr[i] / (r * sqrtf(r)); /* t^0.75 = sqrt(t) * t^0.25 */
                 }
             } else {
-                for (int64_t i = 0; i < len; i++) yr[i] = xr[i] * powf(s->bias + coef * acc[i], -s->beta);
+                for (int64_t i = 0; i < len; i++)
+                    yr[i] = xr[i] * powf(s->bias + coef * acc[i], -s->beta);
             }
         }
     }
@@ -538,7 +613,8 @@ static void lrn_tasks(void *arg, int64_t b, int64_t e, int tid)
 
 static int lrn_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec *x, nnc_err *e)
 {
-    (void)x; (void)e;
+    (void)x;
+    (void)e;
     lrn_job j;
     j.s = n->state;
     j.x = in[0]->data;

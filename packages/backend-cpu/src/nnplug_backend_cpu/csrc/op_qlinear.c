@@ -15,7 +15,10 @@ static inline int32_t q8(const void *p, int dt, int64_t i)
     return dt == DT_U8 ? ((const uint8_t *)p)[i] : ((const int8_t *)p)[i];
 }
 
-static inline int is_q8_dt(int dt) { return dt == DT_U8 || dt == DT_I8; }
+static inline int is_q8_dt(int dt)
+{
+    return dt == DT_U8 || dt == DT_I8;
+}
 
 static inline void q8put(void *p, int dt, int64_t i, float v, int32_t zp)
 {
@@ -35,7 +38,11 @@ typedef struct {
     int64_t group;
 } qg_state;
 
-static void qg_destroy(nnc_node *n) { free(n->state); n->state = NULL; }
+static void qg_destroy(nnc_node *n)
+{
+    free(n->state);
+    n->state = NULL;
+}
 
 static int qg_create(nnc_node *n, nnc_err *e)
 {
@@ -46,12 +53,23 @@ static int qg_create(nnc_node *n, nnc_err *e)
     s->conv = strstr(n->op_type, "Conv") != NULL;
     s->ias = s->ibs = s->iys = s->iyz = s->ibias = -1;
     if (s->qlinear) {
-        s->ia = 0; s->ias = 1; s->iaz = 2; s->ib = 3; s->ibs = 4; s->ibz = 5; s->iys = 6; s->iyz = 7;
+        s->ia = 0;
+        s->ias = 1;
+        s->iaz = 2;
+        s->ib = 3;
+        s->ibs = 4;
+        s->ibz = 5;
+        s->iys = 6;
+        s->iyz = 7;
         if (s->conv) s->ibias = 8;
     } else {
-        s->ia = 0; s->ib = 1; s->iaz = 2; s->ibz = 3;
+        s->ia = 0;
+        s->ib = 1;
+        s->iaz = 2;
+        s->ibz = 3;
     }
-    static const int q[] = {DT_U8, DT_I8, 0}, f32[] = {DT_F32, DT_F16, DT_BF16, 0}, i32[] = {DT_I32, 0};
+    static const int q[] = {DT_U8, DT_I8, 0}, f32[] = {DT_F32, DT_F16, DT_BF16, 0},
+                     i32[] = {DT_I32, 0};
     int ints[] = {s->ia, s->ib, s->iaz, s->ibz, s->iyz};
     for (int k = 0; k < 5; k++)
         if (ints[k] >= 0) TRY(nnc_check_dtype(n, ints[k], q, e));
@@ -66,52 +84,80 @@ static int qg_create(nnc_node *n, nnc_err *e)
             int i = per_tensor[k];
             if (!nnc_in_present(n, i)) continue;
             int64_t c = nnc_info_numel(n->vin[i]);
-            if (c != 1) return nnc_node_unsup(e, n, "input %d must be a known single value (per-tensor quantization)", i);
+            if (c != 1)
+                return nnc_node_unsup(
+                    e, n, "input %d must be a known single value (per-tensor quantization)", i);
         }
     }
     if (s->conv) {
         const nnc_valinfo *wi = n->vin[s->ib];
-        if (!wi || wi->ndim < 0) return nnc_node_unsup(e, n, "the weight's rank must be known when the model is loaded");
-        if (wi->ndim != 3 && wi->ndim != 4) return nnc_node_unsup(e, n, "only 1-D and 2-D convolutions are supported");
+        if (!wi || wi->ndim < 0)
+            return nnc_node_unsup(e, n, "the weight's rank must be known when the model is loaded");
+        if (wi->ndim != 3 && wi->ndim != 4)
+            return nnc_node_unsup(e, n, "only 1-D and 2-D convolutions are supported");
         TRY(nnc_attr_int(n, "group", 1, &s->group, e));
         if (s->group < 1) return nnc_node_fail(e, n, "attribute 'group' must be positive");
-        int64_t k[2] = {wi->dims[2] , wi->ndim == 4 ? wi->dims[3] : 0};
-        if (k[0] < 0 || (wi->ndim == 4 && k[1] < 0)) return nnc_node_unsup(e, n, "the weight's shape must be known");
+        int64_t k[2] = {wi->dims[2], wi->ndim == 4 ? wi->dims[3] : 0};
+        if (k[0] < 0 || (wi->ndim == 4 && k[1] < 0))
+            return nnc_node_unsup(e, n, "the weight's shape must be known");
         TRY(nnc_parse_window(n, wi->ndim - 2, k, &s->w, e));
     }
     return NNC_OK;
 }
 
 /* Value of an optional zero point: scalar or per-index (row/column/channel); 0 when absent. */
-typedef struct { const void *p; int dt; int64_t n; } zp_t;
-static inline int32_t zp_at(const zp_t *z, int64_t i) { return z->p ? q8(z->p, z->dt, z->n == 1 ? 0 : i) : 0; }
-
-static int get_zp(nnc_node *n, nnc_tensor *const *in, int i, int want_dt, int64_t per, zp_t *z, nnc_err *e)
+typedef struct {
+    const void *p;
+    int dt;
+    int64_t n;
+} zp_t;
+static inline int32_t zp_at(const zp_t *z, int64_t i)
 {
-    z->p = NULL; z->dt = DT_U8; z->n = 1;
+    return z->p ? q8(z->p, z->dt, z->n == 1 ? 0 : i) : 0;
+}
+
+static int get_zp(nnc_node *n, nnc_tensor *const *in, int i, int want_dt, int64_t per, zp_t *z,
+                  nnc_err *e)
+{
+    z->p = NULL;
+    z->dt = DT_U8;
+    z->n = 1;
     if (i < 0 || i >= n->nin || !in[i]) return NNC_OK;
     const nnc_tensor *t = in[i];
     int64_t c = nnc_numel(t);
-    if (want_dt && t->dtype != want_dt) return nnc_node_fail(e, n, "input %d must have the element type of its tensor", i);
-    if (t->ndim > 1 || (c != 1 && c != per)) return nnc_node_fail(e, n, "input %d must be a scalar or have %lld values", i, (long long)per);
-    z->p = t->data; z->dt = t->dtype; z->n = c;
+    if (want_dt && t->dtype != want_dt)
+        return nnc_node_fail(e, n, "input %d must have the element type of its tensor", i);
+    if (t->ndim > 1 || (c != 1 && c != per))
+        return nnc_node_fail(e, n, "input %d must be a scalar or have %lld values", i,
+                             (long long)per);
+    z->p = t->data;
+    z->dt = t->dtype;
+    z->n = c;
     return NNC_OK;
 }
 
-static int is_scale_dt(int dt) { return dt == DT_F32 || dt == DT_F16 || dt == DT_BF16; }
+static int is_scale_dt(int dt)
+{
+    return dt == DT_F32 || dt == DT_F16 || dt == DT_BF16;
+}
 
 /* A scale input as float32 values: its own data, or (float16, bfloat16) converted into *own,
  * which the caller frees. */
-static int get_scale(nnc_node *n, nnc_tensor *const *in, int i, int64_t per, const float **p, int64_t *cnt,
-                     float **own, nnc_err *e)
+static int get_scale(nnc_node *n, nnc_tensor *const *in, int i, int64_t per, const float **p,
+                     int64_t *cnt, float **own, nnc_err *e)
 {
     const nnc_tensor *t = in[i];
     int64_t c = nnc_numel(t);
     *own = NULL;
     if (!is_scale_dt(t->dtype) || t->ndim > 1 || (c != 1 && c != per))
-        return nnc_node_fail(e, n, "input %d must be a float32, float16 or bfloat16 scalar or have %lld values", i, (long long)per);
+        return nnc_node_fail(
+            e, n, "input %d must be a float32, float16 or bfloat16 scalar or have %lld values", i,
+            (long long)per);
     *cnt = c;
-    if (t->dtype == DT_F32) { *p = t->data; return NNC_OK; }
+    if (t->dtype == DT_F32) {
+        *p = t->data;
+        return NNC_OK;
+    }
     *own = malloc((size_t)(c ? c : 1) * sizeof(float));
     if (!*own) return nnc_node_fail(e, n, "out of memory");
     for (int64_t k = 0; k < c; k++) (*own)[k] = (float)nnc_get_d(t->data, t->dtype, k);
@@ -136,16 +182,27 @@ static int mm_geom(nnc_node *n, const nnc_tensor *a, const nnc_tensor *b, qg_geo
     if (a->ndim < 1 || b->ndim < 1) return nnc_node_fail(e, n, "inputs must have rank 1 or more");
     nnc_tensor ab = *a, bb = *b;
     int a1 = a->ndim == 1, b1 = b->ndim == 1;
-    if (a1) { ab.ndim = 2; ab.dims[0] = 1; ab.dims[1] = a->dims[0]; }
-    if (b1) { bb.ndim = 2; bb.dims[0] = b->dims[0]; bb.dims[1] = 1; }
+    if (a1) {
+        ab.ndim = 2;
+        ab.dims[0] = 1;
+        ab.dims[1] = a->dims[0];
+    }
+    if (b1) {
+        bb.ndim = 2;
+        bb.dims[0] = b->dims[0];
+        bb.dims[1] = 1;
+    }
     g->M = ab.dims[ab.ndim - 2];
     g->K = ab.dims[ab.ndim - 1];
     g->N = bb.dims[bb.ndim - 1];
-    if (bb.dims[bb.ndim - 2] != g->K) return nnc_node_fail(e, n, "inner dimensions differ (%lld and %lld)", (long long)g->K, (long long)bb.dims[bb.ndim - 2]);
+    if (bb.dims[bb.ndim - 2] != g->K)
+        return nnc_node_fail(e, n, "inner dimensions differ (%lld and %lld)", (long long)g->K,
+                             (long long)bb.dims[bb.ndim - 2]);
     nnc_tensor ta = ab, tb = bb, tr;
     ta.ndim -= 2;
     tb.ndim -= 2;
-    if (nnc_broadcast_shape(&ta, &tb, &tr)) return nnc_node_fail(e, n, "batch dimensions do not broadcast");
+    if (nnc_broadcast_shape(&ta, &tb, &tr))
+        return nnc_node_fail(e, n, "batch dimensions do not broadcast");
     g->nb = tr.ndim;
     g->batch = 1;
     int64_t sa = g->M * g->K, sb = g->K * g->N;
@@ -170,32 +227,57 @@ static int conv_geom(nnc_node *n, const nnc_tensor *x, const nnc_tensor *w, qg_g
 {
     const qg_state *s = n->state;
     int nsp = s->w.nsp;
-    if (x->ndim != nsp + 2 || w->ndim != nsp + 2) return nnc_node_fail(e, n, "input and weight must have rank %d", nsp + 2);
+    if (x->ndim != nsp + 2 || w->ndim != nsp + 2)
+        return nnc_node_fail(e, n, "input and weight must have rank %d", nsp + 2);
     g->Mo = w->dims[0];
     g->Cg = w->dims[1];
     g->C = x->dims[1];
     if (g->Cg * s->group != g->C || g->Mo % s->group)
-        return nnc_node_fail(e, n, "channels (%lld) and weight (%lld x %lld) do not fit group %lld", (long long)g->C, (long long)g->Mo, (long long)g->Cg, (long long)s->group);
+        return nnc_node_fail(e, n, "channels (%lld) and weight (%lld x %lld) do not fit group %lld",
+                             (long long)g->C, (long long)g->Mo, (long long)g->Cg,
+                             (long long)s->group);
     int64_t pb;
     if (nsp == 1) {
-        g->H = 1; g->OH = 1; g->kh = 1; g->sh = 1; g->dh = 1; g->pt = 0;
-        g->W = x->dims[2]; g->kw = w->dims[2]; g->sw = s->w.s[0]; g->dw = s->w.d[0];
-        if (g->kw != s->w.k[0]) return nnc_node_fail(e, n, "the weight's shape changed after loading");
-        if (nnc_window_out(s->w.auto_pad, 0, g->W, g->kw, g->sw, g->dw, s->w.p[0], s->w.p[1], &g->OW, &g->pl, &pb))
+        g->H = 1;
+        g->OH = 1;
+        g->kh = 1;
+        g->sh = 1;
+        g->dh = 1;
+        g->pt = 0;
+        g->W = x->dims[2];
+        g->kw = w->dims[2];
+        g->sw = s->w.s[0];
+        g->dw = s->w.d[0];
+        if (g->kw != s->w.k[0])
+            return nnc_node_fail(e, n, "the weight's shape changed after loading");
+        if (nnc_window_out(s->w.auto_pad, 0, g->W, g->kw, g->sw, g->dw, s->w.p[0], s->w.p[1],
+                           &g->OW, &g->pl, &pb))
             return nnc_node_fail(e, n, "the kernel window is larger than the padded input");
     } else {
-        g->H = x->dims[2]; g->W = x->dims[3]; g->kh = w->dims[2]; g->kw = w->dims[3];
-        g->sh = s->w.s[0]; g->sw = s->w.s[1]; g->dh = s->w.d[0]; g->dw = s->w.d[1];
-        if (g->kh != s->w.k[0] || g->kw != s->w.k[1]) return nnc_node_fail(e, n, "the weight's shape changed after loading");
-        if (nnc_window_out(s->w.auto_pad, 0, g->H, g->kh, g->sh, g->dh, s->w.p[0], s->w.p[2], &g->OH, &g->pt, &pb) ||
-            nnc_window_out(s->w.auto_pad, 0, g->W, g->kw, g->sw, g->dw, s->w.p[1], s->w.p[3], &g->OW, &g->pl, &pb))
+        g->H = x->dims[2];
+        g->W = x->dims[3];
+        g->kh = w->dims[2];
+        g->kw = w->dims[3];
+        g->sh = s->w.s[0];
+        g->sw = s->w.s[1];
+        g->dh = s->w.d[0];
+        g->dw = s->w.d[1];
+        if (g->kh != s->w.k[0] || g->kw != s->w.k[1])
+            return nnc_node_fail(e, n, "the weight's shape changed after loading");
+        if (nnc_window_out(s->w.auto_pad, 0, g->H, g->kh, g->sh, g->dh, s->w.p[0], s->w.p[2],
+                           &g->OH, &g->pt, &pb) ||
+            nnc_window_out(s->w.auto_pad, 0, g->W, g->kw, g->sw, g->dw, s->w.p[1], s->w.p[3],
+                           &g->OW, &g->pl, &pb))
             return nnc_node_fail(e, n, "the kernel window is larger than the padded input");
     }
     g->out.ndim = x->ndim;
     g->out.dims[0] = x->dims[0];
     g->out.dims[1] = g->Mo;
     if (nsp == 1) g->out.dims[2] = g->OW;
-    else { g->out.dims[2] = g->OH; g->out.dims[3] = g->OW; }
+    else {
+        g->out.dims[2] = g->OH;
+        g->out.dims[3] = g->OW;
+    }
     return NNC_OK;
 }
 
@@ -203,22 +285,27 @@ static int qg_geometry(nnc_node *n, nnc_tensor *const *in, qg_geom *g, nnc_err *
 {
     const qg_state *s = n->state;
     const nnc_tensor *a = in[s->ia], *b = in[s->ib];
-    if (!is_q8_dt(a->dtype) || !is_q8_dt(b->dtype)) return nnc_node_fail(e, n, "inputs must be uint8 or int8");
+    if (!is_q8_dt(a->dtype) || !is_q8_dt(b->dtype))
+        return nnc_node_fail(e, n, "inputs must be uint8 or int8");
     memset(g, 0, sizeof *g);
     if (s->conv) TRY(conv_geom(n, a, b, g, e));
     else TRY(mm_geom(n, a, b, g, e));
     if (s->qlinear) {
         const nnc_tensor *yz = s->iyz < n->nin ? in[s->iyz] : NULL;
         g->out.dtype = yz ? yz->dtype : a->dtype;
-        if (!is_q8_dt(g->out.dtype)) return nnc_node_fail(e, n, "the output zero point must be uint8 or int8");
+        if (!is_q8_dt(g->out.dtype))
+            return nnc_node_fail(e, n, "the output zero point must be uint8 or int8");
         int per_tensor[] = {s->ias, s->iaz, s->iys, s->iyz};
         for (int k = 0; k < 4; k++)
             if (per_tensor[k] < n->nin && in[per_tensor[k]] && nnc_numel(in[per_tensor[k]]) != 1)
                 return nnc_node_fail(e, n, "input %d must be a single value", per_tensor[k]);
-        if (!is_scale_dt(in[s->ias]->dtype) || !is_scale_dt(in[s->iys]->dtype)) return nnc_node_fail(e, n, "scales must be float32, float16 or bfloat16");
+        if (!is_scale_dt(in[s->ias]->dtype) || !is_scale_dt(in[s->iys]->dtype))
+            return nnc_node_fail(e, n, "scales must be float32, float16 or bfloat16");
         if (s->ibias >= 0 && s->ibias < n->nin && in[s->ibias]) {
             const nnc_tensor *bi = in[s->ibias];
-            if (bi->dtype != DT_I32 || bi->ndim != 1 || bi->dims[0] != g->Mo) return nnc_node_fail(e, n, "bias must be 1-D int32 with %lld values", (long long)g->Mo);
+            if (bi->dtype != DT_I32 || bi->ndim != 1 || bi->dims[0] != g->Mo)
+                return nnc_node_fail(e, n, "bias must be 1-D int32 with %lld values",
+                                     (long long)g->Mo);
         }
     } else {
         g->out.dtype = DT_I32;
@@ -274,7 +361,8 @@ static void mm_rows(void *arg, int64_t b0, int64_t b1, int tid)
         for (int64_t c = 0; c < N; c++) {
             int32_t bzv = zp_at(&j->bz, c), acc = 0;
             for (int64_t k = 0; k < K; k++)
-                acc += (q8(j->a, j->adt, ao + m * K + k) - azv) * (q8(j->b, j->bdt, bo + k * N + c) - bzv);
+                acc += (q8(j->a, j->adt, ao + m * K + k) - azv) *
+                       (q8(j->b, j->bdt, bo + k * N + c) - bzv);
             emit(j, r * N + c, acc, c);
         }
     }
@@ -285,7 +373,8 @@ static void conv_planes(void *arg, int64_t b0, int64_t b1, int tid)
     (void)tid;
     const qg_job *j = arg;
     const qg_geom *g = &j->g;
-    int64_t Mg = g->Mo / j->s->group, OHW = g->OH * g->OW, HW = g->H * g->W, K = g->Cg * g->kh * g->kw;
+    int64_t Mg = g->Mo / j->s->group, OHW = g->OH * g->OW, HW = g->H * g->W,
+            K = g->Cg * g->kh * g->kw;
     int32_t azv = zp_at(&j->az, 0);
     for (int64_t p = b0; p < b1; p++) {
         int64_t img = p / g->Mo, m = p % g->Mo, grp = m / Mg;
@@ -338,8 +427,10 @@ static int qg_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
         int rc = get_scale(n, in, s->ias, 1, &as, &na, &own[0], e);
         if (!rc) rc = get_scale(n, in, s->ibs, per_b, &bs, &nbs, &own[1], e);
         if (!rc) rc = get_scale(n, in, s->iys, 1, &ys, &ny, &own[2], e);
-        if (!rc && !(mult = malloc((size_t)(nbs ? nbs : 1) * sizeof(float)))) rc = nnc_node_fail(e, n, "out of memory");
-        if (!rc) for (int64_t i = 0; i < nbs; i++) mult[i] = as[0] * bs[i] / ys[0];
+        if (!rc && !(mult = malloc((size_t)(nbs ? nbs : 1) * sizeof(float))))
+            rc = nnc_node_fail(e, n, "out of memory");
+        if (!rc)
+            for (int64_t i = 0; i < nbs; i++) mult[i] = as[0] * bs[i] / ys[0];
         for (int k = 0; k < 3; k++) free(own[k]);
         if (rc) return rc;
         j.mult = mult;
@@ -352,7 +443,11 @@ static int qg_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
     return NNC_OK;
 }
 
-const nnc_op nnc_op_matmulinteger = {"MatMulInteger", 2, 4, 1, 1, qg_create, qg_infer, qg_run, qg_destroy, 0};
-const nnc_op nnc_op_convinteger = {"ConvInteger", 2, 4, 1, 1, qg_create, qg_infer, qg_run, qg_destroy, 0};
-const nnc_op nnc_op_qlinearmatmul = {"QLinearMatMul", 8, 8, 1, 1, qg_create, qg_infer, qg_run, qg_destroy, 0};
-const nnc_op nnc_op_qlinearconv = {"QLinearConv", 8, 9, 1, 1, qg_create, qg_infer, qg_run, qg_destroy, 0};
+const nnc_op nnc_op_matmulinteger = {"MatMulInteger", 2,        4,      1,          1,
+                                     qg_create,       qg_infer, qg_run, qg_destroy, 0};
+const nnc_op nnc_op_convinteger = {"ConvInteger", 2,        4,      1,          1,
+                                   qg_create,     qg_infer, qg_run, qg_destroy, 0};
+const nnc_op nnc_op_qlinearmatmul = {"QLinearMatMul", 8,        8,      1,          1,
+                                     qg_create,       qg_infer, qg_run, qg_destroy, 0};
+const nnc_op nnc_op_qlinearconv = {"QLinearConv", 8,        9,      1,          1,
+                                   qg_create,     qg_infer, qg_run, qg_destroy, 0};

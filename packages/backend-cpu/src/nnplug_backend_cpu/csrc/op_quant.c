@@ -10,14 +10,30 @@
 #include <math.h>
 #include <stdlib.h>
 
-static void q_destroy(nnc_node *n) { free(n->state); n->state = NULL; }
+static void q_destroy(nnc_node *n)
+{
+    free(n->state);
+    n->state = NULL;
+}
 
-static int is_q8(int dt) { return dt == DT_U8 || dt == DT_I8; }
-static int is_q16(int dt) { return dt == DT_U16 || dt == DT_I16; }
+static int is_q8(int dt)
+{
+    return dt == DT_U8 || dt == DT_I8;
+}
+static int is_q16(int dt)
+{
+    return dt == DT_U16 || dt == DT_I16;
+}
 /* The integer types QuantizeLinear produces, the 4- and 2-bit ones padded (typed.h). */
-static int is_qint(int dt) { return is_q8(dt) || is_q16(dt) || nnc_dt_subbyte_int(dt); }
+static int is_qint(int dt)
+{
+    return is_q8(dt) || is_q16(dt) || nnc_dt_subbyte_int(dt);
+}
 /* Scales, quantizer inputs and dequantizer outputs. */
-static int is_qscale(int dt) { return dt == DT_F32 || dt == DT_F16 || dt == DT_BF16; }
+static int is_qscale(int dt)
+{
+    return dt == DT_F32 || dt == DT_F16 || dt == DT_BF16;
+}
 
 static inline int32_t qget(const void *p, int dt, int64_t i)
 {
@@ -26,7 +42,10 @@ static inline int32_t qget(const void *p, int dt, int64_t i)
     case DT_I8: return ((const int8_t *)p)[i];
     case DT_U16: return ((const uint16_t *)p)[i];
     case DT_I16: return ((const int16_t *)p)[i];
-    case DT_I4: case DT_U4: case DT_I2: case DT_U2: return (int32_t)nnc_subbyte_get(dt, ((const uint8_t *)p)[i]);
+    case DT_I4:
+    case DT_U4:
+    case DT_I2:
+    case DT_U2: return (int32_t)nnc_subbyte_get(dt, ((const uint8_t *)p)[i]);
     default: return ((const int32_t *)p)[i];
     }
 }
@@ -34,14 +53,38 @@ static inline int32_t qget(const void *p, int dt, int64_t i)
 static void qrange(int dt, float *lo, float *hi)
 {
     switch (dt) {
-    case DT_U8: *lo = 0; *hi = 255; break;
-    case DT_I8: *lo = -128; *hi = 127; break;
-    case DT_U16: *lo = 0; *hi = 65535; break;
-    case DT_U4: *lo = 0; *hi = 15; break;
-    case DT_I4: *lo = -8; *hi = 7; break;
-    case DT_U2: *lo = 0; *hi = 3; break;
-    case DT_I2: *lo = -2; *hi = 1; break;
-    default: *lo = -32768; *hi = 32767; break;
+    case DT_U8:
+        *lo = 0;
+        *hi = 255;
+        break;
+    case DT_I8:
+        *lo = -128;
+        *hi = 127;
+        break;
+    case DT_U16:
+        *lo = 0;
+        *hi = 65535;
+        break;
+    case DT_U4:
+        *lo = 0;
+        *hi = 15;
+        break;
+    case DT_I4:
+        *lo = -8;
+        *hi = 7;
+        break;
+    case DT_U2:
+        *lo = 0;
+        *hi = 3;
+        break;
+    case DT_I2:
+        *lo = -2;
+        *hi = 1;
+        break;
+    default:
+        *lo = -32768;
+        *hi = 32767;
+        break;
     }
 }
 
@@ -55,7 +98,10 @@ static inline void qput(void *p, int dt, int64_t i, float v, int32_t zp, float l
     case DT_U8: ((uint8_t *)p)[i] = (uint8_t)r; break;
     case DT_I8: ((int8_t *)p)[i] = (int8_t)r; break;
     case DT_U16: ((uint16_t *)p)[i] = (uint16_t)r; break;
-    case DT_I4: case DT_U4: case DT_I2: case DT_U2: ((uint8_t *)p)[i] = nnc_subbyte_put(dt, (int64_t)r); break;
+    case DT_I4:
+    case DT_U4:
+    case DT_I2:
+    case DT_U2: ((uint8_t *)p)[i] = nnc_subbyte_put(dt, (int64_t)r); break;
     default: ((int16_t *)p)[i] = (int16_t)r; break;
     }
 }
@@ -79,7 +125,11 @@ static inline float fget(const void *p, int dt, int64_t i)
 /* out_dt: the output type; prec: the type x and the scale are divided in (QuantizeLinear's
  * `precision`, else what numpy's promotion of the two gives: float16 or bfloat16 only when
  * both are, else float32); saturate: 8-bit float outputs only. */
-typedef struct { int quant; int64_t axis, block; int out_dt, prec, saturate; } ql_state;
+typedef struct {
+    int quant;
+    int64_t axis, block;
+    int out_dt, prec, saturate;
+} ql_state;
 
 static int ql_create(nnc_node *n, nnc_err *e)
 {
@@ -96,52 +146,73 @@ static int ql_create(nnc_node *n, nnc_err *e)
     TRY(nnc_attr_int(n, "saturate", 1, &sat, e));
     s->saturate = sat != 0;
     static const int fl[] = {DT_F32, DT_F16, DT_BF16, 0};
-    const nnc_valinfo *x = n->vin[0], *sc = n->vin[1], *zp = nnc_in_present(n, 2) ? n->vin[2] : NULL;
+    const nnc_valinfo *x = n->vin[0], *sc = n->vin[1],
+                      *zp = nnc_in_present(n, 2) ? n->vin[2] : NULL;
     TRY(nnc_check_dtype(n, 1, fl, e));
     if (s->quant) {
         TRY(nnc_check_dtype(n, 0, fl, e));
         if (prec && !is_qscale((int)prec))
-            return nnc_node_unsup(e, n, "attribute 'precision' = %lld is not supported (float32, float16, bfloat16 are)", (long long)prec);
-        if (!x || !x->dtype || !sc || !sc->dtype) return nnc_node_unsup(e, n, "the input and scale types must be known");
+            return nnc_node_unsup(
+                e, n,
+                "attribute 'precision' = %lld is not supported (float32, float16, bfloat16 are)",
+                (long long)prec);
+        if (!x || !x->dtype || !sc || !sc->dtype)
+            return nnc_node_unsup(e, n, "the input and scale types must be known");
         s->prec = prec ? (int)prec : (x->dtype == sc->dtype ? x->dtype : DT_F32);
         int zdt = zp ? zp->dtype : DT_UNDEF;
-        if (zp && zdt == DT_UNDEF) return nnc_node_unsup(e, n, "the zero point's element type must be known");
+        if (zp && zdt == DT_UNDEF)
+            return nnc_node_unsup(e, n, "the zero point's element type must be known");
         s->out_dt = zdt ? zdt : od ? (int)od : DT_U8;
-        if (od && zdt && od != zdt) return nnc_node_fail(e, n, "attribute 'output_dtype' differs from the zero point's type");
+        if (od && zdt && od != zdt)
+            return nnc_node_fail(e, n,
+                                 "attribute 'output_dtype' differs from the zero point's type");
         if (!is_qint(s->out_dt) && !nnc_dt_minifloat(s->out_dt))
             return nnc_node_unsup(e, n, "quantizing to %s is not supported", nnc_dtname(s->out_dt));
     } else {
-        static const int xs[] = {DT_U8, DT_I8, DT_U16, DT_I16, DT_I32, DT_U4, DT_I4, DT_U2, DT_I2, DT_F8E4M3FN,
+        static const int xs[] = {DT_U8,         DT_I8,     DT_U16,        DT_I16,    DT_I32,
+                                 DT_U4,         DT_I4,     DT_U2,         DT_I2,     DT_F8E4M3FN,
                                  DT_F8E4M3FNUZ, DT_F8E5M2, DT_F8E5M2FNUZ, DT_F4E2M1, 0};
         TRY(nnc_check_dtype(n, 0, xs, e));
-        if (od && !is_qscale((int)od)) return nnc_node_unsup(e, n, "output_dtype %s is not supported", nnc_dtname((int)od));
+        if (od && !is_qscale((int)od))
+            return nnc_node_unsup(e, n, "output_dtype %s is not supported", nnc_dtname((int)od));
         if (zp && x && zp->dtype && x->dtype && zp->dtype != x->dtype)
             return nnc_node_fail(e, n, "the zero point's type differs from the input's");
-        if (x && x->dtype == DT_UNDEF) return nnc_node_unsup(e, n, "the input's element type must be known");
-        if (!sc || !sc->dtype) return nnc_node_unsup(e, n, "the scale's element type must be known");
+        if (x && x->dtype == DT_UNDEF)
+            return nnc_node_unsup(e, n, "the input's element type must be known");
+        if (!sc || !sc->dtype)
+            return nnc_node_unsup(e, n, "the scale's element type must be known");
         s->out_dt = od ? (int)od : sc->dtype;
     }
     return NNC_OK;
 }
 
-typedef struct { int64_t axis, dimA, inner, nb, bs; int mode; } qmap; /* mode 0 tensor, 1 axis, 2 block */
+typedef struct {
+    int64_t axis, dimA, inner, nb, bs;
+    int mode;
+} qmap; /* mode 0 tensor, 1 axis, 2 block */
 
 static int ql_map(nnc_node *n, nnc_tensor *const *in, qmap *m, nnc_err *e)
 {
     const ql_state *s = n->state;
     const nnc_tensor *x = in[0], *sc = in[1], *zp = n->nin > 2 ? in[2] : NULL;
     memset(m, 0, sizeof *m);
-    if (!is_qscale(sc->dtype)) return nnc_node_fail(e, n, "the scale must be float32, float16 or bfloat16");
-    if (s->quant ? !is_qscale(x->dtype) : (!is_qint(x->dtype) && x->dtype != DT_I32 && !nnc_dt_minifloat(x->dtype)))
+    if (!is_qscale(sc->dtype))
+        return nnc_node_fail(e, n, "the scale must be float32, float16 or bfloat16");
+    if (s->quant ? !is_qscale(x->dtype)
+                 : (!is_qint(x->dtype) && x->dtype != DT_I32 && !nnc_dt_minifloat(x->dtype)))
         return nnc_node_fail(e, n, "input has element type %s", nnc_dtname(x->dtype));
     if (zp) {
-        if (zp->dtype != (s->quant ? s->out_dt : x->dtype)) return nnc_node_fail(e, n, "the zero point has the wrong element type");
-        if (!nnc_same_shape(zp, sc) && !(nnc_numel(zp) == 1 && nnc_numel(sc) == 1)) /* [1] and () alike */
+        if (zp->dtype != (s->quant ? s->out_dt : x->dtype))
+            return nnc_node_fail(e, n, "the zero point has the wrong element type");
+        if (!nnc_same_shape(zp, sc) &&
+            !(nnc_numel(zp) == 1 && nnc_numel(sc) == 1)) /* [1] and () alike */
             return nnc_node_fail(e, n, "the zero point's shape differs from the scale's");
         if (!s->quant && x->dtype == DT_I32)
             for (int64_t i = 0; i < nnc_numel(zp); i++)
-                if (((const int32_t *)zp->data)[i]) return nnc_node_fail(e, n, "an int32 input needs a zero point of 0");
-        if (nnc_dt_minifloat(zp->dtype) && zp->dtype != DT_F4E2M1) /* ONNX: 8-bit float zero points are 0 */
+                if (((const int32_t *)zp->data)[i])
+                    return nnc_node_fail(e, n, "an int32 input needs a zero point of 0");
+        if (nnc_dt_minifloat(zp->dtype) &&
+            zp->dtype != DT_F4E2M1) /* ONNX: 8-bit float zero points are 0 */
             for (int64_t i = 0; i < nnc_numel(zp); i++)
                 if (nnc_get_d(zp->data, zp->dtype, i) != 0)
                     return nnc_node_fail(e, n, "a %s zero point must be 0", nnc_dtname(zp->dtype));
@@ -149,7 +220,9 @@ static int ql_map(nnc_node *n, nnc_tensor *const *in, qmap *m, nnc_err *e)
     int r = x->ndim;
     int64_t k = nnc_numel(sc);
     if (s->block == 0 && (sc->ndim == 0 || (sc->ndim == 1 && k == 1))) return NNC_OK;
-    if (s->axis < -r || s->axis >= r) return nnc_node_fail(e, n, "attribute 'axis' = %lld is out of range for rank %d", (long long)s->axis, r);
+    if (s->axis < -r || s->axis >= r)
+        return nnc_node_fail(e, n, "attribute 'axis' = %lld is out of range for rank %d",
+                             (long long)s->axis, r);
     int a = (int)(s->axis < 0 ? s->axis + r : s->axis);
     m->axis = a;
     m->dimA = x->dims[a];
@@ -157,7 +230,8 @@ static int ql_map(nnc_node *n, nnc_tensor *const *in, qmap *m, nnc_err *e)
     for (int d = a + 1; d < r; d++) m->inner *= x->dims[d];
     if (s->block == 0) {
         if (sc->ndim != 1 || k != m->dimA)
-            return nnc_node_fail(e, n, "a per-axis scale must be 1-D with %lld values", (long long)m->dimA);
+            return nnc_node_fail(e, n, "a per-axis scale must be 1-D with %lld values",
+                                 (long long)m->dimA);
         m->mode = 1;
         return NNC_OK;
     }
@@ -165,7 +239,8 @@ static int ql_map(nnc_node *n, nnc_tensor *const *in, qmap *m, nnc_err *e)
     m->nb = (m->dimA + s->block - 1) / s->block;
     for (int d = 0; d < r; d++)
         if (sc->dims[d] != (d == a ? m->nb : x->dims[d]))
-            return nnc_node_fail(e, n, "the blocked scale's shape does not match the input and block_size");
+            return nnc_node_fail(
+                e, n, "the blocked scale's shape does not match the input and block_size");
     m->bs = s->block;
     m->mode = 2;
     return NNC_OK;
@@ -190,7 +265,13 @@ static inline int64_t qidx(const qmap *m, int64_t i)
     return (outer * m->nb + a / m->bs) * m->inner + i % m->inner;
 }
 
-typedef struct { const ql_state *s; qmap m; const void *x, *zp, *sc; void *y; int xdt, zdt, sdt; } ql_job;
+typedef struct {
+    const ql_state *s;
+    qmap m;
+    const void *x, *zp, *sc;
+    void *y;
+    int xdt, zdt, sdt;
+} ql_job;
 
 static void ql_range(void *arg, int64_t b, int64_t e, int tid)
 {
@@ -206,13 +287,17 @@ static void ql_range(void *arg, int64_t b, int64_t e, int tid)
             int64_t q = qidx(&j->m, i);
             float v;
             if (wide) v = ((const float *)j->x)[i] / ((const float *)j->sc)[q];
-            else v = round_to(s->prec, round_to(s->prec, fget(j->x, j->xdt, i)) / round_to(s->prec, fget(j->sc, j->sdt, q)));
+            else
+                v = round_to(s->prec, round_to(s->prec, fget(j->x, j->xdt, i)) /
+                                          round_to(s->prec, fget(j->sc, j->sdt, q)));
             if (!f) {
                 qput(j->y, s->out_dt, i, v, j->zp ? qget(j->zp, j->zdt, q) : 0, lo, hi);
             } else { /* 8-bit floats ignore their (zero) zero point; float4 adds it, saturating */
                 double d = v;
-                if (s->out_dt == DT_F4E2M1 && j->zp) d = (double)(v + (float)nnc_get_d(j->zp, j->zdt, q));
-                ((uint8_t *)j->y)[i] = nnc_mf_encode(f, d, s->out_dt == DT_F4E2M1 ? 1 : s->saturate);
+                if (s->out_dt == DT_F4E2M1 && j->zp)
+                    d = (double)(v + (float)nnc_get_d(j->zp, j->zdt, q));
+                ((uint8_t *)j->y)[i] =
+                    nnc_mf_encode(f, d, s->out_dt == DT_F4E2M1 ? 1 : s->saturate);
             }
         }
     } else {
@@ -255,8 +340,10 @@ static int ql_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
     return NNC_OK;
 }
 
-const nnc_op nnc_op_quantizelinear = {"QuantizeLinear", 2, 3, 1, 1, ql_create, ql_infer, ql_run, q_destroy, 0};
-const nnc_op nnc_op_dequantizelinear = {"DequantizeLinear", 2, 3, 1, 1, ql_create, ql_infer, ql_run, q_destroy, 0};
+const nnc_op nnc_op_quantizelinear = {"QuantizeLinear", 2,        3,      1,         1,
+                                      ql_create,        ql_infer, ql_run, q_destroy, 0};
+const nnc_op nnc_op_dequantizelinear = {"DequantizeLinear", 2,        3,      1,         1,
+                                        ql_create,          ql_infer, ql_run, q_destroy, 0};
 
 /* ---- DynamicQuantizeLinear ----------------------------------------------------------- */
 
@@ -271,13 +358,17 @@ static int dq_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err
     if (in[0]->dtype != DT_F32) return nnc_node_fail(e, n, "the input must be float32");
     out[0] = *in[0];
     out[0].dtype = DT_U8;
-    for (int k = 1; k < n->nout && k < 3; k++) { out[k].dtype = k == 1 ? DT_F32 : DT_U8; out[k].ndim = 0; }
+    for (int k = 1; k < n->nout && k < 3; k++) {
+        out[k].dtype = k == 1 ? DT_F32 : DT_U8;
+        out[k].ndim = 0;
+    }
     return NNC_OK;
 }
 
 static int dq_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec *xc, nnc_err *e)
 {
-    (void)xc; (void)e;
+    (void)xc;
+    (void)e;
     const float *x = in[0]->data;
     int64_t cnt = nnc_numel(in[0]);
     float mn = 0.f, mx = 0.f;
@@ -304,4 +395,5 @@ static int dq_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
     return NNC_OK;
 }
 
-const nnc_op nnc_op_dynamicquantizelinear = {"DynamicQuantizeLinear", 1, 1, 1, 3, dq_create, dq_infer, dq_run, NULL, 0};
+const nnc_op nnc_op_dynamicquantizelinear = {
+    "DynamicQuantizeLinear", 1, 1, 1, 3, dq_create, dq_infer, dq_run, NULL, 0};

@@ -12,8 +12,15 @@
 #include <stdlib.h>
 
 enum { RM_NEAREST, RM_LINEAR, RM_CUBIC };
-enum { CT_HALF_PIXEL, CT_HALF_PIXEL_SYM, CT_PYTORCH_HALF_PIXEL, CT_ALIGN_CORNERS, CT_ASYMMETRIC,
-       CT_TF_HALF_PIXEL_NN, CT_TF_CROP };
+enum {
+    CT_HALF_PIXEL,
+    CT_HALF_PIXEL_SYM,
+    CT_PYTORCH_HALF_PIXEL,
+    CT_ALIGN_CORNERS,
+    CT_ASYMMETRIC,
+    CT_TF_HALF_PIXEL_NN,
+    CT_TF_CROP
+};
 enum { NM_ROUND_PREFER_FLOOR, NM_ROUND_PREFER_CEIL, NM_FLOOR, NM_CEIL, NM_SIMPLE };
 enum { KP_STRETCH, KP_NOT_LARGER, KP_NOT_SMALLER };
 
@@ -37,13 +44,20 @@ typedef struct {
     float lenf[NNC_MAXDIM];
 } rs_geom;
 
-static void rs_destroy(nnc_node *n) { free(n->state); n->state = NULL; }
+static void rs_destroy(nnc_node *n)
+{
+    free(n->state);
+    n->state = NULL;
+}
 
 static int pick(const nnc_node *n, const char *attr, const char *val, const char *const *names,
                 int count, int *out, nnc_err *e)
 {
     for (int i = 0; i < count; i++)
-        if (!strcmp(val, names[i])) { *out = i; return NNC_OK; }
+        if (!strcmp(val, names[i])) {
+            *out = i;
+            return NNC_OK;
+        }
     return nnc_node_fail(e, n, "attribute '%s' = '%s' is not a valid value", attr, val);
 }
 
@@ -53,11 +67,13 @@ static int rs_create(nnc_node *n, nnc_err *e)
     if (!s) return nnc_node_fail(e, n, "out of memory");
     n->state = s;
     int upsample = !strcmp(n->op_type, "Upsample");
-    int legacy = upsample || n->opset < 11; /* Upsample and Resize-10: asymmetric, no nearest_mode */
+    int legacy =
+        upsample || n->opset < 11; /* Upsample and Resize-10: asymmetric, no nearest_mode */
     char buf[64];
     static const char *const modes[] = {"nearest", "linear", "cubic"};
     TRY(nnc_attr_str(n, "mode", "nearest", buf, sizeof buf, e));
-    if (upsample && !strcmp(buf, "bilinear")) snprintf(buf, sizeof buf, "linear"); /* Upsample-7 spelling */
+    if (upsample && !strcmp(buf, "bilinear"))
+        snprintf(buf, sizeof buf, "linear"); /* Upsample-7 spelling */
     TRY(pick(n, "mode", buf, modes, legacy ? 2 : 3, &s->mode, e));
     s->i_roi = s->i_scales = s->i_sizes = -1;
     if (upsample && n->opset < 9) {
@@ -77,10 +93,11 @@ static int rs_create(nnc_node *n, nnc_err *e)
     s->ctm = CT_ASYMMETRIC;
     s->cubic_a = -0.75f;
     if (!legacy) {
-        static const char *const ctms[] = {"half_pixel", "half_pixel_symmetric", "pytorch_half_pixel",
-                                           "align_corners", "asymmetric", "tf_half_pixel_for_nn",
-                                           "tf_crop_and_resize"};
-        static const char *const nms[] = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
+        static const char *const ctms[] = {
+            "half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
+            "asymmetric", "tf_half_pixel_for_nn", "tf_crop_and_resize"};
+        static const char *const nms[] = {"round_prefer_floor", "round_prefer_ceil", "floor",
+                                          "ceil"};
         static const char *const kps[] = {"stretch", "not_larger", "not_smaller"};
         TRY(nnc_attr_str(n, "coordinate_transformation_mode", "half_pixel", buf, sizeof buf, e));
         TRY(pick(n, "coordinate_transformation_mode", buf, ctms, 7, &s->ctm, e));
@@ -103,7 +120,8 @@ static int rs_create(nnc_node *n, nnc_err *e)
         if (!nnc_dtsize(x->dtype))
             return nnc_node_unsup(e, n, "element type %s is not supported", nnc_dtname(x->dtype));
         if (s->mode != RM_NEAREST && x->dtype != DT_F32)
-            return nnc_node_unsup(e, n, "%s mode supports float32 only, got %s", modes[s->mode], nnc_dtname(x->dtype));
+            return nnc_node_unsup(e, n, "%s mode supports float32 only, got %s", modes[s->mode],
+                                  nnc_dtname(x->dtype));
     }
     static const int f32[] = {DT_F32, 0}, i64[] = {DT_I64, 0};
     if (s->i_scales >= 0) TRY(nnc_check_dtype(n, s->i_scales, f32, e));
@@ -112,7 +130,9 @@ static int rs_create(nnc_node *n, nnc_err *e)
     if (x && x->ndim == 0) return nnc_node_fail(e, n, "the input must have rank 1 or more");
     for (int i = 0; i < s->naxes; i++)
         for (int k = 0; k < i; k++)
-            if (s->axes[i] == s->axes[k]) return nnc_node_fail(e, n, "attribute 'axes' repeats axis %lld", (long long)s->axes[i]);
+            if (s->axes[i] == s->axes[k])
+                return nnc_node_fail(e, n, "attribute 'axes' repeats axis %lld",
+                                     (long long)s->axes[i]);
     return NNC_OK;
 }
 
@@ -128,16 +148,21 @@ static int rs_geometry(nnc_node *n, nnc_tensor *const *in, rs_geom *g, nnc_err *
     const nnc_tensor *x = in[0];
     int r = x->ndim;
     if (r < 1) return nnc_node_fail(e, n, "the input must have rank 1 or more");
-    if (!nnc_dtsize(x->dtype)) return nnc_node_fail(e, n, "element type %s is not supported", nnc_dtname(x->dtype));
-    if (s->mode != RM_NEAREST && x->dtype != DT_F32) return nnc_node_fail(e, n, "linear and cubic modes need float32 input");
+    if (!nnc_dtsize(x->dtype))
+        return nnc_node_fail(e, n, "element type %s is not supported", nnc_dtname(x->dtype));
+    if (s->mode != RM_NEAREST && x->dtype != DT_F32)
+        return nnc_node_fail(e, n, "linear and cubic modes need float32 input");
     g->rank = r;
     int axes[NNC_MAXDIM], na = s->naxes < 0 ? r : s->naxes;
     for (int i = 0; i < na; i++) {
         int64_t a = s->naxes < 0 ? i : s->axes[i];
-        if (a < -r || a >= r) return nnc_node_fail(e, n, "attribute 'axes' has axis %lld, out of range for rank %d", (long long)a, r);
+        if (a < -r || a >= r)
+            return nnc_node_fail(e, n, "attribute 'axes' has axis %lld, out of range for rank %d",
+                                 (long long)a, r);
         axes[i] = (int)(a < 0 ? a + r : a);
         for (int k = 0; k < i; k++)
-            if (axes[k] == axes[i]) return nnc_node_fail(e, n, "attribute 'axes' repeats axis %d", axes[i]);
+            if (axes[k] == axes[i])
+                return nnc_node_fail(e, n, "attribute 'axes' repeats axis %d", axes[i]);
     }
     for (int d = 0; d < r; d++) {
         g->in[d] = g->out[d] = x->dims[d];
@@ -157,12 +182,14 @@ static int rs_geometry(nnc_node *n, nnc_tensor *const *in, rs_geom *g, nnc_err *
         if (sc->dtype != DT_F32) return nnc_node_fail(e, n, "'scales' must be float32");
         if (sc->ndim != 1) return nnc_node_fail(e, n, "'scales' must be 1-D");
         nsc = (int)sc->dims[0];
-        if (nsc > NNC_MAXDIM || !sc->data) return nnc_node_fail(e, n, "'scales' has %d values for rank %d", nsc, r);
+        if (nsc > NNC_MAXDIM || !sc->data)
+            return nnc_node_fail(e, n, "'scales' has %d values for rank %d", nsc, r);
         memcpy(scales, sc->data, (size_t)nsc * sizeof(float));
     }
     if (nsc >= 0) {
         from_scales = 1;
-        if (nsc != na) return nnc_node_fail(e, n, "'scales' has %d values, the input needs %d", nsc, na);
+        if (nsc != na)
+            return nnc_node_fail(e, n, "'scales' has %d values, the input needs %d", nsc, na);
         for (int i = 0; i < na; i++) {
             if (!(scales[i] > 0.f) || isinf(scales[i]))
                 return nnc_node_fail(e, n, "'scales' must be positive, got %g", (double)scales[i]);
@@ -173,12 +200,17 @@ static int rs_geometry(nnc_node *n, nnc_tensor *const *in, rs_geom *g, nnc_err *
             g->out[d] = (int64_t)o;
         }
     } else if (sz) {
-        if (sz->dtype != DT_I64 || sz->ndim != 1 || !sz->data) return nnc_node_fail(e, n, "'sizes' must be 1-D int64");
-        if (sz->dims[0] != na) return nnc_node_fail(e, n, "'sizes' has %lld values, the input needs %d", (long long)sz->dims[0], na);
+        if (sz->dtype != DT_I64 || sz->ndim != 1 || !sz->data)
+            return nnc_node_fail(e, n, "'sizes' must be 1-D int64");
+        if (sz->dims[0] != na)
+            return nnc_node_fail(e, n, "'sizes' has %lld values, the input needs %d",
+                                 (long long)sz->dims[0], na);
         const int64_t *sv = sz->data;
         for (int i = 0; i < na; i++) {
-            if (sv[i] < 0 || sv[i] > ((int64_t)1 << 40)) return nnc_node_fail(e, n, "'sizes' has an invalid value %lld", (long long)sv[i]);
-            if (x->dims[axes[i]] == 0 && sv[i] != 0) return nnc_node_fail(e, n, "cannot resize an empty axis to %lld", (long long)sv[i]);
+            if (sv[i] < 0 || sv[i] > ((int64_t)1 << 40))
+                return nnc_node_fail(e, n, "'sizes' has an invalid value %lld", (long long)sv[i]);
+            if (x->dims[axes[i]] == 0 && sv[i] != 0)
+                return nnc_node_fail(e, n, "cannot resize an empty axis to %lld", (long long)sv[i]);
         }
         if (s->keep == KP_STRETCH) {
             for (int i = 0; i < na; i++) {
@@ -203,14 +235,18 @@ static int rs_geometry(nnc_node *n, nnc_tensor *const *in, rs_geom *g, nnc_err *
     }
     for (int i = 0; i < na; i++)
         if (!(g->scale[axes[i]] > 0.f)) return nnc_node_fail(e, n, "a scale of 0 is not valid");
-    for (int d = 0; d < r; d++) g->lenf[d] = from_scales ? g->scale[d] * (float)g->in[d] : (float)g->out[d];
+    for (int d = 0; d < r; d++)
+        g->lenf[d] = from_scales ? g->scale[d] * (float)g->in[d] : (float)g->out[d];
     if (s->ctm == CT_TF_CROP) {
         const nnc_tensor *roi = opt_in(n, in, s->i_roi);
         if (!roi) return nnc_node_fail(e, n, "tf_crop_and_resize needs the 'roi' input");
         if (roi->dtype != DT_F32 || roi->ndim != 1 || roi->dims[0] != 2 * na || !roi->data)
             return nnc_node_fail(e, n, "'roi' must be 1-D float32 with %d values", 2 * na);
         const float *rv = roi->data;
-        for (int i = 0; i < na; i++) { g->roi0[axes[i]] = rv[i]; g->roi1[axes[i]] = rv[na + i]; }
+        for (int i = 0; i < na; i++) {
+            g->roi0[axes[i]] = rv[i];
+            g->roi1[axes[i]] = rv[na + i];
+        }
     }
     return NNC_OK;
 }
@@ -226,8 +262,8 @@ static int rs_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err
 }
 
 /* Source coordinate of output index x along one axis (onnxruntime's formulas, in float). */
-static float rs_coord(int ctm, float x, float scale, float len_out, float out_int, float len_in, float r0,
-                      float r1)
+static float rs_coord(int ctm, float x, float scale, float len_out, float out_int, float len_in,
+                      float r0, float r1)
 {
     switch (ctm) {
     case CT_ASYMMETRIC: return x / scale;
@@ -238,7 +274,8 @@ static float rs_coord(int ctm, float x, float scale, float len_out, float out_in
         return len_out > 1 ? r0 * (len_in - 1) + (x * (r1 - r0) * (len_in - 1)) / (len_out - 1)
                            : 0.5f * (r0 + r1) * (len_in - 1);
     case CT_HALF_PIXEL_SYM: {
-        float ow = scale * len_in, adj = out_int / ow, center = len_in / 2, off = center * (1 - adj);
+        float ow = scale * len_in, adj = out_int / ow, center = len_in / 2,
+              off = center * (1 - adj);
         return off + (x + 0.5f) / scale - 0.5f;
     }
     default: return (x + 0.5f) / scale - 0.5f;
@@ -248,7 +285,8 @@ static float rs_coord(int ctm, float x, float scale, float len_out, float out_in
 static int64_t rs_nearest(int nm, float x, int down)
 {
     switch (nm) {
-    case NM_ROUND_PREFER_FLOOR: return x == (float)(int64_t)x + 0.5f ? (int64_t)floorf(x) : (int64_t)roundf(x);
+    case NM_ROUND_PREFER_FLOOR:
+        return x == (float)(int64_t)x + 0.5f ? (int64_t)floorf(x) : (int64_t)roundf(x);
     case NM_ROUND_PREFER_CEIL: return (int64_t)roundf(x);
     case NM_FLOOR: return (int64_t)floorf(x);
     case NM_CEIL: return (int64_t)ceilf(x);
@@ -286,17 +324,22 @@ static float cubic_kernel(float x, float A)
 
 /* Taps of one axis: idx[o*nt+k], w[o*nt+k]; ext[o] = 1 where the output is extrapolated.
  * Returns whether the mapping is the identity. */
-static int rs_table(const rs_state *s, const rs_geom *g, int d, int nt, int64_t *idx, float *w, char *ext)
+static int rs_table(const rs_state *s, const rs_geom *g, int d, int nt, int64_t *idx, float *w,
+                    char *ext)
 {
     int64_t L = g->in[d], O = g->out[d];
     int ident = L == O;
     for (int64_t o = 0; o < O; o++) {
-        float xo = rs_coord(s->ctm, (float)o, g->scale[d], g->lenf[d], (float)O, (float)L, g->roi0[d], g->roi1[d]);
+        float xo = rs_coord(s->ctm, (float)o, g->scale[d], g->lenf[d], (float)O, (float)L,
+                            g->roi0[d], g->roi1[d]);
         int64_t *ix = idx + o * nt;
         float *wt = w + o * nt;
         ext[o] = s->ctm == CT_TF_CROP && (xo < 0 || xo > (float)(L - 1));
         if (ext[o]) {
-            for (int k = 0; k < nt; k++) { ix[k] = 0; wt[k] = 0.f; }
+            for (int k = 0; k < nt; k++) {
+                ix[k] = 0;
+                wt[k] = 0.f;
+            }
             ident = 0;
             continue;
         }
@@ -304,13 +347,18 @@ static int rs_table(const rs_state *s, const rs_geom *g, int d, int nt, int64_t 
             float sc = g->scale[d], fl = floorf(xo);
             int64_t base = (int64_t)fl;
             float ratio = xo - fl;
-            if (ratio == 0.f) { ratio = 1.f; base -= 1; }
+            if (ratio == 0.f) {
+                ratio = 1.f;
+                base -= 1;
+            }
             int start = 1 - nt / 2;
             float sum = 0.f;
             for (int k = 0; k < nt; k++) {
                 float arg = ((float)(start + k) - ratio) * sc, c;
-                if (s->mode == RM_LINEAR) { c = 1.f - fabsf(arg); c = c < 0.f ? 0.f : c; }
-                else c = cubic_kernel(arg, s->cubic_a);
+                if (s->mode == RM_LINEAR) {
+                    c = 1.f - fabsf(arg);
+                    c = c < 0.f ? 0.f : c;
+                } else c = cubic_kernel(arg, s->cubic_a);
                 wt[k] = c;
                 sum += c;
             }
@@ -329,14 +377,16 @@ static int rs_table(const rs_state *s, const rs_geom *g, int d, int nt, int64_t 
             ix[0] = i < 0 ? 0 : i >= L ? L - 1 : i;
             wt[0] = 1.f;
         } else if (s->mode == RM_LINEAR) {
-            float cx = xo < 0 ? 0.f : xo > (float)(L - 1) ? (float)(L - 1) : xo;
+            float cx = xo<0 ? 0.f : xo>(float)(L - 1) ? (float)(L - 1) : xo;
             int64_t i1 = (int64_t)cx;
             if (i1 > L - 1) i1 = L - 1;
             int64_t i2 = i1 + 1 < L ? i1 + 1 : L - 1;
             float d1 = fabsf(cx - (float)i1), d2 = fabsf(cx - (float)i2);
             if (i1 == i2) d1 = d2 = 0.5f;
-            ix[0] = i1; wt[0] = d2;
-            ix[1] = i2; wt[1] = d1;
+            ix[0] = i1;
+            wt[0] = d2;
+            ix[1] = i2;
+            wt[1] = d1;
         } else {
             float fl = floorf(xo);
             int64_t base = (int64_t)fl;
@@ -348,7 +398,8 @@ static int rs_table(const rs_state *s, const rs_geom *g, int d, int nt, int64_t 
                 sum += c[k];
                 ix[k] = i < 0 ? 0 : i >= L ? L - 1 : i;
             }
-            for (int k = 0; k < 4; k++) wt[k] = s->exclude_outside ? (sum != 0.f ? c[k] / sum : 0.f) : c[k];
+            for (int k = 0; k < 4; k++)
+                wt[k] = s->exclude_outside ? (sum != 0.f ? c[k] / sum : 0.f) : c[k];
         }
         /* identity: the output takes input o whole */
         float tot = 0.f;
@@ -387,7 +438,8 @@ static void rs_rows(void *arg, int64_t b, int64_t e, int tid)
             size_t row = (size_t)inner * p->sz;
             char *dst = p->y + (size_t)r * row;
             if (p->ext[o]) {
-                for (int64_t i = 0; i < inner; i++) memcpy(dst + (size_t)i * p->sz, p->extrap_bytes, p->sz);
+                for (int64_t i = 0; i < inner; i++)
+                    memcpy(dst + (size_t)i * p->sz, p->extrap_bytes, p->sz);
             } else {
                 memcpy(dst, p->x + (size_t)(outer * p->in_len + ix[0]) * row, row);
             }
@@ -439,15 +491,51 @@ static void extrap_bytes(int dt, float v, char *out)
     memset(out, 0, 8);
     switch (dt) {
     case DT_F32: memcpy(out, &v, 4); break;
-    case DT_F64: { double d = v; memcpy(out, &d, 8); break; }
-    case DT_I64: { int64_t k = (int64_t)v; memcpy(out, &k, 8); break; }
-    case DT_U64: { uint64_t k = (uint64_t)v; memcpy(out, &k, 8); break; }
-    case DT_I32: { int32_t k = (int32_t)v; memcpy(out, &k, 4); break; }
-    case DT_U32: { uint32_t k = (uint32_t)v; memcpy(out, &k, 4); break; }
-    case DT_I16: { int16_t k = (int16_t)v; memcpy(out, &k, 2); break; }
-    case DT_U16: { uint16_t k = (uint16_t)v; memcpy(out, &k, 2); break; }
-    case DT_I8: { int8_t k = (int8_t)v; memcpy(out, &k, 1); break; }
-    case DT_U8: { uint8_t k = (uint8_t)v; memcpy(out, &k, 1); break; }
+    case DT_F64: {
+        double d = v;
+        memcpy(out, &d, 8);
+        break;
+    }
+    case DT_I64: {
+        int64_t k = (int64_t)v;
+        memcpy(out, &k, 8);
+        break;
+    }
+    case DT_U64: {
+        uint64_t k = (uint64_t)v;
+        memcpy(out, &k, 8);
+        break;
+    }
+    case DT_I32: {
+        int32_t k = (int32_t)v;
+        memcpy(out, &k, 4);
+        break;
+    }
+    case DT_U32: {
+        uint32_t k = (uint32_t)v;
+        memcpy(out, &k, 4);
+        break;
+    }
+    case DT_I16: {
+        int16_t k = (int16_t)v;
+        memcpy(out, &k, 2);
+        break;
+    }
+    case DT_U16: {
+        uint16_t k = (uint16_t)v;
+        memcpy(out, &k, 2);
+        break;
+    }
+    case DT_I8: {
+        int8_t k = (int8_t)v;
+        memcpy(out, &k, 1);
+        break;
+    }
+    case DT_U8: {
+        uint8_t k = (uint8_t)v;
+        memcpy(out, &k, 1);
+        break;
+    }
     case DT_BOOL: out[0] = v != 0.f; break;
     default: break; /* float16: extrapolated values are 0 */
     }
@@ -474,7 +562,10 @@ static int rs_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
     char *ext = malloc((size_t)maxo);
     char *tmp[2] = {NULL, NULL};
     int rc = NNC_OK;
-    if (!idx || !w || !ext) { rc = nnc_node_fail(e, n, "out of memory"); goto done; }
+    if (!idx || !w || !ext) {
+        rc = nnc_node_fail(e, n, "out of memory");
+        goto done;
+    }
     /* Which axes need a pass; the last of them writes the output. */
     int need[NNC_MAXDIM], last = -1;
     for (int d = 0; d < g.rank; d++) {
@@ -503,17 +594,20 @@ static int rs_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
             int64_t cnt = outer * cur[d] * inner;
             nnc_free(tmp[which]);
             tmp[which] = nnc_alloc((size_t)(cnt ? cnt : 1) * sz);
-            if (!tmp[which]) { rc = nnc_node_fail(e, n, "out of memory"); goto done; }
+            if (!tmp[which]) {
+                rc = nnc_node_fail(e, n, "out of memory");
+                goto done;
+            }
             dst = tmp[which];
         }
-        rs_pass p = {src, dst, sz, g.in[d], g.out[d], inner, nts[d], s->mode == RM_NEAREST, idx, w, ext,
-                     s->extrapolation, {0}};
+        rs_pass p = {
+            src, dst, sz,  g.in[d],          g.out[d], inner, nts[d], s->mode == RM_NEAREST,
+            idx, w,   ext, s->extrapolation, {0}};
         extrap_bytes(x->dtype, s->extrapolation, p.extrap_bytes);
         if (outer * g.out[d] * inner > 0) {
             if (p.nearest && inner == 1)
                 nnc_parallel_for(outer, 1 + 4096 / (g.out[d] ? g.out[d] : 1), rs_gather_last, &p);
-            else
-                nnc_parallel_for(outer * g.out[d], 1 + 4096 / (inner * nts[d]), rs_rows, &p);
+            else nnc_parallel_for(outer * g.out[d], 1 + 4096 / (inner * nts[d]), rs_rows, &p);
         }
         src = dst;
         which ^= 1;
@@ -532,7 +626,8 @@ static int rs_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
             for (int64_t b = 0; b < outer; b++)
                 for (int64_t o = 0; o < g.out[d]; o++)
                     if (ext[o])
-                        for (int64_t i = 0; i < inner; i++) y[(b * g.out[d] + o) * inner + i] = s->extrapolation;
+                        for (int64_t i = 0; i < inner; i++)
+                            y[(b * g.out[d] + o) * inner + i] = s->extrapolation;
         }
     }
 done:

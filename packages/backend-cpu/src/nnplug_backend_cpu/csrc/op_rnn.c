@@ -10,10 +10,24 @@
 #include <stdlib.h>
 
 enum { K_RNN, K_GRU, K_LSTM };
-enum { A_RELU, A_TANH, A_SIGMOID, A_AFFINE, A_LEAKYRELU, A_THRESHOLDEDRELU, A_SCALEDTANH,
-       A_HARDSIGMOID, A_ELU, A_SOFTSIGN, A_SOFTPLUS };
+enum {
+    A_RELU,
+    A_TANH,
+    A_SIGMOID,
+    A_AFFINE,
+    A_LEAKYRELU,
+    A_THRESHOLDEDRELU,
+    A_SCALEDTANH,
+    A_HARDSIGMOID,
+    A_ELU,
+    A_SOFTSIGN,
+    A_SOFTPLUS
+};
 
-typedef struct { int kind; float a, b; } rnn_act;
+typedef struct {
+    int kind;
+    float a, b;
+} rnn_act;
 
 typedef struct {
     int kind, ndir, reverse_only, layout, lbr, input_forget, gates, nact;
@@ -22,22 +36,42 @@ typedef struct {
     rnn_act act[6]; /* per direction: nact of them (RNN 1, GRU 2, LSTM 3) */
 } rnn_state;
 
-static void rnn_destroy(nnc_node *n) { free(n->state); n->state = NULL; }
+static void rnn_destroy(nnc_node *n)
+{
+    free(n->state);
+    n->state = NULL;
+}
 
 static int act_parse(const char *name, int *kind, int *na, int *nb, float *da, float *db)
 {
-    static const struct { const char *n; int k, na, nb; float a, b; } T[] = {
-        {"relu", A_RELU, 0, 0, 0, 0}, {"tanh", A_TANH, 0, 0, 0, 0}, {"sigmoid", A_SIGMOID, 0, 0, 0, 0},
-        {"affine", A_AFFINE, 1, 1, 1.f, 0.f}, {"leakyrelu", A_LEAKYRELU, 1, 0, 0.01f, 0},
-        {"thresholdedrelu", A_THRESHOLDEDRELU, 1, 0, 1.f, 0}, {"scaledtanh", A_SCALEDTANH, 1, 1, 1.f, 1.f},
-        {"hardsigmoid", A_HARDSIGMOID, 1, 1, 0.2f, 0.5f}, {"elu", A_ELU, 1, 0, 1.f, 0},
-        {"softsign", A_SOFTSIGN, 0, 0, 0, 0}, {"softplus", A_SOFTPLUS, 0, 0, 0, 0}};
+    static const struct {
+        const char *n;
+        int k, na, nb;
+        float a, b;
+    } T[] = {{"relu", A_RELU, 0, 0, 0, 0},
+             {"tanh", A_TANH, 0, 0, 0, 0},
+             {"sigmoid", A_SIGMOID, 0, 0, 0, 0},
+             {"affine", A_AFFINE, 1, 1, 1.f, 0.f},
+             {"leakyrelu", A_LEAKYRELU, 1, 0, 0.01f, 0},
+             {"thresholdedrelu", A_THRESHOLDEDRELU, 1, 0, 1.f, 0},
+             {"scaledtanh", A_SCALEDTANH, 1, 1, 1.f, 1.f},
+             {"hardsigmoid", A_HARDSIGMOID, 1, 1, 0.2f, 0.5f},
+             {"elu", A_ELU, 1, 0, 1.f, 0},
+             {"softsign", A_SOFTSIGN, 0, 0, 0, 0},
+             {"softplus", A_SOFTPLUS, 0, 0, 0, 0}};
     char low[32];
     size_t i = 0;
     for (; name[i] && i < sizeof low - 1; i++) low[i] = (char)tolower((unsigned char)name[i]);
     low[i] = 0;
     for (size_t k = 0; k < sizeof T / sizeof T[0]; k++)
-        if (!strcmp(low, T[k].n)) { *kind = T[k].k; *na = T[k].na; *nb = T[k].nb; *da = T[k].a; *db = T[k].b; return 1; }
+        if (!strcmp(low, T[k].n)) {
+            *kind = T[k].k;
+            *na = T[k].na;
+            *nb = T[k].nb;
+            *da = T[k].a;
+            *db = T[k].b;
+            return 1;
+        }
     return 0;
 }
 
@@ -51,7 +85,10 @@ static inline float act_apply(const rnn_act *a, float x)
     case A_LEAKYRELU: return x >= 0.f ? x : a->a * x;
     case A_THRESHOLDEDRELU: return x > a->a ? x : 0.f;
     case A_SCALEDTANH: return a->a * tanhf(a->b * x);
-    case A_HARDSIGMOID: { float v = a->a * x + a->b; return v < 0.f ? 0.f : v > 1.f ? 1.f : v; }
+    case A_HARDSIGMOID: {
+        float v = a->a * x + a->b;
+        return v < 0.f ? 0.f : v > 1.f ? 1.f : v;
+    }
     case A_ELU: return x >= 0.f ? x : a->a * (expf(x) - 1.f);
     case A_SOFTSIGN: return x / (1.f + fabsf(x));
     default: return x > 20.f ? x : log1pf(expf(x));
@@ -73,9 +110,13 @@ static int rnn_create(nnc_node *n, nnc_err *e)
     char buf[32];
     TRY(nnc_attr_str(n, "direction", "forward", buf, sizeof buf, e));
     if (!strcmp(buf, "forward")) s->ndir = 1;
-    else if (!strcmp(buf, "reverse")) { s->ndir = 1; s->reverse_only = 1; }
-    else if (!strcmp(buf, "bidirectional")) s->ndir = 2;
-    else return nnc_node_fail(e, n, "attribute 'direction' = '%s' is not forward, reverse or bidirectional", buf);
+    else if (!strcmp(buf, "reverse")) {
+        s->ndir = 1;
+        s->reverse_only = 1;
+    } else if (!strcmp(buf, "bidirectional")) s->ndir = 2;
+    else
+        return nnc_node_fail(
+            e, n, "attribute 'direction' = '%s' is not forward, reverse or bidirectional", buf);
     int64_t v;
     TRY(nnc_attr_int(n, "hidden_size", -1, &s->hidden, e));
     TRY(nnc_attr_int(n, "layout", 0, &v, e));
@@ -86,16 +127,22 @@ static int rnn_create(nnc_node *n, nnc_err *e)
     TRY(nnc_attr_int(n, "input_forget", 0, &v, e));
     s->input_forget = v != 0;
     TRY(nnc_attr_float(n, "clip", 0.f, &s->clip, e));
-    if (nnc_attr_find(n, "clip") && !(s->clip > 0.f)) return nnc_node_fail(e, n, "attribute 'clip' must be positive");
+    if (nnc_attr_find(n, "clip") && !(s->clip > 0.f))
+        return nnc_node_fail(e, n, "attribute 'clip' must be positive");
     /* activations: defaults, or the list (nact per direction) */
     static const int defs[3][3] = {{A_TANH}, {A_SIGMOID, A_TANH}, {A_SIGMOID, A_TANH, A_TANH}};
     int want = s->nact * s->ndir;
-    for (int i = 0; i < want; i++) { s->act[i].kind = defs[s->kind][i % s->nact]; s->act[i].a = s->act[i].b = 0.f; }
+    for (int i = 0; i < want; i++) {
+        s->act[i].kind = defs[s->kind][i % s->nact];
+        s->act[i].a = s->act[i].b = 0.f;
+    }
     const nnc_attr *acts = nnc_attr_find(n, "activations");
     if (acts) {
-        if (acts->kind != AK_STRINGS) return nnc_node_fail(e, n, "attribute 'activations' must be a list of strings");
+        if (acts->kind != AK_STRINGS)
+            return nnc_node_fail(e, n, "attribute 'activations' must be a list of strings");
         if (acts->count != want && !(acts->count == s->nact && s->ndir == 2))
-            return nnc_node_fail(e, n, "attribute 'activations' has %lld names, %d expected", (long long)acts->count, want);
+            return nnc_node_fail(e, n, "attribute 'activations' has %lld names, %d expected",
+                                 (long long)acts->count, want);
         float al[16], be[16];
         int nal, nbe;
         TRY(nnc_attr_floats(n, "activation_alpha", al, 16, &nal, e));
@@ -117,7 +164,9 @@ static int rnn_create(nnc_node *n, nnc_err *e)
     return NNC_OK;
 }
 
-typedef struct { int64_t seq, batch, in, H; } rnn_dims;
+typedef struct {
+    int64_t seq, batch, in, H;
+} rnn_dims;
 
 static int rnn_geometry(nnc_node *n, nnc_tensor *const *in, rnn_dims *g, nnc_err *e)
 {
@@ -126,25 +175,35 @@ static int rnn_geometry(nnc_node *n, nnc_tensor *const *in, rnn_dims *g, nnc_err
     for (int i = 0; i < n->nin; i++)
         if (in[i] && in[i]->dtype != (i == 4 ? DT_I32 : DT_F32))
             return nnc_node_fail(e, n, "input %d must be %s", i, i == 4 ? "int32" : "float32");
-    if (x->ndim != 3 || w->ndim != 3 || r->ndim != 3) return nnc_node_fail(e, n, "X, W and R must have rank 3");
+    if (x->ndim != 3 || w->ndim != 3 || r->ndim != 3)
+        return nnc_node_fail(e, n, "X, W and R must have rank 3");
     g->seq = s->layout ? x->dims[1] : x->dims[0];
     g->batch = s->layout ? x->dims[0] : x->dims[1];
     g->in = x->dims[2];
     g->H = r->dims[2];
     int64_t GH = s->gates * g->H, D = s->ndir;
-    if (s->hidden >= 0 && s->hidden != g->H) return nnc_node_fail(e, n, "attribute 'hidden_size' = %lld does not match R", (long long)s->hidden);
+    if (s->hidden >= 0 && s->hidden != g->H)
+        return nnc_node_fail(e, n, "attribute 'hidden_size' = %lld does not match R",
+                             (long long)s->hidden);
     if (w->dims[0] != D || w->dims[1] != GH || w->dims[2] != g->in)
-        return nnc_node_fail(e, n, "W must have shape [%lld, %lld, %lld]", (long long)D, (long long)GH, (long long)g->in);
-    if (r->dims[0] != D || r->dims[1] != GH) return nnc_node_fail(e, n, "R must have shape [%lld, %lld, %lld]", (long long)D, (long long)GH, (long long)g->H);
+        return nnc_node_fail(e, n, "W must have shape [%lld, %lld, %lld]", (long long)D,
+                             (long long)GH, (long long)g->in);
+    if (r->dims[0] != D || r->dims[1] != GH)
+        return nnc_node_fail(e, n, "R must have shape [%lld, %lld, %lld]", (long long)D,
+                             (long long)GH, (long long)g->H);
     const nnc_tensor *b = n->nin > 3 ? in[3] : NULL;
     if (b && (b->ndim != 2 || b->dims[0] != D || b->dims[1] != 2 * GH))
-        return nnc_node_fail(e, n, "B must have shape [%lld, %lld]", (long long)D, (long long)(2 * GH));
+        return nnc_node_fail(e, n, "B must have shape [%lld, %lld]", (long long)D,
+                             (long long)(2 * GH));
     const nnc_tensor *sl = n->nin > 4 ? in[4] : NULL;
     if (sl) {
-        if (sl->ndim != 1 || sl->dims[0] != g->batch) return nnc_node_fail(e, n, "sequence_lens must have %lld values", (long long)g->batch);
+        if (sl->ndim != 1 || sl->dims[0] != g->batch)
+            return nnc_node_fail(e, n, "sequence_lens must have %lld values", (long long)g->batch);
         for (int64_t i = 0; i < g->batch; i++) {
             int32_t L = ((const int32_t *)sl->data)[i];
-            if (L < 0 || L > g->seq) return nnc_node_fail(e, n, "sequence_lens[%lld] = %d is outside [0, %lld]", (long long)i, L, (long long)g->seq);
+            if (L < 0 || L > g->seq)
+                return nnc_node_fail(e, n, "sequence_lens[%lld] = %d is outside [0, %lld]",
+                                     (long long)i, L, (long long)g->seq);
         }
     }
     for (int i = 5; i < 7 && i < n->nin; i++) {
@@ -153,10 +212,13 @@ static int rnn_geometry(nnc_node *n, nnc_tensor *const *in, rnn_dims *g, nnc_err
         if (i == 6 && s->kind != K_LSTM) break;
         int64_t d0 = s->layout ? g->batch : D, d1 = s->layout ? D : g->batch;
         if (h->ndim != 3 || h->dims[0] != d0 || h->dims[1] != d1 || h->dims[2] != g->H)
-            return nnc_node_fail(e, n, "initial state input %d must have shape [%lld, %lld, %lld]", i, (long long)d0, (long long)d1, (long long)g->H);
+            return nnc_node_fail(e, n, "initial state input %d must have shape [%lld, %lld, %lld]",
+                                 i, (long long)d0, (long long)d1, (long long)g->H);
     }
-    if (s->kind == K_LSTM && n->nin > 7 && in[7] && (in[7]->ndim != 2 || in[7]->dims[0] != D || in[7]->dims[1] != 3 * g->H))
-        return nnc_node_fail(e, n, "P must have shape [%lld, %lld]", (long long)D, (long long)(3 * g->H));
+    if (s->kind == K_LSTM && n->nin > 7 && in[7] &&
+        (in[7]->ndim != 2 || in[7]->dims[0] != D || in[7]->dims[1] != 3 * g->H))
+        return nnc_node_fail(e, n, "P must have shape [%lld, %lld]", (long long)D,
+                             (long long)(3 * g->H));
     return NNC_OK;
 }
 
@@ -190,14 +252,18 @@ typedef struct {
     int fail;
 } rnn_job;
 
-static inline float clipv(float v, float c) { return c > 0.f ? (v < -c ? -c : v > c ? c : v) : v; }
+static inline float clipv(float v, float c)
+{
+    return c > 0.f ? (v < -c ? -c : v > c ? c : v) : v;
+}
 
 static void rnn_dir(void *arg, int64_t b0, int64_t b1, int tid)
 {
     (void)tid;
     rnn_job *j = arg;
     const rnn_state *s = j->s;
-    int64_t T = j->g.seq, B = j->g.batch, I = j->g.in, H = j->g.H, G = s->gates, GH = G * H, D = s->ndir;
+    int64_t T = j->g.seq, B = j->g.batch, I = j->g.in, H = j->g.H, G = s->gates, GH = G * H,
+            D = s->ndir;
     for (int64_t d = b0; d < b1; d++) {
         int rev = s->reverse_only || d == 1;
         const rnn_act *act = s->act + d * s->nact;
@@ -206,7 +272,10 @@ static void rnn_dir(void *arg, int64_t b0, int64_t b1, int tid)
         const float *P = j->p ? j->p + d * 3 * H : NULL;
         size_t nxw = (size_t)(T * B * GH), nst = (size_t)(B * H);
         float *xw = nnc_alloc((nxw + (size_t)(B * GH) + 4 * nst + 1) * sizeof(float));
-        if (!xw) { j->fail = 1; return; }
+        if (!xw) {
+            j->fail = 1;
+            return;
+        }
         float *hr = xw + nxw, *h = hr + B * GH, *c = h + nst, *rh = c + nst, *hnew = rh + nst;
         /* input projection of all steps: rows in X order */
         if (T * B > 0) nnc_sgemm(0, 1, T * B, GH, I, 1.f, j->x, I, W, I, 0.f, xw, GH);
@@ -240,7 +309,9 @@ static void rnn_dir(void *arg, int64_t b0, int64_t b1, int tid)
                 const float *xr = xw + (s->layout ? bi * T + t : t * B + bi) * GH;
                 const float *hh = hr + bi * GH;
                 float *hb = h + bi * H, *cb = c + bi * H;
-                float *yrow = j->y ? j->y + (s->layout ? ((bi * T + t) * D + d) * H : ((t * D + d) * B + bi) * H) : NULL;
+                float *yrow = j->y ? j->y + (s->layout ? ((bi * T + t) * D + d) * H
+                                                       : ((t * D + d) * B + bi) * H)
+                                   : NULL;
                 for (int64_t k = 0; k < H; k++) {
                     float out;
                     if (s->kind == K_RNN) {
@@ -253,23 +324,32 @@ static void rnn_dir(void *arg, int64_t b0, int64_t b1, int tid)
                         if (s->lbr) {
                             float vr = xr[H + k] + hh[H + k] + (Wb ? Wb[H + k] + Rb[H + k] : 0.f);
                             float rg = act_apply(&act[0], clipv(vr, s->clip));
-                            vh = xr[2 * H + k] + (Wb ? Wb[2 * H + k] : 0.f) + rg * (hh[2 * H + k] + (Rb ? Rb[2 * H + k] : 0.f));
+                            vh = xr[2 * H + k] + (Wb ? Wb[2 * H + k] : 0.f) +
+                                 rg * (hh[2 * H + k] + (Rb ? Rb[2 * H + k] : 0.f));
                         } else {
-                            vh = xr[2 * H + k] + hnew[bi * H + k] + (Wb ? Wb[2 * H + k] + Rb[2 * H + k] : 0.f);
+                            vh = xr[2 * H + k] + hnew[bi * H + k] +
+                                 (Wb ? Wb[2 * H + k] + Rb[2 * H + k] : 0.f);
                         }
                         float ht = act_apply(&act[1], clipv(vh, s->clip));
                         out = (1.f - z) * ht + z * hb[k];
                     } else { /* LSTM gates i, o, f, c */
                         float vi = xr[k] + hh[k], vo = xr[H + k] + hh[H + k];
-                        float vf = xr[2 * H + k] + hh[2 * H + k], vc = xr[3 * H + k] + hh[3 * H + k];
+                        float vf = xr[2 * H + k] + hh[2 * H + k],
+                              vc = xr[3 * H + k] + hh[3 * H + k];
                         if (Wb) {
-                            vi += Wb[k] + Rb[k]; vo += Wb[H + k] + Rb[H + k];
-                            vf += Wb[2 * H + k] + Rb[2 * H + k]; vc += Wb[3 * H + k] + Rb[3 * H + k];
+                            vi += Wb[k] + Rb[k];
+                            vo += Wb[H + k] + Rb[H + k];
+                            vf += Wb[2 * H + k] + Rb[2 * H + k];
+                            vc += Wb[3 * H + k] + Rb[3 * H + k];
                         }
                         float cp = cb[k];
-                        if (P) { vi += P[k] * cp; vf += P[2 * H + k] * cp; }
+                        if (P) {
+                            vi += P[k] * cp;
+                            vf += P[2 * H + k] * cp;
+                        }
                         float ig = act_apply(&act[0], clipv(vi, s->clip));
-                        float fg = s->input_forget ? 1.f - ig : act_apply(&act[0], clipv(vf, s->clip));
+                        float fg =
+                            s->input_forget ? 1.f - ig : act_apply(&act[0], clipv(vf, s->clip));
                         float cg = act_apply(&act[1], clipv(vc, s->clip));
                         float cn = fg * cp + ig * cg;
                         if (P) vo += P[H + k] * cn;
@@ -316,7 +396,10 @@ static int rnn_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec
     j.b = OPT(3);
     j.lens = OPT(4);
     j.h0 = OPT(5);
-    if (s->kind == K_LSTM) { j.c0 = OPT(6); j.p = OPT(7); }
+    if (s->kind == K_LSTM) {
+        j.c0 = OPT(6);
+        j.p = OPT(7);
+    }
 #undef OPT
     j.y = n->nout > 0 && n->out[0] >= 0 ? out[0].data : NULL;
     j.yh = n->nout > 1 && n->out[1] >= 0 ? out[1].data : NULL;

@@ -29,7 +29,10 @@ static int utf8_valid(const unsigned char *s, uint64_t n)
 {
     for (uint64_t i = 0; i < n;) {
         unsigned c = s[i];
-        if (c < 0x80) { i++; continue; }
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
         int k = (c >> 5) == 6 ? 1 : (c >> 4) == 14 ? 2 : (c >> 3) == 30 ? 3 : -1;
         if (k < 0 || n - i <= (uint64_t)k) return 0;
         uint32_t cp = c & (0x3Fu >> k);
@@ -48,20 +51,23 @@ static int utf8_valid(const unsigned char *s, uint64_t n)
 /* Every element of a string input: bytes where it says, UTF-8. */
 static int check_strings(const nnc_node *n, const nnc_tensor *t, int idx, nnc_err *e)
 {
-    if (t->dtype != DT_STR) return nnc_node_fail(e, n, "input %d is %s, expected string", idx, nnc_dtname(t->dtype));
+    if (t->dtype != DT_STR)
+        return nnc_node_fail(e, n, "input %d is %s, expected string", idx, nnc_dtname(t->dtype));
     const nstr *s = t->data;
     int64_t k = nnc_numel(t);
     for (int64_t i = 0; i < k; i++) {
         if (s[i].size && !s[i].data)
-            return nnc_node_fail(e, n, "input %d: string element %lld has %llu bytes at NULL", idx, (long long)i,
-                                 (unsigned long long)s[i].size);
+            return nnc_node_fail(e, n, "input %d: string element %lld has %llu bytes at NULL", idx,
+                                 (long long)i, (unsigned long long)s[i].size);
         if (!utf8_valid((const unsigned char *)s[i].data, s[i].size))
-            return nnc_node_fail(e, n, "input %d: string element %lld is not valid UTF-8", idx, (long long)i);
+            return nnc_node_fail(e, n, "input %d: string element %lld is not valid UTF-8", idx,
+                                 (long long)i);
     }
     return NNC_OK;
 }
 
-static int put(const nnc_node *n, nstr *o, const char *a, size_t na, const char *b, size_t nb, nnc_err *e)
+static int put(const nnc_node *n, nstr *o, const char *a, size_t na, const char *b, size_t nb,
+               nnc_err *e)
 {
     o->data = NULL;
     o->size = 0;
@@ -163,7 +169,8 @@ static void concat_one(void *c, int64_t o, int64_t ia, int64_t ib)
 {
     pair_ctx *p = c;
     if (p->rc) return;
-    p->rc = put(p->n, (nstr *)p->o + o, p->a[ia].data, p->a[ia].size, p->b[ib].data, p->b[ib].size, p->e);
+    p->rc = put(p->n, (nstr *)p->o + o, p->a[ia].data, p->a[ia].size, p->b[ib].data, p->b[ib].size,
+                p->e);
 }
 
 static void equal_one(void *c, int64_t o, int64_t ia, int64_t ib)
@@ -173,10 +180,22 @@ static void equal_one(void *c, int64_t o, int64_t ia, int64_t ib)
     ((uint8_t *)p->o)[o] = x->size == y->size && (!x->size || !memcmp(x->data, y->data, x->size));
 }
 
-static int sc_create(nnc_node *n, nnc_err *e) { return two_strings_create(n, DT_STR, e); }
-static int sc_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err *e) { return bcast_infer(n, in, out, DT_STR, e); }
-static int eq_create(nnc_node *n, nnc_err *e) { return two_strings_create(n, DT_BOOL, e); }
-static int eq_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err *e) { return bcast_infer(n, in, out, DT_BOOL, e); }
+static int sc_create(nnc_node *n, nnc_err *e)
+{
+    return two_strings_create(n, DT_STR, e);
+}
+static int sc_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err *e)
+{
+    return bcast_infer(n, in, out, DT_STR, e);
+}
+static int eq_create(nnc_node *n, nnc_err *e)
+{
+    return two_strings_create(n, DT_BOOL, e);
+}
+static int eq_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err *e)
+{
+    return bcast_infer(n, in, out, DT_BOOL, e);
+}
 
 static int pair_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err *e, bc2_fn fn)
 {
@@ -187,13 +206,15 @@ static int pair_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err
     return c.rc;
 }
 
-static int sc_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, struct nnc_exec *x, nnc_err *e)
+static int sc_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, struct nnc_exec *x,
+                  nnc_err *e)
 {
     (void)x;
     return pair_run(n, in, out, e, concat_one);
 }
 
-static int eq_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, struct nnc_exec *x, nnc_err *e)
+static int eq_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, struct nnc_exec *x,
+                  nnc_err *e)
 {
     (void)x;
     return pair_run(n, in, out, e, equal_one);
@@ -217,7 +238,8 @@ static int ss_create(nnc_node *n, nnc_err *e)
     n->state = s;
     const nnc_attr *d = nnc_attr_find(n, "delimiter");
     if (d) {
-        if (d->kind != AK_STRING) return nnc_node_fail(e, n, "attribute 'delimiter' must be a string");
+        if (d->kind != AK_STRING)
+            return nnc_node_fail(e, n, "attribute 'delimiter' must be a string");
         s->ndelim = d->count > 0 ? (size_t)d->count : 0;
         if (!(s->delim = malloc(s->ndelim + 1))) return nnc_node_fail(e, n, "out of memory");
         if (s->ndelim) memcpy(s->delim, d->data, s->ndelim);
@@ -226,8 +248,9 @@ static int ss_create(nnc_node *n, nnc_err *e)
     }
     TRY(nnc_attr_int(n, "maxsplit", -1, &s->maxsplit, e));
     if (s->maxsplit < -1 || (nnc_attr_find(n, "maxsplit") && s->maxsplit < 0))
-        return nnc_node_fail(e, n, "attribute 'maxsplit' is %lld; it must be >= 0 (or left out: no limit)",
-                             (long long)s->maxsplit);
+        return nnc_node_fail(
+            e, n, "attribute 'maxsplit' is %lld; it must be >= 0 (or left out: no limit)",
+            (long long)s->maxsplit);
     return NNC_OK;
 }
 
@@ -239,22 +262,36 @@ static void ss_destroy(nnc_node *n)
     n->state = NULL;
 }
 
-static int is_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+static int is_space(char c)
+{
+    return c == ' ' || (c >= '\t' && c <= '\r');
+}
 
 /* Pieces of one string (start, length), at most cap of them written; returns the count. As
  * Python's str.split(delimiter, maxsplit) but "" has none; no delimiter: runs of ASCII
  * whitespace, none empty. */
-static int64_t split_one(const split_state *s, const nstr *x, int64_t *starts, int64_t *lens, int64_t cap)
+static int64_t split_one(const split_state *s, const nstr *x, int64_t *starts, int64_t *lens,
+                         int64_t cap)
 {
     const char *p = x->data;
     int64_t n = (int64_t)x->size, k = 0, splits = 0;
-#define PIECE(a, l) do { if (k < cap) { starts[k] = (a); lens[k] = (l); } k++; } while (0)
+#define PIECE(a, l)          \
+    do {                     \
+        if (k < cap) {       \
+            starts[k] = (a); \
+            lens[k] = (l);   \
+        }                    \
+        k++;                 \
+    } while (0)
     if (!s->ndelim) {
         int64_t i = 0;
         while (i < n) {
             while (i < n && is_space(p[i])) i++;
             if (i >= n) break;
-            if (s->maxsplit >= 0 && splits == s->maxsplit) { PIECE(i, n - i); break; }
+            if (s->maxsplit >= 0 && splits == s->maxsplit) {
+                PIECE(i, n - i);
+                break;
+            }
             int64_t j = i;
             while (j < n && !is_space(p[j])) j++;
             PIECE(i, j - i);
@@ -270,8 +307,14 @@ static int64_t split_one(const split_state *s, const nstr *x, int64_t *starts, i
         int found = 0;
         if (s->maxsplit < 0 || splits < s->maxsplit)
             for (; j + d <= n; j++)
-                if (!memcmp(p + j, s->delim, (size_t)d)) { found = 1; break; }
-        if (!found) { PIECE(i, n - i); break; }
+                if (!memcmp(p + j, s->delim, (size_t)d)) {
+                    found = 1;
+                    break;
+                }
+        if (!found) {
+            PIECE(i, n - i);
+            break;
+        }
         PIECE(i, j - i);
         splits++;
         i = j + d;
@@ -284,7 +327,8 @@ static int ss_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err
 {
     const split_state *s = n->state;
     TRY(check_strings(n, in[0], 0, e));
-    if (in[0]->ndim + 1 > NNC_MAXDIM) return nnc_node_unsup(e, n, "input rank %d is too large", in[0]->ndim);
+    if (in[0]->ndim + 1 > NNC_MAXDIM)
+        return nnc_node_unsup(e, n, "input rank %d is too large", in[0]->ndim);
     const nstr *x = in[0]->data;
     int64_t total = nnc_numel(in[0]), most = 0;
     for (int64_t i = 0; i < total; i++) {
@@ -302,7 +346,8 @@ static int ss_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err
     return NNC_OK;
 }
 
-static int ss_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, struct nnc_exec *x_, nnc_err *e)
+static int ss_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, struct nnc_exec *x_,
+                  nnc_err *e)
 {
     (void)x_;
     const split_state *s = n->state;
@@ -316,7 +361,11 @@ static int ss_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, struct nn
     int rc = NNC_OK;
     for (int64_t i = 0; i < total && rc == NNC_OK; i++) {
         int64_t c = split_one(s, &x[i], starts, lens, width);
-        if (c > width) { rc = nnc_node_fail(e, n, "element %lld has %lld pieces; the output holds %lld", (long long)i, (long long)c, (long long)width); break; }
+        if (c > width) {
+            rc = nnc_node_fail(e, n, "element %lld has %lld pieces; the output holds %lld",
+                               (long long)i, (long long)c, (long long)width);
+            break;
+        }
         if (z) z[i] = c;
         for (int64_t k = 0; k < width && rc == NNC_OK; k++) {
             nstr *o = &y[i * width + k];
@@ -349,7 +398,10 @@ static locale_t utf8_locale(void)
 static int utf8_dec(const unsigned char *s, uint32_t *cp)
 {
     unsigned c = s[0];
-    if (c < 0x80) { *cp = c; return 1; }
+    if (c < 0x80) {
+        *cp = c;
+        return 1;
+    }
     int k = (c >> 5) == 6 ? 1 : (c >> 4) == 14 ? 2 : 3;
     uint32_t v = c & (0x3F >> k);
     for (int j = 1; j <= k; j++) v = (v << 6) | (s[j] & 0x3F);
@@ -359,14 +411,25 @@ static int utf8_dec(const unsigned char *s, uint32_t *cp)
 
 static int utf8_enc(uint32_t cp, char *o)
 {
-    if (cp < 0x80) { o[0] = (char)cp; return 1; }
-    if (cp < 0x800) { o[0] = (char)(0xC0 | (cp >> 6)); o[1] = (char)(0x80 | (cp & 0x3F)); return 2; }
+    if (cp < 0x80) {
+        o[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        o[0] = (char)(0xC0 | (cp >> 6));
+        o[1] = (char)(0x80 | (cp & 0x3F));
+        return 2;
+    }
     if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | (cp >> 12)); o[1] = (char)(0x80 | ((cp >> 6) & 0x3F)); o[2] = (char)(0x80 | (cp & 0x3F));
+        o[0] = (char)(0xE0 | (cp >> 12));
+        o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        o[2] = (char)(0x80 | (cp & 0x3F));
         return 3;
     }
-    o[0] = (char)(0xF0 | (cp >> 18)); o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    o[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); o[3] = (char)(0x80 | (cp & 0x3F));
+    o[0] = (char)(0xF0 | (cp >> 18));
+    o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+    o[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
+    o[3] = (char)(0x80 | (cp & 0x3F));
     return 4;
 }
 
@@ -385,7 +448,9 @@ static int case_map(const char *s, size_t n, int how, locale_t loc, char **out, 
     for (size_t i = 0; i < n;) {
         uint32_t cp;
         i += (size_t)utf8_dec((const unsigned char *)s + i, &cp);
-        wint_t w = how == CASE_UPPER ? towupper_l((wint_t)cp, loc) : how == CASE_LOWER ? towlower_l((wint_t)cp, loc) : (wint_t)cp;
+        wint_t w = how == CASE_UPPER   ? towupper_l((wint_t)cp, loc)
+                   : how == CASE_LOWER ? towlower_l((wint_t)cp, loc)
+                                       : (wint_t)cp;
         uint32_t c = (uint32_t)w;
         if (c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) c = cp;
         k += (size_t)utf8_enc(c, m + k);
@@ -427,7 +492,9 @@ static int sn_create(nnc_node *n, nnc_err *e)
     if (!strcmp(act, "NONE")) s->action = CASE_NONE;
     else if (!strcmp(act, "LOWER")) s->action = CASE_LOWER;
     else if (!strcmp(act, "UPPER")) s->action = CASE_UPPER;
-    else return nnc_node_fail(e, n, "attribute 'case_change_action' is '%s'; it must be NONE, LOWER or UPPER", act);
+    else
+        return nnc_node_fail(
+            e, n, "attribute 'case_change_action' is '%s'; it must be NONE, LOWER or UPPER", act);
     TRY(nnc_attr_int(n, "is_case_sensitive", 0, &sens, e));
     s->sensitive = sens != 0;
     TRY(nnc_attr_str(n, "locale", "", loc, sizeof loc, e));
@@ -436,7 +503,10 @@ static int sn_create(nnc_node *n, nnc_err *e)
              !strncasecmp(loc, "C.UTF", 5))
         s->loc = utf8_locale(); /* en_* share the C.UTF-8 case tables (glibc's i18n) */
     else
-        return nnc_node_unsup(e, n, "attribute 'locale' is '%s', which is not installed on this machine (see `locale -a`)", loc);
+        return nnc_node_unsup(
+            e, n,
+            "attribute 'locale' is '%s', which is not installed on this machine (see `locale -a`)",
+            loc);
     if (!s->loc) return nnc_node_unsup(e, n, "the C.UTF-8 locale is not available on this machine");
     const nnc_attr *sw = nnc_attr_find(n, "stopwords");
     if (sw) {
@@ -447,10 +517,12 @@ static int sn_create(nnc_node *n, nnc_err *e)
         for (int64_t i = 0; i < sw->count; i++) {
             const char *w = ((const char *const *)sw->data)[i];
             size_t len = w ? strlen(w) : 0;
-            if (!utf8_valid((const unsigned char *)w, len)) return nnc_node_fail(e, n, "stopword %lld is not valid UTF-8", (long long)i);
+            if (!utf8_valid((const unsigned char *)w, len))
+                return nnc_node_fail(e, n, "stopword %lld is not valid UTF-8", (long long)i);
             char *m;
             size_t mn;
-            if (case_map(w, len, s->sensitive ? CASE_NONE : CASE_UPPER, s->loc, &m, &mn)) return nnc_node_fail(e, n, "out of memory");
+            if (case_map(w, len, s->sensitive ? CASE_NONE : CASE_UPPER, s->loc, &m, &mn))
+                return nnc_node_fail(e, n, "out of memory");
             s->stop[s->nstop].data = m;
             s->stop[s->nstop++].size = mn;
         }
@@ -475,7 +547,8 @@ static int sn_is_stop(const norm_state *s, const nstr *x, int *stop)
     return NNC_OK;
 }
 
-static int sn_count(const nnc_node *n, const norm_state *s, const nnc_tensor *t, int64_t *kept, nnc_err *e)
+static int sn_count(const nnc_node *n, const norm_state *s, const nnc_tensor *t, int64_t *kept,
+                    nnc_err *e)
 {
     const nstr *x = t->data;
     int64_t total = nnc_numel(t);
@@ -505,7 +578,8 @@ static int sn_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err
     return NNC_OK;
 }
 
-static int sn_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, struct nnc_exec *x_, nnc_err *e)
+static int sn_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, struct nnc_exec *x_,
+                  nnc_err *e)
 {
     (void)x_;
     const norm_state *s = n->state;
@@ -519,7 +593,8 @@ static int sn_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, struct nn
         if (k >= cap) return nnc_node_fail(e, n, "more strings kept than the output holds");
         char *m;
         size_t mn;
-        if (case_map(x[i].data, x[i].size, s->action, s->loc, &m, &mn)) return nnc_node_fail(e, n, "out of memory");
+        if (case_map(x[i].data, x[i].size, s->action, s->loc, &m, &mn))
+            return nnc_node_fail(e, n, "out of memory");
         y[k].data = m;
         y[k++].size = mn;
     }
@@ -565,9 +640,10 @@ static const char *class_body(char c)
 
 static const char *posix_class(const char *name, size_t len)
 {
-    static const char *const t[][2] = {{"alpha", "A-Za-z"}, {"digit", "0-9"}, {"alnum", "0-9A-Za-z"},
-                                       {"upper", "A-Z"}, {"lower", "a-z"}, {"space", "\t\n\v\f\r "},
-                                       {"xdigit", "0-9A-Fa-f"}, {"blank", "\t "}, {"word", "0-9A-Za-z_"}};
+    static const char *const t[][2] = {
+        {"alpha", "A-Za-z"},     {"digit", "0-9"}, {"alnum", "0-9A-Za-z"},
+        {"upper", "A-Z"},        {"lower", "a-z"}, {"space", "\t\n\v\f\r "},
+        {"xdigit", "0-9A-Fa-f"}, {"blank", "\t "}, {"word", "0-9A-Za-z_"}};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         if (strlen(t[i][0]) == len && !strncmp(t[i][0], name, len)) return t[i][1];
     return NULL;
@@ -584,7 +660,9 @@ static int escaped_literal(char c, char *lit)
     case 'v': *lit = '\v'; return 1;
     case 'a': *lit = '\a'; return 1;
     }
-    if ((unsigned char)c < 0x80 && !((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) && c != '_' && c > ' ') {
+    if ((unsigned char)c < 0x80 &&
+        !((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) && c != '_' &&
+        c > ' ') {
         *lit = c;
         return 1;
     }
@@ -597,35 +675,63 @@ static const char *tr_bracket(const char *p, size_t len, size_t *pi, sbuf *o)
     size_t i = *pi + 1;
     int neg = 0, close = 0, dash = 0, caret = 0;
     sbuf body = {0};
-    if (i < len && p[i] == '^') { neg = 1; i++; }
+    if (i < len && p[i] == '^') {
+        neg = 1;
+        i++;
+    }
     const char *why = NULL;
     int first = 1;
     while (!why) {
-        if (i >= len) { why = "an unterminated [...]"; break; }
+        if (i >= len) {
+            why = "an unterminated [...]";
+            break;
+        }
         char c = p[i];
-        if (c == ']' && !first) { i++; break; }
+        if (c == ']' && !first) {
+            i++;
+            break;
+        }
         first = 0;
         char lit[4];
         size_t nlit = 0;
         if (c == '[' && i + 1 < len && p[i + 1] == ':') {
             const char *end = strstr(p + i + 2, ":]");
-            if (!end) { why = "an unterminated [:class:]"; break; }
+            if (!end) {
+                why = "an unterminated [:class:]";
+                break;
+            }
             const char *body_ = posix_class(p + i + 2, (size_t)(end - (p + i + 2)));
-            if (!body_) { why = "a [:class:] other than alpha digit alnum upper lower space xdigit blank word"; break; }
-            if (sb_add(&body, body_, strlen(body_))) { why = "out of memory"; break; }
+            if (!body_) {
+                why =
+                    "a [:class:] other than alpha digit alnum upper lower space xdigit blank word";
+                break;
+            }
+            if (sb_add(&body, body_, strlen(body_))) {
+                why = "out of memory";
+                break;
+            }
             i = (size_t)(end - p) + 2;
             continue;
         }
         if (c == '\\') {
-            if (i + 1 >= len) { why = "a trailing backslash"; break; }
+            if (i + 1 >= len) {
+                why = "a trailing backslash";
+                break;
+            }
             char d = p[i + 1];
             const char *cls = class_body(d);
             if (cls) {
-                if (sb_add(&body, cls, strlen(cls))) { why = "out of memory"; break; }
+                if (sb_add(&body, cls, strlen(cls))) {
+                    why = "out of memory";
+                    break;
+                }
                 i += 2;
                 continue;
             }
-            if (!escaped_literal(d, lit)) { why = "an escape inside [...] other than \\d \\w \\s or a punctuation character"; break; }
+            if (!escaped_literal(d, lit)) {
+                why = "an escape inside [...] other than \\d \\w \\s or a punctuation character";
+                break;
+            }
             nlit = 1;
             i += 2;
         } else {
@@ -639,7 +745,10 @@ static const char *tr_bracket(const char *p, size_t len, size_t *pi, sbuf *o)
             char hi[4];
             size_t nhi;
             if (p[i + 1] == '\\') {
-                if (i + 2 >= len || !escaped_literal(p[i + 2], hi)) { why = "a range ending in an escape"; break; }
+                if (i + 2 >= len || !escaped_literal(p[i + 2], hi)) {
+                    why = "a range ending in an escape";
+                    break;
+                }
                 nhi = 1;
                 i += 3;
             } else if (p[i + 1] == '[') {
@@ -651,15 +760,22 @@ static const char *tr_bracket(const char *p, size_t len, size_t *pi, sbuf *o)
                 memcpy(hi, p + i + 1, nhi);
                 i += 1 + nhi;
             }
-            if ((nlit == 1 && strchr("]^-[", lit[0])) || (nhi == 1 && strchr("]^-[", hi[0]))) { why = "a range with ] ^ - or [ as an end"; break; }
-            if (sb_add(&body, lit, nlit) || SB(&body, "-") || sb_add(&body, hi, nhi)) { why = "out of memory"; break; }
+            if ((nlit == 1 && strchr("]^-[", lit[0])) || (nhi == 1 && strchr("]^-[", hi[0]))) {
+                why = "a range with ] ^ - or [ as an end";
+                break;
+            }
+            if (sb_add(&body, lit, nlit) || SB(&body, "-") || sb_add(&body, hi, nhi)) {
+                why = "out of memory";
+                break;
+            }
             continue;
         }
         if (nlit == 1 && lit[0] == ']') close = 1;
         else if (nlit == 1 && lit[0] == '-') dash = 1;
         else if (nlit == 1 && lit[0] == '^') caret = 1;
-        else if (nlit == 1 && lit[0] == '[') { if (SB(&body, "[")) why = "out of memory"; }
-        else if (sb_add(&body, lit, nlit)) why = "out of memory";
+        else if (nlit == 1 && lit[0] == '[') {
+            if (SB(&body, "[")) why = "out of memory";
+        } else if (sb_add(&body, lit, nlit)) why = "out of memory";
     }
     if (!why && !close && !dash && !caret && body.n == 0) why = "an empty [...]";
     if (!why) {
@@ -668,7 +784,8 @@ static const char *tr_bracket(const char *p, size_t len, size_t *pi, sbuf *o)
                  (!body.n || sb_add(o, body.buf, body.n) == 0) && (!caret || SB(o, "^") == 0) &&
                  (!dash || SB(o, "-") == 0) && SB(o, "]") == 0;
         if (!ok) why = "out of memory";
-        if (!body.n && !close && caret && !neg && !dash) why = "a [^] bracket"; /* "[^]" would negate */
+        if (!body.n && !close && caret && !neg && !dash)
+            why = "a [^] bracket"; /* "[^]" would negate */
     }
     free(body.buf);
     *pi = i;
@@ -691,24 +808,47 @@ static const char *re2_to_ere(const char *p, size_t len, sbuf *o, int *word_boun
             char d = p[i + 1], lit;
             const char *cls = class_body(d | 0x20);
             i += 2;
-            if (cls && d >= 'a') { if (SB(o, "[") || sb_add(o, cls, strlen(cls)) || SB(o, "]")) return "out of memory"; continue; }
-            if (cls) { if (SB(o, "[^") || sb_add(o, cls, strlen(cls)) || SB(o, "]")) return "out of memory"; continue; }
+            if (cls && d >= 'a') {
+                if (SB(o, "[") || sb_add(o, cls, strlen(cls)) || SB(o, "]")) return "out of memory";
+                continue;
+            }
+            if (cls) {
+                if (SB(o, "[^") || sb_add(o, cls, strlen(cls)) || SB(o, "]"))
+                    return "out of memory";
+                continue;
+            }
             if (d == 'b' || d == 'B') {
                 *word_boundary = 1;
                 if (sb_add(o, p + i - 2, 2)) return "out of memory";
                 continue;
             }
-            if (!escaped_literal(d, &lit)) return "an escape other than \\d \\D \\w \\W \\s \\S \\b \\B, \\t \\n \\r \\f \\v \\a or a punctuation character";
-            if (strchr(".[]()*+?{}|^$\\", lit)) { char esc[2] = {'\\', lit}; if (sb_add(o, esc, 2)) return "out of memory"; }
-            else if (lit == '\n' || lit == '\t' || lit == '\r' || lit == '\f' || lit == '\v' || lit == '\a') { if (sb_add(o, &lit, 1)) return "out of memory"; }
-            else { char br[3] = {'[', lit, ']'}; if (sb_add(o, br, 3)) return "out of memory"; }
+            if (!escaped_literal(d, &lit))
+                return "an escape other than \\d \\D \\w \\W \\s \\S \\b \\B, \\t \\n \\r \\f \\v \\a or a punctuation character";
+            if (strchr(".[]()*+?{}|^$\\", lit)) {
+                char esc[2] = {'\\', lit};
+                if (sb_add(o, esc, 2)) return "out of memory";
+            } else if (lit == '\n' || lit == '\t' || lit == '\r' || lit == '\f' || lit == '\v' ||
+                       lit == '\a') {
+                if (sb_add(o, &lit, 1)) return "out of memory";
+            } else {
+                char br[3] = {'[', lit, ']'};
+                if (sb_add(o, br, 3)) return "out of memory";
+            }
             continue;
         }
         if (c == '(' && i + 1 < len && p[i + 1] == '?') {
-            if (i + 2 < len && p[i + 2] == ':') { i += 3; if (SB(o, "(")) return "out of memory"; continue; }
+            if (i + 2 < len && p[i + 2] == ':') {
+                i += 3;
+                if (SB(o, "(")) return "out of memory";
+                continue;
+            }
             return "a (?...) group other than (?:...) (flags, named groups)";
         }
-        if (c == '.') { i++; if (SB(o, "[^\n]")) return "out of memory"; continue; }
+        if (c == '.') {
+            i++;
+            if (SB(o, "[^\n]")) return "out of memory";
+            continue;
+        }
         if ((c == '*' || c == '+' || c == '?' || c == '}') && i + 1 < len && p[i + 1] == '?') {
             /* lazy: the same strings match fully */
             if (sb_add(o, &c, 1)) return "out of memory";
@@ -722,9 +862,16 @@ static const char *re2_to_ere(const char *p, size_t len, sbuf *o, int *word_boun
             size_t j = i + 1;
             while (j < len && p[j] >= '0' && p[j] <= '9') j++;
             int ok = j > i + 1;
-            if (ok && j < len && p[j] == ',') { j++; while (j < len && p[j] >= '0' && p[j] <= '9') j++; }
+            if (ok && j < len && p[j] == ',') {
+                j++;
+                while (j < len && p[j] >= '0' && p[j] <= '9') j++;
+            }
             ok = ok && j < len && p[j] == '}';
-            if (!ok) { i++; if (SB(o, "[{]")) return "out of memory"; continue; }
+            if (!ok) {
+                i++;
+                if (SB(o, "[{]")) return "out of memory";
+                continue;
+            }
             if (sb_add(o, p + i, j + 1 - i)) return "out of memory";
             i = j + 1;
             continue;
@@ -756,10 +903,12 @@ static int rx_create(nnc_node *n, nnc_err *e)
     TRY(want_dtype(n, 0, 0, DT_STR, e));
     TRY(want_dtype(n, 1, 0, DT_BOOL, e));
     const nnc_attr *a = nnc_attr_find(n, "pattern");
-    if (!a || a->kind != AK_STRING) return nnc_node_fail(e, n, "attribute 'pattern' (a string) is required");
+    if (!a || a->kind != AK_STRING)
+        return nnc_node_fail(e, n, "attribute 'pattern' (a string) is required");
     size_t len = a->count > 0 ? (size_t)a->count : 0;
     const char *pat = a->data;
-    if (!utf8_valid((const unsigned char *)pat, len)) return nnc_node_fail(e, n, "attribute 'pattern' is not valid UTF-8");
+    if (!utf8_valid((const unsigned char *)pat, len))
+        return nnc_node_fail(e, n, "attribute 'pattern' is not valid UTF-8");
     if (memchr(pat, 0, len)) return nnc_node_unsup(e, n, "attribute 'pattern' holds a NUL byte");
     locale_t loc = utf8_locale();
     if (!loc) return nnc_node_unsup(e, n, "the C.UTF-8 locale is not available on this machine");
@@ -770,7 +919,10 @@ static int rx_create(nnc_node *n, nnc_err *e)
     const char *why = re2_to_ere(pat, len, &o, &s->word_boundary);
     if (why) {
         free(o.buf);
-        return nnc_node_unsup(e, n, "attribute 'pattern' uses %s, which the cpu backend's POSIX regex engine cannot match as RE2 does", why);
+        return nnc_node_unsup(
+            e, n,
+            "attribute 'pattern' uses %s, which the cpu backend's POSIX regex engine cannot match as RE2 does",
+            why);
     }
     locale_t old = uselocale(loc);
     int rc = regcomp(&s->re, o.buf, REG_EXTENDED | REG_NOSUB);
@@ -779,7 +931,8 @@ static int rx_create(nnc_node *n, nnc_err *e)
         char msg[256];
         regerror(rc, &s->re, msg, sizeof msg);
         free(o.buf);
-        return nnc_node_fail(e, n, "attribute 'pattern' is not a valid regular expression: %s", msg);
+        return nnc_node_fail(e, n, "attribute 'pattern' is not a valid regular expression: %s",
+                             msg);
     }
     free(o.buf);
     s->compiled = 1;
@@ -795,7 +948,8 @@ static int rx_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err
     return NNC_OK;
 }
 
-static int rx_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, struct nnc_exec *x_, nnc_err *e)
+static int rx_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, struct nnc_exec *x_,
+                  nnc_err *e)
 {
     (void)x_;
     const regex_state *s = n->state;
@@ -808,14 +962,18 @@ static int rx_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, struct nn
         if (s->word_boundary)
             for (uint64_t k = 0; k < x[i].size; k++)
                 if ((unsigned char)x[i].data[k] >= 0x80) {
-                    rc = nnc_node_unsup(e, n, "the pattern uses \\b or \\B and element %lld is not ASCII; RE2's word boundaries are ASCII, the cpu backend's are not", (long long)i);
+                    rc = nnc_node_unsup(
+                        e, n,
+                        "the pattern uses \\b or \\B and element %lld is not ASCII; RE2's word boundaries are ASCII, the cpu backend's are not",
+                        (long long)i);
                     break;
                 }
         if (rc) break;
         regmatch_t m = {0, (regoff_t)x[i].size};
         static const char empty[1] = "";
         int r = regexec(&s->re, x[i].size ? x[i].data : empty, 1, &m, REG_STARTEND);
-        if (r != 0 && r != REG_NOMATCH) rc = nnc_node_fail(e, n, "regexec failed on element %lld (%d)", (long long)i, r);
+        if (r != 0 && r != REG_NOMATCH)
+            rc = nnc_node_fail(e, n, "regexec failed on element %lld (%d)", (long long)i, r);
         y[i] = r == 0;
     }
     uselocale(old);
@@ -847,7 +1005,13 @@ static void les_destroy(nnc_node *n)
             if (s->ks) free((void *)s->ks[i].data);
             if (s->vs) free((void *)s->vs[i].data);
         }
-        free(s->ks); free(s->vs); free(s->ki); free(s->vi); free(s->kd); free(s->vd); free(s->order);
+        free(s->ks);
+        free(s->vs);
+        free(s->ki);
+        free(s->vi);
+        free(s->kd);
+        free(s->vd);
+        free(s->order);
         free((void *)s->ds.data);
     }
     free(s);
@@ -882,16 +1046,23 @@ static int le_load(nnc_node *n, const char *what, int *kind, int *dt, int64_t *c
         a = b;
         found = k;
     }
-    if (!a) return nnc_node_fail(e, n, "no %s_strings, %s_int64s, %s_floats or %s_tensor attribute", what, what, what, what);
+    if (!a)
+        return nnc_node_fail(e, n, "no %s_strings, %s_int64s, %s_floats or %s_tensor attribute",
+                             what, what, what, what);
     int64_t c = a->count;
-    if (c < 0 || (c && !a->data)) return nnc_node_fail(e, n, "attribute '%s_%s' is malformed", what, suf[found]);
+    if (c < 0 || (c && !a->data))
+        return nnc_node_fail(e, n, "attribute '%s_%s' is malformed", what, suf[found]);
     *count = c;
     size_t m = (size_t)(c ? c : 1);
     int tdt = found == 0 ? DT_STR : found == 1 ? DT_I64 : found == 2 ? DT_F32 : a->tdtype;
-    if (found == 0 && a->kind != AK_STRINGS) return nnc_node_fail(e, n, "attribute '%s_strings' must be strings", what);
-    if (found == 1 && a->kind != AK_INTS) return nnc_node_fail(e, n, "attribute '%s_int64s' must be ints", what);
-    if (found == 2 && a->kind != AK_FLOATS) return nnc_node_fail(e, n, "attribute '%s_floats' must be floats", what);
-    if (found == 3 && a->kind != AK_TENSOR) return nnc_node_fail(e, n, "attribute '%s_tensor' must be a tensor", what);
+    if (found == 0 && a->kind != AK_STRINGS)
+        return nnc_node_fail(e, n, "attribute '%s_strings' must be strings", what);
+    if (found == 1 && a->kind != AK_INTS)
+        return nnc_node_fail(e, n, "attribute '%s_int64s' must be ints", what);
+    if (found == 2 && a->kind != AK_FLOATS)
+        return nnc_node_fail(e, n, "attribute '%s_floats' must be floats", what);
+    if (found == 3 && a->kind != AK_TENSOR)
+        return nnc_node_fail(e, n, "attribute '%s_tensor' must be a tensor", what);
     *dt = tdt;
     if (tdt == DT_STR) {
         *kind = LK_STR;
@@ -899,19 +1070,34 @@ static int le_load(nnc_node *n, const char *what, int *kind, int *dt, int64_t *c
         for (int64_t i = 0; i < c; i++) {
             const char *p;
             size_t len;
-            if (found == 0) { p = ((const char *const *)a->data)[i]; len = p ? strlen(p) : 0; }
-            else { const nstr *t = (const nstr *)a->data + i; p = t->data; len = t->size; if (len && !p) return nnc_node_fail(e, n, "attribute '%s_tensor' element %lld is NULL", what, (long long)i); }
-            if (!utf8_valid((const unsigned char *)p, len)) return nnc_node_fail(e, n, "attribute '%s_%s' element %lld is not valid UTF-8", what, suf[found], (long long)i);
+            if (found == 0) {
+                p = ((const char *const *)a->data)[i];
+                len = p ? strlen(p) : 0;
+            } else {
+                const nstr *t = (const nstr *)a->data + i;
+                p = t->data;
+                len = t->size;
+                if (len && !p)
+                    return nnc_node_fail(e, n, "attribute '%s_tensor' element %lld is NULL", what,
+                                         (long long)i);
+            }
+            if (!utf8_valid((const unsigned char *)p, len))
+                return nnc_node_fail(e, n, "attribute '%s_%s' element %lld is not valid UTF-8",
+                                     what, suf[found], (long long)i);
             if (copy_str(&(*str)[i], p, len)) return nnc_node_fail(e, n, "out of memory");
         }
         return NNC_OK;
     }
-    int integer = tdt == DT_I64 || tdt == DT_I32 || tdt == DT_I16 || tdt == DT_I8 || tdt == DT_U8 || tdt == DT_U16 || tdt == DT_U32;
+    int integer = tdt == DT_I64 || tdt == DT_I32 || tdt == DT_I16 || tdt == DT_I8 || tdt == DT_U8 ||
+                  tdt == DT_U16 || tdt == DT_U32;
     if (!integer && tdt != DT_F32 && tdt != DT_F64)
-        return nnc_node_unsup(e, n, "attribute '%s_tensor' has element type %s", what, nnc_dtname(tdt));
+        return nnc_node_unsup(e, n, "attribute '%s_tensor' has element type %s", what,
+                              nnc_dtname(tdt));
     *kind = integer ? LK_INT : LK_REAL;
-    if (integer && !(*ints = malloc(m * sizeof **ints))) return nnc_node_fail(e, n, "out of memory");
-    if (!integer && !(*reals = malloc(m * sizeof **reals))) return nnc_node_fail(e, n, "out of memory");
+    if (integer && !(*ints = malloc(m * sizeof **ints)))
+        return nnc_node_fail(e, n, "out of memory");
+    if (!integer && !(*reals = malloc(m * sizeof **reals)))
+        return nnc_node_fail(e, n, "out of memory");
     for (int64_t i = 0; i < c; i++) {
         const void *d = a->data;
         switch (tdt) {
@@ -960,7 +1146,8 @@ static int order_cmp(const void *x, const void *y)
 /* Key indices by key, equal keys in their given order (a lookup finds the first). */
 static int le_sort(const nnc_node *n, le_state *s, nnc_err *e)
 {
-    if (!(s->order = malloc((size_t)(s->n ? s->n : 1) * sizeof *s->order))) return nnc_node_fail(e, n, "out of memory");
+    if (!(s->order = malloc((size_t)(s->n ? s->n : 1) * sizeof *s->order)))
+        return nnc_node_fail(e, n, "out of memory");
     for (int64_t i = 0; i < s->n; i++) s->order[i] = i;
     pthread_mutex_lock(&g_sort_lock);
     g_sort_state = s;
@@ -979,15 +1166,19 @@ static int les_create(nnc_node *n, nnc_err *e)
     int64_t nk, nv;
     TRY(le_load(n, "keys", &s->kkind, &kdt, &nk, &s->ks, &s->ki, &s->kd, e));
     TRY(le_load(n, "values", &s->vkind, &vdt, &nv, &s->vs, &s->vi, &s->vd, e));
-    if (nk != nv) return nnc_node_fail(e, n, "there are %lld keys and %lld values", (long long)nk, (long long)nv);
+    if (nk != nv)
+        return nnc_node_fail(e, n, "there are %lld keys and %lld values", (long long)nk,
+                             (long long)nv);
     s->n = nk;
     s->vdt = vdt;
     if (s->kkind != LK_STR && s->vkind != LK_STR)
-        return nnc_node_unsup(e, n, "neither keys nor values are strings (the numeric LabelEncoder handles those)");
+        return nnc_node_unsup(
+            e, n, "neither keys nor values are strings (the numeric LabelEncoder handles those)");
     TRY(want_dtype(n, 0, 0, kdt == DT_STR ? DT_STR : n->vin[0] ? n->vin[0]->dtype : kdt, e));
     if (s->kkind != LK_STR && n->vin[0] && n->vin[0]->dtype != kdt &&
         !(kdt == DT_F32 && n->vin[0]->dtype == DT_F64))
-        return nnc_node_fail(e, n, "input is %s; the keys are %s", nnc_dtname(n->vin[0]->dtype), nnc_dtname(kdt));
+        return nnc_node_fail(e, n, "input is %s; the keys are %s", nnc_dtname(n->vin[0]->dtype),
+                             nnc_dtname(kdt));
     TRY(want_dtype(n, 1, 0, vdt, e));
     /* defaults */
     const nnc_attr *dt = nnc_attr_find(n, "default_tensor");
@@ -995,7 +1186,9 @@ static int les_create(nnc_node *n, nnc_err *e)
     s->dd = -0.0;
     if (dt) {
         if (dt->kind != AK_TENSOR || dt->count != 1 || !dt->data || dt->tdtype != vdt)
-            return nnc_node_fail(e, n, "attribute 'default_tensor' must hold one value of the values' type (%s)", nnc_dtname(vdt));
+            return nnc_node_fail(
+                e, n, "attribute 'default_tensor' must hold one value of the values' type (%s)",
+                nnc_dtname(vdt));
         int64_t one;
         nstr *ds = NULL;
         int64_t *di = NULL;
@@ -1007,19 +1200,28 @@ static int les_create(nnc_node *n, nnc_err *e)
         nnc_node m = *n;
         m.attrs = &tmp;
         m.nattr = 1;
-        if (le_load(&m, "values", &kind, &ddt, &one, &ds, &di, &dd, e)) { free(ds); free(di); free(dd); return NNC_ERR; }
+        if (le_load(&m, "values", &kind, &ddt, &one, &ds, &di, &dd, e)) {
+            free(ds);
+            free(di);
+            free(dd);
+            return NNC_ERR;
+        }
         if (ds) s->ds = ds[0];
         if (di) s->di = di[0];
         if (dd) s->dd = dd[0];
-        free(ds); free(di); free(dd);
+        free(ds);
+        free(di);
+        free(dd);
     } else if (s->vkind == LK_STR) {
         char buf[4096];
         const nnc_attr *a = nnc_attr_find(n, "default_string");
-        if (a && (a->kind != AK_STRING || (a->count > 0 && !a->data))) return nnc_node_fail(e, n, "attribute 'default_string' must be a string");
+        if (a && (a->kind != AK_STRING || (a->count > 0 && !a->data)))
+            return nnc_node_fail(e, n, "attribute 'default_string' must be a string");
         const char *p = a ? a->data : "_Unused";
         size_t len = a ? (size_t)(a->count > 0 ? a->count : 0) : 7;
         (void)buf;
-        if (!utf8_valid((const unsigned char *)p, len)) return nnc_node_fail(e, n, "attribute 'default_string' is not valid UTF-8");
+        if (!utf8_valid((const unsigned char *)p, len))
+            return nnc_node_fail(e, n, "attribute 'default_string' is not valid UTF-8");
         if (copy_str(&s->ds, p, len)) return nnc_node_fail(e, n, "out of memory");
     } else if (s->vkind == LK_INT) {
         TRY(nnc_attr_int(n, "default_int64", -1, &s->di, e));
@@ -1038,21 +1240,25 @@ static int cm_create(nnc_node *n, nnc_err *e)
     if (!s) return nnc_node_fail(e, n, "out of memory");
     n->state = s;
     const nnc_attr *cs = nnc_attr_find(n, "cats_strings"), *ci = nnc_attr_find(n, "cats_int64s");
-    if (!cs || !ci || cs->kind != AK_STRINGS || ci->kind != AK_INTS || cs->count != ci->count || cs->count < 0 ||
-        (cs->count && (!cs->data || !ci->data)))
-        return nnc_node_fail(e, n, "attributes 'cats_strings' and 'cats_int64s' must be lists of one length");
+    if (!cs || !ci || cs->kind != AK_STRINGS || ci->kind != AK_INTS || cs->count != ci->count ||
+        cs->count < 0 || (cs->count && (!cs->data || !ci->data)))
+        return nnc_node_fail(
+            e, n, "attributes 'cats_strings' and 'cats_int64s' must be lists of one length");
     int to_int = n->vin[0] && n->vin[0]->dtype == DT_STR;
     int64_t c = cs->count;
     size_t m = (size_t)(c ? c : 1);
     nstr *strs = calloc(m, sizeof *strs);
     int64_t *ints = malloc(m * sizeof *ints);
-    if (to_int) s->ks = strs, s->vi = ints; else s->vs = strs, s->ki = ints;
+    if (to_int) s->ks = strs, s->vi = ints;
+    else s->vs = strs, s->ki = ints;
     if (!strs || !ints) return nnc_node_fail(e, n, "out of memory");
     s->n = c;
     for (int64_t i = 0; i < c; i++) {
         const char *p = ((const char *const *)cs->data)[i];
         size_t len = p ? strlen(p) : 0;
-        if (!utf8_valid((const unsigned char *)p, len)) return nnc_node_fail(e, n, "cats_strings element %lld is not valid UTF-8", (long long)i);
+        if (!utf8_valid((const unsigned char *)p, len))
+            return nnc_node_fail(e, n, "cats_strings element %lld is not valid UTF-8",
+                                 (long long)i);
         if (copy_str(&strs[i], p, len)) return nnc_node_fail(e, n, "out of memory");
         ints[i] = ((const int64_t *)ci->data)[i];
     }
@@ -1066,10 +1272,12 @@ static int cm_create(nnc_node *n, nnc_err *e)
         TRY(nnc_attr_int(n, "default_int64", -1, &s->di, e));
     } else {
         const nnc_attr *a = nnc_attr_find(n, "default_string");
-        if (a && (a->kind != AK_STRING || (a->count > 0 && !a->data))) return nnc_node_fail(e, n, "attribute 'default_string' must be a string");
+        if (a && (a->kind != AK_STRING || (a->count > 0 && !a->data)))
+            return nnc_node_fail(e, n, "attribute 'default_string' must be a string");
         const char *p = a ? a->data : "_Unused";
         size_t len = a ? (size_t)(a->count > 0 ? a->count : 0) : 7;
-        if (!utf8_valid((const unsigned char *)p, len)) return nnc_node_fail(e, n, "attribute 'default_string' is not valid UTF-8");
+        if (!utf8_valid((const unsigned char *)p, len))
+            return nnc_node_fail(e, n, "attribute 'default_string' is not valid UTF-8");
         if (copy_str(&s->ds, p, len)) return nnc_node_fail(e, n, "out of memory");
     }
     return le_sort(n, s, e);
@@ -1113,7 +1321,8 @@ static int64_t les_find(const le_state *s, const nnc_tensor *t, int64_t i)
             double a = s->kd[j];
             c = (isnan(a) || isnan(kd)) ? isnan(a) - isnan(kd) : (a < kd ? -1 : a > kd);
         }
-        if (c < 0) lo = mid + 1; else hi = mid - 1;
+        if (c < 0) lo = mid + 1;
+        else hi = mid - 1;
     }
     if (lo >= s->n) return -1;
     int64_t j = s->order[lo];
@@ -1123,12 +1332,14 @@ static int64_t les_find(const le_state *s, const nnc_tensor *t, int64_t i)
     return (isnan(a) && isnan(kd)) || a == kd ? j : -1;
 }
 
-static int les_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, struct nnc_exec *x_, nnc_err *e)
+static int les_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, struct nnc_exec *x_,
+                   nnc_err *e)
 {
     (void)x_;
     const le_state *s = n->state;
     int64_t total = nnc_numel(in[0]);
-    if (s->kkind != LK_STR && in[0]->dtype == DT_STR) return nnc_node_fail(e, n, "input is string; the keys are numbers");
+    if (s->kkind != LK_STR && in[0]->dtype == DT_STR)
+        return nnc_node_fail(e, n, "input is string; the keys are numbers");
     for (int64_t i = 0; i < total; i++) {
         int64_t j = les_find(s, in[0], i);
         if (s->vkind == LK_STR) {
@@ -1163,15 +1374,19 @@ static int ohs_create(nnc_node *n, nnc_err *e)
     n->state = s;
     const nnc_attr *cs = nnc_attr_find(n, "cats_strings");
     if (!cs || cs->kind != AK_STRINGS || cs->count < 1 || !cs->data)
-        return nnc_node_fail(e, n, "attribute 'cats_strings' must be a list of at least one string");
+        return nnc_node_fail(e, n,
+                             "attribute 'cats_strings' must be a list of at least one string");
     TRY(want_dtype(n, 0, 0, DT_STR, e));
     TRY(want_dtype(n, 1, 0, DT_F32, e));
-    if (!(s->ks = calloc((size_t)cs->count, sizeof *s->ks))) return nnc_node_fail(e, n, "out of memory");
+    if (!(s->ks = calloc((size_t)cs->count, sizeof *s->ks)))
+        return nnc_node_fail(e, n, "out of memory");
     s->n = cs->count;
     for (int64_t i = 0; i < s->n; i++) {
         const char *p = ((const char *const *)cs->data)[i];
         size_t len = p ? strlen(p) : 0;
-        if (!utf8_valid((const unsigned char *)p, len)) return nnc_node_fail(e, n, "cats_strings element %lld is not valid UTF-8", (long long)i);
+        if (!utf8_valid((const unsigned char *)p, len))
+            return nnc_node_fail(e, n, "cats_strings element %lld is not valid UTF-8",
+                                 (long long)i);
         if (copy_str(&s->ks[i], p, len)) return nnc_node_fail(e, n, "out of memory");
     }
     int64_t z;
@@ -1186,7 +1401,8 @@ static int ohs_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_er
 {
     const le_state *s = n->state;
     TRY(check_strings(n, in[0], 0, e));
-    if (in[0]->ndim + 1 > NNC_MAXDIM) return nnc_node_unsup(e, n, "input rank %d is too large", in[0]->ndim);
+    if (in[0]->ndim + 1 > NNC_MAXDIM)
+        return nnc_node_unsup(e, n, "input rank %d is too large", in[0]->ndim);
     *out = *in[0];
     out->data = NULL;
     out->dtype = DT_F32;
@@ -1194,7 +1410,8 @@ static int ohs_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_er
     return NNC_OK;
 }
 
-static int ohs_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, struct nnc_exec *x_, nnc_err *e)
+static int ohs_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, struct nnc_exec *x_,
+                   nnc_err *e)
 {
     (void)x_;
     const le_state *s = n->state;
@@ -1205,8 +1422,9 @@ static int ohs_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, struct n
         int64_t j = les_find(s, in[0], i);
         if (j >= 0) y[i * s->n + j] = 1.f;
         else if (!s->di)
-            return nnc_node_fail(e, n, "input element %lld is not one of the categories and attribute 'zeros' is 0",
-                                 (long long)i);
+            return nnc_node_fail(
+                e, n, "input element %lld is not one of the categories and attribute 'zeros' is 0",
+                (long long)i);
     }
     return NNC_OK;
 }
@@ -1220,7 +1438,8 @@ static int uq_create(nnc_node *n, nnc_err *e)
     TRY(want_dtype(n, 0, 0, DT_STR, e));
     TRY(want_dtype(n, 1, 0, DT_STR, e));
     for (int j = 1; j < n->nout; j++) TRY(want_dtype(n, 1, j, DT_I64, e));
-    if (nnc_attr_find(n, "axis")) return nnc_node_unsup(e, n, "Unique on strings with attribute 'axis' is not supported");
+    if (nnc_attr_find(n, "axis"))
+        return nnc_node_unsup(e, n, "Unique on strings with attribute 'axis' is not supported");
     int64_t sorted;
     TRY(nnc_attr_int(n, "sorted", 1, &sorted, e));
     int64_t *st = malloc(sizeof *st);
@@ -1230,7 +1449,11 @@ static int uq_create(nnc_node *n, nnc_err *e)
     return NNC_OK;
 }
 
-static void uq_destroy(nnc_node *n) { free(n->state); n->state = NULL; }
+static void uq_destroy(nnc_node *n)
+{
+    free(n->state);
+    n->state = NULL;
+}
 
 static int uq_cmp(const void *a, const void *b, void *ctx)
 {
@@ -1254,7 +1477,11 @@ static int64_t uq_groups(const nstr *x, int64_t total, int sorted, int64_t *orde
     qsort_r(order, (size_t)total, sizeof *order, uq_cmp, (void *)x);
     int64_t u = 0;
     for (int64_t i = 0; i < total; i++)
-        if (i == 0 || str_cmp(&x[order[i]], &x[order[i - 1]])) { groups[2 * u] = order[i]; groups[2 * u + 1] = i; u++; }
+        if (i == 0 || str_cmp(&x[order[i]], &x[order[i - 1]])) {
+            groups[2 * u] = order[i];
+            groups[2 * u + 1] = i;
+            u++;
+        }
     if (!sorted) qsort(groups, (size_t)u, 2 * sizeof *groups, first_cmp);
     return u;
 }
@@ -1277,19 +1504,22 @@ static int uq_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err
     return NNC_OK;
 }
 
-static int uq_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, struct nnc_exec *x_, nnc_err *e)
+static int uq_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, struct nnc_exec *x_,
+                  nnc_err *e)
 {
     (void)x_;
     const nstr *x = in[0]->data;
     int64_t total = nnc_numel(in[0]);
-    int64_t *order = malloc((size_t)(total ? total : 1) * 3 * sizeof *order), *groups = order + total;
+    int64_t *order = malloc((size_t)(total ? total : 1) * 3 * sizeof *order),
+            *groups = order + total;
     if (!order) return nnc_node_fail(e, n, "out of memory");
     int64_t u = uq_groups(x, total, *(const int64_t *)n->state, order, groups);
     nstr *y = out[0].data;
     int64_t *ind = n->nout > 1 && n->out[1] >= 0 ? out[1].data : NULL;
     int64_t *inv = n->nout > 2 && n->out[2] >= 0 ? out[2].data : NULL;
     int64_t *cnt = n->nout > 3 && n->out[3] >= 0 ? out[3].data : NULL;
-    int rc = u == nnc_numel(&out[0]) ? NNC_OK : nnc_node_fail(e, n, "internal: the unique count changed");
+    int rc = u == nnc_numel(&out[0]) ? NNC_OK
+                                     : nnc_node_fail(e, n, "internal: the unique count changed");
     for (int64_t k = 0; k < nnc_numel(&out[0]); k++) y[k].data = NULL, y[k].size = 0;
     for (int64_t k = 0; k < u && rc == NNC_OK; k++) {
         int64_t first = groups[2 * k], start = groups[2 * k + 1], end = start + 1;
@@ -1297,7 +1527,8 @@ static int uq_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, struct nn
         rc = put(n, &y[k], x[first].data, (size_t)x[first].size, NULL, 0, e);
         if (ind) ind[k] = first;
         if (cnt) cnt[k] = end - start;
-        if (inv) for (int64_t i = start; i < end; i++) inv[order[i]] = k;
+        if (inv)
+            for (int64_t i = start; i < end; i++) inv[order[i]] = k;
     }
     free(order);
     return rc;
@@ -1309,7 +1540,8 @@ static int uq_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, struct nn
  * numeric op runs with integer labels 0..n-1 (its create sees those in place of the strings
  * and an int64 label output), then each label index becomes its string. The numeric op sees
  * a copy of the node holding its own state, so the node itself is never changed at run. */
-extern const nnc_op nnc_op_ml_linearclassifier, nnc_op_ml_svmclassifier, nnc_op_ml_treeensembleclassifier;
+extern const nnc_op nnc_op_ml_linearclassifier, nnc_op_ml_svmclassifier,
+    nnc_op_ml_treeensembleclassifier;
 static const nnc_op *const labelled_orig[] = {&nnc_op_ml_linearclassifier, &nnc_op_ml_svmclassifier,
                                               &nnc_op_ml_treeensembleclassifier};
 #define NLABELLED 3
@@ -1357,25 +1589,35 @@ static int lab_create(nnc_node *n, nnc_err *e)
     if (!cs || cs->kind != AK_STRINGS || cs->count < 1 || !cs->data)
         return nnc_node_unsup(e, n, "string outputs need attribute 'classlabels_strings'");
     /* the tree ensemble names its integer labels classlabels_int64s, the others classlabels_ints */
-    const char *ints_name = o == &nnc_op_ml_treeensembleclassifier ? "classlabels_int64s" : "classlabels_ints";
-    if (nnc_attr_find(n, ints_name)) return nnc_node_fail(e, n, "both classlabels_strings and %s are given", ints_name);
+    const char *ints_name =
+        o == &nnc_op_ml_treeensembleclassifier ? "classlabels_int64s" : "classlabels_ints";
+    if (nnc_attr_find(n, ints_name))
+        return nnc_node_fail(e, n, "both classlabels_strings and %s are given", ints_name);
     TRY(want_dtype(n, 1, 0, DT_STR, e));
     for (int j = 0; j < n->nin; j++)
-        if (n->vin[j] && n->vin[j]->dtype == DT_STR) return nnc_node_unsup(e, n, "input %d is string; this op takes numbers", j);
+        if (n->vin[j] && n->vin[j]->dtype == DT_STR)
+            return nnc_node_unsup(e, n, "input %d is string; this op takes numbers", j);
     lab_state *s = calloc(1, sizeof *s);
     if (!s) return nnc_node_fail(e, n, "out of memory");
     n->state = s;
-    if (!(s->labels = calloc((size_t)cs->count, sizeof *s->labels))) return nnc_node_fail(e, n, "out of memory");
+    if (!(s->labels = calloc((size_t)cs->count, sizeof *s->labels)))
+        return nnc_node_fail(e, n, "out of memory");
     s->n = cs->count;
     for (int64_t i = 0; i < cs->count; i++) {
         const char *p = ((const char *const *)cs->data)[i];
         size_t len = p ? strlen(p) : 0;
-        if (!utf8_valid((const unsigned char *)p, len)) return nnc_node_fail(e, n, "classlabels_strings element %lld is not valid UTF-8", (long long)i);
+        if (!utf8_valid((const unsigned char *)p, len))
+            return nnc_node_fail(e, n, "classlabels_strings element %lld is not valid UTF-8",
+                                 (long long)i);
         if (copy_str(&s->labels[i], p, len)) return nnc_node_fail(e, n, "out of memory");
     }
     nnc_attr *attrs = malloc((size_t)n->nattr * sizeof *attrs);
     int64_t *ids = malloc((size_t)cs->count * sizeof *ids);
-    if (!attrs || !ids) { free(attrs); free(ids); return nnc_node_fail(e, n, "out of memory"); }
+    if (!attrs || !ids) {
+        free(attrs);
+        free(ids);
+        return nnc_node_fail(e, n, "out of memory");
+    }
     for (int64_t i = 0; i < cs->count; i++) ids[i] = i;
     for (int i = 0; i < n->nattr; i++) {
         attrs[i] = n->attrs[i];
@@ -1387,7 +1629,11 @@ static int lab_create(nnc_node *n, nnc_err *e)
     }
     nnc_node m = inner_node(n);
     nnc_valinfo as_int;
-    if (m.vout[0]) { as_int = *m.vout[0]; as_int.dtype = DT_I64; m.vout[0] = &as_int; }
+    if (m.vout[0]) {
+        as_int = *m.vout[0];
+        as_int.dtype = DT_I64;
+        m.vout[0] = &as_int;
+    }
     m.attrs = attrs;
     int rc = o->create(&m, e); /* the numeric ops copy what they keep of attributes */
     s->inner = m.state;
@@ -1400,12 +1646,14 @@ static int lab_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_er
 {
     nnc_node m = inner_node(n);
     TRY(m.op->infer(&m, in, out, e));
-    if (out[0].dtype != DT_I64) return nnc_node_fail(e, n, "internal: the label output is not int64");
+    if (out[0].dtype != DT_I64)
+        return nnc_node_fail(e, n, "internal: the label output is not int64");
     out[0].dtype = DT_STR;
     return NNC_OK;
 }
 
-static int lab_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, struct nnc_exec *x, nnc_err *e)
+static int lab_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, struct nnc_exec *x,
+                   nnc_err *e)
 {
     const lab_state *s = n->state;
     nnc_node m = inner_node(n);
@@ -1422,11 +1670,18 @@ static int lab_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, struct n
         y[i].data = NULL;
         y[i].size = 0;
         if (rc != NNC_OK) continue;
-        if (id < 0 || id >= s->n) { rc = nnc_node_fail(e, n, "internal: label index %lld", (long long)id); continue; }
+        if (id < 0 || id >= s->n) {
+            rc = nnc_node_fail(e, n, "internal: label index %lld", (long long)id);
+            continue;
+        }
         rc = put(n, &y[i], s->labels[id].data, (size_t)s->labels[id].size, NULL, 0, e);
     }
     if (rc != NNC_OK)
-        for (int64_t i = 0; i < k; i++) { free((void *)y[i].data); y[i].data = NULL; y[i].size = 0; }
+        for (int64_t i = 0; i < k; i++) {
+            free((void *)y[i].data);
+            y[i].data = NULL;
+            y[i].size = 0;
+        }
     return rc;
 }
 
@@ -1450,11 +1705,13 @@ static void labelled_init(void)
  * elements, then every output element gets bytes of its own, so an output never points into
  * an input. Only ops each of whose string output elements is a copy of an input element
  * (Shape and Size read no elements; the scatters decline reductions on strings). */
+// clang-format off: an X-macro list, packed by hand
 #define MOVE_OPS(X) X(identity) X(reshape) X(flatten) X(squeeze) X(unsqueeze) X(transpose) \
     X(expand) X(slice) X(concat) X(split) X(gather) X(tile) X(where) X(compress) X(reversesequence) \
     X(gatherelements) X(gathernd) X(scatterelements) X(scatternd) X(shape) X(size)
 #define MOVE_DECL(x) extern const nnc_op nnc_op_##x;
 MOVE_OPS(MOVE_DECL)
+// clang-format on
 #define MOVE_REF(x) &nnc_op_##x,
 static const nnc_op *const move_orig[] = {MOVE_OPS(MOVE_REF)};
 #define NMOVE ((int)(sizeof move_orig / sizeof move_orig[0]))
@@ -1475,14 +1732,17 @@ static int move_owns_const(const nnc_node *n, int i)
     return o && o->owns_const ? o->owns_const(n, i) : 0;
 }
 
-static int move_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, struct nnc_exec *x, nnc_err *e)
+static int move_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, struct nnc_exec *x,
+                    nnc_err *e)
 {
     const nnc_op *o = orig_of(n->op);
     int rc = NNC_OK;
     if (!o) return nnc_node_fail(e, n, "internal: no data-movement op for strings");
     if (o->flags & OPF_ALIAS) { /* a view: the same elements in the same order */
-        if (nnc_numel(&out[0]) != nnc_numel(in[0])) rc = nnc_node_fail(e, n, "internal: a view changed the element count");
-        else if (nnc_numel(in[0])) memcpy(out[0].data, in[0]->data, (size_t)nnc_numel(in[0]) * sizeof(nstr));
+        if (nnc_numel(&out[0]) != nnc_numel(in[0]))
+            rc = nnc_node_fail(e, n, "internal: a view changed the element count");
+        else if (nnc_numel(in[0]))
+            memcpy(out[0].data, in[0]->data, (size_t)nnc_numel(in[0]) * sizeof(nstr));
     } else {
         rc = o->run(n, in, out, x, e);
     }
@@ -1513,25 +1773,41 @@ static void move_init(void)
 
 /* ---- table ----------------------------------------------------------------------------- */
 
-static const nnc_op op_concat = {"StringConcat", 2, 2, 1, 1, sc_create, sc_infer, sc_run, NULL, 0, NULL, NULL, NULL};
-static const nnc_op op_equal = {"Equal", 2, 2, 1, 1, eq_create, eq_infer, eq_run, NULL, 0, NULL, NULL, NULL};
-static const nnc_op op_split = {"StringSplit", 1, 1, 1, 2, ss_create, ss_infer, ss_run, ss_destroy, 0, NULL, NULL, NULL};
-static const nnc_op op_norm = {"StringNormalizer", 1, 1, 1, 1, sn_create, sn_infer, sn_run, sn_destroy, 0, NULL, NULL, NULL};
-static const nnc_op op_regex = {"RegexFullMatch", 1, 1, 1, 1, rx_create, rx_infer, rx_run, rx_destroy, 0, NULL, NULL, NULL};
-static const nnc_op op_catmap = {"CategoryMapper", 1, 1, 1, 1, cm_create, les_infer, les_run, les_destroy, 0, NULL, NULL, "ai.onnx.ml"};
-static const nnc_op op_onehot = {"OneHotEncoder", 1, 1, 1, 1, ohs_create, ohs_infer, ohs_run, les_destroy, 0, NULL, NULL, "ai.onnx.ml"};
-static const nnc_op op_unique = {"Unique", 1, 1, 1, 4, uq_create, uq_infer, uq_run, uq_destroy, 0, NULL, NULL, NULL};
-static const nnc_op op_labelenc = {"LabelEncoder", 1, 1, 1, 1, les_create, les_infer, les_run, les_destroy, 0, NULL, NULL, "ai.onnx.ml"};
+static const nnc_op op_concat = {"StringConcat", 2,    2, 1,    1,    sc_create, sc_infer,
+                                 sc_run,         NULL, 0, NULL, NULL, NULL};
+static const nnc_op op_equal = {"Equal", 2,    2, 1,    1,    eq_create, eq_infer,
+                                eq_run,  NULL, 0, NULL, NULL, NULL};
+static const nnc_op op_split = {"StringSplit", 1,          1, 1,    2,    ss_create, ss_infer,
+                                ss_run,        ss_destroy, 0, NULL, NULL, NULL};
+static const nnc_op op_norm = {"StringNormalizer", 1, 1,    1,    1,   sn_create, sn_infer, sn_run,
+                               sn_destroy,         0, NULL, NULL, NULL};
+static const nnc_op op_regex = {"RegexFullMatch", 1,          1, 1,    1,    rx_create, rx_infer,
+                                rx_run,           rx_destroy, 0, NULL, NULL, NULL};
+static const nnc_op op_catmap = {"CategoryMapper", 1,       1,           1, 1,    cm_create,
+                                 les_infer,        les_run, les_destroy, 0, NULL, NULL,
+                                 "ai.onnx.ml"};
+static const nnc_op op_onehot = {"OneHotEncoder", 1,       1,           1, 1,    ohs_create,
+                                 ohs_infer,       ohs_run, les_destroy, 0, NULL, NULL,
+                                 "ai.onnx.ml"};
+static const nnc_op op_unique = {"Unique", 1,          1, 1,    4,    uq_create, uq_infer,
+                                 uq_run,   uq_destroy, 0, NULL, NULL, NULL};
+static const nnc_op op_labelenc = {"LabelEncoder", 1,         1,           1,           1,
+                                   les_create,     les_infer, les_run,     les_destroy, 0,
+                                   NULL,           NULL,      "ai.onnx.ml"};
 
 extern const nnc_op nnc_op_cast_str, nnc_op_castlike_str; /* op_cast.c */
-static const nnc_op *const string_ops[] = {&op_concat, &op_equal, &op_split, &op_norm, &op_regex, &op_labelenc,
-                                           &op_catmap, &op_onehot, &op_unique, &nnc_op_cast_str, &nnc_op_castlike_str, NULL};
+static const nnc_op *const string_ops[] = {
+    &op_concat,           &op_equal,  &op_split,  &op_norm,   &op_regex,
+    &op_labelenc,         &op_catmap, &op_onehot, &op_unique, &nnc_op_cast_str,
+    &nnc_op_castlike_str, NULL};
 
 const nnc_op *nnc_find_string_op(const char *domain, const char *type)
 {
     int dflt = !domain || !domain[0] || !strcmp(domain, "ai.onnx");
     for (const nnc_op *const *p = string_ops; *p; p++)
-        if (!strcmp((*p)->type, type) && (dflt ? !(*p)->domain : (*p)->domain && !strcmp((*p)->domain, domain))) return *p;
+        if (!strcmp((*p)->type, type) &&
+            (dflt ? !(*p)->domain : (*p)->domain && !strcmp((*p)->domain, domain)))
+            return *p;
     pthread_once(&labelled_once, labelled_init);
     for (int i = 0; !dflt && domain && !strcmp(domain, "ai.onnx.ml") && i < NLABELLED; i++)
         if (!strcmp(labelled_ops[i].type, type)) return &labelled_ops[i];
@@ -1540,4 +1816,3 @@ const nnc_op *nnc_find_string_op(const char *domain, const char *type)
         if (!strcmp(move_ops[i].type, type)) return &move_ops[i];
     return NULL;
 }
-

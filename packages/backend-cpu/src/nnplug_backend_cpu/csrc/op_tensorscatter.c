@@ -5,9 +5,16 @@
 
 #include <stdlib.h>
 
-typedef struct { int64_t axis; int circular; } ts_state;
+typedef struct {
+    int64_t axis;
+    int circular;
+} ts_state;
 
-static void free_state(nnc_node *n) { free(n->state); n->state = NULL; }
+static void free_state(nnc_node *n)
+{
+    free(n->state);
+    n->state = NULL;
+}
 
 static int ts_create(nnc_node *n, nnc_err *e)
 {
@@ -27,7 +34,8 @@ static int ts_create(nnc_node *n, nnc_err *e)
     TRY(nnc_attr_str(n, "mode", "linear", mode, sizeof mode, e));
     if (!strcmp(mode, "circular")) s->circular = 1;
     else if (strcmp(mode, "linear"))
-        return nnc_node_fail(e, n, "attribute 'mode' is '%s'; expected 'linear' or 'circular'", mode);
+        return nnc_node_fail(e, n, "attribute 'mode' is '%s'; expected 'linear' or 'circular'",
+                             mode);
     return NNC_OK;
 }
 
@@ -36,8 +44,9 @@ static int ts_axis(const nnc_node *n, const nnc_tensor *p, int64_t *axis, nnc_er
     const ts_state *s = n->state;
     int64_t a = s->axis < 0 ? s->axis + p->ndim : s->axis;
     if (p->ndim < 2 || a < 1 || a >= p->ndim)
-        return nnc_node_fail(e, n, "attribute 'axis' = %lld must name a non-batch axis of the rank-%d cache",
-                             (long long)s->axis, p->ndim);
+        return nnc_node_fail(
+            e, n, "attribute 'axis' = %lld must name a non-batch axis of the rank-%d cache",
+            (long long)s->axis, p->ndim);
     *axis = a;
     return NNC_OK;
 }
@@ -46,23 +55,31 @@ static int ts_check(const nnc_node *n, nnc_tensor *const *in, int64_t *axis, nnc
 {
     const nnc_tensor *p = in[0], *u = in[1], *w = n->nin > 2 ? in[2] : NULL;
     TRY(ts_axis(n, p, axis, e));
-    if (u->dtype != p->dtype) return nnc_node_fail(e, n, "past_cache and update have different element types");
-    if (u->ndim != p->ndim) return nnc_node_fail(e, n, "update has rank %d, past_cache %d", u->ndim, p->ndim);
+    if (u->dtype != p->dtype)
+        return nnc_node_fail(e, n, "past_cache and update have different element types");
+    if (u->ndim != p->ndim)
+        return nnc_node_fail(e, n, "update has rank %d, past_cache %d", u->ndim, p->ndim);
     for (int d = 0; d < p->ndim; d++) {
         int ok = d == *axis ? u->dims[d] <= p->dims[d] : u->dims[d] == p->dims[d];
         if (!ok)
-            return nnc_node_fail(e, n, "update dim %d is %lld, past_cache's is %lld (equal except along axis, "
-                                 "where update may not be longer)", d, (long long)u->dims[d], (long long)p->dims[d]);
+            return nnc_node_fail(
+                e, n,
+                "update dim %d is %lld, past_cache's is %lld (equal except along axis, "
+                "where update may not be longer)",
+                d, (long long)u->dims[d], (long long)p->dims[d]);
     }
     if (w) {
         if (w->dtype != DT_I64 || w->ndim != 1 || w->dims[0] != p->dims[0])
-            return nnc_node_fail(e, n, "write_indices must be int64 of shape [%lld] (the batch size)", (long long)p->dims[0]);
+            return nnc_node_fail(e, n,
+                                 "write_indices must be int64 of shape [%lld] (the batch size)",
+                                 (long long)p->dims[0]);
         const int64_t *wi = w->data;
         for (int64_t b = 0; b < w->dims[0]; b++) {
             int64_t max = p->dims[*axis], len = u->dims[*axis];
             if (wi[b] < 0 || (!((const ts_state *)n->state)->circular && wi[b] > max - len))
-                return nnc_node_fail(e, n, "write_indices[%lld] = %lld does not fit %lld rows into a cache of %lld",
-                                     (long long)b, (long long)wi[b], (long long)len, (long long)max);
+                return nnc_node_fail(
+                    e, n, "write_indices[%lld] = %lld does not fit %lld rows into a cache of %lld",
+                    (long long)b, (long long)wi[b], (long long)len, (long long)max);
         }
     }
     return NNC_OK;
@@ -105,4 +122,5 @@ static int ts_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
     return NNC_OK;
 }
 
-const nnc_op nnc_op_tensorscatter = {"TensorScatter", 2, 3, 1, 1, ts_create, ts_infer, ts_run, free_state, 0};
+const nnc_op nnc_op_tensorscatter = {"TensorScatter", 2,        3,      1,          1,
+                                     ts_create,       ts_infer, ts_run, free_state, 0};

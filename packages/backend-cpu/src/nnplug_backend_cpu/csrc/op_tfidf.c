@@ -28,7 +28,13 @@ typedef struct {
 static void tf_destroy(nnc_node *n)
 {
     tf_state *s = n->state;
-    if (s) { free(s->node_id); free(s->nchild); free(s->slots); free(s->indexes); free(s->weights); }
+    if (s) {
+        free(s->node_id);
+        free(s->nchild);
+        free(s->slots);
+        free(s->indexes);
+        free(s->weights);
+    }
     free(s);
     n->state = NULL;
 }
@@ -68,22 +74,26 @@ static int64_t tf_add(tf_state *s, int64_t parent, int64_t key)
     }
 }
 
-static int tf_build(nnc_node *n, tf_state *s, const int64_t *counts, int64_t ncounts, const int64_t *pool,
-                    int64_t npool, nnc_err *e);
+static int tf_build(nnc_node *n, tf_state *s, const int64_t *counts, int64_t ncounts,
+                    const int64_t *pool, int64_t npool, nnc_err *e);
 
 static int tf_create(nnc_node *n, nnc_err *e)
 {
     static const int ints[] = {DT_I32, DT_I64, 0};
     if (nnc_attr_find(n, "pool_strings"))
-        return nnc_node_unsup(e, n, "string pools (pool_strings) are not supported (the cpu backend carries no "
-                              "string tensors); use integer tokens (pool_int64s)");
+        return nnc_node_unsup(
+            e, n,
+            "string pools (pool_strings) are not supported (the cpu backend carries no "
+            "string tensors); use integer tokens (pool_int64s)");
     TRY(nnc_check_dtype(n, 0, ints, e));
-    if (n->vin[0] && n->vin[0]->ndim > 2) return nnc_node_fail(e, n, "input must have rank 0, 1 or 2, got %d", n->vin[0]->ndim);
+    if (n->vin[0] && n->vin[0]->ndim > 2)
+        return nnc_node_fail(e, n, "input must have rank 0, 1 or 2, got %d", n->vin[0]->ndim);
     tf_state *s = calloc(1, sizeof *s);
     if (!s) return nnc_node_fail(e, n, "out of memory");
     n->state = s;
     char mode[16];
-    if (!nnc_attr_find(n, "mode")) return nnc_node_fail(e, n, "attribute 'mode' is required (TF, IDF or TFIDF)");
+    if (!nnc_attr_find(n, "mode"))
+        return nnc_node_fail(e, n, "attribute 'mode' is required (TF, IDF or TFIDF)");
     TRY(nnc_attr_str(n, "mode", "", mode, sizeof mode, e));
     if (!strcmp(mode, "TF")) s->mode = TF_TF;
     else if (!strcmp(mode, "IDF")) s->mode = TF_IDF;
@@ -91,15 +101,18 @@ static int tf_create(nnc_node *n, nnc_err *e)
     else return nnc_node_fail(e, n, "attribute 'mode' is '%s'; expected TF, IDF or TFIDF", mode);
     static const char *req[] = {"min_gram_length", "max_gram_length", "max_skip_count"};
     for (int i = 0; i < 3; i++)
-        if (!nnc_attr_find(n, req[i])) return nnc_node_fail(e, n, "attribute '%s' is required", req[i]);
+        if (!nnc_attr_find(n, req[i]))
+            return nnc_node_fail(e, n, "attribute '%s' is required", req[i]);
     TRY(nnc_attr_int(n, "min_gram_length", 1, &s->min_n, e));
     TRY(nnc_attr_int(n, "max_gram_length", 1, &s->max_n, e));
     TRY(nnc_attr_int(n, "max_skip_count", 0, &s->max_skip, e));
     if (s->min_n < 1 || s->max_n < s->min_n || s->max_n > 1024)
-        return nnc_node_fail(e, n, "need 1 <= min_gram_length <= max_gram_length (<= 1024), got %lld and %lld",
-                             (long long)s->min_n, (long long)s->max_n);
+        return nnc_node_fail(
+            e, n, "need 1 <= min_gram_length <= max_gram_length (<= 1024), got %lld and %lld",
+            (long long)s->min_n, (long long)s->max_n);
     if (s->max_skip < 0 || s->max_skip > (1 << 20))
-        return nnc_node_fail(e, n, "attribute 'max_skip_count' must be 0 to %d, got %lld", 1 << 20, (long long)s->max_skip);
+        return nnc_node_fail(e, n, "attribute 'max_skip_count' must be 0 to %d, got %lld", 1 << 20,
+                             (long long)s->max_skip);
     int64_t *counts = NULL, *pool = NULL, ncounts, npool;
     int rc = ml_attr_int_list(n, "ngram_counts", &counts, &ncounts, e);
     if (rc == NNC_OK) rc = ml_attr_int_list(n, "pool_int64s", &pool, &npool, e);
@@ -110,32 +123,37 @@ static int tf_create(nnc_node *n, nnc_err *e)
 }
 
 /* Checks the attributes and builds the trie (create's second half; the lists are freed there). */
-static int tf_build(nnc_node *n, tf_state *s, const int64_t *counts, int64_t ncounts, const int64_t *pool,
-                    int64_t npool, nnc_err *e)
+static int tf_build(nnc_node *n, tf_state *s, const int64_t *counts, int64_t ncounts,
+                    const int64_t *pool, int64_t npool, nnc_err *e)
 {
     if (ncounts < 0) return nnc_node_fail(e, n, "attribute 'ngram_counts' is required");
     if (npool < 0) return nnc_node_fail(e, n, "attribute 'pool_int64s' is required");
     TRY(ml_attr_int_list(n, "ngram_indexes", &s->indexes, &s->nindexes, e));
-    if (s->nindexes < 1) return nnc_node_fail(e, n, "attribute 'ngram_indexes' is required and must not be empty");
+    if (s->nindexes < 1)
+        return nnc_node_fail(e, n, "attribute 'ngram_indexes' is required and must not be empty");
     const int64_t *idx = s->indexes;
     s->out_size = 0;
     for (int64_t i = 0; i < s->nindexes; i++) {
         if (idx[i] < 0 || idx[i] > (1LL << 31))
-            return nnc_node_fail(e, n, "ngram_indexes[%lld] = %lld is out of range", (long long)i, (long long)idx[i]);
+            return nnc_node_fail(e, n, "ngram_indexes[%lld] = %lld is out of range", (long long)i,
+                                 (long long)idx[i]);
         if (idx[i] + 1 > s->out_size) s->out_size = idx[i] + 1;
     }
     for (int64_t i = 0; i < ncounts; i++)
         if (counts[i] < 0 || counts[i] > npool || (i && counts[i] < counts[i - 1]))
-            return nnc_node_fail(e, n, "ngram_counts must be non-decreasing offsets into the pool (0..%lld); "
-                                 "entry %lld is %lld", (long long)npool, (long long)i, (long long)counts[i]);
+            return nnc_node_fail(
+                e, n,
+                "ngram_counts must be non-decreasing offsets into the pool (0..%lld); "
+                "entry %lld is %lld",
+                (long long)npool, (long long)i, (long long)counts[i]);
     const nnc_attr *wa = nnc_attr_find(n, "weights");
     if (wa) {
         if (wa->kind != AK_FLOATS || (wa->count > 0 && !wa->data))
             return nnc_node_fail(e, n, "attribute 'weights' must be a list of floats");
         s->nweights = wa->count;
         if (s->nweights > 0 && s->nweights < s->out_size)
-            return nnc_node_fail(e, n, "attribute 'weights' has %lld values for an output of %lld", (long long)s->nweights,
-                                 (long long)s->out_size);
+            return nnc_node_fail(e, n, "attribute 'weights' has %lld values for an output of %lld",
+                                 (long long)s->nweights, (long long)s->out_size);
         s->weights = malloc((size_t)(s->nweights ? s->nweights : 1) * sizeof(float));
         if (!s->weights) return nnc_node_fail(e, n, "out of memory");
         if (s->nweights) memcpy(s->weights, wa->data, (size_t)s->nweights * sizeof(float));
@@ -156,15 +174,19 @@ static int tf_build(nnc_node *n, tf_state *s, const int64_t *counts, int64_t nco
         int64_t start = counts[i], end = i + 1 < ncounts ? counts[i + 1] : npool;
         int64_t k = (end - start) / size;
         if (end - start <= 0) continue;
-        if (size < s->min_n || size > s->max_n) { ngram_id += k; continue; }
+        if (size < s->min_n || size > s->max_n) {
+            ngram_id += k;
+            continue;
+        }
         int64_t at = start;
         for (int64_t g = 0; g < k && at < npool; g++) {
             int64_t node = 0, t = 0;
             for (; t < size && at < npool; t++) node = tf_add(s, node, pool[at++]);
             if (t == size) {
                 if (ngram_id - 1 >= s->nindexes)
-                    return nnc_node_fail(e, n, "the pool has more n-grams than 'ngram_indexes' has entries (%lld)",
-                                         (long long)s->nindexes);
+                    return nnc_node_fail(
+                        e, n, "the pool has more n-grams than 'ngram_indexes' has entries (%lld)",
+                        (long long)s->nindexes);
                 s->node_id[node] = ngram_id++;
             }
         }
@@ -176,11 +198,18 @@ static int tf_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err
 {
     const tf_state *s = n->state;
     const nnc_tensor *x = in[0];
-    if (x->dtype != DT_I32 && x->dtype != DT_I64) return nnc_node_fail(e, n, "input must be int32 or int64");
+    if (x->dtype != DT_I32 && x->dtype != DT_I64)
+        return nnc_node_fail(e, n, "input must be int32 or int64");
     if (x->ndim > 2) return nnc_node_fail(e, n, "input must have rank 0, 1 or 2, got %d", x->ndim);
     out->dtype = DT_F32;
-    if (x->ndim == 2) { out->ndim = 2; out->dims[0] = x->dims[0]; out->dims[1] = s->out_size; }
-    else { out->ndim = 1; out->dims[0] = s->out_size; }
+    if (x->ndim == 2) {
+        out->ndim = 2;
+        out->dims[0] = x->dims[0];
+        out->dims[1] = s->out_size;
+    } else {
+        out->ndim = 1;
+        out->dims[0] = s->out_size;
+    }
     return NNC_OK;
 }
 
@@ -194,7 +223,8 @@ static int tf_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
     (void)xc;
     const tf_state *s = n->state;
     const nnc_tensor *x = in[0];
-    int64_t rows = x->ndim == 2 ? x->dims[0] : 1, C = x->ndim == 0 ? 1 : x->dims[x->ndim - 1], O = s->out_size;
+    int64_t rows = x->ndim == 2 ? x->dims[0] : 1, C = x->ndim == 0 ? 1 : x->dims[x->ndim - 1],
+            O = s->out_size;
     int64_t cells = rows * O, *freq = calloc((size_t)(cells > 0 ? cells : 1), sizeof *freq);
     if (!freq) return nnc_node_fail(e, n, "out of memory");
     for (int64_t r = 0; r < rows && s->nchild[0] > 0; r++) {
@@ -203,7 +233,8 @@ static int tf_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
             for (int64_t st = begin; st < end; st++) {
                 if (st + skip * (start_n - 1) >= end) break;
                 int64_t node = 0, item = st;
-                for (int64_t size = 1; s->nchild[node] > 0 && size <= s->max_n && item < end; size++, item += skip) {
+                for (int64_t size = 1; s->nchild[node] > 0 && size <= s->max_n && item < end;
+                     size++, item += skip) {
                     int64_t child = tf_find(s, node, tok(x, item));
                     if (child < 0) break;
                     int64_t id = s->node_id[child];
@@ -231,4 +262,5 @@ static int tf_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
     return NNC_OK;
 }
 
-const nnc_op nnc_op_tfidfvectorizer = {"TfIdfVectorizer", 1, 1, 1, 1, tf_create, tf_infer, tf_run, tf_destroy, 0};
+const nnc_op nnc_op_tfidfvectorizer = {"TfIdfVectorizer", 1,        1,      1,          1,
+                                       tf_create,         tf_infer, tf_run, tf_destroy, 0};

@@ -16,11 +16,15 @@ enum { OPT_ADAGRAD, OPT_ADAM, OPT_MOMENTUM };
 typedef struct {
     int kind, nesterov;
     int64_t n;   /* tensors updated */
-    int groups;  /* inputs per tensor: X, G and 1 (Adagrad H, Momentum V) or 2 (Adam V, H) states */
+    int groups; /* inputs per tensor: X, G and 1 (Adagrad H, Momentum V) or 2 (Adam V, H) states */
     float decay, eps, norm, norm_post, alpha, beta;
 } opt_state;
 
-static void opt_free(nnc_node *n) { free(n->state); n->state = NULL; }
+static void opt_free(nnc_node *n)
+{
+    free(n->state);
+    n->state = NULL;
+}
 
 static int opt_create(nnc_node *n, nnc_err *e, int kind)
 {
@@ -32,15 +36,20 @@ static int opt_create(nnc_node *n, nnc_err *e, int kind)
     s->groups = kind == OPT_ADAM ? 4 : 3;
     int nouts = s->groups - 1;
     if (n->nin < 2 + s->groups || (n->nin - 2) % s->groups)
-        return nnc_node_fail(e, n, "has %d inputs; %s takes R, T and %d inputs per optimized tensor "
-                             "(X..., G..., %s)", n->nin, n->op_type, s->groups,
-                             kind == OPT_ADAM ? "V..., H..." : kind == OPT_ADAGRAD ? "H..." : "V...");
+        return nnc_node_fail(e, n,
+                             "has %d inputs; %s takes R, T and %d inputs per optimized tensor "
+                             "(X..., G..., %s)",
+                             n->nin, n->op_type, s->groups,
+                             kind == OPT_ADAM      ? "V..., H..."
+                             : kind == OPT_ADAGRAD ? "H..."
+                                                   : "V...");
     s->n = (n->nin - 2) / s->groups;
     if (n->nout != nouts * s->n)
-        return nnc_node_fail(e, n, "has %d outputs; %lld optimized tensors need %lld", n->nout, (long long)s->n,
-                             (long long)(nouts * s->n));
+        return nnc_node_fail(e, n, "has %d outputs; %lld optimized tensors need %lld", n->nout,
+                             (long long)s->n, (long long)(nouts * s->n));
     for (int i = 0; i < n->nin; i++)
-        if (!nnc_in_present(n, i)) return nnc_node_fail(e, n, "input %d is missing; every input is required", i);
+        if (!nnc_in_present(n, i))
+            return nnc_node_fail(e, n, "input %d is missing; every input is required", i);
     TRY(nnc_check_dtype(n, 0, fl, e));
     TRY(nnc_check_dtype(n, 1, i64, e));
     for (int i = 2; i < n->nin; i++) TRY(nnc_check_dtype(n, i, fl, e));
@@ -62,7 +71,8 @@ static int opt_create(nnc_node *n, nnc_err *e, int kind)
     } else {
         static const char *req[] = {"alpha", "beta", "mode", "norm_coefficient"};
         for (int i = 0; i < 4; i++)
-            if (!nnc_attr_find(n, req[i])) return nnc_node_fail(e, n, "attribute '%s' is required", req[i]);
+            if (!nnc_attr_find(n, req[i]))
+                return nnc_node_fail(e, n, "attribute '%s' is required", req[i]);
         TRY(nnc_attr_float(n, "alpha", 0.f, &s->alpha, e));
         TRY(nnc_attr_float(n, "beta", 0.f, &s->beta, e));
         TRY(nnc_attr_float(n, "norm_coefficient", 0.f, &s->norm, e));
@@ -70,27 +80,40 @@ static int opt_create(nnc_node *n, nnc_err *e, int kind)
         TRY(nnc_attr_str(n, "mode", "", mode, sizeof mode, e));
         if (!strcmp(mode, "nesterov")) s->nesterov = 1;
         else if (strcmp(mode, "standard"))
-            return nnc_node_fail(e, n, "attribute 'mode' is '%s'; expected 'standard' or 'nesterov'", mode);
+            return nnc_node_fail(
+                e, n, "attribute 'mode' is '%s'; expected 'standard' or 'nesterov'", mode);
     }
     return NNC_OK;
 }
 
-static int adagrad_create(nnc_node *n, nnc_err *e) { return opt_create(n, e, OPT_ADAGRAD); }
-static int adam_create(nnc_node *n, nnc_err *e) { return opt_create(n, e, OPT_ADAM); }
-static int momentum_create(nnc_node *n, nnc_err *e) { return opt_create(n, e, OPT_MOMENTUM); }
+static int adagrad_create(nnc_node *n, nnc_err *e)
+{
+    return opt_create(n, e, OPT_ADAGRAD);
+}
+static int adam_create(nnc_node *n, nnc_err *e)
+{
+    return opt_create(n, e, OPT_ADAM);
+}
+static int momentum_create(nnc_node *n, nnc_err *e)
+{
+    return opt_create(n, e, OPT_MOMENTUM);
+}
 
 static int opt_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err *e)
 {
     const opt_state *s = n->state;
-    if (in[0]->dtype != DT_F32 && in[0]->dtype != DT_F64) return nnc_node_fail(e, n, "R must be float or double");
+    if (in[0]->dtype != DT_F32 && in[0]->dtype != DT_F64)
+        return nnc_node_fail(e, n, "R must be float or double");
     if (in[1]->dtype != DT_I64) return nnc_node_fail(e, n, "T must be int64");
-    if (nnc_numel(in[0]) != 1 || nnc_numel(in[1]) != 1) return nnc_node_fail(e, n, "R and T must be scalars");
+    if (nnc_numel(in[0]) != 1 || nnc_numel(in[1]) != 1)
+        return nnc_node_fail(e, n, "R and T must be scalars");
     for (int64_t t = 0; t < s->n; t++) {
         const nnc_tensor *x = in[2 + t];
         for (int g = 1; g < s->groups; g++) {
             const nnc_tensor *o = in[2 + g * s->n + t];
             if (o->dtype != x->dtype || !nnc_same_shape(o, x))
-                return nnc_node_fail(e, n, "input %lld must have the type and shape of X input %lld",
+                return nnc_node_fail(e, n,
+                                     "input %lld must have the type and shape of X input %lld",
                                      (long long)(2 + g * s->n + t), (long long)(2 + t));
         }
         if (x->dtype != DT_F32 && x->dtype != DT_F64)
@@ -103,7 +126,10 @@ static int opt_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_er
     return NNC_OK;
 }
 
-static inline double at(const nnc_tensor *t, int64_t i) { return nnc_get_d(t->data, t->dtype, i); }
+static inline double at(const nnc_tensor *t, int64_t i)
+{
+    return nnc_get_d(t->data, t->dtype, i);
+}
 static inline void put(const nnc_tensor *t, int64_t i, double v)
 {
     if (!t->data) return; /* an omitted output */
@@ -112,7 +138,8 @@ static inline void put(const nnc_tensor *t, int64_t i, double v)
 
 static int opt_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec *xc, nnc_err *e)
 {
-    (void)xc; (void)e;
+    (void)xc;
+    (void)e;
     const opt_state *s = n->state;
     double r = at(in[0], 0);
     int64_t step = ((const int64_t *)in[1]->data)[0];
@@ -132,7 +159,8 @@ static int opt_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec
         } else if (s->kind == OPT_ADAM) {
             const nnc_tensor *h1 = in[2 + 3 * s->n + t], *ho = &out[2 * s->n + t];
             double a = s->alpha, b = s->beta;
-            double rr = step > 0 ? r * sqrt(1.0 - pow(b, (double)step)) / (1.0 - pow(a, (double)step)) : r;
+            double rr =
+                step > 0 ? r * sqrt(1.0 - pow(b, (double)step)) / (1.0 - pow(a, (double)step)) : r;
             for (int64_t i = 0; i < k; i++) {
                 double xv = at(x, i), gr = norm * xv + at(g, i);
                 double v = a * at(s1, i) + (1.0 - a) * gr;
@@ -155,9 +183,12 @@ static int opt_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec
     return NNC_OK;
 }
 
-const nnc_op nnc_op_tr_adagrad = {"Adagrad", 5, NNC_MAXIO, 2, NNC_MAXIO, adagrad_create, opt_infer, opt_run, opt_free,
-                                  0, NULL, NULL, TRAINING_DOMAIN};
-const nnc_op nnc_op_tr_adam = {"Adam", 6, NNC_MAXIO, 3, NNC_MAXIO, adam_create, opt_infer, opt_run, opt_free,
-                               0, NULL, NULL, TRAINING_DOMAIN};
-const nnc_op nnc_op_tr_momentum = {"Momentum", 5, NNC_MAXIO, 2, NNC_MAXIO, momentum_create, opt_infer, opt_run,
-                                   opt_free, 0, NULL, NULL, TRAINING_DOMAIN};
+const nnc_op nnc_op_tr_adagrad = {"Adagrad",      5,         NNC_MAXIO,      2,        NNC_MAXIO,
+                                  adagrad_create, opt_infer, opt_run,        opt_free, 0,
+                                  NULL,           NULL,      TRAINING_DOMAIN};
+const nnc_op nnc_op_tr_adam = {"Adam",      6,         NNC_MAXIO,      3,        NNC_MAXIO,
+                               adam_create, opt_infer, opt_run,        opt_free, 0,
+                               NULL,        NULL,      TRAINING_DOMAIN};
+const nnc_op nnc_op_tr_momentum = {
+    "Momentum", 5,        NNC_MAXIO, 2,    NNC_MAXIO, momentum_create, opt_infer,
+    opt_run,    opt_free, 0,         NULL, NULL,      TRAINING_DOMAIN};

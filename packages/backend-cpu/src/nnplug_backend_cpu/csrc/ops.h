@@ -61,13 +61,39 @@ typedef struct nnc_bcast {
 } nnc_bcast;
 typedef void (*nnc_inner_fn)(void *ctx, int64_t n, const char *const *p, const int64_t *s, char *o);
 int nnc_bcast_setup(nnc_bcast *b, const nnc_tensor *out, nnc_tensor *const *ins, int nin);
-void nnc_bcast_run(const nnc_bcast *b, nnc_tensor *const *ins, nnc_tensor *out, nnc_inner_fn fn, void *ctx);
+void nnc_bcast_run(const nnc_bcast *b, nnc_tensor *const *ins, nnc_tensor *out, nnc_inner_fn fn,
+                   void *ctx);
 
 /* Binary ops: codes shared by op_eltwise.c (float32 fast paths) and op_arith.c (every type). */
-enum { B_ADD, B_SUB, B_MUL, B_DIV, B_POW, B_MAX, B_MIN, B_EQ, B_GT, B_LT, B_MOD, B_GE, B_LE,
-       B_AND, B_OR, B_XOR, B_BAND, B_BOR, B_BXOR, B_SHL, B_SHR, B_PRELU, B_PYMOD = B_MOD + 100 };
+enum {
+    B_ADD,
+    B_SUB,
+    B_MUL,
+    B_DIV,
+    B_POW,
+    B_MAX,
+    B_MIN,
+    B_EQ,
+    B_GT,
+    B_LT,
+    B_MOD,
+    B_GE,
+    B_LE,
+    B_AND,
+    B_OR,
+    B_XOR,
+    B_BAND,
+    B_BOR,
+    B_BXOR,
+    B_SHL,
+    B_SHR,
+    B_PRELU,
+    B_PYMOD = B_MOD + 100
+};
 /* Context of the typed kernel: op, input types, output type. */
-typedef struct { int op, dta, dtb, dto; } nnc_arith_ctx;
+typedef struct {
+    int op, dta, dtb, dto;
+} nnc_arith_ctx;
 void nnc_arith_typed(void *ctx, int64_t n, const char *const *p, const int64_t *s, char *o);
 /* Whether an integer divisor tensor holds a zero (Div/Mod must not run). */
 int nnc_has_zero(const nnc_tensor *t);
@@ -78,13 +104,26 @@ int nnc_unary_typed_run(const nnc_node *n, int code, float alpha, float beta, nn
                         nnc_tensor *out, nnc_err *e);
 
 /* Reductions on types other than float32 (op_reduce_typed.c); kinds as op_reduce.c's. */
-enum { NNC_R_SUM, NNC_R_MEAN, NNC_R_MAX, NNC_R_MIN, NNC_R_PROD, NNC_R_L2, NNC_R_SUMSQ, NNC_R_L1,
-       NNC_R_LOGSUMEXP, NNC_R_LOGSUM };
+enum {
+    NNC_R_SUM,
+    NNC_R_MEAN,
+    NNC_R_MAX,
+    NNC_R_MIN,
+    NNC_R_PROD,
+    NNC_R_L2,
+    NNC_R_SUMSQ,
+    NNC_R_L1,
+    NNC_R_LOGSUMEXP,
+    NNC_R_LOGSUM
+};
 int nnc_reduce_typed_ok(int kind, int dt);
 /* ReduceLogSumExp over a row of maximum mx, as max + log(sum(exp(v - max))): a term, and the
  * result from the sum of the terms (count: the row's length). A row with +inf (and no NaN)
  * gives +inf and a row of -inf gives -inf, not inf - inf = NaN. */
-static inline double nnc_lse_term(double v, double mx) { return isinf(mx) ? (v != v ? v : 0.0) : exp(v - mx); }
+static inline double nnc_lse_term(double v, double mx)
+{
+    return isinf(mx) ? (v != v ? v : 0.0) : exp(v - mx);
+}
 static inline double nnc_lse_result(double mx, double sum, int64_t count)
 {
     return !count ? -INFINITY : isinf(mx) && sum == sum ? mx : mx + log(sum);

@@ -2,6 +2,7 @@
 #include "nnc.h"
 #include "ops.h"
 
+// clang-format off: X-macro lists, packed by hand
 #define OPS(X) X(conv) X(gemm) X(matmul) X(maxpool) X(averagepool) X(globalaveragepool) \
     X(globalmaxpool) X(lrn) X(add) X(sub) X(mul) X(div) X(pow) X(equal) X(greater) X(less) \
     X(mod) X(sum) X(max) X(min) X(mean) X(where) X(relu) X(leakyrelu) X(sigmoid) X(tanh) \
@@ -43,20 +44,28 @@ OPS(DECL)
 ML_OPS(DECL)
 TAIL_OPS(DECL)
 DTYPE_OPS(DECL)
+// clang-format on
 #define REF(x) &nnc_op_##x,
 const nnc_op *const nnc_all_ops[] = {OPS(REF) ML_OPS(REF) TAIL_OPS(REF) DTYPE_OPS(REF) NULL};
 
-static int default_domain(const char *d) { return !d || !d[0] || !strcmp(d, "ai.onnx"); }
+static int default_domain(const char *d)
+{
+    return !d || !d[0] || !strcmp(d, "ai.onnx");
+}
 
 const nnc_op *nnc_find_op_in(const char *domain, const char *type)
 {
     int dflt = default_domain(domain);
     for (const nnc_op *const *p = nnc_all_ops; *p; p++) {
         if (strcmp((*p)->type, type)) continue;
-        if (dflt ? default_domain((*p)->domain) : !default_domain((*p)->domain) && !strcmp((*p)->domain, domain))
+        if (dflt ? default_domain((*p)->domain)
+                 : !default_domain((*p)->domain) && !strcmp((*p)->domain, domain))
             return *p;
     }
     return NULL;
 }
 
-const nnc_op *nnc_find_op(const char *type) { return nnc_find_op_in(NULL, type); }
+const nnc_op *nnc_find_op(const char *type)
+{
+    return nnc_find_op_in(NULL, type);
+}

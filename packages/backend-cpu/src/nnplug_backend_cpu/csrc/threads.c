@@ -50,7 +50,10 @@ static struct {
 static _Thread_local int t_in_pool;
 static _Thread_local int t_limit;
 
-void nnc_set_thread_limit(int limit) { t_limit = limit; }
+void nnc_set_thread_limit(int limit)
+{
+    t_limit = limit;
+}
 
 static void run_chunks(int tid)
 {
@@ -70,14 +73,19 @@ static void *worker(void *p)
     for (;;) {
         int spins = 0;
         while (atomic_load(&g_gen) == seen && !atomic_load(&g_stop)) {
-            if (++spins < SPIN_ROUNDS) { CPU_RELAX(); continue; }
-            if (atomic_load(&g_held) > 0) { /* inside a run: the next job is near; yield, not sleep */
+            if (++spins < SPIN_ROUNDS) {
+                CPU_RELAX();
+                continue;
+            }
+            if (atomic_load(&g_held) >
+                0) { /* inside a run: the next job is near; yield, not sleep */
                 sched_yield();
                 continue;
             }
             pthread_mutex_lock(&g_sleep_lock);
             atomic_fetch_add(&g_sleepers, 1);
-            while (atomic_load(&g_gen) == seen && !atomic_load(&g_stop) && atomic_load(&g_held) == 0)
+            while (atomic_load(&g_gen) == seen && !atomic_load(&g_stop) &&
+                   atomic_load(&g_held) == 0)
                 pthread_cond_wait(&g_wake, &g_sleep_lock);
             atomic_fetch_sub(&g_sleepers, 1);
             pthread_mutex_unlock(&g_sleep_lock);
@@ -168,17 +176,26 @@ void nnc_pool_hold(void)
     }
 }
 
-void nnc_pool_release(void) { atomic_fetch_sub(&g_held, 1); }
+void nnc_pool_release(void)
+{
+    atomic_fetch_sub(&g_held, 1);
+}
 
 void nnc_parallel_for(int64_t n, int64_t grain, nnc_range_fn fn, void *arg)
 {
     if (n <= 0) return;
     if (grain < 1) grain = 1;
-    if (n <= grain || t_in_pool) { fn(arg, 0, n, 0); return; }
+    if (n <= grain || t_in_pool) {
+        fn(arg, 0, n, 0);
+        return;
+    }
     ensure_pool();
     int T = g_nworkers + 1;
     if (t_limit > 0 && t_limit < T) T = t_limit;
-    if (T <= 1 || pthread_mutex_trylock(&g_submit) != 0) { fn(arg, 0, n, 0); return; }
+    if (T <= 1 || pthread_mutex_trylock(&g_submit) != 0) {
+        fn(arg, 0, n, 0);
+        return;
+    }
     int64_t chunk = (n + T * 4 - 1) / (T * 4);
     if (chunk < grain) chunk = grain;
     g_job.fn = fn;
@@ -206,4 +223,7 @@ void nnc_parallel_for(int64_t n, int64_t grain, nnc_range_fn fn, void *arg)
     pthread_mutex_unlock(&g_submit);
 }
 
-__attribute__((destructor)) static void pool_fini(void) { nnc_threads_shutdown(); }
+__attribute__((destructor)) static void pool_fini(void)
+{
+    nnc_threads_shutdown();
+}

@@ -10,25 +10,43 @@
 size_t nnc_dtsize(int dt)
 {
     switch (dt) {
-    case DT_F32: case DT_I32: case DT_U32: return 4;
-    case DT_I64: case DT_U64: case DT_F64: return 8;
+    case DT_F32:
+    case DT_I32:
+    case DT_U32: return 4;
+    case DT_I64:
+    case DT_U64:
+    case DT_F64: return 8;
     case DT_STR: return 16; /* nnp_string: only op_string.c's ops see these */
-    case DT_U8: case DT_I8: case DT_BOOL: return 1;
-    case DT_F8E4M3FN: case DT_F8E4M3FNUZ: case DT_F8E5M2: case DT_F8E5M2FNUZ: case DT_F8E8M0:
-    case DT_F4E2M1: case DT_I4: case DT_U4: case DT_I2: case DT_U2: return 1; /* padded */
-    case DT_U16: case DT_I16: case DT_F16: case DT_BF16: return 2;
+    case DT_U8:
+    case DT_I8:
+    case DT_BOOL: return 1;
+    case DT_F8E4M3FN:
+    case DT_F8E4M3FNUZ:
+    case DT_F8E5M2:
+    case DT_F8E5M2FNUZ:
+    case DT_F8E8M0:
+    case DT_F4E2M1:
+    case DT_I4:
+    case DT_U4:
+    case DT_I2:
+    case DT_U2: return 1; /* padded */
+    case DT_U16:
+    case DT_I16:
+    case DT_F16:
+    case DT_BF16: return 2;
     default: return 0;
     }
 }
 
 const char *nnc_dtname(int dt)
 {
-    static const char *names[] = {"undefined", "float32", "uint8", "int8", "uint16", "int16",
-                                  "int32", "int64", "string", "bool", "float16", "float64",
-                                  "uint32", "uint64", "complex64", "complex128", "bfloat16",
-                                  "float8e4m3fn", "float8e4m3fnuz", "float8e5m2",
-                                  "float8e5m2fnuz", "uint4", "int4", "float4e2m1",
-                                  "float8e8m0", "uint2", "int2"};
+    static const char *names[] = {
+        "undefined",      "float32",  "uint8",        "int8",           "uint16",
+        "int16",          "int32",    "int64",        "string",         "bool",
+        "float16",        "float64",  "uint32",       "uint64",         "complex64",
+        "complex128",     "bfloat16", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2",
+        "float8e5m2fnuz", "uint4",    "int4",         "float4e2m1",     "float8e8m0",
+        "uint2",          "int2"};
     if (dt >= 0 && dt < (int)(sizeof names / sizeof names[0])) return names[dt];
     return "unsupported type";
 }
@@ -52,7 +70,8 @@ void nnc_shape_str(const nnc_tensor *t, char *buf, size_t n)
 {
     size_t used = (size_t)snprintf(buf, n, "(");
     for (int i = 0; i < t->ndim && used < n; i++)
-        used += (size_t)snprintf(buf + used, n - used, i ? ", %lld" : "%lld", (long long)t->dims[i]);
+        used +=
+            (size_t)snprintf(buf + used, n - used, i ? ", %lld" : "%lld", (long long)t->dims[i]);
     if (used < n) snprintf(buf + used, n - used, ")");
 }
 
@@ -115,18 +134,27 @@ const nnc_attr *nnc_attr_find(const nnc_node *n, const char *name)
 static const char *kind_name(int k)
 {
     switch (k) {
-    case AK_FLOAT: return "float"; case AK_INT: return "int"; case AK_STRING: return "string";
-    case AK_TENSOR: return "tensor"; case AK_FLOATS: return "floats"; case AK_INTS: return "ints";
-    case AK_STRINGS: return "strings"; default: return "unknown";
+    case AK_FLOAT: return "float";
+    case AK_INT: return "int";
+    case AK_STRING: return "string";
+    case AK_TENSOR: return "tensor";
+    case AK_FLOATS: return "floats";
+    case AK_INTS: return "ints";
+    case AK_STRINGS: return "strings";
+    default: return "unknown";
     }
 }
 
 int nnc_attr_int(const nnc_node *n, const char *name, int64_t def, int64_t *out, nnc_err *e)
 {
     const nnc_attr *a = nnc_attr_find(n, name);
-    if (!a) { *out = def; return NNC_OK; }
+    if (!a) {
+        *out = def;
+        return NNC_OK;
+    }
     if (a->kind != AK_INT || a->count != 1 || !a->data)
-        return nnc_node_fail(e, n, "attribute '%s' must be an int, got %s", name, kind_name(a->kind));
+        return nnc_node_fail(e, n, "attribute '%s' must be an int, got %s", name,
+                             kind_name(a->kind));
     *out = *(const int64_t *)a->data;
     return NNC_OK;
 }
@@ -134,9 +162,18 @@ int nnc_attr_int(const nnc_node *n, const char *name, int64_t def, int64_t *out,
 int nnc_attr_float(const nnc_node *n, const char *name, float def, float *out, nnc_err *e)
 {
     const nnc_attr *a = nnc_attr_find(n, name);
-    if (!a) { *out = def; return NNC_OK; }
-    if (a->kind == AK_FLOAT && a->count == 1 && a->data) { *out = *(const float *)a->data; return NNC_OK; }
-    if (a->kind == AK_INT && a->count == 1 && a->data) { *out = (float)*(const int64_t *)a->data; return NNC_OK; }
+    if (!a) {
+        *out = def;
+        return NNC_OK;
+    }
+    if (a->kind == AK_FLOAT && a->count == 1 && a->data) {
+        *out = *(const float *)a->data;
+        return NNC_OK;
+    }
+    if (a->kind == AK_INT && a->count == 1 && a->data) {
+        *out = (float)*(const int64_t *)a->data;
+        return NNC_OK;
+    }
     return nnc_node_fail(e, n, "attribute '%s' must be a float, got %s", name, kind_name(a->kind));
 }
 
@@ -151,7 +188,7 @@ int nnc_attr_ints(const nnc_node *n, const char *name, int64_t *out, int maxn, i
                              kind_name(a->kind));
     if (a->count < 0 || a->count > maxn)
         return nnc_node_unsup(e, n, "attribute '%s' has %lld values, at most %d are supported",
-                             name, (long long)a->count, maxn);
+                              name, (long long)a->count, maxn);
     if (a->count && !a->data) return nnc_node_fail(e, n, "attribute '%s' has no data", name);
     if (a->count) memcpy(out, a->data, (size_t)a->count * sizeof(int64_t));
     *count = (int)a->count;
@@ -169,7 +206,7 @@ int nnc_attr_floats(const nnc_node *n, const char *name, float *out, int maxn, i
                              kind_name(a->kind));
     if (a->count < 0 || a->count > maxn)
         return nnc_node_unsup(e, n, "attribute '%s' has %lld values, at most %d are supported",
-                             name, (long long)a->count, maxn);
+                              name, (long long)a->count, maxn);
     if (a->count) memcpy(out, a->data, (size_t)a->count * sizeof(float));
     *count = (int)a->count;
     return NNC_OK;
@@ -179,9 +216,13 @@ int nnc_attr_str(const nnc_node *n, const char *name, const char *def, char *buf
                  nnc_err *e)
 {
     const nnc_attr *a = nnc_attr_find(n, name);
-    if (!a) { snprintf(buf, bn, "%s", def); return NNC_OK; }
+    if (!a) {
+        snprintf(buf, bn, "%s", def);
+        return NNC_OK;
+    }
     if (a->kind != AK_STRING)
-        return nnc_node_fail(e, n, "attribute '%s' must be a string, got %s", name, kind_name(a->kind));
+        return nnc_node_fail(e, n, "attribute '%s' must be a string, got %s", name,
+                             kind_name(a->kind));
     size_t len = a->count < 0 ? 0 : (size_t)a->count;
     if (len >= bn) len = bn - 1;
     if (len) memcpy(buf, a->data, len);
@@ -221,18 +262,19 @@ int nnc_check_dtype(const nnc_node *n, int i, const int *allowed, nnc_err *e)
         used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", p == allowed ? "" : ", ",
                                  nnc_dtname(*p));
     return nnc_node_unsup(e, n, "input %d has element type %s; this backend supports %s", i,
-                         nnc_dtname(dt), list);
+                          nnc_dtname(dt), list);
 }
 
-int nnc_read_ints(const nnc_node *n, const nnc_tensor *t, const char *what, int64_t *out,
-                  int maxn, int *count, nnc_err *e)
+int nnc_read_ints(const nnc_node *n, const nnc_tensor *t, const char *what, int64_t *out, int maxn,
+                  int *count, nnc_err *e)
 {
     if (t->dtype != DT_I64 && t->dtype != DT_I32)
         return nnc_node_fail(e, n, "%s must be int64 or int32, got %s", what, nnc_dtname(t->dtype));
     if (t->ndim > 1) return nnc_node_fail(e, n, "%s must be 1-D, got rank %d", what, t->ndim);
     int64_t k = nnc_numel(t);
-    if (k > maxn) return nnc_node_unsup(e, n, "%s has %lld values, at most %d are supported", what,
-                                       (long long)k, maxn);
+    if (k > maxn)
+        return nnc_node_unsup(e, n, "%s has %lld values, at most %d are supported", what,
+                              (long long)k, maxn);
     for (int64_t i = 0; i < k; i++)
         out[i] = t->dtype == DT_I64 ? ((const int64_t *)t->data)[i] : ((const int32_t *)t->data)[i];
     *count = (int)k;
@@ -248,7 +290,10 @@ void *nnc_alloc(size_t nbytes)
     return p;
 }
 
-void nnc_free(void *p) { free(p); }
+void nnc_free(void *p)
+{
+    free(p);
+}
 
 void *nnc_scratch(nnc_exec *x, int tid, size_t nbytes)
 {
@@ -268,15 +313,16 @@ void *nnc_scratch(nnc_exec *x, int tid, size_t nbytes)
  * within a few ulp of them. Below -87.34 (where Sigmoid gives 0) the result is x * 0, as the
  * separate kernels give: -0, and NaN for -inf. NaN stays NaN. A tail shorter than 8 goes
  * through the same instructions, so a value never depends on where it sits. */
-__attribute__((target("avx2,fma")))
-static __m256 silu8(__m256 x)
+__attribute__((target("avx2,fma"))) static __m256 silu8(__m256 x)
 {
     const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
     const __m256 ln2_hi = _mm256_set1_ps(0.693359375f), ln2_lo = _mm256_set1_ps(-2.12194440e-4f);
     const __m256 one = _mm256_set1_ps(1.f);
     __m256 t = _mm256_sub_ps(_mm256_setzero_ps(), x);
-    t = _mm256_min_ps(_mm256_max_ps(t, _mm256_set1_ps(-87.f)), _mm256_set1_ps(88.f)); /* NaN -> -87 */
-    __m256 fn = _mm256_round_ps(_mm256_mul_ps(t, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    t = _mm256_min_ps(_mm256_max_ps(t, _mm256_set1_ps(-87.f)),
+                      _mm256_set1_ps(88.f)); /* NaN -> -87 */
+    __m256 fn =
+        _mm256_round_ps(_mm256_mul_ps(t, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 r = _mm256_fnmadd_ps(fn, ln2_hi, t);
     r = _mm256_fnmadd_ps(fn, ln2_lo, r);
     __m256 p = _mm256_set1_ps(1.9875691500e-4f);
@@ -286,15 +332,15 @@ static __m256 silu8(__m256 x)
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
     p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, one));
-    __m256i e2 = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fn), _mm256_set1_epi32(127)), 23);
+    __m256i e2 =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fn), _mm256_set1_epi32(127)), 23);
     __m256 e = _mm256_mul_ps(p, _mm256_castsi256_ps(e2));
     __m256 y = _mm256_div_ps(x, _mm256_add_ps(one, e));
     __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-87.33654f), _CMP_LT_OQ);
     return _mm256_blendv_ps(y, _mm256_mul_ps(x, _mm256_setzero_ps()), tiny);
 }
 
-__attribute__((target("avx2,fma")))
-static void silu_avx2(float *x, int64_t n)
+__attribute__((target("avx2,fma"))) static void silu_avx2(float *x, int64_t n)
 {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, silu8(_mm256_loadu_ps(x + i)));
@@ -307,15 +353,16 @@ static void silu_avx2(float *x, int64_t n)
 }
 
 /* The same instructions 16 lanes at a time (AVX-512), so the same bits as silu8. */
-__attribute__((target("avx512f")))
-static __m512 silu16(__m512 x)
+__attribute__((target("avx512f"))) static __m512 silu16(__m512 x)
 {
     const __m512 log2e = _mm512_set1_ps(1.44269504088896341f);
     const __m512 ln2_hi = _mm512_set1_ps(0.693359375f), ln2_lo = _mm512_set1_ps(-2.12194440e-4f);
     const __m512 one = _mm512_set1_ps(1.f);
     __m512 t = _mm512_sub_ps(_mm512_setzero_ps(), x);
-    t = _mm512_min_ps(_mm512_max_ps(t, _mm512_set1_ps(-87.f)), _mm512_set1_ps(88.f)); /* NaN -> -87 */
-    __m512 fn = _mm512_roundscale_ps(_mm512_mul_ps(t, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    t = _mm512_min_ps(_mm512_max_ps(t, _mm512_set1_ps(-87.f)),
+                      _mm512_set1_ps(88.f)); /* NaN -> -87 */
+    __m512 fn = _mm512_roundscale_ps(_mm512_mul_ps(t, log2e),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(fn, ln2_hi, t);
     r = _mm512_fnmadd_ps(fn, ln2_lo, r);
     __m512 p = _mm512_set1_ps(1.9875691500e-4f);
@@ -325,15 +372,15 @@ static __m512 silu16(__m512 x)
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
     p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, one));
-    __m512i e2 = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(fn), _mm512_set1_epi32(127)), 23);
+    __m512i e2 =
+        _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(fn), _mm512_set1_epi32(127)), 23);
     __m512 e = _mm512_mul_ps(p, _mm512_castsi512_ps(e2));
     __m512 y = _mm512_div_ps(x, _mm512_add_ps(one, e));
     __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33654f), _CMP_LT_OQ);
     return _mm512_mask_blend_ps(tiny, y, _mm512_mul_ps(x, _mm512_setzero_ps()));
 }
 
-__attribute__((target("avx512f")))
-static void silu_avx512(float *x, int64_t n)
+__attribute__((target("avx512f"))) static void silu_avx512(float *x, int64_t n)
 {
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, silu16(_mm512_loadu_ps(x + i)));
@@ -379,8 +426,14 @@ void nnc_apply_act(float *x, int64_t n, const nnc_act *a)
     }
     case ACT_SILU: { /* elsewhere: Sigmoid then Mul, as the two unfused kernels compute them */
 #ifdef HAVE_SILU_AVX2
-        if (nnc_isa_level() == 2) { silu_avx512(x, n); break; }
-        if (nnc_isa_level() == 1) { silu_avx2(x, n); break; }
+        if (nnc_isa_level() == 2) {
+            silu_avx512(x, n);
+            break;
+        }
+        if (nnc_isa_level() == 1) {
+            silu_avx2(x, n);
+            break;
+        }
 #endif
         float t[256];
         for (int64_t i0 = 0; i0 < n; i0 += 256) {

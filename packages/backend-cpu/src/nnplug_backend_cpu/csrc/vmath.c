@@ -9,13 +9,19 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_ADDRESS__)
 #define MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define MULTIVERSION
 #endif
 
-static inline float bits_to_float(uint32_t u) { float f; memcpy(&f, &u, sizeof f); return f; }
+static inline float bits_to_float(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
 
 /* e^x for x in [-104, 89] (callers clamp): x = n ln2 + r, |r| <= ln2/2, e^r by a degree-6
  * polynomial (Cephes' expf coefficients), times 2^n built in the exponent bits as two halves,
@@ -35,7 +41,8 @@ static inline float exp_core(float x)
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.f;
     int32_t n = (int32_t)fn, n1 = n / 2, n2 = n - n1;
-    return p * bits_to_float((uint32_t)(n1 + 127) << 23) * bits_to_float((uint32_t)(n2 + 127) << 23);
+    return p * bits_to_float((uint32_t)(n1 + 127) << 23) *
+           bits_to_float((uint32_t)(n2 + 127) << 23);
 }
 
 /* NaN becomes -104 (every comparison with it is false), so no NaN reaches the float-to-int

@@ -29,16 +29,23 @@ static nnp_status set_error(nnp_status st, const char *fmt, ...)
     return st;
 }
 
-static const char *last_error(void) { return t_err.msg; }
+static const char *last_error(void)
+{
+    return t_err.msg;
+}
 
 static nnp_status ox_abi_init(const nnp_init_options *o)
 {
     int threads = 0;
-    if (o && o->struct_size >= offsetof(nnp_init_options, num_threads) + sizeof(int32_t)) threads = o->num_threads;
+    if (o && o->struct_size >= offsetof(nnp_init_options, num_threads) + sizeof(int32_t))
+        threads = o->num_threads;
     return ox_init(threads, &t_err) ? NNP_STATUS_ERROR : NNP_OK;
 }
 
-static void ox_abi_shutdown(void) { ox_shutdown(); }
+static void ox_abi_shutdown(void)
+{
+    ox_shutdown();
+}
 
 static nnp_status ox_abi_set_num_threads(int32_t n)
 {
@@ -47,12 +54,19 @@ static nnp_status ox_abi_set_num_threads(int32_t n)
     return NNP_OK;
 }
 
-static int is_host(nnp_device d) { return d.device_type == NNP_DEVICE_CPU && d.device_id == 0; }
+static int is_host(nnp_device d)
+{
+    return d.device_type == NNP_DEVICE_CPU && d.device_id == 0;
+}
 
 static nnp_status ox_get_attr(nnp_device dev, int32_t kind, nnp_attr_value *out)
 {
     if (!out) return set_error(NNP_STATUS_INVALID_ARGUMENT, "get_attr: out is NULL");
-    if (kind == NNP_DEVICE_ATTR_EXIST) { out->type = NNP_ATTR_VALUE_INT; out->i = is_host(dev); return NNP_OK; }
+    if (kind == NNP_DEVICE_ATTR_EXIST) {
+        out->type = NNP_ATTR_VALUE_INT;
+        out->i = is_host(dev);
+        return NNP_OK;
+    }
     if (!is_host(dev)) return NNP_OK;
     if (kind == NNP_DEVICE_ATTR_MULTI_PROCESSOR_COUNT) {
         out->type = NNP_ATTR_VALUE_INT;
@@ -60,7 +74,8 @@ static nnp_status ox_get_attr(nnp_device dev, int32_t kind, nnp_attr_value *out)
     } else if (kind == NNP_DEVICE_ATTR_API_VERSION) {
         const dnnl_version_t *v = D(dnnl_version)();
         out->type = NNP_ATTR_VALUE_STRING;
-        snprintf(out->s, sizeof out->s, "oneDNN %d.%d.%d (%s)", v->major, v->minor, v->patch, v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other runtime");
+        snprintf(out->s, sizeof out->s, "oneDNN %d.%d.%d (%s)", v->major, v->minor, v->patch,
+                 v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other runtime");
     } else if (kind == NNP_DEVICE_ATTR_DEVICE_NAME) {
         out->type = NNP_ATTR_VALUE_STRING;
         snprintf(out->s, sizeof out->s, "cpu (oneDNN)");
@@ -68,19 +83,26 @@ static nnp_status ox_get_attr(nnp_device dev, int32_t kind, nnp_attr_value *out)
     return NNP_OK;
 }
 
-static nnp_status ox_alloc(nnp_device dev, uint64_t nbytes, uint64_t alignment, nnp_dtype hint, void **out)
+static nnp_status ox_alloc(nnp_device dev, uint64_t nbytes, uint64_t alignment, nnp_dtype hint,
+                           void **out)
 {
     (void)hint;
     if (!out) return set_error(NNP_STATUS_INVALID_ARGUMENT, "alloc_data_space: out is NULL");
     *out = NULL;
-    if (!is_host(dev)) return set_error(NNP_STATUS_INVALID_ARGUMENT, "alloc_data_space: device %d:%d is not the cpu", dev.device_type, dev.device_id);
+    if (!is_host(dev))
+        return set_error(NNP_STATUS_INVALID_ARGUMENT,
+                         "alloc_data_space: device %d:%d is not the cpu", dev.device_type,
+                         dev.device_id);
     if (nbytes == 0) return set_error(NNP_STATUS_INVALID_ARGUMENT, "alloc_data_space: nbytes is 0");
     if (alignment == 0 || (alignment & (alignment - 1)))
-        return set_error(NNP_STATUS_INVALID_ARGUMENT, "alloc_data_space: alignment %llu is not a power of two", (unsigned long long)alignment);
+        return set_error(NNP_STATUS_INVALID_ARGUMENT,
+                         "alloc_data_space: alignment %llu is not a power of two",
+                         (unsigned long long)alignment);
     if (alignment < 64) alignment = 64;
     void *p = NULL;
     if (posix_memalign(&p, (size_t)alignment, (size_t)nbytes) != 0 || !p)
-        return set_error(NNP_STATUS_OUT_OF_MEMORY, "alloc_data_space: cannot allocate %llu bytes", (unsigned long long)nbytes);
+        return set_error(NNP_STATUS_OUT_OF_MEMORY, "alloc_data_space: cannot allocate %llu bytes",
+                         (unsigned long long)nbytes);
     *out = p;
     return NNP_OK;
 }
@@ -92,14 +114,17 @@ static nnp_status ox_free(nnp_device dev, void *h)
     return NNP_OK;
 }
 
-static nnp_status ox_copy(const void *from, uint64_t fo, void *to, uint64_t to_off, uint64_t n, nnp_device df,
-                          nnp_device dt, int32_t kind, nnp_stream stream)
+static nnp_status ox_copy(const void *from, uint64_t fo, void *to, uint64_t to_off, uint64_t n,
+                          nnp_device df, nnp_device dt, int32_t kind, nnp_stream stream)
 {
-    (void)df; (void)dt; (void)stream;
+    (void)df;
+    (void)dt;
+    (void)stream;
     if (kind < NNP_COPY_HOST_TO_DEVICE || kind > NNP_COPY_DEVICE_TO_DEVICE)
         return set_error(NNP_STATUS_INVALID_ARGUMENT, "copy_data_from_to: unknown kind %d", kind);
     if (!n) return NNP_OK;
-    if (!from || !to) return set_error(NNP_STATUS_INVALID_ARGUMENT, "copy_data_from_to: NULL buffer");
+    if (!from || !to)
+        return set_error(NNP_STATUS_INVALID_ARGUMENT, "copy_data_from_to: NULL buffer");
     memmove((char *)to + to_off, (const char *)from + fo, (size_t)n);
     return NNP_OK;
 }
@@ -116,7 +141,8 @@ static nnp_status ox_supports(const nnp_node_desc *node, int32_t *out)
  * float->float step (graph.c, nan_replace). */
 static nnp_status ox_supports_fused(const nnp_node_desc *nodes, int32_t n, int32_t *out)
 {
-    if (!nodes || !out || n < 1) return set_error(NNP_STATUS_INVALID_ARGUMENT, "supports_fused: bad arguments");
+    if (!nodes || !out || n < 1)
+        return set_error(NNP_STATUS_INVALID_ARGUMENT, "supports_fused: bad arguments");
     *out = ox_supported(nodes, n);
     return NNP_OK;
 }
@@ -126,20 +152,25 @@ static nnp_status ox_supports_fused(const nnp_node_desc *nodes, int32_t n, int32
  * outside it). */
 static nnp_status ox_fuse(const nnp_node_desc *nodes, int32_t n, int32_t *taken)
 {
-    if (!nodes || !taken || n < 1) return set_error(NNP_STATUS_INVALID_ARGUMENT, "fuse: bad arguments");
+    if (!nodes || !taken || n < 1)
+        return set_error(NNP_STATUS_INVALID_ARGUMENT, "fuse: bad arguments");
     *taken = n;
     /* an IsNaN is claimed only with the Where after it: a group never ends at one */
     if (n > 1 && nodes[n - 1].op_type && !strcmp(nodes[n - 1].op_type, "IsNaN")) *taken = n - 1;
     return NNP_OK;
 }
 
-static nnp_status ox_kernel_create(const nnp_node_desc *nodes, int32_t n, nnp_device dev, nnp_kernel **out)
+static nnp_status ox_kernel_create(const nnp_node_desc *nodes, int32_t n, nnp_device dev,
+                                   nnp_kernel **out)
 {
     if (!out) return set_error(NNP_STATUS_INVALID_ARGUMENT, "kernel_create: out is NULL");
     *out = NULL;
-    if (!is_host(dev)) return set_error(NNP_STATUS_INVALID_ARGUMENT, "kernel_create: device %d:%d is not the cpu", dev.device_type, dev.device_id);
+    if (!is_host(dev))
+        return set_error(NNP_STATUS_INVALID_ARGUMENT, "kernel_create: device %d:%d is not the cpu",
+                         dev.device_type, dev.device_id);
     int unsupported;
-    if (ox_build(nodes, n, out, &unsupported, &t_err)) return unsupported ? NNP_STATUS_UNSUPPORTED : NNP_STATUS_INVALID_ARGUMENT;
+    if (ox_build(nodes, n, out, &unsupported, &t_err))
+        return unsupported ? NNP_STATUS_UNSUPPORTED : NNP_STATUS_INVALID_ARGUMENT;
     return NNP_OK;
 }
 
@@ -149,31 +180,35 @@ static nnp_status ox_kernel_destroy(nnp_kernel *k)
     return NNP_OK;
 }
 
-static nnp_status ox_kernel_output_shapes(const nnp_kernel *k, const nnp_tensor *in, int32_t nin, int32_t nout,
-                                          int32_t *ndims, int64_t *shapes)
+static nnp_status ox_kernel_output_shapes(const nnp_kernel *k, const nnp_tensor *in, int32_t nin,
+                                          int32_t nout, int32_t *ndims, int64_t *shapes)
 {
     if (!k || !ndims || !shapes || nin < 0 || (nin && !in))
         return set_error(NNP_STATUS_INVALID_ARGUMENT, "kernel_output_shapes: bad arguments");
-    return ox_output_shapes(k, in, nin, nout, ndims, shapes, &t_err) ? NNP_STATUS_SHAPE_ERROR : NNP_OK;
+    return ox_output_shapes(k, in, nin, nout, ndims, shapes, &t_err) ? NNP_STATUS_SHAPE_ERROR
+                                                                     : NNP_OK;
 }
 
-static nnp_status ox_workspace(const nnp_kernel *k, const nnp_tensor *in, int32_t nin, const nnp_tensor *outs,
-                               int32_t nout, uint64_t *nbytes)
+static nnp_status ox_workspace(const nnp_kernel *k, const nnp_tensor *in, int32_t nin,
+                               const nnp_tensor *outs, int32_t nout, uint64_t *nbytes)
 {
-    (void)outs; (void)nout;
-    if (!k || !nbytes || nin < 0 || (nin && !in)) return set_error(NNP_STATUS_INVALID_ARGUMENT, "kernel_workspace_size: bad arguments");
+    (void)outs;
+    (void)nout;
+    if (!k || !nbytes || nin < 0 || (nin && !in))
+        return set_error(NNP_STATUS_INVALID_ARGUMENT, "kernel_workspace_size: bad arguments");
     return ox_workspace_size(k, in, nin, nbytes, &t_err) ? NNP_STATUS_INVALID_ARGUMENT : NNP_OK;
 }
 
-static nnp_status ox_kernel_run(const nnp_kernel *k, const nnp_tensor *in, int32_t nin, const nnp_tensor *outs,
-                                int32_t nout, void *ws, uint64_t wsn, nnp_stream stream)
+static nnp_status ox_kernel_run(const nnp_kernel *k, const nnp_tensor *in, int32_t nin,
+                                const nnp_tensor *outs, int32_t nout, void *ws, uint64_t wsn,
+                                nnp_stream stream)
 {
     (void)stream;
     return ox_run(k, in, nin, outs, nout, ws, wsn, &t_err) ? NNP_STATUS_INVALID_ARGUMENT : NNP_OK;
 }
 
-static nnp_status ox_run_steps(const nnp_step *steps, int32_t n, void *const *slots, int32_t ns, void *ws,
-                               uint64_t wsn, nnp_stream st, int32_t *failed)
+static nnp_status ox_run_steps(const nnp_step *steps, int32_t n, void *const *slots, int32_t ns,
+                               void *ws, uint64_t wsn, nnp_stream st, int32_t *failed)
 {
     return nnp_run_steps_default(ox_kernel_run, steps, n, slots, ns, ws, wsn, st, failed);
 }
@@ -181,7 +216,8 @@ static nnp_status ox_run_steps(const nnp_step *steps, int32_t n, void *const *sl
 static const nnp_backend_v1 TABLE = {
     .abi_version = {NNP_BACKEND_ABI_MAJOR, NNP_BACKEND_ABI_MINOR, NNP_BACKEND_ABI_PATCH},
     .struct_size = sizeof(nnp_backend_v1),
-    .flags = NNP_BACKEND_HOST_VISIBLE | NNP_BACKEND_KERNELS_OWN_CONSTANTS, /* kernels copy the constants they read */
+    .flags = NNP_BACKEND_HOST_VISIBLE |
+             NNP_BACKEND_KERNELS_OWN_CONSTANTS, /* kernels copy the constants they read */
     .id = "onednn",
     .version = OX_VERSION,
     .device_type = NNP_DEVICE_CPU,

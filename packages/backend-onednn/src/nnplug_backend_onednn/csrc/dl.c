@@ -63,14 +63,17 @@ int dl_load(char *err, size_t errlen)
     }
     g_gomp = dlopen("libgomp.so.1", RTLD_NOW | RTLD_GLOBAL);
     if (!g_gomp) {
-        snprintf(err, errlen, "cannot load libgomp.so.1, the GNU OpenMP runtime oneDNN needs (%s). "
-                 "Fix: install it (Debian/Ubuntu: apt install libgomp1)", dlerror());
+        snprintf(err, errlen,
+                 "cannot load libgomp.so.1, the GNU OpenMP runtime oneDNN needs (%s). "
+                 "Fix: install it (Debian/Ubuntu: apt install libgomp1)",
+                 dlerror());
         return 1;
     }
     g_omp_set_num_threads = (void (*)(int))dlsym(g_gomp, "omp_set_num_threads");
     /* the entry point of `#pragma omp parallel` (libgomp 4.9+): the backend's own loops run
      * on the threads oneDNN's primitives use */
-    g_gomp_parallel = (void (*)(void (*)(void *), void *, unsigned, unsigned))dlsym(g_gomp, "GOMP_parallel");
+    g_gomp_parallel =
+        (void (*)(void (*)(void *), void *, unsigned, unsigned))dlsym(g_gomp, "GOMP_parallel");
     g_omp_get_thread_num = (int (*)(void))dlsym(g_gomp, "omp_get_thread_num");
     g_omp_get_num_threads = (int (*)(void))dlsym(g_gomp, "omp_get_num_threads");
     if (!g_omp_get_thread_num || !g_omp_get_num_threads) g_gomp_parallel = NULL;
@@ -78,24 +81,30 @@ int dl_load(char *err, size_t errlen)
     if (!path || !path[0]) path = "libdnnl.so.3";
     g_dnnl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!g_dnnl) {
-        snprintf(err, errlen, "cannot load oneDNN from %s (%s). Fix: pip install "
+        snprintf(err, errlen,
+                 "cannot load oneDNN from %s (%s). Fix: pip install "
                  "onednn-cpu-gomp==2023.2.0 (nnplug_backend_onednn finds its libdnnl.so.3), "
-                 "or set %s to the path of libdnnl.so.3", path, dlerror(), LIBRARY_ENV);
+                 "or set %s to the path of libdnnl.so.3",
+                 path, dlerror(), LIBRARY_ENV);
         return 1;
     }
-#define DNNL_RESOLVE(name)                                                                  \
-    dl_##name = (__typeof__(&name))dlsym(g_dnnl, #name);                                    \
-    if (!dl_##name) {                                                                       \
-        snprintf(err, errlen, "%s has no function %s: it is not oneDNN 3.2. Fix: pip install " \
-                 "onednn-cpu-gomp==2023.2.0", path, #name);                                 \
-        return 1;                                                                           \
+#define DNNL_RESOLVE(name)                                                        \
+    dl_##name = (__typeof__(&name))dlsym(g_dnnl, #name);                          \
+    if (!dl_##name) {                                                             \
+        snprintf(err, errlen,                                                     \
+                 "%s has no function %s: it is not oneDNN 3.2. Fix: pip install " \
+                 "onednn-cpu-gomp==2023.2.0",                                     \
+                 path, #name);                                                    \
+        return 1;                                                                 \
     }
     DNNL_FUNCS(DNNL_RESOLVE)
 #undef DNNL_RESOLVE
     const dnnl_version_t *v = D(dnnl_version)();
     if (!v || v->major != 3) {
-        snprintf(err, errlen, "%s is oneDNN %d.%d; this backend needs 3.x. Fix: pip install "
-                 "onednn-cpu-gomp==2023.2.0", path, v ? v->major : -1, v ? v->minor : -1);
+        snprintf(err, errlen,
+                 "%s is oneDNN %d.%d; this backend needs 3.x. Fix: pip install "
+                 "onednn-cpu-gomp==2023.2.0",
+                 path, v ? v->major : -1, v ? v->minor : -1);
         return 1;
     }
     return 0;
@@ -122,7 +131,10 @@ void dl_team(int *me, int *n)
 {
     *me = g_gomp_parallel ? g_omp_get_thread_num() : 0;
     *n = g_gomp_parallel ? g_omp_get_num_threads() : 1;
-    if (*n < 1 || *me < 0 || *me >= *n) { *me = 0; *n = 1; }
+    if (*n < 1 || *me < 0 || *me >= *n) {
+        *me = 0;
+        *n = 1;
+    }
 }
 
 void dl_share(int64_t total, int64_t *t0, int64_t *t1)

@@ -39,8 +39,8 @@ static int decline(parser *p, const char *fmt, ...)
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
     *p->unsupported = 1;
-    return ox_fail(p->e, "node '%s' (%s) is not handled by the onednn backend: %s", p->n->name ? p->n->name : "",
-                   p->n->op_type, why);
+    return ox_fail(p->e, "node '%s' (%s) is not handled by the onednn backend: %s",
+                   p->n->name ? p->n->name : "", p->n->op_type, why);
 }
 
 /* ---- attributes ------------------------------------------------------------------------- */
@@ -99,12 +99,14 @@ static int add_value(parser *p, const nnp_value_desc *d, int *out)
 {
     ox_graph *g = p->g;
     const char *nm = d->name ? d->name : "";
-    int boolean = p->allow_bool && d->dtype.code == NNP_DTYPE_BOOL && d->dtype.bits == 8 && d->dtype.lanes <= 1 && !d->const_data;
+    int boolean = p->allow_bool && d->dtype.code == NNP_DTYPE_BOOL && d->dtype.bits == 8 &&
+                  d->dtype.lanes <= 1 && !d->const_data;
     if (!boolean && (d->dtype.code != NNP_DTYPE_FLOAT || d->dtype.bits != 32 || d->dtype.lanes > 1))
         return decline(p, "value '%s' is not float32", nm);
     if (d->ndim < 0) return decline(p, "value '%s' has an unknown rank", nm);
     if (d->ndim > MAXR) return decline(p, "value '%s' has rank %d (at most %d)", nm, d->ndim, MAXR);
-    if (d->ndim && !d->shape) return ox_fail(p->e, "value '%s': malformed descriptor (no shape)", nm);
+    if (d->ndim && !d->shape)
+        return ox_fail(p->e, "value '%s': malformed descriptor (no shape)", nm);
     if (g->nval == p->cap_val) {
         int cap = p->cap_val ? 2 * p->cap_val : 32;
         ox_value *nv = realloc(g->vals, (size_t)cap * sizeof *nv);
@@ -166,21 +168,30 @@ static int parse_eltwise(parser *p, ox_op *op)
     op->alpha = op->beta = 0.f;
     int maxin = 1;
     if (!strcmp(t, "Relu")) op->alg = dnnl_eltwise_relu;
-    else if (!strcmp(t, "LeakyRelu")) { op->alg = dnnl_eltwise_relu; op->alpha = attr_float(n, "alpha", 0.01f); }
-    else if (!strcmp(t, "Sigmoid")) op->alg = dnnl_eltwise_logistic;
+    else if (!strcmp(t, "LeakyRelu")) {
+        op->alg = dnnl_eltwise_relu;
+        op->alpha = attr_float(n, "alpha", 0.01f);
+    } else if (!strcmp(t, "Sigmoid")) op->alg = dnnl_eltwise_logistic;
     else if (!strcmp(t, "Tanh")) op->alg = dnnl_eltwise_tanh;
-    else if (!strcmp(t, "Elu")) { op->alg = dnnl_eltwise_elu; op->alpha = attr_float(n, "alpha", 1.f); }
-    else if (!strcmp(t, "Abs")) op->alg = dnnl_eltwise_abs;
+    else if (!strcmp(t, "Elu")) {
+        op->alg = dnnl_eltwise_elu;
+        op->alpha = attr_float(n, "alpha", 1.f);
+    } else if (!strcmp(t, "Abs")) op->alg = dnnl_eltwise_abs;
     else if (!strcmp(t, "Sqrt")) op->alg = dnnl_eltwise_sqrt;
     else if (!strcmp(t, "Exp")) op->alg = dnnl_eltwise_exp;
     else if (!strcmp(t, "Log")) op->alg = dnnl_eltwise_log;
-    else if (!strcmp(t, "Neg")) { op->alg = dnnl_eltwise_linear; op->alpha = -1.f; }
-    else if (!strcmp(t, "HardSigmoid")) {
+    else if (!strcmp(t, "Neg")) {
+        op->alg = dnnl_eltwise_linear;
+        op->alpha = -1.f;
+    } else if (!strcmp(t, "HardSigmoid")) {
         op->alg = dnnl_eltwise_hardsigmoid;
         op->alpha = attr_float(n, "alpha", 0.2f);
         op->beta = attr_float(n, "beta", 0.5f);
-    } else if (!strcmp(t, "HardSwish")) { op->alg = dnnl_eltwise_hardswish; op->alpha = 1.f / 6.f; op->beta = 0.5f; }
-    else if (!strcmp(t, "Clip")) {
+    } else if (!strcmp(t, "HardSwish")) {
+        op->alg = dnnl_eltwise_hardswish;
+        op->alpha = 1.f / 6.f;
+        op->beta = 0.5f;
+    } else if (!strcmp(t, "Clip")) {
         maxin = 3;
         op->alg = dnnl_eltwise_clip;
         /* an omitted bound is float32's lowest / largest value (ONNX; onnxruntime): +-inf
@@ -195,7 +206,8 @@ static int parse_eltwise(parser *p, ox_op *op)
             for (int i = 1; i < 3 && i < op->nin; i++) {
                 if (op->in[i] < 0) continue;
                 const ox_value *v = V(i);
-                if (!v->cdata || !known(v) || vnumel(v) != 1) return decline(p, "Clip min/max must be constant scalars");
+                if (!v->cdata || !known(v) || vnumel(v) != 1)
+                    return decline(p, "Clip min/max must be constant scalars");
                 float x = v->cdata[0];
                 if (isnan(x)) return decline(p, "Clip with a NaN bound");
                 if (i == 1) op->alpha = x;
@@ -212,7 +224,8 @@ static int parse_eltwise(parser *p, ox_op *op)
 
 /* Spatial padding: pads/auto_pad of a 2-D window op, with the right padding that gives the
  * output size wanted (ceil_mode, SAME_*). */
-int ox_window(const ox_op *op, const int64_t *in, const int64_t *out, int64_t *pl, int64_t *pr, ox_err *e)
+int ox_window(const ox_op *op, const int64_t *in, const int64_t *out, int64_t *pl, int64_t *pr,
+              ox_err *e)
 {
     int exact = op->kind == OP_CONV || op->incl;
     for (int i = 0; i < 2; i++) {
@@ -228,13 +241,15 @@ int ox_window(const ox_op *op, const int64_t *in, const int64_t *out, int64_t *p
             pl[i] = op->autopad == PAD_SAME_UPPER ? total / 2 : total - total / 2;
             pr[i] = total - pl[i];
         }
-        if (pl[i] < 0 || pr[i] < 0 || pl[i] >= span || pr[i] >= span) return ox_fail(e, "pads out of range");
+        if (pl[i] < 0 || pr[i] < 0 || pl[i] >= span || pr[i] >= span)
+            return ox_fail(e, "pads out of range");
         if (in[i] + pl[i] + pr[i] < span) return ox_fail(e, "window larger than the padded input");
         if ((in[i] + pl[i] + pr[i] - span) / op->st[i] + 1 != out[i]) {
             /* ceil_mode: oneDNN needs the extra right padding spelled out */
             int64_t need = total - pl[i];
             if (exact || need < pr[i] || (in[i] + pl[i] + need - span) / op->st[i] + 1 != out[i])
-                return ox_fail(e, "output size %lld does not follow from input %lld", (long long)out[i], (long long)in[i]);
+                return ox_fail(e, "output size %lld does not follow from input %lld",
+                               (long long)out[i], (long long)in[i]);
             pr[i] = need;
         }
     }
@@ -246,7 +261,8 @@ int ox_window(const ox_op *op, const int64_t *in, const int64_t *out, int64_t *p
 static int64_t window_out(const ox_op *op, int i, int64_t in)
 {
     int64_t span = (op->ker[i] - 1) * op->dil[i] + 1;
-    if (op->autopad == PAD_SAME_UPPER || op->autopad == PAD_SAME_LOWER) return (in + op->st[i] - 1) / op->st[i];
+    if (op->autopad == PAD_SAME_UPPER || op->autopad == PAD_SAME_LOWER)
+        return (in + op->st[i] - 1) / op->st[i];
     int64_t padded = in + (op->autopad == PAD_VALID ? 0 : op->pads[i] + op->pads[i + 2]) - span;
     if (padded < 0) return -1;
     if (op->ceil) return (padded + op->st[i] - 1) / op->st[i] + 1;
@@ -258,7 +274,8 @@ static int parse_window(parser *p, ox_op *op, int dilations)
     const nnp_node_desc *n = p->n;
     op->st[0] = op->st[1] = op->dil[0] = op->dil[1] = 1;
     int ns = attr_ints(n, "strides", op->st, 2), nd = attr_ints(n, "dilations", op->dil, 2);
-    if ((ns && ns != 2) || (nd && nd != 2) || op->st[0] < 1 || op->st[1] < 1 || op->dil[0] < 1 || op->dil[1] < 1)
+    if ((ns && ns != 2) || (nd && nd != 2) || op->st[0] < 1 || op->st[1] < 1 || op->dil[0] < 1 ||
+        op->dil[1] < 1)
         return decline(p, "strides/dilations");
     if (!dilations && (op->dil[0] != 1 || op->dil[1] != 1)) return decline(p, "dilations");
     int np = attr_ints(n, "pads", op->pads, 4);
@@ -273,14 +290,16 @@ static int parse_window(parser *p, ox_op *op, int dilations)
     else return decline(p, "auto_pad %s", ap);
     const ox_value *x = V(0), *y = Y;
     int spatial_known = x->dims[2] > 0 && x->dims[3] > 0 && y->dims[2] > 0 && y->dims[3] > 0;
-    if (op->ceil && (!spatial_known || op->autopad != PAD_NOTSET)) return decline(p, "ceil_mode with dynamic spatial dims or auto_pad");
+    if (op->ceil && (!spatial_known || op->autopad != PAD_NOTSET))
+        return decline(p, "ceil_mode with dynamic spatial dims or auto_pad");
     if (spatial_known) {
         int64_t pl[2], pr[2];
         ox_err e2;
         if (ox_window(op, x->dims + 2, y->dims + 2, pl, pr, &e2)) return decline(p, "%s", e2.msg);
     } else
         for (int i = 0; i < 2; i++)
-            if (x->dims[2 + i] > 0 && window_out(op, i, x->dims[2 + i]) < 1) return decline(p, "window larger than input");
+            if (x->dims[2 + i] > 0 && window_out(op, i, x->dims[2 + i]) < 1)
+                return decline(p, "window larger than input");
     return 0;
 }
 
@@ -299,14 +318,16 @@ static int parse_conv(parser *p, ox_op *op)
     int64_t C = x->dims[1], OC = w->dims[0];
     op->group = attr_int(n, "group", 1);
     if (C < 0) return decline(p, "channel count unknown at load");
-    if (op->group < 1 || C % op->group || OC % op->group || w->dims[1] != C / op->group || (y->dims[1] >= 0 && y->dims[1] != OC) ||
+    if (op->group < 1 || C % op->group || OC % op->group || w->dims[1] != C / op->group ||
+        (y->dims[1] >= 0 && y->dims[1] != OC) ||
         (y->dims[0] >= 0 && x->dims[0] >= 0 && y->dims[0] != x->dims[0]))
         return decline(p, "channels and group do not match");
     op->ker[0] = w->dims[2];
     op->ker[1] = w->dims[3];
     int64_t ks[2];
     int nk = attr_ints(n, "kernel_shape", ks, 2);
-    if (nk < 0 || (nk && (nk != 2 || ks[0] != op->ker[0] || ks[1] != op->ker[1]))) return decline(p, "kernel_shape");
+    if (nk < 0 || (nk && (nk != 2 || ks[0] != op->ker[0] || ks[1] != op->ker[1])))
+        return decline(p, "kernel_shape");
     if (op->nin == 3 && op->in[2] >= 0) {
         const ox_value *b = V(2);
         if (b->ndim != 1 || b->dims[0] != OC) return decline(p, "bias shape");
@@ -340,7 +361,8 @@ static int parse_pool(parser *p, ox_op *op)
         if (y->dims[2] != 1 || y->dims[3] != 1) return decline(p, "output size");
         return 0;
     }
-    if (attr_ints(n, "kernel_shape", op->ker, 2) != 2 || op->ker[0] < 1 || op->ker[1] < 1) return decline(p, "kernel_shape");
+    if (attr_ints(n, "kernel_shape", op->ker, 2) != 2 || op->ker[0] < 1 || op->ker[1] < 1)
+        return decline(p, "kernel_shape");
     if (attr_int(n, "storage_order", 0) != 0) return decline(p, "storage_order");
     op->ceil = attr_int(n, "ceil_mode", 0) != 0;
     op->incl = !op->maxpool && attr_int(n, "count_include_pad", 0) != 0;
@@ -361,7 +383,8 @@ static int parse_softmax(parser *p, ox_op *op)
      * it have one element each */
     int ones_after = 1;
     for (int i = (int)axis + 1; i < x->ndim; i++) ones_after &= x->dims[i] == 1;
-    if (n->opset > 0 && n->opset < 13 && !ones_after) return decline(p, "opset < 13 with elements after the axis");
+    if (n->opset > 0 && n->opset < 13 && !ones_after)
+        return decline(p, "opset < 13 with elements after the axis");
     op->axis = axis;
     return 0;
 }
@@ -390,15 +413,21 @@ static int parse_binary(parser *p, ox_op *op)
         /* oneDNN's binary max and min, and its max post-op, drop a NaN in the first operand;
          * onnxruntime and the ONNX reference keep it */
         return decline(p, "oneDNN's max and min drop a NaN; another backend runs it");
-    else if (!strcmp(t, "Sub")) { op->alg = dnnl_binary_sub; op->commutes = 0; }
-    else if (!strcmp(t, "Div")) { op->alg = dnnl_binary_div; op->commutes = 0; }
-    else if (!strcmp(t, "Sum") && op->nin == 2) op->alg = dnnl_binary_add; /* a residual, in exported ResNets */
+    else if (!strcmp(t, "Sub")) {
+        op->alg = dnnl_binary_sub;
+        op->commutes = 0;
+    } else if (!strcmp(t, "Div")) {
+        op->alg = dnnl_binary_div;
+        op->commutes = 0;
+    } else if (!strcmp(t, "Sum") && op->nin == 2)
+        op->alg = dnnl_binary_add; /* a residual, in exported ResNets */
     else return decline(p, "op not handled (Sum: two inputs only)");
     if (op->nin != 2 || op->in[0] < 0 || op->in[1] < 0) return decline(p, "two inputs");
     if (Y->ndim < 1) return decline(p, "rank-0 output");
     int f0 = fits(V(0), Y), f1 = fits(V(1), Y);
     if (f0 < 0 || f1 < 0) return decline(p, "broadcast");
-    if (f0 != 1 && (!op->commutes || f1 != 1)) return decline(p, "the first input must have the output's shape");
+    if (f0 != 1 && (!op->commutes || f1 != 1))
+        return decline(p, "the first input must have the output's shape");
     return 0;
 }
 
@@ -425,7 +454,8 @@ static int parse_lrn(parser *p, ox_op *op)
     const nnp_node_desc *n = p->n;
     if (op->nin != 1 || op->in[0] < 0) return decline(p, "arity");
     op->size = attr_int(n, "size", 0);
-    if (V(0)->ndim != 4 || !same_dims(V(0), Y) || op->size < 1 || op->size % 2 == 0) return decline(p, "4-D, odd size");
+    if (V(0)->ndim != 4 || !same_dims(V(0), Y) || op->size < 1 || op->size % 2 == 0)
+        return decline(p, "4-D, odd size");
     op->alpha = attr_float(n, "alpha", 1e-4f);
     op->beta = attr_float(n, "beta", 0.75f);
     op->lrn_bias = attr_float(n, "bias", 1.f);
@@ -435,12 +465,15 @@ static int parse_lrn(parser *p, ox_op *op)
 static int parse_bn(parser *p, ox_op *op)
 {
     const nnp_node_desc *n = p->n;
-    if (op->nin != 5 || n->num_outputs != 1 || attr_int(n, "training_mode", 0) != 0) return decline(p, "inference mode only");
+    if (op->nin != 5 || n->num_outputs != 1 || attr_int(n, "training_mode", 0) != 0)
+        return decline(p, "inference mode only");
     if (n->opset > 0 && n->opset < 9) return decline(p, "opset < 9");
     const ox_value *x = V(0);
-    if (x->ndim < 2 || x->ndim > 5 || !same_dims(x, Y) || x->dims[1] < 0) return decline(p, "shapes");
+    if (x->ndim < 2 || x->ndim > 5 || !same_dims(x, Y) || x->dims[1] < 0)
+        return decline(p, "shapes");
     for (int i = 1; i < 5; i++)
-        if (op->in[i] < 0 || V(i)->ndim != 1 || V(i)->dims[0] != x->dims[1]) return decline(p, "parameters");
+        if (op->in[i] < 0 || V(i)->ndim != 1 || V(i)->dims[0] != x->dims[1])
+            return decline(p, "parameters");
     op->eps = attr_float(n, "epsilon", 1e-5f);
     return 0;
 }
@@ -464,9 +497,11 @@ static int parse_ln(parser *p, ox_op *op)
     for (int j = 1; j < op->nin; j++) {
         if (op->in[j] < 0) continue;
         const ox_value *v = V(j);
-        if (v->ndim > x->ndim - axis || vnumel(v) != inner) return decline(p, "Scale and B must have the normalised shape (no broadcasting)");
+        if (v->ndim > x->ndim - axis || vnumel(v) != inner)
+            return decline(p, "Scale and B must have the normalised shape (no broadcasting)");
         for (int i = 0; i < v->ndim; i++)
-            if (v->dims[i] != x->dims[x->ndim - v->ndim + i]) return decline(p, "Scale and B must have the normalised shape (no broadcasting)");
+            if (v->dims[i] != x->dims[x->ndim - v->ndim + i])
+                return decline(p, "Scale and B must have the normalised shape (no broadcasting)");
     }
     op->axis = axis;
     op->size = inner;
@@ -478,7 +513,8 @@ static int parse_matmul(parser *p, ox_op *op)
 {
     const nnp_node_desc *n = p->n;
     op->gemm = n->op_type[0] == 'G';
-    if (op->nin < 2 || op->nin > (op->gemm ? 3 : 2) || op->in[0] < 0 || op->in[1] < 0) return decline(p, "arity");
+    if (op->nin < 2 || op->nin > (op->gemm ? 3 : 2) || op->in[0] < 0 || op->in[1] < 0)
+        return decline(p, "arity");
     const ox_value *a = V(0), *w = V(1), *y = Y;
     const ox_value *c = op->gemm && op->nin == 3 && op->in[2] >= 0 ? V(2) : NULL;
     int r = y->ndim;
@@ -486,9 +522,11 @@ static int parse_matmul(parser *p, ox_op *op)
         op->ta = attr_int(n, "transA", 0) != 0;
         op->tb = attr_int(n, "transB", 0) != 0;
         if (a->ndim != 2 || w->ndim != 2 || r != 2) return decline(p, "Gemm ranks");
-        if (attr_float(n, "alpha", 1.f) != 1.f || (c && attr_float(n, "beta", 1.f) != 1.f)) return decline(p, "Gemm alpha/beta");
+        if (attr_float(n, "alpha", 1.f) != 1.f || (c && attr_float(n, "beta", 1.f) != 1.f))
+            return decline(p, "Gemm alpha/beta");
         if (c && c->ndim > 2) return decline(p, "Gemm C rank");
-    } else if (a->ndim < 2 || w->ndim < 2 || r < 2 || r != (a->ndim > w->ndim ? a->ndim : w->ndim)) {
+    } else if (a->ndim < 2 || w->ndim < 2 || r < 2 ||
+               r != (a->ndim > w->ndim ? a->ndim : w->ndim)) {
         return decline(p, "rank-1 operands");
     }
     int64_t K = op->ta ? a->dims[a->ndim - 2] : a->dims[a->ndim - 1];
@@ -521,17 +559,39 @@ static int parse_matmul(parser *p, ox_op *op)
 static int parse_node(parser *p, ox_op *op)
 {
     const char *t = p->n->op_type;
-    if (!strcmp(t, "Conv")) { op->kind = OP_CONV; return parse_conv(p, op); }
-    if (!strcmp(t, "Gemm") || !strcmp(t, "MatMul")) { op->kind = OP_MATMUL; return parse_matmul(p, op); }
-    if (!strcmp(t, "MaxPool") || !strcmp(t, "AveragePool") || !strcmp(t, "GlobalAveragePool") || !strcmp(t, "GlobalMaxPool")) {
+    if (!strcmp(t, "Conv")) {
+        op->kind = OP_CONV;
+        return parse_conv(p, op);
+    }
+    if (!strcmp(t, "Gemm") || !strcmp(t, "MatMul")) {
+        op->kind = OP_MATMUL;
+        return parse_matmul(p, op);
+    }
+    if (!strcmp(t, "MaxPool") || !strcmp(t, "AveragePool") || !strcmp(t, "GlobalAveragePool") ||
+        !strcmp(t, "GlobalMaxPool")) {
         op->kind = OP_POOL;
         return parse_pool(p, op);
     }
-    if (!strcmp(t, "Softmax") || !strcmp(t, "LogSoftmax")) { op->kind = OP_SOFTMAX; return parse_softmax(p, op); }
-    if (!strcmp(t, "Concat")) { op->kind = OP_CONCAT; return parse_concat(p, op); }
-    if (!strcmp(t, "LRN")) { op->kind = OP_LRN; return parse_lrn(p, op); }
-    if (!strcmp(t, "BatchNormalization")) { op->kind = OP_BN; return parse_bn(p, op); }
-    if (!strcmp(t, "LayerNormalization")) { op->kind = OP_LN; return parse_ln(p, op); }
+    if (!strcmp(t, "Softmax") || !strcmp(t, "LogSoftmax")) {
+        op->kind = OP_SOFTMAX;
+        return parse_softmax(p, op);
+    }
+    if (!strcmp(t, "Concat")) {
+        op->kind = OP_CONCAT;
+        return parse_concat(p, op);
+    }
+    if (!strcmp(t, "LRN")) {
+        op->kind = OP_LRN;
+        return parse_lrn(p, op);
+    }
+    if (!strcmp(t, "BatchNormalization")) {
+        op->kind = OP_BN;
+        return parse_bn(p, op);
+    }
+    if (!strcmp(t, "LayerNormalization")) {
+        op->kind = OP_LN;
+        return parse_ln(p, op);
+    }
     if (!strcmp(t, "Reshape") || !strcmp(t, "Flatten")) {
         /* a new shape over the same row-major bytes: the output's dims known at load, or from a
          * constant shape (0: the input's dim, -1: the rest) and the input's dims at run time */
@@ -546,12 +606,14 @@ static int parse_node(parser *p, ox_op *op)
             op->size = 2; /* Flatten: (prod dims[:axis], prod dims[axis:]) */
         } else if (op->nin == 2) {
             const nnp_value_desc *sd = &p->n->inputs[1];
-            if (sd->const_data && sd->dtype.code == NNP_DTYPE_INT && sd->dtype.bits == 64 && sd->ndim == 1 && sd->shape &&
-                sd->shape[0] == y->ndim && y->ndim <= MAXR && sd->const_nbytes == (uint64_t)y->ndim * 8) {
+            if (sd->const_data && sd->dtype.code == NNP_DTYPE_INT && sd->dtype.bits == 64 &&
+                sd->ndim == 1 && sd->shape && sd->shape[0] == y->ndim && y->ndim <= MAXR &&
+                sd->const_nbytes == (uint64_t)y->ndim * 8) {
                 memcpy(op->perm, sd->const_data, (size_t)y->ndim * 8);
                 int minus = 0;
                 for (int i = 0; i < y->ndim; i++) {
-                    if (op->perm[i] < -1 || (op->perm[i] == 0 && attr_int(p->n, "allowzero", 0))) return decline(p, "shape");
+                    if (op->perm[i] < -1 || (op->perm[i] == 0 && attr_int(p->n, "allowzero", 0)))
+                        return decline(p, "shape");
                     if (op->perm[i] == 0 && i >= x->ndim) return decline(p, "shape");
                     minus += op->perm[i] == -1;
                 }
@@ -559,22 +621,27 @@ static int parse_node(parser *p, ox_op *op)
                 op->size = 1;
             }
         }
-        if (!op->size && !known(y)) return decline(p, "the output's dims must be known at load, or the shape constant");
-        if (known(x) && known(y) && vnumel(x) != vnumel(y)) return decline(p, "element counts differ");
+        if (!op->size && !known(y))
+            return decline(p, "the output's dims must be known at load, or the shape constant");
+        if (known(x) && known(y) && vnumel(x) != vnumel(y))
+            return decline(p, "element counts differ");
         op->nin = 1;
         return 0;
     }
     if (!strcmp(t, "Transpose")) {
         const ox_value *x = &p->g->vals[op->in[0]], *y = &p->g->vals[op->out];
         op->kind = OP_TRANSPOSE;
-        if (op->nin != 1 || op->in[0] < 0 || x->ndim < 1 || x->ndim != y->ndim) return decline(p, "arity");
+        if (op->nin != 1 || op->in[0] < 0 || x->ndim < 1 || x->ndim != y->ndim)
+            return decline(p, "arity");
         int np = attr_ints(p->n, "perm", op->perm, MAXR);
         if (np < 0 || (np && np != x->ndim)) return decline(p, "perm");
         int seen[MAXR] = {0};
         for (int i = 0; i < x->ndim; i++) {
             if (!np) op->perm[i] = x->ndim - 1 - i;
-            if (op->perm[i] < 0 || op->perm[i] >= x->ndim || seen[op->perm[i]]++) return decline(p, "perm is not a permutation");
-            if (y->dims[i] >= 0 && x->dims[op->perm[i]] >= 0 && y->dims[i] != x->dims[op->perm[i]]) return decline(p, "shapes");
+            if (op->perm[i] < 0 || op->perm[i] >= x->ndim || seen[op->perm[i]]++)
+                return decline(p, "perm is not a permutation");
+            if (y->dims[i] >= 0 && x->dims[op->perm[i]] >= 0 && y->dims[i] != x->dims[op->perm[i]])
+                return decline(p, "shapes");
         }
         return 0;
     }
@@ -583,35 +650,41 @@ static int parse_node(parser *p, ox_op *op)
          * no axis */
         const ox_value *x = &p->g->vals[op->in[0]], *y = &p->g->vals[op->out];
         op->kind = OP_TRANSPOSE;
-        if (op->in[0] < 0 || (t[0] == 'I' && op->nin != 1) || op->nin > 3 || !same_dims(x, y)) return decline(p, "arity");
+        if (op->in[0] < 0 || (t[0] == 'I' && op->nin != 1) || op->nin > 3 || !same_dims(x, y))
+            return decline(p, "arity");
         if (t[0] == 'D') {
             if (p->n->opset > 0 && p->n->opset < 7) return decline(p, "opset < 7 (is_test)");
             const nnp_value_desc *tm = op->nin == 3 ? &p->n->inputs[2] : NULL;
-            if (tm && tm->name[0] && !(tm->const_data && tm->const_nbytes == 1 && !*(const uint8_t *)tm->const_data))
+            if (tm && tm->name[0] &&
+                !(tm->const_data && tm->const_nbytes == 1 && !*(const uint8_t *)tm->const_data))
                 return decline(p, "training_mode must be omitted or a constant false");
         }
         for (int i = 0; i < x->ndim; i++) op->perm[i] = i;
         op->nin = 1;
         return 0;
     }
-    if (!strcmp(t, "IsNaN") || !strcmp(t, "Where")) { /* only as Where(IsNaN(x), C, x): see nan_replace */
+    if (!strcmp(t, "IsNaN") ||
+        !strcmp(t, "Where")) { /* only as Where(IsNaN(x), C, x): see nan_replace */
         const ox_value *y = &p->g->vals[op->out];
         op->kind = t[0] == 'I' ? OP_ISNAN : OP_WHERE;
         if (op->nin != (op->kind == OP_ISNAN ? 1 : 3)) return decline(p, "arity");
         for (int j = 0; j < op->nin; j++)
             if (op->in[j] < 0 || p->g->vals[op->in[j]].boolean != (op->kind == OP_WHERE && j == 0))
                 return decline(p, "only Where(IsNaN(x), C, x) on float32 values");
-        if (!same_dims(&p->g->vals[op->in[op->nin - 1]], y)) return decline(p, "output shape differs from the input's");
+        if (!same_dims(&p->g->vals[op->in[op->nin - 1]], y))
+            return decline(p, "output shape differs from the input's");
         return 0;
     }
-    if (!strcmp(t, "Erf")) { /* oneDNN has erf only inside gelu_erf: a loop of its own when not fused */
+    if (!strcmp(
+            t, "Erf")) { /* oneDNN has erf only inside gelu_erf: a loop of its own when not fused */
         op->kind = OP_ERF;
         if (op->nin != 1 || op->in[0] < 0) return decline(p, "arity");
-        if (!same_dims(&p->g->vals[op->in[0]], &p->g->vals[op->out])) return decline(p, "output shape differs from the input's");
+        if (!same_dims(&p->g->vals[op->in[0]], &p->g->vals[op->out]))
+            return decline(p, "output shape differs from the input's");
         return 0;
     }
-    if (!strcmp(t, "Add") || !strcmp(t, "Mul") || !strcmp(t, "Sub") || !strcmp(t, "Div") || !strcmp(t, "Max") || !strcmp(t, "Min") ||
-        !strcmp(t, "Sum")) {
+    if (!strcmp(t, "Add") || !strcmp(t, "Mul") || !strcmp(t, "Sub") || !strcmp(t, "Div") ||
+        !strcmp(t, "Max") || !strcmp(t, "Min") || !strcmp(t, "Sum")) {
         op->kind = OP_BINARY;
         return parse_binary(p, op);
     }
@@ -669,7 +742,8 @@ static double bn_factor(const ox_graph *g, const ox_op *bn, int64_t c)
 
 static int fold_bn(ox_graph *g, ox_op *conv, const ox_op *bn)
 {
-    if (conv->npost || (conv->nin == 3 && conv->in[2] >= 0 && !conv->b) || !bn_params_const(g, bn)) return 0;
+    if (conv->npost || (conv->nin == 3 && conv->in[2] >= 0 && !conv->b) || !bn_params_const(g, bn))
+        return 0;
     int64_t OC = conv->oc, per = conv->wdims[1] * conv->wdims[2] * conv->wdims[3];
     if (!conv->b) {
         conv->b = calloc((size_t)OC, sizeof(float));
@@ -695,7 +769,11 @@ static void bn_affine(ox_graph *g, ox_op *bn)
     if (!bn_params_const(g, bn)) return;
     int64_t C = g->vals[bn->in[1]].dims[0];
     float *s = malloc((size_t)C * sizeof(float)), *t = malloc((size_t)C * sizeof(float));
-    if (!s || !t) { free(s); free(t); return; }
+    if (!s || !t) {
+        free(s);
+        free(t);
+        return;
+    }
     const float *sh = g->vals[bn->in[2]].cdata, *mu = g->vals[bn->in[3]].cdata;
     for (int64_t c = 0; c < C; c++) {
         double f = bn_factor(g, bn, c);
@@ -712,10 +790,13 @@ static void bn_affine(ox_graph *g, ox_op *bn)
 static int fold_channel(ox_graph *g, ox_op *conv, const ox_op *nx)
 {
     if (conv->npost || (conv->nin == 3 && conv->in[2] >= 0 && !conv->b)) return 0;
-    if (nx->kind != OP_BINARY || (nx->alg != dnnl_binary_mul && nx->alg != dnnl_binary_add)) return 0;
+    if (nx->kind != OP_BINARY || (nx->alg != dnnl_binary_mul && nx->alg != dnnl_binary_add))
+        return 0;
     int other = nx->in[0] == conv->out ? nx->in[1] : nx->in[0];
     const ox_value *c = &g->vals[other];
-    if (other == conv->out || !c->cdata || c->ndim > 4 || !same_dims(&g->vals[nx->out], &g->vals[conv->out])) return 0;
+    if (other == conv->out || !c->cdata || c->ndim > 4 ||
+        !same_dims(&g->vals[nx->out], &g->vals[conv->out]))
+        return 0;
     int64_t OC = conv->oc, per = conv->wdims[1] * conv->wdims[2] * conv->wdims[3];
     for (int i = 0; i < c->ndim; i++) { /* right-aligned to (N, C, H, W): 1 everywhere but C */
         int axis = 4 - c->ndim + i;
@@ -728,7 +809,10 @@ static int fold_channel(ox_graph *g, ox_op *conv, const ox_op *nx)
     }
     for (int64_t o = 0; o < OC; o++) {
         float s = c->cdata[perc ? o : 0];
-        if (nx->alg == dnnl_binary_add) { conv->b[o] += s; continue; }
+        if (nx->alg == dnnl_binary_add) {
+            conv->b[o] += s;
+            continue;
+        }
         for (int64_t i = 0; i < per; i++) conv->w[o * per + i] *= s;
         conv->b[o] *= s;
     }
@@ -739,11 +823,14 @@ static int fold_channel(ox_graph *g, ox_op *conv, const ox_op *nx)
  * Gemm with constant weights that has no bias yet: the bias of its primitive. */
 static int fold_matmul_bias(ox_graph *g, ox_op *mm, const ox_op *nx)
 {
-    if (mm->npost || mm->b || (mm->nin == 3 && mm->in[2] >= 0) || !g->vals[mm->in[1]].cdata) return 0;
+    if (mm->npost || mm->b || (mm->nin == 3 && mm->in[2] >= 0) || !g->vals[mm->in[1]].cdata)
+        return 0;
     if (nx->kind != OP_BINARY || nx->alg != dnnl_binary_add) return 0;
     int other = nx->in[0] == mm->out ? nx->in[1] : nx->in[0];
     const ox_value *c = &g->vals[other], *y = &g->vals[mm->out];
-    if (other == mm->out || !c->cdata || !same_dims(&g->vals[nx->out], y) || y->dims[y->ndim - 1] < 1) return 0;
+    if (other == mm->out || !c->cdata || !same_dims(&g->vals[nx->out], y) ||
+        y->dims[y->ndim - 1] < 1)
+        return 0;
     int64_t N = y->dims[y->ndim - 1];
     for (int i = 0; i < c->ndim; i++)
         if (c->dims[i] != 1 && !(i == c->ndim - 1 && c->dims[i] == N)) return 0;
@@ -792,9 +879,15 @@ static int gelu_chain(const ox_graph *g, int x, int *chain)
         const ox_op *o = &g->ops[i];
         if (o->dead) continue;
         int c = binary_with(g, i, x, dnnl_binary_div, 1);
-        if (c >= 0 && const_is(g, c, 1.4142135623730951, 1e-6)) { d = i; continue; }
+        if (c >= 0 && const_is(g, c, 1.4142135623730951, 1e-6)) {
+            d = i;
+            continue;
+        }
         c = binary_with(g, i, x, dnnl_binary_mul, 0);
-        if (c >= 0 && const_is(g, c, 0.7071067811865476, 1e-6)) { d = i; continue; }
+        if (c >= 0 && const_is(g, c, 0.7071067811865476, 1e-6)) {
+            d = i;
+            continue;
+        }
         if (c >= 0) m = i;
     }
     if (d < 0 || m < 0) return 0;
@@ -803,7 +896,9 @@ static int gelu_chain(const ox_graph *g, int x, int *chain)
     int a = sole_consumer(g, g->ops[e].out);
     int one = binary_with(g, a, g->ops[e].out, dnnl_binary_add, 0);
     if (one < 0 || !const_is(g, one, 1.0, 0.0)) return 0;
-    if (binary_with(g, m, x, dnnl_binary_mul, 0) != g->ops[a].out || sole_consumer(g, g->ops[a].out) != m) return 0;
+    if (binary_with(g, m, x, dnnl_binary_mul, 0) != g->ops[a].out ||
+        sole_consumer(g, g->ops[a].out) != m)
+        return 0;
     int h = sole_consumer(g, g->ops[m].out);
     int half = binary_with(g, h, g->ops[m].out, dnnl_binary_mul, 0);
     if (half < 0 || !const_is(g, half, 0.5, 0.0)) return 0;
@@ -823,7 +918,8 @@ static int swish_chain(const ox_graph *g, int x, int *chain)
     int sg = -1;
     for (int i = 0; i < g->nop && sg < 0; i++) {
         const ox_op *o = &g->ops[i];
-        if (!o->dead && o->kind == OP_ELTWISE && o->alg == dnnl_eltwise_logistic && o->in[0] == x) sg = i;
+        if (!o->dead && o->kind == OP_ELTWISE && o->alg == dnnl_eltwise_logistic && o->in[0] == x)
+            sg = i;
     }
     if (sg < 0) return 0;
     int m = sole_consumer(g, g->ops[sg].out);
@@ -843,7 +939,10 @@ static int swish_chain(const ox_graph *g, int x, int *chain)
  * takes no post-op, so a Relu after it is a step of its own (its fuse_norm_relu flag is
  * oneDNN's relu, which a strict graph must not use; see plan.c strict_relu); bn_affine's
  * multiply-add takes any post-op. */
-static int bn_primitive(const ox_op *op) { return op->kind == OP_BN && !op->w; }
+static int bn_primitive(const ox_op *op)
+{
+    return op->kind == OP_BN && !op->w;
+}
 
 /* Whether op runs otherwise in a strict graph, where a NaN or an infinity can reach it: a Relu
  * (oneDNN's relu is max(x, 0), which drops a NaN; see plan.c strict_relu), a fused Clip (its
@@ -857,7 +956,8 @@ static int strict_differs(const ox_op *op)
     for (int i = 0; i < op->npost; i++) {
         const ox_post *q = &op->post[i];
         n |= q->kind == POST_ELTWISE &&
-             (q->alg == dnnl_eltwise_clip || q->alg == dnnl_eltwise_gelu_erf || ox_is_relu(q->alg, q->alpha));
+             (q->alg == dnnl_eltwise_clip || q->alg == dnnl_eltwise_gelu_erf ||
+              ox_is_relu(q->alg, q->alpha));
     }
     return n;
 }
@@ -866,13 +966,17 @@ static void fuse(ox_graph *g, int strict)
 {
     for (int i = 0; i < g->nop; i++) {
         ox_op *op = &g->ops[i];
-        if (op->dead || (op->kind != OP_CONV && op->kind != OP_MATMUL && op->kind != OP_BINARY && op->kind != OP_BN)) continue;
+        if (op->dead || (op->kind != OP_CONV && op->kind != OP_MATMUL && op->kind != OP_BINARY &&
+                         op->kind != OP_BN))
+            continue;
         if (op->kind == OP_BN) bn_affine(g, op); /* not folded into a Conv before it */
         int has_sum = 0;
         for (;;) {
             int chain[5];
-            if (!strict && !bn_primitive(op) && op->npost < MAXPOST && gelu_chain(g, op->out, chain)) {
-                op->post[op->npost++] = (ox_post){POST_ELTWISE, dnnl_eltwise_gelu_erf, 0.f, 0.f, -1};
+            if (!strict && !bn_primitive(op) && op->npost < MAXPOST &&
+                gelu_chain(g, op->out, chain)) {
+                op->post[op->npost++] =
+                    (ox_post){POST_ELTWISE, dnnl_eltwise_gelu_erf, 0.f, 0.f, -1};
                 for (int k = 0; k < 5; k++) absorb(g, op, &g->ops[chain[k]]);
                 continue;
             }
@@ -885,8 +989,9 @@ static void fuse(ox_graph *g, int strict)
             if (j < 0) break;
             ox_op *nx = &g->ops[j];
             if (bn_primitive(op)) break;
-            if (op->kind == OP_CONV && ((nx->kind == OP_BN && nx->in[0] == op->out && fold_bn(g, op, nx)) ||
-                                        fold_channel(g, op, nx))) {
+            if (op->kind == OP_CONV &&
+                ((nx->kind == OP_BN && nx->in[0] == op->out && fold_bn(g, op, nx)) ||
+                 fold_channel(g, op, nx))) {
                 absorb(g, op, nx);
                 continue;
             }
@@ -895,13 +1000,16 @@ static void fuse(ox_graph *g, int strict)
                 continue;
             }
             if (op->npost >= MAXPOST) break;
-            int fused_clip = nx->kind == OP_ELTWISE && !strict && nx->alg == dnnl_eltwise_clip; /* MobileNet's ReLU6 */
-            if (nx->kind == OP_ELTWISE && nx->in[0] == op->out && (fused_clip || !ox_own_eltwise(nx->alg))) {
+            int fused_clip = nx->kind == OP_ELTWISE && !strict &&
+                             nx->alg == dnnl_eltwise_clip; /* MobileNet's ReLU6 */
+            if (nx->kind == OP_ELTWISE && nx->in[0] == op->out &&
+                (fused_clip || !ox_own_eltwise(nx->alg))) {
                 op->post[op->npost++] = (ox_post){POST_ELTWISE, nx->alg, nx->alpha, nx->beta, -1};
                 absorb(g, op, nx);
                 continue;
             }
-            if ((op->kind == OP_CONV || op->kind == OP_MATMUL) && !has_sum && nx->kind == OP_BINARY && nx->alg == dnnl_binary_add) {
+            if ((op->kind == OP_CONV || op->kind == OP_MATMUL) && !has_sum &&
+                nx->kind == OP_BINARY && nx->alg == dnnl_binary_add) {
                 int other = nx->in[0] == op->out ? nx->in[1] : nx->in[0];
                 if (other == op->out || !same_dims(&g->vals[other], &g->vals[op->out]) ||
                     !same_dims(&g->vals[nx->out], &g->vals[op->out]))
@@ -932,12 +1040,18 @@ static int nan_replace(parser *p, const nnp_node_desc *nodes)
         int k = -1;
         for (int j = 0; j < g->nop && k < 0; j++)
             if (!g->ops[j].dead && g->ops[j].kind == OP_ISNAN && g->ops[j].out == w->in[0]) k = j;
-        if (k < 0) return decline(p, "the condition must be an IsNaN in the same kernel (only Where(IsNaN(x), C, x))");
+        if (k < 0)
+            return decline(
+                p,
+                "the condition must be an IsNaN in the same kernel (only Where(IsNaN(x), C, x))");
         ox_op *isn = &g->ops[k];
         const ox_value *c = &g->vals[w->in[1]];
-        if (isn->in[0] != w->in[2]) return decline(p, "only Where(IsNaN(x), C, x): the IsNaN reads another value");
-        if (!c->cdata || !known(c) || vnumel(c) != 1) return decline(p, "only Where(IsNaN(x), C, x) with C a constant scalar");
-        if (sole_consumer(g, isn->out) != i) return decline(p, "the IsNaN's result is read elsewhere too");
+        if (isn->in[0] != w->in[2])
+            return decline(p, "only Where(IsNaN(x), C, x): the IsNaN reads another value");
+        if (!c->cdata || !known(c) || vnumel(c) != 1)
+            return decline(p, "only Where(IsNaN(x), C, x) with C a constant scalar");
+        if (sole_consumer(g, isn->out) != i)
+            return decline(p, "the IsNaN's result is read elsewhere too");
         w->alpha = c->cdata[0];
         g->vals[w->in[0]].consumers--;
         g->vals[w->in[1]].consumers--;
@@ -950,7 +1064,9 @@ static int nan_replace(parser *p, const nnp_node_desc *nodes)
     for (int i = 0; i < g->nop; i++)
         if (!g->ops[i].dead && g->ops[i].kind == OP_ISNAN) {
             p->n = &nodes[i];
-            return decline(p, "its bool result is not only the condition of a Where(IsNaN(x), C, x) in the same kernel");
+            return decline(
+                p,
+                "its bool result is not only the condition of a Where(IsNaN(x), C, x) in the same kernel");
         }
     return 0;
 }
@@ -964,39 +1080,54 @@ static int by_pos(const void *a, const void *b, void *ops)
 ox_graph *ox_graph_parse(const nnp_node_desc *nodes, int n, int strict, int *unsupported, ox_err *e)
 {
     *unsupported = 0;
-    if (!nodes || n < 1) { ox_fail(e, "no nodes given"); return NULL; }
+    if (!nodes || n < 1) {
+        ox_fail(e, "no nodes given");
+        return NULL;
+    }
     int nkin = 0;
     for (int i = 0; i < n; i++) {
         const nnp_node_desc *d = &nodes[i];
-        if (!d->op_type || d->num_inputs < 0 || d->num_outputs < 1 || (d->num_inputs && !d->inputs) || !d->outputs ||
-            d->num_attrs < 0 || (d->num_attrs && !d->attrs)) {
+        if (!d->op_type || d->num_inputs < 0 || d->num_outputs < 1 ||
+            (d->num_inputs && !d->inputs) || !d->outputs || d->num_attrs < 0 ||
+            (d->num_attrs && !d->attrs)) {
             ox_fail(e, "node %d: malformed descriptor", i);
             return NULL;
         }
         for (int j = 0; j < d->num_inputs; j++)
-            if (!d->inputs[j].name) { ox_fail(e, "node %d: malformed descriptor", i); return NULL; }
+            if (!d->inputs[j].name) {
+                ox_fail(e, "node %d: malformed descriptor", i);
+                return NULL;
+            }
         if (d->domain && d->domain[0] && strcmp(d->domain, "ai.onnx")) {
             *unsupported = 1;
-            ox_fail(e, "node '%s': domain %s is not handled by the onednn backend", d->name ? d->name : "", d->domain);
+            ox_fail(e, "node '%s': domain %s is not handled by the onednn backend",
+                    d->name ? d->name : "", d->domain);
             return NULL;
         }
         int extra = 0; /* outputs after the first the model wants (an omitted one is "") */
-        for (int j = 1; j < d->num_outputs; j++) extra += d->outputs[j].name && d->outputs[j].name[0];
+        for (int j = 1; j < d->num_outputs; j++)
+            extra += d->outputs[j].name && d->outputs[j].name[0];
         if (extra) {
             *unsupported = 1;
-            ox_fail(e, "node '%s' (%s): only single-output nodes are handled by the onednn backend", d->name ? d->name : "",
-                    d->op_type);
+            ox_fail(e, "node '%s' (%s): only single-output nodes are handled by the onednn backend",
+                    d->name ? d->name : "", d->op_type);
             return NULL;
         }
         nkin += d->num_inputs;
     }
     ox_graph *g = calloc(1, sizeof *g);
-    if (!g) { ox_fail(e, "out of memory"); return NULL; }
+    if (!g) {
+        ox_fail(e, "out of memory");
+        return NULL;
+    }
     g->ops = calloc((size_t)n, sizeof *g->ops);
     g->kin_val = calloc((size_t)nkin + 1, sizeof *g->kin_val);
     g->order = calloc((size_t)n, sizeof *g->order);
     parser p = {g, NULL, unsupported, e, 0};
-    if (!g->ops || !g->kin_val || !g->order) { ox_fail(e, "out of memory"); goto bad; }
+    if (!g->ops || !g->kin_val || !g->order) {
+        ox_fail(e, "out of memory");
+        goto bad;
+    }
     for (int i = 0; i < n; i++) {
         const nnp_node_desc *d = &nodes[i];
         ox_op *op = &g->ops[i];
@@ -1004,15 +1135,25 @@ ox_graph *ox_graph_parse(const nnp_node_desc *nodes, int n, int strict, int *uns
         op->pos = i;
         op->name = strdup(d->name ? d->name : "");
         op->op_type = strdup(d->op_type);
-        if (!op->name || !op->op_type) { ox_fail(e, "out of memory"); goto bad; }
+        if (!op->name || !op->op_type) {
+            ox_fail(e, "out of memory");
+            goto bad;
+        }
         g->nop = i + 1;
-        if (d->num_inputs > MAXIN) { decline(&p, "more than %d inputs", MAXIN); goto bad; }
+        if (d->num_inputs > MAXIN) {
+            decline(&p, "more than %d inputs", MAXIN);
+            goto bad;
+        }
         op->nin = d->num_inputs;
         for (int j = 0; j < d->num_inputs; j++) {
             const nnp_value_desc *vd = &d->inputs[j];
             op->in[j] = -1;
-            if (!vd->name[0]) { g->kin_val[g->nkin++] = -1; continue; }
-            if ((j == 1 && !strcmp(d->op_type, "Reshape")) || (j >= 1 && !strcmp(d->op_type, "Dropout"))) {
+            if (!vd->name[0]) {
+                g->kin_val[g->nkin++] = -1;
+                continue;
+            }
+            if ((j == 1 && !strcmp(d->op_type, "Reshape")) ||
+                (j >= 1 && !strcmp(d->op_type, "Dropout"))) {
                 /* Reshape's shape: the declared output dims are used; Dropout's ratio and
                  * training mode: see parse_node */
                 g->kin_val[g->nkin++] = -1;
@@ -1060,20 +1201,25 @@ bad:
 
 int ox_graph_shapes(const ox_graph *g, const nnp_tensor *in, int nin, int64_t *dims, ox_err *e)
 {
-    if (in && nin != g->nkin) return ox_fail(e, "the kernel has %d inputs; called with %d", g->nkin, nin);
+    if (in && nin != g->nkin)
+        return ox_fail(e, "the kernel has %d inputs; called with %d", g->nkin, nin);
     for (int v = 0; v < g->nval; v++) memcpy(DIMS(v), g->vals[v].dims, sizeof g->vals[v].dims);
     for (int k = 0; in && k < nin; k++) {
         int v = g->kin_val[k];
         if (v < 0 || g->vals[v].cdata) continue;
         const ox_value *val = &g->vals[v];
         const nnp_tensor *t = &in[k];
-        if (t->dtype.code != NNP_DTYPE_FLOAT || t->dtype.bits != 32 || t->ndim != val->ndim || (t->ndim && !t->shape))
-            return ox_fail(e, "input %d ('%s') must be a float32 tensor of rank %d", k, val->name, val->ndim);
+        if (t->dtype.code != NNP_DTYPE_FLOAT || t->dtype.bits != 32 || t->ndim != val->ndim ||
+            (t->ndim && !t->shape))
+            return ox_fail(e, "input %d ('%s') must be a float32 tensor of rank %d", k, val->name,
+                           val->ndim);
         for (int i = 0; i < t->ndim; i++) {
-            if (t->shape[i] < 0) return ox_fail(e, "input '%s' has dimension %d of size %lld", val->name, i, (long long)t->shape[i]);
+            if (t->shape[i] < 0)
+                return ox_fail(e, "input '%s' has dimension %d of size %lld", val->name, i,
+                               (long long)t->shape[i]);
             if (val->dims[i] >= 0 && t->shape[i] != val->dims[i])
-                return ox_fail(e, "input '%s' has dimension %d of size %lld; the model says %lld", val->name, i,
-                               (long long)t->shape[i], (long long)val->dims[i]);
+                return ox_fail(e, "input '%s' has dimension %d of size %lld; the model says %lld",
+                               val->name, i, (long long)t->shape[i], (long long)val->dims[i]);
             DIMS(v)[i] = t->shape[i];
         }
     }
@@ -1090,10 +1236,14 @@ int ox_graph_shapes(const ox_graph *g, const nnp_tensor *in, int nin, int64_t *d
             y[1] = op->kind == OP_CONV ? op->oc : x[1];
             /* as onnxruntime ("Only N can be zero"): an empty channel or plane has no pooled value */
             if (op->kind == OP_POOL && (x[1] == 0 || x[2] == 0 || x[3] == 0))
-                return ox_fail(e, "node '%s' (%s): an input dimension other than the batch has size 0; a pool of it has no value",
-                               op->name, op->op_type);
+                return ox_fail(
+                    e,
+                    "node '%s' (%s): an input dimension other than the batch has size 0; a pool of it has no value",
+                    op->name, op->op_type);
             for (int i = 0; i < 2; i++) {
-                y[2 + i] = op->global ? 1 : yv->dims[2 + i] > 0 ? yv->dims[2 + i] : window_out(op, i, x[2 + i]);
+                y[2 + i] = op->global            ? 1
+                           : yv->dims[2 + i] > 0 ? yv->dims[2 + i]
+                                                 : window_out(op, i, x[2 + i]);
                 /* an empty plane with SAME padding gives an empty one */
                 if (y[2 + i] < 1 && !(y[2 + i] == 0 && x[2 + i] == 0))
                     return ox_fail(e, "node '%s': window larger than its input", op->name);
@@ -1103,9 +1253,11 @@ int ox_graph_shapes(const ox_graph *g, const nnp_tensor *in, int nin, int64_t *d
             const ox_value *a = &g->vals[op->in[0]], *b = &g->vals[op->in[1]];
             for (int i = 0; i < r; i++) {
                 int ia = i - (r - a->ndim), ib = i - (r - b->ndim);
-                int64_t da = ia >= 0 ? DIMS(op->in[0])[ia] : 1, db = ib >= 0 ? DIMS(op->in[1])[ib] : 1;
+                int64_t da = ia >= 0 ? DIMS(op->in[0])[ia] : 1,
+                        db = ib >= 0 ? DIMS(op->in[1])[ib] : 1;
                 if (da != db && da != 1 && db != 1)
-                    return ox_fail(e, "node '%s': dims %lld and %lld do not broadcast", op->name, (long long)da, (long long)db);
+                    return ox_fail(e, "node '%s': dims %lld and %lld do not broadcast", op->name,
+                                   (long long)da, (long long)db);
                 y[i] = da == 1 ? db : da; /* a 0 broadcast against a 1 stays 0 */
             }
             break;
@@ -1115,20 +1267,26 @@ int ox_graph_shapes(const ox_graph *g, const nnp_tensor *in, int nin, int64_t *d
             for (int j = 0; j < op->nin; j++) {
                 const int64_t *d = DIMS(op->in[j]);
                 for (int i = 0; i < r; i++)
-                    if (i != op->axis && d[i] != x[i]) return ox_fail(e, "node '%s': input shapes differ", op->name);
+                    if (i != op->axis && d[i] != x[i])
+                        return ox_fail(e, "node '%s': input shapes differ", op->name);
                 y[op->axis] += d[op->axis];
             }
             break;
         case OP_MATMUL: {
             const ox_value *a = &g->vals[op->in[0]], *w = &g->vals[op->in[1]];
             const int64_t *da = DIMS(op->in[0]), *dw = DIMS(op->in[1]);
-            int64_t M = op->ta ? da[a->ndim - 1] : da[a->ndim - 2], K = op->ta ? da[a->ndim - 2] : da[a->ndim - 1];
-            int64_t K2 = op->tb ? dw[w->ndim - 1] : dw[w->ndim - 2], N = op->tb ? dw[w->ndim - 2] : dw[w->ndim - 1];
-            if (K != K2) return ox_fail(e, "node '%s': inner dimensions %lld and %lld differ", op->name, (long long)K, (long long)K2);
+            int64_t M = op->ta ? da[a->ndim - 1] : da[a->ndim - 2],
+                    K = op->ta ? da[a->ndim - 2] : da[a->ndim - 1];
+            int64_t K2 = op->tb ? dw[w->ndim - 1] : dw[w->ndim - 2],
+                    N = op->tb ? dw[w->ndim - 2] : dw[w->ndim - 1];
+            if (K != K2)
+                return ox_fail(e, "node '%s': inner dimensions %lld and %lld differ", op->name,
+                               (long long)K, (long long)K2);
             for (int i = 0; i < r - 2; i++) {
                 int ia = i - (r - a->ndim), iw = i - (r - w->ndim);
                 int64_t p = ia >= 0 ? da[ia] : 1, q = iw >= 0 ? dw[iw] : 1;
-                if (p != q && p != 1 && q != 1) return ox_fail(e, "node '%s': batch dims do not broadcast", op->name);
+                if (p != q && p != 1 && q != 1)
+                    return ox_fail(e, "node '%s': batch dims do not broadcast", op->name);
                 y[i] = p == 1 ? q : p;
             }
             y[r - 2] = M;
@@ -1149,14 +1307,17 @@ int ox_graph_shapes(const ox_graph *g, const nnp_tensor *in, int nin, int64_t *d
                     else ny *= y[i];
                 }
                 if (rest >= 0) {
-                    if (ny < 1 || nx % ny) return ox_fail(e, "node '%s': cannot reshape %lld elements", op->name, (long long)nx);
+                    if (ny < 1 || nx % ny)
+                        return ox_fail(e, "node '%s': cannot reshape %lld elements", op->name,
+                                       (long long)nx);
                     y[rest] = nx / ny;
                 }
-            } else
-                memcpy(y, yv->dims, sizeof y);
+            } else memcpy(y, yv->dims, sizeof y);
             ny = 1;
             for (int i = 0; i < r; i++) ny *= y[i];
-            if (ny != nx) return ox_fail(e, "node '%s': cannot reshape %lld elements to %lld", op->name, (long long)nx, (long long)ny);
+            if (ny != nx)
+                return ox_fail(e, "node '%s': cannot reshape %lld elements to %lld", op->name,
+                               (long long)nx, (long long)ny);
             break;
         }
         case OP_TRANSPOSE:
@@ -1167,12 +1328,14 @@ int ox_graph_shapes(const ox_graph *g, const nnp_tensor *in, int nin, int64_t *d
         }
         for (int i = 0; i < r; i++)
             if (yv->dims[i] >= 0 && yv->dims[i] != y[i])
-                return ox_fail(e, "node '%s': output dimension %d is %lld; the model says %lld", op->name, i, (long long)y[i],
-                               (long long)yv->dims[i]);
+                return ox_fail(e, "node '%s': output dimension %d is %lld; the model says %lld",
+                               op->name, i, (long long)y[i], (long long)yv->dims[i]);
         memcpy(DIMS(op->out), y, sizeof y);
         for (int j = 0; j < op->npost; j++)
-            if (op->post[j].kind == POST_SUM && memcmp(DIMS(op->post[j].val), y, (size_t)r * sizeof(int64_t)))
-                return ox_fail(e, "node '%s': the residual Add's operands have different shapes", op->name);
+            if (op->post[j].kind == POST_SUM &&
+                memcmp(DIMS(op->post[j].val), y, (size_t)r * sizeof(int64_t)))
+                return ox_fail(e, "node '%s': the residual Add's operands have different shapes",
+                               op->name);
     }
     return 0;
 }

@@ -36,8 +36,10 @@ int ox_init(int num_threads, ox_err *e)
 {
     if (dl_load(e->msg, sizeof e->msg)) return 1;
     g_threads = num_threads > 0 ? num_threads : default_threads();
-    if (D(dnnl_engine_create)(&g_engine, dnnl_cpu, 0) != dnnl_success) return ox_fail(e, "oneDNN could not create its CPU engine");
-    if (pthread_key_create(&g_stream_key, stream_free)) return ox_fail(e, "pthread_key_create failed");
+    if (D(dnnl_engine_create)(&g_engine, dnnl_cpu, 0) != dnnl_success)
+        return ox_fail(e, "oneDNN could not create its CPU engine");
+    if (pthread_key_create(&g_stream_key, stream_free))
+        return ox_fail(e, "pthread_key_create failed");
     g_key_made = 1;
     return 0;
 }
@@ -55,16 +57,26 @@ void ox_shutdown(void)
     dl_unload();
 }
 
-void ox_set_num_threads(int n) { __atomic_store_n(&g_threads, n > 0 ? n : default_threads(), __ATOMIC_RELAXED); }
-int ox_num_threads(void) { return __atomic_load_n(&g_threads, __ATOMIC_RELAXED); }
-dnnl_engine_t ox_engine(void) { return g_engine; }
+void ox_set_num_threads(int n)
+{
+    __atomic_store_n(&g_threads, n > 0 ? n : default_threads(), __ATOMIC_RELAXED);
+}
+int ox_num_threads(void)
+{
+    return __atomic_load_n(&g_threads, __ATOMIC_RELAXED);
+}
+dnnl_engine_t ox_engine(void)
+{
+    return g_engine;
+}
 
 /* A stream per host thread: oneDNN streams are not meant to be shared between threads. */
 dnnl_stream_t ox_thread_stream(void)
 {
     dnnl_stream_t s = pthread_getspecific(g_stream_key);
     if (!s) {
-        if (D(dnnl_stream_create)(&s, g_engine, dnnl_stream_default_flags) != dnnl_success) return NULL;
+        if (D(dnnl_stream_create)(&s, g_engine, dnnl_stream_default_flags) != dnnl_success)
+            return NULL;
         pthread_setspecific(g_stream_key, s);
     }
     return s;
@@ -87,7 +99,10 @@ struct nnp_kernel {
     cached plans[MAXPLANS];
 };
 
-static size_t dims_bytes(const ox_graph *g) { return (size_t)g->nval * MAXR * sizeof(int64_t); }
+static size_t dims_bytes(const ox_graph *g)
+{
+    return (size_t)g->nval * MAXR * sizeof(int64_t);
+}
 
 int ox_supported(const nnp_node_desc *nodes, int n)
 {
@@ -98,7 +113,8 @@ int ox_supported(const nnp_node_desc *nodes, int n)
     if (g->dynamic) ok = 1; /* primitives are made per shape at run time */
     else {
         int64_t *dims = malloc(dims_bytes(g));
-        ok = dims && !ox_graph_shapes(g, NULL, 0, dims, &e) && !ox_plan_check(g, dims, ox_num_threads(), &e);
+        ok = dims && !ox_graph_shapes(g, NULL, 0, dims, &e) &&
+             !ox_plan_check(g, dims, ox_num_threads(), &e);
         free(dims);
     }
     ox_graph_free(g);
@@ -128,7 +144,8 @@ static ox_plan *get_plan(nnp_kernel *k, int strict, int64_t *dims, int *temp, ox
     pthread_mutex_lock(&k->mu);
     ox_plan *p = NULL;
     for (int i = 0; i < k->nplans && !p; i++)
-        if (k->plans[i].threads == threads && k->plans[i].strict == strict && !memcmp(k->plans[i].dims, dims, dims_bytes(k->g)))
+        if (k->plans[i].threads == threads && k->plans[i].strict == strict &&
+            !memcmp(k->plans[i].dims, dims, dims_bytes(k->g)))
             p = k->plans[i].plan;
     if (!p) {
         p = ox_plan_build(strict ? k->strict : k->g, dims, threads, e);
@@ -149,7 +166,10 @@ int ox_build(const nnp_node_desc *nodes, int n, nnp_kernel **out, int *unsupport
     ox_graph *g = ox_graph_parse(nodes, n, 0, unsupported, e);
     if (!g) return 1;
     nnp_kernel *k = calloc(1, sizeof *k);
-    if (!k) { ox_graph_free(g); return ox_fail(e, "out of memory"); }
+    if (!k) {
+        ox_graph_free(g);
+        return ox_fail(e, "out of memory");
+    }
     k->g = g;
     pthread_mutex_init(&k->mu, NULL);
     if (g->guarded && !(k->strict = ox_graph_parse(nodes, n, 1, unsupported, e))) {
@@ -159,18 +179,24 @@ int ox_build(const nnp_node_desc *nodes, int n, nnp_kernel **out, int *unsupport
     if (!g->dynamic) { /* static shapes: the plan now, so that errors show at load */
         int64_t *dims = malloc(dims_bytes(g));
         int temp = 0;
-        ox_plan *p = dims && !ox_graph_shapes(g, NULL, 0, dims, e) ? get_plan(k, 0, dims, &temp, e) : NULL;
+        ox_plan *p =
+            dims && !ox_graph_shapes(g, NULL, 0, dims, e) ? get_plan(k, 0, dims, &temp, e) : NULL;
         free(dims);
-        if (!p) { ox_destroy(k); return 1; }
+        if (!p) {
+            ox_destroy(k);
+            return 1;
+        }
         if (temp) ox_plan_free(p);
     }
     *out = k;
     return 0;
 }
 
-int ox_output_shapes(const nnp_kernel *k, const nnp_tensor *in, int nin, int nout, int32_t *ndims, int64_t *shapes, ox_err *e)
+int ox_output_shapes(const nnp_kernel *k, const nnp_tensor *in, int nin, int nout, int32_t *ndims,
+                     int64_t *shapes, ox_err *e)
 {
-    if (!k || nout != 1) return ox_fail(e, "kernel_output_shapes: the kernel has 1 output; asked for %d", nout);
+    if (!k || nout != 1)
+        return ox_fail(e, "kernel_output_shapes: the kernel has 1 output; asked for %d", nout);
     int64_t *dims = malloc(dims_bytes(k->g));
     if (!dims) return ox_fail(e, "out of memory");
     int rc = ox_graph_shapes(k->g, in, nin, dims, e);
@@ -183,7 +209,8 @@ int ox_output_shapes(const nnp_kernel *k, const nnp_tensor *in, int nin, int nou
     return rc;
 }
 
-int ox_workspace_size(const nnp_kernel *kc, const nnp_tensor *in, int nin, uint64_t *nbytes, ox_err *e)
+int ox_workspace_size(const nnp_kernel *kc, const nnp_tensor *in, int nin, uint64_t *nbytes,
+                      ox_err *e)
 {
     nnp_kernel *k = (nnp_kernel *)kc; /* the plan cache is the kernel's one mutable part, locked */
     int64_t *dims = malloc(dims_bytes(k->g));
@@ -217,7 +244,8 @@ static int inputs_finite(const ox_graph *g, const nnp_tensor *in, int nin, const
         for (int d = 0; d < g->vals[v].ndim; d++) n *= (size_t)dims[(size_t)v * MAXR + d];
         const uint32_t *x = in[i].data;
         uint32_t bad = 0;
-        for (size_t j = 0; j < n; j++) bad |= (x[j] & 0x7f800000u) == 0x7f800000u; /* exponent all ones */
+        for (size_t j = 0; j < n; j++)
+            bad |= (x[j] & 0x7f800000u) == 0x7f800000u; /* exponent all ones */
         if (bad) return 0;
     }
     return 1;
@@ -228,11 +256,13 @@ static int inputs_finite(const ox_graph *g, const nnp_tensor *in, int nin, const
  * have dims there only). watch (a guarded graph's fast plan): *made is set when the run made a
  * NaN or an infinity from finite values (see dl_fp_raised), which the fast plan's relu, fused
  * Clip or max pooling may have turned into a number. */
-static int run_plan(nnp_kernel *k, int strict, const nnp_tensor *in, int nin, int64_t *dims, const nnp_tensor *out,
-                    void *ws, uint64_t wsn, int watch, int *made, ox_err *e)
+static int run_plan(nnp_kernel *k, int strict, const nnp_tensor *in, int nin, int64_t *dims,
+                    const nnp_tensor *out, void *ws, uint64_t wsn, int watch, int *made, ox_err *e)
 {
     int temp = 0;
-    ox_plan *p = strict && ox_graph_shapes(k->strict, in, nin, dims, e) ? NULL : get_plan(k, strict, dims, &temp, e);
+    ox_plan *p = strict && ox_graph_shapes(k->strict, in, nin, dims, e)
+                     ? NULL
+                     : get_plan(k, strict, dims, &temp, e);
     if (!p) return 1;
     uint64_t need = ox_plan_workspace(p);
     void *own = NULL;
@@ -241,7 +271,8 @@ static int run_plan(nnp_kernel *k, int strict, const nnp_tensor *in, int nin, in
          * scratch of our own */
         if (posix_memalign(&own, 64, (size_t)need)) {
             if (temp) ox_plan_free(p);
-            return ox_fail(e, "cannot allocate a workspace of %llu bytes", (unsigned long long)need);
+            return ox_fail(e, "cannot allocate a workspace of %llu bytes",
+                           (unsigned long long)need);
         }
         ws = own;
     }
@@ -253,22 +284,25 @@ static int run_plan(nnp_kernel *k, int strict, const nnp_tensor *in, int nin, in
     return rc;
 }
 
-int ox_run(const nnp_kernel *kc, const nnp_tensor *in, int nin, const nnp_tensor *out, int nout, void *ws, uint64_t wsn,
-           ox_err *e)
+int ox_run(const nnp_kernel *kc, const nnp_tensor *in, int nin, const nnp_tensor *out, int nout,
+           void *ws, uint64_t wsn, ox_err *e)
 {
     nnp_kernel *k = (nnp_kernel *)kc;
     if (!k) return ox_fail(e, "kernel is NULL");
     const ox_graph *g = k->g;
     if (nin != g->nkin || nout != 1 || (nin && !in) || !out)
-        return ox_fail(e, "the kernel has %d inputs and 1 output; called with %d and %d", g->nkin, nin, nout);
+        return ox_fail(e, "the kernel has %d inputs and 1 output; called with %d and %d", g->nkin,
+                       nin, nout);
     int64_t *dims = malloc(dims_bytes(g));
     if (!dims) return ox_fail(e, "out of memory");
     int rc = ox_graph_shapes(g, in, nin, dims, e);
     for (int i = 0; !rc && i < nin; i++) {
         int v = g->kin_val[i];
         if (v < 0 || g->vals[v].cdata) continue;
-        if (!in[i].data && !ox_value_empty(g, dims, v)) rc = ox_fail(e, "input %d ('%s') has no data", i, g->vals[v].name);
-        else if (in[i].strides) rc = ox_fail(e, "input %d ('%s') is strided; compact tensors only", i, g->vals[v].name);
+        if (!in[i].data && !ox_value_empty(g, dims, v))
+            rc = ox_fail(e, "input %d ('%s') has no data", i, g->vals[v].name);
+        else if (in[i].strides)
+            rc = ox_fail(e, "input %d ('%s') is strided; compact tensors only", i, g->vals[v].name);
     }
     const ox_value *y = &g->vals[g->out];
     const int64_t *yd = dims + (size_t)g->out * MAXR;
@@ -277,10 +311,13 @@ int ox_run(const nnp_kernel *kc, const nnp_tensor *in, int nin, const nnp_tensor
     int empty = !rc && ox_value_empty(g, dims, g->out);
     if (!rc) {
         const nnp_tensor *t = &out[0];
-        int ok = (t->data || empty) && !t->strides && t->dtype.code == NNP_DTYPE_FLOAT && t->dtype.bits == 32 && t->ndim == y->ndim &&
-                 (!t->ndim || t->shape);
+        int ok = (t->data || empty) && !t->strides && t->dtype.code == NNP_DTYPE_FLOAT &&
+                 t->dtype.bits == 32 && t->ndim == y->ndim && (!t->ndim || t->shape);
         for (int i = 0; ok && i < t->ndim; i++) ok = t->shape[i] == yd[i];
-        if (!ok) rc = ox_fail(e, "output '%s' must be a compact float32 tensor of the shape the inputs give", y->name);
+        if (!ok)
+            rc = ox_fail(
+                e, "output '%s' must be a compact float32 tensor of the shape the inputs give",
+                y->name);
     }
     if (!rc && empty) {
         free(dims);
@@ -295,8 +332,10 @@ int ox_run(const nnp_kernel *kc, const nnp_tensor *in, int nin, const nnp_tensor
     if (!rc && made) {
         const char *prof = getenv("NNPLUG_ONEDNN_PROFILE");
         if (prof && !strcmp(prof, "1"))
-            fprintf(stderr, "nnplug-onednn: rerun | %s | the fast plan made a NaN or an infinity: the strict plan runs\n",
-                    g->vals[g->out].name);
+            fprintf(
+                stderr,
+                "nnplug-onednn: rerun | %s | the fast plan made a NaN or an infinity: the strict plan runs\n",
+                g->vals[g->out].name);
         rc = run_plan(k, 1, in, nin, dims, out, ws, wsn, 0, NULL, e);
     }
     free(dims);

@@ -30,16 +30,35 @@ int ox_fail(ox_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)
  * Clip in a graph that is not strict (see ox_graph.guarded). */
 static inline int ox_own_eltwise(dnnl_alg_kind_t alg)
 {
-    return alg == dnnl_eltwise_clip || alg == dnnl_eltwise_hardsigmoid || alg == dnnl_eltwise_exp || alg == dnnl_eltwise_log;
+    return alg == dnnl_eltwise_clip || alg == dnnl_eltwise_hardsigmoid || alg == dnnl_eltwise_exp ||
+           alg == dnnl_eltwise_log;
 }
 
 /* Relu itself (LeakyRelu is relu with a slope): oneDNN's form, max(x, 0), drops a NaN, so a
  * strict graph runs it otherwise (plan.c strict_relu). */
-static inline int ox_is_relu(dnnl_alg_kind_t alg, float alpha) { return alg == dnnl_eltwise_relu && alpha == 0.f; }
+static inline int ox_is_relu(dnnl_alg_kind_t alg, float alpha)
+{
+    return alg == dnnl_eltwise_relu && alpha == 0.f;
+}
 
-enum { OP_CONV, OP_MATMUL, OP_POOL, OP_ELTWISE, OP_SOFTMAX, OP_BINARY, OP_CONCAT, OP_LRN, OP_BN, OP_LN, OP_ERF, OP_RESHAPE, OP_TRANSPOSE,
-       OP_ISNAN, OP_WHERE, /* only while parsing: Where(IsNaN(x), C, x) becomes one OP_NANREP */
-       OP_NANREP };
+enum {
+    OP_CONV,
+    OP_MATMUL,
+    OP_POOL,
+    OP_ELTWISE,
+    OP_SOFTMAX,
+    OP_BINARY,
+    OP_CONCAT,
+    OP_LRN,
+    OP_BN,
+    OP_LN,
+    OP_ERF,
+    OP_RESHAPE,
+    OP_TRANSPOSE,
+    OP_ISNAN,
+    OP_WHERE, /* only while parsing: Where(IsNaN(x), C, x) becomes one OP_NANREP */
+    OP_NANREP
+};
 enum { PAD_NOTSET, PAD_VALID, PAD_SAME_UPPER, PAD_SAME_LOWER };
 enum { POST_ELTWISE, POST_SUM };
 
@@ -74,7 +93,8 @@ typedef struct {
     float alpha, beta, eps, lrn_bias;
     int64_t size, axis;
     int ta, tb, gemm, logsm, commutes;
-    float *w, *b; /* Conv: owned weights and bias (BatchNormalization folded in); MatMul: a folded bias */
+    float *w,
+        *b; /* Conv: owned weights and bias (BatchNormalization folded in); MatMul: a folded bias */
     int64_t wdims[4], oc;
     int npost;
     ox_post post[MAXPOST];
@@ -87,30 +107,32 @@ typedef struct {
  * direct sum does not, so a strict graph runs it direct (see ox_graph.guarded). */
 static inline int ox_winograd_shape(const ox_op *op)
 {
-    return op->kind == OP_CONV && op->w && op->group == 1 && op->wdims[2] == 3 && op->wdims[3] == 3 && op->st[0] == 1 &&
-           op->st[1] == 1 && op->dil[0] == 1 && op->dil[1] == 1;
+    return op->kind == OP_CONV && op->w && op->group == 1 && op->wdims[2] == 3 &&
+           op->wdims[3] == 3 && op->st[0] == 1 && op->st[1] == 1 && op->dil[0] == 1 &&
+           op->dil[1] == 1;
 }
 
 typedef struct {
     int nval, nop, nkin, out;
     ox_value *vals;
     ox_op *ops;
-    int *kin_val;  /* [nkin] value of each kernel input */
-    int *order;    /* live ops in execution order */
+    int *kin_val; /* [nkin] value of each kernel input */
+    int *order; /* live ops in execution order */
     int norder;
-    int dynamic;   /* a dimension is known at run time only */
-    int strict;    /* parsed for inputs holding a NaN or an infinity: no op turns a NaN into a number */
-    int guarded;   /* not strict, and an op here mishandles a NaN or an infinity (oneDNN's relu, a
-                      fused Clip, a fused GELU, max pooling, LRN, a Winograd convolution: fast,
-                      exact on finite values; graph.c strict_differs): a run with one in an
-                      input, or that made one, takes the strict graph of the same nodes */
+    int dynamic; /* a dimension is known at run time only */
+    int strict; /* parsed for inputs holding a NaN or an infinity: no op turns a NaN into a number */
+    int guarded; /* not strict, and an op here mishandles a NaN or an infinity (oneDNN's relu, a
+                    fused Clip, a fused GELU, max pooling, LRN, a Winograd convolution: fast,
+                    exact on finite values; graph.c strict_differs): a run with one in an
+                    input, or that made one, takes the strict graph of the same nodes */
 } ox_graph;
 
 /* Parse and check nodes[0..n). Returns NULL with a message; *unsupported when the nodes are
  * valid ONNX the backend does not run (then it declines them). strict: no Clip or GELU fused,
  * and its plans run Relu, max pooling and LRN in forms that keep NaN and convolutions direct
  * (see ox_graph.guarded). */
-ox_graph *ox_graph_parse(const nnp_node_desc *nodes, int n, int strict, int *unsupported, ox_err *e);
+ox_graph *ox_graph_parse(const nnp_node_desc *nodes, int n, int strict, int *unsupported,
+                         ox_err *e);
 void ox_graph_free(ox_graph *g);
 /* Value dims for concrete kernel input shapes (dims[v * MAXR ...]; in NULL: the declared,
  * static ones); 0, or 1 with a message. */
@@ -124,7 +146,8 @@ static inline int ox_value_empty(const ox_graph *g, const int64_t *dims, int v)
     return 0;
 }
 /* Spatial padding of a window op for concrete shapes; 0, or 1 with a message. */
-int ox_window(const ox_op *op, const int64_t *in, const int64_t *out, int64_t *pl, int64_t *pr, ox_err *e);
+int ox_window(const ox_op *op, const int64_t *in, const int64_t *out, int64_t *pl, int64_t *pr,
+              ox_err *e);
 
 /* ---- plans (plan.c) --------------------------------------------------------------------- */
 
@@ -149,10 +172,11 @@ dnnl_stream_t ox_thread_stream(void);
 int ox_supported(const nnp_node_desc *nodes, int n);
 int ox_build(const nnp_node_desc *nodes, int n, nnp_kernel **out, int *unsupported, ox_err *e);
 void ox_destroy(nnp_kernel *k);
-int ox_output_shapes(const nnp_kernel *k, const nnp_tensor *in, int nin, int nout, int32_t *ndims, int64_t *shapes,
-                     ox_err *e);
-int ox_workspace_size(const nnp_kernel *k, const nnp_tensor *in, int nin, uint64_t *nbytes, ox_err *e);
-int ox_run(const nnp_kernel *k, const nnp_tensor *in, int nin, const nnp_tensor *out, int nout, void *ws, uint64_t wsn,
-           ox_err *e);
+int ox_output_shapes(const nnp_kernel *k, const nnp_tensor *in, int nin, int nout, int32_t *ndims,
+                     int64_t *shapes, ox_err *e);
+int ox_workspace_size(const nnp_kernel *k, const nnp_tensor *in, int nin, uint64_t *nbytes,
+                      ox_err *e);
+int ox_run(const nnp_kernel *k, const nnp_tensor *in, int nin, const nnp_tensor *out, int nout,
+           void *ws, uint64_t wsn, ox_err *e);
 
 #endif

@@ -29,7 +29,7 @@ typedef struct {
     const void *ptr; /* B_CONST */
     uint64_t size, off;
     int first, last; /* steps that use it (B_ARENA) */
-    int shared;      /* also the bytes of a Reshape's or Transpose's result: never written in place */
+    int shared; /* also the bytes of a Reshape's or Transpose's result: never written in place */
 } ox_buf;
 
 typedef struct {
@@ -103,13 +103,20 @@ static dnnl_memory_desc_t plain_md(int ndim, const int64_t *shape, int r)
 {
     dnnl_dims_t dims, strides;
     if (r < ndim) r = ndim;
-    if (r == 0) { r = 1; dims[0] = 1; }
-    else
+    if (r == 0) {
+        r = 1;
+        dims[0] = 1;
+    } else
         for (int i = 0; i < r; i++) dims[i] = i < r - ndim ? 1 : shape[i - (r - ndim)];
     int64_t s = 1;
-    for (int i = r - 1; i >= 0; i--) { strides[i] = s; s *= dims[i]; }
+    for (int i = r - 1; i >= 0; i--) {
+        strides[i] = s;
+        s *= dims[i];
+    }
     dnnl_memory_desc_t md = NULL;
-    return D(dnnl_memory_desc_create_with_strides)(&md, r, dims, dnnl_f32, strides) == dnnl_success ? md : NULL;
+    return D(dnnl_memory_desc_create_with_strides)(&md, r, dims, dnnl_f32, strides) == dnnl_success
+               ? md
+               : NULL;
 }
 
 static dnnl_memory_desc_t any_md(int ndim, const int64_t *dims)
@@ -117,7 +124,10 @@ static dnnl_memory_desc_t any_md(int ndim, const int64_t *dims)
     dnnl_dims_t d;
     for (int i = 0; i < ndim; i++) d[i] = dims[i];
     dnnl_memory_desc_t md = NULL;
-    return D(dnnl_memory_desc_create_with_tag)(&md, ndim, d, dnnl_f32, dnnl_format_tag_any) == dnnl_success ? md : NULL;
+    return D(dnnl_memory_desc_create_with_tag)(&md, ndim, d, dnnl_f32, dnnl_format_tag_any) ==
+                   dnnl_success
+               ? md
+               : NULL;
 }
 
 static dnnl_memory_desc_t tag_md(int ndim, const int64_t *dims, dnnl_format_tag_t tag)
@@ -125,7 +135,8 @@ static dnnl_memory_desc_t tag_md(int ndim, const int64_t *dims, dnnl_format_tag_
     dnnl_dims_t d;
     for (int i = 0; i < ndim; i++) d[i] = dims[i];
     dnnl_memory_desc_t md = NULL;
-    return D(dnnl_memory_desc_create_with_tag)(&md, ndim, d, dnnl_f32, tag) == dnnl_success ? md : NULL;
+    return D(dnnl_memory_desc_create_with_tag)(&md, ndim, d, dnnl_f32, tag) == dnnl_success ? md
+                                                                                            : NULL;
 }
 
 /* Whether oneDNN picked one of its optimised kernels (jit, brgemm) rather than a reference
@@ -133,7 +144,9 @@ static dnnl_memory_desc_t tag_md(int ndim, const int64_t *dims, dnnl_format_tag_
 static int fast_impl(const_dnnl_primitive_desc_t pd)
 {
     const char *impl = NULL;
-    if (D(dnnl_primitive_desc_query)(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl) return 0;
+    if (D(dnnl_primitive_desc_query)(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success ||
+        !impl)
+        return 0;
     return !strncmp(impl, "jit", 3) || !strncmp(impl, "brg", 3) || !strncmp(impl, "brdgmm", 6);
 }
 
@@ -142,7 +155,8 @@ static int fast_impl(const_dnnl_primitive_desc_t pd)
 static int ref_impl(const_dnnl_primitive_desc_t pd)
 {
     const char *impl = NULL;
-    return D(dnnl_primitive_desc_query)(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl && !strncmp(impl, "ref", 3);
+    return D(dnnl_primitive_desc_query)(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success &&
+           impl && !strncmp(impl, "ref", 3);
 }
 
 /* A row-major (rows, cols) matrix read transposed or not, right-aligned to rank r. */
@@ -156,7 +170,8 @@ static dnnl_memory_desc_t matrix_md(const int64_t *shape, int r, int trans)
     s[r - 2] = trans ? 1 : shape[1];
     s[r - 1] = trans ? shape[1] : 1;
     dnnl_memory_desc_t md = NULL;
-    return D(dnnl_memory_desc_create_with_strides)(&md, r, d, dnnl_f32, s) == dnnl_success ? md : NULL;
+    return D(dnnl_memory_desc_create_with_strides)(&md, r, d, dnnl_f32, s) == dnnl_success ? md
+                                                                                           : NULL;
 }
 
 static dnnl_memory_desc_t clone_md(const_dnnl_memory_desc_t md)
@@ -175,7 +190,10 @@ static const_dnnl_memory_desc_t query(const_dnnl_primitive_desc_t pd, dnnl_query
     return D(dnnl_primitive_desc_query_md)(pd, what, i);
 }
 
-static dnnl_memory_desc_t value_plain(pb *b, int v, int r) { return plain_md(VAL(v)->ndim, DIMS(v), r); }
+static dnnl_memory_desc_t value_plain(pb *b, int v, int r)
+{
+    return plain_md(VAL(v)->ndim, DIMS(v), r);
+}
 
 /* ---- buffers, steps, views ---------------------------------------------------------------- */
 
@@ -199,7 +217,10 @@ static int new_buf(pb *b, int where, int index, const void *ptr, uint64_t size)
     return p->nbuf++;
 }
 
-static int arena_buf(pb *b, const_dnnl_memory_desc_t md) { return new_buf(b, B_ARENA, 0, NULL, D(dnnl_memory_desc_get_size)(md)); }
+static int arena_buf(pb *b, const_dnnl_memory_desc_t md)
+{
+    return new_buf(b, B_ARENA, 0, NULL, D(dnnl_memory_desc_get_size)(md));
+}
 
 static void *owned_cfg(pb *b, size_t n);
 
@@ -219,7 +240,8 @@ static const char *step_node(pb *b)
 static int new_step(pb *b, const_dnnl_primitive_desc_t pd)
 {
     ox_plan *p = b->p;
-    if (grow((void **)&p->steps, &p->cap_step, p->nstep, sizeof *p->steps)) return ox_fail(b->e, "out of memory") ? -1 : -1;
+    if (grow((void **)&p->steps, &p->cap_step, p->nstep, sizeof *p->steps))
+        return ox_fail(b->e, "out of memory") ? -1 : -1;
     ox_step *s = &p->steps[p->nstep];
     memset(s, 0, sizeof *s);
     s->node = step_node(b);
@@ -251,7 +273,8 @@ static int add_arg(pb *b, int s, int arg, int buf, const_dnnl_memory_desc_t md)
     ox_buf *bf = &b->p->bufs[buf];
     if (bf->first < 0) bf->first = s;
     bf->last = s;
-    if (bf->where == B_CONST && D(dnnl_memory_create)(&a->fixed, a->md, ox_engine(), (void *)bf->ptr) != dnnl_success)
+    if (bf->where == B_CONST &&
+        D(dnnl_memory_create)(&a->fixed, a->md, ox_engine(), (void *)bf->ptr) != dnnl_success)
         return ox_fail(b->e, "oneDNN could not wrap a constant");
     return 0;
 }
@@ -265,13 +288,16 @@ static dnnl_primitive_attr_t plain_attr(void)
 }
 
 /* A step reordering buffer `from` (layout fmd) into buffer `to` (layout tmd). */
-static int add_reorder(pb *b, int from, const_dnnl_memory_desc_t fmd, int to, const_dnnl_memory_desc_t tmd)
+static int add_reorder(pb *b, int from, const_dnnl_memory_desc_t fmd, int to,
+                       const_dnnl_memory_desc_t tmd)
 {
     dnnl_primitive_desc_t pd = NULL;
     dnnl_primitive_attr_t a = plain_attr();
-    dnnl_status_t st = D(dnnl_reorder_primitive_desc_create)(&pd, fmd, ox_engine(), tmd, ox_engine(), a);
+    dnnl_status_t st =
+        D(dnnl_reorder_primitive_desc_create)(&pd, fmd, ox_engine(), tmd, ox_engine(), a);
     if (a) D(dnnl_primitive_attr_destroy)(a);
-    if (st != dnnl_success) return ox_fail(b->e, "oneDNN has no reorder between two layouts of a value");
+    if (st != dnnl_success)
+        return ox_fail(b->e, "oneDNN has no reorder between two layouts of a value");
     int s = new_step(b, pd);
     D(dnnl_primitive_desc_destroy)(pd);
     if (s < 0) return 1;
@@ -291,9 +317,16 @@ static int add_view(pb *b, int v, const_dnnl_memory_desc_t md, int buf)
 static int get_view(pb *b, int v, const_dnnl_memory_desc_t md, int *buf)
 {
     for (int i = 0; i < b->nviews[v]; i++)
-        if (D(dnnl_memory_desc_equal)(b->views[v][i].md, md)) { *buf = b->views[v][i].buf; return 0; }
-    if (!b->nviews[v]) return ox_fail(b->e, "internal: value '%s' read before it is computed", VAL(v)->name);
-    if (b->dry) { *buf = 0; return 0; }
+        if (D(dnnl_memory_desc_equal)(b->views[v][i].md, md)) {
+            *buf = b->views[v][i].buf;
+            return 0;
+        }
+    if (!b->nviews[v])
+        return ox_fail(b->e, "internal: value '%s' read before it is computed", VAL(v)->name);
+    if (b->dry) {
+        *buf = 0;
+        return 0;
+    }
     int nb = arena_buf(b, md);
     if (nb < 0 || add_reorder(b, b->views[v][0].buf, b->views[v][0].md, nb, md)) return 1;
     *buf = nb;
@@ -310,7 +343,10 @@ static int plain_buf(pb *b, int v, int *buf)
     return rc;
 }
 
-static const_dnnl_memory_desc_t home(pb *b, int v) { return b->views[v][0].md; }
+static const_dnnl_memory_desc_t home(pb *b, int v)
+{
+    return b->views[v][0].md;
+}
 
 static int is_plain(pb *b, int v, const_dnnl_memory_desc_t md)
 {
@@ -345,7 +381,8 @@ static int set_result(pb *b, const ox_op *op, int buf, const_dnnl_memory_desc_t 
 }
 
 /* Constant data reordered into layout dst (owned by the plan): a B_CONST buffer. */
-static int pack(pb *b, const float *data, dnnl_memory_desc_t src, const_dnnl_memory_desc_t dst, int *buf)
+static int pack(pb *b, const float *data, dnnl_memory_desc_t src, const_dnnl_memory_desc_t dst,
+                int *buf)
 {
     ox_plan *p = b->p;
     size_t size = D(dnnl_memory_desc_get_size)(dst);
@@ -360,7 +397,8 @@ static int pack(pb *b, const float *data, dnnl_memory_desc_t src, const_dnnl_mem
         goto done;
     }
     p->owned[p->nowned++] = mem;
-    if (D(dnnl_reorder_primitive_desc_create)(&rpd, src, ox_engine(), dst, ox_engine(), NULL) != dnnl_success ||
+    if (D(dnnl_reorder_primitive_desc_create)(&rpd, src, ox_engine(), dst, ox_engine(), NULL) !=
+            dnnl_success ||
         D(dnnl_primitive_create)(&rp, rpd) != dnnl_success ||
         D(dnnl_memory_create)(&ms, src, ox_engine(), (void *)data) != dnnl_success ||
         D(dnnl_memory_create)(&md, dst, ox_engine(), mem) != dnnl_success) {
@@ -369,7 +407,8 @@ static int pack(pb *b, const float *data, dnnl_memory_desc_t src, const_dnnl_mem
     }
     dnnl_stream_t s = ox_thread_stream();
     dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, ms}, {DNNL_ARG_TO, md}};
-    if (!s || D(dnnl_primitive_execute)(rp, s, 2, args) != dnnl_success || D(dnnl_stream_wait)(s) != dnnl_success) {
+    if (!s || D(dnnl_primitive_execute)(rp, s, 2, args) != dnnl_success ||
+        D(dnnl_stream_wait)(s) != dnnl_success) {
         ox_fail(b->e, "oneDNN failed to reorder the weights");
         goto done;
     }
@@ -394,9 +433,11 @@ static int strict_relu(const pb *b, dnnl_alg_kind_t alg, float alpha)
     return b->g->strict && ox_is_relu(alg, alpha);
 }
 
-static int append_eltwise(const pb *b, dnnl_post_ops_t po, dnnl_alg_kind_t alg, float alpha, float beta)
+static int append_eltwise(const pb *b, dnnl_post_ops_t po, dnnl_alg_kind_t alg, float alpha,
+                          float beta)
 {
-    if (!strict_relu(b, alg, alpha)) return D(dnnl_post_ops_append_eltwise)(po, alg, alpha, beta) == dnnl_success;
+    if (!strict_relu(b, alg, alpha))
+        return D(dnnl_post_ops_append_eltwise)(po, alg, alpha, beta) == dnnl_success;
     return D(dnnl_post_ops_append_eltwise)(po, dnnl_eltwise_elu, 0.f, 0.f) == dnnl_success &&
            D(dnnl_post_ops_append_eltwise)(po, dnnl_eltwise_linear, 1.f, 0.f) == dnnl_success;
 }
@@ -404,27 +445,39 @@ static int append_eltwise(const pb *b, dnnl_post_ops_t po, dnnl_alg_kind_t alg, 
 /* The attribute of op: user scratchpad, its post-ops; first the add of a per-channel operand
  * of layout `add` when given (the shift of a BatchNormalization run as a multiply-add, see
  * bn_affine). A strict Relu's own primitive is an elu whose first post-op is the linear. */
-static dnnl_primitive_attr_t op_attr_adding(const pb *b, const ox_op *op, const_dnnl_memory_desc_t add)
+static dnnl_primitive_attr_t op_attr_adding(const pb *b, const ox_op *op,
+                                            const_dnnl_memory_desc_t add)
 {
     dnnl_primitive_attr_t a = plain_attr();
     int relu = op->kind == OP_ELTWISE && strict_relu(b, op->alg, op->alpha);
     if (!a || (!op->npost && !add && !relu)) return a;
     dnnl_post_ops_t po;
-    if (D(dnnl_post_ops_create)(&po) != dnnl_success) { D(dnnl_primitive_attr_destroy)(a); return NULL; }
+    if (D(dnnl_post_ops_create)(&po) != dnnl_success) {
+        D(dnnl_primitive_attr_destroy)(a);
+        return NULL;
+    }
     int ok = !add || D(dnnl_post_ops_append_binary)(po, dnnl_binary_add, add) == dnnl_success;
-    if (ok && relu) ok = D(dnnl_post_ops_append_eltwise)(po, dnnl_eltwise_linear, 1.f, 0.f) == dnnl_success;
+    if (ok && relu)
+        ok = D(dnnl_post_ops_append_eltwise)(po, dnnl_eltwise_linear, 1.f, 0.f) == dnnl_success;
     for (int i = 0; i < op->npost && ok; i++) {
         const ox_post *q = &op->post[i];
-        ok = q->kind == POST_SUM ? D(dnnl_post_ops_append_sum)(po, 1.f, 0, dnnl_data_type_undef) == dnnl_success
-                                 : append_eltwise(b, po, q->alg, q->alpha, q->beta);
+        ok = q->kind == POST_SUM
+                 ? D(dnnl_post_ops_append_sum)(po, 1.f, 0, dnnl_data_type_undef) == dnnl_success
+                 : append_eltwise(b, po, q->alg, q->alpha, q->beta);
     }
     ok = ok && D(dnnl_primitive_attr_set_post_ops)(a, po) == dnnl_success;
     D(dnnl_post_ops_destroy)(po);
-    if (!ok) { D(dnnl_primitive_attr_destroy)(a); return NULL; }
+    if (!ok) {
+        D(dnnl_primitive_attr_destroy)(a);
+        return NULL;
+    }
     return a;
 }
 
-static dnnl_primitive_attr_t op_attr(const pb *b, const ox_op *op) { return op_attr_adding(b, op, NULL); }
+static dnnl_primitive_attr_t op_attr(const pb *b, const ox_op *op)
+{
+    return op_attr_adding(b, op, NULL);
+}
 
 /* ---- ops ------------------------------------------------------------------------------------ */
 
@@ -443,7 +496,8 @@ typedef int (*inputs_fn)(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd,
 /* The destination buffer of op for layout dmd (see dst_buf) holding, when op has a `sum`
  * post-op, the value it adds: that value's own buffer when nothing reads it later, else a
  * copy reordered into a new one. */
-static int sum_dst(pb *b, const ox_op *op, const_dnnl_memory_desc_t dmd, int *dbuf, int *reorder_out)
+static int sum_dst(pb *b, const ox_op *op, const_dnnl_memory_desc_t dmd, int *dbuf,
+                   int *reorder_out)
 {
     const ox_post *sum = sum_post(op);
     *reorder_out = 0;
@@ -453,8 +507,8 @@ static int sum_dst(pb *b, const ox_op *op, const_dnnl_memory_desc_t dmd, int *db
             if (D(dnnl_memory_desc_equal)(b->views[v][i].md, dmd)) ob = b->views[v][i].buf;
         int read = 0; /* the primitive must not write what it reads */
         for (int j = 0; j < op->nin; j++) read |= op->in[j] == v;
-        if (ob >= 0 && !read && b->p->bufs[ob].where == B_ARENA && !b->p->bufs[ob].shared && b->last_use[v] == b->cur &&
-            op->out != b->g->out) {
+        if (ob >= 0 && !read && b->p->bufs[ob].where == B_ARENA && !b->p->bufs[ob].shared &&
+            b->last_use[v] == b->cur && op->out != b->g->out) {
             *dbuf = ob; /* accumulate in place: nothing reads v after this op */
             return 0;
         }
@@ -470,7 +524,8 @@ static int sum_dst(pb *b, const ox_op *op, const_dnnl_memory_desc_t dmd, int *db
  * the layout the result is recorded in when the primitive's destination descriptor names the
  * same bytes differently (a MatMul run as a 1x1 convolution, a LayerNormalization over a
  * flattened view), else NULL. */
-static int finish_as(pb *b, const ox_op *op, dnnl_primitive_desc_t pd, inputs_fn inputs, const_dnnl_memory_desc_t as)
+static int finish_as(pb *b, const ox_op *op, dnnl_primitive_desc_t pd, inputs_fn inputs,
+                     const_dnnl_memory_desc_t as)
 {
     int rc = 1, reorder_out = 0, dbuf = -1;
     const_dnnl_memory_desc_t pmd = query(pd, dnnl_query_dst_md, 0), dmd = as ? as : pmd;
@@ -494,7 +549,8 @@ static int finish(pb *b, const ox_op *op, dnnl_primitive_desc_t pd, inputs_fn in
 }
 
 /* Value v in the layout pd has for its input (query what, index i). */
-static int input_arg_any(pb *b, int s, int arg, int v, const_dnnl_primitive_desc_t pd, dnnl_query_t what, int i)
+static int input_arg_any(pb *b, int s, int arg, int v, const_dnnl_primitive_desc_t pd,
+                         dnnl_query_t what, int i)
 {
     if (s == -1) return 0;
     const_dnnl_memory_desc_t md = query(pd, what, i);
@@ -528,15 +584,19 @@ static int conv_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, i
     if (s == -2) {
         int64_t g = op->group, wd[5] = {g, op->oc / g, op->wdims[1], op->wdims[2], op->wdims[3]};
         t_packed.bbuf = -1;
-        if (pack(b, op->w, g > 1 ? plain_md(5, wd, 5) : plain_md(4, op->wdims, 4), query(pd, dnnl_query_weights_md, 0),
-                 &t_packed.wbuf))
+        if (pack(b, op->w, g > 1 ? plain_md(5, wd, 5) : plain_md(4, op->wdims, 4),
+                 query(pd, dnnl_query_weights_md, 0), &t_packed.wbuf))
             return 1;
         if (op->b) t_packed.bbuf = new_buf(b, B_CONST, 0, op->b, 0);
         return 0;
     }
-    if (add_arg(b, s, DNNL_ARG_WEIGHTS, t_packed.wbuf, query(pd, dnnl_query_weights_md, 0))) return 1;
-    if (t_packed.bbuf >= 0) return add_arg(b, s, DNNL_ARG_BIAS, t_packed.bbuf, query(pd, dnnl_query_weights_md, 1));
-    if (op->nin == 3 && op->in[2] >= 0) return plain_arg(b, s, DNNL_ARG_BIAS, op->in[2], clone_md(query(pd, dnnl_query_weights_md, 1)));
+    if (add_arg(b, s, DNNL_ARG_WEIGHTS, t_packed.wbuf, query(pd, dnnl_query_weights_md, 0)))
+        return 1;
+    if (t_packed.bbuf >= 0)
+        return add_arg(b, s, DNNL_ARG_BIAS, t_packed.bbuf, query(pd, dnnl_query_weights_md, 1));
+    if (op->nin == 3 && op->in[2] >= 0)
+        return plain_arg(b, s, DNNL_ARG_BIAS, op->in[2],
+                         clone_md(query(pd, dnnl_query_weights_md, 1)));
     return 0;
 }
 
@@ -556,21 +616,25 @@ static int pool_reads_only(pb *b, int v)
 /* The convolution of op (padding pl, pr) with nhwc data (attempt 0), the layouts oneDNN
  * picks (1), or plain nchw input and the output layout oneDNN picks (2); NULL with *st set
  * when oneDNN has none. */
-static dnnl_primitive_desc_t conv_pd(pb *b, const ox_op *op, int attempt, const int64_t *pl, const int64_t *pr, dnnl_status_t *st)
+static dnnl_primitive_desc_t conv_pd(pb *b, const ox_op *op, int attempt, const int64_t *pl,
+                                     const int64_t *pr, dnnl_status_t *st)
 {
     const int64_t *xd = DIMS(op->in[0]), *yd = DIMS(op->out);
     int64_t g = op->group, wd[5] = {g, op->oc / g, op->wdims[1], op->wdims[2], op->wdims[3]};
     int has_bias = op->b || (op->nin == 3 && op->in[2] >= 0);
-    dnnl_dims_t S = {op->st[0], op->st[1]}, DL = {op->dil[0] - 1, op->dil[1] - 1}, PL = {pl[0], pl[1]}, PR = {pr[0], pr[1]};
-    dnnl_memory_desc_t src = attempt == 2 ? tag_md(4, xd, dnnl_abcd) : attempt ? any_md(4, xd) : tag_md(4, xd, dnnl_acdb);
+    dnnl_dims_t S = {op->st[0], op->st[1]}, DL = {op->dil[0] - 1, op->dil[1] - 1},
+                PL = {pl[0], pl[1]}, PR = {pr[0], pr[1]};
+    dnnl_memory_desc_t src = attempt == 2 ? tag_md(4, xd, dnnl_abcd)
+                             : attempt    ? any_md(4, xd)
+                                          : tag_md(4, xd, dnnl_acdb);
     dnnl_memory_desc_t dst = attempt ? any_md(4, yd) : tag_md(4, yd, dnnl_acdb);
     dnnl_memory_desc_t w = g > 1 ? any_md(5, wd) : any_md(4, op->wdims);
     dnnl_memory_desc_t bias = has_bias ? plain_md(1, &op->oc, 1) : NULL;
     dnnl_primitive_attr_t a = op_attr(b, op);
     dnnl_primitive_desc_t pd = NULL;
     *st = a && src && w && dst ? D(dnnl_convolution_forward_primitive_desc_create)(
-                                     &pd, ox_engine(), dnnl_forward_inference, dnnl_convolution_direct, src, w, bias, dst, S, DL, PL,
-                                     PR, a)
+                                     &pd, ox_engine(), dnnl_forward_inference,
+                                     dnnl_convolution_direct, src, w, bias, dst, S, DL, PL, PR, a)
                                : dnnl_out_of_memory;
     md_free(src);
     md_free(w);
@@ -595,8 +659,10 @@ static int build_conv(pb *b, const ox_op *op)
      * Else nhwc: one layout for every convolution keeps the nodes between them (pools,
      * binary ops, concats) in it too; kept when oneDNN runs it on a jit or brgemm kernel.
      * Else the layouts oneDNN picks (format_tag::any). */
-    static const int order[3] = {2, 0, 1}; /* conv_pd's attempts, the first one only for a first convolution */
-    int x = op->in[0], first = DIMS(x)[1] <= 4 && b->nviews[x] && is_plain(b, x, home(b, x)) && pool_reads_only(b, op->out);
+    static const int order[3] = {
+        2, 0, 1}; /* conv_pd's attempts, the first one only for a first convolution */
+    int x = op->in[0], first = DIMS(x)[1] <= 4 && b->nviews[x] && is_plain(b, x, home(b, x)) &&
+                               pool_reads_only(b, op->out);
     for (int i = first ? 0 : 1; i < 3; i++) {
         int attempt = order[i];
         dnnl_primitive_desc_t pd = conv_pd(b, op, attempt, pl, pr, &st);
@@ -608,7 +674,8 @@ static int build_conv(pb *b, const ox_op *op)
         if (attempt == 0 && !b->dry && winograd_fits(b, op)) return build_winograd(b, op, pd, pl);
         return finish(b, op, pd, conv_inputs);
     }
-    return ox_fail(b->e, "node '%s' (Conv): oneDNN has no convolution for it (status %d)", op->name, (int)st);
+    return ox_fail(b->e, "node '%s' (Conv): oneDNN has no convolution for it (status %d)", op->name,
+                   (int)st);
 }
 
 /* A step of the backend's own: fn on cfg, doing `what`. -1 on failure. */
@@ -616,7 +683,8 @@ static int fn_step(pb *b, ox_fn fn, const void *cfg, int when, const char *what)
 {
     ox_plan *p = b->p;
     const char *node = step_node(b);
-    if (grow((void **)&p->steps, &p->cap_step, p->nstep, sizeof *p->steps)) return ox_fail(b->e, "out of memory") ? -1 : -1;
+    if (grow((void **)&p->steps, &p->cap_step, p->nstep, sizeof *p->steps))
+        return ox_fail(b->e, "out of memory") ? -1 : -1;
     ox_step *st = &p->steps[p->nstep];
     memset(st, 0, sizeof *st);
     st->fn = fn;
@@ -654,13 +722,17 @@ static void *owned_cfg(pb *b, size_t n)
 static int winograd_fits(pb *b, const ox_op *op)
 {
     const char *env = getenv("NNPLUG_ONEDNN_WINOGRAD");
-    if ((env && !strcmp(env, "0")) || !dl_avx2_fma() || b->g->strict) return 0; /* strict: see ox_winograd_shape */
+    if ((env && !strcmp(env, "0")) || !dl_avx2_fma() || b->g->strict)
+        return 0; /* strict: see ox_winograd_shape */
     const int64_t *xd = DIMS(op->in[0]), *yd = DIMS(op->out);
     if (VAL(op->in[0])->ndim != 4 || !ox_winograd_shape(op)) return 0;
-    if (xd[1] % 8 || op->oc % 8 || xd[1] < 64 || op->oc < 64 || yd[2] * yd[3] < 100 || op->npost > WINO_MAXPOST) return 0;
+    if (xd[1] % 8 || op->oc % 8 || xd[1] < 64 || op->oc < 64 || yd[2] * yd[3] < 100 ||
+        op->npost > WINO_MAXPOST)
+        return 0;
     for (int i = 0; i < op->npost; i++) {
         const ox_post *q = &op->post[i];
-        if (q->kind != POST_SUM && q->alg != dnnl_eltwise_relu && q->alg != dnnl_eltwise_clip) return 0;
+        if (q->kind != POST_SUM && q->alg != dnnl_eltwise_relu && q->alg != dnnl_eltwise_clip)
+            return 0;
     }
     return 1;
 }
@@ -691,46 +763,68 @@ static int build_winograd(pb *b, const ox_op *op, dnnl_primitive_desc_t direct, 
         D(dnnl_primitive_desc_destroy)(direct);
         return 1;
     }
-    *w = (ox_wino){.n = xd[0], .h = xd[2], .w = xd[3], .ic = xd[1], .oh = yd[2], .ow = yd[3], .oc = op->oc, .pt = pl[0],
-                   .pl = pl[1], .threads = p->threads};
+    *w = (ox_wino){.n = xd[0],
+                   .h = xd[2],
+                   .w = xd[3],
+                   .ic = xd[1],
+                   .oh = yd[2],
+                   .ow = yd[3],
+                   .oc = op->oc,
+                   .pt = pl[0],
+                   .pl = pl[1],
+                   .threads = p->threads};
     for (int i = 0; i < op->npost; i++) {
         const ox_post *q = &op->post[i];
         w->post[w->npost++] = q->kind == POST_SUM ? (ox_wpost){WPOST_SUM, 0.f, 0.f}
-                              : q->alg == dnnl_eltwise_relu ? (ox_wpost){WPOST_RELU, q->alpha, 0.f}
-                                                            : (ox_wpost){WPOST_CLIP, q->alpha, q->beta};
+                              : q->alg == dnnl_eltwise_relu
+                                  ? (ox_wpost){WPOST_RELU, q->alpha, 0.f}
+                                  : (ox_wpost){WPOST_CLIP, q->alpha, q->beta};
     }
     ox_wino_init(w);
-    int64_t T = ox_wino_tiles(w), vd[3] = {16, T, w->ic}, ud[3] = {16, w->ic, w->oc}, md3[3] = {16, T, w->oc};
-    dnnl_memory_desc_t xmd = tag_md(4, xd, dnnl_acdb), ymd = tag_md(4, yd, dnnl_acdb), vmd = plain_md(3, vd, 3),
-                       mmd = plain_md(3, md3, 3), uany = any_md(3, ud), bmd = plain_md(1, &w->oc, 1);
+    int64_t T = ox_wino_tiles(w), vd[3] = {16, T, w->ic}, ud[3] = {16, w->ic, w->oc},
+            md3[3] = {16, T, w->oc};
+    dnnl_memory_desc_t xmd = tag_md(4, xd, dnnl_acdb), ymd = tag_md(4, yd, dnnl_acdb),
+                       vmd = plain_md(3, vd, 3), mmd = plain_md(3, md3, 3), uany = any_md(3, ud),
+                       bmd = plain_md(1, &w->oc, 1);
     dnnl_primitive_attr_t a = plain_attr();
     dnnl_primitive_desc_t mpd = NULL;
     float *u = NULL;
     int rc = 1, xbuf, vbuf, mbuf, ubuf, dbuf, reorder_out, s;
-    if (!xmd || !ymd || !vmd || !mmd || !uany || !bmd || !a) { ox_fail(b->e, "out of memory"); goto done; }
-    if (D(dnnl_matmul_primitive_desc_create)(&mpd, ox_engine(), vmd, uany, NULL, mmd, a) != dnnl_success || !fast_impl(mpd)) {
+    if (!xmd || !ymd || !vmd || !mmd || !uany || !bmd || !a) {
+        ox_fail(b->e, "out of memory");
+        goto done;
+    }
+    if (D(dnnl_matmul_primitive_desc_create)(&mpd, ox_engine(), vmd, uany, NULL, mmd, a) !=
+            dnnl_success ||
+        !fast_impl(mpd)) {
         rc = finish(b, op, direct, conv_inputs);
         direct = NULL;
         goto done;
     }
     /* V = B^T d B */
-    if (get_view(b, op->in[0], xmd, &xbuf) || (vbuf = arena_buf(b, vmd)) < 0 || (mbuf = arena_buf(b, mmd)) < 0) goto done;
-    if ((s = fn_step(b, wino_input_fn, w, RUN_ALWAYS, "winograd input transform")) < 0 || add_arg(b, s, DNNL_ARG_SRC, xbuf, xmd) ||
-        add_arg(b, s, DNNL_ARG_DST, vbuf, vmd))
+    if (get_view(b, op->in[0], xmd, &xbuf) || (vbuf = arena_buf(b, vmd)) < 0 ||
+        (mbuf = arena_buf(b, mmd)) < 0)
+        goto done;
+    if ((s = fn_step(b, wino_input_fn, w, RUN_ALWAYS, "winograd input transform")) < 0 ||
+        add_arg(b, s, DNNL_ARG_SRC, xbuf, xmd) || add_arg(b, s, DNNL_ARG_DST, vbuf, vmd))
         goto done;
     /* M = V . U */
     u = malloc((size_t)(16 * w->ic * w->oc) * sizeof *u);
-    if (!u) { ox_fail(b->e, "out of memory"); goto done; }
+    if (!u) {
+        ox_fail(b->e, "out of memory");
+        goto done;
+    }
     ox_wino_weights(op->w, w->oc, w->ic, u);
     const_dnnl_memory_desc_t umd = query(mpd, dnnl_query_weights_md, 0);
     if (pack(b, u, plain_md(3, ud, 3), umd, &ubuf) || (s = new_step(b, mpd)) < 0) goto done;
     p->steps[s].when = RUN_FINITE;
-    if (add_arg(b, s, DNNL_ARG_SRC, vbuf, vmd) || add_arg(b, s, DNNL_ARG_WEIGHTS, ubuf, umd) || add_arg(b, s, DNNL_ARG_DST, mbuf, mmd))
+    if (add_arg(b, s, DNNL_ARG_SRC, vbuf, vmd) || add_arg(b, s, DNNL_ARG_WEIGHTS, ubuf, umd) ||
+        add_arg(b, s, DNNL_ARG_DST, mbuf, mmd))
         goto done;
     /* y = A^T M A with the bias and post-ops; or the direct convolution */
     if (conv_inputs(b, op, direct, -2) || sum_dst(b, op, ymd, &dbuf, &reorder_out)) goto done;
-    if ((s = fn_step(b, wino_output_fn, w, RUN_FINITE, "winograd output transform")) < 0 || add_arg(b, s, DNNL_ARG_SRC, mbuf, mmd) ||
-        add_arg(b, s, DNNL_ARG_DST, dbuf, ymd))
+    if ((s = fn_step(b, wino_output_fn, w, RUN_FINITE, "winograd output transform")) < 0 ||
+        add_arg(b, s, DNNL_ARG_SRC, mbuf, mmd) || add_arg(b, s, DNNL_ARG_DST, dbuf, ymd))
         goto done;
     if (op->b || (op->nin == 3 && op->in[2] >= 0)) {
         int bb;
@@ -740,7 +834,9 @@ static int build_winograd(pb *b, const ox_op *op, dnnl_primitive_desc_t direct, 
     }
     if ((s = new_step(b, direct)) < 0) goto done;
     p->steps[s].when = RUN_NONFINITE;
-    if (conv_inputs(b, op, direct, s) || add_arg(b, s, DNNL_ARG_DST, dbuf, query(direct, dnnl_query_dst_md, 0))) goto done;
+    if (conv_inputs(b, op, direct, s) ||
+        add_arg(b, s, DNNL_ARG_DST, dbuf, query(direct, dnnl_query_dst_md, 0)))
+        goto done;
     rc = set_result(b, op, dbuf, ymd, reorder_out);
 done:
     free(u);
@@ -768,8 +864,12 @@ static dnnl_memory_desc_t strided_operand_md(pb *b, int v, int r)
     const_dnnl_memory_desc_t md = home(b, v);
     int nblks = -1;
     dnnl_format_kind_t fk = dnnl_format_kind_undef;
-    if (D(dnnl_memory_desc_query)(md, dnnl_query_format_kind, &fk) != dnnl_success || fk != dnnl_blocked) return NULL;
-    if (D(dnnl_memory_desc_query)(md, dnnl_query_inner_nblks_s32, &nblks) != dnnl_success || nblks != 0) return NULL;
+    if (D(dnnl_memory_desc_query)(md, dnnl_query_format_kind, &fk) != dnnl_success ||
+        fk != dnnl_blocked)
+        return NULL;
+    if (D(dnnl_memory_desc_query)(md, dnnl_query_inner_nblks_s32, &nblks) != dnnl_success ||
+        nblks != 0)
+        return NULL;
     if (is_plain(b, v, md)) return NULL;
     return clone_md(md);
 }
@@ -780,21 +880,27 @@ static int matmul_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd,
     int r = VAL(op->out)->ndim;
     const int64_t *ad = DIMS(op->in[0]), *wd = DIMS(op->in[1]);
     if (s == -1) return 0;
-    if (t_mm_strided[0] ? input_arg_any(b, s, DNNL_ARG_SRC, op->in[0], pd, dnnl_query_src_md, 0)
-                        : plain_arg(b, s, DNNL_ARG_SRC, op->in[0], op->gemm ? matrix_md(ad, 2, op->ta) : plain_md(av->ndim, ad, r)))
+    if (t_mm_strided[0]
+            ? input_arg_any(b, s, DNNL_ARG_SRC, op->in[0], pd, dnnl_query_src_md, 0)
+            : plain_arg(b, s, DNNL_ARG_SRC, op->in[0],
+                        op->gemm ? matrix_md(ad, 2, op->ta) : plain_md(av->ndim, ad, r)))
         return 1;
     if (wv->cdata) {
         if (s == -2) {
             if (pack(b, wv->cdata, op->gemm ? matrix_md(wd, 2, op->tb) : plain_md(wv->ndim, wd, r),
                      query(pd, dnnl_query_weights_md, 0), &t_packed.wbuf))
                 return 1;
-        } else if (add_arg(b, s, DNNL_ARG_WEIGHTS, t_packed.wbuf, query(pd, dnnl_query_weights_md, 0)))
+        } else if (add_arg(b, s, DNNL_ARG_WEIGHTS, t_packed.wbuf,
+                           query(pd, dnnl_query_weights_md, 0)))
             return 1;
-    } else if (t_mm_strided[1] ? input_arg_any(b, s, DNNL_ARG_WEIGHTS, op->in[1], pd, dnnl_query_weights_md, 0)
-                               : plain_arg(b, s, DNNL_ARG_WEIGHTS, op->in[1], op->gemm ? matrix_md(wd, 2, op->tb) : plain_md(wv->ndim, wd, r)))
+    } else if (t_mm_strided[1]
+                   ? input_arg_any(b, s, DNNL_ARG_WEIGHTS, op->in[1], pd, dnnl_query_weights_md, 0)
+                   : plain_arg(b, s, DNNL_ARG_WEIGHTS, op->in[1],
+                               op->gemm ? matrix_md(wd, 2, op->tb) : plain_md(wv->ndim, wd, r)))
         return 1;
     if (op->gemm && op->nin == 3 && op->in[2] >= 0)
-        return plain_arg(b, s, DNNL_ARG_BIAS, op->in[2], plain_md(VAL(op->in[2])->ndim, DIMS(op->in[2]), 2));
+        return plain_arg(b, s, DNNL_ARG_BIAS, op->in[2],
+                         plain_md(VAL(op->in[2])->ndim, DIMS(op->in[2]), 2));
     if (op->b && s >= 0) { /* a folded bias Add */
         int bb = new_buf(b, B_CONST, 0, op->b, 0);
         return bb < 0 || add_arg(b, s, DNNL_ARG_BIAS, bb, query(pd, dnnl_query_weights_md, 1));
@@ -812,7 +918,8 @@ static int conv_matmul_dims(pb *b, const ox_op *op, int64_t *M, int64_t *K, int6
 {
     const ox_value *av = VAL(op->in[0]), *wv = VAL(op->in[1]);
     const int64_t *ad = DIMS(op->in[0]), *wd = DIMS(op->in[1]);
-    if (!wv->cdata || wv->ndim != 2 || op->ta || (op->gemm && op->nin == 3 && op->in[2] >= 0)) return 0;
+    if (!wv->cdata || wv->ndim != 2 || op->ta || (op->gemm && op->nin == 3 && op->in[2] >= 0))
+        return 0;
     *M = 1;
     for (int i = 0; i < av->ndim - 1; i++) *M *= ad[i];
     *K = ad[av->ndim - 1];
@@ -820,16 +927,20 @@ static int conv_matmul_dims(pb *b, const ox_op *op, int64_t *M, int64_t *K, int6
     return 1;
 }
 
-static __thread int t_ip; /* the primitive being built is an inner product (else a 1x1 convolution) */
+static __thread int
+    t_ip; /* the primitive being built is an inner product (else a 1x1 convolution) */
 
 static int conv_matmul_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, int s)
 {
     int64_t M, K, N;
-    if (!conv_matmul_dims(b, op, &M, &K, &N)) return ox_fail(b->e, "internal: node '%s' is not a packed matmul", op->name);
+    if (!conv_matmul_dims(b, op, &M, &K, &N))
+        return ox_fail(b->e, "internal: node '%s' is not a packed matmul", op->name);
     int64_t xd[4] = {1, K, 1, M}, x2[2] = {M, K};
     int nd = t_ip ? 2 : 4;
     if (s == -1) return 0;
-    if (plain_arg(b, s, DNNL_ARG_SRC, op->in[0], t_ip ? plain_md(2, x2, 2) : tag_md(4, xd, dnnl_acdb))) return 1;
+    if (plain_arg(b, s, DNNL_ARG_SRC, op->in[0],
+                  t_ip ? plain_md(2, x2, 2) : tag_md(4, xd, dnnl_acdb)))
+        return 1;
     if (s == -2) {
         /* the (K, N) matrix (transB: (N, K)) as oihw weights N x K x 1 x 1 (or N x K) */
         dnnl_dims_t wd = {N, K, 1, 1}, ws = {op->tb ? K : 1, op->tb ? 1 : N, 1, 1};
@@ -837,30 +948,39 @@ static int conv_matmul_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_
         if (D(dnnl_memory_desc_create_with_strides)(&src, nd, wd, dnnl_f32, ws) != dnnl_success)
             return ox_fail(b->e, "oneDNN could not create a memory descriptor");
         t_packed.bbuf = -1;
-        if (pack(b, VAL(op->in[1])->cdata, src, query(pd, dnnl_query_weights_md, 0), &t_packed.wbuf)) return 1;
+        if (pack(b, VAL(op->in[1])->cdata, src, query(pd, dnnl_query_weights_md, 0),
+                 &t_packed.wbuf))
+            return 1;
         if (op->b) t_packed.bbuf = new_buf(b, B_CONST, 0, op->b, 0);
         return 0;
     }
-    if (add_arg(b, s, DNNL_ARG_WEIGHTS, t_packed.wbuf, query(pd, dnnl_query_weights_md, 0))) return 1;
-    if (t_packed.bbuf >= 0) return add_arg(b, s, DNNL_ARG_BIAS, t_packed.bbuf, query(pd, dnnl_query_weights_md, 1));
+    if (add_arg(b, s, DNNL_ARG_WEIGHTS, t_packed.wbuf, query(pd, dnnl_query_weights_md, 0)))
+        return 1;
+    if (t_packed.bbuf >= 0)
+        return add_arg(b, s, DNNL_ARG_BIAS, t_packed.bbuf, query(pd, dnnl_query_weights_md, 1));
     return 0;
 }
 
 /* One attempt: the inner product (ip) or the 1x1 convolution, when oneDNN has a jit / brgemm
  * kernel for it; NULL else. */
-static dnnl_primitive_desc_t packed_matmul_pd(const pb *b, const ox_op *op, int64_t M, int64_t K, int64_t N, int ip)
+static dnnl_primitive_desc_t packed_matmul_pd(const pb *b, const ox_op *op, int64_t M, int64_t K,
+                                              int64_t N, int ip)
 {
-    int64_t xd[4] = {1, K, 1, M}, yd[4] = {1, N, 1, M}, wd[4] = {N, K, 1, 1}, x2[2] = {M, K}, y2[2] = {M, N};
+    int64_t xd[4] = {1, K, 1, M}, yd[4] = {1, N, 1, M}, wd[4] = {N, K, 1, 1}, x2[2] = {M, K},
+            y2[2] = {M, N};
     dnnl_dims_t S = {1, 1}, DL = {0, 0}, P0 = {0, 0};
-    dnnl_memory_desc_t src = ip ? plain_md(2, x2, 2) : tag_md(4, xd, dnnl_acdb), dst = ip ? plain_md(2, y2, 2) : tag_md(4, yd, dnnl_acdb),
+    dnnl_memory_desc_t src = ip ? plain_md(2, x2, 2) : tag_md(4, xd, dnnl_acdb),
+                       dst = ip ? plain_md(2, y2, 2) : tag_md(4, yd, dnnl_acdb),
                        w = any_md(ip ? 2 : 4, wd);
     dnnl_memory_desc_t bias = op->b ? plain_md(1, &N, 1) : NULL;
     dnnl_primitive_attr_t a = op_attr(b, op);
     dnnl_primitive_desc_t pd = NULL;
     dnnl_status_t st = !(a && src && dst && w && (bias || !op->b)) ? dnnl_out_of_memory
-                       : ip ? D(dnnl_inner_product_forward_primitive_desc_create)(&pd, ox_engine(), dnnl_forward_inference, src, w, bias, dst, a)
-                            : D(dnnl_convolution_forward_primitive_desc_create)(&pd, ox_engine(), dnnl_forward_inference,
-                                                                               dnnl_convolution_direct, src, w, bias, dst, S, DL, P0, P0, a);
+                       : ip ? D(dnnl_inner_product_forward_primitive_desc_create)(
+                                  &pd, ox_engine(), dnnl_forward_inference, src, w, bias, dst, a)
+                            : D(dnnl_convolution_forward_primitive_desc_create)(
+                                  &pd, ox_engine(), dnnl_forward_inference, dnnl_convolution_direct,
+                                  src, w, bias, dst, S, DL, P0, P0, a);
     md_free(src);
     md_free(dst);
     md_free(w);
@@ -886,8 +1006,9 @@ static int build_conv_matmul(pb *b, const ox_op *op)
     if (!conv_matmul_dims(b, op, &M, &K, &N)) return 0;
     /* NNPLUG_ONEDNN_DENSE=convolution / inner_product (read when a plan is made) picks one */
     const char *pick = getenv("NNPLUG_ONEDNN_DENSE");
-    int first_ip = pick && !strcmp(pick, "inner_product") ? 1 : pick && !strcmp(pick, "convolution") ? 0
-                 : K > 2 * N && dl_cpu_amd();
+    int first_ip = pick && !strcmp(pick, "inner_product") ? 1
+                   : pick && !strcmp(pick, "convolution") ? 0
+                                                          : K > 2 * N && dl_cpu_amd();
     dnnl_primitive_desc_t pd = NULL;
     for (int attempt = 0; attempt < 2 && !pd; attempt++) {
         t_ip = attempt ? !first_ip : first_ip;
@@ -925,8 +1046,10 @@ static int build_matmul(pb *b, const ox_op *op)
         wmd = op->gemm ? matrix_md(wd, 2, op->tb) : plain_md(wv->ndim, wd, r);
     }
     int c = op->gemm && op->nin == 3 && op->in[2] >= 0;
-    dnnl_memory_desc_t ymd = plain_md(r, yd, r), cmd = c ? plain_md(VAL(op->in[2])->ndim, DIMS(op->in[2]), 2)
-                                                  : op->b ? plain_md(1, &N, r) : NULL;
+    dnnl_memory_desc_t ymd = plain_md(r, yd, r),
+                       cmd = c       ? plain_md(VAL(op->in[2])->ndim, DIMS(op->in[2]), 2)
+                             : op->b ? plain_md(1, &N, r)
+                                     : NULL;
     dnnl_primitive_attr_t a = op_attr(b, op);
     dnnl_primitive_desc_t pd = NULL;
     dnnl_status_t st = dnnl_out_of_memory;
@@ -934,9 +1057,11 @@ static int build_matmul(pb *b, const ox_op *op)
      * brgemm kernel for its strides: the reorder it saves costs as much as the product. */
     t_mm_strided[0] = t_mm_strided[1] = 0;
     if (!op->gemm) {
-        dnnl_memory_desc_t sa = strided_operand_md(b, op->in[0], r), sw = wv->cdata ? NULL : strided_operand_md(b, op->in[1], r);
+        dnnl_memory_desc_t sa = strided_operand_md(b, op->in[0], r),
+                           sw = wv->cdata ? NULL : strided_operand_md(b, op->in[1], r);
         if ((sa || sw) && a && ymd &&
-            D(dnnl_matmul_primitive_desc_create)(&pd, ox_engine(), sa ? sa : amd, sw ? sw : wmd, cmd, ymd, a) == dnnl_success) {
+            D(dnnl_matmul_primitive_desc_create)(&pd, ox_engine(), sa ? sa : amd, sw ? sw : wmd,
+                                                 cmd, ymd, a) == dnnl_success) {
             if (ref_impl(pd)) {
                 D(dnnl_primitive_desc_destroy)(pd);
                 pd = NULL;
@@ -950,13 +1075,16 @@ static int build_matmul(pb *b, const ox_op *op)
         md_free(sw);
     }
     if (!pd)
-        st = a && amd && wmd && ymd ? D(dnnl_matmul_primitive_desc_create)(&pd, ox_engine(), amd, wmd, cmd, ymd, a) : dnnl_out_of_memory;
+        st = a && amd && wmd && ymd
+                 ? D(dnnl_matmul_primitive_desc_create)(&pd, ox_engine(), amd, wmd, cmd, ymd, a)
+                 : dnnl_out_of_memory;
     md_free(amd);
     md_free(wmd);
     md_free(ymd);
     md_free(cmd);
     if (a) D(dnnl_primitive_attr_destroy)(a);
-    if (st != dnnl_success) return ox_fail(b->e, "node '%s' (%s): oneDNN has no matmul for it", op->name, op->op_type);
+    if (st != dnnl_success)
+        return ox_fail(b->e, "node '%s' (%s): oneDNN has no matmul for it", op->name, op->op_type);
     return finish(b, op, pd, matmul_inputs);
 }
 
@@ -991,7 +1119,8 @@ static int binary_operands(pb *b, const ox_op *op, int *i0, int *ofull)
 {
     int r = VAL(op->out)->ndim;
     const int64_t *yd = DIMS(op->out);
-    int full0 = VAL(op->in[0])->ndim == r && !memcmp(DIMS(op->in[0]), yd, (size_t)r * sizeof(int64_t));
+    int full0 =
+        VAL(op->in[0])->ndim == r && !memcmp(DIMS(op->in[0]), yd, (size_t)r * sizeof(int64_t));
     *i0 = !full0 && op->commutes ? 1 : 0;
     int o = op->in[1 - *i0];
     *ofull = VAL(o)->ndim == r && !memcmp(DIMS(o), yd, (size_t)r * sizeof(int64_t));
@@ -1021,7 +1150,8 @@ static int concat_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd,
 {
     int vals[MAXIN], n = concat_sources(b, op, vals);
     for (int i = 0; i < n; i++)
-        if (input_arg_any(b, s, DNNL_ARG_MULTIPLE_SRC + i, vals[i], pd, dnnl_query_src_md, i)) return 1;
+        if (input_arg_any(b, s, DNNL_ARG_MULTIPLE_SRC + i, vals[i], pd, dnnl_query_src_md, i))
+            return 1;
     return 0;
 }
 
@@ -1029,7 +1159,8 @@ static int concat_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd,
  * of `row` elements `inner` apart (a row-major axis of that length with that inner size); c, d:
  * scalar parameters (nan_replace_loop's replacement, Clip's bounds). It runs as a step
  * (loop_fn) with its parameters as the settings. */
-typedef void (*ox_loop)(const float *x, float *y, int64_t n, int64_t row, int64_t inner, float c, float d);
+typedef void (*ox_loop)(const float *x, float *y, int64_t n, int64_t row, int64_t inner, float c,
+                        float d);
 
 typedef struct {
     ox_loop loop;
@@ -1046,7 +1177,8 @@ static int loop_fn(const void *cfg, void *const *ptrs, int nptrs)
 }
 
 /* A step running loop over the n floats of its args src and dst (added by the caller). */
-static int loop_step(pb *b, ox_loop loop, int64_t n, int64_t row, int64_t inner, float c, float d, const char *what)
+static int loop_step(pb *b, ox_loop loop, int64_t n, int64_t row, int64_t inner, float c, float d,
+                     const char *what)
 {
     ox_loop_cfg *l = owned_cfg(b, sizeof *l);
     if (!l) return -1;
@@ -1054,7 +1186,8 @@ static int loop_step(pb *b, ox_loop loop, int64_t n, int64_t row, int64_t inner,
     return fn_step(b, loop_fn, l, RUN_ALWAYS, what);
 }
 
-static void erf_loop(const float *x, float *y, int64_t n, int64_t row, int64_t inner, float c, float d)
+static void erf_loop(const float *x, float *y, int64_t n, int64_t row, int64_t inner, float c,
+                     float d)
 {
     (void)row, (void)inner, (void)c, (void)d;
     for (int64_t i = 0; i < n; i++) y[i] = erff(x[i]);
@@ -1062,7 +1195,8 @@ static void erf_loop(const float *x, float *y, int64_t n, int64_t row, int64_t i
 
 /* The ox_own_eltwise ops (kernels.h). Written so that a NaN fails every compare and comes
  * through: onnxruntime keeps it in all four. */
-static void clip_loop(const float *x, float *y, int64_t n, int64_t row, int64_t inner, float lo, float hi)
+static void clip_loop(const float *x, float *y, int64_t n, int64_t row, int64_t inner, float lo,
+                      float hi)
 {
     (void)row, (void)inner;
     for (int64_t i = 0; i < n; i++) { /* hi last: lo > hi gives hi, as ONNX says */
@@ -1071,7 +1205,8 @@ static void clip_loop(const float *x, float *y, int64_t n, int64_t row, int64_t 
     }
 }
 
-static void hardsigmoid_loop(const float *x, float *y, int64_t n, int64_t row, int64_t inner, float alpha, float beta)
+static void hardsigmoid_loop(const float *x, float *y, int64_t n, int64_t row, int64_t inner,
+                             float alpha, float beta)
 {
     (void)row, (void)inner;
     for (int64_t i = 0; i < n; i++) {
@@ -1081,13 +1216,15 @@ static void hardsigmoid_loop(const float *x, float *y, int64_t n, int64_t row, i
     }
 }
 
-static void exp_loop(const float *x, float *y, int64_t n, int64_t row, int64_t inner, float c, float d)
+static void exp_loop(const float *x, float *y, int64_t n, int64_t row, int64_t inner, float c,
+                     float d)
 {
     (void)row, (void)inner, (void)c, (void)d;
     for (int64_t i = 0; i < n; i++) y[i] = expf(x[i]);
 }
 
-static void log_loop(const float *x, float *y, int64_t n, int64_t row, int64_t inner, float c, float d)
+static void log_loop(const float *x, float *y, int64_t n, int64_t row, int64_t inner, float c,
+                     float d)
 {
     (void)row, (void)inner, (void)c, (void)d;
     for (int64_t i = 0; i < n; i++) y[i] = logf(x[i]);
@@ -1096,7 +1233,8 @@ static void log_loop(const float *x, float *y, int64_t n, int64_t row, int64_t i
 /* Where(IsNaN(x), C, x): every NaN (any payload, either sign) becomes c; everything else
  * (infinities, -0.0, denormals) is copied bit for bit. On the bits, so that no float compare
  * or move can touch a value. */
-static void nan_replace_loop(const float *x, float *y, int64_t n, int64_t row, int64_t inner, float c, float d)
+static void nan_replace_loop(const float *x, float *y, int64_t n, int64_t row, int64_t inner,
+                             float c, float d)
 {
     (void)row, (void)inner, (void)d;
     uint32_t cb;
@@ -1112,7 +1250,8 @@ static void nan_replace_loop(const float *x, float *y, int64_t n, int64_t row, i
 /* oneDNN's (Log)Softmax gives NaN only where a row holds NaN or +inf (0 elsewhere); onnxruntime
  * and the ONNX reference give the whole row NaN (max - max is NaN, and so is every sum). In place,
  * on the plain result (x == y): a row with a NaN becomes all NaN. */
-static void softmax_nan_rows(const float *x, float *y, int64_t n, int64_t row, int64_t inner, float c, float d)
+static void softmax_nan_rows(const float *x, float *y, int64_t n, int64_t row, int64_t inner,
+                             float c, float d)
 {
     (void)x, (void)c, (void)d;
     for (int64_t o = 0; o + row * inner <= n; o += row * inner)
@@ -1132,16 +1271,20 @@ static int add_softmax_nan_rows(pb *b, const ox_op *op)
     if (b->dry) return 0;
     int v = op->out, r = VAL(v)->ndim;
     const ox_view *vw = &b->views[v][b->nviews[v] - 1];
-    if (!is_plain(b, v, vw->md)) return ox_fail(b->e, "internal: node '%s' (%s): its result is not plain", op->name, op->op_type);
+    if (!is_plain(b, v, vw->md))
+        return ox_fail(b->e, "internal: node '%s' (%s): its result is not plain", op->name,
+                       op->op_type);
     int64_t row = 1, inner = 1;
     for (int d = 0; d < r; d++) {
         if (d == op->axis) row = DIMS(v)[d];
         else if (d > op->axis) inner *= DIMS(v)[d];
     }
-    int s = loop_step(b, softmax_nan_rows, (int64_t)(D(dnnl_memory_desc_get_size)(vw->md) / sizeof(float)),
+    int s = loop_step(b, softmax_nan_rows,
+                      (int64_t)(D(dnnl_memory_desc_get_size)(vw->md) / sizeof(float)),
                       row > 0 ? row : 1, inner > 0 ? inner : 1, 0.f, 0.f, "softmax nan rows");
     if (s < 0) return 1;
-    return add_arg(b, s, DNNL_ARG_SRC, vw->buf, vw->md) || add_arg(b, s, DNNL_ARG_DST, vw->buf, vw->md);
+    return add_arg(b, s, DNNL_ARG_SRC, vw->buf, vw->md) ||
+           add_arg(b, s, DNNL_ARG_DST, vw->buf, vw->md);
 }
 
 /* Erf outside a GELU: the C library's erff over the plain values (oneDNN has no erf of its own);
@@ -1151,15 +1294,23 @@ static int build_loop(pb *b, const ox_op *op)
     int x = op->in[0], xbuf, reorder_out;
     dnnl_memory_desc_t md = value_plain(b, op->out, VAL(op->out)->ndim);
     int rc = 1;
-    if (!md) { ox_fail(b->e, "oneDNN could not create a memory descriptor"); goto done; }
-    if (b->dry) { rc = add_view(b, op->out, md, 0); goto done; }
+    if (!md) {
+        ox_fail(b->e, "oneDNN could not create a memory descriptor");
+        goto done;
+    }
+    if (b->dry) {
+        rc = add_view(b, op->out, md, 0);
+        goto done;
+    }
     if (plain_buf(b, x, &xbuf)) goto done;
     int dbuf = dst_buf(b, op, md, &reorder_out), s;
-    if (dbuf < 0 || (s = loop_step(b, op->kind == OP_NANREP ? nan_replace_loop : erf_loop,
-                                   (int64_t)(D(dnnl_memory_desc_get_size)(md) / sizeof(float)), 1, 1, op->alpha, 0.f,
-                                   op->kind == OP_NANREP ? "nan replacement" : "erf")) < 0)
+    if (dbuf < 0 ||
+        (s = loop_step(b, op->kind == OP_NANREP ? nan_replace_loop : erf_loop,
+                       (int64_t)(D(dnnl_memory_desc_get_size)(md) / sizeof(float)), 1, 1, op->alpha,
+                       0.f, op->kind == OP_NANREP ? "nan replacement" : "erf")) < 0)
         goto done;
-    rc = add_arg(b, s, DNNL_ARG_SRC, xbuf, md) || add_arg(b, s, DNNL_ARG_DST, dbuf, md) || set_result(b, op, dbuf, md, reorder_out);
+    rc = add_arg(b, s, DNNL_ARG_SRC, xbuf, md) || add_arg(b, s, DNNL_ARG_DST, dbuf, md) ||
+         set_result(b, op, dbuf, md, reorder_out);
 done:
     md_free(md);
     return rc;
@@ -1177,18 +1328,25 @@ static int build_own_eltwise(pb *b, const ox_op *op)
     size_t n = 1;
     for (int d = 0; d < VAL(x)->ndim; d++) n *= (size_t)DIMS(x)[d];
     if ((size_t)D(dnnl_memory_desc_get_size)(md) != n * sizeof(float)) {
-        if (!(pm = value_plain(b, x, VAL(x)->ndim))) return ox_fail(b->e, "oneDNN could not create a memory descriptor");
+        if (!(pm = value_plain(b, x, VAL(x)->ndim)))
+            return ox_fail(b->e, "oneDNN could not create a memory descriptor");
         md = pm;
     }
-    if (b->dry) { rc = add_view(b, op->out, md, 0); goto done; }
-    if (get_view(b, x, md, &xbuf)) goto done;
-    ox_loop loop = op->alg == dnnl_eltwise_clip ? clip_loop : op->alg == dnnl_eltwise_hardsigmoid ? hardsigmoid_loop
-                   : op->alg == dnnl_eltwise_exp ? exp_loop : log_loop;
-    int dbuf = dst_buf(b, op, md, &reorder_out), s;
-    if (dbuf < 0 || (s = loop_step(b, loop, (int64_t)n, 1, 1, op->alpha,
-                                   op->beta, op->op_type)) < 0)
+    if (b->dry) {
+        rc = add_view(b, op->out, md, 0);
         goto done;
-    rc = add_arg(b, s, DNNL_ARG_SRC, xbuf, md) || add_arg(b, s, DNNL_ARG_DST, dbuf, md) || set_result(b, op, dbuf, md, reorder_out);
+    }
+    if (get_view(b, x, md, &xbuf)) goto done;
+    ox_loop loop = op->alg == dnnl_eltwise_clip          ? clip_loop
+                   : op->alg == dnnl_eltwise_hardsigmoid ? hardsigmoid_loop
+                   : op->alg == dnnl_eltwise_exp         ? exp_loop
+                                                         : log_loop;
+    int dbuf = dst_buf(b, op, md, &reorder_out), s;
+    if (dbuf < 0 ||
+        (s = loop_step(b, loop, (int64_t)n, 1, 1, op->alpha, op->beta, op->op_type)) < 0)
+        goto done;
+    rc = add_arg(b, s, DNNL_ARG_SRC, xbuf, md) || add_arg(b, s, DNNL_ARG_DST, dbuf, md) ||
+         set_result(b, op, dbuf, md, reorder_out);
 done:
     md_free(pm);
     return rc;
@@ -1234,10 +1392,19 @@ static int build_strict_maxpool(pb *b, const ox_op *op)
     if (!op->global && ox_window(op, xd + 2, yd + 2, pl, pr, b->e)) return 1;
     ox_maxpool *m = owned_cfg(b, sizeof *m);
     if (m)
-        *m = (ox_maxpool){.planes = xd[0] * xd[1], .h = xd[2], .w = xd[3], .oh = yd[2], .ow = yd[3],
-                          .kh = op->global ? xd[2] : op->ker[0], .kw = op->global ? xd[3] : op->ker[1],
-                          .sh = op->global ? 1 : op->st[0], .sw = op->global ? 1 : op->st[1],
-                          .dh = op->global ? 1 : op->dil[0], .dw = op->global ? 1 : op->dil[1], .pt = pl[0], .pl = pl[1]};
+        *m = (ox_maxpool){.planes = xd[0] * xd[1],
+                          .h = xd[2],
+                          .w = xd[3],
+                          .oh = yd[2],
+                          .ow = yd[3],
+                          .kh = op->global ? xd[2] : op->ker[0],
+                          .kw = op->global ? xd[3] : op->ker[1],
+                          .sh = op->global ? 1 : op->st[0],
+                          .sw = op->global ? 1 : op->st[1],
+                          .dh = op->global ? 1 : op->dil[0],
+                          .dw = op->global ? 1 : op->dil[1],
+                          .pt = pl[0],
+                          .pl = pl[1]};
     return nchw_step(b, op, maxpool_fn, m, "maxpool keeping nan");
 }
 
@@ -1247,35 +1414,53 @@ static int build_strict_lrn(pb *b, const ox_op *op)
     const int64_t *xd = DIMS(op->in[0]);
     ox_lrn *l = owned_cfg(b, sizeof *l);
     if (l)
-        *l = (ox_lrn){.n = xd[0], .c = xd[1], .pixels = xd[2] * xd[3], .size = op->size, .alpha = op->alpha,
-                      .beta = op->beta, .bias = op->lrn_bias};
+        *l = (ox_lrn){.n = xd[0],
+                      .c = xd[1],
+                      .pixels = xd[2] * xd[3],
+                      .size = op->size,
+                      .alpha = op->alpha,
+                      .beta = op->beta,
+                      .bias = op->lrn_bias};
     return nchw_step(b, op, strict_lrn_fn, l, "lrn keeping the formula");
 }
 
 /* The strides of dims `nd` (rank nr) over the bytes of a tensor of dims `od`, strides `os`
  * (rank or), element for element in row-major order, when some exist (numpy's no-copy reshape:
  * each run of old dims merged into new ones must be contiguous in memory); 0 if found. */
-static int reshape_strides(int or, const int64_t *od, const int64_t *os, int nr, const int64_t *nd, int64_t *ns)
+static int reshape_strides(int or, const int64_t *od, const int64_t *os, int nr, const int64_t *nd,
+                           int64_t *ns)
 {
     int64_t d[MAXR], st[MAXR];
     int n = 0;
-    for (int i = 0; i < or; i++) {
+    for (int i = 0; i < or ; i++) {
         if (od[i] <= 0) return 1;
-        if (od[i] != 1) { d[n] = od[i]; st[n] = os[i]; n++; }
+        if (od[i] != 1) {
+            d[n] = od[i];
+            st[n] = os[i];
+            n++;
+        }
     }
     int64_t nn[MAXR];
     int m = 0, map[MAXR];
     for (int i = 0; i < nr; i++) {
         if (nd[i] <= 0) return 1;
-        if (nd[i] != 1) { map[m] = i; nn[m++] = nd[i]; }
+        if (nd[i] != 1) {
+            map[m] = i;
+            nn[m++] = nd[i];
+        }
     }
     int64_t out[MAXR];
     int oi = 0, oj = 1, ni = 0, nj = 1;
     while (ni < m && oi < n) {
         int64_t np = nn[ni], op = d[oi];
         while (np != op) {
-            if (np < op) { if (nj >= m) return 1; np *= nn[nj++]; }
-            else { if (oj >= n) return 1; op *= d[oj++]; }
+            if (np < op) {
+                if (nj >= m) return 1;
+                np *= nn[nj++];
+            } else {
+                if (oj >= n) return 1;
+                op *= d[oj++];
+            }
         }
         for (int k = oi; k < oj - 1; k++)
             if (st[k] != d[k + 1] * st[k + 1]) return 1;
@@ -1287,8 +1472,11 @@ static int reshape_strides(int or, const int64_t *od, const int64_t *os, int nr,
     if (ni != m || oi != n) return 1;
     int64_t last = 1; /* size-1 dims: any stride; the next one out keeps descriptors tidy */
     for (int i = nr - 1, k = m - 1; i >= 0; i--) {
-        if (k >= 0 && map[k] == i) { ns[i] = out[k]; last = out[k] * nn[k]; k--; }
-        else ns[i] = last;
+        if (k >= 0 && map[k] == i) {
+            ns[i] = out[k];
+            last = out[k] * nn[k];
+            k--;
+        } else ns[i] = last;
     }
     return 0;
 }
@@ -1300,23 +1488,32 @@ static int strided_of(const_dnnl_memory_desc_t md, int *nd, int64_t *dims, int64
     int nblks = -1;
     const dnnl_dims_t *dd = NULL, *ss = NULL;
     dnnl_dim_t off = -1;
-    if (D(dnnl_memory_desc_query)(md, dnnl_query_format_kind, &fk) != dnnl_success || fk != dnnl_blocked ||
-        D(dnnl_memory_desc_query)(md, dnnl_query_inner_nblks_s32, &nblks) != dnnl_success || nblks != 0 ||
-        D(dnnl_memory_desc_query)(md, dnnl_query_ndims_s32, nd) != dnnl_success ||
+    if (D(dnnl_memory_desc_query)(md, dnnl_query_format_kind, &fk) != dnnl_success ||
+        fk != dnnl_blocked ||
+        D(dnnl_memory_desc_query)(md, dnnl_query_inner_nblks_s32, &nblks) != dnnl_success ||
+        nblks != 0 || D(dnnl_memory_desc_query)(md, dnnl_query_ndims_s32, nd) != dnnl_success ||
         D(dnnl_memory_desc_query)(md, dnnl_query_dims, &dd) != dnnl_success ||
         D(dnnl_memory_desc_query)(md, dnnl_query_strides, &ss) != dnnl_success ||
-        D(dnnl_memory_desc_query)(md, dnnl_query_submemory_offset_s64, &off) != dnnl_success || off != 0 || !dd || !ss)
+        D(dnnl_memory_desc_query)(md, dnnl_query_submemory_offset_s64, &off) != dnnl_success ||
+        off != 0 || !dd || !ss)
         return 1;
-    for (int i = 0; i < *nd; i++) { dims[i] = (*dd)[i]; strides[i] = (*ss)[i]; }
+    for (int i = 0; i < *nd; i++) {
+        dims[i] = (*dd)[i];
+        strides[i] = (*ss)[i];
+    }
     return 0;
 }
 
 static dnnl_memory_desc_t strided_md(int r, const int64_t *dims, const int64_t *strides)
 {
     dnnl_dims_t d, st;
-    for (int i = 0; i < r; i++) { d[i] = dims[i]; st[i] = strides[i]; }
+    for (int i = 0; i < r; i++) {
+        d[i] = dims[i];
+        st[i] = strides[i];
+    }
     dnnl_memory_desc_t md = NULL;
-    return D(dnnl_memory_desc_create_with_strides)(&md, r, d, dnnl_f32, st) == dnnl_success ? md : NULL;
+    return D(dnnl_memory_desc_create_with_strides)(&md, r, d, dnnl_f32, st) == dnnl_success ? md
+                                                                                            : NULL;
 }
 
 /* A Reshape of value x (rank-r result dims yd) as a view of bytes x already has: one of its
@@ -1324,28 +1521,42 @@ static dnnl_memory_desc_t strided_md(int r, const int64_t *dims, const int64_t *
  * else, for a 4-D result of a value in a strided, non-plain layout (a channel shuffle's
  * transposed view), one reorder of x into the bytes of an nhwc result, so the convolution after
  * it reads them as they are; else -1 (its row-major bytes then). *md and *buf: the result's. */
-static int reshape_view(pb *b, int x, int r, const int64_t *yd, int is_out, dnnl_memory_desc_t *md, int *buf)
+static int reshape_view(pb *b, int x, int r, const int64_t *yd, int is_out, dnnl_memory_desc_t *md,
+                        int *buf)
 {
     int64_t xd[MAXR], xs[MAXR], ys[MAXR];
     int nd;
     for (int i = 0; i < b->nviews[x]; i++) {
-        if (strided_of(b->views[x][i].md, &nd, xd, xs) || reshape_strides(nd, xd, xs, r, yd, ys)) continue;
+        if (strided_of(b->views[x][i].md, &nd, xd, xs) || reshape_strides(nd, xd, xs, r, yd, ys))
+            continue;
         if (!(*md = strided_md(r, yd, ys))) return -1;
         *buf = b->views[x][i].buf;
         return 0;
     }
-    if (r != 4 || is_out || !b->nviews[x] || is_plain(b, x, home(b, x)) || strided_of(home(b, x), &nd, xd, xs)) return -1;
+    if (r != 4 || is_out || !b->nviews[x] || is_plain(b, x, home(b, x)) ||
+        strided_of(home(b, x), &nd, xd, xs))
+        return -1;
     const int64_t *xdims = DIMS(x);
     int xr = VAL(x)->ndim;
     int64_t nhwc[4] = {yd[1] * yd[2] * yd[3], 1, yd[3] * yd[1], yd[1]}; /* acdb strides of yd */
     if (reshape_strides(4, yd, nhwc, xr, xdims, xs)) return -1;
     dnnl_memory_desc_t xmd = strided_md(xr, xdims, xs);
     *md = strided_md(4, yd, nhwc);
-    if (!xmd || !*md) { md_free(xmd); md_free(*md); *md = NULL; return -1; }
+    if (!xmd || !*md) {
+        md_free(xmd);
+        md_free(*md);
+        *md = NULL;
+        return -1;
+    }
     int nb = b->dry ? 0 : arena_buf(b, *md);
-    int rc = nb < 0 || (!b->dry && add_reorder(b, b->views[x][0].buf, home(b, x), nb, xmd)) || add_view(b, x, xmd, nb);
+    int rc = nb < 0 || (!b->dry && add_reorder(b, b->views[x][0].buf, home(b, x), nb, xmd)) ||
+             add_view(b, x, xmd, nb);
     md_free(xmd);
-    if (rc) { md_free(*md); *md = NULL; return 1; }
+    if (rc) {
+        md_free(*md);
+        *md = NULL;
+        return 1;
+    }
     *buf = nb;
     return 0;
 }
@@ -1363,22 +1574,27 @@ static int build_view(pb *b, const ox_op *op)
         if (got > 0) return 1;
         if (got < 0) {
             md = value_plain(b, op->out, r);
-            if (!md || (!b->dry && plain_buf(b, x, &buf))) { md_free(md); return ox_fail(b->e, "node '%s' (%s): no view of its input", op->name, op->op_type); }
+            if (!md || (!b->dry && plain_buf(b, x, &buf))) {
+                md_free(md);
+                return ox_fail(b->e, "node '%s' (%s): no view of its input", op->name, op->op_type);
+            }
         }
     } else {
         int inv[MAXR];
-        for (int i = 0; i < r; i++) inv[op->perm[i]] = i; /* oneDNN: input axis i becomes output axis inv[i] */
+        for (int i = 0; i < r; i++)
+            inv[op->perm[i]] = i; /* oneDNN: input axis i becomes output axis inv[i] */
         const_dnnl_memory_desc_t from = home(b, x);
         if (D(dnnl_memory_desc_permute_axes)(&md, from, inv) != dnnl_success) {
             md = NULL;
             dnnl_memory_desc_t pm = value_plain(b, x, VAL(x)->ndim);
-            if (!pm || D(dnnl_memory_desc_permute_axes)(&md, pm, inv) != dnnl_success || (!b->dry && plain_buf(b, x, &buf))) {
+            if (!pm || D(dnnl_memory_desc_permute_axes)(&md, pm, inv) != dnnl_success ||
+                (!b->dry && plain_buf(b, x, &buf))) {
                 md_free(pm);
-                return ox_fail(b->e, "node '%s' (Transpose): oneDNN cannot permute its layout", op->name);
+                return ox_fail(b->e, "node '%s' (Transpose): oneDNN cannot permute its layout",
+                               op->name);
             }
             md_free(pm);
-        } else
-            buf = b->views[x][0].buf;
+        } else buf = b->views[x][0].buf;
     }
     int rc;
     if (b->dry) rc = add_view(b, op->out, md, 0);
@@ -1406,7 +1622,9 @@ static int ln_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, int
     if (s == -1) return 0;
     if (plain_arg(b, s, DNNL_ARG_SRC, op->in[0], plain_md(2, rows, 2))) return 1;
     if (plain_arg(b, s, DNNL_ARG_SCALE, op->in[1], plain_md(1, &op->size, 1))) return 1;
-    if (op->nin == 3 && op->in[2] >= 0 && plain_arg(b, s, DNNL_ARG_SHIFT, op->in[2], plain_md(1, &op->size, 1))) return 1;
+    if (op->nin == 3 && op->in[2] >= 0 &&
+        plain_arg(b, s, DNNL_ARG_SHIFT, op->in[2], plain_md(1, &op->size, 1)))
+        return 1;
     if (s < 0) return 0;
     /* the statistics, where this oneDNN wants them as outputs: scratch in the arena */
     static const int stats[2] = {DNNL_ARG_MEAN, DNNL_ARG_VARIANCE};
@@ -1428,12 +1646,15 @@ static int build_ln(pb *b, const ox_op *op)
     dnnl_primitive_attr_t a = op_attr(b, op);
     dnnl_primitive_desc_t pd = NULL;
     dnnl_status_t st = a && md && as ? D(dnnl_layer_normalization_forward_primitive_desc_create)(
-                                           &pd, ox_engine(), dnnl_forward_inference, md, md, NULL, op->eps, flags, a)
+                                           &pd, ox_engine(), dnnl_forward_inference, md, md, NULL,
+                                           op->eps, flags, a)
                                      : dnnl_out_of_memory;
     md_free(md);
     if (a) D(dnnl_primitive_attr_destroy)(a);
-    int rc = st == dnnl_success ? finish_as(b, op, pd, ln_inputs, as)
-                                : ox_fail(b->e, "node '%s' (LayerNormalization): oneDNN has no primitive for it", op->name);
+    int rc = st == dnnl_success
+                 ? finish_as(b, op, pd, ln_inputs, as)
+                 : ox_fail(b->e, "node '%s' (LayerNormalization): oneDNN has no primitive for it",
+                           op->name);
     md_free(as);
     return rc;
 }
@@ -1449,7 +1670,8 @@ static dnnl_memory_desc_t layout(pb *b, int v, int r, int attempt)
 static int blocked(const_dnnl_memory_desc_t md)
 {
     int nblks = 0;
-    return D(dnnl_memory_desc_query)(md, dnnl_query_inner_nblks_s32, &nblks) == dnnl_success && nblks > 0;
+    return D(dnnl_memory_desc_query)(md, dnnl_query_inner_nblks_s32, &nblks) == dnnl_success &&
+           nblks > 0;
 }
 
 /* Value v (rank 4) reordered into nhwc, which becomes the layout its readers keep: the pool
@@ -1463,7 +1685,10 @@ static int home_nhwc(pb *b, int v)
     if (rc) return 1;
     ox_view t = b->views[v][0];
     for (int i = 1; i < b->nviews[v]; i++)
-        if (b->views[v][i].buf == buf) { b->views[v][0] = b->views[v][i]; b->views[v][i] = t; }
+        if (b->views[v][i].buf == buf) {
+            b->views[v][0] = b->views[v][i];
+            b->views[v][i] = t;
+        }
     return 0;
 }
 
@@ -1490,8 +1715,9 @@ static int lrn_fn(const void *cfg, void *const *ptrs, int nptrs)
  * 0.9 ms each way at 2 threads; ZFNet and Inception v1 run 5-10% faster without them). */
 static int nhwc_lrn_fits(pb *b, const ox_op *op)
 {
-    return !b->dry && op->kind == OP_LRN && !op->npost && op->beta == 0.75f && DIMS(op->in[0])[1] <= LRN_MAXC &&
-           (op->size - 1) / 2 <= 56 && is_nhwc(b, op->in[0]) && dl_avx2_fma();
+    return !b->dry && op->kind == OP_LRN && !op->npost && op->beta == 0.75f &&
+           DIMS(op->in[0])[1] <= LRN_MAXC && (op->size - 1) / 2 <= 56 && is_nhwc(b, op->in[0]) &&
+           dl_avx2_fma();
 }
 
 static int build_nhwc_lrn(pb *b, const ox_op *op)
@@ -1500,12 +1726,17 @@ static int build_nhwc_lrn(pb *b, const ox_op *op)
     int x = op->in[0], dbuf, reorder_out, s;
     ox_lrn_nhwc *l = owned_cfg(b, sizeof *l);
     if (!l) return 1;
-    *l = (ox_lrn_nhwc){.pixels = yd[0] * yd[2] * yd[3], .c = yd[1], .half = (int)((op->size - 1) / 2),
-                       .alpha_n = op->alpha / (float)op->size, .bias = op->lrn_bias, .threads = b->p->threads};
+    *l = (ox_lrn_nhwc){.pixels = yd[0] * yd[2] * yd[3],
+                       .c = yd[1],
+                       .half = (int)((op->size - 1) / 2),
+                       .alpha_n = op->alpha / (float)op->size,
+                       .bias = op->lrn_bias,
+                       .threads = b->p->threads};
     const_dnnl_memory_desc_t md = home(b, x); /* nhwc: the result's layout too */
-    return (dbuf = dst_buf(b, op, md, &reorder_out)) < 0 || (s = fn_step(b, lrn_fn, l, RUN_ALWAYS, "nhwc lrn")) < 0 ||
-           add_arg(b, s, DNNL_ARG_SRC, b->views[x][0].buf, md) || add_arg(b, s, DNNL_ARG_DST, dbuf, md) ||
-           set_result(b, op, dbuf, md, reorder_out);
+    return (dbuf = dst_buf(b, op, md, &reorder_out)) < 0 ||
+           (s = fn_step(b, lrn_fn, l, RUN_ALWAYS, "nhwc lrn")) < 0 ||
+           add_arg(b, s, DNNL_ARG_SRC, b->views[x][0].buf, md) ||
+           add_arg(b, s, DNNL_ARG_DST, dbuf, md) || set_result(b, op, dbuf, md, reorder_out);
 }
 
 /* A layout-keeping op: with its input's layout; for pools and LRN, whose plain-layout kernels
@@ -1533,27 +1764,46 @@ static int build_simple(pb *b, const ox_op *op)
             const int64_t *xd = DIMS(x);
             int64_t ker[2], pl[2] = {0, 0}, pr[2] = {0, 0};
             ox_op tmp = *op;
-            if (op->global) { ker[0] = tmp.ker[0] = xd[2]; ker[1] = tmp.ker[1] = xd[3]; tmp.st[0] = tmp.st[1] = 1; tmp.dil[0] = tmp.dil[1] = 1; }
-            else if (ox_window(op, xd + 2, yd + 2, pl, pr, b->e)) { D(dnnl_primitive_attr_destroy)(a); md_free(src); return 1; }
-            else { ker[0] = op->ker[0]; ker[1] = op->ker[1]; }
-            dnnl_alg_kind_t alg = op->maxpool ? dnnl_pooling_max : op->incl ? dnnl_pooling_avg_include_padding : dnnl_pooling_avg_exclude_padding;
-            dnnl_dims_t S = {tmp.st[0], tmp.st[1]}, K = {ker[0], ker[1]}, DL = {tmp.dil[0] - 1, tmp.dil[1] - 1}, PL = {pl[0], pl[1]}, PR = {pr[0], pr[1]};
+            if (op->global) {
+                ker[0] = tmp.ker[0] = xd[2];
+                ker[1] = tmp.ker[1] = xd[3];
+                tmp.st[0] = tmp.st[1] = 1;
+                tmp.dil[0] = tmp.dil[1] = 1;
+            } else if (ox_window(op, xd + 2, yd + 2, pl, pr, b->e)) {
+                D(dnnl_primitive_attr_destroy)(a);
+                md_free(src);
+                return 1;
+            } else {
+                ker[0] = op->ker[0];
+                ker[1] = op->ker[1];
+            }
+            dnnl_alg_kind_t alg = op->maxpool ? dnnl_pooling_max
+                                  : op->incl  ? dnnl_pooling_avg_include_padding
+                                              : dnnl_pooling_avg_exclude_padding;
+            dnnl_dims_t S = {tmp.st[0], tmp.st[1]}, K = {ker[0], ker[1]},
+                        DL = {tmp.dil[0] - 1, tmp.dil[1] - 1}, PL = {pl[0], pl[1]},
+                        PR = {pr[0], pr[1]};
             dst = any_md(4, yd);
-            if (dst) st = D(dnnl_pooling_forward_primitive_desc_create)(&pd, ox_engine(), dnnl_forward_inference, alg, src, dst, S, K, DL, PL, PR, a);
+            if (dst)
+                st = D(dnnl_pooling_forward_primitive_desc_create)(
+                    &pd, ox_engine(), dnnl_forward_inference, alg, src, dst, S, K, DL, PL, PR, a);
             break;
         }
         case OP_ELTWISE:
-            st = D(dnnl_eltwise_forward_primitive_desc_create)(&pd, ox_engine(), dnnl_forward_inference,
-                                                               strict_relu(b, op->alg, op->alpha) ? dnnl_eltwise_elu : op->alg,
-                                                               src, src, op->alpha, op->beta, a);
+            st = D(dnnl_eltwise_forward_primitive_desc_create)(
+                &pd, ox_engine(), dnnl_forward_inference,
+                strict_relu(b, op->alg, op->alpha) ? dnnl_eltwise_elu : op->alg, src, src,
+                op->alpha, op->beta, a);
             break;
         case OP_SOFTMAX:
-            st = D(dnnl_softmax_forward_primitive_desc_create)(&pd, ox_engine(), dnnl_forward_inference,
-                                                              op->logsm ? dnnl_softmax_log : dnnl_softmax_accurate, src, src, (int)op->axis, a);
+            st = D(dnnl_softmax_forward_primitive_desc_create)(
+                &pd, ox_engine(), dnnl_forward_inference,
+                op->logsm ? dnnl_softmax_log : dnnl_softmax_accurate, src, src, (int)op->axis, a);
             break;
         case OP_LRN:
-            st = D(dnnl_lrn_forward_primitive_desc_create)(&pd, ox_engine(), dnnl_forward_inference, dnnl_lrn_across_channels, src, src,
-                                                          op->size, op->alpha, op->beta, op->lrn_bias, a);
+            st = D(dnnl_lrn_forward_primitive_desc_create)(
+                &pd, ox_engine(), dnnl_forward_inference, dnnl_lrn_across_channels, src, src,
+                op->size, op->alpha, op->beta, op->lrn_bias, a);
             break;
         case OP_BN: {
             if (op->w) { /* per-channel multiply-add (see bn_affine): x * s, then + t as a post-op */
@@ -1562,12 +1812,15 @@ static int build_simple(pb *b, const ox_op *op)
                 src1 = plain_md(r, cd, r);
                 D(dnnl_primitive_attr_destroy)(a);
                 a = src1 ? op_attr_adding(b, op, src1) : NULL;
-                if (a) st = D(dnnl_binary_primitive_desc_create)(&pd, ox_engine(), dnnl_binary_mul, src, src1, src, a);
+                if (a)
+                    st = D(dnnl_binary_primitive_desc_create)(&pd, ox_engine(), dnnl_binary_mul,
+                                                              src, src1, src, a);
                 fn = affine_inputs;
                 break;
             }
             unsigned flags = dnnl_use_global_stats | dnnl_use_scale | dnnl_use_shift;
-            st = D(dnnl_batch_normalization_forward_primitive_desc_create)(&pd, ox_engine(), dnnl_forward_inference, src, src, op->eps, flags, a);
+            st = D(dnnl_batch_normalization_forward_primitive_desc_create)(
+                &pd, ox_engine(), dnnl_forward_inference, src, src, op->eps, flags, a);
             fn = bn_inputs;
             break;
         }
@@ -1576,7 +1829,9 @@ static int build_simple(pb *b, const ox_op *op)
             md_free(src);
             src = layout(b, op->in[i0], r, attempt);
             src1 = ofull ? clone_md(src) : value_plain(b, o, r);
-            if (src && src1) st = D(dnnl_binary_primitive_desc_create)(&pd, ox_engine(), op->alg, src, src1, src, a);
+            if (src && src1)
+                st = D(dnnl_binary_primitive_desc_create)(&pd, ox_engine(), op->alg, src, src1, src,
+                                                          a);
             fn = binary_inputs;
             break;
         }
@@ -1584,12 +1839,13 @@ static int build_simple(pb *b, const ox_op *op)
             int ok = 1, vals[MAXIN], n = concat_sources(b, op, vals);
             for (int i = 0; i < n; i++) ok = ok && (srcs[i] = layout(b, vals[i], r, attempt));
             dst = any_md(r, yd);
-            if (ok && dst) st = D(dnnl_concat_primitive_desc_create)(&pd, ox_engine(), dst, n, (int)op->axis, (const_dnnl_memory_desc_t *)srcs, a);
+            if (ok && dst)
+                st = D(dnnl_concat_primitive_desc_create)(&pd, ox_engine(), dst, n, (int)op->axis,
+                                                          (const_dnnl_memory_desc_t *)srcs, a);
             fn = concat_inputs;
             break;
         }
-        default:
-            break;
+        default: break;
         }
     next:
         md_free(src);
@@ -1603,7 +1859,8 @@ static int build_simple(pb *b, const ox_op *op)
         }
         if (st == dnnl_success) {
             if (op->kind == OP_SOFTMAX) return finish(b, op, pd, fn) || add_softmax_nan_rows(b, op);
-            if (op->kind == OP_POOL && r == 4 && !b->dry && op->out != b->g->out && blocked(home(b, x)))
+            if (op->kind == OP_POOL && r == 4 && !b->dry && op->out != b->g->out &&
+                blocked(home(b, x)))
                 return finish(b, op, pd, fn) || home_nhwc(b, op->out);
             return finish(b, op, pd, fn);
         }
@@ -1646,7 +1903,10 @@ void ox_plan_free(ox_plan *p)
     free(p);
 }
 
-static uint64_t align64(uint64_t n) { return (n + 63) & ~(uint64_t)63; }
+static uint64_t align64(uint64_t n)
+{
+    return (n + 63) & ~(uint64_t)63;
+}
 
 /* Greedy by size: each arena buffer takes the lowest offset clear of every placed buffer whose
  * steps overlap its own. */
@@ -1659,7 +1919,9 @@ static int place_arena(ox_plan *p)
         if (p->bufs[i].where == B_ARENA && p->bufs[i].first >= 0) idx[n++] = i;
     for (int i = 1; i < n; i++) /* insertion sort, largest first */
         for (int j = i; j > 0 && p->bufs[idx[j]].size > p->bufs[idx[j - 1]].size; j--) {
-            int t = idx[j]; idx[j] = idx[j - 1]; idx[j - 1] = t;
+            int t = idx[j];
+            idx[j] = idx[j - 1];
+            idx[j - 1] = t;
         }
     uint64_t total = 0;
     for (int i = 0; i < n; i++) {
@@ -1670,7 +1932,10 @@ static int place_arena(ox_plan *p)
             for (int j = 0; j < i; j++) {
                 const ox_buf *o = &p->bufs[idx[j]];
                 if (o->last < bf->first || bf->last < o->first) continue;
-                if (off < o->off + align64(o->size) && o->off < off + size) { off = o->off + align64(o->size); moved = 1; }
+                if (off < o->off + align64(o->size) && o->off < off + size) {
+                    off = o->off + align64(o->size);
+                    moved = 1;
+                }
             }
         }
         bf->off = off;
@@ -1695,13 +1960,24 @@ static int empty_result(pb *b, const ox_op *op)
 static ox_plan *build_ex(const ox_graph *g, const int64_t *dims, int threads, int dry, ox_err *e)
 {
     ox_plan *p = calloc(1, sizeof *p);
-    pb b = {g, dims, p, e, dry, calloc((size_t)g->nval, sizeof(int)), calloc((size_t)g->nval, sizeof(int)),
-            calloc((size_t)g->nval, sizeof(ox_view[MAXVIEWS])), 0};
+    pb b = {g,
+            dims,
+            p,
+            e,
+            dry,
+            calloc((size_t)g->nval, sizeof(int)),
+            calloc((size_t)g->nval, sizeof(int)),
+            calloc((size_t)g->nval, sizeof(ox_view[MAXVIEWS])),
+            0};
     int rc = 1;
-    if (!p || !b.nviews || !b.last_use || !b.views) { ox_fail(e, "out of memory"); goto done; }
+    if (!p || !b.nviews || !b.last_use || !b.views) {
+        ox_fail(e, "out of memory");
+        goto done;
+    }
     p->threads = threads;
     pthread_mutex_init(&p->mu, NULL);
-    dl_omp_set_num_threads(threads); /* oneDNN sizes its kernels for the threads of the creating thread */
+    dl_omp_set_num_threads(
+        threads); /* oneDNN sizes its kernels for the threads of the creating thread */
     for (int oi = 0; oi < g->norder; oi++) {
         const ox_op *op = &g->ops[g->order[oi]];
         for (int j = 0; j < op->nin; j++)
@@ -1713,11 +1989,15 @@ static ox_plan *build_ex(const ox_graph *g, const int64_t *dims, int threads, in
     for (int v = 0; v < g->nval; v++) {
         const ox_value *val = &g->vals[v];
         if (val->kin < 0 && !val->cdata) continue;
-        int buf = val->cdata ? new_buf(&b, B_CONST, 0, val->cdata, 0) : new_buf(&b, B_IN, val->kin, NULL, 0);
+        int buf = val->cdata ? new_buf(&b, B_CONST, 0, val->cdata, 0)
+                             : new_buf(&b, B_IN, val->kin, NULL, 0);
         dnnl_memory_desc_t md = plain_md(val->ndim, dims + (size_t)v * MAXR, val->ndim);
         int bad = buf < 0 || !md || add_view(&b, v, md, buf);
         md_free(md);
-        if (bad) { ox_fail(e, "out of memory"); goto done; }
+        if (bad) {
+            ox_fail(e, "out of memory");
+            goto done;
+        }
     }
     for (int oi = 0; oi < g->norder; oi++) {
         const ox_op *op = &g->ops[g->order[oi]];
@@ -1726,14 +2006,15 @@ static ox_plan *build_ex(const ox_graph *g, const int64_t *dims, int threads, in
             if (empty_result(&b, op)) goto done;
             continue;
         }
-        int r = op->kind == OP_CONV ? build_conv(&b, op) : op->kind == OP_MATMUL ? build_matmul(&b, op)
-                : op->kind == OP_LN     ? build_ln(&b, op)
-                : op->kind == OP_ERF || op->kind == OP_NANREP ? build_loop(&b, op)
-                : op->kind == OP_ELTWISE && ox_own_eltwise(op->alg) ? build_own_eltwise(&b, op)
-                : op->kind == OP_POOL && op->maxpool && g->strict ? build_strict_maxpool(&b, op)
-                : op->kind == OP_LRN && g->strict ? build_strict_lrn(&b, op)
+        int r = op->kind == OP_CONV                                  ? build_conv(&b, op)
+                : op->kind == OP_MATMUL                              ? build_matmul(&b, op)
+                : op->kind == OP_LN                                  ? build_ln(&b, op)
+                : op->kind == OP_ERF || op->kind == OP_NANREP        ? build_loop(&b, op)
+                : op->kind == OP_ELTWISE && ox_own_eltwise(op->alg)  ? build_own_eltwise(&b, op)
+                : op->kind == OP_POOL && op->maxpool && g->strict    ? build_strict_maxpool(&b, op)
+                : op->kind == OP_LRN && g->strict                    ? build_strict_lrn(&b, op)
                 : op->kind == OP_RESHAPE || op->kind == OP_TRANSPOSE ? build_view(&b, op)
-                                        : build_simple(&b, op);
+                                                                     : build_simple(&b, op);
         if (r) goto done;
     }
     rc = dry ? 0 : place_arena(p);
@@ -1747,7 +2028,10 @@ done:
     free(b.views);
     free(b.nviews);
     free(b.last_use);
-    if (rc || dry) { ox_plan_free(p); return dry && !rc ? (ox_plan *)1 : NULL; }
+    if (rc || dry) {
+        ox_plan_free(p);
+        return dry && !rc ? (ox_plan *)1 : NULL;
+    }
     return p;
 }
 
@@ -1761,8 +2045,14 @@ int ox_plan_check(const ox_graph *g, const int64_t *dims, int threads, ox_err *e
     return build_ex(g, dims, threads, 1, e) == NULL;
 }
 
-uint64_t ox_plan_workspace(const ox_plan *p) { return align64(p->arena) + p->scratch; }
-int ox_plan_threads(const ox_plan *p) { return p->threads; }
+uint64_t ox_plan_workspace(const ox_plan *p)
+{
+    return align64(p->arena) + p->scratch;
+}
+int ox_plan_threads(const ox_plan *p)
+{
+    return p->threads;
+}
 
 /* A context for one run: an idle one, else a new one (kept with the plan). */
 static ox_ctx *ctx_take(ox_plan *p)
@@ -1834,11 +2124,16 @@ static void profile_line(int i, const ox_step *st, double ms)
         const_dnnl_primitive_desc_t pd = NULL;
         dnnl_primitive_kind_t k = dnnl_undefined_primitive;
         if (D(dnnl_primitive_get_primitive_desc)(st->prim, &pd) == dnnl_success && pd) {
-            if (D(dnnl_primitive_desc_query)(pd, dnnl_query_primitive_kind, 0, &k) == dnnl_success) kind = kind_name(k);
-            if (D(dnnl_primitive_desc_query)(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl) impl = "?";
+            if (D(dnnl_primitive_desc_query)(pd, dnnl_query_primitive_kind, 0, &k) == dnnl_success)
+                kind = kind_name(k);
+            if (D(dnnl_primitive_desc_query)(pd, dnnl_query_impl_info_str, 0, &impl) !=
+                    dnnl_success ||
+                !impl)
+                impl = "?";
         }
     }
-    fprintf(stderr, "nnplug-onednn: step %4d | %-40s | %-26s | %-28s | %9.3f ms\n", i, st->node ? st->node : "", kind, impl, ms);
+    fprintf(stderr, "nnplug-onednn: step %4d | %-40s | %-26s | %-28s | %9.3f ms\n", i,
+            st->node ? st->node : "", kind, impl, ms);
 }
 
 /* The plan's one mutable part is its pool of contexts, under its mutex. */
@@ -1869,11 +2164,16 @@ int ox_plan_run(const ox_plan *cp, const nnp_tensor *in, const nnp_tensor *out, 
             if (a->buf < 0) ptr = scratch;
             else {
                 const ox_buf *bf = &p->bufs[a->buf];
-                ptr = bf->where == B_IN ? nnp_tensor_ptr(&in[bf->index]) : bf->where == B_OUT ? nnp_tensor_ptr(&out[0])
-                      : bf->where == B_ARENA ? arena + bf->off : (void *)bf->ptr;
+                ptr = bf->where == B_IN      ? nnp_tensor_ptr(&in[bf->index])
+                      : bf->where == B_OUT   ? nnp_tensor_ptr(&out[0])
+                      : bf->where == B_ARENA ? arena + bf->off
+                                             : (void *)bf->ptr;
             }
             ptrs[j] = ptr;
-            if (a->fixed) { args[j].memory = a->fixed; continue; }
+            if (a->fixed) {
+                args[j].memory = a->fixed;
+                continue;
+            }
             if (st->fn) continue;
             if (!c->mem[k]) {
                 if (D(dnnl_memory_create)(&c->mem[k], a->md, ox_engine(), ptr) != dnnl_success) {
@@ -1881,7 +2181,8 @@ int ox_plan_run(const ox_plan *cp, const nnp_tensor *in, const nnp_tensor *out, 
                     rc = ox_fail(e, "oneDNN could not wrap a tensor");
                     break;
                 }
-            } else if (c->ptr[k] != ptr && D(dnnl_memory_set_data_handle)(c->mem[k], ptr) != dnnl_success) {
+            } else if (c->ptr[k] != ptr &&
+                       D(dnnl_memory_set_data_handle)(c->mem[k], ptr) != dnnl_success) {
                 rc = ox_fail(e, "oneDNN could not wrap a tensor");
                 break;
             }
@@ -1890,7 +2191,8 @@ int ox_plan_run(const ox_plan *cp, const nnp_tensor *in, const nnp_tensor *out, 
         }
         if (!rc && st->fn) {
             /* oneDNN's CPU stream runs primitives as they are submitted: the ones before are done */
-            if (D(dnnl_stream_wait)(s) != dnnl_success) rc = ox_fail(e, "oneDNN failed to finish a step");
+            if (D(dnnl_stream_wait)(s) != dnnl_success)
+                rc = ox_fail(e, "oneDNN failed to finish a step");
             else {
                 int found = st->fn(st->cfg, ptrs, st->nargs);
                 if (found >= 0) nonfinite = found;
@@ -1902,7 +2204,8 @@ int ox_plan_run(const ox_plan *cp, const nnp_tensor *in, const nnp_tensor *out, 
             rc = ox_fail(e, "oneDNN failed to execute a primitive");
         if (p->profile) profile_line(i, st, now_ms() - t0);
     }
-    if (!rc && D(dnnl_stream_wait)(s) != dnnl_success) rc = ox_fail(e, "oneDNN failed to finish a run");
+    if (!rc && D(dnnl_stream_wait)(s) != dnnl_success)
+        rc = ox_fail(e, "oneDNN failed to finish a run");
     ctx_give(p, c);
     return rc;
 }

@@ -18,7 +18,10 @@ void ox_maxpool_run(const ox_maxpool *p, const float *x, float *y)
                         int64_t s = j * p->sw - p->pl + b * p->dw;
                         if (s < 0 || s >= p->w) continue;
                         float v = xp[r * p->w + s];
-                        if (v != v) { m = v; goto done; }
+                        if (v != v) {
+                            m = v;
+                            goto done;
+                        }
                         if (v > m) m = v;
                     }
                 }

@@ -25,10 +25,12 @@ void ox_wino_weights(const float *g, int64_t oc, int64_t ic, float *u)
             const float *k = g + (o * ic + c) * 9;
             double t[4][3];
             for (int i = 0; i < 4; i++)
-                for (int j = 0; j < 3; j++) t[i][j] = G[i][0] * k[j] + G[i][1] * k[3 + j] + G[i][2] * k[6 + j];
+                for (int j = 0; j < 3; j++)
+                    t[i][j] = G[i][0] * k[j] + G[i][1] * k[3 + j] + G[i][2] * k[6 + j];
             for (int i = 0; i < 4; i++)
                 for (int j = 0; j < 4; j++)
-                    u[((int64_t)(i * 4 + j) * ic + c) * oc + o] = (float)(t[i][0] * G[j][0] + t[i][1] * G[j][1] + t[i][2] * G[j][2]);
+                    u[((int64_t)(i * 4 + j) * ic + c) * oc + o] =
+                        (float)(t[i][0] * G[j][0] + t[i][1] * G[j][1] + t[i][2] * G[j][2]);
         }
 }
 
@@ -50,7 +52,8 @@ __attribute__((target("avx2,fma"))) static void input_part(void *arg)
     v8 acc = {0};
     const v8 zero = {0};
     for (int64_t t = t0; t < t1; t++) {
-        int64_t n = t / (w->th * w->tw), r = t % (w->th * w->tw), y0 = (r / w->tw) * 2 - w->pt, x0 = (r % w->tw) * 2 - w->pl;
+        int64_t n = t / (w->th * w->tw), r = t % (w->th * w->tw), y0 = (r / w->tw) * 2 - w->pt,
+                x0 = (r % w->tw) * 2 - w->pl;
         const float *row[4];
         int xok[4];
         for (int i = 0; i < 4; i++) {
@@ -62,7 +65,8 @@ __attribute__((target("avx2,fma"))) static void input_part(void *arg)
         for (int64_t c = 0; c < C; c += 8) {
             v8 d[4][4], s[4][4];
             for (int i = 0; i < 4; i++)
-                for (int j = 0; j < 4; j++) d[i][j] = row[i] && xok[j] ? *(const v8 *)(row[i] + (x0 + j) * C + c) : zero;
+                for (int j = 0; j < 4; j++)
+                    d[i][j] = row[i] && xok[j] ? *(const v8 *)(row[i] + (x0 + j) * C + c) : zero;
             for (int j = 0; j < 4; j++) { /* B^T d */
                 s[0][j] = d[0][j] - d[2][j];
                 s[1][j] = d[1][j] + d[2][j];
@@ -70,7 +74,8 @@ __attribute__((target("avx2,fma"))) static void input_part(void *arg)
                 s[3][j] = d[1][j] - d[3][j];
             }
             for (int i = 0; i < 4; i++) { /* (B^T d) B */
-                v8 e[4] = {s[i][0] - s[i][2], s[i][1] + s[i][2], s[i][2] - s[i][1], s[i][1] - s[i][3]};
+                v8 e[4] = {s[i][0] - s[i][2], s[i][1] + s[i][2], s[i][2] - s[i][1],
+                           s[i][1] - s[i][3]};
                 for (int j = 0; j < 4; j++) {
                     acc += e[j] * zero; /* stays 0 unless a value is inf or NaN */
                     *(v8 *)(out + (i * 4 + j) * P + c) = e[j];
@@ -99,7 +104,8 @@ __attribute__((target("avx2,fma"))) static void output_part(void *arg)
     dl_share(T, &t0, &t1);
     const v8 zero = {0};
     for (int64_t t = t0; t < t1; t++) {
-        int64_t n = t / (w->th * w->tw), r = t % (w->th * w->tw), y0 = (r / w->tw) * 2, x0 = (r % w->tw) * 2;
+        int64_t n = t / (w->th * w->tw), r = t % (w->th * w->tw), y0 = (r / w->tw) * 2,
+                x0 = (r % w->tw) * 2;
         int ny = y0 + 1 < w->oh ? 2 : 1, nx = x0 + 1 < w->ow ? 2 : 1;
         const float *in = jb->src + t * K;
         float *out = jb->dst + ((n * w->oh + y0) * w->ow + x0) * K;
@@ -125,8 +131,7 @@ __attribute__((target("avx2,fma"))) static void output_part(void *arg)
                         if (p->kind == WPOST_SUM) y += *(const v8 *)dst;
                         else if (p->kind == WPOST_RELU)
                             y = _mm256_blendv_ps(y * p->a, y, _mm256_cmp_ps(y, zero, _CMP_GT_OQ));
-                        else
-                            y = _mm256_min_ps(_mm256_max_ps(y, zero + p->a), zero + p->b);
+                        else y = _mm256_min_ps(_mm256_max_ps(y, zero + p->a), zero + p->b);
                     }
                     *(v8 *)dst = y;
                 }

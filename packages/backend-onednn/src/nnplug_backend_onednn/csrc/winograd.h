@@ -37,7 +37,10 @@ typedef struct {
 
 /* Fill in the tiles from the shape fields; the channel counts must be multiples of 8. */
 void ox_wino_init(ox_wino *w);
-static inline int64_t ox_wino_tiles(const ox_wino *w) { return w->n * w->th * w->tw; }
+static inline int64_t ox_wino_tiles(const ox_wino *w)
+{
+    return w->n * w->th * w->tw;
+}
 /* U = G g G^T for weights oihw (oc x ic x 3 x 3) into u [16][ic][oc]. */
 void ox_wino_weights(const float *g, int64_t oc, int64_t ic, float *u);
 /* V from input x; 1 when x holds a NaN or an infinity (V is then not to be used). */

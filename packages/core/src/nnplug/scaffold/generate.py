@@ -2,9 +2,10 @@
 
 Template files end in ``.tmpl``; in names and contents ``@@KEY@@`` is replaced by the spec's
 values (``@@NAME@@``, ``@@PACKAGE@@``, ``@@DIST@@``, ...). A path segment ``__package__``
-becomes the import package name. ``templates/<kind>/`` holds a kind's own files,
-``templates/common/`` what every kind gets and ``templates/native/`` what the native kinds
-share (their build hook loader); a kind's own file wins over a shared one of the same name.
+becomes the import package name. ``templates/<kind>/`` holds a kind's own files and
+``templates/common/`` what every kind gets; a kind's own file wins over a shared one of the
+same name. The native kinds build with nnplug-build-hook (``BUILD_HOOK_REQUIREMENT``) and get
+a copy of this nnplug's C headers.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ BACKEND_ID_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 OP_TYPE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 KINDS = {"backend-python", "backend-native", "op", "op-native"}
 NATIVE_KINDS = {"backend-native", "op-native"}
+BUILD_HOOK_REQUIREMENT = "nnplug-build-hook>=0.1"
+"""The build requirement of native packages: the hatchling hook ``nnplug-native``."""
 
 
 class ScaffoldError(ValueError):
@@ -67,7 +70,8 @@ class Spec:
             "PACKAGE": self.package,
             "CLASS": self.class_name,
             "NNPLUG_REQUIREMENT": f"nnplug>={major}.{minor}",
-            "LIBRARY": f"libnnplug_{self.short}.so",
+            "BUILD_HOOK_REQUIREMENT": BUILD_HOOK_REQUIREMENT,
+            "LIBRARY": f"libnnplug_backend_{self.short}.so",
             # custom-op folders load only files named libnnplug_op_*.so
             "OP_LIBRARY": f"libnnplug_op_{self.short}.so",
         }
@@ -141,7 +145,7 @@ def generate(spec: Spec) -> list[str]:
     if spec.kind not in KINDS:
         raise ScaffoldError(f"unknown template {spec.kind!r}; one of {', '.join(sorted(KINDS))}")
     values = spec.values()
-    roots = ["common", *(["native"] if spec.kind in NATIVE_KINDS else []), spec.kind]
+    roots = ["common", spec.kind]
     by_path = {}
     for root in roots:  # later roots win: a kind's own file over a shared one
         for rel, res in _walk(template_root() / root):
@@ -156,20 +160,18 @@ def generate(spec: Spec) -> list[str]:
             f.write(_fill(res.read_text(encoding="utf-8"), values))
         written.append(os.path.relpath(target, spec.directory))
     if spec.kind in NATIVE_KINDS:
-        written += _vendor_native_build(spec.directory)
+        written += _vendor_headers(spec.directory)
     return written
 
 
-def _vendor_native_build(directory: str) -> list[str]:
-    """Copy nnplug's native build hook and this nnplug's C headers into a native package, so
-    it builds with hatchling and a compiler alone (pip's isolated build, its sdist)."""
+def _vendor_headers(directory: str) -> list[str]:
+    """Copy this nnplug's C headers into a native package, so it builds against the ABI it
+    was written for without nnplug in the build environment (pip's isolated build, its sdist)."""
     from .. import get_include
 
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    copies = [(os.path.join(here, "native_build.py"), os.path.join("_nnplug_build", "native_build.py"))]
     include = os.path.join(get_include(), "nnplug")
-    copies += [(os.path.join(include, h), os.path.join("include", "nnplug", h))
-               for h in sorted(os.listdir(include)) if h.endswith(".h")]
+    copies = [(os.path.join(include, h), os.path.join("include", "nnplug", h))
+              for h in sorted(os.listdir(include)) if h.endswith(".h")]
     for src, rel in copies:
         os.makedirs(os.path.join(directory, os.path.dirname(rel)), exist_ok=True)
         shutil.copyfile(src, os.path.join(directory, rel))

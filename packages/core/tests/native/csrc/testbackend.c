@@ -100,606 +100,708 @@
 /* ---- errors ------------------------------------------------------------------------------ */
 static __thread char tb_err[512];
 
-static nnp_status fail(nnp_status rc, const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(tb_err, sizeof tb_err, fmt, ap);
-  va_end(ap);
-  return rc;
+static nnp_status fail(nnp_status rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tb_err, sizeof tb_err, fmt, ap);
+    va_end(ap);
+    return rc;
 }
 
-static const char* tb_last_error(void) { return tb_err; }
+static const char *tb_last_error(void)
+{
+    return tb_err;
+}
 
 /* ---- counters the tests read through tb_stats() ------------------------------------------- */
 enum {
-  ST_ALLOC, ST_FREE, ST_LIVE, ST_WS_ALLOC, ST_WS_FREE, ST_H2D, ST_D2H, ST_D2D, ST_KERNEL_RUN,
-  ST_RUN_STEPS, ST_STREAMS, ST_STREAM_SYNC, ST_SET_STREAM, ST_SYNC_FROM_TO, ST_KERNELS_LIVE,
-  ST_INIT, ST_SHUTDOWN, ST_THREADS, ST_SET_DEVICE, ST_GET_ATTR, ST_STRINGS_LIVE, ST_COUNT
+    ST_ALLOC,
+    ST_FREE,
+    ST_LIVE,
+    ST_WS_ALLOC,
+    ST_WS_FREE,
+    ST_H2D,
+    ST_D2H,
+    ST_D2D,
+    ST_KERNEL_RUN,
+    ST_RUN_STEPS,
+    ST_STREAMS,
+    ST_STREAM_SYNC,
+    ST_SET_STREAM,
+    ST_SYNC_FROM_TO,
+    ST_KERNELS_LIVE,
+    ST_INIT,
+    ST_SHUTDOWN,
+    ST_THREADS,
+    ST_SET_DEVICE,
+    ST_GET_ATTR,
+    ST_STRINGS_LIVE,
+    ST_COUNT
 };
 static long long tb_counters[ST_COUNT];
 #define BUMP(i, n) __atomic_add_fetch(&tb_counters[i], (n), __ATOMIC_RELAXED)
 
-NNP_EXPORT void tb_stats(long long* out, int n) {
-  for (int i = 0; i < n && i < ST_COUNT; ++i) out[i] = __atomic_load_n(&tb_counters[i], __ATOMIC_RELAXED);
+NNP_EXPORT void tb_stats(long long *out, int n)
+{
+    for (int i = 0; i < n && i < ST_COUNT; ++i)
+        out[i] = __atomic_load_n(&tb_counters[i], __ATOMIC_RELAXED);
 }
 
 /* ---- device memory ------------------------------------------------------------------------ */
 #define TB_MAGIC 0x6e6e706c75674d42ull
 typedef struct tb_block {
-  unsigned long long magic;
-  uint64_t nbytes;
-  void* raw;
-  unsigned char* data;
+    unsigned long long magic;
+    uint64_t nbytes;
+    void *raw;
+    unsigned char *data;
 } tb_block;
 
-static nnp_status tb_alloc(uint64_t nbytes, uint64_t alignment, void** out) {
-  if (!out) return fail(NNP_STATUS_INVALID_ARGUMENT, "alloc: out is NULL");
-  if (nbytes == 0) return fail(NNP_STATUS_INVALID_ARGUMENT, "alloc: nbytes is 0");
-  if (alignment == 0 || (alignment & (alignment - 1)))
-    return fail(NNP_STATUS_INVALID_ARGUMENT, "alloc: alignment %llu", (unsigned long long)alignment);
-  if (alignment < 16) alignment = 16;
-  void* raw = malloc(nbytes + alignment + sizeof(tb_block));
-  if (!raw) return fail(NNP_STATUS_OUT_OF_MEMORY, "alloc: out of memory (%llu bytes)", (unsigned long long)nbytes);
-  unsigned char* p = (unsigned char*)raw + sizeof(tb_block);
-  p += (alignment - ((uintptr_t)p % alignment)) % alignment;
-  BUMP(ST_ALLOC, 1);
-  BUMP(ST_LIVE, 1);
+static nnp_status tb_alloc(uint64_t nbytes, uint64_t alignment, void **out)
+{
+    if (!out) return fail(NNP_STATUS_INVALID_ARGUMENT, "alloc: out is NULL");
+    if (nbytes == 0) return fail(NNP_STATUS_INVALID_ARGUMENT, "alloc: nbytes is 0");
+    if (alignment == 0 || (alignment & (alignment - 1)))
+        return fail(NNP_STATUS_INVALID_ARGUMENT, "alloc: alignment %llu",
+                    (unsigned long long)alignment);
+    if (alignment < 16) alignment = 16;
+    void *raw = malloc(nbytes + alignment + sizeof(tb_block));
+    if (!raw)
+        return fail(NNP_STATUS_OUT_OF_MEMORY, "alloc: out of memory (%llu bytes)",
+                    (unsigned long long)nbytes);
+    unsigned char *p = (unsigned char *)raw + sizeof(tb_block);
+    p += (alignment - ((uintptr_t)p % alignment)) % alignment;
+    BUMP(ST_ALLOC, 1);
+    BUMP(ST_LIVE, 1);
 #if TB_HOST_VISIBLE
-  memcpy(p - sizeof(void*), &raw, sizeof(void*)); /* the block start, just before the data */
-  *out = p;
+    memcpy(p - sizeof(void *), &raw, sizeof(void *)); /* the block start, just before the data */
+    *out = p;
 #else
-  tb_block* b = (tb_block*)raw;
-  b->magic = TB_MAGIC;
-  b->nbytes = nbytes;
-  b->raw = raw;
-  b->data = p;
-  *out = b;
+    tb_block *b = (tb_block *)raw;
+    b->magic = TB_MAGIC;
+    b->nbytes = nbytes;
+    b->raw = raw;
+    b->data = p;
+    *out = b;
 #endif
-  return NNP_OK;
+    return NNP_OK;
 }
 
-static nnp_status tb_free(void* handle) {
-  if (!handle) return NNP_OK;
+static nnp_status tb_free(void *handle)
+{
+    if (!handle) return NNP_OK;
 #if TB_HOST_VISIBLE
-  void* raw;
-  memcpy(&raw, (unsigned char*)handle - sizeof(void*), sizeof(void*));
-  free(raw);
+    void *raw;
+    memcpy(&raw, (unsigned char *)handle - sizeof(void *), sizeof(void *));
+    free(raw);
 #else
-  tb_block* b = (tb_block*)handle;
-  if (b->magic != TB_MAGIC) return fail(NNP_STATUS_INVALID_ARGUMENT, "free: not a testdev handle");
-  b->magic = 0;
-  free(b->raw);
+    tb_block *b = (tb_block *)handle;
+    if (b->magic != TB_MAGIC)
+        return fail(NNP_STATUS_INVALID_ARGUMENT, "free: not a testdev handle");
+    b->magic = 0;
+    free(b->raw);
 #endif
-  BUMP(ST_FREE, 1);
-  BUMP(ST_LIVE, -1);
-  return NNP_OK;
+    BUMP(ST_FREE, 1);
+    BUMP(ST_LIVE, -1);
+    return NNP_OK;
 }
 
 /* Host address of [handle + offset, + need). NULL (with a message) when out of range. */
-static unsigned char* tb_addr(void* handle, uint64_t offset, uint64_t need) {
-  if (!handle) { fail(NNP_STATUS_INVALID_ARGUMENT, "NULL data handle"); return NULL; }
+static unsigned char *tb_addr(void *handle, uint64_t offset, uint64_t need)
+{
+    if (!handle) {
+        fail(NNP_STATUS_INVALID_ARGUMENT, "NULL data handle");
+        return NULL;
+    }
 #if TB_HOST_VISIBLE
-  (void)need;
-  return (unsigned char*)handle + offset;
+    (void)need;
+    return (unsigned char *)handle + offset;
 #else
-  tb_block* b = (tb_block*)handle;
-  if (b->magic != TB_MAGIC) { fail(NNP_STATUS_INVALID_ARGUMENT, "not a testdev handle"); return NULL; }
-  if (offset > b->nbytes || need > b->nbytes - offset) {
-    fail(NNP_STATUS_INVALID_ARGUMENT, "access of %llu bytes at %llu outside a %llu-byte buffer",
-         (unsigned long long)need, (unsigned long long)offset, (unsigned long long)b->nbytes);
-    return NULL;
-  }
-  return b->data + offset;
+    tb_block *b = (tb_block *)handle;
+    if (b->magic != TB_MAGIC) {
+        fail(NNP_STATUS_INVALID_ARGUMENT, "not a testdev handle");
+        return NULL;
+    }
+    if (offset > b->nbytes || need > b->nbytes - offset) {
+        fail(NNP_STATUS_INVALID_ARGUMENT, "access of %llu bytes at %llu outside a %llu-byte buffer",
+             (unsigned long long)need, (unsigned long long)offset, (unsigned long long)b->nbytes);
+        return NULL;
+    }
+    return b->data + offset;
 #endif
 }
 
 static nnp_status tb_alloc_data_space(nnp_device dev, uint64_t nbytes, uint64_t alignment,
-                                      nnp_dtype hint, void** out) {
-  (void)hint;
-  if (dev.device_type != TB_DEVICE_TYPE || dev.device_id != 0)
-    return fail(NNP_STATUS_INVALID_ARGUMENT, "no device %d:%d", dev.device_type, dev.device_id);
-  return tb_alloc(nbytes, alignment, out);
+                                      nnp_dtype hint, void **out)
+{
+    (void)hint;
+    if (dev.device_type != TB_DEVICE_TYPE || dev.device_id != 0)
+        return fail(NNP_STATUS_INVALID_ARGUMENT, "no device %d:%d", dev.device_type, dev.device_id);
+    return tb_alloc(nbytes, alignment, out);
 }
 
-static nnp_status tb_free_data_space(nnp_device dev, void* handle) {
-  (void)dev;
-  return tb_free(handle);
+static nnp_status tb_free_data_space(nnp_device dev, void *handle)
+{
+    (void)dev;
+    return tb_free(handle);
 }
 
-static nnp_status tb_alloc_workspace(nnp_device dev, uint64_t nbytes, nnp_dtype hint, void** out) {
-  nnp_status rc = tb_alloc_data_space(dev, nbytes, 64, hint, out);
-  if (rc == NNP_OK) BUMP(ST_WS_ALLOC, 1);
-  return rc;
+static nnp_status tb_alloc_workspace(nnp_device dev, uint64_t nbytes, nnp_dtype hint, void **out)
+{
+    nnp_status rc = tb_alloc_data_space(dev, nbytes, 64, hint, out);
+    if (rc == NNP_OK) BUMP(ST_WS_ALLOC, 1);
+    return rc;
 }
 
-static nnp_status tb_free_workspace(nnp_device dev, void* handle) {
-  BUMP(ST_WS_FREE, 1);
-  return tb_free_data_space(dev, handle);
+static nnp_status tb_free_workspace(nnp_device dev, void *handle)
+{
+    BUMP(ST_WS_FREE, 1);
+    return tb_free_data_space(dev, handle);
 }
 
-static nnp_status tb_copy(const void* from, uint64_t from_offset, void* to, uint64_t to_offset,
+static nnp_status tb_copy(const void *from, uint64_t from_offset, void *to, uint64_t to_offset,
                           uint64_t nbytes, nnp_device dev_from, nnp_device dev_to, int32_t kind,
-                          nnp_stream stream) {
-  (void)dev_from; (void)dev_to; (void)stream;
-  const unsigned char* src;
-  unsigned char* dst;
-  switch (kind) {
+                          nnp_stream stream)
+{
+    (void)dev_from;
+    (void)dev_to;
+    (void)stream;
+    const unsigned char *src;
+    unsigned char *dst;
+    switch (kind) {
     case NNP_COPY_HOST_TO_DEVICE:
-      src = (const unsigned char*)from + from_offset;
-      dst = tb_addr(to, to_offset, nbytes);
-      BUMP(ST_H2D, 1);
-      break;
+        src = (const unsigned char *)from + from_offset;
+        dst = tb_addr(to, to_offset, nbytes);
+        BUMP(ST_H2D, 1);
+        break;
     case NNP_COPY_DEVICE_TO_HOST:
-      src = tb_addr((void*)from, from_offset, nbytes);
-      dst = (unsigned char*)to + to_offset;
-      BUMP(ST_D2H, 1);
-      break;
+        src = tb_addr((void *)from, from_offset, nbytes);
+        dst = (unsigned char *)to + to_offset;
+        BUMP(ST_D2H, 1);
+        break;
     case NNP_COPY_DEVICE_TO_DEVICE:
-      src = tb_addr((void*)from, from_offset, nbytes);
-      dst = tb_addr(to, to_offset, nbytes);
-      BUMP(ST_D2D, 1);
-      break;
-    default:
-      return fail(NNP_STATUS_INVALID_ARGUMENT, "copy: unknown kind %d", kind);
-  }
-  if (!from || !to || !src || !dst) {
-    if (!from || !to) fail(NNP_STATUS_INVALID_ARGUMENT, "copy: NULL pointer");
-    return NNP_STATUS_INVALID_ARGUMENT;
-  }
-  memmove(dst, src, nbytes);
-  return NNP_OK;
+        src = tb_addr((void *)from, from_offset, nbytes);
+        dst = tb_addr(to, to_offset, nbytes);
+        BUMP(ST_D2D, 1);
+        break;
+    default: return fail(NNP_STATUS_INVALID_ARGUMENT, "copy: unknown kind %d", kind);
+    }
+    if (!from || !to || !src || !dst) {
+        if (!from || !to) fail(NNP_STATUS_INVALID_ARGUMENT, "copy: NULL pointer");
+        return NNP_STATUS_INVALID_ARGUMENT;
+    }
+    memmove(dst, src, nbytes);
+    return NNP_OK;
 }
 
-static nnp_status tb_get_attr(nnp_device dev, int32_t kind, nnp_attr_value* out) {
-  if (!out) return fail(NNP_STATUS_INVALID_ARGUMENT, "get_attr: out is NULL");
-  BUMP(ST_GET_ATTR, 1);
-  int exists = dev.device_type == TB_DEVICE_TYPE && dev.device_id == 0;
-  switch (kind) {
+static nnp_status tb_get_attr(nnp_device dev, int32_t kind, nnp_attr_value *out)
+{
+    if (!out) return fail(NNP_STATUS_INVALID_ARGUMENT, "get_attr: out is NULL");
+    BUMP(ST_GET_ATTR, 1);
+    int exists = dev.device_type == TB_DEVICE_TYPE && dev.device_id == 0;
+    switch (kind) {
     case NNP_DEVICE_ATTR_EXIST:
-      out->type = NNP_ATTR_VALUE_INT;
-      out->i = exists;
-      break;
+        out->type = NNP_ATTR_VALUE_INT;
+        out->i = exists;
+        break;
     case NNP_DEVICE_ATTR_DEVICE_NAME:
-      if (!exists) break;
-      out->type = NNP_ATTR_VALUE_STRING;
-      snprintf(out->s, sizeof out->s, "nnplug test device");
-      break;
+        if (!exists) break;
+        out->type = NNP_ATTR_VALUE_STRING;
+        snprintf(out->s, sizeof out->s, "nnplug test device");
+        break;
     case NNP_DEVICE_ATTR_MULTI_PROCESSOR_COUNT:
-      if (!exists) break;
-      out->type = NNP_ATTR_VALUE_INT;
-      out->i = tb_counters[ST_THREADS] ? tb_counters[ST_THREADS] : 1;
-      break;
+        if (!exists) break;
+        out->type = NNP_ATTR_VALUE_INT;
+        out->i = tb_counters[ST_THREADS] ? tb_counters[ST_THREADS] : 1;
+        break;
     case NNP_DEVICE_ATTR_TOTAL_GLOBAL_MEMORY:
-      if (!exists) break;
-      out->type = NNP_ATTR_VALUE_INT;
-      out->i = 1ll << 30;
-      break;
-    default:
-      break; /* unknown: NONE */
-  }
-  return NNP_OK;
+        if (!exists) break;
+        out->type = NNP_ATTR_VALUE_INT;
+        out->i = 1ll << 30;
+        break;
+    default: break; /* unknown: NONE */
+    }
+    return NNP_OK;
 }
 
-static nnp_status tb_set_device(nnp_device dev) {
-  if (dev.device_type != TB_DEVICE_TYPE || dev.device_id != 0)
-    return fail(NNP_STATUS_INVALID_ARGUMENT, "set_device: no device %d:%d", dev.device_type, dev.device_id);
-  BUMP(ST_SET_DEVICE, 1);
-  return NNP_OK;
+static nnp_status tb_set_device(nnp_device dev)
+{
+    if (dev.device_type != TB_DEVICE_TYPE || dev.device_id != 0)
+        return fail(NNP_STATUS_INVALID_ARGUMENT, "set_device: no device %d:%d", dev.device_type,
+                    dev.device_id);
+    BUMP(ST_SET_DEVICE, 1);
+    return NNP_OK;
 }
 
 /* Streams: work runs synchronously; a stream is a counter so the tests can see the calls. */
-static nnp_status tb_create_stream(nnp_device dev, nnp_stream* out) {
-  (void)dev;
-  if (!out) return fail(NNP_STATUS_INVALID_ARGUMENT, "create_stream: out is NULL");
-  int* s = (int*)malloc(sizeof(int));
-  if (!s) return fail(NNP_STATUS_OUT_OF_MEMORY, "create_stream: out of memory");
-  *s = 0x5757;
-  BUMP(ST_STREAMS, 1);
-  *out = s;
-  return NNP_OK;
+static nnp_status tb_create_stream(nnp_device dev, nnp_stream *out)
+{
+    (void)dev;
+    if (!out) return fail(NNP_STATUS_INVALID_ARGUMENT, "create_stream: out is NULL");
+    int *s = (int *)malloc(sizeof(int));
+    if (!s) return fail(NNP_STATUS_OUT_OF_MEMORY, "create_stream: out of memory");
+    *s = 0x5757;
+    BUMP(ST_STREAMS, 1);
+    *out = s;
+    return NNP_OK;
 }
-static nnp_status tb_check_stream(nnp_stream s) {
-  if (s && *(int*)s != 0x5757) return fail(NNP_STATUS_INVALID_ARGUMENT, "not a testdev stream");
-  return NNP_OK;
+static nnp_status tb_check_stream(nnp_stream s)
+{
+    if (s && *(int *)s != 0x5757) return fail(NNP_STATUS_INVALID_ARGUMENT, "not a testdev stream");
+    return NNP_OK;
 }
-static nnp_status tb_free_stream(nnp_device dev, nnp_stream s) {
-  (void)dev;
-  if (tb_check_stream(s)) return NNP_STATUS_INVALID_ARGUMENT;
-  if (s) { *(int*)s = 0; free(s); BUMP(ST_STREAMS, -1); }
-  return NNP_OK;
+static nnp_status tb_free_stream(nnp_device dev, nnp_stream s)
+{
+    (void)dev;
+    if (tb_check_stream(s)) return NNP_STATUS_INVALID_ARGUMENT;
+    if (s) {
+        *(int *)s = 0;
+        free(s);
+        BUMP(ST_STREAMS, -1);
+    }
+    return NNP_OK;
 }
-static nnp_status tb_set_stream(nnp_device dev, nnp_stream s) {
-  (void)dev;
-  BUMP(ST_SET_STREAM, 1);
-  return tb_check_stream(s);
+static nnp_status tb_set_stream(nnp_device dev, nnp_stream s)
+{
+    (void)dev;
+    BUMP(ST_SET_STREAM, 1);
+    return tb_check_stream(s);
 }
-static nnp_status tb_stream_sync(nnp_device dev, nnp_stream s) {
-  (void)dev;
-  BUMP(ST_STREAM_SYNC, 1);
-  return tb_check_stream(s);
+static nnp_status tb_stream_sync(nnp_device dev, nnp_stream s)
+{
+    (void)dev;
+    BUMP(ST_STREAM_SYNC, 1);
+    return tb_check_stream(s);
 }
-static nnp_status tb_sync_from_to(nnp_device dev, nnp_stream a, nnp_stream b) {
-  (void)dev;
-  BUMP(ST_SYNC_FROM_TO, 1);
-  if (tb_check_stream(a) || tb_check_stream(b)) return NNP_STATUS_INVALID_ARGUMENT;
-  return NNP_OK;
+static nnp_status tb_sync_from_to(nnp_device dev, nnp_stream a, nnp_stream b)
+{
+    (void)dev;
+    BUMP(ST_SYNC_FROM_TO, 1);
+    if (tb_check_stream(a) || tb_check_stream(b)) return NNP_STATUS_INVALID_ARGUMENT;
+    return NNP_OK;
 }
 
 /* ---- ops ------------------------------------------------------------------------------------ */
 enum { OP_NONE, OP_ADD, OP_RELU, OP_MATMUL, OP_RESHAPE, OP_FAIL, OP_SIDENTITY };
 
-static int streq(const char* a, const char* b) { return a && b && strcmp(a, b) == 0; }
-
-static int is_f32(nnp_dtype t) { return t.code == NNP_DTYPE_FLOAT && t.bits == 32 && t.lanes == 1; }
-
-static int op_of(const nnp_node_desc* n) {
-  if (streq(n->domain, "test.nnplug") && streq(n->op_type, "TbFail")) return OP_FAIL;
-  if (!streq(n->domain, "")) return OP_NONE;
-  if (streq(n->op_type, "Add")) return OP_ADD;
-  if (streq(n->op_type, "Relu")) return OP_RELU;
-  if (streq(n->op_type, "MatMul")) return OP_MATMUL;
-  if (streq(n->op_type, "Reshape")) return OP_RESHAPE;
-  if (TB_STRINGS && streq(n->op_type, "Identity")) return OP_SIDENTITY;
-  return OP_NONE;
+static int streq(const char *a, const char *b)
+{
+    return a && b && strcmp(a, b) == 0;
 }
 
-static nnp_status tb_supports(const nnp_node_desc* n, int32_t* out) {
+static int is_f32(nnp_dtype t)
+{
+    return t.code == NNP_DTYPE_FLOAT && t.bits == 32 && t.lanes == 1;
+}
+
+static int op_of(const nnp_node_desc *n)
+{
+    if (streq(n->domain, "test.nnplug") && streq(n->op_type, "TbFail")) return OP_FAIL;
+    if (!streq(n->domain, "")) return OP_NONE;
+    if (streq(n->op_type, "Add")) return OP_ADD;
+    if (streq(n->op_type, "Relu")) return OP_RELU;
+    if (streq(n->op_type, "MatMul")) return OP_MATMUL;
+    if (streq(n->op_type, "Reshape")) return OP_RESHAPE;
+    if (TB_STRINGS && streq(n->op_type, "Identity")) return OP_SIDENTITY;
+    return OP_NONE;
+}
+
+static nnp_status tb_supports(const nnp_node_desc *n, int32_t *out)
+{
 #if TB_NULL_NODE_CRASH /* the mistake of a backend that trusts its caller: NULL node crashes */
-  if (!out) return fail(NNP_STATUS_INVALID_ARGUMENT, "supports: NULL argument");
-  if (n->num_inputs < 0) return fail(NNP_STATUS_INVALID_ARGUMENT, "supports: bad node");
+    if (!out) return fail(NNP_STATUS_INVALID_ARGUMENT, "supports: NULL argument");
+    if (n->num_inputs < 0) return fail(NNP_STATUS_INVALID_ARGUMENT, "supports: bad node");
 #else
-  if (!n || !out) return fail(NNP_STATUS_INVALID_ARGUMENT, "supports: NULL argument");
+    if (!n || !out) return fail(NNP_STATUS_INVALID_ARGUMENT, "supports: NULL argument");
 #endif
-  *out = 0;
-  int op = op_of(n);
-  switch (op) {
+    *out = 0;
+    int op = op_of(n);
+    switch (op) {
     case OP_ADD:
-      *out = n->num_inputs == 2 && is_f32(n->inputs[0].dtype) && is_f32(n->inputs[1].dtype);
-      break;
-    case OP_RELU:
-      *out = n->num_inputs == 1 && is_f32(n->inputs[0].dtype);
-      break;
+        *out = n->num_inputs == 2 && is_f32(n->inputs[0].dtype) && is_f32(n->inputs[1].dtype);
+        break;
+    case OP_RELU: *out = n->num_inputs == 1 && is_f32(n->inputs[0].dtype); break;
     case OP_MATMUL:
-      *out = n->num_inputs == 2 && is_f32(n->inputs[0].dtype) && is_f32(n->inputs[1].dtype) &&
-             n->inputs[1].ndim == 2 && n->inputs[0].ndim >= 1;
-      break;
+        *out = n->num_inputs == 2 && is_f32(n->inputs[0].dtype) && is_f32(n->inputs[1].dtype) &&
+               n->inputs[1].ndim == 2 && n->inputs[0].ndim >= 1;
+        break;
     case OP_RESHAPE: {
-      const nnp_attr* az = nnp_find_attr(n->attrs, n->num_attrs, "allowzero");
-      *out = n->num_inputs == 2 && n->inputs[1].dtype.code == NNP_DTYPE_INT &&
-             n->inputs[1].dtype.bits == 64 && !(az && az->type == NNP_ATTR_INT &&
-                                                 *(const int64_t*)az->data != 0);
-      break;
+        const nnp_attr *az = nnp_find_attr(n->attrs, n->num_attrs, "allowzero");
+        *out = n->num_inputs == 2 && n->inputs[1].dtype.code == NNP_DTYPE_INT &&
+               n->inputs[1].dtype.bits == 64 &&
+               !(az && az->type == NNP_ATTR_INT && *(const int64_t *)az->data != 0);
+        break;
     }
-    case OP_FAIL:
-      *out = 1;
-      break;
+    case OP_FAIL: *out = 1; break;
     case OP_SIDENTITY:
-      *out = n->num_inputs == 1 && n->inputs[0].dtype.code == NNP_DTYPE_STRING;
-      break;
-    default:
-      break;
-  }
-  return NNP_OK;
+        *out = n->num_inputs == 1 && n->inputs[0].dtype.code == NNP_DTYPE_STRING;
+        break;
+    default: break;
+    }
+    return NNP_OK;
 }
 
-static nnp_status tb_fuse(const nnp_node_desc* nodes, int32_t num, int32_t* out) {
-  if (!nodes || !out || num < 1) return fail(NNP_STATUS_INVALID_ARGUMENT, "fuse: bad arguments");
-  *out = 1;
-  if (num >= 2 && op_of(&nodes[0]) == OP_ADD && op_of(&nodes[1]) == OP_RELU &&
-      nodes[1].num_inputs == 1 && nodes[0].num_outputs == 1 &&
-      streq(nodes[1].inputs[0].name, nodes[0].outputs[0].name))
-    *out = 2;
-  return NNP_OK;
+static nnp_status tb_fuse(const nnp_node_desc *nodes, int32_t num, int32_t *out)
+{
+    if (!nodes || !out || num < 1) return fail(NNP_STATUS_INVALID_ARGUMENT, "fuse: bad arguments");
+    *out = 1;
+    if (num >= 2 && op_of(&nodes[0]) == OP_ADD && op_of(&nodes[1]) == OP_RELU &&
+        nodes[1].num_inputs == 1 && nodes[0].num_outputs == 1 &&
+        streq(nodes[1].inputs[0].name, nodes[0].outputs[0].name))
+        *out = 2;
+    return NNP_OK;
 }
 
 #define TB_MAX_IO 8
 typedef struct tb_kernel {
-  int op;
-  int relu_after; /* Add fused with Relu */
-  int num_inputs, num_outputs;
-  void* consts[TB_MAX_IO]; /* copies of constant inputs (TB_OWN_CONSTANTS) */
-  char name[128];
+    int op;
+    int relu_after; /* Add fused with Relu */
+    int num_inputs, num_outputs;
+    void *consts[TB_MAX_IO]; /* copies of constant inputs (TB_OWN_CONSTANTS) */
+    char name[128];
 } tb_kernel;
 
-static nnp_status tb_kernel_create(const nnp_node_desc* nodes, int32_t num, nnp_device dev,
-                                   nnp_kernel** out) {
-  if (!nodes || !out || num < 1 || num > 2) return fail(NNP_STATUS_INVALID_ARGUMENT, "kernel_create: bad arguments");
-  if (dev.device_type != TB_DEVICE_TYPE) return fail(NNP_STATUS_INVALID_ARGUMENT, "kernel_create: wrong device");
-  int32_t ok = 0;
-  tb_supports(&nodes[0], &ok);
-  if (!ok) return fail(NNP_STATUS_UNSUPPORTED, "node %s (%s) is not supported", nodes[0].name, nodes[0].op_type);
-  tb_kernel* k = (tb_kernel*)calloc(1, sizeof(tb_kernel));
-  if (!k) return fail(NNP_STATUS_OUT_OF_MEMORY, "kernel_create: out of memory");
-  k->op = op_of(&nodes[0]);
-  k->relu_after = num == 2;
-  k->num_inputs = nodes[0].num_inputs;
-  k->num_outputs = nodes[num - 1].num_outputs;
-  snprintf(k->name, sizeof k->name, "%s", nodes[0].name);
-  if (k->num_inputs > TB_MAX_IO) { free(k); return fail(NNP_STATUS_UNSUPPORTED, "too many inputs"); }
-#if TB_OWN_CONSTANTS
-  for (int i = 0; i < k->num_inputs; ++i) {
-    const nnp_value_desc* v = &nodes[0].inputs[i];
-    if (v->const_data) {
-      k->consts[i] = malloc(v->const_nbytes ? v->const_nbytes : 1);
-      if (!k->consts[i]) return fail(NNP_STATUS_OUT_OF_MEMORY, "kernel_create: out of memory");
-      memcpy(k->consts[i], v->const_data, v->const_nbytes);
+static nnp_status tb_kernel_create(const nnp_node_desc *nodes, int32_t num, nnp_device dev,
+                                   nnp_kernel **out)
+{
+    if (!nodes || !out || num < 1 || num > 2)
+        return fail(NNP_STATUS_INVALID_ARGUMENT, "kernel_create: bad arguments");
+    if (dev.device_type != TB_DEVICE_TYPE)
+        return fail(NNP_STATUS_INVALID_ARGUMENT, "kernel_create: wrong device");
+    int32_t ok = 0;
+    tb_supports(&nodes[0], &ok);
+    if (!ok)
+        return fail(NNP_STATUS_UNSUPPORTED, "node %s (%s) is not supported", nodes[0].name,
+                    nodes[0].op_type);
+    tb_kernel *k = (tb_kernel *)calloc(1, sizeof(tb_kernel));
+    if (!k) return fail(NNP_STATUS_OUT_OF_MEMORY, "kernel_create: out of memory");
+    k->op = op_of(&nodes[0]);
+    k->relu_after = num == 2;
+    k->num_inputs = nodes[0].num_inputs;
+    k->num_outputs = nodes[num - 1].num_outputs;
+    snprintf(k->name, sizeof k->name, "%s", nodes[0].name);
+    if (k->num_inputs > TB_MAX_IO) {
+        free(k);
+        return fail(NNP_STATUS_UNSUPPORTED, "too many inputs");
     }
-  }
+#if TB_OWN_CONSTANTS
+    for (int i = 0; i < k->num_inputs; ++i) {
+        const nnp_value_desc *v = &nodes[0].inputs[i];
+        if (v->const_data) {
+            k->consts[i] = malloc(v->const_nbytes ? v->const_nbytes : 1);
+            if (!k->consts[i])
+                return fail(NNP_STATUS_OUT_OF_MEMORY, "kernel_create: out of memory");
+            memcpy(k->consts[i], v->const_data, v->const_nbytes);
+        }
+    }
 #endif
-  BUMP(ST_KERNELS_LIVE, 1);
-  *out = (nnp_kernel*)k;
-  return NNP_OK;
+    BUMP(ST_KERNELS_LIVE, 1);
+    *out = (nnp_kernel *)k;
+    return NNP_OK;
 }
 
 #if TB_FOR_TARGET
 /* ABI 1.2: kernel_create with the network's Target; the last one is kept for the tests. */
 static char tb_target[4096];
 
-NNP_EXPORT const char* tb_last_target(void) { return tb_target; }
+NNP_EXPORT const char *tb_last_target(void)
+{
+    return tb_target;
+}
 
-static nnp_status tb_kernel_create_for_target(const nnp_node_desc* nodes, int32_t num,
-                                              nnp_device dev, const char* target,
-                                              nnp_kernel** out) {
-  snprintf(tb_target, sizeof tb_target, "%s", target ? target : "(NULL)");
-  return tb_kernel_create(nodes, num, dev, out);
+static nnp_status tb_kernel_create_for_target(const nnp_node_desc *nodes, int32_t num,
+                                              nnp_device dev, const char *target, nnp_kernel **out)
+{
+    snprintf(tb_target, sizeof tb_target, "%s", target ? target : "(NULL)");
+    return tb_kernel_create(nodes, num, dev, out);
 }
 #endif
 
-static nnp_status tb_kernel_destroy(nnp_kernel* kernel) {
-  tb_kernel* k = (tb_kernel*)kernel;
-  if (!k) return NNP_OK;
-  for (int i = 0; i < TB_MAX_IO; ++i) free(k->consts[i]);
-  free(k);
-  BUMP(ST_KERNELS_LIVE, -1);
-  return NNP_OK;
+static nnp_status tb_kernel_destroy(nnp_kernel *kernel)
+{
+    tb_kernel *k = (tb_kernel *)kernel;
+    if (!k) return NNP_OK;
+    for (int i = 0; i < TB_MAX_IO; ++i) free(k->consts[i]);
+    free(k);
+    BUMP(ST_KERNELS_LIVE, -1);
+    return NNP_OK;
 }
 
 /* Input i as a host pointer: the kernel's own copy of a constant, or the tensor's memory. */
-static const void* in_ptr(const tb_kernel* k, const nnp_tensor* t, int i) {
-  if (!t->data && k->consts[i]) return k->consts[i];
-  uint64_t need = (uint64_t)nnp_tensor_numel(t) * nnp_dtype_nbytes(t->dtype);
-  return tb_addr(t->data, t->byte_offset, need);
+static const void *in_ptr(const tb_kernel *k, const nnp_tensor *t, int i)
+{
+    if (!t->data && k->consts[i]) return k->consts[i];
+    uint64_t need = (uint64_t)nnp_tensor_numel(t) * nnp_dtype_nbytes(t->dtype);
+    return tb_addr(t->data, t->byte_offset, need);
 }
 
-static nnp_status broadcast_shape(const nnp_tensor* a, const nnp_tensor* b, int32_t* nd, int64_t* dims) {
-  int32_t n = a->ndim > b->ndim ? a->ndim : b->ndim;
-  if (n > NNP_MAX_NDIM) return fail(NNP_STATUS_UNSUPPORTED, "rank %d too large", n);
-  for (int32_t i = 0; i < n; ++i) {
-    int64_t da = i < n - a->ndim ? 1 : a->shape[i - (n - a->ndim)];
-    int64_t db = i < n - b->ndim ? 1 : b->shape[i - (n - b->ndim)];
-    if (da != db && da != 1 && db != 1)
-      return fail(NNP_STATUS_SHAPE_ERROR, "Add: shapes do not broadcast (dim %d: %lld vs %lld)", i,
-                  (long long)da, (long long)db);
-    dims[i] = da == 1 ? db : da;
-  }
-  *nd = n;
-  return NNP_OK;
+static nnp_status broadcast_shape(const nnp_tensor *a, const nnp_tensor *b, int32_t *nd,
+                                  int64_t *dims)
+{
+    int32_t n = a->ndim > b->ndim ? a->ndim : b->ndim;
+    if (n > NNP_MAX_NDIM) return fail(NNP_STATUS_UNSUPPORTED, "rank %d too large", n);
+    for (int32_t i = 0; i < n; ++i) {
+        int64_t da = i < n - a->ndim ? 1 : a->shape[i - (n - a->ndim)];
+        int64_t db = i < n - b->ndim ? 1 : b->shape[i - (n - b->ndim)];
+        if (da != db && da != 1 && db != 1)
+            return fail(NNP_STATUS_SHAPE_ERROR,
+                        "Add: shapes do not broadcast (dim %d: %lld vs %lld)", i, (long long)da,
+                        (long long)db);
+        dims[i] = da == 1 ? db : da;
+    }
+    *nd = n;
+    return NNP_OK;
 }
 
-static nnp_status output_shape(const tb_kernel* k, const nnp_tensor* in, int32_t* nd, int64_t* dims) {
-  switch (k->op) {
-    case OP_ADD:
-      return broadcast_shape(&in[0], &in[1], nd, dims);
+static nnp_status output_shape(const tb_kernel *k, const nnp_tensor *in, int32_t *nd, int64_t *dims)
+{
+    switch (k->op) {
+    case OP_ADD: return broadcast_shape(&in[0], &in[1], nd, dims);
     case OP_RELU:
     case OP_FAIL:
     case OP_SIDENTITY:
-      *nd = in[0].ndim;
-      for (int32_t i = 0; i < in[0].ndim; ++i) dims[i] = in[0].shape[i];
-      return NNP_OK;
+        *nd = in[0].ndim;
+        for (int32_t i = 0; i < in[0].ndim; ++i) dims[i] = in[0].shape[i];
+        return NNP_OK;
     case OP_MATMUL: {
-      const nnp_tensor *a = &in[0], *b = &in[1];
-      if (b->ndim != 2 || a->ndim < 1) return fail(NNP_STATUS_SHAPE_ERROR, "MatMul: B must be 2-D");
-      if (a->shape[a->ndim - 1] != b->shape[0])
-        return fail(NNP_STATUS_SHAPE_ERROR, "MatMul: inner dimensions %lld and %lld differ",
-                    (long long)a->shape[a->ndim - 1], (long long)b->shape[0]);
-      *nd = a->ndim;
-      for (int32_t i = 0; i < a->ndim - 1; ++i) dims[i] = a->shape[i];
-      dims[a->ndim - 1] = b->shape[1];
-      return NNP_OK;
+        const nnp_tensor *a = &in[0], *b = &in[1];
+        if (b->ndim != 2 || a->ndim < 1)
+            return fail(NNP_STATUS_SHAPE_ERROR, "MatMul: B must be 2-D");
+        if (a->shape[a->ndim - 1] != b->shape[0])
+            return fail(NNP_STATUS_SHAPE_ERROR, "MatMul: inner dimensions %lld and %lld differ",
+                        (long long)a->shape[a->ndim - 1], (long long)b->shape[0]);
+        *nd = a->ndim;
+        for (int32_t i = 0; i < a->ndim - 1; ++i) dims[i] = a->shape[i];
+        dims[a->ndim - 1] = b->shape[1];
+        return NNP_OK;
     }
     case OP_RESHAPE: {
-      const nnp_tensor* s = &in[1];
-      if (s->ndim != 1 || s->shape[0] > NNP_MAX_NDIM) return fail(NNP_STATUS_SHAPE_ERROR, "Reshape: bad shape input");
-      const int64_t* want = (const int64_t*)in_ptr(k, s, 1);
-      if (!want) return NNP_STATUS_INVALID_ARGUMENT;
-      int64_t total = nnp_tensor_numel(&in[0]), known = 1;
-      int32_t infer = -1;
-      for (int32_t i = 0; i < (int32_t)s->shape[0]; ++i) {
-        int64_t d = want[i];
-        if (d == 0) d = i < in[0].ndim ? in[0].shape[i] : 0;
-        if (d == -1) {
-          if (infer >= 0) return fail(NNP_STATUS_SHAPE_ERROR, "Reshape: two -1 dims");
-          infer = i;
-          d = 1;
-        } else if (d < 0) {
-          return fail(NNP_STATUS_SHAPE_ERROR, "Reshape: dim %lld", (long long)d);
+        const nnp_tensor *s = &in[1];
+        if (s->ndim != 1 || s->shape[0] > NNP_MAX_NDIM)
+            return fail(NNP_STATUS_SHAPE_ERROR, "Reshape: bad shape input");
+        const int64_t *want = (const int64_t *)in_ptr(k, s, 1);
+        if (!want) return NNP_STATUS_INVALID_ARGUMENT;
+        int64_t total = nnp_tensor_numel(&in[0]), known = 1;
+        int32_t infer = -1;
+        for (int32_t i = 0; i < (int32_t)s->shape[0]; ++i) {
+            int64_t d = want[i];
+            if (d == 0) d = i < in[0].ndim ? in[0].shape[i] : 0;
+            if (d == -1) {
+                if (infer >= 0) return fail(NNP_STATUS_SHAPE_ERROR, "Reshape: two -1 dims");
+                infer = i;
+                d = 1;
+            } else if (d < 0) {
+                return fail(NNP_STATUS_SHAPE_ERROR, "Reshape: dim %lld", (long long)d);
+            }
+            dims[i] = d;
+            known *= d;
         }
-        dims[i] = d;
-        known *= d;
-      }
-      if (infer >= 0) {
-        if (known == 0 || total % known) return fail(NNP_STATUS_SHAPE_ERROR, "Reshape: cannot infer -1");
-        dims[infer] = total / known;
-        known *= dims[infer];
-      }
-      if (known != total)
-        return fail(NNP_STATUS_SHAPE_ERROR, "Reshape: %lld elements cannot take shape with %lld",
-                    (long long)total, (long long)known);
-      *nd = (int32_t)s->shape[0];
-      return NNP_OK;
+        if (infer >= 0) {
+            if (known == 0 || total % known)
+                return fail(NNP_STATUS_SHAPE_ERROR, "Reshape: cannot infer -1");
+            dims[infer] = total / known;
+            known *= dims[infer];
+        }
+        if (known != total)
+            return fail(NNP_STATUS_SHAPE_ERROR,
+                        "Reshape: %lld elements cannot take shape with %lld", (long long)total,
+                        (long long)known);
+        *nd = (int32_t)s->shape[0];
+        return NNP_OK;
     }
-    default:
-      return fail(NNP_STATUS_INTERNAL, "unknown op");
-  }
+    default: return fail(NNP_STATUS_INTERNAL, "unknown op");
+    }
 }
 
-static nnp_status tb_output_shapes(const nnp_kernel* kernel, const nnp_tensor* inputs, int32_t num_inputs,
-                                   int32_t num_outputs, int32_t* out_ndims, int64_t* out_shapes) {
-  const tb_kernel* k = (const tb_kernel*)kernel;
-  if (!k || !inputs || !out_ndims || !out_shapes || num_inputs != k->num_inputs || num_outputs != 1)
-    return fail(NNP_STATUS_INVALID_ARGUMENT, "kernel_output_shapes: bad arguments");
-  nnp_status rc = output_shape(k, inputs, &out_ndims[0], out_shapes);
+static nnp_status tb_output_shapes(const nnp_kernel *kernel, const nnp_tensor *inputs,
+                                   int32_t num_inputs, int32_t num_outputs, int32_t *out_ndims,
+                                   int64_t *out_shapes)
+{
+    const tb_kernel *k = (const tb_kernel *)kernel;
+    if (!k || !inputs || !out_ndims || !out_shapes || num_inputs != k->num_inputs ||
+        num_outputs != 1)
+        return fail(NNP_STATUS_INVALID_ARGUMENT, "kernel_output_shapes: bad arguments");
+    nnp_status rc = output_shape(k, inputs, &out_ndims[0], out_shapes);
 #if TB_BAD_OUTPUT_SHAPES
-  /* a broken shape function: reports twice the real dims */
-  for (int32_t i = 0; rc == NNP_OK && i < out_ndims[0]; ++i) out_shapes[i] *= 2;
+    /* a broken shape function: reports twice the real dims */
+    for (int32_t i = 0; rc == NNP_OK && i < out_ndims[0]; ++i) out_shapes[i] *= 2;
 #endif
-  return rc;
+    return rc;
 }
 
-static nnp_status tb_workspace_size(const nnp_kernel* kernel, const nnp_tensor* inputs, int32_t num_inputs,
-                                    const nnp_tensor* outputs, int32_t num_outputs, uint64_t* out) {
-  const tb_kernel* k = (const tb_kernel*)kernel;
-  (void)outputs; (void)num_outputs;
-  if (!k || !out || num_inputs != k->num_inputs) return fail(NNP_STATUS_INVALID_ARGUMENT, "workspace_size: bad arguments");
-  /* MatMul accumulates one output row in scratch memory (exercises the workspace path). */
-  *out = k->op == OP_MATMUL ? (uint64_t)inputs[1].shape[1] * sizeof(float) : 0;
-  return NNP_OK;
-}
-
-static nnp_status tb_kernel_run(const nnp_kernel* kernel, const nnp_tensor* inputs, int32_t num_inputs,
-                                const nnp_tensor* outputs, int32_t num_outputs, void* workspace,
-                                uint64_t workspace_nbytes, nnp_stream stream) {
-  const tb_kernel* k = (const tb_kernel*)kernel;
-  if (!k || !inputs || !outputs || num_inputs != k->num_inputs || num_outputs != k->num_outputs)
-    return fail(NNP_STATUS_INVALID_ARGUMENT, "kernel_run: bad arguments");
-  if (tb_check_stream(stream)) return NNP_STATUS_INVALID_ARGUMENT;
-  BUMP(ST_KERNEL_RUN, 1);
-  if (k->op == OP_FAIL)
-    return fail(NNP_STATUS_ERROR, "TbFail node %s refuses to run (it always fails)", k->name);
-  int32_t nd;
-  int64_t dims[NNP_MAX_NDIM];
-  nnp_status rc = output_shape(k, inputs, &nd, dims);
-  if (rc) return rc;
-  const nnp_tensor* o = &outputs[0];
-  if (o->ndim != nd) return fail(NNP_STATUS_SHAPE_ERROR, "output rank %d, expected %d", o->ndim, nd);
-  for (int32_t i = 0; i < nd; ++i)
-    if (o->shape[i] != dims[i]) return fail(NNP_STATUS_SHAPE_ERROR, "output dim %d is %lld, expected %lld", i,
-                                            (long long)o->shape[i], (long long)dims[i]);
-  int64_t n = nnp_tensor_numel(o);
-  uint64_t esize = nnp_dtype_nbytes(o->dtype);
-  unsigned char* out = tb_addr(o->data, o->byte_offset, (uint64_t)n * esize);
-  if (!out) return NNP_STATUS_INVALID_ARGUMENT;
-  const void* a = in_ptr(k, &inputs[0], 0);
-  const void* b = k->num_inputs > 1 ? in_ptr(k, &inputs[1], 1) : NULL;
-  if (!a || (k->num_inputs > 1 && !b)) return NNP_STATUS_INVALID_ARGUMENT;
-  if (k->op == OP_SIDENTITY) { /* every output element gets its own bytes */
-    const nnp_string* x = (const nnp_string*)a;
-    nnp_string* s = (nnp_string*)out;
-    for (int64_t i = 0; i < n; ++i) {
-      s[i].size = x[i].size + (TB_BAD_STRINGS ? 1 : 0);
-      if (!s[i].size) continue;
-      char* m = (char*)malloc(s[i].size);
-      if (!m) return fail(NNP_STATUS_OUT_OF_MEMORY, "Identity: out of memory");
-      if (x[i].size) memcpy(m, x[i].data, x[i].size);
-      if (TB_BAD_STRINGS) m[x[i].size] = (char)0xff;
-      s[i].data = m;
-      BUMP(ST_STRINGS_LIVE, 1);
-    }
+static nnp_status tb_workspace_size(const nnp_kernel *kernel, const nnp_tensor *inputs,
+                                    int32_t num_inputs, const nnp_tensor *outputs,
+                                    int32_t num_outputs, uint64_t *out)
+{
+    const tb_kernel *k = (const tb_kernel *)kernel;
+    (void)outputs;
+    (void)num_outputs;
+    if (!k || !out || num_inputs != k->num_inputs)
+        return fail(NNP_STATUS_INVALID_ARGUMENT, "workspace_size: bad arguments");
+    /* MatMul accumulates one output row in scratch memory (exercises the workspace path). */
+    *out = k->op == OP_MATMUL ? (uint64_t)inputs[1].shape[1] * sizeof(float) : 0;
     return NNP_OK;
-  }
-  float* y = (float*)out;
-  switch (k->op) {
-    case OP_ADD: {
-      const float *x0 = (const float*)a, *x1 = (const float*)b;
-      int64_t sa[NNP_MAX_NDIM], sb[NNP_MAX_NDIM], idx[NNP_MAX_NDIM];
-      int64_t st = 1, su = 1;
-      for (int32_t i = nd - 1; i >= 0; --i) {
-        int32_t ia = i - (nd - inputs[0].ndim), ib = i - (nd - inputs[1].ndim);
-        int64_t da = ia >= 0 ? inputs[0].shape[ia] : 1, db = ib >= 0 ? inputs[1].shape[ib] : 1;
-        sa[i] = da == 1 ? 0 : st;
-        sb[i] = db == 1 ? 0 : su;
-        st *= da;
-        su *= db;
-        idx[i] = 0;
-      }
-      for (int64_t e = 0; e < n; ++e) {
-        int64_t pa = 0, pb = 0;
-        for (int32_t i = 0; i < nd; ++i) { pa += idx[i] * sa[i]; pb += idx[i] * sb[i]; }
-        float v = x0[pa] + x1[pb];
-        y[e] = k->relu_after && v < 0 ? 0.0f : v;
-        for (int32_t i = nd - 1; i >= 0; --i) {
-          if (++idx[i] < dims[i]) break;
-          idx[i] = 0;
+}
+
+static nnp_status tb_kernel_run(const nnp_kernel *kernel, const nnp_tensor *inputs,
+                                int32_t num_inputs, const nnp_tensor *outputs, int32_t num_outputs,
+                                void *workspace, uint64_t workspace_nbytes, nnp_stream stream)
+{
+    const tb_kernel *k = (const tb_kernel *)kernel;
+    if (!k || !inputs || !outputs || num_inputs != k->num_inputs || num_outputs != k->num_outputs)
+        return fail(NNP_STATUS_INVALID_ARGUMENT, "kernel_run: bad arguments");
+    if (tb_check_stream(stream)) return NNP_STATUS_INVALID_ARGUMENT;
+    BUMP(ST_KERNEL_RUN, 1);
+    if (k->op == OP_FAIL)
+        return fail(NNP_STATUS_ERROR, "TbFail node %s refuses to run (it always fails)", k->name);
+    int32_t nd;
+    int64_t dims[NNP_MAX_NDIM];
+    nnp_status rc = output_shape(k, inputs, &nd, dims);
+    if (rc) return rc;
+    const nnp_tensor *o = &outputs[0];
+    if (o->ndim != nd)
+        return fail(NNP_STATUS_SHAPE_ERROR, "output rank %d, expected %d", o->ndim, nd);
+    for (int32_t i = 0; i < nd; ++i)
+        if (o->shape[i] != dims[i])
+            return fail(NNP_STATUS_SHAPE_ERROR, "output dim %d is %lld, expected %lld", i,
+                        (long long)o->shape[i], (long long)dims[i]);
+    int64_t n = nnp_tensor_numel(o);
+    uint64_t esize = nnp_dtype_nbytes(o->dtype);
+    unsigned char *out = tb_addr(o->data, o->byte_offset, (uint64_t)n * esize);
+    if (!out) return NNP_STATUS_INVALID_ARGUMENT;
+    const void *a = in_ptr(k, &inputs[0], 0);
+    const void *b = k->num_inputs > 1 ? in_ptr(k, &inputs[1], 1) : NULL;
+    if (!a || (k->num_inputs > 1 && !b)) return NNP_STATUS_INVALID_ARGUMENT;
+    if (k->op == OP_SIDENTITY) { /* every output element gets its own bytes */
+        const nnp_string *x = (const nnp_string *)a;
+        nnp_string *s = (nnp_string *)out;
+        for (int64_t i = 0; i < n; ++i) {
+            s[i].size = x[i].size + (TB_BAD_STRINGS ? 1 : 0);
+            if (!s[i].size) continue;
+            char *m = (char *)malloc(s[i].size);
+            if (!m) return fail(NNP_STATUS_OUT_OF_MEMORY, "Identity: out of memory");
+            if (x[i].size) memcpy(m, x[i].data, x[i].size);
+            if (TB_BAD_STRINGS) m[x[i].size] = (char)0xff;
+            s[i].data = m;
+            BUMP(ST_STRINGS_LIVE, 1);
         }
-      }
-      break;
+        return NNP_OK;
+    }
+    float *y = (float *)out;
+    switch (k->op) {
+    case OP_ADD: {
+        const float *x0 = (const float *)a, *x1 = (const float *)b;
+        int64_t sa[NNP_MAX_NDIM], sb[NNP_MAX_NDIM], idx[NNP_MAX_NDIM];
+        int64_t st = 1, su = 1;
+        for (int32_t i = nd - 1; i >= 0; --i) {
+            int32_t ia = i - (nd - inputs[0].ndim), ib = i - (nd - inputs[1].ndim);
+            int64_t da = ia >= 0 ? inputs[0].shape[ia] : 1, db = ib >= 0 ? inputs[1].shape[ib] : 1;
+            sa[i] = da == 1 ? 0 : st;
+            sb[i] = db == 1 ? 0 : su;
+            st *= da;
+            su *= db;
+            idx[i] = 0;
+        }
+        for (int64_t e = 0; e < n; ++e) {
+            int64_t pa = 0, pb = 0;
+            for (int32_t i = 0; i < nd; ++i) {
+                pa += idx[i] * sa[i];
+                pb += idx[i] * sb[i];
+            }
+            float v = x0[pa] + x1[pb];
+            y[e] = k->relu_after && v < 0 ? 0.0f : v;
+            for (int32_t i = nd - 1; i >= 0; --i) {
+                if (++idx[i] < dims[i]) break;
+                idx[i] = 0;
+            }
+        }
+        break;
     }
     case OP_RELU: {
-      const float* x = (const float*)a;
-      for (int64_t e = 0; e < n; ++e) y[e] = x[e] < 0 ? 0.0f : x[e]; /* a NaN stays NaN */
+        const float *x = (const float *)a;
+        for (int64_t e = 0; e < n; ++e) y[e] = x[e] < 0 ? 0.0f : x[e]; /* a NaN stays NaN */
 #ifdef TB_RELU_LETS_THROUGH
-      /* planted bug (the edge-value conformance tests): this negative value passes unchanged */
-      for (int64_t e = 0; e < n; ++e) if (x[e] == (float)(TB_RELU_LETS_THROUGH)) y[e] = x[e];
+        /* planted bug (the edge-value conformance tests): this negative value passes unchanged */
+        for (int64_t e = 0; e < n; ++e)
+            if (x[e] == (float)(TB_RELU_LETS_THROUGH)) y[e] = x[e];
 #endif
-      break;
+        break;
     }
     case OP_MATMUL: {
-      int64_t K = inputs[1].shape[0], N = inputs[1].shape[1], rows = N ? n / N : 0;
-      if ((uint64_t)N * sizeof(float) > workspace_nbytes || (N && !workspace))
-        return fail(NNP_STATUS_INVALID_ARGUMENT, "MatMul: workspace of %llu bytes is too small",
-                    (unsigned long long)workspace_nbytes);
-      float* acc = (float*)tb_addr(workspace, 0, (uint64_t)N * sizeof(float));
-      if (!acc) return NNP_STATUS_INVALID_ARGUMENT;
-      const float *A = (const float*)a, *B = (const float*)b;
-      for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t j = 0; j < N; ++j) acc[j] = 0.0f;
-        for (int64_t kk = 0; kk < K; ++kk) {
-          float av = A[r * K + kk];
-          for (int64_t j = 0; j < N; ++j) acc[j] += av * B[kk * N + j];
+        int64_t K = inputs[1].shape[0], N = inputs[1].shape[1], rows = N ? n / N : 0;
+        if ((uint64_t)N * sizeof(float) > workspace_nbytes || (N && !workspace))
+            return fail(NNP_STATUS_INVALID_ARGUMENT, "MatMul: workspace of %llu bytes is too small",
+                        (unsigned long long)workspace_nbytes);
+        float *acc = (float *)tb_addr(workspace, 0, (uint64_t)N * sizeof(float));
+        if (!acc) return NNP_STATUS_INVALID_ARGUMENT;
+        const float *A = (const float *)a, *B = (const float *)b;
+        for (int64_t r = 0; r < rows; ++r) {
+            for (int64_t j = 0; j < N; ++j) acc[j] = 0.0f;
+            for (int64_t kk = 0; kk < K; ++kk) {
+                float av = A[r * K + kk];
+                for (int64_t j = 0; j < N; ++j) acc[j] += av * B[kk * N + j];
+            }
+            memcpy(y + r * N, acc, (size_t)N * sizeof(float));
         }
-        memcpy(y + r * N, acc, (size_t)N * sizeof(float));
-      }
-      break;
+        break;
     }
-    case OP_RESHAPE:
-      memcpy(out, a, (size_t)((uint64_t)n * esize));
-      break;
-    default:
-      return fail(NNP_STATUS_INTERNAL, "unknown op");
-  }
-  return NNP_OK;
+    case OP_RESHAPE: memcpy(out, a, (size_t)((uint64_t)n * esize)); break;
+    default: return fail(NNP_STATUS_INTERNAL, "unknown op");
+    }
+    return NNP_OK;
 }
 
-static nnp_status tb_run_steps(const nnp_step* steps, int32_t num_steps, void* const* slots, int32_t num_slots,
-                               void* ws, uint64_t wsn, nnp_stream stream, int32_t* failed) {
-  BUMP(ST_RUN_STEPS, 1);
-  return nnp_run_steps_default(tb_kernel_run, steps, num_steps, slots, num_slots, ws, wsn, stream, failed);
+static nnp_status tb_run_steps(const nnp_step *steps, int32_t num_steps, void *const *slots,
+                               int32_t num_slots, void *ws, uint64_t wsn, nnp_stream stream,
+                               int32_t *failed)
+{
+    BUMP(ST_RUN_STEPS, 1);
+    return nnp_run_steps_default(tb_kernel_run, steps, num_steps, slots, num_slots, ws, wsn, stream,
+                                 failed);
 }
 
 /* ---- lifecycle ------------------------------------------------------------------------------ */
-static nnp_status tb_init(const nnp_init_options* opts) {
-  if (TB_INIT_FAIL)
-    return fail(NNP_STATUS_DEVICE_ERROR, "testdev device /dev/nnptest0 is missing; load the nnptest driver");
-  if (!opts || opts->struct_size < sizeof(nnp_init_options))
-    return fail(NNP_STATUS_INVALID_ARGUMENT, "init: options too small");
-  BUMP(ST_INIT, 1);
-  tb_counters[ST_THREADS] = opts->num_threads;
-  return NNP_OK;
+static nnp_status tb_init(const nnp_init_options *opts)
+{
+    if (TB_INIT_FAIL)
+        return fail(NNP_STATUS_DEVICE_ERROR,
+                    "testdev device /dev/nnptest0 is missing; load the nnptest driver");
+    if (!opts || opts->struct_size < sizeof(nnp_init_options))
+        return fail(NNP_STATUS_INVALID_ARGUMENT, "init: options too small");
+    BUMP(ST_INIT, 1);
+    tb_counters[ST_THREADS] = opts->num_threads;
+    return NNP_OK;
 }
 
-static void tb_shutdown(void) { BUMP(ST_SHUTDOWN, 1); }
+static void tb_shutdown(void)
+{
+    BUMP(ST_SHUTDOWN, 1);
+}
 
-static nnp_status tb_set_num_threads(int32_t n) {
-  if (n < 0) return fail(NNP_STATUS_INVALID_ARGUMENT, "set_num_threads: %d < 0", n);
-  tb_counters[ST_THREADS] = n;
-  return NNP_OK;
+static nnp_status tb_set_num_threads(int32_t n)
+{
+    if (n < 0) return fail(NNP_STATUS_INVALID_ARGUMENT, "set_num_threads: %d < 0", n);
+    tb_counters[ST_THREADS] = n;
+    return NNP_OK;
 }
 
 #if TB_STRINGS == 1
-static void tb_release_strings(nnp_string* items, uint64_t count) {
-  for (uint64_t i = 0; items && i < count; ++i)
-    if (items[i].data) {
-      free((void*)items[i].data);
-      items[i].data = NULL;
-      BUMP(ST_STRINGS_LIVE, -1);
-    }
+static void tb_release_strings(nnp_string *items, uint64_t count)
+{
+    for (uint64_t i = 0; items && i < count; ++i)
+        if (items[i].data) {
+            free((void *)items[i].data);
+            items[i].data = NULL;
+            BUMP(ST_STRINGS_LIVE, -1);
+        }
 }
 #endif
 
 static const nnp_backend_v1 tb_table = {
     {TB_ABI_MAJOR, TB_ABI_MINOR, NNP_BACKEND_ABI_PATCH},
     (uint32_t)TB_STRUCT_SIZE,
-    (TB_HOST_VISIBLE ? NNP_BACKEND_HOST_VISIBLE : 0) | (TB_OWN_CONSTANTS ? NNP_BACKEND_KERNELS_OWN_CONSTANTS : 0),
+    (TB_HOST_VISIBLE ? NNP_BACKEND_HOST_VISIBLE : 0) |
+        (TB_OWN_CONSTANTS ? NNP_BACKEND_KERNELS_OWN_CONSTANTS : 0),
     TB_ID,
     "0.1.0",
     TB_DEVICE_TYPE,
@@ -750,34 +852,38 @@ static const nnp_backend_v1 tb_table = {
 
 static nnp_backend_v1 tb_hostile_table;
 
-static int tb_env_is(const char* name, const char* value) {
-  const char* v = getenv(name);
-  return v && strcmp(v, value) == 0;
+static int tb_env_is(const char *name, const char *value)
+{
+    const char *v = getenv(name);
+    return v && strcmp(v, value) == 0;
 }
 
-__attribute__((constructor)) static void tb_constructor(void) {
-  if (tb_env_is("TB_CRASH", "ctor_abort")) abort();
+__attribute__((constructor)) static void tb_constructor(void)
+{
+    if (tb_env_is("TB_CRASH", "ctor_abort")) abort();
 }
 
-static const nnp_backend_v1* tb_hostile_entry(const nnp_version* host_abi) {
-  if (tb_env_is("TB_CRASH", "entry_segv"))
-    *(volatile int*)(uintptr_t)host_abi->patch = 1; /* patch is 0: a write to address 0 */
-  if (tb_env_is("TB_CRASH", "entry_abort")) abort();
-  const char* kind = getenv("TB_HOSTILE_KIND");
-  const char* s = hostile_string(kind ? atoi(kind) : 0);
-  tb_hostile_table = tb_table;
-  if (tb_env_is("TB_HOSTILE_FIELD", "id")) tb_hostile_table.id = s;
-  if (tb_env_is("TB_HOSTILE_FIELD", "version")) tb_hostile_table.version = s;
-  if (tb_env_is("TB_HOSTILE_FIELD", "device_type_name")) tb_hostile_table.device_type_name = s;
-  return &tb_hostile_table;
+static const nnp_backend_v1 *tb_hostile_entry(const nnp_version *host_abi)
+{
+    if (tb_env_is("TB_CRASH", "entry_segv"))
+        *(volatile int *)(uintptr_t)host_abi->patch = 1; /* patch is 0: a write to address 0 */
+    if (tb_env_is("TB_CRASH", "entry_abort")) abort();
+    const char *kind = getenv("TB_HOSTILE_KIND");
+    const char *s = hostile_string(kind ? atoi(kind) : 0);
+    tb_hostile_table = tb_table;
+    if (tb_env_is("TB_HOSTILE_FIELD", "id")) tb_hostile_table.id = s;
+    if (tb_env_is("TB_HOSTILE_FIELD", "version")) tb_hostile_table.version = s;
+    if (tb_env_is("TB_HOSTILE_FIELD", "device_type_name")) tb_hostile_table.device_type_name = s;
+    return &tb_hostile_table;
 }
 #endif
 
-NNP_EXPORT const nnp_backend_v1* nnp_backend_entry(const nnp_version* host_abi) {
-  if (!host_abi) return NULL;
+NNP_EXPORT const nnp_backend_v1 *nnp_backend_entry(const nnp_version *host_abi)
+{
+    if (!host_abi) return NULL;
 #ifdef TB_HOSTILE
-  return tb_hostile_entry(host_abi);
+    return tb_hostile_entry(host_abi);
 #else
-  return &tb_table;
+    return &tb_table;
 #endif
 }

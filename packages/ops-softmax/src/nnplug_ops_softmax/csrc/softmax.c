@@ -14,314 +14,349 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "softmax_cl.h" /* generated from softmax.cl by hatch_build.py */
+#include "softmax_cl.h" /* generated from softmax.cl by the build hook (embed) */
 
 #define LANES 8
 #define MIN_PARALLEL_ELEMS (1 << 16) /* below this, threads cost more than they save */
 #define MAX_THREADS 64
 
 typedef struct {
-  int64_t axis; /* as given (may be negative) */
+    int64_t axis; /* as given (may be negative) */
 } softmax_priv;
 
 typedef struct {
-  uint64_t outer, axis_len, inner;
+    uint64_t outer, axis_len, inner;
 } layout3;
 
 /* ---- shapes ------------------------------------------------------------------------------ */
-static int resolve_axis(nnp_op_context* ctx, int64_t axis, uint32_t rank, uint32_t* out) {
-  int64_t a = axis < 0 ? axis + (int64_t)rank : axis;
-  if (rank == 0 || a < 0 || a >= (int64_t)rank) {
-    ctx->set_error(ctx, "attribute axis is out of range for the input's rank "
-                        "(use -rank..rank-1; rank must be >= 1)");
-    return NNP_STATUS_INVALID_ARGUMENT;
-  }
-  *out = (uint32_t)a;
-  return 0;
-}
-
-static int check_io(nnp_op_context* ctx, const nnp_op_tensor* in, uint32_t n_in, uint32_t n_out) {
-  if (n_in != 1 || n_out != 1) {
-    ctx->set_error(ctx, "cstSoftmax takes one input and gives one output");
-    return NNP_STATUS_INVALID_ARGUMENT;
-  }
-  if (!nnp_op_is_f32(in[0].attr.dtype)) {
-    ctx->set_error(ctx, "cstSoftmax supports float32 only");
-    return NNP_STATUS_UNSUPPORTED;
-  }
-  if (in[0].attr.n_dims > NNP_OP_MAX_DIMS) return NNP_STATUS_INVALID_ARGUMENT;
-  return 0;
-}
-
-static int32_t softmax_shape_infer(nnp_op_context* ctx, const nnp_op_tensor* in, uint32_t n_in,
-                                   nnp_op_tensor* out, uint32_t n_out) {
-  int rc = check_io(ctx, in, n_in, n_out);
-  if (rc) return rc;
-  uint32_t axis;
-  rc = resolve_axis(ctx, nnp_op_attr_int(ctx, "axis", -1), in[0].attr.n_dims, &axis);
-  if (rc) return rc;
-  out[0].attr.n_dims = in[0].attr.n_dims;
-  memcpy(out[0].attr.dims, in[0].attr.dims, sizeof in[0].attr.dims);
-  out[0].attr.dtype = in[0].attr.dtype;
-  return 0;
-}
-
-static int32_t softmax_init(nnp_op_context* ctx, const nnp_op_tensor* in, uint32_t n_in,
-                            const nnp_op_tensor* out, uint32_t n_out) {
-  (void)out;
-  int rc = check_io(ctx, in, n_in, n_out);
-  if (rc) return rc;
-  nnp_attr a;
-  int64_t axis = -1;
-  if (ctx->get_attr(ctx, "axis", &a) == NNP_OK) {
-    if (a.type != NNP_ATTR_INT || a.count != 1) {
-      ctx->set_error(ctx, "attribute axis must be an int");
-      return NNP_STATUS_INVALID_ARGUMENT;
+static int resolve_axis(nnp_op_context *ctx, int64_t axis, uint32_t rank, uint32_t *out)
+{
+    int64_t a = axis < 0 ? axis + (int64_t)rank : axis;
+    if (rank == 0 || a < 0 || a >= (int64_t)rank) {
+        ctx->set_error(ctx, "attribute axis is out of range for the input's rank "
+                            "(use -rank..rank-1; rank must be >= 1)");
+        return NNP_STATUS_INVALID_ARGUMENT;
     }
-    axis = *(const int64_t*)a.data;
-  }
-  uint32_t resolved;
-  rc = resolve_axis(ctx, axis, in[0].attr.n_dims, &resolved);
-  if (rc) return rc;
-  softmax_priv* p = malloc(sizeof *p);
-  if (!p) return NNP_STATUS_OUT_OF_MEMORY;
-  p->axis = axis;
-  ctx->priv_data = p;
-  return 0;
+    *out = (uint32_t)a;
+    return 0;
 }
 
-static int32_t softmax_destroy(nnp_op_context* ctx) {
-  free(ctx->priv_data);
-  ctx->priv_data = NULL;
-  return 0;
+static int check_io(nnp_op_context *ctx, const nnp_op_tensor *in, uint32_t n_in, uint32_t n_out)
+{
+    if (n_in != 1 || n_out != 1) {
+        ctx->set_error(ctx, "cstSoftmax takes one input and gives one output");
+        return NNP_STATUS_INVALID_ARGUMENT;
+    }
+    if (!nnp_op_is_f32(in[0].attr.dtype)) {
+        ctx->set_error(ctx, "cstSoftmax supports float32 only");
+        return NNP_STATUS_UNSUPPORTED;
+    }
+    if (in[0].attr.n_dims > NNP_OP_MAX_DIMS) return NNP_STATUS_INVALID_ARGUMENT;
+    return 0;
+}
+
+static int32_t softmax_shape_infer(nnp_op_context *ctx, const nnp_op_tensor *in, uint32_t n_in,
+                                   nnp_op_tensor *out, uint32_t n_out)
+{
+    int rc = check_io(ctx, in, n_in, n_out);
+    if (rc) return rc;
+    uint32_t axis;
+    rc = resolve_axis(ctx, nnp_op_attr_int(ctx, "axis", -1), in[0].attr.n_dims, &axis);
+    if (rc) return rc;
+    out[0].attr.n_dims = in[0].attr.n_dims;
+    memcpy(out[0].attr.dims, in[0].attr.dims, sizeof in[0].attr.dims);
+    out[0].attr.dtype = in[0].attr.dtype;
+    return 0;
+}
+
+static int32_t softmax_init(nnp_op_context *ctx, const nnp_op_tensor *in, uint32_t n_in,
+                            const nnp_op_tensor *out, uint32_t n_out)
+{
+    (void)out;
+    int rc = check_io(ctx, in, n_in, n_out);
+    if (rc) return rc;
+    nnp_attr a;
+    int64_t axis = -1;
+    if (ctx->get_attr(ctx, "axis", &a) == NNP_OK) {
+        if (a.type != NNP_ATTR_INT || a.count != 1) {
+            ctx->set_error(ctx, "attribute axis must be an int");
+            return NNP_STATUS_INVALID_ARGUMENT;
+        }
+        axis = *(const int64_t *)a.data;
+    }
+    uint32_t resolved;
+    rc = resolve_axis(ctx, axis, in[0].attr.n_dims, &resolved);
+    if (rc) return rc;
+    softmax_priv *p = malloc(sizeof *p);
+    if (!p) return NNP_STATUS_OUT_OF_MEMORY;
+    p->axis = axis;
+    ctx->priv_data = p;
+    return 0;
+}
+
+static int32_t softmax_destroy(nnp_op_context *ctx)
+{
+    free(ctx->priv_data);
+    ctx->priv_data = NULL;
+    return 0;
 }
 
 /* outer x axis_len x inner view of the actual input; checks the output matches. */
-static int view(nnp_op_context* ctx, const nnp_op_tensor* in, uint32_t n_in,
-                const nnp_op_tensor* out, uint32_t n_out, layout3* l) {
-  int rc = check_io(ctx, in, n_in, n_out);
-  if (rc) return rc;
-  const softmax_priv* p = ctx->priv_data;
-  uint32_t axis;
-  rc = resolve_axis(ctx, p ? p->axis : -1, in[0].attr.n_dims, &axis);
-  if (rc) return rc;
-  l->outer = l->inner = 1;
-  l->axis_len = (uint64_t)in[0].attr.dims[axis];
-  for (uint32_t d = 0; d < axis; ++d) l->outer *= (uint64_t)in[0].attr.dims[d];
-  for (uint32_t d = axis + 1; d < in[0].attr.n_dims; ++d) l->inner *= (uint64_t)in[0].attr.dims[d];
-  uint64_t n = l->outer * l->axis_len * l->inner;
-  if (in[0].attr.n_elems != n || out[0].attr.n_elems != n || in[0].mem.size < n * 4 ||
-      out[0].mem.size < n * 4 || !nnp_op_is_f32(out[0].attr.dtype)) {
-    ctx->set_error(ctx, "input/output sizes do not match");
-    return NNP_STATUS_SHAPE_ERROR;
-  }
-  if (n && (!in[0].mem.base || !out[0].mem.base)) {
-    ctx->set_error(ctx, "missing tensor memory");
-    return NNP_STATUS_INVALID_ARGUMENT;
-  }
-  return 0;
+static int view(nnp_op_context *ctx, const nnp_op_tensor *in, uint32_t n_in,
+                const nnp_op_tensor *out, uint32_t n_out, layout3 *l)
+{
+    int rc = check_io(ctx, in, n_in, n_out);
+    if (rc) return rc;
+    const softmax_priv *p = ctx->priv_data;
+    uint32_t axis;
+    rc = resolve_axis(ctx, p ? p->axis : -1, in[0].attr.n_dims, &axis);
+    if (rc) return rc;
+    l->outer = l->inner = 1;
+    l->axis_len = (uint64_t)in[0].attr.dims[axis];
+    for (uint32_t d = 0; d < axis; ++d) l->outer *= (uint64_t)in[0].attr.dims[d];
+    for (uint32_t d = axis + 1; d < in[0].attr.n_dims; ++d)
+        l->inner *= (uint64_t)in[0].attr.dims[d];
+    uint64_t n = l->outer * l->axis_len * l->inner;
+    if (in[0].attr.n_elems != n || out[0].attr.n_elems != n || in[0].mem.size < n * 4 ||
+        out[0].mem.size < n * 4 || !nnp_op_is_f32(out[0].attr.dtype)) {
+        ctx->set_error(ctx, "input/output sizes do not match");
+        return NNP_STATUS_SHAPE_ERROR;
+    }
+    if (n && (!in[0].mem.base || !out[0].mem.base)) {
+        ctx->set_error(ctx, "missing tensor memory");
+        return NNP_STATUS_INVALID_ARGUMENT;
+    }
+    return 0;
 }
 
 /* ---- CPU kernel ---------------------------------------------------------------------------- */
 /* exp for t <= 0 (NaN passes through, t > 0 is taken as 0), branch-free so loops over it vectorise. Cephes' expf
  * polynomial after range reduction; below -87.3 the result is flushed to 0. */
-static inline float exp_nonpos(float t) {
-  const float lo = -87.3f;
-  const int nan = t != t;
-  float x = t < lo ? lo : (t > 0.0f || nan ? 0.0f : t); /* keep the int conversion defined */
-  float fx = x * 1.44269504088896341f + 0.5f;
-  int n = (int)fx;
-  n -= (float)n > fx; /* floor */
-  float fn = (float)n;
-  x = x - fn * 0.693359375f + fn * 2.12194440e-4f;
-  float y = 1.9875691500e-4f;
-  y = y * x + 1.3981999507e-3f;
-  y = y * x + 8.3334519073e-3f;
-  y = y * x + 4.1665795894e-2f;
-  y = y * x + 1.6666665459e-1f;
-  y = y * x + 5.0000001201e-1f;
-  y = y * x * x + x + 1.0f;
-  union { uint32_t u; float f; } scale;
-  scale.u = (uint32_t)(n + 127) << 23;
-  float r = y * scale.f;
-  return nan ? t : (t < lo ? 0.0f : r);
+static inline float exp_nonpos(float t)
+{
+    const float lo = -87.3f;
+    const int nan = t != t;
+    float x = t < lo ? lo : (t > 0.0f || nan ? 0.0f : t); /* keep the int conversion defined */
+    float fx = x * 1.44269504088896341f + 0.5f;
+    int n = (int)fx;
+    n -= (float)n > fx; /* floor */
+    float fn = (float)n;
+    x = x - fn * 0.693359375f + fn * 2.12194440e-4f;
+    float y = 1.9875691500e-4f;
+    y = y * x + 1.3981999507e-3f;
+    y = y * x + 8.3334519073e-3f;
+    y = y * x + 4.1665795894e-2f;
+    y = y * x + 1.6666665459e-1f;
+    y = y * x + 5.0000001201e-1f;
+    y = y * x * x + x + 1.0f;
+    union {
+        uint32_t u;
+        float f;
+    } scale;
+    scale.u = (uint32_t)(n + 127) << 23;
+    float r = y * scale.f;
+    return nan ? t : (t < lo ? 0.0f : r);
 }
 
 /* One contiguous slice (inner == 1). */
-static void softmax_row(const float* restrict x, float* restrict y, uint64_t n) {
-  float acc[LANES];
-  for (int j = 0; j < LANES; ++j) acc[j] = x[0];
-  uint64_t i = 0;
-  for (; i + LANES <= n; i += LANES)
-    for (int j = 0; j < LANES; ++j) acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
-  float m = acc[0];
-  for (int j = 1; j < LANES; ++j) m = acc[j] > m ? acc[j] : m;
-  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
-  float sums[LANES] = {0};
-  for (i = 0; i + LANES <= n; i += LANES)
-    for (int j = 0; j < LANES; ++j) {
-      float e = exp_nonpos(x[i + j] - m);
-      y[i + j] = e;
-      sums[j] += e;
+static void softmax_row(const float *restrict x, float *restrict y, uint64_t n)
+{
+    float acc[LANES];
+    for (int j = 0; j < LANES; ++j) acc[j] = x[0];
+    uint64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int j = 0; j < LANES; ++j) acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
+    float m = acc[0];
+    for (int j = 1; j < LANES; ++j) m = acc[j] > m ? acc[j] : m;
+    for (; i < n; ++i) m = x[i] > m ? x[i] : m;
+    float sums[LANES] = {0};
+    for (i = 0; i + LANES <= n; i += LANES)
+        for (int j = 0; j < LANES; ++j) {
+            float e = exp_nonpos(x[i + j] - m);
+            y[i + j] = e;
+            sums[j] += e;
+        }
+    float s = 0.0f;
+    for (int j = 0; j < LANES; ++j) s += sums[j];
+    for (; i < n; ++i) {
+        float e = exp_nonpos(x[i] - m);
+        y[i] = e;
+        s += e;
     }
-  float s = 0.0f;
-  for (int j = 0; j < LANES; ++j) s += sums[j];
-  for (; i < n; ++i) {
-    float e = exp_nonpos(x[i] - m);
-    y[i] = e;
-    s += e;
-  }
-  float r = 1.0f / s;
-  for (i = 0; i < n; ++i) y[i] *= r;
+    float r = 1.0f / s;
+    for (i = 0; i < n; ++i) y[i] *= r;
 }
 
 /* One outer index with inner > 1: vectorise across the inner (contiguous) dimension.
  * scratch: 2 * inner floats. */
-static void softmax_strided(const float* restrict x, float* restrict y, uint64_t axis_len,
-                            uint64_t inner, float* restrict scratch) {
-  float* restrict m = scratch;
-  float* restrict s = scratch + inner;
-  memcpy(m, x, inner * sizeof(float));
-  for (uint64_t k = 1; k < axis_len; ++k) {
-    const float* xk = x + k * inner;
-    for (uint64_t i = 0; i < inner; ++i) m[i] = xk[i] > m[i] ? xk[i] : m[i];
-  }
-  for (uint64_t i = 0; i < inner; ++i) s[i] = 0.0f;
-  for (uint64_t k = 0; k < axis_len; ++k) {
-    const float* xk = x + k * inner;
-    float* yk = y + k * inner;
-    for (uint64_t i = 0; i < inner; ++i) {
-      float e = exp_nonpos(xk[i] - m[i]);
-      yk[i] = e;
-      s[i] += e;
+static void softmax_strided(const float *restrict x, float *restrict y, uint64_t axis_len,
+                            uint64_t inner, float *restrict scratch)
+{
+    float *restrict m = scratch;
+    float *restrict s = scratch + inner;
+    memcpy(m, x, inner * sizeof(float));
+    for (uint64_t k = 1; k < axis_len; ++k) {
+        const float *xk = x + k * inner;
+        for (uint64_t i = 0; i < inner; ++i) m[i] = xk[i] > m[i] ? xk[i] : m[i];
     }
-  }
-  for (uint64_t i = 0; i < inner; ++i) s[i] = 1.0f / s[i];
-  for (uint64_t k = 0; k < axis_len; ++k) {
-    float* yk = y + k * inner;
-    for (uint64_t i = 0; i < inner; ++i) yk[i] *= s[i];
-  }
+    for (uint64_t i = 0; i < inner; ++i) s[i] = 0.0f;
+    for (uint64_t k = 0; k < axis_len; ++k) {
+        const float *xk = x + k * inner;
+        float *yk = y + k * inner;
+        for (uint64_t i = 0; i < inner; ++i) {
+            float e = exp_nonpos(xk[i] - m[i]);
+            yk[i] = e;
+            s[i] += e;
+        }
+    }
+    for (uint64_t i = 0; i < inner; ++i) s[i] = 1.0f / s[i];
+    for (uint64_t k = 0; k < axis_len; ++k) {
+        float *yk = y + k * inner;
+        for (uint64_t i = 0; i < inner; ++i) yk[i] *= s[i];
+    }
 }
 
 typedef struct {
-  const float* x;
-  float* y;
-  layout3 l;
-  uint64_t begin, end; /* outer range */
-  int failed;
+    const float *x;
+    float *y;
+    layout3 l;
+    uint64_t begin, end; /* outer range */
+    int failed;
 } job;
 
-static void* run_job(void* arg) {
-  job* j = arg;
-  const uint64_t slice = j->l.axis_len * j->l.inner;
-  float* scratch = NULL;
-  if (j->l.inner > 1) {
-    scratch = malloc(2 * j->l.inner * sizeof(float));
-    if (!scratch) {
-      j->failed = 1;
-      return NULL;
+static void *run_job(void *arg)
+{
+    job *j = arg;
+    const uint64_t slice = j->l.axis_len * j->l.inner;
+    float *scratch = NULL;
+    if (j->l.inner > 1) {
+        scratch = malloc(2 * j->l.inner * sizeof(float));
+        if (!scratch) {
+            j->failed = 1;
+            return NULL;
+        }
     }
-  }
-  for (uint64_t o = j->begin; o < j->end; ++o) {
-    if (j->l.inner == 1)
-      softmax_row(j->x + o * slice, j->y + o * slice, j->l.axis_len);
-    else
-      softmax_strided(j->x + o * slice, j->y + o * slice, j->l.axis_len, j->l.inner, scratch);
-  }
-  free(scratch);
-  return NULL;
+    for (uint64_t o = j->begin; o < j->end; ++o) {
+        if (j->l.inner == 1) softmax_row(j->x + o * slice, j->y + o * slice, j->l.axis_len);
+        else
+            softmax_strided(j->x + o * slice, j->y + o * slice, j->l.axis_len, j->l.inner, scratch);
+    }
+    free(scratch);
+    return NULL;
 }
 
-static int32_t softmax_compute(nnp_op_context* ctx, const nnp_op_tensor* in, uint32_t n_in,
-                               const nnp_op_tensor* out, uint32_t n_out) {
-  layout3 l;
-  int rc = view(ctx, in, n_in, out, n_out, &l);
-  if (rc) return rc;
-  if (l.outer * l.axis_len * l.inner == 0) return 0;
-  const float* x = nnp_op_tensor_data(&in[0]);
-  float* y = nnp_op_tensor_data(&out[0]);
-  uint64_t n = l.outer * l.axis_len * l.inner;
-  uint64_t threads = ctx->num_threads > 0 ? (uint64_t)ctx->num_threads : 1;
-  if (threads > MAX_THREADS) threads = MAX_THREADS;
-  if (threads > l.outer) threads = l.outer;
-  if (n < MIN_PARALLEL_ELEMS) threads = 1;
-  job jobs[MAX_THREADS];
-  pthread_t tids[MAX_THREADS];
-  int started[MAX_THREADS] = {0};
-  for (uint64_t t = 0; t < threads; ++t) {
-    jobs[t] = (job){x, y, l, l.outer * t / threads, l.outer * (t + 1) / threads, 0};
-  }
-  for (uint64_t t = 1; t < threads; ++t)
-    started[t] = pthread_create(&tids[t], NULL, run_job, &jobs[t]) == 0;
-  run_job(&jobs[0]);
-  for (uint64_t t = 1; t < threads; ++t) {
-    if (started[t])
-      pthread_join(tids[t], NULL);
-    else
-      run_job(&jobs[t]); /* could not start a thread: do its share here */
-  }
-  for (uint64_t t = 0; t < threads; ++t)
-    if (jobs[t].failed) {
-      ctx->set_error(ctx, "out of memory for scratch space");
-      return NNP_STATUS_OUT_OF_MEMORY;
+static int32_t softmax_compute(nnp_op_context *ctx, const nnp_op_tensor *in, uint32_t n_in,
+                               const nnp_op_tensor *out, uint32_t n_out)
+{
+    layout3 l;
+    int rc = view(ctx, in, n_in, out, n_out, &l);
+    if (rc) return rc;
+    if (l.outer * l.axis_len * l.inner == 0) return 0;
+    const float *x = nnp_op_tensor_data(&in[0]);
+    float *y = nnp_op_tensor_data(&out[0]);
+    uint64_t n = l.outer * l.axis_len * l.inner;
+    uint64_t threads = ctx->num_threads > 0 ? (uint64_t)ctx->num_threads : 1;
+    if (threads > MAX_THREADS) threads = MAX_THREADS;
+    if (threads > l.outer) threads = l.outer;
+    if (n < MIN_PARALLEL_ELEMS) threads = 1;
+    job jobs[MAX_THREADS];
+    pthread_t tids[MAX_THREADS];
+    int started[MAX_THREADS] = {0};
+    for (uint64_t t = 0; t < threads; ++t) {
+        jobs[t] = (job){x, y, l, l.outer * t / threads, l.outer * (t + 1) / threads, 0};
     }
-  return 0;
+    for (uint64_t t = 1; t < threads; ++t)
+        started[t] = pthread_create(&tids[t], NULL, run_job, &jobs[t]) == 0;
+    run_job(&jobs[0]);
+    for (uint64_t t = 1; t < threads; ++t) {
+        if (started[t]) pthread_join(tids[t], NULL);
+        else run_job(&jobs[t]); /* could not start a thread: do its share here */
+    }
+    for (uint64_t t = 0; t < threads; ++t)
+        if (jobs[t].failed) {
+            ctx->set_error(ctx, "out of memory for scratch space");
+            return NNP_STATUS_OUT_OF_MEMORY;
+        }
+    return 0;
 }
 
 /* ---- GPU ------------------------------------------------------------------------------------ */
-static int32_t softmax_gpu_compute(nnp_op_context* ctx, const nnp_op_tensor* in, uint32_t n_in,
-                                   const nnp_op_tensor* out, uint32_t n_out) {
-  layout3 l;
-  int rc = view(ctx, in, n_in, out, n_out, &l);
-  if (rc) return rc;
-  uint64_t work = l.outer * l.inner;
-  if (work == 0 || l.axis_len == 0) return 0;
-  const nnp_cl_api* cl = ctx->cl;
-  if (!cl || !ctx->cl_kernel) {
-    ctx->set_error(ctx, "no OpenCL kernel in the context");
-    return NNP_STATUS_INVALID_ARGUMENT;
-  }
-  void* xm = in[0].mem.base;
-  void* ym = out[0].mem.base;
-  uint64_t xoff = in[0].mem.offset, yoff = out[0].mem.offset;
-  int32_t err = 0;
-  err |= cl->clSetKernelArg(ctx->cl_kernel, 0, sizeof xm, &xm);
-  err |= cl->clSetKernelArg(ctx->cl_kernel, 1, sizeof xoff, &xoff);
-  err |= cl->clSetKernelArg(ctx->cl_kernel, 2, sizeof ym, &ym);
-  err |= cl->clSetKernelArg(ctx->cl_kernel, 3, sizeof yoff, &yoff);
-  err |= cl->clSetKernelArg(ctx->cl_kernel, 4, sizeof l.outer, &l.outer);
-  err |= cl->clSetKernelArg(ctx->cl_kernel, 5, sizeof l.axis_len, &l.axis_len);
-  err |= cl->clSetKernelArg(ctx->cl_kernel, 6, sizeof l.inner, &l.inner);
-  if (err) {
-    ctx->set_error(ctx, "clSetKernelArg failed");
-    return NNP_STATUS_DEVICE_ERROR;
-  }
-  size_t global = (size_t)work;
-  err = cl->clEnqueueNDRangeKernel(ctx->cl_command_queue, ctx->cl_kernel, 1, NULL, &global, NULL,
-                                   0, NULL, NULL);
-  if (err) {
-    ctx->set_error(ctx, "clEnqueueNDRangeKernel failed");
-    return NNP_STATUS_DEVICE_ERROR;
-  }
-  return 0;
+static int32_t softmax_gpu_compute(nnp_op_context *ctx, const nnp_op_tensor *in, uint32_t n_in,
+                                   const nnp_op_tensor *out, uint32_t n_out)
+{
+    layout3 l;
+    int rc = view(ctx, in, n_in, out, n_out, &l);
+    if (rc) return rc;
+    uint64_t work = l.outer * l.inner;
+    if (work == 0 || l.axis_len == 0) return 0;
+    const nnp_cl_api *cl = ctx->cl;
+    if (!cl || !ctx->cl_kernel) {
+        ctx->set_error(ctx, "no OpenCL kernel in the context");
+        return NNP_STATUS_INVALID_ARGUMENT;
+    }
+    void *xm = in[0].mem.base;
+    void *ym = out[0].mem.base;
+    uint64_t xoff = in[0].mem.offset, yoff = out[0].mem.offset;
+    int32_t err = 0;
+    err |= cl->clSetKernelArg(ctx->cl_kernel, 0, sizeof xm, &xm);
+    err |= cl->clSetKernelArg(ctx->cl_kernel, 1, sizeof xoff, &xoff);
+    err |= cl->clSetKernelArg(ctx->cl_kernel, 2, sizeof ym, &ym);
+    err |= cl->clSetKernelArg(ctx->cl_kernel, 3, sizeof yoff, &yoff);
+    err |= cl->clSetKernelArg(ctx->cl_kernel, 4, sizeof l.outer, &l.outer);
+    err |= cl->clSetKernelArg(ctx->cl_kernel, 5, sizeof l.axis_len, &l.axis_len);
+    err |= cl->clSetKernelArg(ctx->cl_kernel, 6, sizeof l.inner, &l.inner);
+    if (err) {
+        ctx->set_error(ctx, "clSetKernelArg failed");
+        return NNP_STATUS_DEVICE_ERROR;
+    }
+    size_t global = (size_t)work;
+    err = cl->clEnqueueNDRangeKernel(ctx->cl_command_queue, ctx->cl_kernel, 1, NULL, &global, NULL,
+                                     0, NULL, NULL);
+    if (err) {
+        ctx->set_error(ctx, "clEnqueueNDRangeKernel failed");
+        return NNP_STATUS_DEVICE_ERROR;
+    }
+    return 0;
 }
 
 /* ---- the library ---------------------------------------------------------------------------- */
 #define VERSION {NNP_CUSTOM_OP_ABI_MAJOR, NNP_CUSTOM_OP_ABI_MINOR, NNP_CUSTOM_OP_ABI_PATCH}
 
-static const nnp_custom_op softmax_cpu = {
-    VERSION, sizeof(nnp_custom_op), NNP_OP_TARGET_CPU, "cstSoftmax", NULL, NULL, 0, NULL,
-    softmax_init, NULL, softmax_compute, NULL, softmax_destroy, softmax_shape_infer};
-static const nnp_custom_op softmax_gpu = {
-    VERSION, sizeof(nnp_custom_op), NNP_OP_TARGET_GPU, "cstSoftmax", "cst_softmax", softmax_cl,
-    sizeof softmax_cl - 1, NULL, softmax_init, NULL, softmax_gpu_compute, NULL, softmax_destroy,
-    softmax_shape_infer};
+static const nnp_custom_op softmax_cpu = {VERSION,
+                                          sizeof(nnp_custom_op),
+                                          NNP_OP_TARGET_CPU,
+                                          "cstSoftmax",
+                                          NULL,
+                                          NULL,
+                                          0,
+                                          NULL,
+                                          softmax_init,
+                                          NULL,
+                                          softmax_compute,
+                                          NULL,
+                                          softmax_destroy,
+                                          softmax_shape_infer};
+static const nnp_custom_op softmax_gpu = {VERSION,
+                                          sizeof(nnp_custom_op),
+                                          NNP_OP_TARGET_GPU,
+                                          "cstSoftmax",
+                                          "cst_softmax",
+                                          softmax_cl,
+                                          sizeof softmax_cl - 1,
+                                          NULL,
+                                          softmax_init,
+                                          NULL,
+                                          softmax_gpu_compute,
+                                          NULL,
+                                          softmax_destroy,
+                                          softmax_shape_infer};
 
-static const nnp_custom_op* const ops[] = {&softmax_cpu, &softmax_gpu};
+static const nnp_custom_op *const ops[] = {&softmax_cpu, &softmax_gpu};
 static const nnp_op_library library = {VERSION, sizeof(nnp_op_library), "nnplug-ops-softmax", 2,
                                        ops};
 
-NNP_EXPORT const nnp_op_library* nnp_custom_op_entry(const nnp_version* host_abi) {
-  (void)host_abi;
-  return &library;
+NNP_EXPORT const nnp_op_library *nnp_custom_op_entry(const nnp_version *host_abi)
+{
+    (void)host_abi;
+    return &library;
 }

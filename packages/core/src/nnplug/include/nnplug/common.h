@@ -62,6 +62,7 @@ extern "C" {
  * that has no NUL before unreadable memory, makes the plugin fail to load ("invalid table",
  * "invalid library", "invalid op"); a longer message (last_error, set_error) is cut. Bytes that
  * are not UTF-8 are shown as U+FFFD, and an id or name with them is refused as not a name. */
+// clang-format off: the limits and their comments, aligned
 #define NNP_MAX_ID_BYTES 32        /* nnp_backend_v1.id ([a-z][a-z0-9_]{0,31}) */
 #define NNP_MAX_VERSION_BYTES 64   /* nnp_backend_v1.version */
 #define NNP_MAX_NAME_BYTES 128     /* device_type_name, op_type, cl_kernel_name, library name,
@@ -71,6 +72,7 @@ extern "C" {
 #define NNP_MAX_CL_SOURCE_BYTES (16u << 20) /* cl_kernel_source given as text (cl_source_size) */
 #define NNP_MAX_TARGET_ATTRS_BYTES 16384 /* nnp_backend_v1.target_attrs (ABI 1.2) */
 #define NNP_MAX_PROVIDER_NAMES_BYTES 1024 /* nnp_backend_v1.provider_names (ABI 1.5) */
+// clang-format on
 
 /* ------------------------------------------------------------------------------------------ */
 /* Versions                                                                                    */
@@ -78,9 +80,9 @@ extern "C" {
 
 /* An ABI (or plugin) version. Always the FIRST member of a struct handed to the host. */
 typedef struct nnp_version {
-  uint32_t major; /* incompatible changes; must equal the host's */
-  uint32_t minor; /* additions at the end; must be <= the host's */
-  uint32_t patch; /* fixes; ignored when loading */
+    uint32_t major; /* incompatible changes; must equal the host's */
+    uint32_t minor; /* additions at the end; must be <= the host's */
+    uint32_t patch; /* fixes; ignored when loading */
 } nnp_version;
 
 /* ------------------------------------------------------------------------------------------ */
@@ -90,14 +92,14 @@ typedef struct nnp_version {
 typedef int32_t nnp_status;
 
 enum {
-  NNP_STATUS_OK = 0,
-  NNP_STATUS_ERROR = 1,            /* anything not covered below */
-  NNP_STATUS_INVALID_ARGUMENT = 2, /* a NULL/out-of-range argument, a wrong dtype/shape/rank */
-  NNP_STATUS_UNSUPPORTED = 3,      /* the plugin cannot do this (op, attribute, dtype, call) */
-  NNP_STATUS_OUT_OF_MEMORY = 4,    /* host or device allocation failed */
-  NNP_STATUS_DEVICE_ERROR = 5,     /* the device/driver reported an error */
-  NNP_STATUS_SHAPE_ERROR = 6,      /* input shapes inconsistent with the node */
-  NNP_STATUS_INTERNAL = 7          /* a bug in the plugin */
+    NNP_STATUS_OK = 0,
+    NNP_STATUS_ERROR = 1,            /* anything not covered below */
+    NNP_STATUS_INVALID_ARGUMENT = 2, /* a NULL/out-of-range argument, a wrong dtype/shape/rank */
+    NNP_STATUS_UNSUPPORTED = 3,      /* the plugin cannot do this (op, attribute, dtype, call) */
+    NNP_STATUS_OUT_OF_MEMORY = 4,    /* host or device allocation failed */
+    NNP_STATUS_DEVICE_ERROR = 5,     /* the device/driver reported an error */
+    NNP_STATUS_SHAPE_ERROR = 6,      /* input shapes inconsistent with the node */
+    NNP_STATUS_INTERNAL = 7          /* a bug in the plugin */
 };
 #define NNP_OK NNP_STATUS_OK
 
@@ -111,43 +113,43 @@ enum {
  * that device; two plugins giving one number different names (or one name different numbers)
  * are a load error naming both. */
 enum {
-  NNP_DEVICE_CPU = 1,
-  NNP_DEVICE_CUDA = 2,
-  NNP_DEVICE_CUDA_HOST = 3,
-  NNP_DEVICE_OPENCL = 4,
-  NNP_DEVICE_VULKAN = 7,
-  NNP_DEVICE_METAL = 8,
-  NNP_DEVICE_ROCM = 10,
-  NNP_DEVICE_EXTENSION_BASE = 64
+    NNP_DEVICE_CPU = 1,
+    NNP_DEVICE_CUDA = 2,
+    NNP_DEVICE_CUDA_HOST = 3,
+    NNP_DEVICE_OPENCL = 4,
+    NNP_DEVICE_VULKAN = 7,
+    NNP_DEVICE_METAL = 8,
+    NNP_DEVICE_ROCM = 10,
+    NNP_DEVICE_EXTENSION_BASE = 64
 };
 
 /* == DLDevice. 8 bytes. */
 typedef struct nnp_device {
-  int32_t device_type; /* DLPack device type number (see above) */
-  int32_t device_id;   /* index of the device of that type, 0-based */
+    int32_t device_type; /* DLPack device type number (see above) */
+    int32_t device_id;   /* index of the device of that type, 0-based */
 } nnp_device;
 
 /* Type codes of nnp_dtype.code == DLDataTypeCode. */
 enum {
-  NNP_DTYPE_INT = 0,
-  NNP_DTYPE_UINT = 1,
-  NNP_DTYPE_FLOAT = 2,
-  NNP_DTYPE_OPAQUE_HANDLE = 3, /* pointers (e.g. the elements of a STRINGS attribute) */
-  NNP_DTYPE_BFLOAT = 4,
-  NNP_DTYPE_COMPLEX = 5,
-  NNP_DTYPE_BOOL = 6, /* one byte per element, 0 or 1 */
+    NNP_DTYPE_INT = 0,
+    NNP_DTYPE_UINT = 1,
+    NNP_DTYPE_FLOAT = 2,
+    NNP_DTYPE_OPAQUE_HANDLE = 3, /* pointers (e.g. the elements of a STRINGS attribute) */
+    NNP_DTYPE_BFLOAT = 4,
+    NNP_DTYPE_COMPLEX = 5,
+    NNP_DTYPE_BOOL = 6, /* one byte per element, 0 or 1 */
   /* DLPack 1.1's codes for 8- and 4-bit floats (bits 8, or 4 for FLOAT4_E2M1FN); ONNX's
-   * FLOAT8E4M3FN, FLOAT8E4M3FNUZ, FLOAT8E5M2, FLOAT8E5M2FNUZ, FLOAT8E8M0, FLOAT4E2M1. */
-  NNP_DTYPE_FLOAT8_E4M3FN = 10,
-  NNP_DTYPE_FLOAT8_E4M3FNUZ = 11,
-  NNP_DTYPE_FLOAT8_E5M2 = 12,
-  NNP_DTYPE_FLOAT8_E5M2FNUZ = 13,
-  NNP_DTYPE_FLOAT8_E8M0FNU = 14,
-  NNP_DTYPE_FLOAT4_E2M1FN = 17,
-  /* nnplug's own code (>= 64, outside DLPack's): ONNX STRING tensors, backend ABI 1.3. Bits 128:
-   * each element is an nnp_string (below). Host memory only: the host passes string tensors
-   * only to backends with NNP_BACKEND_HOST_VISIBLE and release_strings (nnplug/backend.h). */
-  NNP_DTYPE_STRING = 64
+     * FLOAT8E4M3FN, FLOAT8E4M3FNUZ, FLOAT8E5M2, FLOAT8E5M2FNUZ, FLOAT8E8M0, FLOAT4E2M1. */
+    NNP_DTYPE_FLOAT8_E4M3FN = 10,
+    NNP_DTYPE_FLOAT8_E4M3FNUZ = 11,
+    NNP_DTYPE_FLOAT8_E5M2 = 12,
+    NNP_DTYPE_FLOAT8_E5M2FNUZ = 13,
+    NNP_DTYPE_FLOAT8_E8M0FNU = 14,
+    NNP_DTYPE_FLOAT4_E2M1FN = 17,
+    /* nnplug's own code (>= 64, outside DLPack's): ONNX STRING tensors, backend ABI 1.3. Bits 128:
+     * each element is an nnp_string (below). Host memory only: the host passes string tensors
+     * only to backends with NNP_BACKEND_HOST_VISIBLE and release_strings (nnplug/backend.h). */
+    NNP_DTYPE_STRING = 64
 };
 
 /* One element of a string tensor ({NNP_DTYPE_STRING, 128, 1}): `size` bytes of UTF-8 text at
@@ -156,17 +158,17 @@ enum {
  * the tensor); for kernel outputs the backend, which allocates them in kernel_run and frees
  * them in release_strings once the host has copied them. */
 typedef struct nnp_string {
-  const char* data;
-  uint64_t size;
+    const char *data;
+    uint64_t size;
 } nnp_string;
 
 /* == DLDataType. 4 bytes. float32 is {NNP_DTYPE_FLOAT, 32, 1}; bool is {NNP_DTYPE_BOOL, 8, 1}.
  * {0, 0, 0} means "unknown" in descriptors (never in tensors passed to a kernel). */
 typedef struct nnp_dtype {
-  uint8_t code;   /* NNP_DTYPE_* */
-  uint8_t bits;   /* bits per lane: 8, 16, 32, 64; 4 or 2 for the sub-byte types below;
-                     128 for NNP_DTYPE_STRING (one nnp_string) */
-  uint16_t lanes; /* 1 for scalars (nnplug only uses 1) */
+    uint8_t code;   /* NNP_DTYPE_* */
+    uint8_t bits;   /* bits per lane: 8, 16, 32, 64; 4 or 2 for the sub-byte types below;
+                       128 for NNP_DTYPE_STRING (one nnp_string) */
+    uint16_t lanes; /* 1 for scalars (nnplug only uses 1) */
 } nnp_dtype;
 
 /* Sub-byte types: ONNX's INT4/UINT4 are {NNP_DTYPE_INT/UINT, 4, 1}, INT2/UINT2 {.., 2, 1},
@@ -183,32 +185,35 @@ typedef struct nnp_dtype {
  * the caller and are valid during the call only; the memory behind `data` belongs to whoever
  * allocated it (for kernel inputs/outputs: the host). */
 typedef struct nnp_tensor {
-  void* data;
-  nnp_device device;
-  int32_t ndim;        /* 0 for scalars */
-  nnp_dtype dtype;
-  int64_t* shape;      /* ndim entries, each >= 0 (NULL allowed when ndim == 0) */
-  int64_t* strides;    /* NULL: compact row-major. Counted in elements, as in DLPack */
-  uint64_t byte_offset;
+    void *data;
+    nnp_device device;
+    int32_t ndim;        /* 0 for scalars */
+    nnp_dtype dtype;
+    int64_t *shape;      /* ndim entries, each >= 0 (NULL allowed when ndim == 0) */
+    int64_t *strides;    /* NULL: compact row-major. Counted in elements, as in DLPack */
+    uint64_t byte_offset;
 } nnp_tensor;
 
 /* Bytes per element of a dtype: 1 for the padded sub-byte types (bits 4 and 2), 0 for other
  * bit counts that are not whole bytes. */
-static inline uint64_t nnp_dtype_nbytes(nnp_dtype t) {
-  if ((t.bits == 4 || t.bits == 2) && t.lanes <= 1) return 1;
-  return (t.bits % 8 == 0) ? (uint64_t)(t.bits / 8) * (uint64_t)(t.lanes ? t.lanes : 1) : 0;
+static inline uint64_t nnp_dtype_nbytes(nnp_dtype t)
+{
+    if ((t.bits == 4 || t.bits == 2) && t.lanes <= 1) return 1;
+    return (t.bits % 8 == 0) ? (uint64_t)(t.bits / 8) * (uint64_t)(t.lanes ? t.lanes : 1) : 0;
 }
 
 /* Number of elements of a tensor (1 for scalars). */
-static inline int64_t nnp_tensor_numel(const nnp_tensor* t) {
-  int64_t n = 1;
-  for (int32_t i = 0; i < t->ndim; ++i) n *= t->shape[i];
-  return n;
+static inline int64_t nnp_tensor_numel(const nnp_tensor *t)
+{
+    int64_t n = 1;
+    for (int32_t i = 0; i < t->ndim; ++i) n *= t->shape[i];
+    return n;
 }
 
 /* Pointer to the first element of a host tensor. */
-static inline void* nnp_tensor_ptr(const nnp_tensor* t) {
-  return t->data ? (void*)((char*)t->data + t->byte_offset) : NULL;
+static inline void *nnp_tensor_ptr(const nnp_tensor *t)
+{
+    return t->data ? (void *)((char *)t->data + t->byte_offset) : NULL;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -217,43 +222,47 @@ static inline void* nnp_tensor_ptr(const nnp_tensor* t) {
 
 /* nnp_attr.type: the ONNX AttributeProto.AttributeType numbers. */
 enum {
-  NNP_ATTR_UNDEFINED = 0,
-  NNP_ATTR_FLOAT = 1,   /* data: const float*    (1 element), dtype float32 */
-  NNP_ATTR_INT = 2,     /* data: const int64_t*  (1 element), dtype int64 */
-  NNP_ATTR_STRING = 3,  /* data: const char*, NUL-terminated; count = bytes without the NUL;
-                           dtype uint8 */
-  NNP_ATTR_TENSOR = 4,  /* data: the tensor's elements, host memory, row-major; dtype, ndim and
-                           shape describe it; count = number of elements. A tensor of strings
-                           (ABI 1.3) is an array of nnp_string, dtype NNP_DTYPE_STRING */
-  NNP_ATTR_GRAPH = 5,   /* subgraphs are not passed: data NULL, count 0 */
-  NNP_ATTR_FLOATS = 6,  /* data: const float*   [count] */
-  NNP_ATTR_INTS = 7,    /* data: const int64_t* [count] */
-  NNP_ATTR_STRINGS = 8, /* data: const char* const* [count], each NUL-terminated;
-                           dtype {NNP_DTYPE_OPAQUE_HANDLE, 64, 1} */
-  NNP_ATTR_TENSORS = 9, /* not passed: data NULL, count 0 */
-  NNP_ATTR_GRAPHS = 10  /* not passed: data NULL, count 0 */
+    NNP_ATTR_UNDEFINED = 0,
+    NNP_ATTR_FLOAT = 1,   /* data: const float*    (1 element), dtype float32 */
+    NNP_ATTR_INT = 2,     /* data: const int64_t*  (1 element), dtype int64 */
+    NNP_ATTR_STRING = 3,  /* data: const char*, NUL-terminated; count = bytes without the NUL;
+                             dtype uint8 */
+    NNP_ATTR_TENSOR = 4,  /* data: the tensor's elements, host memory, row-major; dtype, ndim and
+                             shape describe it; count = number of elements. A tensor of strings
+                             (ABI 1.3) is an array of nnp_string, dtype NNP_DTYPE_STRING */
+    NNP_ATTR_GRAPH = 5,   /* subgraphs are not passed: data NULL, count 0 */
+    NNP_ATTR_FLOATS = 6,  /* data: const float*   [count] */
+    NNP_ATTR_INTS = 7,    /* data: const int64_t* [count] */
+    NNP_ATTR_STRINGS = 8, /* data: const char* const* [count], each NUL-terminated;
+                             dtype {NNP_DTYPE_OPAQUE_HANDLE, 64, 1} */
+    NNP_ATTR_TENSORS = 9, /* not passed: data NULL, count 0 */
+    NNP_ATTR_GRAPHS = 10  /* not passed: data NULL, count 0 */
 };
 
 /* One node attribute. Owned by the host, valid during the call that receives it. */
 typedef struct nnp_attr {
-  const char* name;     /* the ONNX attribute name, e.g. "kernel_shape" */
-  int32_t type;         /* NNP_ATTR_* */
-  nnp_dtype dtype;      /* element type of `data` (see NNP_ATTR_*) */
-  int64_t count;        /* number of elements behind `data` (1 for FLOAT/INT) */
-  const void* data;     /* host memory; NULL only when count == 0 */
-  int32_t ndim;         /* TENSOR: rank; scalars: 0; lists and strings: 1 */
-  const int64_t* shape; /* TENSOR: ndim entries; lists/strings: {count}; scalars: NULL */
+    const char *name;     /* the ONNX attribute name, e.g. "kernel_shape" */
+    int32_t type;         /* NNP_ATTR_* */
+    nnp_dtype dtype;      /* element type of `data` (see NNP_ATTR_*) */
+    int64_t count;        /* number of elements behind `data` (1 for FLOAT/INT) */
+    const void *data;     /* host memory; NULL only when count == 0 */
+    int32_t ndim;         /* TENSOR: rank; scalars: 0; lists and strings: 1 */
+    const int64_t *shape; /* TENSOR: ndim entries; lists/strings: {count}; scalars: NULL */
 } nnp_attr;
 
 /* Look up an attribute by name; NULL when the node does not have it. */
-static inline const nnp_attr* nnp_find_attr(const nnp_attr* attrs, int32_t num_attrs,
-                                            const char* name) {
-  for (int32_t i = 0; i < num_attrs; ++i) {
-    const char *a = attrs[i].name, *b = name;
-    while (*a && *a == *b) { ++a; ++b; }
-    if (*a == *b) return &attrs[i];
-  }
-  return NULL;
+static inline const nnp_attr *nnp_find_attr(const nnp_attr *attrs, int32_t num_attrs,
+                                            const char *name)
+{
+    for (int32_t i = 0; i < num_attrs; ++i) {
+        const char *a = attrs[i].name, *b = name;
+        while (*a && *a == *b) {
+            ++a;
+            ++b;
+        }
+        if (*a == *b) return &attrs[i];
+    }
+    return NULL;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -262,30 +271,30 @@ static inline const nnp_attr* nnp_find_attr(const nnp_attr* attrs, int32_t num_a
 
 /* A value (an input or output of a node) as known when the model is loaded. */
 typedef struct nnp_value_desc {
-  const char* name;       /* the ONNX value name; "" for an omitted optional input/output */
-  nnp_dtype dtype;        /* {0,0,0} when unknown */
-  int32_t ndim;           /* -1 when the rank is unknown (shape is then NULL) */
-  const int64_t* shape;   /* ndim entries; -1 for a dimension not known at load time
-                             (symbolic, e.g. a batch size) */
-  const void* const_data; /* non-NULL for constant inputs (weights, folded constants): the
-                             values, host memory, row-major, with the full static shape. Valid
-                             only during the call: copy or pre-pack what you keep. NULL for
-                             values computed at run time. */
-  uint64_t const_nbytes;  /* bytes behind const_data (0 when const_data is NULL) */
+    const char *name;       /* the ONNX value name; "" for an omitted optional input/output */
+    nnp_dtype dtype;        /* {0,0,0} when unknown */
+    int32_t ndim;           /* -1 when the rank is unknown (shape is then NULL) */
+    const int64_t *shape;   /* ndim entries; -1 for a dimension not known at load time
+                               (symbolic, e.g. a batch size) */
+    const void *const_data; /* non-NULL for constant inputs (weights, folded constants): the
+                               values, host memory, row-major, with the full static shape. Valid
+                               only during the call: copy or pre-pack what you keep. NULL for
+                               values computed at run time. */
+    uint64_t const_nbytes;  /* bytes behind const_data (0 when const_data is NULL) */
 } nnp_value_desc;
 
 /* One ONNX node. */
 typedef struct nnp_node_desc {
-  const char* name;    /* node name (unique in the model; generated when the model has none) */
-  const char* op_type; /* e.g. "Conv" */
-  const char* domain;  /* "" for the default ONNX domain ("ai.onnx") */
-  int64_t opset;       /* opset version of `domain` imported by the model */
-  int32_t num_attrs;
-  const nnp_attr* attrs;
-  int32_t num_inputs; /* including omitted optional inputs in the middle (name "") */
-  const nnp_value_desc* inputs;
-  int32_t num_outputs;
-  const nnp_value_desc* outputs;
+    const char *name;    /* node name (unique in the model; generated when the model has none) */
+    const char *op_type; /* e.g. "Conv" */
+    const char *domain;  /* "" for the default ONNX domain ("ai.onnx") */
+    int64_t opset;       /* opset version of `domain` imported by the model */
+    int32_t num_attrs;
+    const nnp_attr *attrs;
+    int32_t num_inputs; /* including omitted optional inputs in the middle (name "") */
+    const nnp_value_desc *inputs;
+    int32_t num_outputs;
+    const nnp_value_desc *outputs;
 } nnp_node_desc;
 
 #ifdef __cplusplus

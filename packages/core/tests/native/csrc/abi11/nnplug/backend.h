@@ -91,240 +91,239 @@ extern "C" {
 /* Ids a backend cannot take (they mean something else to the host). Besides these, an id must
  * be 1-32 characters of [a-z0-9_] starting with a letter. */
 #define NNP_RESERVED_BACKEND_IDS \
-  "auto", "all", "none", "default", "host", "python", "custom", "op", "nnplug"
+    "auto", "all", "none", "default", "host", "python", "custom", "op", "nnplug"
 
 /* An opaque kernel: whatever the backend allocates in kernel_create. */
 typedef struct nnp_kernel nnp_kernel;
 
 /* A backend-defined stream handle (a queue of device work). NULL is the default stream. */
-typedef void* nnp_stream;
+typedef void *nnp_stream;
 
 /* nnp_backend_v1.flags */
 enum {
-  /* Data-space handles ARE host pointers to host-readable/writable memory (CPU backends).
-   * The host may then use its own host memory as device memory (passing plain pointers),
-   * read results without copies and export tensors through DLPack without copying.
-   * Backends with device_type NNP_DEVICE_CPU must set it. */
-  NNP_BACKEND_HOST_VISIBLE = 1u << 0,
-  /* Kernels keep what they need of their constant inputs at kernel_create; at run time
-   * constant inputs are passed with data == NULL and the host keeps no device copy. */
-  NNP_BACKEND_KERNELS_OWN_CONSTANTS = 1u << 1
+    /* Data-space handles ARE host pointers to host-readable/writable memory (CPU backends).
+     * The host may then use its own host memory as device memory (passing plain pointers),
+     * read results without copies and export tensors through DLPack without copying.
+     * Backends with device_type NNP_DEVICE_CPU must set it. */
+    NNP_BACKEND_HOST_VISIBLE = 1u << 0,
+    /* Kernels keep what they need of their constant inputs at kernel_create; at run time
+     * constant inputs are passed with data == NULL and the host keeps no device copy. */
+    NNP_BACKEND_KERNELS_OWN_CONSTANTS = 1u << 1
 };
 
 /* Options passed to init(). The host fills struct_size = sizeof as it compiled it; a backend
  * reads only members within struct_size. */
 typedef struct nnp_init_options {
-  uint32_t struct_size;
-  nnp_version host_abi;  /* the host's backend ABI version */
-  int32_t num_threads;   /* worker threads the backend may use for one run; 0: backend's choice
-                            (typically the number of usable cores). Several runs may be in
-                            flight at once from different host threads. */
-  const char* config;    /* backend-specific settings as a JSON object text, or NULL */
+    uint32_t struct_size;
+    nnp_version host_abi;  /* the host's backend ABI version */
+    int32_t num_threads;   /* worker threads the backend may use for one run; 0: backend's choice
+                              (typically the number of usable cores). Several runs may be in
+                              flight at once from different host threads. */
+    const char *config;    /* backend-specific settings as a JSON object text, or NULL */
 } nnp_init_options;
 
 /* Device attribute kinds for get_attr (TVM's DeviceAttrKind numbers). */
 enum {
-  NNP_DEVICE_ATTR_EXIST = 0,                       /* int: 1 if the device exists */
-  NNP_DEVICE_ATTR_MAX_THREADS_PER_BLOCK = 1,       /* int */
-  NNP_DEVICE_ATTR_WARP_SIZE = 2,                   /* int */
-  NNP_DEVICE_ATTR_MAX_SHARED_MEMORY_PER_BLOCK = 3, /* int, bytes */
-  NNP_DEVICE_ATTR_COMPUTE_VERSION = 4,             /* string, e.g. "3.0" */
-  NNP_DEVICE_ATTR_DEVICE_NAME = 5,                 /* string */
-  NNP_DEVICE_ATTR_MAX_CLOCK_RATE = 6,              /* int, kHz */
-  NNP_DEVICE_ATTR_MULTI_PROCESSOR_COUNT = 7,       /* int (cores for a CPU) */
-  NNP_DEVICE_ATTR_MAX_THREAD_DIMENSIONS = 8,       /* string, JSON list e.g. "[1024,1024,64]" */
-  NNP_DEVICE_ATTR_API_VERSION = 11,                /* int or string */
-  NNP_DEVICE_ATTR_DRIVER_VERSION = 12,             /* string */
-  NNP_DEVICE_ATTR_L2_CACHE_SIZE_BYTES = 13,        /* int, bytes */
-  NNP_DEVICE_ATTR_TOTAL_GLOBAL_MEMORY = 14,        /* int, bytes */
-  NNP_DEVICE_ATTR_AVAILABLE_GLOBAL_MEMORY = 15     /* int, bytes */
+    NNP_DEVICE_ATTR_EXIST = 0,                       /* int: 1 if the device exists */
+    NNP_DEVICE_ATTR_MAX_THREADS_PER_BLOCK = 1,       /* int */
+    NNP_DEVICE_ATTR_WARP_SIZE = 2,                   /* int */
+    NNP_DEVICE_ATTR_MAX_SHARED_MEMORY_PER_BLOCK = 3, /* int, bytes */
+    NNP_DEVICE_ATTR_COMPUTE_VERSION = 4,             /* string, e.g. "3.0" */
+    NNP_DEVICE_ATTR_DEVICE_NAME = 5,                 /* string */
+    NNP_DEVICE_ATTR_MAX_CLOCK_RATE = 6,              /* int, kHz */
+    NNP_DEVICE_ATTR_MULTI_PROCESSOR_COUNT = 7,       /* int (cores for a CPU) */
+    NNP_DEVICE_ATTR_MAX_THREAD_DIMENSIONS = 8,       /* string, JSON list e.g. "[1024,1024,64]" */
+    NNP_DEVICE_ATTR_API_VERSION = 11,                /* int or string */
+    NNP_DEVICE_ATTR_DRIVER_VERSION = 12,             /* string */
+    NNP_DEVICE_ATTR_L2_CACHE_SIZE_BYTES = 13,        /* int, bytes */
+    NNP_DEVICE_ATTR_TOTAL_GLOBAL_MEMORY = 14,        /* int, bytes */
+    NNP_DEVICE_ATTR_AVAILABLE_GLOBAL_MEMORY = 15     /* int, bytes */
 };
 
 /* nnp_attr_value.type */
 enum {
-  NNP_ATTR_VALUE_NONE = 0,   /* the device cannot tell (not an error) */
-  NNP_ATTR_VALUE_INT = 1,    /* in `i` */
-  NNP_ATTR_VALUE_STRING = 2  /* in `s`, NUL-terminated, truncated to fit */
+    NNP_ATTR_VALUE_NONE = 0,   /* the device cannot tell (not an error) */
+    NNP_ATTR_VALUE_INT = 1,    /* in `i` */
+    NNP_ATTR_VALUE_STRING = 2  /* in `s`, NUL-terminated, truncated to fit */
 };
 
 /* A device attribute's value, filled by get_attr (the host zeroes it before the call). */
 typedef struct nnp_attr_value {
-  int32_t type; /* NNP_ATTR_VALUE_* */
-  int64_t i;
-  char s[256];
+    int32_t type; /* NNP_ATTR_VALUE_* */
+    int64_t i;
+    char s[256];
 } nnp_attr_value;
 
 /* copy_data_from_to direction. */
 enum {
-  NNP_COPY_HOST_TO_DEVICE = 1,  /* from: host pointer; to: data-space handle */
-  NNP_COPY_DEVICE_TO_HOST = 2,  /* from: data-space handle; to: host pointer */
-  NNP_COPY_DEVICE_TO_DEVICE = 3 /* both data-space handles of this backend */
+    NNP_COPY_HOST_TO_DEVICE = 1,  /* from: host pointer; to: data-space handle */
+    NNP_COPY_DEVICE_TO_HOST = 2,  /* from: data-space handle; to: host pointer */
+    NNP_COPY_DEVICE_TO_DEVICE = 3 /* both data-space handles of this backend */
 };
 
 /* One kernel call of a planned sequence (see run_steps). Built once by the host at load time
  * and reused by every run: read-only for the backend. */
 typedef struct nnp_step {
-  const nnp_kernel* kernel;
-  int32_t num_inputs;
-  const nnp_tensor* inputs;     /* shapes, dtypes, devices, byte offsets: complete */
-  const int32_t* input_slots;   /* per input: slot index, or -1. With a slot s >= 0 the input is
-                                   inputs[i] with data replaced by slots[s] (byte_offset is the
-                                   offset inside that slot's buffer). With -1 inputs[i] is used
-                                   as is (constants; data NULL for omitted inputs and for
-                                   constants under NNP_BACKEND_KERNELS_OWN_CONSTANTS). */
-  int32_t num_outputs;
-  const nnp_tensor* outputs;
-  const int32_t* output_slots;  /* as input_slots */
+    const nnp_kernel *kernel;
+    int32_t num_inputs;
+    const nnp_tensor *inputs;     /* shapes, dtypes, devices, byte offsets: complete */
+    const int32_t *input_slots;   /* per input: slot index, or -1. With a slot s >= 0 the input is
+                                     inputs[i] with data replaced by slots[s] (byte_offset is the
+                                     offset inside that slot's buffer). With -1 inputs[i] is used
+                                     as is (constants; data NULL for omitted inputs and for
+                                     constants under NNP_BACKEND_KERNELS_OWN_CONSTANTS). */
+    int32_t num_outputs;
+    const nnp_tensor *outputs;
+    const int32_t *output_slots;  /* as input_slots */
 } nnp_step;
 
 /* One node a kernel ran, as reported to a profile hook (see set_profile_hook, ABI 1.1). Valid
  * only during the hook call. */
 typedef struct nnp_profile_event {
-  uint32_t struct_size;             /* sizeof(nnp_profile_event) as the backend compiled it */
-  const char* node_name;            /* the node that ran */
-  const char* op_type;              /* its op type */
-  int32_t num_fused;                /* nodes folded or fused into it (they ran as part of it) */
-  const char* const* fused_names;   /* [num_fused] their names */
-  const char* const* fused_op_types; /* [num_fused] their op types */
-  int64_t start_ns;                 /* when it started, CLOCK_MONOTONIC nanoseconds */
-  int64_t duration_ns;
-  int32_t num_inputs;               /* the node's inputs (an omitted one has rank 0) */
-  const int32_t* input_ndims;       /* [num_inputs] */
-  const int64_t* input_shapes;      /* [num_inputs * NNP_MAX_NDIM]: row i at i * NNP_MAX_NDIM */
-  int32_t num_outputs;
-  const int32_t* output_ndims;      /* [num_outputs] */
-  const int64_t* output_shapes;     /* [num_outputs * NNP_MAX_NDIM]: row o at o * NNP_MAX_NDIM */
+    uint32_t struct_size;             /* sizeof(nnp_profile_event) as the backend compiled it */
+    const char *node_name;            /* the node that ran */
+    const char *op_type;              /* its op type */
+    int32_t num_fused;                /* nodes folded or fused into it (they ran as part of it) */
+    const char *const *fused_names;   /* [num_fused] their names */
+    const char *const *fused_op_types; /* [num_fused] their op types */
+    int64_t start_ns;                 /* when it started, CLOCK_MONOTONIC nanoseconds */
+    int64_t duration_ns;
+    int32_t num_inputs;               /* the node's inputs (an omitted one has rank 0) */
+    const int32_t *input_ndims;       /* [num_inputs] */
+    const int64_t *input_shapes;      /* [num_inputs * NNP_MAX_NDIM]: row i at i * NNP_MAX_NDIM */
+    int32_t num_outputs;
+    const int32_t *output_ndims;      /* [num_outputs] */
+    const int64_t *output_shapes; /* [num_outputs * NNP_MAX_NDIM]: row o at o * NNP_MAX_NDIM */
 } nnp_profile_event;
 
-typedef void (*nnp_profile_hook)(void* user, const nnp_profile_event* event);
+typedef void (*nnp_profile_hook)(void *user, const nnp_profile_event *event);
 
-typedef nnp_status (*nnp_kernel_run_fn)(const nnp_kernel* kernel, const nnp_tensor* inputs,
-                                        int32_t num_inputs, const nnp_tensor* outputs,
-                                        int32_t num_outputs, void* workspace,
+typedef nnp_status (*nnp_kernel_run_fn)(const nnp_kernel *kernel, const nnp_tensor *inputs,
+                                        int32_t num_inputs, const nnp_tensor *outputs,
+                                        int32_t num_outputs, void *workspace,
                                         uint64_t workspace_nbytes, nnp_stream stream);
 
 /* The function table. Static, constant, valid while the library is loaded. */
 typedef struct nnp_backend_v1 {
-  /* ---- identity (read before init) -------------------------------------------------- */
-  nnp_version abi_version; /* FIRST: {NNP_BACKEND_ABI_MAJOR, _MINOR, _PATCH} as compiled */
-  uint32_t struct_size;    /* sizeof(nnp_backend_v1) as compiled */
-  uint32_t flags;          /* NNP_BACKEND_* bits */
-  const char* id;          /* REQUIRED. Short unique name, [a-z][a-z0-9_]{0,31}, not one of
-                              NNP_RESERVED_BACKEND_IDS. Used in backend preference lists.
-                              At most NNP_MAX_ID_BYTES bytes (see common.h). */
-  const char* version;     /* the backend's own version text, e.g. "0.3.1"; may be NULL.
-                              At most NNP_MAX_VERSION_BYTES bytes. */
-  int32_t device_type;     /* DLPack device type number of the device it runs on */
-  const char* device_type_name; /* name for an extension device type (>= 64), e.g. "mynpu";
-                                   NULL for DLPack's own types. At most NNP_MAX_NAME_BYTES. */
+    /* ---- identity (read before init) -------------------------------------------------- */
+    nnp_version abi_version; /* FIRST: {NNP_BACKEND_ABI_MAJOR, _MINOR, _PATCH} as compiled */
+    uint32_t struct_size; /* sizeof(nnp_backend_v1) as compiled */
+    uint32_t flags; /* NNP_BACKEND_* bits */
+    const char *id; /* REQUIRED. Short unique name, [a-z][a-z0-9_]{0,31}, not one of
+                       NNP_RESERVED_BACKEND_IDS. Used in backend preference lists.
+                       At most NNP_MAX_ID_BYTES bytes (see common.h). */
+    const char *version; /* the backend's own version text, e.g. "0.3.1"; may be NULL.
+                            At most NNP_MAX_VERSION_BYTES bytes. */
+    int32_t device_type; /* DLPack device type number of the device it runs on */
+    const char *device_type_name; /* name for an extension device type (>= 64), e.g. "mynpu";
+                                     NULL for DLPack's own types. At most NNP_MAX_NAME_BYTES. */
 
-  /* ---- lifecycle --------------------------------------------------------------------- */
-  /* OPTIONAL. Called once after loading, before any call below. May fail with a message
-   * (e.g. "no OpenCL platform found; install pocl-opencl-icd"): the backend is then not
-   * registered and the library is unloaded. */
-  nnp_status (*init)(const nnp_init_options* options);
-  /* OPTIONAL. Called once before unloading; must release everything. */
-  void (*shutdown)(void);
-  /* REQUIRED. The calling thread's last error message, or NULL/"" when none. The string is
-   * owned by the backend and stays valid until the next call on the same thread. */
-  const char* (*last_error)(void);
-  /* OPTIONAL. Change the worker thread count for later runs (0: backend's choice). */
-  nnp_status (*set_num_threads)(int32_t num_threads);
+    /* ---- lifecycle --------------------------------------------------------------------- */
+    /* OPTIONAL. Called once after loading, before any call below. May fail with a message
+     * (e.g. "no OpenCL platform found; install pocl-opencl-icd"): the backend is then not
+     * registered and the library is unloaded. */
+    nnp_status (*init)(const nnp_init_options *options);
+    /* OPTIONAL. Called once before unloading; must release everything. */
+    void (*shutdown)(void);
+    /* REQUIRED. The calling thread's last error message, or NULL/"" when none. The string is
+     * owned by the backend and stays valid until the next call on the same thread. */
+    const char *(*last_error)(void);
+    /* OPTIONAL. Change the worker thread count for later runs (0: backend's choice). */
+    nnp_status (*set_num_threads)(int32_t num_threads);
 
-  /* ---- device API (TVM's DeviceAPI) -------------------------------------------------- */
-  /* REQUIRED. Fill *out (zeroed by the host) for attribute `kind` (NNP_DEVICE_ATTR_*).
-   * Unknown kinds: leave type NNP_ATTR_VALUE_NONE and return NNP_OK. */
-  nnp_status (*get_attr)(nnp_device dev, int32_t kind, nnp_attr_value* out);
-  /* OPTIONAL. Make `dev` current for the calling thread. NULL: no-op. */
-  nnp_status (*set_device)(nnp_device dev);
-  /* REQUIRED. Allocate nbytes (> 0) of device memory aligned to `alignment` bytes (a power of
-   * two >= 1). *out receives the handle: a host pointer under NNP_BACKEND_HOST_VISIBLE,
-   * otherwise an opaque handle (e.g. cl_mem). type_hint is the element type, or {0,0,0}. */
-  nnp_status (*alloc_data_space)(nnp_device dev, uint64_t nbytes, uint64_t alignment,
-                                 nnp_dtype type_hint, void** out);
-  /* REQUIRED. Free a handle from alloc_data_space. NULL: no-op. */
-  nnp_status (*free_data_space)(nnp_device dev, void* handle);
-  /* OPTIONAL (both or neither). Scratch memory for kernel workspaces, typically pooled.
-   * NULL: the host pools alloc_data_space blocks itself. */
-  nnp_status (*alloc_workspace)(nnp_device dev, uint64_t nbytes, nnp_dtype type_hint,
-                                void** out);
-  nnp_status (*free_workspace)(nnp_device dev, void* handle);
-  /* REQUIRED. Copy nbytes from (from + from_offset) to (to + to_offset). `kind` says which
-   * side is host memory (NNP_COPY_*); dev_from/dev_to are the devices of each side (host
-   * memory is {NNP_DEVICE_CPU, 0}). With stream == NULL the copy is complete on return;
-   * otherwise it is queued on `stream` and complete after stream_sync. */
-  nnp_status (*copy_data_from_to)(const void* from, uint64_t from_offset, void* to,
-                                  uint64_t to_offset, uint64_t nbytes, nnp_device dev_from,
-                                  nnp_device dev_to, int32_t kind, nnp_stream stream);
-  /* OPTIONAL (all five or none). NULL: the device has one queue and every call completes
-   * before it returns. */
-  nnp_status (*create_stream)(nnp_device dev, nnp_stream* out);
-  nnp_status (*free_stream)(nnp_device dev, nnp_stream stream);
-  nnp_status (*set_stream)(nnp_device dev, nnp_stream stream); /* current stream of thread */
-  nnp_status (*stream_sync)(nnp_device dev, nnp_stream stream); /* wait for all queued work */
-  /* Work queued on `dst` after this call waits for the work queued on `src` before it. */
-  nnp_status (*sync_stream_from_to)(nnp_device dev, nnp_stream src, nnp_stream dst);
+    /* ---- device API (TVM's DeviceAPI) -------------------------------------------------- */
+    /* REQUIRED. Fill *out (zeroed by the host) for attribute `kind` (NNP_DEVICE_ATTR_*).
+     * Unknown kinds: leave type NNP_ATTR_VALUE_NONE and return NNP_OK. */
+    nnp_status (*get_attr)(nnp_device dev, int32_t kind, nnp_attr_value *out);
+    /* OPTIONAL. Make `dev` current for the calling thread. NULL: no-op. */
+    nnp_status (*set_device)(nnp_device dev);
+    /* REQUIRED. Allocate nbytes (> 0) of device memory aligned to `alignment` bytes (a power of
+     * two >= 1). *out receives the handle: a host pointer under NNP_BACKEND_HOST_VISIBLE,
+     * otherwise an opaque handle (e.g. cl_mem). type_hint is the element type, or {0,0,0}. */
+    nnp_status (*alloc_data_space)(nnp_device dev, uint64_t nbytes, uint64_t alignment,
+                                   nnp_dtype type_hint, void **out);
+    /* REQUIRED. Free a handle from alloc_data_space. NULL: no-op. */
+    nnp_status (*free_data_space)(nnp_device dev, void *handle);
+    /* OPTIONAL (both or neither). Scratch memory for kernel workspaces, typically pooled.
+     * NULL: the host pools alloc_data_space blocks itself. */
+    nnp_status (*alloc_workspace)(nnp_device dev, uint64_t nbytes, nnp_dtype type_hint, void **out);
+    nnp_status (*free_workspace)(nnp_device dev, void *handle);
+    /* REQUIRED. Copy nbytes from (from + from_offset) to (to + to_offset). `kind` says which
+     * side is host memory (NNP_COPY_*); dev_from/dev_to are the devices of each side (host
+     * memory is {NNP_DEVICE_CPU, 0}). With stream == NULL the copy is complete on return;
+     * otherwise it is queued on `stream` and complete after stream_sync. */
+    nnp_status (*copy_data_from_to)(const void *from, uint64_t from_offset, void *to,
+                                    uint64_t to_offset, uint64_t nbytes, nnp_device dev_from,
+                                    nnp_device dev_to, int32_t kind, nnp_stream stream);
+    /* OPTIONAL (all five or none). NULL: the device has one queue and every call completes
+     * before it returns. */
+    nnp_status (*create_stream)(nnp_device dev, nnp_stream *out);
+    nnp_status (*free_stream)(nnp_device dev, nnp_stream stream);
+    nnp_status (*set_stream)(nnp_device dev, nnp_stream stream); /* current stream of thread */
+    nnp_status (*stream_sync)(nnp_device dev, nnp_stream stream); /* wait for all queued work */
+    /* Work queued on `dst` after this call waits for the work queued on `src` before it. */
+    nnp_status (*sync_stream_from_to)(nnp_device dev, nnp_stream src, nnp_stream dst);
 
-  /* ---- capabilities ------------------------------------------------------------------ */
-  /* REQUIRED. *out_supported = 1 if the backend can run `node` as described (op, domain,
-   * opset, attributes, dtypes, ranks; shapes may contain -1), else 0. Must be cheap and must
-   * not fail for nodes it does not know: answer 0 (return an error only for a broken call). */
-  nnp_status (*supports)(const nnp_node_desc* node, int32_t* out_supported);
-  /* OPTIONAL. Given num_nodes >= 1 consecutive supported nodes (in topological order, each
-   * consuming only graph values or outputs of earlier nodes), set *out_taken to how many
-   * leading nodes (1..num_nodes) ONE kernel created from them would run, e.g. 2 for
-   * Conv followed by Relu. NULL: every node is its own kernel. */
-  nnp_status (*fuse)(const nnp_node_desc* nodes, int32_t num_nodes, int32_t* out_taken);
+    /* ---- capabilities ------------------------------------------------------------------ */
+    /* REQUIRED. *out_supported = 1 if the backend can run `node` as described (op, domain,
+     * opset, attributes, dtypes, ranks; shapes may contain -1), else 0. Must be cheap and must
+     * not fail for nodes it does not know: answer 0 (return an error only for a broken call). */
+    nnp_status (*supports)(const nnp_node_desc *node, int32_t *out_supported);
+    /* OPTIONAL. Given num_nodes >= 1 consecutive supported nodes (in topological order, each
+     * consuming only graph values or outputs of earlier nodes), set *out_taken to how many
+     * leading nodes (1..num_nodes) ONE kernel created from them would run, e.g. 2 for
+     * Conv followed by Relu. NULL: every node is its own kernel. */
+    nnp_status (*fuse)(const nnp_node_desc *nodes, int32_t num_nodes, int32_t *out_taken);
 
-  /* ---- kernels ----------------------------------------------------------------------- */
-  /* REQUIRED. Create a kernel for `num_nodes` consecutive nodes (1, or what fuse() took)
-   * running on `dev`. Constant inputs carry const_data (valid during this call only). The
-   * kernel must be immutable afterwards (see threads). */
-  nnp_status (*kernel_create)(const nnp_node_desc* nodes, int32_t num_nodes, nnp_device dev,
-                              nnp_kernel** out);
-  /* REQUIRED. Destroy a kernel; never called while it runs. NULL kernel: no-op. */
-  nnp_status (*kernel_destroy)(nnp_kernel* kernel);
-  /* OPTIONAL (required to run nodes whose output shapes are not all known at load time).
-   * From the actual inputs (data valid, on the device), fill out_ndims[num_outputs] and
-   * out_shapes[num_outputs * NNP_MAX_NDIM] (row o starts at o * NNP_MAX_NDIM). Output
-   * dtypes are those of the node descriptors. NULL: the host refuses, at load time, to build
-   * kernels with non-static outputs. */
-  nnp_status (*kernel_output_shapes)(const nnp_kernel* kernel, const nnp_tensor* inputs,
-                                     int32_t num_inputs, int32_t num_outputs,
-                                     int32_t* out_ndims, int64_t* out_shapes);
-  /* OPTIONAL. Scratch bytes kernel_run needs for these tensors (data may be NULL: only shapes
-   * and dtypes count). NULL: 0. */
-  nnp_status (*kernel_workspace_size)(const nnp_kernel* kernel, const nnp_tensor* inputs,
-                                      int32_t num_inputs, const nnp_tensor* outputs,
-                                      int32_t num_outputs, uint64_t* out_nbytes);
-  /* REQUIRED. Compute the outputs (allocated by the host with the shapes given) from the
-   * inputs. workspace: at least the bytes kernel_workspace_size asked for (NULL if 0),
-   * exclusive to this call. stream: where to queue the work (NULL: default; with streams the
-   * call may return before the work completes). Reentrant. */
-  nnp_status (*kernel_run)(const nnp_kernel* kernel, const nnp_tensor* inputs,
-                           int32_t num_inputs, const nnp_tensor* outputs, int32_t num_outputs,
-                           void* workspace, uint64_t workspace_nbytes, nnp_stream stream);
-  /* OPTIONAL. Run a planned sequence of kernel calls, in order, in ONE call: slots[s] is the
-   * data pointer (or handle) for tensors whose slot index is s (see nnp_step). The workspace
-   * is at least the largest kernel_workspace_size of the steps. NULL: the host calls
-   * kernel_run once per step. On failure *out_failed_step (when not NULL) receives the index
-   * of the failing step, so the host can name its node. nnp_run_steps_default() below is a
-   * correct implementation. */
-  nnp_status (*run_steps)(const nnp_step* steps, int32_t num_steps, void* const* slots,
-                          int32_t num_slots, void* workspace, uint64_t workspace_nbytes,
-                          nnp_stream stream, int32_t* out_failed_step);
+    /* ---- kernels ----------------------------------------------------------------------- */
+    /* REQUIRED. Create a kernel for `num_nodes` consecutive nodes (1, or what fuse() took)
+     * running on `dev`. Constant inputs carry const_data (valid during this call only). The
+     * kernel must be immutable afterwards (see threads). */
+    nnp_status (*kernel_create)(const nnp_node_desc *nodes, int32_t num_nodes, nnp_device dev,
+                                nnp_kernel **out);
+    /* REQUIRED. Destroy a kernel; never called while it runs. NULL kernel: no-op. */
+    nnp_status (*kernel_destroy)(nnp_kernel *kernel);
+    /* OPTIONAL (required to run nodes whose output shapes are not all known at load time).
+     * From the actual inputs (data valid, on the device), fill out_ndims[num_outputs] and
+     * out_shapes[num_outputs * NNP_MAX_NDIM] (row o starts at o * NNP_MAX_NDIM). Output
+     * dtypes are those of the node descriptors. NULL: the host refuses, at load time, to build
+     * kernels with non-static outputs. */
+    nnp_status (*kernel_output_shapes)(const nnp_kernel *kernel, const nnp_tensor *inputs,
+                                       int32_t num_inputs, int32_t num_outputs, int32_t *out_ndims,
+                                       int64_t *out_shapes);
+    /* OPTIONAL. Scratch bytes kernel_run needs for these tensors (data may be NULL: only shapes
+     * and dtypes count). NULL: 0. */
+    nnp_status (*kernel_workspace_size)(const nnp_kernel *kernel, const nnp_tensor *inputs,
+                                        int32_t num_inputs, const nnp_tensor *outputs,
+                                        int32_t num_outputs, uint64_t *out_nbytes);
+    /* REQUIRED. Compute the outputs (allocated by the host with the shapes given) from the
+     * inputs. workspace: at least the bytes kernel_workspace_size asked for (NULL if 0),
+     * exclusive to this call. stream: where to queue the work (NULL: default; with streams the
+     * call may return before the work completes). Reentrant. */
+    nnp_status (*kernel_run)(const nnp_kernel *kernel, const nnp_tensor *inputs, int32_t num_inputs,
+                             const nnp_tensor *outputs, int32_t num_outputs, void *workspace,
+                             uint64_t workspace_nbytes, nnp_stream stream);
+    /* OPTIONAL. Run a planned sequence of kernel calls, in order, in ONE call: slots[s] is the
+     * data pointer (or handle) for tensors whose slot index is s (see nnp_step). The workspace
+     * is at least the largest kernel_workspace_size of the steps. NULL: the host calls
+     * kernel_run once per step. On failure *out_failed_step (when not NULL) receives the index
+     * of the failing step, so the host can name its node. nnp_run_steps_default() below is a
+     * correct implementation. */
+    nnp_status (*run_steps)(const nnp_step *steps, int32_t num_steps, void *const *slots,
+                            int32_t num_slots, void *workspace, uint64_t workspace_nbytes,
+                            nnp_stream stream, int32_t *out_failed_step);
 
-  /* ---- since ABI 1.1 ----------------------------------------------------------------- */
-  /* OPTIONAL. Per-node timing inside kernels, for profilers. While a hook is set on the
-   * calling thread, the kernel_run() and run_steps() calls made on that thread call
-   * hook(user, &event) once for every node they ran (fused nodes reported inside the node
-   * that ran them), right after it ran. hook == NULL removes it. Thread-local: runs on other
-   * threads are not affected. NULL entry: the host times whole kernels only. */
-  nnp_status (*set_profile_hook)(nnp_profile_hook hook, void* user);
+    /* ---- since ABI 1.1 ----------------------------------------------------------------- */
+    /* OPTIONAL. Per-node timing inside kernels, for profilers. While a hook is set on the
+     * calling thread, the kernel_run() and run_steps() calls made on that thread call
+     * hook(user, &event) once for every node they ran (fused nodes reported inside the node
+     * that ran them), right after it ran. hook == NULL removes it. Thread-local: runs on other
+     * threads are not affected. NULL entry: the host times whole kernels only. */
+    nnp_status (*set_profile_hook)(nnp_profile_hook hook, void *user);
 } nnp_backend_v1;
 
 /* The entry symbol every backend defines (with NNP_EXPORT). */
-NNP_EXPORT const nnp_backend_v1* nnp_backend_entry(const nnp_version* host_abi);
+NNP_EXPORT const nnp_backend_v1 *nnp_backend_entry(const nnp_version *host_abi);
 
 /* Largest number of inputs or outputs of one step nnp_run_steps_default handles. */
 #define NNP_RUN_STEPS_MAX_IO 64
@@ -339,41 +338,42 @@ NNP_EXPORT const nnp_backend_v1* nnp_backend_entry(const nnp_version* host_abi);
  * Returns NNP_STATUS_INVALID_ARGUMENT without running anything further when a step has more
  * than NNP_RUN_STEPS_MAX_IO inputs/outputs or a slot index out of range (no message is
  * recorded for those: the host checks them before calling). */
-static inline nnp_status nnp_run_steps_default(nnp_kernel_run_fn run, const nnp_step* steps,
-                                               int32_t num_steps, void* const* slots,
-                                               int32_t num_slots, void* workspace,
+static inline nnp_status nnp_run_steps_default(nnp_kernel_run_fn run, const nnp_step *steps,
+                                               int32_t num_steps, void *const *slots,
+                                               int32_t num_slots, void *workspace,
                                                uint64_t workspace_nbytes, nnp_stream stream,
-                                               int32_t* out_failed_step) {
-  nnp_tensor in[NNP_RUN_STEPS_MAX_IO];
-  nnp_tensor out[NNP_RUN_STEPS_MAX_IO];
-  for (int32_t s = 0; s < num_steps; ++s) {
-    const nnp_step* st = &steps[s];
-    if (out_failed_step) *out_failed_step = s;
-    if (st->num_inputs < 0 || st->num_inputs > NNP_RUN_STEPS_MAX_IO || st->num_outputs < 0 ||
-        st->num_outputs > NNP_RUN_STEPS_MAX_IO)
-      return NNP_STATUS_INVALID_ARGUMENT;
-    for (int32_t i = 0; i < st->num_inputs; ++i) {
-      int32_t slot = st->input_slots ? st->input_slots[i] : -1;
-      in[i] = st->inputs[i];
-      if (slot >= 0) {
-        if (slot >= num_slots) return NNP_STATUS_INVALID_ARGUMENT;
-        in[i].data = slots[slot];
-      }
+                                               int32_t *out_failed_step)
+{
+    nnp_tensor in[NNP_RUN_STEPS_MAX_IO];
+    nnp_tensor out[NNP_RUN_STEPS_MAX_IO];
+    for (int32_t s = 0; s < num_steps; ++s) {
+        const nnp_step *st = &steps[s];
+        if (out_failed_step) *out_failed_step = s;
+        if (st->num_inputs < 0 || st->num_inputs > NNP_RUN_STEPS_MAX_IO || st->num_outputs < 0 ||
+            st->num_outputs > NNP_RUN_STEPS_MAX_IO)
+            return NNP_STATUS_INVALID_ARGUMENT;
+        for (int32_t i = 0; i < st->num_inputs; ++i) {
+            int32_t slot = st->input_slots ? st->input_slots[i] : -1;
+            in[i] = st->inputs[i];
+            if (slot >= 0) {
+                if (slot >= num_slots) return NNP_STATUS_INVALID_ARGUMENT;
+                in[i].data = slots[slot];
+            }
+        }
+        for (int32_t i = 0; i < st->num_outputs; ++i) {
+            int32_t slot = st->output_slots ? st->output_slots[i] : -1;
+            out[i] = st->outputs[i];
+            if (slot >= 0) {
+                if (slot >= num_slots) return NNP_STATUS_INVALID_ARGUMENT;
+                out[i].data = slots[slot];
+            }
+        }
+        nnp_status rc = run(st->kernel, in, st->num_inputs, out, st->num_outputs, workspace,
+                            workspace_nbytes, stream);
+        if (rc != NNP_STATUS_OK) return rc;
     }
-    for (int32_t i = 0; i < st->num_outputs; ++i) {
-      int32_t slot = st->output_slots ? st->output_slots[i] : -1;
-      out[i] = st->outputs[i];
-      if (slot >= 0) {
-        if (slot >= num_slots) return NNP_STATUS_INVALID_ARGUMENT;
-        out[i].data = slots[slot];
-      }
-    }
-    nnp_status rc = run(st->kernel, in, st->num_inputs, out, st->num_outputs, workspace,
-                        workspace_nbytes, stream);
-    if (rc != NNP_STATUS_OK) return rc;
-  }
-  if (out_failed_step) *out_failed_step = -1;
-  return NNP_STATUS_OK;
+    if (out_failed_step) *out_failed_step = -1;
+    return NNP_STATUS_OK;
 }
 
 #ifdef __cplusplus

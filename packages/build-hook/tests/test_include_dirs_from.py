@@ -1,13 +1,11 @@
-"""``include_dirs_from`` of nnplug's native build hook: the include/ folders of installed
+"""``include_dirs_from`` of the nnplug-native build hook: the include/ folders of installed
 distributions (headers shipped as wheels), and a clear error for one that is not installed."""
 
 import os
 
 import pytest
 
-pytest.importorskip("hatchling")
-
-from nnplug.native_build import NativeBuildError, dist_include_dirs  # noqa: E402
+from nnplug_build_hook.native import NativeBuildError, dist_include_dirs
 
 
 def test_include_folders_of_an_installed_distribution_hold_its_headers():

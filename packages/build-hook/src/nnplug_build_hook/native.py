@@ -1,12 +1,14 @@
-"""The build of a native nnplug plugin: one hatchling build hook that every native package
-uses, the in-tree ones and those ``nnplug new ... --native`` generates.
+"""The build of a native nnplug plugin: one hatchling build hook, ``nnplug-native``, that every
+native package uses, the in-tree ones and those ``nnplug new ... --native`` generates.
 
-A package configures it in its ``pyproject.toml``::
+A package names this distribution as a build requirement and configures the hook in its
+``pyproject.toml``::
 
-    [tool.hatch.build.hooks.custom]
-    path = "hatch_build.py"          # a small loader that finds this file
+    [build-system]
+    requires = ["hatchling>=1.27", "nnplug-build-hook>=0.1"]
+    build-backend = "hatchling.build"
 
-    [tool.nnplug.native]
+    [tool.hatch.build.hooks.nnplug-native]
     package = "nnplug_backend_x"     # the import package under src/
     library = "libnnplug_backend_x.so"
     sources = ["csrc/*.c"]           # globs under src/<package>/
@@ -22,9 +24,8 @@ What it does:
   tags the wheel for the platform the library really needs (``manylinux_2_<glibc>`` from the
   GLIBC symbol versions it references; the library is loaded with ctypes and does not link
   libpython, hence ``py3-none``). No sources go into the wheel.
-- **sdist**: ships nnplug's versioned C headers (``include/nnplug/*.h``) and this file
-  (``_nnplug_build/native_build.py``), so the sdist builds anywhere with only hatchling and a
-  compiler, in pip's isolated build too.
+- **sdist**: ships nnplug's versioned C headers (``include/nnplug/*.h``), so the sdist builds
+  anywhere with hatchling, this hook and a compiler, in pip's isolated build too.
 - A library that cannot be built **fails the build** with the reason (no compiler, no headers,
   a compile error). ``NNPLUG_ALLOW_NO_NATIVE=1`` opts out: the wheel is then pure Python and
   the package must cope at run time (it reports the missing library).
@@ -34,8 +35,8 @@ What it does:
 Headers are looked for in ``NNPLUG_INCLUDE``, ``include/`` in the project (sdists and generated
 projects), the monorepo's core beside the package, then the nnplug importable by the build.
 
-This file must stay importable on its own (the build environment has hatchling, not nnplug's
-dependencies).
+This module imports nothing but hatchling and the standard library: the build environment
+has neither nnplug nor its dependencies.
 """
 
 from __future__ import annotations
@@ -50,12 +51,18 @@ import sysconfig
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
+PLUGIN_NAME = "nnplug-native"
 HEADER = os.path.join("nnplug", "common.h")
 ALLOW_NO_NATIVE = "NNPLUG_ALLOW_NO_NATIVE"
 CFLAGS = ["-O3", "-std=c11", "-fPIC", "-shared", "-fvisibility=hidden", "-pthread",
           "-fno-math-errno", "-fno-trapping-math", "-Wall", "-Wextra",
           "-Wno-missing-field-initializers"]
 OLDEST_MANYLINUX = (2, 17)
+SETTINGS = {"package", "library", "sources", "embed", "libs", "cflags", "include_dirs_from"}
+REQUIRED = ("package", "library")
+# options hatchling itself reads from every build hook's table
+HATCH_SETTINGS = {"dependencies", "require-runtime-dependencies", "require-runtime-features",
+                  "enable-by-default"}
 
 
 class NativeBuildError(RuntimeError):
@@ -147,33 +154,36 @@ def platform_tag(library: str) -> str:
 
 
 class NativeBuildHook(BuildHookInterface):
-    """The hatchling hook (``CustomBuildHook`` in each package's hatch_build.py)."""
+    """The hatchling build hook ``nnplug-native`` (registered in hooks.py)."""
+
+    PLUGIN_NAME = PLUGIN_NAME
 
     def config_table(self) -> dict:
-        table = self.metadata.config.get("tool", {}).get("nnplug", {}).get("native")
-        if not table or "package" not in table or "library" not in table:
-            raise NativeBuildError(
-                f"{self.root}/pyproject.toml: [tool.nnplug.native] with 'package' and "
-                f"'library' is required by nnplug's native build hook")
-        return table
+        where = f"{self.root}/pyproject.toml: [tool.hatch.build.hooks.{PLUGIN_NAME}]"
+        missing = [key for key in REQUIRED if key not in self.config]
+        if missing:
+            raise NativeBuildError(f"{where} lacks {', '.join(map(repr, missing))}: nnplug's "
+                                   f"native build hook needs the import package and the "
+                                   f"library's file name (docs/native-build.md)")
+        unknown = sorted(set(self.config) - SETTINGS - HATCH_SETTINGS)
+        if unknown:
+            raise NativeBuildError(f"{where} has unknown setting(s) {', '.join(map(repr, unknown))}; "
+                                   f"known: {', '.join(sorted(SETTINGS))}")
+        return {key: value for key, value in self.config.items() if key in SETTINGS}
 
     def initialize(self, version, build_data):
         cfg = self.config_table()
         if self.target_name == "sdist":
-            self._ship_build_inputs(build_data)
+            self._ship_headers(build_data)
         elif self.target_name == "wheel":
             self._build_library(version, build_data, cfg)
 
-    def _ship_build_inputs(self, build_data):
+    def _ship_headers(self, build_data):
         include = find_include(self.root)
         if include is None:
             raise NativeBuildError(self._no_headers())
         if os.path.abspath(include) != os.path.abspath(os.path.join(self.root, "include")):
             build_data["force_include"][os.path.join(include, "nnplug")] = "include/nnplug"
-        own = os.path.join(self.root, "_nnplug_build", "native_build.py")
-        if not os.path.isfile(own):
-            build_data["force_include"][os.path.abspath(__file__)] = \
-                "_nnplug_build/native_build.py"
 
     def _no_headers(self) -> str:
         return ("nnplug's C headers were not found (looked in NNPLUG_INCLUDE, include/ in the "
