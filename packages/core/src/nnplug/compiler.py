@@ -10,15 +10,14 @@ from typing import TYPE_CHECKING
 
 from .errors import ModelError, NnplugError, PluginError
 from .executor import Plan, Step, plan_frees
-from .native.string_tensors import node_has_strings
+from .graph import node_has_strings
 from .planner import partitions, subgraph_for
 from .target import Target
 from .tensor import Tensor
 
 if TYPE_CHECKING:
     from .backend import Backend
-    from .graph import Node
-    from .loader import Model
+    from .graph import Model, Node
     from .planner import Placement
 
 

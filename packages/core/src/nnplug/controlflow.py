@@ -20,8 +20,7 @@ from onnx import helper
 from .device import CPU
 from .errors import BackendError, ModelError
 from .executor import Step
-from .graph import Node, SubGraph, ValueInfo
-from .loader import Model, outer_reads, subgraphs
+from .graph import Model, Node, SubGraph, ValueInfo, outer_reads, subgraphs
 from .tensor import HOST_API, Tensor
 from .values import TensorSequence, from_host
 

@@ -207,7 +207,8 @@ def _shadowed(rep: _Report, loaded: dict, rt) -> None:
 
 def _model(rep: _Report, path: str, backends: list) -> None:
     from .errors import NnplugError
-    from .loader import load, whole_graph
+    from .graph import whole_graph
+    from .loader import load
     from .static_shapes import FIX, reason, static_shapes_only
 
     rep.line(f"Model {path}:")

@@ -19,8 +19,8 @@ import onnx
 from onnx import helper
 
 from .errors import ModelError, ModelWarning
-from .graph import Node, SubGraph, ValueInfo
-from .loader import Model, load, whole_graph
+from .graph import Model, Node, SubGraph, ValueInfo, whole_graph
+from .loader import load
 
 MAX_ROUNDS = 16
 """Nesting depth of functions in functions that expansion follows."""

@@ -22,12 +22,12 @@ import numpy as np
 from .compiler import build_steps
 from .errors import ModelWarning, NnplugError
 from .executor import Plan, run_steps
-from .loader import reinfer, whole_graph
+from .graph import whole_graph
+from .inference import reinfer
 from .planner import constant_nodes
 
 if TYPE_CHECKING:
-    from .graph import Node, ValueInfo
-    from .loader import Model
+    from .graph import Model, Node, ValueInfo
     from .planner import Placer
     from .target import Target
 

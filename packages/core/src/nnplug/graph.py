@@ -149,3 +149,84 @@ def subgraph_to_model(sg: SubGraph) -> onnx.ModelProto:
                                    [vi(i) for i in sg.inputs], [vi(o) for o in sg.outputs], inits)
     opsets = [onnx.helper.make_opsetid(d, v) for d, v in sg.opsets.items()]
     return onnx.helper.make_model(graph, opset_imports=opsets)
+
+
+# -- the model the stages pass on, and utilities every stage may use ------------------------------
+@dataclass
+class Model:
+    nodes: list[Node]
+    inputs: list[ValueInfo]
+    """Inputs the user feeds (graph inputs that are not initializers)."""
+    outputs: list[ValueInfo]
+    constants: dict[str, np.ndarray]
+    values: dict[str, ValueInfo]
+    opsets: dict[str, int]
+    name: str = "model"
+    producers: dict[str, Node] = field(default_factory=dict)
+    proto: onnx.ModelProto | None = None
+    """The model as read (before shape inference): later stages rebuild from it."""
+    warnings: list[str] = field(default_factory=list)
+    """What the checker found that onnxruntime accepts too (see nnplug.checking)."""
+    ir_version: int | None = None
+    """The model's IR version (the loader sets it; None: the newest onnx knows)."""
+
+
+def whole_graph(model: Model, nodes: list[Node], constants: dict[str, np.ndarray]) -> SubGraph:
+    """``nodes`` of ``model`` as one graph (what ``supports`` sees while nodes are placed)."""
+    return SubGraph(nodes, [v.name for v in model.inputs], [v.name for v in model.outputs],
+                    constants, model.values, model.opsets, model.name)
+
+
+def subgraphs(n: onnx.NodeProto):
+    """(attribute name, graph) for each subgraph attribute of ``n`` (If's branches, bodies)."""
+    import onnx
+
+    for a in n.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            yield a.name, a.g
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            for g in a.graphs:
+                yield a.name, g
+
+
+def outer_reads(g: onnx.GraphProto) -> list[str]:
+    """Names ``g`` (and the subgraphs in it) reads that it does not define."""
+    defined = {i.name for i in g.input} | {t.name for t in g.initializer} | {""}
+    defined |= {t.values.name for t in g.sparse_initializer}
+    reads: list[str] = []
+
+    def read(x):
+        if x not in defined and x not in reads:
+            reads.append(x)
+
+    for n in g.node:
+        for x in n.input:
+            read(x)
+        for _, sub in subgraphs(n):
+            for x in outer_reads(sub):
+                read(x)
+        defined.update(n.output)
+    for o in g.output:
+        read(o.name)
+    return reads
+
+
+def is_string(dtype) -> bool:
+    """Whether values of this numpy dtype are ONNX strings (object, str or bytes arrays)."""
+    return dtype is not None and np.dtype(dtype).kind in "OUS"
+
+
+def node_has_strings(node, values: dict, constants: dict) -> bool:
+    """Whether a node reads or writes a string tensor (as far as the graph's types tell)."""
+    for name in [*node.inputs, *node.outputs]:
+        if not name:
+            continue
+        arr = constants.get(name)
+        if arr is not None:
+            if is_string(np.asarray(arr).dtype):
+                return True
+            continue
+        info = values.get(name)
+        if info is not None and is_string(getattr(info, "dtype", None)):
+            return True
+    return False

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
@@ -13,26 +12,9 @@ from onnx import numpy_helper
 from . import ml_types
 from .checking import check_model
 from .errors import ModelError
-from .graph import Node, SubGraph, ValueInfo, attribute_value, value_info
-from .validate import check_before_inference, node_schema
-
-
-@dataclass
-class Model:
-    nodes: list[Node]
-    inputs: list[ValueInfo]
-    """Inputs the user feeds (graph inputs that are not initializers)."""
-    outputs: list[ValueInfo]
-    constants: dict[str, np.ndarray]
-    values: dict[str, ValueInfo]
-    opsets: dict[str, int]
-    name: str = "model"
-    producers: dict[str, Node] = field(default_factory=dict)
-    proto: onnx.ModelProto | None = None
-    """The model as read (before shape inference): later stages rebuild from it."""
-    warnings: list[str] = field(default_factory=list)
-    """What the checker found that onnxruntime accepts too (see nnplug.checking)."""
-    ir_version: int = onnx.IR_VERSION
+from .graph import Model, Node, ValueInfo, attribute_value, outer_reads, subgraphs, value_info
+from .inference import collect_values, infer
+from .validate import node_schema
 
 
 def read_model(model, external_data_dir: str | os.PathLike | None = None) -> onnx.ModelProto:
@@ -97,70 +79,6 @@ def _with_external_data(proto: onnx.ModelProto, folder, what: str) -> onnx.Model
     return copy
 
 
-def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
-    check_before_inference(model)  # values ONNX's inference itself would crash on
-    try:
-        return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False,
-                                                 data_prop=True)
-    except Exception as e:
-        raise ModelError(f"ONNX shape inference failed: {e}") from None
-
-
-def _collect_values(model: onnx.ModelProto) -> dict[str, ValueInfo]:
-    g = model.graph
-    values = {}
-    for vi in list(g.value_info) + list(g.input) + list(g.output):
-        info = value_info(vi)
-        old = values.get(vi.name)
-        if old is None or (old.shape is None and info.shape is not None):
-            values[vi.name] = info
-    for init in g.initializer:
-        values[init.name] = ValueInfo(
-            init.name, np.dtype(onnx.helper.tensor_dtype_to_np_dtype(init.data_type)),
-            tuple(int(d) for d in init.dims))
-    return values
-
-
-# Constants up to this many elements go into a re-inferred model with their data (shape
-# inputs are small); larger ones only with their type and shape, so weights are not copied.
-_REINFER_DATA_LIMIT = 4096
-
-
-def reinfer(model: Model, nodes: list[Node], constants: dict[str, np.ndarray]
-            ) -> dict[str, ValueInfo]:
-    """Types and shapes from ONNX shape inference run again over ``nodes`` of ``model``,
-    with ``constants`` (initializers and folded values) known; the model's inputs keep
-    their declared (possibly symbolic) shapes. Outputs of nodes ONNX cannot infer (custom
-    domains) keep the types ``model.values`` gives them."""
-    g = model.proto.graph
-    read = {x for n in nodes for x in n.inputs if x} | {o.name for o in g.output}
-    inits, const_inputs = [], []
-    for name in sorted(read & set(constants)):
-        a = np.asarray(constants[name])
-        if a.size <= _REINFER_DATA_LIMIT or a.dtype == object:
-            inits.append(numpy_helper.from_array(a, name))
-        else:
-            elem = onnx.helper.np_dtype_to_tensor_dtype(a.dtype)
-            const_inputs.append(onnx.helper.make_tensor_value_info(name, elem, list(a.shape)))
-    typed = []
-    for n in nodes:
-        if n.domain in ("", "ai.onnx", ml_types.ML):
-            continue
-        for o in n.outputs:
-            v = model.values.get(o) if o else None
-            if v is not None and v.dtype is not None and v.kind == "tensor":
-                elem = onnx.helper.np_dtype_to_tensor_dtype(v.dtype)
-                typed.append(onnx.helper.make_tensor_value_info(
-                    o, elem, list(v.shape) if v.shape is not None else None))
-    inputs = [i for i in g.input if i.name not in constants] + const_inputs
-    graph = onnx.helper.make_graph([n.proto for n in nodes], g.name or "model", inputs,
-                                   list(g.output), inits, value_info=typed)
-    proto = onnx.helper.make_model(graph, opset_imports=list(model.proto.opset_import),
-                                   functions=list(model.proto.functions))
-    proto.ir_version = model.proto.ir_version or onnx.IR_VERSION
-    return _collect_values(ml_types.complete(_infer(proto), _infer))
-
-
 def load(model, custom_ops: dict | None = None, external_data_dir=None) -> Model:
     """Read, check and shape-infer ``model``. ``custom_ops`` (op_type -> CustomOp) supply
     ``shape_infer`` for the nodes ONNX cannot infer; ``external_data_dir``: see read_model."""
@@ -171,8 +89,8 @@ def load(model, custom_ops: dict | None = None, external_data_dir=None) -> Model
     warned = check_model(proto)
 
     opsets = {op.domain or "": op.version for op in proto.opset_import}
-    inferred = ml_types.complete(_infer(proto), _infer)
-    values = _collect_values(inferred)
+    inferred = ml_types.complete(infer(proto), infer)
+    values = collect_values(inferred)
     nodes = _make_nodes(inferred, opsets)
     _check_topology(nodes, inferred)
 
@@ -240,38 +158,6 @@ def _names_read(nodes: list[Node]) -> set[str]:
     return read
 
 
-def subgraphs(n: onnx.NodeProto):
-    """(attribute name, graph) for each subgraph attribute of ``n`` (If's branches, bodies)."""
-    for a in n.attribute:
-        if a.type == onnx.AttributeProto.GRAPH:
-            yield a.name, a.g
-        elif a.type == onnx.AttributeProto.GRAPHS:
-            for g in a.graphs:
-                yield a.name, g
-
-
-def outer_reads(g: onnx.GraphProto) -> list[str]:
-    """Names ``g`` (and the subgraphs in it) reads that it does not define."""
-    defined = {i.name for i in g.input} | {t.name for t in g.initializer} | {""}
-    defined |= {t.values.name for t in g.sparse_initializer}
-    reads: list[str] = []
-
-    def read(x):
-        if x not in defined and x not in reads:
-            reads.append(x)
-
-    for n in g.node:
-        for x in n.input:
-            read(x)
-        for _, sub in subgraphs(n):
-            for x in outer_reads(sub):
-                read(x)
-        defined.update(n.output)
-    for o in g.output:
-        read(o.name)
-    return reads
-
-
 def _check_topology(nodes: list[Node], model: onnx.ModelProto) -> None:
     g = model.graph
     known = {i.name for i in g.input} | {t.name for t in g.initializer} | {""}
@@ -302,16 +188,16 @@ def _custom_shape_inference(model, nodes, values, custom_ops) -> dict[str, Value
         if any(v is None or v.shape is None for v in ins):
             continue  # unknown input shapes: leave the outputs to run time
         try:
-            shapes, dtypes = op.shape_infer(node, [list(v.shape) for v in ins],
+            shapes, dtypes = op.shapeinfer(node, [list(v.shape) for v in ins],
                                             [v.dtype for v in ins])
         except Exception as e:
             raise CustomOpError(
-                f"custom op {node.op_type!r} failed in shape_infer() on node {node.name!r}: "
+                f"custom op {node.op_type!r} failed in shapeinfer() on node {node.name!r}: "
                 f"{type(e).__name__}: {e}"
             ) from e
         if len(shapes) != len(node.outputs) or len(dtypes) != len(node.outputs):
             raise CustomOpError(
-                f"custom op {node.op_type!r} shape_infer() on node {node.name!r} must return "
+                f"custom op {node.op_type!r} shapeinfer() on node {node.name!r} must return "
                 f"{len(node.outputs)} shape(s) and dtype(s)"
             )
         for name, shape, dtype in zip(node.outputs, shapes, dtypes):
@@ -319,15 +205,15 @@ def _custom_shape_inference(model, nodes, values, custom_ops) -> dict[str, Value
             if why:
                 raise CustomOpError(
                     f"custom op {node.op_type!r} ({custom_ops[node.op_type].source}) "
-                    f"shape_infer() on node {node.name!r} gave output {name!r} {why}; fix "
+                    f"shapeinfer() on node {node.name!r} gave output {name!r} {why}; fix "
                     f"the op's shape_infer (or the shape the model declares)")
             elem = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
             vi = onnx.helper.make_tensor_value_info(name, elem, list(shape))
             model.graph.value_info.append(vi)
             values[name] = value_info(vi)
         _check_downstream(model, node, custom_ops, values)
-        inferred = _infer(model)
-        for k, v in _collect_values(inferred).items():
+        inferred = infer(model)
+        for k, v in collect_values(inferred).items():
             if k not in values or values[k].shape is None:
                 values[k] = v
         model = inferred
@@ -351,7 +237,7 @@ def _check_downstream(model: onnx.ModelProto, node: Node, custom_ops, values) ->
     for o in probe.graph.output:
         if o.name not in ours and o.type.HasField("tensor_type"):
             o.type.tensor_type.ClearField("shape")
-    for k, v in _collect_values(_infer(probe)).items():
+    for k, v in collect_values(infer(probe)).items():
         known = values.get(k)
         if k in ours or known is None or known.shape is None or v.shape is None:
             continue
@@ -360,12 +246,6 @@ def _check_downstream(model: onnx.ModelProto, node: Node, custom_ops, values) ->
             gave = ", ".join(f"{o!r} {fmt(values[o].shape)}" for o in node.outputs
                              if o and values.get(o) is not None)
             raise CustomOpError(
-                f"custom op {node.op_type!r} ({custom_ops[node.op_type].source}) shape_infer() "
+                f"custom op {node.op_type!r} ({custom_ops[node.op_type].source}) shapeinfer() "
                 f"on node {node.name!r} gave output {gave}; from it ONNX shape inference gives "
                 f"{k!r} {why}; fix the op's shape_infer (or the shape the model declares)")
-
-
-def whole_graph(model: Model, nodes: list[Node], constants: dict[str, np.ndarray]) -> SubGraph:
-    """``nodes`` of ``model`` as one graph (what ``supports`` sees while nodes are placed)."""
-    return SubGraph(nodes, [v.name for v in model.inputs], [v.name for v in model.outputs],
-                    constants, model.values, model.opsets, model.name)

@@ -14,16 +14,17 @@ from .tensor import Tensor
 from .values import TensorSequence
 
 if TYPE_CHECKING:
-    from .graph import Node
-    from .loader import Model
+    from .graph import Model, Node
 
 
 class Network:
     """A loaded model, compiled for its backends. ``run`` is thread-safe."""
 
-    def __init__(self, model: Model, plan: Plan, lease_keys: list, *, optimization: str = "all"):
-        """``plan``: filled by the pipeline's compile stage (its steps are closed with this
-        network); ``lease_keys``: the backends' leases, held for as long as this network lives."""
+    def __init__(self, model: Model, plan: Plan, lease_keys: list, *, nodes=None,
+                 optimization: str = "all"):
+        """``plan``: what the pipeline's compile stage made (its steps are closed with this
+        network); ``lease_keys``: the backends' leases, retained by the caller for this network
+        (it releases them when it closes); ``nodes``: the nodes the plan runs."""
         self.name = model.name
         self.optimization = optimization
         self.inputs = list(model.inputs)
@@ -33,17 +34,13 @@ class Network:
         self.op_types = {n.name: n.op_type for n in model.nodes}
         """node name -> op type (profiles name partitions by them)."""
         self._constants = plan.constants
-        self.nodes: list[Node] = list(model.nodes)
-        """The nodes the network runs: after expansion, folding and merging, the pipeline
-        sets them (``nnplug.optimized_model`` writes them as an ONNX model)."""
+        self.nodes: list[Node] = list(model.nodes if nodes is None else nodes)
+        """The nodes the network runs: after expansion, folding and merging
+        (``nnplug.optimized_model`` writes them as an ONNX model)."""
         self._steps: list[Step] = plan.steps
-        self._lease_keys = []
+        self._lease_keys = list(lease_keys)
         self._closed = False
-        for key in lease_keys:  # hold the backends for as long as this network lives
-            if key is not None:
-                BACKENDS.retain(key)
-                self._lease_keys.append(key)
-        self._finalizer = weakref.finalize(self, _close_network, self._steps, self._lease_keys)
+        self._finalizer = weakref.finalize(self, release_plan, self._steps, self._lease_keys)
         self._output_names = [o.name for o in self.outputs]
         self._input_table = input_table(self.inputs)
 
@@ -147,7 +144,8 @@ def _unaliased(value, fed: list):
                            for t in value.items], value.dtype)
 
 
-def _close_network(steps: list[Step], lease_keys: list) -> None:
+def release_plan(steps: list[Step], lease_keys: list) -> None:
+    """Close a plan's kernels, then release the backend leases that kept them valid."""
     for s in steps:
         if s.close is not None:
             try:

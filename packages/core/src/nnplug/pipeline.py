@@ -27,8 +27,9 @@ from .errors import ModelWarning
 from .executor import Plan
 from .expand import expand_unclaimed
 from .folding import fold_constants
-from .loader import Model, load, whole_graph
-from .network import Network
+from .graph import Model, whole_graph
+from .loader import load
+from .network import Network, release_plan
 from .planner import Placer
 from .static_shapes import ShapeDeclines
 from .validate import validate
@@ -68,25 +69,23 @@ def compile_network(runtime: Runtime, model: Model, infos: list[BackendInfo],
                     use_overrides=not runtime.options.disable_op_overrides,
                     installed=list(runtime.backends), compile_sub=compile_sub,
                     why_declined=declines.note)
+    leases = runtime.hold_backends(infos)  # for as long as the plan's kernels live
     plan = Plan(dict(model.constants))
-    net = Network(model, plan, [runtime._leases.get(info.id) for info in infos],
-                  optimization=optimization)
-    try:  # the network holds the backends and closes the steps built so far if this fails
+    try:
         rest = fold_constants(plan, expanded, placer, target_of, optimization)
         merged = {}
         if optimization != "disable":
             rest, merged = merge_common_subexpressions(
                 rest, plan.constants, {o.name for o in expanded.outputs}, ops)
-        net.nodes = rest
         placed = placer.place_all(rest, whole_graph(expanded, rest, plan.constants))
         declines.warn(placed)
         build_plan(plan, expanded, rest, placed, target_of, optimization)
         for dropped, kept in merged.items():  # it ran where the node it is the same as ran
             plan.assignment[dropped] = plan.assignment[kept]
-    except Exception:
-        net.close()
+    except BaseException:
+        release_plan(plan.steps, leases)  # the kernels built so far, then the backends
         raise
-    return net
+    return Network(model, plan, leases, nodes=rest, optimization=optimization)
 
 
 __all__ = ["load_network", "compile_network"]

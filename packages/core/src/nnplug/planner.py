@@ -16,8 +16,7 @@ from .device import device_type_of
 from .discovery import BACKEND_DIST_PREFIX, installed_backend_dists
 from .errors import UnsupportedNodeError
 from .expand import expansion_note
-from .graph import Node, SubGraph
-from .loader import Model
+from .graph import Model, Node, SubGraph
 from .structural import place_structural
 
 if TYPE_CHECKING:

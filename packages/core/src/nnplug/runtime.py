@@ -341,6 +341,19 @@ class Runtime:
                     f"see {discovery.DISABLE_ENV} and CreationOptions.disabled_plugins)")
         return f"; {discovery.install_hint(name)}"
 
+    def hold_backends(self, infos: list[BackendInfo]) -> list:
+        """The lease keys of these backends, each retained once for the caller, who releases
+        them (``nnplug.network.release_plan``): the backends stay loaded while a plan built on
+        them lives, even if this Runtime closes first."""
+        keys = []
+        with self._lock:
+            for info in infos:
+                key = self._leases.get(info.id)
+                if key is not None:
+                    BACKENDS.retain(key)
+                    keys.append(key)
+        return keys
+
     # -- life cycle -----------------------------------------------------------------------
     def close(self) -> None:
         """Release this Runtime's backends (networks still loaded keep theirs alive)."""

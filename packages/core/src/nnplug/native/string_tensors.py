@@ -15,16 +15,12 @@ import ctypes as C
 import numpy as np
 
 from ..errors import BackendError, InputError
+from ..graph import is_string, node_has_strings  # noqa: F401  (used as string_tensors.*)
 from . import abi, strings
 
 MAX_STRING_BYTES = 1 << 30  # NNP_MAX_STRING_BYTES (backend.h)
 _ITEM = np.dtype([("data", np.uint64), ("size", np.uint64)])  # == nnp_string, 16 bytes
 assert _ITEM.itemsize == C.sizeof(abi.String)
-
-
-def is_string(dtype) -> bool:
-    """Whether values of this numpy dtype are ONNX strings (object, str or bytes arrays)."""
-    return dtype is not None and np.dtype(dtype).kind in "OUS"
 
 
 class Packed:
@@ -96,22 +92,6 @@ def unpack(items: np.ndarray, shape, release, who: str) -> np.ndarray:
     finally:
         if n and release:
             release(items.ctypes.data, n)
-
-
-def node_has_strings(node, values: dict, constants: dict) -> bool:
-    """Whether a node reads or writes a string tensor (as far as the graph's types tell)."""
-    for name in [*node.inputs, *node.outputs]:
-        if not name:
-            continue
-        arr = constants.get(name)
-        if arr is not None:
-            if is_string(np.asarray(arr).dtype):
-                return True
-            continue
-        info = values.get(name)
-        if info is not None and is_string(getattr(info, "dtype", None)):
-            return True
-    return False
 
 
 def takes_strings(lib) -> bool:

@@ -1,0 +1,77 @@
+"""ONNX shape inference over a model: at load, and again after folding has made more shapes
+static (both stages call it; it calls neither)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from . import ml_types
+from .errors import ModelError
+from .graph import Model, Node, ValueInfo, value_info
+from .validate import check_before_inference
+
+
+def infer(model: onnx.ModelProto) -> onnx.ModelProto:
+    check_before_inference(model)  # values ONNX's inference itself would crash on
+    try:
+        return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False,
+                                                 data_prop=True)
+    except Exception as e:
+        raise ModelError(f"ONNX shape inference failed: {e}") from None
+
+
+def collect_values(model: onnx.ModelProto) -> dict[str, ValueInfo]:
+    g = model.graph
+    values = {}
+    for vi in list(g.value_info) + list(g.input) + list(g.output):
+        info = value_info(vi)
+        old = values.get(vi.name)
+        if old is None or (old.shape is None and info.shape is not None):
+            values[vi.name] = info
+    for init in g.initializer:
+        values[init.name] = ValueInfo(
+            init.name, np.dtype(onnx.helper.tensor_dtype_to_np_dtype(init.data_type)),
+            tuple(int(d) for d in init.dims))
+    return values
+
+
+# Constants up to this many elements go into a re-inferred model with their data (shape
+# inputs are small); larger ones only with their type and shape, so weights are not copied.
+_REINFER_DATA_LIMIT = 4096
+
+
+def reinfer(model: Model, nodes: list[Node], constants: dict[str, np.ndarray]
+            ) -> dict[str, ValueInfo]:
+    """Types and shapes from ONNX shape inference run again over ``nodes`` of ``model``,
+    with ``constants`` (initializers and folded values) known; the model's inputs keep
+    their declared (possibly symbolic) shapes. Outputs of nodes ONNX cannot infer (custom
+    domains) keep the types ``model.values`` gives them."""
+    g = model.proto.graph
+    read = {x for n in nodes for x in n.inputs if x} | {o.name for o in g.output}
+    inits, const_inputs = [], []
+    for name in sorted(read & set(constants)):
+        a = np.asarray(constants[name])
+        if a.size <= _REINFER_DATA_LIMIT or a.dtype == object:
+            inits.append(numpy_helper.from_array(a, name))
+        else:
+            elem = onnx.helper.np_dtype_to_tensor_dtype(a.dtype)
+            const_inputs.append(onnx.helper.make_tensor_value_info(name, elem, list(a.shape)))
+    typed = []
+    for n in nodes:
+        if n.domain in ("", "ai.onnx", ml_types.ML):
+            continue
+        for o in n.outputs:
+            v = model.values.get(o) if o else None
+            if v is not None and v.dtype is not None and v.kind == "tensor":
+                elem = onnx.helper.np_dtype_to_tensor_dtype(v.dtype)
+                typed.append(onnx.helper.make_tensor_value_info(
+                    o, elem, list(v.shape) if v.shape is not None else None))
+    inputs = [i for i in g.input if i.name not in constants] + const_inputs
+    graph = onnx.helper.make_graph([n.proto for n in nodes], g.name or "model", inputs,
+                                   list(g.output), inits, value_info=typed)
+    proto = onnx.helper.make_model(graph, opset_imports=list(model.proto.opset_import),
+                                   functions=list(model.proto.functions))
+    proto.ir_version = model.proto.ir_version or onnx.IR_VERSION
+    return collect_values(ml_types.complete(infer(proto), infer))
