@@ -1,0 +1,66 @@
+"""Autoregressive decoding of the exported GPT-2 and Llama-style decoders (their caches in
+optimum's layout) on ["opencl", a CPU backend]: nnplug.generation gives onnxruntime's tokens,
+greedy and sampled with a seed, with the caches fed back through IO binding (left on the
+device between steps) and through plain runs (see nnplug.testing.decoding). The CPU backend is
+nnplug-backend-cpu where it is installed, else the reference backend stands in for it."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from conftest import ReferenceCPUBackend, new_runtime
+
+from nnplug.testing import decoding
+from nnplug_backend_opencl import OpenCLBackend
+
+MODELS = decoding.models_dir(__file__)
+pytestmark = pytest.mark.skipif(MODELS is None, reason="the monorepo's tiny decoders are not here")
+
+
+def _cpu():
+    try:
+        import nnplug_backend_cpu
+    except ImportError:
+        return ReferenceCPUBackend()
+    return nnplug_backend_cpu.library_path()
+
+
+@pytest.fixture(scope="module")
+def mixed():
+    rt = new_runtime(OpenCLBackend, _cpu())
+    yield rt
+    rt.close()
+
+
+@pytest.mark.parametrize("io_binding", [None, False], ids=["io_binding", "run"])
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("name", decoding.DECODERS)
+def test_opencl_generated_tokens_match_onnxruntime(mixed, name, threads, io_binding):
+    cpu = next(b for b in mixed.backends if b != "opencl")
+    try:
+        placement = decoding.assert_tokens_match_onnxruntime(
+            os.path.join(MODELS, f"{name}.onnx"), mixed, ["opencl", cpu], threads, io_binding)
+    finally:
+        for info in mixed.backends.values():
+            try:
+                info.backend.set_num_threads(0)
+            except NotImplementedError:
+                pass
+    # the attention and the projections run on the device (shape arithmetic may not)
+    heavy = {n: p["ran_on"] for n, p in placement.items() if p["op"] in ("MatMul", "Softmax")}
+    assert heavy and set(heavy.values()) == {"opencl"}, heavy
+
+
+def test_opencl_sessions_decode_through_io_binding_by_default(mixed):
+    """The caches stay on the device between steps unless the caller says otherwise."""
+    import nnplug
+    from nnplug.generation import Decoder
+
+    path = os.path.join(MODELS, f"{decoding.DECODERS[0]}.onnx")
+    cpu = next(b for b in mixed.backends if b != "opencl")
+    with nnplug.InferenceSession(path, providers=["opencl", cpu], runtime=mixed) as sess:
+        assert Decoder(sess).io_binding
+        assert not Decoder(sess, io_binding=False).io_binding
+    with nnplug.InferenceSession(path, providers=[cpu], runtime=mixed) as sess:
+        assert not Decoder(sess).io_binding  # on the host it saves nothing
