@@ -9,8 +9,9 @@ the generation tests (random weights, built from config objects: nothing is down
 Models: GPT-2 (2 layers, hidden 256, 4 heads, GPT-2's vocabulary of 50257) and a Llama-style
 decoder (2 layers, hidden 256, 8 query heads over 2 key/value heads (grouped-query attention),
 rotary embeddings, SwiGLU, RMSNorm, vocabulary 32000). FOLDER defaults to
-~/.cache/nnplug-bench/decoders. ``--tiny`` writes hidden-64 versions with a 512-token vocabulary
-(a few hundred KB each) to packages/core/tests/models/, where the tests and docs read them.
+~/.cache/nnplug-bench/decoders. ``--tiny`` writes hidden-64 versions with a 256-token vocabulary
+(about half a MB each) into the nnplug package (nnplug/testing/models/), where the tests of
+every package and the docs find them (``nnplug.testing.decoding.model_path``).
 
 The layout (optimum's ``text-generation-with-past``): inputs ``input_ids`` [batch, seq],
 ``attention_mask`` [batch, past + seq], ``position_ids`` [batch, seq] (Llama only: GPT-2 is
@@ -32,7 +33,7 @@ import sys
 OPSET = 17
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DIR = os.path.join(os.path.expanduser("~"), ".cache", "nnplug-bench", "decoders")
-TINY_DIR = os.path.join(ROOT, "packages", "core", "tests", "models")
+TINY_DIR = os.path.join(ROOT, "packages", "core", "src", "nnplug", "testing", "models")
 MODELS = ("gpt2", "llama")
 
 
@@ -40,13 +41,14 @@ def configs(tiny: bool) -> dict:
     """name -> (transformers config, whether the model takes position_ids)."""
     import transformers as tf
 
-    hidden, vocab_gpt2, vocab_llama = (64, 512, 512) if tiny else (256, 50257, 32000)
-    gpt2 = tf.GPT2Config(vocab_size=vocab_gpt2, n_positions=256, n_embd=hidden, n_layer=2,
+    hidden, vocab_gpt2, vocab_llama = (64, 256, 256) if tiny else (256, 50257, 32000)
+    positions = 128 if tiny else 256
+    gpt2 = tf.GPT2Config(vocab_size=vocab_gpt2, n_positions=positions, n_embd=hidden, n_layer=2,
                          n_head=4, bos_token_id=0, eos_token_id=1)
     llama = tf.LlamaConfig(vocab_size=vocab_llama, hidden_size=hidden,
                            intermediate_size=-(-hidden * 8 // 3 // 16) * 16,  # Llama's 8/3
                            num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2,
-                           max_position_embeddings=256, rope_theta=10000.0, bos_token_id=0,
+                           max_position_embeddings=positions, rope_theta=10000.0, bos_token_id=0,
                            eos_token_id=1, tie_word_embeddings=False)
     for c in (gpt2, llama):
         c._attn_implementation = "eager"  # plain ops; sdpa's masks trace into shape checks
@@ -209,7 +211,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("folder", nargs="?", help=f"where to write (default {DEFAULT_DIR}; "
                                               f"with --tiny {os.path.relpath(TINY_DIR, ROOT)})")
-    ap.add_argument("--tiny", action="store_true", help="hidden 64, vocabulary 512: test models")
+    ap.add_argument("--tiny", action="store_true", help="hidden 64, vocabulary 256: test models")
     ap.add_argument("--models", default=",".join(MODELS))
     args = ap.parse_args(argv)
     folder = args.folder or (TINY_DIR if args.tiny else DEFAULT_DIR)

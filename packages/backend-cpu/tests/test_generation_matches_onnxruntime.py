@@ -5,14 +5,9 @@ nnplug.testing.decoding)."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from nnplug.testing import decoding
-
-MODELS = decoding.models_dir(__file__)
-pytestmark = pytest.mark.skipif(MODELS is None, reason="the monorepo's tiny decoders are not here")
 
 
 @pytest.mark.parametrize("io_binding", [False, True], ids=["run", "io_binding"])
@@ -21,7 +16,7 @@ pytestmark = pytest.mark.skipif(MODELS is None, reason="the monorepo's tiny deco
 def test_generated_tokens_match_onnxruntime(rt, name, threads, io_binding):
     try:
         placement = decoding.assert_tokens_match_onnxruntime(
-            os.path.join(MODELS, f"{name}.onnx"), rt, ["cpu"], threads, io_binding)
+            decoding.model_path(name), rt, ["cpu"], threads, io_binding)
     finally:
         rt.backends["cpu"].backend.set_num_threads(0)
     assert {p["ran_on"] for p in placement.values()} <= {"cpu", "cpu (folded)"}, placement

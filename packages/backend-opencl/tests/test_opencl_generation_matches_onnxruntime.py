@@ -6,16 +6,11 @@ nnplug-backend-cpu where it is installed, else the reference backend stands in f
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from conftest import ReferenceCPUBackend, new_runtime
 
 from nnplug.testing import decoding
 from nnplug_backend_opencl import OpenCLBackend
-
-MODELS = decoding.models_dir(__file__)
-pytestmark = pytest.mark.skipif(MODELS is None, reason="the monorepo's tiny decoders are not here")
 
 
 def _cpu():
@@ -40,7 +35,7 @@ def test_opencl_generated_tokens_match_onnxruntime(mixed, name, threads, io_bind
     cpu = next(b for b in mixed.backends if b != "opencl")
     try:
         placement = decoding.assert_tokens_match_onnxruntime(
-            os.path.join(MODELS, f"{name}.onnx"), mixed, ["opencl", cpu], threads, io_binding)
+            decoding.model_path(name), mixed, ["opencl", cpu], threads, io_binding)
     finally:
         for info in mixed.backends.values():
             try:
@@ -57,7 +52,7 @@ def test_opencl_sessions_decode_through_io_binding_by_default(mixed):
     import nnplug
     from nnplug.generation import Decoder
 
-    path = os.path.join(MODELS, f"{decoding.DECODERS[0]}.onnx")
+    path = decoding.model_path()
     cpu = next(b for b in mixed.backends if b != "opencl")
     with nnplug.InferenceSession(path, providers=["opencl", cpu], runtime=mixed) as sess:
         assert Decoder(sess).io_binding

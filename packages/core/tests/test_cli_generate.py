@@ -1,11 +1,9 @@
-"""``nnplug generate`` run as a real subprocess: on the tiny exported decoders (tests/models) it
+"""``nnplug generate`` run as a real subprocess: on the tiny GPT-2 of nnplug.testing it
 prints the token ids that the same loop on onnxruntime makes, greedy, sampled with a seed and
 with a stop token; bad arguments and a model without the cache layout end with one clear line.
 The decoders run on the onnx.reference backend, installed as a plugin package."""
 
 from __future__ import annotations
-
-import os
 
 import onnx
 import onnxruntime as ort
@@ -14,8 +12,9 @@ from models import mlp
 from test_cli import make_env, nnplug_cmd
 
 from nnplug.generation import generate
+from nnplug.testing import decoding
 
-MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models", "gpt2_kv_tiny.onnx")
+MODEL = decoding.model_path("gpt2_kv_tiny")
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +56,7 @@ def test_generate_samples_with_a_seed_and_stops_at_a_stop_token(env, reference):
 @pytest.mark.parametrize("args, status, message", [
     (["--prompt", "1,x"], 2, "'1,x': give comma-separated token ids, e.g. 1,2,3"),
     (["--prompt", "1", "--top-k", "5"], 1, "--top-k choose how tokens are sampled: add --sample"),
-    (["--prompt", "1,600"], 1, "token id 600 is outside the model's vocabulary (0..511)"),
+    (["--prompt", "1,300"], 1, "token id 300 is outside the model's vocabulary (0..255)"),
     (["--prompt", "1", "--model-is", "MLP"], 1, "no inputs 'past_key_values.<i>.key'"),
 ])
 def test_generate_errors_end_with_one_line(env, tmp_path, args, status, message):

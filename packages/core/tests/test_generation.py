@@ -1,5 +1,6 @@
 """nnplug.generation drives decoders exported with their key/value cache in optimum's layout
-(tests/models/*_kv_tiny.onnx, made by benchmarks/export_decoders.py --tiny): the tokens equal
+(the tiny GPT-2 and Llama shipped in nnplug.testing, made by benchmarks/export_decoders.py
+--tiny): the tokens equal
 those of the same loop on onnxruntime, greedy and sampled with a seed, through every kind of
 session; stop tokens, max_new_tokens, seeds and the sampling rules behave as documented; a
 model without the layout is refused, naming what it lacks. nnplug runs the models here on a
@@ -7,8 +8,6 @@ Python backend over onnx.reference; the native backends' own tests run them at 1
 threads."""
 
 from __future__ import annotations
-
-import os
 
 import numpy as np
 import onnx
@@ -21,16 +20,12 @@ import nnplug
 import nnplug.onnxruntime
 from nnplug import InvalidArgumentError, ModelError
 from nnplug.generation import Decoder, Sampling, generate
-from nnplug.testing import kv_cache
+from nnplug.testing import decoding, kv_cache
 
-MODELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models")
-DECODERS = ["gpt2_kv_tiny", "llama_kv_tiny"]
-PROMPT = [5, 9, 2, 7, 300, 11]
+DECODERS = list(decoding.DECODERS)
+PROMPT = decoding.PROMPT
 NEW = 12
-
-
-def path_of(name: str) -> str:
-    return os.path.join(MODELS, f"{name}.onnx")
+path_of = decoding.model_path
 
 
 @pytest.fixture(scope="module")
@@ -146,8 +141,8 @@ def test_a_batch_gives_each_rows_tokens_and_pads_stopped_rows(references):
 
 def test_the_prompt_is_checked(references):
     sess = references["gpt2_kv_tiny"]
-    with pytest.raises(InvalidArgumentError, match="token id 512 is outside the model's vocabulary"):
-        generate(sess, [1, 512], 2)
+    with pytest.raises(InvalidArgumentError, match="token id 256 is outside the model's vocabulary"):
+        generate(sess, [1, 256], 2)
     with pytest.raises(InvalidArgumentError, match="at least one token"):
         generate(sess, [], 2)
     with pytest.raises(InvalidArgumentError, match="integers"):

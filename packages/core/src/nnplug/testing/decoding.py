@@ -1,8 +1,10 @@
-"""Autoregressive decoding on a backend order, against onnxruntime: the exported decoders of
-the monorepo (``packages/core/tests/models/*_kv_tiny.onnx``, made by
-``benchmarks/export_decoders.py --tiny``) run through :func:`nnplug.generation.generate` on an
-``nnplug.InferenceSession`` must give the tokens of the same loop on onnxruntime's CPU provider,
-greedy and sampled with a seed. Shared by the backends' own tests (see docs/decoding.md)."""
+"""Autoregressive decoding on a backend order, against onnxruntime: the tiny decoders shipped
+here (``models/gpt2_kv_tiny.onnx`` and ``models/llama_kv_tiny.onnx``, GPT-2 and a Llama-style
+decoder with grouped-query attention, hidden 64, a 256-token vocabulary, random weights, made by
+``benchmarks/export_decoders.py --tiny``), run through :func:`nnplug.generation.generate` on an
+``nnplug.InferenceSession``, must give the tokens of the same loop on onnxruntime's CPU
+provider, greedy and sampled with a seed. Shared by the backends' own tests and used by the
+docs (see docs/decoding.md)."""
 
 from __future__ import annotations
 
@@ -13,17 +15,16 @@ import numpy as np
 from ..generation import generate
 
 DECODERS = ("gpt2_kv_tiny", "llama_kv_tiny")
-PROMPT = [5, 9, 2, 7, 300, 11]
+PROMPT = [5, 9, 2, 7, 200, 11]
 NEW_TOKENS = 12
 SAMPLED = {"do_sample": True, "temperature": 0.8, "top_k": 50, "top_p": 0.95, "seed": 1234}
 
 
-def models_dir(test_file: str) -> str | None:
-    """The folder of the tiny decoders, found from a test file of a package in the monorepo;
-    None outside a checkout (an sdist of a backend has none)."""
-    here = os.path.dirname(os.path.abspath(test_file))
-    path = os.path.normpath(os.path.join(here, "..", "..", "core", "tests", "models"))
-    return path if os.path.isfile(os.path.join(path, f"{DECODERS[0]}.onnx")) else None
+def model_path(name: str = "gpt2_kv_tiny") -> str:
+    """The path of a tiny decoder shipped with nnplug: one of :data:`DECODERS`."""
+    if name not in DECODERS:
+        raise ValueError(f"no tiny decoder {name!r}; there are: {', '.join(DECODERS)}")
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "models", f"{name}.onnx")
 
 
 def assert_tokens_match_onnxruntime(path: str, rt, providers: list[str], threads: int,

@@ -5,22 +5,17 @@ nnplug.testing.decoding)."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from nnplug.testing import decoding
 
-MODELS = decoding.models_dir(__file__)
-pytestmark = pytest.mark.skipif(MODELS is None, reason="the monorepo's tiny decoders are not here")
-
 
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("name", decoding.DECODERS)
-def test_generated_tokens_match_onnxruntime(rt, name, threads):
+def test_onednn_generated_tokens_match_onnxruntime(rt, name, threads):
     try:
         placement = decoding.assert_tokens_match_onnxruntime(
-            os.path.join(MODELS, f"{name}.onnx"), rt, ["onednn", "cpu"], threads)
+            decoding.model_path(name), rt, ["onednn", "cpu"], threads)
     finally:
         for bid in ("onednn", "cpu"):
             rt.backends[bid].backend.set_num_threads(0)
