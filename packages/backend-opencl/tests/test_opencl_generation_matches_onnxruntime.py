@@ -50,6 +50,7 @@ def test_opencl_generated_tokens_match_onnxruntime(mixed, name, threads, io_bind
 def test_opencl_sessions_decode_through_io_binding_by_default(mixed):
     """The caches stay on the device between steps unless the caller says otherwise."""
     import nnplug
+    import nnplug.onnxruntime
     from nnplug.generation import Decoder
 
     path = decoding.model_path()
@@ -57,5 +58,8 @@ def test_opencl_sessions_decode_through_io_binding_by_default(mixed):
     with nnplug.InferenceSession(path, providers=["opencl", cpu], runtime=mixed) as sess:
         assert Decoder(sess).io_binding
         assert not Decoder(sess, io_binding=False).io_binding
+    with nnplug.onnxruntime.InferenceSession(path, providers=["opencl", cpu],
+                                             runtime=mixed) as sess:
+        assert Decoder(sess).io_binding
     with nnplug.InferenceSession(path, providers=[cpu], runtime=mixed) as sess:
         assert not Decoder(sess).io_binding  # on the host it saves nothing

@@ -159,6 +159,16 @@ def test_the_prompt_is_checked(references):
         generate(sess, [1], 2, io_binding=True)
 
 
+def test_decoder_steps_take_one_token_per_row_after_the_prompt(references):
+    dec = Decoder(references["gpt2_kv_tiny"])
+    with pytest.raises(InvalidArgumentError, match="before Decoder.start"):
+        dec.step([1])
+    dec.start(np.array([PROMPT, PROMPT]))
+    with pytest.raises(InvalidArgumentError, match="one token per row: 2, not 3"):
+        dec.step([1, 2, 3])
+    assert dec.step([1, 2]).shape == (2, 256) and dec.past_length == len(PROMPT) + 1
+
+
 def test_sampling_follows_temperature_top_k_and_top_p():
     logits = np.log(np.array([[1.0, 2.0, 3.0]]))
     np.testing.assert_allclose(Sampling().probabilities(logits), [[1 / 6, 2 / 6, 3 / 6]])

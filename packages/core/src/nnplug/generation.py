@@ -278,8 +278,11 @@ class Decoder:
         """Run one token per row ([batch] ids) over the cache."""
         if not self.batch:
             raise InvalidArgumentError("Decoder.step before Decoder.start: run the prompt first")
-        ids = np.asarray(tokens).reshape(self.batch, 1)
-        return self._advance(_ids(ids, self.layout))
+        ids = np.asarray(tokens)
+        if ids.size != self.batch:
+            raise InvalidArgumentError(f"Decoder.step takes one token per row: {self.batch}, "
+                                       f"not {ids.size}")
+        return self._advance(_ids(ids.reshape(self.batch, 1), self.layout))
 
     def _advance(self, ids: np.ndarray) -> np.ndarray:
         lay, (batch, seq) = self.layout, ids.shape
@@ -304,7 +307,7 @@ class Decoder:
 def _off_host(session) -> bool:
     """Whether a backend of the session keeps values in device memory."""
     backends = session._runtime.backends
-    for bid in session.get_providers():
+    for bid in session._providers:  # backend ids (nnplug.onnxruntime's get_providers: names)
         info = backends.get(bid)
         if info is not None and str(info.device_type) != "cpu":
             return True
