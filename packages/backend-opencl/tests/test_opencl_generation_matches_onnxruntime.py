@@ -63,3 +63,29 @@ def test_opencl_sessions_decode_through_io_binding_by_default(mixed):
         assert Decoder(sess).io_binding
     with nnplug.InferenceSession(path, providers=[cpu], runtime=mixed) as sess:
         assert not Decoder(sess).io_binding  # on the host it saves nothing
+
+
+@pytest.mark.parametrize("io_binding, copies_per_step", [(True, 0), (False, 4)])
+def test_opencl_io_binding_feeds_the_presents_back_without_copies(mixed, io_binding,
+                                                                  copies_per_step):
+    """The session's profile records every copy at a partition's edge: through IO binding the
+    four caches of the tiny GPT-2 (2 layers, key and value) go to the device once, as the first
+    step's empty pasts, and then stay there; through plain runs they come back from the host
+    every step."""
+    import nnplug
+    from nnplug.generation import Decoder
+
+    cpu = next(b for b in mixed.backends if b != "opencl")
+    so = nnplug.SessionOptions()
+    so.enable_profiling = True
+    steps = 3
+    with nnplug.InferenceSession(decoding.model_path(), so, providers=["opencl", cpu],
+                                 runtime=mixed) as sess:
+        dec = Decoder(sess, io_binding=io_binding)
+        logits = dec.start(decoding.PROMPT)
+        for _ in range(steps):
+            logits = dec.step([int(logits[0].argmax())])
+        copies = [e["args"] for e in sess._profiler.events() if e["cat"] == "copy"]
+    pasts = [c for c in copies if c["value"].startswith("past_key_values.")]
+    assert all(c["to"].startswith("opencl") for c in pasts), pasts
+    assert len(pasts) == 4 + steps * copies_per_step, pasts
