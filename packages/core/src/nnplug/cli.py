@@ -1,4 +1,5 @@
-"""The ``nnplug`` command: info, run, profile, demo, doctor, new, and commands added by packages.
+"""The ``nnplug`` command: info, run, profile, generate, demo, doctor, new, and commands added by
+packages.
 
 A package adds a subcommand with an entry point in the ``nnplug.cli`` group: the name is the
 command, the value a callable ``main(argv: list[str]) -> int`` that gets the arguments after
@@ -21,7 +22,7 @@ import numpy as np
 from . import __version__, discovery
 from .errors import NnplugError, PluginError
 
-BUILTIN_COMMANDS = ("info", "run", "demo", "doctor", "new")
+BUILTIN_COMMANDS = ("info", "run", "generate", "demo", "doctor", "new")
 
 
 def _runtime(args):
@@ -201,6 +202,41 @@ def cmd_run(args) -> int:
         rt.close()
 
 
+def _token_ids(text: str) -> list[int]:
+    try:
+        ids = [int(t) for t in text.replace(" ", "").split(",") if t != ""]
+    except ValueError:
+        ids = []
+    if not ids:
+        raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated token ids, e.g. 1,2,3")
+    return ids
+
+
+def cmd_generate(args) -> int:
+    """Decode with a model in optimum's KV-cache layout; the new token ids on one line."""
+    from .errors import InvalidArgumentError
+    from .generation import generate
+    from .session import InferenceSession, SessionOptions
+
+    sampling = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p}
+    given = [f"--{k.replace('_', '-')}" for k, v in {**sampling, "seed": args.seed}.items()
+             if v is not None]
+    if given and not args.sample:
+        raise InvalidArgumentError(f"{', '.join(given)} choose how tokens are sampled: add "
+                                   f"--sample (without it the most likely token is taken)")
+    so = SessionOptions()
+    so.intra_op_num_threads = args.threads
+    rt = _runtime(args)
+    try:
+        with InferenceSession(args.model, so, providers=args.backend, runtime=rt) as sess:
+            tokens = generate(sess, args.prompt, args.max_new_tokens, do_sample=args.sample,
+                              eos_token_id=args.eos, seed=args.seed, **sampling)
+        print(",".join(str(t) for t in tokens.tolist()))
+        return 0
+    finally:
+        rt.close()
+
+
 def cmd_demo(args) -> int:
     """Recognise the bundled digit images with the best installed backend, checked against
     onnxruntime's logits."""
@@ -316,6 +352,28 @@ def build_parser(commands: dict | None = None) -> argparse.ArgumentParser:
     prof.add_argument("--trace", metavar="TRACE.json", help="also write the Chrome trace")
     prof.add_argument("--backend-path", help="native backend folders (':'-separated)")
     prof.set_defaults(func=cmd_profile)
+
+    gen = sub.add_parser("generate", help="decode with a model exported with its KV cache "
+                                          "(optimum's layout); prints the new token ids")
+    gen.add_argument("model", help="path of an .onnx decoder (docs/decoding.md)")
+    gen.add_argument("--prompt", type=_token_ids, required=True, metavar="IDS",
+                     help="the prompt's token ids, comma-separated: 1,2,3")
+    gen.add_argument("--max-new-tokens", type=int, default=32, help="at most this many (default 32)")
+    gen.add_argument("--eos", type=_token_ids, metavar="IDS",
+                     help="stop token id(s), comma-separated: generation ends after one")
+    gen.add_argument("--sample", action="store_true", help="sample instead of taking the most "
+                                                           "likely token")
+    gen.add_argument("--temperature", type=float, help="with --sample (default 1)")
+    gen.add_argument("--top-k", type=int, help="with --sample: keep the k most likely tokens "
+                                               "(default: all)")
+    gen.add_argument("--top-p", type=float, help="with --sample: keep the most likely tokens up "
+                                                 "to this mass (default 1: all)")
+    gen.add_argument("--seed", type=int, help="with --sample: the same seed gives the same tokens")
+    gen.add_argument("--backend", action="append", help="backend id, in preference order (repeatable)")
+    gen.add_argument("--threads", type=int, default=0, help="intra-op threads (default 0: the "
+                                                            "backends' own)")
+    gen.add_argument("--backend-path", help="native backend folders (':'-separated)")
+    gen.set_defaults(func=cmd_generate)
 
     demo = sub.add_parser("demo", help="recognise bundled digit images, checked against onnxruntime")
     demo.add_argument("--backend", action="append", help="backend id, in preference order")

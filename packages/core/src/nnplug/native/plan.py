@@ -710,8 +710,9 @@ class DynamicRunner(_Runner):
                 items = string_tensors.output_items(shape)
                 string_outs.append((v, items, shape))
                 made[v] = (items.ctypes.data, shape, dtype, items)
-            elif self.host:
-                arr = np.empty(shape, dtype)
+            elif self.host:  # an IO-bound output array is written in place
+                arr = output_buffer(v, shape, dtype)
+                arr = np.empty(shape, dtype) if arr is None else arr
                 made[v] = (arr.ctypes.data, shape, dtype, arr)
             else:
                 buf = self.api.alloc_data_space(self.dev, max(_nbytes(shape, dtype), 1), dtype=dtype)
