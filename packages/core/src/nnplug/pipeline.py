@@ -56,7 +56,7 @@ def compile_network(runtime: Runtime, model: Model, infos: list[BackendInfo],
     target_of = targets_for(backends, targets)
 
     declines = ShapeDeclines(backends)  # nodes declined only for unknown shapes: said, not hidden
-    expanded = expand_unclaimed(model, declines.claimed, ops)
+    expanded = expand_unclaimed(model, declines.claimed, ops, runtime.functions)
     attach_outer_inputs(expanded)  # control flow: what subgraphs read is a node input
 
     def compile_sub(proto, name):
