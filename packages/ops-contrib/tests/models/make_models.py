@@ -1,0 +1,132 @@
+"""Makes the small transformer models the tests load: BERT and GPT-2 with random weights
+(from a config, nothing downloaded), exported to ONNX, fused by onnxruntime's transformer
+optimizer (com.microsoft ops) and quantized by onnxruntime's quantize_dynamic.
+
+Needs torch and transformers, which the tests do not: run it in a venv of its own,
+
+    python -m venv /tmp/export && /tmp/export/bin/pip install torch==2.13.0 transformers \
+        onnx onnxruntime onnxscript
+    /tmp/export/bin/python packages/ops-contrib/tests/models/make_models.py
+
+and commit the .onnx files it writes beside itself (each well under 2 MB).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import sys
+
+import onnx
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OPSET = 17
+SEQ = 8
+
+
+def randomized(model):
+    """Fresh models have LayerNorm weights of one and biases of zero, which would hide a
+    wrong gamma, beta or bias: give every one of them random values too."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(0.0, 0.1)
+            elif "LayerNorm" in name or ".ln_" in name:
+                p.normal_(1.0, 0.1)
+    return model
+
+
+def export(model, args, names, dynamic, path):
+    model = randomized(model).eval()
+    kwargs = dict(input_names=names, output_names=["out"], opset_version=OPSET,
+                  dynamic_axes=dynamic, do_constant_folding=True)
+    try:  # the TorchScript exporter: the graphs onnxruntime's fusions are written for
+        torch.onnx.export(model, args, path, dynamo=False, **kwargs)
+    except TypeError:
+        torch.onnx.export(model, args, path, **kwargs)
+
+
+class LastHidden(torch.nn.Module):
+    def __init__(self, inner, names):
+        super().__init__()
+        self.inner, self.names = inner, names
+
+    def forward(self, *args):
+        return self.inner(**dict(zip(self.names, args)), return_dict=False)[0]
+
+
+def bert(path):
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=128, max_position_embeddings=64, type_vocab_size=2,
+                     attn_implementation="eager")
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    m = LastHidden(BertModel(cfg, add_pooling_layer=False), names)
+    ids = torch.randint(0, 512, (2, SEQ))
+    mask = torch.ones(2, SEQ, dtype=torch.int64)
+    seg = torch.zeros(2, SEQ, dtype=torch.int64)
+    dyn = {n: {0: "batch", 1: "seq"} for n in ("input_ids", "attention_mask", "token_type_ids")}
+    dyn["out"] = {0: "batch", 1: "seq"}
+    export(m, (ids, mask, seg), names, dyn, path)
+    return cfg
+
+
+def gpt2(path):
+    from transformers import GPT2Config, GPT2Model
+
+    torch.manual_seed(1)
+    cfg = GPT2Config(vocab_size=512, n_embd=64, n_layer=2, n_head=4, n_positions=64,
+                     attn_implementation="eager", use_cache=False)
+    m = LastHidden(GPT2Model(cfg), ["input_ids", "attention_mask"])
+    ids = torch.randint(0, 512, (2, SEQ))
+    mask = torch.ones(2, SEQ, dtype=torch.int64)
+    dyn = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"},
+           "out": {0: "batch", 1: "seq"}}
+    export(m, (ids, mask), ["input_ids", "attention_mask"], dyn, path)
+    return cfg
+
+
+def optimize(src, dst, model_type, cfg):
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    heads = getattr(cfg, "num_attention_heads", None) or cfg.n_head
+    hidden = getattr(cfg, "hidden_size", None) or cfg.n_embd
+    opt = optimize_model(src, model_type=model_type, num_heads=heads, hidden_size=hidden,
+                         opt_level=0)
+    opt.save_model_to_file(dst)
+
+
+def quantize(src, dst):
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    # the fused ops are of com.microsoft, which ONNX's shape inference cannot type
+    quantize_dynamic(src, dst, weight_type=QuantType.QInt8,
+                     extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+
+
+def ops_of(path):
+    m = onnx.load(path)
+    return collections.Counter(f"{n.domain or 'ai.onnx'}:{n.op_type}" for n in m.graph.node
+                               if n.domain not in ("", "ai.onnx"))
+
+
+def main():
+    os.makedirs(HERE, exist_ok=True)
+    for name, make, kind in (("bert", bert, "bert"), ("gpt2", gpt2, "gpt2")):
+        raw = os.path.join(HERE, f"{name}_raw.onnx")
+        cfg = make(raw)
+        fused = os.path.join(HERE, f"{name}_optimized.onnx")
+        optimize(raw, fused, kind, cfg)
+        quant = os.path.join(HERE, f"{name}_optimized_int8.onnx")
+        quantize(fused, quant)
+        os.remove(raw)
+        for p in (fused, quant):
+            print(os.path.basename(p), os.path.getsize(p), "bytes", dict(ops_of(p)),
+                  file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
