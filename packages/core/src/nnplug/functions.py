@@ -65,15 +65,13 @@ class FunctionDef:
 
 def make_function_def(body, domain: str | None, op_type: str | None, source: str) -> FunctionDef:
     """A FunctionDef from a FunctionProto (its domain and name say which op) or a builder."""
-    import onnx
-
-    if isinstance(body, onnx.FunctionProto):
+    if callable(body):  # checked first: registering a builder must not import onnx
+        build = body
+    elif _is_function_proto(body):
         fixed = body
         domain = fixed.domain if domain is None else domain
         op_type = fixed.name if op_type is None else op_type
         build = lambda node, inputs, opsets: fixed  # noqa: E731 - the same body for every node
-    elif callable(body):
-        build = body
     else:
         raise PluginError(f"register_function takes an onnx.FunctionProto or a builder "
                           f"function, not {type(body).__name__}")
@@ -81,6 +79,12 @@ def make_function_def(body, domain: str | None, op_type: str | None, source: str
         raise PluginError("register_function with a builder needs domain= and op_type=")
     domain = "" if domain == "ai.onnx" else domain
     return FunctionDef(domain, op_type, build, source)
+
+
+def _is_function_proto(obj) -> bool:
+    import onnx
+
+    return isinstance(obj, onnx.FunctionProto)
 
 
 __all__ = ["Builder", "FunctionDef", "make_function_def"]

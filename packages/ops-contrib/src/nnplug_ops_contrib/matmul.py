@@ -50,7 +50,7 @@ def matmul_nbits(b: Body) -> None:
         shifts = b.const(np.arange(per_byte, dtype=np.uint8) * bits, np.uint8)
         q = b.op("BitShift", q, b.op("Reshape", shifts, b.const([1, 1, 1, per_byte])),
                  direction="RIGHT")
-        q = b.op("BitwiseAnd", q, b.const(mask, np.uint8))
+        q = _low_bits(b, q, mask)
     q = b.op("Reshape", q, b.const([n, blocks, block]))
     scales = b.op("Reshape", b.input(2), b.const([n, blocks, 1]))
     wq = b.cast(q, np.float32)
@@ -59,7 +59,7 @@ def matmul_nbits(b: Body) -> None:
         if per_byte > 1:
             zq = b.op("BitShift", zq, b.op("Reshape", shifts, b.const([1, 1, per_byte])),
                       direction="RIGHT")
-            zq = b.op("BitwiseAnd", zq, b.const(mask, np.uint8))
+            zq = _low_bits(b, zq, mask)
         zq = b.op("Reshape", zq, b.const([n, -1]))
         zp = b.cast(b.unsqueeze(b.slice(zq, [0], [blocks], [1]), [2]), np.float32)
     elif b.has(3):
@@ -72,6 +72,13 @@ def matmul_nbits(b: Body) -> None:
              else b.cast(w, b.dtype(0)), perm=[1, 0])
     y = b.op("MatMul", b.input(0), w)
     b.output(0, b.op("Add", y, b.input(5)) if b.has(5) else y)
+
+
+def _low_bits(b: Body, x: str, mask: int) -> str:
+    """x & mask (mask = 2^bits - 1): BitwiseAnd from opset 18, Mod before."""
+    if b.opset >= 18:
+        return b.op("BitwiseAnd", x, b.const(mask, np.uint8))
+    return b.op("Mod", x, b.const(mask + 1, np.uint8))
 
 
 def _scaled(b: Body, acc: str, scale: str, bias_input: int, like_input: int) -> None:
