@@ -4,7 +4,6 @@ the bodies this package registers, on the backends the test names."""
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
 from onnx import helper, numpy_helper
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from conftest import model_of, run_ort
 
 R = np.random.default_rng(2026)
