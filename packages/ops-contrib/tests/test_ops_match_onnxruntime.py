@@ -183,6 +183,38 @@ def _mha(mask=False, past=False, bias=True, bnsh=False, unidirectional=0):
     return model_of("MultiHeadAttention", ins, outs, {"num_heads": N, "unidirectional": unidirectional})
 
 
+def _gqa(step=False, buffer=0, rotary=None, window=-1, softcap=0.0, packed=False, heads=4,
+         kv_heads=2):
+    """A first prompt (total = S), or one decoding step (S = 1) after pasts of two lengths."""
+    hd, maxpos = (16 if rotary is not None else 8), 32  # rotary: onnxruntime wants 16k heads
+    seq = 1 if step else 4
+    past_lens = [6, 3] if step else [0, 0]
+    totals = [p + seq for p in past_lens]
+    total = max(totals)
+    ins = []
+    if packed:
+        ins += [("q", f(B, seq, (heads + 2 * kv_heads) * hd)), None, None]
+    else:
+        ins += [("q", f(B, seq, heads * hd)), ("k", f(B, seq, kv_heads * hd)),
+                ("v", f(B, seq, kv_heads * hd))]
+    pbuf = max(buffer, total - seq) if step else buffer
+    if pbuf:
+        ins += [("pk", f(B, kv_heads, pbuf, hd)), ("pv", f(B, kv_heads, pbuf, hd))]
+    else:
+        ins += [None, None]
+    ins += [("seqlens_k", np.array([t - 1 for t in totals], np.int32)),
+            ("total", np.array(total, np.int32))]
+    attrs = {"num_heads": heads, "kv_num_heads": kv_heads, "local_window_size": window}
+    if softcap:
+        attrs["softcap"] = softcap
+    if rotary is not None:
+        half = hd // 2
+        ang = np.arange(maxpos)[:, None] * (0.1 + np.arange(half))[None]
+        ins += [const("cos", np.cos(ang).astype(F)), const("sin", np.sin(ang).astype(F))]
+        attrs.update(do_rotary=1, rotary_interleaved=int(rotary))
+    return model_of("GroupQueryAttention", ins, ["y", "present_k", "present_v"], attrs)
+
+
 FLOAT_CASES = {
     "Gelu": lambda: model_of("Gelu", [("x", f(3, 7, scale=3))], ["y"]),
     "BiasGelu": lambda: model_of("BiasGelu", [("x", f(3, 7, scale=3)), const("b", f(7))], ["y"]),
@@ -221,6 +253,15 @@ FLOAT_CASES = {
     "MultiHeadAttention-mask-2d": lambda: _mha(mask=True),
     "MultiHeadAttention-past": lambda: _mha(past=True, mask=True),
     "MultiHeadAttention-bnsh-kv": lambda: _mha(bnsh=True, bias=False),
+    "GroupQueryAttention-prompt": lambda: _gqa(),
+    "GroupQueryAttention-prompt-in-a-longer-buffer": lambda: _gqa(buffer=8),
+    "GroupQueryAttention-step": lambda: _gqa(step=True),
+    "GroupQueryAttention-step-rotary": lambda: _gqa(step=True, rotary=False),
+    "GroupQueryAttention-prompt-rotary-interleaved": lambda: _gqa(rotary=True),
+    "GroupQueryAttention-window-softcap": lambda: _gqa(window=2, softcap=5.0),
+    "GroupQueryAttention-step-window": lambda: _gqa(step=True, window=3),
+    "GroupQueryAttention-packed-qkv": lambda: _gqa(packed=True),
+    "GroupQueryAttention-mha-heads": lambda: _gqa(step=True, heads=2, kv_heads=2),
     "RotaryEmbedding-4d": lambda: _rotary(False, 4),
     "RotaryEmbedding-3d-interleaved": lambda: _rotary(True, 3),
     "RotaryEmbedding-offset": lambda: _rotary(False, 4, offset=True),

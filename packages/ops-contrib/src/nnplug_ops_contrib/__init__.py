@@ -20,6 +20,7 @@ OPS = {
     "normalization": ["SkipLayerNormalization", "SkipSimplifiedLayerNormalization",
                       "EmbedLayerNormalization", "QEmbedLayerNormalization"],
     "attention": ["Attention", "QAttention", "MultiHeadAttention"],
+    "gqa": ["GroupQueryAttention"],
     "rotary": ["RotaryEmbedding"],
     "matmul": ["FusedMatMul", "MatMulNBits", "DynamicQuantizeMatMul", "MatMulIntegerToFloat"],
     "qlinear": ["QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearGlobalAveragePool",

@@ -40,24 +40,30 @@ def rotary_embedding(b: Body) -> None:
         pos = b.cast(b.input(1), "int64")
     cos = b.unsqueeze(b.op("Gather", b.input(2), pos, axis=0), [1])  # (B|1, 1, S, rd/2)
     sin = b.unsqueeze(b.op("Gather", b.input(3), pos, axis=0), [1])
+    y = rotate(b, xh, cos, sin, rd, bool(int(b.attr("interleaved", 0))))
+    if rank == 3:
+        y = b.op("Reshape", b.op("Transpose", y, perm=[0, 2, 1, 3]), b.const([0, 0, -1]))
+    b.output(0, y)
+
+
+def rotate(b: Body, xh: str, cos: str, sin: str, rd: int, interleaved: bool) -> str:
+    """(B, N, S, H) ``xh`` with its first ``rd`` values of each head rotated by ``cos``/``sin``
+    (broadcast to (B, 1, S, rd/2)): pairs (i, i + rd/2), or (2i, 2i+1) when interleaved."""
     rot = b.slice(xh, [0], [rd], [3])
     rest = b.slice(xh, [rd], [2**62], [3])
-    if int(b.attr("interleaved", 0)):
+    if interleaved:
         pairs = b.op("Reshape", rot, b.const([0, 0, 0, rd // 2, 2]))
         x1, x2 = (b.squeeze(t, [4]) for t in b.split(pairs, [1, 1], axis=4))
     else:
         x1, x2 = b.split(rot, [rd // 2, rd // 2], axis=3)
     y1 = b.op("Sub", b.op("Mul", x1, cos), b.op("Mul", x2, sin))
     y2 = b.op("Add", b.op("Mul", x2, cos), b.op("Mul", x1, sin))
-    if int(b.attr("interleaved", 0)):
+    if interleaved:
         y = b.op("Reshape", b.op("Concat", b.unsqueeze(y1, [4]), b.unsqueeze(y2, [4]), axis=4),
                  b.const([0, 0, 0, rd]))
     else:
         y = b.op("Concat", y1, y2, axis=3)
-    y = b.op("Concat", y, rest, axis=3)
-    if rank == 3:
-        y = b.op("Reshape", b.op("Transpose", y, perm=[0, 2, 1, 3]), b.const([0, 0, -1]))
-    b.output(0, y)
+    return b.op("Concat", y, rest, axis=3)
 
 
 OPS = {"RotaryEmbedding": rotary_embedding}
