@@ -129,3 +129,25 @@ def test_a_registered_function_never_replaces_what_onnx_defines():
         with rt.load(model) as net:
             assert any("Max" in k for k in net.assignment), net.assignment
             np.testing.assert_array_equal(net.run({"x": _x()})["z"], np.maximum(_x(), 0))
+
+
+def _ai_onnx_model(op_type):
+    g = h.make_graph([h.make_node(op_type, ["x"], ["z"], name="n")], "g",
+                     [h.make_tensor_value_info("x", T.FLOAT, [2, 3])],
+                     [h.make_tensor_value_info("z", T.FLOAT, [2, 3])])
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 18)])
+
+
+def test_an_ai_onnx_op_onnx_does_not_define_loads_when_a_plugin_gives_its_body():
+    """onnxruntime puts SimplifiedLayerNormalization in the ai.onnx domain: the ONNX checker
+    would refuse it; with a registered body it is the body's to run."""
+    body = h.make_function("", "DoubleIt", ["x"], ["y"], [h.make_node("Add", ["x", "x"], ["y"])],
+                           [h.make_opsetid("", 18)])
+    with make_runtime(NumpyBackend(ops=set(KERNELS))) as rt:
+        with pytest.raises(nnplug.ModelError, match="No Op registered for DoubleIt"):
+            rt.load(_ai_onnx_model("DoubleIt"))
+        rt.register_function(body)
+        with rt.load(_ai_onnx_model("DoubleIt")) as net:
+            np.testing.assert_array_equal(net.run({"x": _x()})["z"], 2 * _x())
+        with pytest.raises(nnplug.ModelError, match="No Op registered for Triple"):
+            rt.load(_ai_onnx_model("Triple"))  # only the ops with a body are let through

@@ -236,6 +236,12 @@ FLOAT_CASES = {
         "SkipSimplifiedLayerNormalization", [("x", f(B, S, H)), ("s", f(B, S, H)),
                                              const("g", f(H) + 1), const("bi", f(H))],
         ["y", "", "", "sum"], {"epsilon": 1e-5}),
+    "SimplifiedLayerNormalization": lambda: model_of(
+        "SimplifiedLayerNormalization", [("x", f(B, S, H)), const("g", f(H) + 1)], ["y"],
+        {"epsilon": 1e-5, "axis": -1}, domain=""),
+    "SimplifiedLayerNormalization-axis-1": lambda: model_of(
+        "SimplifiedLayerNormalization", [("x", f(B, S, H)), const("g", f(S, H) + 1)], ["y"],
+        {"epsilon": 1e-5, "axis": 1}, domain=""),
     "EmbedLayerNormalization": lambda: _embed(),
     "EmbedLayerNormalization-no-segment-no-mask": lambda: _embed(segment=False, mask=False),
     "EmbedLayerNormalization-position-ids": lambda: _embed(pos_ids=True),

@@ -48,7 +48,7 @@ def expand_unclaimed(model: Model, claimed: Callable[[Node, SubGraph], bool],
             return model
         with warnings.catch_warnings():  # the model's own findings were reported already
             warnings.simplefilter("ignore", ModelWarning)
-            model = load(_rebuilt(model, bodies), custom_ops)
+            model = load(_rebuilt(model, bodies), custom_ops, functions=tuple(functions or ()))
     raise ModelError(f"function expansion of model {model.name!r} did not finish after "
                      f"{MAX_ROUNDS} rounds: a function calls itself")
 
