@@ -92,7 +92,8 @@ def _qkv_attention(b: Body, qkv: str, sizes: list[int], mask_input: int, past_in
         raise ValueError("past_present_share_buffer=1 is not supported (a GPU-only option)")
     dq, dk, dv = sizes
     if dq != dk or dq % heads or dv % heads:
-        raise ValueError(f"hidden sizes {sizes} do not fit num_heads={heads}")
+        raise ValueError(f"attribute num_heads={heads} does not divide the Q/K/V hidden sizes "
+                         f"{sizes} (or Q and K differ); fix num_heads or qkv_hidden_sizes")
     q, k, v = b.split(qkv, sizes, axis=2)
     q, k, v = (_split_heads(b, q, heads, dq // heads), _split_heads(b, k, heads, dk // heads),
                _split_heads(b, v, heads, dv // heads))
