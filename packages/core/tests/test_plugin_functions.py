@@ -151,3 +151,32 @@ def test_an_ai_onnx_op_onnx_does_not_define_loads_when_a_plugin_gives_its_body()
             np.testing.assert_array_equal(net.run({"x": _x()})["z"], 2 * _x())
         with pytest.raises(nnplug.ModelError, match="No Op registered for Triple"):
             rt.load(_ai_onnx_model("Triple"))  # only the ops with a body are let through
+
+
+def test_a_chain_longer_than_the_nesting_limit_of_ops_waiting_for_types_expands():
+    """Each node's builder needs its input's type, known only once the node before is
+    expanded: one node per round, more rounds than the nesting limit (16), no nesting."""
+    def build(node, inputs, opsets):
+        return None if inputs[0] is None or inputs[0].dtype is None else _swish_body()
+
+    n = 24
+    nodes = [h.make_node("Swish2", ["x" if k == 0 else f"y{k - 1}"],
+                         ["z" if k == n - 1 else f"y{k}"], name=f"s{k}", domain=DOMAIN)
+             for k in range(n)]
+    with make_runtime(NumpyBackend(ops=set(KERNELS))) as rt:
+        rt.register_function(build, domain=DOMAIN, op_type="Swish2")
+        with rt.load(_model(nodes)) as net:
+            want = _x() * 0.01
+            for _ in range(n):
+                want = _swish(want)
+            np.testing.assert_allclose(net.run({"x": _x() * 0.01})["z"], want, rtol=1e-4)
+
+
+def test_a_function_that_calls_itself_is_a_model_error():
+    body = h.make_function(DOMAIN, "Swish2", ["x"], ["y"],
+                           [h.make_node("Swish2", ["x"], ["y"], domain=DOMAIN)],
+                           [h.make_opsetid("", 18), h.make_opsetid(DOMAIN, 1)])
+    with make_runtime(NumpyBackend(ops=set(KERNELS))) as rt:
+        rt.register_function(body)
+        with pytest.raises(nnplug.ModelError, match="16 function bodies deep: a function calls itself"):
+            rt.load(_model([h.make_node("Swish2", ["x"], ["z"], name="act", domain=DOMAIN)]))

@@ -24,7 +24,9 @@ from .graph import Node, SubGraph, ValueInfo
 from .loader import Model, load, whole_graph
 
 MAX_ROUNDS = 16
-"""Nesting depth of functions in functions that expansion follows."""
+"""Nesting depth of functions in functions that expansion follows (a deeper one is taken
+for a function that calls itself). Rounds that only reach nodes whose input types became
+known in the round before (a chain of plugin ops whose bodies need them) do not count."""
 
 
 def expand_unclaimed(model: Model, claimed: Callable[[Node, SubGraph], bool],
@@ -32,7 +34,8 @@ def expand_unclaimed(model: Model, claimed: Callable[[Node, SubGraph], bool],
     """``model`` with every node that ``claimed`` refuses and that has a function body
     replaced by that body (recursively); ``model`` itself when nothing is expanded.
     ``functions``: (domain, op type) -> :class:`nnplug.functions.FunctionDef` of plugins."""
-    for _ in range(MAX_ROUNDS):
+    depth: dict[str, int] = {}  # node name -> how many bodies deep it lies
+    while True:
         graph = whole_graph(model, model.nodes, model.constants)
         bodies: dict[int, tuple[list[onnx.NodeProto], list]] = {}
         taken = None  # every name in the model, found once something is to be expanded
@@ -41,16 +44,22 @@ def expand_unclaimed(model: Model, claimed: Callable[[Node, SubGraph], bool],
                 continue
             fn = function_of(n, model, functions)
             if fn is not None:
+                level = depth.get(n.name, 0) + 1
+                if level > MAX_ROUNDS:
+                    raise ModelError(
+                        f"function expansion of model {model.name!r} did not finish: "
+                        f"{n.describe()} lies {MAX_ROUNDS} function bodies deep: a function "
+                        f"calls itself")
                 if taken is None:
                     taken = _all_names(model.proto.graph)
-                bodies[i] = (inline(n, fn, taken), list(fn.opset_import))
+                body = inline(n, fn, taken)
+                depth.update((piece.name, level) for piece in body)
+                bodies[i] = (body, list(fn.opset_import))
         if not bodies:
             return model
         with warnings.catch_warnings():  # the model's own findings were reported already
             warnings.simplefilter("ignore", ModelWarning)
             model = load(_rebuilt(model, bodies), custom_ops, functions=tuple(functions or ()))
-    raise ModelError(f"function expansion of model {model.name!r} did not finish after "
-                     f"{MAX_ROUNDS} rounds: a function calls itself")
 
 
 def function_of(node: Node, model: Model, functions: dict | None = None
