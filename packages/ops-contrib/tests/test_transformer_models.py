@@ -1,7 +1,7 @@
 """BERT and GPT-2 (2 layers, hidden 64, random weights) as onnxruntime's transformer optimizer
 fuses them (EmbedLayerNormalization, Attention, SkipLayerNormalization, BiasGelu, FastGelu)
 and as quantize_dynamic then quantizes them (QEmbedLayerNormalization, QAttention,
-MatMulInteger): they load on nnplug and give onnxruntime's results. models/make_models.py
+MatMulInteger), and GPT-2 with 4-bit blockwise weights (MatMulNBits): they load on nnplug and give onnxruntime's results. models/make_models.py
 makes them (it needs torch; these tests do not).
 
 Tolerances. float32: 1e-4 relative + 1e-4 absolute on outputs of size ~1-5 (each is a
@@ -9,7 +9,9 @@ LayerNorm's): both runtimes compute in float32 and differ only in summation orde
 order of scalings, a few ulps per op, which two layers' ~20 ops grow to ~1e-5 at most (1e-6 is
 seen). int8: one quantization step of the output, its range / 255: the models quantize
 activations to uint8 at run time, so a float difference of one ulp just before a
-DynamicQuantizeLinear may round one value to the neighbouring step."""
+DynamicQuantizeLinear may round one value to the neighbouring step. int4: the float32
+tolerance, as the weights dequantize to the same float values in both ((q - zero point) *
+scale) and the products are float32 (accuracy_level 0)."""
 
 from __future__ import annotations
 
@@ -20,13 +22,15 @@ import onnx
 import pytest
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models")
-MODELS = ["bert_optimized", "bert_optimized_int8", "gpt2_optimized", "gpt2_optimized_int8"]
+MODELS = ["bert_optimized", "bert_optimized_int8", "gpt2_optimized", "gpt2_optimized_int8",
+          "gpt2_optimized_int4"]
 CONTRIB = {"bert_optimized": {"EmbedLayerNormalization", "Attention", "SkipLayerNormalization",
                               "BiasGelu"},
            "bert_optimized_int8": {"QEmbedLayerNormalization", "QAttention",
                                    "SkipLayerNormalization", "BiasGelu"},
            "gpt2_optimized": {"SkipLayerNormalization", "FastGelu"},
-           "gpt2_optimized_int8": {"SkipLayerNormalization", "FastGelu"}}
+           "gpt2_optimized_int8": {"SkipLayerNormalization", "FastGelu"},
+           "gpt2_optimized_int4": {"MatMulNBits", "SkipLayerNormalization", "FastGelu"}}
 
 
 def feeds_for(session, batch, seq, rng):
@@ -66,7 +70,7 @@ def test_optimized_model_matches_onnxruntime(name, runtime, backends):
             want = session.run(None, feeds)[0]
             got = net.run(feeds)["out"]
             assert got.shape == want.shape == (batch, seq, 64)
-            if name.endswith("int8"):
+            if name.endswith("int8"):  # one step of uint8 activations
                 step = float(want.max() - want.min()) / 255
                 assert np.abs(got - want).max() <= step, (np.abs(got - want).max(), step)
             else:

@@ -1,6 +1,7 @@
 """Makes the small transformer models the tests load: BERT and GPT-2 with random weights
 (from a config, nothing downloaded), exported to ONNX, fused by onnxruntime's transformer
-optimizer (com.microsoft ops) and quantized by onnxruntime's quantize_dynamic.
+optimizer (com.microsoft ops), quantized by onnxruntime's quantize_dynamic, and GPT-2's weights
+also to 4 bits by onnxruntime's MatMulNBitsQuantizer.
 
 Needs torch and transformers, which the tests do not: run it in a venv of its own,
 
@@ -107,6 +108,15 @@ def quantize(src, dst):
                      extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
 
 
+def quantize_4bit(src, dst):
+    """Blockwise 4-bit weights (MatMulNBits), as onnxruntime quantizes LLMs."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    q = MatMulNBitsQuantizer(onnx.load(src), block_size=32, is_symmetric=False, bits=4)
+    q.process()
+    onnx.save(q.model.model, dst)
+
+
 def ops_of(path):
     m = onnx.load(path)
     return collections.Counter(f"{n.domain or 'ai.onnx'}:{n.op_type}" for n in m.graph.node
@@ -122,8 +132,12 @@ def main():
         optimize(raw, fused, kind, cfg)
         quant = os.path.join(HERE, f"{name}_optimized_int8.onnx")
         quantize(fused, quant)
+        made = [fused, quant]
+        if name == "gpt2":
+            made.append(os.path.join(HERE, f"{name}_optimized_int4.onnx"))
+            quantize_4bit(fused, made[-1])
         os.remove(raw)
-        for p in (fused, quant):
+        for p in made:
             print(os.path.basename(p), os.path.getsize(p), "bytes", dict(ops_of(p)),
                   file=sys.stderr)
 
