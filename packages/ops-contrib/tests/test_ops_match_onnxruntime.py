@@ -245,7 +245,20 @@ FLOAT_CASES = {
     "EmbedLayerNormalization": lambda: _embed(),
     "EmbedLayerNormalization-no-segment-no-mask": lambda: _embed(segment=False, mask=False),
     "EmbedLayerNormalization-position-ids": lambda: _embed(pos_ids=True),
+    "EmbedLayerNormalization-mask-values-not-0-1": lambda: model_of(
+        "EmbedLayerNormalization", [("ids", np.array([[1, 2, 3, 4]], np.int32)), None,
+                                    const("w", f(10, H)), const("p", f(10, H)), None,
+                                    const("g", f(H)), const("b", f(H)),
+                                    ("mask", np.array([[1, 2, 0, 1]], np.int32))],
+        ["y", "mask_index"], {"epsilon": 1e-5}),
+    "SkipLayerNormalization-2d-skip": lambda: model_of(
+        "SkipLayerNormalization", [("x", f(B, S, H)), ("s", f(S, H)), const("g", f(H) + 1)], ["y"]),
     "Attention": lambda: attention_case(),
+    "Attention-no-bias": lambda: model_of("Attention", [("x", f(B, S, H)), const("w", f(H, 3 * H))],
+                                          ["y"], {"num_heads": N}),
+    "Attention-mask-1d-end-0": lambda: attention_case(lambda P: np.array([0, S + P], np.int32)),
+    "Attention-mask-2d-row-of-zeros": lambda: attention_case(
+        lambda P: np.array([[0] * (S + P), [1] * (S + P)], np.int32)),
     "Attention-mask-1d-end": lambda: attention_case(_mask_1d),
     "Attention-mask-1d-end-start": lambda: attention_case(_mask_1d_start),
     "Attention-mask-2d": lambda: attention_case(_mask_2d),
@@ -292,6 +305,15 @@ FLOAT_CASES = {
                                  const("as", _qscalar(0.03)), const("bs", _qscalar(0.02)),
                                  const("az", _qscalar(120, np.uint8)), None, const("bias", f(5))], ["y"]),
     "QAttention": lambda: _qattention(),
+    "QAttention-per-column-weight-scale": lambda: model_of(
+        "QAttention", [("x", _u8(B, S, H)), const("w", R.integers(-127, 128, (H, 3 * H)).astype(np.int8)),
+                       const("bias", f(3 * H)), const("xs", _qscalar(0.02)),
+                       const("ws", (R.random(3 * H) * 0.02).astype(F)), None,
+                       const("xz", _qscalar(128, np.uint8)),
+                       const("wz", R.integers(-3, 4, 3 * H).astype(np.int8))], ["y"], {"num_heads": N}),
+    "DynamicQuantizeMatMul-3d": lambda: model_of(
+        "DynamicQuantizeMatMul", [("a", f(2, 3, 8)), const("b", R.integers(-127, 128, (8, 5)).astype(np.int8)),
+                                  const("bs", _qscalar(0.02))], ["y"]),
     "QAttention-unidirectional-mask": lambda: _qattention(unidirectional=1, mask=True),
     "QEmbedLayerNormalization": lambda: _embed(quant=True),
 }
