@@ -1,5 +1,6 @@
 """BERT and GPT-2 (2 layers, hidden 64, random weights) as onnxruntime's transformer optimizer
-fuses them (EmbedLayerNormalization, Attention, SkipLayerNormalization, BiasGelu, FastGelu)
+fuses them (EmbedLayerNormalization, Attention, causal for GPT-2, SkipLayerNormalization,
+BiasGelu, FastGelu)
 and as quantize_dynamic then quantizes them (QEmbedLayerNormalization, QAttention,
 MatMulInteger), and GPT-2 with 4-bit blockwise weights (MatMulNBits): they load on nnplug and give onnxruntime's results. models/make_models.py
 makes them (it needs torch; these tests do not).
@@ -28,9 +29,12 @@ CONTRIB = {"bert_optimized": {"EmbedLayerNormalization", "Attention", "SkipLayer
                               "BiasGelu"},
            "bert_optimized_int8": {"QEmbedLayerNormalization", "QAttention",
                                    "SkipLayerNormalization", "BiasGelu"},
-           "gpt2_optimized": {"SkipLayerNormalization", "FastGelu"},
-           "gpt2_optimized_int8": {"SkipLayerNormalization", "FastGelu"},
-           "gpt2_optimized_int4": {"MatMulNBits", "SkipLayerNormalization", "FastGelu"}}
+           "gpt2_optimized": {"EmbedLayerNormalization", "Attention", "SkipLayerNormalization",
+                              "FastGelu"},
+           "gpt2_optimized_int8": {"EmbedLayerNormalization", "QAttention",
+                                   "SkipLayerNormalization", "FastGelu"},
+           "gpt2_optimized_int4": {"EmbedLayerNormalization", "Attention", "MatMulNBits",
+                                   "SkipLayerNormalization", "FastGelu"}}
 
 
 def feeds_for(session, batch, seq, rng):

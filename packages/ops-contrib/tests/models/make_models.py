@@ -39,7 +39,7 @@ def randomized(model):
 
 
 def export(model, args, names, dynamic, path):
-    model = randomized(model).eval()
+    model.eval()
     kwargs = dict(input_names=names, output_names=["out"], opset_version=OPSET,
                   dynamic_axes=dynamic, do_constant_folding=True)
     try:  # the TorchScript exporter: the graphs onnxruntime's fusions are written for
@@ -65,7 +65,7 @@ def bert(path):
                      intermediate_size=128, max_position_embeddings=64, type_vocab_size=2,
                      attn_implementation="eager")
     names = ["input_ids", "attention_mask", "token_type_ids"]
-    m = LastHidden(BertModel(cfg, add_pooling_layer=False), names)
+    m = LastHidden(randomized(BertModel(cfg, add_pooling_layer=False)), names)
     ids = torch.randint(0, 512, (2, SEQ))
     mask = torch.ones(2, SEQ, dtype=torch.int64)
     seg = torch.zeros(2, SEQ, dtype=torch.int64)
@@ -75,18 +75,46 @@ def bert(path):
     return cfg
 
 
+def classic_gpt2_attention(self, hidden_states, *args, **kwargs):
+    """GPT-2's attention as transformers 2-4 wrote it: the graph onnxruntime's gpt2 fusion
+    reads (Split, the key permuted once, Div by sqrt(head), Where over a slice of the
+    causal buffer). transformers 5 builds the causal mask elsewhere (masking_utils), a graph
+    that fusion does not recognize; the function is the same (checked in gpt2())."""
+    q, k, v = self.c_attn(hidden_states).split(self.split_size, dim=2)
+
+    def heads(x, key=False):
+        x = x.view(x.size()[:-1] + (self.num_heads, self.head_dim))
+        return x.permute(0, 2, 3, 1) if key else x.permute(0, 2, 1, 3)
+
+    q, k, v = heads(q), heads(k, True), heads(v)
+    w = torch.matmul(q, k) / (float(v.size(-1)) ** 0.5)
+    nd, ns = w.size(-2), w.size(-1)
+    w = torch.where(self.causal[:, :, ns - nd:ns, :ns], w, torch.tensor(-1e4))
+    a = torch.matmul(torch.nn.functional.softmax(w, dim=-1), v).permute(0, 2, 1, 3).contiguous()
+    return self.c_proj(a.view(a.size()[:-2] + (a.size(-2) * a.size(-1),))), None
+
+
 def gpt2(path):
     from transformers import GPT2Config, GPT2Model
+    from transformers.models.gpt2 import modeling_gpt2
 
     torch.manual_seed(1)
     cfg = GPT2Config(vocab_size=512, n_embd=64, n_layer=2, n_head=4, n_positions=64,
                      attn_implementation="eager", use_cache=False)
-    m = LastHidden(GPT2Model(cfg), ["input_ids", "attention_mask"])
+    model = randomized(GPT2Model(cfg)).eval()
+    for block in model.h:
+        block.attn.register_buffer("causal", torch.tril(torch.ones(64, 64, dtype=torch.bool))
+                                   .view(1, 1, 64, 64), persistent=False)
+    m = LastHidden(model, ["input_ids"])
     ids = torch.randint(0, 512, (2, SEQ))
-    mask = torch.ones(2, SEQ, dtype=torch.int64)
-    dyn = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"},
-           "out": {0: "batch", 1: "seq"}}
-    export(m, (ids, mask), ["input_ids", "attention_mask"], dyn, path)
+    with torch.no_grad():
+        want = m(ids)
+        modeling_gpt2.GPT2Attention.forward = classic_gpt2_attention
+        got = m(ids)
+    assert torch.allclose(got, want, atol=1e-5), "the classic attention is not GPT-2's"
+    # one input: onnxruntime's gpt2 fusion without past takes models of one input
+    export(m, (ids,), ["input_ids"], {"input_ids": {0: "batch", 1: "seq"},
+                                      "out": {0: "batch", 1: "seq"}}, path)
     return cfg
 
 
