@@ -272,6 +272,19 @@ FLOAT_CASES = {
     "MultiHeadAttention-mask-2d": lambda: _mha(mask=True),
     "MultiHeadAttention-past": lambda: _mha(past=True, mask=True),
     "MultiHeadAttention-bnsh-kv": lambda: _mha(bnsh=True, bias=False),
+    "MultiHeadAttention-unidirectional": lambda: _mha(unidirectional=1),
+    "MultiHeadAttention-mask-1d": lambda: model_of(
+        "MultiHeadAttention", [("q", f(B, S, H)), ("k", f(B, 6, H)), ("v", f(B, 6, H)), None,
+                               ("m", np.array([4, 6], np.int32))], ["y"], {"num_heads": N}),
+    "MultiHeadAttention-mask-3d": lambda: model_of(
+        "MultiHeadAttention", [("q", f(B, S, H)), ("k", f(B, 6, H)), ("v", f(B, 6, H)), None,
+                               ("m", (R.random((B, S, 6)) > 0.3).astype(np.int32))], ["y"],
+        {"num_heads": N}),
+    "MultiHeadAttention-attention-bias-scale": lambda: model_of(
+        "MultiHeadAttention", [("q", f(B, S, H)), ("k", f(B, 6, H)), ("v", f(B, 6, H)), None, None,
+                               ("ab", f(1, N, S, 6))], ["y"], {"num_heads": N, "scale": 0.2}),
+    "Attention-past-mask-1d-end-start": lambda: attention_case(_mask_1d_start, past=True,
+                                                               unidirectional=1),
     "GroupQueryAttention-prompt": lambda: _gqa(),
     "GroupQueryAttention-prompt-in-a-longer-buffer": lambda: _gqa(buffer=8),
     "GroupQueryAttention-step": lambda: _gqa(step=True),

@@ -68,11 +68,14 @@ def _attend(b: Body, q: str, k: str, v: str, head_size: int, mask: str | None,
     if causal:
         s_len = b.squeeze(b.dim(q, 2), [0])
         t_len = b.squeeze(b.dim(k, 2), [0])
-        rows = b.op("Range", b.const(0), s_len, b.const(1))
-        if past_len is not None:
-            rows = b.op("Add", rows, past_len)
+        # query s sees keys up to past + s; onnxruntime's CPU kernels leave the last query
+        # unmasked, which matters only where T > past + S (MultiHeadAttention with longer keys)
+        steps = b.op("Range", b.const(0), s_len, b.const(1))
+        rows = b.op("Add", steps, past_len) if past_len is not None else steps
         cols = b.op("Range", b.const(0), t_len, b.const(1))
         later = b.op("Greater", b.unsqueeze(cols, [0]), b.unsqueeze(rows, [1]))  # (S, T)
+        last = b.op("Equal", steps, b.op("Sub", s_len, b.const(1)))
+        later = b.op("And", later, b.op("Not", b.unsqueeze(last, [1])))
         bias = b.op("Where", later, b.fconst(LOWEST, q), bias if bias else b.fconst(0.0, q))
     if bias is not None:
         scores = b.op("Add", scores, bias)
