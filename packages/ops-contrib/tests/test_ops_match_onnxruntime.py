@@ -301,6 +301,13 @@ FLOAT_CASES = {
                                     {"transB": 1, "alpha": 0.5}),
     "FusedMatMul-transA": lambda: model_of("FusedMatMul", [("a", f(2, 3, 4)), ("b", f(2, 3, 5))], ["y"],
                                            {"transA": 1}),
+    "FusedMatMul-transBatchA": lambda: model_of("FusedMatMul", [("a", f(4, 2, 6, 3)), ("b", f(2, 6, 3, 5))],
+                                                ["y"], {"transBatchA": 1}),
+    "FusedMatMul-transBatch-trans-both": lambda: model_of(
+        "FusedMatMul", [("a", f(3, 2, 6, 4)), ("b", f(5, 2, 6, 3))], ["y"],
+        {"transBatchA": 1, "transA": 1, "transBatchB": 1, "transB": 1, "alpha": 0.7}),
+    "FusedMatMul-broadcast": lambda: model_of("FusedMatMul", [("a", f(2, 1, 4, 3)), ("b", f(3, 3, 5))],
+                                              ["y"], {"alpha": 2.0}),
     "MatMulNBits-4": lambda: _nbits(4, zp=False),
     "MatMulNBits-4-zp": lambda: _nbits(4, zp=True),
     "MatMulNBits-4-float-zp": lambda: _nbits(4, zp=True, float_zp=True, bias=False),

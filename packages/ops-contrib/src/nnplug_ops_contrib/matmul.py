@@ -12,18 +12,16 @@ def _transposed(b: Body, x: str, k: int, trans: bool, trans_batch: bool) -> str:
     if not trans and not trans_batch:
         return x
     r = b.rank(k)
-    if trans_batch:  # batch dims move behind the matrix's first dim: (B.., M, K) -> (M, B.., K)
-        perm = [r - 2, *range(r - 2), r - 1]
-        if trans:
-            perm = [r - 1, *range(r - 2), r - 2]
-        return b.op("Transpose", x, perm=perm)
+    if trans_batch:  # stored (M, B.., K), or (K, B.., M) with trans: -> (B.., M, K)
+        batch = list(range(1, r - 1))
+        return b.op("Transpose", x, perm=[*batch, r - 1, 0] if trans else [*batch, 0, r - 1])
     perm = list(range(r - 2)) + [r - 1, r - 2]
     return b.op("Transpose", x, perm=perm)
 
 
 def fused_matmul(b: Body) -> None:
-    """alpha * op(A) @ op(B): transA/transB transpose the last two dims; transBatchA/B move
-    the batch dims (all but the last two) behind the first matrix dim."""
+    """alpha * op(A) @ op(B): transA/transB transpose the last two dims; transBatchA/B say
+    the input is stored with its first dim (M, or K with trans) before the batch dims."""
     a = _transposed(b, b.input(0), 0, bool(b.attr("transA", 0)), bool(b.attr("transBatchA", 0)))
     c = _transposed(b, b.input(1), 1, bool(b.attr("transB", 0)), bool(b.attr("transBatchB", 0)))
     y = b.op("MatMul", a, c)
