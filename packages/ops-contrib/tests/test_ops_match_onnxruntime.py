@@ -80,7 +80,7 @@ def _rotary(interleaved, rank, offset=False):
                                         const("sin", sin)], ["y"], attrs)
 
 
-def _nbits(bits, zp, k=40, bias=True, float_zp=False):
+def _nbits(bits, zp, k=40, bias=True, float_zp=False, g_idx=False):
     n, block = 6, 16
     blocks = (k + block - 1) // block
     per = 8 // bits
@@ -103,8 +103,12 @@ def _nbits(bits, zp, k=40, bias=True, float_zp=False):
         ins.append(const("zp", zpk.reshape(-1)))
     else:
         ins.append(None)
+    if g_idx:  # act-order: each k's block given (a permutation of the plain k // block)
+        ins.append(const("g", R.permutation(np.arange(k) // block).astype(np.int32)))
+    elif bias:
+        ins.append(None)
     if bias:
-        ins += [None, const("bias", f(n))]
+        ins.append(const("bias", f(n)))
     return model_of("MatMulNBits", ins, ["y"], {"K": k, "N": n, "bits": bits, "block_size": block})
 
 
@@ -313,6 +317,8 @@ FLOAT_CASES = {
     "MatMulNBits-4-float-zp": lambda: _nbits(4, zp=True, float_zp=True, bias=False),
     "MatMulNBits-8-zp": lambda: _nbits(8, zp=True, k=32),
     "MatMulNBits-2": lambda: _nbits(2, zp=True),
+    "MatMulNBits-4-g_idx-float-zp": lambda: _nbits(4, zp=True, float_zp=True, g_idx=True),
+    "MatMulNBits-4-g_idx-no-zp": lambda: _nbits(4, zp=False, g_idx=True, bias=False),
     "DynamicQuantizeMatMul": lambda: model_of(
         "DynamicQuantizeMatMul", [("a", f(3, 8)), const("b", R.integers(-127, 128, (8, 5)).astype(np.int8)),
                                   const("bs", _qscalar(0.02)), None, const("bias", f(5))], ["y"]),

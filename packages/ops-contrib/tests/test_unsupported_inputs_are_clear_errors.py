@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import model_of
-from test_ops_match_onnxruntime import attention_case, const, f
+from test_ops_match_onnxruntime import _nbits, attention_case, const, f
 
 import nnplug
 
@@ -16,10 +16,13 @@ CASES = {
     "Attention num_heads": (model_of("Attention", [("x", f(2, 5, 16)), const("w", f(16, 48)),
                                                    const("b", f(48))], ["y"], {"num_heads": 5}),
                             r"op Attention.*num_heads=5 does not divide"),
-    "MatMulNBits g_idx": (model_of("MatMulNBits", [
-        ("a", f(3, 32)), const("b", np.zeros((6, 2, 8), np.uint8)),
-        const("s", np.ones(12, np.float32)), None, const("g", np.zeros(32, np.int32))], ["y"],
-        {"K": 32, "N": 6, "bits": 4, "block_size": 16}), r"op MatMulNBits.*g_idx"),
+    "MatMulNBits bits": (model_of("MatMulNBits", [
+        ("a", f(3, 32)), const("b", np.zeros((6, 2, 16), np.uint8)),
+        const("s", np.ones(12, np.float32))], ["y"],
+        {"K": 32, "N": 6, "bits": 3, "block_size": 16}), r"op MatMulNBits.*bits=3"),
+    "MatMulNBits g_idx with packed zero points": (
+        _nbits(4, zp=True, g_idx=True), r"op MatMulNBits.*g_idx \(input 4\) with packed uint8 "
+                                        r"zero_points"),
     "opset 12": (model_of("FastGelu", [("x", f(3))], ["y"], opset=12),
                  r"op FastGelu.*need opset 13 or newer"),
 }

@@ -31,41 +31,50 @@ def fused_matmul(b: Body) -> None:
 
 def matmul_nbits(b: Body) -> None:
     """A (.., K) @ W^T, W (N, K) dequantized from B (N, blocks, block_size*bits/8 bytes,
-    low bits first), scales (N*blocks) and zero_points (packed like B, or of the scales'
-    type; 2^(bits-1) when absent), plus bias (N)."""
+    low bits first): W[n, k] = (q[n, k] - zero_point[n, g(k)]) * scale[n, g(k)], where g(k)
+    is k's block (k // block_size, or g_idx[k] when given), zero points packed like B or of
+    the scales' type (2^(bits-1) when absent); plus bias (N). B is a constant in practice,
+    so the fold stage dequantizes it once at load."""
     bits = int(b.attr("bits", 4))
     block = int(b.attr("block_size"))
     n, k = int(b.attr("N")), int(b.attr("K"))
     if bits not in (2, 4, 8):
         raise ValueError(f"bits={bits}: 2, 4 or 8 are supported")
-    if b.has(4):
-        raise ValueError("g_idx (input 4) is not supported")
     blocks = (k + block - 1) // block
     per_byte = 8 // bits
     mask = (1 << bits) - 1
-    q = b.op("Reshape", b.input(1), b.const([n, blocks, -1, 1]))
-    if per_byte > 1:  # unpack: the value at position j of a byte is (byte >> j*bits) & mask
-        shifts = b.const(np.arange(per_byte, dtype=np.uint8) * bits, np.uint8)
-        q = b.op("BitShift", q, b.op("Reshape", shifts, b.const([1, 1, 1, per_byte])),
+    shifts = b.const(np.arange(per_byte, dtype=np.uint8) * bits, np.uint8)
+
+    def unpack(x: str, rank: int) -> str:
+        """The ``bits``-wide values of each byte of x, (.., bytes) -> (.., bytes, per_byte)."""
+        x = b.unsqueeze(x, [rank])
+        if per_byte == 1:
+            return x
+        x = b.op("BitShift", x, b.op("Reshape", shifts, b.const([1] * rank + [per_byte])),
                  direction="RIGHT")
-        q = _low_bits(b, q, mask)
-    q = b.op("Reshape", q, b.const([n, blocks, block]))
-    scales = b.op("Reshape", b.input(2), b.const([n, blocks, 1]))
-    wq = b.cast(q, np.float32)
+        return _low_bits(b, x, mask)
+
+    q = unpack(b.op("Reshape", b.input(1), b.const([n, blocks, -1])), 3)
+    q = b.slice(b.op("Reshape", q, b.const([n, blocks * block])), [0], [k], [1])   # (N, K)
+    group = b.input(4) if b.has(4) else b.const(np.arange(k) // block)              # g(k)
+    scale = b.op("Gather", b.op("Reshape", b.cast(b.input(2), np.float32), b.const([n, blocks])),
+                 group, axis=1)                                                    # (N, K)
     if b.has(3) and b.dtype(3) == np.uint8:
-        zq = b.op("Reshape", b.input(3), b.const([n, -1, 1]))
-        if per_byte > 1:
-            zq = b.op("BitShift", zq, b.op("Reshape", shifts, b.const([1, 1, per_byte])),
-                      direction="RIGHT")
-            zq = _low_bits(b, zq, mask)
-        zq = b.op("Reshape", zq, b.const([n, -1]))
-        zp = b.cast(b.unsqueeze(b.slice(zq, [0], [blocks], [1]), [2]), np.float32)
+        if b.has(4):
+            raise ValueError(
+                "g_idx (input 4) with packed uint8 zero_points (input 3) is refused: "
+                "onnxruntime 1.32's CPU kernel ignores such zero points (uses 2^(bits-1)) while "
+                "the op's definition applies them, so there is no one right answer; give the "
+                "zero points in the scales' type, or drop g_idx")
+        zq = b.op("Reshape", unpack(b.op("Reshape", b.input(3), b.const([n, -1])), 2),
+                  b.const([n, -1]))
+        zp = b.op("Gather", b.cast(b.slice(zq, [0], [blocks], [1]), np.float32), group, axis=1)
     elif b.has(3):
-        zp = b.op("Reshape", b.cast(b.input(3), np.float32), b.const([n, blocks, 1]))
+        zp = b.op("Gather", b.op("Reshape", b.cast(b.input(3), np.float32), b.const([n, blocks])),
+                  group, axis=1)
     else:
         zp = b.const(float(1 << (bits - 1)), np.float32)
-    w = b.op("Mul", b.op("Sub", wq, zp), b.cast(scales, np.float32))
-    w = b.slice(b.op("Reshape", w, b.const([n, blocks * block])), [0], [k], [1])
+    w = b.op("Mul", b.op("Sub", b.cast(q, np.float32), zp), scale)
     w = b.op("Transpose", b.op("CastLike", w, b.input(0)) if b.opset >= 15
              else b.cast(w, b.dtype(0)), perm=[1, 0])
     y = b.op("MatMul", b.input(0), w)
