@@ -249,6 +249,11 @@ FLOAT_CASES = {
     "EmbedLayerNormalization": lambda: _embed(),
     "EmbedLayerNormalization-no-segment-no-mask": lambda: _embed(segment=False, mask=False),
     "EmbedLayerNormalization-position-ids": lambda: _embed(pos_ids=True),
+    "EmbedLayerNormalization-mask-index-type-0": lambda: model_of(
+        "EmbedLayerNormalization", [("ids", R.integers(0, 10, (B, S)).astype(np.int32)), None,
+                                    const("w", f(10, H)), const("p", f(10, H)), None,
+                                    const("g", f(H)), const("b", f(H)),
+                                    ("m", np.ones((B, S), np.int32))], ["y"], {"mask_index_type": 0}),
     "EmbedLayerNormalization-mask-values-not-0-1": lambda: model_of(
         "EmbedLayerNormalization", [("ids", np.array([[1, 2, 3, 4]], np.int32)), None,
                                     const("w", f(10, H)), const("p", f(10, H)), None,
@@ -344,7 +349,30 @@ FLOAT_CASES = {
     "QEmbedLayerNormalization": lambda: _embed(quant=True),
 }
 
+def _i8(*shape):
+    return R.integers(-128, 128, shape).astype(np.int8)
+
+
 QUANT_CASES = {
+    "QLinearSoftmax-opset-12": lambda: model_of(
+        "QLinearSoftmax", [("x", _u8(2, 3, 4)), const("xs", _qscalar(0.05)), const("xz", _qscalar(128, np.uint8)),
+                           const("ys", _qscalar(1 / 256)), const("yz", _qscalar(0, np.uint8))],
+        ["y"], {"axis": 1, "opset": 12}),
+    "QLinearSoftmax-int8": lambda: model_of(
+        "QLinearSoftmax", [("x", _i8(2, 3, 4)), const("xs", _qscalar(0.05)), const("xz", _qscalar(0, np.int8)),
+                           const("ys", _qscalar(1 / 256)), const("yz", _qscalar(-128, np.int8))],
+        ["y"], {"axis": -1, "opset": 13}),
+    "QLinearAdd-int8-broadcast": lambda: model_of(
+        "QLinearAdd", [("a", _i8(2, 3)), const("as", _qscalar(0.05)), const("az", _qscalar(3, np.int8)),
+                       ("b", _i8(3)), const("bs", _qscalar(0.03)), const("bz", _qscalar(-2, np.int8)),
+                       const("cs", _qscalar(0.07)), const("cz", _qscalar(1, np.int8))], ["y"]),
+    "QLinearSigmoid-int8": lambda: model_of(
+        "QLinearSigmoid", [("x", _i8(2, 3)), const("xs", _qscalar(0.05)), const("xz", _qscalar(0, np.int8)),
+                           const("ys", _qscalar(1 / 256)), const("yz", _qscalar(-128, np.int8))], ["y"]),
+    "QLinearGlobalAveragePool-int8": lambda: model_of(
+        "QLinearGlobalAveragePool", [("x", _i8(2, 3, 4, 4)), const("xs", _qscalar(0.05)),
+                                     const("xz", _qscalar(0, np.int8)), const("ys", _qscalar(0.02)),
+                                     const("yz", _qscalar(0, np.int8))], ["y"]),
     "QLinearAdd": lambda: _qbinary("QLinearAdd"),
     "QLinearMul": lambda: _qbinary("QLinearMul"),
     "QLinearSigmoid": lambda: _qunary("QLinearSigmoid"),
