@@ -8,7 +8,8 @@ Run inside the environment under test (the noxfile's ``isolation`` and ``wheels`
 
 Working means: every ``nnplug.backends`` entry point of a present distribution registers a
 backend of that name with no load error and runs ``nnplug demo`` with it; every ``nnplug.ops``
-entry point registers its ops, and each op runs a one-node model. Absent backends make
+entry point registers its ops (custom ops or function bodies, ``Runtime.register_function``),
+and each custom op runs a one-node model. Absent backends make
 ``nnplug demo --backend ID`` fail with one clear line naming the package to install.
 """
 
@@ -117,6 +118,7 @@ def main() -> None:
         fail("load errors:\n  " + "\n  ".join(str(e) for e in rt.load_errors))
     bare = nnplug.Runtime(nnplug.CreationOptions(entry_points=False))
     entry_point_ops = sorted(set(rt.ops) - set(bare.ops))
+    entry_point_functions = sorted(set(rt.functions) - set(bare.functions))
     bare.close()
 
     backend_ids = []
@@ -133,8 +135,9 @@ def main() -> None:
             ids.append(ep.name)
         backend_ids += ids
         n_ops = len(entry_points_of(dist, "nnplug.ops"))
-        if n_ops and not entry_point_ops:
-            fail(f"{dist} {version}: {n_ops} nnplug.ops entry point(s) but no op registered")
+        if n_ops and not entry_point_ops and not entry_point_functions:
+            fail(f"{dist} {version}: {n_ops} nnplug.ops entry point(s) but no op or function "
+                 f"registered")
         print(f"{dist} {version}: backends {ids or '-'}, ops entry points {n_ops}")
 
     info = cli("info")
@@ -144,6 +147,10 @@ def main() -> None:
 
     if entry_point_ops:
         check_ops(rt, entry_point_ops)
+    if entry_point_functions:  # bodies: what runs them is a backend's, checked by its tests
+        domains = sorted({d or "ai.onnx" for d, _ in entry_point_functions})
+        print(f"functions: {len(entry_point_functions)} registered ({', '.join(domains)}), "
+              f"from {', '.join(sorted({rt.functions[k].source for k in entry_point_functions}))}")
     rt.close()
 
     if not args.no_demo:

@@ -30,11 +30,13 @@ LENIENT = [
 MAX_FINDINGS = 32
 
 
-def check_model(proto: onnx.ModelProto) -> list[str]:
+def check_model(proto: onnx.ModelProto, provided=()) -> list[str]:
     """Run the ONNX checker on ``proto``; returns (and warns) the lenient findings, raises
-    ModelError for the first real one."""
+    ModelError for the first real one. ``provided``: (domain, op type) pairs plugins
+    register function bodies for; their ai.onnx nodes (ops ONNX does not define, such as
+    onnxruntime's SimplifiedLayerNormalization) are not the checker's to refuse."""
     found: list[str] = []
-    probe = proto
+    probe = _without_provided(proto, {op for d, op in provided if d in ("", "ai.onnx")})
     for _ in range(MAX_FINDINGS):
         try:
             onnx.checker.check_model(probe)
@@ -58,6 +60,33 @@ def check_model(proto: onnx.ModelProto) -> list[str]:
         warnings.warn(ModelWarning(f"the ONNX checker would refuse this model: {note} "
                                    f"(onnxruntime accepts it too)"), stacklevel=4)
     return found
+
+
+_PROVIDED_DOMAIN = "nnplug.provided"
+
+
+def _without_provided(proto: onnx.ModelProto, ops: set[str]) -> onnx.ModelProto:
+    """``proto``, or a copy whose ai.onnx nodes of ``ops`` that ONNX does not define at the
+    model's opset are moved to a domain of their own (the checker skips unknown domains)."""
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
+    def undefined(n) -> bool:
+        if n.domain not in ("", "ai.onnx") or n.op_type not in ops:
+            return False
+        try:
+            onnx.defs.get_schema(n.op_type, opset, "")
+        except Exception:  # noqa: BLE001 - SchemaError: ONNX has no such op at this opset
+            return True
+        return False
+
+    if not ops or not any(undefined(n) for n in proto.graph.node):
+        return proto
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    for n in copy.graph.node:
+        if undefined(n):
+            n.domain = _PROVIDED_DOMAIN
+    copy.opset_import.append(onnx.helper.make_opsetid(_PROVIDED_DOMAIN, 1))
+    return copy
 
 
 def _lenient(first_line: str) -> str | None:

@@ -1,7 +1,8 @@
 """Function expansion: a node no backend claims, whose op is an ONNX function (a standard
 op with a function body, context-dependent bodies included, or a function of the model's
-own ``ModelProto.functions``), is replaced by the nodes of its body, so backends get the
-long tail of ops from primitives. A backend that claims the whole op keeps it.
+own ``ModelProto.functions``, or a body a plugin registered for an op ONNX does not define,
+see :mod:`nnplug.functions`), is replaced by the nodes of its body, so backends get the long
+tail of ops from primitives. A backend that claims the whole op keeps it.
 
 Expanded nodes are named ``<original node>/<body node>`` and their private values
 ``<original node>/<value>``, so ``Network.assignment`` shows where each piece came from.
@@ -23,38 +24,50 @@ from .graph import Model, Node, SubGraph, ValueInfo, whole_graph
 from .loader import load
 
 MAX_ROUNDS = 16
-"""Nesting depth of functions in functions that expansion follows."""
+"""Nesting depth of functions in functions that expansion follows (a deeper one is taken
+for a function that calls itself). Rounds that only reach nodes whose input types became
+known in the round before (a chain of plugin ops whose bodies need them) do not count."""
 
 
 def expand_unclaimed(model: Model, claimed: Callable[[Node, SubGraph], bool],
-                     custom_ops: dict) -> Model:
+                     custom_ops: dict, functions: dict | None = None) -> Model:
     """``model`` with every node that ``claimed`` refuses and that has a function body
-    replaced by that body (recursively); ``model`` itself when nothing is expanded."""
-    for _ in range(MAX_ROUNDS):
+    replaced by that body (recursively); ``model`` itself when nothing is expanded.
+    ``functions``: (domain, op type) -> :class:`nnplug.functions.FunctionDef` of plugins."""
+    depth: dict[str, int] = {}  # node name -> how many bodies deep it lies
+    while True:
         graph = whole_graph(model, model.nodes, model.constants)
         bodies: dict[int, tuple[list[onnx.NodeProto], list]] = {}
         taken = None  # every name in the model, found once something is to be expanded
         for i, n in enumerate(model.nodes):
             if n.op_type in custom_ops or n.proto is None or claimed(n, graph):
                 continue
-            fn = function_of(n, model)
+            fn = function_of(n, model, functions)
             if fn is not None:
+                level = depth.get(n.name, 0) + 1
+                if level > MAX_ROUNDS:
+                    raise ModelError(
+                        f"function expansion of model {model.name!r} did not finish: "
+                        f"{n.describe()} lies {MAX_ROUNDS} function bodies deep: a function "
+                        f"calls itself")
                 if taken is None:
                     taken = _all_names(model.proto.graph)
-                bodies[i] = (inline(n, fn, taken), list(fn.opset_import))
+                body = inline(n, fn, taken)
+                depth.update((piece.name, level) for piece in body)
+                bodies[i] = (body, list(fn.opset_import))
         if not bodies:
             return model
         with warnings.catch_warnings():  # the model's own findings were reported already
             warnings.simplefilter("ignore", ModelWarning)
-            model = load(_rebuilt(model, bodies), custom_ops)
-    raise ModelError(f"function expansion of model {model.name!r} did not finish after "
-                     f"{MAX_ROUNDS} rounds: a function calls itself")
+            model = load(_rebuilt(model, bodies), custom_ops, functions=tuple(functions or ()))
 
 
-def function_of(node: Node, model: Model) -> onnx.FunctionProto | None:
+def function_of(node: Node, model: Model, functions: dict | None = None
+                ) -> onnx.FunctionProto | None:
     """The function body of ``node``'s op: the model's own function of that name, else the
     standard schema's body for the model's opset (built for the node's input types when
-    the body depends on them); None when the op is no function."""
+    the body depends on them), else, for an op ONNX does not define at that opset, the body
+    a plugin registered (``functions``); None when the op is no function (yet)."""
     if model.proto is not None:
         overload = getattr(node.proto, "overload", "")
         for f in model.proto.functions:
@@ -65,7 +78,7 @@ def function_of(node: Node, model: Model) -> onnx.FunctionProto | None:
     try:
         schema = onnx.defs.get_schema(node.op_type, node.opset, domain)
     except Exception:
-        return None
+        return _registered_body(node, model, (functions or {}).get((domain, node.op_type)))
     for version in _preferred(schema.function_opset_versions, node.opset):
         fp = onnx.FunctionProto()
         fp.ParseFromString(schema.get_function_with_opset_version(version))
@@ -90,6 +103,25 @@ def function_of(node: Node, model: Model) -> onnx.FunctionProto | None:
         if version <= node.opset or _means_the_same(fp, model.opsets):
             return _with_schema_defaults(fp, schema)
     return None
+
+
+def _registered_body(node: Node, model: Model, fdef) -> onnx.FunctionProto | None:
+    """A plugin's body for ``node``, checked to mean at the model's opsets what it says."""
+    if fdef is None:
+        return None
+    fp = fdef.body_for(node, [model.values.get(x) if x else None for x in node.inputs],
+                       dict(model.opsets))
+    if fp is None:
+        return None
+    own = {o.domain or "": o.version for o in fp.opset_import}
+    if own.get("", model.opsets.get("", 0)) != model.opsets.get("", 0) \
+            and not _means_the_same(fp, model.opsets):
+        raise ModelError(
+            f"{node.describe()}: the {fdef.describe()} wrote a body for opset {own['']} of "
+            f"ai.onnx, but the model imports opset {model.opsets.get('', 0)} and some of the "
+            f"body's ops mean something else there; the builder must write the body for "
+            f"opsets[''] (fix the plugin)")
+    return fp
 
 
 def _preferred(versions, opset: int) -> list[int]:

@@ -79,14 +79,17 @@ def _with_external_data(proto: onnx.ModelProto, folder, what: str) -> onnx.Model
     return copy
 
 
-def load(model, custom_ops: dict | None = None, external_data_dir=None) -> Model:
+def load(model, custom_ops: dict | None = None, external_data_dir=None,
+         functions=()) -> Model:
     """Read, check and shape-infer ``model``. ``custom_ops`` (op_type -> CustomOp) supply
-    ``shape_infer`` for the nodes ONNX cannot infer; ``external_data_dir``: see read_model."""
+    ``shape_infer`` for the nodes ONNX cannot infer; ``external_data_dir``: see read_model;
+    ``functions``: the (domain, op type) pairs plugins register bodies for (see
+    nnplug.functions), which the checker lets through."""
     proto = read_model(model, external_data_dir)
     custom_ops = custom_ops or {}
     if proto.graph.ByteSize() == 0 and not proto.graph.node:
         raise ModelError("the model has an empty graph")
-    warned = check_model(proto)
+    warned = check_model(proto, functions)
 
     opsets = {op.domain or "": op.version for op in proto.opset_import}
     inferred = ml_types.complete(infer(proto), infer)

@@ -44,7 +44,7 @@ def load_network(runtime: Runtime, model, backends: list[BackendInfo], ops: dict
                  targets: dict, *, optimization: str = "all", external_data_dir=None) -> Network:
     """``model`` (path, bytes or onnx.ModelProto) loaded, validated and compiled for
     ``backends`` (in preference order); see :meth:`nnplug.Runtime.load`."""
-    m = load(model, ops, external_data_dir)
+    m = load(model, ops, external_data_dir, functions=tuple(runtime.functions))
     validate(m, ops)  # before any backend sees a node
     return compile_network(runtime, m, backends, ops, targets, optimization=optimization)
 
@@ -57,13 +57,14 @@ def compile_network(runtime: Runtime, model: Model, infos: list[BackendInfo],
     target_of = targets_for(backends, targets)
 
     declines = ShapeDeclines(backends)  # nodes declined only for unknown shapes: said, not hidden
-    expanded = expand_unclaimed(model, declines.claimed, ops)
+    expanded = expand_unclaimed(model, declines.claimed, ops, runtime.functions)
     attach_outer_inputs(expanded)  # control flow: what subgraphs read is a node input
 
     def compile_sub(proto, name):
         with warnings.catch_warnings():  # findings were reported for the whole model
             warnings.simplefilter("ignore", ModelWarning)
-            return compile_network(runtime, load(proto, ops), infos, ops, targets)
+            return compile_network(runtime, load(proto, ops, functions=tuple(runtime.functions)),
+                                   infos, ops, targets)
 
     placer = Placer(expanded, backends, ops,
                     use_overrides=not runtime.options.disable_op_overrides,

@@ -20,6 +20,7 @@ from .errors import (
     NnplugError,
     PluginError,
 )
+from .functions import FunctionDef, make_function_def
 from .network import Network
 from .plugin_import import EntryPointImportError, load_entry_point
 from .plugins import BACKENDS, RESERVED_IDS, BackendInfo, LoadError, report
@@ -82,6 +83,7 @@ class Runtime:
         self._backends: dict[str, BackendInfo] = {}
         self._leases: dict[str, object] = {}  # backend id -> lease key
         self._ops: dict[str, CustomOp] = {}
+        self._functions: dict[tuple[str, str], FunctionDef] = {}
         self._lock = threading.RLock()
         self._closed = False
         self._op_source: str | None = None
@@ -103,6 +105,12 @@ class Runtime:
     def ops(self) -> dict[str, CustomOp]:
         with self._lock:
             return dict(self._ops)
+
+    @property
+    def functions(self) -> dict[tuple[str, str], FunctionDef]:
+        """(domain, op type) -> the function body a plugin registered (``""`` is ai.onnx)."""
+        with self._lock:
+            return dict(self._functions)
 
     def __repr__(self) -> str:
         return (f"<nnplug.Runtime backends=[{', '.join(self._backends)}] "
@@ -224,6 +232,25 @@ class Runtime:
                 )
             self._ops[op.op_type] = op
         return op
+
+    def register_function(self, body, *, domain: str | None = None, op_type: str | None = None,
+                          source: str | None = None) -> FunctionDef:
+        """Register the function body of an op ONNX does not define: an ``onnx.FunctionProto``
+        (its ``domain`` and ``name`` say which op), or a builder ``build(node, inputs, opsets)
+        -> FunctionProto | None`` with ``domain=`` and ``op_type=`` (see
+        :mod:`nnplug.functions`). Nodes of that op that no backend claims are replaced by
+        the body (docs/function-expansion.md). Do it before ``load()``."""
+        fdef = make_function_def(body, domain, op_type, source or self._op_source or
+                                 getattr(body, "__module__", None) or "the API")
+        key = (fdef.domain, fdef.op_type)
+        with self._lock:
+            if key in self._functions:
+                raise PluginError(
+                    f"a function for op {fdef.op_type!r} of domain {fdef.domain or 'ai.onnx'!r} "
+                    f"is already registered from {self._functions[key].source}; each op can "
+                    f"have one")
+            self._functions[key] = fdef
+        return fdef
 
     def register_custom_ops_library(self, path) -> list[CustomOp]:
         """Load a native custom-op library (``nnplug/custom_op.h``, or one built for
