@@ -96,12 +96,13 @@
 extern "C" {
 #endif
 
+// clang-format off: one line per number (nnplug.testing reads them)
 #define NNP_BACKEND_ABI_MAJOR 1
-#define NNP_BACKEND_ABI_MINOR                                                \
-    5 /* 1.1: set_profile_hook; 1.2: target_attrs, kernel_create_for_target; \
-         1.3: string tensors, release_strings; 1.4: supports_fused;          \
-         1.5: priority, provider_names */
+#define NNP_BACKEND_ABI_MINOR 5 /* 1.1: set_profile_hook; 1.2: target_attrs, kernel_create_for_target;
+                                   1.3: string tensors, release_strings; 1.4: supports_fused;
+                                   1.5: priority, provider_names */
 #define NNP_BACKEND_ABI_PATCH 0
+// clang-format on
 
 /* The one symbol the host looks up. */
 #define NNP_BACKEND_ENTRY_SYMBOL "nnp_backend_entry"
