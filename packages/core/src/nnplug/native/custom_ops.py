@@ -443,7 +443,8 @@ def load_op_folders(runtime, option) -> None:
         report(runtime.load_errors, err)
     for path in files:
         try:
-            if getattr(runtime.options, "isolate_native", False):
+            screens = getattr(runtime, "_screens_op_library", None)
+            if getattr(runtime.options, "isolate_native", False) or (screens and screens(path)):
                 from .probe import probe_once
 
                 probe_once(path, "op library")
