@@ -392,6 +392,8 @@ class IsolatedBackend(Backend):
         constants = getattr(graph, "constants", {}) or {}
         names = {v for n in (nodes if isinstance(nodes, list) else [nodes])
                  for v in list(n.inputs) + list(n.outputs) if v}
+        nodes = [wire.light_node(n) for n in nodes] if isinstance(nodes, list) else \
+            wire.light_node(nodes)
         return self.worker.call((what, nodes, {k: v for k, v in values.items() if k in names},
                                  {k: v for k, v in constants.items() if k in names}))
 
@@ -444,7 +446,7 @@ class _Plan:
             for name, (off, shape, dtype) in self.layout.items():
                 region.array(off, shape, dtype)[...] = shm[name]
             self.region = region
-        self.fields = {"nodes": list(sg.nodes), "inputs": list(sg.inputs),
+        self.fields = {"nodes": [wire.light_node(n) for n in sg.nodes], "inputs": list(sg.inputs),
                        "outputs": list(sg.outputs), "values": dict(sg.values or {}),
                        "opsets": dict(getattr(sg, "opsets", {}) or {}),
                        "name": getattr(sg, "name", "subgraph")}

@@ -27,6 +27,7 @@ can name it when the worker dies there.
 from __future__ import annotations
 
 import array
+import dataclasses
 import mmap
 import os
 import pickle
@@ -98,6 +99,39 @@ def recv(sock: socket.socket, timeout: float | None = None):
     except (ConnectionResetError, BrokenPipeError):
         raise ChannelClosed() from None
     return pickle.loads(payload), fds
+
+
+# -- nodes -----------------------------------------------------------------------------------
+class _Attribute:
+    __slots__ = ("name", "type")
+
+    def __init__(self, name: str, type: int):
+        self.name, self.type = name, type
+
+    def __reduce__(self):
+        return (_Attribute, (self.name, self.type))
+
+
+class AttributeTypes:
+    """What the worker reads of a node's NodeProto (each attribute's name and type), without
+    the proto: unpickling one would import onnx there, a second or more at its first request."""
+
+    __slots__ = ("attribute",)
+
+    def __init__(self, attribute):
+        self.attribute = tuple(attribute)
+
+    def __reduce__(self):
+        return (AttributeTypes, (self.attribute,))
+
+
+def light_node(node):
+    """``node`` with its proto replaced by its attribute names and types."""
+    proto = node.proto
+    if proto is None or isinstance(proto, AttributeTypes):
+        return node
+    return dataclasses.replace(node, proto=AttributeTypes(
+        _Attribute(a.name, int(a.type)) for a in proto.attribute))
 
 
 # -- shared memory ------------------------------------------------------------------------------
