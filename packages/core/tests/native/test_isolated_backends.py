@@ -168,3 +168,30 @@ def test_a_device_backend_named_for_isolation_is_a_load_error(libs):
         assert "leave 'testdev' out of isolate_plugins" in err.fix
     finally:
         rt.close()
+
+
+def test_a_forked_child_starts_a_worker_of_its_own(libs):
+    """After fork() the parent's worker is not the child's: the child's runs start their own
+    (interleaved requests on one channel would mix up answers)."""
+    rt = bare_runtime(isolate_plugins=True)
+    try:
+        rt.register_backend(libs["misbehave"])
+        net = rt.load(ADD, backends=["testmisbehave"])
+        y = X[::-1].copy()
+        np.testing.assert_array_equal(net.run({"in0": X, "in1": y})["out"], X + y)
+        parent_worker = rt.backends["testmisbehave"].backend.worker.pid
+        pid = os.fork()
+        if pid == 0:  # the child: exit status 0 when its run is right and not the parent's worker
+            code = 3
+            try:
+                ok = np.array_equal(net.run({"in0": y, "in1": y})["out"], y + y)
+                code = 0 if ok and rt.backends["testmisbehave"].backend.worker.pid != parent_worker \
+                    else 1
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        np.testing.assert_array_equal(net.run({"in0": X, "in1": X})["out"], X + X)
+        assert rt.backends["testmisbehave"].backend.worker.pid == parent_worker
+    finally:
+        rt.close()

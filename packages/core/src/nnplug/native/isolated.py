@@ -133,10 +133,23 @@ class WorkerProcess:
         self._outputs: wire.Region | None = None
         self._words: collections.deque = collections.deque(maxlen=8)
         self._setup: list = []  # requests replayed in a fresh worker (set_num_threads)
+        _ALL.add(self)
 
     @property
     def pid(self) -> int | None:
         return None if self._proc is None else self._proc.pid
+
+    def _forget(self) -> None:
+        """In a forked child: the parent's worker and channel are not ours to use (our
+        requests would interleave with the parent's); the next call starts our own."""
+        self.lock = threading.RLock()
+        if self._sock is not None:
+            self._sock.close()  # our copy of the descriptor only
+        self._proc = self._sock = None
+        for r in (self._status, self._inputs, self._outputs):
+            if r is not None:
+                r.close()
+        self._status = self._inputs = self._outputs = None
 
     # -- starting and stopping -------------------------------------------------------------
     def _spawn(self):
@@ -300,6 +313,18 @@ class WorkerProcess:
                 self._outputs.close()
             self._outputs = wire.Region(fd)
         return [np.array(self._outputs.array(*s[1:])) if s[0] == "shm" else s[1] for s in specs]
+
+
+_ALL: weakref.WeakSet = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for w in list(_ALL):
+        w._forget()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _forward_stderr(stream, words) -> None:
