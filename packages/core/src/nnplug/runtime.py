@@ -62,10 +62,9 @@ class CreationOptions:
     isolate_plugins: bool | str | list[str] | None = None
     """Native backends to run in a worker process of their own, so that a crash in them is a
     BackendError, not the end of this process: True or ``"*"`` for every one, else backend
-    ids and library file names (a comma-separated string or a list); custom-op libraries
-    named here (by file name, or ``"*"``) are screened at load as with ``isolate_native``.
-    None: the NNPLUG_ISOLATE_PLUGINS environment variable; False or "": none. CPU
-    (host-visible) backends only (see "Isolated backends" in docs/dynamic-backends.md)."""
+    ids, custom op types and library file names (a comma-separated string or a list). None:
+    the NNPLUG_ISOLATE_PLUGINS environment variable; False or "": none. CPU backends and the
+    CPU implementations of ops only (see "Isolated backends" in docs/dynamic-backends.md)."""
     isolate_timeout: float | None = None
     """Seconds an isolated backend's worker may take for one call (a run, a build) before it
     is stopped and the call raises a BackendError. None: NNPLUG_ISOLATE_TIMEOUT, else no limit."""
@@ -278,18 +277,11 @@ class Runtime:
         ``nnplug.PluginError`` (with ``stage``, ``reason``, ``fix``) when it cannot be loaded."""
         from .native import custom_ops
 
-        if self.options.isolate_native or self._screens_op_library(path):
+        if self.options.isolate_native:
             from .native.probe import probe_once
 
             probe_once(os.fsdecode(os.fspath(path)), "op library")
         return custom_ops.register_library(self, path)
-
-    def _screens_op_library(self, path) -> bool:
-        """Whether ``isolate_plugins`` names this custom-op library (screened at load)."""
-        from .native.isolated import names_library
-
-        names = self._isolation_names()
-        return bool(names) and names_library(names, os.fsdecode(os.fspath(path)))
 
     def _load_op_entry_points(self, disabled: set[str]) -> None:
         for _ep, source, obj in self._loaded_entry_points(discovery.OPS_GROUP, disabled):

@@ -1,8 +1,9 @@
 """Isolated native backends: the library runs in a worker process of its own.
 
-``CreationOptions(isolate_plugins=...)`` / ``NNPLUG_ISOLATE_PLUGINS`` (``*``, or backend ids and
-library file names, comma-separated) make the Runtime register an :class:`IsolatedBackend` in
-place of a :class:`~nnplug.native.backend.NativeBackend`. The application keeps the core (it
+``CreationOptions(isolate_plugins=...)`` / ``NNPLUG_ISOLATE_PLUGINS`` (``*``, or backend ids, op
+types and library file names, comma-separated) make the Runtime register an
+:class:`IsolatedBackend` in place of a :class:`~nnplug.native.backend.NativeBackend`, and
+:class:`IsolatedCustomOp` objects in place of a custom-op library's NativeCustomOp. The application keeps the core (it
 loads, places and compiles the model); the worker (:mod:`nnplug.native.worker`) loads the .so
 and answers ``supports``, builds the kernels and runs them. Constants cross once per built
 partition, inputs and outputs through shared memory on every run (:mod:`nnplug.native.wire`).
@@ -28,8 +29,9 @@ import weakref
 import numpy as np
 
 from ..backend import Backend, Module
+from ..customop import BoundOp, CustomOp
 from ..device_api import HostDeviceAPI
-from ..errors import BackendError, InvalidArgumentError
+from ..errors import BackendError, CustomOpError, InvalidArgumentError
 from ..tensor import Tensor, as_contiguous
 from . import strings, wire
 from .loader import LibraryLoadError
@@ -119,13 +121,14 @@ class WorkerProcess:
     Every request holds :attr:`lock` (callers take it, see :meth:`call`); the generation
     counts the starts, so a module knows when it must be built again."""
 
-    def __init__(self, path: str, timeout: float | None):
+    def __init__(self, path: str, timeout: float | None, kind: str = "backend"):
         self.path = path
         self.timeout = timeout
+        self.kind = kind  # "backend" or "op library"
         self.lock = threading.RLock()
         self.generation = 0
         self.info: dict | None = None
-        self.label = f"native backend library {path}"
+        self.label = f"native {'backend' if kind == 'backend' else 'custom-op'} library {path}"
         self._proc = None
         self._sock = None
         self._status = None
@@ -182,21 +185,24 @@ class WorkerProcess:
             if self._proc is not None:
                 return self.info
             self._spawn()
+            msg = ("load", self.path, dict(taken) if isinstance(taken, dict)
+                   else {t: "" for t in taken}) if self.kind == "backend" else \
+                ("load_ops", self.path)
             try:
-                info = self._request(("load", self.path, dict(taken) if isinstance(taken, dict)
-                                      else {t: "" for t in taken}), timeout=LOAD_TIMEOUT_S
-                                     if self.timeout is None else max(self.timeout, LOAD_TIMEOUT_S))
+                info = self._request(msg, timeout=LOAD_TIMEOUT_S if self.timeout is None
+                                     else max(self.timeout, LOAD_TIMEOUT_S))
             except PluginCrashed as e:
                 tail = f"; its last words: {strings.shorten(e.last_words)!r}" if e.last_words else ""
                 raise LibraryLoadError(
                     self.path, "crashed", f"its worker process {e.how} while {e.doing}{tail}",
-                    "the library crashes while it is loaded: do not install it (report it to its "
-                    "authors); remove it from the folder") from None
+                    f"the {self.kind} crashes while it is loaded: do not install it (report it to "
+                    f"its authors); remove it from the folder") from None
             except BaseException:
                 self.stop()
                 raise
             self.info = info
-            self.label = f"native backend {info['id']!r} ({self.path})"
+            if self.kind == "backend":
+                self.label = f"native backend {info['id']!r} ({self.path})"
             for msg in self._setup:
                 self._request(msg)
             return info
@@ -521,3 +527,126 @@ class _Plan:
                 if self.region is not None:
                     self.region.close()
                     self.region = None
+
+
+# -- custom-op libraries -------------------------------------------------------------------------
+class IsolatedOpLibrary:
+    """A native custom-op library in a worker process: its ops' CPU implementations run
+    there (shape inference, init, prepare/compute, destroy). GPU implementations are not
+    offered: their tensors live in the application's OpenCL context."""
+
+    def __init__(self, path: str, timeout: float | None = None):
+        self.path = path
+        self.worker = WorkerProcess(os.path.realpath(path), timeout, "op library")
+        infos = self.worker.start()
+        cpu = [i for i in infos if "cpu" in i["targets"]]
+        if len(cpu) < len(infos):
+            gpu_only = ", ".join(repr(i["op_type"]) for i in infos if i not in cpu)
+            self.worker.stop()
+            raise LibraryLoadError(
+                path, "isolate", f"op(s) {gpu_only} have no CPU implementation: only CPU ops "
+                f"run isolated (a GPU op's tensors live in this process's OpenCL context)",
+                f"leave {os.path.basename(path)!r} out of isolate_plugins / {ENV_VAR}")
+        self.ops = [IsolatedCustomOp(self, i) for i in infos]
+        self._live = len(self.ops)
+        self._lock = threading.Lock()
+
+    def released(self) -> None:
+        """One op was released (Runtime.close): the last one stops the worker."""
+        with self._lock:
+            self._live -= 1
+            last = self._live == 0
+        if last:
+            self.worker.stop()
+
+
+class IsolatedCustomOp(CustomOp):
+    """One op type of an :class:`IsolatedOpLibrary`; runs on the host."""
+
+    runs_anywhere = True
+    targets = ("cpu",)
+
+    def __init__(self, library: IsolatedOpLibrary, info: dict):
+        self.library = library
+        self.op_type = info["op_type"]
+        self.source = f"{info['source']} (isolated in a worker process)"
+        self.override = info["override"]
+        self._released = False
+
+    def shape_infer(self, node, in_shapes, in_dtypes):
+        # the whole node: an override without shape_infer has ONNX infer its shapes
+        return self.library.worker.call(("op_shape_infer", self.op_type, node,
+                                         [list(s) for s in in_shapes], list(in_dtypes)))
+
+    def bind(self, node, values, target, backend):
+        if target != "cpu":
+            return None
+        bound = _IsolatedBound(self, wire.light_node(node),
+                               {v: values[v] for v in list(node.inputs) + list(node.outputs)
+                                if v and v in values})
+        return bound if bound.bind() else None
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self.library.released()
+
+
+class _IsolatedBound(BoundOp):
+    def __init__(self, op: IsolatedCustomOp, node, values):
+        self.op, self.node, self.values = op, node, values
+        self.worker = op.library.worker
+        self.key = next(_keys)
+        self.bound_in = 0
+        self.closed = False
+        self._finalizer = weakref.finalize(self, _close_bound, self.worker, self.key)
+
+    def bind(self) -> bool:
+        w = self.worker
+        with w.lock:
+            if w._proc is None:
+                w.start()
+            ok = w._request(("op_bind", self.key, self.op.op_type, self.node, self.values))
+            self.bound_in = w.generation
+        return ok
+
+    def run(self, inputs):
+        arrays = [as_contiguous(t.numpy() if isinstance(t, Tensor) else np.asarray(t))
+                  for t in inputs]
+        w = self.worker
+        with w.lock:
+            if self.closed:
+                raise CustomOpError(f"custom op {self.op.op_type!r} on node {self.node.name!r} "
+                                    f"was released (its network was closed)")
+            if (w._proc is None or self.bound_in != w.generation) and not self.bind():
+                raise CustomOpError(
+                    f"custom op {self.op.op_type!r} ({self.op.source}) declined node "
+                    f"{self.node.name!r} in its fresh worker process, after accepting it before")
+            specs, fds = w.put_inputs(arrays)
+            outs = w._request(("op_run", self.key, specs), fds)
+            arrays = w.take_outputs(outs)
+        return [Tensor.from_numpy(a) for a in arrays]
+
+    def close(self) -> None:
+        self.closed = True
+        self._finalizer()
+
+
+def _close_bound(worker, key) -> None:
+    with worker.lock:
+        if worker._proc is None:
+            return
+        try:
+            worker._request(("op_close", key))
+        except BackendError:
+            pass  # the worker died: what it held went with it
+
+
+def load_isolated_ops(path: str, names, timeout: float | None):
+    """The ops of the custom-op library at ``path`` from a worker process when ``names`` name
+    it (by file name, or one of its op types: learnt by loading it there); None when not."""
+    lib = IsolatedOpLibrary(path, timeout)
+    if names_library(names, path) or any(op.op_type in names for op in lib.ops):
+        return lib.ops
+    lib.worker.stop()
+    return None

@@ -19,6 +19,14 @@ Requests, application -> worker, each answered by one reply:
     ("run", key, inputs) [+ fd of a new input region]
                                                  -> outputs [+ fd of a new output region]
 
+and for a custom-op library:
+
+    ("load_ops", path)                           -> [{op_type, source, override, targets}]
+    ("op_shape_infer", op_type, node, in_shapes, in_dtypes) -> (shapes, dtypes)
+    ("op_bind", key, op_type, node, values)      -> bool (False: init declined the node)
+    ("op_run", key, inputs) [+ fd]               -> outputs [+ fd]
+    ("op_close", key)                            -> None
+
 A reply is ``("ok", value)`` or ``("error", class name, message, extra)``. The worker writes
 the label of the kernel it is about to run into the status region, so that the application
 can name it when the worker dies there.

@@ -49,6 +49,8 @@ class Worker:
         self.modules: dict[int, tuple] = {}  # key -> (Module, constants Region or None, label)
         self.inputs: wire.Region | None = None
         self.outputs: wire.Region | None = None
+        self.ops: dict = {}  # op type -> NativeCustomOp (a custom-op library's worker)
+        self.bound: dict = {}  # key -> NativeBound
 
     def doing(self, what: str) -> None:
         data = what.encode("utf-8", "replace")[:wire.STATUS_BYTES - 1] + b"\0"
@@ -112,7 +114,12 @@ class Worker:
         sg = SubGraph(constants=consts, **fields)
         self.doing(f"building {label} (kernel creation)")
         module = self.backend.build(sg, Target(target) if target else None)
-        self.modules[key] = (module, region, sg)
+        # outputs of known shape are written by the kernels straight into the output region
+        static = {n: _static_spec(sg, n) for n in dict.fromkeys(sg.outputs)}
+        static = {n: s for n, s in static.items() if s}
+        place, total = wire.layout(_Shaped(*s) for s in static.values())
+        offsets = {n: p[0] for n, p in zip(static, place)}
+        self.modules[key] = (module, region, sg, (static, offsets, total))
         return {"kernels": module["kernels"]() if "kernels" in module else [],
                 "is_static": module["is_static"]() if "is_static" in module else False}, ()
 
@@ -126,23 +133,22 @@ class Worker:
         return None, ()
 
     def do_run(self, key, specs, fds=()):
-        if fds:
-            if self.inputs is not None:
-                self.inputs.close()
-            self.inputs = wire.Region(fds[0])
-        module, _region, sg = self.modules[key]
+        self._set_inputs(fds)
+        module, _region, sg, (static, offsets, total) = self.modules[key]
         inputs = [self.inputs.array(*s[1:]) if s[0] == "shm" else s[1] for s in specs]
-        # outputs of known shape are written by the kernels straight into the output region
-        static = {n: _static_spec(sg, n) for n in dict.fromkeys(sg.outputs)}
-        static = {n: s for n, s in static.items() if s}
-        place, total = wire.layout(_Shaped(*s) for s in static.values())
-        offsets = {n: p[0] for n, p in zip(static, place)}
         new_fd = self._room(total)
         bound = {n: self.outputs.array(offsets[n], *static[n]) for n in static}
         with running(_Progress(self, bound)):
             results = module["run"](inputs)
+        out, fd = self._reply(results, sg.outputs, bound, offsets, total)
+        new_fd = fd if fd is not None else new_fd
+        return out, (() if new_fd is None else (new_fd,))
+
+    def _reply(self, results, names, bound, offsets, total):
+        """(output specs for the application, fd of a new output region or None): outputs
+        the kernels wrote into the region in place are named there, the others copied in."""
         out, extra, end = [], [], total
-        for name, t in zip(sg.outputs, results):
+        for name, t in zip(names, results):
             arr = t.numpy() if hasattr(t, "numpy") else t
             view = bound.get(name)
             if view is not None and _same(arr, view):
@@ -153,13 +159,62 @@ class Worker:
                 end += wire.aligned(arr.nbytes)
             else:
                 out.append(("obj", arr))
+        fd = None
         if extra:
             fd = self._room(end, keep=total)
-            new_fd = fd if fd is not None else new_fd
             for i, arr, off in extra:
                 self.outputs.array(off, arr.shape, arr.dtype)[...] = arr
                 out[i] = ("shm", off, arr.shape, arr.dtype)
-        return out, (() if new_fd is None else (new_fd,))
+        return out, fd
+
+    def _set_inputs(self, fds):
+        if fds:
+            if self.inputs is not None:
+                self.inputs.close()
+            self.inputs = wire.Region(fds[0])
+
+    # -- custom-op libraries ---------------------------------------------------------------
+    def do_load_ops(self, path, fds=()):
+        from .custom_ops import load_op_library
+
+        self.doing("loading it (dlopen: the library's constructors)")
+        check = ctypes.CDLL(path, mode=getattr(os, "RTLD_LOCAL", 0) | getattr(os, "RTLD_NOW", 2))
+        self.doing("loading it (its entry point nnp_custom_op_entry, the op checks)")
+        self.ops = {op.op_type: op for op in load_op_library(path)}
+        del check
+        return [{"op_type": op.op_type, "source": op.source, "override": op.override,
+                 "targets": op.targets} for op in self.ops.values()], ()
+
+    def do_op_shape_infer(self, op_type, node, in_shapes, in_dtypes, fds=()):
+        self.doing(f"inferring the output shapes of custom op {op_type!r} on node {node.name!r}")
+        return self.ops[op_type].shape_infer(node, in_shapes, in_dtypes), ()
+
+    def do_op_bind(self, key, op_type, node, values, fds=()):
+        self.doing(f"binding custom op {op_type!r} to node {node.name!r} (its init)")
+        bound = self.ops[op_type].bind(node, values, "cpu", None)
+        if bound is not None:
+            self.bound[key] = bound
+        return bound is not None, ()
+
+    def do_op_close(self, key, fds=()):
+        bound = self.bound.pop(key, None)
+        if bound is not None:
+            self.doing(f"closing custom op {bound.state.op.op_type!r} on node "
+                       f"{bound.node.name!r} (its destroy)")
+            bound.close()
+        return None, ()
+
+    def do_op_run(self, key, specs, fds=()):
+        from ..tensor import Tensor
+
+        self._set_inputs(fds)
+        bound = self.bound[key]
+        inputs = [Tensor.from_numpy(self.inputs.array(*s[1:]) if s[0] == "shm" else s[1])
+                  for s in specs]
+        self.doing(f"running custom op {bound.state.op.op_type!r} on node {bound.node.name!r}")
+        results = bound.run(inputs)
+        out, fd = self._reply(results, list(range(len(results))), {}, {}, 0)
+        return out, (() if fd is None else (fd,))
 
     def _room(self, nbytes: int, keep: int = 0):
         """Make the output region hold ``nbytes`` (keeping its first ``keep`` bytes); the fd
