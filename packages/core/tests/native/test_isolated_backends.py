@@ -195,3 +195,34 @@ def test_a_forked_child_starts_a_worker_of_its_own(libs):
         assert rt.backends["testmisbehave"].backend.worker.pid == parent_worker
     finally:
         rt.close()
+
+
+class _Interrupted(BaseException):  # as KeyboardInterrupt
+    pass
+
+
+def test_an_interrupted_run_leaves_no_reply_behind(libs):
+    """An exception while the application waits (here from a signal handler, as Ctrl-C) ends
+    that worker: its late reply must never be taken for the next run's."""
+    import signal
+
+    def interrupt(signum, frame):
+        raise _Interrupted()
+
+    rt = bare_runtime(isolate_plugins=True)
+    old = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        rt.register_backend(libs["misbehave"])
+        net = rt.load(RELU, backends=["testmisbehave"])
+        worker = rt.backends["testmisbehave"].backend.worker
+        first = worker.pid
+        signal.setitimer(signal.ITIMER_REAL, 0.5)
+        with pytest.raises(_Interrupted):
+            net.run({"in0": _bad(1002.0)})  # hangs until interrupted
+        assert worker.pid is None  # the worker in mid-request was stopped
+        np.testing.assert_array_equal(net.run({"in0": X})["out"], np.maximum(X, 0))
+        assert worker.pid not in (None, first)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        rt.close()

@@ -246,12 +246,26 @@ class WorkerProcess:
             raise self._died(timed_out=timeout) from None
         except (wire.ChannelClosed, BrokenPipeError, ConnectionResetError):
             raise self._died() from None
+        except BaseException:  # KeyboardInterrupt while waiting: the reply would come to the
+            self._abandon()    # next request, a wrong answer; this worker is done with
+            raise
         if reply[0] == "ok":
             self._got = got
             return reply[1]
         for fd in got:
             os.close(fd)
         raise _rebuilt(*reply[1:])
+
+    def _abandon(self) -> None:
+        """Kill the worker after its channel was left mid-request (out of step)."""
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+        self._proc = None
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        self._drop_regions()
 
     def received_fds(self) -> list[int]:
         """The file descriptors that came with the last reply (taken: the caller owns them)."""

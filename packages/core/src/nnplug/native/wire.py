@@ -63,33 +63,42 @@ def send(sock: socket.socket, obj, fds=()) -> None:
     data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     head = _HEADER.pack(len(data), len(fds))
     anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
-    sock.sendmsg([head], anc)
-    sock.sendall(data)
+    sent = sock.sendmsg([head, data], anc)  # one system call for most messages
+    if sent < len(head):
+        sock.sendall(head[sent:])
+        sent = len(head)
+    if sent - len(head) < len(data):
+        sock.sendall(memoryview(data)[sent - len(head):])
 
 
-def _recv_exact(sock: socket.socket, n: int, buf: bytearray) -> None:
-    view = memoryview(buf)
-    got = len(buf) - n
-    while got < len(buf):
+def _recv_exact(sock: socket.socket, view: memoryview) -> None:
+    got = 0
+    while got < len(view):
         k = sock.recv_into(view[got:])
         if k == 0:
             raise ChannelClosed()
         got += k
 
 
+_FIRST_READ = 1 << 16
+
+
 def recv(sock: socket.socket, timeout: float | None = None):
     """(object, [fds]). ChannelTimeout when nothing arrives within ``timeout`` seconds;
-    ChannelClosed at end of file. The timeout covers the wait for the first byte only."""
+    ChannelClosed at end of file. The timeout covers the wait for the first byte only.
+
+    The first read takes up to 64 KiB: requests and replies alternate, so it can only hold
+    this message, and a small message then costs one system call."""
     sock.settimeout(timeout)
     try:
-        head, anc, _flags, _addr = sock.recvmsg(_HEADER.size, socket.CMSG_SPACE(MAX_FDS * 4))
+        first, anc, _flags, _addr = sock.recvmsg(_FIRST_READ, socket.CMSG_SPACE(MAX_FDS * 4))
     except TimeoutError:
         raise ChannelTimeout() from None
     except (ConnectionResetError, BrokenPipeError):
         raise ChannelClosed() from None
     finally:
         sock.settimeout(None)
-    if not head:
+    if not first:
         raise ChannelClosed()
     fds = []
     for level, kind, data in anc:
@@ -97,13 +106,21 @@ def recv(sock: socket.socket, timeout: float | None = None):
             a = array.array("i")
             a.frombytes(data[:len(data) - len(data) % a.itemsize])
             fds += list(a)
-    buf = bytearray(_HEADER.size)
-    buf[:len(head)] = head
     try:
-        _recv_exact(sock, _HEADER.size - len(head), buf)
-        size, _n = _HEADER.unpack(buf)
-        payload = bytearray(size)
-        _recv_exact(sock, size, payload)
+        if len(first) < _HEADER.size:
+            head = bytearray(_HEADER.size)
+            head[:len(first)] = first
+            _recv_exact(sock, memoryview(head)[len(first):])
+            first = bytes(head)
+        size, _n = _HEADER.unpack_from(first)
+        have = len(first) - _HEADER.size
+        if have >= size:
+            payload = memoryview(first)[_HEADER.size:_HEADER.size + size]
+        else:
+            buf = bytearray(size)
+            buf[:have] = memoryview(first)[_HEADER.size:]
+            _recv_exact(sock, memoryview(buf)[have:])
+            payload = buf
     except (ConnectionResetError, BrokenPipeError):
         raise ChannelClosed() from None
     return pickle.loads(payload), fds
