@@ -58,7 +58,17 @@ class CreationOptions:
     isolate_native: bool = False
     """Load each native library (backend or custom-op .so) in a child process first; one
     that crashes, aborts or hangs there is a load error (stage ``crashed``) and is never
-    loaded into this process. Costs a Python start per library (see docs/dynamic-backends.md)."""
+    loaded into this process. Costs a Python start per library (see docs/dynamic-backends.md).
+    Screening only: what passes runs in this process (``isolate_plugins`` runs it elsewhere)."""
+    isolate_plugins: bool | str | list[str] | None = None
+    """Native backends to run in a worker process of their own, so that a crash in them is a
+    BackendError, not the end of this process: True or ``"*"`` for every one, else backend
+    ids, custom op types and library file names (a comma-separated string or a list). None:
+    the NNPLUG_ISOLATE_PLUGINS environment variable; False or "": none. CPU backends and the
+    CPU implementations of ops only (see "Isolated backends" in docs/dynamic-backends.md)."""
+    isolate_timeout: float | None = None
+    """Seconds an isolated backend's worker may take for one call (a run, a build) before it
+    is stopped and the call raises a BackendError. None: NNPLUG_ISOLATE_TIMEOUT, else no limit."""
 
     @classmethod
     def isolated(cls, **overrides) -> CreationOptions:
@@ -129,6 +139,11 @@ class Runtime:
         from .native import load_backend_library
 
         real = os.path.realpath(path)
+        names = self._isolation_names()
+        if names:
+            info = self._register_isolated(path, real, names, origin, source)
+            if info is not None:
+                return info
         if self.options.isolate_native:
             from .native.probe import probe_once
 
@@ -137,6 +152,36 @@ class Runtime:
             taken = {bid: info.source for bid, info in self._backends.items()}
         return self._register(("library", real), lambda: load_backend_library(real, taken),
                               origin, source or real)
+
+    def _isolation_names(self) -> frozenset[str]:
+        from .native.isolated import isolation_names
+
+        return isolation_names(self.options.isolate_plugins)
+
+    def _register_isolated(self, path: str, real: str, names, origin: str,
+                           source: str | None) -> BackendInfo | None:
+        """Register the library at ``path`` as an IsolatedBackend when ``names`` name it (by
+        file name; by id, learnt by loading it in its worker); None when they do not."""
+        from .native import isolated
+
+        timeout = isolated.timeout_of(self.options.isolate_timeout)
+        with self._lock:
+            taken = {bid: info.source for bid, info in self._backends.items()}
+        key = ("isolated-library", real)
+        made = []
+        if not isolated.names_library(names, path) and not BACKENDS.count(key):
+            backend = isolated.IsolatedBackend(real, taken, timeout)  # learns its id
+            if backend.id not in names:
+                backend.close()
+                return None
+            made.append(backend)
+        try:
+            return self._register(
+                key, lambda: made.pop() if made else isolated.IsolatedBackend(real, taken, timeout),
+                origin, source or real)
+        finally:
+            for backend in made:
+                backend.close()
 
     def _register(self, key, create, origin: str, source: str, version: str | None = None) -> BackendInfo:
         backend = BACKENDS.acquire(key, lambda: _activate(create()), _deactivate)

@@ -19,6 +19,8 @@ VARIANTS = {
     "bad_no_compute": ["-DBAD_NO_COMPUTE"],
     "no_entry": ["-DNO_ENTRY"],
     "bad_shape": ["-DBAD_SHAPE"],
+    "crash": ["-DCRASH_OPS"],
+    "ctor_abort": ["-DCTOR_ABORT"],
 }
 
 

@@ -7,6 +7,8 @@
  *
  * -DBAD_MAJOR / -DBAD_MINOR / -DBAD_NATIVE / -DBAD_NO_COMPUTE / -DNO_ENTRY build broken variants;
  * -DBAD_SHAPE one whose shape_infer reports one row too many.
+ * -DCRASH_OPS: cstFail's compute writes to address 0 when x[0] is 1001 and calls exit(3) when
+ * it is 1003 (test_isolated_op_libraries.py); -DCTOR_ABORT: a constructor calls abort().
  * -DHOSTILE_OP_TYPE: one op whose op_type is the hostile string of kind $TB_HOSTILE_KIND
  * (../native/csrc/hostile_string.h); with $TB_HOSTILE_CL_SIZE, a GPU op whose source text
  * has that cl_source_size but only 8 readable bytes.
@@ -175,6 +177,11 @@ static int32_t fail_compute(nnp_op_context *ctx, const nnp_op_tensor *in, uint32
     (void)n_out;
     const float *x = nnp_op_tensor_data(&in[0]);
     float *y = nnp_op_tensor_data(&out[0]);
+#ifdef CRASH_OPS
+    static volatile uintptr_t address_zero; /* read at run time: the store below is not elided */
+    if (in[0].attr.n_elems && x[0] == 1001.0f) *(volatile float *)address_zero = 1.0f;
+    if (in[0].attr.n_elems && x[0] == 1003.0f) exit(3);
+#endif
     if (in[0].attr.n_elems && x[0] < 0) {
         ctx->set_error(ctx, "negative first element");
         return NNP_STATUS_ERROR;
@@ -295,6 +302,13 @@ static const nnp_op_library library = {VERSION, sizeof(nnp_op_library), "testops
 static nnp_custom_op hostile_op;
 static const nnp_custom_op *hostile_ops[1];
 static nnp_op_library hostile_library;
+#endif
+
+#ifdef CTOR_ABORT
+__attribute__((constructor)) static void testops_ctor_abort(void)
+{
+    abort();
+}
 #endif
 
 #ifndef NO_ENTRY

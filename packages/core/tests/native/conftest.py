@@ -34,6 +34,12 @@ VARIANTS = {
     "strings_device": ("testbackend.c", ["-DTB_STRINGS=1", '-DTB_ID="teststringsdev"']),
     "strings_abi12": ("testbackend.c", ["-DTB_HOST_VISIBLE=1", "-DTB_STRINGS=1", "-DTB_ABI_MINOR=2",
                                         '-DTB_ID="testabi12"']),
+    "ctor_abort": ("testbackend.c", ["-DTB_HOST_VISIBLE=1", "-DTB_CTOR_ABORT=1",
+                                     '-DTB_ID="testctorabort"']),
+    "entry_segv": ("testbackend.c", ["-DTB_HOST_VISIBLE=1", "-DTB_ENTRY_SEGV=1",
+                                     '-DTB_ID="testentrysegv"']),
+    "misbehave": ("testbackend.c", ["-DTB_HOST_VISIBLE=1", "-DTB_MISBEHAVE=1",
+                                    '-DTB_ID="testmisbehave"']),
     "no_entry": ("no_entry.c", []),
     "mangled": ("mangled.cpp", []),
 }

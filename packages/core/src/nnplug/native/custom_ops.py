@@ -430,8 +430,11 @@ def find_op_libraries(dirs) -> tuple[list[str], list[LoadError]]:
 
 
 def register_library(runtime, path, origin: str = "api") -> list[NativeCustomOp]:
-    """Load the library at ``path`` and register its ops with ``runtime`` (all or none)."""
-    ops = load_op_library(path)
+    """Load the library at ``path`` and register its ops with ``runtime`` (all or none);
+    in a worker process when the Runtime's ``isolate_plugins`` name it."""
+    ops = _isolated_ops(runtime, path)
+    if ops is None:
+        ops = load_op_library(path)
     taken = runtime.ops
     for op in ops:
         if op.op_type in taken:
@@ -472,6 +475,18 @@ def load_op_folders(runtime, option) -> None:
 _NUMPY_DTYPES = {np.dtype(np.float32), np.dtype(np.int64), np.dtype(np.float64),
                  np.dtype(np.int32), np.dtype(np.uint8), np.dtype(np.int8), np.dtype(bool),
                  np.dtype(np.float16)}
+
+
+def _isolated_ops(runtime, path):
+    """The library's ops from a worker process (:mod:`nnplug.native.isolated`) when the
+    Runtime's ``isolate_plugins`` name it; None when they do not."""
+    names = runtime._isolation_names() if hasattr(runtime, "_isolation_names") else ()
+    if not names:
+        return None
+    from .isolated import load_isolated_ops, timeout_of
+
+    path = check_library_file(path, "op library")
+    return load_isolated_ops(path, names, timeout_of(runtime.options.isolate_timeout))
 
 
 class NativeCustomOp(CustomOp):

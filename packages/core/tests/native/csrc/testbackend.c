@@ -24,6 +24,12 @@
  *   NUL before a PROT_NONE guard page (1), is not UTF-8 (2) or is 16 MB long (3);
  * - TB_CRASH=entry_segv|entry_abort: the entry point dereferences NULL / calls abort();
  *   TB_CRASH=ctor_abort: a constructor aborts while dlopen runs it.
+ * The crashing plugins of test_isolated_backends.py, fixed at build time (a worker process
+ * inherits the environment, so these do not read it):
+ * - TB_CTOR_ABORT=1: a constructor calls abort() while dlopen runs it;
+ * - TB_ENTRY_SEGV=1: nnp_backend_entry writes to address 0;
+ * - TB_MISBEHAVE=1: Relu misbehaves when its first input element is 1001 (writes 1 TiB past
+ *   its output), 1002 (hangs), 1003 (calls exit(3)) or 1004 (calls abort()); other inputs run.
  */
 #define _DEFAULT_SOURCE /* mmap, MAP_ANONYMOUS under -std=c99 */
 #include <nnplug/backend.h>
@@ -33,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifndef TB_ID
 #define TB_ID "testdev"
@@ -719,6 +726,14 @@ static nnp_status tb_kernel_run(const nnp_kernel *kernel, const nnp_tensor *inpu
     }
     case OP_RELU: {
         const float *x = (const float *)a;
+#ifdef TB_MISBEHAVE
+        if (n > 0 && x[0] == 1001.0f)
+            y[n + (1ll << 40) / (int64_t)sizeof(float)] = 1.0f; /* unmapped */
+        if (n > 0 && x[0] == 1002.0f)
+            for (;;) sleep(1);
+        if (n > 0 && x[0] == 1003.0f) exit(3);
+        if (n > 0 && x[0] == 1004.0f) abort();
+#endif
         for (int64_t e = 0; e < n; ++e) y[e] = x[e] < 0 ? 0.0f : x[e]; /* a NaN stays NaN */
 #ifdef TB_RELU_LETS_THROUGH
         /* planted bug (the edge-value conformance tests): this negative value passes unchanged */
@@ -878,9 +893,19 @@ static const nnp_backend_v1 *tb_hostile_entry(const nnp_version *host_abi)
 }
 #endif
 
+#ifdef TB_CTOR_ABORT
+__attribute__((constructor)) static void tb_ctor_abort(void)
+{
+    abort();
+}
+#endif
+
 NNP_EXPORT const nnp_backend_v1 *nnp_backend_entry(const nnp_version *host_abi)
 {
     if (!host_abi) return NULL;
+#ifdef TB_ENTRY_SEGV
+    *(volatile int *)(uintptr_t)host_abi->patch = 1; /* patch is 0: a write to address 0 */
+#endif
 #ifdef TB_HOSTILE
     return tb_hostile_entry(host_abi);
 #else

@@ -1,0 +1,228 @@
+"""Isolated native backends (``isolate_plugins`` / NNPLUG_ISOLATE_PLUGINS): a plugin that
+crashes, hangs or exits while it loads or runs a kernel is an nnplug error, and the same Runtime
+goes on running models, on other backends and on the crashed one (in a fresh worker).
+
+The plugins are real .so files built from csrc/testbackend.c (TB_CTOR_ABORT, TB_ENTRY_SEGV,
+TB_MISBEHAVE). The cases without isolation run in a child process: they end it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+from models import single_op
+from nativelib import bare_runtime
+
+from nnplug.errors import BackendError
+from nnplug.native.isolated import IsolatedBackend, PluginCrashed
+
+HERE = os.path.dirname(__file__)
+RELU = single_op("Relu", [[2, 3]])
+ADD = single_op("Add", [[2, 3], [2, 3]])
+X = np.array([[1.5, -2.0, 3.0], [-0.5, 0.25, -7.0]], np.float32)
+
+
+def _bad(value: float) -> np.ndarray:
+    x = X.copy()
+    x[0, 0] = value
+    return x
+
+
+@pytest.mark.parametrize("variant, signal_name, stage", [
+    ("ctor_abort", "SIGABRT", "dlopen: the library's constructors"),
+    ("entry_segv", "SIGSEGV", "entry point nnp_backend_entry"),
+])
+def test_a_plugin_that_crashes_while_loading_is_a_load_error(libs, variant, signal_name, stage):
+    rt = bare_runtime(dynamic_backends_path=f"{os.path.dirname(libs[variant])}:"
+                                            f"{os.path.dirname(libs['testcpu'])}",
+                      isolate_plugins="*")
+    try:
+        assert list(rt.backends) == ["testcpu"]
+        (err,) = rt.load_errors
+        assert err.source == libs[variant] and err.stage == "crashed"
+        assert f"died of {signal_name}" in err.reason and stage in err.reason
+        # the Runtime goes on: the other (isolated) backend runs a model
+        out = rt.load(RELU, backends=["testcpu"]).run({"in0": X})["out"]
+        np.testing.assert_array_equal(out, np.maximum(X, 0))
+    finally:
+        rt.close()
+
+
+@pytest.mark.parametrize("value, how, attrs", [
+    (1001.0, "died of SIGSEGV", {"signal": "SIGSEGV"}),  # writes 1 TiB past its output
+    (1003.0, "exited with status 3", {"exit_status": 3}),  # calls exit(3)
+    (1004.0, "died of SIGABRT", {"signal": "SIGABRT"}),
+    (1002.0, "did not answer within 3 s", {"timed_out": True}),  # hangs: the user's timeout
+])
+def test_a_kernel_that_crashes_is_a_backend_error_and_the_runtime_goes_on(libs, value, how, attrs):
+    rt = bare_runtime(isolate_plugins="testmisbehave", isolate_timeout=3)
+    try:
+        rt.register_backend(libs["misbehave"])
+        rt.register_backend(libs["testcpu"])
+        backend = rt.backends["testmisbehave"].backend
+        assert isinstance(backend, IsolatedBackend)
+        net = rt.load(RELU, backends=["testmisbehave"])
+        np.testing.assert_array_equal(net.run({"in0": X})["out"], np.maximum(X, 0))
+        first = backend.worker.pid
+        with pytest.raises(PluginCrashed) as info:
+            net.run({"in0": _bad(value)})
+        e = info.value
+        assert isinstance(e, BackendError)
+        assert "backend 'testmisbehave'" in str(e) and how in str(e)
+        assert "running node 'node' (op Relu)" in str(e) and e.doing == "running node 'node' (op Relu)"
+        for k, v in attrs.items():
+            assert getattr(e, k) == v
+        # the same network runs again (a fresh worker builds its partition again) ...
+        np.testing.assert_array_equal(net.run({"in0": X})["out"], np.maximum(X, 0))
+        assert backend.worker.pid not in (None, first)
+        # ... and the Runtime loads and runs other models, on this backend and another
+        y = X[::-1].copy()
+        for name in ("testmisbehave", "testcpu"):
+            out = rt.load(ADD, backends=[name]).run({"in0": X, "in1": y})["out"]
+            np.testing.assert_array_equal(out, X + y)
+    finally:
+        rt.close()
+
+
+_OFF = """
+import sys
+import numpy as np
+sys.path.insert(0, {tests!r})
+from models import single_op
+from nnplug import CreationOptions, Runtime
+rt = Runtime(CreationOptions.isolated(isolate_plugins=False))
+rt.register_backend(sys.argv[1])
+net = rt.load(single_op("Relu", [[2, 3]]), backends=["testmisbehave"])
+x = np.zeros((2, 3), np.float32)
+x[0, 0] = float(sys.argv[2])
+print("running", flush=True)
+net.run({{"in0": x}})
+print("survived", flush=True)
+"""
+
+
+@pytest.mark.parametrize("value, returncode", [(1001.0, -11), (1003.0, 3)])
+def test_without_isolation_a_crashing_kernel_still_ends_the_process(libs, value, returncode):
+    """Unchanged behaviour with isolation off (so it runs in a child process here)."""
+    env = {k: v for k, v in os.environ.items() if k != "NNPLUG_ISOLATE_PLUGINS"}
+    r = subprocess.run([sys.executable, "-c", _OFF.format(tests=os.path.dirname(HERE)),
+                        libs["misbehave"], str(value)], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert r.stdout.startswith("running") and "survived" not in r.stdout, r.stderr
+    assert r.returncode == returncode
+
+
+def test_runs_from_many_threads_share_one_worker(libs):
+    rt = bare_runtime(isolate_plugins=True)
+    try:
+        rt.register_backend(libs["misbehave"])
+        net = rt.load(ADD, backends=["testmisbehave"])
+        rng = np.random.default_rng(0)
+        feeds = [(rng.standard_normal((2, 3)).astype(np.float32),
+                  rng.standard_normal((2, 3)).astype(np.float32)) for _ in range(8)]
+        errors = []
+
+        def work(a, b):
+            try:
+                for _ in range(20):
+                    out = net.run({"in0": a, "in1": b})["out"]
+                    np.testing.assert_array_equal(out, a + b)
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=f) for f in feeds]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors[0]
+    finally:
+        rt.close()
+
+
+def test_the_environment_variable_names_backends_by_id_or_file_name(libs, monkeypatch):
+    for value in ("testmisbehave", os.path.basename(libs["misbehave"]), "*"):
+        monkeypatch.setenv("NNPLUG_ISOLATE_PLUGINS", value)
+        rt = bare_runtime()
+        try:
+            rt.register_backend(libs["misbehave"])
+            rt.register_backend(libs["testcpu"])
+            assert isinstance(rt.backends["testmisbehave"].backend, IsolatedBackend), value
+            assert isinstance(rt.backends["testcpu"].backend, IsolatedBackend) == (value == "*")
+        finally:
+            rt.close()
+
+
+def test_a_device_backend_named_for_isolation_is_a_load_error(libs):
+    rt = bare_runtime(dynamic_backends_path=os.path.dirname(libs["testdev"]),
+                      isolate_plugins="testdev")
+    try:
+        assert "testdev" not in rt.backends
+        (err,) = rt.load_errors
+        assert err.stage == "isolate" and "host-visible CPU backends" in err.reason
+        assert "leave 'testdev' out of isolate_plugins" in err.fix
+    finally:
+        rt.close()
+
+
+def test_a_forked_child_starts_a_worker_of_its_own(libs):
+    """After fork() the parent's worker is not the child's: the child's runs start their own
+    (interleaved requests on one channel would mix up answers)."""
+    rt = bare_runtime(isolate_plugins=True)
+    try:
+        rt.register_backend(libs["misbehave"])
+        net = rt.load(ADD, backends=["testmisbehave"])
+        y = X[::-1].copy()
+        np.testing.assert_array_equal(net.run({"in0": X, "in1": y})["out"], X + y)
+        parent_worker = rt.backends["testmisbehave"].backend.worker.pid
+        pid = os.fork()
+        if pid == 0:  # the child: exit status 0 when its run is right and not the parent's worker
+            code = 3
+            try:
+                ok = np.array_equal(net.run({"in0": y, "in1": y})["out"], y + y)
+                code = 0 if ok and rt.backends["testmisbehave"].backend.worker.pid != parent_worker \
+                    else 1
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        np.testing.assert_array_equal(net.run({"in0": X, "in1": X})["out"], X + X)
+        assert rt.backends["testmisbehave"].backend.worker.pid == parent_worker
+    finally:
+        rt.close()
+
+
+class _Interrupted(BaseException):  # as KeyboardInterrupt
+    pass
+
+
+def test_an_interrupted_run_leaves_no_reply_behind(libs):
+    """An exception while the application waits (here from a signal handler, as Ctrl-C) ends
+    that worker: its late reply must never be taken for the next run's."""
+    import signal
+
+    def interrupt(signum, frame):
+        raise _Interrupted()
+
+    rt = bare_runtime(isolate_plugins=True)
+    old = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        rt.register_backend(libs["misbehave"])
+        net = rt.load(RELU, backends=["testmisbehave"])
+        worker = rt.backends["testmisbehave"].backend.worker
+        first = worker.pid
+        signal.setitimer(signal.ITIMER_REAL, 0.5)
+        with pytest.raises(_Interrupted):
+            net.run({"in0": _bad(1002.0)})  # hangs until interrupted
+        assert worker.pid is None  # the worker in mid-request was stopped
+        np.testing.assert_array_equal(net.run({"in0": X})["out"], np.maximum(X, 0))
+        assert worker.pid not in (None, first)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        rt.close()
