@@ -1,7 +1,7 @@
 """The fixed cost of a run: tiny models whose kernels take almost no time, so what is timed is
 the way from ``run()`` to the native call and back, nnplug beside onnxruntime.
 
-    python benchmarks/fixed_cost.py [--runs 2000] [--rounds 5] [--backend cpu]
+    python benchmarks/fixed_cost.py [--runs 2000] [--rounds 9] [--backend cpu]
 
 Models: one Relu on [1, 8] float32; a chain of 10 elementwise nodes on [1, 8]; a small MLP
 (two Gemm + Relu, [1, 16] -> 32 -> 4). Per model it times, interleaved in one process (each
@@ -71,7 +71,7 @@ def per_run_us(fn, runs: int) -> float:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=2000)
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--backend", default="cpu")
     args = ap.parse_args(argv)
     os.environ.setdefault("NNPLUG_CPU_THREADS", "1")

@@ -74,7 +74,7 @@ class HostPath:
                 env[name] = self.constants[name].copy()
         for step, run, ins, outs, frees, expected in self.steps:
             try:
-                results = run([env[x] for x in ins])
+                results = run(list(map(env.__getitem__, ins)))
             except NnplugError:
                 raise
             except Exception as e:  # as the general path words it

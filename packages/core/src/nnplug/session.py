@@ -657,7 +657,7 @@ class InferenceSession:
             ctx = self._context(run_options)
             names = self._output_names(output_names)
             result = self._run(self._net.run, ctx, input_feed, names)
-        return [result[n] for n in (names or self._net._output_names)]
+        return list(map(result.__getitem__, names or self._net._output_names))
 
     def run_async(self, output_names, input_feed: dict, callback=None, user_data=None,
                   run_options: RunOptions | None = None):

@@ -407,6 +407,7 @@ class StaticRunner(_Runner):
         self._picks = [(0, at[n]) if n in at else
                        (1, self.inputs.index(n)) if n in self.inputs else (2, n)
                        for n in self.outputs]
+        self._outs_in_order = self._picks == [(0, j) for j in range(len(self.out_slot_names))]
 
     # -- host arrays in, host arrays out: the fixed cost of a run kept low ------------------
     def arrays_ok(self, values) -> bool:
@@ -436,10 +437,14 @@ class StaticRunner(_Runner):
             run = self._new_run()
         slots, failed, failed_ref, ws = run[1:]
         try:
-            for i, a in enumerate(arrays, 1):
-                slots[i] = _address(a)
+            j = 1
+            for a in arrays:
+                try:
+                    slots[j] = addressof(_from_buffer(a))
+                except (TypeError, ValueError, BufferError):  # read-only or empty
+                    slots[j] = a.ctypes.data
+                j += 1
             outs = []
-            j = len(arrays) + 1
             for shape, dtype in self.out_specs:
                 o = np_empty(shape, dtype)
                 slots[j] = _address(o)
@@ -454,6 +459,8 @@ class StaticRunner(_Runner):
                 raise self._fail(rc, kernels[idx])
         finally:
             self._free_runs.append(run)
+        if self._outs_in_order:
+            return outs
         return [outs[k] if kind == 0 else arrays[k] if kind == 1 else self.consts[k].copy()
                 for kind, k in self._picks]
 
@@ -599,6 +606,7 @@ class StaticRunner(_Runner):
 
 
 np_empty = np.empty
+addressof = C.addressof
 _from_buffer = C.c_char.from_buffer
 
 
@@ -606,7 +614,7 @@ def _address(a: np.ndarray) -> int:
     """The address of a C-contiguous array's data; through ctypes' buffer view, several
     times cheaper than ``a.ctypes.data``, which stays for read-only and empty arrays."""
     try:
-        return C.addressof(_from_buffer(a))
+        return addressof(_from_buffer(a))
     except (TypeError, ValueError, BufferError):
         return a.ctypes.data
 

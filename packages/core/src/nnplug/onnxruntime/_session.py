@@ -185,11 +185,16 @@ class InferenceSession(base.InferenceSession):
 
     # -- running --------------------------------------------------------------------------
     def _feeds(self, input_feed: dict) -> dict:
-        missing = [i.name for i in self._net.inputs if i.name not in input_feed]
-        if missing:  # onnxruntime's check and words
-            raise ValueError(f"Required inputs ({missing}) are missing from input feed "
-                             f"({list(input_feed)}).")
-        return {k: v.feed() if isinstance(v, OrtValue) else v for k, v in input_feed.items()}
+        for name in self._net._input_table:
+            if name not in input_feed:  # onnxruntime's check and words
+                missing = [i.name for i in self._net.inputs if i.name not in input_feed]
+                raise ValueError(f"Required inputs ({missing}) are missing from input feed "
+                                 f"({list(input_feed)}).")
+        for v in input_feed.values():
+            if isinstance(v, OrtValue):
+                return {k: v.feed() if isinstance(v, OrtValue) else v
+                        for k, v in input_feed.items()}
+        return input_feed  # arrays as they are (the run reads the dict, never writes it)
 
     @ort_errors
     def run(self, output_names, input_feed: dict, run_options=None) -> list:
