@@ -59,8 +59,9 @@ class HostPath:
             return None
         if names is None:
             names = self.output_names
-        elif not self.known_outputs.issuperset(names):
-            return None
+        elif type(names) is not list and type(names) is not tuple or \
+                not self.known_outputs.issuperset(names):
+            return None  # an iterator is read once, by the general path
         env = {}
         for name, shape, dtype in self.feeds:
             a = feeds.get(name)
