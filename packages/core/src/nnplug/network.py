@@ -66,9 +66,8 @@ class Network:
 
     def run(self, feeds: dict, output_names: list[str] | None = None) -> dict:
         """Run the network: ``{input name: array}`` -> ``{output name: numpy array}``."""
-        fast = self._host_path
-        if fast is not None and not self._closed:
-            out = fast.run(feeds, output_names)
+        if self._host_path is not None and not self._closed:
+            out = self._host_path.run(feeds, output_names)
             if out is not None:
                 return out
         return {n: t.numpy() for n, t in self.run_tensors(feeds, output_names).items()}

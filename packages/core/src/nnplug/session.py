@@ -651,7 +651,7 @@ class InferenceSession:
         """Run the model: a list of numpy arrays, one per name in ``output_names`` (None or
         []: every output, in the model's order)."""
         if run_options is None and self._profiler is None:  # no run context: the short way
-            names = self._output_names(output_names)
+            names = None if output_names is None else self._output_names(output_names)
             result = self._net.run(input_feed, names)
         else:
             ctx = self._context(run_options)

@@ -243,10 +243,16 @@ class _Specs:
         return not name or (self.shape(name) is not None and self.dtype(name) is not None)
 
 
+_DL_DTYPES: dict = {}  # numpy dtype -> its abi.DType, found once (kernels are filled per run)
+
+
 def _fill(t: abi.Tensor, dev: Device, shape, dtype, keep: list) -> None:
     t.device = cdev(dev)
     t.ndim = len(shape)
-    t.dtype = abi.dtype_of(dtype)
+    dl = _DL_DTYPES.get(dtype)
+    if dl is None:
+        dl = _DL_DTYPES[dtype] = abi.dtype_of(dtype)
+    t.dtype = dl  # a ctypes structure member: assigned by value
     if shape:
         arr = (C.c_int64 * len(shape))(*shape)
         keep.append(arr)
@@ -407,6 +413,7 @@ class StaticRunner(_Runner):
         self._picks = [(0, at[n]) if n in at else
                        (1, self.inputs.index(n)) if n in self.inputs else (2, n)
                        for n in self.outputs]
+        self._out_allocs = [(shape, dtype, _nbytes(shape, dtype)) for shape, dtype in self.out_specs]
         self._outs_in_order = self._picks == [(0, j) for j in range(len(self.out_slot_names))]
 
     # -- host arrays in, host arrays out: the fixed cost of a run kept low ------------------
@@ -445,9 +452,9 @@ class StaticRunner(_Runner):
                     slots[j] = a.ctypes.data
                 j += 1
             outs = []
-            for shape, dtype in self.out_specs:
+            for shape, dtype, nbytes in self._out_allocs:
                 o = np_empty(shape, dtype)
-                slots[j] = _address(o)
+                slots[j] = addressof(_from_buffer(o)) if nbytes else o.ctypes.data
                 outs.append(o)
                 j += 1
             kernels = self.state.kernels
@@ -605,18 +612,11 @@ class StaticRunner(_Runner):
         return result
 
 
+# An array's address through ctypes' view of its buffer is several times cheaper than
+# ``a.ctypes.data``, which stays for read-only and empty arrays (no writable byte to view).
 np_empty = np.empty
 addressof = C.addressof
 _from_buffer = C.c_char.from_buffer
-
-
-def _address(a: np.ndarray) -> int:
-    """The address of a C-contiguous array's data; through ctypes' buffer view, several
-    times cheaper than ``a.ctypes.data``, which stays for read-only and empty arrays."""
-    try:
-        return addressof(_from_buffer(a))
-    except (TypeError, ValueError, BufferError):
-        return a.ctypes.data
 
 
 def _string_array(t, name) -> np.ndarray:
