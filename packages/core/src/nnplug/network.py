@@ -66,7 +66,7 @@ class Network:
 
     def run(self, feeds: dict, output_names: list[str] | None = None) -> dict:
         """Run the network: ``{input name: array}`` -> ``{output name: numpy array}``."""
-        if self._host_path is not None and not self._closed:
+        if self._host_path is not None:  # None once closed: the general path says so
             out = self._host_path.run(feeds, output_names)
             if out is not None:
                 return out
@@ -122,6 +122,7 @@ class Network:
     def close(self) -> None:
         """Release kernels and backend leases (also done when the network is collected)."""
         self._closed = True
+        self._host_path = None
         self._finalizer()
 
     def __enter__(self) -> Network:

@@ -124,6 +124,18 @@ def test_feed_errors_read_as_on_the_general_path(libs):
             np.testing.assert_array_equal(net.run({"x": ro})["y"], want)
 
 
+def test_a_closed_network_says_so(libs):
+    with bare_runtime() as rt:
+        rt.register_backend(libs["testcpu"])
+        net = rt.load(chain(1))
+        assert net._host_path is not None
+        net.run({"x": _x()})
+        net.close()
+        for run in (net.run, net.run_tensors):
+            with pytest.raises(nnplug.NnplugError, match="this Network is closed"):
+                run({"x": _x()})
+
+
 def test_a_failing_kernel_names_its_node_on_every_run(libs):
     node = helper.make_node("TbFail", ["x"], ["y"], name="the_failing_node", domain="test.nnplug")
     g = helper.make_graph([node], "f", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
