@@ -38,6 +38,10 @@ class Step:
     values: dict[str, ValueInfo] = field(default_factory=dict)
     """Declared or inferred types and shapes of its inputs and outputs: what it returns is
     checked against them."""
+    run_arrays: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None
+    """The module's ``run_arrays`` when it has one: ``run`` on host numpy arrays that have
+    the inputs' static shapes and dtypes, C-contiguous, with no run context; its results are
+    already checked (see :mod:`nnplug.host_path`)."""
     static_outputs: list[tuple[tuple[int, ...], np.dtype]] | None = field(init=False)
     """(shape, dtype) of every output when all are static and typed: the per-run check is
     then one comparison each (found once, here)."""
@@ -102,10 +106,7 @@ def run_steps(steps: list[Step], env: dict[str, Tensor]) -> dict[str, Tensor]:
         except NnplugError:
             raise
         except Exception as e:
-            raise BackendError(
-                f"{s.label} failed running node(s) {', '.join(s.nodes[:3])}"
-                f"{' ...' if len(s.nodes) > 3 else ''}: {type(e).__name__}: {e}"
-            ) from e
+            raise step_failed(s, e) from e
         if len(outs) != len(s.outputs):
             raise BackendError(
                 f"{s.label} returned {len(outs)} output(s) for node(s) {', '.join(s.nodes[:3])}, "
@@ -122,6 +123,12 @@ def run_steps(steps: list[Step], env: dict[str, Tensor]) -> dict[str, Tensor]:
             for key in [k for k in copies if k[0] == name]:
                 del copies[key]
     return env
+
+
+def step_failed(s: Step, e: Exception) -> BackendError:
+    """The error of a step whose run raised something other than an nnplug error."""
+    return BackendError(f"{s.label} failed running node(s) {', '.join(s.nodes[:3])}"
+                        f"{' ...' if len(s.nodes) > 3 else ''}: {type(e).__name__}: {e}")
 
 
 def _check_outputs(s: Step, ins: list[Tensor], outs: list[Tensor]) -> None:

@@ -50,8 +50,9 @@ class RunContext:
             )
 
 
-def current() -> RunContext | None:
-    return _current.get()
+current = _current.get
+"""``current()``: the RunContext of the run on this thread, or None (a C call: runs ask it
+often)."""
 
 
 def output_buffer(name: str, shape, dtype):

@@ -38,8 +38,13 @@ class Tensor:
     @classmethod
     def from_numpy(cls, array) -> Tensor:
         """Wrap a host array without copying (a copy only if it is not C-contiguous)."""
-        arr = as_contiguous(array)
-        return cls(arr, arr.shape, arr.dtype)
+        arr = array if type(array) is np.ndarray else np.asarray(array)
+        if not arr.flags.c_contiguous:
+            arr = arr.copy(order="C")
+        t = cls.__new__(cls)  # a numpy shape is a tuple of ints already: nothing to convert
+        t.handle, t.shape, t.dtype, t.device, t.api, t.byte_offset = \
+            arr, arr.shape, arr.dtype, CPU, HOST_API, 0
+        return t
 
     @classmethod
     def empty(cls, shape, dtype, device: Device = CPU, api: DeviceAPI | None = None) -> Tensor:

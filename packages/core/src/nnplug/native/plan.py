@@ -114,9 +114,11 @@ def build_module(backend, subgraph: SubGraph, dev: Device, target=None) -> Modul
     except BaseException:
         state.close()
         raise
-    module = Module({"run": runner.run, "kernels": lambda: [k.label for k in state.kernels],
-                     "is_static": lambda: isinstance(runner, StaticRunner)},
-                    close=state.close)
+    functions = {"run": runner.run, "kernels": lambda: [k.label for k in state.kernels],
+                 "is_static": lambda: isinstance(runner, StaticRunner)}
+    if isinstance(runner, StaticRunner) and runner.arrays_ok(subgraph.values or {}):
+        functions["run_arrays"] = runner.run_arrays
+    module = Module(functions, close=state.close)
     weakref.finalize(module, state.close)
     return module
 
@@ -241,10 +243,16 @@ class _Specs:
         return not name or (self.shape(name) is not None and self.dtype(name) is not None)
 
 
+_DL_DTYPES: dict = {}  # numpy dtype -> its abi.DType, found once (kernels are filled per run)
+
+
 def _fill(t: abi.Tensor, dev: Device, shape, dtype, keep: list) -> None:
     t.device = cdev(dev)
     t.ndim = len(shape)
-    t.dtype = abi.dtype_of(dtype)
+    dl = _DL_DTYPES.get(dtype)
+    if dl is None:
+        dl = _DL_DTYPES[dtype] = abi.dtype_of(dtype)
+    t.dtype = dl  # a ctypes structure member: assigned by value
     if shape:
         arr = (C.c_int64 * len(shape))(*shape)
         keep.append(arr)
@@ -398,12 +406,80 @@ class StaticRunner(_Runner):
         self.ws_offset = _align(total)
         self.arena_nbytes = self.ws_offset + (_align(ws) if ws else 0)
         self._free_arenas: list = []
+        self._free_runs: list = []  # run_arrays' per-run state, one per concurrent run
         self.run_steps = lib.table.run_steps
         # where each result comes from, found once: (0, output slot) / (1, input) / (2, const)
         at = {n: j for j, n in enumerate(self.out_slot_names)}
         self._picks = [(0, at[n]) if n in at else
                        (1, self.inputs.index(n)) if n in self.inputs else (2, n)
                        for n in self.outputs]
+        self._out_allocs = [(shape, dtype, _nbytes(shape, dtype)) for shape, dtype in self.out_specs]
+        self._outs_in_order = self._picks == [(0, j) for j in range(len(self.out_slot_names))]
+
+    # -- host arrays in, host arrays out: the fixed cost of a run kept low ------------------
+    def arrays_ok(self, values) -> bool:
+        """Whether :meth:`run_arrays` may stand in for :meth:`run`: host memory, one native
+        call, and every result's shape and dtype the model's (what the executor would check)."""
+        if not (self.host and self.run_steps):
+            return False
+        specs = [self.out_specs[k] if kind == 0 else self.in_specs[k] if kind == 1 else
+                 (self.consts[k].shape, self.consts[k].dtype) for kind, k in self._picks]
+        for name, (shape, dtype) in zip(self.outputs, specs):
+            v = values.get(name)
+            if v is None or v.kind != "tensor" or not v.is_static or v.dtype != dtype or \
+                    tuple(v.shape) != tuple(shape):
+                return False
+        return True
+
+    def run_arrays(self, arrays):
+        """:meth:`run` on numpy arrays, for a caller that checked each is C-contiguous with the
+        shape and dtype of :attr:`in_specs` and runs with no run context (no profiler, no
+        terminate flag, no bound outputs). Results are fresh arrays, except an input passed
+        through (the same object) and a constant (a copy)."""
+        if self.state.closed:
+            raise BackendError(f"backend {self.lib.id!r}: the module was closed")
+        try:
+            run = self._free_runs.pop()
+        except IndexError:
+            run = self._new_run()
+        slots, failed, failed_ref, ws = run[1:]
+        try:
+            j = 1
+            for a in arrays:
+                try:
+                    slots[j] = addressof(_from_buffer(a))
+                except (TypeError, ValueError, BufferError):  # read-only or empty
+                    slots[j] = a.ctypes.data
+                j += 1
+            outs = []
+            for shape, dtype, nbytes in self._out_allocs:
+                o = np_empty(shape, dtype)
+                slots[j] = addressof(_from_buffer(o)) if nbytes else o.ctypes.data
+                outs.append(o)
+                j += 1
+            kernels = self.state.kernels
+            failed.value = -1
+            rc = self.run_steps(self.steps, len(kernels), slots, self.num_slots, ws,
+                                self.ws_nbytes, None, failed_ref)
+            if rc != 0:
+                idx = failed.value if 0 <= failed.value < len(kernels) else 0
+                raise self._fail(rc, kernels[idx])
+        finally:
+            self._free_runs.append(run)
+        if self._outs_in_order:
+            return outs
+        return [outs[k] if kind == 0 else arrays[k] if kind == 1 else self.consts[k].copy()
+                for kind, k in self._picks]
+
+    def _new_run(self):
+        """What one run of :meth:`run_arrays` needs besides its arrays: (arena, slots with the
+        arena's address set, failed-step index, a reference to it, workspace address)."""
+        raw, ptr = self._host_arena()
+        slots = (C.c_void_p * self.num_slots)()
+        slots[0] = ptr
+        failed = C.c_int32(-1)
+        return (raw, slots, failed, C.byref(failed),
+                ptr + self.ws_offset if self.ws_nbytes else None)
 
     # -- arenas (host path): reused across runs, one per concurrent run ---------------------
     def _host_arena(self):
@@ -534,6 +610,13 @@ class StaticRunner(_Runner):
             else:
                 result.append(self._const_output(k))
         return result
+
+
+# An array's address through ctypes' view of its buffer is several times cheaper than
+# ``a.ctypes.data``, which stays for read-only and empty arrays (no writable byte to view).
+np_empty = np.empty
+addressof = C.addressof
+_from_buffer = C.c_char.from_buffer
 
 
 def _string_array(t, name) -> np.ndarray:

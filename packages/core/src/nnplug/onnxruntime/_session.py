@@ -11,9 +11,9 @@ import os
 import numpy as np
 
 from .. import session as base
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, NnplugError
 from ._devices import memory_info_of
-from ._errors import Fail, NoSuchFile, OrtRuntimeError, ort_errors
+from ._errors import Fail, NoSuchFile, OrtRuntimeError, ort_errors, translate
 from ._providers import backend_ids, provider_name
 from ._values import OrtValue, OrtValueVector
 
@@ -193,15 +193,25 @@ class InferenceSession(base.InferenceSession):
 
     # -- running --------------------------------------------------------------------------
     def _feeds(self, input_feed: dict) -> dict:
-        missing = [i.name for i in self._net.inputs if i.name not in input_feed]
-        if missing:  # onnxruntime's check and words
-            raise ValueError(f"Required inputs ({missing}) are missing from input feed "
-                             f"({list(input_feed)}).")
-        return {k: v.feed() if isinstance(v, OrtValue) else v for k, v in input_feed.items()}
+        for name in self._net._input_table:
+            if name not in input_feed:  # onnxruntime's check and words
+                missing = [i.name for i in self._net.inputs if i.name not in input_feed]
+                raise ValueError(f"Required inputs ({missing}) are missing from input feed "
+                                 f"({list(input_feed)}).")
+        for v in input_feed.values():
+            if isinstance(v, OrtValue):
+                return {k: v.feed() if isinstance(v, OrtValue) else v
+                        for k, v in input_feed.items()}
+        return input_feed  # arrays as they are (the run reads the dict, never writes it)
 
-    @ort_errors
     def run(self, output_names, input_feed: dict, run_options=None) -> list:
-        return super().run(output_names, self._feeds(input_feed), run_options)
+        try:  # what @ort_errors does, without a frame more on every run
+            return super().run(output_names, self._feeds(input_feed), run_options)
+        except NnplugError as e:
+            t = translate(e)
+            if t is e:
+                raise
+            raise t from e
 
     @ort_errors
     def run_with_ort_values(self, output_names, input_dict_ort_values: dict,

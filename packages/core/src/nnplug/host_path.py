@@ -1,0 +1,110 @@
+"""The short way through a run, for the common case: numpy feeds of the model's static shapes
+and dtypes, a plan whose steps all take host arrays (``Step.run_arrays``: native partitions
+planned once, on host memory), no run context. What the general path checks per run is found
+once here; a run is a few comparisons per feed and one native call per step. Anything else
+(other feed types, a wrong dtype or shape, symbolic dims, device backends, a profiler) takes
+the general path, which checks and reports as before.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import NnplugError
+from .executor import Step, step_failed
+from .graph import ValueInfo
+from .runcontext import current
+
+ndarray = np.ndarray
+
+
+class HostPath:
+    """Built once per Network; ``run`` is thread-safe (it keeps no state of its own)."""
+
+    __slots__ = ("feeds", "steps", "output_names", "known_outputs", "constants")
+
+    def __init__(self, feeds, steps, output_names, constants):
+        self.feeds = feeds
+        """(name, shape, dtype) of every model input, in order."""
+        self.steps = steps
+        """(step, its run_arrays, input names, output names, names freed after it,
+        expected (shape, dtype) of each output) per step."""
+        self.output_names = output_names
+        self.known_outputs = frozenset(output_names)
+        self.constants = constants
+
+    @classmethod
+    def of(cls, inputs: list[ValueInfo], steps: list[Step], output_names: list[str],
+           constants: dict) -> HostPath | None:
+        """The host path of a plan, or None when some input or step cannot take it."""
+        feeds = []
+        for v in inputs:
+            if v.kind != "tensor" or not v.is_static or v.dtype is None or \
+                    v.dtype == object:
+                return None
+            feeds.append((v.name, tuple(v.shape), np.dtype(v.dtype)))
+        plan = []
+        for s in steps:
+            if s.run_arrays is None or s.static_outputs is None:
+                return None
+            plan.append((s, s.run_arrays, tuple(s.inputs), tuple(s.outputs), tuple(s.frees),
+                         tuple(s.static_outputs)))
+        return cls(tuple(feeds), tuple(plan), tuple(output_names), constants)
+
+    def run(self, feeds, names) -> dict | None:
+        """``{name: array}`` for ``names`` (None: every output), or None when this run is not
+        the common case (the caller then takes the general path, which also reports what is
+        wrong with the feeds)."""
+        if type(feeds) is not dict or len(feeds) != len(self.feeds) or current() is not None:
+            return None
+        if names is None:
+            names = self.output_names
+        elif type(names) is not list and type(names) is not tuple or \
+                not self.known_outputs.issuperset(names):
+            return None  # an iterator is read once, by the general path
+        env = {}
+        for name, shape, dtype in self.feeds:
+            a = feeds.get(name)
+            if type(a) is not ndarray or a.dtype != dtype or a.shape != shape or \
+                    not a.flags.c_contiguous:
+                return None
+            env[name] = a
+        fed = tuple(env.values())
+        for name in self.output_names:  # as the general path: constant outputs are copies
+            if name in self.constants and name not in env:
+                env[name] = self.constants[name].copy()
+        for step, run, ins, outs, frees, expected in self.steps:
+            try:
+                results = run(list(map(env.__getitem__, ins)))
+            except NnplugError:
+                raise
+            except Exception as e:  # as the general path words it
+                raise step_failed(step, e) from e
+            if len(results) != len(outs):
+                raise _unexpected(outs)
+            for name, r, (shape, dtype) in zip(outs, results, expected):
+                if type(r) is not ndarray or r.shape != shape or r.dtype != dtype:
+                    raise _unexpected([name])
+                env[name] = r
+            for name in frees:
+                env.pop(name, None)
+        out = {}
+        for n in names:
+            v = env[n]
+            for f in fed:  # an input passed through: outputs never alias a caller's array
+                if v is f or v.base is not None and np.may_share_memory(v, f):
+                    v = v.copy()
+                    break
+            out[n] = v
+        return out
+
+
+def _unexpected(names):
+    from .errors import BackendError
+
+    return BackendError(f"value(s) {', '.join(map(repr, names))}: a step's run_arrays returned "
+                        f"another count, shape or dtype than the model's; the backend breaks the "
+                        f"run_arrays contract (report it to its authors)")
+
+
+__all__ = ["HostPath"]
