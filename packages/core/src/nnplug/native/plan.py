@@ -448,13 +448,16 @@ class StaticRunner(_Runner):
             for a in arrays:
                 try:
                     slots[j] = addressof(_from_buffer(a))
-                except (TypeError, ValueError, BufferError):  # read-only or empty
-                    slots[j] = a.ctypes.data
+                except (TypeError, ValueError, BufferError):  # read-only, empty, or a
+                    slots[j] = a.ctypes.data  # dtype the buffer protocol lacks (bfloat16)
                 j += 1
             outs = []
             for shape, dtype, nbytes in self._out_allocs:
                 o = np_empty(shape, dtype)
-                slots[j] = addressof(_from_buffer(o)) if nbytes else o.ctypes.data
+                try:
+                    slots[j] = addressof(_from_buffer(o)) if nbytes else o.ctypes.data
+                except (TypeError, ValueError, BufferError):  # a dtype the buffer protocol
+                    slots[j] = o.ctypes.data  # lacks (bfloat16, float8 from ml_dtypes)
                 outs.append(o)
                 j += 1
             kernels = self.state.kernels
