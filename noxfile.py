@@ -568,7 +568,10 @@ def conformance(session: nox.Session, plugin: str) -> None:
 
     Writes the summary table to .nox/conformance/<plugin>.md (docs/conformance.md shows them)."""
     args, beside = CONFORMANCE[plugin]
-    install_wheels(session, [PACKAGES[plugin], *(PACKAGES[b] for b in beside)], also=TEST_TOOLS)
+    # onnxruntime gives the edge values' expected answers; without it onnx.reference would,
+    # and it differs from onnxruntime on non-finite inputs (Clip's omitted max, pools of +-inf)
+    install_wheels(session, [PACKAGES[plugin], *(PACKAGES[b] for b in beside)],
+                   also=(*TEST_TOOLS, "onnxruntime"))
     report = os.path.join(ROOT, ".nox", "conformance", f"{plugin}.md")
     os.makedirs(os.path.dirname(report), exist_ok=True)
     with outside_the_repo(session):
