@@ -536,7 +536,8 @@ def lint(session: nox.Session) -> None:
 
 
 DOCS_TOOLS = ("mkdocs>=1.6", "mkdocstrings[python]>=0.26", "pymdown-extensions>=10",
-              "onnxruntime-extensions")  # the onnxruntime custom-op library examples run
+              "onnxruntime-extensions",  # the onnxruntime custom-op library examples run
+              "onnxruntime")  # pages check their answers against it (decoding, sessions)
 
 
 @disposable_session(python=CI_PYTHON)
