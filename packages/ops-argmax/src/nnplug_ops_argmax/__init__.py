@@ -28,17 +28,23 @@ LIBRARY = "libnnplug_op_argmax.so"
 
 def argmax(x: np.ndarray, axis: int = 0, keepdims: int = 1,
            select_last_index: int = 0) -> np.ndarray:
-    """The reference ArgMax (int64)."""
+    """The reference ArgMax (int64), with onnxruntime's rule for NaN: the running best starts
+    at a slice's first element and a value replaces it only when it compares greater (or equal,
+    with ``select_last_index``), which a NaN never does, so a NaN is picked only when it comes
+    first. (numpy's argmax picks the first NaN wherever it is.)"""
     x = np.asarray(x)
     if x.ndim == 0 or not -x.ndim <= axis < x.ndim:
         raise ValueError(f"ArgMax: axis {axis} is out of range for rank {x.ndim}")
     if x.shape[axis] == 0:
         raise ValueError("ArgMax over an empty axis has no answer")
-    if select_last_index:
-        r = x.shape[axis] - 1 - np.argmax(np.flip(x, axis), axis=axis)
-    else:
-        r = np.argmax(x, axis=axis)
-    return (np.expand_dims(r, axis) if keepdims else r).astype(np.int64)
+    xs = np.moveaxis(x, axis, 0)
+    best, at = xs[0].copy(), np.zeros(xs.shape[1:], np.int64)
+    with np.errstate(invalid="ignore"):
+        for k in range(1, xs.shape[0]):
+            take = xs[k] >= best if select_last_index else xs[k] > best
+            best = np.where(take, xs[k], best)
+            at = np.where(take, k, at)
+    return np.expand_dims(at, axis) if keepdims else at
 
 
 class ArgMaxOp:

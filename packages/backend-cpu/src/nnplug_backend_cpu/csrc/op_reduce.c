@@ -398,10 +398,10 @@ static int arg_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec
             double bv = argload(x->data, x->dtype, base);
             for (int64_t t = 1; t < R; t++) {
                 double v = argload(x->data, x->dtype, base + t * I);
+                /* onnxruntime's rule: a running comparison from the first element, which a
+                 * NaN never wins (it compares false) unless it is that first element. */
                 int better =
                     s->is_min ? (s->last ? v <= bv : v < bv) : (s->last ? v >= bv : v > bv);
-                if (bv != bv) better = 0; /* first NaN wins, as numpy */
-                else if (v != v) better = 1;
                 if (better) {
                     bv = v;
                     best = t;

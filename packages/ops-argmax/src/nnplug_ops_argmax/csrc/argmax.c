@@ -2,8 +2,10 @@
  * select_last_index (default 0); float32 input, int64 output. Other input types are declined
  * in init (NNP_OP_SKIP) so a backend's own kernel runs them.
  *
- * NaN counts as the largest value (numpy / onnx.reference): the first NaN of a slice wins, the
- * last one with select_last_index. Ties (-inf included): the first index, or the last.
+ * NaN follows onnxruntime's rule: the running best starts at the slice's first element and a
+ * value replaces it only when it compares greater (or equal, with select_last_index), which a NaN
+ * never does; so a NaN is picked only when it comes first. Ties (-inf included): the first
+ * index, or the last.
  * CPU: contiguous slices scan linearly; for inner axes the running best is kept per inner
  * element so the loop walks memory in order (and vectorises); threads for large tensors.
  * GPU: argmax.cl, embedded at build time.
@@ -133,7 +135,7 @@ static int view(nnp_op_context *ctx, const nnp_op_tensor *in, uint32_t n_in,
 /* ---- CPU ------------------------------------------------------------------------------------ */
 static inline int take(float v, float best, int last)
 {
-    return last ? (v >= best || v != v) : (v > best || (v != v && best == best));
+    return last ? v >= best : v > best;
 }
 
 typedef struct {
