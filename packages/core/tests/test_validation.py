@@ -147,6 +147,9 @@ INVALID = {
     "resize_negative_scale": (
         one_node("Resize", [X4, ("", None), ("sc", np.array([1, 1, -2, 2], np.float32))]),
         ["scales"]),
+    "range_zero_delta": (
+        one_node("Range", [("s", np.array(0, np.float32)), ("l", np.array(3, np.float32)),
+                           ("d", np.array(0, np.float32))]), ["delta", "non-zero"]),
     "softmax_axis_float": (one_node("Softmax", [("a", [2, 3])], {"axis": 1.5}), ["axis"]),
     "relu_unknown_attribute": (one_node("Relu", [("a", [2, 3])], {"alpha": 1}), ["alpha"]),
     "relu_two_inputs": (one_node("Relu", [("a", [2, 3]), ("a", [2, 3])]), ["input"]),

@@ -575,6 +575,15 @@ def _resize(r: NodeRules) -> None:
                "use positive scales", input=r.input_name(2))
 
 
+def _range(r: NodeRules) -> None:
+    delta = r.const(2)
+    if delta is not None and np.asarray(delta).size == 1:
+        d = np.asarray(delta).item()
+        if d == 0 or d != d:  # no number of steps reaches the limit (onnxruntime refuses too)
+            r.fail(f"delta is {d}; a range needs a non-zero step", "give a non-zero delta",
+                   input=r.input_name(2))
+
+
 def _fmt(shape) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
 
@@ -586,7 +595,7 @@ RULES: dict[str, list[Callable[[NodeRules], None]]] = {
     "LRN": [_lrn], "Pad": [_pad], "Reshape": [_reshape], "Transpose": [_transpose],
     "Gather": [_gather], "Gemm": [_gemm], "InstanceNormalization": [_instance_norm],
     "DepthToSpace": [_depth_space], "SpaceToDepth": [_depth_space], "Resize": [_resize],
-    "ConstantOfShape": [_constant_of_shape],
+    "ConstantOfShape": [_constant_of_shape], "Range": [_range],
 }
 """Checks per op type beyond ONNX's own inference; each raises through ``NodeRules.fail``."""
 
