@@ -12,6 +12,10 @@ Pages: ``docs/**/*.md``, the top-level ``README.md`` and ``packages/*/README.md`
   console session), in a fresh process whose working folder is an empty temporary folder.
   A block preceded by the line ``<!-- no-run -->`` is skipped: for code that needs hardware,
   files or services the checker cannot provide. Tracebacks point at the Markdown file and line.
+- A block of any language preceded by the line ``<!-- file: NAME -->`` is written to NAME in
+  that working folder at its place in the page's order (blocks naming the same file are
+  appended to it), so a page can show a C file step by step and a later python block
+  compiles and runs it.
 
 Exit status 1 when anything fails, with every failure listed.
 """
@@ -30,6 +34,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NO_RUN = "<!-- no-run -->"
+FILE_MARK = re.compile(r"^<!--\s*file:\s*([\w.+-]+)\s*-->$")
 BLOCK_TIMEOUT_S = 600
 
 FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([\w+-]*)")
@@ -57,6 +62,7 @@ class Page:
             self.lines = f.read().splitlines()
         self.prose: list[tuple[int, str]] = []  # (line number, text) outside fences
         self.blocks: list[tuple[int, str, str, bool]] = []  # (first code line, lang, code, run)
+        self.files: dict[int, str] = {}  # first code line -> file name the block is written to
         fence = None
         for i, line in enumerate(self.lines, 1):
             m = FENCE.match(line)
@@ -64,6 +70,9 @@ class Page:
                 if m:
                     fence = (m.group(2), m.group(3).lower(), i, self._opted_out(i))
                     body: list[str] = []
+                    name = self._file_name(i)
+                    if name:
+                        self.files[i + 1] = name
                 else:
                     self.prose.append((i, line))
             elif m and m.group(2).startswith(fence[0][0]) and len(m.group(2)) >= len(fence[0]) \
@@ -78,12 +87,19 @@ class Page:
         else:
             self.unclosed = None
 
-    def _opted_out(self, fence_line: int) -> bool:
+    def _marker(self, fence_line: int) -> str:
         for j in range(fence_line - 2, -1, -1):
             text = self.lines[j].strip()
             if text:
-                return text == NO_RUN
-        return False
+                return text
+        return ""
+
+    def _opted_out(self, fence_line: int) -> bool:
+        return self._marker(fence_line) == NO_RUN
+
+    def _file_name(self, fence_line: int) -> str | None:
+        m = FILE_MARK.match(self._marker(fence_line))
+        return m.group(1) if m else None
 
     def links(self):
         for n, line in self.prose:
@@ -158,7 +174,11 @@ def check_links(p: Page, linked: set[str]) -> list[str]:
 RUNNER = textwrap.dedent("""
     import sys, traceback
     ns = {"__name__": "__main__"}
-    for path, line, code in BLOCKS:
+    for path, line, code, file_name in BLOCKS:
+        if file_name:  # a file the page shows: written where the blocks run
+            with open(file_name, "a", encoding="utf-8") as f:
+                f.write(code + "\\n")
+            continue
         print(f"--- {path}:{line}", flush=True)
         try:
             exec(compile("\\n" * (line - 1) + code, path, "exec"), ns)
@@ -176,12 +196,15 @@ RUNNER = textwrap.dedent("""
 
 def run_blocks(p: Page) -> tuple[list[str], int, int]:
     """Run the page's python blocks; returns (problems, ran, skipped)."""
-    py = [b for b in p.blocks if b[1] in ("python", "py", "python3")]
-    todo = [(p.path, line, code) for line, _, code, run in py if run]
+    py = [b for b in p.blocks if b[1] in ("python", "py", "python3") and b[0] not in p.files]
+    todo = [(p.path, line, code, None) for line, _, code, run in py if run]
     skipped = len(py) - len(todo)
     if not todo:
         return [], 0, skipped
-    script = f"BLOCKS = {todo!r}\n{RUNNER}"
+    # files shown on the page go in at their place among the python blocks
+    steps = sorted(todo + [(p.path, line, code, p.files[line]) for line, _, code, _ in p.blocks
+                           if line in p.files], key=lambda b: b[1])
+    script = f"BLOCKS = {steps!r}\n{RUNNER}"
     with tempfile.TemporaryDirectory(prefix="nnplug-docs-") as tmp:
         try:
             r = subprocess.run([sys.executable, "-c", script], cwd=tmp, stdout=subprocess.PIPE,
