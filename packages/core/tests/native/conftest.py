@@ -40,6 +40,7 @@ VARIANTS = {
                                      '-DTB_ID="testentrysegv"']),
     "misbehave": ("testbackend.c", ["-DTB_HOST_VISIBLE=1", "-DTB_MISBEHAVE=1",
                                     '-DTB_ID="testmisbehave"']),
+    "misbehave_dev": ("testbackend.c", ["-DTB_MISBEHAVE=1", '-DTB_ID="testmisbehavedev"']),
     "no_entry": ("no_entry.c", []),
     "mangled": ("mangled.cpp", []),
 }

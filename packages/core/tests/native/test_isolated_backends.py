@@ -167,14 +167,43 @@ def test_the_environment_variable_names_backends_by_id_or_file_name(libs, monkey
             rt.close()
 
 
-def test_a_device_backend_named_for_isolation_is_a_load_error(libs):
-    rt = bare_runtime(dynamic_backends_path=os.path.dirname(libs["testdev"]),
-                      isolate_plugins="testdev")
+@pytest.mark.parametrize("variant", ["testdev", "testown"])
+def test_a_device_backend_runs_isolated_on_its_own_device(libs, variant):
+    """A backend of its own device memory (handles, not pointers) runs in the worker: its
+    tensors cross through host shared memory and the worker moves them to the device and
+    back; the Runtime still sees the device (its type and attributes)."""
+    rt = bare_runtime(dynamic_backends_path=os.path.dirname(libs[variant]),
+                      isolate_plugins=variant)
     try:
-        assert "testdev" not in rt.backends
-        (err,) = rt.load_errors
-        assert err.stage == "isolate" and "host-visible CPU backends" in err.reason
-        assert "leave 'testdev' out of isolate_plugins" in err.fix
+        assert rt.load_errors == []
+        backend = rt.backends[variant].backend
+        assert isinstance(backend, IsolatedBackend)
+        (dev,) = [d for d in rt.devices() if d.backend == variant]
+        in_process = bare_runtime(dynamic_backends_path=os.path.dirname(libs[variant]))
+        try:
+            assert [d for d in in_process.devices() if d.backend == variant] == [dev]
+        finally:
+            in_process.close()
+        assert str(dev.device) == "testdev:0"
+        y = X[::-1].copy()
+        for model, feeds, want in ((RELU, {"in0": X}, np.maximum(X, 0)),
+                                   (ADD, {"in0": X, "in1": y}, X + y)):
+            net = rt.load(model, backends=[variant])
+            assert set(net.assignment.values()) == {variant}
+            np.testing.assert_array_equal(net.run(feeds)["out"], want)
+    finally:
+        rt.close()
+
+
+def test_a_device_backend_that_crashes_is_a_backend_error_and_the_runtime_goes_on(libs):
+    rt = bare_runtime(isolate_plugins="testmisbehavedev", isolate_timeout=3)
+    try:
+        rt.register_backend(libs["misbehave_dev"])
+        net = rt.load(RELU, backends=["testmisbehavedev"])
+        np.testing.assert_array_equal(net.run({"in0": X})["out"], np.maximum(X, 0))
+        with pytest.raises(PluginCrashed, match="died of SIGABRT"):
+            net.run({"in0": _bad(1004.0)})
+        np.testing.assert_array_equal(net.run({"in0": X})["out"], np.maximum(X, 0))
     finally:
         rt.close()
 

@@ -30,11 +30,11 @@ import numpy as np
 
 from ..backend import Backend, Module
 from ..customop import BoundOp, CustomOp
-from ..device_api import HostDeviceAPI
+from ..device_api import HostDeviceAPI, attr_kind
 from ..errors import BackendError, CustomOpError, InvalidArgumentError
 from ..tensor import Tensor, as_contiguous
 from . import strings, wire
-from .loader import LibraryLoadError
+from .loader import LibraryLoadError, register_library_device_type
 
 ENV_VAR = "NNPLUG_ISOLATE_PLUGINS"
 TIMEOUT_ENV_VAR = "NNPLUG_ISOLATE_TIMEOUT"
@@ -384,23 +384,31 @@ def _rebuilt(cls_name: str, message: str, extra):
 
 
 # -- the backend -------------------------------------------------------------------------------
+class _WorkerDeviceAPI(HostDeviceAPI):
+    """Host memory for the partitions' tensors, which cross through shared memory; the
+    device's attributes (its class, vendor, name) from the library in the worker."""
+
+    def __init__(self, worker: WorkerProcess):
+        self.worker = worker
+
+    def get_attr(self, dev, kind):
+        return self.worker.call(("get_attr", dev.device_type, dev.index, attr_kind(kind).value))
+
+
 class IsolatedBackend(Backend):
-    """A native backend whose library lives in a worker process. Host-visible (CPU) backends
-    only: tensors cross through host shared memory."""
+    """A native backend whose library lives in a worker process. Its tensors cross through
+    host shared memory: to the application it is a backend of host memory whatever its
+    device, and the worker moves inputs to the device and outputs back (see worker.py)."""
 
     def __init__(self, path: str, taken=(), timeout: float | None = None):
         self.path = path
         self.worker = WorkerProcess(os.path.realpath(path), timeout)
         info = self.worker.start(taken)
-        if info["device_type"] != 1 or not info["host_visible"]:
+        try:  # the same pair, and the same clash rule, in this process
+            register_library_device_type(path, info["device_type"], info["device_type_name"])
+        except LibraryLoadError:
             self.worker.stop()
-            raise LibraryLoadError(
-                path, "isolate",
-                f"backend {info['id']!r} runs on device type {info['device_type']}: only "
-                f"host-visible CPU backends run isolated (their tensors cross through host "
-                f"shared memory)",
-                f"leave {info['id']!r} out of isolate_plugins / {ENV_VAR} (name the backends to "
-                f"isolate instead of '*')")
+            raise
         self.id = info["id"]
         self.device_type = info["device_type"]
         self.version = info["version"]
@@ -409,7 +417,7 @@ class IsolatedBackend(Backend):
         self.abi_version = info["abi_version"]
         self._kind = info["target_kind"]
         self._threads = info["threads"]
-        self._api = HostDeviceAPI()
+        self._api = _WorkerDeviceAPI(self.worker)
         self._closed = False
 
     def __repr__(self):
@@ -422,7 +430,8 @@ class IsolatedBackend(Backend):
         return self._api
 
     def target_kind(self) -> dict:
-        return {"device_type": self._kind["device_type"], "attrs": dict(self._kind["attrs"])}
+        # the partitions' tensors are host memory in this process, whatever the device
+        return {"device_type": "cpu", "attrs": dict(self._kind["attrs"])}
 
     def set_num_threads(self, num_threads: int) -> None:
         if not self._threads:

@@ -179,6 +179,42 @@ def _mangled_entry(path: str) -> bool:
         return False
 
 
+def register_library_device_type(path: str, dt: int, name: str | None) -> None:
+    """The device type of the library at ``path``: DLPack numbers need no name; an extension
+    number (>= 64) needs a name, and the pair must not clash with what another plugin
+    registered (a clash names both). An isolated backend's pair is registered in its worker
+    and in the application."""
+    problem = None
+    if dt >= EXTENSION_TYPE_BASE and not name:
+        problem = (f"device type {dt} is an extension type (>= {EXTENSION_TYPE_BASE}) and "
+                   f"device_type_name is NULL")
+    elif name and not _DEVICE_NAME.match(name):
+        problem = (f"device_type_name {strings.shorten(name)!r} is not lower-case letters, "
+                   f"digits and _ starting with a letter")
+    elif dt < EXTENSION_TYPE_BASE and not is_standard_type(dt):
+        problem = (f"device type {dt} is not a DLPack type (and below the extension range, "
+                   f"{EXTENSION_TYPE_BASE} and up)")
+    elif dt < EXTENSION_TYPE_BASE and name and name != device_type_name(dt):
+        problem = (f"device_type_name {name!r} given for DLPack's type {dt} "
+                   f"({device_type_name(dt)}); names are for extension types")
+    if problem:
+        raise LibraryLoadError(
+            path, "invalid table", f"device type: {problem}",
+            "use a DLPack device type number, or a number >= 64 with device_type_name set "
+            "(see 'Extension device types' in docs/dynamic-backends.md)")
+    if dt < EXTENSION_TYPE_BASE:
+        return
+    try:
+        register_device_type(name, dt, owner=path)
+    except ValueError as e:
+        raise LibraryLoadError(
+            path, "device type clash", f"this library's device type {name!r} = {dt}: {e}",
+            "plugins for different devices need different numbers and names, plugins for "
+            "the same device the same pair: change one library's device_type / "
+            "device_type_name, or remove one (see 'Extension device types' in "
+            "docs/dynamic-backends.md)") from None
+
+
 class NativeLibrary:
     """One dlopen'ed backend library: its checked function table and life cycle.
 
@@ -314,38 +350,7 @@ class NativeLibrary:
             )
 
     def _register_device_type(self):
-        """DLPack numbers need no name; an extension number (>= 64) needs a name, and the
-        pair must not clash with what another plugin registered (a clash names both)."""
-        dt, name = self.device_type, self.device_type_name
-        problem = None
-        if dt >= EXTENSION_TYPE_BASE and not name:
-            problem = (f"device type {dt} is an extension type (>= {EXTENSION_TYPE_BASE}) and "
-                       f"device_type_name is NULL")
-        elif name and not _DEVICE_NAME.match(name):
-            problem = (f"device_type_name {strings.shorten(name)!r} is not lower-case letters, "
-                       f"digits and _ starting with a letter")
-        elif dt < EXTENSION_TYPE_BASE and not is_standard_type(dt):
-            problem = (f"device type {dt} is not a DLPack type (and below the extension range, "
-                       f"{EXTENSION_TYPE_BASE} and up)")
-        elif dt < EXTENSION_TYPE_BASE and name and name != device_type_name(dt):
-            problem = (f"device_type_name {name!r} given for DLPack's type {dt} "
-                       f"({device_type_name(dt)}); names are for extension types")
-        if problem:
-            raise LibraryLoadError(
-                self.path, "invalid table", f"device type: {problem}",
-                "use a DLPack device type number, or a number >= 64 with device_type_name set "
-                "(see 'Extension device types' in docs/dynamic-backends.md)")
-        if dt < EXTENSION_TYPE_BASE:
-            return
-        try:
-            register_device_type(name, dt, owner=self.path)
-        except ValueError as e:
-            raise LibraryLoadError(
-                self.path, "device type clash", f"this library's device type {name!r} = {dt}: {e}",
-                "plugins for different devices need different numbers and names, plugins for "
-                "the same device the same pair: change one library's device_type / "
-                "device_type_name, or remove one (see 'Extension device types' in "
-                "docs/dynamic-backends.md)") from None
+        register_library_device_type(self.path, self.device_type, self.device_type_name)
 
     def _init(self):
         if not self.table.init:

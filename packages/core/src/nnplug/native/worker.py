@@ -17,9 +17,11 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from ..device import Device
 from ..graph import SubGraph
 from ..runcontext import RunContext, running
 from ..target import Target, register_target_kind
+from ..tensor import CPU, Tensor
 from . import wire
 from .loader import LibraryLoadError, load_backend_library
 
@@ -82,6 +84,7 @@ class Worker:
         kind = b.target_kind()
         register_target_kind(b.target_kind_name, **kind, override=True)
         return {"id": b.id, "version": b.version, "device_type": b.device_type,
+                "device_type_name": lib.device_type_name,
                 "priority": b.priority, "provider_names": tuple(b.provider_names),
                 "abi_version": tuple(b.abi_version), "target_kind": kind,
                 "host_visible": lib.host_visible, "threads": bool(lib.table.set_num_threads),
@@ -100,6 +103,10 @@ class Worker:
         self.doing(f"asked whether it supports {node.describe()}")
         return self.backend.static_shapes_only(
             node, SimpleNamespace(values=values, constants=constants)), ()
+
+    def do_get_attr(self, device_type, index, kind, fds=()):
+        self.doing(f"get_attr({kind})")
+        return self.backend.device_api().get_attr(Device(device_type, index), kind), ()
 
     def do_set_num_threads(self, n, fds=()):
         self.doing(f"set_num_threads({n})")
@@ -149,8 +156,15 @@ class Worker:
         the kernels wrote into the region in place are named there, the others copied in."""
         out, extra, end = [], [], total
         for name, t in zip(names, results):
-            arr = t.numpy() if hasattr(t, "numpy") else t
             view = bound.get(name)
+            if isinstance(t, Tensor) and not t.is_host and view is not None and \
+                    tuple(t.shape) == view.shape and t.dtype == view.dtype:
+                if t.nbytes:  # a device output: straight into the shared output region
+                    t.api.copy_data_from_to(t.handle, t.byte_offset, view, 0, t.nbytes,
+                                            t.device, CPU)
+                arr = view
+            else:
+                arr = t.numpy() if hasattr(t, "numpy") else t
             if view is not None and _same(arr, view):
                 out.append(("shm", offsets[name], view.shape, view.dtype))
             elif wire.in_region(arr):
