@@ -22,6 +22,7 @@ from onnx import helper
 from .errors import ModelError, ModelWarning
 from .graph import Model, Node, SubGraph, ValueInfo, whole_graph
 from .loader import load
+from .variadic import split_body
 
 MAX_ROUNDS = 16
 """Nesting depth of functions in functions that expansion follows (a deeper one is taken
@@ -102,7 +103,16 @@ def function_of(node: Node, model: Model, functions: dict | None = None
         fp.ParseFromString(data)
         if version <= node.opset or _means_the_same(fp, model.opsets):
             return _with_schema_defaults(fp, schema)
-    return None
+    return _variadic_body(node, model)
+
+
+def _variadic_body(node: Node, model: Model) -> onnx.FunctionProto | None:
+    """A variadic op with more inputs than backends take: smaller nodes of the same op."""
+    if node.domain not in ("", "ai.onnx"):
+        return None
+    first = model.values.get(node.inputs[0]) if node.inputs else None
+    return split_body(node.op_type, len(node.inputs), list(node.proto.attribute),
+                      first.dtype if first is not None else None, model.opsets.get("", 0))
 
 
 def _registered_body(node: Node, model: Model, fdef) -> onnx.FunctionProto | None:
