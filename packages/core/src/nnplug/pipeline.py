@@ -8,6 +8,8 @@
                                   static are inferred again
     merge      nnplug.cse         nodes computing the same thing from the same inputs -> one
     place      nnplug.planner     a backend, custom op or core op for each node
+               nnplug.measure     (placement="measure") partitions two host backends run:
+                                  timed on both, kept on the faster
     compile    nnplug.compiler    build each partition: the Network's plan
     run        nnplug.executor    (``Network.run``) the plan's steps over the feeds
 
@@ -27,8 +29,9 @@ from .errors import ModelWarning
 from .executor import Plan
 from .expand import expand_unclaimed
 from .folding import fold_constants
-from .graph import Model, whole_graph
+from .graph import Model, node_has_strings, whole_graph
 from .loader import load
+from .measure import measure_placement, placement_mode
 from .network import Network, release_plan
 from .planner import Placer
 from .static_shapes import ShapeDeclines
@@ -78,7 +81,12 @@ def compile_network(runtime: Runtime, model: Model, infos: list[BackendInfo],
         if optimization != "disable":
             rest, merged = merge_common_subexpressions(
                 rest, plan.constants, {o.name for o in expanded.outputs}, ops)
-        placed = placer.place_all(rest, whole_graph(expanded, rest, plan.constants))
+        graph = whole_graph(expanded, rest, plan.constants)
+        placed = placer.place_all(rest, graph)
+        if placement_mode(runtime.options.placement) == "measure":
+            placed = measure_placement(
+                expanded, rest, placed, backends, graph, plan.constants, target_of,
+                alone=lambda n: node_has_strings(n, expanded.values, plan.constants))
         declines.warn(placed)
         build_plan(plan, expanded, rest, placed, target_of, optimization)
         for dropped, kept in merged.items():  # it ran where the node it is the same as ran

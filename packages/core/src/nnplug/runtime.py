@@ -64,11 +64,18 @@ class CreationOptions:
     """Native backends to run in a worker process of their own, so that a crash in them is a
     BackendError, not the end of this process: True or ``"*"`` for every one, else backend
     ids, custom op types and library file names (a comma-separated string or a list). None:
-    the NNPLUG_ISOLATE_PLUGINS environment variable; False or "": none. CPU backends and the
-    CPU implementations of ops only (see "Isolated backends" in docs/dynamic-backends.md)."""
+    the NNPLUG_ISOLATE_PLUGINS environment variable; False or "": none. Backends of any device
+    and the CPU implementations of ops (see "Isolated backends" in docs/dynamic-backends.md)."""
     isolate_timeout: float | None = None
     """Seconds an isolated backend's worker may take for one call (a run, a build) before it
     is stopped and the call raises a BackendError. None: NNPLUG_ISOLATE_TIMEOUT, else no limit."""
+
+    placement: str | None = None
+    """How nodes claimed by several backends are placed: ``"order"`` (the first backend in
+    the preference order that claims a node runs it) or ``"measure"`` (a partition another
+    host backend could run whole is timed on both at load and runs on the faster; decisions
+    are remembered on disk, see :mod:`nnplug.measure`). None: ``NNPLUG_PLACEMENT``, else
+    ``"order"``."""
 
     @classmethod
     def isolated(cls, **overrides) -> CreationOptions:

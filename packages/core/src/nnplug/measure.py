@@ -1,0 +1,220 @@
+"""The measure stage (``CreationOptions(placement="measure")`` or ``NNPLUG_PLACEMENT=measure``):
+between place and compile, each partition that another host backend could run whole is built
+on both, timed on the partition's real shapes, and moved to the faster one.
+
+Placement by preference order gives a node to the first backend that claims it, and a backend
+that claims an op is not always the faster one on every shape (oneDNN's partitions lose to the
+portable CPU backend on some models). Measuring settles it where both can run the nodes:
+
+- only partitions whose values all have static shapes, on backends whose memory is the host's
+  (the timing runs feed host arrays: random normal floats, zero integers, false booleans);
+- a candidate must claim every node of the partition (``supports``); a partition holding a
+  node claimed only together with the next one stays where it is;
+- each build runs once untimed, then up to :data:`RUNS` times within :data:`BUDGET_S`; the
+  fastest run counts, and a candidate wins only below :data:`MARGIN` of the current time;
+- a build or run that fails leaves the partition where it was.
+
+Decisions are remembered on disk (``NNPLUG_CACHE_DIR``, default ``~/.cache/nnplug``, file
+``placement.json``) per partition: its nodes, shapes and types, the candidates' ids and
+versions, nnplug's version and the thread setting; a second load of the same model (or of
+another model with the same partition) reads them instead of timing again. A missing,
+unreadable or corrupt file is measured again and rewritten.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+import threading
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ._version import __version__
+from .device import CPU
+from .planner import Placement, partitions, subgraph_for
+from .tensor import Tensor
+
+if TYPE_CHECKING:
+    from .backend import Backend
+    from .graph import Model, Node, SubGraph
+    from .target import Target
+
+ENV_VAR = "NNPLUG_PLACEMENT"
+CACHE_ENV_VAR = "NNPLUG_CACHE_DIR"
+MODES = ("order", "measure")
+RUNS = 5
+BUDGET_S = 0.2
+MARGIN = 0.85
+_file_lock = threading.Lock()
+
+
+def placement_mode(option: str | None) -> str:
+    """The creation option, else ``NNPLUG_PLACEMENT``, else ``"order"``."""
+    mode = option if option is not None else os.environ.get(ENV_VAR, "") or "order"
+    if mode not in MODES:
+        from .errors import InvalidArgumentError
+
+        where = "CreationOptions.placement" if option is not None else ENV_VAR
+        raise InvalidArgumentError(f"{where} = {mode!r}: use one of {', '.join(MODES)}")
+    return mode
+
+
+def measure_placement(model: Model, nodes: list[Node], placed: dict[str, Placement],
+                      backends: list[Backend], graph: SubGraph, constants: dict,
+                      target_of: dict[str, Target], alone) -> dict[str, Placement]:
+    """``placed`` with each measurable partition on the fastest host backend that runs it
+    whole (a new dict; the nodes that moved say why in ``declined``)."""
+    hosts = [b for b in backends if target_of[b.id].device == CPU]
+    out = dict(placed)
+    cache = _Cache()
+    for i, part in enumerate(partitions(nodes, placed, alone=alone)):
+        current = placed[part[0].name]
+        if current.backend not in hosts or current.op is not None or current.core is not None \
+                or any(placed[n.name].with_next for n in part):
+            continue
+        others = [b for b in hosts if b is not current.backend
+                  and all(_claims(b, n, graph) for n in part)]
+        if not others:
+            continue
+        sg = subgraph_for(part, model, constants, _all_outputs(part), i)
+        if not _static(sg):
+            continue
+        key = _key(sg, [current.backend, *others])
+        times = cache.get(key)
+        if times is None:
+            times = {b.id: _time(b, sg, target_of[b.id]) for b in [current.backend, *others]}
+            cache.put(key, times)
+        base = times.get(current.backend.id)
+        best = min((b for b in others if times.get(b.id) is not None),
+                   key=lambda b: times[b.id], default=None)
+        if base is None or best is None or times[best.id] >= MARGIN * base:
+            continue
+        why = (f"measured slower on these shapes: {base * 1e3:.3g} ms against "
+               f"{best.id}'s {times[best.id] * 1e3:.3g} ms")
+        for n in part:
+            declined = dict(placed[n.name].declined or {})
+            declined[current.backend.id] = why
+            out[n.name] = Placement(backend=best, declined=declined)
+    cache.save()
+    return out
+
+
+def _claims(backend: Backend, node: Node, graph: SubGraph) -> bool:
+    try:
+        return bool(backend.supports(node, graph))
+    except Exception:  # a plugin that cannot answer does not take the partition
+        return False
+
+
+def _all_outputs(part: list[Node]) -> set[str]:
+    return {o for n in part for o in n.outputs if o}
+
+
+def _static(sg: SubGraph) -> bool:
+    for name in [*sg.inputs, *sg.outputs]:
+        v = sg.values.get(name)
+        if v is None or v.dtype is None or v.shape is None or \
+                not all(isinstance(d, int) and d >= 0 for d in v.shape):
+            return False
+    return True
+
+
+def _inputs(sg: SubGraph) -> list[Tensor]:
+    rng = np.random.default_rng(0)
+    arrays = []
+    for name in sg.inputs:
+        v = sg.values[name]
+        dtype = np.dtype(v.dtype)
+        if dtype.kind == "f":
+            arr = rng.standard_normal(v.shape).astype(dtype)
+        else:
+            arr = np.zeros(v.shape, dtype)
+        arrays.append(Tensor.from_numpy(arr))
+    return arrays
+
+
+def _time(backend: Backend, sg: SubGraph, target: Target) -> float | None:
+    """Seconds of the fastest of a few runs of ``sg`` on ``backend``, or None if it fails."""
+    try:
+        module = backend.build(sg, target)
+    except Exception:
+        return None
+    try:
+        inputs = _inputs(sg)
+        module["run"](inputs)  # untimed: first-run allocations, caches
+        best, start = float("inf"), time.perf_counter()
+        for _ in range(RUNS):
+            t0 = time.perf_counter()
+            module["run"](inputs)
+            best = min(best, time.perf_counter() - t0)
+            if time.perf_counter() - start > BUDGET_S:
+                break
+        return best
+    except Exception:
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            module.close()
+
+
+def _key(sg: SubGraph, backends: list[Backend]) -> str:
+    h = hashlib.sha256()
+    h.update(f"nnplug {__version__}; threads {os.environ.get('NNPLUG_NUM_THREADS', '')}; "
+             f"cpus {len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else 0}"
+             .encode())
+    for b in sorted(backends, key=lambda b: b.id):
+        h.update(f"; {b.id} {getattr(b, 'version', '')}".encode())
+    for n in sg.nodes:
+        proto = n.proto
+        h.update(proto.SerializeToString(deterministic=True) if proto is not None
+                 else repr((n.op_type, n.inputs, n.outputs)).encode())
+    for name in sorted(sg.values):
+        v = sg.values[name]
+        h.update(f"{name}:{v.dtype}:{v.shape};".encode())
+    return h.hexdigest()
+
+
+class _Cache:
+    """The decisions file: read once per load, written back when something was measured."""
+
+    def __init__(self):
+        folder = os.environ.get(CACHE_ENV_VAR) or os.path.join(
+            os.path.expanduser("~"), ".cache", "nnplug")
+        self.path = os.path.join(folder, "placement.json")
+        self.entries: dict = {}
+        self.changed = False
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                data = json.load(f)
+            if isinstance(data, dict) and data.get("version") == 1 and \
+                    isinstance(data.get("entries"), dict):
+                self.entries = data["entries"]
+        except (OSError, ValueError):
+            pass  # no file yet, or a corrupt one: measured again and rewritten
+
+    def get(self, key: str) -> dict | None:
+        times = self.entries.get(key)
+        if not isinstance(times, dict) or not all(
+                t is None or isinstance(t, (int, float)) for t in times.values()):
+            return None
+        return times
+
+    def put(self, key: str, times: dict) -> None:
+        self.entries[key] = times
+        self.changed = True
+
+    def save(self) -> None:
+        if not self.changed:
+            return
+        with _file_lock, contextlib.suppress(OSError):  # a read-only home only costs a re-measure
+            folder = os.path.dirname(self.path)
+            os.makedirs(folder, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=".placement-")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump({"version": 1, "entries": self.entries}, f)
+            os.replace(tmp, self.path)
