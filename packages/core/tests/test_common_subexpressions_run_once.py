@@ -92,6 +92,24 @@ def test_negative_zero_is_not_zero():
     assert merged == {} and [n.name for n in kept] == ["pos", "neg", "add"]
 
 
+@pytest.mark.parametrize("differ_at", [None, 5000, 0, 9999])
+def test_large_constants_merge_only_when_every_byte_is_equal(differ_at):
+    """Weights are told apart by their sampled bytes first; equal samples (element 5000 lies
+    between the sampled bytes) are compared whole."""
+    w = np.linspace(-1, 1, 10000, dtype=np.float32)
+    w2 = w.copy()
+    if differ_at is not None:
+        w2[differ_at] = np.nextafter(w2[differ_at], np.float32(2))
+    nodes = [helper.make_node("Mul", ["x", "w"], ["a"], name="first"),
+             helper.make_node("Mul", ["x", "w2"], ["b"], name="second"),
+             helper.make_node("Add", ["a", "b"], ["y"], name="add")]
+    m = load(model_of(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [10000])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [10000])],
+                      [numpy_helper.from_array(w, "w"), numpy_helper.from_array(w2, "w2")]))
+    kept, merged = merge_common_subexpressions(m.nodes, m.constants, {"y"}, {})
+    assert merged == ({"second": "first"} if differ_at is None else {})
+
+
 def test_attributes_must_match():
     nodes = [helper.make_node("Softmax", ["x"], ["a"], name="s0", axis=0),
              helper.make_node("Softmax", ["x"], ["b"], name="s1", axis=1),

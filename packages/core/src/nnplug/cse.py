@@ -41,7 +41,8 @@ def merge_common_subexpressions(nodes: list[Node], constants: dict[str, np.ndarr
     read_by_subgraph = {x for n in nodes if _has_subgraph(n) for x in n.inputs if x}
     renamed: dict[str, str] = {}  # dropped output -> the kept node's output
     seen: dict[tuple, Node] = {}
-    const_keys: dict[str, tuple] = {}
+    const_keys = _constant_keys({x for n in nodes for x in n.inputs if x in constants},
+                                constants)
     merged: dict[str, str] = {}
     out: list[Node] = []
     for n in nodes:
@@ -84,12 +85,42 @@ def _key(n: Node, constants: dict, const_keys: dict, custom_ops: dict) -> tuple 
     ins = []
     for x in n.inputs:
         if x in constants:
-            if x not in const_keys:
-                const_keys[x] = ("const", *_array_key(np.asarray(constants[x])))
             ins.append(const_keys[x])
         else:
             ins.append(("value", x))
     return (n.domain or "", n.op_type, n.opset, tuple(attrs), tuple(ins))
+
+
+def _constant_keys(names: set[str], constants: dict) -> dict[str, tuple]:
+    """A key per constant that is equal only for equal values, without hashing every weight:
+    a constant whose dtype and shape no other has, or whose sampled bytes differ from the
+    others', is told apart by those; only constants alike in both are digested whole."""
+    keys: dict[str, tuple] = {}
+    alike: dict[tuple, list[str]] = {}
+    for x in sorted(names):
+        a = np.asarray(constants[x])
+        if a.dtype == object:
+            keys[x] = ("const", *_array_key(a))
+        else:
+            alike.setdefault((a.dtype.str, a.shape), []).append(x)
+    for (dt, shape), xs in alike.items():
+        samples: dict[bytes, list[str]] = {}
+        for x in xs:
+            samples.setdefault(_sample(np.asarray(constants[x])), []).append(x)
+        for sample, ys in samples.items():
+            for y in ys:
+                keys[y] = ("const", *_array_key(np.asarray(constants[y]))) if len(ys) > 1 \
+                    else ("const", dt, shape, "sampled", sample)
+    return keys
+
+
+def _sample(a: np.ndarray) -> bytes:
+    """Some of an array's bytes (its ends and a stride through it): arrays whose samples
+    differ cannot be equal."""
+    b = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+    if b.size <= 768:
+        return b.tobytes()
+    return b[:256].tobytes() + b[-256:].tobytes() + b[::b.size // 256][:256].tobytes()
 
 
 def _array_key(a: np.ndarray) -> tuple:

@@ -325,19 +325,29 @@ _NAMED = {
 _BY_CODE = {v: k for k, v in _NAMED.items()}
 
 
+_DL_OF: dict = {}  # numpy dtype -> (code, bits, lanes): descriptors ask thousands of times
+
+
 def dtype_of(dt) -> DType:
-    """numpy dtype -> DLDataType ({0,0,0} for None / unknown)."""
+    """numpy dtype -> DLDataType ({0,0,0} for None / unknown). A new struct each call."""
     if dt is None:
         return DType(0, 0, 0)
     dt = np.dtype(dt)
+    fields = _DL_OF.get(dt)
+    if fields is None:
+        fields = _DL_OF[dt] = _dl_fields(dt)
+    return DType(*fields)
+
+
+def _dl_fields(dt: np.dtype) -> tuple[int, int, int]:
     if dt.kind in "OUS":  # ONNX STRING: numpy object (or fixed-width str/bytes) arrays
-        return DType(DTYPE_STRING, 128, 1)
+        return DTYPE_STRING, 128, 1
     if dt.name in _NAMED and dt.kind in "Vf":  # ml_dtypes (one of its kinds is "f")
-        return DType(*_NAMED[dt.name], 1)
+        return (*_NAMED[dt.name], 1)
     code = _KIND_CODE.get(dt.kind)
     if code is None:
-        return DType(0, 0, 0)
-    return DType(code, dt.itemsize * 8, 1)
+        return 0, 0, 0
+    return code, dt.itemsize * 8, 1
 
 
 def numpy_dtype(t: DType):
