@@ -85,3 +85,41 @@ def test_an_ir3_model_whose_initializer_is_not_a_graph_input_loads_as_in_onnxrun
         with net:
             assert [i.name for i in net.inputs] == ["x"]
             np.testing.assert_array_equal(net.run({"x": x})["y"], want)
+
+
+def _weighted(corrupt=False):
+    """x[2,8] @ w[8,1024] (8192 elements: more than the checks read) -> Reshape(shape) -> y."""
+    w = np.arange(8 * 1024, dtype=np.float32).reshape(8, 1024) / 1e4
+    wt = onnx.numpy_helper.from_array(w, "w")
+    if corrupt:
+        wt.raw_data = wt.raw_data[:-4]  # one element short
+    shape = onnx.numpy_helper.from_array(np.array([4, 512], np.int64), "shape")
+    g = h.make_graph([h.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+                      h.make_node("Reshape", ["m", "shape"], ["y"], name="rs")], "g",
+                     [h.make_tensor_value_info("x", T.FLOAT, [2, 8])],
+                     [h.make_tensor_value_info("y", T.FLOAT, None)], [wt, shape])
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), w
+
+
+def test_large_weights_keep_their_values_and_their_consumers_their_shapes():
+    from nnplug.inference import skeleton
+    from nnplug.loader import load
+
+    model, w = _weighted()
+    bare = skeleton(model)
+    assert [t.name for t in bare.graph.initializer] == ["shape"]  # the weight's bytes stay out
+    m = load(model)
+    np.testing.assert_array_equal(m.constants["w"], w)
+    assert m.values["y"].shape == (4, 512)  # the small shape input still reached inference
+    assert [i.name for i in m.inputs] == ["x"]  # a weight is no input of the model
+    x = np.ones((2, 8), np.float32)
+    with make_runtime(NumpyBackend()) as rt:
+        np.testing.assert_allclose(rt.load(model).run({"x": x})["y"], (x @ w).reshape(4, 512),
+                                   rtol=1e-6)
+
+
+def test_a_weight_whose_data_does_not_fit_its_dims_is_named():
+    model, _ = _weighted(corrupt=True)
+    with make_runtime(NumpyBackend()) as rt, \
+            pytest.raises(nnplug.ModelError, match="initializer 'w' cannot be read.*\\[8, 1024\\]"):
+        rt.load(model)

@@ -12,6 +12,10 @@ from .errors import ModelError
 from .graph import Model, Node, ValueInfo, value_info
 from .validate import check_before_inference
 
+# Constants up to this many elements go into a re-inferred model with their data (shape
+# inputs are small); larger ones only with their type and shape, so weights are not copied.
+_REINFER_DATA_LIMIT = 4096
+
 
 def infer(model: onnx.ModelProto) -> onnx.ModelProto:
     check_before_inference(model)  # values ONNX's inference itself would crash on
@@ -20,6 +24,45 @@ def infer(model: onnx.ModelProto) -> onnx.ModelProto:
                                                  data_prop=True)
     except Exception as e:
         raise ModelError(f"ONNX shape inference failed: {e}") from None
+
+
+def skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` without the data of its large initializers (more than
+    :data:`_REINFER_DATA_LIMIT` elements), which become graph inputs of the same type and
+    shape: what the checker and shape inference read, without serializing the weights for
+    each (they copy the whole model in and out). ``model`` itself when it has none."""
+    g = model.graph
+    big = [t for t in g.initializer if _numel(t) > _REINFER_DATA_LIMIT]
+    if not big:
+        return model
+    out = onnx.ModelProto()
+    _copy_fields(model, out, skip={"graph"})
+    _copy_fields(g, out.graph, skip={"initializer"})
+    big_names = {t.name for t in big}
+    out.graph.initializer.extend(t for t in g.initializer if t.name not in big_names)
+    declared = {i.name for i in g.input}
+    out.graph.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                           for t in big if t.name not in declared)
+    return out
+
+
+def _numel(t: onnx.TensorProto) -> int:
+    n = 1
+    for d in t.dims:
+        n *= d
+    return n
+
+
+def _copy_fields(src, dst, skip: set[str]) -> None:
+    for field, value in src.ListFields():
+        if field.name in skip:
+            continue
+        if field.message_type is None and not hasattr(value, "extend"):
+            setattr(dst, field.name, value)  # a scalar
+        elif hasattr(value, "extend"):  # a repeated field
+            getattr(dst, field.name).extend(value)
+        else:
+            getattr(dst, field.name).CopyFrom(value)
 
 
 def collect_values(model: onnx.ModelProto) -> dict[str, ValueInfo]:
@@ -37,9 +80,6 @@ def collect_values(model: onnx.ModelProto) -> dict[str, ValueInfo]:
     return values
 
 
-# Constants up to this many elements go into a re-inferred model with their data (shape
-# inputs are small); larger ones only with their type and shape, so weights are not copied.
-_REINFER_DATA_LIMIT = 4096
 
 
 def reinfer(model: Model, nodes: list[Node], constants: dict[str, np.ndarray]

@@ -13,7 +13,7 @@ from . import ml_types
 from .checking import check_model
 from .errors import ModelError
 from .graph import Model, Node, ValueInfo, attribute_value, outer_reads, subgraphs, value_info
-from .inference import collect_values, infer
+from .inference import collect_values, infer, skeleton
 from .validate import node_schema
 
 
@@ -89,10 +89,11 @@ def load(model, custom_ops: dict | None = None, external_data_dir=None,
     custom_ops = custom_ops or {}
     if proto.graph.ByteSize() == 0 and not proto.graph.node:
         raise ModelError("the model has an empty graph")
-    warned = check_model(proto, functions)
+    bare = skeleton(proto)  # what the checks read: the weights' types, not their bytes
+    warned = check_model(bare, functions)
 
     opsets = {op.domain or "": op.version for op in proto.opset_import}
-    inferred = ml_types.complete(infer(proto), infer)
+    inferred = ml_types.complete(infer(bare), infer)
     values = collect_values(inferred)
     nodes = _make_nodes(inferred, opsets)
     _check_topology(nodes, inferred)
@@ -103,14 +104,24 @@ def load(model, custom_ops: dict | None = None, external_data_dir=None,
     g = inferred.graph
     _omit_unused_outputs(nodes, values, {o.name for o in g.output})
     constants = {}
-    for init in g.initializer:
-        constants[init.name] = numpy_helper.to_array(init)
+    for init in proto.graph.initializer:
+        constants[init.name] = _read_initializer(init)
     inputs = [values.get(i.name) or value_info(i) for i in g.input if i.name not in constants]
     outputs = [values.get(o.name) or value_info(o) for o in g.output]
     producers = {o: n for n in nodes for o in n.outputs if o}
     return Model(nodes, inputs, outputs, constants, values, opsets,
                  name=g.name or "model", producers=producers, proto=proto,
                  warnings=warned, ir_version=proto.ir_version or onnx.IR_VERSION)
+
+
+def _read_initializer(init: onnx.TensorProto) -> np.ndarray:
+    try:
+        return numpy_helper.to_array(init)
+    except Exception as e:
+        raise ModelError(
+            f"initializer {init.name!r} cannot be read ({type(e).__name__}: {e}): its data "
+            f"does not match its type and dims {list(init.dims)}. Fix: re-export or repair "
+            f"the model") from None
 
 
 def _make_nodes(model: onnx.ModelProto, opsets: dict[str, int]) -> list[Node]:
