@@ -45,6 +45,9 @@ BUILD_HOOK = "build-hook"
 PyPI, so the builds here find it through PIP_FIND_LINKS (see build())."""
 BUILD_HOOK_DIST = "nnplug-build-hook"
 BUILDER = os.path.join(ROOT, ".nox", "_builder")
+KIT = "conformance"
+"""nnplug-conformance, the conformance kit: the conformance and nodesuite sessions run it, and
+packages whose tests use it name it in their test extra."""
 
 SANITIZE_CFLAGS = ("-fsanitize=address,undefined -fno-sanitize-recover=undefined "
                    "-fno-omit-frame-pointer -g -O1")
@@ -565,18 +568,18 @@ CONFORMANCE = {
 @disposable_session(python=CI_PYTHON)
 @nox.parametrize("plugin", list(CONFORMANCE))
 def conformance(session: nox.Session, plugin: str) -> None:
-    """The nnplug.testing conformance suite against one in-tree plugin, from its wheel.
+    """The conformance suite (nnplug-conformance) against one in-tree plugin, from its wheel.
 
     Writes the summary table to .nox/conformance/<plugin>.md (docs/conformance.md shows them)."""
     args, beside = CONFORMANCE[plugin]
     # onnxruntime gives the edge values' expected answers; without it onnx.reference would,
     # and it differs from onnxruntime on non-finite inputs (Clip's omitted max, pools of +-inf)
-    install_wheels(session, [PACKAGES[plugin], *(PACKAGES[b] for b in beside)],
+    install_wheels(session, [PACKAGES[plugin], *(PACKAGES[b] for b in beside), PACKAGES[KIT]],
                    also=(*TEST_TOOLS, "onnxruntime"))
     report = os.path.join(ROOT, ".nox", "conformance", f"{plugin}.md")
     os.makedirs(os.path.dirname(report), exist_ok=True)
     with outside_the_repo(session):
-        session.run("pytest", "--pyargs", "nnplug.testing", *args, f"--nnplug-report={report}",
+        session.run("pytest", "--pyargs", "nnplug_conformance", *args, f"--nnplug-report={report}",
                     f"--timeout={TEST_TIMEOUT_S}", *session.posargs)
 
 
@@ -591,15 +594,15 @@ NODESUITE = {
 @nox.parametrize("backend", list(NODESUITE))
 def nodesuite(session: nox.Session, backend: str) -> None:
     """Every case of ONNX's node suite on nnplug and on onnxruntime in the same run; fails on
-    a wrong answer, an error or a crash (see nnplug/testing/node_suite.py).
+    a wrong answer, an error or a crash (see nnplug_conformance/node_suite.py).
 
     Writes the table to .nox/nodesuite/<backend>.md (docs/conformance.md shows them)."""
     folders, preference = NODESUITE[backend]
-    install_wheels(session, [PACKAGES[f] for f in folders], also=("onnxruntime",))
+    install_wheels(session, [*(PACKAGES[f] for f in folders), PACKAGES[KIT]], also=("onnxruntime",))
     report = os.path.join(ROOT, ".nox", "nodesuite", f"{backend}.md")
     os.makedirs(os.path.dirname(report), exist_ok=True)
     with outside_the_repo(session):
-        session.run("python", "-m", "nnplug.testing.node_suite", "--backends", preference,
+        session.run("python", "-m", "nnplug_conformance.node_suite", "--backends", preference,
                     f"--markdown={report}", *session.posargs)
 
 

@@ -6,7 +6,7 @@ nnplug's backend orders beside onnxruntime (CPU, same thread count), in one proc
                                 [--threads 2] [--rounds 5] [--new-tokens 32] [--tiny]
 
 FOLDER (default ~/.cache/nnplug-bench/decoders) holds gpt2_kv.onnx and llama_kv.onnx; --tiny
-takes the tiny test decoders shipped in nnplug.testing instead. Every engine decodes the same
+takes the tiny test decoders shipped in nnplug.demo instead. Every engine decodes the same
 16-token prompt (seeded) for --new-tokens tokens with nnplug.generation's loop: onnxruntime
 through plain runs, nnplug through its sessions (IO binding where a backend keeps the caches off
 the host). Each timed decode's tokens are compared with onnxruntime's; an engine that differs,
@@ -33,7 +33,7 @@ from zoo import QUIET_S, SETTLE_S, print_summary  # noqa: E402 - the zoo benchma
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DIR = os.path.join(os.path.expanduser("~"), ".cache", "nnplug-bench", "decoders")
-TINY_DIR = os.path.join(ROOT, "packages", "core", "src", "nnplug", "testing", "models")
+TINY_DIR = os.path.join(ROOT, "packages", "core", "src", "nnplug", "demo")
 PROMPT_LENGTH = 16
 
 
@@ -83,7 +83,7 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2, help="intra-op threads of every engine")
     ap.add_argument("--rounds", type=int, default=5, help="timed decodes per engine and model")
     ap.add_argument("--new-tokens", type=int, default=32)
-    ap.add_argument("--tiny", action="store_true", help="the tiny test decoders of nnplug.testing")
+    ap.add_argument("--tiny", action="store_true", help="the tiny decoders of nnplug.demo")
     args = ap.parse_args(argv)
     folder = args.folder or (TINY_DIR if args.tiny else DEFAULT_DIR)
     suffix = "_kv_tiny.onnx" if args.tiny else "_kv.onnx"

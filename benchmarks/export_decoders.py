@@ -10,8 +10,8 @@ Models: GPT-2 (2 layers, hidden 256, 4 heads, GPT-2's vocabulary of 50257) and a
 decoder (2 layers, hidden 256, 8 query heads over 2 key/value heads (grouped-query attention),
 rotary embeddings, SwiGLU, RMSNorm, vocabulary 32000). FOLDER defaults to
 ~/.cache/nnplug-bench/decoders. ``--tiny`` writes hidden-64 versions with a 256-token vocabulary
-(about half a MB each) into the nnplug package (nnplug/testing/models/), where the tests of
-every package and the docs find them (``nnplug.testing.decoding.model_path``).
+(about half a MB each) into the nnplug package (nnplug/demo/), where ``nnplug generate``'s
+examples, the tests of every package and the docs find them (``nnplug.demo.decoder_path``).
 
 The layout (optimum's ``text-generation-with-past``): inputs ``input_ids`` [batch, seq],
 ``attention_mask`` [batch, past + seq], ``position_ids`` [batch, seq] (Llama only: GPT-2 is
@@ -33,7 +33,7 @@ import sys
 OPSET = 17
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DIR = os.path.join(os.path.expanduser("~"), ".cache", "nnplug-bench", "decoders")
-TINY_DIR = os.path.join(ROOT, "packages", "core", "src", "nnplug", "testing", "models")
+TINY_DIR = os.path.join(ROOT, "packages", "core", "src", "nnplug", "demo")
 MODELS = ("gpt2", "llama")
 
 

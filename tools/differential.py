@@ -1,6 +1,6 @@
 """Differential proof: nnplug against onnxruntime on every zoo model (shipped and random
 weights), every .onnx this repository ships, ONNX's whole node suite and the non-finite
-cases (nnplug.testing.nonfinite: NaN, infinities and values near float32's limits through
+cases (nnplug_conformance.nonfinite: NaN, infinities and values near float32's limits through
 every op a backend may claim), under every setting that changes the cpu backend's code path.
 
     python tools/differential.py                     # every setting, every installed backend
@@ -16,7 +16,7 @@ onnxruntime cannot run a node case, ONNX's own expected outputs are the referenc
 A case is *matched*, *declined* (nnplug raised one of its own errors: it does not run that
 model, which is allowed), or *wrong* (an output differs beyond tolerance from onnxruntime and
 from ONNX's expected output). A child that dies, a non-nnplug exception, or any wrong answer
-fails the run (exit 1). Tolerances: the node suite's per-op ones (``nnplug.testing``), and
+fails the run (exit 1). Tolerances: the node suite's per-op ones (``nnplug_conformance``), and
 1e-4 of the output's range for whole models.
 """
 
@@ -38,7 +38,7 @@ import onnx
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import proofcases  # noqa: E402
 
-from nnplug.testing.zoo import randomize_weights  # noqa: E402
+from nnplug_conformance.zoo import randomize_weights  # noqa: E402
 
 CORETYPES = ["unset", "Haswell", "Zen", "SkylakeX"]
 THREADS = [1, 2]
@@ -64,13 +64,13 @@ def collect_cases(only: str | None, limit: int | None) -> list[dict]:
                               "model": model.SerializeToString(), "kind": "model",
                               "datasets": [(feeds, None)]})
     if only in (None, "nonfinite"):
-        from nnplug.testing import nonfinite
+        from nnplug_conformance import nonfinite
 
         for name, (model, feeds, formula) in nonfinite.cases().items():
             cases.append({"name": f"nonfinite/{name}", "model": model.SerializeToString(),
                           "kind": "nonfinite", "datasets": [(feeds, None)], "formula": formula})
     if only in (None, "nodes"):
-        from nnplug.testing import node_tests
+        from nnplug_conformance import node_tests
 
         for c in node_tests.collect():
             model = c.load_model()
@@ -120,7 +120,7 @@ def add_references(cases: list[dict]) -> None:
 # -- one setting (child) ------------------------------------------------------------------------
 def compare_case(case: dict, got: dict, k: int) -> str | None:
     """None when nnplug's outputs of data set ``k`` match a reference, else the difference."""
-    from nnplug.testing import node_tests, nonfinite
+    from nnplug_conformance import node_tests, nonfinite
 
     if case["kind"] == "nonfinite":  # the reference: onnxruntime's answer, or the op's formula
         try:

@@ -38,7 +38,7 @@ FLOATS = [0.0, -1.0, 1e30, -1e30, float("nan"), float("inf"), 1e-30]
 
 # -- seeds and mutations ------------------------------------------------------------------------
 def seeds(node_sample: int, rng) -> list[tuple[str, onnx.ModelProto]]:
-    from nnplug.testing import node_tests
+    from nnplug_conformance import node_tests
 
     out = [(f"zoo/{n}", proofcases.zoo_model(n)) for n in ZOO_SEEDS
            if n in proofcases.zoo_names()]

@@ -1,7 +1,7 @@
 """Models and helpers shared by the proof tools (``differential.py``, ``fuzz.py``): ONNX's
 light model zoo with its shipped or random weights, the ``.onnx`` files this repository
 ships, ONNX's node suite, random inputs, and a Runtime with the installed backends (random
-zoo weights: nnplug.testing.zoo.randomize_weights)."""
+zoo weights: nnplug_conformance.zoo.randomize_weights)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ sequence) as onnxruntime does."""
 
 from __future__ import annotations
 
-from nnplug.testing import kv_cache
+from nnplug_conformance import kv_cache
 
 
 def test_empty_kv_cache_matches_onnxruntime(rt):

@@ -1,13 +1,13 @@
 """Autoregressive decoding of the exported GPT-2 and Llama-style decoders (their caches in
 optimum's layout) on this backend: nnplug.generation gives onnxruntime's tokens, greedy and
 sampled with a seed, at 1 and 2 threads, through plain runs and through IO binding (see
-nnplug.testing.decoding)."""
+nnplug_conformance.decoding)."""
 
 from __future__ import annotations
 
 import pytest
 
-from nnplug.testing import decoding
+from nnplug_conformance import decoding
 
 
 @pytest.mark.parametrize("io_binding", [False, True], ids=["run", "io_binding"])

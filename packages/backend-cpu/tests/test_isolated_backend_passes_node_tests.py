@@ -1,7 +1,7 @@
 """The backend isolated in a worker process (``isolate_plugins="cpu"``) gives ONNX's expected
 outputs: the first node test of every op it runs (and every dtype variant of a few ops whose
 kernels differ by dtype), planned, built and run through the worker. The full set runs with
-``NNPLUG_ISOLATE_PLUGINS=cpu pytest --pyargs nnplug.testing --nnplug-backend cpu``."""
+``NNPLUG_ISOLATE_PLUGINS=cpu pytest --pyargs nnplug_conformance --nnplug-backend cpu``."""
 
 from __future__ import annotations
 

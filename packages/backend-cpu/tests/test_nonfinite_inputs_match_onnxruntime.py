@@ -1,5 +1,5 @@
 """NaN, infinities, -0.0, denormals and values near float32's limits through the ops and fused
-chains of nnplug.testing.nonfinite, at 1 and 2 threads: the answer is onnxruntime's (or,
+chains of nnplug_conformance.nonfinite, at 1 and 2 threads: the answer is onnxruntime's (or,
 where onnxruntime's depends on its kernel, the op's formula). Among them what these cases
 found here: Celu and HardSigmoid's double path keeping NaN, Pow to 0.5 at -inf and -0,
 Hardmax's first NaN, ReduceL2 and LayerNormalization of rows whose squares pass float32's
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from conftest import onnxruntime_run, run_cpu
 
-from nnplug.testing.nonfinite import assert_nonfinite_match, cases
+from nnplug_conformance.nonfinite import assert_nonfinite_match, cases
 
 CASES = cases()
 

@@ -153,7 +153,7 @@ def test_intra_op_num_threads_changes_the_cpu_pool(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["squeezenet", "shufflenet"])
 def test_zoo_model_through_the_session_matches_onnxruntime(rt, name):
-    from nnplug.testing.zoo import randomize_weights
+    from nnplug_conformance.zoo import randomize_weights
 
     model = randomize_weights(zoo_model(name), seed=5)
     inp, x = zoo_input(model, seed=2)

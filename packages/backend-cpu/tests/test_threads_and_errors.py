@@ -44,7 +44,7 @@ def test_many_threads_run_one_network_with_identical_results(rt):
 
 def test_thread_count_does_not_change_results(rt):
     # Random weights (the constant-weight case is test_matrix_products_are_deterministic's)
-    from nnplug.testing.zoo import randomize_weights
+    from nnplug_conformance.zoo import randomize_weights
 
     model = randomize_weights(zoo_model("squeezenet"), seed=11)
     inp, x = zoo_input(model, seed=2)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from conftest import ZOO_MODELS, zoo_expected, zoo_input, zoo_model
 
-from nnplug.testing.zoo import randomize_weights
+from nnplug_conformance.zoo import randomize_weights
 
 pytestmark = pytest.mark.slow
 

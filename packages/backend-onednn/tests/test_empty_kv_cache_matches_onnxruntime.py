@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from nnplug.testing import kv_cache
+from nnplug_conformance import kv_cache
 
 
 @pytest.mark.parametrize("threads", [1, 2])

@@ -1,5 +1,5 @@
 """NaN, infinities, -0.0, denormals and values near float32's limits through every op this
-backend claims and the chains it fuses (nnplug.testing.nonfinite), at 1 and 2 threads: the
+backend claims and the chains it fuses (nnplug_conformance.nonfinite), at 1 and 2 threads: the
 answer is onnxruntime's (or, where onnxruntime's depends on its kernel, the op's formula). A run
 whose inputs hold a NaN or an infinity takes the strict plan (kernels.h ox_graph.strict); finite
 inputs keep oneDNN's relu and fused Clip (test_finite_inputs_keep_the_fused_relu), and a run
@@ -12,7 +12,7 @@ import pytest
 from conftest import graph_model, onednn_log, onnxruntime_run, run_both
 from onnx import helper
 
-from nnplug.testing.nonfinite import assert_nonfinite_match, cases, max_pool, special_array
+from nnplug_conformance.nonfinite import assert_nonfinite_match, cases, max_pool, special_array
 
 CASES = cases()
 # the cases whose op this backend does not run (the cpu backend does): ops outside its table;

@@ -1,13 +1,13 @@
 """Autoregressive decoding of the exported GPT-2 and Llama-style decoders (their caches in
 optimum's layout) on ["onednn", "cpu"]: nnplug.generation gives onnxruntime's tokens, greedy
 and sampled with a seed, at 1 and 2 threads, from the first step (an empty past) on (see
-nnplug.testing.decoding)."""
+nnplug_conformance.decoding)."""
 
 from __future__ import annotations
 
 import pytest
 
-from nnplug.testing import decoding
+from nnplug_conformance import decoding
 
 
 @pytest.mark.parametrize("threads", [1, 2])

@@ -1,8 +1,8 @@
-"""The conformance suite's edge values and empty tensors (nnplug.testing.edge_values) pass on
+"""The conformance suite's edge values and empty tensors (nnplug_conformance.edge_values) pass on
 this backend: among them Clip with an omitted bound, which clips +-inf to float32's largest
 value as ONNX and onnxruntime define it."""
 
-from nnplug.testing import run_conformance
+from nnplug_conformance import run_conformance
 
 
 def test_opencl_conformance_edge_values_pass(tmp_path):

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from conftest import ReferenceCPUBackend, new_runtime
 
-from nnplug.testing import kv_cache
 from nnplug_backend_opencl import OpenCLBackend
+from nnplug_conformance import kv_cache
 
 
 def test_opencl_empty_kv_cache_matches_onnxruntime():

@@ -1,7 +1,7 @@
 """Autoregressive decoding of the exported GPT-2 and Llama-style decoders (their caches in
 optimum's layout) on ["opencl", a CPU backend]: nnplug.generation gives onnxruntime's tokens,
 greedy and sampled with a seed, with the caches fed back through IO binding (left on the
-device between steps) and through plain runs (see nnplug.testing.decoding). The CPU backend is
+device between steps) and through plain runs (see nnplug_conformance.decoding). The CPU backend is
 nnplug-backend-cpu where it is installed, else the reference backend stands in for it."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 from conftest import ReferenceCPUBackend, new_runtime
 
-from nnplug.testing import decoding
 from nnplug_backend_opencl import OpenCLBackend
+from nnplug_conformance import decoding
 
 
 def _cpu():

@@ -1,5 +1,5 @@
 """NaN, infinities, -0.0, denormals and values near float32's limits through the ops and fused
-chains of nnplug.testing.nonfinite on the OpenCL backend alone: the answer is onnxruntime's
+chains of nnplug_conformance.nonfinite on the OpenCL backend alone: the answer is onnxruntime's
 (or, where onnxruntime's depends on its kernel, the op's formula). Relu, Clip, HardSigmoid,
 HardSwish, Celu and the fused activations clamp by compares, and max pooling gives NaN for a
 window holding one: OpenCL's fmax and fmin return the operand that is not NaN. Linear Resize
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 import nnplug
-from nnplug.testing.nonfinite import assert_nonfinite_match, cases
+from nnplug_conformance.nonfinite import assert_nonfinite_match, cases
 
 CASES = cases()
 # the cases whose op this backend does not run (LogSoftmax: its opset-18 expansion holds a

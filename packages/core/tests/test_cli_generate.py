@@ -1,4 +1,4 @@
-"""``nnplug generate`` run as a real subprocess: on the tiny GPT-2 of nnplug.testing it
+"""``nnplug generate`` run as a real subprocess: on the tiny GPT-2 of nnplug.demo it
 prints the token ids that the same loop on onnxruntime makes, greedy, sampled with a seed and
 with a stop token; bad arguments and a model without the cache layout end with one clear line.
 The decoders run on the onnx.reference backend, installed as a plugin package."""
@@ -11,10 +11,10 @@ import pytest
 from models import mlp
 from test_cli import make_env, nnplug_cmd
 
+from nnplug.demo import decoder_path
 from nnplug.generation import generate
-from nnplug.testing import decoding
 
-MODEL = decoding.model_path("gpt2_kv_tiny")
+MODEL = decoder_path("gpt2_kv_tiny")
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
 """nnplug.generation drives decoders exported with their key/value cache in optimum's layout
-(the tiny GPT-2 and Llama shipped in nnplug.testing, made by benchmarks/export_decoders.py
+(the tiny GPT-2 and Llama shipped in nnplug.demo, made by benchmarks/export_decoders.py
 --tiny): the tokens equal
 those of the same loop on onnxruntime, greedy and sampled with a seed, through every kind of
 session; stop tokens, max_new_tokens, seeds and the sampling rules behave as documented; a
@@ -20,7 +20,7 @@ import nnplug
 import nnplug.onnxruntime
 from nnplug import InvalidArgumentError, ModelError
 from nnplug.generation import Decoder, Sampling, generate
-from nnplug.testing import decoding, kv_cache
+from nnplug_conformance import decoding, kv_cache
 
 DECODERS = list(decoding.DECODERS)
 PROMPT = decoding.PROMPT

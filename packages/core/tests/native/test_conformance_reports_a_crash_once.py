@@ -7,7 +7,7 @@ import re
 import pytest
 from nativelib import compile_backend
 
-from nnplug.testing import run_conformance
+from nnplug_conformance import run_conformance
 
 pytestmark = pytest.mark.slow
 

@@ -40,7 +40,7 @@ def _build(tmp_path):
 
 @pytest.mark.slow
 def test_the_documented_backend_passes_the_conformance_suite(tmp_path):
-    from nnplug.testing import run_conformance
+    from nnplug_conformance import run_conformance
 
     _, lib = _build(tmp_path)
     result = run_conformance(backend_path=str(lib), cwd=str(tmp_path), timeout=900)

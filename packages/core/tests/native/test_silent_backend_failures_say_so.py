@@ -7,7 +7,7 @@ import threading
 import numpy as np
 from nativelib import bare_runtime
 
-from nnplug.testing.node_tests import compare
+from nnplug_conformance.node_tests import compare
 
 
 def test_a_failure_without_a_message_says_the_backend_gave_none(libs):

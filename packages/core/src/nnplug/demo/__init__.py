@@ -10,6 +10,11 @@ true labels and the logits onnxruntime computes for them.
 - :func:`true_labels` and :func:`expected_output`: what each sample is, and onnxruntime's
   logits for it;
 - :func:`check`: a result compared with those logits at float32 precision.
+
+Also two tiny text decoders for ``nnplug generate`` and :func:`nnplug.generation.generate`
+(:func:`decoder_path`): GPT-2 and a Llama-style decoder with grouped-query attention, exported
+with their key/value cache in optimum's layout (hidden 64, a 256-token vocabulary, random
+weights, made by ``benchmarks/export_decoders.py --tiny``; see docs/decoding.md).
 """
 
 from __future__ import annotations
@@ -28,6 +33,14 @@ INPUT_SHAPE = (32, 1, 8, 8)
 # A float32 result may differ from onnxruntime's by rounding (summation order, FMA, SIMD
 # width): allow 1e-4 of the logits' range. A wrong kernel is off by far more.
 RTOL_OF_RANGE = 1e-4
+DECODERS = ("gpt2_kv_tiny", "llama_kv_tiny")
+
+
+def decoder_path(name: str = "gpt2_kv_tiny") -> str:
+    """The path of a tiny decoder shipped with nnplug: one of :data:`DECODERS`."""
+    if name not in DECODERS:
+        raise ValueError(f"no tiny decoder {name!r}; there are: {', '.join(DECODERS)}")
+    return os.path.join(HERE, f"{name}.onnx")
 
 
 def _samples() -> dict[str, np.ndarray]:

@@ -214,6 +214,8 @@ def _next_steps(spec: Spec) -> list[str]:
     return [f"  cd {spec.directory}", "  pip install -e .     # editable: your edits are what runs",
             "  nnplug info          # lists it",
             "  pytest               # its own tests, then the conformance suite",
+            "  (the tests need the test extra once: pip install -e \".[test]\" brings pytest and "
+            "nnplug-conformance)",
             *rebuild,
             "(docs: README.md in the package, and nnplug's docs/authoring.md)"]
 

@@ -96,7 +96,7 @@
 extern "C" {
 #endif
 
-// clang-format off: one line per number (nnplug.testing reads them)
+// clang-format off: one line per number (nnplug_conformance reads them)
 #define NNP_BACKEND_ABI_MAJOR 1
 #define NNP_BACKEND_ABI_MINOR 5 /* 1.1: set_profile_hook; 1.2: target_attrs, kernel_create_for_target;
                                    1.3: string tensors, release_strings; 1.4: supports_fused;

@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from ..customop import PythonCustomOp, is_standard_op
-from ..errors import NnplugError, PluginError
+from nnplug import NnplugError, PluginError
+from nnplug.customop import PythonCustomOp, is_standard_op
+
 from .summary import NOT_COMPARED
 
 DOMAIN = "com.nnplug.conformance"
@@ -80,7 +81,7 @@ def _model(op, attrs, inputs, n_outputs=1):
 
 
 def _node_for(op, proto, attrs):
-    from ..graph import Node
+    from nnplug import Node
 
     return Node(proto.name, proto.op_type, proto.domain, list(proto.input), list(proto.output),
                 dict(attrs), 1, proto)
@@ -197,7 +198,7 @@ def test_callback_order(nnplug_subject, op, caplog):
                 calls.append("compute")
                 return op.impl.compute(node, ins)
 
-        from ..runtime import CreationOptions, Runtime
+        from nnplug import CreationOptions, Runtime
 
         with Runtime(CreationOptions.isolated()) as rt:
             rt.register_custom_op(Recorder(), override=op.override)

@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ..device import Device
-from ..device_api import AttrKind
+from nnplug import AttrKind, Device
 
 
 def _host(nbytes: int, seed: int) -> np.ndarray:

@@ -2,14 +2,14 @@
 
 It is inert: it adds the ``--nnplug-*`` options and nothing else, so it never changes another
 project's test run. The conformance checks themselves live in this package's test modules and
-``conftest.py`` and run with ``pytest --pyargs nnplug.testing --nnplug-backend NAME``.
+``conftest.py`` and run with ``pytest --pyargs nnplug_conformance --nnplug-backend NAME``.
 """
 
 from __future__ import annotations
 
 
 def pytest_addoption(parser):
-    group = parser.getgroup("nnplug", "nnplug conformance suite (pytest --pyargs nnplug.testing)")
+    group = parser.getgroup("nnplug", "nnplug conformance suite (pytest --pyargs nnplug_conformance)")
     group.addoption("--nnplug-backend", metavar="NAME", default=None,
                     help="test the backend of this 'nnplug.backends' entry point name (or the "
                          "native library of this id in the backend folders)")
@@ -41,10 +41,10 @@ def pytest_configure(config):
         return
     for arg in config.invocation_params.args:
         arg = str(arg).split("::")[0]
-        if arg == "nnplug.testing" or arg.startswith("nnplug.testing."):
+        if arg == "nnplug_conformance" or arg.startswith("nnplug_conformance."):
             import pytest
 
             raise pytest.UsageError(
-                "nnplug.testing: say what to test: --nnplug-backend NAME, --nnplug-backend-path "
+                "nnplug_conformance: say what to test: --nnplug-backend NAME, --nnplug-backend-path "
                 "PATH/TO/lib.so, --nnplug-op NAME or --nnplug-op-library PATH"
             )

@@ -9,7 +9,7 @@ import pytest
 
 import nnplug
 from nnplug.scaffold import Spec, generate
-from nnplug.testing import run_conformance
+from nnplug_conformance import run_conformance
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")]

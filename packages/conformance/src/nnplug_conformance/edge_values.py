@@ -9,7 +9,7 @@ a MatMul over an empty inner dimension, a Softmax over an empty axis.
 
 The expected answer is onnxruntime's (CPU provider), else, where onnxruntime is not installed
 or fails on the case, ``onnx.reference``'s. Where onnxruntime's answer depends on its kernel
-rather than on the op, a NumPy formula replaces it (see nnplug.testing.nonfinite): ReduceMax,
+rather than on the op, a NumPy formula replaces it (see nnplug_conformance.nonfinite): ReduceMax,
 ReduceMin and MaxPool give NaN for a window holding one. Signs of zeros are not compared (a
 correct Relu may give -0.0 or 0.0 for -0.0); NaN positions, infinities and their signs are.
 """

@@ -1,10 +1,11 @@
-"""``nnplug.testing``: the conformance suite for backends and custom ops, as a pytest plugin.
+"""``nnplug_conformance``: the conformance suite for backends and custom ops, as a pytest plugin
+(``pip install nnplug-conformance``; its ``pytest11`` entry point loads only where it is installed).
 
 Run it against an installed backend or op package::
 
-    pytest --pyargs nnplug.testing --nnplug-backend NAME
-    pytest --pyargs nnplug.testing --nnplug-backend-path build/libnnplug_mine.so
-    pytest --pyargs nnplug.testing --nnplug-op NAME
+    pytest --pyargs nnplug_conformance --nnplug-backend NAME
+    pytest --pyargs nnplug_conformance --nnplug-backend-path build/libnnplug_mine.so
+    pytest --pyargs nnplug_conformance --nnplug-op NAME
 
 or from a test of your own package with :func:`run_conformance`. See docs/conformance.md.
 """
@@ -15,22 +16,21 @@ import os
 import subprocess
 import sys
 
-from ..errors import InvalidArgumentError
+from nnplug import InvalidArgumentError
 
 
 def conformance_command(backend: str | None = None, *, backend_path: str | None = None,
                         op: str | None = None, op_library: str | None = None,
                         args=()) -> list[str]:
     """The pytest command line that runs the suite on the given backend and/or ops."""
-    cmd = [sys.executable, "-m", "pytest", "--pyargs", "nnplug.testing", "-p", "no:cacheprovider",
-           "-q"]
-    for flag, value in (("--nnplug-backend", backend), ("--nnplug-backend-path", backend_path),
-                        ("--nnplug-op", op), ("--nnplug-op-library", op_library)):
-        if value:
-            cmd += [flag, os.fspath(value)]
-    if len(cmd) == 7:
+    cmd = [sys.executable, "-m", "pytest", "--pyargs", "nnplug_conformance", "-p",
+           "no:cacheprovider", "-q"]
+    named = [[flag, os.fspath(value)] for flag, value in (
+        ("--nnplug-backend", backend), ("--nnplug-backend-path", backend_path),
+        ("--nnplug-op", op), ("--nnplug-op-library", op_library)) if value]
+    if not named:
         raise InvalidArgumentError("name a backend, backend_path, op or op_library to test")
-    return cmd + list(args)
+    return cmd + [part for pair in named for part in pair] + list(args)
 
 
 def run_conformance(backend: str | None = None, *, backend_path: str | None = None,

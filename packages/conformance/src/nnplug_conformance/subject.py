@@ -8,11 +8,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from .. import discovery
-from ..backend import Backend
-from ..device_api import HostDeviceAPI
-from ..plugins import BackendInfo
-from ..runtime import CreationOptions, Runtime
+from nnplug import Backend, BackendInfo, CreationOptions, HostDeviceAPI, Runtime, discovery
 
 
 class SubjectError(Exception):

@@ -1,4 +1,4 @@
-"""Edge values and empty tensors (nnplug.testing.edge_values) through every op the backend
+"""Edge values and empty tensors (nnplug_conformance.edge_values) through every op the backend
 claims: 0, -0.0, +-inf, NaN, rounding ties, Clip's bounds and the activations' thresholds, every
 pair of them for binary ops, and a zero-size dimension, against onnxruntime (or the formula
 where onnxruntime's answer depends on its kernel). ONNX's node tests feed random values, which
@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from ..errors import NnplugError, UnsupportedNodeError
+from nnplug import NnplugError, UnsupportedNodeError
+
 from . import edge_values, node_tests
 from .conftest import tolerance_overrides
 from .summary import NOT_CLAIMED

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ..errors import ModelError, UnsupportedNodeError
+from nnplug import ModelError, UnsupportedNodeError
+
 from . import node_tests
 from .conftest import tolerance_overrides
 from .summary import NOT_CLAIMED
@@ -33,7 +34,7 @@ def test_node(nnplug_subject, node_case, request):
         if not datasets:
             pytest.skip("the case has no data set")
         if any(x is None for ins, outs in datasets for x in (*ins, *outs)):
-            pytest.skip("sequence/optional values: covered by nnplug.testing.node_suite")
+            pytest.skip("sequence/optional values: covered by nnplug_conformance.node_suite")
         if subject.backend is None:
             taken = [label for label in net.assignment.values() if label.startswith("op:")]
             if not taken:

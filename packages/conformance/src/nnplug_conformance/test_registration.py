@@ -13,17 +13,23 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from ..errors import NnplugError, PluginError, UnsupportedNodeError
-from ..graph import Node, SubGraph, ValueInfo
-from ..plugins import RESERVED_IDS
-from ..registry import get_func
-from ..target import Target
+from nnplug import (
+    NnplugError,
+    Node,
+    PluginError,
+    SubGraph,
+    Target,
+    UnsupportedNodeError,
+    ValueInfo,
+    get_func,
+)
+from nnplug.plugins import RESERVED_IDS
 
 ID_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 
 
 def _abi():
-    from ..native import abi
+    from nnplug.native import abi
 
     return abi
 
@@ -55,7 +61,7 @@ def test_entry_point_name_is_the_backend_id(nnplug_subject, nnplug_backend):
 
 
 def test_device_type_is_known(nnplug_backend):
-    from ..device import device_type_name
+    from nnplug.device import device_type_name
 
     number = nnplug_backend.device_type_number
     assert isinstance(number, int) and number > 0
@@ -76,7 +82,7 @@ def test_global_functions_are_registered(nnplug_backend):
 
 
 def test_device_api_is_one_shared_object(nnplug_backend):
-    from ..device_api import DeviceAPI
+    from nnplug import DeviceAPI
 
     api = nnplug_backend.device_api()
     assert isinstance(api, DeviceAPI)
@@ -181,7 +187,7 @@ def native_path(nnplug_subject, nnplug_backend):
 def test_header_version_matches_the_host(nnplug_backend, native_path):
     """The backend was built against a header this host accepts (same major, minor not newer),
     and the shipped header agrees with the host's ABI."""
-    from .. import get_include
+    from nnplug import get_include
 
     abi = _abi()
     with open(os.path.join(get_include(), "nnplug", "backend.h")) as f:
@@ -341,7 +347,7 @@ def test_unknown_attribute_kind_is_none_not_an_error(broken_calls):
 
 def test_errors_surface_with_the_backend_message(nnplug_backend, native_path):
     """A failing call becomes an NnplugError carrying the backend's own message."""
-    from ..device import Device
+    from nnplug import Device
 
     _library(nnplug_backend)  # isolated: the application's memory is its own, not the backend's
     api = nnplug_backend.device_api()

@@ -1,6 +1,6 @@
 """Autoregressive decoding on a backend order, against onnxruntime: the tiny decoders shipped
-here (``models/gpt2_kv_tiny.onnx`` and ``models/llama_kv_tiny.onnx``, GPT-2 and a Llama-style
-decoder with grouped-query attention, hidden 64, a 256-token vocabulary, random weights, made by
+with nnplug (:func:`nnplug.demo.decoder_path`: GPT-2 and a Llama-style decoder with
+grouped-query attention, hidden 64, a 256-token vocabulary, random weights, made by
 ``benchmarks/export_decoders.py --tiny``), run through :func:`nnplug.generation.generate` on an
 ``nnplug.InferenceSession``, must give the tokens of the same loop on onnxruntime's CPU
 provider, greedy and sampled with a seed. Shared by the backends' own tests and used by the
@@ -12,19 +12,17 @@ import os
 
 import numpy as np
 
-from ..generation import generate
+from nnplug.demo import DECODERS, decoder_path
+from nnplug.generation import generate
 
-DECODERS = ("gpt2_kv_tiny", "llama_kv_tiny")
 PROMPT = [5, 9, 2, 7, 200, 11]
 NEW_TOKENS = 12
 SAMPLED = {"do_sample": True, "temperature": 0.8, "top_k": 50, "top_p": 0.95, "seed": 1234}
 
+__all__ = ["DECODERS", "NEW_TOKENS", "PROMPT", "SAMPLED", "assert_tokens_match_onnxruntime",
+           "model_path"]
 
-def model_path(name: str = "gpt2_kv_tiny") -> str:
-    """The path of a tiny decoder shipped with nnplug: one of :data:`DECODERS`."""
-    if name not in DECODERS:
-        raise ValueError(f"no tiny decoder {name!r}; there are: {', '.join(DECODERS)}")
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "models", f"{name}.onnx")
+model_path = decoder_path  # the name the backends' tests use
 
 
 def assert_tokens_match_onnxruntime(path: str, rt, providers: list[str], threads: int,

@@ -25,7 +25,7 @@ def pytest_ignore_collect(collection_path, config):
     if (name in _BACKEND_MODULES and not backend) or (name == "test_custom_ops.py" and not ops):
         return True  # checks of the other kind of plugin
     if name == "test_onnx_nodes.py" and not backend:
-        from ..customop import is_standard_op
+        from nnplug.customop import is_standard_op
 
         if not any(is_standard_op(t) for t in subject(config).op_types):
             return True  # no standard op overridden: ONNX has no node tests for these ops
@@ -56,7 +56,7 @@ def subject(config):
             config.stash[_subject_key] = e
     s = config.stash[_subject_key]
     if isinstance(s, Exception):
-        pytest.exit(f"nnplug.testing: {s}", returncode=4)
+        pytest.exit(f"nnplug_conformance: {s}", returncode=4)
     return s
 
 
@@ -86,7 +86,7 @@ def nnplug_backend(nnplug_subject):
 
 @pytest.fixture(scope="session")
 def nnplug_device(nnplug_backend):
-    from ..target import Target
+    from nnplug import Target
 
     return Target(nnplug_backend.target_kind_name).device
 

@@ -7,7 +7,7 @@ backend preference) and on onnxruntime in the same run, each classified as
 - ``error``: any other failure (load or run);
 - ``crash``: the process died or hung (cases run in child processes, a chunk each).
 
-    python -m nnplug.testing.node_suite --backends cpu --markdown table.md
+    python -m nnplug_conformance.node_suite --backends cpu --markdown table.md
 
 Exits 1 when nnplug has a ``wrong``, ``error`` or ``crash`` case not listed in
 ``KNOWN_FAILURES`` for that backend preference (a list kept short and explained).
@@ -298,7 +298,7 @@ def declined_ops(results: dict, top: int = 25) -> list[tuple[str, int]]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m nnplug.testing.node_suite",
+    ap = argparse.ArgumentParser(prog="python -m nnplug_conformance.node_suite",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--backends", default="cpu", help="preference order, comma-separated")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
@@ -336,7 +336,7 @@ def main(argv=None) -> int:
     print(f"\nmost declined ops: {', '.join(f'{op} {n}' for op, n in declined_ops(results))}")
     if known:
         print(f"\n{len(known)} known failure(s) of {label} (KNOWN_FAILURES in "
-              f"nnplug/testing/node_suite.py), not counted as failing the run:")
+              f"nnplug_conformance/node_suite.py), not counted as failing the run:")
         for reason in sorted({listed[n] for n, _ in known}):
             print(f"  {sum(listed[n] == reason for n, _ in known)} case(s): {reason}")
     for n in stale:
@@ -352,7 +352,7 @@ def main(argv=None) -> int:
         with open(args.markdown, "w") as f:
             f.write(text + "\n")
             if known:
-                f.write(f"\nKnown failures (KNOWN_FAILURES in nnplug/testing/node_suite.py): "
+                f.write(f"\nKnown failures (KNOWN_FAILURES in nnplug_conformance/node_suite.py): "
                         f"{len(known)} case(s) ({', '.join(sorted({o for _, o in known}))})\n")
             if bad:
                 f.write("\nFailures: " + ", ".join(f"`{n}` ({o})" for n, o, _ in bad) + "\n")
