@@ -62,7 +62,7 @@ BACKENDS = LibraryKind("backend", "backends folder", "dynamic_backends_path",
                        BACKEND_ENV_VAR, default_backend_dir, re.compile(r".*\.so(\.\d+)*$"))
 OP_LIBRARIES = LibraryKind("op library", "custom-op folder", "custom_op_paths",
                            OP_ENV_VAR, default_op_dir,
-                           re.compile(r"libnnplug_op_.*\.so$", re.DOTALL), "libnnplug_op_*.so")
+                           re.compile(r"libnnplug_op_.*\.so\Z"), "libnnplug_op_*.so")
 
 
 class Candidate(NamedTuple):
@@ -157,7 +157,7 @@ def scan(kind: LibraryKind, dirs) -> list[Folder]:
     return folders
 
 
-def load_error(path: str, e: Exception) -> LoadError:
+def _load_error(path: str, e: Exception) -> LoadError:
     """How a library that failed to load or register is reported: the error's stage, reason
     and fix where it has them (LibraryLoadError), else stage ``register``."""
     stage = getattr(e, "stage", None) or "register"
@@ -188,7 +188,7 @@ def load_folders(kind: LibraryKind, option, load: Callable[[str], object],
             try:
                 load(c.path)
             except Exception as e:  # a broken library must never stop the scan
-                report(load_error(c.path, e))
+                report(_load_error(c.path, e))
 
 
 # -- the backends' names for the two steps (nnplug.native exports them) ------------------------
