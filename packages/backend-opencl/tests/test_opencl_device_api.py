@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import time
 
 import numpy as np
@@ -9,7 +10,7 @@ import pyopencl as cl
 import pytest
 
 from nnplug import device
-from nnplug.device_api import AttrKind
+from nnplug.device_api import AttrKind, OpenCLHandles
 from nnplug_backend_opencl import OpenCLDeviceAPI, devices
 
 DEV = device("opencl", 0)
@@ -135,22 +136,54 @@ def test_set_stream_is_per_thread(api):
     api.set_stream(DEV, None)
 
 
-def test_native_handles_for_gpu_custom_ops(api):
+def test_opencl_handles_for_gpu_custom_ops(api):
     """Native GPU custom ops get the raw cl_* handles of the device and of each buffer."""
     st = devices.state(0)
-    h = api.native_handles(DEV)
-    assert h["cl_context"] == st.context.int_ptr
-    assert h["cl_device_id"] == st.device.int_ptr
-    assert h["cl_platform_id"] == st.device.platform.int_ptr
-    assert h["cl_command_queue"] == st.queue.int_ptr
+    h = api.opencl_handles(DEV)
+    assert isinstance(h, OpenCLHandles)
+    assert h.context == st.context.int_ptr
+    assert h.device == st.device.int_ptr
+    assert h.platform == st.device.platform.int_ptr
+    assert h.queue() == st.queue.int_ptr
     s = api.create_stream(DEV)
     api.set_stream(DEV, s)
     try:
-        assert api.native_handles(DEV)["cl_command_queue"] == s.int_ptr  # this thread's stream
+        assert api.opencl_handles(DEV).queue() == s.int_ptr  # this thread's stream
+        assert h.queue() == s.int_ptr  # asked per call: it follows set_stream
     finally:
         api.set_stream(DEV, None)
     buf = api.alloc_data_space(DEV, 16)
-    assert api.native_data_handle(buf) == buf.int_ptr
+    assert h.buffer(buf) == buf.int_ptr
     ws = api.alloc_workspace(DEV, 16)
-    assert api.native_data_handle(ws) == ws.handle.int_ptr
+    assert h.buffer(ws) == ws.handle.int_ptr
     api.free_workspace(DEV, ws)
+
+
+def test_a_kernel_built_through_the_handles_runs_through_their_function_table(api):
+    """What a GPU custom op does with the handles: the backend builds its program and kernel,
+    the op calls OpenCL through the function addresses it was given, the host waits."""
+    h = api.opencl_handles(DEV)
+    program = h.build_program(
+        b"__kernel void inc(__global float* x) { x[get_global_id(0)] += 1.0f; }", "")
+    kernel = h.create_kernel(program, "inc")
+    x = np.arange(4, dtype=np.float32)
+    buf = api.alloc_data_space(DEV, x.nbytes)
+    api.copy_data_from_to(x, 0, buf, 0, x.nbytes, CPU, DEV)
+    vp, size_p = ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)
+    set_arg = ctypes.CFUNCTYPE(ctypes.c_int32, vp, ctypes.c_uint32, ctypes.c_size_t, vp)(
+        h.function("clSetKernelArg"))
+    enqueue = ctypes.CFUNCTYPE(ctypes.c_int32, vp, vp, ctypes.c_uint32, size_p, size_p, size_p,
+                               ctypes.c_uint32, vp, vp)(h.function("clEnqueueNDRangeKernel"))
+    mem = ctypes.c_void_p(h.buffer(buf))
+    assert set_arg(kernel, 0, ctypes.sizeof(mem), ctypes.addressof(mem)) == 0
+    assert enqueue(h.queue(), kernel, 1, None, (ctypes.c_size_t * 1)(4), None, 0, None,
+                   None) == 0
+    h.finish()
+    out = np.empty_like(x)
+    api.copy_data_from_to(buf, 0, out, 0, x.nbytes, DEV, CPU)
+    assert out.tolist() == [1.0, 2.0, 3.0, 4.0]
+    h.release_kernel(kernel)
+    api.free_data_space(DEV, buf)
+    with pytest.raises(cl.Error, match="undeclared_thing_42"):  # the compiler's log
+        h.build_program(b"__kernel void k(__global float* x) { x[0] = undeclared_thing_42; }",
+                        "")

@@ -46,8 +46,9 @@ def opencl_backend():
 
         backend = OpenCLBackend()
         api = backend.device_api()
-        ok = hasattr(api, "native_handles") and api.get_attr(nnplug.device("opencl", 0), "exist")
-        why = "the opencl backend exposes no OpenCL handles (native_handles) or sees no device"
+        dev = nnplug.device("opencl", 0)
+        ok = bool(api.get_attr(dev, "exist")) and api.opencl_handles(dev) is not None
+        why = "the opencl backend sees no device or gives no OpenCL handles (opencl_handles)"
     except Exception as e:  # noqa: BLE001
         ok, why = False, f"nnplug-backend-opencl unavailable: {type(e).__name__}: {e}"
     if not ok:

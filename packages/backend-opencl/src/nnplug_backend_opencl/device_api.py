@@ -17,6 +17,7 @@ from nnplug.device import Device, device_type_of
 from nnplug.device_api import AttrKind, DeviceAPI, attr_kind, host_view, workspace_data
 
 from . import devices
+from .native_handles import DeviceHandles
 
 OPENCL = device_type_of("opencl")
 
@@ -132,17 +133,10 @@ class OpenCLDeviceAPI(DeviceAPI):
         return getattr(self._current, "streams", {}).get(dev)
 
     # --- raw handles, for native GPU custom ops (nnplug/custom_op.h) ----------------------
-    def native_handles(self, dev: Device) -> dict:
-        """The OpenCL objects of ``dev`` as integer handles (``cl_context`` etc.); the queue
-        is this thread's current stream, or the device's default queue."""
-        st = devices.state(dev.index)
-        queue = self.current_stream(dev) or st.queue
-        return {"cl_platform_id": st.device.platform.int_ptr, "cl_device_id": st.device.int_ptr,
-                "cl_context": st.context.int_ptr, "cl_command_queue": queue.int_ptr}
-
-    def native_data_handle(self, handle) -> int:
-        """The ``cl_mem`` behind a data-space (or workspace) handle."""
-        return workspace_data(handle).int_ptr
+    def opencl_handles(self, dev: Device) -> DeviceHandles:
+        """The OpenCL objects of ``dev`` as integer handles (``context`` etc.); the queue is
+        the calling thread's current stream, or the device's default queue."""
+        return DeviceHandles(self, dev)
 
     def stream_sync(self, dev: Device, stream) -> None:
         (stream if stream is not None else devices.state(dev.index).queue).finish()

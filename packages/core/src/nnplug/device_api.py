@@ -119,6 +119,61 @@ class DeviceAPI:
     def sync_stream_from_to(self, dev: Device, event_src, event_dst) -> None:
         """Make work queued on ``event_dst`` after this call wait for ``event_src``."""
 
+    # --- native handles ---------------------------------------------------------------
+    def opencl_handles(self, dev: Device) -> OpenCLHandles | None:
+        """The OpenCL objects of ``dev``, for native GPU custom ops (``nnplug/custom_op.h``);
+        None (the default) where ``dev`` is not an OpenCL device. A backend whose device is
+        one returns its :class:`OpenCLHandles`, so that ops' OpenCL kernels run on its
+        context and queue, on its buffers."""
+        return None
+
+
+class OpenCLHandles:
+    """What a native GPU custom op needs of an OpenCL device, from the backend that owns it
+    (:meth:`DeviceAPI.opencl_handles`). Handles are the ``cl_*`` pointers as integers. The
+    core makes no OpenCL call of its own: it builds, runs and waits through these methods.
+    Methods may raise any exception; the core names the op and node around its message."""
+
+    platform: int = 0
+    """The ``cl_platform_id`` (0: not known)."""
+    device: int = 0
+    """The ``cl_device_id``."""
+    context: int = 0
+    """The ``cl_context`` buffers and programs belong to; programs are built once per context."""
+
+    def queue(self) -> int:
+        """The ``cl_command_queue`` the calling thread's work goes to (its current stream,
+        else the device's default queue): the op enqueues its kernel there."""
+        raise NotImplementedError
+
+    def buffer(self, handle) -> int:
+        """The ``cl_mem`` behind a data-space (or workspace) handle of this device API."""
+        raise NotImplementedError
+
+    def function(self, name: str) -> int:
+        """The address of the OpenCL function ``name`` (``"clSetKernelArg"``, ...) in the
+        OpenCL library the backend calls: the op calls it through its context's ``cl``
+        table."""
+        raise NotImplementedError
+
+    def build_program(self, source: bytes, options: str):
+        """A program built from OpenCL C ``source`` with compiler ``options`` for this device:
+        any object, held by the core while it uses it (dropping it releases it). A failed
+        build raises with the compiler's log in its message."""
+        raise NotImplementedError
+
+    def create_kernel(self, program, name: str) -> int:
+        """A new ``cl_kernel`` for the ``__kernel`` ``name`` of ``program``, alive until
+        :meth:`release_kernel`."""
+        raise NotImplementedError
+
+    def release_kernel(self, kernel: int) -> None:
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        """Wait until the work on the calling thread's queue (:meth:`queue`) is done."""
+        raise NotImplementedError
+
 
 class _Workspace:
     __slots__ = ("handle", "size")

@@ -15,14 +15,17 @@ import sys
 from . import discovery
 from ._version import __version__
 from .native import abi
-from .native.loader import (
-    ENV_VAR,
-    LibraryLoadError,
-    backend_search_dirs,
+from .native.folders import (
+    BACKEND_ENV_VAR,
+    BACKENDS,
+    OP_ENV_VAR,
+    OP_LIBRARIES,
+    LibraryKind,
     default_backend_dir,
-    find_backend_libraries,
-    load_backend_library,
+    default_op_dir,
+    load_folders,
 )
+from .native.loader import LibraryLoadError, load_backend_library
 
 # stage -> the issue's category
 NOT_LOADABLE = {"not found", "file", "not loadable", "no entry symbol", "abi version",
@@ -53,7 +56,7 @@ def _parser() -> argparse.ArgumentParser:
                     "backend runs each node of a model.")
     p.add_argument("--path", action="append", metavar="DIR",
                    help=f"a native backend folder (repeatable; ':'-separated lists allowed). "
-                        f"Default: ${ENV_VAR}, else {default_backend_dir()}")
+                        f"Default: ${BACKEND_ENV_VAR}, else {default_backend_dir()}")
     p.add_argument("--op-path", action="append", metavar="DIR",
                    help="a native custom-op folder (repeatable; ':'-separated lists allowed). "
                         "Default: $NNPLUG_CUSTOM_OP_PATH, else the ops/ folder beside the core")
@@ -74,21 +77,6 @@ def _category(stage: str) -> str:
     return "found but not loadable"
 
 
-def _probe(rep: _Report, path: str, kind: str, isolate: bool) -> bool:
-    """With ``isolate``: whether the library survives loading in a child (else reported)."""
-    if not isolate:
-        return True
-    from .native.probe import probe
-
-    try:
-        probe(path, kind)
-    except LibraryLoadError as e:
-        rep.problem(f"{os.path.basename(path)}: {_category(e.stage)}: {e.stage}: {e.reason}",
-                    e.fix, 2)
-        return False
-    return True
-
-
 def _no_folders(rep: _Report, default: str | None) -> None:
     if default is None:
         rep.line("(none)", 1)
@@ -97,78 +85,76 @@ def _no_folders(rep: _Report, default: str | None) -> None:
                  f"it to drop libraries in)", 1)
 
 
-def _scan(rep: _Report, option, origin: str, isolate: bool = False,
-          default: str | None = None) -> dict:
-    """Folders and files, loaded one by one exactly as a Runtime would. Returns id -> backend.
-    ``default``: the default folder, when it is the one in use."""
-    rep.line(f"Native backend folders ({origin}):")
-    dirs, errors = backend_search_dirs(option)
-    for e in errors:
-        rep.problem(f"{e.source}: skipped: {e.reason}", e.fix, 1)
-    if not dirs and not errors:
+def _scan(rep: _Report, kind: LibraryKind, heading: str, option, origin: str, isolate: bool,
+          default: str | None, load) -> None:
+    """The folders of ``kind`` and their files, scanned and loaded one by one as a Runtime
+    does (:func:`nnplug.native.folders.load_folders`); ``load(path)`` loads one file and
+    returns what its "registered" line says. ``default``: the default folder, when it is
+    the one in use."""
+    rep.line(f"{heading} ({origin}):")
+    found = []
+
+    def on_folder(folder) -> None:
+        found.append(folder)
+        count = sum(c.error is None for c in folder.candidates)
+        pattern = f" ({kind.pattern})" if kind.pattern else ""
+        rep.line(f"{folder.path}: {count} candidate file(s){pattern}", 1)
+
+    def report(e) -> None:
+        found.append(e)
+        if e.stage == "path":
+            rep.problem(f"{e.source}: skipped: {e.reason}", e.fix, 1)
+        else:
+            rep.problem(f"{os.path.basename(e.source)}: {_category(e.stage)}: {e.stage}: "
+                        f"{e.reason}", e.fix, 2)
+
+    def load_one(path: str) -> None:
+        if isolate:
+            from .native.probe import probe
+
+            probe(path, kind.what)
+        rep.line(f"{os.path.basename(path)}: registered: {load(path)}", 2)
+
+    load_folders(kind, option, load_one, report, on_folder)
+    if not found:
         _no_folders(rep, default)
+
+
+def _scan_backends(rep: _Report, option, origin: str, isolate: bool = False,
+                   default: str | None = None) -> dict:
+    """Native backend folders. Returns id -> backend."""
     loaded = {}
-    for d in dirs:
-        files, ferrs = find_backend_libraries([d])
-        rep.line(f"{d}: {len(files)} candidate file(s)", 1)
-        entries = [(p, None) for p in files] + [(e.source, e) for e in ferrs]
-        for path, err in sorted(entries, key=lambda pe: os.path.basename(pe[0])):
-            if err is not None:
-                rep.problem(f"{os.path.basename(path)}: found but not loadable: {err.reason}",
-                            err.fix, 2)
-                continue
-            if not _probe(rep, path, "backend", isolate):
-                continue
-            try:
-                backend = load_backend_library(path, taken={k: v.path for k, v in loaded.items()})
-            except LibraryLoadError as e:
-                rep.problem(f"{os.path.basename(path)}: {_category(e.stage)}: {e.stage}: "
-                            f"{e.reason}", e.fix, 2)
-                continue
-            loaded[backend.id] = backend
-            ver = ".".join(map(str, backend.abi_version))
-            rep.line(f"{os.path.basename(path)}: registered: backend {backend.id!r} (device "
-                     f"{_device_name(backend)}, version {backend.version or '?'}, ABI {ver})", 2)
+
+    def load(path: str) -> str:
+        backend = load_backend_library(path, taken={k: v.path for k, v in loaded.items()})
+        loaded[backend.id] = backend
+        ver = ".".join(map(str, backend.abi_version))
+        return (f"backend {backend.id!r} (device {_device_name(backend)}, version "
+                f"{backend.version or '?'}, ABI {ver})")
+
+    _scan(rep, BACKENDS, "Native backend folders", option, origin, isolate, default, load)
     return loaded
 
 
 def _scan_ops(rep: _Report, option, origin: str, isolate: bool,
               default: str | None = None) -> None:
-    """Custom-op folders and their ``libnnplug_op_*.so`` files, loaded one by one."""
-    from .native import custom_ops
+    """Custom-op folders and their ``libnnplug_op_*.so`` files."""
+    from .native.op_library import load_op_library
 
-    rep.line(f"Custom-op folders ({origin}):")
-    dirs, errors = custom_ops.op_search_dirs(option)
-    for e in errors:
-        rep.problem(f"{e.source}: skipped: {e.reason}", e.fix, 1)
-    if not dirs and not errors:
-        _no_folders(rep, default)
     seen: dict[str, str] = {}
-    for d in dirs:
-        files, ferrs = custom_ops.find_op_libraries([d])
-        rep.line(f"{d}: {len(files)} candidate file(s) ({custom_ops.FILE_PATTERN})", 1)
-        for e in ferrs:
-            if e.source != d:
-                rep.problem(f"{os.path.basename(e.source)}: found but not loadable: {e.reason}",
-                            e.fix, 2)
-        for path in files:
-            name = os.path.basename(path)
-            if not _probe(rep, path, "op library", isolate):
-                continue
-            try:
-                ops = custom_ops.load_op_library(path)
-            except LibraryLoadError as e:
-                rep.problem(f"{name}: {_category(e.stage)}: {e.stage}: {e.reason}", e.fix, 2)
-                continue
-            dup = [op.op_type for op in ops if op.op_type in seen]
-            if dup:
-                rep.problem(f"{name}: loaded but not registered: duplicate op: {dup[0]!r} is "
-                            f"already registered from {seen[dup[0]]}",
-                            "each op type can be registered once: remove one of the two", 2)
-                continue
-            for op in ops:
-                seen[op.op_type] = path
-            rep.line(f"{name}: registered: " + ", ".join(op.describe() for op in ops), 2)
+
+    def load(path: str) -> str:
+        ops = load_op_library(path)
+        dup = [op.op_type for op in ops if op.op_type in seen]
+        if dup:
+            raise LibraryLoadError(path, "duplicate op",
+                                   f"{dup[0]!r} is already registered from {seen[dup[0]]}",
+                                   "each op type can be registered once: remove one of the two")
+        for op in ops:
+            seen[op.op_type] = path
+        return ", ".join(op.describe() for op in ops)
+
+    _scan(rep, OP_LIBRARIES, "Custom-op folders", option, origin, isolate, default, load)
 
 
 def _device_name(backend) -> str:
@@ -263,15 +249,12 @@ def doctor_main(argv=None, out=None) -> int:
     default = None
     if args.path:
         option, origin = discovery.absolute_paths(":".join(args.path)), "from --path"
-    elif os.environ.get(ENV_VAR) is not None:
-        option, origin = None, f"from {ENV_VAR}"
+    elif os.environ.get(BACKEND_ENV_VAR) is not None:
+        option, origin = None, f"from {BACKEND_ENV_VAR}"
     else:
         default = default_backend_dir()
         option, origin = None, "the default folder"
-    loaded = _scan(rep, option, origin, args.isolate, default)
-    from .native.custom_ops import ENV_VAR as OP_ENV_VAR
-    from .native.custom_ops import default_op_dir
-
+    loaded = _scan_backends(rep, option, origin, args.isolate, default)
     op_default = None
     if args.op_path:
         op_option, op_origin = discovery.absolute_paths(":".join(args.op_path)), "from --op-path"

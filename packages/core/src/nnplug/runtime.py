@@ -249,25 +249,26 @@ class Runtime:
     def _load_dynamic_backends(self) -> None:
         if self.options.dynamic_backends_path in ("", []):
             return  # an empty override disables native backend loading
-        from .native import backend_search_dirs, find_backend_libraries
+        from .native import folders
 
-        dirs, errors = backend_search_dirs(self.options.dynamic_backends_path)
-        for err in errors:
-            report(self.load_errors, err)
-        files, errors = find_backend_libraries(dirs)
-        for err in errors:
-            report(self.load_errors, err)
-        for path in files:
-            try:
-                self._register_library(path, "dynamic", None)
-            except Exception as e:
-                stage = getattr(e, "stage", "register")
-                reason = getattr(e, "reason", str(e))
-                if "duplicate backend id" in str(e):
-                    stage = "duplicate id"
-                elif "invalid backend id" in str(e):
-                    stage = "invalid id"
-                report(self.load_errors, LoadError(path, stage, reason, getattr(e, "fix", None)))
+        folders.load_folders(folders.BACKENDS, self.options.dynamic_backends_path,
+                             self._register_folder_library, self._report)
+
+    def _register_folder_library(self, path: str) -> None:
+        try:
+            self._register_library(path, "dynamic", None)
+        except PluginError as e:  # the Runtime's own refusals, named as load stages
+            text = str(e)
+            stage = ("duplicate id" if "duplicate backend id" in text else
+                     "invalid id" if "invalid backend id" in text else None)
+            if stage is None or hasattr(e, "stage"):
+                raise
+            from .native.loader import LibraryLoadError
+
+            raise LibraryLoadError(path, stage, text) from None
+
+    def _report(self, err: LoadError) -> None:
+        report(self.load_errors, err)
 
     # -- custom ops -----------------------------------------------------------------------
     def register_custom_op(self, obj, *, override: bool = False, source: str | None = None) -> CustomOp:
@@ -310,13 +311,13 @@ class Runtime:
 
         All or none: a library whose op type is already registered is refused. Raises
         ``nnplug.PluginError`` (with ``stage``, ``reason``, ``fix``) when it cannot be loaded."""
-        from .native import custom_ops
+        from .native.op_registration import register_library
 
         if self.options.isolate_native:
             from .native.probe import probe_once
 
             probe_once(os.fsdecode(os.fspath(path)), "op library")
-        return custom_ops.register_library(self, path)
+        return register_library(self, path)
 
     def _load_op_entry_points(self, disabled: set[str]) -> None:
         for _ep, source, obj in self._loaded_entry_points(discovery.OPS_GROUP, disabled):
@@ -346,12 +347,13 @@ class Runtime:
             )
 
     def _load_op_libraries(self) -> None:
-        """Native custom-op libraries from ``custom_op_paths`` (see ``nnplug.native.custom_ops``)."""
+        """Native custom-op libraries from ``custom_op_paths`` (see ``nnplug.native.folders``)."""
         if self.options.custom_op_paths in ("", []):
             return  # an empty override disables native op loading
-        from .native import custom_ops
+        from .native import folders
 
-        custom_ops.load_op_folders(self, self.options.custom_op_paths)
+        folders.load_folders(folders.OP_LIBRARIES, self.options.custom_op_paths,
+                             self.register_custom_ops_library, self._report)
 
     # -- loading networks -----------------------------------------------------------------
     def load(self, model, backends: list[str] | None = None,

@@ -263,6 +263,28 @@ def test_an_override_without_shape_infer_keeps_the_onnx_shapes(op_libs):
 
 
 # -- GPU target ---------------------------------------------------------------------------------
+class NoHandlesBackend(NumpyBackend):
+    """A backend on an OpenCL device whose device API declares no OpenCL handles (the
+    DeviceAPI default)."""
+
+    id = "nohandles"
+    device_type = "opencl"
+
+
+def test_a_gpu_kernel_is_not_used_where_the_device_api_gives_no_opencl_handles(op_libs, caplog):
+    with make_runtime(NoHandlesBackend(), NumpyBackend()) as rt:
+        rt.register_custom_ops_library(op_libs["good"])
+        assert rt.ops["cstScale"].targets == ("gpu", "cpu")
+        with caplog.at_level(logging.WARNING, logger="nnplug"):
+            net = rt.load(scale_model(), backends=["nohandles", "numpy"])
+        assert net.assignment["node"] == "op:cstScale@cpu"
+        assert "backend 'nohandles' exposes no OpenCL handles (DeviceAPI.opencl_handles)" \
+            in caplog.text
+        x = x_of((2, 3))
+        np.testing.assert_allclose(net.run({"in0": x})["out"], 2.0 * x, rtol=1e-6)
+        net.close()
+
+
 def opencl_backend():
     """The opencl backend when installed, with a device and the OpenCL handles custom ops
     need; skipped otherwise (a failure under NNPLUG_REQUIRE_OPENCL=1)."""
@@ -276,8 +298,9 @@ def opencl_backend():
     try:
         backend = OpenCLBackend()
         api = backend.device_api()
-        ok = hasattr(api, "native_handles") and api.get_attr(nnplug.device("opencl", 0), "exist")
-        why = "the opencl backend exposes no OpenCL handles or sees no device"
+        dev = nnplug.device("opencl", 0)
+        ok = bool(api.get_attr(dev, "exist")) and api.opencl_handles(dev) is not None
+        why = "the opencl backend sees no device or gives no OpenCL handles"
     except Exception as e:  # noqa: BLE001
         ok, why = False, f"nnplug-backend-opencl unavailable: {type(e).__name__}: {e}"
     if not ok:

@@ -1,4 +1,4 @@
-"""Native plugins: the C ABI headers and the host side of native (dynamic) backends.
+"""Native plugins: the C ABI headers and the host side of native backends and custom ops.
 
     nnplug.get_include()                      # folder with nnplug/backend.h, nnplug/common.h
     default_backend_dir(), default_op_dir()   # the default folders (they need not exist)
@@ -12,17 +12,14 @@ See docs/dynamic-backends.md.
 from __future__ import annotations
 
 from ..headers import get_include  # one definition, re-exported here
-from .loader import (
-    ENV_VAR,
-    LibraryLoadError,
-    NativeLibrary,
+from .folders import BACKEND_ENV_VAR as ENV_VAR
+from .folders import (
     backend_search_dirs,
     default_backend_dir,
     default_op_dir,
     find_backend_libraries,
-    load_backend_library,
-    load_dynamic_backends,
 )
+from .loader import LibraryLoadError, NativeLibrary, load_backend_library
 
 
 def __getattr__(name):  # the adapter classes import numpy-heavy modules: load them on use
@@ -43,7 +40,6 @@ __all__ = [
     "find_backend_libraries",
     "get_include",
     "load_backend_library",
-    "load_dynamic_backends",
     "NativeBackend",
     "NativeDeviceAPI",
     "NativeBuffer",

@@ -1,11 +1,9 @@
-"""Finding and loading native backend shared objects.
+"""Loading native backend shared objects (the folders they are found in: :mod:`.folders`).
 
-Search path: ``CreationOptions.dynamic_backends_path`` (a ``:``-separated string or a list)
-overrides ``NNPLUG_BACKEND_PATH``, which overrides the default ``backends/`` folder inside the
-installed nnplug package. Candidates are the regular files named ``*.so`` or ``*.so.N...``
-in each folder, sorted, deduplicated by real path. Each is dlopen'ed (RTLD_LOCAL), its entry
-symbol resolved, ABI version, table and id checked, then ``init`` called. A library is loaded
-once per process and shared by every Runtime through :data:`nnplug.plugins.BACKENDS`.
+Each is dlopen'ed (RTLD_LOCAL), its entry symbol resolved, ABI version, table and id checked,
+then ``init`` called. A library is loaded once per process and shared by every Runtime
+through :data:`nnplug.plugins.BACKENDS`. The file checks and dlopen fixes here serve the
+custom-op libraries too.
 """
 
 from __future__ import annotations
@@ -25,15 +23,12 @@ from ..device import (
     is_standard_type,
     register_device_type,
 )
-from ..errors import ArgumentTypeError, PluginError
-from ..plugins import LoadError
+from ..errors import PluginError
 from ..threads import requested_threads
 from . import abi, strings, target_attrs
 
 log = logging.getLogger("nnplug")
 
-ENV_VAR = "NNPLUG_BACKEND_PATH"
-_SO_NAME = re.compile(r".*\.so(\.\d+)*$")
 _ID = re.compile(r"[a-z][a-z0-9_]{0,31}$")
 _DEVICE_NAME = re.compile(r"[a-z][a-z0-9_]*$")
 
@@ -45,100 +40,6 @@ class LibraryLoadError(PluginError):
         self.path, self.stage, self.reason, self.fix = str(path), stage, reason, fix
         text = f"{path}: {stage}: {reason}"
         super().__init__(f"{text} (fix: {fix})" if fix else text)
-
-    def load_error(self) -> LoadError:
-        return LoadError(self.path, self.stage, self.reason, self.fix)
-
-
-# -- search path ------------------------------------------------------------------------------
-def default_backend_dir() -> str:
-    """The ``backends/`` folder inside the installed nnplug package: where native backends
-    are looked for when neither the option nor NNPLUG_BACKEND_PATH names folders. nnplug
-    ships it empty, i.e. not at all: a missing default folder is normal and not reported."""
-    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "backends")
-
-
-def default_op_dir() -> str:
-    """The ``ops/`` folder inside the installed nnplug package: the custom-op libraries'
-    default, as :func:`default_backend_dir` is the backends' (it need not exist either)."""
-    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "ops")
-
-
-def backend_search_dirs(option=None) -> tuple[list[str], list[LoadError]]:
-    """The folders to scan, and one LoadError (stage ``path``) per entry that was skipped.
-
-    ``option`` is ``CreationOptions.dynamic_backends_path``: None (use ``NNPLUG_BACKEND_PATH``,
-    else the default folder), a ``:``-separated string or a list of paths. An empty string or
-    list disables loading. The caller reports the errors (:func:`nnplug.plugins.report`).
-    """
-    if option is None:
-        env = os.environ.get(ENV_VAR)
-        if env is None:
-            # The default folder usually does not exist: that is not worth a warning.
-            d = default_backend_dir()
-            return ([d] if os.path.isdir(d) else []), []
-        entries, origin = env.split(":"), ENV_VAR
-    elif isinstance(option, (str, bytes, os.PathLike)):
-        entries, origin = os.fsdecode(os.fspath(option)).split(":"), "dynamic_backends_path"
-    else:
-        try:
-            entries = [os.fsdecode(os.fspath(p)) for p in option]
-        except TypeError:
-            raise ArgumentTypeError(
-                f"dynamic_backends_path must be a ':'-separated string or a list of paths, "
-                f"not {option!r}"
-            ) from None
-        origin = "dynamic_backends_path"
-    dirs, errors, seen = [], [], set()
-    for entry in entries:
-        if not entry or entry in seen:
-            continue
-        seen.add(entry)
-        source = f"{origin} entry {entry!r}"
-        if not os.path.isabs(entry):
-            errors.append(LoadError(source, "path", "relative path ignored",
-                                    f"use an absolute path, e.g. {os.path.abspath(entry)!r}"))
-        elif not os.path.exists(entry):
-            errors.append(LoadError(source, "path", "no such folder",
-                                    "create the folder or remove it from the path"))
-        elif not os.path.isdir(entry):
-            errors.append(LoadError(source, "path", "not a folder",
-                                    "list the folder that contains the .so, not the file"))
-        else:
-            dirs.append(entry)
-    return dirs, errors
-
-
-def find_backend_libraries(dirs) -> tuple[list[str], list[LoadError]]:
-    """Candidate files in ``dirs``: ``*.so`` / ``*.so.N...`` regular files, sorted per folder,
-    deduplicated by real path (the first name wins). Dangling links and non-files are errors."""
-    found, errors, seen = [], [], set()
-    for d in dirs:
-        try:
-            names = sorted(os.listdir(d))
-        except OSError as e:
-            errors.append(LoadError(d, "path", f"cannot list folder: {e.strerror or e}",
-                                    "check the folder's permissions"))
-            continue
-        for name in names:
-            if not _SO_NAME.match(name):
-                continue
-            path = os.path.join(d, name)
-            if os.path.islink(path) and not os.path.exists(path):
-                errors.append(LoadError(path, "file",
-                                        f"dangling symbolic link to {os.readlink(path)!r}",
-                                        "fix or remove the link"))
-                continue
-            if not os.path.isfile(path):
-                errors.append(LoadError(path, "file", "not a regular file",
-                                        "rename it or move it out of the backends folder"))
-                continue
-            real = os.path.realpath(path)
-            if real in seen:
-                continue
-            seen.add(real)
-            found.append(path)
-    return found, errors
 
 
 # -- one library --------------------------------------------------------------------------------
@@ -612,24 +513,3 @@ def load_backend_library(path, taken=()):
         plugins.BACKENDS.release(key)
         raise duplicate_error(path, lib.id, taken)
     return NativeBackend(lib, key, path)
-
-
-def load_dynamic_backends(option=None, taken=None):
-    """Everything the Runtime does for ``dynamic_backends_path``: returns
-    ``([(path, NativeBackend), ...], [LoadError, ...])``. The first library with an id wins;
-    ``taken`` (id -> source) is updated. Errors are returned, not logged (use
-    :func:`nnplug.plugins.report`)."""
-    taken = {} if taken is None else taken
-    dirs, errors = backend_search_dirs(option)
-    files, more = find_backend_libraries(dirs)
-    errors += more
-    loaded = []
-    for path in files:
-        try:
-            backend = load_backend_library(path, taken)
-        except LibraryLoadError as e:
-            errors.append(e.load_error())
-            continue
-        taken[backend.id] = path
-        loaded.append((path, backend))
-    return loaded, errors

@@ -26,13 +26,13 @@ _CHILD = """\
 import os, sys
 sys.path.insert(0, {root!r})
 from nnplug.errors import NnplugError
-from nnplug.native import custom_ops, loader
+from nnplug.native import loader, op_library
 print("loading", flush=True)
 try:
     if sys.argv[2] == "backend":
         loader.load_backend_library(sys.argv[1])
     else:
-        custom_ops.load_op_library(sys.argv[1])
+        op_library.load_op_library(sys.argv[1])
 except NnplugError:
     pass  # an ordinary load error: the host reports it when it loads the library itself
 sys.stdout.flush()

@@ -189,7 +189,7 @@ class Worker:
 
     # -- custom-op libraries ---------------------------------------------------------------
     def do_load_ops(self, path, fds=()):
-        from .custom_ops import load_op_library
+        from .op_library import load_op_library
 
         self.doing("loading it (dlopen: the library's constructors)")
         check = ctypes.CDLL(path, mode=getattr(os, "RTLD_LOCAL", 0) | getattr(os, "RTLD_NOW", 2))
