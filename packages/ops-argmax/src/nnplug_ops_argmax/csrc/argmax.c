@@ -198,24 +198,15 @@ static int32_t argmax_gpu_compute(nnp_op_context *ctx, const nnp_op_tensor *in, 
 }
 
 /* ---- the library ---------------------------------------------------------------------------- */
-static const nnp_custom_op argmax_cpu = {
-    .version = NNP_CUSTOM_OP_ABI_VERSION,
-    .struct_size = sizeof(nnp_custom_op),
-    .target = NNP_OP_TARGET_CPU,
-    .op_type = "ArgMax",
-    .init = argmax_init,
-    .compute = argmax_compute,
-    .destroy = nnp_op_destroy_priv,
-    .shape_infer = argmax_shape_infer,
-    .flags =
-        NNP_OP_OVERRIDES_STANDARD /* ArgMax is a standard op: say that replacing it is meant */};
-static const nnp_custom_op argmax_gpu = {.version = NNP_CUSTOM_OP_ABI_VERSION,
-                                         .struct_size = sizeof(nnp_custom_op),
-                                         .target = NNP_OP_TARGET_GPU,
-                                         .op_type = "ArgMax",
-                                         .cl_kernel_name = "argmax_f32",
-                                         .cl_kernel_source = argmax_cl,
-                                         .cl_source_size = sizeof argmax_cl - 1,
+/* ArgMax is a standard op: NNP_OP_OVERRIDES_STANDARD says that replacing it is meant */
+static const nnp_custom_op argmax_cpu = {NNP_CUSTOM_OP_HEAD(NNP_OP_TARGET_CPU, "ArgMax"),
+                                         .init = argmax_init,
+                                         .compute = argmax_compute,
+                                         .destroy = nnp_op_destroy_priv,
+                                         .shape_infer = argmax_shape_infer,
+                                         .flags = NNP_OP_OVERRIDES_STANDARD};
+static const nnp_custom_op argmax_gpu = {NNP_CUSTOM_OP_HEAD(NNP_OP_TARGET_GPU, "ArgMax"),
+                                         NNP_OP_EMBEDDED_CL("argmax_f32", argmax_cl),
                                          .init = argmax_init,
                                          .compute = argmax_gpu_compute,
                                          .destroy = nnp_op_destroy_priv,

@@ -254,21 +254,11 @@ static int32_t softmax_gpu_compute(nnp_op_context *ctx, const nnp_op_tensor *in,
 }
 
 /* ---- the library ---------------------------------------------------------------------------- */
-static const nnp_custom_op softmax_cpu = {.version = NNP_CUSTOM_OP_ABI_VERSION,
-                                          .struct_size = sizeof(nnp_custom_op),
-                                          .target = NNP_OP_TARGET_CPU,
-                                          .op_type = "cstSoftmax",
-                                          .init = softmax_init,
-                                          .compute = softmax_compute,
-                                          .destroy = nnp_op_destroy_priv,
-                                          .shape_infer = softmax_shape_infer};
-static const nnp_custom_op softmax_gpu = {.version = NNP_CUSTOM_OP_ABI_VERSION,
-                                          .struct_size = sizeof(nnp_custom_op),
-                                          .target = NNP_OP_TARGET_GPU,
-                                          .op_type = "cstSoftmax",
-                                          .cl_kernel_name = "cst_softmax",
-                                          .cl_kernel_source = softmax_cl,
-                                          .cl_source_size = sizeof softmax_cl - 1,
+static const nnp_custom_op softmax_cpu = {
+    NNP_CUSTOM_OP_HEAD(NNP_OP_TARGET_CPU, "cstSoftmax"), .init = softmax_init,
+    .compute = softmax_compute, .destroy = nnp_op_destroy_priv, .shape_infer = softmax_shape_infer};
+static const nnp_custom_op softmax_gpu = {NNP_CUSTOM_OP_HEAD(NNP_OP_TARGET_GPU, "cstSoftmax"),
+                                          NNP_OP_EMBEDDED_CL("cst_softmax", softmax_cl),
                                           .init = softmax_init,
                                           .compute = softmax_gpu_compute,
                                           .destroy = nnp_op_destroy_priv,

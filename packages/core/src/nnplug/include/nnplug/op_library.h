@@ -6,10 +6,9 @@
  *
  *     #include <nnplug/op_library.h>
  *
- *     static const nnp_custom_op my_cpu = {
- *         .version = NNP_CUSTOM_OP_ABI_VERSION, .struct_size = sizeof(nnp_custom_op),
- *         .target = NNP_OP_TARGET_CPU, .op_type = "MyOp", .init = my_init,
- *         .compute = my_compute, .destroy = nnp_op_destroy_priv, .shape_infer = my_shapes};
+ *     static const nnp_custom_op my_cpu = {NNP_CUSTOM_OP_HEAD(NNP_OP_TARGET_CPU, "MyOp"),
+ *                                          .init = my_init, .compute = my_compute,
+ *                                          .destroy = nnp_op_destroy_priv};
  *     static const nnp_custom_op *const ops[] = {&my_cpu};
  *     NNP_OP_LIBRARY_ENTRY("my-ops", ops)
  *
@@ -40,6 +39,18 @@ extern "C" {
 /* The ABI version as compiled, for nnp_custom_op.version and nnp_op_library.abi_version. */
 #define NNP_CUSTOM_OP_ABI_VERSION \
     {NNP_CUSTOM_OP_ABI_MAJOR, NNP_CUSTOM_OP_ABI_MINOR, NNP_CUSTOM_OP_ABI_PATCH}
+
+/* The members every nnp_custom_op starts with, in its designated initializer:
+ *     static const nnp_custom_op my_cpu = {NNP_CUSTOM_OP_HEAD(NNP_OP_TARGET_CPU, "MyOp"), ...}; */
+#define NNP_CUSTOM_OP_HEAD(op_target, type)                                     \
+    .version = NNP_CUSTOM_OP_ABI_VERSION, .struct_size = sizeof(nnp_custom_op), \
+    .target = (op_target), .op_type = (type)
+
+/* A GPU op's OpenCL kernel `kernel_name` from source text compiled in as a char array (the
+ * build hook's `embed`), in the op's designated initializer. */
+#define NNP_OP_EMBEDDED_CL(kernel_name, source_array)                    \
+    .cl_kernel_name = (kernel_name), .cl_kernel_source = (source_array), \
+    .cl_source_size = sizeof(source_array) - 1
 
 /* The library table listing the static array `op_list` (of const nnp_custom_op pointers) and
  * the exported entry symbol returning it; it refuses a host of another ABI major. */
