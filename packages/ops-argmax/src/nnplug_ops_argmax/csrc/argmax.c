@@ -35,20 +35,10 @@ static int read_attrs(nnp_op_context *ctx, uint32_t rank, argmax_priv *p, uint32
     return 0;
 }
 
-static int check_io(nnp_op_context *ctx, const nnp_op_tensor *in, uint32_t n_in, uint32_t n_out)
-{
-    if (n_in != 1 || n_out != 1) {
-        ctx->set_error(ctx, "ArgMax takes one input and gives one output");
-        return NNP_STATUS_INVALID_ARGUMENT;
-    }
-    if (in[0].attr.n_dims > NNP_OP_MAX_DIMS) return NNP_STATUS_INVALID_ARGUMENT;
-    return 0;
-}
-
 static int32_t argmax_shape_infer(nnp_op_context *ctx, const nnp_op_tensor *in, uint32_t n_in,
                                   nnp_op_tensor *out, uint32_t n_out)
 {
-    int rc = check_io(ctx, in, n_in, n_out);
+    int rc = nnp_op_check_io(ctx, in, n_in, n_out, 1, 1);
     if (rc) return rc;
     argmax_priv p;
     uint32_t axis;
@@ -70,7 +60,7 @@ static int32_t argmax_shape_infer(nnp_op_context *ctx, const nnp_op_tensor *in, 
 static int32_t argmax_init(nnp_op_context *ctx, const nnp_op_tensor *in, uint32_t n_in,
                            const nnp_op_tensor *out, uint32_t n_out)
 {
-    int rc = check_io(ctx, in, n_in, n_out);
+    int rc = nnp_op_check_io(ctx, in, n_in, n_out, 1, 1);
     if (rc) return rc;
     if (!nnp_op_is_f32(in[0].attr.dtype) || !nnp_op_is_i64(out[0].attr.dtype))
         return NNP_OP_SKIP; /* not ours: the backend's ArgMax handles other types */
@@ -89,7 +79,7 @@ static int32_t argmax_init(nnp_op_context *ctx, const nnp_op_tensor *in, uint32_
 static int view(nnp_op_context *ctx, const nnp_op_tensor *in, uint32_t n_in,
                 const nnp_op_tensor *out, uint32_t n_out, nnp_op_axis_view *l)
 {
-    int rc = check_io(ctx, in, n_in, n_out);
+    int rc = nnp_op_check_io(ctx, in, n_in, n_out, 1, 1);
     if (rc) return rc;
     argmax_priv *p = ctx->priv_data;
     if (!p) return NNP_STATUS_INTERNAL;
@@ -127,12 +117,11 @@ typedef struct {
     int last;
 } job;
 
-static int run_slices(void *arg, uint64_t begin, uint64_t end)
+static void run_slices(void *arg, uint64_t begin, uint64_t end, void *scratch)
 {
     const job *j = arg;
     const uint64_t A = j->l.axis_len, I = j->l.inner;
-    float *best = NULL;
-    if (I > 1 && !(best = malloc(I * sizeof(float)))) return 1;
+    float *best = scratch; /* I floats, when I > 1 */
     for (uint64_t o = begin; o < end; ++o) {
         const float *xs = j->x + o * A * I;
         int64_t *ys = j->y + o * I;
@@ -158,8 +147,6 @@ static int run_slices(void *arg, uint64_t begin, uint64_t end)
             }
         }
     }
-    free(best);
-    return 0;
 }
 
 static int32_t argmax_compute(nnp_op_context *ctx, const nnp_op_tensor *in, uint32_t n_in,
@@ -167,14 +154,12 @@ static int32_t argmax_compute(nnp_op_context *ctx, const nnp_op_tensor *in, uint
 {
     nnp_op_axis_view l;
     int rc = view(ctx, in, n_in, out, n_out, &l);
-    if (rc) return rc;
-    if (l.outer * l.inner == 0) return 0;
+    if (rc || l.outer * l.inner == 0) return rc;
     const argmax_priv *p = ctx->priv_data;
     job j = {nnp_op_tensor_data(&in[0]), nnp_op_tensor_data(&out[0]), l, (int)p->last};
-    if (nnp_op_parallel_for(ctx, l.outer, l.outer * l.axis_len * l.inner, MIN_PARALLEL_ELEMS,
-                            run_slices, &j))
-        return nnp_op_fail(ctx, NNP_STATUS_OUT_OF_MEMORY, "out of memory for scratch space");
-    return 0;
+    size_t scratch = l.inner > 1 ? l.inner * sizeof(float) : 0; /* the running best */
+    return nnp_op_parallel_for(ctx, l.outer, l.outer * l.axis_len * l.inner, MIN_PARALLEL_ELEMS,
+                               scratch, run_slices, &j);
 }
 
 /* ---- GPU ------------------------------------------------------------------------------------ */
@@ -183,18 +168,10 @@ static int32_t argmax_gpu_compute(nnp_op_context *ctx, const nnp_op_tensor *in, 
 {
     nnp_op_axis_view l;
     int rc = view(ctx, in, n_in, out, n_out, &l);
-    if (rc) return rc;
-    uint64_t work = l.outer * l.inner;
-    if (work == 0) return 0;
-    const argmax_priv *p = ctx->priv_data;
-    void *xm = in[0].mem.base, *ym = out[0].mem.base;
-    uint64_t xoff = in[0].mem.offset, yoff = out[0].mem.offset;
-    int32_t last = (int32_t)p->last;
-    const nnp_op_cl_arg args[] = {{sizeof xm, &xm},           {sizeof xoff, &xoff},
-                                  {sizeof ym, &ym},           {sizeof yoff, &yoff},
-                                  {sizeof l.outer, &l.outer}, {sizeof l.axis_len, &l.axis_len},
-                                  {sizeof l.inner, &l.inner}, {sizeof last, &last}};
-    return nnp_op_cl_run_1d(ctx, args, 8, work);
+    if (rc || l.outer * l.inner == 0) return rc;
+    int32_t last = (int32_t)((const argmax_priv *)ctx->priv_data)->last;
+    const nnp_op_cl_arg select_last[] = {{sizeof last, &last}};
+    return nnp_op_cl_run_axis(ctx, &in[0], &out[0], &l, select_last, 1);
 }
 
 /* ---- the library ---------------------------------------------------------------------------- */

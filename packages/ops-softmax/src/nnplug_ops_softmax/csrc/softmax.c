@@ -35,18 +35,13 @@ static int resolve_axis(nnp_op_context *ctx, int64_t axis, uint32_t rank, uint32
     return 0;
 }
 
+/* One float32 input, one output. */
 static int check_io(nnp_op_context *ctx, const nnp_op_tensor *in, uint32_t n_in, uint32_t n_out)
 {
-    if (n_in != 1 || n_out != 1) {
-        ctx->set_error(ctx, "cstSoftmax takes one input and gives one output");
-        return NNP_STATUS_INVALID_ARGUMENT;
-    }
-    if (!nnp_op_is_f32(in[0].attr.dtype)) {
-        ctx->set_error(ctx, "cstSoftmax supports float32 only");
-        return NNP_STATUS_UNSUPPORTED;
-    }
-    if (in[0].attr.n_dims > NNP_OP_MAX_DIMS) return NNP_STATUS_INVALID_ARGUMENT;
-    return 0;
+    int rc = nnp_op_check_io(ctx, in, n_in, n_out, 1, 1);
+    if (!rc && !nnp_op_is_f32(in[0].attr.dtype))
+        return nnp_op_fail(ctx, NNP_STATUS_UNSUPPORTED, "cstSoftmax supports float32 only");
+    return rc;
 }
 
 static int32_t softmax_shape_infer(nnp_op_context *ctx, const nnp_op_tensor *in, uint32_t n_in,
@@ -206,19 +201,15 @@ typedef struct {
     nnp_op_axis_view l;
 } job;
 
-static int run_slices(void *arg, uint64_t begin, uint64_t end)
+static void run_slices(void *arg, uint64_t begin, uint64_t end, void *scratch)
 {
     const job *j = arg;
     const uint64_t slice = j->l.axis_len * j->l.inner;
-    float *scratch = NULL;
-    if (j->l.inner > 1 && !(scratch = malloc(2 * j->l.inner * sizeof(float)))) return 1;
     for (uint64_t o = begin; o < end; ++o) {
         if (j->l.inner == 1) softmax_row(j->x + o * slice, j->y + o * slice, j->l.axis_len);
         else
             softmax_strided(j->x + o * slice, j->y + o * slice, j->l.axis_len, j->l.inner, scratch);
     }
-    free(scratch);
-    return 0;
 }
 
 static int32_t softmax_compute(nnp_op_context *ctx, const nnp_op_tensor *in, uint32_t n_in,
@@ -230,9 +221,8 @@ static int32_t softmax_compute(nnp_op_context *ctx, const nnp_op_tensor *in, uin
     uint64_t n = l.outer * l.axis_len * l.inner;
     if (n == 0) return 0;
     job j = {nnp_op_tensor_data(&in[0]), nnp_op_tensor_data(&out[0]), l};
-    if (nnp_op_parallel_for(ctx, l.outer, n, MIN_PARALLEL_ELEMS, run_slices, &j))
-        return nnp_op_fail(ctx, NNP_STATUS_OUT_OF_MEMORY, "out of memory for scratch space");
-    return 0;
+    size_t scratch = l.inner > 1 ? 2 * l.inner * sizeof(float) : 0; /* softmax_strided's */
+    return nnp_op_parallel_for(ctx, l.outer, n, MIN_PARALLEL_ELEMS, scratch, run_slices, &j);
 }
 
 /* ---- GPU ------------------------------------------------------------------------------------ */
@@ -241,16 +231,8 @@ static int32_t softmax_gpu_compute(nnp_op_context *ctx, const nnp_op_tensor *in,
 {
     nnp_op_axis_view l;
     int rc = view(ctx, in, n_in, out, n_out, &l);
-    if (rc) return rc;
-    uint64_t work = l.outer * l.inner;
-    if (work == 0 || l.axis_len == 0) return 0;
-    void *xm = in[0].mem.base, *ym = out[0].mem.base;
-    uint64_t xoff = in[0].mem.offset, yoff = out[0].mem.offset;
-    const nnp_op_cl_arg args[] = {{sizeof xm, &xm},           {sizeof xoff, &xoff},
-                                  {sizeof ym, &ym},           {sizeof yoff, &yoff},
-                                  {sizeof l.outer, &l.outer}, {sizeof l.axis_len, &l.axis_len},
-                                  {sizeof l.inner, &l.inner}};
-    return nnp_op_cl_run_1d(ctx, args, 7, work);
+    if (rc || l.outer * l.inner == 0 || l.axis_len == 0) return rc;
+    return nnp_op_cl_run_axis(ctx, &in[0], &out[0], &l, NULL, 0);
 }
 
 /* ---- the library ---------------------------------------------------------------------------- */

@@ -22,6 +22,7 @@
 #define NNPLUG_OP_LIBRARY_H_
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "nnplug/custom_op.h"
@@ -71,6 +72,27 @@ static inline int32_t nnp_op_fail(nnp_op_context *ctx, int32_t status, const cha
     return status;
 }
 
+/* 0 when the node has `want_in` inputs and `want_out` outputs and no input's rank is above
+ * NNP_OP_MAX_DIMS; else NNP_STATUS_INVALID_ARGUMENT with a message naming the op type. */
+static inline int32_t nnp_op_check_io(nnp_op_context *ctx, const nnp_op_tensor *in, uint32_t n_in,
+                                      uint32_t n_out, uint32_t want_in, uint32_t want_out)
+{
+    char msg[256];
+    const char *op = ctx->op_type ? ctx->op_type : "the op";
+    if (n_in != want_in || n_out != want_out || (n_in && !in)) {
+        snprintf(msg, sizeof msg, "%s takes %u input(s) and gives %u output(s), not %u and %u", op,
+                 want_in, want_out, n_in, n_out);
+        return nnp_op_fail(ctx, NNP_STATUS_INVALID_ARGUMENT, msg);
+    }
+    for (uint32_t i = 0; i < n_in; ++i)
+        if (in[i].attr.n_dims > NNP_OP_MAX_DIMS) {
+            snprintf(msg, sizeof msg, "%s: input %u has rank %u, above NNP_OP_MAX_DIMS (%d)", op, i,
+                     in[i].attr.n_dims, NNP_OP_MAX_DIMS);
+            return nnp_op_fail(ctx, NNP_STATUS_INVALID_ARGUMENT, msg);
+        }
+    return 0;
+}
+
 /* A destroy callback for ops whose priv_data is one malloc'd block (or NULL). */
 static inline int32_t nnp_op_destroy_priv(nnp_op_context *ctx)
 {
@@ -98,30 +120,32 @@ static inline nnp_op_axis_view nnp_op_view_at_axis(const nnp_op_tensor *t, uint3
 /* Most threads nnp_op_parallel_for starts. */
 #define NNP_OP_MAX_THREADS 64
 
-/* Run items [begin, end) of the work; 0, or non-zero when it failed (e.g. out of memory). */
-typedef int (*nnp_op_range_fn)(void *arg, uint64_t begin, uint64_t end);
+/* Run items [begin, end) of the work with `scratch`, this share's own scratch memory. */
+typedef void (*nnp_op_range_fn)(void *arg, uint64_t begin, uint64_t end, void *scratch);
 
 typedef struct nnp_op_range_job {
     nnp_op_range_fn fn;
     void *arg;
     uint64_t begin, end;
-    int rc;
+    void *scratch;
 } nnp_op_range_job;
 
 static inline void *nnp_op_run_range_job(void *job)
 {
     nnp_op_range_job *j = (nnp_op_range_job *)job;
-    j->rc = j->fn(j->arg, j->begin, j->end);
+    j->fn(j->arg, j->begin, j->end, j->scratch);
     return NULL;
 }
 
-/* fn(arg, begin, end) over items [0, count) in contiguous shares, one per thread: at most
- * ctx->num_threads threads (and NNP_OP_MAX_THREADS, and count), one thread when the whole work
- * is below min_parallel_work (threads cost more than they save), the calling thread taking the
- * first share. A share whose thread cannot start runs on the calling thread. Returns 0, or the
- * first share's non-zero result. */
-static inline int nnp_op_parallel_for(const nnp_op_context *ctx, uint64_t count, uint64_t work,
-                                      uint64_t min_parallel_work, nnp_op_range_fn fn, void *arg)
+/* fn(arg, begin, end, scratch) over items [0, count) in contiguous shares, one per thread: at
+ * most ctx->num_threads threads (and NNP_OP_MAX_THREADS, and count), one thread when the whole
+ * work is below min_parallel_work (threads cost more than they save), the calling thread
+ * taking the first share. Each share gets scratch_bytes of its own (NULL for 0). A share whose
+ * thread cannot start runs on the calling thread. 0, or NNP_STATUS_OUT_OF_MEMORY with a
+ * message (before any share ran) when the scratch memory cannot be allocated. */
+static inline int32_t nnp_op_parallel_for(nnp_op_context *ctx, uint64_t count, uint64_t work,
+                                          uint64_t min_parallel_work, size_t scratch_bytes,
+                                          nnp_op_range_fn fn, void *arg)
 {
     uint64_t threads = ctx->num_threads > 0 ? (uint64_t)ctx->num_threads : 1;
     if (threads > NNP_OP_MAX_THREADS) threads = NNP_OP_MAX_THREADS;
@@ -129,23 +153,27 @@ static inline int nnp_op_parallel_for(const nnp_op_context *ctx, uint64_t count,
     if (work < min_parallel_work || threads < 1) threads = 1;
     nnp_op_range_job jobs[NNP_OP_MAX_THREADS];
     pthread_t tids[NNP_OP_MAX_THREADS];
-    int started[NNP_OP_MAX_THREADS] = {0};
+    int started[NNP_OP_MAX_THREADS] = {0}, out_of_memory = 0;
     for (uint64_t t = 0; t < threads; ++t) {
         jobs[t].fn = fn;
         jobs[t].arg = arg;
         jobs[t].begin = count * t / threads;
         jobs[t].end = count * (t + 1) / threads;
-        jobs[t].rc = 0;
+        jobs[t].scratch = scratch_bytes ? malloc(scratch_bytes) : NULL;
+        out_of_memory |= scratch_bytes && !jobs[t].scratch;
     }
-    for (uint64_t t = 1; t < threads; ++t)
-        started[t] = pthread_create(&tids[t], NULL, nnp_op_run_range_job, &jobs[t]) == 0;
-    nnp_op_run_range_job(&jobs[0]);
-    for (uint64_t t = 1; t < threads; ++t) {
-        if (started[t]) pthread_join(tids[t], NULL);
-        else nnp_op_run_range_job(&jobs[t]);
+    if (!out_of_memory) {
+        for (uint64_t t = 1; t < threads; ++t)
+            started[t] = pthread_create(&tids[t], NULL, nnp_op_run_range_job, &jobs[t]) == 0;
+        nnp_op_run_range_job(&jobs[0]);
+        for (uint64_t t = 1; t < threads; ++t) {
+            if (started[t]) pthread_join(tids[t], NULL);
+            else nnp_op_run_range_job(&jobs[t]);
+        }
     }
-    for (uint64_t t = 0; t < threads; ++t)
-        if (jobs[t].rc) return jobs[t].rc;
+    for (uint64_t t = 0; t < threads; ++t) free(jobs[t].scratch);
+    if (out_of_memory)
+        return nnp_op_fail(ctx, NNP_STATUS_OUT_OF_MEMORY, "out of memory for scratch space");
     return 0;
 }
 
@@ -175,6 +203,28 @@ static inline int32_t nnp_op_cl_run_1d(nnp_op_context *ctx, const nnp_op_cl_arg 
                                      NULL, NULL);
     if (err) return nnp_op_fail(ctx, NNP_STATUS_DEVICE_ERROR, "clEnqueueNDRangeKernel failed");
     return 0;
+}
+
+/* Most `extra` arguments nnp_op_cl_run_axis passes. */
+#define NNP_OP_CL_MAX_EXTRA_ARGS 8
+
+/* Queue ctx->cl_kernel as an axis kernel over v->outer * v->inner work items, with the
+ * arguments (global x, ulong x_offset, global y, ulong y_offset, ulong outer, ulong axis_len,
+ * ulong inner) followed by `extra`: the offsets are the tensors' byte offsets in their
+ * buffers. As nnp_op_cl_run_1d otherwise. */
+static inline int32_t nnp_op_cl_run_axis(nnp_op_context *ctx, const nnp_op_tensor *x,
+                                         const nnp_op_tensor *y, const nnp_op_axis_view *v,
+                                         const nnp_op_cl_arg *extra, uint32_t n_extra)
+{
+    if (n_extra > NNP_OP_CL_MAX_EXTRA_ARGS)
+        return nnp_op_fail(ctx, NNP_STATUS_INVALID_ARGUMENT, "too many OpenCL kernel arguments");
+    nnp_op_cl_arg args[7 + NNP_OP_CL_MAX_EXTRA_ARGS] = {
+        {sizeof x->mem.base, &x->mem.base}, {sizeof x->mem.offset, &x->mem.offset},
+        {sizeof y->mem.base, &y->mem.base}, {sizeof y->mem.offset, &y->mem.offset},
+        {sizeof v->outer, &v->outer},       {sizeof v->axis_len, &v->axis_len},
+        {sizeof v->inner, &v->inner}};
+    for (uint32_t i = 0; i < n_extra; ++i) args[7 + i] = extra[i];
+    return nnp_op_cl_run_1d(ctx, args, 7 + n_extra, v->outer * v->inner);
 }
 
 #ifdef __cplusplus
