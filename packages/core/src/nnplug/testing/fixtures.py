@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -104,6 +105,42 @@ def _opencl_backend():
     return None, why
 
 
+def run_from_threads(run, inputs: list, threads: int, rounds: int) -> list[tuple[int, object]]:
+    """``run(inputs[k])`` from ``threads`` threads at once, ``rounds`` times each (thread t's
+    round r takes input k = (t + r) % len(inputs)): the ``(k, result)`` pairs of every call,
+    for comparing with one run per input. The first exception a thread raised is raised here,
+    after every thread ended."""
+    results, errors = [], []
+
+    def work(t):
+        try:
+            for r in range(rounds):
+                k = (t + r) % len(inputs)
+                results.append((k, run(inputs[k])))
+        except Exception as e:  # noqa: BLE001 - raised below, in the test's thread
+            errors.append(e)
+
+    workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
+def for_onnxruntime(model):
+    """A copy labelled IR 11 at most: onnxruntime builds for older Pythons (1.23 on 3.10) read
+    no newer IR, and plugin tests' models use nothing newer."""
+    import onnx
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    m.ir_version = min(m.ir_version, 11)
+    return m
+
+
 class ReferenceBackend(Backend):
     """A host backend that runs standard ONNX ops with ``onnx.reference`` (numpy kernels):
     what a plugin's tests put around the op or backend under test instead of another plugin.
@@ -137,4 +174,5 @@ class ReferenceBackend(Backend):
         return Module({"run": run})
 
 
-__all__ = ["ReferenceBackend", "make_runtime", "native_library", "opencl_backend"]
+__all__ = ["ReferenceBackend", "for_onnxruntime", "make_runtime", "native_library",
+           "opencl_backend", "run_from_threads"]
