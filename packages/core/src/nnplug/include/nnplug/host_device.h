@@ -60,11 +60,19 @@
 /* The longest message last_error() returns (bytes, with the terminating NUL). */
 #define NNP_HOST_ERROR_BYTES 1024
 
+/* Thread-local storage: C++11, C11, or GNU C before C11. */
+#if defined(__cplusplus)
+#define NNP_HOST_THREAD_LOCAL thread_local
+#elif defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+#define NNP_HOST_THREAD_LOCAL _Thread_local
+#elif defined(__GNUC__) || defined(__clang__)
+#define NNP_HOST_THREAD_LOCAL __thread
+#else
+#error "nnplug/host_device.h needs thread-local storage: compile as C11, C++11 or GNU C"
+#endif
+
 #ifdef __cplusplus
 extern "C" {
-#define NNP_HOST_THREAD_LOCAL thread_local
-#else
-#define NNP_HOST_THREAD_LOCAL _Thread_local
 #endif
 
 #if defined(__GNUC__) || defined(__clang__)
