@@ -15,7 +15,7 @@
  * Everything here is static to the file that includes it; NNP_OP_LIBRARY_ENTRY goes in one file
  * of the library. Threads: link with -pthread (nnplug's build does).
  *
- * VERSIONING: NNP_OP_LIBRARY_VERSION grows by one when a helper is added here; a helper is never
+ * VERSIONING: NNP_OP_LIBRARY_VERSION grows by one when a function or macro is added here; none is
  * removed or changed in meaning within custom-op ABI major 1.
  */
 #ifndef NNPLUG_OP_LIBRARY_H_
