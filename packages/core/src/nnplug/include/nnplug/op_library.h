@@ -1,8 +1,10 @@
 /*
  * nnplug/op_library.h -- what every native custom-op library (nnplug/custom_op.h) writes the
- * same way, written once: the library table and the entry symbol, the destroy callback that
- * frees priv_data, failing with a message, the outer x axis x inner view of a tensor, splitting
- * a CPU kernel's work across threads, and running a 1-D OpenCL kernel.
+ * same way, written once: the library table and the entry symbol, the members every op struct
+ * starts with, embedded OpenCL source, the destroy callback that frees priv_data, failing with
+ * a message, the input/output count check, the outer x axis x inner view of a tensor, splitting
+ * a CPU kernel's work (with scratch memory per share) across threads, and running a 1-D or an
+ * axis OpenCL kernel.
  *
  *     #include <nnplug/op_library.h>
  *
