@@ -12,6 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import nnplug
 import nnplug_backend_cpu
+from nnplug_conformance.fixtures import for_onnxruntime  # noqa: F401 - the tests import it from here
 
 ZOO = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 ZOO_MODELS = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50",
@@ -58,15 +59,6 @@ def one_node_model(op, inputs, attrs=None, *, outputs=1, initializers=None, opse
     feeds = {f"in{i}": np.asarray(a) for i, a in enumerate(inputs)
              if a is not None and i not in const_inputs}
     return model, feeds
-
-
-def for_onnxruntime(model):
-    """A copy labelled IR 11 at most: onnxruntime builds for older Pythons (1.23 on 3.10) read
-    no newer IR, and these test models use nothing newer."""
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    m.ir_version = min(m.ir_version, 11)
-    return m
 
 
 def onnxruntime_run(model, feeds):

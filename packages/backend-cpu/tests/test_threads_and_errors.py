@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import onnx
 import pytest
@@ -11,6 +9,7 @@ from conftest import one_node_model, reference, run_cpu, zoo_input, zoo_model
 from onnx import helper, numpy_helper
 
 import nnplug
+from nnplug_conformance.fixtures import run_from_threads
 
 
 def test_many_threads_run_one_network_with_identical_results(rt):
@@ -20,24 +19,9 @@ def test_many_threads_run_one_network_with_identical_results(rt):
     xs = [rng.random((1, 3, 224, 224), dtype=np.float32) for _ in range(4)]
     with rt.load(model, backends=["cpu"]) as net:
         want = [net.run({inp: x}) for x in xs]
-        results, errors = {}, []
-
-        def work(t):
-            try:
-                for r in range(3):
-                    k = (t + r) % len(xs)
-                    results[(t, r)] = (k, net.run({inp: xs[k]}))
-            except Exception as e:  # noqa: BLE001
-                errors.append(e)
-
-        threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    assert not errors, errors
+        results = run_from_threads(lambda x: net.run({inp: x}), xs, threads=8, rounds=3)
     assert len(results) == 24
-    for k, out in results.values():
+    for k, out in results:
         for name in out:
             np.testing.assert_array_equal(out[name], want[k][name])
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 
 import numpy as np
 from conftest import BACKENDS, graph_model
 from onnx import helper
+
+from nnplug_conformance.fixtures import run_from_threads
 
 CHILD = r"""
 import ctypes, json, nnplug
@@ -72,22 +73,7 @@ def test_many_threads_run_one_network_with_identical_results(rt):
     with rt.load(model, backends=BACKENDS) as net:
         assert net.assignment["conv"] == "onednn"
         want = [net.run({"x": x})["y"] for x in xs]
-        results, errors = [], []
-
-        def work(t):
-            try:
-                for r in range(5):
-                    k = (t + r) % len(xs)
-                    results.append((k, net.run({"x": xs[k]})["y"]))
-            except Exception as e:  # noqa: BLE001
-                errors.append(e)
-
-        threads = [threading.Thread(target=work, args=(t,)) for t in range(6)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    assert not errors, errors
+        results = run_from_threads(lambda x: net.run({"x": x})["y"], xs, threads=6, rounds=5)
     assert len(results) == 30
     for k, y in results:
         np.testing.assert_array_equal(y, want[k])

@@ -12,11 +12,9 @@ import os
 import numpy as np
 import onnx
 import pytest
-from onnx.reference import ReferenceEvaluator
 
 import nnplug
-from nnplug import Backend, Module, Tensor
-from nnplug.device_api import HostDeviceAPI
+from nnplug_conformance.fixtures import ReferenceBackend
 
 REQUIRE = os.environ.get("NNPLUG_REQUIRE_OPENCL", "") not in ("", "0")
 
@@ -54,39 +52,12 @@ def _private_kernel_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("NNPLUG_OPENCL_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "clcache"))
 
 
-class ReferenceCPUBackend(Backend):
-    """A host backend that runs its partition with ``onnx.reference`` (numpy kernels).
-
-    It stands in for nnplug-backend-cpu (plugins must not depend on each other) and runs
-    every standard op, so it can take whatever the OpenCL backend is told to leave out.
-    """
+class ReferenceCPUBackend(ReferenceBackend):
+    """nnplug's reference host backend (``onnx.reference``) under the id these tests use. It
+    stands in for nnplug-backend-cpu (plugins must not depend on each other) and runs every
+    standard op, so it can take whatever the OpenCL backend is told to leave out."""
 
     id = "refcpu"
-    device_type = "cpu"
-
-    def __init__(self, only: set[str] | None = None):
-        self.only = only
-        self._api = HostDeviceAPI()
-
-    def device_api(self):
-        return self._api
-
-    def supports(self, node, graph):
-        return node.domain in ("", "ai.onnx") and (self.only is None or node.op_type in self.only)
-
-    def build(self, subgraph, target):
-        model = subgraph.to_model()
-        ref = ReferenceEvaluator(model)
-        inputs, outputs = list(subgraph.inputs), list(subgraph.outputs)
-
-        def run(tensors):
-            feeds = {n: t.numpy() for n, t in zip(inputs, tensors)}
-            res = ref.run(outputs, feeds)
-            # np.ascontiguousarray would make a 0-d result 1-d (it returns ndim >= 1), and the
-            # host checks every shape a backend returns against the model's
-            return [Tensor.from_numpy(np.array(r, order="C")) for r in res]
-
-        return Module({"run": run})
 
 
 class LimitedOpenCL:

@@ -8,17 +8,10 @@ import pytest
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
+from nnplug_conformance.fixtures import for_onnxruntime
+
 RNG = np.random.default_rng(1234)
 F = TensorProto.FLOAT
-
-
-def for_onnxruntime(model):
-    """A copy labelled IR 11 at most: onnxruntime builds for older Pythons (1.23 on 3.10) read
-    no newer IR, and these test models use nothing newer."""
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    m.ir_version = min(m.ir_version, 11)
-    return m
 
 
 def rand(*shape, dtype=np.float32):

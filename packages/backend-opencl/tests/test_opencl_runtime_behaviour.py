@@ -3,7 +3,6 @@ the tensors run() hands back, and errors after close."""
 
 from __future__ import annotations
 
-import threading
 from importlib.metadata import entry_points
 
 import numpy as np
@@ -16,6 +15,7 @@ import nnplug
 from nnplug import Target
 from nnplug.errors import BackendError
 from nnplug.graph import Node, SubGraph, ValueInfo
+from nnplug_conformance.fixtures import run_from_threads
 from nnplug_backend_opencl import OpenCLBackend, OpenCLDeviceAPI
 
 
@@ -26,26 +26,11 @@ def test_many_threads_share_one_network(rt):
     inputs = [feeds[name]] + [rng.random(feeds[name].shape, np.float32) for _ in range(3)]
     with rt.load(path, backends=["opencl"]) as net:
         want = [net.run({name: x})[net.outputs[0].name] for x in inputs]
-        errors, got = [], {}
-
-        def worker(i):
-            try:
-                for k in range(3):
-                    j = (i + k) % len(inputs)
-                    got.setdefault(i, []).append((j, net.run({name: inputs[j]})))
-            except Exception as e:  # surfaced below
-                errors.append(e)
-
-        threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    assert not errors, errors
+        got = run_from_threads(lambda x: net.run({name: x}), inputs, threads=8, rounds=3)
+    assert len(got) == 24
     np.testing.assert_allclose(want[0], expected, rtol=1e-3, atol=1e-7)
-    for runs in got.values():
-        for j, out in runs:
-            np.testing.assert_array_equal(out[net.outputs[0].name], want[j])
+    for j, out in got:
+        np.testing.assert_array_equal(out[net.outputs[0].name], want[j])
 
 
 def test_symbolic_batch_is_planned_per_shape(rt):

@@ -5,11 +5,11 @@ import shutil
 
 import numpy as np
 import pytest
-from argmax_reference_backend import ReferenceCpuBackend
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
 import nnplug
+from nnplug_conformance.fixtures import ReferenceBackend
 from nnplug_ops_argmax import ArgMaxOp, argmax
 
 RNG = np.random.default_rng(11)
@@ -53,7 +53,7 @@ def test_the_numpy_reference_matches_onnx_reference(shape, axis, keepdims, last)
 @pytest.mark.parametrize("shape, axis, keepdims, last", CASES)
 def test_the_native_cpu_kernel_matches_onnx_reference(make_runtime, library, shape, axis,
                                                       keepdims, last):
-    rt = make_runtime(ReferenceCpuBackend())
+    rt = make_runtime(ReferenceBackend())
     rt.register_custom_ops_library(library)
     net = rt.load(model(shape, axis, keepdims, last))
     assert net.assignment == {"argmax": "op:ArgMax@cpu"}
@@ -124,26 +124,26 @@ def test_large_tensors_split_across_threads_give_the_same_result(make_runtime, l
 
 def test_the_override_wins_over_the_backend_kernel_and_can_be_switched_off(make_runtime,
                                                                            library):
-    rt = make_runtime(ReferenceCpuBackend())
+    rt = make_runtime(ReferenceBackend())
     rt.register_custom_ops_library(library)
     assert rt.ops["ArgMax"].override
     assert rt.load(model((3, 4))).assignment == {"argmax": "op:ArgMax@cpu"}
-    off = make_runtime(ReferenceCpuBackend(), disable_op_overrides=True)
+    off = make_runtime(ReferenceBackend(), disable_op_overrides=True)
     off.register_custom_ops_library(library)
     net = off.load(model((3, 4)))
-    assert net.assignment == {"argmax": "npref"}
+    assert net.assignment == {"argmax": "reference"}
     x = data((3, 4))
     np.testing.assert_array_equal(net.run({"x": x})["i"], argmax(x, 0))
 
 
 def test_other_input_types_are_declined_to_the_backend_kernel(make_runtime, library):
-    rt = make_runtime(ReferenceCpuBackend())
+    rt = make_runtime(ReferenceBackend())
     rt.register_custom_ops_library(library)
     g = helper.make_graph([helper.make_node("ArgMax", ["x"], ["i"], name="argmax", axis=1)], "g",
                           [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [2, 3])],
                           [helper.make_tensor_value_info("i", TensorProto.INT64, [2, 1])])
     net = rt.load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
-    assert net.assignment == {"argmax": "npref"}
+    assert net.assignment == {"argmax": "reference"}
     x = RNG.standard_normal((2, 3))
     np.testing.assert_array_equal(net.run({"x": x})["i"], argmax(x, 1))
 
@@ -160,35 +160,35 @@ def test_the_python_op_gives_the_same_answers(make_runtime, library):
 
 
 def test_a_model_with_softmax_then_argmax_runs_on_cpu(make_runtime, library):
-    rt = make_runtime(ReferenceCpuBackend())
+    rt = make_runtime(ReferenceBackend())
     rt.register_custom_ops_library(library)
     net = rt.load(model((8, 10), 1, 0, softmax_first=True))
-    assert net.assignment == {"softmax": "npref", "argmax": "op:ArgMax@cpu"}
+    assert net.assignment == {"softmax": "reference", "argmax": "op:ArgMax@cpu"}
     x = RNG.standard_normal((8, 10)).astype(np.float32)
     np.testing.assert_array_equal(net.run({"x": x})["i"], np.argmax(x, axis=1))
 
 
 @pytest.mark.opencl
 def test_the_opencl_kernel_matches_the_reference(make_runtime, library, opencl_backend):
-    rt = make_runtime(opencl_backend, ReferenceCpuBackend())
+    rt = make_runtime(opencl_backend, ReferenceBackend())
     rt.register_custom_ops_library(library)
     for shape, axis, k, last in [((3, 5), -1, 1, 0), ((2, 3, 4), 1, 0, 1), ((2, 3, 4), 0, 1, 1),
                                  ((4, 1000), 1, 0, 0), ((7,), 0, 0, 1)]:
-        net = rt.load(model(shape, axis, k, last), backends=["opencl", "npref"])
+        net = rt.load(model(shape, axis, k, last), backends=["opencl", "reference"])
         assert net.assignment == {"argmax": "op:ArgMax@gpu"}
         x = data(shape)
         np.testing.assert_array_equal(net.run({"x": x})["i"], onnx_argmax(x, axis, k, last))
     x = special_values()
     for last in (0, 1):
-        net = rt.load(model(x.shape, 1, 0, last), backends=["opencl", "npref"])
+        net = rt.load(model(x.shape, 1, 0, last), backends=["opencl", "reference"])
         np.testing.assert_array_equal(net.run({"x": x})["i"], onnxruntime_argmax(x, 1, 0, last))
 
 
 @pytest.mark.opencl
 def test_a_model_with_softmax_then_argmax_runs_on_opencl(make_runtime, library, opencl_backend):
-    rt = make_runtime(opencl_backend, ReferenceCpuBackend())
+    rt = make_runtime(opencl_backend, ReferenceBackend())
     rt.register_custom_ops_library(library)
-    net = rt.load(model((8, 10), 1, 0, softmax_first=True), backends=["opencl", "npref"])
+    net = rt.load(model((8, 10), 1, 0, softmax_first=True), backends=["opencl", "reference"])
     assert net.assignment["argmax"] == "op:ArgMax@gpu"
     x = RNG.standard_normal((8, 10)).astype(np.float32)
     np.testing.assert_array_equal(net.run({"x": x})["i"], np.argmax(x, axis=1))

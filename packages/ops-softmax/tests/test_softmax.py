@@ -9,9 +9,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
-from softmax_reference_backend import ReferenceCpuBackend
 
 import nnplug
+from nnplug_conformance.fixtures import ReferenceBackend
 from nnplug_ops_softmax import SoftmaxOp, softmax
 
 RNG = np.random.default_rng(3)
@@ -147,10 +147,10 @@ def test_symbolic_dimensions_are_resolved_per_run(make_runtime, library):
 
 
 def test_a_model_with_cstsoftmax_and_argmax_runs_on_cpu(make_runtime, library):
-    rt = make_runtime(ReferenceCpuBackend())
+    rt = make_runtime(ReferenceBackend())
     rt.register_custom_ops_library(library)
     net = rt.load(model((8, 10), 1, domain="my.ops", then_argmax=True))
-    assert net.assignment == {"softmax": "op:cstSoftmax@cpu", "argmax": "npref"}
+    assert net.assignment == {"softmax": "op:cstSoftmax@cpu", "argmax": "reference"}
     x = data((8, 10))
     out = net.run({"x": x})
     np.testing.assert_allclose(out["y"], softmax(x, 1), rtol=1e-5)
@@ -159,16 +159,16 @@ def test_a_model_with_cstsoftmax_and_argmax_runs_on_cpu(make_runtime, library):
 
 @pytest.mark.opencl
 def test_the_opencl_kernel_matches_the_reference(make_runtime, library, opencl_backend):
-    rt = make_runtime(opencl_backend, ReferenceCpuBackend())
+    rt = make_runtime(opencl_backend, ReferenceBackend())
     rt.register_custom_ops_library(library)
     for shape, axis in [((3, 5), -1), ((2, 3, 4), 1), ((2, 3, 4), 0), ((4, 1000), 1), ((7,), 0)]:
-        net = rt.load(model(shape, axis), backends=["opencl", "npref"])
+        net = rt.load(model(shape, axis), backends=["opencl", "reference"])
         assert net.assignment == {"softmax": "op:cstSoftmax@gpu"}
         x = data(shape)
         np.testing.assert_allclose(net.run({"x": x})["y"], onnx_softmax(x, axis), rtol=1e-5,
                                    atol=1e-7)
     x = special_values()
-    net = rt.load(model(x.shape, 1), backends=["opencl", "npref"])
+    net = rt.load(model(x.shape, 1), backends=["opencl", "reference"])
     with np.errstate(invalid="ignore", over="ignore"):
         np.testing.assert_allclose(net.run({"x": x})["y"], onnx_softmax(x, 1), rtol=1e-5,
                                    atol=1e-30, equal_nan=True)
@@ -177,9 +177,9 @@ def test_the_opencl_kernel_matches_the_reference(make_runtime, library, opencl_b
 @pytest.mark.opencl
 def test_a_model_with_cstsoftmax_and_argmax_runs_on_opencl(make_runtime, library,
                                                            opencl_backend):
-    rt = make_runtime(opencl_backend, ReferenceCpuBackend())
+    rt = make_runtime(opencl_backend, ReferenceBackend())
     rt.register_custom_ops_library(library)
-    net = rt.load(model((8, 10), 1, then_argmax=True), backends=["opencl", "npref"])
+    net = rt.load(model((8, 10), 1, then_argmax=True), backends=["opencl", "reference"])
     assert net.assignment["softmax"] == "op:cstSoftmax@gpu"
     x = data((8, 10))
     out = net.run({"x": x})

@@ -11,7 +11,7 @@ element sits in its matrix.
 
 from __future__ import annotations
 
-import os
+from nnplug import packaged_library
 
 from ._version import __version__
 
@@ -53,12 +53,6 @@ __all__ = ["LIBRARY", "OPS", "__version__", "library_path"]
 
 
 def library_path() -> str:
-    """Path of the backend's shared object (what the entry point hands to nnplug)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), LIBRARY)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(
-            f"nnplug-backend-cpu was installed without its native library {LIBRARY} (no C "
-            f"compiler when it was built); install a C compiler and reinstall with "
-            f"`pip install --force-reinstall --no-binary nnplug-backend-cpu nnplug-backend-cpu`"
-        )
-    return path
+    """Path of the backend's shared object (what the entry point hands to nnplug); a
+    nnplug.NativeLibraryMissingError saying how to rebuild when this install has none."""
+    return packaged_library(__file__, LIBRARY)

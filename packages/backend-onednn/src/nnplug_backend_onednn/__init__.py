@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 
+from nnplug import packaged_library
+
 from ._version import __version__
 
 LIBRARY = "libnnplug_backend_onednn.so"
@@ -49,16 +51,10 @@ def find_onednn() -> str | None:
 
 
 def library_path() -> str:
-    """Path of the backend's shared object (what the entry point hands to nnplug). Also sets
-    ``NNPLUG_ONEDNN_LIBRARY`` to the wheel's libdnnl.so.3 unless it is set already."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), LIBRARY)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(
-            f"nnplug-backend-onednn was installed without its native library {LIBRARY} (no C "
-            f"compiler or no oneDNN headers when it was built); install a C compiler and "
-            f"reinstall with `pip install --force-reinstall --no-binary nnplug-backend-onednn "
-            f"nnplug-backend-onednn`"
-        )
+    """Path of the backend's shared object (what the entry point hands to nnplug; a
+    nnplug.NativeLibraryMissingError saying how to rebuild when this install has none). Also
+    sets ``NNPLUG_ONEDNN_LIBRARY`` to the wheel's libdnnl.so.3 unless it is set already."""
+    path = packaged_library(__file__, LIBRARY)
     if not os.environ.get(LIBRARY_ENV):
         found = find_onednn()
         if found:  # else the backend's init reports what is missing and how to install it

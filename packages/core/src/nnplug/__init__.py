@@ -20,6 +20,7 @@ from .errors import (
     InvalidArgumentError,
     ModelError,
     ModelWarning,
+    NativeLibraryMissingError,
     NnplugError,
     OptionError,
     PluginError,
@@ -34,6 +35,7 @@ from .errors import (
 from .graph import Node, SubGraph, ValueInfo
 from .headers import get_include
 from .network import Network
+from .plugin_library import packaged_library
 from .plugins import BackendInfo, LoadError
 from .registry import get_func, list_funcs, register_func, remove_func
 from .runtime import CreationOptions, Runtime
@@ -56,11 +58,13 @@ __all__ = [
     "CreationOptions", "CustomOp", "CustomOpError", "Device", "DeviceAPI", "ExecutionMode",
     "GraphOptimizationLevel", "HostDeviceAPI", "IOBinding", "InferenceSession", "InputError",
     "InvalidArgumentError", "LoadError", "ModelError", "ModelMetadata", "ModelWarning", "Module",
+    "NativeLibraryMissingError",
     "Network", "NnplugError", "Node", "NodeArg", "OptionError", "PluginError", "PluginWarning",
     "RegistryError",
     "RunOptions", "RunTerminatedError", "Runtime", "SessionOptions", "SubGraph", "Target",
     "TargetError", "Tensor", "TensorExportError", "UnsupportedNodeError", "ValidationError",
     "ValueInfo", "__version__", "device", "from_dlpack", "get_available_providers", "get_func",
     "get_include", "get_node_attr", "list_funcs", "list_target_kinds", "register_device_type",
+    "packaged_library",
     "register_func", "register_target_kind", "remove_func",
 ]

@@ -41,6 +41,21 @@ class PluginError(NnplugError):
     """A backend or operator plugin failed to load, register or run."""
 
 
+class NativeLibraryMissingError(PluginError, FileNotFoundError):
+    """A plugin package was installed without the native library it ships (built with no C
+    compiler, or with NNPLUG_ALLOW_NO_NATIVE=1). ``path`` is the missing file; ``stage``,
+    ``reason`` and ``fix`` are what a Runtime's load error shows (``fix``: how to rebuild)."""
+
+    stage = "not found"
+
+    def __init__(self, path: str, reason: str, fix: str):
+        self.path, self.reason, self.fix = path, reason, fix
+        super().__init__(f"{reason}; {fix}")
+
+    def __str__(self) -> str:  # FileNotFoundError's would show an errno tuple
+        return f"{self.reason}; {self.fix}"
+
+
 class BackendError(PluginError):
     """A backend reported a failure; the message carries the backend's own text."""
 

@@ -3,7 +3,10 @@ a package, so the templates and nnplug's own packages cannot drift apart: for ea
 package with C sources, the template of its kind is generated under its own name and the two
 pyproject.toml files are compared (build system, build hook table, version source, wheel and
 sdist targets, entry point, dependencies). Where they may differ, the difference is spelled out
-here. Needs the monorepo's packages/ beside the core (skipped in an installed copy)."""
+here. Both also take what every plugin would otherwise copy from the core: the host-memory
+device API (nnplug/host_device.h), the op library's entry block (nnplug/op_library.h) and
+library_path (nnplug.packaged_library). Needs the monorepo's packages/ beside the core (skipped
+in an installed copy)."""
 
 from pathlib import Path
 
@@ -112,3 +115,55 @@ def test_no_package_loads_a_build_hook_from_a_file():
         hooks = _load(pyproject).get("tool", {}).get("hatch", {}).get("build", {}).get("hooks", {})
         assert "custom" not in hooks, f"{pyproject}: a file-loaded hook; use {HOOK}"
         assert not (pyproject.parent / "hatch_build.py").exists(), pyproject.parent
+
+
+# -- what the C and the Python take from the core's public API instead of copying -------------
+# The generated package of the same kind must take it the same way, so each check runs over the
+# in-tree package and its generated twin.
+SHARED = {
+    "backend-native": {  # nnplug/host_device.h: the host-memory device API and last_error
+        "c_includes": "nnplug/host_device.h", "c_uses": "NNP_HOST_DEVICE_MEMORY",
+        "c_defines_not": (".alloc_data_space =", ".free_data_space =", ".copy_data_from_to =",
+                          ".last_error = last_error"),
+    },
+    "op-native": {  # nnplug/op_library.h: the library table and the entry symbol
+        "c_includes": "nnplug/op_library.h", "c_uses": "NNP_OP_LIBRARY_ENTRY(",
+        "c_defines_not": ("nnp_custom_op_entry(", "free(ctx->priv_data)"),
+    },
+}
+
+
+@pytest.fixture(params=[p.name for p in _native_packages()])
+def sources(request, tmp_path):
+    """(kind, {in-tree: its C text, generated: the template's C text}, {…: __init__.py text})."""
+    ours = _load(PACKAGES / request.param / "pyproject.toml")
+    (group,) = [g for g in ours["project"]["entry-points"] if g in KIND]
+    (name,) = ours["project"]["entry-points"][group]
+    spec = Spec(KIND[group], name, str(tmp_path / "generated"))
+    generate(spec)
+    c, py = {}, {}
+    for label, root in (("in-tree", PACKAGES / request.param), ("generated", tmp_path / "generated")):
+        (package,) = [p for p in (root / "src").iterdir() if (p / "__init__.py").is_file()]
+        c[label] = "\n".join(f.read_text() for f in sorted((package / "csrc").glob("*.c")))
+        py[label] = (package / "__init__.py").read_text()
+    return KIND[group], c, py
+
+
+def test_the_c_takes_the_shared_api_from_the_core_headers(sources):
+    kind, c, _ = sources
+    want = SHARED[kind]
+    for label, text in c.items():
+        assert f"#include <{want['c_includes']}>" in text or \
+            f'#include "{want["c_includes"]}"' in text, f"{label}: no {want['c_includes']}"
+        assert want["c_uses"] in text, f"{label}: the table does not use {want['c_uses']}"
+        for copied in want["c_defines_not"]:
+            assert copied not in text, (
+                f"{label}: writes {copied!r} itself; {want['c_includes']} has it")
+
+
+def test_the_library_is_found_through_the_core(sources):
+    _, _, py = sources
+    for label, text in py.items():
+        assert "packaged_library(__file__, LIBRARY)" in text, (
+            f"{label}: library_path() does not use nnplug.packaged_library")
+        assert "(__file__)), LIBRARY)" not in text, f"{label}: looks for its library itself"

@@ -9,16 +9,17 @@ index, or the last with ``select_last_index``.
 - ``libnnplug_op_argmax.so`` (beside this file): a C CPU kernel and an OpenCL kernel for the GPU
   target. Inputs of other types are declined (init returns NNP_OP_SKIP), so a backend's own
   ArgMax runs them.
-- :func:`register` (the ``nnplug.ops`` entry point). Overrides are switched off with
-  ``nnplug.CreationOptions(disable_op_overrides=True)``.
+- :func:`register` (the ``nnplug.ops`` entry point): registers the native op. An install
+  without the library (built with no C compiler) fails to register with an error saying how to
+  rebuild; ``rt.register_custom_op(ArgMaxOp(), override=True)`` runs the Python op instead.
+  Overrides are switched off with ``nnplug.CreationOptions(disable_op_overrides=True)``.
 """
 
 from __future__ import annotations
 
-import logging
-import os
-
 import numpy as np
+
+from nnplug import packaged_library
 
 from ._version import __version__
 
@@ -73,23 +74,16 @@ class ArgMaxOp:
         return [argmax(x, axis, keepdims, last)]
 
 
-def library_path() -> str | None:
-    """The packaged native library, or None when this install has none (pure-Python wheel)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), LIBRARY)
-    return path if os.path.isfile(path) else None
+def library_path() -> str:
+    """The packaged native library; a nnplug.NativeLibraryMissingError saying how to rebuild
+    when this install has none."""
+    return packaged_library(__file__, LIBRARY)
 
 
 def register(runtime) -> None:
-    """``nnplug.ops`` entry point: register the ArgMax override with ``runtime``."""
-    path = library_path()
-    if path is not None:
-        runtime.register_custom_ops_library(path)
-        return
-    logging.getLogger("nnplug").warning(
-        "nnplug-ops-argmax: %s is missing (built without a C compiler); using the numpy "
-        "kernel. Reinstall with a compiler for the native and OpenCL kernels", LIBRARY)
-    runtime.register_custom_op(ArgMaxOp(), override=True,
-                               source=f"nnplug_ops_argmax.ArgMaxOp {__version__}")
+    """``nnplug.ops`` entry point: register the ArgMax override's native library with
+    ``runtime``."""
+    runtime.register_custom_ops_library(library_path())
 
 
 __all__ = ["ArgMaxOp", "OP_TYPE", "__version__", "argmax", "library_path", "register"]

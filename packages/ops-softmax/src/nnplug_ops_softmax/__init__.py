@@ -3,8 +3,9 @@
 - :class:`SoftmaxOp`: the Python op (``shape_infer`` + numpy ``compute``), also the reference.
 - ``libnnplug_op_softmax.so`` (beside this file): the native op, a C CPU kernel and an OpenCL
   kernel for the GPU target. :func:`library_path` finds it.
-- :func:`register` (the ``nnplug.ops`` entry point): registers the native op, or the Python
-  op when the wheel was built without a compiler.
+- :func:`register` (the ``nnplug.ops`` entry point): registers the native op. An install
+  without the library (built with no C compiler) fails to register with an error saying how to
+  rebuild; ``rt.register_custom_op(SoftmaxOp())`` runs the Python op instead.
 
 Models use it from any custom domain, e.g. ``helper.make_node("cstSoftmax", ["x"], ["y"],
 domain="com.example", axis=1)``.
@@ -12,10 +13,9 @@ domain="com.example", axis=1)``.
 
 from __future__ import annotations
 
-import logging
-import os
-
 import numpy as np
+
+from nnplug import packaged_library
 
 from ._version import __version__
 
@@ -58,22 +58,15 @@ class SoftmaxOp:
         return [softmax(x, self._axis(node, x.ndim))]
 
 
-def library_path() -> str | None:
-    """The packaged native library, or None when this install has none (pure-Python wheel)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), LIBRARY)
-    return path if os.path.isfile(path) else None
+def library_path() -> str:
+    """The packaged native library; a nnplug.NativeLibraryMissingError saying how to rebuild
+    when this install has none."""
+    return packaged_library(__file__, LIBRARY)
 
 
 def register(runtime) -> None:
-    """``nnplug.ops`` entry point: register cstSoftmax with ``runtime``."""
-    path = library_path()
-    if path is not None:
-        runtime.register_custom_ops_library(path)
-        return
-    logging.getLogger("nnplug").warning(
-        "nnplug-ops-softmax: %s is missing (built without a C compiler); using the numpy "
-        "kernel. Reinstall with a compiler for the native and OpenCL kernels", LIBRARY)
-    runtime.register_custom_op(SoftmaxOp(), source=f"nnplug_ops_softmax.SoftmaxOp {__version__}")
+    """``nnplug.ops`` entry point: register cstSoftmax's native library with ``runtime``."""
+    runtime.register_custom_ops_library(library_path())
 
 
 __all__ = ["OP_TYPE", "SoftmaxOp", "__version__", "library_path", "register", "softmax"]

@@ -1,7 +1,9 @@
 /* The nnplug native backend ABI (nnplug/backend.h) over the engine: entry symbol, function
- * table, device API for host memory, capability and fuse queries, kernels. */
+ * table, capability and fuse queries, kernels. The device API for host memory and the error
+ * text are nnplug/host_device.h's. */
 #define _GNU_SOURCE
 #include "nnplug/backend.h"
+#include "nnplug/host_device.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -17,27 +19,11 @@
 #define NNC_VERSION "0.0.0"
 #endif
 
-static __thread char t_error[1024];
-
-static nnp_status set_error(nnp_status st, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(t_error, sizeof t_error, fmt, ap);
-    va_end(ap);
-    return st;
-}
-
 static nnp_status from_err(const nnc_err *e, nnp_status fallback)
 {
-    snprintf(t_error, sizeof t_error, "%s",
+    snprintf(nnp_host_error_text(), NNP_HOST_ERROR_BYTES, "%s",
              e->msg[0] ? e->msg : "unknown error in the cpu backend");
     return e->unsupported ? NNP_STATUS_UNSUPPORTED : fallback;
-}
-
-static const char *last_error(void)
-{
-    return t_error;
 }
 
 /* ---- conversions --------------------------------------------------------------------- */
@@ -247,7 +233,8 @@ static void cpu_shutdown(void)
 
 static nnp_status cpu_set_num_threads(int32_t n)
 {
-    if (n < 0) return set_error(NNP_STATUS_INVALID_ARGUMENT, "set_num_threads: %d is negative", n);
+    if (n < 0)
+        return nnp_host_fail(NNP_STATUS_INVALID_ARGUMENT, "set_num_threads: %d is negative", n);
     nnc_set_num_threads(n);
     return NNP_OK;
 }
@@ -292,38 +279,12 @@ static nnp_status cpu_set_profile_hook(nnp_profile_hook hook, void *user)
     return NNP_OK;
 }
 
-/* ---- device API ---------------------------------------------------------------------- */
-
-static int is_host(nnp_device d)
-{
-    return d.device_type == NNP_DEVICE_CPU && d.device_id == 0;
-}
-
-static int64_t meminfo(const char *key)
-{
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[256];
-    int64_t v = -1;
-    size_t kl = strlen(key);
-    if (!f) return -1;
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, key, kl) && line[kl] == ':') {
-            v = atoll(line + kl + 1) * 1024;
-            break;
-        }
-    fclose(f);
-    return v;
-}
+/* ---- device API: nnplug/host_device.h's, with what this backend knows better ----------- */
 
 static nnp_status cpu_get_attr(nnp_device dev, int32_t kind, nnp_attr_value *out)
 {
-    if (!out) return set_error(NNP_STATUS_INVALID_ARGUMENT, "get_attr: out is NULL");
-    if (kind == NNP_DEVICE_ATTR_EXIST) {
-        out->type = NNP_ATTR_VALUE_INT;
-        out->i = is_host(dev);
-        return NNP_OK;
-    }
-    if (!is_host(dev)) return NNP_OK;
+    nnp_status rc = nnp_host_get_attr(dev, kind, out);
+    if (rc != NNP_OK || kind == NNP_DEVICE_ATTR_EXIST || !nnp_host_is_device(dev)) return rc;
     switch (kind) {
     case NNP_DEVICE_ATTR_MULTI_PROCESSOR_COUNT:
         out->type = NNP_ATTR_VALUE_INT;
@@ -362,64 +323,8 @@ static nnp_status cpu_get_attr(nnp_device dev, int32_t kind, nnp_attr_value *out
         }
         break;
     }
-    case NNP_DEVICE_ATTR_TOTAL_GLOBAL_MEMORY:
-    case NNP_DEVICE_ATTR_AVAILABLE_GLOBAL_MEMORY: {
-        int64_t v =
-            meminfo(kind == NNP_DEVICE_ATTR_TOTAL_GLOBAL_MEMORY ? "MemTotal" : "MemAvailable");
-        if (v >= 0) {
-            out->type = NNP_ATTR_VALUE_INT;
-            out->i = v;
-        }
-        break;
-    }
     default: break;
     }
-    return NNP_OK;
-}
-
-static nnp_status cpu_alloc(nnp_device dev, uint64_t nbytes, uint64_t alignment, nnp_dtype hint,
-                            void **out)
-{
-    (void)hint;
-    if (!out) return set_error(NNP_STATUS_INVALID_ARGUMENT, "alloc_data_space: out is NULL");
-    *out = NULL;
-    if (!is_host(dev))
-        return set_error(NNP_STATUS_INVALID_ARGUMENT,
-                         "alloc_data_space: device %d:%d is not the cpu", dev.device_type,
-                         dev.device_id);
-    if (nbytes == 0) return set_error(NNP_STATUS_INVALID_ARGUMENT, "alloc_data_space: nbytes is 0");
-    if (alignment == 0 || (alignment & (alignment - 1)))
-        return set_error(NNP_STATUS_INVALID_ARGUMENT,
-                         "alloc_data_space: alignment %llu is not a power of two",
-                         (unsigned long long)alignment);
-    if (alignment < 64) alignment = 64;
-    void *p = NULL;
-    if (posix_memalign(&p, (size_t)alignment, (size_t)nbytes) != 0 || !p)
-        return set_error(NNP_STATUS_OUT_OF_MEMORY, "alloc_data_space: cannot allocate %llu bytes",
-                         (unsigned long long)nbytes);
-    *out = p;
-    return NNP_OK;
-}
-
-static nnp_status cpu_free(nnp_device dev, void *h)
-{
-    (void)dev;
-    free(h);
-    return NNP_OK;
-}
-
-static nnp_status cpu_copy(const void *from, uint64_t fo, void *to, uint64_t to_off, uint64_t n,
-                           nnp_device df, nnp_device dt, int32_t kind, nnp_stream stream)
-{
-    (void)df;
-    (void)dt;
-    (void)stream;
-    if (kind < NNP_COPY_HOST_TO_DEVICE || kind > NNP_COPY_DEVICE_TO_DEVICE)
-        return set_error(NNP_STATUS_INVALID_ARGUMENT, "copy_data_from_to: unknown kind %d", kind);
-    if (!n) return NNP_OK;
-    if (!from || !to)
-        return set_error(NNP_STATUS_INVALID_ARGUMENT, "copy_data_from_to: NULL buffer");
-    memmove((char *)to + to_off, (const char *)from + fo, (size_t)n);
     return NNP_OK;
 }
 
@@ -427,7 +332,7 @@ static nnp_status cpu_copy(const void *from, uint64_t fo, void *to, uint64_t to_
 
 static nnp_status cpu_supports(const nnp_node_desc *node, int32_t *out)
 {
-    if (!node || !out) return set_error(NNP_STATUS_INVALID_ARGUMENT, "supports: NULL argument");
+    if (!node || !out) return nnp_host_fail(NNP_STATUS_INVALID_ARGUMENT, "supports: NULL argument");
     *out = 0;
     nnc_err e = {{0}, 0};
     descs d;
@@ -453,7 +358,7 @@ static nnp_status cpu_supports(const nnp_node_desc *node, int32_t *out)
 static nnp_status cpu_fuse(const nnp_node_desc *nodes, int32_t n, int32_t *taken)
 {
     if (!nodes || !taken || n < 1)
-        return set_error(NNP_STATUS_INVALID_ARGUMENT, "fuse: bad arguments");
+        return nnp_host_fail(NNP_STATUS_INVALID_ARGUMENT, "fuse: bad arguments");
     nnc_err e = {{0}, 0};
     descs d;
     if (build_descs(nodes, n, &d, &e)) {
@@ -471,11 +376,10 @@ static nnp_status cpu_fuse(const nnp_node_desc *nodes, int32_t n, int32_t *taken
 static nnp_status cpu_kernel_create(const nnp_node_desc *nodes, int32_t n, nnp_device dev,
                                     nnp_kernel **out)
 {
-    if (!out) return set_error(NNP_STATUS_INVALID_ARGUMENT, "kernel_create: out is NULL");
+    if (!out) return nnp_host_fail(NNP_STATUS_INVALID_ARGUMENT, "kernel_create: out is NULL");
     *out = NULL;
-    if (!is_host(dev))
-        return set_error(NNP_STATUS_INVALID_ARGUMENT, "kernel_create: device %d:%d is not the cpu",
-                         dev.device_type, dev.device_id);
+    nnp_status rc = nnp_host_check_device(dev, "kernel_create");
+    if (rc != NNP_OK) return rc;
     nnc_err e = {{0}, 0};
     descs d;
     if (build_descs(nodes, n, &d, &e)) {
@@ -521,10 +425,10 @@ static nnp_status cpu_output_shapes(const nnp_kernel *k, const nnp_tensor *input
     nnc_err e = {{0}, 0};
     tlist in, out;
     if (!p || !ndims || !shapes || nin < 0)
-        return set_error(NNP_STATUS_INVALID_ARGUMENT, "kernel_output_shapes: bad arguments");
+        return nnp_host_fail(NNP_STATUS_INVALID_ARGUMENT, "kernel_output_shapes: bad arguments");
     if (nout != p->nkout)
-        return set_error(NNP_STATUS_INVALID_ARGUMENT,
-                         "kernel_output_shapes: %d outputs, the kernel has %d", nout, p->nkout);
+        return nnp_host_fail(NNP_STATUS_INVALID_ARGUMENT,
+                             "kernel_output_shapes: %d outputs, the kernel has %d", nout, p->nkout);
     if (tlist_init(&in, nin, &e)) return from_err(&e, NNP_STATUS_OUT_OF_MEMORY);
     if (tlist_init(&out, nout, &e)) {
         tlist_free(&in);
@@ -552,7 +456,7 @@ static nnp_status cpu_workspace_size(const nnp_kernel *k, const nnp_tensor *inpu
     tlist in;
     size_t n = 0;
     if (!p || !nbytes || nin < 0)
-        return set_error(NNP_STATUS_INVALID_ARGUMENT, "kernel_workspace_size: bad arguments");
+        return nnp_host_fail(NNP_STATUS_INVALID_ARGUMENT, "kernel_workspace_size: bad arguments");
     if (tlist_init(&in, nin, &e)) return from_err(&e, NNP_STATUS_OUT_OF_MEMORY);
     int rc =
         conv_tensors(inputs, nin, in.t, "input", &e) || nnc_plan_workspace(p, in.t, nin, &n, &e);
@@ -571,7 +475,7 @@ static nnp_status cpu_kernel_run(const nnp_kernel *k, const nnp_tensor *inputs, 
     nnc_err e = {{0}, 0};
     tlist in, out;
     if (!p || nin < 0 || nout < 0)
-        return set_error(NNP_STATUS_INVALID_ARGUMENT, "kernel_run: bad arguments");
+        return nnp_host_fail(NNP_STATUS_INVALID_ARGUMENT, "kernel_run: bad arguments");
     if (tlist_init(&in, nin, &e)) return from_err(&e, NNP_STATUS_OUT_OF_MEMORY);
     if (tlist_init(&out, nout, &e)) {
         tlist_free(&in);
@@ -596,8 +500,8 @@ static nnp_status resolve(const nnp_tensor *src, const int32_t *slot_ids, int32_
         dst[i] = src[i];
         if (s >= 0) {
             if (s >= ns || !slots)
-                return set_error(NNP_STATUS_INVALID_ARGUMENT,
-                                 "run_steps: slot %d out of range (%d slots)", s, ns);
+                return nnp_host_fail(NNP_STATUS_INVALID_ARGUMENT,
+                                     "run_steps: slot %d out of range (%d slots)", s, ns);
             dst[i].data = slots[s];
         }
     }
@@ -613,13 +517,13 @@ static nnp_status run_step_list(const nnp_step *steps, int32_t n, void *const *s
         if (failed) *failed = i;
         if (st->num_inputs < 0 || st->num_outputs < 0 || (st->num_inputs && !st->inputs) ||
             (st->num_outputs && !st->outputs))
-            return set_error(NNP_STATUS_INVALID_ARGUMENT, "run_steps: step %d is malformed", i);
+            return nnp_host_fail(NNP_STATUS_INVALID_ARGUMENT, "run_steps: step %d is malformed", i);
         nnp_tensor *tin =
             st->num_inputs <= STACKT ? sin : malloc((size_t)st->num_inputs * sizeof(nnp_tensor));
         nnp_tensor *tout =
             st->num_outputs <= STACKT ? sout : malloc((size_t)st->num_outputs * sizeof(nnp_tensor));
         nnp_status rc = (!tin || !tout)
-                            ? set_error(NNP_STATUS_OUT_OF_MEMORY, "run_steps: out of memory")
+                            ? nnp_host_fail(NNP_STATUS_OUT_OF_MEMORY, "run_steps: out of memory")
                             : NNP_OK;
         if (rc == NNP_OK) rc = resolve(st->inputs, st->input_slots, st->num_inputs, slots, ns, tin);
         if (rc == NNP_OK)
@@ -640,7 +544,7 @@ static nnp_status cpu_run_steps(const nnp_step *steps, int32_t n, void *const *s
 {
     nnp_tensor sin[STACKT], sout[STACKT]; /* each step's tensors, when they fit */
     if (n < 0 || (n && !steps))
-        return set_error(NNP_STATUS_INVALID_ARGUMENT, "run_steps: bad step list");
+        return nnp_host_fail(NNP_STATUS_INVALID_ARGUMENT, "run_steps: bad step list");
     nnc_pool_hold(); /* the pool's workers stay awake across the steps */
     nnp_status rc = run_step_list(steps, n, slots, ns, ws, wsn, stream, failed, sin, sout);
     nnc_pool_release();
@@ -668,12 +572,10 @@ static const nnp_backend_v1 TABLE = {
     .device_type_name = NULL,
     .init = cpu_init,
     .shutdown = cpu_shutdown,
-    .last_error = last_error,
+    .last_error = nnp_host_last_error,
     .set_num_threads = cpu_set_num_threads,
     .get_attr = cpu_get_attr,
-    .alloc_data_space = cpu_alloc,
-    .free_data_space = cpu_free,
-    .copy_data_from_to = cpu_copy,
+    NNP_HOST_DEVICE_MEMORY,
     .supports = cpu_supports,
     .fuse = cpu_fuse,
     .kernel_create = cpu_kernel_create,

@@ -1,7 +1,9 @@
 /* The nnplug native backend ABI (nnplug/backend.h) over the oneDNN kernels: entry symbol,
- * function table, host-memory device API, capability and fuse queries, kernels. */
+ * function table, capability and fuse queries, kernels. The host-memory device API and the
+ * error text are nnplug/host_device.h's. */
 #define _GNU_SOURCE
 #include "nnplug/backend.h"
+#include "nnplug/host_device.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -18,20 +20,14 @@
 #define OX_VERSION "0.0.0"
 #endif
 
+/* The kernels' message of the calling thread's latest failure (kernels.h takes an ox_err). */
 static __thread ox_err t_err;
 
-static nnp_status set_error(nnp_status st, const char *fmt, ...)
+/* A kernel call failed with t_err's message: make it last_error()'s. */
+static nnp_status kernel_failed(nnp_status st)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(t_err.msg, sizeof t_err.msg, fmt, ap);
-    va_end(ap);
+    snprintf(nnp_host_error_text(), NNP_HOST_ERROR_BYTES, "%s", t_err.msg);
     return st;
-}
-
-static const char *last_error(void)
-{
-    return t_err.msg;
 }
 
 static nnp_status ox_abi_init(const nnp_init_options *o)
@@ -39,7 +35,7 @@ static nnp_status ox_abi_init(const nnp_init_options *o)
     int threads = 0;
     if (o && o->struct_size >= offsetof(nnp_init_options, num_threads) + sizeof(int32_t))
         threads = o->num_threads;
-    return ox_init(threads, &t_err) ? NNP_STATUS_ERROR : NNP_OK;
+    return ox_init(threads, &t_err) ? kernel_failed(NNP_STATUS_ERROR) : NNP_OK;
 }
 
 static void ox_abi_shutdown(void)
@@ -49,25 +45,16 @@ static void ox_abi_shutdown(void)
 
 static nnp_status ox_abi_set_num_threads(int32_t n)
 {
-    if (n < 0) return set_error(NNP_STATUS_INVALID_ARGUMENT, "set_num_threads: %d is negative", n);
+    if (n < 0)
+        return nnp_host_fail(NNP_STATUS_INVALID_ARGUMENT, "set_num_threads: %d is negative", n);
     ox_set_num_threads(n);
     return NNP_OK;
 }
 
-static int is_host(nnp_device d)
-{
-    return d.device_type == NNP_DEVICE_CPU && d.device_id == 0;
-}
-
 static nnp_status ox_get_attr(nnp_device dev, int32_t kind, nnp_attr_value *out)
 {
-    if (!out) return set_error(NNP_STATUS_INVALID_ARGUMENT, "get_attr: out is NULL");
-    if (kind == NNP_DEVICE_ATTR_EXIST) {
-        out->type = NNP_ATTR_VALUE_INT;
-        out->i = is_host(dev);
-        return NNP_OK;
-    }
-    if (!is_host(dev)) return NNP_OK;
+    nnp_status rc = nnp_host_get_attr(dev, kind, out);
+    if (rc != NNP_OK || kind == NNP_DEVICE_ATTR_EXIST || !nnp_host_is_device(dev)) return rc;
     if (kind == NNP_DEVICE_ATTR_MULTI_PROCESSOR_COUNT) {
         out->type = NNP_ATTR_VALUE_INT;
         out->i = ox_num_threads();
@@ -83,55 +70,9 @@ static nnp_status ox_get_attr(nnp_device dev, int32_t kind, nnp_attr_value *out)
     return NNP_OK;
 }
 
-static nnp_status ox_alloc(nnp_device dev, uint64_t nbytes, uint64_t alignment, nnp_dtype hint,
-                           void **out)
-{
-    (void)hint;
-    if (!out) return set_error(NNP_STATUS_INVALID_ARGUMENT, "alloc_data_space: out is NULL");
-    *out = NULL;
-    if (!is_host(dev))
-        return set_error(NNP_STATUS_INVALID_ARGUMENT,
-                         "alloc_data_space: device %d:%d is not the cpu", dev.device_type,
-                         dev.device_id);
-    if (nbytes == 0) return set_error(NNP_STATUS_INVALID_ARGUMENT, "alloc_data_space: nbytes is 0");
-    if (alignment == 0 || (alignment & (alignment - 1)))
-        return set_error(NNP_STATUS_INVALID_ARGUMENT,
-                         "alloc_data_space: alignment %llu is not a power of two",
-                         (unsigned long long)alignment);
-    if (alignment < 64) alignment = 64;
-    void *p = NULL;
-    if (posix_memalign(&p, (size_t)alignment, (size_t)nbytes) != 0 || !p)
-        return set_error(NNP_STATUS_OUT_OF_MEMORY, "alloc_data_space: cannot allocate %llu bytes",
-                         (unsigned long long)nbytes);
-    *out = p;
-    return NNP_OK;
-}
-
-static nnp_status ox_free(nnp_device dev, void *h)
-{
-    (void)dev;
-    free(h);
-    return NNP_OK;
-}
-
-static nnp_status ox_copy(const void *from, uint64_t fo, void *to, uint64_t to_off, uint64_t n,
-                          nnp_device df, nnp_device dt, int32_t kind, nnp_stream stream)
-{
-    (void)df;
-    (void)dt;
-    (void)stream;
-    if (kind < NNP_COPY_HOST_TO_DEVICE || kind > NNP_COPY_DEVICE_TO_DEVICE)
-        return set_error(NNP_STATUS_INVALID_ARGUMENT, "copy_data_from_to: unknown kind %d", kind);
-    if (!n) return NNP_OK;
-    if (!from || !to)
-        return set_error(NNP_STATUS_INVALID_ARGUMENT, "copy_data_from_to: NULL buffer");
-    memmove((char *)to + to_off, (const char *)from + fo, (size_t)n);
-    return NNP_OK;
-}
-
 static nnp_status ox_supports(const nnp_node_desc *node, int32_t *out)
 {
-    if (!node || !out) return set_error(NNP_STATUS_INVALID_ARGUMENT, "supports: NULL argument");
+    if (!node || !out) return nnp_host_fail(NNP_STATUS_INVALID_ARGUMENT, "supports: NULL argument");
     *out = ox_supported(node, 1);
     return NNP_OK;
 }
@@ -142,7 +83,7 @@ static nnp_status ox_supports(const nnp_node_desc *node, int32_t *out)
 static nnp_status ox_supports_fused(const nnp_node_desc *nodes, int32_t n, int32_t *out)
 {
     if (!nodes || !out || n < 1)
-        return set_error(NNP_STATUS_INVALID_ARGUMENT, "supports_fused: bad arguments");
+        return nnp_host_fail(NNP_STATUS_INVALID_ARGUMENT, "supports_fused: bad arguments");
     *out = ox_supported(nodes, n);
     return NNP_OK;
 }
@@ -153,7 +94,7 @@ static nnp_status ox_supports_fused(const nnp_node_desc *nodes, int32_t n, int32
 static nnp_status ox_fuse(const nnp_node_desc *nodes, int32_t n, int32_t *taken)
 {
     if (!nodes || !taken || n < 1)
-        return set_error(NNP_STATUS_INVALID_ARGUMENT, "fuse: bad arguments");
+        return nnp_host_fail(NNP_STATUS_INVALID_ARGUMENT, "fuse: bad arguments");
     *taken = n;
     /* an IsNaN is claimed only with the Where after it: a group never ends at one */
     if (n > 1 && nodes[n - 1].op_type && !strcmp(nodes[n - 1].op_type, "IsNaN")) *taken = n - 1;
@@ -163,14 +104,13 @@ static nnp_status ox_fuse(const nnp_node_desc *nodes, int32_t n, int32_t *taken)
 static nnp_status ox_kernel_create(const nnp_node_desc *nodes, int32_t n, nnp_device dev,
                                    nnp_kernel **out)
 {
-    if (!out) return set_error(NNP_STATUS_INVALID_ARGUMENT, "kernel_create: out is NULL");
+    if (!out) return nnp_host_fail(NNP_STATUS_INVALID_ARGUMENT, "kernel_create: out is NULL");
     *out = NULL;
-    if (!is_host(dev))
-        return set_error(NNP_STATUS_INVALID_ARGUMENT, "kernel_create: device %d:%d is not the cpu",
-                         dev.device_type, dev.device_id);
+    nnp_status rc = nnp_host_check_device(dev, "kernel_create");
+    if (rc != NNP_OK) return rc;
     int unsupported;
     if (ox_build(nodes, n, out, &unsupported, &t_err))
-        return unsupported ? NNP_STATUS_UNSUPPORTED : NNP_STATUS_INVALID_ARGUMENT;
+        return kernel_failed(unsupported ? NNP_STATUS_UNSUPPORTED : NNP_STATUS_INVALID_ARGUMENT);
     return NNP_OK;
 }
 
@@ -184,9 +124,10 @@ static nnp_status ox_kernel_output_shapes(const nnp_kernel *k, const nnp_tensor 
                                           int32_t nout, int32_t *ndims, int64_t *shapes)
 {
     if (!k || !ndims || !shapes || nin < 0 || (nin && !in))
-        return set_error(NNP_STATUS_INVALID_ARGUMENT, "kernel_output_shapes: bad arguments");
-    return ox_output_shapes(k, in, nin, nout, ndims, shapes, &t_err) ? NNP_STATUS_SHAPE_ERROR
-                                                                     : NNP_OK;
+        return nnp_host_fail(NNP_STATUS_INVALID_ARGUMENT, "kernel_output_shapes: bad arguments");
+    if (ox_output_shapes(k, in, nin, nout, ndims, shapes, &t_err))
+        return kernel_failed(NNP_STATUS_SHAPE_ERROR);
+    return NNP_OK;
 }
 
 static nnp_status ox_workspace(const nnp_kernel *k, const nnp_tensor *in, int32_t nin,
@@ -195,8 +136,10 @@ static nnp_status ox_workspace(const nnp_kernel *k, const nnp_tensor *in, int32_
     (void)outs;
     (void)nout;
     if (!k || !nbytes || nin < 0 || (nin && !in))
-        return set_error(NNP_STATUS_INVALID_ARGUMENT, "kernel_workspace_size: bad arguments");
-    return ox_workspace_size(k, in, nin, nbytes, &t_err) ? NNP_STATUS_INVALID_ARGUMENT : NNP_OK;
+        return nnp_host_fail(NNP_STATUS_INVALID_ARGUMENT, "kernel_workspace_size: bad arguments");
+    if (ox_workspace_size(k, in, nin, nbytes, &t_err))
+        return kernel_failed(NNP_STATUS_INVALID_ARGUMENT);
+    return NNP_OK;
 }
 
 static nnp_status ox_kernel_run(const nnp_kernel *k, const nnp_tensor *in, int32_t nin,
@@ -204,7 +147,9 @@ static nnp_status ox_kernel_run(const nnp_kernel *k, const nnp_tensor *in, int32
                                 nnp_stream stream)
 {
     (void)stream;
-    return ox_run(k, in, nin, outs, nout, ws, wsn, &t_err) ? NNP_STATUS_INVALID_ARGUMENT : NNP_OK;
+    if (ox_run(k, in, nin, outs, nout, ws, wsn, &t_err))
+        return kernel_failed(NNP_STATUS_INVALID_ARGUMENT);
+    return NNP_OK;
 }
 
 static nnp_status ox_run_steps(const nnp_step *steps, int32_t n, void *const *slots, int32_t ns,
@@ -223,12 +168,10 @@ static const nnp_backend_v1 TABLE = {
     .device_type = NNP_DEVICE_CPU,
     .init = ox_abi_init,
     .shutdown = ox_abi_shutdown,
-    .last_error = last_error,
+    .last_error = nnp_host_last_error,
     .set_num_threads = ox_abi_set_num_threads,
     .get_attr = ox_get_attr,
-    .alloc_data_space = ox_alloc,
-    .free_data_space = ox_free,
-    .copy_data_from_to = ox_copy,
+    NNP_HOST_DEVICE_MEMORY,
     .supports = ox_supports,
     .fuse = ox_fuse,
     .kernel_create = ox_kernel_create,

@@ -10,24 +10,18 @@
  * element so the loop walks memory in order (and vectorises); threads for large tensors.
  * GPU: argmax.cl, embedded at build time.
  */
-#include <nnplug/custom_op.h>
+#include <nnplug/op_library.h>
 
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "argmax_cl.h" /* generated from argmax.cl by the build hook (embed) */
 
 #define MIN_PARALLEL_ELEMS (1 << 16)
-#define MAX_THREADS 64
 
 typedef struct {
     int64_t axis, keepdims, last;
 } argmax_priv;
-
-typedef struct {
-    uint64_t outer, axis_len, inner;
-} layout3;
 
 static int read_attrs(nnp_op_context *ctx, uint32_t rank, argmax_priv *p, uint32_t *axis)
 {
@@ -43,20 +37,10 @@ static int read_attrs(nnp_op_context *ctx, uint32_t rank, argmax_priv *p, uint32
     return 0;
 }
 
-static int check_io(nnp_op_context *ctx, const nnp_op_tensor *in, uint32_t n_in, uint32_t n_out)
-{
-    if (n_in != 1 || n_out != 1) {
-        ctx->set_error(ctx, "ArgMax takes one input and gives one output");
-        return NNP_STATUS_INVALID_ARGUMENT;
-    }
-    if (in[0].attr.n_dims > NNP_OP_MAX_DIMS) return NNP_STATUS_INVALID_ARGUMENT;
-    return 0;
-}
-
 static int32_t argmax_shape_infer(nnp_op_context *ctx, const nnp_op_tensor *in, uint32_t n_in,
                                   nnp_op_tensor *out, uint32_t n_out)
 {
-    int rc = check_io(ctx, in, n_in, n_out);
+    int rc = nnp_op_check_io(ctx, in, n_in, n_out, 1, 1);
     if (rc) return rc;
     argmax_priv p;
     uint32_t axis;
@@ -78,7 +62,7 @@ static int32_t argmax_shape_infer(nnp_op_context *ctx, const nnp_op_tensor *in, 
 static int32_t argmax_init(nnp_op_context *ctx, const nnp_op_tensor *in, uint32_t n_in,
                            const nnp_op_tensor *out, uint32_t n_out)
 {
-    int rc = check_io(ctx, in, n_in, n_out);
+    int rc = nnp_op_check_io(ctx, in, n_in, n_out, 1, 1);
     if (rc) return rc;
     if (!nnp_op_is_f32(in[0].attr.dtype) || !nnp_op_is_i64(out[0].attr.dtype))
         return NNP_OP_SKIP; /* not ours: the backend's ArgMax handles other types */
@@ -94,17 +78,10 @@ static int32_t argmax_init(nnp_op_context *ctx, const nnp_op_tensor *in, uint32_
     return 0;
 }
 
-static int32_t argmax_destroy(nnp_op_context *ctx)
-{
-    free(ctx->priv_data);
-    ctx->priv_data = NULL;
-    return 0;
-}
-
 static int view(nnp_op_context *ctx, const nnp_op_tensor *in, uint32_t n_in,
-                const nnp_op_tensor *out, uint32_t n_out, layout3 *l)
+                const nnp_op_tensor *out, uint32_t n_out, nnp_op_axis_view *l)
 {
-    int rc = check_io(ctx, in, n_in, n_out);
+    int rc = nnp_op_check_io(ctx, in, n_in, n_out, 1, 1);
     if (rc) return rc;
     argmax_priv *p = ctx->priv_data;
     if (!p) return NNP_STATUS_INTERNAL;
@@ -112,11 +89,7 @@ static int view(nnp_op_context *ctx, const nnp_op_tensor *in, uint32_t n_in,
     uint32_t axis;
     rc = read_attrs(ctx, in[0].attr.n_dims, &tmp, &axis);
     if (rc) return rc;
-    l->outer = l->inner = 1;
-    l->axis_len = (uint64_t)in[0].attr.dims[axis];
-    for (uint32_t d = 0; d < axis; ++d) l->outer *= (uint64_t)in[0].attr.dims[d];
-    for (uint32_t d = axis + 1; d < in[0].attr.n_dims; ++d)
-        l->inner *= (uint64_t)in[0].attr.dims[d];
+    *l = nnp_op_view_at_axis(&in[0], axis);
     uint64_t n = l->outer * l->axis_len * l->inner, m = l->outer * l->inner;
     if (!nnp_op_is_f32(in[0].attr.dtype) || !nnp_op_is_i64(out[0].attr.dtype) ||
         in[0].attr.n_elems != n || out[0].attr.n_elems != m || in[0].mem.size < n * 4 ||
@@ -138,25 +111,20 @@ static inline int take(float v, float best, int last)
     return last ? v >= best : v > best;
 }
 
+/* The outer slices of one compute, shared by its threads. */
 typedef struct {
     const float *x;
     int64_t *y;
-    layout3 l;
+    nnp_op_axis_view l;
     int last;
-    uint64_t begin, end;
-    int failed;
 } job;
 
-static void *run_job(void *arg)
+static void run_slices(void *arg, uint64_t begin, uint64_t end, void *scratch)
 {
-    job *j = arg;
+    const job *j = arg;
     const uint64_t A = j->l.axis_len, I = j->l.inner;
-    float *best = NULL;
-    if (I > 1 && !(best = malloc(I * sizeof(float)))) {
-        j->failed = 1;
-        return NULL;
-    }
-    for (uint64_t o = j->begin; o < j->end; ++o) {
+    float *best = scratch; /* I floats, when I > 1 */
+    for (uint64_t o = begin; o < end; ++o) {
         const float *xs = j->x + o * A * I;
         int64_t *ys = j->y + o * I;
         if (I == 1) {
@@ -181,126 +149,48 @@ static void *run_job(void *arg)
             }
         }
     }
-    free(best);
-    return NULL;
 }
 
 static int32_t argmax_compute(nnp_op_context *ctx, const nnp_op_tensor *in, uint32_t n_in,
                               const nnp_op_tensor *out, uint32_t n_out)
 {
-    layout3 l;
+    nnp_op_axis_view l;
     int rc = view(ctx, in, n_in, out, n_out, &l);
-    if (rc) return rc;
-    if (l.outer * l.inner == 0) return 0;
+    if (rc || l.outer * l.inner == 0) return rc;
     const argmax_priv *p = ctx->priv_data;
-    uint64_t n = l.outer * l.axis_len * l.inner;
-    uint64_t threads = ctx->num_threads > 0 ? (uint64_t)ctx->num_threads : 1;
-    if (threads > MAX_THREADS) threads = MAX_THREADS;
-    if (threads > l.outer) threads = l.outer;
-    if (n < MIN_PARALLEL_ELEMS) threads = 1;
-    job jobs[MAX_THREADS];
-    pthread_t tids[MAX_THREADS];
-    int started[MAX_THREADS] = {0};
-    for (uint64_t t = 0; t < threads; ++t)
-        jobs[t] = (job){nnp_op_tensor_data(&in[0]), nnp_op_tensor_data(&out[0]), l, (int)p->last,
-                        l.outer * t / threads,      l.outer * (t + 1) / threads, 0};
-    for (uint64_t t = 1; t < threads; ++t)
-        started[t] = pthread_create(&tids[t], NULL, run_job, &jobs[t]) == 0;
-    run_job(&jobs[0]);
-    for (uint64_t t = 1; t < threads; ++t) {
-        if (started[t]) pthread_join(tids[t], NULL);
-        else run_job(&jobs[t]);
-    }
-    for (uint64_t t = 0; t < threads; ++t)
-        if (jobs[t].failed) {
-            ctx->set_error(ctx, "out of memory for scratch space");
-            return NNP_STATUS_OUT_OF_MEMORY;
-        }
-    return 0;
+    job j = {nnp_op_tensor_data(&in[0]), nnp_op_tensor_data(&out[0]), l, (int)p->last};
+    size_t scratch = l.inner > 1 ? l.inner * sizeof(float) : 0; /* the running best */
+    return nnp_op_parallel_for(ctx, l.outer, l.outer * l.axis_len * l.inner, MIN_PARALLEL_ELEMS,
+                               scratch, run_slices, &j);
 }
 
 /* ---- GPU ------------------------------------------------------------------------------------ */
 static int32_t argmax_gpu_compute(nnp_op_context *ctx, const nnp_op_tensor *in, uint32_t n_in,
                                   const nnp_op_tensor *out, uint32_t n_out)
 {
-    layout3 l;
+    nnp_op_axis_view l;
     int rc = view(ctx, in, n_in, out, n_out, &l);
-    if (rc) return rc;
-    uint64_t work = l.outer * l.inner;
-    if (work == 0) return 0;
-    const nnp_cl_api *cl = ctx->cl;
-    if (!cl || !ctx->cl_kernel) {
-        ctx->set_error(ctx, "no OpenCL kernel in the context");
-        return NNP_STATUS_INVALID_ARGUMENT;
-    }
-    const argmax_priv *p = ctx->priv_data;
-    void *xm = in[0].mem.base;
-    void *ym = out[0].mem.base;
-    uint64_t xoff = in[0].mem.offset, yoff = out[0].mem.offset;
-    int32_t last = (int32_t)p->last;
-    int32_t err = 0;
-    err |= cl->clSetKernelArg(ctx->cl_kernel, 0, sizeof xm, &xm);
-    err |= cl->clSetKernelArg(ctx->cl_kernel, 1, sizeof xoff, &xoff);
-    err |= cl->clSetKernelArg(ctx->cl_kernel, 2, sizeof ym, &ym);
-    err |= cl->clSetKernelArg(ctx->cl_kernel, 3, sizeof yoff, &yoff);
-    err |= cl->clSetKernelArg(ctx->cl_kernel, 4, sizeof l.outer, &l.outer);
-    err |= cl->clSetKernelArg(ctx->cl_kernel, 5, sizeof l.axis_len, &l.axis_len);
-    err |= cl->clSetKernelArg(ctx->cl_kernel, 6, sizeof l.inner, &l.inner);
-    err |= cl->clSetKernelArg(ctx->cl_kernel, 7, sizeof last, &last);
-    if (err) {
-        ctx->set_error(ctx, "clSetKernelArg failed");
-        return NNP_STATUS_DEVICE_ERROR;
-    }
-    size_t global = (size_t)work;
-    err = cl->clEnqueueNDRangeKernel(ctx->cl_command_queue, ctx->cl_kernel, 1, NULL, &global, NULL,
-                                     0, NULL, NULL);
-    if (err) {
-        ctx->set_error(ctx, "clEnqueueNDRangeKernel failed");
-        return NNP_STATUS_DEVICE_ERROR;
-    }
-    return 0;
+    if (rc || l.outer * l.inner == 0) return rc;
+    int32_t last = (int32_t)((const argmax_priv *)ctx->priv_data)->last;
+    const nnp_op_cl_arg select_last[] = {{sizeof last, &last}};
+    return nnp_op_cl_run_axis(ctx, &in[0], &out[0], &l, select_last, 1);
 }
 
-#define VERSION {NNP_CUSTOM_OP_ABI_MAJOR, NNP_CUSTOM_OP_ABI_MINOR, NNP_CUSTOM_OP_ABI_PATCH}
-
-static const nnp_custom_op argmax_cpu = {
-    VERSION,
-    sizeof(nnp_custom_op),
-    NNP_OP_TARGET_CPU,
-    "ArgMax",
-    NULL,
-    NULL,
-    0,
-    NULL,
-    argmax_init,
-    NULL,
-    argmax_compute,
-    NULL,
-    argmax_destroy,
-    argmax_shape_infer,
-    NNP_OP_OVERRIDES_STANDARD /* ArgMax is a standard op: say that replacing it is meant */};
-static const nnp_custom_op argmax_gpu = {VERSION,
-                                         sizeof(nnp_custom_op),
-                                         NNP_OP_TARGET_GPU,
-                                         "ArgMax",
-                                         "argmax_f32",
-                                         argmax_cl,
-                                         sizeof argmax_cl - 1,
-                                         NULL,
-                                         argmax_init,
-                                         NULL,
-                                         argmax_gpu_compute,
-                                         NULL,
-                                         argmax_destroy,
-                                         argmax_shape_infer,
-                                         NNP_OP_OVERRIDES_STANDARD};
+/* ---- the library ---------------------------------------------------------------------------- */
+/* ArgMax is a standard op: NNP_OP_OVERRIDES_STANDARD says that replacing it is meant */
+static const nnp_custom_op argmax_cpu = {NNP_CUSTOM_OP_HEAD(NNP_OP_TARGET_CPU, "ArgMax"),
+                                         .init = argmax_init,
+                                         .compute = argmax_compute,
+                                         .destroy = nnp_op_destroy_priv,
+                                         .shape_infer = argmax_shape_infer,
+                                         .flags = NNP_OP_OVERRIDES_STANDARD};
+static const nnp_custom_op argmax_gpu = {NNP_CUSTOM_OP_HEAD(NNP_OP_TARGET_GPU, "ArgMax"),
+                                         NNP_OP_EMBEDDED_CL("argmax_f32", argmax_cl),
+                                         .init = argmax_init,
+                                         .compute = argmax_gpu_compute,
+                                         .destroy = nnp_op_destroy_priv,
+                                         .shape_infer = argmax_shape_infer,
+                                         .flags = NNP_OP_OVERRIDES_STANDARD};
 
 static const nnp_custom_op *const ops[] = {&argmax_cpu, &argmax_gpu};
-static const nnp_op_library library = {VERSION, sizeof(nnp_op_library), "nnplug-ops-argmax", 2,
-                                       ops};
-
-NNP_EXPORT const nnp_op_library *nnp_custom_op_entry(const nnp_version *host_abi)
-{
-    (void)host_abi;
-    return &library;
-}
+NNP_OP_LIBRARY_ENTRY("nnplug-ops-argmax", ops)

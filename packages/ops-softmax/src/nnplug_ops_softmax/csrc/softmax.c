@@ -8,9 +8,8 @@
  * NaN and infinity (same as numpy / onnx.reference): a NaN anywhere in a slice, a +inf in it,
  * or a slice of only -inf gives NaN for the whole slice; -inf elements of other slices give 0.
  */
-#include <nnplug/custom_op.h>
+#include <nnplug/op_library.h>
 
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,15 +17,10 @@
 
 #define LANES 8
 #define MIN_PARALLEL_ELEMS (1 << 16) /* below this, threads cost more than they save */
-#define MAX_THREADS 64
 
 typedef struct {
     int64_t axis; /* as given (may be negative) */
 } softmax_priv;
-
-typedef struct {
-    uint64_t outer, axis_len, inner;
-} layout3;
 
 /* ---- shapes ------------------------------------------------------------------------------ */
 static int resolve_axis(nnp_op_context *ctx, int64_t axis, uint32_t rank, uint32_t *out)
@@ -41,18 +35,13 @@ static int resolve_axis(nnp_op_context *ctx, int64_t axis, uint32_t rank, uint32
     return 0;
 }
 
+/* One float32 input, one output. */
 static int check_io(nnp_op_context *ctx, const nnp_op_tensor *in, uint32_t n_in, uint32_t n_out)
 {
-    if (n_in != 1 || n_out != 1) {
-        ctx->set_error(ctx, "cstSoftmax takes one input and gives one output");
-        return NNP_STATUS_INVALID_ARGUMENT;
-    }
-    if (!nnp_op_is_f32(in[0].attr.dtype)) {
-        ctx->set_error(ctx, "cstSoftmax supports float32 only");
-        return NNP_STATUS_UNSUPPORTED;
-    }
-    if (in[0].attr.n_dims > NNP_OP_MAX_DIMS) return NNP_STATUS_INVALID_ARGUMENT;
-    return 0;
+    int rc = nnp_op_check_io(ctx, in, n_in, n_out, 1, 1);
+    if (!rc && !nnp_op_is_f32(in[0].attr.dtype))
+        return nnp_op_fail(ctx, NNP_STATUS_UNSUPPORTED, "cstSoftmax supports float32 only");
+    return rc;
 }
 
 static int32_t softmax_shape_infer(nnp_op_context *ctx, const nnp_op_tensor *in, uint32_t n_in,
@@ -94,16 +83,9 @@ static int32_t softmax_init(nnp_op_context *ctx, const nnp_op_tensor *in, uint32
     return 0;
 }
 
-static int32_t softmax_destroy(nnp_op_context *ctx)
-{
-    free(ctx->priv_data);
-    ctx->priv_data = NULL;
-    return 0;
-}
-
 /* outer x axis_len x inner view of the actual input; checks the output matches. */
 static int view(nnp_op_context *ctx, const nnp_op_tensor *in, uint32_t n_in,
-                const nnp_op_tensor *out, uint32_t n_out, layout3 *l)
+                const nnp_op_tensor *out, uint32_t n_out, nnp_op_axis_view *l)
 {
     int rc = check_io(ctx, in, n_in, n_out);
     if (rc) return rc;
@@ -111,11 +93,7 @@ static int view(nnp_op_context *ctx, const nnp_op_tensor *in, uint32_t n_in,
     uint32_t axis;
     rc = resolve_axis(ctx, p ? p->axis : -1, in[0].attr.n_dims, &axis);
     if (rc) return rc;
-    l->outer = l->inner = 1;
-    l->axis_len = (uint64_t)in[0].attr.dims[axis];
-    for (uint32_t d = 0; d < axis; ++d) l->outer *= (uint64_t)in[0].attr.dims[d];
-    for (uint32_t d = axis + 1; d < in[0].attr.n_dims; ++d)
-        l->inner *= (uint64_t)in[0].attr.dims[d];
+    *l = nnp_op_view_at_axis(&in[0], axis);
     uint64_t n = l->outer * l->axis_len * l->inner;
     if (in[0].attr.n_elems != n || out[0].attr.n_elems != n || in[0].mem.size < n * 4 ||
         out[0].mem.size < n * 4 || !nnp_op_is_f32(out[0].attr.dtype)) {
@@ -216,147 +194,57 @@ static void softmax_strided(const float *restrict x, float *restrict y, uint64_t
     }
 }
 
+/* The outer slices of one compute, shared by its threads. */
 typedef struct {
     const float *x;
     float *y;
-    layout3 l;
-    uint64_t begin, end; /* outer range */
-    int failed;
+    nnp_op_axis_view l;
 } job;
 
-static void *run_job(void *arg)
+static void run_slices(void *arg, uint64_t begin, uint64_t end, void *scratch)
 {
-    job *j = arg;
+    const job *j = arg;
     const uint64_t slice = j->l.axis_len * j->l.inner;
-    float *scratch = NULL;
-    if (j->l.inner > 1) {
-        scratch = malloc(2 * j->l.inner * sizeof(float));
-        if (!scratch) {
-            j->failed = 1;
-            return NULL;
-        }
-    }
-    for (uint64_t o = j->begin; o < j->end; ++o) {
+    for (uint64_t o = begin; o < end; ++o) {
         if (j->l.inner == 1) softmax_row(j->x + o * slice, j->y + o * slice, j->l.axis_len);
         else
             softmax_strided(j->x + o * slice, j->y + o * slice, j->l.axis_len, j->l.inner, scratch);
     }
-    free(scratch);
-    return NULL;
 }
 
 static int32_t softmax_compute(nnp_op_context *ctx, const nnp_op_tensor *in, uint32_t n_in,
                                const nnp_op_tensor *out, uint32_t n_out)
 {
-    layout3 l;
+    nnp_op_axis_view l;
     int rc = view(ctx, in, n_in, out, n_out, &l);
     if (rc) return rc;
-    if (l.outer * l.axis_len * l.inner == 0) return 0;
-    const float *x = nnp_op_tensor_data(&in[0]);
-    float *y = nnp_op_tensor_data(&out[0]);
     uint64_t n = l.outer * l.axis_len * l.inner;
-    uint64_t threads = ctx->num_threads > 0 ? (uint64_t)ctx->num_threads : 1;
-    if (threads > MAX_THREADS) threads = MAX_THREADS;
-    if (threads > l.outer) threads = l.outer;
-    if (n < MIN_PARALLEL_ELEMS) threads = 1;
-    job jobs[MAX_THREADS];
-    pthread_t tids[MAX_THREADS];
-    int started[MAX_THREADS] = {0};
-    for (uint64_t t = 0; t < threads; ++t) {
-        jobs[t] = (job){x, y, l, l.outer * t / threads, l.outer * (t + 1) / threads, 0};
-    }
-    for (uint64_t t = 1; t < threads; ++t)
-        started[t] = pthread_create(&tids[t], NULL, run_job, &jobs[t]) == 0;
-    run_job(&jobs[0]);
-    for (uint64_t t = 1; t < threads; ++t) {
-        if (started[t]) pthread_join(tids[t], NULL);
-        else run_job(&jobs[t]); /* could not start a thread: do its share here */
-    }
-    for (uint64_t t = 0; t < threads; ++t)
-        if (jobs[t].failed) {
-            ctx->set_error(ctx, "out of memory for scratch space");
-            return NNP_STATUS_OUT_OF_MEMORY;
-        }
-    return 0;
+    if (n == 0) return 0;
+    job j = {nnp_op_tensor_data(&in[0]), nnp_op_tensor_data(&out[0]), l};
+    size_t scratch = l.inner > 1 ? 2 * l.inner * sizeof(float) : 0; /* softmax_strided's */
+    return nnp_op_parallel_for(ctx, l.outer, n, MIN_PARALLEL_ELEMS, scratch, run_slices, &j);
 }
 
 /* ---- GPU ------------------------------------------------------------------------------------ */
 static int32_t softmax_gpu_compute(nnp_op_context *ctx, const nnp_op_tensor *in, uint32_t n_in,
                                    const nnp_op_tensor *out, uint32_t n_out)
 {
-    layout3 l;
+    nnp_op_axis_view l;
     int rc = view(ctx, in, n_in, out, n_out, &l);
-    if (rc) return rc;
-    uint64_t work = l.outer * l.inner;
-    if (work == 0 || l.axis_len == 0) return 0;
-    const nnp_cl_api *cl = ctx->cl;
-    if (!cl || !ctx->cl_kernel) {
-        ctx->set_error(ctx, "no OpenCL kernel in the context");
-        return NNP_STATUS_INVALID_ARGUMENT;
-    }
-    void *xm = in[0].mem.base;
-    void *ym = out[0].mem.base;
-    uint64_t xoff = in[0].mem.offset, yoff = out[0].mem.offset;
-    int32_t err = 0;
-    err |= cl->clSetKernelArg(ctx->cl_kernel, 0, sizeof xm, &xm);
-    err |= cl->clSetKernelArg(ctx->cl_kernel, 1, sizeof xoff, &xoff);
-    err |= cl->clSetKernelArg(ctx->cl_kernel, 2, sizeof ym, &ym);
-    err |= cl->clSetKernelArg(ctx->cl_kernel, 3, sizeof yoff, &yoff);
-    err |= cl->clSetKernelArg(ctx->cl_kernel, 4, sizeof l.outer, &l.outer);
-    err |= cl->clSetKernelArg(ctx->cl_kernel, 5, sizeof l.axis_len, &l.axis_len);
-    err |= cl->clSetKernelArg(ctx->cl_kernel, 6, sizeof l.inner, &l.inner);
-    if (err) {
-        ctx->set_error(ctx, "clSetKernelArg failed");
-        return NNP_STATUS_DEVICE_ERROR;
-    }
-    size_t global = (size_t)work;
-    err = cl->clEnqueueNDRangeKernel(ctx->cl_command_queue, ctx->cl_kernel, 1, NULL, &global, NULL,
-                                     0, NULL, NULL);
-    if (err) {
-        ctx->set_error(ctx, "clEnqueueNDRangeKernel failed");
-        return NNP_STATUS_DEVICE_ERROR;
-    }
-    return 0;
+    if (rc || l.outer * l.inner == 0 || l.axis_len == 0) return rc;
+    return nnp_op_cl_run_axis(ctx, &in[0], &out[0], &l, NULL, 0);
 }
 
 /* ---- the library ---------------------------------------------------------------------------- */
-#define VERSION {NNP_CUSTOM_OP_ABI_MAJOR, NNP_CUSTOM_OP_ABI_MINOR, NNP_CUSTOM_OP_ABI_PATCH}
-
-static const nnp_custom_op softmax_cpu = {VERSION,
-                                          sizeof(nnp_custom_op),
-                                          NNP_OP_TARGET_CPU,
-                                          "cstSoftmax",
-                                          NULL,
-                                          NULL,
-                                          0,
-                                          NULL,
-                                          softmax_init,
-                                          NULL,
-                                          softmax_compute,
-                                          NULL,
-                                          softmax_destroy,
-                                          softmax_shape_infer};
-static const nnp_custom_op softmax_gpu = {VERSION,
-                                          sizeof(nnp_custom_op),
-                                          NNP_OP_TARGET_GPU,
-                                          "cstSoftmax",
-                                          "cst_softmax",
-                                          softmax_cl,
-                                          sizeof softmax_cl - 1,
-                                          NULL,
-                                          softmax_init,
-                                          NULL,
-                                          softmax_gpu_compute,
-                                          NULL,
-                                          softmax_destroy,
-                                          softmax_shape_infer};
+static const nnp_custom_op softmax_cpu = {
+    NNP_CUSTOM_OP_HEAD(NNP_OP_TARGET_CPU, "cstSoftmax"), .init = softmax_init,
+    .compute = softmax_compute, .destroy = nnp_op_destroy_priv, .shape_infer = softmax_shape_infer};
+static const nnp_custom_op softmax_gpu = {NNP_CUSTOM_OP_HEAD(NNP_OP_TARGET_GPU, "cstSoftmax"),
+                                          NNP_OP_EMBEDDED_CL("cst_softmax", softmax_cl),
+                                          .init = softmax_init,
+                                          .compute = softmax_gpu_compute,
+                                          .destroy = nnp_op_destroy_priv,
+                                          .shape_infer = softmax_shape_infer};
 
 static const nnp_custom_op *const ops[] = {&softmax_cpu, &softmax_gpu};
-static const nnp_op_library library = {VERSION, sizeof(nnp_op_library), "nnplug-ops-softmax", 2,
-                                       ops};
-
-NNP_EXPORT const nnp_op_library *nnp_custom_op_entry(const nnp_version *host_abi)
-{
-    (void)host_abi;
-    return &library;
-}
+NNP_OP_LIBRARY_ENTRY("nnplug-ops-softmax", ops)
