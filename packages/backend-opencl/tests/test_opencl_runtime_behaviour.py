@@ -15,8 +15,8 @@ import nnplug
 from nnplug import Target
 from nnplug.errors import BackendError
 from nnplug.graph import Node, SubGraph, ValueInfo
-from nnplug_conformance.fixtures import run_from_threads
 from nnplug_backend_opencl import OpenCLBackend, OpenCLDeviceAPI
+from nnplug_conformance.fixtures import run_from_threads
 
 
 def test_many_threads_share_one_network(rt):
