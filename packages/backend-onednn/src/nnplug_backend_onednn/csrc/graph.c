@@ -937,7 +937,7 @@ static int swish_chain(const ox_graph *g, int x, int *chain)
  * `sum` post-op; the op then runs where the Add was, after both operands exist). */
 /* A BatchNormalization left to oneDNN's own primitive (a parameter given at run time): it
  * takes no post-op, so a Relu after it is a step of its own (its fuse_norm_relu flag is
- * oneDNN's relu, which a strict graph must not use; see plan.c strict_relu); bn_affine's
+ * oneDNN's relu, which a strict graph must not use; see plan_steps.c strict_relu); bn_affine's
  * multiply-add takes any post-op. */
 static int bn_primitive(const ox_op *op)
 {
@@ -945,7 +945,7 @@ static int bn_primitive(const ox_op *op)
 }
 
 /* Whether op runs otherwise in a strict graph, where a NaN or an infinity can reach it: a Relu
- * (oneDNN's relu is max(x, 0), which drops a NaN; see plan.c strict_relu), a fused Clip (its
+ * (oneDNN's relu is max(x, 0), which drops a NaN; see plan_steps.c strict_relu), a fused Clip (its
  * clip too), a fused GELU (oneDNN's gelu_erf gives NaN for +inf, where x * 0.5 * (1 + erf) is
  * +inf; the strict graph runs the exported ops one by one), a max pooling and an LRN (see
  * strict.h), and a convolution that may run as Winograd (ox_winograd_shape). */

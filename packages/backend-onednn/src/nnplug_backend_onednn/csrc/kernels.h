@@ -1,7 +1,7 @@
 /* Kernels: a group of ONNX nodes (up to a whole partition) parsed once into ops (graph.c),
  * then planned per concrete input shape and thread count into a sequence of oneDNN
  * primitives whose activations stay in the layouts oneDNN picks, with reorders only where
- * a layout changes and at the kernel's edges (plan.c). */
+ * a layout changes and at the kernel's edges (plan*.c). */
 #ifndef NNPLUG_ONEDNN_KERNELS_H_
 #define NNPLUG_ONEDNN_KERNELS_H_
 
@@ -35,7 +35,7 @@ static inline int ox_own_eltwise(dnnl_alg_kind_t alg)
 }
 
 /* Relu itself (LeakyRelu is relu with a slope): oneDNN's form, max(x, 0), drops a NaN, so a
- * strict graph runs it otherwise (plan.c strict_relu). */
+ * strict graph runs it otherwise (plan_steps.c strict_relu). */
 static inline int ox_is_relu(dnnl_alg_kind_t alg, float alpha)
 {
     return alg == dnnl_eltwise_relu && alpha == 0.f;
@@ -101,7 +101,7 @@ typedef struct {
     int64_t perm[MAXR]; /* Transpose */
 } ox_op;
 
-/* A convolution plan.c may run as Winograd F(2x2, 3x3), by its attributes (winograd_fits also
+/* A convolution a plan may run as Winograd F(2x2, 3x3), by its attributes (winograd_fits also
  * asks for channel counts, plane size and post-ops). Its transforms add and subtract inputs
  * before the products: on finite inputs within about a tenth of FLT_MAX they overflow where the
  * direct sum does not, so a strict graph runs it direct (see ox_graph.guarded). */
@@ -149,7 +149,7 @@ static inline int ox_value_empty(const ox_graph *g, const int64_t *dims, int v)
 int ox_window(const ox_op *op, const int64_t *in, const int64_t *out, int64_t *pl, int64_t *pr,
               ox_err *e);
 
-/* ---- plans (plan.c) --------------------------------------------------------------------- */
+/* ---- plans (plan*.c, plan.h) ------------------------------------------------------------- */
 
 typedef struct ox_plan ox_plan;
 ox_plan *ox_plan_build(const ox_graph *g, const int64_t *dims, int threads, ox_err *e);
