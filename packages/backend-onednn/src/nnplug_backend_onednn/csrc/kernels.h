@@ -57,7 +57,10 @@ enum {
     OP_TRANSPOSE,
     OP_ISNAN,
     OP_WHERE, /* only while parsing: Where(IsNaN(x), C, x) becomes one OP_NANREP */
-    OP_NANREP
+    OP_NANREP,
+    OP_QUANT,   /* only while parsing: QuantizeLinear -> DequantizeLinear becomes one OP_QDQ */
+    OP_DEQUANT, /* (graph.c fake_quant) */
+    OP_QDQ
 };
 enum { PAD_NOTSET, PAD_VALID, PAD_SAME_UPPER, PAD_SAME_LOWER };
 enum { POST_ELTWISE, POST_SUM };
@@ -70,6 +73,7 @@ typedef struct {
     int kin;            /* first kernel input index holding it, or -1 */
     int consumers;      /* live ops reading it */
     int boolean;        /* an IsNaN's bool result: never leaves the parse (see nan_replace) */
+    int q8; /* a QuantizeLinear's uint8 / int8 result: never leaves the parse (see fake_quant) */
 } ox_value;
 
 typedef struct {
@@ -99,6 +103,11 @@ typedef struct {
     int npost;
     ox_post post[MAXPOST];
     int64_t perm[MAXR]; /* Transpose */
+    /* QuantizeLinear [0] and DequantizeLinear [1] (OP_QDQ: both): scale, zero point; qs8: the
+     * integer type is int8, else uint8 */
+    float qscale[2];
+    int32_t qzp[2];
+    int qs8;
 } ox_op;
 
 /* A convolution a plan may run as Winograd F(2x2, 3x3), by its attributes (winograd_fits also

@@ -167,6 +167,7 @@ int build_matmul(pb *b, const ox_op *op);
 int add_softmax_nan_rows(pb *b, const ox_op *op);
 int build_loop(pb *b, const ox_op *op);
 int build_own_eltwise(pb *b, const ox_op *op);
+int build_qdq(pb *b, const ox_op *op);
 
 /* ---- a strict plan's pooling and LRN (plan_strict.c) ----------------------------------------- */
 

@@ -202,3 +202,86 @@ done:
     md_free(pm);
     return rc;
 }
+
+/* OP_QDQ (graph.c fake_quant), y = (saturate(round(x / s0) + z0) - z1) * s1: the cpu backend's
+ * QuantizeLinear and DequantizeLinear in one pass, with their arithmetic (the same bits),
+ * rounding as its quant8 does: x / s0 clamped to [-1024, 1024] (no saturated result changes)
+ * and rounded to even by adding and subtracting 1.5 * 2^23; a NaN gives the lowest integer. */
+typedef struct {
+    int64_t n;
+    float s0, z0, s1, lo, hi;
+    int32_t z1;
+    int threads;
+} ox_qdq;
+
+typedef struct {
+    const ox_qdq *q;
+    const float *x;
+    float *y;
+} qdq_job;
+
+static void qdq_part(void *arg)
+{
+    const qdq_job *j = arg;
+    const ox_qdq *q = j->q;
+    const float *x = j->x;
+    float *y = j->y;
+    const float s0 = q->s0, z0 = q->z0, s1 = q->s1, lo = q->lo, hi = q->hi;
+    const int32_t z1 = q->z1;
+    int64_t t0, t1;
+    dl_share(q->n, &t0, &t1);
+    for (int64_t i = t0; i < t1; i++) {
+        float v = x[i] / s0;
+        v = v < -1024.f ? -1024.f : v > 1024.f ? 1024.f : v;
+        float r = (v + 12582912.f) - 12582912.f + z0;
+        r = r != r ? lo : r < lo ? lo : r > hi ? hi : r;
+        y[i] = (float)((int32_t)r - z1) * s1;
+    }
+}
+
+static int qdq_fn(const void *cfg, void *const *ptrs, int nptrs)
+{
+    (void)nptrs;
+    const ox_qdq *q = cfg;
+    qdq_job j = {q, ptrs[0], ptrs[1]};
+    dl_parallel(qdq_part, &j, q->n >= 32768 ? q->threads : 1); /* small ones: not worth a wake */
+    return -1;
+}
+
+/* OP_QDQ element for element over its input in the layout that input has (the result takes it
+ * too) when that layout is dense, else plain (a blocked layout's padding: f(0) need not be 0). */
+int build_qdq(pb *b, const ox_op *op)
+{
+    int x = op->in[0], xbuf, reorder_out, s;
+    const_dnnl_memory_desc_t md = home(b, x);
+    dnnl_memory_desc_t pm = NULL;
+    int rc = 1;
+    size_t n = 1;
+    for (int d = 0; d < VAL(x)->ndim; d++) n *= (size_t)DIMS(x)[d];
+    if ((size_t)D(dnnl_memory_desc_get_size)(md) != n * sizeof(float)) {
+        if (!(pm = value_plain(b, x, VAL(x)->ndim)))
+            return ox_fail(b->e, "oneDNN could not create a memory descriptor");
+        md = pm;
+    }
+    if (b->dry) {
+        rc = add_view(b, op->out, md, 0);
+        goto done;
+    }
+    ox_qdq *q = owned_cfg(b, sizeof *q);
+    if (!q || get_view(b, x, md, &xbuf)) goto done;
+    *q = (ox_qdq){.n = (int64_t)n,
+                  .s0 = op->qscale[0],
+                  .z0 = (float)op->qzp[0],
+                  .s1 = op->qscale[1],
+                  .lo = op->qs8 ? -128.f : 0.f,
+                  .hi = op->qs8 ? 127.f : 255.f,
+                  .z1 = op->qzp[1],
+                  .threads = b->p->threads};
+    int dbuf = dst_buf(b, op, md, &reorder_out);
+    if (dbuf < 0 || (s = fn_step(b, qdq_fn, q, RUN_ALWAYS, "quantize-dequantize")) < 0) goto done;
+    rc = add_arg(b, s, DNNL_ARG_SRC, xbuf, md) || add_arg(b, s, DNNL_ARG_DST, dbuf, md) ||
+         set_result(b, op, dbuf, md, reorder_out);
+done:
+    md_free(pm);
+    return rc;
+}
