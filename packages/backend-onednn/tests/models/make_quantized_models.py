@@ -5,7 +5,8 @@ random weights, with onnxruntime's own quantization tools:
   ``quantize_dynamic`` (DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul on every MatMul with
   constant weights). ``_u8pc``: uint8 weights with one zero point per column (``per_channel``).
 - ``mobilenetv2_qdq.onnx``: torchvision's MobileNetV2, then ``quantize_static`` in the QDQ format
-  (QuantizeLinear / DequantizeLinear around every Conv and Gemm), calibrated on random images.
+  (QuantizeLinear / DequantizeLinear around every Conv and Gemm), calibrated on random images;
+  with ``--full``, ``resnet18_qdq.onnx`` too, the same way.
 
     python make_quantized_models.py                 # the small ones the tests read, here (< 2 MB)
     python make_quantized_models.py --full FOLDER   # benchmark sizes: BERT 4 layers of 768 at
@@ -68,8 +69,20 @@ def bert(folder: str, full: bool) -> None:
                              weight_type=QuantType.QUInt8, per_channel=True)
 
 
-def mobilenet(folder: str, full: bool) -> None:
+def qdq_cnns(folder: str, full: bool) -> None:
     import torchvision
+
+    torch.manual_seed(0)
+    size = 224 if full else 96
+    model = (torchvision.models.mobilenet_v2() if full else
+             torchvision.models.mobilenet_v2(width_mult=0.5, num_classes=16))
+    qdq_cnn(model, size, os.path.join(folder, "mobilenetv2_qdq.onnx"))
+    if full:
+        qdq_cnn(torchvision.models.resnet18(), 224, os.path.join(folder, "resnet18_qdq.onnx"))
+
+
+def qdq_cnn(model: torch.nn.Module, size: int, path: str) -> None:
+    """model with random BatchNorm statistics, exported and quantized by quantize_static (QDQ)."""
     from onnxruntime.quantization import (
         CalibrationDataReader,
         QuantFormat,
@@ -77,10 +90,7 @@ def mobilenet(folder: str, full: bool) -> None:
         quantize_static,
     )
 
-    torch.manual_seed(0)
-    size = 224 if full else 96
-    model = (torchvision.models.mobilenet_v2() if full else
-             torchvision.models.mobilenet_v2(width_mult=0.5, num_classes=16)).eval()
+    model = model.eval()
     for m in model.modules():  # random BatchNorm statistics, as a trained model has
         if isinstance(m, torch.nn.BatchNorm2d):
             m.running_mean.uniform_(-0.1, 0.1)
@@ -96,9 +106,9 @@ def mobilenet(folder: str, full: bool) -> None:
             return next(self.batches, None)
 
     with tempfile.TemporaryDirectory() as tmp:
-        fp32 = os.path.join(tmp, "mobilenetv2.onnx")
+        fp32 = os.path.join(tmp, "model.onnx")
         export(model, (torch.randn(1, 3, size, size),), ["input"], fp32)
-        quantize_static(fp32, os.path.join(folder, "mobilenetv2_qdq.onnx"), Images(),
+        quantize_static(fp32, path, Images(),
                         quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8,
                         weight_type=QuantType.QInt8, per_channel=True)
 
@@ -110,7 +120,7 @@ def main(argv=None) -> int:
     folder = a.full or HERE
     os.makedirs(folder, exist_ok=True)
     bert(folder, bool(a.full))
-    mobilenet(folder, bool(a.full))
+    qdq_cnns(folder, bool(a.full))
     for f in sorted(os.listdir(folder)):
         if f.endswith(".onnx"):
             print(f"{f}: {os.path.getsize(os.path.join(folder, f)) / 1e6:.2f} MB")
