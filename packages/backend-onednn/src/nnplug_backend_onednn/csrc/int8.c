@@ -1,4 +1,4 @@
-/* MatMulInteger on oneDNN's int8 matmul (int8.h). oneDNN takes u8 or s8 activations and s8
+/* MatMulInteger and QLinearMatMul on oneDNN's int8 matmul (int8.h). oneDNN takes u8 or s8 activations and s8
  * weights: a u8 B runs as B - 128 (s8) with its zero point moved by the same 128. The matmul
  * sums the raw products P = A . B' in int32; the zero points come out after, per element:
  *
@@ -6,8 +6,11 @@
  *
  * in 32-bit wrapping arithmetic, which is (A - za) . (B - zb) modulo 2^32, as onnxruntime's
  * int32 sums are. B's column sums are taken once when B is a constant (quantize_dynamic's
- * weights); A's row sums only when B has a zero point in the shifted range. */
+ * weights); A's row sums only when B has a zero point in the shifted range. QLinearMatMul then
+ * requantizes each sum as the cpu backend and onnxruntime do: round(float(acc) * (sa * sb / sy))
+ * + zy, ties to even, saturated (a NaN gives zy). */
 #define _GNU_SOURCE
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,21 +23,33 @@ typedef struct {
     int64_t ad[MAXR], bd[MAXR]; /* A's and B's dims right-aligned to the result's rank r */
     dnnl_primitive_t prim;
     dnnl_memory_desc_t amd, bmd, ymd;
-    void *bpacked;    /* a constant B in the layout the matmul picked (bmd), or NULL */
+    void *bpacked; /* a constant B in the layout the matmul picked (bmd), or NULL */
     uint64_t scratch; /* bytes of its scratchpad */
 } qprim;
 
+/* The inputs of each op: A, B and their zero points; QLinearMatMul's scales and y's. */
+typedef struct {
+    int a, b, az, bz, as, bs, ys, yz;
+} roles;
+static const roles MMI = {0, 1, 2, 3, -1, -1, -1, -1}, QLMM = {0, 3, 2, 5, 1, 4, 6, 7};
+
 struct ox_qmm {
     char *name;
-    int kin0, nkin;            /* A is kernel input kin0 of nkin; B, the zero points follow */
+    const char *op; /* its op type (static) */
+    roles r;
+    float *mult; /* QLinearMatMul: sa * sb[n] / sy, 1 or N of them; else NULL */
+    int64_t nmult;
+    int32_t yzp; /* its output's zero point */
+    dnnl_data_type_t ydt;
+    int kin0, nkin; /* A is kernel input kin0 of nkin; B, the zero points follow */
     dnnl_data_type_t adt, bdt; /* A's type; B's as given */
     int ar, br;
     int64_t bdc[MAXR]; /* B's dims when it is a constant */
-    int8_t *bc;        /* a constant B in s8 (shifted when u8), or NULL */
-    int32_t *csum;     /* its column sums, [batch matrices of B x N] */
-    int azp_in;        /* kernel input of a run-time a_zero_point, or -1 */
-    int32_t azp;       /* a constant one (0 when none) */
-    int32_t *bzp;      /* B's zero points in s8's range (u8: minus 128; none: 0 - 128): 1 or N */
+    int8_t *bc; /* a constant B in s8 (shifted when u8), or NULL */
+    int32_t *csum; /* its column sums, [batch matrices of B x N] */
+    int azp_in; /* kernel input of a run-time a_zero_point, or -1 */
+    int32_t azp; /* a constant one (0 when none) */
+    int32_t *bzp; /* B's zero points in s8's range (u8: minus 128; none: 0 - 128): 1 or N */
     int64_t nbzp;
     int bzp_nonzero;
     pthread_mutex_t mu; /* guards the primitives */
@@ -46,7 +61,7 @@ struct ox_qmm {
 
 int ox_int8_op(const char *op_type)
 {
-    return op_type && !strcmp(op_type, "MatMulInteger");
+    return op_type && (!strcmp(op_type, "MatMulInteger") || !strcmp(op_type, "QLinearMatMul"));
 }
 
 static dnnl_data_type_t int8_type(nnp_dtype t)
@@ -74,30 +89,53 @@ static int64_t known_numel(const nnp_value_desc *v)
     return n;
 }
 
+static int f32_scalars(const nnp_value_desc *v, int64_t per)
+{
+    int64_t cnt = known_numel(v);
+    return v->dtype.code == NNP_DTYPE_FLOAT && v->dtype.bits == 32 && v->const_data &&
+           v->ndim <= 1 && (cnt == 1 || (per > 0 && cnt == per));
+}
+
 /* Why node does not run here, or NULL. */
 static const char *refusal(const nnp_node_desc *n)
 {
     if (!__builtin_cpu_supports("avx512vnni") && !__builtin_cpu_supports("avxvnni"))
         return "this CPU has no VNNI, without which oneDNN's int8 sums can saturate";
-    if (n->num_inputs < 2 || n->num_inputs > 4 || n->num_outputs < 1)
-        return "it takes 2 to 4 inputs and gives 1 output";
-    const nnp_value_desc *a = &n->inputs[0], *b = &n->inputs[1], *y = &n->outputs[0];
-    if (y->dtype.code != NNP_DTYPE_INT || y->dtype.bits != 32) return "its output is not int32";
+    int ql = !strcmp(n->op_type, "QLinearMatMul");
+    roles r = ql ? QLMM : MMI;
+    if (n->num_outputs < 1 || (ql ? n->num_inputs != 8 : n->num_inputs < 2 || n->num_inputs > 4))
+        return ql ? "it takes 8 inputs" : "it takes 2 to 4 inputs and gives 1 output";
+    const nnp_value_desc *a = &n->inputs[r.a], *b = &n->inputs[r.b], *y = &n->outputs[0];
+    if (ql ? int8_type(y->dtype) == dnnl_data_type_undef
+           : y->dtype.code != NNP_DTYPE_INT || y->dtype.bits != 32)
+        return ql ? "its output is not uint8 or int8" : "its output is not int32";
     if (int8_type(a->dtype) == dnnl_data_type_undef || int8_type(b->dtype) == dnnl_data_type_undef)
         return "A and B must be uint8 or int8";
     if (a->ndim < 2 || a->ndim > MAXR || b->ndim < 2 || b->ndim > MAXR)
         return "A and B must be of rank 2 to 6 (a vector operand is left to another backend)";
-    if (given(n, 2)) {
-        const nnp_value_desc *z = &n->inputs[2];
+    int64_t N = b->shape[b->ndim - 1];
+    if (given(n, r.az)) {
+        const nnp_value_desc *z = &n->inputs[r.az];
         if (int8_type(z->dtype) != int8_type(a->dtype) || known_numel(z) != 1)
             return "a_zero_point must be one element of A's type (onnxruntime takes no other)";
     }
-    if (given(n, 3)) {
-        const nnp_value_desc *z = &n->inputs[3];
-        int64_t cnt = known_numel(z), N = b->shape[b->ndim - 1];
+    if (given(n, r.bz)) {
+        const nnp_value_desc *z = &n->inputs[r.bz];
+        int64_t cnt = known_numel(z);
         if (int8_type(z->dtype) != int8_type(b->dtype) || !z->const_data ||
             !(cnt == 1 || (z->ndim == 1 && N > 0 && cnt == N)))
             return "b_zero_point must be a constant of B's type, one element or one per column";
+    }
+    if (ql) {
+        const nnp_value_desc *yz = &n->inputs[r.yz];
+        if (!f32_scalars(&n->inputs[r.as], 1) || !f32_scalars(&n->inputs[r.bs], N) ||
+            !f32_scalars(&n->inputs[r.ys], 1))
+            return "the scales must be float32 constants: a's and y's one, b's one or one per "
+                   "column";
+        if (!given(n, r.yz) || !yz->const_data || known_numel(yz) != 1 ||
+            int8_type(yz->dtype) != int8_type(y->dtype))
+            return "y_zero_point must be a constant of the output's type";
+        if (given(n, r.az) && !n->inputs[r.az].const_data) return "a_zero_point must be a constant";
     }
     if (b->const_data && known_numel(b) < 0) return "a constant B has no static shape";
     return NULL;
@@ -184,6 +222,7 @@ void ox_qmm_free(ox_qmm *q)
     free(q->bc);
     free(q->csum);
     free(q->bzp);
+    free(q->mult);
     free(q);
 }
 
@@ -192,7 +231,7 @@ ox_qmm *ox_qmm_build(const nnp_node_desc *node, int kin0, int nkin, int *unsuppo
     const char *why = refusal(node), *name = node->name ? node->name : "";
     *unsupported = why != NULL;
     if (why) {
-        ox_fail(e, "node '%s' (MatMulInteger): %s; the onednn backend declines it", name, why);
+        ox_fail(e, "node '%s' (%s): %s; the onednn backend declines it", name, node->op_type, why);
         return NULL;
     }
     ox_qmm *q = calloc(1, sizeof *q);
@@ -201,7 +240,10 @@ ox_qmm *ox_qmm_build(const nnp_node_desc *node, int kin0, int nkin, int *unsuppo
         return NULL;
     }
     pthread_mutex_init(&q->mu, NULL);
-    const nnp_value_desc *a = &node->inputs[0], *b = &node->inputs[1];
+    int ql = !strcmp(node->op_type, "QLinearMatMul");
+    q->op = ql ? "QLinearMatMul" : "MatMulInteger";
+    q->r = ql ? QLMM : MMI;
+    const nnp_value_desc *a = &node->inputs[q->r.a], *b = &node->inputs[q->r.b];
     q->kin0 = kin0;
     q->nkin = nkin;
     q->adt = int8_type(a->dtype);
@@ -211,18 +253,28 @@ ox_qmm *ox_qmm_build(const nnp_node_desc *node, int kin0, int nkin, int *unsuppo
     q->azp_in = -1;
     q->name = strdup(name);
     int64_t N = b->shape[b->ndim - 1];
-    if (given(node, 3)) q->nbzp = known_numel(&node->inputs[3]);
+    if (given(node, q->r.bz)) q->nbzp = known_numel(&node->inputs[q->r.bz]);
     else q->nbzp = 1;
     q->bzp = malloc((size_t)q->nbzp * sizeof *q->bzp);
     if (!q->name || !q->bzp) goto oom;
     for (int64_t j = 0; j < q->nbzp; j++) {
-        int32_t z = given(node, 3) ? get8(node->inputs[3].const_data, q->bdt, j) : 0;
+        int32_t z = given(node, q->r.bz) ? get8(node->inputs[q->r.bz].const_data, q->bdt, j) : 0;
         q->bzp[j] = q->bdt == dnnl_u8 ? z - 128 : z;
         q->bzp_nonzero |= q->bzp[j] != 0;
     }
-    if (given(node, 2)) {
-        if (node->inputs[2].const_data) q->azp = get8(node->inputs[2].const_data, q->adt, 0);
-        else q->azp_in = kin0 + 2;
+    if (given(node, q->r.az)) {
+        if (node->inputs[q->r.az].const_data)
+            q->azp = get8(node->inputs[q->r.az].const_data, q->adt, 0);
+        else q->azp_in = kin0 + q->r.az;
+    }
+    if (ql) { /* the requantization multipliers, as the cpu backend computes them */
+        const float *as = node->inputs[q->r.as].const_data, *bs = node->inputs[q->r.bs].const_data,
+                    *ys = node->inputs[q->r.ys].const_data;
+        q->nmult = known_numel(&node->inputs[q->r.bs]);
+        q->ydt = int8_type(node->outputs[0].dtype);
+        q->yzp = get8(node->inputs[q->r.yz].const_data, q->ydt, 0);
+        if (!(q->mult = malloc((size_t)q->nmult * sizeof *q->mult))) goto oom;
+        for (int64_t j = 0; j < q->nmult; j++) q->mult[j] = as[0] * bs[j] / ys[0];
     }
     if (b->const_data) {
         int64_t count = known_numel(b), K = b->shape[b->ndim - 2], nb = 1;
@@ -246,38 +298,35 @@ static int run_dims(const ox_qmm *q, const nnp_tensor *in, int nin, int64_t *ad,
                     int64_t *yd, int *r, ox_err *e)
 {
     if (nin != q->nkin || !in)
-        return ox_fail(e, "node '%s' (MatMulInteger): the kernel has %d inputs; called with %d",
-                       q->name, q->nkin, nin);
-    const nnp_tensor *a = &in[q->kin0], *b = &in[q->kin0 + 1];
+        return ox_fail(e, "node '%s' (%s): the kernel has %d inputs; called with %d", q->name,
+                       q->op, q->nkin, nin);
+    const nnp_tensor *a = &in[q->kin0 + q->r.a], *b = &in[q->kin0 + q->r.b];
     if (a->ndim != q->ar || int8_type(a->dtype) != q->adt || (a->ndim && !a->shape))
-        return ox_fail(e, "node '%s' (MatMulInteger): A must be a tensor of rank %d of its type",
-                       q->name, q->ar);
+        return ox_fail(e, "node '%s' (%s): A must be a tensor of rank %d of its type", q->name,
+                       q->op, q->ar);
     const int64_t *bs = q->bc ? q->bdc : b->shape;
     if (!q->bc && (b->ndim != q->br || int8_type(b->dtype) != q->bdt || !b->shape))
-        return ox_fail(e, "node '%s' (MatMulInteger): B must be a tensor of rank %d of its type",
-                       q->name, q->br);
+        return ox_fail(e, "node '%s' (%s): B must be a tensor of rank %d of its type", q->name,
+                       q->op, q->br);
     int R = q->ar > q->br ? q->ar : q->br;
     for (int i = 0; i < R; i++) {
         ad[i] = i < R - q->ar ? 1 : a->shape[i - (R - q->ar)];
         bd[i] = i < R - q->br ? 1 : bs[i - (R - q->br)];
     }
     if (ad[R - 1] != bd[R - 2])
-        return ox_fail(e,
-                       "node '%s' (MatMulInteger): A's columns (%lld) differ from B's rows (%lld)",
-                       q->name, (long long)ad[R - 1], (long long)bd[R - 2]);
+        return ox_fail(e, "node '%s' (%s): A's columns (%lld) differ from B's rows (%lld)", q->name,
+                       q->op, (long long)ad[R - 1], (long long)bd[R - 2]);
     for (int i = 0; i < R - 2; i++) {
         if (ad[i] != bd[i] && ad[i] != 1 && bd[i] != 1)
-            return ox_fail(e,
-                           "node '%s' (MatMulInteger): batch dims %lld and %lld do not broadcast",
-                           q->name, (long long)ad[i], (long long)bd[i]);
+            return ox_fail(e, "node '%s' (%s): batch dims %lld and %lld do not broadcast", q->name,
+                           q->op, (long long)ad[i], (long long)bd[i]);
         yd[i] = ad[i] == 1 ? bd[i] : ad[i];
     }
     yd[R - 2] = ad[R - 2];
     yd[R - 1] = bd[R - 1];
     if (q->nbzp > 1 && q->nbzp != yd[R - 1])
-        return ox_fail(e,
-                       "node '%s' (MatMulInteger): b_zero_point has %lld elements for %lld columns",
-                       q->name, (long long)q->nbzp, (long long)yd[R - 1]);
+        return ox_fail(e, "node '%s' (%s): b_zero_point has %lld elements for %lld columns",
+                       q->name, q->op, (long long)q->nbzp, (long long)yd[R - 1]);
     *r = R;
     return 0;
 }
@@ -375,7 +424,7 @@ static const qprim *get_prim(ox_qmm *q, int r, const int64_t *ad, const int64_t 
     const qprim *got = NULL;
     if (!ok) {
         prim_free(&made);
-        ox_fail(e, "node '%s' (MatMulInteger): oneDNN has no int8 matmul for it", q->name);
+        ox_fail(e, "node '%s' (%s): oneDNN has no int8 matmul for it", q->name, q->op);
     } else if (q->nprim < QMAXPRIMS) {
         q->prims[q->nprim] = made;
         got = &q->prims[q->nprim++];
@@ -444,6 +493,21 @@ done:
     return rc ? ox_fail(e, "oneDNN failed to run an int8 matmul") : 0;
 }
 
+/* QLinearMatMul's output from its int32 sums acc (n of them, rows of N): as the cpu backend's
+ * q8put, round(float(acc) * mult) + zy, ties to even, saturated; a NaN gives zy. */
+static void requantize(const ox_qmm *q, const int32_t *acc, int64_t n, int64_t N, void *out)
+{
+    float lo = q->ydt == dnnl_u8 ? 0.f : -128.f, hi = q->ydt == dnnl_u8 ? 255.f : 127.f;
+    for (int64_t i = 0; i < n; i++) {
+        float v = (float)acc[i] * q->mult[q->nmult == 1 ? 0 : i % N];
+        float r = nearbyintf(v) + (float)q->yzp;
+        r = r < lo ? lo : r > hi ? hi : r;
+        if (r != r) r = (float)q->yzp;
+        if (q->ydt == dnnl_u8) ((uint8_t *)out)[i] = (uint8_t)r;
+        else ((int8_t *)out)[i] = (int8_t)r;
+    }
+}
+
 int ox_qmm_run(const ox_qmm *qc, const nnp_tensor *in, int nin, const nnp_tensor *out, void *ws,
                uint64_t wsn, ox_err *e)
 {
@@ -452,30 +516,41 @@ int ox_qmm_run(const ox_qmm *qc, const nnp_tensor *in, int nin, const nnp_tensor
     int r;
     if (run_dims(q, in, nin, ad, bd, yd, &r, e)) return 1;
     int64_t ny = numel(r, yd), M = yd[r - 2], N = yd[r - 1], K = ad[r - 1];
-    int ok = out && out->ndim == r && out->dtype.code == NNP_DTYPE_INT && out->dtype.bits == 32 &&
-             !out->strides && (out->data || !ny) && out->shape;
+    int ok = out && out->ndim == r && !out->strides && (out->data || !ny) && out->shape &&
+             (q->mult ? int8_type(out->dtype) == q->ydt
+                      : out->dtype.code == NNP_DTYPE_INT && out->dtype.bits == 32);
     for (int i = 0; ok && i < r; i++) ok = out->shape[i] == yd[i];
     if (!ok)
         return ox_fail(e,
-                       "node '%s' (MatMulInteger): the output must be a compact int32 tensor "
+                       "node '%s' (%s): the output must be a compact tensor of its type and "
                        "of the shape the inputs give",
-                       q->name);
+                       q->name, q->op);
     if (!ny) return 0;
-    int32_t *y = nnp_tensor_ptr(out);
+    int32_t *y = q->mult ? malloc((size_t)ny * sizeof *y) : nnp_tensor_ptr(out);
+    if (!y) return ox_fail(e, "out of memory");
     if (!K) { /* sums of nothing */
         memset(y, 0, (size_t)ny * sizeof *y);
+        if (q->mult) {
+            requantize(q, y, ny, N, nnp_tensor_ptr(out));
+            free(y);
+        }
         return 0;
     }
-    const void *a = nnp_tensor_ptr(&in[q->kin0]);
-    const void *braw = q->bc ? NULL : nnp_tensor_ptr(&in[q->kin0 + 1]);
+    const void *a = nnp_tensor_ptr(&in[q->kin0 + q->r.a]);
+    const void *braw = q->bc ? NULL : nnp_tensor_ptr(&in[q->kin0 + q->r.b]);
     const void *zin = q->azp_in >= 0 ? nnp_tensor_ptr(&in[q->azp_in]) : NULL;
-    if (!a || (!q->bc && !braw) || (q->azp_in >= 0 && !zin))
-        return ox_fail(e, "node '%s' (MatMulInteger): an input has no data", q->name);
+    if (!a || (!q->bc && !braw) || (q->azp_in >= 0 && !zin)) {
+        if (q->mult) free(y);
+        return ox_fail(e, "node '%s' (%s): an input has no data", q->name, q->op);
+    }
     int32_t za = zin ? get8(zin, q->adt, 0) : q->azp;
     int64_t nba = numel(r - 2, ad), nbb = numel(r - 2, bd), nb = numel(r - 2, yd);
     qprim temp = {0};
     const qprim *p = get_prim(q, r, ad, bd, yd, &temp, e);
-    if (!p) return 1;
+    if (!p) {
+        if (q->mult) free(y);
+        return 1;
+    }
     void *own = NULL, *scratch = ws;
     int8_t *bs = NULL;
     int32_t *cs = NULL, *rs = NULL;
@@ -526,11 +601,13 @@ int ox_qmm_run(const ox_qmm *qc, const nnp_tensor *in, int nin, const nnp_tensor
             }
         }
     }
+    if (q->mult) requantize(q, y, ny, N, nnp_tensor_ptr(out));
     rc = 0;
     goto done;
 oom:
     ox_fail(e, "out of memory");
 done:
+    if (q->mult) free(y);
     if (p == &temp) prim_free(&temp);
     free(own);
     free(bs);

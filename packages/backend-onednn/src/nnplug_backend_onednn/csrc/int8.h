@@ -1,6 +1,6 @@
 /* Integer ops on oneDNN's int8 primitives, outside the float32 graphs of kernels.h: ONNX
- * MatMulInteger (u8/s8 x u8/s8 -> int32 with zero points), a kernel of its own. Its result is
- * exact, bit for bit onnxruntime's: the products are summed in int32 (VNNI's vpdpbusd, which
+ * MatMulInteger (u8/s8 x u8/s8 -> int32 with zero points) and QLinearMatMul (the same sums,
+ * requantized to u8/s8), each a kernel of its own. The sums are exact, bit for bit onnxruntime's: the products are summed in int32 (VNNI's vpdpbusd, which
  * wraps; never AVX2's vpmaddubsw, which saturates pairs of products in int16, so the backend
  * claims it only on a CPU with VNNI) and the zero points are taken out after, in integers. */
 #ifndef NNPLUG_ONEDNN_INT8_H_
