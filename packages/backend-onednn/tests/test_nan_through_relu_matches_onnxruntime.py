@@ -1,5 +1,5 @@
 """A NaN that reaches a Relu stays NaN, as onnxruntime and the cpu backend have it: oneDNN's own
-relu is max(x, 0) and turns it into 0, so Relu runs as elu(alpha 0) then linear(1, 0) (plan.c
+relu is max(x, 0) and turns it into 0, so Relu runs as elu(alpha 0) then linear(1, 0) (plan_steps.c
 is_relu), alone and fused into a convolution, a matrix product, a binary op and a
 BatchNormalization; negative inputs still give +0 (not elu's -0). At 1 and 2 threads."""
 

@@ -120,6 +120,45 @@ static inline float fget(const void *p, int dt, int64_t i)
     return (float)nnc_get_d(p, dt, i);
 }
 
+/* ---- 8-bit loops without per-element dispatch ---------------------------------------- */
+
+/* round(x / sc) + z saturated to [lo, hi], as qput does, without nearbyintf (a library call
+ * where the baseline x86-64 has no roundss): v is first clamped to [-1024, 1024], which changes
+ * no saturated result (|zp| <= 255) and lets (v + 1.5 * 2^23) - 1.5 * 2^23 round it to an
+ * integer, ties to even, in the current (nearest) mode; a NaN fails every compare and comes
+ * out as lo, as in qput. Branch-free, so the loops below vectorise. */
+static inline float q8_value(float x, float sc, float z, float lo, float hi)
+{
+    float v = x / sc;
+    v = v < -1024.f ? -1024.f : v > 1024.f ? 1024.f : v;
+    float r = (v + 12582912.f) - 12582912.f + z;
+    return r != r ? lo : r < lo ? lo : r > hi ? hi : r;
+}
+
+/* y[i] = saturate(round(x[i] / sc) + zp) into uint8 or int8 for n floats sharing one scale and
+ * zero point. */
+static void quant8(const float *x, float sc, int32_t zp, int dt, void *y, int64_t n)
+{
+    const float z = (float)zp;
+    if (dt == DT_U8) {
+        uint8_t *o = y;
+        for (int64_t i = 0; i < n; i++) o[i] = (uint8_t)(int32_t)q8_value(x[i], sc, z, 0.f, 255.f);
+    } else {
+        int8_t *o = y;
+        for (int64_t i = 0; i < n; i++)
+            o[i] = (int8_t)(int32_t)q8_value(x[i], sc, z, -128.f, 127.f);
+    }
+}
+
+/* y[i] = (x[i] - zp) * sc from uint8 or int8, as the generic loop computes it. */
+static void dequant8(const void *x, int dt, float sc, int32_t zp, float *y, int64_t n)
+{
+    if (dt == DT_U8)
+        for (int64_t i = 0; i < n; i++) y[i] = (float)((int32_t)((const uint8_t *)x)[i] - zp) * sc;
+    else
+        for (int64_t i = 0; i < n; i++) y[i] = (float)((int32_t)((const int8_t *)x)[i] - zp) * sc;
+}
+
 /* ---- QuantizeLinear / DequantizeLinear ------------------------------------------------ */
 
 /* out_dt: the output type; prec: the type x and the scale are divided in (QuantizeLinear's
@@ -273,11 +312,36 @@ typedef struct {
     int xdt, zdt, sdt;
 } ql_job;
 
+/* The 8-bit, float32, per-tensor or per-axis case (QDQ models' activations and weights), by
+ * runs of elements sharing a scale: quant8 / dequant8. 0 when it is another case. */
+static int ql_range8(const ql_job *j, int64_t b, int64_t e)
+{
+    const ql_state *s = j->s;
+    int qdt = s->quant ? s->out_dt : j->xdt;
+    if (j->m.mode == 2 || j->sdt != DT_F32 || !is_q8(qdt) ||
+        (s->quant ? j->xdt != DT_F32 || s->prec != DT_F32 : s->out_dt != DT_F32))
+        return 0;
+    for (int64_t i = b; i < e;) {
+        int64_t q = qidx(&j->m, i), end = e;
+        if (j->m.mode == 1) { /* to the end of this run of the axis' index */
+            int64_t next = (i / j->m.inner + 1) * j->m.inner;
+            end = next < e ? next : e;
+        }
+        float sc = ((const float *)j->sc)[q];
+        int32_t zp = j->zp ? qget(j->zp, j->zdt, q) : 0;
+        if (s->quant) quant8((const float *)j->x + i, sc, zp, qdt, (uint8_t *)j->y + i, end - i);
+        else dequant8((const uint8_t *)j->x + i, qdt, sc, zp, (float *)j->y + i, end - i);
+        i = end;
+    }
+    return 1;
+}
+
 static void ql_range(void *arg, int64_t b, int64_t e, int tid)
 {
     (void)tid;
     const ql_job *j = arg;
     const ql_state *s = j->s;
+    if (ql_range8(j, b, e)) return;
     if (s->quant) {
         float lo, hi;
         qrange(s->out_dt, &lo, &hi);
@@ -391,7 +455,7 @@ static int dq_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
     if (n->nout > 2 && n->out[2] >= 0) *(uint8_t *)out[2].data = (uint8_t)zp;
     uint8_t *y = out[0].data;
     if (n->out[0] < 0) return NNC_OK;
-    for (int64_t i = 0; i < cnt; i++) qput(y, DT_U8, i, x[i] / scale, zp, 0.f, 255.f);
+    quant8(x, scale, zp, DT_U8, y, cnt);
     return NNC_OK;
 }
 

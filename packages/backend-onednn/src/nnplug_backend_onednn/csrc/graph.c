@@ -28,6 +28,7 @@ typedef struct {
     ox_err *e;
     int cap_val;
     int allow_bool; /* the value being added may be bool (an IsNaN's result) */
+    int allow_q8;   /* ... or uint8 / int8 (a QuantizeLinear's result) */
 } parser;
 
 static int decline(parser *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -101,7 +102,10 @@ static int add_value(parser *p, const nnp_value_desc *d, int *out)
     const char *nm = d->name ? d->name : "";
     int boolean = p->allow_bool && d->dtype.code == NNP_DTYPE_BOOL && d->dtype.bits == 8 &&
                   d->dtype.lanes <= 1 && !d->const_data;
-    if (!boolean && (d->dtype.code != NNP_DTYPE_FLOAT || d->dtype.bits != 32 || d->dtype.lanes > 1))
+    int q8 = p->allow_q8 && (d->dtype.code == NNP_DTYPE_UINT || d->dtype.code == NNP_DTYPE_INT) &&
+             d->dtype.bits == 8 && d->dtype.lanes <= 1 && !d->const_data;
+    if (!boolean && !q8 &&
+        (d->dtype.code != NNP_DTYPE_FLOAT || d->dtype.bits != 32 || d->dtype.lanes > 1))
         return decline(p, "value '%s' is not float32", nm);
     if (d->ndim < 0) return decline(p, "value '%s' has an unknown rank", nm);
     if (d->ndim > MAXR) return decline(p, "value '%s' has rank %d (at most %d)", nm, d->ndim, MAXR);
@@ -118,6 +122,7 @@ static int add_value(parser *p, const nnp_value_desc *d, int *out)
     memset(v, 0, sizeof *v);
     v->kin = -1;
     v->boolean = boolean;
+    v->q8 = q8;
     v->ndim = d->ndim;
     for (int i = 0; i < d->ndim; i++) {
         if (d->shape[i] == 0) return decline(p, "value '%s' is empty", nm);
@@ -556,6 +561,45 @@ static int parse_matmul(parser *p, ox_op *op)
 
 /* ---- the group ---------------------------------------------------------------------------- */
 
+/* A QuantizeLinear or DequantizeLinear's zero point, a constant uint8 / int8 scalar, into
+ * op->qzp[0] (qs8: its type); an omitted one is a uint8 0. Only as a pair (see fake_quant). */
+static int q8_scalar(parser *p, ox_op *op, const nnp_value_desc *vd)
+{
+    int s8 = vd->dtype.code == NNP_DTYPE_INT;
+    if (!vd->const_data || vd->const_nbytes != 1 || vd->dtype.bits != 8 ||
+        (vd->dtype.code != NNP_DTYPE_UINT && !s8))
+        return decline(p, "the zero point must be a constant uint8 or int8 scalar");
+    op->qzp[0] = s8 ? *(const int8_t *)vd->const_data : *(const uint8_t *)vd->const_data;
+    op->qs8 = s8;
+    return 0;
+}
+
+/* QuantizeLinear (float32 -> uint8 / int8) or DequantizeLinear (back), per tensor: a constant
+ * float32 scalar scale. Only as QuantizeLinear -> DequantizeLinear (see fake_quant). */
+static int parse_qdq(parser *p, ox_op *op)
+{
+    const nnp_node_desc *n = p->n;
+    int quant = n->op_type[0] == 'Q';
+    op->kind = quant ? OP_QUANT : OP_DEQUANT;
+    if (op->nin < 2 || op->nin > 3 || op->in[0] < 0 || op->in[1] < 0) return decline(p, "arity");
+    const ox_value *sc = &p->g->vals[op->in[1]], *x = &p->g->vals[op->in[0]],
+                   *y = &p->g->vals[op->out];
+    if (!sc->cdata || !known(sc) || vnumel(sc) != 1)
+        return decline(p, "only a per-tensor quantization (a constant scalar scale)");
+    if (attr_int(n, "block_size", 0) != 0) return decline(p, "block_size");
+    int64_t prec = attr_int(n, "precision", 0);
+    if (prec != 0 && prec != 1) return decline(p, "precision other than float32");
+    if (x->boolean || (quant ? x->q8 || !y->q8 : !x->q8 || y->q8))
+        return decline(p, "only float32 -> uint8 / int8 -> float32");
+    int s8 = (quant ? n->outputs[0] : n->inputs[0]).dtype.code == NNP_DTYPE_INT;
+    if (n->num_inputs > 2 && n->inputs[2].name[0] && op->qs8 != s8)
+        return decline(p, "the zero point's type differs from the integer value's");
+    op->qs8 = s8;
+    op->qscale[0] = sc->cdata[0];
+    if (!same_dims(x, y)) return decline(p, "output shape differs from the input's");
+    return 0;
+}
+
 static int parse_node(parser *p, ox_op *op)
 {
     const char *t = p->n->op_type;
@@ -675,6 +719,7 @@ static int parse_node(parser *p, ox_op *op)
             return decline(p, "output shape differs from the input's");
         return 0;
     }
+    if (!strcmp(t, "QuantizeLinear") || !strcmp(t, "DequantizeLinear")) return parse_qdq(p, op);
     if (!strcmp(
             t, "Erf")) { /* oneDNN has erf only inside gelu_erf: a loop of its own when not fused */
         op->kind = OP_ERF;
@@ -937,7 +982,7 @@ static int swish_chain(const ox_graph *g, int x, int *chain)
  * `sum` post-op; the op then runs where the Add was, after both operands exist). */
 /* A BatchNormalization left to oneDNN's own primitive (a parameter given at run time): it
  * takes no post-op, so a Relu after it is a step of its own (its fuse_norm_relu flag is
- * oneDNN's relu, which a strict graph must not use; see plan.c strict_relu); bn_affine's
+ * oneDNN's relu, which a strict graph must not use; see plan_steps.c strict_relu); bn_affine's
  * multiply-add takes any post-op. */
 static int bn_primitive(const ox_op *op)
 {
@@ -945,7 +990,7 @@ static int bn_primitive(const ox_op *op)
 }
 
 /* Whether op runs otherwise in a strict graph, where a NaN or an infinity can reach it: a Relu
- * (oneDNN's relu is max(x, 0), which drops a NaN; see plan.c strict_relu), a fused Clip (its
+ * (oneDNN's relu is max(x, 0), which drops a NaN; see plan_steps.c strict_relu), a fused Clip (its
  * clip too), a fused GELU (oneDNN's gelu_erf gives NaN for +inf, where x * 0.5 * (1 + erf) is
  * +inf; the strict graph runs the exported ops one by one), a max pooling and an LRN (see
  * strict.h), and a convolution that may run as Winograd (ox_winograd_shape). */
@@ -1071,6 +1116,47 @@ static int nan_replace(parser *p, const nnp_node_desc *nodes)
     return 0;
 }
 
+/* QDQ models (onnxruntime's quantize_static) round each activation to its integer grid and
+ * back, QuantizeLinear -> DequantizeLinear: as one float32 -> float32 op, OP_QDQ,
+ * y = (saturate(round(x / s0) + z0) - z1) * s1, so the 8-bit value never exists in the kernel
+ * and the convolutions around it stay in one partition. The QuantizeLinear's result must be
+ * read by that DequantizeLinear alone; any other QuantizeLinear or DequantizeLinear is declined. */
+static int fake_quant(parser *p, const nnp_node_desc *nodes)
+{
+    ox_graph *g = p->g;
+    for (int i = 0; i < g->nop; i++) {
+        ox_op *d = &g->ops[i];
+        if (d->dead || d->kind != OP_DEQUANT) continue;
+        p->n = &nodes[i];
+        int k = -1;
+        for (int j = 0; j < g->nop && k < 0; j++)
+            if (!g->ops[j].dead && g->ops[j].kind == OP_QUANT && g->ops[j].out == d->in[0]) k = j;
+        if (k < 0) return decline(p, "only after its QuantizeLinear in the same kernel");
+        ox_op *q = &g->ops[k];
+        if (sole_consumer(g, q->out) != i)
+            return decline(p, "the QuantizeLinear's result is read elsewhere too");
+        if (q->qs8 != d->qs8) return decline(p, "the two integer types differ");
+        d->qscale[1] = d->qscale[0];
+        d->qzp[1] = d->qzp[0];
+        d->qscale[0] = q->qscale[0];
+        d->qzp[0] = q->qzp[0];
+        for (int j = 0; j < d->nin; j++)
+            if (d->in[j] >= 0) g->vals[d->in[j]].consumers--;
+        for (int j = 1; j < q->nin; j++)
+            if (q->in[j] >= 0) g->vals[q->in[j]].consumers--;
+        d->in[0] = q->in[0];
+        d->nin = 1;
+        d->kind = OP_QDQ;
+        q->dead = 1;
+    }
+    for (int i = 0; i < g->nop; i++)
+        if (!g->ops[i].dead && (g->ops[i].kind == OP_QUANT || g->ops[i].kind == OP_DEQUANT)) {
+            p->n = &nodes[i];
+            return decline(p, "only QuantizeLinear -> DequantizeLinear, the one read by the other");
+        }
+    return 0;
+}
+
 static int by_pos(const void *a, const void *b, void *ops)
 {
     const ox_op *o = ops;
@@ -1152,6 +1238,13 @@ ox_graph *ox_graph_parse(const nnp_node_desc *nodes, int n, int strict, int *uns
                 g->kin_val[g->nkin++] = -1;
                 continue;
             }
+            int qdq =
+                !strcmp(d->op_type, "QuantizeLinear") || !strcmp(d->op_type, "DequantizeLinear");
+            if (qdq && j == 2) { /* a zero point: read here (see parse_qdq) */
+                if (q8_scalar(&p, op, vd)) goto bad;
+                g->kin_val[g->nkin++] = -1;
+                continue;
+            }
             if ((j == 1 && !strcmp(d->op_type, "Reshape")) ||
                 (j >= 1 && !strcmp(d->op_type, "Dropout"))) {
                 /* Reshape's shape: the declared output dims are used; Dropout's ratio and
@@ -1172,15 +1265,16 @@ ox_graph *ox_graph_parse(const nnp_node_desc *nodes, int n, int strict, int *uns
             g->vals[v].consumers++;
         }
         p.allow_bool = !strcmp(d->op_type, "IsNaN");
+        p.allow_q8 = !strcmp(d->op_type, "QuantizeLinear");
         if (add_value(&p, &d->outputs[0], &op->out)) goto bad;
-        p.allow_bool = 0;
+        p.allow_bool = p.allow_q8 = 0;
         if (parse_node(&p, op)) goto bad;
         /* inputs parse_node dropped (Clip's bounds) are not read */
         for (int j = op->nin; j < d->num_inputs; j++)
             if (op->in[j] >= 0) g->vals[op->in[j]].consumers--;
     }
     g->out = g->ops[n - 1].out;
-    if (nan_replace(&p, nodes)) goto bad;
+    if (nan_replace(&p, nodes) || fake_quant(&p, nodes)) goto bad;
     fuse(g, strict);
     g->strict = strict;
     for (int i = 0; i < g->nop; i++)

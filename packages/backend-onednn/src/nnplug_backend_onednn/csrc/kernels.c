@@ -3,6 +3,7 @@
  * for static shapes) and kept (see kernels.h). */
 #define _GNU_SOURCE
 #include "kernels.h"
+#include "int8.h"
 
 #include <sched.h>
 #include <stdio.h>
@@ -91,9 +92,11 @@ typedef struct {
 } cached;
 
 /* g, and when g is guarded (see ox_graph.guarded) the same nodes parsed strict, for runs with a
- * NaN or an infinity in an input; its plans are made only then. */
+ * NaN or an infinity in an input; its plans are made only then. Or q, an integer op (int8.h),
+ * and no graph. */
 struct nnp_kernel {
     ox_graph *g, *strict;
+    ox_qmm *q;
     pthread_mutex_t mu;
     int nplans;
     cached plans[MAXPLANS];
@@ -108,6 +111,7 @@ int ox_supported(const nnp_node_desc *nodes, int n)
 {
     ox_err e;
     int unsupported, ok = 0;
+    if (n == 1 && ox_int8_op(nodes[0].op_type)) return ox_qmm_supported(&nodes[0]);
     ox_graph *g = ox_graph_parse(nodes, n, 0, &unsupported, &e);
     if (!g) return 0;
     if (g->dynamic) ok = 1; /* primitives are made per shape at run time */
@@ -124,6 +128,7 @@ int ox_supported(const nnp_node_desc *nodes, int n)
 void ox_destroy(nnp_kernel *k)
 {
     if (!k) return;
+    ox_qmm_free(k->q);
     for (int i = 0; i < k->nplans; i++) {
         ox_plan_free(k->plans[i].plan);
         free(k->plans[i].dims);
@@ -160,9 +165,40 @@ static ox_plan *get_plan(nnp_kernel *k, int strict, int64_t *dims, int *temp, ox
     return p;
 }
 
+/* An integer op is claimed alone (ox_supported), and a group holds one only as its last node:
+ * no node the backend claims reads its int32 result, nor makes the int8 values it reads, so the
+ * float32 nodes before it in the group are ones whose results nothing reads (the host ends a
+ * group where a value made in it is read after it), and are left out. */
+static int build_int8(const nnp_node_desc *nodes, int n, nnp_kernel **out, int *unsupported,
+                      ox_err *e)
+{
+    int kin0 = 0, nkin = 0;
+    for (int i = 0; i < n; i++) {
+        if (i < n - 1 && ox_int8_op(nodes[i].op_type))
+            return ox_fail(e,
+                           "node '%s' (%s): the onednn backend runs it only as a kernel's last "
+                           "node",
+                           nodes[i].name ? nodes[i].name : "", nodes[i].op_type);
+        if (i < n - 1) kin0 += nodes[i].num_inputs;
+        nkin += nodes[i].num_inputs;
+    }
+    nnp_kernel *k = calloc(1, sizeof *k);
+    if (!k) return ox_fail(e, "out of memory");
+    pthread_mutex_init(&k->mu, NULL);
+    if (!(k->q = ox_qmm_build(&nodes[n - 1], kin0, nkin, unsupported, e))) {
+        ox_destroy(k);
+        return 1;
+    }
+    *out = k;
+    return 0;
+}
+
 int ox_build(const nnp_node_desc *nodes, int n, nnp_kernel **out, int *unsupported, ox_err *e)
 {
     *out = NULL;
+    *unsupported = 0;
+    for (int i = 0; i < n; i++)
+        if (ox_int8_op(nodes[i].op_type)) return build_int8(nodes, n, out, unsupported, e);
     ox_graph *g = ox_graph_parse(nodes, n, 0, unsupported, e);
     if (!g) return 1;
     nnp_kernel *k = calloc(1, sizeof *k);
@@ -197,6 +233,7 @@ int ox_output_shapes(const nnp_kernel *k, const nnp_tensor *in, int nin, int nou
 {
     if (!k || nout != 1)
         return ox_fail(e, "kernel_output_shapes: the kernel has 1 output; asked for %d", nout);
+    if (k->q) return ox_qmm_output_shape(k->q, in, nin, ndims, shapes, e);
     int64_t *dims = malloc(dims_bytes(k->g));
     if (!dims) return ox_fail(e, "out of memory");
     int rc = ox_graph_shapes(k->g, in, nin, dims, e);
@@ -213,6 +250,7 @@ int ox_workspace_size(const nnp_kernel *kc, const nnp_tensor *in, int nin, uint6
                       ox_err *e)
 {
     nnp_kernel *k = (nnp_kernel *)kc; /* the plan cache is the kernel's one mutable part, locked */
+    if (k->q) return ox_qmm_workspace(k->q, in, nin, nbytes, e);
     int64_t *dims = malloc(dims_bytes(k->g));
     if (!dims) return ox_fail(e, "out of memory");
     int temp = 0;
@@ -289,6 +327,10 @@ int ox_run(const nnp_kernel *kc, const nnp_tensor *in, int nin, const nnp_tensor
 {
     nnp_kernel *k = (nnp_kernel *)kc;
     if (!k) return ox_fail(e, "kernel is NULL");
+    if (k->q) {
+        if (nout != 1) return ox_fail(e, "the kernel has 1 output; called with %d", nout);
+        return ox_qmm_run(k->q, in, nin, out, ws, wsn, e);
+    }
     const ox_graph *g = k->g;
     if (nin != g->nkin || nout != 1 || (nin && !in) || !out)
         return ox_fail(e, "the kernel has %d inputs and 1 output; called with %d and %d", g->nkin,

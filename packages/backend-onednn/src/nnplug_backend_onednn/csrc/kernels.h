@@ -1,7 +1,7 @@
 /* Kernels: a group of ONNX nodes (up to a whole partition) parsed once into ops (graph.c),
  * then planned per concrete input shape and thread count into a sequence of oneDNN
  * primitives whose activations stay in the layouts oneDNN picks, with reorders only where
- * a layout changes and at the kernel's edges (plan.c). */
+ * a layout changes and at the kernel's edges (plan*.c). */
 #ifndef NNPLUG_ONEDNN_KERNELS_H_
 #define NNPLUG_ONEDNN_KERNELS_H_
 
@@ -35,7 +35,7 @@ static inline int ox_own_eltwise(dnnl_alg_kind_t alg)
 }
 
 /* Relu itself (LeakyRelu is relu with a slope): oneDNN's form, max(x, 0), drops a NaN, so a
- * strict graph runs it otherwise (plan.c strict_relu). */
+ * strict graph runs it otherwise (plan_steps.c strict_relu). */
 static inline int ox_is_relu(dnnl_alg_kind_t alg, float alpha)
 {
     return alg == dnnl_eltwise_relu && alpha == 0.f;
@@ -57,7 +57,10 @@ enum {
     OP_TRANSPOSE,
     OP_ISNAN,
     OP_WHERE, /* only while parsing: Where(IsNaN(x), C, x) becomes one OP_NANREP */
-    OP_NANREP
+    OP_NANREP,
+    OP_QUANT,   /* only while parsing: QuantizeLinear -> DequantizeLinear becomes one OP_QDQ */
+    OP_DEQUANT, /* (graph.c fake_quant) */
+    OP_QDQ
 };
 enum { PAD_NOTSET, PAD_VALID, PAD_SAME_UPPER, PAD_SAME_LOWER };
 enum { POST_ELTWISE, POST_SUM };
@@ -70,6 +73,7 @@ typedef struct {
     int kin;            /* first kernel input index holding it, or -1 */
     int consumers;      /* live ops reading it */
     int boolean;        /* an IsNaN's bool result: never leaves the parse (see nan_replace) */
+    int q8; /* a QuantizeLinear's uint8 / int8 result: never leaves the parse (see fake_quant) */
 } ox_value;
 
 typedef struct {
@@ -99,9 +103,14 @@ typedef struct {
     int npost;
     ox_post post[MAXPOST];
     int64_t perm[MAXR]; /* Transpose */
+    /* QuantizeLinear [0] and DequantizeLinear [1] (OP_QDQ: both): scale, zero point; qs8: the
+     * integer type is int8, else uint8 */
+    float qscale[2];
+    int32_t qzp[2];
+    int qs8;
 } ox_op;
 
-/* A convolution plan.c may run as Winograd F(2x2, 3x3), by its attributes (winograd_fits also
+/* A convolution a plan may run as Winograd F(2x2, 3x3), by its attributes (winograd_fits also
  * asks for channel counts, plane size and post-ops). Its transforms add and subtract inputs
  * before the products: on finite inputs within about a tenth of FLT_MAX they overflow where the
  * direct sum does not, so a strict graph runs it direct (see ox_graph.guarded). */
@@ -149,7 +158,7 @@ static inline int ox_value_empty(const ox_graph *g, const int64_t *dims, int v)
 int ox_window(const ox_op *op, const int64_t *in, const int64_t *out, int64_t *pl, int64_t *pr,
               ox_err *e);
 
-/* ---- plans (plan.c) --------------------------------------------------------------------- */
+/* ---- plans (plan*.c, plan.h) ------------------------------------------------------------- */
 
 typedef struct ox_plan ox_plan;
 ox_plan *ox_plan_build(const ox_graph *g, const int64_t *dims, int threads, ox_err *e);

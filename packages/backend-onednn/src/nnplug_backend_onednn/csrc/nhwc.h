@@ -1,4 +1,4 @@
-/* The backend's own LRN across channels of an nhwc value, with beta 0.75 (see plan.c):
+/* The backend's own LRN across channels of an nhwc value, with beta 0.75 (see plan_simple.c):
  * oneDNN has no fast nhwc LRN, and its nchw one costs a reorder there and one back. It splits
  * the pixels between the threads of oneDNN's OpenMP pool (dl_parallel). */
 #ifndef NNPLUG_ONEDNN_NHWC_H_

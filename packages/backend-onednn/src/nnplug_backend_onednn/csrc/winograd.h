@@ -1,5 +1,5 @@
 /* Winograd F(2x2, 3x3) convolution: the transforms around one batched oneDNN matmul (see
- * plan.c, build_winograd). A 3x3, stride-1 convolution computes each 2x2 block of outputs
+ * plan_winograd.c, build_winograd). A 3x3, stride-1 convolution computes each 2x2 block of outputs
  * from a 4x4 block of inputs with 16 products per input and output channel instead of 36:
  *   V = B^T d B (input, per tile), U = G g G^T (weights, once), M = V . U (summed over input
  *   channels: for each of the 16 positions a matrix product, tiles x IC times IC x OC), and

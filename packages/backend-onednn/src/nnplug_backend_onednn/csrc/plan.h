@@ -1,0 +1,193 @@
+/* Plans: the ops of a group for concrete shapes and a thread count, as a sequence of oneDNN
+ * primitives (see kernels.h). Activations get the layout the primitive producing them picks
+ * (format_tag::any for convolutions and pools; element-wise, binary, normalisation and
+ * softmax ops keep their input's layout); a value is reordered only when a reader needs
+ * another layout, at the kernel's inputs and at its output. Weights are reordered into the
+ * layout their primitive picks once, when the plan is built. Intermediate values live in an
+ * arena inside the run's workspace, placed by lifetime; a residual Add is a `sum` post-op
+ * writing into the buffer of the value it adds when that value is read by nothing later.
+ *
+ * What the plan files share: plan.c builds a plan, handing each op to the builder of its family
+ * (plan_conv.c, plan_matmul.c, ...) which makes its steps with plan_steps.c; plan_run.c runs it. */
+#ifndef NNPLUG_ONEDNN_PLAN_H_
+#define NNPLUG_ONEDNN_PLAN_H_
+
+#include "kernels.h"
+
+#define MAXVIEWS 4
+#define MAXARGS (MAXIN + 8)
+
+enum { B_IN, B_OUT, B_ARENA, B_CONST, B_SCRATCH };
+
+typedef struct {
+    int where; /* B_* */
+    int index; /* B_IN: kernel input */
+    const void *ptr; /* B_CONST */
+    uint64_t size, off;
+    int first, last; /* steps that use it (B_ARENA) */
+    int shared; /* also the bytes of a Reshape's or Transpose's result: never written in place */
+} ox_buf;
+
+typedef struct {
+    int arg, buf;
+    dnnl_memory_desc_t md;
+    dnnl_memory_t fixed; /* B_CONST: made once */
+} ox_arg;
+
+/* A step of the backend's own on the pointers of its args (in order) and its settings cfg,
+ * owned by the plan; a step that checks its input for NaNs and infinities returns whether it
+ * found any (0 or 1), any other -1. */
+typedef int (*ox_fn)(const void *cfg, void *const *ptrs, int nptrs);
+
+/* When a step runs: always, or only after a Winograd input transform that found every value
+ * finite (its product and output transform), or one that did not (the direct convolution). */
+enum { RUN_ALWAYS, RUN_FINITE, RUN_NONFINITE };
+
+typedef struct {
+    dnnl_primitive_t prim; /* or NULL with fn set */
+    ox_fn fn;
+    const void *cfg;
+    int when; /* RUN_* */
+    int nargs;
+    ox_arg args[MAXARGS];
+    const char *node; /* "name (OpType)" of the node it is for (NNPLUG_ONEDNN_PROFILE) */
+    const char *what; /* a step of the backend's own: what it does */
+} ox_step;
+
+/* The memory objects of one run: a run takes a context for itself, so handles can be reset
+ * (only where a pointer changed) without locking. */
+typedef struct ox_ctx {
+    struct ox_ctx *next, *next_idle;
+    dnnl_memory_t *mem;
+    void **ptr;
+} ox_ctx;
+
+struct ox_plan {
+    int nstep, cap_step, nbuf, cap_buf, nowned, cap_owned, threads, nmem;
+    int profile; /* NNPLUG_ONEDNN_PROFILE=1 when it was made: each step's time to stderr */
+    ox_step *steps;
+    ox_buf *bufs;
+    void **owned; /* packed weights */
+    uint64_t arena, scratch;
+    pthread_mutex_t mu; /* guards the context lists */
+    ox_ctx *idle, *all;
+};
+
+typedef struct {
+    dnnl_memory_desc_t md;
+    int buf;
+} ox_view;
+
+typedef struct {
+    const ox_graph *g;
+    const int64_t *dims;
+    ox_plan *p;
+    ox_err *e;
+    int dry; /* primitive descriptors only (supports) */
+    int *nviews, *last_use;
+    ox_view (*views)[MAXVIEWS];
+    int cur;
+} pb;
+
+#define DIMS(v) (b->dims + (size_t)(v) * MAXR)
+#define VAL(v) (&b->g->vals[v])
+
+/* The inputs of op's primitive pd. Called with s == -1 (dry: nothing), s == -2 (make the
+ * views the primitive reads, i.e. the reorders that must run before it, and pack weights),
+ * then s >= 0 (add the arguments to step s; the views exist by then, so no step is added). */
+typedef int (*inputs_fn)(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, int s);
+
+/* Per plan, the packed weights and the bias of a conv / matmul (made when s == -2). */
+typedef struct {
+    int wbuf, bbuf;
+} packed_t;
+extern __thread packed_t t_packed;
+
+static inline uint64_t align64(uint64_t n)
+{
+    return (n + 63) & ~(uint64_t)63;
+}
+
+/* ---- descriptors, buffers, steps, views, attributes (plan_steps.c) --------------------------- */
+
+dnnl_memory_desc_t plain_md(int ndim, const int64_t *shape, int r);
+dnnl_memory_desc_t any_md(int ndim, const int64_t *dims);
+dnnl_memory_desc_t tag_md(int ndim, const int64_t *dims, dnnl_format_tag_t tag);
+int fast_impl(const_dnnl_primitive_desc_t pd);
+int ref_impl(const_dnnl_primitive_desc_t pd);
+dnnl_memory_desc_t matrix_md(const int64_t *shape, int r, int trans);
+dnnl_memory_desc_t clone_md(const_dnnl_memory_desc_t md);
+void md_free(dnnl_memory_desc_t md);
+const_dnnl_memory_desc_t query(const_dnnl_primitive_desc_t pd, dnnl_query_t what, int i);
+dnnl_memory_desc_t value_plain(pb *b, int v, int r);
+int new_buf(pb *b, int where, int index, const void *ptr, uint64_t size);
+int arena_buf(pb *b, const_dnnl_memory_desc_t md);
+int new_step(pb *b, const_dnnl_primitive_desc_t pd);
+int add_arg(pb *b, int s, int arg, int buf, const_dnnl_memory_desc_t md);
+dnnl_primitive_attr_t plain_attr(void);
+int add_reorder(pb *b, int from, const_dnnl_memory_desc_t fmd, int to,
+                const_dnnl_memory_desc_t tmd);
+int add_view(pb *b, int v, const_dnnl_memory_desc_t md, int buf);
+int get_view(pb *b, int v, const_dnnl_memory_desc_t md, int *buf);
+int plain_buf(pb *b, int v, int *buf);
+const_dnnl_memory_desc_t home(pb *b, int v);
+int is_plain(pb *b, int v, const_dnnl_memory_desc_t md);
+int dst_buf(pb *b, const ox_op *op, const_dnnl_memory_desc_t md, int *reorder_out);
+int set_result(pb *b, const ox_op *op, int buf, const_dnnl_memory_desc_t md, int reorder_out);
+int pack(pb *b, const float *data, dnnl_memory_desc_t src, const_dnnl_memory_desc_t dst, int *buf);
+int strict_relu(const pb *b, dnnl_alg_kind_t alg, float alpha);
+dnnl_primitive_attr_t op_attr_adding(const pb *b, const ox_op *op, const_dnnl_memory_desc_t add);
+dnnl_primitive_attr_t op_attr(const pb *b, const ox_op *op);
+int sum_dst(pb *b, const ox_op *op, const_dnnl_memory_desc_t dmd, int *dbuf, int *reorder_out);
+int finish_as(pb *b, const ox_op *op, dnnl_primitive_desc_t pd, inputs_fn inputs,
+              const_dnnl_memory_desc_t as);
+int finish(pb *b, const ox_op *op, dnnl_primitive_desc_t pd, inputs_fn inputs);
+int input_arg_any(pb *b, int s, int arg, int v, const_dnnl_primitive_desc_t pd, dnnl_query_t what,
+                  int i);
+int plain_arg(pb *b, int s, int arg, int v, dnnl_memory_desc_t md);
+int fn_step(pb *b, ox_fn fn, const void *cfg, int when, const char *what);
+void *owned_cfg(pb *b, size_t n);
+
+/* ---- Conv (plan_conv.c) ---------------------------------------------------------------------- */
+
+int conv_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, int s);
+int build_conv(pb *b, const ox_op *op);
+
+/* ---- Winograd convolutions (plan_winograd.c) ------------------------------------------------- */
+
+int winograd_fits(pb *b, const ox_op *op);
+int build_winograd(pb *b, const ox_op *op, dnnl_primitive_desc_t direct, const int64_t *pl);
+
+/* ---- MatMul and Gemm (plan_matmul.c) --------------------------------------------------------- */
+
+int build_matmul(pb *b, const ox_op *op);
+
+/* ---- the backend's own element-wise loops (plan_loops.c) ------------------------------------- */
+
+int add_softmax_nan_rows(pb *b, const ox_op *op);
+int build_loop(pb *b, const ox_op *op);
+int build_own_eltwise(pb *b, const ox_op *op);
+int build_qdq(pb *b, const ox_op *op);
+
+/* ---- a strict plan's pooling and LRN (plan_strict.c) ----------------------------------------- */
+
+int build_strict_maxpool(pb *b, const ox_op *op);
+int build_strict_lrn(pb *b, const ox_op *op);
+
+/* ---- Reshape and Transpose views (plan_view.c) ----------------------------------------------- */
+
+int build_view(pb *b, const ox_op *op);
+
+/* ---- LayerNormalization (plan_norm.c) -------------------------------------------------------- */
+
+int build_ln(pb *b, const ox_op *op);
+
+/* ---- layout-keeping ops (plan_simple.c) ------------------------------------------------------ */
+
+int build_simple(pb *b, const ox_op *op);
+
+/* ---- running (plan_run.c) -------------------------------------------------------------------- */
+
+void ctx_free(const ox_plan *p, ox_ctx *c);
+
+#endif

@@ -1,0 +1,287 @@
+/* Element-wise loops of the backend's own (Erf, Clip, HardSigmoid, Exp, Log, NaN replacement,
+ * and the NaN rows of a Softmax): exact where oneDNN's eltwise is not. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <string.h>
+
+#include "plan.h"
+
+/* A loop of the backend's own over n plain floats (its step's args: src, dst), seen as rows
+ * of `row` elements `inner` apart (a row-major axis of that length with that inner size); c, d:
+ * scalar parameters (nan_replace_loop's replacement, Clip's bounds). It runs as a step
+ * (loop_fn) with its parameters as the settings. */
+typedef void (*ox_loop)(const float *x, float *y, int64_t n, int64_t row, int64_t inner, float c,
+                        float d);
+
+typedef struct {
+    ox_loop loop;
+    int64_t n, row, inner;
+    float c, d;
+} ox_loop_cfg;
+
+static int loop_fn(const void *cfg, void *const *ptrs, int nptrs)
+{
+    (void)nptrs;
+    const ox_loop_cfg *l = cfg;
+    l->loop(ptrs[0], ptrs[1], l->n, l->row, l->inner, l->c, l->d);
+    return -1;
+}
+
+/* A step running loop over the n floats of its args src and dst (added by the caller). */
+static int loop_step(pb *b, ox_loop loop, int64_t n, int64_t row, int64_t inner, float c, float d,
+                     const char *what)
+{
+    ox_loop_cfg *l = owned_cfg(b, sizeof *l);
+    if (!l) return -1;
+    *l = (ox_loop_cfg){loop, n, row, inner, c, d};
+    return fn_step(b, loop_fn, l, RUN_ALWAYS, what);
+}
+
+static void erf_loop(const float *x, float *y, int64_t n, int64_t row, int64_t inner, float c,
+                     float d)
+{
+    (void)row, (void)inner, (void)c, (void)d;
+    for (int64_t i = 0; i < n; i++) y[i] = erff(x[i]);
+}
+
+/* The ox_own_eltwise ops (kernels.h). Written so that a NaN fails every compare and comes
+ * through: onnxruntime keeps it in all four. */
+static void clip_loop(const float *x, float *y, int64_t n, int64_t row, int64_t inner, float lo,
+                      float hi)
+{
+    (void)row, (void)inner;
+    for (int64_t i = 0; i < n; i++) { /* hi last: lo > hi gives hi, as ONNX says */
+        float v = x[i] < lo ? lo : x[i];
+        y[i] = v > hi ? hi : v;
+    }
+}
+
+static void hardsigmoid_loop(const float *x, float *y, int64_t n, int64_t row, int64_t inner,
+                             float alpha, float beta)
+{
+    (void)row, (void)inner;
+    for (int64_t i = 0; i < n; i++) {
+        float v = alpha * x[i] + beta;
+        v = v < 0.f ? 0.f : v;
+        y[i] = v > 1.f ? 1.f : v;
+    }
+}
+
+static void exp_loop(const float *x, float *y, int64_t n, int64_t row, int64_t inner, float c,
+                     float d)
+{
+    (void)row, (void)inner, (void)c, (void)d;
+    for (int64_t i = 0; i < n; i++) y[i] = expf(x[i]);
+}
+
+static void log_loop(const float *x, float *y, int64_t n, int64_t row, int64_t inner, float c,
+                     float d)
+{
+    (void)row, (void)inner, (void)c, (void)d;
+    for (int64_t i = 0; i < n; i++) y[i] = logf(x[i]);
+}
+
+/* Where(IsNaN(x), C, x): every NaN (any payload, either sign) becomes c; everything else
+ * (infinities, -0.0, denormals) is copied bit for bit. On the bits, so that no float compare
+ * or move can touch a value. */
+static void nan_replace_loop(const float *x, float *y, int64_t n, int64_t row, int64_t inner,
+                             float c, float d)
+{
+    (void)row, (void)inner, (void)d;
+    uint32_t cb;
+    memcpy(&cb, &c, 4);
+    const uint32_t *xs = (const uint32_t *)x;
+    uint32_t *ys = (uint32_t *)y;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t v = xs[i];
+        ys[i] = (v & 0x7fffffffu) > 0x7f800000u ? cb : v;
+    }
+}
+
+/* oneDNN's (Log)Softmax gives NaN only where a row holds NaN or +inf (0 elsewhere); onnxruntime
+ * and the ONNX reference give the whole row NaN (max - max is NaN, and so is every sum). In place,
+ * on the plain result (x == y): a row with a NaN becomes all NaN. */
+static void softmax_nan_rows(const float *x, float *y, int64_t n, int64_t row, int64_t inner,
+                             float c, float d)
+{
+    (void)x, (void)c, (void)d;
+    for (int64_t o = 0; o + row * inner <= n; o += row * inner)
+        for (int64_t j = 0; j < inner; j++) {
+            float *r = y + o + j;
+            int nan = 0;
+            for (int64_t i = 0; i < row; i++) nan |= r[i * inner] != r[i * inner];
+            if (nan)
+                for (int64_t i = 0; i < row; i++) r[i * inner] = NAN;
+        }
+}
+
+/* The NaN rule above as a step after op's (Log)Softmax, on its plain row-major result (rows along
+ * the op's axis). */
+int add_softmax_nan_rows(pb *b, const ox_op *op)
+{
+    if (b->dry) return 0;
+    int v = op->out, r = VAL(v)->ndim;
+    const ox_view *vw = &b->views[v][b->nviews[v] - 1];
+    if (!is_plain(b, v, vw->md))
+        return ox_fail(b->e, "internal: node '%s' (%s): its result is not plain", op->name,
+                       op->op_type);
+    int64_t row = 1, inner = 1;
+    for (int d = 0; d < r; d++) {
+        if (d == op->axis) row = DIMS(v)[d];
+        else if (d > op->axis) inner *= DIMS(v)[d];
+    }
+    int s = loop_step(b, softmax_nan_rows,
+                      (int64_t)(D(dnnl_memory_desc_get_size)(vw->md) / sizeof(float)),
+                      row > 0 ? row : 1, inner > 0 ? inner : 1, 0.f, 0.f, "softmax nan rows");
+    if (s < 0) return 1;
+    return add_arg(b, s, DNNL_ARG_SRC, vw->buf, vw->md) ||
+           add_arg(b, s, DNNL_ARG_DST, vw->buf, vw->md);
+}
+
+/* Erf outside a GELU: the C library's erff over the plain values (oneDNN has no erf of its own);
+ * Where(IsNaN(x), C, x) (OP_NANREP): nan_replace_loop over them. */
+int build_loop(pb *b, const ox_op *op)
+{
+    int x = op->in[0], xbuf, reorder_out;
+    dnnl_memory_desc_t md = value_plain(b, op->out, VAL(op->out)->ndim);
+    int rc = 1;
+    if (!md) {
+        ox_fail(b->e, "oneDNN could not create a memory descriptor");
+        goto done;
+    }
+    if (b->dry) {
+        rc = add_view(b, op->out, md, 0);
+        goto done;
+    }
+    if (plain_buf(b, x, &xbuf)) goto done;
+    int dbuf = dst_buf(b, op, md, &reorder_out), s;
+    if (dbuf < 0 ||
+        (s = loop_step(b, op->kind == OP_NANREP ? nan_replace_loop : erf_loop,
+                       (int64_t)(D(dnnl_memory_desc_get_size)(md) / sizeof(float)), 1, 1, op->alpha,
+                       0.f, op->kind == OP_NANREP ? "nan replacement" : "erf")) < 0)
+        goto done;
+    rc = add_arg(b, s, DNNL_ARG_SRC, xbuf, md) || add_arg(b, s, DNNL_ARG_DST, dbuf, md) ||
+         set_result(b, op, dbuf, md, reorder_out);
+done:
+    md_free(md);
+    return rc;
+}
+
+/* An ox_own_eltwise op: its loop element for element over its input in the layout that input
+ * has (the result takes it too), when that layout is dense; a blocked one whose padding would
+ * no longer hold zeros (f(0) != 0: log(0) is -inf) is read in plain layout instead. */
+int build_own_eltwise(pb *b, const ox_op *op)
+{
+    int x = op->in[0], xbuf, reorder_out;
+    const_dnnl_memory_desc_t md = home(b, x);
+    dnnl_memory_desc_t pm = NULL;
+    int rc = 1;
+    size_t n = 1;
+    for (int d = 0; d < VAL(x)->ndim; d++) n *= (size_t)DIMS(x)[d];
+    if ((size_t)D(dnnl_memory_desc_get_size)(md) != n * sizeof(float)) {
+        if (!(pm = value_plain(b, x, VAL(x)->ndim)))
+            return ox_fail(b->e, "oneDNN could not create a memory descriptor");
+        md = pm;
+    }
+    if (b->dry) {
+        rc = add_view(b, op->out, md, 0);
+        goto done;
+    }
+    if (get_view(b, x, md, &xbuf)) goto done;
+    ox_loop loop = op->alg == dnnl_eltwise_clip          ? clip_loop
+                   : op->alg == dnnl_eltwise_hardsigmoid ? hardsigmoid_loop
+                   : op->alg == dnnl_eltwise_exp         ? exp_loop
+                                                         : log_loop;
+    int dbuf = dst_buf(b, op, md, &reorder_out), s;
+    if (dbuf < 0 ||
+        (s = loop_step(b, loop, (int64_t)n, 1, 1, op->alpha, op->beta, op->op_type)) < 0)
+        goto done;
+    rc = add_arg(b, s, DNNL_ARG_SRC, xbuf, md) || add_arg(b, s, DNNL_ARG_DST, dbuf, md) ||
+         set_result(b, op, dbuf, md, reorder_out);
+done:
+    md_free(pm);
+    return rc;
+}
+
+/* OP_QDQ (graph.c fake_quant), y = (saturate(round(x / s0) + z0) - z1) * s1: the cpu backend's
+ * QuantizeLinear and DequantizeLinear in one pass, with their arithmetic (the same bits),
+ * rounding as its quant8 does: x / s0 clamped to [-1024, 1024] (no saturated result changes)
+ * and rounded to even by adding and subtracting 1.5 * 2^23; a NaN gives the lowest integer. */
+typedef struct {
+    int64_t n;
+    float s0, z0, s1, lo, hi;
+    int32_t z1;
+    int threads;
+} ox_qdq;
+
+typedef struct {
+    const ox_qdq *q;
+    const float *x;
+    float *y;
+} qdq_job;
+
+static void qdq_part(void *arg)
+{
+    const qdq_job *j = arg;
+    const ox_qdq *q = j->q;
+    const float *x = j->x;
+    float *y = j->y;
+    const float s0 = q->s0, z0 = q->z0, s1 = q->s1, lo = q->lo, hi = q->hi;
+    const int32_t z1 = q->z1;
+    int64_t t0, t1;
+    dl_share(q->n, &t0, &t1);
+    for (int64_t i = t0; i < t1; i++) {
+        float v = x[i] / s0;
+        v = v < -1024.f ? -1024.f : v > 1024.f ? 1024.f : v;
+        float r = (v + 12582912.f) - 12582912.f + z0;
+        r = r != r ? lo : r < lo ? lo : r > hi ? hi : r;
+        y[i] = (float)((int32_t)r - z1) * s1;
+    }
+}
+
+static int qdq_fn(const void *cfg, void *const *ptrs, int nptrs)
+{
+    (void)nptrs;
+    const ox_qdq *q = cfg;
+    qdq_job j = {q, ptrs[0], ptrs[1]};
+    dl_parallel(qdq_part, &j, q->n >= 32768 ? q->threads : 1); /* small ones: not worth a wake */
+    return -1;
+}
+
+/* OP_QDQ element for element over its input in the layout that input has (the result takes it
+ * too) when that layout is dense, else plain (a blocked layout's padding: f(0) need not be 0). */
+int build_qdq(pb *b, const ox_op *op)
+{
+    int x = op->in[0], xbuf, reorder_out, s;
+    const_dnnl_memory_desc_t md = home(b, x);
+    dnnl_memory_desc_t pm = NULL;
+    int rc = 1;
+    size_t n = 1;
+    for (int d = 0; d < VAL(x)->ndim; d++) n *= (size_t)DIMS(x)[d];
+    if ((size_t)D(dnnl_memory_desc_get_size)(md) != n * sizeof(float)) {
+        if (!(pm = value_plain(b, x, VAL(x)->ndim)))
+            return ox_fail(b->e, "oneDNN could not create a memory descriptor");
+        md = pm;
+    }
+    if (b->dry) {
+        rc = add_view(b, op->out, md, 0);
+        goto done;
+    }
+    ox_qdq *q = owned_cfg(b, sizeof *q);
+    if (!q || get_view(b, x, md, &xbuf)) goto done;
+    *q = (ox_qdq){.n = (int64_t)n,
+                  .s0 = op->qscale[0],
+                  .z0 = (float)op->qzp[0],
+                  .s1 = op->qscale[1],
+                  .lo = op->qs8 ? -128.f : 0.f,
+                  .hi = op->qs8 ? 127.f : 255.f,
+                  .z1 = op->qzp[1],
+                  .threads = b->p->threads};
+    int dbuf = dst_buf(b, op, md, &reorder_out);
+    if (dbuf < 0 || (s = fn_step(b, qdq_fn, q, RUN_ALWAYS, "quantize-dequantize")) < 0) goto done;
+    rc = add_arg(b, s, DNNL_ARG_SRC, xbuf, md) || add_arg(b, s, DNNL_ARG_DST, dbuf, md) ||
+         set_result(b, op, dbuf, md, reorder_out);
+done:
+    md_free(pm);
+    return rc;
+}
