@@ -4,6 +4,7 @@ onnx.reference, in one process.
 
     python benchmarks/zoo.py [--threads 2] [--runs 20] [--models resnet50,vgg19]
                              [--backends onednn,opencl] [--no-reference] [--busy 1]
+                             [--precision bf16] [--fp16]
 
 Also timed: ``nnplug-default``, an ``nnplug.InferenceSession`` given no providers (the
 default backend order the installed backends declare: it should match the fastest order), and,
@@ -19,6 +20,13 @@ noise hits all of them alike. --busy N starts N processes that each keep a core 
 whole run: how each engine copes with other work beside it (a spinning thread pool gives way
 badly); those figures are taken under load by design and compare engines' slowdowns, they are
 not the engines' speeds. Needs nnplug, nnplug-backend-cpu and onnxruntime installed.
+
+Reduced precision: --precision bf16 adds ``nnplug-onednn+cpu@bf16``, a session with the
+precision hint (config entry ``nnplug.precision``), and prints beside each model how far it
+and OpenVINO's default are from onnxruntime's float32 answer (largest difference over the
+output's largest magnitude). --fp16 times every engine on the model as onnxconverter-common's
+``convert_float_to_float16(keep_io_types=True)`` writes it (pip install onnxconverter-common)
+instead of the float32 model.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import multiprocessing
 import os
 import statistics
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -50,6 +59,86 @@ def feeds_of(model: onnx.ModelProto, seed: int = 0) -> dict:
         shape = [d.dim_value or 1 for d in inp.type.tensor_type.shape.dim]
         feeds[inp.name] = rng.random(shape, dtype=np.float32)
     return feeds
+
+
+def as_float16(model: onnx.ModelProto, name: str, folder: str) -> tuple[onnx.ModelProto, str]:
+    """The model as convert_float_to_float16(keep_io_types=True) writes it, and a file of it
+    in ``folder`` (OpenVINO reads a path)."""
+    from onnxconverter_common.float16 import convert_float_to_float16
+
+    # the zoo's weights are graph inputs too (IR 3), which the converter would keep float32:
+    # at IR 4 they need not be, and the ones no node reads go
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    read = {x for n in model.graph.node for x in n.input}
+    inits = [t for t in model.graph.initializer if t.name in read]
+    kept = [i for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
+    del model.graph.input[:], model.graph.initializer[:]
+    model.graph.input.extend(kept)
+    model.graph.initializer.extend(inits)
+    model.ir_version = max(model.ir_version, 4)
+    fp16 = convert_float_to_float16(model, keep_io_types=True)
+    path = os.path.join(folder, f"{name}_fp16.onnx")
+    onnx.save(fp16, path)
+    return fp16, path
+
+
+def logits_of(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model without a final Softmax: random weights saturate it (outputs 0 and 1 that
+    every precision gets right), so distances are taken on its input."""
+    last = model.graph.node[-1]
+    if last.op_type != "Softmax":
+        return model
+    inferred = {v.name: v for v in onnx.shape_inference.infer_shapes(model).graph.value_info}
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    del out.graph.node[-1]
+    del out.graph.output[:]
+    out.graph.output.append(inferred[last.input[0]])
+    return out
+
+
+def hinted_run(rt, engine: str):
+    """run(path, feeds) -> first output, for an ``providers@precision`` engine."""
+    import nnplug
+
+    providers, precision = engine.split("@")
+
+    def run(path, feeds):
+        so = nnplug.SessionOptions()
+        so.add_session_config_entry("nnplug.precision", precision)
+        return nnplug.InferenceSession(path, so, providers.split("+"), runtime=rt).run(None, feeds)[0]
+
+    return run
+
+
+def openvino_run(core):
+    """run(path, feeds) -> first output, on OpenVINO's CPU plugin at its default precision."""
+    def run(path, feeds):
+        return core.compile_model(core.read_model(path), "CPU").create_infer_request().infer(
+            feeds).to_tuple()[0]
+
+    return run
+
+
+def distances(model: onnx.ModelProto, feeds: dict, engines: dict) -> str:
+    """How far each reduced-precision engine is from onnxruntime on the model's logits: the
+    largest difference over the largest magnitude. ``engines``: label -> a function of a
+    model file's path and the feeds giving the first output."""
+    import onnxruntime as ort
+
+    path = os.path.join(tempfile.mkdtemp(prefix="nnplug-zoo-"), "logits.onnx")
+    onnx.save(logits_of(model), path)
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    want = np.asarray(ort.InferenceSession(path, so).run(None, feeds)[0], np.float64)
+    scale = max(float(np.abs(want).max()), 1e-30)
+    said = []
+    for label, make in engines.items():
+        got = np.asarray(make(path, feeds), np.float64)
+        said.append(f"{label} {float(np.abs(got - want).max()) / scale:.1e}")
+    os.remove(path)
+    os.rmdir(os.path.dirname(path))
+    return "logits' distance from onnxruntime f32 / their range: " + ", ".join(said)
 
 
 def print_summary(ratios: dict[str, list[float]]) -> None:
@@ -121,6 +210,8 @@ def main(argv=None) -> int:
     ap.add_argument("--backends", default="", help="other nnplug backends to time, e.g. opencl")
     ap.add_argument("--no-reference", action="store_true", help="skip onnx.reference")
     ap.add_argument("--busy", type=int, default=0, help="processes keeping a core busy meanwhile")
+    ap.add_argument("--precision", default="", help="also time onednn+cpu with this hint (bf16)")
+    ap.add_argument("--fp16", action="store_true", help="time the models converted to float16")
     args = ap.parse_args(argv)
 
     os.environ["NNPLUG_CPU_THREADS"] = str(args.threads)
@@ -141,6 +232,8 @@ def main(argv=None) -> int:
                 print(f"backend {one!r} is not available; skipping {b}", file=sys.stderr)
     extra = [b for b in extra if all(one in rt.backends for one in b.split("+"))]
     extra += ["default"]  # a session with no providers: the declared default order
+    if args.precision and all(b in rt.backends for b in ("onednn", "cpu")):
+        extra.append(f"onednn+cpu@{args.precision}")  # the hint, as a session gives it
     extra_ratios = {b: [] for b in extra}
     try:
         import openvino as ov
@@ -166,10 +259,13 @@ def main(argv=None) -> int:
     widths = [max(16, len(c) + 2) for c in cols]
     print(f"{'model':<14}" + "".join(f"{c:>{w}}" for c, w in zip(cols, widths)) + f"{'load':>8}")
     ratios = []
+    scratch = tempfile.TemporaryDirectory(prefix="nnplug-zoo-")  # --fp16: the converted models
     for name in [m for m in args.models.split(",") if m]:
         path = os.path.join(ZOO, f"light_{name}.onnx")
         model = onnx.load(path)
         feeds = feeds_of(model)
+        if args.fp16:
+            model, path = as_float16(model, name, scratch.name)
         net = rt.load(model, backends=["cpu"])
         sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
         runners = {"nnplug-cpu": lambda net=net, feeds=feeds: net.run(feeds),
@@ -186,6 +282,13 @@ def main(argv=None) -> int:
                     continue
                 if b == "default":
                     others[b] = nnplug.InferenceSession(model, nso, runtime=rt).network
+                elif "@" in b:
+                    providers, precision = b.split("@")
+                    hinted = nnplug.SessionOptions()
+                    hinted.intra_op_num_threads = args.threads
+                    hinted.add_session_config_entry("nnplug.precision", precision)
+                    others[b] = nnplug.InferenceSession(model, hinted, providers.split("+"),
+                                                        runtime=rt).network
                 else:
                     others[b] = rt.load(model, backends=b.split("+"))
                 runners[f"nnplug-{b}"] = lambda n=others[b], feeds=feeds: n.run(feeds)
@@ -193,6 +296,11 @@ def main(argv=None) -> int:
                 print(f"  {name}: {b} cannot run it: {e}", file=sys.stderr)
         for fn in runners.values():  # warm up (first-run allocations, lazy init)
             fn()
+        if args.precision:
+            engines = {f"nnplug-{b}": hinted_run(rt, b) for b in extra if "@" in b}
+            if "openvino" in vino:
+                engines["openvino"] = openvino_run(core)
+            print(f"  {name}: {distances(model, feeds, engines)}", flush=True)
         per_round = 2
         with busy_processes(args.busy):
             med = time_rounds(runners, max(1, args.runs // per_round), per_round)

@@ -34,6 +34,7 @@ from .loader import load
 from .measure import measure_placement, placement_mode
 from .network import Network, release_plan
 from .planner import Placer
+from .precision import widen_reduced_precision
 from .static_shapes import ShapeDeclines
 from .validate import validate
 
@@ -59,6 +60,7 @@ def compile_network(runtime: Runtime, model: Model, infos: list[BackendInfo],
     backends = [info.backend for info in infos]
     target_of = targets_for(backends, targets)
 
+    model = widen_reduced_precision(model, backends, ops, runtime.functions)  # fp16 -> fp32
     declines = ShapeDeclines(backends)  # nodes declined only for unknown shapes: said, not hidden
     expanded = expand_unclaimed(model, declines.claimed, ops, runtime.functions)
     attach_outer_inputs(expanded)  # control flow: what subgraphs read is a node input

@@ -24,6 +24,7 @@ from .functions import FunctionDef, make_function_def
 from .network import Network
 from .plugin_import import EntryPointImportError, load_entry_point
 from .plugins import BACKENDS, RESERVED_IDS, BackendInfo, LoadError, report
+from .precision_hint import hinted_targets
 from .registry import register_func
 from .target import Target, register_target_kind
 
@@ -379,7 +380,8 @@ class Runtime:
             ops = dict(self._ops)
         from .pipeline import load_network  # the stages import onnx: on the first load
 
-        return load_network(self, model, chosen, ops, targets or {}, optimization=optimization,
+        targets = hinted_targets(chosen, targets or {})  # NNPLUG_PRECISION, see there
+        return load_network(self, model, chosen, ops, targets, optimization=optimization,
                             external_data_dir=external_data_dir)
 
     def default_backends(self, policy: str = "default") -> list[str]:

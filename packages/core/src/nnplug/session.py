@@ -34,6 +34,8 @@ from .errors import (
     OptionError,
 )
 from .model_options import as_array, config_from_model, read_with_overrides
+from .precision_hint import CONFIG_KEY as PRECISION_CONFIG_KEY
+from .precision_hint import hinted_targets
 from .profiling import Profiler
 from .runcontext import RunContext, running
 from .runtime import default_runtime
@@ -543,6 +545,8 @@ class InferenceSession:
                 log.info("backend %r: %s", bid, what)
         targets = {bid: {"kind": self._runtime.backends[bid].backend.target_kind_name, **opts}
                    for bid, opts in options.items()}
+        targets = hinted_targets(chosen, targets, self._options._config_entries().get(
+            PRECISION_CONFIG_KEY))  # nnplug.precision: bf16 where a backend can
         t0 = time.perf_counter_ns()
         net = self._runtime.load(self._proto, backends=ids, targets=targets or None,
                                  optimization=optimization_of(

@@ -101,17 +101,53 @@ static nnp_status ox_fuse(const nnp_node_desc *nodes, int32_t n, int32_t *taken)
     return NNP_OK;
 }
 
-static nnp_status ox_kernel_create(const nnp_node_desc *nodes, int32_t n, nnp_device dev,
-                                   nnp_kernel **out)
+static nnp_status create_kernel(const nnp_node_desc *nodes, int32_t n, nnp_device dev, int bf16,
+                                nnp_kernel **out)
 {
     if (!out) return nnp_host_fail(NNP_STATUS_INVALID_ARGUMENT, "kernel_create: out is NULL");
     *out = NULL;
     nnp_status rc = nnp_host_check_device(dev, "kernel_create");
     if (rc != NNP_OK) return rc;
     int unsupported;
-    if (ox_build(nodes, n, out, &unsupported, &t_err))
+    if (ox_build(nodes, n, bf16, out, &unsupported, &t_err))
         return kernel_failed(unsupported ? NNP_STATUS_UNSUPPORTED : NNP_STATUS_INVALID_ARGUMENT);
     return NNP_OK;
+}
+
+static nnp_status ox_kernel_create(const nnp_node_desc *nodes, int32_t n, nnp_device dev,
+                                   nnp_kernel **out)
+{
+    return create_kernel(nodes, n, dev, 0, out);
+}
+
+/* The Target attribute this backend declares: "precision", "f32" (exact, the default) or
+ * "bf16" (products in bf16, see ox_graph.bf16), OpenVINO's INFERENCE_PRECISION_HINT. */
+#define PRECISION_ATTR "{\"precision\": {\"type\": \"str\", \"default\": \"f32\"}}"
+
+/* The value of "precision" in the host's Target JSON (keys sorted, strings quoted, no escapes
+ * in these values): 0 for "f32", 1 for "bf16", -1 with a message for any other. */
+static int target_bf16(const char *target)
+{
+    const char *p = target ? strstr(target, "\"precision\"") : NULL;
+    if (!p) return 0;
+    p += strlen("\"precision\"");
+    while (*p == ' ' || *p == ':') p++;
+    if (!strncmp(p, "\"f32\"", 5)) return 0;
+    if (!strncmp(p, "\"bf16\"", 6)) return 1;
+    const char *end = *p == '"' ? strchr(p + 1, '"') : NULL;
+    nnp_host_fail(NNP_STATUS_INVALID_ARGUMENT,
+                  "target attribute precision=%.*s: the onednn backend runs \"f32\" (exact) or "
+                  "\"bf16\" (products in bfloat16)",
+                  end ? (int)(end - p + 1) : 16, p);
+    return -1;
+}
+
+static nnp_status ox_kernel_create_for_target(const nnp_node_desc *nodes, int32_t n, nnp_device dev,
+                                              const char *target, nnp_kernel **out)
+{
+    int bf16 = target_bf16(target);
+    if (bf16 < 0) return NNP_STATUS_INVALID_ARGUMENT;
+    return create_kernel(nodes, n, dev, bf16, out);
 }
 
 static nnp_status ox_kernel_destroy(nnp_kernel *k)
@@ -184,6 +220,8 @@ static const nnp_backend_v1 TABLE = {
     /* above the portable backends: it claims only what it runs faster and declines the rest */
     .priority = 200,
     .provider_names = "DnnlExecutionProvider",
+    .target_attrs = PRECISION_ATTR,
+    .kernel_create_for_target = ox_kernel_create_for_target,
 };
 
 NNP_EXPORT const nnp_backend_v1 *nnp_backend_entry(const nnp_version *host_abi)

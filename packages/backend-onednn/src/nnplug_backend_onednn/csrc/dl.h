@@ -33,6 +33,7 @@
     X(dnnl_primitive_attr_destroy)                            \
     X(dnnl_primitive_attr_set_post_ops)                       \
     X(dnnl_primitive_attr_set_scratchpad_mode)                \
+    X(dnnl_primitive_attr_set_fpmath_mode)                    \
     X(dnnl_post_ops_create)                                   \
     X(dnnl_post_ops_destroy)                                  \
     X(dnnl_post_ops_append_eltwise)                           \

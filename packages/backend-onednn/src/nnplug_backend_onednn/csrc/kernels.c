@@ -193,7 +193,8 @@ static int build_int8(const nnp_node_desc *nodes, int n, nnp_kernel **out, int *
     return 0;
 }
 
-int ox_build(const nnp_node_desc *nodes, int n, nnp_kernel **out, int *unsupported, ox_err *e)
+int ox_build(const nnp_node_desc *nodes, int n, int bf16, nnp_kernel **out, int *unsupported,
+             ox_err *e)
 {
     *out = NULL;
     *unsupported = 0;
@@ -201,6 +202,7 @@ int ox_build(const nnp_node_desc *nodes, int n, nnp_kernel **out, int *unsupport
         if (ox_int8_op(nodes[i].op_type)) return build_int8(nodes, n, out, unsupported, e);
     ox_graph *g = ox_graph_parse(nodes, n, 0, unsupported, e);
     if (!g) return 1;
+    g->bf16 = bf16;
     nnp_kernel *k = calloc(1, sizeof *k);
     if (!k) {
         ox_graph_free(g);
@@ -212,6 +214,7 @@ int ox_build(const nnp_node_desc *nodes, int n, nnp_kernel **out, int *unsupport
         ox_destroy(k);
         return 1;
     }
+    if (k->strict) k->strict->bf16 = bf16;
     if (!g->dynamic) { /* static shapes: the plan now, so that errors show at load */
         int64_t *dims = malloc(dims_bytes(g));
         int temp = 0;

@@ -134,6 +134,8 @@ typedef struct {
                     fused Clip, a fused GELU, max pooling, LRN, a Winograd convolution: fast,
                     exact on finite values; graph.c strict_differs): a run with one in an
                     input, or that made one, takes the strict graph of the same nodes */
+    int bf16; /* the Target's precision is "bf16": products (conv, matmul, inner product) in
+                 bf16 with f32 accumulation, f32 in and out (plan_steps.c precision_attr) */
 } ox_graph;
 
 /* Parse and check nodes[0..n). Returns NULL with a message; *unsupported when the nodes are
@@ -179,7 +181,9 @@ dnnl_engine_t ox_engine(void);
 dnnl_stream_t ox_thread_stream(void);
 
 int ox_supported(const nnp_node_desc *nodes, int n);
-int ox_build(const nnp_node_desc *nodes, int n, nnp_kernel **out, int *unsupported, ox_err *e);
+/* bf16: products in bf16 (the Target's "precision": "bf16", see ox_graph.bf16). */
+int ox_build(const nnp_node_desc *nodes, int n, int bf16, nnp_kernel **out, int *unsupported,
+             ox_err *e);
 void ox_destroy(nnp_kernel *k);
 int ox_output_shapes(const nnp_kernel *k, const nnp_tensor *in, int nin, int nout, int32_t *ndims,
                      int64_t *shapes, ox_err *e);

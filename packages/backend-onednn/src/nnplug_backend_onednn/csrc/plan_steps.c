@@ -351,12 +351,26 @@ static int append_eltwise(const pb *b, dnnl_post_ops_t po, dnnl_alg_kind_t alg, 
            D(dnnl_post_ops_append_eltwise)(po, dnnl_eltwise_linear, 1.f, 0.f) == dnnl_success;
 }
 
+/* The precision the Target asks of op's products: with "bf16", convolutions, matmuls and
+ * inner products take bf16 operands and accumulate in f32, their inputs and outputs f32
+ * (oneDNN's fpmath mode; fast where the CPU has avx512_bf16 or AMX). 0, or 1 when oneDNN
+ * refuses. */
+static int precision_attr(const pb *b, const ox_op *op, dnnl_primitive_attr_t a)
+{
+    if (!b->g->bf16 || (op->kind != OP_CONV && op->kind != OP_MATMUL)) return 0;
+    return D(dnnl_primitive_attr_set_fpmath_mode)(a, dnnl_fpmath_mode_bf16) != dnnl_success;
+}
+
 /* The attribute of op: user scratchpad, its post-ops; first the add of a per-channel operand
  * of layout `add` when given (the shift of a BatchNormalization run as a multiply-add, see
  * bn_affine). A strict Relu's own primitive is an elu whose first post-op is the linear. */
 dnnl_primitive_attr_t op_attr_adding(const pb *b, const ox_op *op, const_dnnl_memory_desc_t add)
 {
     dnnl_primitive_attr_t a = plain_attr();
+    if (a && precision_attr(b, op, a)) {
+        D(dnnl_primitive_attr_destroy)(a);
+        return NULL;
+    }
     int relu = op->kind == OP_ELTWISE && strict_relu(b, op->alg, op->alpha);
     if (!a || (!op->npost && !add && !relu)) return a;
     dnnl_post_ops_t po;
