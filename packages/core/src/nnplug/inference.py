@@ -8,9 +8,33 @@ import onnx
 from onnx import numpy_helper
 
 from . import ml_types
-from .errors import ModelError
+from .errors import ModelError, ValidationError, spec_link
 from .graph import Model, Node, ValueInfo, value_info
-from .validate import check_before_inference
+
+# Attributes naming axes. ONNX's own inference reads some as 32-bit ints and dies on larger
+# values (onnx 1.23: LayerNormalization axis=2**31 segfaults), so they are checked first.
+AXIS_ATTRIBUTES = {"axis", "axes", "perm", "batch_axis", "time_axis"}
+MAX_AXIS = 1 << 16
+"""No tensor has this many dimensions: an axis beyond it is refused before ONNX sees it."""
+
+
+def check_before_inference(proto: onnx.ModelProto) -> None:
+    """What must be refused before ONNX's shape inference runs on ``proto``'s graph."""
+    for i, n in enumerate(proto.graph.node):
+        for a in n.attribute:
+            if a.name not in AXIS_ATTRIBUTES:
+                continue
+            values = [a.i] if a.type == onnx.AttributeProto.INT else \
+                list(a.ints) if a.type == onnx.AttributeProto.INTS else []
+            bad = [v for v in values if abs(v) > MAX_AXIS]
+            if bad:
+                name = n.name or f"{n.op_type}_{i}"
+                domain = n.domain or "ai.onnx"
+                raise ValidationError(
+                    f"invalid node {name!r} (op {n.op_type}, domain {domain}): attribute "
+                    f"{a.name!r}: {bad[0]} is beyond any tensor's rank. Fix: use an axis "
+                    f"in [-rank, rank-1] of the input (spec: {spec_link(n.op_type, n.domain)})",
+                    node=name, op_type=n.op_type, field=a.name)
 
 
 def infer(model: onnx.ModelProto) -> onnx.ModelProto:
