@@ -97,10 +97,11 @@ def _spliced(model: Model, bodies: dict[int, tuple[list[onnx.NodeProto], list]],
                 dict(model.values), opsets, name=model.name, proto=proto,
                 warnings=model.warnings, ir_version=model.ir_version)
     values = out.values
-    for name, new in reinfer(out, nodes, model.constants).items():
-        old = values.get(name)
-        if old is None or _adds_to(old, new):
-            values[name] = new
+    rename = _Symbols(values)
+    for name, new in reinfer(out, nodes, model.constants, declared=True).items():
+        merged = _merged(values.get(name), rename(new))
+        if merged is not None:
+            values[name] = merged
     # outputs nothing reads are omitted again: one a body does not read now, or one kept
     # (or omitted) for its type, which the bodies may have made known
     full = [dataclasses.replace(n, outputs=list(n.proto.output)) for n in nodes]
@@ -113,11 +114,48 @@ def _spliced(model: Model, bodies: dict[int, tuple[list[onnx.NodeProto], list]],
     return out
 
 
-def _adds_to(old: ValueInfo, new: ValueInfo) -> bool:
-    """Whether ``new`` knows what ``old`` does not (a type, a rank): values the load could
-    not type before a body was there to infer them."""
-    return (old.dtype is None and new.dtype is not None) or \
-        (old.shape is None and new.shape is not None and (old.dtype is None or old.dtype == new.dtype))
+def _merged(old: ValueInfo | None, new: ValueInfo) -> ValueInfo | None:
+    """What inference over the spliced bodies adds to what was known of a value, or None
+    when it adds nothing: a body's own value, a type or rank not known before (a plugin op's
+    outputs, and what follows them), a fixed size where a dim was symbolic or unknown."""
+    if old is None or (old.dtype is None and new.dtype is not None):
+        return new
+    if old.kind != new.kind or old.dtype != new.dtype or new.shape is None:
+        return None
+    if old.shape is None:
+        return new
+    if len(old.shape) != len(new.shape):
+        return None
+    dims = tuple(b if isinstance(b, int) and not isinstance(a, int) else a
+                 for a, b in zip(old.shape, new.shape))
+    return dataclasses.replace(old, shape=dims) if dims != old.shape else None
+
+
+class _Symbols:
+    """Dims ONNX's inference names itself (``unk__3``) in a run over spliced bodies, renamed
+    apart from the model's: a symbolic dim is one size wherever it appears in a run, and the
+    model's own were named by another inference run."""
+
+    def __init__(self, values: dict[str, ValueInfo]):
+        self.taken = {d for v in values.values() if v.shape for d in v.shape
+                      if isinstance(d, str)}
+        self.names: dict[str, str] = {}
+        self.next = 0
+
+    def __call__(self, v: ValueInfo) -> ValueInfo:
+        if not v.shape or not any(isinstance(d, str) and d.startswith("unk__") for d in v.shape):
+            return v
+        return dataclasses.replace(v, shape=tuple(
+            self._fresh(d) if isinstance(d, str) and d.startswith("unk__") else d
+            for d in v.shape))
+
+    def _fresh(self, dim: str) -> str:
+        if dim not in self.names:
+            while f"unk__{self.next}" in self.taken:
+                self.next += 1
+            self.names[dim] = f"unk__{self.next}"
+            self.taken.add(self.names[dim])
+        return self.names[dim]
 
 
 def _may_have_body(node: Node, model: Model, functions: dict | None) -> bool:

@@ -66,12 +66,13 @@ def collect_values(model: onnx.ModelProto) -> dict[str, ValueInfo]:
 _REINFER_DATA_LIMIT = 4096
 
 
-def reinfer(model: Model, nodes: list[Node], constants: dict[str, np.ndarray]
-            ) -> dict[str, ValueInfo]:
+def reinfer(model: Model, nodes: list[Node], constants: dict[str, np.ndarray], *,
+            declared: bool = False) -> dict[str, ValueInfo]:
     """Types and shapes from ONNX shape inference run again over ``nodes`` of ``model``,
     with ``constants`` (initializers and folded values) known; the model's inputs keep
     their declared (possibly symbolic) shapes. Outputs of nodes ONNX cannot infer (custom
-    domains) keep the types ``model.values`` gives them."""
+    domains) keep the types ``model.values`` gives them. ``declared``: the types the model
+    declares for its inner values (``value_info``) are given too, as at load."""
     g = model.proto.graph
     read = {x for n in nodes for x in n.inputs if x} | {o.name for o in g.output}
     inits, const_inputs = [], []
@@ -92,6 +93,9 @@ def reinfer(model: Model, nodes: list[Node], constants: dict[str, np.ndarray]
                 elem = onnx.helper.np_dtype_to_tensor_dtype(v.dtype)
                 typed.append(onnx.helper.make_tensor_value_info(
                     o, elem, list(v.shape) if v.shape is not None else None))
+    if declared:
+        have = {vi.name for vi in typed} | set(constants)
+        typed += [vi for vi in g.value_info if vi.name not in have]
     inputs = [i for i in g.input if i.name not in constants] + const_inputs
     graph = onnx.helper.make_graph([n.proto for n in nodes], g.name or "model", inputs,
                                    list(g.output), inits, value_info=typed)
