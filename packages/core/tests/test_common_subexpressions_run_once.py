@@ -167,10 +167,10 @@ def test_values_a_subgraph_reads_are_not_renamed():
                              helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
     m = load(model)
-    from nnplug.controlflow import attach_outer_inputs
     from nnplug.expand import expand_unclaimed
+    from nnplug.graph import attach_outer_inputs
     expanded = expand_unclaimed(m, lambda n, g: True, {})
-    attach_outer_inputs(expanded)
+    attach_outer_inputs(expanded.nodes)
     kept, merged = merge_common_subexpressions(expanded.nodes, expanded.constants, {"y"}, {})
     assert merged == {} and [n.name for n in kept] == ["r0", "r1", "if"]
     backend = NumpyBackend(ops=OPS)

@@ -1,4 +1,4 @@
-"""The compile stage: placed nodes become the steps of a Network's :class:`~nnplug.executor.Plan`.
+"""The compile stage: placed nodes become the steps of a Network's :class:`~nnplug.plan.Plan`.
 
 Every partition left after folding (:mod:`nnplug.folding`) is built once by its backend for
 its Target (:func:`build_plan`). Control-flow nodes build the sub-plans of their subgraphs
@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .errors import ModelError, NnplugError, PluginError
-from .executor import Plan, Step, plan_frees
 from .graph import node_has_strings
+from .plan import Plan, Step, plan_frees
 from .planner import partitions, subgraph_for
 from .target import Target
 from .tensor import Tensor

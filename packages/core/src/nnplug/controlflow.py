@@ -1,12 +1,14 @@
 """Control flow (If, Loop, Scan) run by the core when no backend claims the node.
 
 Each subgraph becomes a network of its own (a sub-plan, compiled by
-:func:`nnplug.pipeline.compile_network`), placed on the same backends as the main
-graph (its nodes appear in ``Network.assignment`` as ``<node>/<attribute>/<node>``); the
-core runs the loop or picks the branch and calls the sub-network. Values a subgraph reads
-from outer scopes are appended to the node's ``inputs`` by :func:`attach_outer_inputs`
-(after the formal inputs, as onnxruntime's implicit inputs), so folding, partitioning
-and freeing see them; constants among them become the sub-network's own constants.
+:func:`nnplug.pipeline.compile_network` through the same stages, from a Model built of the
+subgraph as it is, not read again), placed on the same backends as the main graph (its
+nodes appear in ``Network.assignment`` as ``<node>/<attribute>/<node>``); the core runs the
+loop or picks the branch and calls the sub-network. Values a subgraph reads from outer
+scopes are appended to the node's ``inputs`` by the expand stage
+(:func:`nnplug.graph.attach_outer_inputs`, after the formal inputs, as onnxruntime's
+implicit inputs), so folding, partitioning and freeing see them; constants among them
+become the sub-network's own constants.
 """
 
 from __future__ import annotations
@@ -19,24 +21,10 @@ from onnx import helper
 
 from .device import CPU
 from .errors import BackendError, ModelError
-from .executor import Step
-from .graph import Model, Node, SubGraph, ValueInfo, outer_reads, subgraphs
+from .graph import CONTROL_FLOW, Model, Node, SubGraph, ValueInfo, outer_reads, subgraphs
+from .plan import Step
 from .tensor import HOST_API, Tensor
 from .values import TensorSequence, from_host
-
-CONTROL_FLOW = {"If": ("then_branch", "else_branch"), "Loop": ("body",), "Scan": ("body",),
-                "SequenceMap": ("body",)}
-
-
-def attach_outer_inputs(model: Model) -> None:
-    """Append to each node with subgraphs the outer values those subgraphs read."""
-    for n in model.nodes:
-        if n.proto is None or not n.proto.attribute:
-            continue
-        for _, g in subgraphs(n.proto):
-            for x in outer_reads(g):
-                if x not in n.inputs:
-                    n.inputs.append(x)
 
 
 class ControlFlowOp:
@@ -367,5 +355,4 @@ def _axis(axis: int, ndim: int) -> int:
     return axis + ndim if axis < 0 else axis
 
 
-__all__ = ["attach_outer_inputs", "outer_reads", "place_control_flow", "ControlFlowOp",
-           "CONTROL_FLOW"]
+__all__ = ["outer_reads", "place_control_flow", "ControlFlowOp", "CONTROL_FLOW"]

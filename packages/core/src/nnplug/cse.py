@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import onnx
 
-from .controlflow import CONTROL_FLOW
-from .planner import NONDETERMINISTIC
+from .folding import NONDETERMINISTIC
+from .graph import CONTROL_FLOW
 
 if TYPE_CHECKING:
     from .customop import CustomOp

@@ -105,3 +105,12 @@ class RunTerminatedError(NnplugError):
 class OptionError(NnplugError, AttributeError):
     """A SessionOptions / RunOptions attribute that does not exist (a typo, or an
     onnxruntime option nnplug has no equivalent for)."""
+
+
+SPEC_URL = "https://onnx.ai/onnx/operators/"
+
+
+def spec_link(op_type: str, domain: str = "") -> str:
+    """Where ONNX specifies ``op_type`` of ``domain``, for error messages."""
+    d = "onnx" if domain in ("", "ai.onnx") else domain.replace(".", "_")
+    return f"{SPEC_URL}{d}__{op_type}.html"

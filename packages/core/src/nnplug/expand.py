@@ -12,16 +12,17 @@ Bodies that contain functions again are expanded in the next round.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
-import warnings
 from collections.abc import Callable
 
 import onnx
 from onnx import helper
 
-from .errors import ModelError, ModelWarning
-from .graph import Model, Node, SubGraph, ValueInfo, whole_graph
-from .loader import load
+from .errors import ModelError
+from .from_onnx import model_from_proto, node_from_proto, omit_unused_outputs
+from .graph import Model, Node, SubGraph, ValueInfo, attach_outer_inputs, whole_graph
+from .inference import reinfer
 from .variadic import split_body
 
 MAX_ROUNDS = 16
@@ -33,16 +34,22 @@ known in the round before (a chain of plugin ops whose bodies need them) do not 
 def expand_unclaimed(model: Model, claimed: Callable[[Node, SubGraph], bool],
                      custom_ops: dict, functions: dict | None = None) -> Model:
     """``model`` with every node that ``claimed`` refuses and that has a function body
-    replaced by that body (recursively); ``model`` itself when nothing is expanded.
-    ``functions``: (domain, op type) -> :class:`nnplug.functions.FunctionDef` of plugins."""
+    replaced by that body (recursively), and what subgraphs read from outer scopes appended
+    to their node's inputs; ``model`` itself when nothing is expanded. ``functions``:
+    (domain, op type) -> :class:`nnplug.functions.FunctionDef` of plugins.
+
+    The bodies' nodes are spliced into the model as they are; only the types and shapes
+    they make are inferred (:func:`nnplug.inference.reinfer`, without the weights)."""
+    attach_outer_inputs(model.nodes)  # control flow: what subgraphs read is a node input
     depth: dict[str, int] = {}  # node name -> how many bodies deep it lies
     while True:
         graph = whole_graph(model, model.nodes, model.constants)
         bodies: dict[int, tuple[list[onnx.NodeProto], list]] = {}
         taken = None  # every name in the model, found once something is to be expanded
         for i, n in enumerate(model.nodes):
-            if n.op_type in custom_ops or n.proto is None or claimed(n, graph):
-                continue
+            if n.op_type in custom_ops or n.proto is None or not _may_have_body(
+                    n, model, functions) or claimed(n, graph):
+                continue  # backends are asked only about what has a body to expand into
             fn = function_of(n, model, functions)
             if fn is not None:
                 level = depth.get(n.name, 0) + 1
@@ -52,15 +59,119 @@ def expand_unclaimed(model: Model, claimed: Callable[[Node, SubGraph], bool],
                         f"{n.describe()} lies {MAX_ROUNDS} function bodies deep: a function "
                         f"calls itself")
                 if taken is None:
-                    taken = _all_names(model.proto.graph)
+                    taken = _all_names(model)
                 body = inline(n, fn, taken)
                 depth.update((piece.name, level) for piece in body)
                 bodies[i] = (body, list(fn.opset_import))
         if not bodies:
             return model
-        with warnings.catch_warnings():  # the model's own findings were reported already
-            warnings.simplefilter("ignore", ModelWarning)
-            model = load(_rebuilt(model, bodies), custom_ops, functions=tuple(functions or ()))
+        model = _spliced(model, bodies, custom_ops)
+
+
+def _spliced(model: Model, bodies: dict[int, tuple[list[onnx.NodeProto], list]],
+             custom_ops: dict) -> Model:
+    """``model`` with the expanded nodes replaced by their bodies' nodes: a new Model whose
+    other nodes, constants and known values are those of ``model``."""
+    proto, opsets = model.proto, dict(model.opsets)
+    new_domains = [o for _, ops in bodies.values() for o in ops if (o.domain or "") not in opsets]
+    if new_domains:  # a body imports a domain the model does not: the model imports it too
+        proto = onnx.ModelProto()
+        proto.CopyFrom(model.proto)
+        for o in new_domains:
+            if (o.domain or "") not in opsets:
+                proto.opset_import.append(o)
+                opsets[o.domain or ""] = o.version
+    nodes: list[Node] = []
+    for i, n in enumerate(model.nodes):
+        if i not in bodies:
+            nodes.append(n)
+            continue
+        pieces = [node_from_proto(p, p.name, opsets) for p in bodies[i][0]]
+        attach_outer_inputs(pieces)
+        nodes.extend(pieces)
+    if any(p.op_type in custom_ops for i in bodies for p in bodies[i][0]):
+        # a custom op's shape_infer types the body's piece: the model is built again, as read
+        built = model_from_proto(_rebuilt(model, bodies, proto), custom_ops, model.warnings)
+        attach_outer_inputs(built.nodes)
+        return built
+    out = Model(nodes, list(model.inputs), list(model.outputs), model.constants,
+                dict(model.values), opsets, name=model.name, proto=proto,
+                warnings=model.warnings, ir_version=model.ir_version)
+    values = out.values
+    rename = _Symbols(values)
+    for name, new in reinfer(out, nodes, model.constants, declared=True).items():
+        merged = _merged(values.get(name), rename(new))
+        if merged is not None:
+            values[name] = merged
+    # outputs nothing reads are omitted again: one a body does not read now, or one kept
+    # (or omitted) for its type, which the bodies may have made known
+    full = [dataclasses.replace(n, outputs=list(n.proto.output)) for n in nodes]
+    omit_unused_outputs(full, values, {o.name for o in model.outputs})
+    for k, n in enumerate(full):
+        if n.outputs != nodes[k].outputs:
+            nodes[k] = n
+    out.outputs = [values.get(o.name) or o for o in model.outputs]
+    out.producers = {o: n for n in nodes for o in n.outputs if o}
+    return out
+
+
+def _merged(old: ValueInfo | None, new: ValueInfo) -> ValueInfo | None:
+    """What inference over the spliced bodies adds to what was known of a value, or None
+    when it adds nothing: a body's own value, a type or rank not known before (a plugin op's
+    outputs, and what follows them), a fixed size where a dim was symbolic or unknown."""
+    if old is None or (old.dtype is None and new.dtype is not None):
+        return new
+    if old.kind != new.kind or old.dtype != new.dtype or new.shape is None:
+        return None
+    if old.shape is None:
+        return new
+    if len(old.shape) != len(new.shape):
+        return None
+    dims = tuple(b if isinstance(b, int) and not isinstance(a, int) else a
+                 for a, b in zip(old.shape, new.shape))
+    return dataclasses.replace(old, shape=dims) if dims != old.shape else None
+
+
+class _Symbols:
+    """Dims ONNX's inference names itself (``unk__3``) in a run over spliced bodies, renamed
+    apart from the model's: a symbolic dim is one size wherever it appears in a run, and the
+    model's own were named by another inference run."""
+
+    def __init__(self, values: dict[str, ValueInfo]):
+        self.taken = {d for v in values.values() if v.shape for d in v.shape
+                      if isinstance(d, str)}
+        self.names: dict[str, str] = {}
+        self.next = 0
+
+    def __call__(self, v: ValueInfo) -> ValueInfo:
+        if not v.shape or not any(isinstance(d, str) and d.startswith("unk__") for d in v.shape):
+            return v
+        return dataclasses.replace(v, shape=tuple(
+            self._fresh(d) if isinstance(d, str) and d.startswith("unk__") else d
+            for d in v.shape))
+
+    def _fresh(self, dim: str) -> str:
+        if dim not in self.names:
+            while f"unk__{self.next}" in self.taken:
+                self.next += 1
+            self.names[dim] = f"unk__{self.next}"
+            self.taken.add(self.names[dim])
+        return self.names[dim]
+
+
+def _may_have_body(node: Node, model: Model, functions: dict | None) -> bool:
+    """Whether :func:`function_of` may find a body for ``node`` (without building one: a
+    plugin's builder runs only for a node no backend claims)."""
+    if model.proto is not None and any(f.domain == node.domain and f.name == node.op_type
+                                       for f in model.proto.functions):
+        return True
+    domain = node.domain if node.domain != "ai.onnx" else ""
+    try:
+        schema = onnx.defs.get_schema(node.op_type, node.opset, domain)
+    except Exception:
+        return (domain, node.op_type) in (functions or {})
+    return bool(schema.function_opset_versions or
+                schema.context_dependent_function_opset_versions)
 
 
 def function_of(node: Node, model: Model, functions: dict | None = None
@@ -286,37 +397,43 @@ def _rename_graph(g: onnx.GraphProto, rename, attrs, prefix, taken) -> None:
     g.node.extend(nodes)
 
 
-def _all_names(g: onnx.GraphProto) -> set[str]:
-    names = {n.name for n in g.node}
-    for n in g.node:
+def _all_names(model: Model) -> set[str]:
+    """Every name in ``model``: nodes, values (in subgraphs too), inputs, outputs, weights."""
+    g = model.proto.graph
+    names = _proto_names([n.proto for n in model.nodes if n.proto is not None])
+    names.update(n.name for n in model.nodes)
+    names.update(v.name for v in [*g.input, *g.output, *g.value_info])
+    names.update(model.constants)
+    return names
+
+
+def _proto_names(nodes) -> set[str]:
+    names = {n.name for n in nodes}
+    for n in nodes:
         names.update(n.input)
         names.update(n.output)
         for a in n.attribute:
             for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                names |= _all_names(sub)
-    names.update(v.name for v in [*g.input, *g.output, *g.value_info])
-    names.update(t.name for t in g.initializer)
+                names |= _proto_names(sub.node)
+                names.update(v.name for v in [*sub.input, *sub.output, *sub.value_info])
+                names.update(t.name for t in sub.initializer)
     return names
 
 
-def _rebuilt(model: Model, bodies: dict[int, tuple[list[onnx.NodeProto], list]]) -> onnx.ModelProto:
-    """The model's proto with the expanded nodes in place of their originals."""
+def _rebuilt(model: Model, bodies: dict[int, tuple[list[onnx.NodeProto], list]],
+             header: onnx.ModelProto) -> onnx.ModelProto:
+    """The model's proto (``header``'s, which imports the bodies' opsets) with the model's
+    nodes, and the expanded ones' bodies in their place."""
     proto = onnx.ModelProto()
-    proto.CopyFrom(model.proto)
-    nodes = list(proto.graph.node)
+    proto.CopyFrom(header)
     del proto.graph.node[:]
-    imported = {o.domain or "" for o in proto.opset_import}
-    for i, (n, node) in enumerate(zip(nodes, model.nodes)):
-        if i not in bodies:
-            n.name = node.name  # the loader's unique names, kept across rounds
-            proto.graph.node.append(n)
+    for i, node in enumerate(model.nodes):
+        if i in bodies:
+            proto.graph.node.extend(bodies[i][0])
             continue
-        body, opsets = bodies[i]
-        proto.graph.node.extend(body)
-        for o in opsets:
-            if (o.domain or "") not in imported:
-                proto.opset_import.append(o)
-                imported.add(o.domain or "")
+        n = proto.graph.node.add()
+        n.CopyFrom(node.proto)
+        n.name = node.name  # the loader's unique names, kept across rounds
     return proto
 
 

@@ -1,5 +1,6 @@
-"""The fold stage: constant subgraphs are placed like any node, run once at load, and
-become constants of the plan.
+"""The fold stage: constant subgraphs run once at load and become constants of the plan.
+They are placed, built and run like any node, by the stages after this one, through the
+:class:`Evaluator` the pipeline gives (this module imports none of them).
 
 ONNX's shape inference evaluates only some ops on constant data (its data propagation), so
 a shape computed by others (``Where(Equal(..), ConstantOfShape(..), ..)`` feeding an
@@ -14,97 +15,154 @@ batch) stay symbolic."""
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from .compiler import build_steps
 from .errors import ModelWarning, NnplugError
-from .executor import Plan, run_steps
-from .graph import whole_graph
 from .inference import reinfer
-from .planner import constant_nodes
 
 if TYPE_CHECKING:
     from .graph import Model, Node, ValueInfo
-    from .planner import Placer
-    from .target import Target
 
 MAX_ROUNDS = 8
 """Rounds of folding and shape inference; each one needs new static shapes to go on."""
 
+# Ops whose result differs run to run: never folded.
+NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                     "Multinomial", "Bernoulli"}
 
-def fold_constants(plan: Plan, model: Model, placer: Placer, target_of: dict[str, Target],
-                   optimization: str) -> list[Node]:
-    """Folds what is constant into ``plan.constants`` (``plan.assignment`` names each
-    folded node) and refines ``model.values`` where folding makes shapes static. Returns
-    the nodes left to place."""
-    rest = list(model.nodes)
+
+class Evaluator(Protocol):
+    """How the fold stage runs what it folds: placed, built and run like any node, by the
+    stages after it (the pipeline hands it one; see :mod:`nnplug.pipeline`)."""
+
+    def where(self, model: Model, node: Node, constants: dict[str, np.ndarray]) -> str:
+        """Where ``node`` would run (its ``Network.assignment`` label); raises an
+        :class:`~nnplug.NnplugError` when nothing runs it."""
+
+    def run(self, model: Model, nodes: list[Node], constants: dict[str, np.ndarray],
+            keep: set[str]) -> Ran:
+        """``nodes`` placed, built and run once."""
+
+
+@dataclass
+class Ran:
+    """What an :class:`Evaluator` ran."""
+
+    values: dict[str, np.ndarray]
+    """The values asked for, by name."""
+    where: dict[str, str]
+    """node name -> where it ran (its label)."""
+    declined: dict[str, dict[str, str]]
+    """node name -> {backend or custom op that declined it before: why}."""
+    assignment: dict[str, str] = field(default_factory=dict)
+    """Where the nodes of the subgraphs it ran ran (control flow)."""
+
+
+@dataclass
+class Folded:
+    """What the fold stage makes of a model: the nodes left to run, and the rest constant."""
+
+    model: Model
+    """The model, with the shapes folding made static (its nodes are all the nodes)."""
+    nodes: list[Node]
+    """The nodes left to place, in order."""
+    constants: dict[str, np.ndarray]
+    """The model's weights and the values folded."""
+    assignment: dict[str, str] = field(default_factory=dict)
+    """folded node name -> "<where it ran> (folded)"."""
+    declined: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+def constant_nodes(nodes: list[Node], constants, values: dict, custom_ops: dict
+                   ) -> list[Node]:
+    """Standard, deterministic ``nodes`` whose inputs are all in ``constants`` (names), or
+    computed from them (transitively)."""
+    known = set(constants)
+    out = []
+    for n in nodes:
+        if (n.op_type not in custom_ops and n.op_type not in NONDETERMINISTIC
+                and n.domain in ("", "ai.onnx") and all(x == "" or x in known for x in n.inputs)
+                and all(values.get(o) is None or values[o].kind == "tensor"
+                        for o in n.outputs if o)):  # sequences/optionals are not weights
+            out.append(n)
+            known.update(o for o in n.outputs if o)
+    return out
+
+
+def fold_constants(model: Model, evaluator: Evaluator, custom_ops: dict,
+                   optimization: str) -> Folded:
+    """Folds what is constant in ``model`` (its nodes run by ``evaluator``), and refines the
+    shapes folding makes static (in a copy of the model)."""
+    done = Folded(dataclasses.replace(model, values=dict(model.values)), list(model.nodes),
+                  dict(model.constants))
     if optimization == "disable":
-        return rest
+        return done
+    model, rest = done.model, done.nodes
     # a model whose shapes are all known folds as it always did: only its constant nodes
     lost = any(o and not _static(model.values.get(o)) for n in rest for o in n.outputs)
     for _ in range(MAX_ROUNDS):
         before = len(rest)
         if lost:
-            rest = _fold_shapes(plan, model, rest, placer)
-        rest = _fold_constant_nodes(plan, model, rest, placer, target_of, optimization)
-        if not lost or len(rest) == before or not _refine_shapes(model, rest, plan.constants):
+            rest = _fold_shapes(done, rest, evaluator, custom_ops)
+        rest = _fold_constant_nodes(done, rest, evaluator, custom_ops)
+        if not lost or len(rest) == before or not _refine_shapes(model, rest, done.constants):
             break
-    return rest
+    done.nodes = rest
+    return done
 
 
-def _fold_shapes(plan: Plan, model: Model, nodes: list[Node], placer: Placer) -> list[Node]:
+def _fold_shapes(done: Folded, nodes: list[Node], evaluator: Evaluator,
+                 custom_ops: dict) -> list[Node]:
     """``Shape``/``Size`` of a value whose shape is static: its result, computed here from
-    that shape. ``plan.assignment`` names the backend the node is placed on, as for any
-    folded node."""
+    that shape. The assignment names the backend the node is placed on, as for any folded
+    node."""
+    model = done.model
     rest = []
     for n in nodes:
         v = model.values.get(n.inputs[0]) if n.inputs and n.inputs[0] else None
         out = n.outputs[0] if n.outputs else ""
         if (n.op_type not in ("Shape", "Size") or n.domain not in ("", "ai.onnx") or not out
-                or n.op_type in placer.ops or v is None or not v.is_static
+                or n.op_type in custom_ops or v is None or not v.is_static
                 or v.kind != "tensor"):
             rest.append(n)
             continue
         if n.op_type == "Shape":  # ONNX clamps start/end as Python slicing does
             start, end = n.attr("start", 0), n.attr("end", None)
-            plan.constants[out] = np.array(v.shape[start:end], dtype=np.int64)
+            done.constants[out] = np.array(v.shape[start:end], dtype=np.int64)
         else:
-            plan.constants[out] = np.array(int(np.prod(v.shape, dtype=np.int64)),
+            done.constants[out] = np.array(int(np.prod(v.shape, dtype=np.int64)),
                                            dtype=np.int64)
         try:
-            label = placer.place_one(n, whole_graph(model, [n], plan.constants)).label
+            label = evaluator.where(model, n, done.constants)
         except NnplugError:
             label = "core"  # no backend runs it, and none needs to
-        plan.assignment[n.name] = label + " (folded)"
+        done.assignment[n.name] = label + " (folded)"
     return rest
 
 
-def _fold_constant_nodes(plan: Plan, model: Model, nodes: list[Node], placer: Placer,
-                         target_of: dict[str, Target], optimization: str) -> list[Node]:
+def _fold_constant_nodes(done: Folded, nodes: list[Node], evaluator: Evaluator,
+                         custom_ops: dict) -> list[Node]:
     """Nodes whose inputs are all constant: placed, built, run once now."""
-    const_nodes = constant_nodes(nodes, plan.constants, model.values, placer.ops)
+    model = done.model
+    const_nodes = constant_nodes(nodes, done.constants, model.values, custom_ops)
     if not const_nodes:
         return nodes
     const_names = {n.name for n in const_nodes}
     rest = [n for n in nodes if n.name not in const_names]
-    placed = placer.place_all(const_nodes, whole_graph(model, const_nodes, plan.constants))
     used_later = {x for n in rest for x in n.inputs if x} | {o.name for o in model.outputs}
     keep = {o for n in const_nodes for o in n.outputs if o} & used_later
-    steps = build_steps(plan, model, const_nodes, placed, keep, target_of, optimization)
-    try:
-        env = run_steps(steps, {})
-    finally:
-        for s in steps:
-            if s.close:
-                s.close()
+    ran = evaluator.run(model, const_nodes, done.constants, keep)
+    done.assignment.update(ran.assignment)
     for name in keep:
-        plan.constants[name] = env[name].numpy()
+        done.constants[name] = ran.values[name]
     for n in const_nodes:
-        plan.assignment[n.name] = placed[n.name].label + " (folded)"
-        plan.declined[n.name] = dict(placed[n.name].declined or {})
+        done.assignment[n.name] = ran.where[n.name] + " (folded)"
+        done.declined[n.name] = dict(ran.declined.get(n.name) or {})
     return rest
 
 
@@ -151,4 +209,5 @@ def _agrees(old: ValueInfo | None, new: ValueInfo) -> bool:
         not isinstance(a, int) or a == b for a, b in zip(old.shape, new.shape))
 
 
-__all__ = ["fold_constants", "MAX_ROUNDS"]
+__all__ = ["Evaluator", "Folded", "Ran", "MAX_ROUNDS", "NONDETERMINISTIC", "constant_nodes",
+           "fold_constants"]

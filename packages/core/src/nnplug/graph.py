@@ -211,6 +211,34 @@ def outer_reads(g: onnx.GraphProto) -> list[str]:
     return reads
 
 
+CONTROL_FLOW = {"If": ("then_branch", "else_branch"), "Loop": ("body",), "Scan": ("body",),
+                "SequenceMap": ("body",)}
+"""The ops whose subgraphs the core runs (see nnplug.controlflow): op type -> graph attributes."""
+
+
+def attach_outer_inputs(nodes: list[Node]) -> None:
+    """Append to each node with subgraphs the outer values those subgraphs read (after its
+    formal inputs, as onnxruntime's implicit inputs), so every stage sees them as inputs."""
+    for n in nodes:
+        if n.proto is None or not n.proto.attribute:
+            continue
+        for _, g in subgraphs(n.proto):
+            for x in outer_reads(g):
+                if x not in n.inputs:
+                    n.inputs.append(x)
+
+
+def node_schema(node: Node):
+    """ONNX's schema of ``node`` at its opset, or None for an op ONNX does not define there."""
+    from onnx import defs
+
+    domain = "" if node.domain in ("", "ai.onnx") else node.domain
+    try:
+        return defs.get_schema(node.op_type, max(node.opset, 1), domain)
+    except Exception:  # noqa: BLE001 - SchemaError: no such op in that domain/opset
+        return None
+
+
 def is_string(dtype) -> bool:
     """Whether values of this numpy dtype are ONNX strings (object, str or bytes arrays)."""
     return dtype is not None and np.dtype(dtype).kind in "OUS"

@@ -8,9 +8,33 @@ import onnx
 from onnx import numpy_helper
 
 from . import ml_types
-from .errors import ModelError
+from .errors import ModelError, ValidationError, spec_link
 from .graph import Model, Node, ValueInfo, value_info
-from .validate import check_before_inference
+
+# Attributes naming axes. ONNX's own inference reads some as 32-bit ints and dies on larger
+# values (onnx 1.23: LayerNormalization axis=2**31 segfaults), so they are checked first.
+AXIS_ATTRIBUTES = {"axis", "axes", "perm", "batch_axis", "time_axis"}
+MAX_AXIS = 1 << 16
+"""No tensor has this many dimensions: an axis beyond it is refused before ONNX sees it."""
+
+
+def check_before_inference(proto: onnx.ModelProto) -> None:
+    """What must be refused before ONNX's shape inference runs on ``proto``'s graph."""
+    for i, n in enumerate(proto.graph.node):
+        for a in n.attribute:
+            if a.name not in AXIS_ATTRIBUTES:
+                continue
+            values = [a.i] if a.type == onnx.AttributeProto.INT else \
+                list(a.ints) if a.type == onnx.AttributeProto.INTS else []
+            bad = [v for v in values if abs(v) > MAX_AXIS]
+            if bad:
+                name = n.name or f"{n.op_type}_{i}"
+                domain = n.domain or "ai.onnx"
+                raise ValidationError(
+                    f"invalid node {name!r} (op {n.op_type}, domain {domain}): attribute "
+                    f"{a.name!r}: {bad[0]} is beyond any tensor's rank. Fix: use an axis "
+                    f"in [-rank, rank-1] of the input (spec: {spec_link(n.op_type, n.domain)})",
+                    node=name, op_type=n.op_type, field=a.name)
 
 # Constants up to this many elements go into a re-inferred model with their data (shape
 # inputs are small); larger ones only with their type and shape, so weights are not copied.
@@ -82,12 +106,13 @@ def collect_values(model: onnx.ModelProto) -> dict[str, ValueInfo]:
 
 
 
-def reinfer(model: Model, nodes: list[Node], constants: dict[str, np.ndarray]
-            ) -> dict[str, ValueInfo]:
+def reinfer(model: Model, nodes: list[Node], constants: dict[str, np.ndarray], *,
+            declared: bool = False) -> dict[str, ValueInfo]:
     """Types and shapes from ONNX shape inference run again over ``nodes`` of ``model``,
     with ``constants`` (initializers and folded values) known; the model's inputs keep
     their declared (possibly symbolic) shapes. Outputs of nodes ONNX cannot infer (custom
-    domains) keep the types ``model.values`` gives them."""
+    domains) keep the types ``model.values`` gives them. ``declared``: the types the model
+    declares for its inner values (``value_info``) are given too, as at load."""
     g = model.proto.graph
     read = {x for n in nodes for x in n.inputs if x} | {o.name for o in g.output}
     inits, const_inputs = [], []
@@ -108,6 +133,9 @@ def reinfer(model: Model, nodes: list[Node], constants: dict[str, np.ndarray]
                 elem = onnx.helper.np_dtype_to_tensor_dtype(v.dtype)
                 typed.append(onnx.helper.make_tensor_value_info(
                     o, elem, list(v.shape) if v.shape is not None else None))
+    if declared:
+        have = {vi.name for vi in typed} | set(constants)
+        typed += [vi for vi in g.value_info if vi.name not in have]
     inputs = [i for i in g.input if i.name not in constants] + const_inputs
     graph = onnx.helper.make_graph([n.proto for n in nodes], g.name or "model", inputs,
                                    list(g.output), inits, value_info=typed)

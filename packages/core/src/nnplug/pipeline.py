@@ -1,20 +1,28 @@
-"""How a model becomes a Network: one stage after another, a module each.
+"""How a model becomes a Network: one stage after another, a module each. Each stage takes
+what the one before it made and returns something new; none calls back into an earlier one.
 
-    load       nnplug.loader      read (path, bytes, ModelProto), check, infer shapes
-    validate   nnplug.validate    every node, before any backend sees it
-    expand     nnplug.expand      nodes no backend claims whose op is a function -> its body
-               nnplug.controlflow what subgraphs read from outer scopes -> node inputs
+    read       nnplug.loader      path, bytes, ModelProto -> Model: checked, shapes inferred
+    check      nnplug.validate    every node, before any backend sees it
+    widen      nnplug.precision   float16/bfloat16 nodes no backend runs natively -> float32
+                                  between casts
+    expand     nnplug.expand      nodes no backend claims whose op is a function -> its body;
+                                  what subgraphs read from outer scopes -> node inputs
     fold       nnplug.folding     constant subgraphs run once -> constants; shapes they make
                                   static are inferred again
-    merge      nnplug.cse         nodes computing the same thing from the same inputs -> one
+               nnplug.cse         nodes computing the same thing from the same inputs -> one
     place      nnplug.planner     a backend, custom op or core op for each node
                nnplug.measure     (placement="measure") partitions two host backends run:
                                   timed on both, kept on the faster
-    compile    nnplug.compiler    build each partition: the Network's plan
+    compile    nnplug.compiler    build each partition: the Plan (nnplug.plan)
     run        nnplug.executor    (``Network.run``) the plan's steps over the feeds
 
+What a later stage does for an earlier one it is handed, never imports: the fold stage runs
+its constant nodes through an :class:`Evaluator` made here of the place, compile and run
+stages, and each backend's ``supports`` answers are asked once (a
+:class:`~nnplug.supports_cache.SupportsCache` the expand, fold and place stages share).
 A subgraph of If/Loop/Scan gets a sub-plan of its own from :func:`compile_network`, on the
-same backends. :class:`nnplug.Runtime` only holds the plugins and calls :func:`load_network`.
+same backends, from a Model built of the subgraph as it is (not read again).
+:class:`nnplug.Runtime` only holds the plugins and calls :func:`load_network`.
 """
 
 from __future__ import annotations
@@ -22,20 +30,22 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING
 
-from .compiler import build_plan, targets_for
-from .controlflow import attach_outer_inputs
+from .compiler import build_plan, build_steps, targets_for
 from .cse import merge_common_subexpressions
 from .errors import ModelWarning
-from .executor import Plan
+from .executor import run_steps
 from .expand import expand_unclaimed
-from .folding import fold_constants
+from .folding import Ran, fold_constants
+from .from_onnx import model_from_proto
 from .graph import Model, node_has_strings, whole_graph
 from .loader import load
 from .measure import measure_placement, placement_mode
 from .network import Network, release_plan
+from .plan import Plan
 from .planner import Placer
 from .precision import widen_reduced_precision
 from .static_shapes import ShapeDeclines
+from .supports_cache import SupportsCache
 from .validate import validate
 
 if TYPE_CHECKING:
@@ -56,41 +66,43 @@ def load_network(runtime: Runtime, model, backends: list[BackendInfo], ops: dict
 def compile_network(runtime: Runtime, model: Model, infos: list[BackendInfo],
                     ops: dict[str, CustomOp], targets: dict, *,
                     optimization: str = "all") -> Network:
-    """A loaded model expanded, placed and compiled into a Network."""
+    """A loaded model expanded, folded, placed and compiled into a Network."""
     backends = [info.backend for info in infos]
     target_of = targets_for(backends, targets)
+    answers = SupportsCache()  # supports() asked once per node and backend, by every stage
 
     model = widen_reduced_precision(model, backends, ops, runtime.functions)  # fp16 -> fp32
-    declines = ShapeDeclines(backends)  # nodes declined only for unknown shapes: said, not hidden
+    declines = ShapeDeclines(backends, answers.ask)  # declined only for unknown shapes: said
     expanded = expand_unclaimed(model, declines.claimed, ops, runtime.functions)
-    attach_outer_inputs(expanded)  # control flow: what subgraphs read is a node input
 
     def compile_sub(proto, name):
         with warnings.catch_warnings():  # findings were reported for the whole model
             warnings.simplefilter("ignore", ModelWarning)
-            return compile_network(runtime, load(proto, ops, functions=tuple(runtime.functions)),
-                                   infos, ops, targets)
+            return compile_network(runtime, model_from_proto(proto, ops), infos, ops, targets)
 
-    placer = Placer(expanded, backends, ops,
-                    use_overrides=not runtime.options.disable_op_overrides,
-                    installed=list(runtime.backends), compile_sub=compile_sub,
-                    why_declined=declines.note)
+    def placer_for(m: Model) -> Placer:
+        return Placer(m, backends, ops, use_overrides=not runtime.options.disable_op_overrides,
+                      installed=list(runtime.backends), compile_sub=compile_sub,
+                      why_declined=declines.note, ask=declines.supports)
+
     leases = runtime.hold_backends(infos)  # for as long as the plan's kernels live
-    plan = Plan(dict(model.constants))
+    plan = Plan({})
     try:
-        rest = fold_constants(plan, expanded, placer, target_of, optimization)
-        merged = {}
+        folded = fold_constants(expanded, Evaluator(placer_for, target_of, optimization), ops,
+                                optimization)
+        plan = Plan(folded.constants, assignment=folded.assignment, declined=folded.declined)
+        rest, merged = folded.nodes, {}
         if optimization != "disable":
             rest, merged = merge_common_subexpressions(
                 rest, plan.constants, {o.name for o in expanded.outputs}, ops)
-        graph = whole_graph(expanded, rest, plan.constants)
-        placed = placer.place_all(rest, graph)
+        graph = whole_graph(folded.model, rest, plan.constants)
+        placed = placer_for(folded.model).place_all(rest, graph)
         if placement_mode(runtime.options.placement) == "measure":
             placed = measure_placement(
-                expanded, rest, placed, backends, graph, plan.constants, target_of,
-                alone=lambda n: node_has_strings(n, expanded.values, plan.constants))
+                folded.model, rest, placed, backends, graph, plan.constants, target_of,
+                alone=lambda n: node_has_strings(n, folded.model.values, plan.constants))
         declines.warn(placed)
-        build_plan(plan, expanded, rest, placed, target_of, optimization)
+        build_plan(plan, folded.model, rest, placed, target_of, optimization)
         for dropped, kept in merged.items():  # it ran where the node it is the same as ran
             plan.assignment[dropped] = plan.assignment[kept]
     except BaseException:
@@ -99,4 +111,33 @@ def compile_network(runtime: Runtime, model: Model, infos: list[BackendInfo],
     return Network(model, plan, leases, nodes=rest, optimization=optimization)
 
 
-__all__ = ["load_network", "compile_network"]
+class Evaluator:
+    """What the fold stage runs its constant nodes with (:class:`nnplug.folding.Evaluator`):
+    placed, built and run once, by the same stages as every other node."""
+
+    def __init__(self, placer_for, target_of: dict, optimization: str):
+        self.placer_for = placer_for
+        self.target_of = target_of
+        self.optimization = optimization
+
+    def where(self, model: Model, node, constants) -> str:
+        return self.placer_for(model).place_one(node, whole_graph(model, [node], constants)).label
+
+    def run(self, model: Model, nodes, constants, keep):
+        placed = self.placer_for(model).place_all(nodes, whole_graph(model, nodes, constants))
+        scratch = Plan(constants)  # build_steps reads the constants, names sub-plans' nodes
+        steps = build_steps(scratch, model, nodes, placed, keep, self.target_of,
+                            self.optimization)
+        try:
+            env = run_steps(steps, {})
+        finally:
+            for s in steps:
+                if s.close:
+                    s.close()
+        return Ran({name: env[name].numpy() for name in keep},
+                   {n.name: placed[n.name].label for n in nodes},
+                   {n.name: dict(placed[n.name].declined or {}) for n in nodes},
+                   scratch.assignment)
+
+
+__all__ = ["Evaluator", "load_network", "compile_network"]

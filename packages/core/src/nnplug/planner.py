@@ -1,5 +1,5 @@
-"""The place stage: which backend, custom op or core op runs each node; constant nodes
-(folded by the compile stage); partitions and their subgraphs."""
+"""The place stage: which backend, custom op or core op runs each node; partitions and
+their subgraphs."""
 
 from __future__ import annotations
 
@@ -21,10 +21,6 @@ from .structural import place_structural
 
 if TYPE_CHECKING:
     import onnx
-
-# Ops whose result differs run to run: never folded.
-NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
-                     "Multinomial", "Bernoulli"}
 
 # Which backends a custom op's target can run on: its device type.
 _TARGET_DEVICE = {"cpu": device_type_of("cpu"), "gpu": device_type_of("opencl")}
@@ -55,22 +51,6 @@ class Placement:
                 and other.core is None and self.backend is other.backend)
 
 
-def constant_nodes(nodes: list[Node], constants, values: dict, custom_ops: dict[str, CustomOp]
-                   ) -> list[Node]:
-    """Standard, deterministic ``nodes`` whose inputs are all in ``constants`` (names), or
-    computed from them (transitively)."""
-    known = set(constants)
-    out = []
-    for n in nodes:
-        if (n.op_type not in custom_ops and n.op_type not in NONDETERMINISTIC
-                and n.domain in ("", "ai.onnx") and all(x == "" or x in known for x in n.inputs)
-                and all(values.get(o) is None or values[o].kind == "tensor"
-                        for o in n.outputs if o)):  # sequences/optionals are not weights
-            out.append(n)
-            known.update(o for o in n.outputs if o)
-    return out
-
-
 def custom_op_for(op_type: str, custom_ops: dict[str, CustomOp], use_overrides: bool) -> CustomOp | None:
     """The custom op that runs nodes of ``op_type``, if any (an override only when overrides
     are used)."""
@@ -79,7 +59,8 @@ def custom_op_for(op_type: str, custom_ops: dict[str, CustomOp], use_overrides: 
 
 
 def place(node: Node, graph: SubGraph, backends: list[Backend], custom_ops: dict[str, CustomOp],
-          use_overrides: bool, bind_op, installed=(), next_node: Node | None = None) -> Placement:
+          use_overrides: bool, bind_op, installed=(), next_node: Node | None = None,
+          ask: Callable[[Backend, Node, SubGraph], bool] | None = None) -> Placement:
     """The first backend (or custom op for its target) in preference order that runs ``node``.
 
     ``next_node``: the node after it when that node alone reads ``node``'s outputs (none of
@@ -89,6 +70,8 @@ def place(node: Node, graph: SubGraph, backends: list[Backend], custom_ops: dict
     ``bind_op(op, node, target, backend)`` binds a custom op and returns the BoundOp, or
     None when the op declines the node, so the backend's own kernel is tried next.
     ``installed``: ids of every registered backend, for the error's advice.
+    ``ask(backend, node, graph)``: how ``supports`` is asked (answers the expand stage got
+    are reused; see :mod:`nnplug.supports_cache`).
     """
     op = custom_op_for(node.op_type, custom_ops, use_overrides)
     declined: dict[str, str] = {}
@@ -100,7 +83,7 @@ def place(node: Node, graph: SubGraph, backends: list[Backend], custom_ops: dict
                     if bound is not None:
                         return Placement(b, op, target, bound, declined=declined)
                     declined[f"op:{op.op_type}@{target}"] = "the custom op declined the node"
-        if b.supports(node, graph):
+        if (ask(b, node, graph) if ask is not None else b.supports(node, graph)):
             return Placement(b, declined=declined)
         if next_node is not None and b.supports_fused([node, next_node], graph):
             return Placement(b, with_next=True, declined=declined)
@@ -119,10 +102,12 @@ class Placer:
     def __init__(self, model: Model, backends: list[Backend], ops: dict[str, CustomOp], *,
                  use_overrides: bool, installed: list[str],
                  compile_sub: Callable[[onnx.ModelProto, str], object],
-                 why_declined: Callable[[Node], str] | None = None):
+                 why_declined: Callable[[Node], str] | None = None,
+                 ask: Callable[[Backend, Node, SubGraph], bool] | None = None):
         """``installed``: ids of every registered backend, for errors; ``compile_sub(proto,
         name)``: a Network for a subgraph of a control-flow node; ``why_declined(node)``: what
-        to lead an error about ``node`` with (a backend that declined it for a known reason)."""
+        to lead an error about ``node`` with (a backend that declined it for a known reason);
+        ``ask``: how ``supports`` is asked (see :func:`place`)."""
         self.model = model
         self.backends = backends
         self.ops = ops
@@ -130,6 +115,7 @@ class Placer:
         self.installed = installed
         self.compile_sub = compile_sub
         self.why_declined = why_declined
+        self.ask = ask
 
     def place_all(self, nodes: list[Node], graph: SubGraph) -> dict[str, Placement]:
         readers: dict[str, set[str]] = {}
@@ -164,7 +150,7 @@ class Placer:
     def place_one(self, n: Node, graph: SubGraph, next_node: Node | None = None) -> Placement:
         try:
             return place(n, graph, self.backends, self.ops, self.use_overrides, self.bind,
-                         installed=self.installed, next_node=next_node)
+                         installed=self.installed, next_node=next_node, ask=self.ask)
         except UnsupportedNodeError as e:
             core = place_control_flow(n, self.model, self.compile_sub) or place_structural(n, graph)
             if core is None:

@@ -38,7 +38,7 @@ from onnx import helper, numpy_helper
 
 from .errors import ModelWarning
 from .graph import Model, Node, SubGraph, ValueInfo, outer_reads, subgraphs, whole_graph
-from .loader import load
+from .from_onnx import model_from_proto
 
 log = logging.getLogger("nnplug")
 
@@ -103,7 +103,7 @@ def widen_reduced_precision(model: Model, backends: list, custom_ops: dict,
               len(widened))
     with warnings.catch_warnings():  # the model's own findings were reported already
         warnings.simplefilter("ignore", ModelWarning)
-        return load(_rewritten(model, widened), custom_ops, functions=tuple(functions or ()))
+        return model_from_proto(_rewritten(model, widened), custom_ops)
 
 
 def _widenable(node: Node, graph: SubGraph, custom_ops: dict) -> str | None:

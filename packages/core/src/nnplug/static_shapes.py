@@ -32,21 +32,30 @@ def _sentence(text: str) -> str:
 
 
 class ShapeDeclines:
-    """Asks ``backends`` in order whether one claims a node (:meth:`claimed`, the expand
-    stage's question) and remembers the backends that declined one only for its shapes."""
+    """Asks ``backends`` whether they run a node (:meth:`claimed`, the expand stage's
+    question; :meth:`supports`, the fold and place stages') and remembers the backends that
+    declined one only for its shapes.
+    ``ask(backend, node, graph)``: how a backend is asked (a
+    :class:`~nnplug.supports_cache.SupportsCache`'s, so the place stage reuses the answers)."""
 
-    def __init__(self, backends):
+    def __init__(self, backends, ask=None):
         self.backends = backends
+        self.ask = ask or (lambda b, node, graph: b.supports(node, graph))
         self.found: dict[str, tuple[Node, object, str]] = {}  # node name -> (node, backend, why)
 
     def claimed(self, node: Node, graph: SubGraph) -> bool:
-        for b in self.backends:
-            if b.supports(node, graph):
-                return True
-            if node.name not in self.found:
-                why = static_shapes_only(b, node, graph)
-                if why:
-                    self.found[node.name] = (node, b, why)
+        """Whether a backend claims ``node`` (the expand stage's question)."""
+        return any(self.supports(b, node, graph) for b in self.backends)
+
+    def supports(self, backend, node: Node, graph: SubGraph) -> bool:
+        """``backend``'s answer (asked through ``ask``), remembered when it declines
+        ``node`` only for its shapes: how the fold and place stages ask too."""
+        if self.ask(backend, node, graph):
+            return True
+        if node.name not in self.found:
+            why = static_shapes_only(backend, node, graph)
+            if why:
+                self.found[node.name] = (node, backend, why)
         return False
 
     def note(self, node: Node) -> str:

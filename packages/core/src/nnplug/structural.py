@@ -14,8 +14,8 @@ import onnx
 
 from .device import CPU
 from .errors import BackendError
-from .executor import Step
 from .graph import Node, SubGraph
+from .plan import Step
 from .tensor import HOST_API, Tensor
 from .values import NONE, MapSequence, TensorSequence
 

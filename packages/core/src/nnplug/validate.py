@@ -27,10 +27,9 @@ import numpy as np
 import onnx
 from onnx import defs, numpy_helper
 
-from .errors import ValidationError
-from .graph import Node, ValueInfo, value_info
-
-SPEC_URL = "https://onnx.ai/onnx/operators/"
+from .errors import SPEC_URL, ValidationError, spec_link  # noqa: F401 - named here before
+from .graph import Node, ValueInfo, node_schema, value_info
+from .inference import check_before_inference  # noqa: F401 - named here before
 
 # Constant inputs up to this many elements are handed to ONNX's inference as data (shapes,
 # axes, pads); weights are not copied for it.
@@ -74,32 +73,6 @@ def known_opsets() -> dict[str, int]:
     for domain, v in (("", onnx_v), ("ai.onnx.ml", ml_v), ("ai.onnx.training", training_v)):
         newest[domain] = max(newest.get(domain, 1), v)
     return newest
-
-
-# Attributes naming axes. ONNX's own inference reads some as 32-bit ints and dies on larger
-# values (onnx 1.23: LayerNormalization axis=2**31 segfaults), so they are checked first.
-AXIS_ATTRIBUTES = {"axis", "axes", "perm", "batch_axis", "time_axis"}
-MAX_AXIS = 1 << 16
-"""No tensor has this many dimensions: an axis beyond it is refused before ONNX sees it."""
-
-
-def check_before_inference(proto: onnx.ModelProto) -> None:
-    """What must be refused before ONNX's shape inference runs on ``proto``'s graph."""
-    for i, n in enumerate(proto.graph.node):
-        for a in n.attribute:
-            if a.name not in AXIS_ATTRIBUTES:
-                continue
-            values = [a.i] if a.type == onnx.AttributeProto.INT else \
-                list(a.ints) if a.type == onnx.AttributeProto.INTS else []
-            bad = [v for v in values if abs(v) > MAX_AXIS]
-            if bad:
-                name = n.name or f"{n.op_type}_{i}"
-                domain = n.domain or "ai.onnx"
-                raise ValidationError(
-                    f"invalid node {name!r} (op {n.op_type}, domain {domain}): attribute "
-                    f"{a.name!r}: {bad[0]} is beyond any tensor's rank. Fix: use an axis "
-                    f"in [-rank, rank-1] of the input (spec: {spec_link(n.op_type, n.domain)})",
-                    node=name, op_type=n.op_type, field=a.name)
 
 
 def validate(model, custom_ops: dict | None = None) -> None:
@@ -223,15 +196,6 @@ class _Validator:
                 self.types.pop(name, None)
 
 
-def node_schema(node: Node):
-    """ONNX's schema of ``node`` at its opset, or None for an op ONNX does not define there."""
-    domain = "" if node.domain in ("", "ai.onnx") else node.domain
-    try:
-        return defs.get_schema(node.op_type, max(node.opset, 1), domain)
-    except Exception:  # noqa: BLE001 - SchemaError: no such op in that domain/opset
-        return None
-
-
 def _node_proto(node: Node) -> onnx.NodeProto:
     return onnx.helper.make_node(node.op_type, node.inputs, node.outputs, name=node.name,
                                  domain=node.domain, **node.attrs)
@@ -258,11 +222,6 @@ def _onnx_text(e: Exception) -> str:
         text = text.replace(prefix, "")
     text = " ".join(text.split())
     return text.split("\n")[0][:600]
-
-
-def spec_link(op_type: str, domain: str = "") -> str:
-    d = "onnx" if domain in ("", "ai.onnx") else domain.replace(".", "_")
-    return f"{SPEC_URL}{d}__{op_type}.html"
 
 
 def _failure(node: Node, what: str, fix: str, *, attribute: str | None = None,
