@@ -37,8 +37,8 @@ import onnx
 from onnx import helper, numpy_helper
 
 from .errors import ModelWarning
-from .graph import Model, Node, SubGraph, ValueInfo, outer_reads, subgraphs, whole_graph
 from .from_onnx import model_from_proto
+from .graph import Model, Node, SubGraph, ValueInfo, outer_reads, subgraphs, whole_graph
 
 log = logging.getLogger("nnplug")
 
