@@ -1,5 +1,5 @@
 """bfloat16 nodes are computed in float32 between casts, as float16 ones are
-(nnplug.precision): a bfloat16 MatMul -> Relu chain, which onnxruntime's CPU provider does not
+(nnplug.stages.precision): a bfloat16 MatMul -> Relu chain, which onnxruntime's CPU provider does not
 run at all, gives the float32 products of the bfloat16 operands rounded once to bfloat16."""
 
 from __future__ import annotations

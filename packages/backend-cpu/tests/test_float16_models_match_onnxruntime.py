@@ -3,7 +3,7 @@ tests/models/convert_fp16_models.py) load on the cpu backend and match onnxrunti
 and two threads.
 
 The cpu backend declines float16 GlobalAveragePool and Gemm and runs float16 MatMul on a slow
-scalar path; the core computes such nodes in float32 between casts (nnplug.precision), as
+scalar path; the core computes such nodes in float32 between casts (nnplug.stages.precision), as
 onnxruntime's CPU provider does. Tolerance: two float16 ulps at the output's largest
 magnitude. Both engines compute these nodes in float32 and round to float16 where a value goes
 back to float16, but not at the same places: onnxruntime keeps Reshape, Transpose and

@@ -1,6 +1,6 @@
 """A pool over an input whose channel or spatial dims are 0 has no value: onnxruntime refuses
 it at run time ("Only N can be zero"), and so does the cpu backend, naming the node, where the
-shapes are known only then (static ones are refused at load by nnplug.validate). A batch of 0
+shapes are known only then (static ones are refused at load by nnplug.stages.validate). A batch of 0
 runs and gives an empty output, as in onnxruntime."""
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import pytest
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-from nnplug.loader import load
+from nnplug.stages.loader import load
 
 R = np.random.default_rng(20261202)
 T, B, IN, H = 5, 2, 4, 3

@@ -1,6 +1,6 @@
 """float16 models as onnxconverter-common writes them (backend-cpu's tests/models/*_fp16.onnx)
 on onednn with cpu taking the rest, at one and two threads, against onnxruntime: the core
-computes the float16 nodes in float32 (nnplug.precision), so oneDNN, which runs float32 only,
+computes the float16 nodes in float32 (nnplug.stages.precision), so oneDNN, which runs float32 only,
 takes the convolutions and matrix products. Tolerance: two float16 ulps at the output's
 largest magnitude (why: backend-cpu's test_float16_models_match_onnxruntime.py)."""
 

@@ -1,7 +1,7 @@
 """A pool over an input whose channel or spatial dims turn out 0 at run time has no value:
 onnxruntime refuses it ("Only N can be zero"), and so does this backend (it takes no empty
 input), naming the node, rather than giving NaN (a 0x0 mean) as backend-cpu and backend-opencl
-once did. Static shapes are refused at load by nnplug.validate."""
+once did. Static shapes are refused at load by nnplug.stages.validate."""
 
 from __future__ import annotations
 

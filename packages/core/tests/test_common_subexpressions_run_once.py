@@ -1,4 +1,4 @@
-"""Nodes computing the same thing from the same inputs run once (nnplug.cse): equal constants
+"""Nodes computing the same thing from the same inputs run once (nnplug.stages.cse): equal constants
 under different names count as the same input, as BERT's per-layer attention masks have them;
 what could differ (attributes, constant values down to the sign of zero, random ops, custom
 ops, graph outputs, values a subgraph reads) is left alone. Results match onnxruntime."""
@@ -10,8 +10,8 @@ import pytest
 from numpy_backend import NumpyBackend, make_runtime
 from onnx import TensorProto, helper, numpy_helper
 
-from nnplug.cse import merge_common_subexpressions
-from nnplug.loader import load
+from nnplug.stages.cse import merge_common_subexpressions
+from nnplug.stages.loader import load
 
 OPS = ["Where", "Add", "Mul", "Relu", "Equal", "Sigmoid", "Identity", "Expand"]
 R = np.random.default_rng(5)
@@ -167,8 +167,8 @@ def test_values_a_subgraph_reads_are_not_renamed():
                              helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
     m = load(model)
-    from nnplug.expand import expand_unclaimed
     from nnplug.graph import attach_outer_inputs
+    from nnplug.stages.expand import expand_unclaimed
     expanded = expand_unclaimed(m, lambda n, g: True, {})
     attach_outer_inputs(expanded.nodes)
     kept, merged = merge_common_subexpressions(expanded.nodes, expanded.constants, {"y"}, {})

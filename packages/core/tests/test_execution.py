@@ -303,7 +303,7 @@ def test_scalar_feeds_and_outputs_keep_rank_zero():
 
 
 def test_unread_outputs_without_an_inferred_type_are_passed_as_omitted():
-    from nnplug.loader import load
+    from nnplug.stages.loader import load
 
     # Dropout-7's mask gets no type from ONNX shape inference; nothing reads it here.
     a = onnx.helper
@@ -316,7 +316,7 @@ def test_unread_outputs_without_an_inferred_type_are_passed_as_omitted():
 
 
 def test_unread_optional_outputs_are_passed_as_omitted_and_read_ones_kept():
-    from nnplug.loader import load
+    from nnplug.stages.loader import load
 
     a = onnx.helper
     nodes = [a.make_node("Dropout", ["x"], ["d", "mask"], name="drop"),  # mask: optional, unread
@@ -334,7 +334,7 @@ def test_unread_optional_outputs_are_passed_as_omitted_and_read_ones_kept():
 
 
 def test_an_output_read_only_inside_a_subgraph_is_kept():
-    from nnplug.loader import load
+    from nnplug.stages.loader import load
 
     a = onnx.helper
     branch = a.make_graph([a.make_node("Identity", ["mask"], ["out"])], "then", [],

@@ -1,5 +1,5 @@
 """float16 nodes no backend runs natively are computed in float32 between Cast nodes, as
-onnxruntime's CPU provider does (nnplug.precision): a float16 model loads on backends that
+onnxruntime's CPU provider does (nnplug.stages.precision): a float16 model loads on backends that
 claim only float32, consecutive widened nodes share their casts, and a backend that declares
 float16 native keeps the nodes as written."""
 
@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 from reference_backend import ReferenceBackend
 
 import nnplug
-from nnplug.precision import reduced_name
+from nnplug.stages.precision import reduced_name
 
 
 class Float32Only(ReferenceBackend):
@@ -92,8 +92,8 @@ def test_a_backend_that_runs_float16_natively_keeps_the_nodes(runtime):
 
 def test_a_float32_model_is_left_as_it_is(runtime):
     from nnplug.graph import Model
-    from nnplug.loader import load
-    from nnplug.precision import widen_reduced_precision
+    from nnplug.stages.loader import load
+    from nnplug.stages.precision import widen_reduced_precision
 
     model = fp16_model()
     for n in model.graph.node:

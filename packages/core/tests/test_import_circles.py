@@ -114,13 +114,13 @@ def test_nnplug_modules_import_each_other_without_circles():
 
 def test_the_check_sees_imports_inside_functions_and_skips_type_checking_ones():
     modules = _modules()
-    lazy = "def to_model(self):\n    from .loader import subgraph_to_model\n"
-    typing_only = "if TYPE_CHECKING:\n    from .loader import Model\n"
-    assert imported("nnplug.graph", lazy, modules) == {"nnplug.loader"}
+    lazy = "def to_model(self):\n    from .stages.loader import subgraph_to_model\n"
+    typing_only = "if TYPE_CHECKING:\n    from .stages.loader import Model\n"
+    assert imported("nnplug.graph", lazy, modules) == {"nnplug.stages.loader"}
     assert imported("nnplug.graph", typing_only, modules) == set()
     assert imported("nnplug.native", "from .. import get_include", modules, True) == {"nnplug"}
     assert imported("nnplug.native.plan", "from .buffer import cdev", modules) == {
         "nnplug.native.buffer"}
     graph = import_graph()
     graph["nnplug.graph"] = graph["nnplug.graph"] | imported("nnplug.graph", lazy, modules)
-    assert any({"nnplug.graph", "nnplug.loader"} <= set(c) for c in circles(graph))
+    assert any({"nnplug.graph", "nnplug.stages.loader"} <= set(c) for c in circles(graph))

@@ -103,7 +103,7 @@ def _weighted(corrupt=False):
 
 def test_large_weights_keep_their_values_and_their_consumers_their_shapes():
     from nnplug.inference import skeleton
-    from nnplug.loader import load
+    from nnplug.stages.loader import load
 
     model, w = _weighted()
     bare = skeleton(model)

@@ -7,7 +7,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from nnplug import loader
+from nnplug.stages import loader
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 

@@ -8,14 +8,14 @@ import pytest
 from test_import_circles import import_graph
 
 STAGES = [
-    ("read", ["nnplug.loader"]),
-    ("check", ["nnplug.validate"]),
-    ("widen", ["nnplug.precision"]),
-    ("expand", ["nnplug.expand"]),
-    ("fold", ["nnplug.folding", "nnplug.cse"]),
-    ("place", ["nnplug.planner", "nnplug.measure"]),
-    ("compile", ["nnplug.compiler"]),
-    ("run", ["nnplug.executor"]),
+    ("read", ["nnplug.stages.loader"]),
+    ("check", ["nnplug.stages.validate"]),
+    ("widen", ["nnplug.stages.precision"]),
+    ("expand", ["nnplug.stages.expand"]),
+    ("fold", ["nnplug.stages.folding", "nnplug.stages.cse"]),
+    ("place", ["nnplug.stages.planner", "nnplug.stages.measure"]),
+    ("compile", ["nnplug.stages.compiler"]),
+    ("run", ["nnplug.stages.executor"]),
 ]
 RANK = {module: k for k, (_, modules) in enumerate(STAGES) for module in modules}
 
@@ -51,12 +51,12 @@ def test_what_a_stage_imports_imports_no_stage_after_it(graph, module):
 
 
 def test_expand_builds_its_model_without_the_read_stage(graph):
-    assert "nnplug.loader" not in graph["nnplug.expand"]
+    assert "nnplug.stages.loader" not in graph["nnplug.stages.expand"]
 
 
 def test_fold_is_handed_compile_and_run_instead_of_importing_them(graph):
-    for later in ("nnplug.compiler", "nnplug.executor", "nnplug.planner", "nnplug.plan"):
-        assert later not in graph["nnplug.folding"], later
+    for later in ("nnplug.stages.compiler", "nnplug.stages.executor", "nnplug.stages.planner", "nnplug.plan"):
+        assert later not in graph["nnplug.stages.folding"], later
 
 
 def test_only_the_pipeline_imports_every_stage(graph):

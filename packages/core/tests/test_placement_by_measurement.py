@@ -130,7 +130,7 @@ def test_an_unwritable_cache_folder_only_costs_a_measurement(tmp_path, monkeypat
 def test_tensor_inputs_to_the_timing_are_host_arrays():
     # the timing feeds what a run feeds: Tensors of host arrays
     from nnplug.graph import SubGraph, ValueInfo
-    from nnplug.measure import _inputs
+    from nnplug.stages.measure import _inputs
 
     sg = SubGraph([], ["a", "i"], [], {}, {"a": ValueInfo("a", np.float32, (2, 3)),
                                             "i": ValueInfo("i", np.int64, (4,))}, {}, "t")

@@ -16,7 +16,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 
 import nnplug
-from nnplug import loader
+from nnplug.stages import loader
 
 
 class CountingBackend(NumpyBackend):

@@ -1,5 +1,5 @@
 """Shapes that ONNX's shape inference loses behind a constant subgraph are found again once
-the fold stage has computed it (nnplug.folding), so backends get static subgraphs; symbolic
+the fold stage has computed it (nnplug.stages.folding), so backends get static subgraphs; symbolic
 input dims stay symbolic."""
 
 import numpy as np
@@ -9,7 +9,7 @@ import pytest
 from numpy_backend import NumpyBackend, make_runtime
 from onnx import TensorProto, helper, numpy_helper
 
-from nnplug.loader import load
+from nnplug.stages.loader import load
 
 OPS = ["Constant", "ConstantOfShape", "Mul", "Equal", "Where", "Expand", "Add", "Relu",
        "Shape", "MatMul"]

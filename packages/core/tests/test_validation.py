@@ -1,4 +1,4 @@
-"""The core validates every node before any backend sees it (``nnplug.validate``): invalid
+"""The core validates every node before any backend sees it (``nnplug.stages.validate``): invalid
 models get a ValidationError naming node, op and attribute/input on every installed backend,
 and valid models (ONNX's node suite, models with unknown shapes, custom-domain ops) still load.
 """
@@ -316,8 +316,8 @@ def test_custom_domain_op_without_schema_reaches_its_plugin():
 
 def test_onnx_node_suite_models_pass_validation():
     """Every model of ONNX's node suite is valid: none may be rejected by the validation."""
-    from nnplug.loader import load
-    from nnplug.validate import validate
+    from nnplug.stages.loader import load
+    from nnplug.stages.validate import validate
     from nnplug_conformance import node_tests
 
     rejected = []

@@ -79,7 +79,7 @@ class Backend:
     """The reduced float types (``"float16"``, ``"bfloat16"``) this backend computes in
     natively, at least as fast as in float32. A node of such a type it claims keeps its type;
     every other float16/bfloat16 node is computed in float32 between casts where a backend
-    claims its float32 form (see :mod:`nnplug.precision`). Native backends declare none yet."""
+    claims its float32 form (see :mod:`nnplug.stages.precision`). Native backends declare none yet."""
 
     # -- what the core asks -------------------------------------------------------------
     def device_api(self) -> DeviceAPI:

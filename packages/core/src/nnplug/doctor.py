@@ -194,7 +194,7 @@ def _shadowed(rep: _Report, loaded: dict, rt) -> None:
 def _model(rep: _Report, path: str, backends: list) -> None:
     from .errors import NnplugError
     from .graph import whole_graph
-    from .loader import load
+    from .stages.loader import load
     from .static_shapes import FIX, reason, static_shapes_only
 
     rep.line(f"Model {path}:")

@@ -11,7 +11,7 @@ class ModelError(NnplugError):
 
 class ValidationError(ModelError):
     """A node breaks its ONNX schema, ONNX shape inference or a rule of the core's validation
-    (``nnplug.validate``). ``node``, ``op_type`` and ``field`` (attribute, input or opset
+    (``nnplug.stages.validate``). ``node``, ``op_type`` and ``field`` (attribute, input or opset
     import) name what is wrong; the message says how to fix it."""
 
     def __init__(self, message: str, *, node: str | None = None, op_type: str | None = None,

@@ -1,7 +1,7 @@
 """An ONNX model (read and checked) -> the :class:`~nnplug.graph.Model` the stages pass on:
 nodes with parsed attributes, inferred types and shapes, constants as numpy arrays.
 
-The read stage (:mod:`nnplug.loader`) builds the whole model with it, the expand stage the
+The read stage (:mod:`nnplug.stages.loader`) builds the whole model with it, the expand stage the
 nodes of function bodies, control flow the models of its subgraphs: each from what it
 already has, none by reading a model again."""
 

@@ -1,7 +1,7 @@
 """Function bodies plugins contribute for ops ONNX does not define (e.g. the ``com.microsoft``
 ops onnxruntime's optimizer writes): an op plugin registers, per (domain, op type), either
 an ``onnx.FunctionProto`` or a builder that writes the body for one node, and the expand
-stage (:mod:`nnplug.expand`) inlines it where no backend claims the node, exactly as it
+stage (:mod:`nnplug.stages.expand`) inlines it where no backend claims the node, exactly as it
 inlines ONNX's own function ops. So every backend runs such an op from the standard ops it
 has, and a backend that claims the op still runs it whole.
 

@@ -1,5 +1,5 @@
 """The graph model backends see: nodes with parsed attributes, value types and shapes,
-constants as numpy arrays. Built from an ONNX model by :mod:`nnplug.loader` with the
+constants as numpy arrays. Built from an ONNX model by :mod:`nnplug.stages.loader` with the
 conversions at the end of this module (which import onnx when they run)."""
 
 from __future__ import annotations

@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import NnplugError
-from .executor import Step, step_failed
 from .graph import ValueInfo
 from .runcontext import current
+from .stages.executor import Step, step_failed
 
 ndarray = np.ndarray
 

@@ -30,7 +30,7 @@ def as_array(value) -> np.ndarray:
 def read_with_overrides(source, so, folder=None) -> onnx.ModelProto:
     """The model ``source`` (path, bytes or ModelProto) with what ``so`` changes applied;
     ``folder``: where external data files are for bytes or a ModelProto."""
-    from .loader import read_model
+    from .stages.loader import read_model
 
     if so._external_initializers or so._external_files:
         proto, home = _without_external_data(source)

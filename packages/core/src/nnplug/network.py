@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .errors import InputError, NnplugError
-from .executor import Plan, Step, check_feeds, input_table, run_steps
 from .host_path import HostPath
 from .plugins import BACKENDS, log
+from .stages.executor import Plan, Step, check_feeds, input_table, run_steps
 from .tensor import Tensor
 from .values import TensorSequence
 

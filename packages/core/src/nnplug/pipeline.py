@@ -1,20 +1,20 @@
 """How a model becomes a Network: one stage after another, a module each. Each stage takes
 what the one before it made and returns something new; none calls back into an earlier one.
 
-    read       nnplug.loader      path, bytes, ModelProto -> Model: checked, shapes inferred
-    check      nnplug.validate    every node, before any backend sees it
-    widen      nnplug.precision   float16/bfloat16 nodes no backend runs natively -> float32
+    read       nnplug.stages.loader      path, bytes, ModelProto -> Model: checked, shapes inferred
+    check      nnplug.stages.validate    every node, before any backend sees it
+    widen      nnplug.stages.precision   float16/bfloat16 nodes no backend runs natively -> float32
                                   between casts
-    expand     nnplug.expand      nodes no backend claims whose op is a function -> its body;
+    expand     nnplug.stages.expand      nodes no backend claims whose op is a function -> its body;
                                   what subgraphs read from outer scopes -> node inputs
-    fold       nnplug.folding     constant subgraphs run once -> constants; shapes they make
+    fold       nnplug.stages.folding     constant subgraphs run once -> constants; shapes they make
                                   static are inferred again
-               nnplug.cse         nodes computing the same thing from the same inputs -> one
-    place      nnplug.planner     a backend, custom op or core op for each node
-               nnplug.measure     (placement="measure") partitions two host backends run:
+               nnplug.stages.cse         nodes computing the same thing from the same inputs -> one
+    place      nnplug.stages.planner     a backend, custom op or core op for each node
+               nnplug.stages.measure     (placement="measure") partitions two host backends run:
                                   timed on both, kept on the faster
-    compile    nnplug.compiler    build each partition: the Plan (nnplug.plan)
-    run        nnplug.executor    (``Network.run``) the plan's steps over the feeds
+    compile    nnplug.stages.compiler    build each partition: the Plan (nnplug.plan)
+    run        nnplug.stages.executor    (``Network.run``) the plan's steps over the feeds
 
 What a later stage does for an earlier one it is handed, never imports: the fold stage runs
 its constant nodes through an :class:`Evaluator` made here of the place, compile and run
@@ -30,23 +30,23 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING
 
-from .compiler import build_plan, build_steps, targets_for
-from .cse import merge_common_subexpressions
 from .errors import ModelWarning
-from .executor import run_steps
-from .expand import expand_unclaimed
-from .folding import Ran, fold_constants
 from .from_onnx import model_from_proto
 from .graph import Model, node_has_strings, whole_graph
-from .loader import load
-from .measure import measure_placement, placement_mode
 from .network import Network, release_plan
 from .plan import Plan
-from .planner import Placer
-from .precision import widen_reduced_precision
+from .stages.compiler import build_plan, build_steps, targets_for
+from .stages.cse import merge_common_subexpressions
+from .stages.executor import run_steps
+from .stages.expand import expand_unclaimed
+from .stages.folding import Ran, fold_constants
+from .stages.loader import load
+from .stages.measure import measure_placement, placement_mode
+from .stages.planner import Placer
+from .stages.precision import widen_reduced_precision
+from .stages.validate import validate
 from .static_shapes import ShapeDeclines
 from .supports_cache import SupportsCache
-from .validate import validate
 
 if TYPE_CHECKING:
     from .customop import CustomOp
@@ -112,7 +112,7 @@ def compile_network(runtime: Runtime, model: Model, infos: list[BackendInfo],
 
 
 class Evaluator:
-    """What the fold stage runs its constant nodes with (:class:`nnplug.folding.Evaluator`):
+    """What the fold stage runs its constant nodes with (:class:`nnplug.stages.folding.Evaluator`):
     placed, built and run once, by the same stages as every other node."""
 
     def __init__(self, placer_for, target_of: dict, optimization: str):

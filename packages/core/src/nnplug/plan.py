@@ -1,6 +1,6 @@
-"""The plan a compiled network runs (what the compile stage makes, :mod:`nnplug.compiler`):
+"""The plan a compiled network runs (what the compile stage makes, :mod:`nnplug.stages.compiler`):
 a list of steps in topological order, each one backend partition (a built Module), one
-custom-op node or one node the core runs. The run stage (:mod:`nnplug.executor`) runs it."""
+custom-op node or one node the core runs. The run stage (:mod:`nnplug.stages.executor`) runs it."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ class Step:
 
 @dataclass
 class Plan:
-    """What the compile stage (:mod:`nnplug.compiler`) makes of a model for a Network."""
+    """What the compile stage (:mod:`nnplug.stages.compiler`) makes of a model for a Network."""
 
     constants: dict[str, np.ndarray]
     """The model's weights and the values folded at load time, by name."""

@@ -75,7 +75,7 @@ class CreationOptions:
     """How nodes claimed by several backends are placed: ``"order"`` (the first backend in
     the preference order that claims a node runs it) or ``"measure"`` (a partition another
     host backend could run whole is timed on both at load and runs on the faster; decisions
-    are remembered on disk, see :mod:`nnplug.measure`). None: ``NNPLUG_PLACEMENT``, else
+    are remembered on disk, see :mod:`nnplug.stages.measure`). None: ``NNPLUG_PLACEMENT``, else
     ``"order"``."""
 
     @classmethod

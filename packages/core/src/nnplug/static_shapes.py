@@ -9,8 +9,8 @@ from __future__ import annotations
 import warnings
 
 from .errors import PluginWarning
-from .expand import origin_of
 from .graph import Node, SubGraph
+from .stages.expand import origin_of
 
 FIX = ("implement kernel_output_shapes in the backend (nnplug/backend.h), or load the model "
        "with static input shapes")

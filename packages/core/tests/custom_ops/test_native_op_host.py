@@ -253,7 +253,7 @@ def test_many_threads_run_one_network_with_identical_results(op_libs):
 
 
 def test_an_override_without_shape_infer_keeps_the_onnx_shapes(op_libs):
-    from nnplug.loader import load
+    from nnplug.stages.loader import load
 
     with make_runtime() as rt:
         rt.register_custom_ops_library(op_libs["good"])

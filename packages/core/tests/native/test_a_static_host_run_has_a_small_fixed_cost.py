@@ -11,8 +11,8 @@ from nativelib import bare_runtime
 from onnx import TensorProto, helper, numpy_helper
 
 import nnplug
-from nnplug.executor import check_feeds
 from nnplug.runcontext import RunContext, running
+from nnplug.stages.executor import check_feeds
 
 ort = pytest.importorskip("onnxruntime")
 

@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from .errors import ModelWarning, NnplugError
-from .inference import reinfer
+from ..errors import ModelWarning, NnplugError
+from ..inference import reinfer
 
 if TYPE_CHECKING:
-    from .graph import Model, Node, ValueInfo
+    from ..graph import Model, Node, ValueInfo
 
 MAX_ROUNDS = 8
 """Rounds of folding and shape inference; each one needs new static shapes to go on."""

@@ -9,15 +9,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .backend import Backend
-from .controlflow import place_control_flow
-from .customop import CustomOp
-from .device import device_type_of
-from .discovery import BACKEND_DIST_PREFIX, installed_backend_dists
-from .errors import UnsupportedNodeError
+from ..backend import Backend
+from ..controlflow import place_control_flow
+from ..customop import CustomOp
+from ..device import device_type_of
+from ..discovery import BACKEND_DIST_PREFIX, installed_backend_dists
+from ..errors import UnsupportedNodeError
+from ..graph import Model, Node, SubGraph
+from ..structural import place_structural
 from .expand import expansion_note
-from .graph import Model, Node, SubGraph
-from .structural import place_structural
 
 if TYPE_CHECKING:
     import onnx
@@ -233,7 +233,7 @@ def subgraph_for(part: list[Node], model: Model, constants: dict[str, np.ndarray
             if x and x in model.values:
                 values[x] = model.values[x]
     for name, arr in consts.items():
-        from .graph import ValueInfo
+        from ..graph import ValueInfo
 
         values[name] = ValueInfo(name, arr.dtype, tuple(arr.shape))
     return SubGraph(part, inputs, outputs, consts, values, model.opsets,

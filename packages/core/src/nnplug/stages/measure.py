@@ -34,15 +34,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ._version import __version__
-from .device import CPU
+from .._version import __version__
+from ..device import CPU
+from ..tensor import Tensor
 from .planner import Placement, partitions, subgraph_for
-from .tensor import Tensor
 
 if TYPE_CHECKING:
-    from .backend import Backend
-    from .graph import Model, Node, SubGraph
-    from .target import Target
+    from ..backend import Backend
+    from ..graph import Model, Node, SubGraph
+    from ..target import Target
 
 ENV_VAR = "NNPLUG_PLACEMENT"
 CACHE_ENV_VAR = "NNPLUG_CACHE_DIR"
@@ -57,7 +57,7 @@ def placement_mode(option: str | None) -> str:
     """The creation option, else ``NNPLUG_PLACEMENT``, else ``"order"``."""
     mode = option if option is not None else os.environ.get(ENV_VAR, "") or "order"
     if mode not in MODES:
-        from .errors import InvalidArgumentError
+        from ..errors import InvalidArgumentError
 
         where = "CreationOptions.placement" if option is not None else ENV_VAR
         raise InvalidArgumentError(f"{where} = {mode!r}: use one of {', '.join(MODES)}")

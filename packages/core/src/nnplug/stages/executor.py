@@ -10,13 +10,13 @@ import time
 
 import numpy as np
 
-from .device import CPU, Device
-from .errors import BackendError, InputError, NnplugError
-from .graph import ValueInfo
-from .plan import Plan, Step, plan_frees  # noqa: F401 - the plan's types, where they were
-from .runcontext import current
-from .shapecheck import bind_symbols, mismatch
-from .tensor import Tensor
+from ..device import CPU, Device
+from ..errors import BackendError, InputError, NnplugError
+from ..graph import ValueInfo
+from ..plan import Plan, Step, plan_frees  # noqa: F401 - the plan's types, where they were
+from ..runcontext import current
+from ..shapecheck import bind_symbols, mismatch
+from ..tensor import Tensor
 
 
 def run_steps(steps: list[Step], env: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -160,7 +160,7 @@ def input_table(inputs: list[ValueInfo]) -> dict[str, ValueInfo]:
 
 def _non_tensor(name: str, value, info: ValueInfo):
     """A sequence (list of arrays) or optional (None when empty) input."""
-    from .values import TensorSequence, from_host
+    from ..values import TensorSequence, from_host
 
     if value is None and info.kind not in ("optional", "unknown"):
         raise InputError(f"input {name!r} is a {info.kind}, not an optional: None is no value")
@@ -185,7 +185,7 @@ def _list_as_array(name: str, value, dtype: np.dtype) -> np.ndarray:
 
 def _as_tensor(name: str, value) -> Tensor:
     if hasattr(value, "__dlpack__") and not isinstance(value, np.ndarray):
-        from .tensor import from_dlpack
+        from ..tensor import from_dlpack
 
         try:
             return from_dlpack(value)

@@ -27,9 +27,9 @@ import numpy as np
 import onnx
 from onnx import defs, numpy_helper
 
-from .errors import SPEC_URL, ValidationError, spec_link  # noqa: F401 - named here before
-from .graph import Node, ValueInfo, node_schema, value_info
-from .inference import check_before_inference  # noqa: F401 - named here before
+from ..errors import SPEC_URL, ValidationError, spec_link  # noqa: F401 - named here before
+from ..graph import Node, ValueInfo, node_schema, value_info
+from ..inference import check_before_inference  # noqa: F401 - named here before
 
 # Constant inputs up to this many elements are handed to ONNX's inference as data (shapes,
 # axes, pads); weights are not copied for it.
@@ -76,7 +76,7 @@ def known_opsets() -> dict[str, int]:
 
 
 def validate(model, custom_ops: dict | None = None) -> None:
-    """Check every node of ``model`` (a :class:`nnplug.loader.Model`); raises
+    """Check every node of ``model`` (a :class:`nnplug.graph.Model`); raises
     :class:`ValidationError` on the first invalid one."""
     custom_ops = custom_ops or {}
     _check_opsets(model.opsets)

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .errors import ModelError, NnplugError, PluginError
-from .graph import node_has_strings
-from .plan import Plan, Step, plan_frees
+from ..errors import ModelError, NnplugError, PluginError
+from ..graph import node_has_strings
+from ..plan import Plan, Step, plan_frees
+from ..target import Target
+from ..tensor import Tensor
 from .planner import partitions, subgraph_for
-from .target import Target
-from .tensor import Tensor
 
 if TYPE_CHECKING:
-    from .backend import Backend
-    from .graph import Model, Node
+    from ..backend import Backend
+    from ..graph import Model, Node
     from .planner import Placement
 
 

@@ -19,11 +19,11 @@ from collections.abc import Callable
 import onnx
 from onnx import helper
 
-from .errors import ModelError
-from .from_onnx import model_from_proto, node_from_proto, omit_unused_outputs
-from .graph import Model, Node, SubGraph, ValueInfo, attach_outer_inputs, whole_graph
-from .inference import reinfer
-from .variadic import split_body
+from ..errors import ModelError
+from ..from_onnx import model_from_proto, node_from_proto, omit_unused_outputs
+from ..graph import Model, Node, SubGraph, ValueInfo, attach_outer_inputs, whole_graph
+from ..inference import reinfer
+from ..variadic import split_body
 
 MAX_ROUNDS = 16
 """Nesting depth of functions in functions that expansion follows (a deeper one is taken

@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import onnx
 
+from ..graph import CONTROL_FLOW
 from .folding import NONDETERMINISTIC
-from .graph import CONTROL_FLOW
 
 if TYPE_CHECKING:
-    from .customop import CustomOp
-    from .graph import Node
+    from ..customop import CustomOp
+    from ..graph import Node
 
 RANDOM = NONDETERMINISTIC | {"Dropout"}
 """Ops whose outputs may differ between two nodes with equal inputs (Dropout: in training mode)."""

@@ -36,9 +36,9 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from .errors import ModelWarning
-from .from_onnx import model_from_proto
-from .graph import Model, Node, SubGraph, ValueInfo, outer_reads, subgraphs, whole_graph
+from ..errors import ModelWarning
+from ..from_onnx import model_from_proto
+from ..graph import Model, Node, SubGraph, ValueInfo, outer_reads, subgraphs, whole_graph
 
 log = logging.getLogger("nnplug")
 

@@ -7,11 +7,11 @@ import os
 
 import onnx
 
-from .checking import check_model
-from .errors import ModelError
-from .from_onnx import model_from_proto
-from .graph import Model
-from .inference import skeleton
+from ..checking import check_model
+from ..errors import ModelError
+from ..from_onnx import model_from_proto
+from ..graph import Model
+from ..inference import skeleton
 
 
 def read_model(model, external_data_dir: str | os.PathLike | None = None) -> onnx.ModelProto:
