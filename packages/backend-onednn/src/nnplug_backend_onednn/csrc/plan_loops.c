@@ -167,22 +167,31 @@ done:
     return rc;
 }
 
+/* The layout an element-for-element loop reads value x in: the one x has when it is dense, else
+ * plain (a blocked layout's padding would not hold f(0)), made into *pm, which the caller
+ * destroys; *n: x's element count. NULL, with a message, when oneDNN cannot make it. */
+static const_dnnl_memory_desc_t loop_layout(pb *b, int x, dnnl_memory_desc_t *pm, size_t *n)
+{
+    const_dnnl_memory_desc_t md = home(b, x);
+    *n = 1;
+    for (int d = 0; d < VAL(x)->ndim; d++) *n *= (size_t)DIMS(x)[d];
+    if ((size_t)D(dnnl_memory_desc_get_size)(md) == *n * sizeof(float)) return md;
+    if (!(*pm = value_plain(b, x, VAL(x)->ndim)))
+        ox_fail(b->e, "oneDNN could not create a memory descriptor");
+    return *pm;
+}
+
 /* An ox_own_eltwise op: its loop element for element over its input in the layout that input
  * has (the result takes it too), when that layout is dense; a blocked one whose padding would
  * no longer hold zeros (f(0) != 0: log(0) is -inf) is read in plain layout instead. */
 int build_own_eltwise(pb *b, const ox_op *op)
 {
     int x = op->in[0], xbuf, reorder_out;
-    const_dnnl_memory_desc_t md = home(b, x);
     dnnl_memory_desc_t pm = NULL;
+    size_t n;
+    const_dnnl_memory_desc_t md = loop_layout(b, x, &pm, &n);
+    if (!md) return 1;
     int rc = 1;
-    size_t n = 1;
-    for (int d = 0; d < VAL(x)->ndim; d++) n *= (size_t)DIMS(x)[d];
-    if ((size_t)D(dnnl_memory_desc_get_size)(md) != n * sizeof(float)) {
-        if (!(pm = value_plain(b, x, VAL(x)->ndim)))
-            return ox_fail(b->e, "oneDNN could not create a memory descriptor");
-        md = pm;
-    }
     if (b->dry) {
         rc = add_view(b, op->out, md, 0);
         goto done;
@@ -253,16 +262,11 @@ static int qdq_fn(const void *cfg, void *const *ptrs, int nptrs)
 int build_qdq(pb *b, const ox_op *op)
 {
     int x = op->in[0], xbuf, reorder_out, s;
-    const_dnnl_memory_desc_t md = home(b, x);
     dnnl_memory_desc_t pm = NULL;
+    size_t n;
+    const_dnnl_memory_desc_t md = loop_layout(b, x, &pm, &n);
+    if (!md) return 1;
     int rc = 1;
-    size_t n = 1;
-    for (int d = 0; d < VAL(x)->ndim; d++) n *= (size_t)DIMS(x)[d];
-    if ((size_t)D(dnnl_memory_desc_get_size)(md) != n * sizeof(float)) {
-        if (!(pm = value_plain(b, x, VAL(x)->ndim)))
-            return ox_fail(b->e, "oneDNN could not create a memory descriptor");
-        md = pm;
-    }
     if (b->dry) {
         rc = add_view(b, op->out, md, 0);
         goto done;
