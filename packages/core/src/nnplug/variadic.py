@@ -20,6 +20,7 @@ CHUNK = 32
 
 TREE_OPS = frozenset({"Concat", "Max", "Min"})
 CHAIN_OPS = frozenset({"Sum", "Mean"})
+VARIADIC_OPS = TREE_OPS | CHAIN_OPS
 
 
 def split_body(op_type: str, num_inputs: int, attrs: list[onnx.AttributeProto],
@@ -27,7 +28,7 @@ def split_body(op_type: str, num_inputs: int, attrs: list[onnx.AttributeProto],
     """A body of nodes with at most CHUNK inputs each for a variadic node of ``op_type``
     with ``num_inputs`` inputs (attributes ``attrs``), or None when it needs none. ``dtype``:
     the inputs' element type (Mean's 1/n is rounded to it; None: unknown, no body)."""
-    if num_inputs <= CHUNK or op_type not in TREE_OPS | CHAIN_OPS:
+    if num_inputs <= CHUNK or op_type not in VARIADIC_OPS:
         return None
     if op_type == "Mean" and dtype is None:
         return None

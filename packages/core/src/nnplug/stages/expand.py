@@ -23,7 +23,7 @@ from ..errors import ModelError
 from ..from_onnx import model_from_proto, node_from_proto, omit_unused_outputs
 from ..graph import Model, Node, SubGraph, ValueInfo, attach_outer_inputs, whole_graph
 from ..inference import reinfer
-from ..variadic import split_body
+from ..variadic import CHUNK, VARIADIC_OPS, split_body
 
 MAX_ROUNDS = 16
 """Nesting depth of functions in functions that expansion follows (a deeper one is taken
@@ -166,6 +166,8 @@ def _may_have_body(node: Node, model: Model, functions: dict | None) -> bool:
                                        for f in model.proto.functions):
         return True
     domain = node.domain if node.domain != "ai.onnx" else ""
+    if not domain and node.op_type in VARIADIC_OPS and len(node.inputs) > CHUNK:
+        return True  # nnplug.variadic splits it
     try:
         schema = onnx.defs.get_schema(node.op_type, node.opset, domain)
     except Exception:
