@@ -4,7 +4,7 @@ onnx.reference, in one process.
 
     python benchmarks/zoo.py [--threads 2] [--runs 20] [--models resnet50,vgg19]
                              [--backends onednn,opencl] [--no-reference] [--busy 1]
-                             [--precision bf16] [--fp16]
+                             [--precision bf16] [--fp16] [--measure]
 
 Also timed: ``nnplug-default``, an ``nnplug.InferenceSession`` given no providers (the
 default backend order the installed backends declare: it should match the fastest order), and,
@@ -20,6 +20,10 @@ noise hits all of them alike. --busy N starts N processes that each keep a core 
 whole run: how each engine copes with other work beside it (a spinning thread pool gives way
 badly); those figures are taken under load by design and compare engines' slowdowns, they are
 not the engines' speeds. Needs nnplug, nnplug-backend-cpu and onnxruntime installed.
+
+--measure adds ``nnplug-measure``: the same session from a Runtime created with
+``placement="measure"`` (partitions two host backends run are timed at load and kept on the
+faster; see docs/performance.md).
 
 Reduced precision: --precision bf16 adds ``nnplug-onednn+cpu@bf16``, a session with the
 precision hint (config entry ``nnplug.precision``), and prints beside each model how far it
@@ -212,6 +216,8 @@ def main(argv=None) -> int:
     ap.add_argument("--busy", type=int, default=0, help="processes keeping a core busy meanwhile")
     ap.add_argument("--precision", default="", help="also time onednn+cpu with this hint (bf16)")
     ap.add_argument("--fp16", action="store_true", help="time the models converted to float16")
+    ap.add_argument("--measure", action="store_true",
+                    help="also time the default order with placement=\"measure\"")
     args = ap.parse_args(argv)
 
     os.environ["NNPLUG_CPU_THREADS"] = str(args.threads)
@@ -232,6 +238,10 @@ def main(argv=None) -> int:
                 print(f"backend {one!r} is not available; skipping {b}", file=sys.stderr)
     extra = [b for b in extra if all(one in rt.backends for one in b.split("+"))]
     extra += ["default"]  # a session with no providers: the declared default order
+    measured_rt = None
+    if args.measure:  # partitions two backends run, timed at load and kept on the faster
+        measured_rt = nnplug.Runtime(nnplug.CreationOptions(placement="measure"))
+        extra.append("measure")
     if args.precision and all(b in rt.backends for b in ("onednn", "cpu")):
         extra.append(f"onednn+cpu@{args.precision}")  # the hint, as a session gives it
     extra_ratios = {b: [] for b in extra}
@@ -282,6 +292,8 @@ def main(argv=None) -> int:
                     continue
                 if b == "default":
                     others[b] = nnplug.InferenceSession(model, nso, runtime=rt).network
+                elif b == "measure":
+                    others[b] = nnplug.InferenceSession(model, nso, runtime=measured_rt).network
                 elif "@" in b:
                     providers, precision = b.split("@")
                     hinted = nnplug.SessionOptions()
