@@ -76,10 +76,10 @@ class Backend:
     """onnxruntime execution provider names this backend can stand for (beyond its device
     type's, e.g. ``"CPUExecutionProvider"`` for every CPU backend)."""
     reduced_precision: tuple[str, ...] = ()
-    """The reduced float types (``"float16"``, ``"bfloat16"``) this backend computes in
-    natively, at least as fast as in float32. A node of such a type it claims keeps its type;
-    every other float16/bfloat16 node is computed in float32 between casts where a backend
-    claims its float32 form (see :mod:`nnplug.stages.precision`). Native backends declare none yet."""
+    """The reduced float types (``"float16"``) this backend computes in natively, at least as
+    fast as in float32. A node of such a type it claims keeps its type; every other float16
+    node is computed in float32 between casts where a backend claims its float32 form (see
+    :mod:`nnplug.stages.precision`). Native backends declare none yet."""
 
     # -- what the core asks -------------------------------------------------------------
     def device_api(self) -> DeviceAPI:

@@ -3,7 +3,7 @@ what the one before it made and returns something new; none calls back into an e
 
     read       nnplug.stages.loader      path, bytes, ModelProto -> Model: checked, shapes inferred
     check      nnplug.stages.validate    every node, before any backend sees it
-    widen      nnplug.stages.precision   float16/bfloat16 nodes no backend runs natively -> float32
+    widen      nnplug.stages.precision   float16 nodes no backend runs natively -> float32
                                   between casts
     expand     nnplug.stages.expand      nodes no backend claims whose op is a function -> its body;
                                   what subgraphs read from outer scopes -> node inputs

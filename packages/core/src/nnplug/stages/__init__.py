@@ -3,7 +3,7 @@ them; a stage imports only stages before it):
 
     loader     read      path, bytes or ModelProto -> Model (checked, shapes inferred)
     validate   check     every node, before any backend sees it
-    precision  widen     float16/bfloat16 nodes no backend runs natively -> float32 between casts
+    precision  widen     float16 nodes no backend runs natively -> float32 between casts
     expand     expand    nodes no backend claims whose op is a function -> its body
     folding    fold      constant subgraphs run once -> constants; cse: repeated nodes -> one
     planner    place     a backend, custom op or core op for each node; measure: timed choice

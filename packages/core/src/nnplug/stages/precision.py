@@ -1,4 +1,4 @@
-"""Widening: float16 and bfloat16 nodes computed in float32 where no backend runs them natively.
+"""Widening: float16 nodes computed in float32 where no backend runs them natively.
 
 A model converted to float16 (onnxconverter-common's ``convert_float_to_float16``) is float16
 from end to end, but few CPU kernels compute in float16: a backend either declines such a node
@@ -12,15 +12,18 @@ The rule, per node with a float16 (or bfloat16) input:
 - a backend that declares the type native (:attr:`nnplug.Backend.reduced_precision`: it
   computes in that type at least as fast as in float32) and claims the node keeps it as it is;
 - an op that only moves data (Reshape, Transpose, Gather, ...) is exact in any type: it keeps
-  its type when a backend claims it so, unless all its float16 inputs are float32 already
-  (the outputs of widened nodes), where widening it costs no cast;
+  its type when a backend claims it so;
+- bfloat16 nodes are left as written: widened, ONNX's own bfloat16 attention cases come out
+  an ulp away from the reference's (its intermediate roundings differ from a float32 op's), and
+  nnplug's CPU kernels run bfloat16 on their float32 paths already;
 - any other node is widened when a backend claims its float32 form.
 
-Widened nodes next to each other share their casts: a value goes between them in float32, and
-is cast back to its own type only where a node that is not widened, a subgraph or the graph's
-outputs read it. Float16 constants that widened nodes read become float32 constants (exact).
-The float32 result is rounded to float16 where it is cast back, which is where onnxruntime
-rounds it too (its CPU kernels compute these ops in float32 as well).
+Every widened node's result is rounded to its own type, as ONNX defines the op and as a
+native kernel that computes in float32 rounds it: a widened node that reads it casts it up
+again. So a chain of widened nodes gives, bit for bit, what op-by-op execution in float16
+gives (the node suite's float16 and bfloat16 cases check that), not a float32 chain's more
+exact but different values. Float16 constants that widened nodes read become float32
+constants (exact).
 
 Why a declaration and not "a backend claims it in float16": the portable backend claims
 float16 MatMul with a scalar loop of conversions, 100 times slower than float32; claiming says
@@ -70,7 +73,7 @@ def reduced_name(dtype) -> str | None:
 
 def widen_reduced_precision(model: Model, backends: list, custom_ops: dict,
                             functions: dict | None = None) -> Model:
-    """``model`` with its float16/bfloat16 nodes that no backend runs natively computed in
+    """``model`` with its float16 nodes that no backend runs natively computed in
     float32 between Cast nodes (see the module's text); ``model`` itself when none is."""
     if not any(reduced_name(v.dtype) for v in model.values.values()) and \
             not any(reduced_name(a.dtype) for a in model.constants.values()):
@@ -78,9 +81,6 @@ def widen_reduced_precision(model: Model, backends: list, custom_ops: dict,
     graph = whole_graph(model, model.nodes, model.constants)
     wide_graph = _in_float32(graph)
     widened: set[int] = set()
-    in_float32: set[str] = set()  # values widened nodes make
-    constant = set(model.constants) | {y for n in model.nodes if n.op_type == "Constant"
-                                       for y in n.outputs}  # cast once, when folded
     for i, node in enumerate(model.nodes):
         kind = _widenable(node, graph, custom_ops)
         if kind is None:
@@ -88,18 +88,15 @@ def widen_reduced_precision(model: Model, backends: list, custom_ops: dict,
         runs_natively = [b for b in backends if kind in getattr(b, "reduced_precision", ())]
         if any(b.supports(node, graph) for b in runs_natively):
             continue
-        if node.op_type in MOVES_DATA:
-            floats = [x for x in node.inputs if x and x not in constant
-                      and reduced_name(graph.value(x).dtype)]
-            if not all(x in in_float32 for x in floats) and \
-                    any(b.supports(node, graph) for b in backends):
-                continue
+        if kind != "float16":
+            continue  # bfloat16 nodes run as written (see the module's text)
+        if node.op_type in MOVES_DATA and any(b.supports(node, graph) for b in backends):
+            continue  # exact in any type: widening it would only add casts
         if any(b.supports(node, wide_graph) for b in backends):
             widened.add(i)
-            in_float32.update(x for x in node.outputs if x and reduced_name(graph.value(x).dtype))
     if not widened:
         return model
-    log.debug("model %r: %d float16/bfloat16 node(s) computed in float32", model.name,
+    log.debug("model %r: %d float16 node(s) computed in float32", model.name,
               len(widened))
     with warnings.catch_warnings():  # the model's own findings were reported already
         warnings.simplefilter("ignore", ModelWarning)
@@ -164,7 +161,6 @@ def _rewritten(model: Model, widened: set[int]) -> onnx.ModelProto:
         taken.add(name)
         return name
 
-    kept_reads = _reads_outside(model, widened)  # values read in their own type
     everything = whole_graph(model, [], model.constants)
     nodes = list(g.node)
     del g.node[:]
@@ -197,10 +193,12 @@ def _rewritten(model: Model, widened: set[int]) -> onnx.ModelProto:
             kind = reduced_name(model.values.get(y, ValueInfo(y, None, None)).dtype) if y else None
             if kind is None:
                 continue
-            wide_of[y] = outputs[j] = fresh(f"{y}/float32")
-            if y in kept_reads:
-                narrow.append(helper.make_node("Cast", [wide_of[y]], [y], fresh(f"{y}/to_{kind}"),
-                                               to=REDUCED[kind]))
+            # every result is rounded to its own type, as ONNX defines the op (and as a native
+            # kernel that computes in float32 rounds it): a widened reader casts the rounded
+            # value up again, so a chain gives the bits op-by-op execution gives
+            outputs[j] = fresh(f"{y}/float32")
+            narrow.append(helper.make_node("Cast", [outputs[j]], [y], fresh(f"{y}/to_{kind}"),
+                                           to=REDUCED[kind]))
         del p.output[:]
         p.output.extend(outputs)
         g.node.append(p)
@@ -208,17 +206,6 @@ def _rewritten(model: Model, widened: set[int]) -> onnx.ModelProto:
     g.initializer.extend(new_inits)
     _drop_unread(g)
     return proto
-
-
-def _reads_outside(model: Model, widened: set[int]) -> set[str]:
-    """Values read in their own type: by nodes not widened, by subgraphs, as graph outputs."""
-    reads = {o.name for o in model.outputs}
-    for i, (n, p) in enumerate(zip(model.nodes, model.proto.graph.node)):
-        if i not in widened:
-            reads.update(n.inputs)
-        for _, sub in subgraphs(p):
-            reads.update(outer_reads(sub))
-    return reads
 
 
 def _drop_unread(g: onnx.GraphProto) -> None:
