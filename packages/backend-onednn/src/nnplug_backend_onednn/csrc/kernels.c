@@ -198,6 +198,7 @@ int ox_build(const nnp_node_desc *nodes, int n, int bf16, nnp_kernel **out, int 
 {
     *out = NULL;
     *unsupported = 0;
+    if (!nodes || n < 1) return ox_fail(e, "kernel_create: no nodes (NULL or a count below 1)");
     for (int i = 0; i < n; i++)
         if (ox_int8_op(nodes[i].op_type)) return build_int8(nodes, n, out, unsupported, e);
     ox_graph *g = ox_graph_parse(nodes, n, 0, unsupported, e);
