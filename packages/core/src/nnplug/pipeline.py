@@ -71,7 +71,7 @@ def compile_network(runtime: Runtime, model: Model, infos: list[BackendInfo],
     target_of = targets_for(backends, targets)
     answers = SupportsCache()  # supports() asked once per node and backend, by every stage
 
-    model = widen_reduced_precision(model, backends, ops, runtime.functions)  # fp16 -> fp32
+    model = widen_reduced_precision(model, backends, ops)  # fp16 -> fp32
     declines = ShapeDeclines(backends, answers.ask)  # declined only for unknown shapes: said
     expanded = expand_unclaimed(model, declines.claimed, ops, runtime.functions)
 

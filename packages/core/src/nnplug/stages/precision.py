@@ -71,8 +71,7 @@ def reduced_name(dtype) -> str | None:
     return name if name in REDUCED else None
 
 
-def widen_reduced_precision(model: Model, backends: list, custom_ops: dict,
-                            functions: dict | None = None) -> Model:
+def widen_reduced_precision(model: Model, backends: list, custom_ops: dict) -> Model:
     """``model`` with its float16 nodes that no backend runs natively computed in
     float32 between Cast nodes (see the module's text); ``model`` itself when none is."""
     if not any(reduced_name(v.dtype) for v in model.values.values()) and \
