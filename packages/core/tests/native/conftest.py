@@ -12,6 +12,8 @@ VARIANTS = {
     "testdev": ("testbackend.c", []),
     "testcpu": ("testbackend.c", ["-DTB_HOST_VISIBLE=1", '-DTB_ID="testcpu"']),
     "testnorun": ("testbackend.c", ["-DTB_RUN_STEPS=0", '-DTB_ID="testnorun"']),
+    "testcpu_perkernel": ("testbackend.c", ["-DTB_HOST_VISIBLE=1", "-DTB_RUN_DYNAMIC=0",
+                                            '-DTB_ID="testcpuk"']),
     "testown": ("testbackend.c", ["-DTB_OWN_CONSTANTS=1", '-DTB_ID="testown"']),
     "major": ("testbackend.c", ["-DTB_ABI_MAJOR=(NNP_BACKEND_ABI_MAJOR+1)", '-DTB_ID="testmajor"']),
     "old_major": ("testbackend.c", ["-DTB_ABI_MAJOR=0", '-DTB_ID="testoldmajor"']),

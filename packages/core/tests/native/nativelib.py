@@ -40,7 +40,7 @@ class Stats:
 
     NAMES = ["alloc", "free", "live", "ws_alloc", "ws_free", "h2d", "d2h", "d2d", "kernel_run",
              "run_steps", "streams", "stream_sync", "set_stream", "sync_from_to", "kernels_live",
-             "init", "shutdown", "threads", "set_device", "get_attr", "strings_live"]
+             "init", "shutdown", "threads", "set_device", "get_attr", "strings_live", "run_dynamic"]
 
     def __init__(self, path):
         self.lib = ctypes.CDLL(path)  # keeps the library mapped: counters survive unloads

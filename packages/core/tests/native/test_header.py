@@ -17,6 +17,8 @@ C_NAMES = {
     abi.NodeDesc: "nnp_node_desc", abi.InitOptions: "nnp_init_options",
     abi.AttrValue: "nnp_attr_value", abi.Step: "nnp_step", abi.BackendV1: "nnp_backend_v1",
     abi.ProfileEvent: "nnp_profile_event", abi.String: "nnp_string",
+    abi.DynamicStep: "nnp_dynamic_step", abi.DynamicPlan: "nnp_dynamic_plan",
+    abi.DynamicRun: "nnp_dynamic_run",
 }
 
 

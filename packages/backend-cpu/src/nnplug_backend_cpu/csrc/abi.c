@@ -551,6 +551,16 @@ static nnp_status cpu_run_steps(const nnp_step *steps, int32_t n, void *const *s
     return rc;
 }
 
+/* ABI 1.6: a dynamic partition in one call, the pool's workers awake across its kernels. */
+static nnp_status cpu_run_dynamic(const nnp_dynamic_plan *plan, nnp_dynamic_run *run)
+{
+    nnc_pool_hold();
+    nnp_status rc =
+        nnp_run_dynamic_default(cpu_kernel_run, cpu_output_shapes, cpu_workspace_size, plan, run);
+    nnc_pool_release();
+    return rc;
+}
+
 /* ABI 1.3: the bytes op_string.c's kernels allocated for string outputs. */
 static void cpu_release_strings(nnp_string *items, uint64_t count)
 {
@@ -588,6 +598,7 @@ static const nnp_backend_v1 TABLE = {
     .release_strings = cpu_release_strings,
     /* the portable backend: runs nearly every op; faster specialised ones rank above it */
     .priority = 100,
+    .run_dynamic = cpu_run_dynamic,
 };
 
 NNP_EXPORT const nnp_backend_v1 *nnp_backend_entry(const nnp_version *host_abi)

@@ -1,4 +1,4 @@
-"""ctypes mirrors of ``nnplug/common.h`` and ``nnplug/backend.h`` (backend ABI 1.5).
+"""ctypes mirrors of ``nnplug/common.h`` and ``nnplug/backend.h`` (backend ABI 1.6).
 
 Keep in step with the headers: same members, same order. Structs only grow at the end.
 """
@@ -12,7 +12,7 @@ import numpy as np
 from ..plugins import RESERVED_IDS  # noqa: F401  (one set, for every kind of backend)
 
 ABI_MAJOR = 1
-ABI_MINOR = 5
+ABI_MINOR = 6
 ABI_PATCH = 0
 ABI_VERSION = (ABI_MAJOR, ABI_MINOR, ABI_PATCH)
 ENTRY_SYMBOL = "nnp_backend_entry"
@@ -170,6 +170,40 @@ class Step(C.Structure):
     ]
 
 
+class DynamicStep(C.Structure):
+    """nnp_dynamic_step (ABI 1.6)."""
+
+    _fields_ = [
+        ("kernel", C.c_void_p),
+        ("num_inputs", C.c_int32),
+        ("inputs", C.POINTER(Tensor)),
+        ("input_values", C.POINTER(C.c_int32)),
+        ("num_outputs", C.c_int32),
+        ("output_values", C.POINTER(C.c_int32)),
+        ("ask_shapes", C.c_int32),
+        ("num_released", C.c_int32),
+        ("released", C.POINTER(C.c_int32)),
+    ]
+
+
+class DynamicPlan(C.Structure):
+    """nnp_dynamic_plan (ABI 1.6)."""
+
+    _fields_ = [
+        ("num_steps", C.c_int32),
+        ("steps", C.POINTER(DynamicStep)),
+        ("num_values", C.c_int32),
+        ("value_kinds", C.POINTER(C.c_int32)),
+        ("expect_ndims", C.POINTER(C.c_int32)),
+        ("expect_dims", C.POINTER(C.c_int64)),
+    ]
+
+
+# nnp_dynamic_plan.value_kinds and nnp_dynamic_run.failure
+VALUE_INPUT, VALUE_TEMP, VALUE_OUTPUT = 0, 1, 2
+DYNAMIC_OK, DYNAMIC_KERNEL, DYNAMIC_BAD_SHAPE, DYNAMIC_NO_MEMORY = 0, 1, 2, 3
+DYNAMIC_ALLOC_FAILED, DYNAMIC_MALFORMED = 4, 5
+
 status = C.c_int32
 _F = C.CFUNCTYPE  # foreign calls through these release the GIL
 _p = C.c_void_p
@@ -200,6 +234,26 @@ KERNEL_WORKSPACE_SIZE = _F(status, _p, _TP, _i32, _TP, _i32, C.POINTER(_u64))
 KERNEL_RUN = _F(status, _p, _TP, _i32, _TP, _i32, _p, _u64, _p)
 RUN_STEPS = _F(status, C.POINTER(Step), _i32, C.POINTER(_p), _i32, _p, _u64, _p, C.POINTER(_i32))
 RELEASE_STRINGS = _F(None, _p, _u64)
+OUTPUT_ALLOC = _F(status, _p, _i32, _TP)
+
+
+class DynamicRun(C.Structure):
+    """nnp_dynamic_run (ABI 1.6)."""
+
+    _fields_ = [
+        ("values", C.POINTER(Tensor)),
+        ("shapes", C.POINTER(C.c_int64)),
+        ("symbols", C.POINTER(C.c_int64)),
+        ("alloc", OUTPUT_ALLOC),
+        ("user", C.c_void_p),
+        ("stream", C.c_void_p),
+        ("failed_step", C.c_int32),
+        ("failed_value", C.c_int32),
+        ("failure", C.c_int32),
+    ]
+
+
+RUN_DYNAMIC = _F(status, C.POINTER(DynamicPlan), C.POINTER(DynamicRun))
 KERNEL_CREATE_FOR_TARGET = _F(status, C.POINTER(NodeDesc), _i32, Device, C.c_char_p, C.POINTER(_p))
 
 
@@ -273,6 +327,8 @@ class BackendV1(C.Structure):
         # ABI 1.5
         ("priority", C.c_int32),
         ("provider_names", C.c_char_p),
+        # ABI 1.6
+        ("run_dynamic", RUN_DYNAMIC),
     ]
 
 
@@ -289,7 +345,8 @@ MIN_STRUCT_SIZE = BackendV1.set_profile_hook.offset
 # Members added by a minor version: (minor, member). The host reads one only from a table of
 # that minor or newer whose struct_size covers it.
 SINCE_MINOR = {"set_profile_hook": 1, "target_attrs": 2, "kernel_create_for_target": 2,
-               "release_strings": 3, "supports_fused": 4, "priority": 5, "provider_names": 5}
+               "release_strings": 3, "supports_fused": 4, "priority": 5, "provider_names": 5,
+               "run_dynamic": 6}
 
 
 def has_member(table: BackendV1, size: int, name: str) -> bool:

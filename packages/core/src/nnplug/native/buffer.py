@@ -1,9 +1,10 @@
 """Data-space and workspace handles of native backends (NativeBuffer) and the device struct
 the ABI takes: shared by the device API (nnplug.native.backend) and the plans built on it
-(nnplug.native.plan)."""
+(nnplug.native.plan), and the tensor descriptions their calls take."""
 
 from __future__ import annotations
 
+import ctypes as C
 import weakref
 
 from ..device import Device
@@ -13,6 +14,24 @@ from . import abi
 
 def cdev(dev: Device) -> abi.Device:
     return abi.Device(dev.device_type, dev.index)
+
+
+_DL_DTYPES: dict = {}  # numpy dtype -> its abi.DType, found once (kernels are filled per run)
+
+
+def fill_tensor(t: abi.Tensor, dev: Device, shape, dtype, keep: list) -> None:
+    """Describe a compact tensor of ``shape`` and ``dtype`` on ``dev`` in ``t`` (its data is
+    the caller's to set); ``keep`` holds the shape array for as long as ``t`` is used."""
+    t.device = cdev(dev)
+    t.ndim = len(shape)
+    dl = _DL_DTYPES.get(dtype)
+    if dl is None:
+        dl = _DL_DTYPES[dtype] = abi.dtype_of(dtype)
+    t.dtype = dl  # a ctypes structure member: assigned by value
+    if shape:
+        arr = (C.c_int64 * len(shape))(*shape)
+        keep.append(arr)
+        t.shape = arr
 
 
 def _free_buffer(lib, ptr, dev, workspace, held):

@@ -25,8 +25,9 @@ from ..runcontext import current, output_buffer
 from ..shapecheck import bind_symbols, mismatch
 from ..tensor import Tensor, as_contiguous
 from . import abi, string_tensors
-from .buffer import NativeBuffer, cdev
+from .buffer import NativeBuffer, cdev, fill_tensor
 from .descs import DescBuilder
+from .dynamic_steps import DynamicSteps, usable
 from .profile_hook import NodeEvents, record_kernel
 
 MAX_FUSE = 64
@@ -243,22 +244,6 @@ class _Specs:
         return not name or (self.shape(name) is not None and self.dtype(name) is not None)
 
 
-_DL_DTYPES: dict = {}  # numpy dtype -> its abi.DType, found once (kernels are filled per run)
-
-
-def _fill(t: abi.Tensor, dev: Device, shape, dtype, keep: list) -> None:
-    t.device = cdev(dev)
-    t.ndim = len(shape)
-    dl = _DL_DTYPES.get(dtype)
-    if dl is None:
-        dl = _DL_DTYPES[dtype] = abi.dtype_of(dtype)
-    t.dtype = dl  # a ctypes structure member: assigned by value
-    if shape:
-        arr = (C.c_int64 * len(shape))(*shape)
-        keep.append(arr)
-        t.shape = arr
-
-
 def _array_of(tensor, name) -> np.ndarray:
     if isinstance(tensor, np.ndarray):
         return tensor
@@ -381,7 +366,7 @@ class StaticRunner(_Runner):
                     sl[i] = -1
                     if not v:
                         continue
-                    _fill(ts[i], dev, spec.shape(v), spec.dtype(v), self._keep)
+                    fill_tensor(ts[i], dev, spec.shape(v), spec.dtype(v), self._keep)
                     if v in slot:
                         sl[i] = slot[v]
                     elif v in offsets:
@@ -643,7 +628,9 @@ def _resolve(tensors, slot_ids, n, slots):
 
 
 class DynamicRunner(_Runner):
-    """Some shape unknown at load: kernels run one by one, output shapes asked at run time."""
+    """Some shape unknown at load: output shapes asked at run time, kernel by kernel. A backend
+    with ``run_dynamic`` (ABI 1.6) runs the whole partition in one call
+    (:mod:`.dynamic_steps`) unless the run is observed kernel by kernel (profiled, stoppable)."""
 
     def __init__(self, lib, state, subgraph, dev, spec, consts):
         super().__init__(lib, state, subgraph, dev, spec, consts)
@@ -666,6 +653,7 @@ class DynamicRunner(_Runner):
                         f"unknown at load time and the backend has no kernel_output_shapes; "
                         f"give the model static shapes or use another backend"
                     )
+        self.native = DynamicSteps(self) if usable(self) else None
 
     def run(self, inputs):
         if len(inputs) != len(self.inputs):
@@ -696,6 +684,8 @@ class DynamicRunner(_Runner):
                 ptr, obj = self._device_input(t, name)
                 env[name] = (ptr, shape, np.dtype(t.dtype), obj)
         ctx = current()
+        if self.native is not None and (ctx is None or not ctx.step_by_step):
+            return self._run_native(inputs, env, symbols)
         prof = ctx.profiler if ctx is not None else None
         with _node_events(self.lib, prof) as hooks:
             for s, k in enumerate(self.state.kernels):
@@ -723,6 +713,20 @@ class DynamicRunner(_Runner):
                     result.append(obj)
                 else:
                     result.append(Tensor(obj, shape, dtype, self.dev, self.api))
+            else:
+                result.append(self._const_output(n))
+        return result
+
+    def _run_native(self, inputs, env, symbols):
+        made = self.native.run([env[n][3] for n in self.native.names[:self.native.num_inputs]],
+                               symbols)
+        result = []
+        for n in self.outputs:
+            if n in made:
+                result.append(Tensor.from_numpy(made[n]))
+            elif n in env:
+                obj = env[n][3]
+                result.append(obj if isinstance(obj, Tensor) else Tensor.from_numpy(obj))
             else:
                 result.append(self._const_output(n))
         return result
@@ -759,7 +763,7 @@ class DynamicRunner(_Runner):
             else:
                 arr = self.consts[v]
                 ptr, shape, dtype = self.const_ptr.get(v), arr.shape, arr.dtype
-            _fill(tin[i], self.dev, shape, dtype, keep)
+            fill_tensor(tin[i], self.dev, shape, dtype, keep)
             tin[i].data = ptr
         shapes = []
         if any(o and self.spec.shape(o) is None for o in k.outputs):
@@ -803,7 +807,7 @@ class DynamicRunner(_Runner):
             else:
                 buf = self.api.alloc_data_space(self.dev, max(_nbytes(shape, dtype), 1), dtype=dtype)
                 made[v] = (buf.ptr, shape, dtype, buf)
-            _fill(tout[o], self.dev, shape, dtype, keep)
+            fill_tensor(tout[o], self.dev, shape, dtype, keep)
             tout[o].data = made[v][0]
         ws, ws_n, ws_handle = None, 0, None
         if self.ws_size_fn:

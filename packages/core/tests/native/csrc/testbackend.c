@@ -11,6 +11,7 @@
  *   through copy_data_from_to; it has streams and workspaces.
  * - TB_HOST_VISIBLE=1: a CPU backend (device type 1, host pointers, no streams).
  * Other macros build the broken variants the loader tests need (see test_loader.py), and
+ * TB_RUN_DYNAMIC=0 leaves out run_dynamic (default: as TB_RUN_STEPS), and
  * TB_BAD_OUTPUT_SHAPES=1 one whose kernel_output_shapes reports twice the real dims.
  * TB_NULL_NODE_CRASH=1: supports() dereferences a NULL node (the conformance-report tests).
  * TB_RELU_LETS_THROUGH=v: Relu passes the value v (a negative float) unchanged, a wrong answer
@@ -58,6 +59,9 @@
 #endif
 #ifndef TB_RUN_STEPS
 #define TB_RUN_STEPS 1
+#endif
+#ifndef TB_RUN_DYNAMIC
+#define TB_RUN_DYNAMIC TB_RUN_STEPS
 #endif
 #ifndef TB_OWN_CONSTANTS
 #define TB_OWN_CONSTANTS 0
@@ -144,6 +148,7 @@ enum {
     ST_SET_DEVICE,
     ST_GET_ATTR,
     ST_STRINGS_LIVE,
+    ST_RUN_DYNAMIC,
     ST_COUNT
 };
 static long long tb_counters[ST_COUNT];
@@ -812,6 +817,12 @@ static void tb_release_strings(nnp_string *items, uint64_t count)
 }
 #endif
 
+static nnp_status tb_run_dynamic(const nnp_dynamic_plan *plan, nnp_dynamic_run *run)
+{
+    BUMP(ST_RUN_DYNAMIC, 1);
+    return nnp_run_dynamic_default(tb_kernel_run, tb_output_shapes, tb_workspace_size, plan, run);
+}
+
 static const nnp_backend_v1 tb_table = {
     {TB_ABI_MAJOR, TB_ABI_MINOR, NNP_BACKEND_ABI_PATCH},
     (uint32_t)TB_STRUCT_SIZE,
@@ -860,6 +871,7 @@ static const nnp_backend_v1 tb_table = {
     NULL, /* supports_fused (ABI 1.4): nodes are claimed one by one */
     TB_PRIORITY,       /* priority (ABI 1.5) */
     TB_PROVIDER_NAMES, /* provider_names (ABI 1.5) */
+    TB_RUN_DYNAMIC ? tb_run_dynamic : NULL, /* run_dynamic (ABI 1.6) */
 };
 
 #ifdef TB_HOSTILE

@@ -58,7 +58,10 @@
  *   run_steps get one kernel_run() call per step.
  * - Dynamic shapes (a dimension unknown at load, e.g. a symbolic batch or a Reshape whose shape
  *   is computed at run time): per run and per kernel the host calls kernel_output_shapes() with
- *   the actual inputs, allocates the outputs and calls kernel_run().
+ *   the actual inputs, allocates the outputs and calls kernel_run(). A backend with
+ *   run_dynamic (ABI 1.6) gets the whole sequence in ONE call instead: it asks the shapes,
+ *   allocates the values made and read inside the partition itself and the partition's
+ *   outputs through a host callback (nnp_dynamic_run), so a run costs no host work per kernel.
  * - Kernel inputs: for a group of nodes, every input of every node in order (node order, then
  *   input order) except values produced inside the group; duplicates are kept, so for a single
  *   node the kernel inputs are exactly the node's inputs. An omitted optional input is passed
@@ -88,7 +91,8 @@
 #ifndef NNPLUG_BACKEND_H_
 #define NNPLUG_BACKEND_H_
 
-#include <stdlib.h> /* malloc, free: nnp_run_steps_default */
+#include <stdlib.h> /* malloc, free: nnp_run_steps_default, nnp_run_dynamic_default */
+#include <string.h> /* memset: nnp_run_dynamic_default */
 
 #include "nnplug/common.h"
 
@@ -98,9 +102,9 @@ extern "C" {
 
 // clang-format off: one line per number (nnplug_conformance reads them)
 #define NNP_BACKEND_ABI_MAJOR 1
-#define NNP_BACKEND_ABI_MINOR 5 /* 1.1: set_profile_hook; 1.2: target_attrs, kernel_create_for_target;
+#define NNP_BACKEND_ABI_MINOR 6 /* 1.1: set_profile_hook; 1.2: target_attrs, kernel_create_for_target;
                                    1.3: string tensors, release_strings; 1.4: supports_fused;
-                                   1.5: priority, provider_names */
+                                   1.5: priority, provider_names; 1.6: run_dynamic */
 #define NNP_BACKEND_ABI_PATCH 0
 // clang-format on
 
@@ -223,6 +227,77 @@ typedef struct nnp_profile_event {
     const int32_t *output_ndims;      /* [num_outputs] */
     const int64_t *output_shapes; /* [num_outputs * NNP_MAX_NDIM]: row o at o * NNP_MAX_NDIM */
 } nnp_profile_event;
+
+/* ---- dynamic sequences (run_dynamic, ABI 1.6) ----------------------------------------- */
+/* What a value of a dynamic sequence is (nnp_dynamic_plan.value_kinds). */
+enum {
+    NNP_VALUE_INPUT = 0,  /* a partition input: the host sets it before the call */
+    NNP_VALUE_TEMP = 1,   /* made and read inside the partition: run_dynamic allocates it (host
+                             memory) and frees it after its last reader */
+    NNP_VALUE_OUTPUT = 2  /* a partition output: allocated by the host's callback, kept */
+};
+
+/* One kernel call of a dynamic sequence. Built once by the host at load time and reused by
+ * every run: read-only for the backend. Values are numbered; a run holds one nnp_tensor per
+ * value (nnp_dynamic_run.values). */
+typedef struct nnp_dynamic_step {
+    const nnp_kernel *kernel;
+    int32_t num_inputs;
+    const nnp_tensor *inputs;     /* the tensor of each input whose value index is -1: constants
+                                     (as in nnp_step) and omitted inputs; ignored for the others */
+    const int32_t *input_values;  /* per input: value index, or -1 */
+    int32_t num_outputs;
+    const int32_t *output_values; /* per output: value index, or -1 for an omitted output */
+    int32_t ask_shapes;           /* 1: call kernel_output_shapes (an output shape is unknown at
+                                     load); 0: the run's values hold every output's shape */
+    int32_t num_released;
+    const int32_t *released;      /* TEMP values whose last reader is this step (or that no step
+                                     reads): freed once it has run */
+} nnp_dynamic_step;
+
+/* A dynamic sequence and what the model says of its values' shapes. */
+typedef struct nnp_dynamic_plan {
+    int32_t num_steps;
+    const nnp_dynamic_step *steps;
+    int32_t num_values;
+    const int32_t *value_kinds;  /* [num_values] NNP_VALUE_* */
+    const int32_t *expect_ndims; /* [num_values] the rank the model gives, or -1 (unknown) */
+    const int64_t *expect_dims;  /* [num_values * NNP_MAX_NDIM] per dim: >= 0 that size, -1 any,
+                                    <= -2 the symbol (-2 - dim) of nnp_dynamic_run.symbols */
+} nnp_dynamic_plan;
+
+/* Allocates an OUTPUT value: sets tensor->data (host memory) for the shape and dtype given.
+ * Returns NNP_OK, or non-zero when it could not (the host knows why). */
+typedef nnp_status (*nnp_output_alloc)(void *user, int32_t value, nnp_tensor *tensor);
+
+/* One run of a dynamic sequence: its values and what went wrong. */
+typedef struct nnp_dynamic_run {
+    nnp_tensor *values;   /* [num_values]: dtype and device of every value; data, ndim and shape
+                             row of each INPUT; ndim and row of values whose shape is known at
+                             load. run_dynamic fills the rest, and points values[v].shape at
+                             row v of `shapes` */
+    int64_t *shapes;      /* [num_values * NNP_MAX_NDIM] */
+    int64_t *symbols;     /* the size of each symbolic dim in this run, -1 while not known */
+    nnp_output_alloc alloc;
+    void *user;           /* alloc's first argument */
+    nnp_stream stream;
+    int32_t failed_step;  /* out: the failing step, or -1 */
+    int32_t failed_value; /* out: the value of NNP_DYNAMIC_BAD_SHAPE, NNP_DYNAMIC_NO_MEMORY and
+                             NNP_DYNAMIC_ALLOC_FAILED, or -1 */
+    int32_t failure;      /* out: NNP_DYNAMIC_* */
+} nnp_dynamic_run;
+
+/* nnp_dynamic_run.failure */
+enum {
+    NNP_DYNAMIC_OK = 0,
+    NNP_DYNAMIC_KERNEL = 1,       /* a backend entry failed and recorded its message */
+    NNP_DYNAMIC_BAD_SHAPE = 2,    /* kernel_output_shapes gave values[failed_value] a rank or dim
+                                     out of range (ndim as given, at most NNP_MAX_NDIM dims in its
+                                     row) or a shape that is not the model's */
+    NNP_DYNAMIC_NO_MEMORY = 3,    /* allocating failed_value (or a workspace: -1) failed */
+    NNP_DYNAMIC_ALLOC_FAILED = 4, /* the host's alloc refused failed_value */
+    NNP_DYNAMIC_MALFORMED = 5     /* a step or value index out of range, a dtype of no size */
+};
 
 typedef void (*nnp_profile_hook)(void *user, const nnp_profile_event *event);
 
@@ -413,6 +488,18 @@ typedef struct nnp_backend_v1 {
      * device type) in the default order. NULL: none beyond its device type's.
      * At most NNP_MAX_PROVIDER_NAMES_BYTES bytes. */
     const char *provider_names;
+
+    /* ---- since ABI 1.6 ----------------------------------------------------------------- */
+    /* OPTIONAL. Run a dynamic sequence (some shape unknown at load) in ONE call: per step, the
+     * output shapes (kernel_output_shapes when ask_shapes, checked against the plan's expected
+     * ranks, sizes and symbols), the outputs' memory (TEMP: the backend's; OUTPUT: run->alloc),
+     * the workspace, kernel_run; TEMP values freed after their last reader, and every TEMP
+     * value freed on failure. The host uses it only for backends with NNP_BACKEND_HOST_VISIBLE
+     * on the CPU device, for partitions without string values, and when it does not observe
+     * each kernel (profiling, a run that may be terminated): then it calls kernels one by
+     * one. nnp_run_dynamic_default() below is a correct implementation. NULL: the host calls
+     * kernel_output_shapes and kernel_run per kernel, from Python. */
+    nnp_status (*run_dynamic)(const nnp_dynamic_plan *plan, nnp_dynamic_run *run);
 } nnp_backend_v1;
 
 /* The entry symbol every backend defines (with NNP_EXPORT). */
@@ -471,6 +558,207 @@ static inline nnp_status nnp_run_steps_default(nnp_kernel_run_fn run, const nnp_
         if (rc != NNP_STATUS_OK) return rc;
     }
     if (out_failed_step) *out_failed_step = -1;
+    return NNP_STATUS_OK;
+}
+
+typedef nnp_status (*nnp_kernel_output_shapes_fn)(const nnp_kernel *kernel,
+                                                  const nnp_tensor *inputs, int32_t num_inputs,
+                                                  int32_t num_outputs, int32_t *out_ndims,
+                                                  int64_t *out_shapes);
+typedef nnp_status (*nnp_kernel_workspace_size_fn)(const nnp_kernel *kernel,
+                                                   const nnp_tensor *inputs, int32_t num_inputs,
+                                                   const nnp_tensor *outputs, int32_t num_outputs,
+                                                   uint64_t *out_nbytes);
+
+/* Records what failed in a run and returns `status`. */
+static inline nnp_status nnp_dynamic_fail_(nnp_dynamic_run *run, int32_t failure, nnp_status status)
+{
+    run->failure = failure;
+    return status;
+}
+
+/* Whether `nd` dims in `dims` fit what the plan expects of value v; binds the symbols they
+ * give a size to (after the whole shape fits). */
+static inline int nnp_dynamic_shape_fits_(const nnp_dynamic_plan *plan, int64_t *symbols, int32_t v,
+                                          int32_t nd, const int64_t *dims)
+{
+    if (nd < 0 || nd > NNP_MAX_NDIM) return 0;
+    for (int32_t d = 0; d < nd; ++d)
+        if (dims[d] < 0) return 0;
+    int32_t want = plan->expect_ndims ? plan->expect_ndims[v] : -1;
+    if (want < 0) return 1;
+    if (want != nd) return 0;
+    const int64_t *e = plan->expect_dims + (int64_t)v * NNP_MAX_NDIM;
+    for (int32_t d = 0; d < nd; ++d) {
+        if (e[d] >= 0 && e[d] != dims[d]) return 0;
+        if (e[d] <= -2 && symbols[-2 - e[d]] >= 0 && symbols[-2 - e[d]] != dims[d]) return 0;
+    }
+    for (int32_t d = 0; d < nd; ++d)
+        if (e[d] <= -2) symbols[-2 - e[d]] = dims[d];
+    return 1;
+}
+
+/* Frees every TEMP value of a run still holding memory. */
+static inline void nnp_dynamic_free_temps_(const nnp_dynamic_plan *plan, nnp_dynamic_run *run)
+{
+    for (int32_t v = 0; v < plan->num_values; ++v)
+        if (plan->value_kinds[v] == NNP_VALUE_TEMP && run->values[v].data) {
+            free(run->values[v].data);
+            run->values[v].data = NULL;
+        }
+}
+
+/* One step of nnp_run_dynamic_default; t holds num_inputs + num_outputs tensors and nd, dims
+ * room for num_outputs shapes. */
+static inline nnp_status nnp_dynamic_step_(nnp_kernel_run_fn run_fn,
+                                           nnp_kernel_output_shapes_fn shapes_fn,
+                                           nnp_kernel_workspace_size_fn ws_fn,
+                                           const nnp_dynamic_plan *plan, nnp_dynamic_run *run,
+                                           const nnp_dynamic_step *st, nnp_tensor *t, int32_t *nd,
+                                           int64_t *dims, void **ws, uint64_t *ws_nbytes)
+{
+    nnp_tensor *tin = t, *tout = t + st->num_inputs;
+    for (int32_t i = 0; i < st->num_inputs; ++i) {
+        int32_t v = st->input_values ? st->input_values[i] : -1;
+        if (v >= plan->num_values)
+            return nnp_dynamic_fail_(run, NNP_DYNAMIC_MALFORMED, NNP_STATUS_INVALID_ARGUMENT);
+        tin[i] = v < 0 ? st->inputs[i] : run->values[v];
+    }
+    if (st->ask_shapes) {
+        if (!shapes_fn)
+            return nnp_dynamic_fail_(run, NNP_DYNAMIC_MALFORMED, NNP_STATUS_INVALID_ARGUMENT);
+        nnp_status rc = shapes_fn(st->kernel, tin, st->num_inputs, st->num_outputs, nd, dims);
+        if (rc != NNP_STATUS_OK) return nnp_dynamic_fail_(run, NNP_DYNAMIC_KERNEL, rc);
+    }
+    for (int32_t o = 0; o < st->num_outputs; ++o) {
+        int32_t v = st->output_values ? st->output_values[o] : -1;
+        if (v >= plan->num_values)
+            return nnp_dynamic_fail_(run, NNP_DYNAMIC_MALFORMED, NNP_STATUS_INVALID_ARGUMENT);
+        if (v < 0) {
+            memset(&tout[o], 0, sizeof tout[o]);
+            continue;
+        }
+        nnp_tensor *val = &run->values[v];
+        if (st->ask_shapes) {
+            const int64_t *row = dims + (int64_t)o * NNP_MAX_NDIM;
+            int32_t n = nd[o] < 0 ? 0 : nd[o] > NNP_MAX_NDIM ? NNP_MAX_NDIM : nd[o];
+            val->ndim = nd[o];
+            for (int32_t d = 0; d < n; ++d) val->shape[d] = row[d];
+            if (!nnp_dynamic_shape_fits_(plan, run->symbols, v, nd[o], row)) {
+                run->failed_value = v;
+                return nnp_dynamic_fail_(run, NNP_DYNAMIC_BAD_SHAPE, NNP_STATUS_SHAPE_ERROR);
+            }
+        }
+        uint64_t item = nnp_dtype_nbytes(val->dtype);
+        if (!item || val->dtype.code == NNP_DTYPE_STRING)
+            return nnp_dynamic_fail_(run, NNP_DYNAMIC_MALFORMED, NNP_STATUS_INVALID_ARGUMENT);
+        if (plan->value_kinds[v] == NNP_VALUE_OUTPUT) {
+            if (!run->alloc || run->alloc(run->user, v, val) != NNP_STATUS_OK || !val->data) {
+                run->failed_value = v;
+                return nnp_dynamic_fail_(run, NNP_DYNAMIC_ALLOC_FAILED, NNP_STATUS_OUT_OF_MEMORY);
+            }
+        } else {
+            uint64_t nbytes = item; /* an overflowing size is refused, never wrapped */
+            for (int32_t d = 0; d < val->ndim && nbytes; ++d)
+                nbytes = (uint64_t)val->shape[d] > (uint64_t)SIZE_MAX / nbytes
+                             ? (uint64_t)SIZE_MAX
+                             : nbytes * (uint64_t)val->shape[d];
+            val->data = nbytes == (uint64_t)SIZE_MAX ? NULL : malloc(nbytes ? (size_t)nbytes : 1);
+            if (!val->data) {
+                run->failed_value = v;
+                return nnp_dynamic_fail_(run, NNP_DYNAMIC_NO_MEMORY, NNP_STATUS_OUT_OF_MEMORY);
+            }
+        }
+        tout[o] = *val;
+    }
+    uint64_t need = 0;
+    if (ws_fn) {
+        nnp_status rc = ws_fn(st->kernel, tin, st->num_inputs, tout, st->num_outputs, &need);
+        if (rc != NNP_STATUS_OK) return nnp_dynamic_fail_(run, NNP_DYNAMIC_KERNEL, rc);
+    }
+    if (need > *ws_nbytes) {
+        free(*ws);
+        *ws_nbytes = 0;
+        *ws = malloc((size_t)need);
+        if (!*ws) return nnp_dynamic_fail_(run, NNP_DYNAMIC_NO_MEMORY, NNP_STATUS_OUT_OF_MEMORY);
+        *ws_nbytes = need;
+    }
+    nnp_status rc = run_fn(st->kernel, tin, st->num_inputs, tout, st->num_outputs,
+                           need ? *ws : NULL, need, run->stream);
+    if (rc != NNP_STATUS_OK) return nnp_dynamic_fail_(run, NNP_DYNAMIC_KERNEL, rc);
+    for (int32_t r = 0; r < st->num_released; ++r) {
+        int32_t v = st->released[r];
+        if (v >= 0 && v < plan->num_values && plan->value_kinds[v] == NNP_VALUE_TEMP) {
+            free(run->values[v].data);
+            run->values[v].data = NULL;
+        }
+    }
+    return NNP_STATUS_OK;
+}
+
+/* A run_dynamic implementation over a backend's kernel entries (shapes_fn is needed by steps
+ * with ask_shapes; ws_fn may be NULL). Host memory only. Backends may wrap it:
+ *   static nnp_status my_run_dynamic(const nnp_dynamic_plan* p, nnp_dynamic_run* r)
+ *   { return nnp_run_dynamic_default(my_kernel_run, my_output_shapes, my_workspace_size, p, r); }
+ * On failure run->failure says what failed (no message is recorded beyond the backend
+ * entry's own: the host names the node from run->failed_step). */
+static inline nnp_status nnp_run_dynamic_default(nnp_kernel_run_fn run_fn,
+                                                 nnp_kernel_output_shapes_fn shapes_fn,
+                                                 nnp_kernel_workspace_size_fn ws_fn,
+                                                 const nnp_dynamic_plan *plan, nnp_dynamic_run *run)
+{
+    nnp_tensor stack[2 * NNP_RUN_STEPS_MAX_IO];
+    int32_t nd_stack[NNP_RUN_STEPS_MAX_IO];
+    int64_t dims_stack[NNP_RUN_STEPS_MAX_IO * NNP_MAX_NDIM];
+    void *ws = NULL;
+    uint64_t ws_nbytes = 0;
+    if (!plan || !run || plan->num_steps < 0 || plan->num_values < 0 ||
+        (plan->num_steps && !plan->steps) || !plan->value_kinds || !run->values || !run->shapes)
+        return NNP_STATUS_INVALID_ARGUMENT;
+    run->failed_step = -1;
+    run->failed_value = -1;
+    run->failure = NNP_DYNAMIC_OK;
+    for (int32_t v = 0; v < plan->num_values; ++v) {
+        run->values[v].shape = run->shapes + (int64_t)v * NNP_MAX_NDIM;
+        if (plan->value_kinds[v] != NNP_VALUE_INPUT) run->values[v].data = NULL;
+    }
+    nnp_status rc = NNP_STATUS_OK;
+    for (int32_t s = 0; s < plan->num_steps && rc == NNP_STATUS_OK; ++s) {
+        const nnp_dynamic_step *st = &plan->steps[s];
+        run->failed_step = s;
+        if (st->num_inputs < 0 || st->num_outputs < 0 || (st->num_inputs && !st->inputs)) {
+            run->failure = NNP_DYNAMIC_MALFORMED;
+            rc = NNP_STATUS_INVALID_ARGUMENT;
+            break;
+        }
+        int32_t total = st->num_inputs + st->num_outputs;
+        int small = total <= 2 * NNP_RUN_STEPS_MAX_IO && st->num_outputs <= NNP_RUN_STEPS_MAX_IO;
+        nnp_tensor *t = small ? stack : (nnp_tensor *)malloc((size_t)total * sizeof(nnp_tensor));
+        int32_t *nd =
+            small ? nd_stack : (int32_t *)malloc((size_t)st->num_outputs * sizeof(int32_t) + 1);
+        int64_t *dims =
+            small ? dims_stack
+                  : (int64_t *)malloc((size_t)st->num_outputs * NNP_MAX_NDIM * sizeof(int64_t) + 1);
+        if (!t || !nd || !dims) {
+            run->failure = NNP_DYNAMIC_NO_MEMORY;
+            rc = NNP_STATUS_OUT_OF_MEMORY;
+        } else {
+            rc = nnp_dynamic_step_(run_fn, shapes_fn, ws_fn, plan, run, st, t, nd, dims, &ws,
+                                   &ws_nbytes);
+        }
+        if (!small) {
+            free(t);
+            free(nd);
+            free(dims);
+        }
+    }
+    free(ws);
+    if (rc != NNP_STATUS_OK) {
+        nnp_dynamic_free_temps_(plan, run);
+        return rc;
+    }
+    run->failed_step = -1;
+    nnp_dynamic_free_temps_(plan, run); /* TEMP values no step reads after their maker */
     return NNP_STATUS_OK;
 }
 

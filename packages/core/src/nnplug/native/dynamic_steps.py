@@ -1,0 +1,212 @@
+"""A dynamic partition run in one native call (backend ABI 1.6, ``run_dynamic``).
+
+Where some shape is known only at run time, the backend itself asks each kernel's output
+shapes, allocates what the partition makes and reads, runs the kernels and frees as it goes;
+the host fills the inputs, hands a callback that allocates the partition's outputs (so an
+IO-bound output is written in place) and reads the results. The plan (value numbering, kinds,
+the shapes and symbols the model declares, which values each step frees) is built once at load;
+a run copies two templates and makes one foreign call, however many kernels the partition has.
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+import itertools
+
+import numpy as np
+
+from ..errors import BackendError
+from ..runcontext import output_buffer
+from ..shapecheck import fmt, mismatch
+from . import abi, string_tensors
+from .buffer import cdev, fill_tensor
+
+ROW = abi.MAX_NDIM
+
+
+class DynamicSteps:
+    """The partition's kernels as an ``nnp_dynamic_plan``: :meth:`run` takes the inputs as
+    contiguous host arrays (already checked against the model) and the symbols they bound."""
+
+    def __init__(self, runner):
+        lib, spec, kernels = runner.lib, runner.spec, runner.state.kernels
+        self.lib, self.spec, self.kernels = lib, spec, kernels
+        self.fn = lib.table.run_dynamic
+        names = list(dict.fromkeys(runner.inputs))  # the inputs first, each once
+        kinds = [abi.VALUE_INPUT] * len(names)
+        self.num_inputs = len(names)
+        outputs = set(runner.outputs)
+        for k in kernels:
+            for o in k.outputs:
+                if o and o not in names:
+                    names.append(o)
+                    kinds.append(abi.VALUE_OUTPUT if o in outputs else abi.VALUE_TEMP)
+        index = {n: i for i, n in enumerate(names)}
+        self.names, self.index = names, index
+        self.dtypes = [spec.dtype(n) for n in names]
+        nv = len(names)
+
+        # what the model says of each value: rank and dims (symbols numbered in order)
+        self.symbol_names: list[str] = []
+        symbol_ids: dict[str, int] = {}
+        ndims, dims = (C.c_int32 * max(nv, 1))(), (C.c_int64 * max(nv * ROW, 1))()
+        values = (abi.Tensor * max(nv, 1))()
+        shapes = (C.c_int64 * max(nv * ROW, 1))()
+        for v, n in enumerate(names):
+            info = spec.values.get(n)
+            declared = None if info is None else info.shape
+            ndims[v] = -1 if declared is None or len(declared) > ROW else len(declared)
+            for d, w in enumerate(declared if ndims[v] >= 0 else ()):
+                if isinstance(w, str):
+                    if w not in symbol_ids:
+                        symbol_ids[w] = len(self.symbol_names)
+                        self.symbol_names.append(w)
+                    dims[v * ROW + d] = -2 - symbol_ids[w]
+                else:
+                    dims[v * ROW + d] = w if isinstance(w, int) and w >= 0 else -1
+            values[v].device = cdev(runner.dev)
+            values[v].dtype = abi.dtype_of(self.dtypes[v])
+            static = spec.shape(n)
+            if static is not None and kinds[v] != abi.VALUE_INPUT:
+                values[v].ndim = len(static)
+                for d, size in enumerate(static):
+                    shapes[v * ROW + d] = size
+        self._values_template = bytes(values)
+        self._shapes_template = bytes(shapes)
+        self._values_type, self._shapes_type = type(values), type(shapes)
+
+        # the steps: inputs by value index (constants and omitted ones as tensors), outputs,
+        # and the TEMP values each step is the last to read
+        last = {}
+        for s, k in enumerate(kernels):
+            for o in k.outputs:
+                if o:
+                    last.setdefault(o, s)
+            for v in k.inputs:
+                if v in index:
+                    last[v] = s
+        freed: dict[int, list[int]] = {}
+        for n, s in last.items():
+            if kinds[index[n]] == abi.VALUE_TEMP:
+                freed.setdefault(s, []).append(index[n])
+        keep = []
+        steps = (abi.DynamicStep * max(len(kernels), 1))()
+        for s, k in enumerate(kernels):
+            st = steps[s]
+            st.kernel = k.ptr
+            ins = (abi.Tensor * max(len(k.inputs), 1))()
+            in_ids = (C.c_int32 * max(len(k.inputs), 1))()
+            for i, n in enumerate(k.inputs):
+                in_ids[i] = index.get(n, -1) if n else -1
+                if n and n not in index:  # a constant, passed as the per-kernel path does
+                    arr = runner.consts[n]
+                    fill_tensor(ins[i], runner.dev, arr.shape, arr.dtype, keep)
+                    ins[i].data = runner.const_ptr.get(n)
+            out_ids = (C.c_int32 * max(len(k.outputs), 1))(
+                *[index[o] if o else -1 for o in k.outputs])
+            rel = freed.get(s, [])
+            rel_ids = (C.c_int32 * max(len(rel), 1))(*rel)
+            keep += [ins, in_ids, out_ids, rel_ids]
+            st.num_inputs, st.inputs, st.input_values = len(k.inputs), ins, in_ids
+            st.num_outputs, st.output_values = len(k.outputs), out_ids
+            st.ask_shapes = int(any(o and spec.shape(o) is None for o in k.outputs))
+            st.num_released, st.released = len(rel), rel_ids
+        kind_arr = (C.c_int32 * max(nv, 1))(*kinds)
+        keep += [steps, kind_arr, ndims, dims]
+        self._keep = keep
+        self.plan = abi.DynamicPlan(len(kernels), steps, nv, kind_arr, ndims, dims)
+        self.produced = {n: index[n] for n in names[self.num_inputs:]}
+
+        self._runs: dict[int, dict] = {}  # token -> {value index: array} of runs in progress
+        self._tokens = itertools.count(1)
+        self._alloc = abi.OUTPUT_ALLOC(self._allocate)  # kept: C holds its address
+
+    def _allocate(self, token, v, tensor_p):
+        """The run's OUTPUT value v, of the shape the backend found: the caller's bound array
+        when it fits, else a new one."""
+        arrays = self._runs.get(token)
+        try:
+            t = tensor_p.contents
+            shape = tuple(t.shape[:t.ndim])
+            name, dtype = self.names[v], self.dtypes[v]
+            arr = output_buffer(name, shape, dtype)
+            arr = np.empty(shape, dtype) if arr is None else arr
+            t.data = arr.ctypes.data
+            arrays[v] = arr
+            return 0
+        except BaseException as e:  # noqa: BLE001 - raised by run() once the call returns
+            if arrays is not None:
+                arrays["error"] = e
+            return 1
+
+    def run(self, arrays, symbols: dict[str, int]) -> dict[str, np.ndarray]:
+        """{produced partition output name: array} of one run; ``arrays``: one per name of
+        :attr:`names` that is an input (the first :attr:`num_inputs`)."""
+        values = self._values_type.from_buffer_copy(self._values_template)
+        shapes = self._shapes_type.from_buffer_copy(self._shapes_template)
+        for i, arr in enumerate(arrays[:self.num_inputs]):
+            t = values[i]
+            t.data = arr.ctypes.data
+            t.ndim = arr.ndim
+            for d, size in enumerate(arr.shape):
+                shapes[i * ROW + d] = size
+        syms = (C.c_int64 * max(len(self.symbol_names), 1))(
+            *[symbols.get(n, -1) for n in self.symbol_names])
+        token = next(self._tokens)
+        made: dict = {}
+        self._runs[token] = made
+        run = abi.DynamicRun(values, shapes, syms, self._alloc, token, None, -1, -1, 0)
+        try:
+            rc = self.fn(C.byref(self.plan), C.byref(run))
+        finally:
+            del self._runs[token]
+        if rc != 0:
+            raise self._error(rc, run, values, made)
+        return {n: made[v] for n, v in self.produced.items() if v in made}
+
+    def _error(self, rc, run, values, made):
+        step = run.failed_step
+        label = self.kernels[step].label if 0 <= step < len(self.kernels) else "the partition"
+        lib, v = self.lib, run.failed_value
+        if run.failure == abi.DYNAMIC_KERNEL:
+            return lib.error(rc, f"running {label}")
+        if run.failure == abi.DYNAMIC_ALLOC_FAILED and "error" in made:
+            return made["error"]
+        name = self.names[v] if 0 <= v < len(self.names) else None
+        if run.failure == abi.DYNAMIC_BAD_SHAPE and name is not None:
+            t = values[v]
+            row = list(t.shape[:min(max(t.ndim, 0), ROW)])
+            if not 0 <= t.ndim <= ROW or any(d < 0 for d in row):
+                return BackendError(
+                    f"backend {lib.id!r}: kernel_output_shapes of {label} gave output {name!r} "
+                    f"rank {t.ndim} dims {row}; ranks are 0..{ROW}, dims >= 0")
+            info = self.spec.values.get(name)
+            why = mismatch(tuple(row), None, info, dict(self._bound(run))) or (
+                f"shape {fmt(row)} where the model has {fmt(info.shape)}")
+            return BackendError(
+                f"backend {lib.id!r}: kernel_output_shapes of {label} gave output {name!r} "
+                f"{why}; the backend's shape function is wrong (report it to the backend's "
+                f"authors)")
+        if run.failure == abi.DYNAMIC_NO_MEMORY:
+            what = f"value {name!r}" if name else "a workspace"
+            return BackendError(f"backend {lib.id!r}: out of memory allocating {what} of {label}")
+        return BackendError(
+            f"backend {lib.id!r}: run_dynamic failed at {label} (status "
+            f"{abi.STATUS_NAMES.get(rc, rc)}, failure {run.failure}): the plan or the backend's "
+            f"run_dynamic is inconsistent (report it to the backend's authors)")
+
+    def _bound(self, run):
+        """The symbols bound before the failing step."""
+        for i, n in enumerate(self.symbol_names):
+            if run.symbols[i] >= 0:
+                yield n, run.symbols[i]
+
+
+def usable(runner) -> bool:
+    """Whether ``runner``'s partition can run through ``run_dynamic``: the backend has it,
+    works in host memory, and no value of the partition is a string."""
+    if not runner.lib.table.run_dynamic or not runner.host:
+        return False
+    spec = runner.spec
+    return not any(string_tensors.is_string(spec.dtype(v)) for k in runner.state.kernels
+                   for v in k.inputs + k.outputs if v)
