@@ -1,8 +1,10 @@
-"""A decoder's first step concatenates an empty KV cache (past length 0): the Concat this
-backend claims, and the MatMul, Softmax, Reshape and Transpose around it, run for every shape
-the model allows (an empty past, a zero batch, an empty sequence) as onnxruntime does. An op
-whose result is empty runs no step, a Concat leaves empty inputs out, and a kernel whose output
-is empty computes nothing (plan.c empty_result, kernels.c ox_run)."""
+"""A decoder's first step concatenates an empty KV cache (past length 0). With the past's length
+symbolic, this backend claims the projections (MatMuls of constant weights) and leaves the
+light nodes, whose shape changes at every step, to cpu (kernels.c, light_with_changing_shape);
+with every shape fixed it claims the MatMuls, Softmax, Reshape and Transpose too (and the
+Concat where no input is empty), and runs them for every shape the model allows (an empty past,
+a zero batch, an empty sequence) as onnxruntime does. An op whose result is empty runs no step, a Concat leaves empty inputs out,
+and a kernel whose output is empty computes nothing (plan.c empty_result, kernels.c ox_run)."""
 
 from __future__ import annotations
 
@@ -12,12 +14,16 @@ from nnplug_conformance import kv_cache
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_empty_kv_cache_matches_onnxruntime(rt, threads):
+@pytest.mark.parametrize("static", [False, True])
+def test_empty_kv_cache_matches_onnxruntime(rt, threads, static):
     lib = rt.backends["onednn"].backend
     try:
         lib.set_num_threads(threads)
-        assignment = kv_cache.assert_matches_onnxruntime(rt, ["onednn", "cpu"])
+        assignment = kv_cache.assert_matches_onnxruntime(rt, ["onednn", "cpu"], static=static)
     finally:
         lib.set_num_threads(0)
-    assert assignment["cache_k"] == assignment["cache_v"] == "onednn", assignment
-    assert assignment["scores"] == assignment["softmax"] == "onednn", assignment
+    # the first model's: a first step, its past empty
+    assert assignment["proj_q"] == assignment["proj_k"] == "onednn", assignment
+    assert assignment["cache_k"] == assignment["cache_v"] == "cpu", assignment
+    light = "onednn" if static else "cpu"
+    assert assignment["scores"] == assignment["softmax"] == light, assignment

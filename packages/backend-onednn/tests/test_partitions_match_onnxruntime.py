@@ -174,7 +174,13 @@ def test_dynamic_spatial_dims(rt):
     b.op("Relu", [b.op("Add", [b.conv(y, 8, 8, act=None), y])])
     model = dynamic_model(b, ["N", 3, "H", "W"])
     with rt.load(model, backends=BACKENDS) as net:
-        assert set(net.assignment.values()) == {"onednn"}, net.assignment
+        # convolutions and pools are planned per shape; the light Add and Relu, whose shapes
+        # may change at every run, are left to cpu (kernels.c, light_with_changing_shape)
+        kinds = {n.name: n.op_type for n in model.graph.node}
+        assert {kinds[k] for k, v in net.assignment.items() if v == "onednn"} == \
+            {"Conv", "MaxPool"}, net.assignment
+        assert {kinds[k] for k, v in net.assignment.items() if v == "cpu"} == \
+            {"Add", "Relu"}, net.assignment
         for shape in ((1, 3, 16, 16), (2, 3, 21, 13)):
             feeds = {"x": rand(*shape)}
             got = net.run(feeds)[net.outputs[0].name]

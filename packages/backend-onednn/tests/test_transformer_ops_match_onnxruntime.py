@@ -230,18 +230,26 @@ def test_flatten_and_reshape_as_the_kernel_output(rt):
     check(rt, g, {"x": rand(2, 3, 4, 5)}, 1, "flatten / reshape")
 
 
-def test_symbolic_dims_through_a_reshape_with_a_constant_shape(rt):
+@pytest.mark.parametrize("seq", [5, "S"])
+def test_symbolic_dims_through_a_reshape_with_a_constant_shape(rt, seq):
     g = Graph()
     y = g.op("Reshape", [g.dense("x", 8, 12), g.const(np.array([0, -1, 3, 4]), np.int64)])
     g.op("Softmax", [g.op("Transpose", [y], perm=[0, 2, 1, 3])], axis=-1)
-    gin = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S", 8])]
+    gin = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", seq, 8])]
     out = helper.make_tensor_value_info(g.nodes[-1].output[0], TensorProto.FLOAT, None)
     ini = [numpy_helper.from_array(v, k) for k, v in g.inits.items()]
     model = helper.make_model(helper.make_graph(g.nodes, "g", gin, [out], ini),
                               opset_imports=[helper.make_opsetid("", 18)])
     with rt.load(model, backends=BACKENDS) as net:
-        assert set(net.assignment.values()) == {"onednn"}, net.assignment
-        for shape in ((1, 5, 8), (3, 2, 8), (1, 5, 8)):
+        if seq == "S":  # a sequence that may change per run: the light nodes are left to cpu
+            kinds = {n.name: n.op_type for n in model.graph.node}
+            assert {kinds[k] for k, v in net.assignment.items() if v == "cpu"} == \
+                {"Add", "Reshape", "Transpose", "Softmax"}, net.assignment
+            assert {kinds[k] for k, v in net.assignment.items() if v == "onednn"} == \
+                {"MatMul"}, net.assignment
+        else:
+            assert set(net.assignment.values()) == {"onednn"}, net.assignment
+        for shape in ((1, 5, 8), (3, 5, 8), (1, 5, 8)) if seq == 5 else ((1, 5, 8), (3, 2, 8)):
             feeds = {"x": rand(*shape)}
             got = net.run(feeds)[net.outputs[0].name]
             assert_matches(got, onnxruntime_run(model, feeds)[0], what=f"shape {shape}")

@@ -19,12 +19,15 @@ WIDTH = HEADS * HEAD_DIM
 SHAPES = ((1, 1, 0), (2, 3, 0), (1, 1, 5), (2, 2, 3), (0, 2, 1), (0, 1, 0), (1, 0, 3))
 
 
-def model(seed: int = 0) -> onnx.ModelProto:
+def model(seed: int = 0, shape: tuple[int, int, int] | None = None) -> onnx.ModelProto:
     """Inputs ``x`` [batch, seq, WIDTH], ``past_key`` and ``past_value`` [batch, HEADS, past,
-    HEAD_DIM]; outputs ``y`` [batch, seq, WIDTH], ``present_key`` and ``present_value``."""
+    HEAD_DIM]; outputs ``y`` [batch, seq, WIDTH], ``present_key`` and ``present_value``. With
+    ``shape`` = (batch, seq, past) those dims are fixed (every shape known at load)."""
     rng = np.random.default_rng(seed)
     f = TensorProto.FLOAT
-    past = ["batch", HEADS, "past", HEAD_DIM]
+    b, s, p = ("batch", "seq", "past") if shape is None else shape
+    total = "total" if shape is None else s + p
+    past = [b, HEADS, p, HEAD_DIM]
     inits = {f"w{n}": (rng.standard_normal((WIDTH, WIDTH)) / 3).astype(np.float32) for n in "qkvo"}
     inits["heads"] = np.array([0, 0, HEADS, HEAD_DIM], np.int64)
     inits["merged"] = np.array([0, 0, WIDTH], np.int64)
@@ -47,11 +50,11 @@ def model(seed: int = 0) -> onnx.ModelProto:
         n("Reshape", ["ctx_t", "merged"], ["ctx_m"], name="merge"),
         n("MatMul", ["ctx_m", "wo"], ["y"], name="out_proj"),
     ]
-    ins = [helper.make_tensor_value_info("x", f, ["batch", "seq", WIDTH]),
+    ins = [helper.make_tensor_value_info("x", f, [b, s, WIDTH]),
            helper.make_tensor_value_info("past_key", f, past),
            helper.make_tensor_value_info("past_value", f, past)]
-    present = ["batch", HEADS, "total", HEAD_DIM]
-    outs = [helper.make_tensor_value_info("y", f, ["batch", "seq", WIDTH]),
+    present = [b, HEADS, total, HEAD_DIM]
+    outs = [helper.make_tensor_value_info("y", f, [b, s, WIDTH]),
             helper.make_tensor_value_info("present_key", f, present),
             helper.make_tensor_value_info("present_value", f, present)]
     graph = helper.make_graph(nodes, "kv_cache_attention", ins, outs,
@@ -69,21 +72,32 @@ def feeds(batch: int, seq: int, past: int, seed: int = 1) -> dict:
             "past_value": rng.standard_normal((batch, HEADS, past, HEAD_DIM)).astype(np.float32)}
 
 
-def assert_matches_onnxruntime(rt, backends: list[str], rtol: float = 1e-4, atol: float = 1e-5) -> dict:
+def assert_matches_onnxruntime(rt, backends: list[str], rtol: float = 1e-4, atol: float = 1e-5,
+                               static: bool = False) -> dict:
     """Run :func:`model` on ``rt`` with ``backends`` at every (batch, seq, past) of ``SHAPES``,
-    each output against onnxruntime's CPU provider (same shape, values within rtol/atol).
-    Returns the node assignment, for the caller to check where the nodes ran."""
+    each output against onnxruntime's CPU provider (same shape, values within rtol/atol). With
+    ``static`` each shape is a model of its own, its dims fixed (a backend that claims nodes of
+    known shapes only meets the empty tensors then). Returns the node assignment (of the first
+    model: a first decoding step's, its past empty), for the caller to check where the nodes
+    ran."""
+    runs = [(model(shape=s), [s]) for s in SHAPES] if static else [(model(), list(SHAPES))]
+    assignment: dict = {}
+    for m, shapes in runs:
+        with rt.load(m, backends=backends) as net:
+            for shape in shapes:
+                _check(m, net.run(feeds(*shape)), shape, backends, rtol, atol)
+            assignment = assignment or dict(net.assignment)
+    return assignment
+
+
+def _check(m, got: dict, shape, backends, rtol, atol) -> None:
+    """``got`` (a run of ``m`` at ``shape``) against onnxruntime's CPU provider."""
     import onnxruntime as ort
 
-    m = model()
     sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
-    names = [o.name for o in m.graph.output]
-    with rt.load(m, backends=backends) as net:
-        for shape in SHAPES:
-            f = feeds(*shape)
-            got = net.run(f)
-            for name, want in zip(names, sess.run(None, f)):
-                what = f"{name} at (batch, seq, past) = {shape} on {backends}"
-                assert got[name].shape == want.shape, f"{what}: shape {got[name].shape}, expected {want.shape}"
-                np.testing.assert_allclose(got[name], want, rtol=rtol, atol=atol, err_msg=what)
-        return dict(net.assignment)
+    f = feeds(*shape)
+    for o, want in zip(m.graph.output, sess.run(None, f)):
+        name = o.name
+        what = f"{name} at (batch, seq, past) = {shape} on {backends}"
+        assert got[name].shape == want.shape, f"{what}: shape {got[name].shape}, expected {want.shape}"
+        np.testing.assert_allclose(got[name], want, rtol=rtol, atol=atol, err_msg=what)

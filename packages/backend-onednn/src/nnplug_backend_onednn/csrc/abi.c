@@ -194,6 +194,11 @@ static nnp_status ox_run_steps(const nnp_step *steps, int32_t n, void *const *sl
     return nnp_run_steps_default(ox_kernel_run, steps, n, slots, ns, ws, wsn, st, failed);
 }
 
+static nnp_status ox_run_dynamic(const nnp_dynamic_plan *plan, nnp_dynamic_run *run)
+{
+    return nnp_run_dynamic_default(ox_kernel_run, ox_kernel_output_shapes, ox_workspace, plan, run);
+}
+
 static const nnp_backend_v1 TABLE = {
     .abi_version = {NNP_BACKEND_ABI_MAJOR, NNP_BACKEND_ABI_MINOR, NNP_BACKEND_ABI_PATCH},
     .struct_size = sizeof(nnp_backend_v1),
@@ -222,6 +227,7 @@ static const nnp_backend_v1 TABLE = {
     .provider_names = "DnnlExecutionProvider",
     .target_attrs = PRECISION_ATTR,
     .kernel_create_for_target = ox_kernel_create_for_target,
+    .run_dynamic = ox_run_dynamic,
 };
 
 NNP_EXPORT const nnp_backend_v1 *nnp_backend_entry(const nnp_version *host_abi)

@@ -107,11 +107,43 @@ static size_t dims_bytes(const ox_graph *g)
     return (size_t)g->nval * MAXR * sizeof(int64_t);
 }
 
+/* oneDNN plans per concrete shape, and a plan costs about 0.1 ms to make. A node with a dim
+ * unknown beyond its first (a decoder's growing cache, a transformer's sequence length) may
+ * meet a new shape at every run; the portable backends run a light node (elementwise, data
+ * movement, softmax, normalization, a product of two activations) at once, so such a node is
+ * left to them. Claimed whatever their shapes: the nodes whose arithmetic pays for a plan, a
+ * convolution or pool (unknown dims are then spatial, fixed per deployment) and a MatMul or
+ * Gemm of a constant weight (unknown dims are its rows). A batch dim (the first) alone is
+ * unknown in models served at a few batch sizes, whose plans are kept. */
+static int light_with_changing_shape(const nnp_node_desc *node)
+{
+    int unknown = 0;
+    for (int io = 0; io < 2 && !unknown; io++) {
+        const nnp_value_desc *v = io ? node->outputs : node->inputs;
+        int32_t count = io ? node->num_outputs : node->num_inputs;
+        for (int32_t i = 0; i < count && !unknown; i++) {
+            if (!v[i].name || !v[i].name[0]) continue; /* an omitted optional value */
+            if (v[i].ndim < 0) unknown = 1;
+            for (int32_t d = 1; d < v[i].ndim && !unknown; d++)
+                if (!v[i].shape || v[i].shape[d] < 0) unknown = 1;
+        }
+    }
+    if (!unknown) return 0;
+    static const char *const heavy[] = {"Conv",        "ConvTranspose",     "MaxPool",
+                                        "AveragePool", "GlobalAveragePool", "GlobalMaxPool"};
+    for (size_t i = 0; i < sizeof heavy / sizeof heavy[0]; i++)
+        if (!strcmp(node->op_type, heavy[i])) return 0;
+    int gemm = !strcmp(node->op_type, "MatMul") || !strcmp(node->op_type, "Gemm");
+    return !(gemm && node->num_inputs >= 2 && node->inputs[1].const_data);
+}
+
 int ox_supported(const nnp_node_desc *nodes, int n)
 {
     ox_err e;
     int unsupported, ok = 0;
     if (n == 1 && ox_int8_op(nodes[0].op_type)) return ox_qmm_supported(&nodes[0]);
+    for (int i = 0; i < n; i++)
+        if (light_with_changing_shape(&nodes[i])) return 0;
     ox_graph *g = ox_graph_parse(nodes, n, 0, &unsupported, &e);
     if (!g) return 0;
     if (g->dynamic) ok = 1; /* primitives are made per shape at run time */
