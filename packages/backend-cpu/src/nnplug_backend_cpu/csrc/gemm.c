@@ -189,6 +189,33 @@ epi_avx512(__m512 x, const float *row, __mmask16 mk, int first, const nnc_gemm_e
     return epi_values(x, first, prev, ep, kind, lo, hi, bias, cb ? &c : NULL, res ? &r : NULL);
 }
 
+/* Row r0 of a tile into C (row): the sums of NB 16-column slots from column c0, w of them
+ * valid, with store_tile's epilogue. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+store_row_avx512(const __m512 *acc, const int NB, float *row, int64_t w, int first,
+                 const nnc_gemm_epi *ep, int64_t r0, int64_t c0)
+{
+    const int kind = ep && ep->act ? ep->act->kind : ACT_NONE;
+    const __m512 lo = _mm512_set1_ps(ep && ep->act ? ep->act->a : 0.f);
+    const __m512 hi = _mm512_set1_ps(ep && ep->act ? ep->act->b : 0.f);
+    const float bias = ep && ep->bias ? ep->bias[r0] : 0.f;
+    for (int q = 0; q < NB; q++) {
+        int64_t wq = w - 16 * q;
+        if (wq <= 0) break;
+        const __mmask16 mk = wq >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << wq) - 1);
+        const float *res = ep && ep->res ? ep->res + r0 * ep->ldr + c0 + 16 * q : NULL;
+        const float *cb = ep && ep->col_bias ? ep->col_bias + c0 + 16 * q : NULL;
+        __m512 x = epi_avx512(acc[q], row + 16 * q, mk, first, ep, kind, lo, hi, bias, res, cb);
+        if (kind == ACT_GELU_ERF) { /* the vectorised erf over the row's valid columns */
+            _Alignas(64) float g[16];
+            _mm512_store_ps(g, x);
+            nnc_vgelu_erf(g, g, wq < 16 ? wq : 16, ep->act->a);
+            x = _mm512_load_ps(g);
+        }
+        _mm512_mask_storeu_ps(row + 16 * q, mk, x);
+    }
+}
+
 /* The product of NA (1 or 2) A panels and NB (1 or 2) B panels over kc steps, into the h x w
  * corner of C at (r0, c0) (h <= 6 NA, w <= 16 NB), with store_tile's arithmetic. */
 __attribute__((target("avx512f"), always_inline)) static inline void
@@ -209,33 +236,8 @@ tile_avx512(const int NA, const int NB, int64_t kc, const float *a, int64_t astr
             if (NB > 1) acc[i][1] = _mm512_fmadd_ps(av, bv1, acc[i][1]);
         }
     }
-    const int kind = ep && ep->act ? ep->act->kind : ACT_NONE;
-    const __m512 lo = _mm512_set1_ps(ep && ep->act ? ep->act->a : 0.f);
-    const __m512 hi = _mm512_set1_ps(ep && ep->act ? ep->act->b : 0.f);
-    __mmask16 mk[2];
-    for (int q = 0; q < NB; q++) {
-        int64_t wq = w - 16 * q;
-        mk[q] = wq >= 16 ? (__mmask16)0xFFFF : wq <= 0 ? 0 : (__mmask16)((1u << wq) - 1);
-    }
-    for (int i = 0; i < NA * MR; i++) {
-        if (i >= h) break;
-        float *row = c + i * ldc;
-        const float bias = ep && ep->bias ? ep->bias[r0 + i] : 0.f;
-        for (int q = 0; q < NB; q++) {
-            if (!mk[q]) continue;
-            const float *res = ep && ep->res ? ep->res + (r0 + i) * ep->ldr + c0 + 16 * q : NULL;
-            const float *cb = ep && ep->col_bias ? ep->col_bias + c0 + 16 * q : NULL;
-            __m512 x =
-                epi_avx512(acc[i][q], row + 16 * q, mk[q], first, ep, kind, lo, hi, bias, res, cb);
-            if (kind == ACT_GELU_ERF) { /* the vectorised erf over the row's valid columns */
-                _Alignas(64) float g[16];
-                _mm512_store_ps(g, x);
-                nnc_vgelu_erf(g, g, w - 16 * q < 16 ? w - 16 * q : 16, ep->act->a);
-                x = _mm512_load_ps(g);
-            }
-            _mm512_mask_storeu_ps(row + 16 * q, mk[q], x);
-        }
-    }
+    for (int i = 0; i < NA * MR && i < h; i++)
+        store_row_avx512(acc[i], NB, c + i * ldc, w, first, ep, r0 + i, c0);
 }
 
 #define TILE_PACKED(NA, NB)                                                                        \
@@ -249,6 +251,51 @@ TILE_PACKED(2, 2)
 TILE_PACKED(2, 1)
 TILE_PACKED(1, 2)
 TILE_PACKED(1, 1)
+
+/* The first H (1..4) rows of one A panel times NB (1..4) B panels, into the h = H by w corner
+ * of C at (r0, c0). A product of a few rows (a decoder's one new token) reads each B element
+ * once: this tile spends its work on B's loads, where the 6-row tile would also sum the A
+ * panel's padding rows. The same fma chain per element as tile_avx512: the same bits. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+tile_few_avx512(const int H, const int NB, int64_t kc, const float *a, const float *b,
+                int64_t bstride, float *c, int64_t ldc, int64_t w, int first,
+                const nnc_gemm_epi *ep, int64_t r0, int64_t c0)
+{
+    __m512 acc[4][4];
+    for (int i = 0; i < H; i++)
+        for (int q = 0; q < NB; q++) acc[i][q] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < kc; k++) {
+        __m512 bv[4];
+        for (int q = 0; q < NB; q++) bv[q] = _mm512_loadu_ps(b + q * bstride + k * NR);
+        for (int i = 0; i < H; i++) {
+            const __m512 av = _mm512_set1_ps(a[k * MR + i]);
+            for (int q = 0; q < NB; q++) acc[i][q] = _mm512_fmadd_ps(av, bv[q], acc[i][q]);
+        }
+    }
+    for (int i = 0; i < H; i++) store_row_avx512(acc[i], NB, c + i * ldc, w, first, ep, r0 + i, c0);
+}
+
+#define TILE_FEW(H, NB)                                                                           \
+    __attribute__((target("avx512f"), noinline)) static void tile_few_avx512_##H##NB(             \
+        int64_t kc, const float *a, const float *b, int64_t bs, float *c, int64_t ldc, int64_t w, \
+        int first, const nnc_gemm_epi *ep, int64_t r0, int64_t c0)                                \
+    {                                                                                             \
+        tile_few_avx512(H, NB, kc, a, b, bs, c, ldc, w, first, ep, r0, c0);                       \
+    }
+#define TILE_FEW_ROWS(H) TILE_FEW(H, 1) TILE_FEW(H, 2) TILE_FEW(H, 3) TILE_FEW(H, 4)
+TILE_FEW_ROWS(1)
+TILE_FEW_ROWS(2)
+TILE_FEW_ROWS(3)
+TILE_FEW_ROWS(4)
+
+typedef void (*tile_few_fn)(int64_t, const float *, const float *, int64_t, float *, int64_t,
+                            int64_t, int, const nnc_gemm_epi *, int64_t, int64_t);
+static const tile_few_fn TILES_FEW[4][4] = {
+    {tile_few_avx512_11, tile_few_avx512_12, tile_few_avx512_13, tile_few_avx512_14},
+    {tile_few_avx512_21, tile_few_avx512_22, tile_few_avx512_23, tile_few_avx512_24},
+    {tile_few_avx512_31, tile_few_avx512_32, tile_few_avx512_33, tile_few_avx512_34},
+    {tile_few_avx512_41, tile_few_avx512_42, tile_few_avx512_43, tile_few_avx512_44}};
+#define FEW_ROWS 4 /* at most this many rows take tile_few_avx512 */
 
 /* The AVX-512 tile with B read in place: row k of slot q at brow[k] + boff[q], its valid lanes
  * in mask[q] (any set: a slot may cross the padding between two output rows), stored in order
@@ -389,6 +436,14 @@ static void packed_cols_avx512(int64_t m, int64_t n, int64_t k, const float *pa,
         int first = p0 == 0, last = p0 + kc >= k;
         const float *bp = pb + p0 * npad;
         const nnc_gemm_epi *e = last ? ep : NULL;
+        if (m <= FEW_ROWS) { /* one A panel, its first m rows: B streams through once */
+            for (int64_t jr = j0; jr < j1; jr += 4 * NR) {
+                int64_t w = j1 - jr < 4 * NR ? j1 - jr : 4 * NR;
+                TILES_FEW[m - 1][(w + NR - 1) / NR - 1](kc, pa + p0 * MR, bp + jr * kc, NR * kc,
+                                                        c + jr, ldc, w, first, e, 0, jr);
+            }
+            continue;
+        }
         for (int64_t i0 = 0; i0 < m; i0 += MC) {
             int64_t mc = m - i0 < MC ? m - i0 : MC;
             for (int64_t jr = j0; jr < j1; jr += 2 * NR) {
