@@ -74,6 +74,12 @@ typedef struct {
     int consumers;      /* live ops reading it */
     int boolean;        /* an IsNaN's bool result: never leaves the parse (see nan_replace) */
     int q8; /* a QuantizeLinear's uint8 / int8 result: never leaves the parse (see fake_quant) */
+    /* a DequantizeLinear of int8 weights (graph.c const_dequant): cdata holds the float32
+     * weights, i8 the integers, i8scale the scale, one or one per output channel (zero points
+     * are 0) */
+    int8_t *i8;
+    float *i8scale;
+    int64_t ni8scale;
 } ox_value;
 
 typedef struct {
@@ -108,6 +114,11 @@ typedef struct {
     float qscale[2];
     int32_t qzp[2];
     int qs8;
+    /* Conv: its weights as int8 and their scales (1 or oc), from a DequantizeLinear in the
+     * group, or NULL: with a quantized input it runs as an int8 convolution (plan_conv.c) */
+    int8_t *w8;
+    float *wscale;
+    int64_t nwscale;
 } ox_op;
 
 /* A convolution a plan may run as Winograd F(2x2, 3x3), by its attributes (winograd_fits also

@@ -111,6 +111,8 @@ static inline uint64_t align64(uint64_t n)
 /* ---- descriptors, buffers, steps, views, attributes (plan_steps.c) --------------------------- */
 
 dnnl_memory_desc_t plain_md(int ndim, const int64_t *shape, int r);
+dnnl_memory_desc_t typed_md(int ndim, const int64_t *dims, dnnl_data_type_t dt,
+                            dnnl_format_tag_t tag);
 dnnl_memory_desc_t any_md(int ndim, const int64_t *dims);
 dnnl_memory_desc_t tag_md(int ndim, const int64_t *dims, dnnl_format_tag_t tag);
 int fast_impl(const_dnnl_primitive_desc_t pd);
