@@ -221,8 +221,10 @@ STEP = re.compile(r"^nnplug-onednn: step +\d+ \| (.+?) *\| (.+?) *\| (.+?) *\|")
 
 
 def test_each_convolution_runs_on_int8_sums(tmp):
-    """The profile (NNPLUG_ONEDNN_PROFILE=1) shows, for each Conv, its input quantized to
-    int8 and a convolution of oneDNN's own (jit or brgemm), none in float."""
+    """The profile (NNPLUG_ONEDNN_PROFILE=1) of four QDQ convolutions in a row: each is one of
+    oneDNN's int8 convolutions (VNNI); the model's input is quantized to int8 once and the
+    integers go from one convolution to the next as they are: the only float32
+    quantize-dequantize steps left are the input's and the output's."""
     path = os.path.join(tmp, "chain-profiled.onnx")
     with open(path, "wb") as f:
         f.write(qdq_model("chain", True, "uint8", tmp))
@@ -231,10 +233,10 @@ def test_each_convolution_runs_on_int8_sums(tmp):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     steps = [m.groups() for m in map(STEP.match, out.stderr.splitlines()) if m]
-    convs = {node for node, _, _ in steps if node.endswith("(Conv)")}
-    assert len(convs) == 4, steps
-    for node in convs:
-        kinds = {(what, impl) for n, what, impl in steps if n == node}
-        assert ("quantize to int8", "own") in kinds, kinds
-        impl = next(i for w, i in kinds if w == "convolution")
-        assert impl.startswith(("jit", "brg", "brdgmm")) and "vnni" in impl, impl  # int8, VNNI
+    convs = [(node, impl) for node, what, impl in steps if what == "convolution"]
+    assert len(convs) == 4 and all(node.endswith("(Conv)") for node, _ in convs), steps
+    for node, impl in convs:
+        assert impl.startswith(("jit", "brg", "brdgmm")) and "vnni" in impl, (node, impl)
+    kinds = [what for _, what, _ in steps]
+    assert kinds.count("quantize to int8") == 1, steps
+    assert kinds.count("quantize-dequantize") == 2, steps

@@ -1262,6 +1262,36 @@ static int const_dequant_read(parser *p, const nnp_node_desc *nodes)
     return 0;
 }
 
+/* An int8 Conv followed by a QuantizeLinear -> DequantizeLinear (OP_QDQ) of one grid, read
+ * by it alone and not the group's result: the Conv writes the integers itself (oneDNN scales
+ * and rounds them in the convolution), and its result is marked as on that grid, so the next
+ * int8 Conv reads them as they are. A plan that cannot run it as int8 rounds its float result
+ * to the grid instead (plan_conv.c). */
+static void requantize(ox_graph *g)
+{
+    for (int i = 0; i < g->nop; i++) {
+        ox_op *op = &g->ops[i];
+        if (op->dead || !ox_int8_conv(op)) continue;
+        int j = sole_consumer(g, op->out);
+        if (j < 0) continue;
+        ox_op *q = &g->ops[j];
+        if (q->kind != OP_QDQ || q->in[0] != op->out || q->out == g->out ||
+            q->qscale[0] != q->qscale[1] || q->qzp[0] != q->qzp[1] || !(q->qscale[0] > 0.f) ||
+            !isfinite(q->qscale[0]))
+            continue;
+        absorb(g, op, q);
+        op->qout = 1;
+        op->qscale[0] = q->qscale[0];
+        op->qzp[0] = q->qzp[0];
+        op->qs8 = q->qs8;
+        ox_value *v = &g->vals[op->out];
+        v->grid = 1;
+        v->gscale = q->qscale[0];
+        v->gzp = q->qzp[0];
+        v->gs8 = q->qs8;
+    }
+}
+
 static int by_pos(const void *a, const void *b, void *ops)
 {
     const ox_op *o = ops;
@@ -1386,6 +1416,7 @@ ox_graph *ox_graph_parse(const nnp_node_desc *nodes, int n, int strict, int *uns
     g->out = g->ops[n - 1].out;
     if (nan_replace(&p, nodes) || fake_quant(&p, nodes) || const_dequant_read(&p, nodes)) goto bad;
     fuse(g, strict);
+    requantize(g);
     g->strict = strict;
     for (int i = 0; i < g->nop; i++)
         if (!g->ops[i].dead) {

@@ -237,8 +237,20 @@ int get_view(pb *b, int v, const_dnnl_memory_desc_t md, int *buf)
         *buf = 0;
         return 0;
     }
+    int from = b->views[v][0].buf;
+    const_dnnl_memory_desc_t fmd = b->views[v][0].md;
+    dnnl_data_type_t want = dnnl_f32, have = dnnl_f32;
+    D(dnnl_memory_desc_query)(md, dnnl_query_data_type, &want);
+    D(dnnl_memory_desc_query)(fmd, dnnl_query_data_type, &have);
+    if (VAL(v)->grid && want == dnnl_f32 && have != dnnl_f32) { /* integers: dequantized first */
+        if (grid_float_view(b, v, &from, &fmd)) return 1;
+        if (D(dnnl_memory_desc_equal)(fmd, md)) {
+            *buf = from;
+            return 0;
+        }
+    }
     int nb = arena_buf(b, md);
-    if (nb < 0 || add_reorder(b, b->views[v][0].buf, b->views[v][0].md, nb, md)) return 1;
+    if (nb < 0 || add_reorder(b, from, fmd, nb, md)) return 1;
     *buf = nb;
     return add_view(b, v, md, nb);
 }
