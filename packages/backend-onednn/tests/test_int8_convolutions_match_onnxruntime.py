@@ -240,3 +240,40 @@ def test_each_convolution_runs_on_int8_sums(tmp):
     kinds = [what for _, what, _ in steps]
     assert kinds.count("quantize to int8") == 1, steps
     assert kinds.count("quantize-dequantize") == 2, steps
+
+
+def test_a_convolution_of_a_float_input_rounds_its_result_to_the_grid(rt):
+    """A Conv of int8 weights whose input is not quantized (weights-only) runs in float and
+    rounds its result to the grid of the QuantizeLinear -> DequantizeLinear after it, which the
+    int8 Conv after it and a Relu read. Small integers and a power-of-two scale: every float sum is exact,
+    so both engines give the same bits."""
+    rng = np.random.default_rng(5)
+    w1 = rng.integers(-3, 4, (8, 4, 3, 3)).astype(np.int8)
+    w2 = rng.integers(-3, 4, (8, 8, 3, 3)).astype(np.int8)
+    inits = [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2"),
+             numpy_helper.from_array(np.float32(0.5), "ws"),
+             numpy_helper.from_array(np.float32(0.75), "s"),
+             numpy_helper.from_array(np.uint8(100), "z"),
+             numpy_helper.from_array(np.float32(3.0), "so"),
+             numpy_helper.from_array(np.uint8(128), "zo")]
+    nodes = [helper.make_node("DequantizeLinear", ["w1", "ws"], ["w1f"], name="dq_w1"),
+             helper.make_node("DequantizeLinear", ["w2", "ws"], ["w2f"], name="dq_w2"),
+             helper.make_node("Conv", ["x", "w1f"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("QuantizeLinear", ["c1", "s", "z"], ["q1"], name="q1"),
+             helper.make_node("DequantizeLinear", ["q1", "s", "z"], ["d1"], name="d1"),
+             helper.make_node("Conv", ["d1", "w2f"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+             helper.make_node("QuantizeLinear", ["c2", "so", "zo"], ["q2"], name="q2"),
+             helper.make_node("DequantizeLinear", ["q2", "so", "zo"], ["d2"], name="d2"),
+             helper.make_node("Relu", ["d1"], ["r1"], name="relu"),  # reads the grid as float
+             helper.make_node("Add", ["d2", "r1"], ["y"], name="add")]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 10, 10])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 10, 10])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    x = rng.integers(-4, 5, (1, 4, 10, 10)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    for threads in (1, 2):
+        assignment, _, got = onednn_run(rt, model.SerializeToString(), {"x": x}, threads)
+        assert all(assignment[n.name] == "onednn" for n in nodes), assignment
+        np.testing.assert_array_equal(got["y"], want)
