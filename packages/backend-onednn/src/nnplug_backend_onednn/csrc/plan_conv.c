@@ -131,9 +131,11 @@ static void dequantize_part(void *arg)
     int64_t t0, t1;
     dl_share(q->n, &t0, &t1);
     if (q->lo < 0.f)
-        for (int64_t i = t0; i < t1; i++) y[i] = (float)((int32_t)((const int8_t *)j->x)[i] - z) * s;
+        for (int64_t i = t0; i < t1; i++)
+            y[i] = (float)((int32_t)((const int8_t *)j->x)[i] - z) * s;
     else
-        for (int64_t i = t0; i < t1; i++) y[i] = (float)((int32_t)((const uint8_t *)j->x)[i] - z) * s;
+        for (int64_t i = t0; i < t1; i++)
+            y[i] = (float)((int32_t)((const uint8_t *)j->x)[i] - z) * s;
 }
 
 /* y = (saturate(round(x / s) + z) - z) * s in place: a Conv that writes its QuantizeLinear's
@@ -280,7 +282,7 @@ static int int8_source(pb *b, const ox_op *op, const_dnnl_memory_desc_t smd)
     return rc;
 }
 
-/* A constant of n values of type dt (4 bytes each) owned by the plan: a B_CONST buffer. */
+/* A copy of n 4-byte values (scales, zero points) owned by the plan: a B_CONST buffer. */
 static int const_buf(pb *b, const void *data, int64_t n)
 {
     void *c = owned_cfg(b, (size_t)n * 4);
@@ -425,8 +427,8 @@ static int conv_to_grid(pb *b, const ox_op *op, int rc)
     if (rc || !op->qout || b->dry) return rc;
     grid gr = {op->qscale[0], op->qzp[0], op->qs8};
     const ox_view *h = &b->views[op->out][0];
-    return grid_step(b, fake_fn, "quantize-dequantize", &gr, D(dnnl_memory_desc_get_size)(h->md) / 4,
-                     h->buf, h->md, h->buf, h->md);
+    return grid_step(b, fake_fn, "quantize-dequantize", &gr,
+                     D(dnnl_memory_desc_get_size)(h->md) / 4, h->buf, h->md, h->buf, h->md);
 }
 
 int build_conv(pb *b, const ox_op *op)

@@ -198,8 +198,9 @@ def _kept_for_readers(done: Folded, nodes: list[Node], const_nodes: list[Node],
                 or outs[0] in results or not all(x == "" or x in done.constants for x in n.inputs)):
             continue
         read_by = readers.get(outs[0], [])
-        if len(read_by) != 1 or read_by[0].name in const_names:
-            continue
+        if len(read_by) != 1 or read_by[0].name in const_names or any(
+                r.name == read_by[0].name for r in kept.values()):
+            continue  # one per reader: the place stage pairs a node with the next one only
         if evaluator.keeps(done.model, n, read_by[0], done.constants):
             kept[n.name] = read_by[0]
     return kept
