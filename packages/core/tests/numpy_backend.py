@@ -81,6 +81,8 @@ EXTRA_KERNELS = {
     "Constant": lambda node: _constant(node),
     "Cast": lambda node, x: x.astype(__import__("onnx").helper.tensor_dtype_to_np_dtype(
         node.attrs["to"])),
+    "DequantizeLinear": lambda node, x, s, z=None: (
+        (x.astype(np.int32) - (0 if z is None else z.astype(np.int32))).astype(np.float32) * s),
 }
 KERNELS.update(EXTRA_KERNELS)
 

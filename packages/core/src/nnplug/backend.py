@@ -109,7 +109,9 @@ class Backend:
 
     def supports_fused(self, nodes: list[Node], graph: SubGraph) -> bool:
         """Whether this backend runs ``nodes`` (a node it declined alone and the node after it,
-        the only reader of its outputs) together, in one kernel. Default: no."""
+        the only reader of its outputs) together, in one kernel. Also asked before folding for
+        a DequantizeLinear of constants and its one reader: yes leaves it unfolded, so the
+        backend sees the integer weights (see docs/precision.md). Default: no."""
         return False
 
     def build(self, subgraph: SubGraph, target: Target) -> Module:

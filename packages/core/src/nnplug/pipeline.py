@@ -30,7 +30,7 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING
 
-from .errors import ModelWarning
+from .errors import ModelWarning, NnplugError
 from .from_onnx import model_from_proto
 from .graph import Model, node_has_strings, whole_graph
 from .network import Network, release_plan
@@ -122,6 +122,13 @@ class Evaluator:
 
     def where(self, model: Model, node, constants) -> str:
         return self.placer_for(model).place_one(node, whole_graph(model, [node], constants)).label
+
+    def keeps(self, model: Model, node, reader, constants) -> bool:
+        graph = whole_graph(model, [node, reader], constants)
+        try:
+            return self.placer_for(model).place_one(node, graph, reader).with_next
+        except NnplugError:
+            return False  # nothing runs it alone or with its reader: folded, as before
 
     def run(self, model: Model, nodes, constants, keep):
         placed = self.placer_for(model).place_all(nodes, whole_graph(model, nodes, constants))

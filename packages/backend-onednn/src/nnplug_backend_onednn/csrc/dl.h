@@ -34,6 +34,8 @@
     X(dnnl_primitive_attr_set_post_ops)                       \
     X(dnnl_primitive_attr_set_scratchpad_mode)                \
     X(dnnl_primitive_attr_set_fpmath_mode)                    \
+    X(dnnl_primitive_attr_set_scales_mask)                    \
+    X(dnnl_primitive_attr_set_zero_points_mask)               \
     X(dnnl_post_ops_create)                                   \
     X(dnnl_post_ops_destroy)                                  \
     X(dnnl_post_ops_append_eltwise)                           \

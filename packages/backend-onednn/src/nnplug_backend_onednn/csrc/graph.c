@@ -344,6 +344,14 @@ static int parse_conv(parser *p, ox_op *op)
     op->w = malloc(nw * sizeof(float));
     if (!op->w) return ox_fail(p->e, "out of memory");
     memcpy(op->w, w->cdata, nw * sizeof(float));
+    if (w->i8) {
+        op->w8 = malloc(nw);
+        op->wscale = malloc((size_t)w->ni8scale * sizeof(float));
+        if (!op->w8 || !op->wscale) return ox_fail(p->e, "out of memory");
+        memcpy(op->w8, w->i8, nw);
+        memcpy(op->wscale, w->i8scale, (size_t)w->ni8scale * sizeof(float));
+        op->nwscale = w->ni8scale;
+    }
     if (op->nin == 3 && op->in[2] >= 0 && V(2)->cdata) {
         op->b = malloc((size_t)OC * sizeof(float));
         if (!op->b) return ox_fail(p->e, "out of memory");
@@ -743,12 +751,16 @@ void ox_graph_free(ox_graph *g)
     for (int i = 0; i < g->nval; i++) {
         free(g->vals[i].name);
         free(g->vals[i].cdata);
+        free(g->vals[i].i8);
+        free(g->vals[i].i8scale);
     }
     for (int i = 0; i < g->nop; i++) {
         free(g->ops[i].name);
         free(g->ops[i].op_type);
         free(g->ops[i].w);
         free(g->ops[i].b);
+        free(g->ops[i].w8);
+        free(g->ops[i].wscale);
     }
     free(g->vals);
     free(g->ops);
@@ -785,6 +797,15 @@ static double bn_factor(const ox_graph *g, const ox_op *bn, int64_t c)
     return g->vals[bn->in[1]].cdata[c] / sqrt((double)g->vals[bn->in[4]].cdata[c] + bn->eps);
 }
 
+/* A Conv whose float weights a fold changes runs in float: its int8 ones no longer match. */
+static void drop_int8(ox_op *conv)
+{
+    free(conv->w8);
+    free(conv->wscale);
+    conv->w8 = NULL;
+    conv->wscale = NULL;
+}
+
 static int fold_bn(ox_graph *g, ox_op *conv, const ox_op *bn)
 {
     if (conv->npost || (conv->nin == 3 && conv->in[2] >= 0 && !conv->b) || !bn_params_const(g, bn))
@@ -794,6 +815,7 @@ static int fold_bn(ox_graph *g, ox_op *conv, const ox_op *bn)
         conv->b = calloc((size_t)OC, sizeof(float));
         if (!conv->b) return 0;
     }
+    drop_int8(conv);
     const float *sh = g->vals[bn->in[2]].cdata, *mu = g->vals[bn->in[3]].cdata;
     /* y = (conv(x) + bias - mean) * s + shift with s = scale / sqrt(var + eps), per channel */
     for (int64_t o = 0; o < OC; o++) {
@@ -852,6 +874,7 @@ static int fold_channel(ox_graph *g, ox_op *conv, const ox_op *nx)
         conv->b = calloc((size_t)OC, sizeof(float));
         if (!conv->b) return 0;
     }
+    if (nx->alg == dnnl_binary_mul) drop_int8(conv);
     for (int64_t o = 0; o < OC; o++) {
         float s = c->cdata[perc ? o : 0];
         if (nx->alg == dnnl_binary_add) {
@@ -1157,6 +1180,118 @@ static int fake_quant(parser *p, const nnp_node_desc *nodes)
     return 0;
 }
 
+/* A DequantizeLinear of constant int8 weights, which the host leaves unfolded for a backend
+ * claiming it together with the Conv reading it (ox_supports_fused): the float32 weights
+ * folding would give, w * s (ONNX's (w - 0) * s, one rounding), become the constant value of
+ * its output, and the integers and scales are kept beside them for an int8 convolution
+ * (plan_conv.c). Per tensor or per output channel (axis 0), zero points 0: what onnxruntime's
+ * quantize_static writes for int8 weights. The op is dead from the start: nothing runs it. */
+static int const_dequant(parser *p, ox_op *op)
+{
+    const nnp_node_desc *n = p->n;
+    ox_graph *g = p->g;
+    op->kind = OP_DEQUANT;
+    op->dead = 1;
+    op->nin = 0;
+    if (n->num_inputs < 2 || n->num_inputs > 3) return decline(p, "arity");
+    const nnp_value_desc *x = &n->inputs[0], *sc = &n->inputs[1],
+                         *zp = n->num_inputs > 2 && n->inputs[2].name[0] ? &n->inputs[2] : NULL;
+    if (x->dtype.code != NNP_DTYPE_INT || x->dtype.bits != 8 || x->dtype.lanes > 1 ||
+        x->ndim < 1 || x->ndim > MAXR || !x->shape)
+        return decline(p, "only int8 weights are taken unfolded");
+    int64_t count = 1;
+    for (int i = 0; i < x->ndim; i++) count *= x->shape[i] > 0 ? x->shape[i] : 0;
+    if (count < 1 || x->const_nbytes != (uint64_t)count) return decline(p, "weights' shape");
+    int64_t axis = attr_int(n, "axis", 1);
+    if (axis < 0) axis += x->ndim;
+    int64_t ns = sc->ndim == 0 ? 1 : sc->ndim == 1 && sc->shape ? sc->shape[0] : -1;
+    if (!sc->const_data || sc->dtype.code != NNP_DTYPE_FLOAT || sc->dtype.bits != 32 ||
+        (ns != 1 && !(sc->ndim == 1 && axis == 0 && ns == x->shape[0])) ||
+        sc->const_nbytes != (uint64_t)ns * 4)
+        return decline(p, "only a scale per tensor or per output channel (axis 0)");
+    if (attr_int(n, "block_size", 0) != 0) return decline(p, "block_size");
+    if (zp) {
+        if (!zp->const_data || zp->dtype.code != NNP_DTYPE_INT || zp->dtype.bits != 8 ||
+            zp->const_nbytes != (uint64_t)ns)
+            return decline(p, "the zero point must be an int8 constant shaped as the scale");
+        for (int64_t i = 0; i < ns; i++)
+            if (((const int8_t *)zp->const_data)[i])
+                return decline(p, "only symmetric int8 weights (zero points 0)");
+    }
+    for (int j = 0; j < n->num_inputs; j++) g->kin_val[g->nkin++] = -1; /* read here, once */
+    if (add_value(p, &n->outputs[0], &op->out)) return 1;
+    ox_value *y = &g->vals[op->out];
+    if (y->ndim != x->ndim || vnumel(y) != count) return decline(p, "output shape");
+    const int8_t *q = x->const_data;
+    const float *s = sc->const_data;
+    int64_t per = count / (ns == 1 ? 1 : ns);
+    y->cdata = malloc((size_t)count * 4 + 4);
+    y->i8 = malloc((size_t)count);
+    y->i8scale = malloc((size_t)ns * 4);
+    if (!y->cdata || !y->i8 || !y->i8scale) return ox_fail(p->e, "out of memory");
+    memcpy(y->i8, q, (size_t)count);
+    memcpy(y->i8scale, s, (size_t)ns * 4);
+    y->ni8scale = ns;
+    for (int64_t i = 0; i < count; i++) y->cdata[i] = (float)q[i] * s[ns == 1 ? 0 : i / per];
+    return 0;
+}
+
+/* Whether every reader of a dead DequantizeLinear's constant reads it as a Conv's weights, and
+ * the group's result is not it: the only way it is claimed (a model's other such nodes are
+ * folded by the host). */
+static int const_dequant_read(parser *p, const nnp_node_desc *nodes)
+{
+    ox_graph *g = p->g;
+    for (int i = 0; i < g->nop; i++) {
+        const ox_op *d = &g->ops[i];
+        if (d->kind != OP_DEQUANT || !d->dead || d->out < 0 || !g->vals[d->out].i8) continue;
+        p->n = &nodes[i];
+        int weights = 0, other = d->out == g->out;
+        for (int k = 0; k < g->nop; k++) {
+            const ox_op *o = &g->ops[k];
+            for (int j = 0; j < o->nin; j++)
+                if (o->in[j] == d->out) {
+                    if (o->kind == OP_CONV && j == 1) weights++;
+                    else other++;
+                }
+        }
+        if (!weights || other)
+            return decline(p, "a DequantizeLinear of int8 weights is taken only with the Conv "
+                              "reading them");
+    }
+    return 0;
+}
+
+/* An int8 Conv followed by a QuantizeLinear -> DequantizeLinear (OP_QDQ) of one grid, read
+ * by it alone and not the group's result: the Conv writes the integers itself (oneDNN scales
+ * and rounds them in the convolution), and its result is marked as on that grid, so the next
+ * int8 Conv reads them as they are. A plan that cannot run it as int8 rounds its float result
+ * to the grid instead (plan_conv.c). */
+static void requantize(ox_graph *g)
+{
+    for (int i = 0; i < g->nop; i++) {
+        ox_op *op = &g->ops[i];
+        if (op->dead || !ox_int8_conv(op)) continue;
+        int j = sole_consumer(g, op->out);
+        if (j < 0) continue;
+        ox_op *q = &g->ops[j];
+        if (q->kind != OP_QDQ || q->in[0] != op->out || q->out == g->out ||
+            q->qscale[0] != q->qscale[1] || q->qzp[0] != q->qzp[1] || !(q->qscale[0] > 0.f) ||
+            !isfinite(q->qscale[0]))
+            continue;
+        absorb(g, op, q);
+        op->qout = 1;
+        op->qscale[0] = q->qscale[0];
+        op->qzp[0] = q->qzp[0];
+        op->qs8 = q->qs8;
+        ox_value *v = &g->vals[op->out];
+        v->grid = 1;
+        v->gscale = q->qscale[0];
+        v->gzp = q->qzp[0];
+        v->gs8 = q->qs8;
+    }
+}
+
 static int by_pos(const void *a, const void *b, void *ops)
 {
     const ox_op *o = ops;
@@ -1230,6 +1365,11 @@ ox_graph *ox_graph_parse(const nnp_node_desc *nodes, int n, int strict, int *uns
             decline(&p, "more than %d inputs", MAXIN);
             goto bad;
         }
+        if (!strcmp(d->op_type, "DequantizeLinear") && d->num_inputs > 0 &&
+            d->inputs[0].const_data) {
+            if (const_dequant(&p, op)) goto bad;
+            continue;
+        }
         op->nin = d->num_inputs;
         for (int j = 0; j < d->num_inputs; j++) {
             const nnp_value_desc *vd = &d->inputs[j];
@@ -1274,8 +1414,9 @@ ox_graph *ox_graph_parse(const nnp_node_desc *nodes, int n, int strict, int *uns
             if (op->in[j] >= 0) g->vals[op->in[j]].consumers--;
     }
     g->out = g->ops[n - 1].out;
-    if (nan_replace(&p, nodes) || fake_quant(&p, nodes)) goto bad;
+    if (nan_replace(&p, nodes) || fake_quant(&p, nodes) || const_dequant_read(&p, nodes)) goto bad;
     fuse(g, strict);
+    requantize(g);
     g->strict = strict;
     for (int i = 0; i < g->nop; i++)
         if (!g->ops[i].dead) {

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "int8.h"
+#include "plan.h" /* typed_md */
 
 #define QMAXPRIMS 8 /* primitives (shape x thread count) a kernel keeps */
 
@@ -361,17 +362,6 @@ static dnnl_memory_desc_t md_of(int r, const int64_t *dims, dnnl_data_type_t dt)
     return D(dnnl_memory_desc_create_with_strides)(&md, r, d, dt, s) == dnnl_success ? md : NULL;
 }
 
-static dnnl_memory_desc_t any_of(int r, const int64_t *dims)
-{
-    dnnl_dims_t d;
-    for (int i = 0; i < r; i++) d[i] = dims[i];
-    dnnl_memory_desc_t md = NULL;
-    return D(dnnl_memory_desc_create_with_tag)(&md, r, d, dnnl_s8, dnnl_format_tag_any) ==
-                   dnnl_success
-               ? md
-               : NULL;
-}
-
 /* The matmul for these dims at the current thread count: a kept one, else a new one, kept while
  * there is room, else made in *temp (then the caller frees it). NULL with a message when oneDNN
  * has none. */
@@ -393,7 +383,8 @@ static const qprim *get_prim(ox_qmm *q, int r, const int64_t *ad, const int64_t 
     memcpy(made.ad, ad, bytes);
     memcpy(made.bd, bd, bytes);
     made.amd = md_of(r, ad, q->adt);
-    made.bmd = q->bc ? any_of(r, bd) : md_of(r, bd, dnnl_s8); /* a constant B: packed, below */
+    /* a constant B: packed, below */
+    made.bmd = q->bc ? typed_md(r, bd, dnnl_s8, dnnl_format_tag_any) : md_of(r, bd, dnnl_s8);
     made.ymd = md_of(r, yd, dnnl_s32);
     dnnl_primitive_attr_t attr = NULL;
     dnnl_primitive_desc_t pd = NULL;

@@ -74,6 +74,17 @@ typedef struct {
     int consumers;      /* live ops reading it */
     int boolean;        /* an IsNaN's bool result: never leaves the parse (see nan_replace) */
     int q8; /* a QuantizeLinear's uint8 / int8 result: never leaves the parse (see fake_quant) */
+    /* a DequantizeLinear of int8 weights (graph.c const_dequant): cdata holds the float32
+     * weights, i8 the integers, i8scale the scale, one or one per output channel (zero points
+     * are 0) */
+    int8_t *i8;
+    float *i8scale;
+    int64_t ni8scale;
+    /* (q - gzp) * gscale of the integers q an int8 Conv writes (graph.c requantize): a plan
+     * may hold it as those integers only (gs8: int8, else uint8; plan_conv.c) */
+    int grid, gs8;
+    float gscale;
+    int32_t gzp;
 } ox_value;
 
 typedef struct {
@@ -108,7 +119,25 @@ typedef struct {
     float qscale[2];
     int32_t qzp[2];
     int qs8;
+    /* Conv: its weights as int8 and their scales (1 or oc), from a DequantizeLinear in the
+     * group, or NULL: with a quantized input it runs as an int8 convolution (plan_conv.c) */
+    int8_t *w8;
+    float *wscale;
+    int64_t nwscale;
+    int qout; /* Conv: it writes the integers of the QuantizeLinear after it (graph.c requantize),
+                 whose grid is its result's (ox_value.grid) */
 } ox_op;
+
+/* Whether a Conv can run as an int8 convolution when its input is on an integer grid: int8
+ * weights, a constant bias or none, element-wise post-ops only, on a CPU with VNNI (without it
+ * oneDNN's int8 sums go through saturating 16-bit pairs). */
+static inline int ox_int8_conv(const ox_op *op)
+{
+    if (op->kind != OP_CONV || !op->w8 || (op->nin == 3 && op->in[2] >= 0 && !op->b)) return 0;
+    for (int i = 0; i < op->npost; i++)
+        if (op->post[i].kind != POST_ELTWISE) return 0;
+    return __builtin_cpu_supports("avx512vnni") || __builtin_cpu_supports("avxvnni");
+}
 
 /* A convolution a plan may run as Winograd F(2x2, 3x3), by its attributes (winograd_fits also
  * asks for channel counts, plane size and post-ops). Its transforms add and subtract inputs

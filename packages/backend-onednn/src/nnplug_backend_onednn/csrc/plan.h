@@ -111,6 +111,8 @@ static inline uint64_t align64(uint64_t n)
 /* ---- descriptors, buffers, steps, views, attributes (plan_steps.c) --------------------------- */
 
 dnnl_memory_desc_t plain_md(int ndim, const int64_t *shape, int r);
+dnnl_memory_desc_t typed_md(int ndim, const int64_t *dims, dnnl_data_type_t dt,
+                            dnnl_format_tag_t tag);
 dnnl_memory_desc_t any_md(int ndim, const int64_t *dims);
 dnnl_memory_desc_t tag_md(int ndim, const int64_t *dims, dnnl_format_tag_t tag);
 int fast_impl(const_dnnl_primitive_desc_t pd);
@@ -152,6 +154,8 @@ void *owned_cfg(pb *b, size_t n);
 
 int conv_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, int s);
 int build_conv(pb *b, const ox_op *op);
+/* The float32 view of a value on a grid whose home view holds its integers (ox_value.grid). */
+int grid_float_view(pb *b, int v, int *buf, const_dnnl_memory_desc_t *md);
 
 /* ---- Winograd convolutions (plan_winograd.c) ------------------------------------------------- */
 

@@ -31,24 +31,24 @@ dnnl_memory_desc_t plain_md(int ndim, const int64_t *shape, int r)
                : NULL;
 }
 
-dnnl_memory_desc_t any_md(int ndim, const int64_t *dims)
+/* dims of type dt in layout tag (format_tag::any: the one a primitive picks). */
+dnnl_memory_desc_t typed_md(int ndim, const int64_t *dims, dnnl_data_type_t dt,
+                            dnnl_format_tag_t tag)
 {
     dnnl_dims_t d;
     for (int i = 0; i < ndim; i++) d[i] = dims[i];
     dnnl_memory_desc_t md = NULL;
-    return D(dnnl_memory_desc_create_with_tag)(&md, ndim, d, dnnl_f32, dnnl_format_tag_any) ==
-                   dnnl_success
-               ? md
-               : NULL;
+    return D(dnnl_memory_desc_create_with_tag)(&md, ndim, d, dt, tag) == dnnl_success ? md : NULL;
+}
+
+dnnl_memory_desc_t any_md(int ndim, const int64_t *dims)
+{
+    return typed_md(ndim, dims, dnnl_f32, dnnl_format_tag_any);
 }
 
 dnnl_memory_desc_t tag_md(int ndim, const int64_t *dims, dnnl_format_tag_t tag)
 {
-    dnnl_dims_t d;
-    for (int i = 0; i < ndim; i++) d[i] = dims[i];
-    dnnl_memory_desc_t md = NULL;
-    return D(dnnl_memory_desc_create_with_tag)(&md, ndim, d, dnnl_f32, tag) == dnnl_success ? md
-                                                                                            : NULL;
+    return typed_md(ndim, dims, dnnl_f32, tag);
 }
 
 /* Whether oneDNN picked one of its optimised kernels (jit, brgemm) rather than a reference
@@ -237,8 +237,20 @@ int get_view(pb *b, int v, const_dnnl_memory_desc_t md, int *buf)
         *buf = 0;
         return 0;
     }
+    int from = b->views[v][0].buf;
+    const_dnnl_memory_desc_t fmd = b->views[v][0].md;
+    dnnl_data_type_t want = dnnl_f32, have = dnnl_f32;
+    D(dnnl_memory_desc_query)(md, dnnl_query_data_type, &want);
+    D(dnnl_memory_desc_query)(fmd, dnnl_query_data_type, &have);
+    if (VAL(v)->grid && want == dnnl_f32 && have != dnnl_f32) { /* integers: dequantized first */
+        if (grid_float_view(b, v, &from, &fmd)) return 1;
+        if (D(dnnl_memory_desc_equal)(fmd, md)) {
+            *buf = from;
+            return 0;
+        }
+    }
     int nb = arena_buf(b, md);
-    if (nb < 0 || add_reorder(b, b->views[v][0].buf, b->views[v][0].md, nb, md)) return 1;
+    if (nb < 0 || add_reorder(b, from, fmd, nb, md)) return 1;
     *buf = nb;
     return add_view(b, v, md, nb);
 }

@@ -48,6 +48,12 @@ class Evaluator(Protocol):
             keep: set[str]) -> Ran:
         """``nodes`` placed, built and run once."""
 
+    def keeps(self, model: Model, node: Node, reader: Node,
+              constants: dict[str, np.ndarray]) -> bool:
+        """Whether ``node`` (constant) is placed together with ``reader``, the one node
+        reading it, in one kernel: a backend declines ``node`` alone and claims the two
+        (``supports_fused``). Then it is left unfolded, just before ``reader``."""
+
 
 @dataclass
 class Ran:
@@ -103,13 +109,14 @@ def fold_constants(model: Model, evaluator: Evaluator, custom_ops: dict,
     if optimization == "disable":
         return done
     model, rest = done.model, done.nodes
+    fuses = optimization == "all"  # a backend may take a DequantizeLinear with its reader
     # a model whose shapes are all known folds as it always did: only its constant nodes
     lost = any(o and not _static(model.values.get(o)) for n in rest for o in n.outputs)
     for _ in range(MAX_ROUNDS):
         before = len(rest)
         if lost:
             rest = _fold_shapes(done, rest, evaluator, custom_ops)
-        rest = _fold_constant_nodes(done, rest, evaluator, custom_ops)
+        rest = _fold_constant_nodes(done, rest, evaluator, custom_ops, fuses)
         if not lost or len(rest) == before or not _refine_shapes(model, rest, done.constants):
             break
     done.nodes = rest
@@ -146,14 +153,18 @@ def _fold_shapes(done: Folded, nodes: list[Node], evaluator: Evaluator,
 
 
 def _fold_constant_nodes(done: Folded, nodes: list[Node], evaluator: Evaluator,
-                         custom_ops: dict) -> list[Node]:
-    """Nodes whose inputs are all constant: placed, built, run once now."""
+                         custom_ops: dict, fuses: bool = False) -> list[Node]:
+    """Nodes whose inputs are all constant: placed, built, run once now, except a
+    DequantizeLinear a backend takes together with its reader (``fuses``; see
+    :func:`_kept_for_readers`)."""
     model = done.model
     const_nodes = constant_nodes(nodes, done.constants, model.values, custom_ops)
+    kept = _kept_for_readers(done, nodes, const_nodes, evaluator) if fuses else {}
+    const_nodes = [n for n in const_nodes if n.name not in kept]
     if not const_nodes:
-        return nodes
+        return _before_readers(nodes, kept)
     const_names = {n.name for n in const_nodes}
-    rest = [n for n in nodes if n.name not in const_names]
+    rest = _before_readers([n for n in nodes if n.name not in const_names], kept)
     used_later = {x for n in rest for x in n.inputs if x} | {o.name for o in model.outputs}
     keep = {o for n in const_nodes for o in n.outputs if o} & used_later
     ran = evaluator.run(model, const_nodes, done.constants, keep)
@@ -164,6 +175,54 @@ def _fold_constant_nodes(done: Folded, nodes: list[Node], evaluator: Evaluator,
         done.assignment[n.name] = ran.where[n.name] + " (folded)"
         done.declined[n.name] = dict(ran.declined.get(n.name) or {})
     return rest
+
+
+def _kept_for_readers(done: Folded, nodes: list[Node], const_nodes: list[Node],
+                      evaluator: Evaluator) -> dict[str, Node]:
+    """The DequantizeLinear nodes of constants (integer weights) that a backend takes with
+    the one node reading them (``Evaluator.keeps``), by name -> that reader. Folding one
+    gives its reader float weights, and the integers and scales a backend could compute
+    with (an int8 convolution) are lost; a backend that can use them says so by claiming
+    the pair, and a model placed on any other folds as before."""
+    const_names = {n.name for n in const_nodes}
+    results = {o.name for o in done.model.outputs}
+    readers: dict[str, list[Node]] = {}
+    for n in nodes:
+        for x in n.inputs:
+            if x:
+                readers.setdefault(x, []).append(n)
+    kept = {}
+    for n in const_nodes:
+        outs = [o for o in n.outputs if o]
+        if (n.op_type != "DequantizeLinear" or n.domain not in ("", "ai.onnx") or len(outs) != 1
+                or outs[0] in results or not all(x == "" or x in done.constants for x in n.inputs)):
+            continue
+        read_by = readers.get(outs[0], [])
+        if len(read_by) != 1 or read_by[0].name in const_names or any(
+                r.name == read_by[0].name for r in kept.values()):
+            continue  # one per reader: the place stage pairs a node with the next one only
+        if evaluator.keeps(done.model, n, read_by[0], done.constants):
+            kept[n.name] = read_by[0]
+    return kept
+
+
+def _before_readers(nodes: list[Node], kept: dict[str, Node]) -> list[Node]:
+    """``nodes`` with each kept node moved to just before its reader (its inputs are all
+    constants, so the order stays topological), where the place stage claims the two
+    together."""
+    if not kept:
+        return nodes
+    moved = {n.name: n for n in nodes if n.name in kept}
+    before: dict[str, list[Node]] = {}
+    for name, n in moved.items():
+        before.setdefault(kept[name].name, []).append(n)
+    out = []
+    for n in nodes:
+        if n.name in moved:
+            continue
+        out.extend(before.get(n.name, []))
+        out.append(n)
+    return out
 
 
 def _refine_shapes(model: Model, nodes: list[Node], constants: dict[str, np.ndarray]) -> bool:

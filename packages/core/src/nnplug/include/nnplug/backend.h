@@ -469,7 +469,10 @@ typedef struct nnp_backend_v1 {
      * output. *out_supported = 1: both nodes are placed on this backend (before any later backend
      * in the preference order is asked), and the host never puts them in different kernels:
      * fuse() must not end a group between them (with optimization below "all" the pair is still
-     * one kernel). NULL: nodes are only ever claimed one by one. */
+     * one kernel). Also asked before constants are folded, for a DequantizeLinear of constants
+     * (a QDQ model's integer weights) and the one node reading it: 1 keeps it unfolded, just
+     * before that node, so the kernel sees the integers (with optimization "all" only).
+     * NULL: nodes are only ever claimed one by one. */
     nnp_status (*supports_fused)(const nnp_node_desc *nodes, int32_t num_nodes,
                                  int32_t *out_supported);
 
