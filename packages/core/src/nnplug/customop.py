@@ -79,6 +79,12 @@ class CustomOp:
         own kernel)."""
         raise NotImplementedError
 
+    def decline_reason(self, node: Node, target: str) -> str | None:
+        """Why :meth:`bind` just declined ``node`` for ``target``, in a few words, for the
+        placement explanation (``Network.placement``). Default: None (the explanation then
+        says the custom op declined the node)."""
+        return None
+
     def describe(self) -> str:
         kind = "override of ONNX " if self.override else ""
         return f"{kind}op {self.op_type!r} from {self.source} (targets: {', '.join(self.targets)})"

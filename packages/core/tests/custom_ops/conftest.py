@@ -1,4 +1,5 @@
-"""Compiles the test op library (testops.c) and its broken variants with the system cc."""
+"""Compiles the test op library (testops.c) and its broken variants with the system cc; the
+opencl backend for the ops' GPU target."""
 
 import ctypes
 import os
@@ -21,6 +22,7 @@ VARIANTS = {
     "bad_shape": ["-DBAD_SHAPE"],
     "crash": ["-DCRASH_OPS"],
     "ctor_abort": ["-DCTOR_ABORT"],
+    "gpu_only": ["-DGPU_ONLY"],
 }
 
 
@@ -70,3 +72,34 @@ def events(op_libs):
     ev = Events(op_libs["good"])
     ev.reset()
     return ev
+
+
+def _opencl_backend():
+    """The opencl backend when installed, with a device and the OpenCL handles custom ops
+    need; skipped otherwise (a failure under NNPLUG_REQUIRE_OPENCL=1)."""
+    required = os.environ.get("NNPLUG_REQUIRE_OPENCL") == "1"
+    try:
+        from nnplug_backend_opencl import OpenCLBackend
+    except ImportError:
+        # The core does not depend on the plugin; the op packages' tests, which install it,
+        # cover the GPU target under NNPLUG_REQUIRE_OPENCL=1.
+        pytest.skip("nnplug-backend-opencl is not installed")
+    try:
+        backend = OpenCLBackend()
+        api = backend.device_api()
+        dev = nnplug.device("opencl", 0)
+        ok = bool(api.get_attr(dev, "exist")) and api.opencl_handles(dev) is not None
+        why = "the opencl backend sees no device or gives no OpenCL handles"
+    except Exception as e:  # noqa: BLE001
+        ok, why = False, f"nnplug-backend-opencl unavailable: {type(e).__name__}: {e}"
+    if not ok:
+        if required:
+            pytest.fail(f"NNPLUG_REQUIRE_OPENCL=1 but {why}")
+        pytest.skip(why)
+    return backend
+
+
+@pytest.fixture
+def opencl_backend():
+    """Makes a new opencl backend (see _opencl_backend) per call."""
+    return _opencl_backend

@@ -285,33 +285,8 @@ def test_a_gpu_kernel_is_not_used_where_the_device_api_gives_no_opencl_handles(o
         net.close()
 
 
-def opencl_backend():
-    """The opencl backend when installed, with a device and the OpenCL handles custom ops
-    need; skipped otherwise (a failure under NNPLUG_REQUIRE_OPENCL=1)."""
-    required = os.environ.get("NNPLUG_REQUIRE_OPENCL") == "1"
-    try:
-        from nnplug_backend_opencl import OpenCLBackend
-    except ImportError:
-        # The core does not depend on the plugin; the op packages' tests, which install it,
-        # cover the GPU target under NNPLUG_REQUIRE_OPENCL=1.
-        pytest.skip("nnplug-backend-opencl is not installed")
-    try:
-        backend = OpenCLBackend()
-        api = backend.device_api()
-        dev = nnplug.device("opencl", 0)
-        ok = bool(api.get_attr(dev, "exist")) and api.opencl_handles(dev) is not None
-        why = "the opencl backend sees no device or gives no OpenCL handles"
-    except Exception as e:  # noqa: BLE001
-        ok, why = False, f"nnplug-backend-opencl unavailable: {type(e).__name__}: {e}"
-    if not ok:
-        if required:
-            pytest.fail(f"NNPLUG_REQUIRE_OPENCL=1 but {why}")
-        pytest.skip(why)
-    return backend
-
-
 @pytest.mark.opencl
-def test_gpu_kernel_runs_on_the_opencl_backend_queue(op_libs, events):
+def test_gpu_kernel_runs_on_the_opencl_backend_queue(op_libs, events, opencl_backend):
     with make_runtime(opencl_backend(), NumpyBackend()) as rt:
         rt.register_custom_ops_library(op_libs["good"])
         net = rt.load(with_custom_op(), backends=["opencl", "numpy"])

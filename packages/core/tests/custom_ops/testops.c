@@ -8,7 +8,10 @@
  * -DBAD_MAJOR / -DBAD_MINOR / -DBAD_NATIVE / -DBAD_NO_COMPUTE / -DNO_ENTRY build broken variants;
  * -DBAD_SHAPE one whose shape_infer reports one row too many.
  * -DCRASH_OPS: cstFail's compute writes to address 0 when x[0] is 1001 and calls exit(3) when
- * it is 1003 (test_isolated_op_libraries.py); -DCTOR_ABORT: a constructor calls abort().
+ * it is 1003 (test_isolated_op_libraries.py); cstScale's GPU compute, once it has set its
+ * kernel's arguments, writes to address 0 when scale is 1001 and calls abort() when it is 1006
+ * (test_isolated_opencl_ops.py); -DCTOR_ABORT: a constructor calls abort().
+ * -DGPU_ONLY: cstScale with its GPU implementation only.
  * -DHOSTILE_OP_TYPE: one op whose op_type is the hostile string of kind $TB_HOSTILE_KIND
  * (../native/csrc/hostile_string.h); with $TB_HOSTILE_CL_SIZE, a GPU op whose source text
  * has that cl_source_size but only 8 readable bytes.
@@ -158,6 +161,11 @@ static int32_t scale_gpu_compute(nnp_op_context *ctx, const nnp_op_tensor *in, u
         ctx->set_error(ctx, "clSetKernelArg failed");
         return NNP_STATUS_DEVICE_ERROR;
     }
+#ifdef CRASH_OPS
+    static volatile uintptr_t null_address; /* read at run time: the store below is not elided */
+    if (p->scale == 1001.0f) *(volatile float *)null_address = 1.0f;
+    if (p->scale == 1006.0f) abort();
+#endif
     if (n == 0) return 0;
     size_t global = (size_t)n;
     rc = cl->clEnqueueNDRangeKernel(ctx->cl_command_queue, ctx->cl_kernel, 1, NULL, &global, NULL,
@@ -292,7 +300,11 @@ static const nnp_custom_op relu_cpu = {VERSION,
                                        NULL,
                                        NNP_OP_OVERRIDES_STANDARD};
 
+#ifdef GPU_ONLY
+static const nnp_custom_op *const ops[] = {&scale_gpu};
+#else
 static const nnp_custom_op *const ops[] = {&scale_cpu, &scale_gpu, &fail_cpu, &relu_cpu};
+#endif
 static const nnp_op_library library = {VERSION, sizeof(nnp_op_library), "testops",
                                        (int32_t)(sizeof ops / sizeof ops[0]), ops};
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import logging
 import os
 import signal
 import socket
@@ -104,14 +105,17 @@ class PluginCrashed(BackendError):
     ``timed_out``, ``last_words`` (its last line on stderr, or "")."""
 
     def __init__(self, plugin, doing, how, signal=None, exit_status=None, timed_out=False,
-                 last_words=""):
+                 last_words="", kind="backend"):
         self.plugin, self.doing, self.how, self.signal = plugin, doing, how, signal
         self.exit_status, self.timed_out, self.last_words = exit_status, timed_out, last_words
         tail = f"; its last words: {strings.shorten(last_words)!r}" if last_words else ""
+        again, fix = (("builds the model's partitions again", "the backend's authors with the "
+                       "model; run the model on another backend meanwhile") if kind == "backend"
+                      else ("binds the op's nodes again", "the op library's authors with the "
+                            "model"))
         super().__init__(
             f"{plugin} {how} while {doing}{tail}. The application goes on: the next call starts "
-            f"a fresh worker process and builds the model's partitions again (fix: report it to "
-            f"the backend's authors with the model; run the model on another backend meanwhile)")
+            f"a fresh worker process and {again} (fix: report it to {fix})")
 
 
 # -- the worker process --------------------------------------------------------------------------
@@ -128,7 +132,7 @@ class WorkerProcess:
         self.lock = threading.RLock()
         self.generation = 0
         self.info: dict | None = None
-        self.label = f"native {'backend' if kind == 'backend' else 'custom-op'} library {path}"
+        self.label = f"native {'backend' if kind == 'backend' else 'custom-op'} library ({path})"
         self._proc = None
         self._sock = None
         self._status = None
@@ -295,14 +299,15 @@ class WorkerProcess:
         if timed_out:
             return PluginCrashed(where, doing, f"did not answer within {timed_out:g} s (the "
                                  f"isolate_timeout) and was stopped", signal=signal_name(-rc)
-                                 if rc < 0 else None, timed_out=True, last_words=words)
+                                 if rc < 0 else None, timed_out=True, last_words=words,
+                                 kind=self.kind)
         if rc < 0:
             sig = signal_name(-rc)
             hint = " (out of memory?)" if sig == "SIGKILL" else ""
             return PluginCrashed(where, doing, f"died of {sig}{hint}", signal=sig,
-                                 last_words=words)
+                                 last_words=words, kind=self.kind)
         return PluginCrashed(where, doing, f"exited with status {rc} (the plugin called exit())",
-                             exit_status=rc, last_words=words)
+                             exit_status=rc, last_words=words, kind=self.kind)
 
     # -- tensors ---------------------------------------------------------------------------
     def put_inputs(self, arrays) -> tuple[list, tuple]:
@@ -554,22 +559,14 @@ class _Plan:
 
 # -- custom-op libraries -------------------------------------------------------------------------
 class IsolatedOpLibrary:
-    """A native custom-op library in a worker process: its ops' CPU implementations run
-    there (shape inference, init, prepare/compute, destroy). GPU implementations are not
-    offered: their tensors live in the application's OpenCL context."""
+    """A native custom-op library in a worker process: its ops run there (shape inference,
+    init, prepare/compute, destroy), the CPU implementations on host memory and the OpenCL
+    ones on an OpenCL context of the worker's own (see :meth:`IsolatedCustomOp.bind`)."""
 
     def __init__(self, path: str, timeout: float | None = None):
         self.path = path
         self.worker = WorkerProcess(os.path.realpath(path), timeout, "op library")
         infos = self.worker.start()
-        cpu = [i for i in infos if "cpu" in i["targets"]]
-        if len(cpu) < len(infos):
-            gpu_only = ", ".join(repr(i["op_type"]) for i in infos if i not in cpu)
-            self.worker.stop()
-            raise LibraryLoadError(
-                path, "isolate", f"op(s) {gpu_only} have no CPU implementation: only CPU ops "
-                f"run isolated (a GPU op's tensors live in this process's OpenCL context)",
-                f"leave {os.path.basename(path)!r} out of isolate_plugins / {ENV_VAR}")
         self.ops = [IsolatedCustomOp(self, i) for i in infos]
         self._live = len(self.ops)
         self._lock = threading.Lock()
@@ -584,17 +581,20 @@ class IsolatedOpLibrary:
 
 
 class IsolatedCustomOp(CustomOp):
-    """One op type of an :class:`IsolatedOpLibrary`; runs on the host."""
-
-    runs_anywhere = True
-    targets = ("cpu",)
+    """One op type of an :class:`IsolatedOpLibrary`. To the application a bound node is a
+    step on host memory whatever its target: its tensors cross through shared memory, and
+    the worker moves them to and from its own OpenCL context for the GPU target."""
 
     def __init__(self, library: IsolatedOpLibrary, info: dict):
         self.library = library
         self.op_type = info["op_type"]
         self.source = f"{info['source']} (isolated in a worker process)"
         self.override = info["override"]
+        self.targets = tuple(t for t in ("gpu", "cpu") if t in info["targets"])
+        self.runs_anywhere = "cpu" in self.targets
         self._released = False
+        self._declines: dict[tuple[str, str], str] = {}  # (node, target) -> why
+        self._warned: set[str] = set()
 
     def shape_infer(self, node, in_shapes, in_dtypes):
         # the whole node: an override without shape_infer has ONNX infer its shapes
@@ -602,12 +602,40 @@ class IsolatedCustomOp(CustomOp):
                                          [list(s) for s in in_shapes], list(in_dtypes)))
 
     def bind(self, node, values, target, backend):
-        if target != "cpu":
-            return None
+        """The GPU target runs the op's OpenCL kernel in the worker, on the OpenCL handles of
+        ``backend``'s class built again there (a context of the worker's own on the same
+        device); declined, with the reason in the placement explanation, when ``backend``
+        gives no OpenCL handles here or cannot be rebuilt there."""
+        self._declines.pop((node.name, target), None)
+        device = None
+        if target == "gpu":
+            device, why = _opencl_backend_spec(backend)
+            if device is None:
+                self._decline(node, target, why, backend)
+                return None
         bound = _IsolatedBound(self, wire.light_node(node),
                                {v: values[v] for v in list(node.inputs) + list(node.outputs)
-                                if v and v in values})
-        return bound if bound.bind() else None
+                                if v and v in values}, target, device)
+        why = bound.bind()
+        if why is None:
+            return bound
+        bound.closed = True
+        bound._finalizer.detach()  # nothing of it is held in the worker
+        self._decline(node, target, why, backend)
+        return None
+
+    def _decline(self, node, target, why, backend) -> None:
+        if target == "gpu" and "cpu" in self.targets:
+            why += "; its CPU implementation runs in the worker process instead"
+        self._declines[(node.name, target)] = why
+        if target == "gpu" and backend is not None and backend.id not in self._warned:
+            self._warned.add(backend.id)
+            logging.getLogger("nnplug").warning(
+                "nnplug: custom op %r (%s) cannot run its OpenCL kernel for backend %r: %s",
+                self.op_type, self.source, backend.id, why)
+
+    def decline_reason(self, node, target):
+        return self._declines.get((node.name, target))
 
     def release(self) -> None:
         if not self._released:
@@ -615,23 +643,46 @@ class IsolatedCustomOp(CustomOp):
             self.library.released()
 
 
+def _opencl_backend_spec(backend):
+    """(what the worker rebuilds ``backend`` from, None), or (None, why it cannot): the
+    backend must give OpenCL handles in this process, as for an op that is not isolated."""
+    from .op_opencl import backend_device
+
+    if backend is None:
+        return None, "no backend to take OpenCL handles from"
+    dev = backend_device(backend)
+    try:
+        handles = backend.device_api().opencl_handles(dev)
+    except Exception as e:  # noqa: BLE001 - the backend's error, named
+        return None, f"backend {backend.id!r} failed to give OpenCL handles: {e}"
+    if handles is None:
+        return None, (f"backend {backend.id!r} exposes no OpenCL handles "
+                      f"(DeviceAPI.opencl_handles) for {dev}")
+    cls = type(backend)
+    return {"module": cls.__module__, "qualname": cls.__qualname__, "id": backend.id,
+            "device": (dev.device_type, dev.index)}, None
+
+
 class _IsolatedBound(BoundOp):
-    def __init__(self, op: IsolatedCustomOp, node, values):
+    def __init__(self, op: IsolatedCustomOp, node, values, target="cpu", device=None):
         self.op, self.node, self.values = op, node, values
+        self.target, self.device_spec = target, device
         self.worker = op.library.worker
         self.key = next(_keys)
         self.bound_in = 0
         self.closed = False
         self._finalizer = weakref.finalize(self, _close_bound, self.worker, self.key)
 
-    def bind(self) -> bool:
+    def bind(self) -> str | None:
+        """Bind the node in the worker: None when bound, else why it was declined."""
         w = self.worker
         with w.lock:
             if w._proc is None:
                 w.start()
-            ok = w._request(("op_bind", self.key, self.op.op_type, self.node, self.values))
+            ok, why = w._request(("op_bind", self.key, self.op.op_type, self.node, self.values,
+                                  self.target, self.device_spec))
             self.bound_in = w.generation
-        return ok
+        return None if ok else why
 
     def run(self, inputs):
         arrays = [as_contiguous(t.numpy() if isinstance(t, Tensor) else np.asarray(t))
@@ -641,10 +692,13 @@ class _IsolatedBound(BoundOp):
             if self.closed:
                 raise CustomOpError(f"custom op {self.op.op_type!r} on node {self.node.name!r} "
                                     f"was released (its network was closed)")
-            if (w._proc is None or self.bound_in != w.generation) and not self.bind():
-                raise CustomOpError(
-                    f"custom op {self.op.op_type!r} ({self.op.source}) declined node "
-                    f"{self.node.name!r} in its fresh worker process, after accepting it before")
+            if w._proc is None or self.bound_in != w.generation:
+                why = self.bind()
+                if why is not None:
+                    raise CustomOpError(
+                        f"custom op {self.op.op_type!r} ({self.op.source}) declined node "
+                        f"{self.node.name!r} in its fresh worker process, after accepting it "
+                        f"before: {why}")
             specs, fds = w.put_inputs(arrays)
             outs = w._request(("op_run", self.key, specs), fds)
             arrays = w.take_outputs(outs)

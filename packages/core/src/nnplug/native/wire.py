@@ -23,7 +23,11 @@ and for a custom-op library:
 
     ("load_ops", path)                           -> [{op_type, source, override, targets}]
     ("op_shape_infer", op_type, node, in_shapes, in_dtypes) -> (shapes, dtypes)
-    ("op_bind", key, op_type, node, values)      -> bool (False: init declined the node)
+    ("op_bind", key, op_type, node, values, target, device)
+                                                 -> (bound?, why not): target "cpu", or "gpu"
+                                                    with device = the backend's class, id and
+                                                    device, rebuilt in the worker for its
+                                                    OpenCL handles
     ("op_run", key, inputs) [+ fd]               -> outputs [+ fd]
     ("op_close", key)                            -> None
 

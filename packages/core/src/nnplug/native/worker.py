@@ -53,6 +53,7 @@ class Worker:
         self.outputs: wire.Region | None = None
         self.ops: dict = {}  # op type -> NativeCustomOp (a custom-op library's worker)
         self.bound: dict = {}  # key -> NativeBound
+        self.device_backends: dict = {}  # (module, class) -> (backend or None, why not)
 
     def doing(self, what: str) -> None:
         data = what.encode("utf-8", "replace")[:wire.STATUS_BYTES - 1] + b"\0"
@@ -203,12 +204,30 @@ class Worker:
         self.doing(f"inferring the output shapes of custom op {op_type!r} on node {node.name!r}")
         return self.ops[op_type].shape_infer(node, in_shapes, in_dtypes), ()
 
-    def do_op_bind(self, key, op_type, node, values, fds=()):
-        self.doing(f"binding custom op {op_type!r} to node {node.name!r} (its init)")
-        bound = self.ops[op_type].bind(node, values, "cpu", None)
-        if bound is not None:
-            self.bound[key] = bound
-        return bound is not None, ()
+    def do_op_bind(self, key, op_type, node, values, target="cpu", device=None, fds=()):
+        backend = None
+        if target == "gpu":
+            backend, why = self._device_backend(device)
+            if backend is None:
+                return (False, why), ()
+            self.doing(f"binding custom op {op_type!r} to node {node.name!r} (building its "
+                       f"OpenCL program and kernel, its init)")
+        else:
+            self.doing(f"binding custom op {op_type!r} to node {node.name!r} (its init)")
+        bound = self.ops[op_type].bind(node, values, target, backend)
+        if bound is None:
+            return (False, "its init declined the node (NNP_OP_SKIP)"), ()
+        self.bound[key] = bound
+        return (True, None), ()
+
+    def _device_backend(self, spec):
+        """(backend, None) whose device API gives this process the OpenCL handles of the
+        application's backend ``spec`` (its class, rebuilt here: a context of our own on the
+        same device), else (None, why not). Rebuilt once per worker process."""
+        ref = (spec["module"], spec["qualname"])
+        if ref not in self.device_backends:
+            self.device_backends[ref] = _rebuilt_backend(self, spec)
+        return self.device_backends[ref]
 
     def do_op_close(self, key, fds=()):
         bound = self.bound.pop(key, None)
@@ -225,7 +244,12 @@ class Worker:
         bound = self.bound[key]
         inputs = [Tensor.from_numpy(self.inputs.array(*s[1:]) if s[0] == "shm" else s[1])
                   for s in specs]
-        self.doing(f"running custom op {bound.state.op.op_type!r} on node {bound.node.name!r}")
+        op = f"custom op {bound.state.op.op_type!r}"
+        if bound.device != CPU:  # the OpenCL implementation: its inputs go to our context
+            self.doing(f"copying the inputs of {op} on node {bound.node.name!r} to {bound.device}")
+            inputs = [t.to(bound.device, bound.api) for t in inputs]
+            op += " (its OpenCL kernel)"
+        self.doing(f"running {op} on node {bound.node.name!r}")
         results = bound.run(inputs)
         out, fd = self._reply(results, list(range(len(results))), {}, {}, 0)
         return out, (() if fd is None else (fd,))
@@ -243,6 +267,34 @@ class Worker:
             self.outputs.close()
         self.outputs = region
         return region.fd
+
+
+def _rebuilt_backend(worker: Worker, spec):
+    """The application's backend ``spec`` built again here from its class (no arguments), with
+    the OpenCL handles of the same device; (None, why not) when that fails."""
+    import importlib
+
+    from .op_opencl import backend_device
+
+    name = f"{spec['module']}.{spec['qualname']}"
+    what = f"backend {spec['id']!r} ({name}()), rebuilt in the worker process,"
+    worker.doing(f"building {name}() for the OpenCL handles of backend {spec['id']!r}")
+    try:
+        obj = importlib.import_module(spec["module"])
+        for part in spec["qualname"].split("."):
+            obj = getattr(obj, part)
+        backend = obj()
+        register_target_kind(backend.target_kind_name, **backend.target_kind(), override=True)
+        dev = backend_device(backend)
+        if backend.id != spec["id"] or (dev.device_type, dev.index) != tuple(spec["device"]):
+            return None, (f"{what} is backend {backend.id!r} on {dev}, not the application's "
+                          f"on {Device(*spec['device'])}")
+        handles = backend.device_api().opencl_handles(dev)
+    except Exception as e:  # noqa: BLE001 - why the OpenCL kernel cannot run here
+        return None, f"{what} failed: {type(e).__name__}: {e}"
+    if handles is None:
+        return None, f"{what} gives no OpenCL handles for {dev}"
+    return backend, None
 
 
 class _Shaped:

@@ -82,7 +82,8 @@ def place(node: Node, graph: SubGraph, backends: list[Backend], custom_ops: dict
                     bound = bind_op(op, node, target, b)
                     if bound is not None:
                         return Placement(b, op, target, bound, declined=declined)
-                    declined[f"op:{op.op_type}@{target}"] = "the custom op declined the node"
+                    declined[f"op:{op.op_type}@{target}"] = (
+                        op.decline_reason(node, target) or "the custom op declined the node")
         if (ask(b, node, graph) if ask is not None else b.supports(node, graph)):
             return Placement(b, declined=declined)
         if next_node is not None and b.supports_fused([node, next_node], graph):
