@@ -4,6 +4,7 @@ nnplug's backend orders beside onnxruntime (CPU, same thread count), in one proc
     python benchmarks/export_decoders.py [FOLDER]     # once, in an environment with torch
     python benchmarks/decode.py [FOLDER] [--models gpt2,llama] [--orders cpu,onednn+cpu,opencl+cpu]
                                 [--threads 2] [--rounds 5] [--new-tokens 32] [--tiny]
+                                [--last-logits]
 
 FOLDER (default ~/.cache/nnplug-bench/decoders) holds gpt2_kv.onnx and llama_kv.onnx; --tiny
 takes the tiny test decoders shipped in nnplug.demo instead. Every engine decodes the same
@@ -84,6 +85,9 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=5, help="timed decodes per engine and model")
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--tiny", action="store_true", help="the tiny decoders of nnplug.demo")
+    ap.add_argument("--last-logits", action="store_true",
+                    help="every engine runs the model from nnplug.generation.last_position_logits "
+                         "(logits of the last position only)")
     args = ap.parse_args(argv)
     folder = args.folder or (TINY_DIR if args.tiny else DEFAULT_DIR)
     suffix = "_kv_tiny.onnx" if args.tiny else "_kv.onnx"
@@ -91,7 +95,7 @@ def main(argv=None) -> int:
     import onnxruntime as ort
 
     import nnplug
-    from nnplug.generation import Decoder
+    from nnplug.generation import Decoder, last_position_logits
 
     rt = nnplug.Runtime()
     orders = [o.split("+") for o in args.orders.split(",") if o]
@@ -118,6 +122,10 @@ def main(argv=None) -> int:
             print(f"no {path}: export it first (python benchmarks/export_decoders.py"
                   f"{' --tiny' if args.tiny else ''})", file=sys.stderr)
             return 1
+        if args.last_logits:  # the same model for every engine
+            import onnx
+
+            path = last_position_logits(onnx.load(path)).SerializeToString()
         sessions = {"onnxruntime": ort.InferenceSession(path, so,
                                                         providers=["CPUExecutionProvider"])}
         for order in orders:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import ArgumentTypeError, InvalidArgumentError, ModelError
+from .last_logits import last_position_logits  # noqa: F401 - part of this module's API
 
 INPUT_IDS, ATTENTION_MASK, POSITION_IDS, LOGITS = (
     "input_ids", "attention_mask", "position_ids", "logits")
@@ -298,9 +299,11 @@ class Decoder:
         self._pasts = dict(zip(names, presents))
         self.past_length = total
         last = _host(logits)
-        if last.ndim != 3 or last.shape[:2] != (batch, seq):
+        if last.ndim != 3 or last.shape[0] != batch or last.shape[1] not in (seq, 1):
             raise ModelError(f"output {lay.logits.name!r} is {list(last.shape)}; the layout "
-                             f"needs [batch, seq, vocab] = [{batch}, {seq}, vocab]")
+                             f"needs [batch, seq, vocab] = [{batch}, {seq}, vocab] (or "
+                             f"[{batch}, 1, vocab]: the last position's, see "
+                             f"last_position_logits)")
         return last[:, -1, :]
 
 
