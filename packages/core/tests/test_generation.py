@@ -3,7 +3,8 @@
 --tiny): the tokens equal
 those of the same loop on onnxruntime, greedy and sampled with a seed, through every kind of
 session; stop tokens, max_new_tokens, seeds and the sampling rules behave as documented; a
-model without the layout is refused, naming what it lacks. nnplug runs the models here on a
+model without the layout is refused, naming what it lacks; last_position_logits keeps the
+tokens and caches while the logits hold the last position only. nnplug runs the models here on a
 Python backend over onnx.reference; the native backends' own tests run them at 1 and 2
 threads."""
 
@@ -19,7 +20,7 @@ from reference_backend import ReferenceBackend
 import nnplug
 import nnplug.onnxruntime
 from nnplug import InvalidArgumentError, ModelError
-from nnplug.generation import Decoder, Sampling, generate
+from nnplug.generation import Decoder, Sampling, generate, last_position_logits
 from nnplug_conformance import decoding, kv_cache
 
 DECODERS = list(decoding.DECODERS)
@@ -251,3 +252,44 @@ def test_a_cache_with_symbolic_head_sizes_is_refused_naming_the_input():
             vi.type.tensor_type.shape.dim[3].dim_param = "head_dim"
     msg = _refusal(m)
     assert "input 'past_key_values.0.key' has shape ['batch', 2, 'past', 'head_dim']" in msg
+
+
+# -- last_position_logits: the final projection reads the last position only ----------------
+def ort_of(model: onnx.ModelProto):
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+@pytest.mark.parametrize("name", decoding.DECODERS)
+def test_last_position_logits_are_the_last_positions_of_the_full_model(rt, name):
+    full = onnx.load(decoding.model_path(name))
+    last = last_position_logits(full)
+    onnx.checker.check_model(last, full_check=True)
+    a, b = Decoder(ort_of(full)), Decoder(ort_of(last))
+    prompt = np.array(decoding.PROMPT)
+    np.testing.assert_allclose(b.start(prompt), a.start(prompt), rtol=1e-5, atol=1e-6)
+    tok = [3]
+    for _ in range(4):
+        np.testing.assert_allclose(b.step(tok), a.step(tok), rtol=1e-5, atol=1e-6)
+    for key, value in a._pasts.items():  # the caches do not change
+        np.testing.assert_array_equal(b._pasts[key], value)
+    sess = nnplug.InferenceSession(last, providers=["reference"], runtime=rt)
+    assert [o.shape[1] for o in sess.get_outputs() if o.name == "logits"] == [1]
+    want = generate(ort_of(full), decoding.PROMPT, 8)
+    np.testing.assert_array_equal(generate(sess, decoding.PROMPT, 8), want)
+
+
+def test_last_position_logits_refuses_a_model_without_a_final_projection():
+    node = helper.make_node("Relu", ["x"], ["logits"], name="not_a_projection")
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                      [1, "s", 4])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT,
+                                                         [1, "s", 4])])
+    with pytest.raises(ModelError, match="no MatMul projects the hidden states onto 'logits'"
+                                         r".*found Relu"):
+        last_position_logits(helper.make_model(g))
+    g.output[0].name = "scores"
+    g.node[0].output[0] = "scores"
+    with pytest.raises(ModelError, match="no output 'logits'"):
+        last_position_logits(helper.make_model(g))
