@@ -228,13 +228,28 @@ def cmd_generate(args) -> int:
     so.intra_op_num_threads = args.threads
     rt = _runtime(args)
     try:
-        with InferenceSession(args.model, so, providers=args.backend, runtime=rt) as sess:
+        with InferenceSession(_last_logits_model(args.model), so, providers=args.backend,
+                              runtime=rt) as sess:
             tokens = generate(sess, args.prompt, args.max_new_tokens, do_sample=args.sample,
                               eos_token_id=args.eos, seed=args.seed, **sampling)
         print(",".join(str(t) for t in tokens.tolist()))
         return 0
     finally:
         rt.close()
+
+
+def _last_logits_model(path: str):
+    """The decoder at ``path`` with logits of the last position only (all the loop reads: the
+    prompt then skips projecting the other positions), or ``path`` itself when it has no
+    final projection to slice (the session reads it and says what is wrong, if anything)."""
+    import onnx
+
+    from .generation import last_position_logits
+
+    try:
+        return last_position_logits(onnx.load(path))
+    except Exception:  # noqa: BLE001 - the session reads the file again and words the problem
+        return path
 
 
 def cmd_demo(args) -> int:
