@@ -1196,8 +1196,8 @@ static int const_dequant(parser *p, ox_op *op)
     if (n->num_inputs < 2 || n->num_inputs > 3) return decline(p, "arity");
     const nnp_value_desc *x = &n->inputs[0], *sc = &n->inputs[1],
                          *zp = n->num_inputs > 2 && n->inputs[2].name[0] ? &n->inputs[2] : NULL;
-    if (x->dtype.code != NNP_DTYPE_INT || x->dtype.bits != 8 || x->dtype.lanes > 1 ||
-        x->ndim < 1 || x->ndim > MAXR || !x->shape)
+    if (x->dtype.code != NNP_DTYPE_INT || x->dtype.bits != 8 || x->dtype.lanes > 1 || x->ndim < 1 ||
+        x->ndim > MAXR || !x->shape)
         return decline(p, "only int8 weights are taken unfolded");
     int64_t count = 1;
     for (int i = 0; i < x->ndim; i++) count *= x->shape[i] > 0 ? x->shape[i] : 0;

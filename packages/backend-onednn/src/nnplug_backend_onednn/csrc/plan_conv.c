@@ -109,12 +109,12 @@ static void quantize_part(void *arg)
     const float inv = 1.f / q->s, z = q->z, lo = q->lo, hi = q->hi;
     int64_t t0, t1;
     dl_share(q->n, &t0, &t1);
-#define QUANTIZE_TO(T)                                                                             \
-    for (int64_t i = t0; i < t1; i++) { /* rounded as plan_loops.c's OP_QDQ rounds */              \
-        float v = x[i] * inv;                                                                      \
-        v = v < -1024.f ? -1024.f : v > 1024.f ? 1024.f : v;                                       \
-        float r = (v + 12582912.f) - 12582912.f + z;                                               \
-        ((T *)j->y)[i] = (T)(r < lo ? lo : r > hi ? hi : r);                                       \
+#define QUANTIZE_TO(T)                                                                \
+    for (int64_t i = t0; i < t1; i++) { /* rounded as plan_loops.c's OP_QDQ rounds */ \
+        float v = x[i] * inv;                                                         \
+        v = v < -1024.f ? -1024.f : v > 1024.f ? 1024.f : v;                          \
+        float r = (v + 12582912.f) - 12582912.f + z;                                  \
+        ((T *)j->y)[i] = (T)(r < lo ? lo : r > hi ? hi : r);                          \
     }
     if (lo < 0.f) QUANTIZE_TO(int8_t)
     else QUANTIZE_TO(uint8_t)
@@ -198,7 +198,7 @@ static int grid_step(pb *b, ox_fn fn, const char *what, const grid *gr, uint64_t
 {
     q8cfg *q = owned_cfg(b, sizeof *q);
     if (!q) return 1;
-    *q = (q8cfg){(int64_t)n, gr->s, (float)gr->z, gr->s8 ? -128.f : 0.f, gr->s8 ? 127.f : 255.f,
+    *q = (q8cfg){(int64_t)n,   gr->s, (float)gr->z, gr->s8 ? -128.f : 0.f, gr->s8 ? 127.f : 255.f,
                  b->p->threads};
     int s = fn_step(b, fn, q, RUN_ALWAYS, what);
     return s < 0 || add_arg(b, s, DNNL_ARG_SRC, from, fmd) ||
@@ -228,9 +228,10 @@ int grid_float_view(pb *b, int v, int *buf, const_dnnl_memory_desc_t *md)
         return ox_fail(b->e, "internal: value '%s' has no room for a float32 view", val->name);
     dnnl_memory_desc_t fmd = tag_md(4, DIMS(v), dnnl_acdb);
     int fb = fmd ? arena_buf(b, fmd) : -1;
-    int rc = fb < 0 || grid_step(b, dequantize_fn, "dequantize from int8", &gr,
-                                 D(dnnl_memory_desc_get_size)(fmd) / 4, b->views[v][0].buf,
-                                 b->views[v][0].md, fb, fmd) ||
+    int rc = fb < 0 ||
+             grid_step(b, dequantize_fn, "dequantize from int8", &gr,
+                       D(dnnl_memory_desc_get_size)(fmd) / 4, b->views[v][0].buf, b->views[v][0].md,
+                       fb, fmd) ||
              add_view(b, v, fmd, fb);
     md_free(fmd);
     if (rc) return 1;
@@ -316,8 +317,7 @@ static int conv8_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, 
         t_q8.zbuf = const_buf(b, &t_q8.gr.z, 1);
         t_q8.dsbuf = const_buf(b, &dscale, 1);
         t_q8.dzbuf = const_buf(b, &dzp, 1);
-        rc = t_q8.ssbuf < 0 || t_q8.wsbuf < 0 || t_q8.zbuf < 0 || t_q8.dsbuf < 0 ||
-             t_q8.dzbuf < 0;
+        rc = t_q8.ssbuf < 0 || t_q8.wsbuf < 0 || t_q8.zbuf < 0 || t_q8.dsbuf < 0 || t_q8.dzbuf < 0;
         goto done;
     }
     rc = add_arg(b, s, DNNL_ARG_SRC, t_q8.qbuf, smd) ||
@@ -355,18 +355,18 @@ static dnnl_primitive_desc_t conv8_pd(pb *b, const ox_op *op, const grid *gr, co
     dnnl_primitive_attr_t a = op_attr(b, op);
     int wmask = op->nwscale > 1 ? (g > 1 ? 3 : 1) : 0;
     dnnl_primitive_desc_t pd = NULL;
-    int ok = a && src && w && dst && (!op->b || bias) &&
-             D(dnnl_primitive_attr_set_scales_mask)(a, DNNL_ARG_SRC, 0) == dnnl_success &&
-             D(dnnl_primitive_attr_set_scales_mask)(a, DNNL_ARG_WEIGHTS, wmask) == dnnl_success &&
-             (!gr->z || D(dnnl_primitive_attr_set_zero_points_mask)(a, DNNL_ARG_SRC, 0) ==
-                            dnnl_success) &&
-             (!op->qout ||
-              D(dnnl_primitive_attr_set_scales_mask)(a, DNNL_ARG_DST, 0) == dnnl_success) &&
-             (!op->qout || !op->qzp[0] ||
-              D(dnnl_primitive_attr_set_zero_points_mask)(a, DNNL_ARG_DST, 0) == dnnl_success) &&
-             D(dnnl_convolution_forward_primitive_desc_create)(
-                 &pd, ox_engine(), dnnl_forward_inference, dnnl_convolution_direct, src, w, bias,
-                 dst, S, DL, PL, PR, a) == dnnl_success;
+    int ok =
+        a && src && w && dst && (!op->b || bias) &&
+        D(dnnl_primitive_attr_set_scales_mask)(a, DNNL_ARG_SRC, 0) == dnnl_success &&
+        D(dnnl_primitive_attr_set_scales_mask)(a, DNNL_ARG_WEIGHTS, wmask) == dnnl_success &&
+        (!gr->z ||
+         D(dnnl_primitive_attr_set_zero_points_mask)(a, DNNL_ARG_SRC, 0) == dnnl_success) &&
+        (!op->qout || D(dnnl_primitive_attr_set_scales_mask)(a, DNNL_ARG_DST, 0) == dnnl_success) &&
+        (!op->qout || !op->qzp[0] ||
+         D(dnnl_primitive_attr_set_zero_points_mask)(a, DNNL_ARG_DST, 0) == dnnl_success) &&
+        D(dnnl_convolution_forward_primitive_desc_create)(&pd, ox_engine(), dnnl_forward_inference,
+                                                          dnnl_convolution_direct, src, w, bias,
+                                                          dst, S, DL, PL, PR, a) == dnnl_success;
     md_free(src);
     md_free(w);
     md_free(dst);
@@ -436,8 +436,8 @@ int build_conv(pb *b, const ox_op *op)
     dnnl_status_t st = dnnl_unimplemented;
     int64_t pl[2], pr[2];
     if (ox_window(op, DIMS(op->in[0]) + 2, DIMS(op->out) + 2, pl, pr, b->e)) return 1;
-    dnnl_primitive_desc_t pd8 = int8_input(b, op, &t_q8.gr) ? conv8_pd(b, op, &t_q8.gr, pl, pr)
-                                                            : NULL;
+    dnnl_primitive_desc_t pd8 =
+        int8_input(b, op, &t_q8.gr) ? conv8_pd(b, op, &t_q8.gr, pl, pr) : NULL;
     if (pd8) return op->qout ? conv8_finish(b, op, pd8) : finish(b, op, pd8, conv8_inputs);
     /* A network's first convolution (up to 4 input channels, an image) reads its plain nchw
      * input as it is, into a blocked layout: oneDNN's kernel for that splits its rows between
