@@ -148,6 +148,8 @@ class DynamicSteps:
             t = values[i]
             t.data = arr.ctypes.data
             t.ndim = arr.ndim
+            if self.dtypes[i] is None:  # a type the model leaves open: the array's
+                t.dtype = abi.dtype_of(arr.dtype)
             for d, size in enumerate(arr.shape):
                 shapes[i * ROW + d] = size
         syms = (C.c_int64 * max(len(self.symbol_names), 1))(
