@@ -72,17 +72,25 @@ def unpack(items: np.ndarray, shape, release, who: str) -> np.ndarray:
     n = int(np.prod(shape, dtype=np.int64))
     try:
         out = np.empty(n, object)
+        ptrs, sizes = items["data"][:n].tolist(), items["size"][:n].tolist()
         for i in range(n):
-            ptr, size = int(items["data"][i]), int(items["size"][i])
-            if size > MAX_STRING_BYTES:
-                raise BackendError(f"{who}: string output element {i} claims {size} bytes, more "
-                                   f"than NNP_MAX_STRING_BYTES ({MAX_STRING_BYTES})")
-            if size and not ptr:
-                raise BackendError(f"{who}: string output element {i} has {size} bytes at NULL")
-            raw = strings.read_bytes(ptr, size)
-            if len(raw) != size:
-                raise BackendError(f"{who}: string output element {i} points to unreadable "
-                                   f"memory ({ptr:#x}, {size} bytes)")
+            if sizes[i] > MAX_STRING_BYTES:
+                raise BackendError(f"{who}: string output element {i} claims {sizes[i]} bytes, "
+                                   f"more than NNP_MAX_STRING_BYTES ({MAX_STRING_BYTES})")
+            if sizes[i] and not ptrs[i]:
+                raise BackendError(f"{who}: string output element {i} has {sizes[i]} bytes at "
+                                   f"NULL")
+        blob = strings.read_gathered(items.ctypes.data, sizes)
+        at = 0
+        for i in range(n):
+            if blob is None:  # some element is unreadable: read one by one to name it
+                raw = strings.read_bytes(ptrs[i], sizes[i])
+                if len(raw) != sizes[i]:
+                    raise BackendError(f"{who}: string output element {i} points to unreadable "
+                                       f"memory ({ptrs[i]:#x}, {sizes[i]} bytes)")
+            else:
+                raw = blob[at:at + sizes[i]]
+                at += sizes[i]
             try:
                 out[i] = raw.decode("utf-8")
             except UnicodeDecodeError as e:
