@@ -3,7 +3,7 @@
     python benchmarks/trees.py [--threads 1] [--rounds 7] [--only GBC] [--no-zipmap]
 
 Models (trained on a seeded synthetic problem with 20 features): GradientBoostingClassifier
-(binary and 4 classes), GradientBoostingRegressor, HistGradientBoostingClassifier,
+(binary, 4 classes, string labels), GradientBoostingRegressor, HistGradientBoostingClassifier,
 RandomForestClassifier / Regressor, at several sizes (trees x depth). Classifiers are exported
 as skl2onnx writes them by default (TreeEnsembleClassifier, Cast, ZipMap), or without ZipMap
 with --no-zipmap. Per model and batch, ``nnplug.InferenceSession.run`` and onnxruntime's
@@ -65,6 +65,9 @@ def models():
                     y2))
     out.append(("GBC 4 classes 100x3", E.GradientBoostingClassifier(n_estimators=100, max_depth=3),
                 y4))
+    out.append(("GBC string labels 100x3",
+                E.GradientBoostingClassifier(n_estimators=100, max_depth=3),
+                np.where(y2 == 1, "yes", "no")))
     for t, d in ((10, 3), (100, 5)):
         out.append((f"GBR {t}x{d}", E.GradientBoostingRegressor(n_estimators=t, max_depth=d), s))
     for t in (10, 100):

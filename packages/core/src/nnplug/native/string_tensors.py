@@ -11,6 +11,8 @@ table's ``release_strings``.
 from __future__ import annotations
 
 import ctypes as C
+import itertools
+import math
 
 import numpy as np
 
@@ -46,11 +48,11 @@ class Packed:
                                  f"holds str (or bytes) elements")
         self.blob = b"".join(parts)
         base = C.cast(C.c_char_p(self.blob), C.c_void_p).value or 0
-        sizes = np.fromiter((len(p) for p in parts), np.uint64, len(parts))
+        sizes = [len(p) for p in parts]
         self.items = np.zeros(max(len(parts), 1), _ITEM)
-        if parts:
-            starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.uint64)
-            self.items["data"][:len(parts)] = np.where(sizes > 0, base + starts, 0)
+        if parts:  # Python ints: a run's few labels cost less than numpy's calls
+            self.items["data"][:len(parts)] = [base + at if n else 0 for at, n in
+                                               zip(itertools.accumulate(sizes, initial=0), sizes)]
             self.items["size"][:len(parts)] = sizes
         self.address = self.items.ctypes.data
         self.nbytes = len(parts) * _ITEM.itemsize
@@ -62,14 +64,13 @@ def pack(arr: np.ndarray, what: str) -> Packed:
 
 def output_items(shape) -> np.ndarray:
     """Zeroed ``nnp_string`` elements for a string output of this shape."""
-    n = int(np.prod(shape, dtype=np.int64))
-    return np.zeros(max(n, 1), _ITEM)
+    return np.zeros(max(math.prod(shape), 1), _ITEM)
 
 
 def unpack(items: np.ndarray, shape, release, who: str) -> np.ndarray:
     """The object array of str a backend wrote into ``items`` (from :func:`output_items`);
     ``release(address, count)`` frees the backend's bytes, whatever happens here."""
-    n = int(np.prod(shape, dtype=np.int64))
+    n = math.prod(shape)
     try:
         out = np.empty(n, object)
         ptrs, sizes = items["data"][:n].tolist(), items["size"][:n].tolist()
