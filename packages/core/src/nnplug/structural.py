@@ -139,6 +139,9 @@ def _zip_map(node, ins):
         raise BackendError(f"{node.describe()}: input X of shape {list(ins[0].shape)} must be "
                            f"[N, {len(labels)}] or [{len(labels)}], one column per class label")
     rows = x.tolist()  # Python floats, as onnxruntime gives
+    if len(labels) == 2:  # binary classifiers: a dict display builds in half dict(zip())'s time
+        a, b = labels
+        return [MapSequence([{a: p, b: q} for p, q in rows])]
     return [MapSequence([dict(zip(labels, row)) for row in rows])]
 
 

@@ -93,3 +93,47 @@ def test_elements_that_are_not_strings_are_refused(libs):
         with rt.load(identity_then_add((2,))) as net:
             with pytest.raises(nnplug.InputError, match="'s'"):
                 net.run({"s": np.array(["a", 3], dtype=object), "a": np.zeros(3, np.float32)})
+
+
+def _guarded_page():
+    """A readable page of b"x" followed by a PROT_NONE page: (address of the readable page,
+    page size)."""
+    import ctypes
+    import mmap
+
+    page = mmap.PAGESIZE
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    base = libc.mmap(None, 2 * page, mmap.PROT_READ | mmap.PROT_WRITE,
+                     mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+    ctypes.memset(base, ord("x"), page)
+    assert libc.mprotect(base + page, page, 0) == 0
+    return base, page
+
+
+def test_many_string_outputs_are_read_in_one_pass_and_an_unreadable_one_is_named():
+    """Thousands of elements (more than one process_vm_readv takes) come back in order, empty
+    ones included; an element reaching into unreadable memory still fails naming it, and the
+    backend's bytes are released either way."""
+    from nnplug.errors import BackendError
+    from nnplug.native import string_tensors, strings
+
+    base, page = _guarded_page()
+    n = 2500
+    items = string_tensors.output_items((n,))
+    sizes = [i % 7 for i in range(n)]
+    items["data"] = [base + (i % 97) if s else 0 for i, s in enumerate(sizes)]
+    items["size"] = sizes
+    released = []
+    out = string_tensors.unpack(items, (n,), lambda a, k: released.append(k), "test")
+    assert out.tolist() == ["x" * s for s in sizes] and released == [n]
+    assert strings.read_gathered(items.ctypes.data, sizes) == b"x" * sum(sizes)
+
+    items["data"][1800], items["size"][1800] = base + page - 2, 4  # 2 bytes past the page
+    assert strings.read_gathered(items.ctypes.data, items["size"].tolist()) is None
+    with pytest.raises(BackendError, match="string output element 1800 points to unreadable"):
+        string_tensors.unpack(items, (n,), lambda a, k: released.append(k), "test")
+    assert released == [n, n]

@@ -635,6 +635,7 @@ class DynamicRunner(_Runner):
     def __init__(self, lib, state, subgraph, dev, spec, consts):
         super().__init__(lib, state, subgraph, dev, spec, consts)
         self.out_shapes_fn = lib.table.kernel_output_shapes
+        self._keep = []  # shape arrays of the constant inputs' tensors in _plans
         self.last_use = {}
         for s, k in enumerate(state.kernels):
             for v in k.inputs:
@@ -653,7 +654,40 @@ class DynamicRunner(_Runner):
                         f"unknown at load time and the backend has no kernel_output_shapes; "
                         f"give the model static shapes or use another backend"
                     )
+        self._templates = {}  # dtype -> a tensor with this device and dtype (see _put)
+        self._plans = [self._kernel_plan(k) for k in state.kernels]
         self.native = DynamicSteps(self) if usable(self) else None
+
+    def _kernel_plan(self, k):
+        """What a run of kernel k takes from the load, worked out once: its constant inputs as
+        filled tensors (index -> tensor), whether its output shapes are asked for, and per
+        output (index, name, load-time shape or None, dtype, string?, value info)."""
+        consts = {}
+        for i, v in enumerate(k.inputs):
+            if v and v in self.consts and v not in self.inputs:
+                arr, t = self.consts[v], abi.Tensor()
+                fill_tensor(t, self.dev, arr.shape, arr.dtype, self._keep)
+                t.data = self.const_ptr.get(v)
+                consts[i] = t
+        outs = [(o, v, self.spec.shape(v), self.spec.dtype(v),
+                 string_tensors.is_string(self.spec.dtype(v)), self.spec.values.get(v))
+                for o, v in enumerate(k.outputs) if v]
+        return consts, any(shape is None for _, _, shape, _, _, _ in outs), outs
+
+    def _put(self, tensors, i, shape, dtype, ptr, keep):
+        """tensors[i] = this value: fill_tensor's work, from a tensor filled once per dtype."""
+        tmpl = self._templates.get(dtype)
+        if tmpl is None:
+            tmpl = self._templates[dtype] = abi.Tensor()
+            fill_tensor(tmpl, self.dev, (), dtype, keep)
+        tensors[i] = tmpl
+        t = tensors[i]
+        if shape:
+            t.ndim = len(shape)
+            arr = (C.c_int64 * len(shape))(*shape)
+            keep.append(arr)
+            t.shape = arr
+        t.data = ptr
 
     def run(self, inputs):
         if len(inputs) != len(self.inputs):
@@ -750,23 +784,22 @@ class DynamicRunner(_Runner):
 
     def _run_kernel(self, s, k, env, symbols):
         keep = []
+        consts, ask_shapes, plan_outs = self._plans[s]
         n_in, n_out = len(k.inputs), len(k.outputs)
         tin = (abi.Tensor * max(n_in, 1))()
         for i, v in enumerate(k.inputs):
             if not v:
                 continue
-            if v in env:
-                ptr, shape, dtype = env[v][:3]
-                if ptr is None and self.host and string_tensors.is_string(dtype):
-                    keep.append(string_tensors.pack(env[v][3], f"value {v!r}"))
-                    ptr = keep[-1].address
-            else:
-                arr = self.consts[v]
-                ptr, shape, dtype = self.const_ptr.get(v), arr.shape, arr.dtype
-            fill_tensor(tin[i], self.dev, shape, dtype, keep)
-            tin[i].data = ptr
-        shapes = []
-        if any(o and self.spec.shape(o) is None for o in k.outputs):
+            if i in consts:
+                tin[i] = consts[i]
+                continue
+            ptr, shape, dtype = env[v][:3]
+            if ptr is None and self.host and string_tensors.is_string(dtype):
+                keep.append(string_tensors.pack(env[v][3], f"value {v!r}"))
+                ptr = keep[-1].address
+            self._put(tin, i, shape, dtype, ptr, keep)
+        shapes = {}
+        if ask_shapes:
             ndims = (C.c_int32 * max(n_out, 1))()
             dims = (C.c_int64 * (max(n_out, 1) * abi.MAX_NDIM))()
             rc = self.out_shapes_fn(k.ptr, tin, n_in, n_out, ndims, dims)
@@ -780,23 +813,19 @@ class DynamicRunner(_Runner):
                         f"backend {self.lib.id!r}: kernel_output_shapes of {k.label} gave "
                         f"output {o} rank {nd} dims {row}; ranks are 0..{abi.MAX_NDIM}, dims >= 0"
                     )
-                shapes.append(tuple(row))
-            for o, v in enumerate(k.outputs):
-                why = v and mismatch(shapes[o], None, self.spec.values.get(v), symbols)
+                shapes[o] = tuple(row)
+            for o, v, _, _, _, info in plan_outs:
+                why = mismatch(shapes[o], None, info, symbols)
                 if why:
                     raise BackendError(
                         f"backend {self.lib.id!r}: kernel_output_shapes of {k.label} gave "
                         f"output {v!r} {why}; the backend's shape function is wrong (report it "
                         f"to the backend's authors)")
-        else:
-            shapes = [self.spec.shape(o) if o else () for o in k.outputs]
         tout = (abi.Tensor * max(n_out, 1))()
         made, string_outs = {}, []
-        for o, v in enumerate(k.outputs):
-            if not v:
-                continue
-            shape, dtype = shapes[o], self.spec.dtype(v)
-            if self.host and string_tensors.is_string(dtype):  # filled by the backend
+        for o, v, static_shape, dtype, is_string, _ in plan_outs:
+            shape = shapes[o] if ask_shapes else static_shape
+            if self.host and is_string:  # filled by the backend
                 items = string_tensors.output_items(shape)
                 string_outs.append((v, items, shape))
                 made[v] = (items.ctypes.data, shape, dtype, items)
@@ -807,8 +836,7 @@ class DynamicRunner(_Runner):
             else:
                 buf = self.api.alloc_data_space(self.dev, max(_nbytes(shape, dtype), 1), dtype=dtype)
                 made[v] = (buf.ptr, shape, dtype, buf)
-            fill_tensor(tout[o], self.dev, shape, dtype, keep)
-            tout[o].data = made[v][0]
+            self._put(tout, o, shape, dtype, made[v][0], keep)
         ws, ws_n, ws_handle = None, 0, None
         if self.ws_size_fn:
             need = C.c_uint64(0)
@@ -826,7 +854,7 @@ class DynamicRunner(_Runner):
         finally:
             if ws_handle is not None:
                 self.api.free_workspace(self.dev, ws_handle)
-            texts = self._strings_out(k, string_outs, rc_ok=rc == 0)
+            texts = self._strings_out(k, string_outs, rc_ok=rc == 0) if string_outs else {}
         if rc != 0:
             raise self._fail(rc, k)
         for v, arr in texts.items():

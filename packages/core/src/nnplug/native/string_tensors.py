@@ -11,6 +11,8 @@ table's ``release_strings``.
 from __future__ import annotations
 
 import ctypes as C
+import itertools
+import math
 
 import numpy as np
 
@@ -46,11 +48,11 @@ class Packed:
                                  f"holds str (or bytes) elements")
         self.blob = b"".join(parts)
         base = C.cast(C.c_char_p(self.blob), C.c_void_p).value or 0
-        sizes = np.fromiter((len(p) for p in parts), np.uint64, len(parts))
+        sizes = [len(p) for p in parts]
         self.items = np.zeros(max(len(parts), 1), _ITEM)
-        if parts:
-            starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.uint64)
-            self.items["data"][:len(parts)] = np.where(sizes > 0, base + starts, 0)
+        if parts:  # Python ints: a run's few labels cost less than numpy's calls
+            self.items["data"][:len(parts)] = [base + at if n else 0 for at, n in
+                                               zip(itertools.accumulate(sizes, initial=0), sizes)]
             self.items["size"][:len(parts)] = sizes
         self.address = self.items.ctypes.data
         self.nbytes = len(parts) * _ITEM.itemsize
@@ -62,27 +64,34 @@ def pack(arr: np.ndarray, what: str) -> Packed:
 
 def output_items(shape) -> np.ndarray:
     """Zeroed ``nnp_string`` elements for a string output of this shape."""
-    n = int(np.prod(shape, dtype=np.int64))
-    return np.zeros(max(n, 1), _ITEM)
+    return np.zeros(max(math.prod(shape), 1), _ITEM)
 
 
 def unpack(items: np.ndarray, shape, release, who: str) -> np.ndarray:
     """The object array of str a backend wrote into ``items`` (from :func:`output_items`);
     ``release(address, count)`` frees the backend's bytes, whatever happens here."""
-    n = int(np.prod(shape, dtype=np.int64))
+    n = math.prod(shape)
     try:
         out = np.empty(n, object)
+        ptrs, sizes = items["data"][:n].tolist(), items["size"][:n].tolist()
         for i in range(n):
-            ptr, size = int(items["data"][i]), int(items["size"][i])
-            if size > MAX_STRING_BYTES:
-                raise BackendError(f"{who}: string output element {i} claims {size} bytes, more "
-                                   f"than NNP_MAX_STRING_BYTES ({MAX_STRING_BYTES})")
-            if size and not ptr:
-                raise BackendError(f"{who}: string output element {i} has {size} bytes at NULL")
-            raw = strings.read_bytes(ptr, size)
-            if len(raw) != size:
-                raise BackendError(f"{who}: string output element {i} points to unreadable "
-                                   f"memory ({ptr:#x}, {size} bytes)")
+            if sizes[i] > MAX_STRING_BYTES:
+                raise BackendError(f"{who}: string output element {i} claims {sizes[i]} bytes, "
+                                   f"more than NNP_MAX_STRING_BYTES ({MAX_STRING_BYTES})")
+            if sizes[i] and not ptrs[i]:
+                raise BackendError(f"{who}: string output element {i} has {sizes[i]} bytes at "
+                                   f"NULL")
+        blob = strings.read_gathered(items.ctypes.data, sizes)
+        at = 0
+        for i in range(n):
+            if blob is None:  # some element is unreadable: read one by one to name it
+                raw = strings.read_bytes(ptrs[i], sizes[i])
+                if len(raw) != sizes[i]:
+                    raise BackendError(f"{who}: string output element {i} points to unreadable "
+                                       f"memory ({ptrs[i]:#x}, {sizes[i]} bytes)")
+            else:
+                raw = blob[at:at + sizes[i]]
+                at += sizes[i]
             try:
                 out[i] = raw.decode("utf-8")
             except UnicodeDecodeError as e:

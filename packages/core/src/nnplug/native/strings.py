@@ -69,6 +69,30 @@ def _read_memory(address: int, n: int) -> bytes:
     return buf.raw[:max(got, 0)]
 
 
+_IOV_MAX = 1024  # iovecs one process_vm_readv call takes (Linux UIO_MAXIOV)
+
+
+def read_gathered(iovecs: int, sizes: list[int]) -> bytes | None:
+    """The bytes of len(sizes) (address, size) pairs stored as iovecs at ``iovecs``, one after
+    another, in one read per _IOV_MAX pairs; None when any pair is not wholly readable (a
+    partial read never splits a pair) or the process cannot read itself this way."""
+    if _READV is None:  # pragma: no cover - not Linux, or a sandbox forbids the call
+        return None
+    total = sum(sizes)
+    buf = C.create_string_buffer(max(total, 1))
+    base, at = C.addressof(buf), 0
+    for k in range(0, len(sizes), _IOV_MAX):
+        want = sum(sizes[k:k + _IOV_MAX])
+        if want:
+            local = _IOVec(base + at, want)
+            count = min(_IOV_MAX, len(sizes) - k)
+            remote = C.cast(C.c_void_p(iovecs + k * C.sizeof(_IOVec)), C.POINTER(_IOVec))
+            if _READV(os.getpid(), C.byref(local), 1, remote, count, 0) != want:
+                return None
+        at += want
+    return buf.raw[:total]
+
+
 def read_bytes(address: int, n: int) -> bytes:
     """``n`` bytes a plugin says are at ``address``: fewer where readable memory ends."""
     return _read_memory(address, n) if address and n > 0 else b""
