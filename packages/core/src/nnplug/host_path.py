@@ -1,9 +1,12 @@
-"""The short way through a run, for the common case: numpy feeds of the model's static shapes
-and dtypes, a plan whose steps all take host arrays (``Step.run_arrays``: native partitions
-planned once, on host memory), no run context. What the general path checks per run is found
-once here; a run is a few comparisons per feed and one native call per step. Anything else
-(other feed types, a wrong dtype or shape, symbolic dims, device backends, a profiler) takes
-the general path, which checks and reports as before.
+"""The short way through a run, for the common case: numpy feeds of the model's dtypes and
+shapes, a plan whose steps all take host arrays (``Step.run_arrays``: native partitions on host
+memory, planned once or run through ``run_dynamic``), no run context. What the general path
+checks per run is found once here; a run is a few comparisons per feed and one native call per
+step. A symbolic dim of the inputs (a batch ``N``) is bound from the feeds, the same size
+wherever the symbol appears, and the results of a step whose shapes are not all static are
+checked against the model's shapes with those sizes. Anything else (other feed types, a wrong
+dtype or shape, device backends, a profiler) takes the general path, which checks and reports
+as before.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import numpy as np
 from .errors import NnplugError
 from .graph import ValueInfo
 from .runcontext import current
+from .shapecheck import bind_symbols, mismatch
 from .stages.executor import Step, step_failed
 
 ndarray = np.ndarray
@@ -21,14 +25,17 @@ ndarray = np.ndarray
 class HostPath:
     """Built once per Network; ``run`` is thread-safe (it keeps no state of its own)."""
 
-    __slots__ = ("feeds", "steps", "output_names", "known_outputs", "constants")
+    __slots__ = ("feeds", "steps", "output_names", "known_outputs", "constants", "symbolic")
 
     def __init__(self, feeds, steps, output_names, constants):
         self.feeds = feeds
-        """(name, shape, dtype) of every model input, in order."""
+        """(name, shape, dtype, declared info or None when the shape is static) of every model
+        input, in order."""
         self.steps = steps
         """(step, its run_arrays, input names, output names, names freed after it,
-        expected (shape, dtype) of each output) per step."""
+        expected (shape, dtype) of each output, or None when some output shape is not static)
+        per step."""
+        self.symbolic = any(f[3] is not None for f in feeds)
         self.output_names = output_names
         self.known_outputs = frozenset(output_names)
         self.constants = constants
@@ -39,16 +46,20 @@ class HostPath:
         """The host path of a plan, or None when some input or step cannot take it."""
         feeds = []
         for v in inputs:
-            if v.kind != "tensor" or not v.is_static or v.dtype is None or \
-                    v.dtype == object:
+            if v.kind != "tensor" or v.shape is None or v.dtype is None or v.dtype == object:
                 return None
-            feeds.append((v.name, tuple(v.shape), np.dtype(v.dtype)))
+            feeds.append((v.name, tuple(v.shape), np.dtype(v.dtype),
+                          None if v.is_static else v))
         plan = []
         for s in steps:
-            if s.run_arrays is None or s.static_outputs is None:
+            if s.run_arrays is None:
+                return None
+            if s.static_outputs is None and not all(
+                    (v := s.values.get(o)) is not None and v.kind == "tensor" and
+                    v.dtype is not None for o in s.outputs):
                 return None
             plan.append((s, s.run_arrays, tuple(s.inputs), tuple(s.outputs), tuple(s.frees),
-                         tuple(s.static_outputs)))
+                         None if s.static_outputs is None else tuple(s.static_outputs)))
         return cls(tuple(feeds), tuple(plan), tuple(output_names), constants)
 
     def run(self, feeds, names) -> dict | None:
@@ -63,12 +74,14 @@ class HostPath:
                 not self.known_outputs.issuperset(names):
             return None  # an iterator is read once, by the general path
         env = {}
-        for name, shape, dtype in self.feeds:
+        for name, shape, dtype, info in self.feeds:
             a = feeds.get(name)
-            if type(a) is not ndarray or a.dtype != dtype or a.shape != shape or \
-                    not a.flags.c_contiguous:
+            if type(a) is not ndarray or a.dtype != dtype or not a.flags.c_contiguous or (
+                    a.shape != shape if info is None else not _fits(a.shape, shape)):
                 return None
             env[name] = a
+        if self.symbolic and not _symbols_agree(self.feeds, env):
+            return None
         fed = tuple(env.values())
         for name in self.output_names:  # as the general path: constant outputs are copies
             if name in self.constants and name not in env:
@@ -82,10 +95,13 @@ class HostPath:
                 raise step_failed(step, e) from e
             if len(results) != len(outs):
                 raise _unexpected(outs)
-            for name, r, (shape, dtype) in zip(outs, results, expected):
-                if type(r) is not ndarray or r.shape != shape or r.dtype != dtype:
-                    raise _unexpected([name])
-                env[name] = r
+            if expected is None:
+                _check_symbolic(step, ins, outs, env, results)
+            else:
+                for name, r, (shape, dtype) in zip(outs, results, expected):
+                    if type(r) is not ndarray or r.shape != shape or r.dtype != dtype:
+                        raise _unexpected([name])
+            env.update(zip(outs, results))
             for name in frees:
                 env.pop(name, None)
         out = {}
@@ -97,6 +113,36 @@ class HostPath:
                     break
             out[n] = v
         return out
+
+
+def _fits(got: tuple, declared: tuple) -> bool:
+    """A feed's shape against a declared one with symbolic (str) or unknown (None) dims."""
+    return len(got) == len(declared) and all(
+        d == g for d, g in zip(declared, got) if type(d) is int)
+
+
+def _symbols_agree(feeds, env) -> bool:
+    """Whether every symbolic dim has one size across the feeds."""
+    seen: dict[str, int] = {}
+    for name, shape, _, info in feeds:
+        if info is not None:
+            for d, g in zip(shape, env[name].shape):
+                if type(d) is str and seen.setdefault(d, g) != g:
+                    return False
+    return True
+
+
+def _check_symbolic(step, ins, outs, env, results) -> None:
+    """The results of a step whose output shapes are not all static, against the model's
+    shapes with the symbols its inputs bind (as the general path checks them)."""
+    symbols: dict[str, int] = {}
+    for name in ins:
+        bind_symbols(step.values.get(name), env[name].shape, symbols)
+    for name, r in zip(outs, results):
+        info = step.values[name]
+        if type(r) is not ndarray or r.dtype != info.dtype or \
+                mismatch(r.shape, None, info, symbols):
+            raise _unexpected([name])
 
 
 def _unexpected(names):

@@ -34,9 +34,9 @@ class Step:
     """Declared or inferred types and shapes of its inputs and outputs: what it returns is
     checked against them."""
     run_arrays: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None
-    """The module's ``run_arrays`` when it has one: ``run`` on host numpy arrays that have
-    the inputs' static shapes and dtypes, C-contiguous, with no run context; its results are
-    already checked (see :mod:`nnplug.host_path`)."""
+    """The module's ``run_arrays`` when it has one: ``run`` on host numpy arrays of the
+    inputs' dtypes and shapes (their symbolic dims bound alike), C-contiguous, with no run
+    context (see :mod:`nnplug.host_path`)."""
     static_outputs: list[tuple[tuple[int, ...], np.dtype]] | None = field(init=False)
     """(shape, dtype) of every output when all are static and typed: the per-run check is
     then one comparison each (found once, here)."""

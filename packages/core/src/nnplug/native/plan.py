@@ -117,7 +117,8 @@ def build_module(backend, subgraph: SubGraph, dev: Device, target=None) -> Modul
         raise
     functions = {"run": runner.run, "kernels": lambda: [k.label for k in state.kernels],
                  "is_static": lambda: isinstance(runner, StaticRunner)}
-    if isinstance(runner, StaticRunner) and runner.arrays_ok(subgraph.values or {}):
+    if isinstance(runner, StaticRunner) and runner.arrays_ok(subgraph.values or {}) or \
+            isinstance(runner, DynamicRunner) and runner.native is not None:
         functions["run_arrays"] = runner.run_arrays
     module = Module(functions, close=state.close)
     weakref.finalize(module, state.close)
@@ -657,6 +658,8 @@ class DynamicRunner(_Runner):
         self._templates = {}  # dtype -> a tensor with this device and dtype (see _put)
         self._plans = [self._kernel_plan(k) for k in state.kernels]
         self.native = DynamicSteps(self) if usable(self) else None
+        # where each input name the native plan takes first appears among the inputs
+        self._first_input = [self.inputs.index(n) for n in dict.fromkeys(self.inputs)]
 
     def _kernel_plan(self, k):
         """What a run of kernel k takes from the load, worked out once: its constant inputs as
@@ -750,6 +753,22 @@ class DynamicRunner(_Runner):
             else:
                 result.append(self._const_output(n))
         return result
+
+    def run_arrays(self, arrays):
+        """:meth:`run` on host numpy arrays through ``run_dynamic``, for a caller that checked
+        them against the model (dtype, C-contiguous, shapes that fit the declared ones) and
+        runs with no run context. Results are fresh arrays, except an input passed through
+        (the same object) and a constant (a copy)."""
+        if self.state.closed:
+            raise BackendError(f"backend {self.lib.id!r}: the module was closed")
+        symbols: dict[str, int] = {}
+        values = self.spec.values
+        for name, a in zip(self.inputs, arrays):
+            bind_symbols(values.get(name), a.shape, symbols)
+        made = self.native.run([arrays[i] for i in self._first_input], symbols)
+        by_name = dict(zip(self.inputs, arrays))
+        return [made[n] if n in made else by_name[n] if n in by_name else self.consts[n].copy()
+                for n in self.outputs]
 
     def _run_native(self, inputs, env, symbols):
         made = self.native.run([env[n][3] for n in self.native.names[:self.native.num_inputs]],
