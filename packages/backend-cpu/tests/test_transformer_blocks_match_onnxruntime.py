@@ -121,6 +121,20 @@ def test_gelu_in_either_order_runs_in_the_matmul(tmp_path, halve_first, dynamic)
     assert {"mm", "bias", "div", "erf", "add1", "mulx", "half"} <= set(mm), ran
 
 
+def test_gelu_of_a_dynamo_exported_bert_runs_in_its_matmul(tmp_path):
+    """tests/models/bert_tiny_dynamo.onnx (export_models.py dynamo): each layer's Erf runs in the
+    kernel of the MatMul before it, as in the TorchScript export."""
+    import os
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models", "bert_tiny_dynamo.onnx")
+    model = onnx.load(path)
+    op_of = {n.name: n.op_type for n in model.graph.node}
+    feeds = {"input_ids": RNG.integers(0, 100, (2, 8)), "attention_mask": np.ones((2, 8), np.int64)}
+    ran = [[op_of.get(n) for n in k] for k in kernels_of(model, feeds, tmp_path)]
+    with_erf = [k for k in ran if "Erf" in k]
+    assert len(with_erf) == 2 and all(k[0] == "MatMul" and len(k) == 7 for k in with_erf), ran
+
+
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "unknown_dims"])
 @pytest.mark.parametrize("shape", [(5, 3), (37, 257), (2, 3, 13, 31), (1, 128, 96)],
                          ids=lambda s: "x".join(map(str, s)))
