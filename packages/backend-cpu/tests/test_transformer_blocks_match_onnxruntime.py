@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from conftest import assert_close, one_node_model, onnxruntime_run, run_cpu
 from onnx import TensorProto, helper, numpy_helper
@@ -92,6 +93,29 @@ def test_matmul_bias_gelu_matches_onnxruntime(rt, threads, shape, dynamic):
 def test_gelu_halved_first_matches_onnxruntime(rt, threads, shape, dynamic):
     for n in (1, 17, 130):
         check(rt, *block_model(shape, n, dynamic=dynamic, halve_first=True))
+
+
+@pytest.mark.parametrize("halve_first", [False, True], ids=["torchscript", "dynamo"])
+def test_fused_gelu_rounds_in_its_exporters_order(rt, halve_first):
+    """Past 1.7e38 the two orders differ: x * (erf + 1) overflows before the halving, x * 1.0
+    does not. The fused epilogue computes the order the model wrote, as onnxruntime does with
+    its graph optimisations off (node by node; its own Gelu fusion rounds as the dynamo order)."""
+    model, _ = block_model((4, 8), 16, halve_first=halve_first)
+    w = numpy_helper.to_array(next(i for i in model.graph.initializer if i.name == "W"))
+    b = numpy_helper.to_array(next(i for i in model.graph.initializer if i.name == "b"))
+    j = int(np.abs(w).sum(0).argmax())  # the column of h1 that reaches 2.5e38, the rest less
+    x = np.tile(np.sign(w[:, j]) * np.float32(2.5e38 / np.abs(w[:, j]).sum()), (4, 1)).astype(np.float32)
+    h1 = x.astype(np.float64) @ w + b
+    assert np.isfinite(h1).all() and (np.abs(h1) > 2e38).any()
+    (got,), _ = run_cpu(rt, model, {"x": x})
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    (want,) = sess.run(None, {"x": x})
+    assert np.isinf(want).any() != halve_first
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+    finite = np.isfinite(want)
+    assert_close(got[finite], want[finite], rtol=1e-4, atol=1e-4 * float(np.abs(want[finite]).max()))
 
 
 def kernels_of(model, feeds, tmp_path):

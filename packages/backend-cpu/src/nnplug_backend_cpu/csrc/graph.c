@@ -274,8 +274,8 @@ static void fuse_matmul_bias(nnc_plan *p)
 
 /* The exact Gelu as exporters decompose it, after a packed MatMul: torch's TorchScript
  * exporter writes (x * (Erf(x / d) + 1)) * 0.5 (Div, Erf, Add, Mul x, Mul 0.5), its dynamo
- * exporter x * ((Erf(x / d) + 1) * 0.5) (Div, Erf, Add, Mul 0.5, Mul x); halving is exact, so
- * both run as one epilogue activation (nnc_vgelu_erf, the same operations with a vectorised
+ * exporter x * ((Erf(x / d) + 1) * 0.5) (Div, Erf, Add, Mul 0.5, Mul x); either runs as one
+ * epilogue activation (nnc_vgelu_erf, the same operations in the same order with a vectorised
  * erf). */
 static void fuse_gelu_erf(nnc_plan *p)
 {
@@ -306,7 +306,8 @@ static void fuse_gelu_erf(nnc_plan *p)
         if (!is_op(ad, "Add") || !const_scalar(const_other(p, ad, ef->out[0]), 1.f, rank)) continue;
         int other = mx->in[mx->in[0] == x ? 1 : 0]; /* what mx multiplies x by */
         nnc_node *after = sole_consumer(p, ad->out[0]), *m1, *m2;
-        if (after == mx && other == ad->out[0]) { /* x * (erf + 1), then * 0.5 */
+        int halve_first = !(after == mx && other == ad->out[0]);
+        if (!halve_first) { /* x * (erf + 1), then * 0.5 */
             m1 = mx;
             m2 = sole_consumer(p, mx->out[0]);
             if (!is_op(m2, "Mul") || !const_scalar(const_other(p, m2, mx->out[0]), 0.5f, rank))
@@ -324,6 +325,7 @@ static void fuse_gelu_erf(nnc_plan *p)
             continue;
         c->act.kind = ACT_GELU_ERF;
         c->act.a = d;
+        c->act.b = halve_first ? 1.f : 0.f;
         nnc_node *chain[5] = {dv, ef, ad, m1, m2};
         for (int k = 0; k < 5; k++) take_output(p, c, chain[k]);
     }
