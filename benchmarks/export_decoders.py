@@ -5,6 +5,7 @@ the generation tests (random weights, built from config objects: nothing is down
     /work/venv-decoding-export/bin/pip install torch==2.13.0 transformers onnx onnxruntime
     /work/venv-decoding-export/bin/python benchmarks/export_decoders.py [FOLDER]
     /work/venv-decoding-export/bin/python benchmarks/export_decoders.py --tiny
+    /work/venv-decoding-export/bin/python benchmarks/export_decoders.py --dynamo [FOLDER]
 
 Models: GPT-2 (2 layers, hidden 256, 4 heads, GPT-2's vocabulary of 50257) and a Llama-style
 decoder (2 layers, hidden 256, 8 query heads over 2 key/value heads (grouped-query attention),
@@ -21,7 +22,9 @@ exported as older optimum versions did, counting positions from the cache itself
 ``DynamicCache`` object, which torch.onnx.export cannot take, so a wrapper module takes and
 returns plain tensors. Each export is checked against the torch model with onnxruntime at past
 lengths 0 (the prompt) and 5, and decoding 8 tokens greedily with the cache must give the
-tokens of re-running the whole sequence without it.
+tokens of re-running the whole sequence without it. ``--dynamo`` exports with torch's dynamo
+exporter (``dynamo=True``, opset 18; needs onnxscript) into FOLDER/dynamo instead, to compare
+the two exports of a model.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import os
 import sys
 
 OPSET = 17
+DYNAMO_OPSET = 18  # the dynamo exporter's lowest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DIR = os.path.join(os.path.expanduser("~"), ".cache", "nnplug-bench", "decoders")
 TINY_DIR = os.path.join(ROOT, "packages", "core", "src", "nnplug", "demo")
@@ -141,7 +145,7 @@ def example(config, with_positions: bool, batch: int, seq: int, past: int, seed:
     return args
 
 
-def export(name: str, folder: str, tiny: bool) -> str:
+def export(name: str, folder: str, tiny: bool, dynamo: bool = False) -> str:
     import onnx
     import torch
 
@@ -159,10 +163,15 @@ def export(name: str, folder: str, tiny: bool) -> str:
     for n in outs[1:]:
         dynamic[n] = {0: "batch", 2: "total_sequence"}
     path = os.path.join(folder, f"{name}_kv{'_tiny' if tiny else ''}.onnx")
+    shapes = {"dynamic_axes": dynamic}
+    if dynamo:  # it cannot map dynamic_axes onto *rest: (ids, mask, [rest])
+        auto = torch.export.Dim.DYNAMIC
+        each = [{a: auto for a in dynamic[n]} for n in ins]
+        shapes = {"dynamic_shapes": (each[0], each[1], tuple(each[2:]))}
     with torch.no_grad():
         torch.onnx.export(module, tuple(example(config, with_positions, 2, 3, 4)), path,
-                          opset_version=OPSET, input_names=ins, output_names=outs,
-                          dynamic_axes=dynamic, dynamo=False)
+                          opset_version=DYNAMO_OPSET if dynamo else OPSET, input_names=ins,
+                          output_names=outs, dynamo=dynamo, external_data=False, **shapes)
     m = onnx.load(path)
     m.producer_name = "nnplug benchmarks/export_decoders.py"
     m.doc_string = (f"{name}: {layers} layers, hidden {config.hidden_size}, vocabulary "
@@ -213,14 +222,18 @@ def main(argv=None) -> int:
                                               f"with --tiny {os.path.relpath(TINY_DIR, ROOT)})")
     ap.add_argument("--tiny", action="store_true", help="hidden 64, vocabulary 256: test models")
     ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--dynamo", action="store_true",
+                    help=f"torch's dynamo exporter at opset {DYNAMO_OPSET}, into FOLDER/dynamo")
     args = ap.parse_args(argv)
     folder = args.folder or (TINY_DIR if args.tiny else DEFAULT_DIR)
+    if args.dynamo:
+        folder = os.path.join(folder, "dynamo")
     os.makedirs(folder, exist_ok=True)
     for name in [m for m in args.models.split(",") if m]:
         if name not in MODELS:
             print(f"unknown model {name!r}; known: {', '.join(MODELS)}", file=sys.stderr)
             return 1
-        path = export(name, folder, args.tiny)
+        path = export(name, folder, args.tiny, args.dynamo)
         print(f"{name}: {os.path.getsize(path) / 2**20:.2f} MB -> {path}", flush=True)
     return 0
 

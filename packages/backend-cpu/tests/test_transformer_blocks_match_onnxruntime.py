@@ -1,5 +1,5 @@
 """Transformer blocks as torch exports them (MatMul with a constant weight, bias Add, the exact
-Gelu decomposed into Div, Erf, Add, Mul, Mul, residual Add) give onnxruntime's answers on the
+Gelu decomposed into Div, Erf, Add, Mul, Mul in either exporter's order, residual Add) give onnxruntime's answers on the
 cpu backend, where it packs the weight and fuses bias, Gelu and residual into the GEMM, and
 where it must not (a bias that broadcasts wider, other constants, an intermediate that leaves
 the graph). Shapes static and with unknown dims (the fusions then run on the chain alone),
@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import onnx
+import onnxruntime as ort
 import pytest
 from conftest import assert_close, one_node_model, onnxruntime_run, run_cpu
 from onnx import TensorProto, helper, numpy_helper
@@ -23,9 +25,11 @@ def const(name, a):
 
 
 def block_model(shape, n, *, dynamic=False, bias_shape=None, gelu=True, half=0.5, one=1.0,
-                residual=False, extra_output=False):
+                residual=False, extra_output=False, halve_first=False):
     """x (shape[..., K]) -> MatMul W[K, n] -> Add bias -> Gelu(erf) -> [MatMul W2[n, K] -> Add
-    bias2 -> Add x] -> y. Weights random."""
+    bias2 -> Add x] -> y. Weights random. The Gelu ends x * (erf + 1), then * 0.5 as the
+    TorchScript exporter writes it, or with halve_first (erf + 1) * 0.5, then x * that as the
+    dynamo exporter does."""
     k = shape[-1]
     inits = [const("W", RNG.standard_normal((k, n)) / math.sqrt(k)),
              const("b", RNG.standard_normal(bias_shape or (n,)))]
@@ -39,6 +43,9 @@ def block_model(shape, n, *, dynamic=False, bias_shape=None, gelu=True, half=0.5
                   helper.make_node("Add", ["g1", "one"], ["g2"], name="add1"),
                   helper.make_node("Mul", ["h1", "g2"], ["g3"], name="mulx"),
                   helper.make_node("Mul", ["g3", "half"], ["g4"], name="half")]
+        if halve_first:
+            nodes[-2:] = [helper.make_node("Mul", ["half", "g2"], ["g3"], name="half"),
+                          helper.make_node("Mul", ["h1", "g3"], ["g4"], name="mulx")]
         last = "g4"
     if residual:
         inits += [const("W2", RNG.standard_normal((n, k)) / math.sqrt(n)),
@@ -81,6 +88,78 @@ def test_matmul_bias_gelu_matches_onnxruntime(rt, threads, shape, dynamic):
 
 
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "unknown_dims"])
+@pytest.mark.parametrize("shape", [(1, 1), (6, 17), (2, 3, 13, 31), (1, 128, 96)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_gelu_halved_first_matches_onnxruntime(rt, threads, shape, dynamic):
+    for n in (1, 17, 130):
+        check(rt, *block_model(shape, n, dynamic=dynamic, halve_first=True))
+
+
+@pytest.mark.parametrize("halve_first", [False, True], ids=["torchscript", "dynamo"])
+def test_fused_gelu_rounds_in_its_exporters_order(rt, halve_first):
+    """Past 1.7e38 the two orders differ: x * (erf + 1) overflows before the halving, x * 1.0
+    does not. The fused epilogue computes the order the model wrote, as onnxruntime does with
+    its graph optimisations off (node by node; its own Gelu fusion rounds as the dynamo order)."""
+    model, _ = block_model((4, 8), 16, halve_first=halve_first)
+    w = numpy_helper.to_array(next(i for i in model.graph.initializer if i.name == "W"))
+    b = numpy_helper.to_array(next(i for i in model.graph.initializer if i.name == "b"))
+    j = int(np.abs(w).sum(0).argmax())  # the column of h1 that reaches 2.5e38, the rest less
+    x = np.tile(np.sign(w[:, j]) * np.float32(2.5e38 / np.abs(w[:, j]).sum()), (4, 1)).astype(np.float32)
+    h1 = x.astype(np.float64) @ w + b
+    assert np.isfinite(h1).all() and (np.abs(h1) > 2e38).any()
+    (got,), _ = run_cpu(rt, model, {"x": x})
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    (want,) = sess.run(None, {"x": x})
+    assert np.isinf(want).any() != halve_first
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+    finite = np.isfinite(want)
+    assert_close(got[finite], want[finite], rtol=1e-4, atol=1e-4 * float(np.abs(want[finite]).max()))
+
+
+def kernels_of(model, feeds, tmp_path):
+    """The node names each kernel of the cpu backend ran, from a profiled run."""
+    import json
+
+    import nnplug
+
+    path = str(tmp_path / "m.onnx")
+    onnx.save(model, path)
+    so = nnplug.SessionOptions()
+    so.enable_profiling = True
+    so.profile_file_prefix = str(tmp_path / "p")
+    s = nnplug.InferenceSession(path, so, providers=["cpu"])
+    s.run(None, feeds)
+    with open(s.end_profiling()) as f:
+        events = json.load(f)["traceEvents"]
+    return [e["args"]["nodes"] for e in events if e["cat"] == "kernel"]
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "unknown_dims"])
+@pytest.mark.parametrize("halve_first", [False, True], ids=["torchscript", "dynamo"])
+def test_gelu_in_either_order_runs_in_the_matmul(tmp_path, halve_first, dynamic):
+    model, feeds = block_model((2, 9, 20), 24, dynamic=dynamic, halve_first=halve_first)
+    ran = kernels_of(model, feeds, tmp_path)
+    mm = next(k for k in ran if "mm" in k)
+    assert {"mm", "bias", "div", "erf", "add1", "mulx", "half"} <= set(mm), ran
+
+
+def test_gelu_of_a_dynamo_exported_bert_runs_in_its_matmul(tmp_path):
+    """tests/models/bert_tiny_dynamo.onnx (export_models.py dynamo): each layer's Erf runs in the
+    kernel of the MatMul before it, as in the TorchScript export."""
+    import os
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models", "bert_tiny_dynamo.onnx")
+    model = onnx.load(path)
+    op_of = {n.name: n.op_type for n in model.graph.node}
+    feeds = {"input_ids": RNG.integers(0, 100, (2, 8)), "attention_mask": np.ones((2, 8), np.int64)}
+    ran = [[op_of.get(n) for n in k] for k in kernels_of(model, feeds, tmp_path)]
+    with_erf = [k for k in ran if "Erf" in k]
+    assert len(with_erf) == 2 and all(k[0] == "MatMul" and len(k) == 7 for k in with_erf), ran
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "unknown_dims"])
 @pytest.mark.parametrize("shape", [(5, 3), (37, 257), (2, 3, 13, 31), (1, 128, 96)],
                          ids=lambda s: "x".join(map(str, s)))
 def test_mlp_with_residual_matches_onnxruntime(rt, threads, shape, dynamic):
@@ -91,7 +170,8 @@ def test_mlp_with_residual_matches_onnxruntime(rt, threads, shape, dynamic):
 
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "unknown_dims"])
 @pytest.mark.parametrize("case", ["bias_broadcasts_wider", "bias_per_row", "not_half", "not_one",
-                                  "h1_leaves_graph", "scalar_bias", "bias_1xN"])
+                                  "h1_leaves_graph", "scalar_bias", "bias_1xN",
+                                  "halved_first_not_half", "halved_first_h1_leaves_graph"])
 def test_near_miss_patterns_match_onnxruntime(rt, threads, case, dynamic):
     shape, n = (2, 9, 20), 24
     kw = {
@@ -102,6 +182,8 @@ def test_near_miss_patterns_match_onnxruntime(rt, threads, case, dynamic):
         "h1_leaves_graph": dict(extra_output=True),
         "scalar_bias": dict(bias_shape=()),
         "bias_1xN": dict(bias_shape=(1, 1, n)),
+        "halved_first_not_half": dict(halve_first=True, half=0.25),
+        "halved_first_h1_leaves_graph": dict(halve_first=True, extra_output=True),
     }[case]
     check(rt, *block_model(shape, n, dynamic=dynamic, **kw))
 

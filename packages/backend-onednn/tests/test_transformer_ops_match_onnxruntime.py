@@ -44,10 +44,13 @@ class Graph:
             y = self.op("Add", [b, y] if bias_first else [y, b])
         return y
 
-    def gelu(self, x, div=True):
-        """PyTorch's export of the exact GELU."""
+    def gelu(self, x, div=True, halve_first=False):
+        """PyTorch's export of the exact GELU: x * (erf + 1), then * 0.5 (TorchScript), or with
+        halve_first (erf + 1) * 0.5, then x * that (dynamo)."""
         d = self.op("Div", [x, self.const(SQRT2)]) if div else self.op("Mul", [x, self.const(np.float32(0.70710677))])
         a = self.op("Add", [self.op("Erf", [d]), self.const(np.float32(1.0))])
+        if halve_first:
+            return self.op("Mul", [x, self.op("Mul", [self.const(np.float32(0.5)), a])])
         return self.op("Mul", [self.op("Mul", [x, a]), self.const(np.float32(0.5))])
 
     def layernorm(self, x, c, axis=-1, bias=True, eps=1e-5):
@@ -90,6 +93,14 @@ def test_gelu_written_with_mul_by_inverse_sqrt2_and_unfused_erf(rt, threads):
     y = g.gelu(g.dense("x", 16, 24), div=False)
     g.op("Erf", [g.op("Relu", [y])])  # an Erf outside a GELU: the backend's own loop
     check(rt, g, {"x": rand(2, 3, 16)}, threads, "gelu / erf")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("lead,k,n", MATMUL_SHAPES)
+def test_gelu_halved_first_as_dynamo_exports_it(rt, lead, k, n, threads):
+    g = Graph()
+    g.op("Add", [g.dense(g.gelu(g.dense("x", k, n), halve_first=True), n, k), "x"])
+    check(rt, g, {"x": rand(*lead, k)}, threads, f"dense {lead} {k}->{n}, gelu halved first")
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -300,6 +311,13 @@ def test_dense_gelu_dense_residual_is_two_primitives_with_post_ops():
     for e in execs:
         assert ",convolution," in e or ",inner_product," in e, e
         assert "gemm" not in e.split(",")[4] and not e.split(",")[4].startswith("ref"), e
+
+
+def test_gelu_halved_first_is_a_gelu_erf_post_op():
+    """The dynamo exporter's order of the GELU's last two Muls is one post-op too."""
+    lines = onednn_log(SETUP.replace('g.dense("x", 32, 64)', 'g.dense("x", 32, 64), halve_first=True'))
+    execs = [ln for ln in lines if ",reorder," not in ln]
+    assert len(execs) == 2 and "eltwise_gelu_erf" in execs[0] and "sum" in execs[1], execs
 
 
 @pytest.mark.parametrize("dense", ["convolution", "inner_product"])

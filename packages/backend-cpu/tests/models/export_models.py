@@ -4,7 +4,7 @@ Run in a scratch environment, not the test environment:
 
     python -m venv /tmp/export-venv
     /tmp/export-venv/bin/pip install torch==2.13.0 scikit-learn skl2onnx onnxscript transformers onnx pandas
-    /tmp/export-venv/bin/python packages/backend-cpu/tests/models/export_models.py
+    /tmp/export-venv/bin/python packages/backend-cpu/tests/models/export_models.py [torch] [sklearn] [dynamo]
 
 Every model has random weights (seeded) and a small configuration: a few hundred KB each. The
 torchvision architectures are written out here in miniature (ResNet basic blocks, MobileNetV3
@@ -13,6 +13,11 @@ bilinear upsampling, a ConvTranspose decoder), since torchvision does not instal
 torch build; transformers models are built from config objects, never downloaded. scikit-learn
 models are fitted on seeded synthetic data and converted with skl2onnx, probabilities as a
 tensor (zipmap off) except for one model kept with its ZipMap.
+
+The ``dynamo`` part exports tiny BERT and GPT-2 (bert_tiny_dynamo, gpt2_tiny_dynamo, the latter
+with batch and sequence left free) with torch's dynamo exporter at opset 18, which writes
+transformers differently (the exact GELU halved before the multiply by x, attention's key
+transposed through 3-D, shape arithmetic kept as int64 ops); it needs onnxscript.
 
 manifest.json records, per model, its inputs (name, element type, shape, how to draw values),
 which test_exported_models.py reads to feed nnplug and onnxruntime the same seeded inputs.
@@ -285,6 +290,42 @@ def torch_models():
            [{"name": "input_features", "dtype": "float32", "shape": [1, 16, 32], "kind": "normal"}], "transformers")
 
 
+def dynamo_models():
+    """Tiny BERT and GPT-2 through torch's dynamo exporter (opset 18)."""
+    import torch
+    import transformers as tf
+
+    torch.manual_seed(0)
+
+    class Wrap(torch.nn.Module):
+        def __init__(self, m, keys):
+            super().__init__()
+            self.m, self.keys = m, keys
+
+        def forward(self, *args):
+            return self.m(**dict(zip(self.keys, args)))[0]
+
+    def export(name, model, args, input_specs, dynamic_shapes=None):
+        path = os.path.join(HERE, f"{name}.onnx")
+        with torch.no_grad():
+            torch.onnx.export(model.eval(), tuple(args), path, opset_version=18,
+                              input_names=[s["name"] for s in input_specs], output_names=["output"],
+                              dynamo=True, external_data=False, dynamic_shapes=dynamic_shapes)
+        record(name, input_specs, "transformers")
+
+    small = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+    B, S, V = 2, 8, 100
+    ids = {"name": "input_ids", "dtype": "int64", "shape": [B, S], "kind": f"ids:{V}"}
+    mask = {"name": "attention_mask", "dtype": "int64", "shape": [B, S], "kind": "ones"}
+    bert = tf.BertModel(tf.BertConfig(vocab_size=V, max_position_embeddings=32, **small))
+    export("bert_tiny_dynamo", Wrap(bert, ["input_ids", "attention_mask"]),
+           [torch.randint(0, V, (B, S)), torch.ones(B, S, dtype=torch.long)], [ids, mask])
+    gpt2 = tf.GPT2Model(tf.GPT2Config(vocab_size=V, n_positions=32, n_embd=32, n_layer=2, n_head=2))
+    free = torch.export.Dim.DYNAMIC
+    export("gpt2_tiny_dynamo", Wrap(gpt2, ["input_ids"]), [torch.randint(0, V, (B, S))], [ids],
+           dynamic_shapes=(({0: free, 1: free},),))
+
+
 # ---- scikit-learn -------------------------------------------------------------------------
 
 def sklearn_models():
@@ -421,7 +462,7 @@ def main():
     if os.path.exists(path):
         with open(path) as f:
             MANIFEST.update(json.load(f))
-    for part, fn in (("torch", torch_models), ("sklearn", sklearn_models)):
+    for part, fn in (("torch", torch_models), ("sklearn", sklearn_models), ("dynamo", dynamo_models)):
         if part in which:
             try:
                 fn()

@@ -137,7 +137,7 @@ ukernel_avx2_c(int64_t kc, const float *a, const float *b, float *c, int64_t ldc
     }
     if (kind ==
         ACT_GELU_ERF) { /* the whole tile in one call: the vectorised loop runs long enough */
-        nnc_vgelu_erf(g, g, MR * NR, ep->act->a);
+        nnc_vgelu_erf(g, g, MR * NR, ep->act->a, ep->act->b != 0.f);
         for (int i = 0; i < MR; i++) {
             _mm256_storeu_ps(c + i * ldc, _mm256_load_ps(g + i * NR));
             _mm256_storeu_ps(c + i * ldc + 8, _mm256_load_ps(g + i * NR + 8));
@@ -209,7 +209,7 @@ store_row_avx512(const __m512 *acc, const int NB, float *row, int64_t w, int fir
         if (kind == ACT_GELU_ERF) { /* the vectorised erf over the row's valid columns */
             _Alignas(64) float g[16];
             _mm512_store_ps(g, x);
-            nnc_vgelu_erf(g, g, wq < 16 ? wq : 16, ep->act->a);
+            nnc_vgelu_erf(g, g, wq < 16 ? wq : 16, ep->act->a, ep->act->b != 0.f);
             x = _mm512_load_ps(g);
         }
         _mm512_mask_storeu_ps(row + 16 * q, mk, x);
@@ -376,7 +376,7 @@ tile_rows_avx512(const int NA, const int NB, int64_t kc, const float *a, int64_t
             if (kind == ACT_GELU_ERF) {
                 _Alignas(64) float g[16];
                 _mm512_store_ps(g, x);
-                nnc_vgelu_erf(g, g, 16, ep->act->a);
+                nnc_vgelu_erf(g, g, 16, ep->act->a, ep->act->b != 0.f);
                 x = _mm512_load_ps(g);
             }
             _mm512_mask_storeu_ps(row, cm[q], _mm512_maskz_compress_ps(mk[q], x));
@@ -733,7 +733,7 @@ static void store_tile(float *c, int64_t ldc, const float *tile, int64_t h, int6
         case ACT_LEAKY:
             for (int64_t j = 0; j < w; j++) row[j] = v[j] >= 0.f ? v[j] : v[j] * lo;
             break;
-        case ACT_GELU_ERF: nnc_vgelu_erf(v, row, w, lo); break;
+        case ACT_GELU_ERF: nnc_vgelu_erf(v, row, w, lo, hi != 0.f); break;
         default:
             for (int64_t j = 0; j < w; j++) row[j] = v[j];
         }
@@ -807,7 +807,7 @@ static float epi_one(float v, const nnc_gemm_epi *ep, int64_t i, int64_t c0)
         return x > ep->act->b ? ep->act->b : x;
     }
     case ACT_LEAKY: return v >= 0.f ? v : v * ep->act->a;
-    case ACT_GELU_ERF: nnc_vgelu_erf(&v, &v, 1, ep->act->a); return v;
+    case ACT_GELU_ERF: nnc_vgelu_erf(&v, &v, 1, ep->act->a, ep->act->b != 0.f); return v;
     default: return v;
     }
 }

@@ -272,9 +272,11 @@ static void fuse_matmul_bias(nnc_plan *p)
     }
 }
 
-/* The exact Gelu as exporters decompose it, (x * (Erf(x / d) + 1)) * 0.5 (torch: Div, Erf,
- * Add, Mul, Mul), after a packed MatMul: run as an epilogue activation (nnc_vgelu_erf, the
- * same operations with a vectorised erf). */
+/* The exact Gelu as exporters decompose it, after a packed MatMul: torch's TorchScript
+ * exporter writes (x * (Erf(x / d) + 1)) * 0.5 (Div, Erf, Add, Mul x, Mul 0.5), its dynamo
+ * exporter x * ((Erf(x / d) + 1) * 0.5) (Div, Erf, Add, Mul 0.5, Mul x); either runs as one
+ * epilogue activation (nnc_vgelu_erf, the same operations in the same order with a vectorised
+ * erf). */
 static void fuse_gelu_erf(nnc_plan *p)
 {
     for (int i = 0; i < p->nnodes; i++) {
@@ -284,14 +286,14 @@ static void fuse_gelu_erf(nnc_plan *p)
             continue;
         int x = c->out[0], only = -1;
         if (p->vals[x].ext_out >= 0 || consumers(p, x, &only) != 2) continue;
-        nnc_node *dv = NULL, *m1 = NULL;
+        nnc_node *dv = NULL, *mx = NULL;
         for (int k = 0; k < p->nnodes; k++) {
             nnc_node *q = &p->nodes[k];
             if (q->dead || q->nin != 2 || (q->in[0] != x && q->in[1] != x)) continue;
             if (is_op(q, "Div") && q->in[0] == x) dv = q;
-            else if (is_op(q, "Mul")) m1 = q;
+            else if (is_op(q, "Mul")) mx = q;
         }
-        if (!dv || !m1 || dv->in[1] < 0) continue;
+        if (!dv || !mx || dv->in[1] < 0 || mx->in[0] == mx->in[1]) continue;
         const nnc_value *dc = &p->vals[dv->in[1]];
         int rank = p->vals[x].info.ndim;
         if (!dc->is_const || dc->info.dtype != DT_F32 || nnc_info_numel(&dc->info) != 1 ||
@@ -302,19 +304,28 @@ static void fuse_gelu_erf(nnc_plan *p)
         if (!is_op(ef, "Erf") || ef->in[0] != dv->out[0]) continue;
         nnc_node *ad = sole_consumer(p, ef->out[0]);
         if (!is_op(ad, "Add") || !const_scalar(const_other(p, ad, ef->out[0]), 1.f, rank)) continue;
-        if (sole_consumer(p, ad->out[0]) != m1 || m1->in[0] == m1->in[1]) continue;
-        if (!((m1->in[0] == x && m1->in[1] == ad->out[0]) ||
-              (m1->in[1] == x && m1->in[0] == ad->out[0])))
-            continue;
-        nnc_node *m2 = sole_consumer(p, m1->out[0]);
-        if (!is_op(m2, "Mul") || !const_scalar(const_other(p, m2, m1->out[0]), 0.5f, rank))
-            continue;
+        int other = mx->in[mx->in[0] == x ? 1 : 0]; /* what mx multiplies x by */
+        nnc_node *after = sole_consumer(p, ad->out[0]), *m1, *m2;
+        int halve_first = !(after == mx && other == ad->out[0]);
+        if (!halve_first) { /* x * (erf + 1), then * 0.5 */
+            m1 = mx;
+            m2 = sole_consumer(p, mx->out[0]);
+            if (!is_op(m2, "Mul") || !const_scalar(const_other(p, m2, mx->out[0]), 0.5f, rank))
+                continue;
+        } else { /* (erf + 1) * 0.5, then x * that */
+            m1 = after;
+            if (!is_op(m1, "Mul") || !const_scalar(const_other(p, m1, ad->out[0]), 0.5f, rank) ||
+                other != m1->out[0] || sole_consumer(p, m1->out[0]) != mx)
+                continue;
+            m2 = mx;
+        }
         if (m2->out[0] < 0) continue;
         if (p->vals[dv->out[0]].ext_out >= 0 || p->vals[ef->out[0]].ext_out >= 0 ||
             p->vals[ad->out[0]].ext_out >= 0 || p->vals[m1->out[0]].ext_out >= 0)
             continue;
         c->act.kind = ACT_GELU_ERF;
         c->act.a = d;
+        c->act.b = halve_first ? 1.f : 0.f;
         nnc_node *chain[5] = {dv, ef, ad, m1, m2};
         for (int k = 0; k < 5; k++) take_output(p, c, chain[k]);
     }
@@ -1233,7 +1244,8 @@ static const nnc_valinfo *desc_const(const nnc_desc_value *v)
 }
 
 /* How many nodes from nodes[0] fold into a MatMul with a constant 2-D B whatever the shapes
- * (fuse_matmul_bias, fuse_gelu_erf: a bias Add, then the exact Gelu's five nodes), else 1. */
+ * (fuse_matmul_bias, fuse_gelu_erf: a bias Add, then the exact Gelu's five nodes in either
+ * exporter's order), else 1. */
 static int matmul_chain(const nnc_desc_node *nodes, int n)
 {
     const nnc_desc_node *m = &nodes[0];
@@ -1253,9 +1265,11 @@ static int matmul_chain(const nnc_desc_node *nodes, int n)
                bias_keeps_shape(desc_const(&dv->in[1]), rank, -1) && desc_is(ef, "Erf") &&
                ef->nin == 1 && same_name(&ef->in[0], dv->out[0].name) && desc_is(ad, "Add") &&
                bias_keeps_shape(desc_const(desc_other(ad, ef->out[0].name)), rank, -1) &&
-               desc_is(m1, "Mul") && desc_other(m1, x) &&
-               same_name(desc_other(m1, x), ad->out[0].name) && desc_is(m2, "Mul") &&
-               bias_keeps_shape(desc_const(desc_other(m2, m1->out[0].name)), rank, -1);
+               desc_is(m1, "Mul") && desc_is(m2, "Mul") &&
+               ((desc_other(m1, x) && same_name(desc_other(m1, x), ad->out[0].name) &&
+                 bias_keeps_shape(desc_const(desc_other(m2, m1->out[0].name)), rank, -1)) ||
+                (bias_keeps_shape(desc_const(desc_other(m1, ad->out[0].name)), rank, -1) &&
+                 desc_other(m2, x) && same_name(desc_other(m2, x), m1->out[0].name)));
     return gelu ? 7 : 2;
 }
 

@@ -126,7 +126,8 @@ typedef struct nnc_op {
 enum { ACT_NONE = 0, ACT_RELU, ACT_CLIP, ACT_LEAKY, ACT_GELU_ERF, ACT_HARDSWISH, ACT_SILU };
 typedef struct nnc_act {
     int kind;
-    float a, b; /* CLIP: min, max; LEAKY: alpha; GELU_ERF: the divisor (nnc_vgelu_erf) */
+    float a, b; /* CLIP: min, max; LEAKY: alpha; GELU_ERF: the divisor, b != 0: halved first
+                 * (nnc_vgelu_erf) */
 } nnc_act;
 
 typedef struct nnc_node {
@@ -288,7 +289,7 @@ void nnc_vsigmoid(const float *x, float *y, int64_t n);
 void nnc_vtanh(const float *x, float *y, int64_t n);
 void nnc_verf(const float *x, float *y, int64_t n);
 /* (x * (erf(x / d) + 1)) * 0.5: the exact Gelu as ONNX exports decompose it */
-void nnc_vgelu_erf(const float *x, float *y, int64_t n, float d);
+void nnc_vgelu_erf(const float *x, float *y, int64_t n, float d, int halve_first);
 
 /* Memory. */
 void *nnc_alloc(size_t nbytes); /* 64-byte aligned, NULL on failure */

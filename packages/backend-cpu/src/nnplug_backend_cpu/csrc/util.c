@@ -411,7 +411,7 @@ void nnc_apply_act(float *x, int64_t n, const nnc_act *a)
         for (int64_t i = 0; i < n; i++) x[i] = x[i] >= 0.f ? x[i] : x[i] * al;
         break;
     }
-    case ACT_GELU_ERF: nnc_vgelu_erf(x, x, n, a->a); break;
+    case ACT_GELU_ERF: nnc_vgelu_erf(x, x, n, a->a, a->b != 0.f); break;
     case ACT_HARDSWISH: { /* as the HardSwish kernel (op_unary.c) computes it */
         float t[256];
         for (int64_t i0 = 0; i0 < n; i0 += 256) {

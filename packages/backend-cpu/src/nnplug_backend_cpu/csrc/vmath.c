@@ -141,10 +141,20 @@ void nnc_verf(const float *x, float *y, int64_t n)
 }
 
 /* The exact (erf) Gelu in the operations of its ONNX decomposition, (v * (erf(v / d) + 1)) * 0.5,
- * so a fused pattern rounds as the separate nodes do; d is the pattern's divisor (sqrt 2). */
+ * or with halve_first v * ((erf(v / d) + 1) * 0.5) (torch's dynamo exporter), so a fused pattern
+ * rounds as the separate nodes do (they differ where v * 2 overflows); d is the pattern's
+ * divisor (sqrt 2). */
 MULTIVERSION
-void nnc_vgelu_erf(const float *x, float *y, int64_t n, float d)
+void nnc_vgelu_erf(const float *x, float *y, int64_t n, float d, int halve_first)
 {
+    if (halve_first) {
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i], u = v / d, r = erf_core(u);
+            r = u != u ? u : r;
+            y[i] = v * ((r + 1.f) * 0.5f);
+        }
+        return;
+    }
     for (int64_t i = 0; i < n; i++) {
         float v = x[i], u = v / d, r = erf_core(u);
         r = u != u ? u : r;

@@ -937,8 +937,9 @@ static int binary_with(const ox_graph *g, int o, int v, dnnl_alg_kind_t alg, int
 }
 
 /* The exact GELU as exported from PyTorch, on value x read by nothing else:
- * Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5) (Div may be Mul by 1/sqrt 2; the Muls either
- * way round). Fills chain[5] with the ops in order; 1 when found. */
+ * Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5), or as its dynamo exporter writes it,
+ * Mul(x, Mul(Add(Erf(Div(x, sqrt 2)), 1), 0.5)) (Div may be Mul by 1/sqrt 2; the Muls' operands
+ * either way round). Fills chain[5] with the ops in order; 1 when found. */
 static int gelu_chain(const ox_graph *g, int x, int *chain)
 {
     if (x == g->out || g->vals[x].consumers != 2) return 0;
@@ -964,14 +965,22 @@ static int gelu_chain(const ox_graph *g, int x, int *chain)
     int a = sole_consumer(g, g->ops[e].out);
     int one = binary_with(g, a, g->ops[e].out, dnnl_binary_add, 0);
     if (one < 0 || !const_is(g, one, 1.0, 0.0)) return 0;
-    if (binary_with(g, m, x, dnnl_binary_mul, 0) != g->ops[a].out ||
-        sole_consumer(g, g->ops[a].out) != m)
-        return 0;
-    int h = sole_consumer(g, g->ops[m].out);
-    int half = binary_with(g, h, g->ops[m].out, dnnl_binary_mul, 0);
-    if (half < 0 || !const_is(g, half, 0.5, 0.0)) return 0;
+    int h = sole_consumer(g, g->ops[a].out), seq[5] = {d, e, a, m, -1};
+    if (h == m) { /* x * (erf + 1), then * 0.5 (the TorchScript exporter) */
+        if (binary_with(g, m, x, dnnl_binary_mul, 0) != g->ops[a].out) return 0;
+        seq[4] = h = sole_consumer(g, g->ops[m].out);
+        int half = binary_with(g, h, g->ops[m].out, dnnl_binary_mul, 0);
+        if (half < 0 || !const_is(g, half, 0.5, 0.0)) return 0;
+    } else { /* (erf + 1) * 0.5, then x * that (the dynamo exporter) */
+        int half = binary_with(g, h, g->ops[a].out, dnnl_binary_mul, 0);
+        if (half < 0 || !const_is(g, half, 0.5, 0.0) ||
+            binary_with(g, m, x, dnnl_binary_mul, 0) != g->ops[h].out ||
+            sole_consumer(g, g->ops[h].out) != m)
+            return 0;
+        seq[3] = h;
+        seq[4] = m;
+    }
     /* every operand must have x's shape (no broadcasting hides in the pattern) */
-    int seq[5] = {d, e, a, m, h};
     for (int i = 0; i < 5; i++)
         if (!same_dims(&g->vals[g->ops[seq[i]].out], &g->vals[x])) return 0;
     memcpy(chain, seq, sizeof seq);
