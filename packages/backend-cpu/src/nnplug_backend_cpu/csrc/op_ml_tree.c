@@ -44,7 +44,7 @@ typedef struct {
     struct fast_node *fnodes, *fbase; /* fnodes[~k], k < nleaves: leaf k, a node looping to
                                        * itself (so a finished walk can keep stepping) */
     int32_t *froots; /* per tree: a fast node, or ~leaf for a one-leaf tree */
-    int32_t *fleaf;  /* leaf k's index in the node table above */
+    int32_t *fleaf; /* leaf k's index in the node table above */
     int fast_mode;
 } tree_model;
 
@@ -830,7 +830,7 @@ static inline void add_leaf(const tree_model *m, int64_t leaf, double *acc, unsi
 {
     int64_t w0 = m->wstart[leaf], w1 = w0 + m->wcount[leaf];
     if (single && w1 > w0 + 1) w1 = w0 + 1; /* one target: the leaf's first weight */
-    if (single && w1 == w0) {               /* a leaf without weight counts as 0 (onnxruntime) */
+    if (single && w1 == w0) { /* a leaf without weight counts as 0 (onnxruntime) */
         double v = 0.0;
         if (m->agg == AGG_MIN) acc[0] = !has[0] || v < acc[0] ? v : acc[0];
         else if (m->agg == AGG_MAX) acc[0] = !has[0] || v > acc[0] ? v : acc[0];
@@ -851,39 +851,39 @@ static inline void add_leaf(const tree_model *m, int64_t leaf, double *acc, unsi
  * rows step together, without a branch per row (a row at its leaf keeps stepping in place),
  * so that their loads overlap; the last rows of a block walk one by one. */
 #define WALK_ROWS 8 /* rows stepping together: 16 measured slower, 4 slower still */
-#define FAST_WALK(NAME, CMP)                                                                      \
-    static void NAME(const fast_node *fn, int32_t root, const float *x, int64_t F, int64_t nr,   \
-                     int32_t *leaf)                                                               \
-    {                                                                                             \
-        int64_t r = 0;                                                                            \
-        for (; root >= 0 && r + WALK_ROWS <= nr; r += WALK_ROWS) {                                \
-            int32_t i[WALK_ROWS];                                                                 \
-            for (int q = 0; q < WALK_ROWS; q++) i[q] = root;                                      \
-            for (;;) {                                                                            \
-                int32_t all = -1;                                                                 \
-                for (int q = 0; q < WALK_ROWS; q++) {                                             \
-                    FAST_STEP(CMP, i[q], x + (r + q) * F);                                        \
-                    all &= i[q];                                                                  \
-                }                                                                                 \
-                if (all < 0) break;                                                               \
-            }                                                                                     \
-            for (int q = 0; q < WALK_ROWS; q++) leaf[r + q] = ~i[q];                              \
-        }                                                                                         \
-        for (; r < nr; r++) {                                                                     \
-            int32_t i = root;                                                                     \
-            const float *xr = x + r * F;                                                          \
-            while (i >= 0) FAST_STEP(CMP, i, xr);                                                 \
-            leaf[r] = ~i;                                                                         \
-        }                                                                                         \
+#define FAST_WALK(NAME, CMP)                                                                   \
+    static void NAME(const fast_node *fn, int32_t root, const float *x, int64_t F, int64_t nr, \
+                     int32_t *leaf)                                                            \
+    {                                                                                          \
+        int64_t r = 0;                                                                         \
+        for (; root >= 0 && r + WALK_ROWS <= nr; r += WALK_ROWS) {                             \
+            int32_t i[WALK_ROWS];                                                              \
+            for (int q = 0; q < WALK_ROWS; q++) i[q] = root;                                   \
+            for (;;) {                                                                         \
+                int32_t all = -1;                                                              \
+                for (int q = 0; q < WALK_ROWS; q++) {                                          \
+                    FAST_STEP(CMP, i[q], x + (r + q) * F);                                     \
+                    all &= i[q];                                                               \
+                }                                                                              \
+                if (all < 0) break;                                                            \
+            }                                                                                  \
+            for (int q = 0; q < WALK_ROWS; q++) leaf[r + q] = ~i[q];                           \
+        }                                                                                      \
+        for (; r < nr; r++) {                                                                  \
+            int32_t i = root;                                                                  \
+            const float *xr = x + r * F;                                                       \
+            while (i >= 0) FAST_STEP(CMP, i, xr);                                              \
+            leaf[r] = ~i;                                                                      \
+        }                                                                                      \
     }
 /* one step of row walk i; a finished walk (i < 0) is at a leaf, which loops to itself */
-#define FAST_STEP(CMP, i, xr)                                                                     \
-    do {                                                                                          \
-        const fast_node *nd = &fn[i];                                                             \
-        uint32_t fm = nd->feat;                                                                   \
-        float v = (xr)[fm & 0x7fffffffu];                                                         \
-        int c = (CMP(v, nd->thr)) | ((int)(fm >> 31) & (v != v));                                \
-        i = nd->child[c];                                                                         \
+#define FAST_STEP(CMP, i, xr)                                     \
+    do {                                                          \
+        const fast_node *nd = &fn[i];                             \
+        uint32_t fm = nd->feat;                                   \
+        float v = (xr)[fm & 0x7fffffffu];                         \
+        int c = (CMP(v, nd->thr)) | ((int)(fm >> 31) & (v != v)); \
+        i = nd->child[c];                                         \
     } while (0)
 #define CMP_LEQ(v, t) ((v) <= (t))
 #define CMP_LT(v, t) ((v) < (t))
