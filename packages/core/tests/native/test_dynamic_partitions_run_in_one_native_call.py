@@ -1,9 +1,12 @@
 """A partition with shapes known only at run time runs in ONE native call on a backend with
 ``run_dynamic`` (ABI 1.6): the same answers as kernel by kernel and as onnxruntime, failures
-named as before, profiled runs still timed kernel by kernel, concurrent runs apart."""
+named as before, profiled runs still timed kernel by kernel, concurrent runs apart. A run with
+numpy feeds and a symbolic batch takes the short way (nnplug.host_path) to that call, with the
+general path's answers and errors."""
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import numpy as np
@@ -13,6 +16,7 @@ from onnx import TensorProto, helper
 from test_end_to_end import _x, mlp, reference
 
 import nnplug
+from nnplug.runcontext import RunContext, running
 
 
 def _run_all(lib, model, feeds_list, **load):
@@ -113,3 +117,69 @@ def test_concurrent_runs_of_one_dynamic_partition_keep_their_shapes_apart(libs):
             for t in threads:
                 t.join()
     assert not errors, errors[0]
+
+
+# -- the short way of a run (nnplug.host_path) with symbolic dims -----------------------------
+def _python_calls(fn) -> int:
+    count = 0
+
+    def prof(frame, event, arg):
+        nonlocal count
+        count += event == "call"
+
+    sys.setprofile(prof)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return count - 1
+
+
+def add_model():
+    """z[N, 4] = Add(x[N, 4], y[N, 4]): one symbol over two inputs."""
+    g = helper.make_graph([helper.make_node("Add", ["x", "y"], ["z"], name="add")], "g",
+                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", 4])
+                           for n in "xy"],
+                          [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["N", 4])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_symbolic_batch_takes_the_short_way_with_the_general_paths_answers(libs, stats):
+    model = mlp(batch="N")
+    with bare_runtime() as rt:
+        rt.register_backend(libs["testcpu"])
+        with rt.load(model) as net:
+            for batch in (3, 1, 0):
+                x = _x(batch, seed=batch)
+                net.run({"x": x})
+                short = _python_calls(lambda x=x: net.run({"x": x}))
+                with running(RunContext(tag="general")):  # a run context: the general path
+                    general = _python_calls(lambda x=x: net.run({"x": x}))
+                    want = net.run({"x": x})["y"]
+                assert short <= 30 and 2 * short < general, (short, general)
+                before = stats("testcpu")
+                got = net.run({"x": x})["y"]
+                assert stats("testcpu")["run_dynamic"] - before["run_dynamic"] == 1
+                np.testing.assert_array_equal(got, want)
+                np.testing.assert_allclose(got, reference(model, {"x": x}), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("feeds, message", [
+    ({"x": np.ones((2, 4), np.float32), "y": np.ones((3, 4), np.float32)}, "N"),
+    ({"x": np.ones((2, 4), np.float32), "y": np.ones((2, 5), np.float32)}, "input 'y'"),
+    ({"x": np.ones((2, 4), np.float32), "y": np.ones((2, 4), np.float64)}, "float64"),
+    ({"x": np.ones((2, 4, 1), np.float32), "y": np.ones((2, 4), np.float32)}, "input 'x'"),
+])
+def test_feeds_that_do_not_fit_the_symbols_get_the_general_paths_error(libs, feeds, message):
+    with bare_runtime() as rt:
+        rt.register_backend(libs["testcpu"])
+        with rt.load(add_model()) as net:
+            np.testing.assert_array_equal(
+                net.run({"x": np.ones((2, 4), np.float32), "y": np.ones((2, 4), np.float32)})["z"],
+                np.full((2, 4), 2, np.float32))
+            with pytest.raises(nnplug.NnplugError) as short:
+                net.run(feeds)
+            with running(RunContext(tag="general")), pytest.raises(nnplug.NnplugError) as general:
+                net.run(feeds)
+    assert message in str(short.value)
+    assert str(short.value) == str(general.value)
