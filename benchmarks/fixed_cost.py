@@ -4,8 +4,8 @@ the way from ``run()`` to the native call and back, nnplug beside onnxruntime.
     python benchmarks/fixed_cost.py [--runs 2000] [--rounds 9] [--backend cpu]
 
 Models: one Relu on [1, 8] float32; a chain of 10 elementwise nodes on [1, 8]; a small MLP
-(two Gemm + Relu, [1, 16] -> 32 -> 4); the one Relu on [N, 8] (a symbolic batch: the
-general path, kernels run one by one with shapes asked at run time). Per model it times, interleaved in one process (each
+(two Gemm + Relu, [1, 16] -> 32 -> 4); the one Relu on [N, 8] (a symbolic batch: shapes
+asked at run time, in the backend's one run_dynamic call). Per model it times, interleaved in one process (each
 engine ``--runs`` runs in turn, ``--rounds`` times, the median per-run time of each engine's
 rounds): ``Network.run``, ``nnplug.InferenceSession.run``,
 ``nnplug.onnxruntime.InferenceSession.run`` and onnxruntime's ``InferenceSession.run``
@@ -65,7 +65,7 @@ def mlp():
 MODELS = {"one node (Relu [1,8])": (one_node, (1, 8)),
           "10-node elementwise chain": (chain10, (1, 8)),
           "MLP 16-32-4": (mlp, (1, 16)),
-          "one node, symbolic batch (general path)": (one_node_symbolic, (1, 8))}
+          "one node, symbolic batch": (one_node_symbolic, (1, 8))}
 
 
 def per_run_us(fn, runs: int) -> float:
