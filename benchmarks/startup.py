@@ -2,12 +2,18 @@
 model, beside onnxruntime, each in a fresh interpreter.
 
     python benchmarks/startup.py [--runs 15]
+    python benchmarks/startup.py --models light_resnet50.onnx bert-base.onnx [--runs 5]
 
 Every case runs ``--runs`` times in its own new process; the cases take turns (one run of
 each, repeated), so load from other processes hits them alike. A child times only the
 statement (the interpreter's own start is the same for both engines) and the figure is the
 median. The load average is printed beside every figure: only figures taken at a load near 0
 are results.
+
+With ``--models``, session creation alone on those model files, in this one process: after a
+warm-up session each (so one-time costs, ``import onnx`` and the plugins' first load, are left
+out), nnplug's default session, nnplug on ``providers=["cpu"]`` and onnxruntime's take turns
+``--runs`` times, and the figure is the fastest run (the machine's load only adds time).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 
 import nnplug.demo
 
@@ -57,12 +64,54 @@ def run_once(case: str) -> float:
     return float(done.stdout.split()[-1])
 
 
+SESSIONS = {
+    "nnplug": lambda path: nnplug.InferenceSession(path),
+    "nnplug cpu": lambda path: nnplug.InferenceSession(path, providers=["cpu"]),
+    "onnxruntime": lambda path: _ort_session(path),
+}
+"""name -> how that engine makes a session of a model file (timed in this process)."""
+
+
+def _ort_session(path):
+    import onnxruntime
+
+    so = onnxruntime.SessionOptions()
+    so.log_severity_level = 3  # its warnings about unused initializers would fill the table
+    return onnxruntime.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+
+
+def time_sessions(paths: list[str], runs: int) -> int:
+    print(f"session creation, fastest of {runs} in one process after a warm-up "
+          f"(import onnx and the plugins' first load excluded)")
+    print(f"{'model':<28}" + "".join(f"{e:>14}" for e in SESSIONS)
+          + f"{'ratio':>8}{'cpu ratio':>11}   load average")
+    for path in paths:
+        best = {}
+        for make in SESSIONS.values():  # warm-up: file cache, imports, plugins
+            make(path)
+        for _ in range(runs):
+            for engine, make in SESSIONS.items():
+                t0 = time.perf_counter()
+                make(path)
+                t = time.perf_counter() - t0
+                best[engine] = min(best.get(engine, t), t)
+        ort = best["onnxruntime"]
+        print(f"{os.path.basename(path):<28}" + "".join(f"{best[e]:>13.3f}s" for e in SESSIONS)
+              + f"{best['nnplug'] / ort:>8.2f}{best['nnplug cpu'] / ort:>11.2f}   "
+              f"{os.getloadavg()[0]:.2f}")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--models", nargs="+", metavar="PATH",
+                    help="time session creation on these .onnx files instead")
     args = ap.parse_args(argv)
     if args.runs < 1:
         ap.error("--runs must be at least 1")
+    if args.models:
+        return time_sessions(args.models, args.runs)
     times: dict[str, list[float]] = {c: [] for c in CASES}
     loads: dict[str, list[float]] = {c: [] for c in CASES}
     for c in CASES:  # warm the file and bytecode caches: a first start reads and compiles

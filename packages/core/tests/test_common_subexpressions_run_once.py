@@ -110,6 +110,25 @@ def test_large_constants_merge_only_when_every_byte_is_equal(differ_at):
     assert merged == ({"second": "first"} if differ_at is None else {})
 
 
+
+def test_large_constants_alike_in_samples_merge_by_their_whole_bits():
+    """Of four weights whose sampled bytes are all equal, the two equal ones merge; one that
+    differs only between the samples, and one whose zero there is -0.0, keep their nodes."""
+    w = np.linspace(-1, 1, 10001, dtype=np.float32)  # w[5000] is 0.0
+    other, signed = w.copy(), w.copy()
+    other[5000] = np.float32(0.5)
+    signed[5000] = np.float32(-0.0)
+    inits = {"w": w, "same": w.copy(), "other": other, "signed": signed}
+    nodes = [helper.make_node("Mul", ["x", name], [f"m_{name}"], name=f"mul_{name}")
+             for name in inits]
+    nodes += [helper.make_node("Sum", [f"m_{name}" for name in inits], ["y"], name="sum")]
+    vi = [helper.make_tensor_value_info(v, TensorProto.FLOAT, [10001]) for v in ("x", "y")]
+    m = load(model_of(nodes, vi[:1], vi[1:],
+                      [numpy_helper.from_array(a, name) for name, a in inits.items()]))
+    kept, merged = merge_common_subexpressions(m.nodes, m.constants, {"y"}, {})
+    assert merged == {"mul_same": "mul_w"}
+    assert [n.name for n in kept] == ["mul_w", "mul_other", "mul_signed", "sum"]
+
 def test_attributes_must_match():
     nodes = [helper.make_node("Softmax", ["x"], ["a"], name="s0", axis=0),
              helper.make_node("Softmax", ["x"], ["b"], name="s1", axis=1),

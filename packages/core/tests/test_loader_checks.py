@@ -123,3 +123,18 @@ def test_a_weight_whose_data_does_not_fit_its_dims_is_named():
     with make_runtime(NumpyBackend()) as rt, \
             pytest.raises(nnplug.ModelError, match="initializer 'w' cannot be read.*\\[8, 1024\\]"):
         rt.load(model)
+
+
+def test_an_empty_graph_is_named_and_a_named_empty_one_goes_to_the_checker():
+    """Only a graph with nothing set is 'empty' (the check reads which fields are set, not
+    the serialized size, which walks every weight); one with just a name is the checker's."""
+    from nnplug.stages.loader import load
+
+    empty = h.make_model(onnx.GraphProto(), opset_imports=[h.make_opsetid("", 17)])
+    with pytest.raises(nnplug.ModelError, match="the model has an empty graph"):
+        load(empty)
+    named = h.make_model(onnx.GraphProto(name="g"), opset_imports=[h.make_opsetid("", 17)])
+    try:
+        load(named)
+    except nnplug.ModelError as e:
+        assert "empty graph" not in str(e)

@@ -25,6 +25,7 @@ class DescBuilder:
         self.values = values
         self.constants = constants
         self._keep: list = []
+        self._built: dict[int, tuple[Node, abi.NodeDesc]] = {}  # id(node) -> its descriptor
 
     def _hold(self, obj):
         self._keep.append(obj)
@@ -133,9 +134,16 @@ class DescBuilder:
         out.num_outputs, out.outputs = len(node.outputs), outs
 
     def nodes(self, nodes: list[Node]):
+        """An array of ``nodes``' descriptors. Each node's is built once per builder and
+        copied into later arrays: the build stage offers overlapping runs of a partition to
+        ``fuse`` from every node on, and building each anew made that quadratic."""
         arr = self._hold((abi.NodeDesc * max(len(nodes), 1))())
         for i, n in enumerate(nodes):
-            self.node(n, arr[i])
+            built = self._built.get(id(n))
+            if built is None:
+                built = self._built[id(n)] = (n, self._hold(abi.NodeDesc()))  # n keeps its id
+                self.node(n, built[1])
+            arr[i] = built[1]  # a copy of the struct; what it points to the builder holds
         return arr
 
 

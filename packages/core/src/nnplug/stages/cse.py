@@ -108,10 +108,34 @@ def _constant_keys(names: set[str], constants: dict) -> dict[str, tuple]:
         for x in xs:
             samples.setdefault(_sample(np.asarray(constants[x])), []).append(x)
         for sample, ys in samples.items():
-            for y in ys:
-                keys[y] = ("const", *_array_key(np.asarray(constants[y]))) if len(ys) > 1 \
-                    else ("const", dt, shape, "sampled", sample)
+            if len(ys) == 1:
+                keys[ys[0]] = ("const", dt, shape, "sampled", sample)
+                continue
+            for y, first in _equal_to(ys, constants).items():
+                keys[y] = ("const", dt, shape, "same bits as", first)
     return keys
+
+
+def _equal_to(names: list[str], constants: dict) -> dict[str, str]:
+    """Each of ``names`` (arrays of one dtype and shape) -> the first of them with the same
+    bits. Told apart by a fast hash of their bytes, then compared whole: a digest as strong
+    as blake2b's reads the bytes four times slower, and a 64-bit hash alone could collide."""
+    buckets: dict[int, list[str]] = {}
+    for x in names:
+        buckets.setdefault(hash(np.ascontiguousarray(constants[x]).tobytes()), []).append(x)
+    first: dict[str, str] = {}
+    for xs in buckets.values():
+        classes: list[tuple[np.ndarray, str]] = []  # (bytes, first name) per set of equal ones
+        for x in xs:
+            bits = np.ascontiguousarray(constants[x]).reshape(-1).view(np.uint8)
+            for rep, name in classes:
+                if np.array_equal(rep, bits):
+                    first[x] = name
+                    break
+            else:
+                classes.append((bits, x))
+                first[x] = x
+    return first
 
 
 def _sample(a: np.ndarray) -> bytes:
