@@ -74,6 +74,7 @@ class DynamicSteps:
         self._values_template = bytes(values)
         self._shapes_template = bytes(shapes)
         self._values_type, self._shapes_type = type(values), type(shapes)
+        self._symbols_type = C.c_int64 * max(len(self.symbol_names), 1)
 
         # the steps: inputs by value index (constants and omitted ones as tensors), outputs,
         # and the TEMP values each step is the last to read
@@ -146,14 +147,12 @@ class DynamicSteps:
         shapes = self._shapes_type.from_buffer_copy(self._shapes_template)
         for i, arr in enumerate(arrays[:self.num_inputs]):
             t = values[i]
-            t.data = arr.ctypes.data
-            t.ndim = arr.ndim
+            t.data = _address(arr)
+            t.ndim = n = arr.ndim
             if self.dtypes[i] is None:  # a type the model leaves open: the array's
                 t.dtype = abi.dtype_of(arr.dtype)
-            for d, size in enumerate(arr.shape):
-                shapes[i * ROW + d] = size
-        syms = (C.c_int64 * max(len(self.symbol_names), 1))(
-            *[symbols.get(n, -1) for n in self.symbol_names])
+            shapes[i * ROW:i * ROW + n] = arr.shape
+        syms = self._symbols_type(*[symbols.get(n, -1) for n in self.symbol_names])
         token = next(self._tokens)
         made: dict = {}
         self._runs[token] = made
@@ -202,6 +201,19 @@ class DynamicSteps:
         for i, n in enumerate(self.symbol_names):
             if run.symbols[i] >= 0:
                 yield n, run.symbols[i]
+
+
+def _address(a: np.ndarray) -> int:
+    """The address of an array's first byte: through ctypes' view of its buffer, several times
+    cheaper than ``a.ctypes.data``, which stays for read-only and empty arrays."""
+    try:
+        return _addressof(_from_buffer(a))
+    except (TypeError, ValueError, BufferError):
+        return a.ctypes.data
+
+
+_addressof = C.addressof
+_from_buffer = C.c_char.from_buffer
 
 
 def usable(runner) -> bool:
