@@ -17,16 +17,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 import warnings
 from functools import partial
 
 import numpy as np
 
-QUIET_S = 0.1
-SETTLE_S = 0.15
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from zoo import time_rounds as zoo_time_rounds  # noqa: E402 - the zoo benchmark's pacing
+
 F = 20
 
 
@@ -83,19 +82,8 @@ def models():
 
 
 def time_rounds(runners: dict, rounds: int, per_round: int) -> dict:
-    times = {name: [] for name in runners}
-    for _ in range(rounds):
-        for name, fn in runners.items():
-            time.sleep(QUIET_S)
-            start = time.perf_counter()
-            fn()
-            while time.perf_counter() - start < SETTLE_S:
-                fn()
-            for _ in range(per_round):
-                t = time.perf_counter()
-                fn()
-                times[name].append(time.perf_counter() - t)
-    return {name: statistics.median(ts) * 1e6 for name, ts in times.items()}
+    """zoo.py's interleaved timing, in microseconds."""
+    return {name: ms * 1e3 for name, ms in zoo_time_rounds(runners, rounds, per_round).items()}
 
 
 def same(got, want, name):

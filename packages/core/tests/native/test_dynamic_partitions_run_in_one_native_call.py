@@ -6,13 +6,13 @@ general path's answers and errors."""
 
 from __future__ import annotations
 
-import sys
 import threading
 
 import numpy as np
 import pytest
 from nativelib import bare_runtime
 from onnx import TensorProto, helper
+from test_a_static_host_run_has_a_small_fixed_cost import python_calls
 from test_end_to_end import _x, mlp, reference
 
 import nnplug
@@ -120,21 +120,6 @@ def test_concurrent_runs_of_one_dynamic_partition_keep_their_shapes_apart(libs):
 
 
 # -- the short way of a run (nnplug.host_path) with symbolic dims -----------------------------
-def _python_calls(fn) -> int:
-    count = 0
-
-    def prof(frame, event, arg):
-        nonlocal count
-        count += event == "call"
-
-    sys.setprofile(prof)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return count - 1
-
-
 def add_model():
     """z[N, 4] = Add(x[N, 4], y[N, 4]): one symbol over two inputs."""
     g = helper.make_graph([helper.make_node("Add", ["x", "y"], ["z"], name="add")], "g",
@@ -152,9 +137,9 @@ def test_a_symbolic_batch_takes_the_short_way_with_the_general_paths_answers(lib
             for batch in (3, 1, 0):
                 x = _x(batch, seed=batch)
                 net.run({"x": x})
-                short = _python_calls(lambda x=x: net.run({"x": x}))
+                short = python_calls(lambda x=x: net.run({"x": x}))
                 with running(RunContext(tag="general")):  # a run context: the general path
-                    general = _python_calls(lambda x=x: net.run({"x": x}))
+                    general = python_calls(lambda x=x: net.run({"x": x}))
                     want = net.run({"x": x})["y"]
                 assert short <= 30 and 2 * short < general, (short, general)
                 before = stats("testcpu")
