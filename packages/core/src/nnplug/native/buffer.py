@@ -34,6 +34,21 @@ def fill_tensor(t: abi.Tensor, dev: Device, shape, dtype, keep: list) -> None:
         t.shape = arr
 
 
+# An array's address through ctypes' view of its buffer is several times cheaper than
+# ``a.ctypes.data``, which stays for read-only and empty arrays (no writable byte to view) and
+# dtypes the buffer protocol lacks (bfloat16, float8 from ml_dtypes).
+addressof = C.addressof
+from_buffer = C.c_char.from_buffer
+
+
+def address_of(a) -> int:
+    """The address of a numpy array's first byte (see above)."""
+    try:
+        return addressof(from_buffer(a))
+    except (TypeError, ValueError, BufferError):
+        return a.ctypes.data
+
+
 def _free_buffer(lib, ptr, dev, workspace, held):
     try:
         if lib.loaded:

@@ -19,7 +19,7 @@ from ..errors import BackendError
 from ..runcontext import output_buffer
 from ..shapecheck import fmt, mismatch
 from . import abi, string_tensors
-from .buffer import cdev, fill_tensor
+from .buffer import address_of, cdev
 
 ROW = abi.MAX_NDIM
 
@@ -35,6 +35,8 @@ class DynamicSteps:
         names = list(dict.fromkeys(runner.inputs))  # the inputs first, each once
         kinds = [abi.VALUE_INPUT] * len(names)
         self.num_inputs = len(names)
+        # where each of those first appears among the runner's inputs (run() takes them all)
+        self._first = [runner.inputs.index(n) for n in names]
         outputs = set(runner.outputs)
         for k in kernels:
             for o in k.outputs:
@@ -92,17 +94,15 @@ class DynamicSteps:
                 freed.setdefault(s, []).append(index[n])
         keep = []
         steps = (abi.DynamicStep * max(len(kernels), 1))()
-        for s, k in enumerate(kernels):
+        for s, (k, (consts, ask_shapes, _)) in enumerate(zip(kernels, runner.plans)):
             st = steps[s]
             st.kernel = k.ptr
             ins = (abi.Tensor * max(len(k.inputs), 1))()
             in_ids = (C.c_int32 * max(len(k.inputs), 1))()
             for i, n in enumerate(k.inputs):
                 in_ids[i] = index.get(n, -1) if n else -1
-                if n and n not in index:  # a constant, passed as the per-kernel path does
-                    arr = runner.consts[n]
-                    fill_tensor(ins[i], runner.dev, arr.shape, arr.dtype, keep)
-                    ins[i].data = runner.const_ptr.get(n)
+            for i, t in consts.items():  # the tensors the per-kernel path passes
+                ins[i] = t
             out_ids = (C.c_int32 * max(len(k.outputs), 1))(
                 *[index[o] if o else -1 for o in k.outputs])
             rel = freed.get(s, [])
@@ -110,7 +110,7 @@ class DynamicSteps:
             keep += [ins, in_ids, out_ids, rel_ids]
             st.num_inputs, st.inputs, st.input_values = len(k.inputs), ins, in_ids
             st.num_outputs, st.output_values = len(k.outputs), out_ids
-            st.ask_shapes = int(any(o and spec.shape(o) is None for o in k.outputs))
+            st.ask_shapes = int(ask_shapes)
             st.num_released, st.released = len(rel), rel_ids
         kind_arr = (C.c_int32 * max(nv, 1))(*kinds)
         keep += [steps, kind_arr, ndims, dims]
@@ -141,13 +141,14 @@ class DynamicSteps:
             return 1
 
     def run(self, arrays, symbols: dict[str, int]) -> dict[str, np.ndarray]:
-        """{produced partition output name: array} of one run; ``arrays``: one per name of
-        :attr:`names` that is an input (the first :attr:`num_inputs`)."""
+        """{produced partition output name: array} of one run; ``arrays``: one per input of
+        the runner, in its order."""
         values = self._values_type.from_buffer_copy(self._values_template)
         shapes = self._shapes_type.from_buffer_copy(self._shapes_template)
-        for i, arr in enumerate(arrays[:self.num_inputs]):
+        for i, j in enumerate(self._first):
+            arr = arrays[j]
             t = values[i]
-            t.data = _address(arr)
+            t.data = address_of(arr)
             t.ndim = n = arr.ndim
             if self.dtypes[i] is None:  # a type the model leaves open: the array's
                 t.dtype = abi.dtype_of(arr.dtype)
@@ -201,19 +202,6 @@ class DynamicSteps:
         for i, n in enumerate(self.symbol_names):
             if run.symbols[i] >= 0:
                 yield n, run.symbols[i]
-
-
-def _address(a: np.ndarray) -> int:
-    """The address of an array's first byte: through ctypes' view of its buffer, several times
-    cheaper than ``a.ctypes.data``, which stays for read-only and empty arrays."""
-    try:
-        return _addressof(_from_buffer(a))
-    except (TypeError, ValueError, BufferError):
-        return a.ctypes.data
-
-
-_addressof = C.addressof
-_from_buffer = C.c_char.from_buffer
 
 
 def usable(runner) -> bool:

@@ -25,7 +25,8 @@ from ..runcontext import current, output_buffer
 from ..shapecheck import bind_symbols, mismatch
 from ..tensor import Tensor, as_contiguous
 from . import abi, string_tensors
-from .buffer import NativeBuffer, cdev, fill_tensor
+from .buffer import NativeBuffer, addressof, cdev, fill_tensor
+from .buffer import from_buffer as _from_buffer
 from .descs import DescBuilder
 from .dynamic_steps import DynamicSteps, usable
 from .profile_hook import NodeEvents, record_kernel
@@ -601,11 +602,7 @@ class StaticRunner(_Runner):
         return result
 
 
-# An array's address through ctypes' view of its buffer is several times cheaper than
-# ``a.ctypes.data``, which stays for read-only and empty arrays (no writable byte to view).
 np_empty = np.empty
-addressof = C.addressof
-_from_buffer = C.c_char.from_buffer
 
 
 def _string_array(t, name) -> np.ndarray:
@@ -636,7 +633,7 @@ class DynamicRunner(_Runner):
     def __init__(self, lib, state, subgraph, dev, spec, consts):
         super().__init__(lib, state, subgraph, dev, spec, consts)
         self.out_shapes_fn = lib.table.kernel_output_shapes
-        self._keep = []  # shape arrays of the constant inputs' tensors in _plans
+        self._keep = []  # shape arrays of the constant inputs' tensors in plans
         self.last_use = {}
         for s, k in enumerate(state.kernels):
             for v in k.inputs:
@@ -656,10 +653,8 @@ class DynamicRunner(_Runner):
                         f"give the model static shapes or use another backend"
                     )
         self._templates = {}  # dtype -> a tensor with this device and dtype (see _put)
-        self._plans = [self._kernel_plan(k) for k in state.kernels]
+        self.plans = [self._kernel_plan(k) for k in state.kernels]
         self.native = DynamicSteps(self) if usable(self) else None
-        # where each input name the native plan takes first appears among the inputs
-        self._first_input = [self.inputs.index(n) for n in dict.fromkeys(self.inputs)]
 
     def _kernel_plan(self, k):
         """What a run of kernel k takes from the load, worked out once: its constant inputs as
@@ -765,14 +760,13 @@ class DynamicRunner(_Runner):
         values = self.spec.values
         for name, a in zip(self.inputs, arrays):
             bind_symbols(values.get(name), a.shape, symbols)
-        made = self.native.run([arrays[i] for i in self._first_input], symbols)
+        made = self.native.run(arrays, symbols)
         by_name = dict(zip(self.inputs, arrays))
         return [made[n] if n in made else by_name[n] if n in by_name else self.consts[n].copy()
                 for n in self.outputs]
 
     def _run_native(self, inputs, env, symbols):
-        made = self.native.run([env[n][3] for n in self.native.names[:self.native.num_inputs]],
-                               symbols)
+        made = self.native.run([env[n][3] for n in self.inputs], symbols)
         result = []
         for n in self.outputs:
             if n in made:
@@ -803,7 +797,7 @@ class DynamicRunner(_Runner):
 
     def _run_kernel(self, s, k, env, symbols):
         keep = []
-        consts, ask_shapes, plan_outs = self._plans[s]
+        consts, ask_shapes, plan_outs = self.plans[s]
         n_in, n_out = len(k.inputs), len(k.outputs)
         tin = (abi.Tensor * max(n_in, 1))()
         for i, v in enumerate(k.inputs):
