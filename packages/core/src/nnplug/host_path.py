@@ -4,7 +4,7 @@ memory, planned once or run through ``run_dynamic``), no run context. What the g
 checks per run is found once here; a run is a few comparisons per feed and one native call per
 step. A symbolic dim of the inputs (a batch ``N``) is bound from the feeds, the same size
 wherever the symbol appears, and the results of a step whose shapes are not all static are
-checked against the model's shapes with those sizes. Anything else (other feed types, a wrong
+checked as the general path checks them (``executor.check_outputs``). Anything else (other feed types, a wrong
 dtype or shape, device backends, a profiler) takes the general path, which checks and reports
 as before.
 """
@@ -16,8 +16,7 @@ import numpy as np
 from .errors import NnplugError
 from .graph import ValueInfo
 from .runcontext import current
-from .shapecheck import bind_symbols, mismatch
-from .stages.executor import Step, step_failed
+from .stages.executor import Step, check_outputs, step_failed
 
 ndarray = np.ndarray
 
@@ -96,7 +95,9 @@ class HostPath:
             if len(results) != len(outs):
                 raise _unexpected(outs)
             if expected is None:
-                _check_symbolic(step, ins, outs, env, results)
+                if any(type(r) is not ndarray for r in results):
+                    raise _unexpected(outs)
+                check_outputs(step, [env[n] for n in ins], results)
             else:
                 for name, r, (shape, dtype) in zip(outs, results, expected):
                     if type(r) is not ndarray or r.shape != shape or r.dtype != dtype:
@@ -130,19 +131,6 @@ def _symbols_agree(feeds, env) -> bool:
                 if type(d) is str and seen.setdefault(d, g) != g:
                     return False
     return True
-
-
-def _check_symbolic(step, ins, outs, env, results) -> None:
-    """The results of a step whose output shapes are not all static, against the model's
-    shapes with the symbols its inputs bind (as the general path checks them)."""
-    symbols: dict[str, int] = {}
-    for name in ins:
-        bind_symbols(step.values.get(name), env[name].shape, symbols)
-    for name, r in zip(outs, results):
-        info = step.values[name]
-        if type(r) is not ndarray or r.dtype != info.dtype or \
-                mismatch(r.shape, None, info, symbols):
-            raise _unexpected([name])
 
 
 def _unexpected(names):

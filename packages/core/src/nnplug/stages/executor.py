@@ -55,7 +55,7 @@ def run_steps(steps: list[Step], env: dict[str, Tensor]) -> dict[str, Tensor]:
                 f"expected {len(s.outputs)}"
             )
         if s.values:
-            _check_outputs(s, ins, outs)
+            check_outputs(s, ins, outs)
         if prof is not None and ctx.kernels == 0:  # the backend timed no kernels itself
             prof.step(s, ins, outs, t0, time.perf_counter_ns())
         for name, t in zip(s.outputs, outs):
@@ -73,7 +73,7 @@ def step_failed(s: Step, e: Exception) -> BackendError:
                         f"{' ...' if len(s.nodes) > 3 else ''}: {type(e).__name__}: {e}")
 
 
-def _check_outputs(s: Step, ins: list[Tensor], outs: list[Tensor]) -> None:
+def check_outputs(s: Step, ins: list[Tensor], outs: list[Tensor]) -> None:
     """A plugin's outputs must have the shapes and dtypes the model says (symbolic dims as
     bound by this step's inputs)."""
     expected = s.static_outputs
