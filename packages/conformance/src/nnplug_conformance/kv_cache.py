@@ -80,21 +80,21 @@ def assert_matches_onnxruntime(rt, backends: list[str], rtol: float = 1e-4, atol
     known shapes only meets the empty tensors then). Returns the node assignment (of the first
     model: a first decoding step's, its past empty), for the caller to check where the nodes
     ran."""
+    import onnxruntime as ort
+
     runs = [(model(shape=s), [s]) for s in SHAPES] if static else [(model(), list(SHAPES))]
     assignment: dict = {}
     for m, shapes in runs:
+        sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
         with rt.load(m, backends=backends) as net:
             for shape in shapes:
-                _check(m, net.run(feeds(*shape)), shape, backends, rtol, atol)
+                _check(m, sess, net.run(feeds(*shape)), shape, backends, rtol, atol)
             assignment = assignment or dict(net.assignment)
     return assignment
 
 
-def _check(m, got: dict, shape, backends, rtol, atol) -> None:
-    """``got`` (a run of ``m`` at ``shape``) against onnxruntime's CPU provider."""
-    import onnxruntime as ort
-
-    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+def _check(m, sess, got: dict, shape, backends, rtol, atol) -> None:
+    """``got`` (a run of ``m`` at ``shape``) against onnxruntime's (``sess``, of ``m``)."""
     f = feeds(*shape)
     for o, want in zip(m.graph.output, sess.run(None, f)):
         name = o.name
