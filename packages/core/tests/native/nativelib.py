@@ -54,3 +54,21 @@ class Stats:
 def bare_runtime(**kw) -> Runtime:
     """A Runtime that loads nothing by itself."""
     return Runtime(CreationOptions.isolated(**kw))
+
+
+def guarded_page(fill: bytes):
+    """A readable page of ``fill`` bytes followed by a PROT_NONE page: (address of the
+    readable page, page size). Never unmapped: tests read across its end."""
+    import mmap
+
+    page = mmap.PAGESIZE
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    base = libc.mmap(None, 2 * page, mmap.PROT_READ | mmap.PROT_WRITE,
+                     mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+    ctypes.memset(base, ord(fill), page)
+    assert libc.mprotect(base + page, page, 0) == 0  # PROT_NONE: the guard page
+    return base, page

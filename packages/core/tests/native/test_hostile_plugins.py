@@ -16,7 +16,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from nativelib import compile_backend, compiler
+from nativelib import compile_backend, compiler, guarded_page
 
 from nnplug.native import strings
 from nnplug.native.loader import LibraryLoadError, check_library_file
@@ -250,18 +250,8 @@ def test_opencl_source_size_is_bounded_and_read_safely(tmp_path, hostile):
 
 def test_string_reads_stop_at_the_limit_and_at_unreadable_memory():
     import ctypes
-    import mmap
 
-    page = mmap.PAGESIZE
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                          ctypes.c_int, ctypes.c_long]
-    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    base = libc.mmap(None, 2 * page, mmap.PROT_READ | mmap.PROT_WRITE,
-                     mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
-    ctypes.memset(base, ord("a"), page)
-    assert libc.mprotect(base + page, page, 0) == 0  # PROT_NONE: the guard page
+    base, page = guarded_page(b"a")
     s = strings.read(base + page - 5, 100)
     assert s.raw == b"aaaaa" and "no NUL terminator" in s.problem
     s = strings.read(base, 10)

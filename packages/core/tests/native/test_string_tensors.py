@@ -3,7 +3,7 @@ offered only to backends that can take them, and checked when a backend hands ba
 
 import numpy as np
 import pytest
-from nativelib import bare_runtime
+from nativelib import bare_runtime, guarded_page
 from onnx import TensorProto, helper
 
 import nnplug
@@ -95,25 +95,6 @@ def test_elements_that_are_not_strings_are_refused(libs):
                 net.run({"s": np.array(["a", 3], dtype=object), "a": np.zeros(3, np.float32)})
 
 
-def _guarded_page():
-    """A readable page of b"x" followed by a PROT_NONE page: (address of the readable page,
-    page size)."""
-    import ctypes
-    import mmap
-
-    page = mmap.PAGESIZE
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                          ctypes.c_int, ctypes.c_long]
-    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    base = libc.mmap(None, 2 * page, mmap.PROT_READ | mmap.PROT_WRITE,
-                     mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
-    ctypes.memset(base, ord("x"), page)
-    assert libc.mprotect(base + page, page, 0) == 0
-    return base, page
-
-
 def test_many_string_outputs_are_read_in_one_pass_and_an_unreadable_one_is_named():
     """Thousands of elements (more than one process_vm_readv takes) come back in order, empty
     ones included; an element reaching into unreadable memory still fails naming it, and the
@@ -121,7 +102,7 @@ def test_many_string_outputs_are_read_in_one_pass_and_an_unreadable_one_is_named
     from nnplug.errors import BackendError
     from nnplug.native import string_tensors, strings
 
-    base, page = _guarded_page()
+    base, page = guarded_page(b"x")
     n = 2500
     items = string_tensors.output_items((n,))
     sizes = [i % 7 for i in range(n)]
