@@ -175,7 +175,7 @@ def test_dynamic_spatial_dims(rt):
     model = dynamic_model(b, ["N", 3, "H", "W"])
     with rt.load(model, backends=BACKENDS) as net:
         # convolutions and pools are planned per shape; the light Add and Relu, whose shapes
-        # may change at every run, are left to cpu (kernels.c, light_with_changing_shape)
+        # may change at every run, are left to cpu (kernels.c, changing_shape_not_worth_a_plan)
         kinds = {n.name: n.op_type for n in model.graph.node}
         assert {kinds[k] for k, v in net.assignment.items() if v == "onednn"} == \
             {"Conv", "MaxPool"}, net.assignment

@@ -252,13 +252,10 @@ def test_symbolic_dims_through_a_reshape_with_a_constant_shape(rt, seq):
     model = helper.make_model(helper.make_graph(g.nodes, "g", gin, [out], ini),
                               opset_imports=[helper.make_opsetid("", 18)])
     with rt.load(model, backends=BACKENDS) as net:
-        if seq == "S":  # a sequence that may change per run: the light nodes are left to cpu
-            kinds = {n.name: n.op_type for n in model.graph.node}
-            assert {kinds[k] for k, v in net.assignment.items() if v == "cpu"} == \
-                {"Add", "Reshape", "Transpose", "Softmax"}, net.assignment
-            assert {kinds[k] for k, v in net.assignment.items() if v == "onednn"} == \
-                {"MatMul"}, net.assignment
-        else:
+        if seq == "S":  # a sequence that may change per run: every node is left to cpu, the
+            # product of a constant weight too (its rows change with the sequence)
+            assert set(net.assignment.values()) == {"cpu"}, net.assignment
+        else:  # only the batch is symbolic: plans kept per batch size
             assert set(net.assignment.values()) == {"onednn"}, net.assignment
         for shape in ((1, 5, 8), (3, 5, 8), (1, 5, 8)) if seq == 5 else ((1, 5, 8), (3, 2, 8)):
             feeds = {"x": rand(*shape)}

@@ -287,6 +287,7 @@ static const int matmul_dts[] = {DT_F32, DT_F16, DT_BF16, DT_F64, DT_I32,
  * epilogue of each 6x16 tile. Threads split the columns in blocks of MM_COLS, so each block of
  * packed B (MM_COLS x 256 floats per depth block) stays in L2 while the rows pass over it. */
 #define MM_COLS 128
+#define MM_SPLIT_B 32768 /* B floats from which a few-rows product is split across threads */
 extern const nnc_op nnc_op_matmul;
 typedef struct {
     float *pb;     /* packed B */
@@ -425,8 +426,12 @@ static int matmul_run_packed(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out
     }
     if (n->act.kind != ACT_NONE) j.ep.act = &n->act;
     int64_t blocks = (s->N + MM_COLS - 1) / MM_COLS;
+    /* few rows read each packed B element once: the time is B's bytes from memory, which two
+     * threads fetch faster than one well before the arithmetic is worth splitting */
     double flops = (double)M * (double)s->N * (double)s->K;
-    if (flops < 2e5 || blocks == 1) mm_packed_cols(&j, 0, blocks, 0);
+    double bfloats = (double)s->N * (double)s->K;
+    if ((flops < 2e5 && !(M <= 4 && bfloats >= MM_SPLIT_B)) || blocks == 1)
+        mm_packed_cols(&j, 0, blocks, 0);
     else nnc_parallel_for(blocks, 1, mm_packed_cols, &j);
     return NNC_OK;
 }
