@@ -182,11 +182,14 @@ static void bin_f32(void *ctx, int64_t n, const char *const *p, const int64_t *s
     case B_SUB: BIN_LOOP(float, float, x - y) break;
     case B_MUL: BIN_LOOP(float, float, x * y) break;
     case B_DIV: BIN_LOOP(float, float, x / y) break;
-    /* x^0.5 as sqrt, but pow's answers at -inf (+inf) and -0 (+0), which onnxruntime gives */
+    /* x^2 and x^3 as products (onnxruntime's answers to the bit; GPT-2's GELU cubes, and powf
+     * took 0.14 ms for its 16K values), x^0.5 as sqrt, but pow's answers at -inf (+inf) and -0
+     * (+0), which onnxruntime gives */
     case B_POW:
         BIN_LOOP(float, float,
-                 y == 2.f ? x * x
-                          : (y == 0.5f ? (x == -INFINITY ? INFINITY : sqrtf(x) + 0.f) : powf(x, y)))
+                 y == 2.f   ? x * x
+                 : y == 3.f ? x * x * x
+                            : (y == 0.5f ? (x == -INFINITY ? INFINITY : sqrtf(x) + 0.f) : powf(x, y)))
         break;
     case B_MAX: BIN_LOOP(float, float, (x != x || x > y) ? x : y) break;
     case B_MIN: BIN_LOOP(float, float, (x != x || x < y) ? x : y) break;
