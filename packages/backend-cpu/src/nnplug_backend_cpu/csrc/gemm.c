@@ -452,7 +452,23 @@ static void packed_cols_avx512(int64_t m, int64_t n, int64_t k, const float *pa,
                     int64_t h = mc - ir < 2 * MR ? mc - ir : 2 * MR, r = i0 + ir;
                     const float *a = pa + r * k + p0 * MR, *b = bp + jr * kc;
                     float *cc = c + r * ldc + jr;
-                    if (h > MR && w > NR)
+                    /* the last rows: no FMAs on a panel's padding rows (a 6-row tile, then
+                     * the rest of its rows, where fewer than 11 are left) */
+                    if (h > MR && h - MR <= FEW_ROWS) {
+                        if (w > NR)
+                            tile_avx512_12(kc, a, MR * k, b, NR * kc, cc, ldc, MR, w, first, e, r,
+                                           jr);
+                        else
+                            tile_avx512_11(kc, a, MR * k, b, NR * kc, cc, ldc, MR, w, first, e, r,
+                                           jr);
+                        a += MR * k;
+                        cc += MR * ldc;
+                        h -= MR;
+                        r += MR;
+                    }
+                    if (h <= FEW_ROWS)
+                        TILES_FEW[h - 1][w > NR](kc, a, b, NR * kc, cc, ldc, w, first, e, r, jr);
+                    else if (h > MR && w > NR)
                         tile_avx512_22(kc, a, MR * k, b, NR * kc, cc, ldc, h, w, first, e, r, jr);
                     else if (h > MR)
                         tile_avx512_21(kc, a, MR * k, b, NR * kc, cc, ldc, h, w, first, e, r, jr);

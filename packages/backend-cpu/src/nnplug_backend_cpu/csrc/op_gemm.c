@@ -118,14 +118,76 @@ static void gemm_mt(gemm_job *j)
     else nnc_parallel_for(j->nblk, 1, gemm_block, j);
 }
 
+/* ---- products with a constant weight, packed once ------------------------------------ */
+
+/* A float32 MatMul whose B is a constant 2-D weight [K, N] (a transformer's projections), or a
+ * Gemm of a constant B (alpha * op(B) packed): B is packed once in the GEMM's panel layout, A's
+ * leading dims are folded into the rows of one product, and a bias (Gemm's C), a residual Add
+ * and an activation fused by the planner run in the epilogue of each 6x16 tile. Threads split the columns in blocks of MM_COLS, so each block of
+ * packed B (MM_COLS x 256 floats per depth block) stays in L2 while the rows pass over it. */
+#define MM_COLS 128
+#define MM_SPLIT_B 32768 /* B floats from which a few-rows product is split across threads */
+
+/* Packing memory of the calling thread, kept between runs, for plans without planned scratch. */
+static _Thread_local float *t_pa;
+static _Thread_local size_t t_pa_bytes;
+
+static float *mm_pack_memory(size_t nbytes)
+{
+    if (t_pa_bytes >= nbytes) return t_pa;
+    float *p = nnc_alloc(nbytes);
+    if (!p) return NULL;
+    nnc_free(t_pa);
+    t_pa = p;
+    t_pa_bytes = nbytes;
+    return p;
+}
+
+typedef struct {
+    int64_t M, N, K;
+    const float *pa, *pb;
+    float *C;
+    nnc_gemm_epi ep;
+} mm_packed_job;
+
+static void mm_packed_cols(void *arg, int64_t b, int64_t e, int tid)
+{
+    (void)tid;
+    const mm_packed_job *j = arg;
+    nnc_sgemm_packed_cols(j->M, j->N, j->K, j->pa, j->pb, j->C, j->N, &j->ep, b * MM_COLS,
+                          e * MM_COLS);
+}
+
+/* C[M x N] = A[M x K] (row-major, packed here) * packed B, then the epilogue: the one way a
+ * product with a constant weight runs (MatMul's and Gemm's). Few rows read each packed B element
+ * once: their time is B's bytes from memory, which two threads fetch faster than one well
+ * before the arithmetic is worth splitting. */
+static int run_packed(nnc_node *n, int64_t M, int64_t K, int64_t N, const float *A, const float *pb,
+                      const nnc_gemm_epi *ep, float *C, nnc_exec *x, nnc_err *e)
+{
+    size_t pan = (size_t)nnc_sgemm_packed_a_floats(M, K) * sizeof(float);
+    float *pa = nnc_scratch(x, 0, pan);
+    if (!pa) pa = mm_pack_memory(pan); /* A's shape known only at run time: no planned scratch */
+    if (!pa) return nnc_node_fail(e, n, "out of memory packing A (%zu bytes)", pan);
+    nnc_sgemm_pack_a(M, K, A, K, pa);
+    mm_packed_job j = {M, N, K, pa, pb, C, *ep};
+    int64_t blocks = (N + MM_COLS - 1) / MM_COLS;
+    double flops = (double)M * (double)N * (double)K, bfloats = (double)N * (double)K;
+    if ((flops < 2e5 && !(M <= 4 && bfloats >= MM_SPLIT_B)) || blocks == 1)
+        mm_packed_cols(&j, 0, blocks, 0);
+    else nnc_parallel_for(blocks, 1, mm_packed_cols, &j);
+    return NNC_OK;
+}
+
 /* ---- Gemm ----------------------------------------------------------------------------- */
 
 typedef struct {
     int ta, tb;
     float alpha, beta;
-    float *packed_b; /* [N][K] = alpha * B^T when B is constant */
+    float *packed_b; /* [N][K] = alpha * B^T when B is constant and A transposed */
+    float *pb;       /* alpha * op(B) in panels (run_packed) when B is constant, A not */
     int64_t pk, pn;
-    float *cbias;    /* beta * C when C is constant */
+    float *cbias;    /* beta * C per column when C is constant and the same for every row */
 } gemm_state;
 
 static void gemm_destroy(nnc_node *n)
@@ -133,6 +195,7 @@ static void gemm_destroy(nnc_node *n)
     gemm_state *s = n->state;
     if (!s) return;
     nnc_free(s->packed_b);
+    nnc_free(s->pb);
     nnc_free(s->cbias);
     free(s);
     n->state = NULL;
@@ -141,6 +204,24 @@ static void gemm_destroy(nnc_node *n)
 int nnc_gemm_can_fuse(const nnc_node *n)
 {
     return n->act.kind == ACT_NONE;
+}
+
+/* beta * C as one value per column, when C is constant and the same for every row ([N], [1, N],
+ * a scalar): the packed product adds it in its epilogue. */
+static int gemm_const_bias(nnc_node *n, gemm_state *s, nnc_err *e)
+{
+    if (!nnc_in_present(n, 2) || s->beta == 0.f || !nnc_in_const(n, 2) || !nnc_in_static(n, 2))
+        return NNC_OK;
+    const nnc_valinfo *c = n->vin[2];
+    int64_t numel = 1;
+    for (int d = 0; d < c->ndim; d++) numel *= c->dims[d];
+    int rows_alike = numel == 1 || (numel == s->pn && c->dims[c->ndim - 1] == s->pn);
+    if (!rows_alike || c->dtype != DT_F32) return NNC_OK;
+    s->cbias = nnc_alloc((size_t)(s->pn ? s->pn : 1) * sizeof(float));
+    if (!s->cbias) return nnc_node_fail(e, n, "out of memory");
+    const float *cd = c->const_data;
+    for (int64_t j = 0; j < s->pn; j++) s->cbias[j] = s->beta * cd[numel == 1 ? 0 : j];
+    return NNC_OK;
 }
 
 static int gemm_create(nnc_node *n, nnc_err *e)
@@ -174,14 +255,29 @@ static int gemm_create(nnc_node *n, nnc_err *e)
         const nnc_valinfo *b = n->vin[1];
         int64_t K = b->dims[s->tb ? 1 : 0], N = b->dims[s->tb ? 0 : 1];
         if (K * N > INT32_MAX || K > INT32_MAX) return nnc_node_fail(e, n, "B is too large");
+        const float *src = b->const_data;
+        s->pk = K;
+        s->pn = N;
+        if (!s->ta) { /* the product of MatMul's constant weights, bias in its epilogue */
+            s->pb = nnc_alloc((size_t)nnc_sgemm_packed_b_floats(K, N) * sizeof(float));
+            float *row = malloc((size_t)(N ? N : 1) * sizeof(float));
+            if (!s->pb || !row) {
+                free(row);
+                return nnc_node_fail(e, n, "out of memory packing B");
+            }
+            for (int64_t k = 0; k < K; k++) {
+                for (int64_t nn = 0; nn < N; nn++)
+                    row[nn] = s->alpha * (s->tb ? src[nn * K + k] : src[k * N + nn]);
+                nnc_sgemm_pack_b_row(K, k, N, row, s->pb);
+            }
+            free(row);
+            return gemm_const_bias(n, s, e);
+        }
         s->packed_b = nnc_alloc((size_t)(K * N) * sizeof(float));
         if (!s->packed_b) return nnc_node_fail(e, n, "out of memory packing B");
-        const float *src = b->const_data;
         for (int64_t nn = 0; nn < N; nn++)
             for (int64_t k = 0; k < K; k++)
                 s->packed_b[nn * K + k] = s->alpha * (s->tb ? src[nn * K + k] : src[k * N + nn]);
-        s->pk = K;
-        s->pn = N;
     }
     return NNC_OK;
 }
@@ -215,10 +311,43 @@ static int gemm_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_e
     return NNC_OK;
 }
 
+/* A Gemm of a constant B on the packed product: C in the epilogue when it is the constant
+ * per-column bias or, with beta 1, a full [M, N] C; any other C added after, then the
+ * activation. */
+static int gemm_run_packed(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec *x,
+                           nnc_err *e)
+{
+    const gemm_state *s = n->state;
+    int64_t M = out->dims[0];
+    if (M == 0 || s->pn == 0) return NNC_OK;
+    const nnc_tensor *c = n->nin > 2 && s->beta != 0.f ? in[2] : NULL;
+    nnc_gemm_epi ep = {NULL, NULL, 0, NULL, NULL};
+    int after = 0; /* C added after the product */
+    if (s->cbias) ep.col_bias = s->cbias;
+    else if (c && s->beta == 1.f && c->ndim == 2 && nnc_same_shape(c, out)) {
+        ep.res = c->data;
+        ep.ldr = s->pn;
+    } else after = c != NULL;
+    int k = n->act.kind;
+    int act_in_epilogue = k == ACT_RELU || k == ACT_CLIP || k == ACT_LEAKY || k == ACT_GELU_ERF;
+    if (!after && act_in_epilogue) ep.act = &n->act;
+    TRY(run_packed(n, M, s->pk, s->pn, in[0]->data, s->pb, &ep, out->data, x, e));
+    float *y = out->data;
+    if (after) {
+        int64_t cm = c->ndim == 2 ? c->dims[0] : 1, cn = c->ndim >= 1 ? c->dims[c->ndim - 1] : 1;
+        const float *cd = c->data;
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < s->pn; j++)
+                y[i * s->pn + j] += s->beta * cd[(cm == 1 ? 0 : i) * cn + (cn == 1 ? 0 : j)];
+    }
+    if (k != ACT_NONE && !ep.act) nnc_apply_act(y, M * s->pn, &n->act);
+    return NNC_OK;
+}
+
 static int gemm_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec *x, nnc_err *e)
 {
-    (void)x;
     const gemm_state *s = n->state;
+    if (s->pb) return gemm_run_packed(n, in, out, x, e);
     const nnc_tensor *a = in[0], *b = in[1];
     gemm_job j;
     memset(&j, 0, sizeof j);
@@ -267,11 +396,20 @@ static int gemm_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exe
 static int gemm_owns(const nnc_node *n, int i)
 {
     const gemm_state *s = n->state;
-    return s && s->packed_b && i == 1;
+    return s && (s->packed_b || s->pb) && i == 1;
 }
 
-const nnc_op nnc_op_gemm = {"Gemm",       2, 3,    1,        1, gemm_create, gemm_infer, gemm_run,
-                            gemm_destroy, 0, NULL, gemm_owns};
+static size_t gemm_scratch(const nnc_node *n, nnc_tensor *const *in, const nnc_tensor *out)
+{
+    (void)in;
+    const gemm_state *s = n->state;
+    if (!s || !s->pb || !out || out->ndim != 2) return 0;
+    return (size_t)nnc_sgemm_packed_a_floats(out->dims[0], s->pk) * sizeof(float);
+}
+
+const nnc_op nnc_op_gemm = {
+    "Gemm",       2,        3, 1, 1, gemm_create, gemm_infer, gemm_run, gemm_destroy, 0,
+    gemm_scratch, gemm_owns};
 
 /* ---- MatMul --------------------------------------------------------------------------- */
 
@@ -281,13 +419,6 @@ const nnc_op nnc_op_gemm = {"Gemm",       2, 3,    1,        1, gemm_create, gem
 static const int matmul_dts[] = {DT_F32, DT_F16, DT_BF16, DT_F64, DT_I32,
                                  DT_I64, DT_U32, DT_U64,  0};
 
-/* A float32 MatMul whose B is a constant 2-D weight [K, N] (a transformer's projections): B
- * is packed once in the GEMM's panel layout, A's leading dims are folded into the rows of one
- * product, and a bias Add, a residual Add and an activation fused by the planner run in the
- * epilogue of each 6x16 tile. Threads split the columns in blocks of MM_COLS, so each block of
- * packed B (MM_COLS x 256 floats per depth block) stays in L2 while the rows pass over it. */
-#define MM_COLS 128
-#define MM_SPLIT_B 32768 /* B floats from which a few-rows product is split across threads */
 extern const nnc_op nnc_op_matmul;
 typedef struct {
     float *pb;     /* packed B */
@@ -374,36 +505,6 @@ static size_t matmul_scratch(const nnc_node *n, nnc_tensor *const *in, const nnc
     return (size_t)nnc_sgemm_packed_a_floats(mm_rows(in[0]), s->K) * sizeof(float);
 }
 
-/* Packing memory of the calling thread, kept between runs, for plans without planned scratch. */
-static _Thread_local float *t_pa;
-static _Thread_local size_t t_pa_bytes;
-
-static float *mm_pack_memory(size_t nbytes)
-{
-    if (t_pa_bytes >= nbytes) return t_pa;
-    float *p = nnc_alloc(nbytes);
-    if (!p) return NULL;
-    nnc_free(t_pa);
-    t_pa = p;
-    t_pa_bytes = nbytes;
-    return p;
-}
-
-typedef struct {
-    int64_t M, N, K;
-    const float *pa, *pb;
-    float *C;
-    nnc_gemm_epi ep;
-} mm_packed_job;
-
-static void mm_packed_cols(void *arg, int64_t b, int64_t e, int tid)
-{
-    (void)tid;
-    const mm_packed_job *j = arg;
-    nnc_sgemm_packed_cols(j->M, j->N, j->K, j->pa, j->pb, j->C, j->N, &j->ep, b * MM_COLS,
-                          e * MM_COLS);
-}
-
 static int matmul_run_packed(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec *x,
                              nnc_err *e)
 {
@@ -411,29 +512,16 @@ static int matmul_run_packed(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out
     const nnc_tensor *a = in[0];
     int64_t M = mm_rows(a);
     if (M == 0) return NNC_OK;
-    size_t pan = (size_t)nnc_sgemm_packed_a_floats(M, s->K) * sizeof(float);
-    float *pa = nnc_scratch(x, 0, pan);
-    if (!pa) pa = mm_pack_memory(pan); /* A's shape known only at run time: no planned scratch */
-    if (!pa) return nnc_node_fail(e, n, "out of memory packing A (%zu bytes)", pan);
-    nnc_sgemm_pack_a(M, s->K, a->data, s->K, pa);
-    mm_packed_job j = {M, s->N, s->K, pa, s->pb, out->data, {NULL, NULL, 0, NULL, s->bias}};
+    nnc_gemm_epi ep = {NULL, NULL, 0, NULL, s->bias};
     if (n->residual >= 0) {
         const nnc_tensor *r = in[n->residual];
         if (!r || r->dtype != DT_F32 || !nnc_same_shape(r, out))
             return nnc_node_fail(e, n, "the fused residual does not have the output's shape");
-        j.ep.res = r->data;
-        j.ep.ldr = s->N;
+        ep.res = r->data;
+        ep.ldr = s->N;
     }
-    if (n->act.kind != ACT_NONE) j.ep.act = &n->act;
-    int64_t blocks = (s->N + MM_COLS - 1) / MM_COLS;
-    /* few rows read each packed B element once: the time is B's bytes from memory, which two
-     * threads fetch faster than one well before the arithmetic is worth splitting */
-    double flops = (double)M * (double)s->N * (double)s->K;
-    double bfloats = (double)s->N * (double)s->K;
-    if ((flops < 2e5 && !(M <= 4 && bfloats >= MM_SPLIT_B)) || blocks == 1)
-        mm_packed_cols(&j, 0, blocks, 0);
-    else nnc_parallel_for(blocks, 1, mm_packed_cols, &j);
-    return NNC_OK;
+    if (n->act.kind != ACT_NONE) ep.act = &n->act;
+    return run_packed(n, M, s->K, s->N, a->data, s->pb, &ep, out->data, x, e);
 }
 
 /* Shapes after numpy's 1-D promotion: a (..., M, K), b (..., K, N). */
