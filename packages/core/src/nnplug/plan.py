@@ -36,7 +36,8 @@ class Step:
     run_arrays: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None
     """The module's ``run_arrays`` when it has one: ``run`` on host numpy arrays of the
     inputs' dtypes and shapes (their symbolic dims bound alike), C-contiguous, with no run
-    context (see :mod:`nnplug.host_path`)."""
+    context (see :mod:`nnplug.host_path`). Where some output shape is not static, the arrays
+    it returns have been checked against the model's shapes."""
     static_outputs: list[tuple[tuple[int, ...], np.dtype]] | None = field(init=False)
     """(shape, dtype) of every output when all are static and typed: the per-run check is
     then one comparison each (found once, here)."""

@@ -1,5 +1,6 @@
 """The host checks the output shapes a native backend reports (``kernel_output_shapes``)
-against the model's declared or inferred shapes before it allocates anything."""
+against the model's declared or inferred shapes before it allocates anything, also where the
+backend's own ``run_dynamic`` skips that check (the host's allocator checks each output)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,20 @@ def test_a_wrong_kernel_output_shape_is_an_error_naming_backend_node_and_shapes(
     text = str(info.value)
     for needle in ("testbadshapes", "kernel_output_shapes", "'the_relu'", "[6, 8]", "'y'"):
         assert needle in text, f"{needle!r} not in: {text}"
+
+
+@pytest.mark.parametrize("in_shape,out_shape", [(["N", 4], ["N", 4]), (["N", "M"], ["N", "M"])])
+def test_an_output_that_run_dynamic_lets_through_unchecked_is_an_error(libs, in_shape, out_shape):
+    with bare_runtime() as rt:
+        rt.register_backend(libs["unchecked_dynamic"])
+        with rt.load(relu_model(in_shape, out_shape)) as net:
+            for feeds in ({"x": np.ones((3, 4), np.float32)}, {"x": np.ones((5, 4), np.float32)}):
+                with pytest.raises(nnplug.BackendError) as info:
+                    net.run(feeds)
+                text = str(info.value)
+                for needle in ("testunchecked", "run_dynamic", "'y'", "[6, 8]" if feeds[
+                        "x"].shape[0] == 3 else "[10, 8]", "where the model has"):
+                    assert needle in text, f"{needle!r} not in: {text}"
 
 
 def test_the_same_model_runs_on_a_backend_whose_shapes_are_right(libs):

@@ -26,7 +26,7 @@ ROW = abi.MAX_NDIM
 
 class DynamicSteps:
     """The partition's kernels as an ``nnp_dynamic_plan``: :meth:`run` takes the inputs as
-    contiguous host arrays (already checked against the model) and the symbols they bound."""
+    contiguous host arrays (already checked against the model)."""
 
     def __init__(self, runner):
         lib, spec, kernels = runner.lib, runner.spec, runner.state.kernels
@@ -73,6 +73,13 @@ class DynamicSteps:
                 values[v].ndim = len(static)
                 for d, size in enumerate(static):
                     shapes[v * ROW + d] = size
+        # how this run's inputs bind the symbols: (argument of run(), axis, symbol number)
+        self._binds = tuple(
+            (j, d, -2 - dims[i * ROW + d]) for i, j in enumerate(self._first)
+            for d in range(max(ndims[i], 0)) if dims[i * ROW + d] <= -2)
+        # what each value must be, for the outputs the host allocates (checked in _allocate)
+        self._expect = [tuple(dims[v * ROW:v * ROW + ndims[v]]) if ndims[v] >= 0 else None
+                        for v in range(nv)]
         self._values_template = bytes(values)
         self._shapes_template = bytes(shapes)
         self._values_type, self._shapes_type = type(values), type(shapes)
@@ -116,23 +123,28 @@ class DynamicSteps:
         keep += [steps, kind_arr, ndims, dims]
         self._keep = keep
         self.plan = abi.DynamicPlan(len(kernels), steps, nv, kind_arr, ndims, dims)
-        self.produced = {n: index[n] for n in names[self.num_inputs:]}
+        # the partition's outputs it makes (the rest of what it makes stays inside)
+        self.produced = tuple((n, v) for v, n in enumerate(names) if kinds[v] == abi.VALUE_OUTPUT)
 
         self._runs: dict[int, dict] = {}  # token -> {value index: array} of runs in progress
         self._tokens = itertools.count(1)
         self._alloc = abi.OUTPUT_ALLOC(self._allocate)  # kept: C holds its address
 
     def _allocate(self, token, v, tensor_p):
-        """The run's OUTPUT value v, of the shape the backend found: the caller's bound array
-        when it fits, else a new one."""
+        """The run's OUTPUT value v, of the shape the backend found (checked against the
+        model: a backend's run_dynamic should have, but the host does not rely on it): the
+        caller's bound array when it fits, else a new one."""
         arrays = self._runs.get(token)
         try:
             t = tensor_p.contents
             shape = tuple(t.shape[:t.ndim])
             name, dtype = self.names[v], self.dtypes[v]
+            expect = self._expect[v]
+            if expect is not None and not _fits(shape, expect, arrays["symbols"]):
+                raise self._wrong_shape(name, shape, arrays["symbols"])
             arr = output_buffer(name, shape, dtype)
             arr = np.empty(shape, dtype) if arr is None else arr
-            t.data = arr.ctypes.data
+            t.data = address_of(arr)
             arrays[v] = arr
             return 0
         except BaseException as e:  # noqa: BLE001 - raised by run() once the call returns
@@ -140,9 +152,20 @@ class DynamicSteps:
                 arrays["error"] = e
             return 1
 
-    def run(self, arrays, symbols: dict[str, int]) -> dict[str, np.ndarray]:
+    def _wrong_shape(self, name, shape, syms):
+        bound = {n: syms[i] for i, n in enumerate(self.symbol_names) if syms[i] >= 0}
+        info = self.spec.values.get(name)
+        why = mismatch(shape, None, info, bound) or f"shape {fmt(shape)}"
+        return BackendError(
+            f"backend {self.lib.id!r}: run_dynamic gave output {name!r} {why}; the backend's "
+            f"run_dynamic does not check its kernels' shapes against the plan (report it to "
+            f"the backend's authors)")
+
+    def run(self, arrays) -> dict[str, np.ndarray]:
         """{produced partition output name: array} of one run; ``arrays``: one per input of
-        the runner, in its order."""
+        the runner, in its order. The symbols are bound from the inputs' shapes here, the rest
+        by the backend from the shapes its kernels give; every output is checked against the
+        model before the host hands out its memory."""
         values = self._values_type.from_buffer_copy(self._values_template)
         shapes = self._shapes_type.from_buffer_copy(self._shapes_template)
         for i, j in enumerate(self._first):
@@ -153,9 +176,13 @@ class DynamicSteps:
             if self.dtypes[i] is None:  # a type the model leaves open: the array's
                 t.dtype = abi.dtype_of(arr.dtype)
             shapes[i * ROW:i * ROW + n] = arr.shape
-        syms = self._symbols_type(*[symbols.get(n, -1) for n in self.symbol_names])
+        bound = [-1] * len(self.symbol_names)
+        for j, d, sym in self._binds:
+            if bound[sym] < 0:
+                bound[sym] = arrays[j].shape[d]
+        syms = self._symbols_type(*bound)
         token = next(self._tokens)
-        made: dict = {}
+        made: dict = {"symbols": syms}
         self._runs[token] = made
         run = abi.DynamicRun(values, shapes, syms, self._alloc, token, None, -1, -1, 0)
         try:
@@ -164,7 +191,7 @@ class DynamicSteps:
             del self._runs[token]
         if rc != 0:
             raise self._error(rc, run, values, made)
-        return {n: made[v] for n, v in self.produced.items() if v in made}
+        return {n: made[v] for n, v in self.produced if v in made}
 
     def _error(self, rc, run, values, made):
         step = run.failed_step
@@ -202,6 +229,24 @@ class DynamicSteps:
         for i, n in enumerate(self.symbol_names):
             if run.symbols[i] >= 0:
                 yield n, run.symbols[i]
+
+
+def _fits(shape: tuple, expect: tuple, syms) -> bool:
+    """Whether ``shape`` is what the plan expects (per dim: >= 0 that size, -1 any, <= -2 the
+    symbol -2 - dim, bound here when the run has not bound it yet)."""
+    if len(shape) != len(expect):
+        return False
+    for g, w in zip(shape, expect):
+        if w >= 0:
+            if g != w:
+                return False
+        elif w <= -2:
+            k = syms[-2 - w]
+            if k < 0:
+                syms[-2 - w] = g
+            elif k != g:
+                return False
+    return True
 
 
 def usable(runner) -> bool:

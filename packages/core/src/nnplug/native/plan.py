@@ -717,7 +717,7 @@ class DynamicRunner(_Runner):
                 env[name] = (ptr, shape, np.dtype(t.dtype), obj)
         ctx = current()
         if self.native is not None and (ctx is None or not ctx.step_by_step):
-            return self._run_native(inputs, env, symbols)
+            return self._run_native(env)
         prof = ctx.profiler if ctx is not None else None
         with _node_events(self.lib, prof) as hooks:
             for s, k in enumerate(self.state.kernels):
@@ -753,20 +753,17 @@ class DynamicRunner(_Runner):
         """:meth:`run` on host numpy arrays through ``run_dynamic``, for a caller that checked
         them against the model (dtype, C-contiguous, shapes that fit the declared ones) and
         runs with no run context. Results are fresh arrays, except an input passed through
-        (the same object) and a constant (a copy)."""
+        (the same object) and a constant (a copy); what the partition makes is checked against
+        the model (run_dynamic, and the host as it allocates each output)."""
         if self.state.closed:
             raise BackendError(f"backend {self.lib.id!r}: the module was closed")
-        symbols: dict[str, int] = {}
-        values = self.spec.values
-        for name, a in zip(self.inputs, arrays):
-            bind_symbols(values.get(name), a.shape, symbols)
-        made = self.native.run(arrays, symbols)
+        made = self.native.run(arrays)
         by_name = dict(zip(self.inputs, arrays))
         return [made[n] if n in made else by_name[n] if n in by_name else self.consts[n].copy()
                 for n in self.outputs]
 
-    def _run_native(self, inputs, env, symbols):
-        made = self.native.run([env[n][3] for n in self.inputs], symbols)
+    def _run_native(self, env):
+        made = self.native.run([env[n][3] for n in self.inputs])
         result = []
         for n in self.outputs:
             if n in made:
