@@ -12,7 +12,7 @@ from .host_path import HostPath
 from .plugins import BACKENDS, log
 from .stages.executor import Plan, Step, check_feeds, input_table, run_steps
 from .tensor import Tensor
-from .values import TensorSequence
+from .values import MapSequence, TensorSequence
 
 if TYPE_CHECKING:
     from .graph import Model, Node
@@ -82,7 +82,8 @@ class Network:
         if fast is not None:
             out = fast.run(feeds, output_names)
             if out is not None:
-                return {n: Tensor.from_numpy(a) for n, a in out.items()}
+                return {n: Tensor.from_numpy(a) if type(a) is np.ndarray else MapSequence(a)
+                        for n, a in out.items()}
         names = self._output_names if output_names is None else list(output_names)
         bad = [n for n in names if n not in self._output_names]
         if bad:

@@ -138,6 +138,11 @@ def _zip_map(node, ins):
     if x.ndim != 2 or x.shape[1] != len(labels):
         raise BackendError(f"{node.describe()}: input X of shape {list(ins[0].shape)} must be "
                            f"[N, {len(labels)}] or [{len(labels)}], one column per class label")
+    # the keys in sorted order, as onnxruntime's maps (std::map) list them
+    order = sorted(range(len(labels)), key=labels.__getitem__)
+    if order != list(range(len(labels))):
+        labels = [labels[j] for j in order]
+        x = x[:, order]
     rows = x.tolist()  # Python floats, as onnxruntime gives
     if len(labels) == 2:  # binary classifiers: a dict display builds in half dict(zip())'s time
         a, b = labels
@@ -184,7 +189,15 @@ class StructuralOp:
             outs = fn(node, args)
             return [outs[p] for p in positions]
 
-        return Step("core", [node.name], sg.inputs, sg.outputs, CPU, HOST_API, run)
+        # ZipMap takes an array and makes a host value: it also runs on the host path (a
+        # classifier exported by skl2onnx ends in one), from arrays
+        run_arrays = None
+        if fn is _zip_map and len(sg.inputs) == 1 and not consts:
+            def run_arrays(arrays):
+                return fn(node, [Tensor.from_numpy(arrays[0])])
+
+        return Step("core", [node.name], sg.inputs, sg.outputs, CPU, HOST_API, run,
+                    run_arrays=run_arrays)
 
 
 def place_structural(node: Node, graph: SubGraph) -> StructuralOp | None:
