@@ -39,6 +39,8 @@ VARIANTS = {
     "strings_device": ("testbackend.c", ["-DTB_STRINGS=1", '-DTB_ID="teststringsdev"']),
     "strings_abi12": ("testbackend.c", ["-DTB_HOST_VISIBLE=1", "-DTB_STRINGS=1", "-DTB_ABI_MINOR=2",
                                         '-DTB_ID="testabi12"']),
+    "strings_abi16": ("testbackend.c", ["-DTB_HOST_VISIBLE=1", "-DTB_STRINGS=1", "-DTB_ABI_MINOR=6",
+                                        '-DTB_ID="testabi16"']),
     "ctor_abort": ("testbackend.c", ["-DTB_HOST_VISIBLE=1", "-DTB_CTOR_ABORT=1",
                                      '-DTB_ID="testctorabort"']),
     "entry_segv": ("testbackend.c", ["-DTB_HOST_VISIBLE=1", "-DTB_ENTRY_SEGV=1",

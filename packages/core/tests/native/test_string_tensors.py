@@ -1,5 +1,7 @@
 """String tensors across the backend ABI (1.3): packed for a kernel, copied back and released,
-offered only to backends that can take them, and checked when a backend hands back bad text."""
+offered only to backends that can take them, and checked when a backend hands back bad text.
+With a symbolic shape a string node's partition runs in the backend's one run_dynamic call
+(ABI 1.7; a 1.6 backend's kernel by kernel), with the same answers, releases and errors."""
 
 import numpy as np
 import pytest
@@ -118,3 +120,34 @@ def test_many_string_outputs_are_read_in_one_pass_and_an_unreadable_one_is_named
     with pytest.raises(BackendError, match="string output element 1800 points to unreadable"):
         string_tensors.unpack(items, (n,), lambda a, k: released.append(k), "test")
     assert released == [n, n]
+
+
+@pytest.mark.parametrize("variant,calls", [("strings", 1), ("strings_abi16", 0)])
+def test_a_symbolic_string_partition_runs_in_run_dynamic_from_abi_1_7(libs, stats, variant,
+                                                                    calls):
+    model = identity_then_add(("N", 3))
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    with bare_runtime() as rt:
+        rt.register_backend(libs[variant])
+        with rt.load(model) as net:
+            for text in (TEXT, TEXT[:1], np.empty((0, 3), object), TEXT):
+                before = stats(variant)
+                got = net.run(_feeds(text))
+                after = stats(variant)
+                assert after["run_dynamic"] - before["run_dynamic"] == calls
+                assert got["y"].dtype == object and got["y"].shape == text.shape
+                assert got["y"].tolist() == sess.run(None, _feeds(text))[0].tolist()
+                assert all(type(v) is str for v in got["y"].flat)
+                np.testing.assert_array_equal(got["z"], 2 * np.arange(3, dtype=np.float32))
+    assert stats(variant)["strings_live"] == 0  # every output byte handed back
+
+
+def test_bad_text_from_a_run_dynamic_call_fails_naming_the_node_and_is_released(libs, stats):
+    with bare_runtime() as rt:
+        rt.register_backend(libs["strings_bad"])
+        with rt.load(identity_then_add(("N", 3))) as net:
+            before = stats("strings_bad")["run_dynamic"]
+            with pytest.raises(nnplug.BackendError, match="copy_strings.*not UTF-8"):
+                net.run(_feeds())
+            assert stats("strings_bad")["run_dynamic"] == before + 1
+    assert stats("strings_bad")["strings_live"] == 0  # released although the text was bad

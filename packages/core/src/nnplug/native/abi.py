@@ -12,7 +12,7 @@ import numpy as np
 from ..plugins import RESERVED_IDS  # noqa: F401  (one set, for every kind of backend)
 
 ABI_MAJOR = 1
-ABI_MINOR = 6
+ABI_MINOR = 7
 ABI_PATCH = 0
 ABI_VERSION = (ABI_MAJOR, ABI_MINOR, ABI_PATCH)
 ENTRY_SYMBOL = "nnp_backend_entry"

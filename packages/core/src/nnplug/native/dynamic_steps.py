@@ -1,4 +1,5 @@
-"""A dynamic partition run in one native call (backend ABI 1.6, ``run_dynamic``).
+"""A dynamic partition run in one native call (backend ABI 1.6, ``run_dynamic``; a string
+node's partition too from ABI 1.7).
 
 Where some shape is known only at run time, the backend itself asks each kernel's output
 shapes, allocates what the partition makes and reads, runs the kernels and frees as it goes;
@@ -46,6 +47,8 @@ class DynamicSteps:
         index = {n: i for i, n in enumerate(names)}
         self.names, self.index = names, index
         self.dtypes = [spec.dtype(n) for n in names]
+        # ONNX strings (a string node's partition, ABI 1.7): packed in, copied out and released
+        self._string = [string_tensors.is_string(d) for d in self.dtypes]
         nv = len(names)
 
         # what the model says of each value: rank and dims (symbols numbered in order)
@@ -142,6 +145,11 @@ class DynamicSteps:
             expect = self._expect[v]
             if expect is not None and not _fits(shape, expect, arrays["symbols"]):
                 raise self._wrong_shape(name, shape, arrays["symbols"])
+            if self._string[v]:  # zeroed elements the backend points at its bytes
+                items = string_tensors.output_items(shape)
+                t.data = items.ctypes.data
+                arrays["strings"].append((v, items, shape))
+                return 0
             arr = output_buffer(name, shape, dtype)
             arr = np.empty(shape, dtype) if arr is None else arr
             t.data = address_of(arr)
@@ -168,10 +176,15 @@ class DynamicSteps:
         model before the host hands out its memory."""
         values = self._values_type.from_buffer_copy(self._values_template)
         shapes = self._shapes_type.from_buffer_copy(self._shapes_template)
+        packed = []  # string inputs' elements, alive during the call
         for i, j in enumerate(self._first):
             arr = arrays[j]
             t = values[i]
-            t.data = address_of(arr)
+            if self._string[i]:
+                packed.append(string_tensors.pack(arr, f"value {self.names[i]!r}"))
+                t.data = packed[-1].address
+            else:
+                t.data = address_of(arr)
             t.ndim = n = arr.ndim
             if self.dtypes[i] is None:  # a type the model leaves open: the array's
                 t.dtype = abi.dtype_of(arr.dtype)
@@ -182,16 +195,36 @@ class DynamicSteps:
                 bound[sym] = arrays[j].shape[d]
         syms = self._symbols_type(*bound)
         token = next(self._tokens)
-        made: dict = {"symbols": syms}
+        made: dict = {"symbols": syms, "strings": []}
         self._runs[token] = made
         run = abi.DynamicRun(values, shapes, syms, self._alloc, token, None, -1, -1, 0)
+        rc = -1
         try:
             rc = self.fn(C.byref(self.plan), C.byref(run))
         finally:
             del self._runs[token]
+            if made["strings"]:  # copied and released, also after a failed run
+                self._strings_out(made, run, rc_ok=rc == 0)
         if rc != 0:
             raise self._error(rc, run, values, made)
         return {n: made[v] for n, v in self.produced if v in made}
+
+    def _strings_out(self, made, run, rc_ok: bool) -> None:
+        """The text of the string outputs into ``made``; every element array goes back to the
+        backend's release_strings, whatever happens. The first bad element is an error when
+        the run itself succeeded."""
+        error = None
+        release = self.lib.table.release_strings
+        step = self.kernels[0].label if len(self.kernels) == 1 else "the partition"
+        for v, items, shape in made["strings"]:
+            try:
+                made[v] = string_tensors.unpack(
+                    items, shape, release, f"backend {self.lib.id!r}, {step}, output "
+                                           f"{self.names[v]!r}")
+            except BackendError as e:
+                error = error or e
+        if error is not None and rc_ok:
+            raise error
 
     def _error(self, rc, run, values, made):
         step = run.failed_step
@@ -250,10 +283,18 @@ def _fits(shape: tuple, expect: tuple, syms) -> bool:
 
 
 def usable(runner) -> bool:
-    """Whether ``runner``'s partition can run through ``run_dynamic``: the backend has it,
-    works in host memory, and no value of the partition is a string."""
+    """Whether ``runner``'s partition can run through ``run_dynamic``: the backend has it and
+    works in host memory, and every string value is a partition input or output of a backend
+    of ABI 1.7 or newer (a string node is a partition of its own)."""
     if not runner.lib.table.run_dynamic or not runner.host:
         return False
-    spec = runner.spec
-    return not any(string_tensors.is_string(spec.dtype(v)) for k in runner.state.kernels
-                   for v in k.inputs + k.outputs if v)
+    spec, kernels = runner.spec, runner.state.kernels
+    strings = {v for k in kernels for v in k.inputs + k.outputs
+               if v and string_tensors.is_string(spec.dtype(v))}
+    if not strings:
+        return True
+    if runner.lib.abi_version < (1, 7, 0):
+        return False
+    made = {o for k in kernels for o in k.outputs if o}
+    inside = made - set(runner.outputs)
+    return not (strings & inside)

@@ -80,7 +80,10 @@
  *   backends never see one (their supports() is not asked).
  * - Such a node is a partition of its own, run through kernel_output_shapes (when an output
  *   shape is not known at load) and kernel_run, never through run_steps; a string value is
- *   never an intermediate inside a kernel group or an arena.
+ *   never an intermediate inside a kernel group or an arena. A backend of ABI >= 1.7 with
+ *   run_dynamic gets such a partition (one step) in run_dynamic: its string values are INPUT
+ *   and OUTPUT values only, a string OUTPUT's alloc gives the zeroed elements, and the rest is
+ *   as below.
  * - Input and constant strings belong to the host (valid during the call). For a string OUTPUT
  *   the host passes an array of zeroed nnp_string elements; kernel_run sets each one to bytes
  *   the backend allocated (data NULL is allowed for size 0). After the call, successful or
@@ -102,9 +105,10 @@ extern "C" {
 
 // clang-format off: one line per number (nnplug_conformance reads them)
 #define NNP_BACKEND_ABI_MAJOR 1
-#define NNP_BACKEND_ABI_MINOR 6 /* 1.1: set_profile_hook; 1.2: target_attrs, kernel_create_for_target;
+#define NNP_BACKEND_ABI_MINOR 7 /* 1.1: set_profile_hook; 1.2: target_attrs, kernel_create_for_target;
                                    1.3: string tensors, release_strings; 1.4: supports_fused;
-                                   1.5: priority, provider_names; 1.6: run_dynamic */
+                                   1.5: priority, provider_names; 1.6: run_dynamic;
+                                   1.7: run_dynamic also runs string partitions */
 #define NNP_BACKEND_ABI_PATCH 0
 // clang-format on
 
@@ -498,9 +502,9 @@ typedef struct nnp_backend_v1 {
      * ranks, sizes and symbols), the outputs' memory (TEMP: the backend's; OUTPUT: run->alloc),
      * the workspace, kernel_run; TEMP values freed after their last reader, and every TEMP
      * value freed on failure. The host uses it only for backends with NNP_BACKEND_HOST_VISIBLE
-     * on the CPU device, for partitions without string values, and when it does not observe
-     * each kernel (profiling, a run that may be terminated): then it calls kernels one by
-     * one. nnp_run_dynamic_default() below is a correct implementation. NULL: the host calls
+     * on the CPU device, for partitions without string values (ABI 1.6; since 1.7 also a
+     * string node's partition, see STRING TENSORS above), and when it does not observe each
+     * kernel (profiling, a run that may be terminated): then it calls kernels one by one. nnp_run_dynamic_default() below is a correct implementation. NULL: the host calls
      * kernel_output_shapes and kernel_run per kernel, from Python. */
     nnp_status (*run_dynamic)(const nnp_dynamic_plan *plan, nnp_dynamic_run *run);
 } nnp_backend_v1;
@@ -653,7 +657,9 @@ static inline nnp_status nnp_dynamic_step_(nnp_kernel_run_fn run_fn,
             }
         }
         uint64_t item = nnp_dtype_nbytes(val->dtype);
-        if (!item || val->dtype.code == NNP_DTYPE_STRING)
+        /* a string value is an OUTPUT (ABI 1.7: the host's zeroed elements) or an INPUT */
+        if (!item || (val->dtype.code == NNP_DTYPE_STRING &&
+                      plan->value_kinds[v] != NNP_VALUE_OUTPUT))
             return nnp_dynamic_fail_(run, NNP_DYNAMIC_MALFORMED, NNP_STATUS_INVALID_ARGUMENT);
         if (plan->value_kinds[v] == NNP_VALUE_OUTPUT) {
             if (!run->alloc || run->alloc(run->user, v, val) != NNP_STATUS_OK || !val->data) {
