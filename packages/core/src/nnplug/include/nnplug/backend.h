@@ -658,8 +658,8 @@ static inline nnp_status nnp_dynamic_step_(nnp_kernel_run_fn run_fn,
         }
         uint64_t item = nnp_dtype_nbytes(val->dtype);
         /* a string value is an OUTPUT (ABI 1.7: the host's zeroed elements) or an INPUT */
-        if (!item || (val->dtype.code == NNP_DTYPE_STRING &&
-                      plan->value_kinds[v] != NNP_VALUE_OUTPUT))
+        if (!item ||
+            (val->dtype.code == NNP_DTYPE_STRING && plan->value_kinds[v] != NNP_VALUE_OUTPUT))
             return nnp_dynamic_fail_(run, NNP_DYNAMIC_MALFORMED, NNP_STATUS_INVALID_ARGUMENT);
         if (plan->value_kinds[v] == NNP_VALUE_OUTPUT) {
             if (!run->alloc || run->alloc(run->user, v, val) != NNP_STATUS_OK || !val->data) {
