@@ -175,7 +175,10 @@ static int run_packed(nnc_node *n, int64_t M, int64_t K, int64_t N, const float 
     double flops = (double)M * (double)N * (double)K, bfloats = (double)N * (double)K;
     if ((flops < 2e5 && !(M <= 4 && bfloats >= MM_SPLIT_B)) || blocks == 1)
         mm_packed_cols(&j, 0, blocks, 0);
-    else nnc_parallel_for(blocks, 1, mm_packed_cols, &j);
+    else if (M <= 4) { /* one contiguous share of B per thread: each reads one stream */
+        int T = nnc_num_threads();
+        nnc_parallel_for(blocks, (blocks + T - 1) / (T > 0 ? T : 1), mm_packed_cols, &j);
+    } else nnc_parallel_for(blocks, 1, mm_packed_cols, &j);
     return NNC_OK;
 }
 
