@@ -1,22 +1,23 @@
 """Autoregressive decoding (greedy, batch 1) of decoders exported with their KV cache, on
-nnplug's backend orders beside onnxruntime (CPU, same thread count), in one process.
+nnplug's backend orders beside onnxruntime and OpenVINO (CPU, same thread count), in one process.
 
     python benchmarks/export_decoders.py [FOLDER]     # once, in an environment with torch
     python benchmarks/decode.py [FOLDER] [--models gpt2,llama] [--orders cpu,onednn+cpu,opencl+cpu]
                                 [--threads 2] [--rounds 5] [--new-tokens 32] [--tiny]
-                                [--last-logits]
+                                [--last-logits] [--no-openvino]
 
 FOLDER (default ~/.cache/nnplug-bench/decoders) holds gpt2_kv.onnx and llama_kv.onnx; --tiny
 takes the tiny test decoders shipped in nnplug.demo instead. Every engine decodes the same
 16-token prompt (seeded) for --new-tokens tokens with nnplug.generation's loop: onnxruntime
 through plain runs, nnplug through its sessions (IO binding where a backend keeps the caches off
-the host). Each timed decode's tokens are compared with onnxruntime's; an engine that differs,
+the host), OpenVINO's CPU plugin (when installed) through one infer request, in f32
+(openvino-f32) and at its default precision (openvino). Each timed decode's tokens are compared with onnxruntime's; an engine that differs,
 or cannot load a model, is reported and not timed on it. The decodes of the engines are
 interleaved as in benchmarks/zoo.py (a pause, untimed decodes, then a timed one, engine after
 engine, for --rounds rounds), and the script prints per model and engine the median prompt time
 (ms), the median time per new token (ms), its ratio to onnxruntime's, and the load average
 beside every figure: figures taken under load are not results. Needs nnplug, onnxruntime and
-the backends named.
+the backends named; OpenVINO optional.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import argparse
 import os
 import statistics
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -49,6 +51,45 @@ def decode(decoder, prompt: np.ndarray, new_tokens: int) -> tuple[float, float, 
         tokens.append(int(logits[0].argmax()))
     steps = max(new_tokens - 1, 1)
     return t1 - t0, (time.perf_counter() - t1) / steps, tokens
+
+
+class OpenVinoSession:
+    """What nnplug.generation's Decoder needs of a session (get_inputs, get_outputs, run) over
+    OpenVINO's CPU plugin; ``like``, an onnxruntime session of the same model, describes the
+    inputs and outputs. Outputs are copies (infer's default), so the presents fed back as the
+    next step's pasts are never overwritten by it."""
+
+    def __init__(self, core, path, like, config: dict):
+        self._like = like
+        self._compiled = core.compile_model(core.read_model(path), "CPU", config)
+        self._request = self._compiled.create_infer_request()
+        self._names = [o.get_any_name() for o in self._compiled.outputs]
+
+    def get_inputs(self):
+        return self._like.get_inputs()
+
+    def get_outputs(self):
+        return self._like.get_outputs()
+
+    def run(self, names, feeds):
+        res = self._request.infer(feeds).to_tuple()
+        by_name = dict(zip(self._names, res))
+        return [by_name[n] for n in names]
+
+
+def openvino_engines(threads: int) -> tuple[object, dict]:
+    """(OpenVINO's Core, {engine name: compile config}), or (None, {}) when it is not
+    installed: in f32 (INFERENCE_PRECISION_HINT), and at its default precision (bf16 on CPUs
+    with AMX: its tokens may then differ, and it is reported and left out)."""
+    try:
+        import openvino as ov
+    except ImportError:
+        print("openvino is not installed (pip install openvino): its rows are left out",
+              file=sys.stderr)
+        return None, {}
+    return ov.Core(), {"openvino-f32": {"INFERENCE_PRECISION_HINT": "f32",
+                                        "INFERENCE_NUM_THREADS": threads},
+                       "openvino": {"INFERENCE_NUM_THREADS": threads}}
 
 
 def time_engines(decoders: dict, prompt, new_tokens: int, rounds: int, want: list[int]) -> dict:
@@ -85,6 +126,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=5, help="timed decodes per engine and model")
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--tiny", action="store_true", help="the tiny decoders of nnplug.demo")
+    ap.add_argument("--no-openvino", action="store_true", help="leave OpenVINO out")
     ap.add_argument("--last-logits", action="store_true",
                     help="every engine runs the model from nnplug.generation.last_position_logits "
                          "(logits of the last position only)")
@@ -109,7 +151,8 @@ def main(argv=None) -> int:
     so.log_severity_level = 3
     nso = nnplug.SessionOptions()
     nso.intra_op_num_threads = args.threads
-    prompt = np.random.default_rng(0).integers(2, 500, (1, PROMPT_LENGTH))
+    core, vino = openvino_engines(args.threads) if not args.no_openvino else (None, {})
+    scratch = tempfile.TemporaryDirectory(prefix="nnplug-decode-")
 
     print(f"threads={args.threads} rounds={args.rounds} prompt={PROMPT_LENGTH} tokens "
           f"new={args.new_tokens} tokens folder={folder}")
@@ -122,10 +165,12 @@ def main(argv=None) -> int:
             print(f"no {path}: export it first (python benchmarks/export_decoders.py"
                   f"{' --tiny' if args.tiny else ''})", file=sys.stderr)
             return 1
-        if args.last_logits:  # the same model for every engine
+        if args.last_logits:  # the same model for every engine, in a file OpenVINO reads too
             import onnx
 
-            path = last_position_logits(onnx.load(path)).SerializeToString()
+            path_sliced = os.path.join(scratch.name, f"{name}_last.onnx")
+            onnx.save(last_position_logits(onnx.load(path)), path_sliced)
+            path = path_sliced
         sessions = {"onnxruntime": ort.InferenceSession(path, so,
                                                         providers=["CPUExecutionProvider"])}
         for order in orders:
@@ -134,7 +179,14 @@ def main(argv=None) -> int:
                     path, nso, providers=order, runtime=rt)
             except nnplug.NnplugError as e:
                 print(f"  {name}: nnplug-{'+'.join(order)} cannot load it: {e}", file=sys.stderr)
+        for engine, config in vino.items():
+            try:
+                sessions[engine] = OpenVinoSession(core, path, sessions["onnxruntime"], config)
+            except Exception as e:  # noqa: BLE001 - a figure we cannot get is shown as such
+                print(f"  {name}: {engine} cannot load it: {e}", file=sys.stderr)
         decoders = {k: Decoder(s) for k, s in sessions.items()}
+        vocab = decoders["onnxruntime"].layout.vocab or 500  # the tiny decoders have 256 ids
+        prompt = np.random.default_rng(0).integers(2, min(500, vocab), (1, PROMPT_LENGTH))
         want = decode(decoders["onnxruntime"], prompt, args.new_tokens)[2]
         med = time_engines(decoders, prompt, args.new_tokens, args.rounds, want)
         base = med["onnxruntime"][1]
