@@ -30,13 +30,16 @@ class HostPath:
 
     def __init__(self, feeds, steps, output_names, constants):
         self.feeds = feeds
-        """(name, shape, dtype, declared info or None when the shape is static) of every model
-        input, in order."""
+        """(name, shape, dtype, declared info or None when the shape is static, the fixed dims
+        after the first when only the first is not fixed, else None) of every model input, in
+        order."""
         self.steps = steps
         """(step, its run_arrays, input names, output names, names freed after it,
         expected (shape, dtype) of each output, or None when some output shape is not static)
         per step."""
-        self.symbolic = any(f[3] is not None for f in feeds)
+        named = [d for f in feeds if f[3] is not None for d in f[1] if type(d) is str]
+        self.symbolic = len(named) != len(set(named))
+        """Whether a symbol appears twice among the inputs' dims (their sizes must agree)."""
         self.output_names = output_names
         self.known_outputs = frozenset(output_names)
         self.constants = constants
@@ -49,8 +52,10 @@ class HostPath:
         for v in inputs:
             if v.kind != "tensor" or v.shape is None or v.dtype is None or v.dtype == object:
                 return None
-            feeds.append((v.name, tuple(v.shape), np.dtype(v.dtype),
-                          None if v.is_static else v))
+            shape = tuple(v.shape)
+            tail = shape[1:] if shape and all(type(d) is int for d in shape[1:]) else None
+            feeds.append((v.name, shape, np.dtype(v.dtype), None if v.is_static else v,
+                          None if v.is_static else tail))
         plan = []
         for s in steps:
             if s.run_arrays is None:
@@ -77,10 +82,18 @@ class HostPath:
                 not self.known_outputs.issuperset(names):
             return None  # an iterator is read once, by the general path
         env = {}
-        for name, shape, dtype, info in self.feeds:
+        for name, shape, dtype, info, tail in self.feeds:
             a = feeds.get(name)
-            if type(a) is not ndarray or a.dtype != dtype or not a.flags.c_contiguous or (
-                    a.shape != shape if info is None else not _fits(a.shape, shape)):
+            if type(a) is not ndarray or a.dtype != dtype or not a.flags.c_contiguous:
+                return None
+            got = a.shape
+            if info is None:
+                if got != shape:
+                    return None
+            elif tail is not None:  # a symbolic batch: the rest one comparison
+                if len(got) != len(shape) or got[1:] != tail:
+                    return None
+            elif not _fits(got, shape):
                 return None
             env[name] = a
         if self.symbolic and not _symbols_agree(self.feeds, env):
@@ -133,7 +146,7 @@ def _fits(got: tuple, declared: tuple) -> bool:
 def _symbols_agree(feeds, env) -> bool:
     """Whether every symbolic dim has one size across the feeds."""
     seen: dict[str, int] = {}
-    for name, shape, _, info in feeds:
+    for name, shape, _, info, _ in feeds:
         if info is not None:
             for d, g in zip(shape, env[name].shape):
                 if type(d) is str and seen.setdefault(d, g) != g:
