@@ -204,27 +204,15 @@ class DynamicSteps:
         finally:
             del self._runs[token]
             if made["strings"]:  # copied and released, also after a failed run
-                self._strings_out(made, run, rc_ok=rc == 0)
+                step = self.kernels[0].label if len(self.kernels) == 1 else "the partition"
+                texts = string_tensors.unpack_outputs(
+                    [(self.names[v], items, shape) for v, items, shape in made["strings"]],
+                    self.lib.table.release_strings, f"backend {self.lib.id!r}, {step}",
+                    rc_ok=rc == 0)
+                made.update((self.index[n], a) for n, a in texts.items())
         if rc != 0:
             raise self._error(rc, run, values, made)
         return {n: made[v] for n, v in self.produced if v in made}
-
-    def _strings_out(self, made, run, rc_ok: bool) -> None:
-        """The text of the string outputs into ``made``; every element array goes back to the
-        backend's release_strings, whatever happens. The first bad element is an error when
-        the run itself succeeded."""
-        error = None
-        release = self.lib.table.release_strings
-        step = self.kernels[0].label if len(self.kernels) == 1 else "the partition"
-        for v, items, shape in made["strings"]:
-            try:
-                made[v] = string_tensors.unpack(
-                    items, shape, release, f"backend {self.lib.id!r}, {step}, output "
-                                           f"{self.names[v]!r}")
-            except BackendError as e:
-                error = error or e
-        if error is not None and rc_ok:
-            raise error
 
     def _error(self, rc, run, values, made):
         step = run.failed_step

@@ -777,23 +777,6 @@ class DynamicRunner(_Runner):
                 result.append(self._const_output(n))
         return result
 
-    def _strings_out(self, k, string_outs, rc_ok: bool) -> dict:
-        """Copy the text of a kernel's string outputs and hand their bytes back to the backend
-        (release_strings), also after a failed run."""
-        texts, error = {}, None
-        release = self.lib.table.release_strings
-        for v, items, shape in string_outs:
-            try:
-                arr = string_tensors.unpack(items, shape, release,
-                                            f"backend {self.lib.id!r}, {k.label}, output {v!r}")
-            except BackendError as e:
-                error = error or e
-                continue
-            texts[v] = arr
-        if error is not None and rc_ok:
-            raise error
-        return texts
-
     def _run_kernel(self, s, k, env, symbols):
         keep = []
         consts, ask_shapes, plan_outs = self.plans[s]
@@ -866,7 +849,9 @@ class DynamicRunner(_Runner):
         finally:
             if ws_handle is not None:
                 self.api.free_workspace(self.dev, ws_handle)
-            texts = self._strings_out(k, string_outs, rc_ok=rc == 0) if string_outs else {}
+            texts = string_tensors.unpack_outputs(
+                string_outs, self.lib.table.release_strings,
+                f"backend {self.lib.id!r}, {k.label}", rc_ok=rc == 0) if string_outs else {}
         if rc != 0:
             raise self._fail(rc, k)
         for v, arr in texts.items():

@@ -103,6 +103,22 @@ def unpack(items: np.ndarray, shape, release, who: str) -> np.ndarray:
             release(items.ctypes.data, n)
 
 
+def unpack_outputs(outputs, release, where: str, rc_ok: bool) -> dict:
+    """{value name: object array of str} of a call's string ``outputs`` ((name, items, shape)
+    each, from :func:`output_items`), every element array released whatever happens; the first
+    bad element is an error when the call itself succeeded (``rc_ok``), else the call's own
+    failure is what the caller reports. ``where``: "backend 'x', node ...", for messages."""
+    texts, error = {}, None
+    for name, items, shape in outputs:
+        try:
+            texts[name] = unpack(items, shape, release, f"{where}, output {name!r}")
+        except BackendError as e:
+            error = error or e
+    if error is not None and rc_ok:
+        raise error
+    return texts
+
+
 def takes_strings(lib) -> bool:
     """Whether a loaded native library may be given string tensors (ABI 1.3 and release_strings,
     host-visible memory)."""
