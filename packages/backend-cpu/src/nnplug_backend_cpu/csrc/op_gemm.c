@@ -123,8 +123,9 @@ static void gemm_mt(gemm_job *j)
 /* A float32 MatMul whose B is a constant 2-D weight [K, N] (a transformer's projections), or a
  * Gemm of a constant B (alpha * op(B) packed): B is packed once in the GEMM's panel layout, A's
  * leading dims are folded into the rows of one product, and a bias (Gemm's C), a residual Add
- * and an activation fused by the planner run in the epilogue of each 6x16 tile. Threads split the columns in blocks of MM_COLS, so each block of
- * packed B (MM_COLS x 256 floats per depth block) stays in L2 while the rows pass over it. */
+ * and an activation fused by the planner run in the epilogue of each 6x16 tile. Threads split
+ * the columns in blocks of MM_COLS, so each block of packed B (MM_COLS x 256 floats per depth
+ * block) stays in L2 while the rows pass over it. */
 #define MM_COLS 128
 #define MM_SPLIT_B 32768 /* B floats from which a few-rows product is split across threads */
 
@@ -331,9 +332,9 @@ static int gemm_run_packed(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, 
         ep.res = c->data;
         ep.ldr = s->pn;
     } else after = c != NULL;
-    int k = n->act.kind;
-    int act_in_epilogue = k == ACT_RELU || k == ACT_CLIP || k == ACT_LEAKY || k == ACT_GELU_ERF;
-    if (!after && act_in_epilogue) ep.act = &n->act;
+    /* Gemm's fused activation is Relu, Clip or LeakyRelu (nnc_unary_as_act), which the
+     * epilogue applies, unless C comes after the product */
+    if (!after && n->act.kind != ACT_NONE) ep.act = &n->act;
     TRY(run_packed(n, M, s->pk, s->pn, in[0]->data, s->pb, &ep, out->data, x, e));
     float *y = out->data;
     if (after) {
@@ -343,7 +344,7 @@ static int gemm_run_packed(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, 
             for (int64_t j = 0; j < s->pn; j++)
                 y[i * s->pn + j] += s->beta * cd[(cm == 1 ? 0 : i) * cn + (cn == 1 ? 0 : j)];
     }
-    if (k != ACT_NONE && !ep.act) nnc_apply_act(y, M * s->pn, &n->act);
+    if (after && n->act.kind != ACT_NONE) nnc_apply_act(y, M * s->pn, &n->act);
     return NNC_OK;
 }
 

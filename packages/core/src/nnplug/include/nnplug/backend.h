@@ -504,7 +504,8 @@ typedef struct nnp_backend_v1 {
      * value freed on failure. The host uses it only for backends with NNP_BACKEND_HOST_VISIBLE
      * on the CPU device, for partitions without string values (ABI 1.6; since 1.7 also a
      * string node's partition, see STRING TENSORS above), and when it does not observe each
-     * kernel (profiling, a run that may be terminated): then it calls kernels one by one. nnp_run_dynamic_default() below is a correct implementation. NULL: the host calls
+     * kernel (profiling, a run that may be terminated): then it calls kernels one by one.
+     * nnp_run_dynamic_default() below is a correct implementation. NULL: the host calls
      * kernel_output_shapes and kernel_run per kernel, from Python. */
     nnp_status (*run_dynamic)(const nnp_dynamic_plan *plan, nnp_dynamic_run *run);
 } nnp_backend_v1;
