@@ -323,9 +323,15 @@ def run_pytest(session: nox.Session, pkg: Package, *args: str, env: dict | None 
     if not glob.glob(os.path.join(pkg.tests, "**", "test_*.py"), recursive=True):
         session.log(f"{pkg.folder}: no test_*.py under {os.path.relpath(pkg.tests, ROOT)}")
         raise nox.command.CommandFailed(f"{pkg.folder} has no tests")
+    os.makedirs(REPORTS, exist_ok=True)
+    report = os.path.join(REPORTS, re.sub(r"[^\w.-]+", "_", f"{session.name}-{pkg.folder}") + ".xml")
     with session.chdir(ROOT):
         session.run("pytest", os.path.relpath(pkg.tests, ROOT), f"--timeout={TEST_TIMEOUT_S}",
-                    *args, *session.posargs, env=env)
+                    f"--junitxml={report}", *args, *session.posargs, env=env)
+
+
+REPORTS = os.path.join(ROOT, ".nox", "_reports")
+"""Each pytest run's JUnit XML, read back by the ``failures`` session at the end of ``ci``."""
 
 
 # -- sessions ----------------------------------------------------------------------------
@@ -642,6 +648,7 @@ def ci(session: nox.Session) -> None:
     Each queued session deletes its environment when it ends (DISCARD_ENVS), so the run fits
     on a small disk; ``NNPLUG_NOX_DISCARD_ENVS=0 nox -s ci`` keeps them."""
     os.environ.setdefault(DISCARD_ENVS, "1")
+    shutil.rmtree(REPORTS, ignore_errors=True)  # reports of this run only
     session.notify("lint")
     for name in PACKAGES:
         session.notify(f"tests-{CI_PYTHON}(package={name!r})")
@@ -655,6 +662,24 @@ def ci(session: nox.Session) -> None:
     session.notify("sanitize")
     session.notify("fuzz")  # bounded: 300 mutations or 240 s
     session.notify("docs")
+    session.notify("failures")  # last, so a failed test's report is what a log's tail shows
+
+
+@nox.session(python=False)
+def failures(session: nox.Session) -> None:
+    """Every failed or erroring test of this run's pytest sessions again, with its message:
+    ``ci`` queues it last, where a log cut to its tail still shows why a run went red."""
+    import xml.etree.ElementTree as ET
+
+    found = 0
+    for path in sorted(glob.glob(os.path.join(REPORTS, "*.xml"))):
+        for case in ET.parse(path).getroot().iter("testcase"):
+            for bad in [*case.iter("failure"), *case.iter("error")]:
+                found += 1
+                text = (bad.text or bad.get("message") or "").strip().splitlines()
+                session.log(f"{os.path.basename(path)[:-4]}: {case.get('classname')}::"
+                            f"{case.get('name')} {bad.tag}:\n" + "\n".join(text[-40:]))
+    session.log(f"{found} failed test(s) in {REPORTS}")
 
 
 if __name__ == "__main__":  # `python noxfile.py` prints the package table
