@@ -1,6 +1,7 @@
 """supports_fused: a backend that declines a node alone may claim it with the next node, the
-only reader of its outputs; the two then stay in one partition and one build, whatever the
-optimization level, and every other such node goes to the next backend."""
+only reader of its outputs (moved up to follow it where its other inputs allow); the two then
+stay in one partition and one build, whatever the optimization level, and every other such
+node goes to the next backend."""
 
 import numpy as np
 import pytest
@@ -20,12 +21,13 @@ class PairBackend(NumpyBackend):
         return [n.op_type for n in nodes] == ["Less", "Where"]
 
 
-def model(extra_output=False, between=False):
+def model(extra_output=False, between=False, where_reads_between=False):
     nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
              helper.make_node("Less", ["r", "t"], ["c"], name="less")]
     if between:
         nodes.append(helper.make_node("Add", ["r", "r"], ["r2"], name="between"))
-    nodes += [helper.make_node("Where", ["c", "t", "r"], ["w"], name="where"),
+    nodes += [helper.make_node("Where", ["c", "t", "r2" if where_reads_between else "r"], ["w"],
+                               name="where"),
               helper.make_node("Mul", ["w", "w"], ["y"], name="mul")]
     outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])]
     if extra_output:
@@ -72,12 +74,26 @@ def test_no_pair_when_the_value_is_also_a_graph_output():
     assert ["Less", "Where"] not in pair.asked
 
 
-def test_no_pair_when_the_reader_is_not_the_next_node():
+def test_a_reader_written_after_another_node_is_moved_up_and_claimed_with_its_writer():
+    """relu, less, between, where: where reads nothing between makes, so it follows less and
+    the two are asked about together (a QDQ model's branches interleave their pairs so)."""
     pair = PairBackend()
     with make_runtime(pair, NumpyBackend(id="full", ops=set(KERNELS))) as rt:
         with rt.load(model(between=True), backends=["pair", "full"]) as net:
-            assert net.assignment["less"] == net.assignment["where"] == "full", net.assignment
+            assert net.assignment["less"] == net.assignment["where"] == "pair", net.assignment
             np.testing.assert_array_equal(net.run(FEEDS)["y"], want())
+    assert ["Less", "Where"] in pair.asked
+
+
+def test_no_pair_when_the_reader_also_reads_what_a_node_between_makes():
+    pair = PairBackend()
+    with make_runtime(pair, NumpyBackend(id="full", ops=set(KERNELS))) as rt:
+        with rt.load(model(between=True, where_reads_between=True),
+                     backends=["pair", "full"]) as net:
+            assert net.assignment["less"] == net.assignment["where"] == "full", net.assignment
+            r = np.maximum(FEEDS["x"], 0)
+            w = np.where(r < FEEDS["t"], FEEDS["t"], r + r)
+            np.testing.assert_array_equal(net.run(FEEDS)["y"], w * w)
     assert ["Less", "Where"] not in pair.asked
 
 

@@ -42,7 +42,7 @@ from .stages.expand import expand_unclaimed
 from .stages.folding import Ran, fold_constants
 from .stages.loader import load
 from .stages.measure import measure_placement, placement_mode
-from .stages.planner import Placer
+from .stages.planner import Placer, sole_readers_next
 from .stages.precision import widen_reduced_precision
 from .stages.validate import validate
 from .static_shapes import ShapeDeclines
@@ -95,6 +95,7 @@ def compile_network(runtime: Runtime, model: Model, infos: list[BackendInfo],
         if optimization != "disable":
             rest, merged = merge_common_subexpressions(
                 rest, plan.constants, {o.name for o in expanded.outputs}, ops)
+        rest = sole_readers_next(rest, {o.name for o in folded.model.outputs})
         graph = whole_graph(folded.model, rest, plan.constants)
         placed = placer_for(folded.model).place_all(rest, graph)
         if placement_mode(runtime.options.placement) == "measure":

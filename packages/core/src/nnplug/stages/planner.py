@@ -195,6 +195,46 @@ def _unsupported_message(node: Node, backends: list[Backend], custom_ops, instal
     return msg
 
 
+def sole_readers_next(nodes: list[Node], results: set[str]) -> list[Node]:
+    """``nodes`` (topological order) with each node whose outputs one node alone reads moved
+    up to just after it, wherever that reader's other inputs are made by then: the order
+    stays topological, and the place stage, which asks a backend about a node together with
+    the next one only (``supports_fused``), sees such pairs. A QDQ model's branches
+    interleave them otherwise (onnxruntime's quantizer writes both branches' QuantizeLinear,
+    then both DequantizeLinear). ``results``: values wanted after the nodes (never paired)."""
+    readers: dict[str, set[str]] = {}
+    made: set[str] = set()
+    for n in nodes:
+        made.update(o for o in n.outputs if o)
+        for x in n.inputs:
+            if x:
+                readers.setdefault(x, set()).add(n.name)
+    by_name = {n.name: n for n in nodes}
+    out: list[Node] = []
+    emitted: set[str] = set()
+    ready: set[str] = set()  # values made by emitted nodes
+
+    def sole_reader(n: Node) -> Node | None:
+        outs = [o for o in n.outputs if o]
+        if not outs or any(o in results for o in outs):
+            return None
+        rs = {r for o in outs for r in readers.get(o, ())}
+        if len(rs) != 1 or any(not readers.get(o) for o in outs):
+            return None
+        r = by_name[rs.pop()]
+        if r.name in emitted or any(x and x in made and x not in ready for x in r.inputs):
+            return None
+        return r
+
+    for n in nodes:
+        while n is not None and n.name not in emitted:
+            out.append(n)
+            emitted.add(n.name)
+            ready.update(o for o in n.outputs if o)
+            n = sole_reader(n)
+    return out
+
+
 def partitions(nodes: list[Node], placements: dict[str, Placement],
                alone: Callable[[Node], bool] | None = None) -> list[list[Node]]:
     """Consecutive nodes (topological order) with the same backend form one partition;
