@@ -3,7 +3,7 @@ float32 scales, per tensor and per axis, run as branch-free loops (op_quant.c qu
 QDQ models spent most of their time in the per-element generic path). Their results equal
 onnxruntime's bit for bit: ties rounded to even, saturation at both ends, zero points at the
 ends of their range, NaN and infinities, -0, values far past the range, odd lengths (the
-vector loops' tails) and axis runs of one element."""
+vector loops' tails) and axis runs of one element, on the portable loops and the AVX-512 ones.""" 
 
 from __future__ import annotations
 
@@ -77,14 +77,67 @@ def test_per_axis_quantize_and_dequantize_match_exactly(rt, dt, shape, axis):
     np.testing.assert_array_equal(got.view(np.uint32), onnxruntime(model, feeds)[0].view(np.uint32))
 
 
-@pytest.mark.parametrize("n", [1, 31, 4096])
+@pytest.mark.parametrize("n", [1, 31, 4096, 16384 * 2 + 21])
 def test_dynamic_quantize_linear_matches_exactly(rt, n):
+    """Its range is taken by chunks of 16384 on several threads, 16 lanes at a time: the
+    extremes sit in a chunk's vector part and in the last chunk's scalar tail."""
     rng = np.random.default_rng(n)
     for lo, hi in ((-3, 5), (0.5, 9), (-7, -1), (-1e-3, 1e-3)):
         x = rng.uniform(lo, hi, n).astype(np.float32)
+        if n > 1:
+            x[-1], x[n // 3] = np.float32(lo * 1.5 - 0.1), np.float32(hi * 1.5 + 0.1)
         model, feeds = one_node_model("DynamicQuantizeLinear", [x], outputs=3, opset=11)
         with rt.load(model) as net:
             got = net.run(feeds)
         want = onnxruntime(model, feeds)
         for k, w in enumerate(want):
             np.testing.assert_array_equal(got[f"out{k}"], w)
+
+
+PORTABLE = r"""
+import sys, numpy as np, onnx, nnplug, nnplug_backend_cpu
+rt = nnplug.Runtime(nnplug.CreationOptions.isolated())
+rt.register_backend(nnplug_backend_cpu.library_path())
+print(rt.backends["cpu"].backend.device_api().get_attr(nnplug.CPU, "api_version"))
+data = np.load(sys.argv[1])
+out = {}
+for name in ("quantize", "dynamic"):
+    with rt.load(onnx.load(sys.argv[1][:-3] + name + ".onnx"), backends=["cpu"]) as net:
+        got = net.run({"x": data["x"]})
+    out.update({f"{name}.{k}": v for k, v in got.items()})
+np.savez(sys.argv[1][:-3] + "out.npz", **out)
+"""
+
+
+@pytest.mark.parametrize("isa", ["portable", None], ids=["portable", "best"])
+def test_portable_and_vector_loops_give_onnxruntimes_bits(tmp_path, isa):
+    """NNPLUG_CPU_ISA=portable runs the C loops the AVX-512 ones stand in for where the CPU
+    has them; both give onnxruntime's bits (QuantizeLinear and DynamicQuantizeLinear)."""
+    import os
+    import subprocess
+    import sys
+
+    import onnx
+
+    rng = np.random.default_rng(5)
+    x = awkward(rng, 40001, 0.05)[12:]  # finite: DynamicQuantizeLinear's NaN rule is its own
+    x[7] = np.float32(-40.0)
+    q, _ = one_node_model("QuantizeLinear", [x, np.float32(0.05), np.int8(-3)], opset=19,
+                          const_inputs=(1, 2))
+    d, _ = one_node_model("DynamicQuantizeLinear", [x], outputs=3, opset=11)
+    for name, m in (("quantize", q), ("dynamic", d)):
+        m.graph.input[0].name = "x"
+        m.graph.node[0].input[0] = "x"
+        onnx.save(m, str(tmp_path / f"case.{name}.onnx"))
+    np.savez(tmp_path / "case.npz", x=x)
+    env = {k: v for k, v in os.environ.items() if k != "NNPLUG_CPU_ISA"}
+    if isa:
+        env["NNPLUG_CPU_ISA"] = isa
+    done = subprocess.run([sys.executable, "-c", PORTABLE, str(tmp_path / "case.npz")], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert ("portable" in done.stdout) == (isa == "portable"), done.stdout
+    got = np.load(tmp_path / "case.out.npz")
+    for name, m in (("quantize", q), ("dynamic", d)):
+        for k, want in enumerate(onnxruntime(m, {"x": x})):
+            np.testing.assert_array_equal(got[f"{name}.out{k}"], want, err_msg=f"{name} {k}")
