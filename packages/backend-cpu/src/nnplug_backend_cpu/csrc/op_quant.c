@@ -141,9 +141,8 @@ static inline float q8_value(float x, float sc, float z, float lo, float hi)
 
 /* quant8's arithmetic 16 floats at a time, the same operations in the same order (so the
  * same bits): a NaN quotient, which the clamps would turn into a number, is set to lo after. */
-__attribute__((target("avx512f"))) static int64_t quant8_avx512(const float *x, float sc, float z,
-                                                                 float lo, float hi, int8_t *y,
-                                                                 int64_t n)
+__attribute__((target("avx512f"))) static int64_t
+quant8_avx512(const float *x, float sc, float z, float lo, float hi, int8_t *y, int64_t n)
 {
     const __m512 s = _mm512_set1_ps(sc), zz = _mm512_set1_ps(z), vlo = _mm512_set1_ps(lo),
                  vhi = _mm512_set1_ps(hi), big = _mm512_set1_ps(1024.f),
@@ -162,8 +161,8 @@ __attribute__((target("avx512f"))) static int64_t quant8_avx512(const float *x, 
 
 /* DynamicQuantizeLinear's range of n floats: min and max with 0, and whether one is NaN
  * (min_ps(v, lo) is v < lo ? v : lo, the scalar loop's compare). */
-__attribute__((target("avx512f"))) static int64_t range_avx512(const float *x, int64_t n,
-                                                                float *mn, float *mx, int *nan)
+__attribute__((target("avx512f"))) static int64_t range_avx512(const float *x, int64_t n, float *mn,
+                                                               float *mx, int *nan)
 {
     __m512 lo = _mm512_setzero_ps(), hi = lo;
     __mmask16 bad = 0;
