@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "dl.h"
+#include "int8.h"
 #include "kernels.h"
 
 #ifdef NNPLUG_PLUGIN_VERSION /* the package version, from nnplug's native build */
@@ -96,6 +97,13 @@ static nnp_status ox_fuse(const nnp_node_desc *nodes, int32_t n, int32_t *taken)
     if (!nodes || !taken || n < 1)
         return nnp_host_fail(NNP_STATUS_INVALID_ARGUMENT, "fuse: bad arguments");
     *taken = n;
+    /* an integer op is a group of its own (with the Cast of a MatMulInteger's sums after it):
+     * it ends the float32 run before it */
+    for (int32_t i = 0; i < n; i++)
+        if (ox_int8_op(nodes[i].op_type)) {
+            *taken = i ? i : n > 1 && ox_int8_cast_of(&nodes[0], &nodes[1]) ? 2 : 1;
+            return NNP_OK;
+        }
     /* an IsNaN is claimed only with the Where after it: a group never ends at one */
     if (n > 1 && nodes[n - 1].op_type && !strcmp(nodes[n - 1].op_type, "IsNaN")) *taken = n - 1;
     return NNP_OK;

@@ -53,6 +53,8 @@ struct ox_qmm {
     int32_t *bzp; /* B's zero points in s8's range (u8: minus 128; none: 0 - 128): 1 or N */
     int64_t nbzp;
     int bzp_nonzero;
+    int f32out; /* the kernel ends with a Cast of the sums to float32 (quantize_dynamic's) */
+    int cast; /* the kernel is a lone Cast of int32 to float32 (A is its input); no matmul */
     pthread_mutex_t mu; /* guards the primitives */
     int nprim;
     qprim prims[QMAXPRIMS];
@@ -62,7 +64,25 @@ struct ox_qmm {
 
 int ox_int8_op(const char *op_type)
 {
-    return op_type && (!strcmp(op_type, "MatMulInteger") || !strcmp(op_type, "QLinearMatMul"));
+    return op_type && (!strcmp(op_type, "MatMulInteger") || !strcmp(op_type, "QLinearMatMul") ||
+                       !strcmp(op_type, "Cast"));
+}
+
+/* A Cast of int32 to float32: MatMulInteger's sums on their way to the float ops after them
+ * (quantize_dynamic writes MatMulInteger -> Cast -> Mul by the scales). */
+static int int32_to_float(const nnp_node_desc *n)
+{
+    return n->op_type && !strcmp(n->op_type, "Cast") && n->num_inputs == 1 && n->num_outputs == 1 &&
+           n->inputs[0].dtype.code == NNP_DTYPE_INT && n->inputs[0].dtype.bits == 32 &&
+           n->inputs[0].dtype.lanes <= 1 && n->outputs[0].dtype.code == NNP_DTYPE_FLOAT &&
+           n->outputs[0].dtype.bits == 32 && n->outputs[0].dtype.lanes <= 1;
+}
+
+int ox_int8_cast_of(const nnp_node_desc *mm, const nnp_node_desc *cast)
+{
+    return mm->op_type && !strcmp(mm->op_type, "MatMulInteger") && int32_to_float(cast) &&
+           mm->num_outputs >= 1 && mm->outputs[0].name && cast->inputs[0].name &&
+           !strcmp(mm->outputs[0].name, cast->inputs[0].name);
 }
 
 static dnnl_data_type_t int8_type(nnp_dtype t)
@@ -100,6 +120,8 @@ static int f32_scalars(const nnp_value_desc *v, int64_t per)
 /* Why node does not run here, or NULL. */
 static const char *refusal(const nnp_node_desc *n)
 {
+    if (!strcmp(n->op_type, "Cast"))
+        return int32_to_float(n) ? NULL : "the onednn backend casts int32 to float32 only";
     if (!__builtin_cpu_supports("avx512vnni") && !__builtin_cpu_supports("avxvnni"))
         return "this CPU has no VNNI, without which oneDNN's int8 sums can saturate";
     int ql = !strcmp(n->op_type, "QLinearMatMul");
@@ -227,7 +249,8 @@ void ox_qmm_free(ox_qmm *q)
     free(q);
 }
 
-ox_qmm *ox_qmm_build(const nnp_node_desc *node, int kin0, int nkin, int *unsupported, ox_err *e)
+ox_qmm *ox_qmm_build(const nnp_node_desc *node, int kin0, int nkin, int f32out, int *unsupported,
+                     ox_err *e)
 {
     const char *why = refusal(node), *name = node->name ? node->name : "";
     *unsupported = why != NULL;
@@ -241,6 +264,15 @@ ox_qmm *ox_qmm_build(const nnp_node_desc *node, int kin0, int nkin, int *unsuppo
         return NULL;
     }
     pthread_mutex_init(&q->mu, NULL);
+    if (!strcmp(node->op_type, "Cast")) {
+        q->cast = 1;
+        q->op = "Cast";
+        q->kin0 = kin0;
+        q->nkin = nkin;
+        if (!(q->name = strdup(name))) goto oom;
+        return q;
+    }
+    q->f32out = f32out;
     int ql = !strcmp(node->op_type, "QLinearMatMul");
     q->op = ql ? "QLinearMatMul" : "MatMulInteger";
     q->r = ql ? QLMM : MMI;
@@ -344,6 +376,15 @@ int ox_qmm_output_shape(const ox_qmm *q, const nnp_tensor *in, int nin, int32_t 
 {
     int64_t ad[MAXR], bd[MAXR];
     int r;
+    if (q->cast) {
+        const nnp_tensor *x = in && nin == q->nkin ? &in[q->kin0] : NULL;
+        if (!x || x->ndim > MAXR || (x->ndim && !x->shape))
+            return ox_fail(e, "node '%s' (Cast): its input must be a tensor of rank up to %d",
+                           q->name, MAXR);
+        *ndim = x->ndim;
+        for (int i = 0; i < x->ndim; i++) shape[i] = x->shape[i];
+        return 0;
+    }
     if (run_dims(q, in, nin, ad, bd, shape, &r, e)) return 1;
     *ndim = r;
     return 0;
@@ -433,6 +474,7 @@ int ox_qmm_workspace(const ox_qmm *qc, const nnp_tensor *in, int nin, uint64_t *
     int64_t ad[MAXR], bd[MAXR], yd[MAXR];
     int r;
     *nbytes = 0;
+    if (q->cast) return 0;
     if (run_dims(q, in, nin, ad, bd, yd, &r, e)) return 1;
     if (!numel(r, yd) || !ad[r - 1]) return 0; /* nothing to multiply */
     qprim temp = {0};
@@ -499,17 +541,96 @@ static void requantize(const ox_qmm *q, const int32_t *acc, int64_t n, int64_t N
     }
 }
 
+/* The sums' epilogue, rows shared among the pool's threads: the zero points taken out (in
+ * 32-bit wrapping arithmetic), then, for a kernel ending with a Cast, each sum converted to
+ * float32 in place (the same 4 bytes). */
+typedef struct {
+    const ox_qmm *q;
+    int32_t *y;
+    int64_t M, N, K, nrows;
+    int r;
+    const int64_t *ad, *bd, *yd;
+    int32_t za;
+    const int32_t *csum, *rs;
+} epilogue_job;
+
+static void epilogue_part(void *arg)
+{
+    const epilogue_job *j = arg;
+    const ox_qmm *q = j->q;
+    int64_t t0, t1, N = j->N, M = j->M;
+    dl_share(j->nrows, &t0, &t1);
+    uint32_t uza = (uint32_t)j->za, uk = (uint32_t)j->K;
+    for (int64_t row_i = t0; row_i < t1; row_i++) {
+        int64_t bo = row_i / M, m = row_i % M;
+        uint32_t *row = (uint32_t *)(j->y + row_i * N);
+        if (j->za || q->bzp_nonzero) {
+            const int32_t *c = j->za ? j->csum + batch_of(bo, j->r, j->bd, j->yd) * N : NULL;
+            const int32_t *rr = j->rs ? j->rs + batch_of(bo, j->r, j->ad, j->yd) * M : NULL;
+            uint32_t t = rr ? (uint32_t)rr[m] - uk * uza : 0; /* rowsum(A) - K za */
+            if (c)
+                for (int64_t n = 0; n < N; n++) row[n] -= uza * (uint32_t)c[n];
+            if (rr && q->nbzp == 1) {
+                uint32_t d = (uint32_t)q->bzp[0] * t;
+                for (int64_t n = 0; n < N; n++) row[n] -= d;
+            } else if (rr)
+                for (int64_t n = 0; n < N; n++) row[n] -= (uint32_t)q->bzp[n] * t;
+        }
+        if (q->f32out) {
+            float *f = (float *)row;
+            for (int64_t n = 0; n < N; n++) f[n] = (float)(int32_t)row[n];
+        }
+    }
+}
+
+typedef struct {
+    const int32_t *x;
+    float *y;
+    int64_t n;
+} cast_job;
+
+static void cast_part(void *arg)
+{
+    const cast_job *j = arg;
+    int64_t t0, t1;
+    dl_share(j->n, &t0, &t1);
+    for (int64_t i = t0; i < t1; i++) j->y[i] = (float)j->x[i];
+}
+
+static int run_cast(const ox_qmm *q, const nnp_tensor *in, int nin, const nnp_tensor *out,
+                    ox_err *e)
+{
+    int32_t ndim;
+    int64_t shape[MAXR];
+    if (ox_qmm_output_shape(q, in, nin, &ndim, shape, e)) return 1;
+    int64_t n = numel(ndim, shape);
+    int ok = out && out->ndim == ndim && !out->strides && (out->data || !n) &&
+             (!ndim || out->shape) && out->dtype.code == NNP_DTYPE_FLOAT && out->dtype.bits == 32 &&
+             (in[q->kin0].data || !n);
+    for (int i = 0; ok && i < ndim; i++) ok = out->shape[i] == shape[i];
+    if (!ok)
+        return ox_fail(e,
+                       "node '%s' (Cast): the output must be a compact float32 tensor of its "
+                       "input's shape",
+                       q->name);
+    cast_job j = {nnp_tensor_ptr(&in[q->kin0]), nnp_tensor_ptr(out), n};
+    dl_parallel(cast_part, &j, n >= 32768 ? ox_num_threads() : 1); /* small: not worth a wake */
+    return 0;
+}
+
 int ox_qmm_run(const ox_qmm *qc, const nnp_tensor *in, int nin, const nnp_tensor *out, void *ws,
                uint64_t wsn, ox_err *e)
 {
     ox_qmm *q = (ox_qmm *)qc;
+    if (q->cast) return run_cast(q, in, nin, out, e);
     int64_t ad[MAXR], bd[MAXR], yd[MAXR];
     int r;
     if (run_dims(q, in, nin, ad, bd, yd, &r, e)) return 1;
     int64_t ny = numel(r, yd), M = yd[r - 2], N = yd[r - 1], K = ad[r - 1];
     int ok = out && out->ndim == r && !out->strides && (out->data || !ny) && out->shape &&
-             (q->mult ? int8_type(out->dtype) == q->ydt
-                      : out->dtype.code == NNP_DTYPE_INT && out->dtype.bits == 32);
+             (q->mult     ? int8_type(out->dtype) == q->ydt
+              : q->f32out ? out->dtype.code == NNP_DTYPE_FLOAT && out->dtype.bits == 32
+                          : out->dtype.code == NNP_DTYPE_INT && out->dtype.bits == 32);
     for (int i = 0; ok && i < r; i++) ok = out->shape[i] == yd[i];
     if (!ok)
         return ox_fail(e,
@@ -519,7 +640,7 @@ int ox_qmm_run(const ox_qmm *qc, const nnp_tensor *in, int nin, const nnp_tensor
     if (!ny) return 0;
     int32_t *y = q->mult ? malloc((size_t)ny * sizeof *y) : nnp_tensor_ptr(out);
     if (!y) return ox_fail(e, "out of memory");
-    if (!K) { /* sums of nothing */
+    if (!K) { /* sums of nothing (0 is 0.0f's bits too) */
         memset(y, 0, (size_t)ny * sizeof *y);
         if (q->mult) {
             requantize(q, y, ny, N, nnp_tensor_ptr(out));
@@ -574,23 +695,9 @@ int ox_qmm_run(const ox_qmm *qc, const nnp_tensor *in, int nin, const nnp_tensor
         }
     }
     if (execute(p, a, p->bpacked ? p->bpacked : b, y, scratch, e)) goto done;
-    if (za || q->bzp_nonzero) {
-        uint32_t uza = (uint32_t)za, uk = (uint32_t)K;
-        for (int64_t bo = 0; bo < nb; bo++) {
-            const int32_t *c = za ? csum + batch_of(bo, r, bd, yd) * N : NULL;
-            const int32_t *rr = rs ? rs + batch_of(bo, r, ad, yd) * M : NULL;
-            for (int64_t m = 0; m < M; m++) {
-                uint32_t *row = (uint32_t *)(y + (bo * M + m) * N);
-                uint32_t t = rr ? (uint32_t)rr[m] - uk * uza : 0; /* rowsum(A) - K za */
-                if (c)
-                    for (int64_t n = 0; n < N; n++) row[n] -= uza * (uint32_t)c[n];
-                if (rr && q->nbzp == 1) {
-                    uint32_t d = (uint32_t)q->bzp[0] * t;
-                    for (int64_t n = 0; n < N; n++) row[n] -= d;
-                } else if (rr)
-                    for (int64_t n = 0; n < N; n++) row[n] -= (uint32_t)q->bzp[n] * t;
-            }
-        }
+    if (za || q->bzp_nonzero || q->f32out) {
+        epilogue_job j = {q, y, M, N, K, nb * M, r, ad, bd, yd, za, csum, rs};
+        dl_parallel(epilogue_part, &j, ny >= 32768 ? p->threads : 1);
     }
     if (q->mult) requantize(q, y, ny, N, nnp_tensor_ptr(out));
     rc = 0;

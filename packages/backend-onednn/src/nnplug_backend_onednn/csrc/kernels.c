@@ -150,6 +150,7 @@ int ox_supported(const nnp_node_desc *nodes, int n)
     ox_err e;
     int unsupported, ok = 0;
     if (n == 1 && ox_int8_op(nodes[0].op_type)) return ox_qmm_supported(&nodes[0]);
+    if (n == 2 && ox_int8_cast_of(&nodes[0], &nodes[1])) return ox_qmm_supported(&nodes[0]);
     for (int i = 0; i < n; i++)
         if (changing_shape_not_worth_a_plan(&nodes[i])) return 0;
     ox_graph *g = ox_graph_parse(nodes, n, 0, &unsupported, &e);
@@ -205,27 +206,21 @@ static ox_plan *get_plan(nnp_kernel *k, int strict, int64_t *dims, int *temp, ox
     return p;
 }
 
-/* An integer op is claimed alone (ox_supported), and a group holds one only as its last node:
- * no node the backend claims reads its int32 result, nor makes the int8 values it reads, so the
- * float32 nodes before it in the group are ones whose results nothing reads (the host ends a
- * group where a value made in it is read after it), and are left out. */
+/* An integer op is a group of its own (abi.c ox_fuse): alone, or a MatMulInteger with the Cast
+ * of its sums to float32 after it (then the kernel writes the floats). */
 static int build_int8(const nnp_node_desc *nodes, int n, nnp_kernel **out, int *unsupported,
                       ox_err *e)
 {
-    int kin0 = 0, nkin = 0;
-    for (int i = 0; i < n; i++) {
-        if (i < n - 1 && ox_int8_op(nodes[i].op_type))
-            return ox_fail(e,
-                           "node '%s' (%s): the onednn backend runs it only as a kernel's last "
-                           "node",
-                           nodes[i].name ? nodes[i].name : "", nodes[i].op_type);
-        if (i < n - 1) kin0 += nodes[i].num_inputs;
-        nkin += nodes[i].num_inputs;
-    }
+    int f32out = n == 2 && ox_int8_cast_of(&nodes[0], &nodes[1]);
+    if (n != 1 && !f32out)
+        return ox_fail(e,
+                       "node '%s' (%s): the onednn backend runs it only in a kernel of its own "
+                       "(or a MatMulInteger with the Cast of its result to float after it)",
+                       nodes[0].name ? nodes[0].name : "", nodes[0].op_type);
     nnp_kernel *k = calloc(1, sizeof *k);
     if (!k) return ox_fail(e, "out of memory");
     pthread_mutex_init(&k->mu, NULL);
-    if (!(k->q = ox_qmm_build(&nodes[n - 1], kin0, nkin, unsupported, e))) {
+    if (!(k->q = ox_qmm_build(&nodes[0], 0, nodes[0].num_inputs, f32out, unsupported, e))) {
         ox_destroy(k);
         return 1;
     }
