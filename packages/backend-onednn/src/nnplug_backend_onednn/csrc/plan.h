@@ -89,6 +89,16 @@ typedef struct {
     int cur;
 } pb;
 
+/* The backend's own 8-bit grid loops (quantize, dequantize, QDQ), built twice: for AVX-512 and
+ * the baseline, the one to run picked when the library loads (an ifunc). The same IEEE
+ * operations in the same order at every width (the build contracts nothing: -std=c11), so
+ * the same bits. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define QUANT_LOOP __attribute__((target_clones("avx512f", "default")))
+#else
+#define QUANT_LOOP
+#endif
+
 #define DIMS(v) (b->dims + (size_t)(v) * MAXR)
 #define VAL(v) (&b->g->vals[v])
 

@@ -101,7 +101,7 @@ typedef struct {
 
 /* x on the grid (an OP_QDQ's result, or a grid value's float view) back to its integers: x / s
  * is within 2^-15 of an integer, so multiplying by 1 / s finds the same one. */
-static void quantize_part(void *arg)
+QUANT_LOOP static void quantize_part(void *arg)
 {
     const q8job *j = arg;
     const q8cfg *q = j->q;
@@ -109,19 +109,27 @@ static void quantize_part(void *arg)
     const float inv = 1.f / q->s, z = q->z, lo = q->lo, hi = q->hi;
     int64_t t0, t1;
     dl_share(q->n, &t0, &t1);
-#define QUANTIZE_TO(T)                                                                \
-    for (int64_t i = t0; i < t1; i++) { /* rounded as plan_loops.c's OP_QDQ rounds */ \
-        float v = x[i] * inv;                                                         \
-        v = v < -1024.f ? -1024.f : v > 1024.f ? 1024.f : v;                          \
-        float r = (v + 12582912.f) - 12582912.f + z;                                  \
-        ((T *)j->y)[i] = (T)(r < lo ? lo : r > hi ? hi : r);                          \
+    /* by blocks: the rounding into int32 first, then the narrowing, two loops gcc vectorises
+     * (one loop from float to bytes it keeps scalar) */
+    int32_t q8[256];
+    int8_t *ys = j->y;
+    uint8_t *yu = j->y;
+    for (int64_t i0 = t0; i0 < t1; i0 += 256) {
+        int64_t m = t1 - i0 < 256 ? t1 - i0 : 256;
+        for (int64_t i = 0; i < m; i++) { /* rounded as plan_loops.c's OP_QDQ rounds */
+            float v = x[i0 + i] * inv;
+            v = v < -1024.f ? -1024.f : v > 1024.f ? 1024.f : v;
+            float r = (v + 12582912.f) - 12582912.f + z;
+            q8[i] = (int32_t)(r < lo ? lo : r > hi ? hi : r);
+        }
+        if (lo < 0.f)
+            for (int64_t i = 0; i < m; i++) ys[i0 + i] = (int8_t)q8[i];
+        else
+            for (int64_t i = 0; i < m; i++) yu[i0 + i] = (uint8_t)q8[i];
     }
-    if (lo < 0.f) QUANTIZE_TO(int8_t)
-    else QUANTIZE_TO(uint8_t)
-#undef QUANTIZE_TO
 }
 
-static void dequantize_part(void *arg)
+QUANT_LOOP static void dequantize_part(void *arg)
 {
     const q8job *j = arg;
     const q8cfg *q = j->q;
@@ -130,17 +138,17 @@ static void dequantize_part(void *arg)
     const int32_t z = (int32_t)q->z;
     int64_t t0, t1;
     dl_share(q->n, &t0, &t1);
+    const int8_t *xs = j->x;
+    const uint8_t *xu = j->x;
     if (q->lo < 0.f)
-        for (int64_t i = t0; i < t1; i++)
-            y[i] = (float)((int32_t)((const int8_t *)j->x)[i] - z) * s;
+        for (int64_t i = t0; i < t1; i++) y[i] = (float)((int32_t)xs[i] - z) * s;
     else
-        for (int64_t i = t0; i < t1; i++)
-            y[i] = (float)((int32_t)((const uint8_t *)j->x)[i] - z) * s;
+        for (int64_t i = t0; i < t1; i++) y[i] = (float)((int32_t)xu[i] - z) * s;
 }
 
 /* y = (saturate(round(x / s) + z) - z) * s in place: a Conv that writes its QuantizeLinear's
  * grid run in float (a blocked layout's padding stays 0). */
-static void fake_part(void *arg)
+QUANT_LOOP static void fake_part(void *arg)
 {
     const q8job *j = arg;
     const q8cfg *q = j->q;

@@ -229,7 +229,7 @@ typedef struct {
     float *y;
 } qdq_job;
 
-static void qdq_part(void *arg)
+QUANT_LOOP static void qdq_part(void *arg)
 {
     const qdq_job *j = arg;
     const ox_qdq *q = j->q;
