@@ -3,7 +3,7 @@ float32 scales, per tensor and per axis, run as branch-free loops (op_quant.c qu
 QDQ models spent most of their time in the per-element generic path). Their results equal
 onnxruntime's bit for bit: ties rounded to even, saturation at both ends, zero points at the
 ends of their range, NaN and infinities, -0, values far past the range, odd lengths (the
-vector loops' tails) and axis runs of one element, on the portable loops and the AVX-512 ones.""" 
+vector loops' tails) and axis runs of one element, on the portable loops and the AVX-512 ones."""
 
 from __future__ import annotations
 
