@@ -12,6 +12,7 @@ from ..errors import ModelError
 from ..from_onnx import model_from_proto
 from ..graph import Model
 from ..inference import skeleton
+from ..raw_weights import initializer_views
 
 
 def read_model(model, external_data_dir: str | os.PathLike | None = None) -> onnx.ModelProto:
@@ -20,14 +21,21 @@ def read_model(model, external_data_dir: str | os.PathLike | None = None) -> onn
     Tensors stored outside the model (external data) are read from the model file's folder
     for a path, and from ``external_data_dir`` for bytes or a ModelProto (which know no
     folder of their own)."""
+    return _read(model, external_data_dir)[0]
+
+
+def _read(model, external_data_dir) -> tuple[onnx.ModelProto, bytes | None]:
+    """read_model's ModelProto, and the serialized bytes it was parsed from (None for a
+    ModelProto given as one), over which the weights are read without a copy."""
     if isinstance(model, onnx.ModelProto):
-        return _with_external_data(model, external_data_dir, "the ModelProto")
+        return _with_external_data(model, external_data_dir, "the ModelProto"), None
     if isinstance(model, (bytes, bytearray, memoryview)):
+        data = bytes(model)
         try:
-            proto = onnx.load_from_string(bytes(model))
+            proto = onnx.load_from_string(data)
         except Exception as e:
             raise ModelError(f"the model bytes are not a valid ONNX model: {e}") from None
-        return _with_external_data(proto, external_data_dir, "the model bytes")
+        return _with_external_data(proto, external_data_dir, "the model bytes"), data
     if isinstance(model, (str, os.PathLike)):
         path = os.fspath(model)
         if not os.path.exists(path):
@@ -35,9 +43,16 @@ def read_model(model, external_data_dir: str | os.PathLike | None = None) -> onn
         if os.path.isdir(path):
             raise ModelError(f"model path {path!r} is a directory; give the .onnx file")
         try:
-            return onnx.load(path)
+            with open(path, "rb") as f:
+                data = f.read()
+            proto = onnx.load_from_string(data)
+            if _external_tensors(proto):  # onnx.load's own way, from the file's folder
+                from onnx.external_data_helper import load_external_data_for_model
+
+                load_external_data_for_model(proto, os.path.dirname(os.path.abspath(path)))
         except Exception as e:
             raise ModelError(f"model file {path!r} is not a valid ONNX model: {e}") from None
+        return proto, data
     raise ModelError(
         f"a model is a path, bytes or onnx.ModelProto, not {type(model).__name__}"
     )
@@ -82,10 +97,11 @@ def load(model, custom_ops: dict | None = None, external_data_dir=None,
     ``shape_infer`` for the nodes ONNX cannot infer; ``external_data_dir``: see read_model;
     ``functions``: the (domain, op type) pairs plugins register bodies for (see
     nnplug.functions), which the checker lets through."""
-    proto = read_model(model, external_data_dir)
+    proto, data = _read(model, external_data_dir)
     custom_ops = custom_ops or {}
     # ListFields first: ByteSize walks every weight's bytes (seconds on a 400 MB model)
     if not proto.graph.ListFields() and proto.graph.ByteSize() == 0:
         raise ModelError("the model has an empty graph")
     warned = check_model(skeleton(proto), functions)  # the weights' types, not their bytes
-    return model_from_proto(proto, custom_ops, warned)
+    return model_from_proto(proto, custom_ops, warned,
+                            known=initializer_views(data) if data is not None else None)
