@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import ctypes as C
+import threading
 import time
 import weakref
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -34,6 +36,9 @@ from .profile_hook import NodeEvents, record_kernel
 MAX_FUSE = 64
 """The run of nodes first offered to ``fuse``; doubled while the backend takes all of it."""
 ALIGN = 64
+MAX_FIXED_PLANS = 8
+"""Static plans a dynamic partition keeps, one per input shape met (a model served at a few
+batch sizes); other shapes run through run_dynamic."""
 
 
 class Kernel:
@@ -244,6 +249,23 @@ class _Specs:
 
     def static(self, name) -> bool:
         return not name or (self.shape(name) is not None and self.dtype(name) is not None)
+
+
+class _BoundSpecs(_Specs):
+    """_Specs of a dynamic partition with its symbolic dims bound to one run's sizes."""
+
+    def __init__(self, spec: _Specs, sizes: dict[str, int]):
+        super().__init__(spec.values, spec.consts)
+        self.sizes = sizes
+
+    def shape(self, name):
+        if name in self.consts:
+            return self.consts[name].shape
+        info = self.values.get(name)
+        if info is None or info.shape is None:
+            return None
+        shape = tuple(self.sizes.get(d) if isinstance(d, str) else d for d in info.shape)
+        return shape if all(isinstance(d, int) and d >= 0 for d in shape) else None
 
 
 def _array_of(tensor, name) -> np.ndarray:
@@ -655,6 +677,57 @@ class DynamicRunner(_Runner):
         self._templates = {}  # dtype -> a tensor with this device and dtype (see _put)
         self.plans = [self._kernel_plan(k) for k in state.kernels]
         self.native = DynamicSteps(self) if usable(self) else None
+        self._symbols = self._input_symbols()
+        self._fixed: dict[tuple, StaticRunner | None] = {}  # input shapes -> their plan
+        self._fixing = threading.Lock()
+
+    # -- a static plan per input shape, where every shape follows from the inputs' ----------
+    def _input_symbols(self):
+        """Per input, its dims (ints and symbols), when every value the partition's kernels
+        read or make has a shape of ints and of those symbols only (no size a kernel finds
+        from data: a computed Reshape, NonZero), its dtype known and no strings; else None.
+        Then one run's input shapes give every shape, and a static plan (one run_steps
+        call, arena and outputs allocated by the host, no callback) can stand in for
+        run_dynamic on those shapes."""
+        if not (self.host and self.lib.table.run_steps):
+            return None
+        dims = []
+        for n in self.inputs:
+            info = self.spec.values.get(n)
+            if n in self.consts or info is None or info.shape is None:
+                return None
+            dims.append(tuple(info.shape))
+        known = {d for shape in dims for d in shape if isinstance(d, str)}
+        for k in self.state.kernels:
+            for v in (*k.inputs, *k.outputs):
+                if not v or v in self.consts:
+                    continue
+                info, dtype = self.spec.values.get(v), self.spec.dtype(v)
+                if info is None or info.shape is None or dtype is None or \
+                        string_tensors.is_string(dtype) or \
+                        any(isinstance(d, str) and d not in known or
+                            not isinstance(d, (int, str)) for d in info.shape):
+                    return None
+        return dims
+
+    def _fix(self, shapes: tuple) -> None:
+        """Make the static plan for these input shapes, after a run_dynamic call on them went
+        through (the backend's reported shapes and the outputs were checked against the
+        model then), up to MAX_FIXED_PLANS per partition; None where there is none."""
+        with self._fixing:
+            if shapes in self._fixed or len(self._fixed) >= MAX_FIXED_PLANS:
+                return
+            sizes: dict[str, int] = {}
+            ok = 0 not in (d for shape in shapes for d in shape)  # empty: run_dynamic's
+            for want, got in zip(self._symbols, shapes):
+                ok = ok and len(want) == len(got)
+                for w, g in zip(want, got):
+                    ok = ok and (sizes.setdefault(w, g) == g if isinstance(w, str) else w == g)
+            plan = None
+            if ok:
+                plan = StaticRunner(self.lib, self.state, SimpleNamespace(inputs=self.inputs, outputs=self.outputs),
+                                    self.dev, _BoundSpecs(self.spec, sizes), self.consts)
+            self._fixed[shapes] = plan
 
     def _kernel_plan(self, k):
         """What a run of kernel k takes from the load, worked out once: its constant inputs as
@@ -757,7 +830,14 @@ class DynamicRunner(_Runner):
         the model (run_dynamic, and the host as it allocates each output)."""
         if self.state.closed:
             raise BackendError(f"backend {self.lib.id!r}: the module was closed")
+        if self._symbols is not None:
+            shapes = tuple([a.shape for a in arrays])  # a list's comprehension: one call
+            fixed = self._fixed.get(shapes)
+            if fixed is not None:
+                return fixed.run_arrays(arrays)
         made = self.native.run(arrays)
+        if self._symbols is not None and shapes not in self._fixed:
+            self._fix(shapes)
         if len(made) == len(self.outputs):  # the common case: the partition made every output
             return [made[n] for n in self.outputs]
         by_name = dict(zip(self.inputs, arrays))
