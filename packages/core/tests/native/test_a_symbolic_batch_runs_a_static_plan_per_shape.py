@@ -1,5 +1,6 @@
 """A partition whose every shape follows from its inputs' symbols (a symbolic batch through
-products and elementwise ops) runs a shape's first run through ``run_dynamic``, where the
+products and elementwise ops; an output's dims no symbol names, where its ops make shapes from
+shapes alone, taken from the first run) runs a shape's first run through ``run_dynamic``, where the
 backend's reported shapes and the outputs are checked against the model, and every later run
 of that shape on a static plan made then: one ``run_steps`` call, arena and outputs allocated by
 the host, no callback (the fixed cost of a static model). Up to MAX_FIXED_PLANS shapes a
@@ -104,12 +105,9 @@ def test_shapes_beyond_the_kept_plans_and_empty_batches_run_dynamic(libs, stats)
                                            rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("model", [mlp(batch="N", runtime_shape=True), batch_mlp("M")],
-                         ids=["runtime_reshape", "output_dim_of_its_own"])
-def test_shapes_that_do_not_follow_from_the_inputs_keep_run_dynamic(libs, stats, model):
-    feeds = {"x": x_of(4)}
-    if len(model.graph.input) > 1:
-        feeds["shape"] = np.array([-1, 3], np.int64)
+def test_shapes_that_do_not_follow_from_the_inputs_keep_run_dynamic(libs, stats):
+    model = mlp(batch="N", runtime_shape=True)  # a Reshape to a shape fed at run time
+    feeds = {"x": x_of(4), "shape": np.array([-1, 3], np.int64)}
     with bare_runtime() as rt:
         rt.register_backend(libs["testcpu"])
         with rt.load(model) as net:
@@ -140,3 +138,43 @@ def test_threads_running_several_batch_sizes_get_their_own_answers(libs):
             for t in threads:
                 t.join(120)
     assert not errors, errors[0]
+
+
+def one_node(op, dims, extra=()):
+    """op(x[dims], *extra) -> y, x's and y's dims as given (None: unnamed, as skl2onnx writes
+    a batch)."""
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)]
+    inputs += [helper.make_tensor_value_info(n, TensorProto.INT64, [2]) for n in extra]
+    g = helper.make_graph([helper.make_node(op, ["x", *extra], ["y"], name="the_node")], "one",
+                          inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("model", [one_node("Relu", [None, 8]), batch_mlp("M")],
+                         ids=["unnamed_batch", "output_symbol_of_its_own"])
+def test_an_output_no_input_symbol_sizes_takes_its_shape_from_the_first_run(libs, stats,
+                                                                            model):
+    with bare_runtime() as rt:
+        rt.register_backend(libs["testcpu"])
+        with rt.load(model) as net:
+            for b in (2, 5, 2, 5):
+                x = x_of(b, seed=b) - 0.5
+                got, n = calls(stats, "testcpu", net, {"x": x})
+                np.testing.assert_allclose(got, reference(model, {"x": x}), rtol=1e-5,
+                                           atol=1e-5)
+            assert n == {"run_dynamic": 0, "run_steps": 1}
+
+
+def test_a_shape_made_from_data_is_never_learned(libs, stats):
+    """Reshape to a shape fed at run time: the same input shapes, other output shapes."""
+    model = one_node("Reshape", [None, 8], extra=["shape"])
+    x = x_of(4)
+    with bare_runtime() as rt:
+        rt.register_backend(libs["testcpu"])
+        with rt.load(model) as net:
+            for shape in ([8, 4], [8, 4], [2, 16], [32, 1], [8, 4]):
+                feeds = {"x": x, "shape": np.array(shape, np.int64)}
+                got, n = calls(stats, "testcpu", net, feeds)
+                assert got.shape == tuple(shape)
+                np.testing.assert_array_equal(got, x.reshape(shape))
+                assert n == {"run_dynamic": 1, "run_steps": 0}

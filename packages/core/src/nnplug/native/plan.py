@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes as C
+import logging
 import threading
 import time
 import weakref
@@ -29,6 +30,7 @@ from ..tensor import Tensor, as_contiguous
 from . import abi, string_tensors
 from .buffer import NativeBuffer, addressof, cdev, fill_tensor
 from .buffer import from_buffer as _from_buffer
+from .data_shaped import shape_follows_input_shapes
 from .descs import DescBuilder
 from .dynamic_steps import DynamicSteps, usable
 from .profile_hook import NodeEvents, record_kernel
@@ -36,6 +38,8 @@ from .profile_hook import NodeEvents, record_kernel
 MAX_FUSE = 64
 """The run of nodes first offered to ``fuse``; doubled while the backend takes all of it."""
 ALIGN = 64
+log = logging.getLogger("nnplug")
+
 MAX_FIXED_PLANS = 8
 """Static plans a dynamic partition keeps, one per input shape met (a model served at a few
 batch sizes); other shapes run through run_dynamic."""
@@ -254,13 +258,16 @@ class _Specs:
 class _BoundSpecs(_Specs):
     """_Specs of a dynamic partition with its symbolic dims bound to one run's sizes."""
 
-    def __init__(self, spec: _Specs, sizes: dict[str, int]):
+    def __init__(self, spec: _Specs, sizes: dict[str, int], seen: dict[str, tuple]):
         super().__init__(spec.values, spec.consts)
         self.sizes = sizes
+        self.seen = seen  # the run's shapes of the inputs and of outputs no symbol sizes
 
     def shape(self, name):
         if name in self.consts:
             return self.consts[name].shape
+        if name in self.seen:
+            return self.seen[name]
         info = self.values.get(name)
         if info is None or info.shape is None:
             return None
@@ -347,7 +354,10 @@ class _Runner:
 class StaticRunner(_Runner):
     """Shapes fixed at load: one arena, one ``run_steps`` call per run."""
 
-    def __init__(self, lib, state, subgraph, dev, spec, consts):
+    def __init__(self, lib, state, subgraph, dev, spec, consts, probe=None):
+        """``probe``: arrays of a run of these shapes (every input, every output made), for a
+        plan made from a dynamic partition (DynamicRunner._fix): kernels made for unknown
+        shapes may want data behind every tensor when asked their workspace size."""
         super().__init__(lib, state, subgraph, dev, spec, consts)
         kernels = state.kernels
         self.in_specs = [(spec.shape(n), spec.dtype(n)) for n in self.inputs]
@@ -379,6 +389,11 @@ class StaticRunner(_Runner):
         self._keep = []
         steps = (abi.Step * len(kernels))()
         ws = 0
+        if probe is not None:  # where the slots point while workspace sizes are asked
+            scratch = np.empty(max(total, 1) + ALIGN, np.uint8)
+            base = scratch.ctypes.data + (-scratch.ctypes.data) % ALIGN
+            at = [base] + [probe[n].ctypes.data for n in self.inputs] + \
+                [probe[n].ctypes.data for n in out_slots]
         for s, k in enumerate(kernels):
             step = steps[s]
             step.kernel = k.ptr
@@ -405,8 +420,18 @@ class StaticRunner(_Runner):
                 setattr(step, which[:-1] + "_slots", sl)
             if self.ws_size_fn:
                 need = C.c_uint64(0)
+                pointed = []
+                if probe is not None:
+                    for ts, sl, count in ((step.inputs, step.input_slots, step.num_inputs),
+                                          (step.outputs, step.output_slots, step.num_outputs)):
+                        for i in range(count):
+                            if sl[i] >= 0:
+                                ts[i].data = at[sl[i]]
+                                pointed.append(ts[i])
                 rc = self.ws_size_fn(k.ptr, step.inputs, step.num_inputs, step.outputs,
                                      step.num_outputs, C.byref(need))
+                for t in pointed:  # run_steps finds them through the slots again
+                    t.data = None
                 if rc != 0:
                     raise lib.error(rc, f"kernel_workspace_size of {k.label}")
                 ws = max(ws, need.value)
@@ -683,37 +708,47 @@ class DynamicRunner(_Runner):
 
     # -- a static plan per input shape, where every shape follows from the inputs' ----------
     def _input_symbols(self):
-        """Per input, its dims (ints and symbols), when every value the partition's kernels
-        read or make has a shape of ints and of those symbols only (no size a kernel finds
-        from data: a computed Reshape, NonZero), its dtype known and no strings; else None.
-        Then one run's input shapes give every shape, and a static plan (one run_steps
-        call, arena and outputs allocated by the host, no callback) can stand in for
-        run_dynamic on those shapes."""
+        """Per input, its dims (ints, and symbols: a dim the model leaves unnamed is one of
+        its own), when every value the partition's kernels read or make has a shape of ints
+        and of those symbols only, its dtype known and no strings; a partition output may
+        have other dims where its kernel's ops make shapes from shapes alone (data_shaped: a
+        tree ensemble's [N, 1] where the model names no N), the sizes then taken from the
+        shape's first run. Else None. Then one run's input shapes give every shape, and a
+        static plan (one run_steps call, arena and outputs allocated by the host, no
+        callback) can stand in for run_dynamic on those shapes."""
         if not (self.host and self.lib.table.run_steps):
             return None
         dims = []
-        for n in self.inputs:
+        for i, n in enumerate(self.inputs):
             info = self.spec.values.get(n)
             if n in self.consts or info is None or info.shape is None:
                 return None
-            dims.append(tuple(info.shape))
+            dims.append(tuple(f"\0{i}.{j}" if d is None else d for j, d in enumerate(info.shape)))
         known = {d for shape in dims for d in shape if isinstance(d, str)}
+        read = {v for k in self.state.kernels for v in k.inputs}
+        learned = set()
         for k in self.state.kernels:
             for v in (*k.inputs, *k.outputs):
-                if not v or v in self.consts:
+                if not v or v in self.consts or v in self.inputs:
                     continue
                 info, dtype = self.spec.values.get(v), self.spec.dtype(v)
-                if info is None or info.shape is None or dtype is None or \
-                        string_tensors.is_string(dtype) or \
-                        any(isinstance(d, str) and d not in known or
-                            not isinstance(d, (int, str)) for d in info.shape):
+                if info is None or dtype is None or string_tensors.is_string(dtype):
                     return None
+                if info.shape is not None and all(isinstance(d, int) or d in known
+                                                  for d in info.shape):
+                    continue
+                if v in read or v not in self.outputs or info.shape is None or not all(
+                        shape_follows_input_shapes(n, self.consts) for n in k.nodes):
+                    return None
+                learned.add(v)  # a partition output whose sizes the first run gives
+        self._learned = learned
         return dims
 
-    def _fix(self, shapes: tuple) -> None:
+    def _fix(self, shapes: tuple, arrays, made: dict) -> None:
         """Make the static plan for these input shapes, after a run_dynamic call on them went
         through (the backend's reported shapes and the outputs were checked against the
-        model then), up to MAX_FIXED_PLANS per partition; None where there is none."""
+        model then, and ``made`` holds its results), up to MAX_FIXED_PLANS per partition;
+        None where there is none."""
         with self._fixing:
             if shapes in self._fixed or len(self._fixed) >= MAX_FIXED_PLANS:
                 return
@@ -723,10 +758,19 @@ class DynamicRunner(_Runner):
                 ok = ok and len(want) == len(got)
                 for w, g in zip(want, got):
                     ok = ok and (sizes.setdefault(w, g) == g if isinstance(w, str) else w == g)
+            seen = {v: made[v].shape for v in self._learned if v in made}
             plan = None
-            if ok:
-                plan = StaticRunner(self.lib, self.state, SimpleNamespace(inputs=self.inputs, outputs=self.outputs),
-                                    self.dev, _BoundSpecs(self.spec, sizes), self.consts)
+            probe = {**dict(zip(self.inputs, arrays)), **made}
+            if ok and len(seen) == len(self._learned) and \
+                    all(n in probe for n in self.outputs if n not in self.consts):
+                seen.update(zip(self.inputs, shapes))  # unnamed dims of inputs too
+                try:
+                    plan = StaticRunner(
+                        self.lib, self.state,
+                        SimpleNamespace(inputs=self.inputs, outputs=self.outputs), self.dev,
+                        _BoundSpecs(self.spec, sizes, seen), self.consts, probe=probe)
+                except BackendError as e:  # the shape keeps its run_dynamic
+                    log.debug("no static plan for shapes %s: %s", shapes, e)
             self._fixed[shapes] = plan
 
     def _kernel_plan(self, k):
@@ -837,7 +881,7 @@ class DynamicRunner(_Runner):
                 return fixed.run_arrays(arrays)
         made = self.native.run(arrays)
         if self._symbols is not None and shapes not in self._fixed:
-            self._fix(shapes)
+            self._fix(shapes, arrays, made)
         if len(made) == len(self.outputs):  # the common case: the partition made every output
             return [made[n] for n in self.outputs]
         by_name = dict(zip(self.inputs, arrays))
