@@ -178,3 +178,27 @@ def test_a_shape_made_from_data_is_never_learned(libs, stats):
                 assert got.shape == tuple(shape)
                 np.testing.assert_array_equal(got, x.reshape(shape))
                 assert n == {"run_dynamic": 1, "run_steps": 0}
+
+
+def test_a_value_made_inside_with_an_unnamed_batch_is_sized_by_a_kernel_by_kernel_first_run(
+        libs, stats):
+    """Relu then Add on [None, 8]: the Relu's result has no dim a symbol sizes and is read
+    inside the partition, so a shape's first run goes kernel by kernel (its shapes asked and
+    checked), and the plan made from it runs the later ones."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Add", ["r", "x"], ["y"], name="add")]
+    g = helper.make_graph(nodes, "two", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                       [None, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 8])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with bare_runtime() as rt:
+        rt.register_backend(libs["testcpu"])
+        with rt.load(model) as net:
+            for b in (3, 3, 6, 6, 3):
+                x = x_of(b, seed=b) - 0.5
+                before = stats("testcpu")
+                got = net.run({"x": x})["y"]
+                after = stats("testcpu")
+                np.testing.assert_array_equal(got, np.maximum(x, 0) + x)
+            assert after["run_steps"] - before["run_steps"] == 1
+            assert after["run_dynamic"] == before["run_dynamic"]

@@ -725,30 +725,32 @@ class DynamicRunner(_Runner):
                 return None
             dims.append(tuple(f"\0{i}.{j}" if d is None else d for j, d in enumerate(info.shape)))
         known = {d for shape in dims for d in shape if isinstance(d, str)}
-        read = {v for k in self.state.kernels for v in k.inputs}
         learned = set()
         for k in self.state.kernels:
             for v in (*k.inputs, *k.outputs):
-                if not v or v in self.consts or v in self.inputs:
+                if not v or v in self.consts:
                     continue
                 info, dtype = self.spec.values.get(v), self.spec.dtype(v)
                 if info is None or dtype is None or string_tensors.is_string(dtype):
                     return None
-                if info.shape is not None and all(isinstance(d, int) or d in known
-                                                  for d in info.shape):
+                if v in self.inputs or info.shape is not None and all(
+                        isinstance(d, int) or d in known for d in info.shape):
                     continue
-                if v in read or v not in self.outputs or info.shape is None or not all(
-                        shape_follows_input_shapes(n, self.consts) for n in k.nodes):
+                if v in k.outputs and not all(shape_follows_input_shapes(n, self.consts)
+                                              for n in k.nodes):
                     return None
-                learned.add(v)  # a partition output whose sizes the first run gives
+                learned.add(v)  # sizes the first run gives
         self._learned = learned
+        # a value made and read inside: that first run goes kernel by kernel, to see it
+        self._learn_inside = bool(learned - set(self.outputs)) or any(
+            v in learned for k in self.state.kernels for v in k.inputs)
         return dims
 
-    def _fix(self, shapes: tuple, arrays, made: dict) -> None:
-        """Make the static plan for these input shapes, after a run_dynamic call on them went
-        through (the backend's reported shapes and the outputs were checked against the
-        model then, and ``made`` holds its results), up to MAX_FIXED_PLANS per partition;
-        None where there is none."""
+    def _fix(self, shapes: tuple, arrays, made: dict, seen: dict) -> None:
+        """Make the static plan for these input shapes, after a run on them went through
+        (the backend's reported shapes and the outputs were checked against the model then;
+        ``made``: its results, ``seen``: the shapes of what it made), up to MAX_FIXED_PLANS
+        per partition; None where there is none."""
         with self._fixing:
             if shapes in self._fixed or len(self._fixed) >= MAX_FIXED_PLANS:
                 return
@@ -758,7 +760,7 @@ class DynamicRunner(_Runner):
                 ok = ok and len(want) == len(got)
                 for w, g in zip(want, got):
                     ok = ok and (sizes.setdefault(w, g) == g if isinstance(w, str) else w == g)
-            seen = {v: made[v].shape for v in self._learned if v in made}
+            seen = {v: seen[v] for v in self._learned if v in seen}
             plan = None
             probe = {**dict(zip(self.inputs, arrays)), **made}
             if ok and len(seen) == len(self._learned) and \
@@ -879,11 +881,30 @@ class DynamicRunner(_Runner):
             fixed = self._fixed.get(shapes)
             if fixed is not None:
                 return fixed.run_arrays(arrays)
+        if self._symbols is not None and shapes not in self._fixed and self._learn_inside:
+            return self._first_run(shapes, arrays)
         made = self.native.run(arrays)
         if self._symbols is not None and shapes not in self._fixed:
-            self._fix(shapes, arrays, made)
+            self._fix(shapes, arrays, made, {v: a.shape for v, a in made.items()})
         if len(made) == len(self.outputs):  # the common case: the partition made every output
             return [made[n] for n in self.outputs]
+        by_name = dict(zip(self.inputs, arrays))
+        return [made[n] if n in made else by_name[n] if n in by_name else self.consts[n].copy()
+                for n in self.outputs]
+
+    def _first_run(self, shapes, arrays):
+        """run_arrays kernel by kernel (each kernel's shapes asked and checked as on the
+        general path), for a shape whose plan needs the sizes of values made and read inside
+        the partition; the plan is made from what it saw."""
+        env, symbols, seen = {}, {}, {}
+        for name, a in zip(self.inputs, arrays):
+            bind_symbols(self.spec.values.get(name), a.shape, symbols)
+            env[name] = (a.ctypes.data, a.shape, a.dtype, a)
+        for s, k in enumerate(self.state.kernels):
+            self._run_kernel(s, k, env, symbols)
+            seen.update((v, env[v][1]) for v in k.outputs if v and v in env)
+        made = {n: env[n][3] for n in self.outputs if n in env and n not in self.inputs}
+        self._fix(shapes, arrays, made, seen)
         by_name = dict(zip(self.inputs, arrays))
         return [made[n] if n in made else by_name[n] if n in by_name else self.consts[n].copy()
                 for n in self.outputs]
