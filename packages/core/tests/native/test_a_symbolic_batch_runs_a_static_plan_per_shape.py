@@ -5,11 +5,10 @@ backend's reported shapes and the outputs are checked against the model, and eve
 of that shape on a static plan made then: one ``run_steps`` call, arena and outputs allocated by
 the host, no callback (the fixed cost of a static model). Up to MAX_FIXED_PLANS shapes a
 partition; the rest, empty batches and partitions whose shapes depend on data (a Reshape to a
-shape given at run time) keep run_dynamic. Same bits either way, from any thread."""
+shape given at run time) keep run_dynamic. Same bits either way (concurrent runs of several
+shapes: test_dynamic_partitions_run_in_one_native_call.py)."""
 
 from __future__ import annotations
-
-import threading
 
 import numpy as np
 import pytest
@@ -115,29 +114,6 @@ def test_shapes_that_do_not_follow_from_the_inputs_keep_run_dynamic(libs, stats)
                 got, n = calls(stats, "testcpu", net, feeds)
                 assert n == {"run_dynamic": 1, "run_steps": 0}
     np.testing.assert_allclose(got, reference(model, feeds), rtol=1e-5, atol=1e-5)
-
-
-def test_threads_running_several_batch_sizes_get_their_own_answers(libs):
-    model = batch_mlp()
-    want = {b: reference(model, {"x": x_of(b, seed=b)}) for b in (1, 2, 3, 7)}
-    errors = []
-    with bare_runtime() as rt:
-        rt.register_backend(libs["testcpu"])
-        with rt.load(model) as net:
-            def work(b):
-                try:
-                    for _ in range(40):
-                        got = net.run({"x": x_of(b, seed=b)})["y"]
-                        np.testing.assert_allclose(got, want[b], rtol=1e-5, atol=1e-5)
-                except Exception as e:  # noqa: BLE001 - reported below
-                    errors.append(e)
-
-            threads = [threading.Thread(target=work, args=(b,)) for b in (1, 2, 3, 7) * 2]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join(120)
-    assert not errors, errors[0]
 
 
 def one_node(op, dims, extra=()):
