@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from numpy_backend import NumpyBackend, make_runtime
 from onnx import TensorProto, helper, numpy_helper
 
 import nnplug
@@ -69,9 +70,10 @@ def test_a_loaded_model_holds_views_of_the_file_and_runs(tmp_path):
             root = root.base
         assert isinstance(root, bytes) and len(root) == path.stat().st_size, k  # the file
     x = np.ones((3, 4), np.float32)
-    for source in (str(path), path.read_bytes()):
-        sess = nnplug.InferenceSession(source)
-        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], x + KINDS["f32"])
+    with make_runtime(NumpyBackend()) as rt:
+        for source in (str(path), path.read_bytes()):
+            with rt.load(source) as net:
+                np.testing.assert_array_equal(net.run({"x": x})["y"], x + KINDS["f32"])
 
 
 def test_what_cannot_be_viewed_is_read_from_the_proto():
