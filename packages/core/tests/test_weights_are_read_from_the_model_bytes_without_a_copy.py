@@ -115,3 +115,19 @@ def test_truncated_or_malformed_bytes_give_no_views_and_a_clear_error(cut):
         v.nbytes <= len(bad) for v in initializer_views(bad).values())
     with pytest.raises(nnplug.NnplugError):
         load(bad)
+
+
+def test_a_session_reads_the_file_once_and_an_added_initializer_wins(tmp_path):
+    """InferenceSession parses the file once and hands Runtime.load the parsed model with its
+    bytes; an initializer given in SessionOptions replaces the file's, never a stale view."""
+    path = tmp_path / "m.onnx"
+    onnx.save(model_with([numpy_helper.from_array(KINDS["f32"], "f32")]), str(path))
+    x = np.ones((3, 4), np.float32)
+    with make_runtime(NumpyBackend()) as rt:
+        sess = nnplug.InferenceSession(str(path), runtime=rt)
+        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], x + KINDS["f32"])
+        so = nnplug.SessionOptions()
+        other = np.full((3, 4), -2.5, np.float32)
+        so.add_initializer("f32", other)
+        sess = nnplug.InferenceSession(str(path), so, runtime=rt)
+        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], x + other)

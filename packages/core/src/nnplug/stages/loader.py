@@ -4,6 +4,7 @@ the later stages of :mod:`nnplug.pipeline` work on (built by :mod:`nnplug.from_o
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
 import onnx
 
@@ -13,6 +14,20 @@ from ..from_onnx import model_from_proto
 from ..graph import Model
 from ..inference import skeleton
 from ..raw_weights import initializer_views
+
+
+class ParsedModel(NamedTuple):
+    """A ModelProto and the serialized bytes it was parsed from, as :func:`read` gives them:
+    loading it again parses nothing, and its weights are views of ``data`` (None: the
+    proto was changed after parsing, so its own tensors are read)."""
+
+    proto: onnx.ModelProto
+    data: bytes | None
+
+
+def read(model, external_data_dir: str | os.PathLike | None = None) -> ParsedModel:
+    """read_model's ModelProto with the bytes it was parsed from."""
+    return ParsedModel(*_read(model, external_data_dir))
 
 
 def read_model(model, external_data_dir: str | os.PathLike | None = None) -> onnx.ModelProto:
@@ -27,6 +42,8 @@ def read_model(model, external_data_dir: str | os.PathLike | None = None) -> onn
 def _read(model, external_data_dir) -> tuple[onnx.ModelProto, bytes | None]:
     """read_model's ModelProto, and the serialized bytes it was parsed from (None for a
     ModelProto given as one), over which the weights are read without a copy."""
+    if isinstance(model, ParsedModel):
+        return model.proto, model.data
     if isinstance(model, onnx.ModelProto):
         return _with_external_data(model, external_data_dir, "the ModelProto"), None
     if isinstance(model, (bytes, bytearray, memoryview)):
