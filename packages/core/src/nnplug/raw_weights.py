@@ -8,7 +8,8 @@ lead to them (ModelProto.graph -> GraphProto.initializer -> TensorProto.raw_data
 every other field by its length, and each weight becomes a read-only numpy view of the bytes.
 
 Only what needs no conversion is viewed: raw little-endian data of a type numpy holds at its
-own width, whose size matches its dims. Anything else (string tensors, 4-bit and 2-bit types,
+own width, whose size matches its dims; one whose bytes are not aligned to its element size
+(protobuf aligns nothing) is copied once, since kernels read whole elements. Anything else (string tensors, 4-bit and 2-bit types,
 external data, data in the typed fields, an unexpected field) is left out, and the caller
 reads it from the ModelProto as before."""
 
@@ -103,7 +104,11 @@ def _tensor(b: memoryview, data, start: int, end: int) -> tuple[str, np.ndarray]
     count = int(np.prod(dims, dtype=np.int64)) if dims else 1
     if count * np_dtype.itemsize != raw[1] - raw[0]:
         return None  # the caller's reader says what is wrong with it
-    return name, np.frombuffer(data, np_dtype, count, raw[0]).reshape(dims)
+    view = np.frombuffer(data, np_dtype, count, raw[0]).reshape(dims)
+    if view.ctypes.data % np_dtype.itemsize:  # protobuf aligns nothing: kernels read whole
+        view = view.copy()  # elements, so a misaligned one is copied (one memcpy, aligned)
+        view.flags.writeable = False
+    return name, view
 
 
 def initializer_views(data: bytes) -> dict[str, np.ndarray]:
