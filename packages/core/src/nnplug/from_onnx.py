@@ -27,13 +27,10 @@ from .inference import collect_values, infer, skeleton
 
 
 def model_from_proto(proto: onnx.ModelProto, custom_ops: dict | None = None,
-                     warned: list[str] | None = None,
-                     known: dict[str, np.ndarray] | None = None) -> Model:
+                     warned: list[str] | None = None) -> Model:
     """The Model of ``proto`` (checked already): shapes inferred (custom ops'
     ``shape_infer`` for their nodes), outputs nothing reads omitted. ``warned``: what the
-    checker found. ``known``: arrays already read of some initializers (by name: over the
-    model's bytes, :mod:`nnplug.raw_weights`, or a Model this one is rebuilt from), used
-    where their type and dims are the initializer's, instead of a copy out of ``proto``."""
+    checker found."""
     custom_ops = custom_ops or {}
     opsets = {op.domain or "": op.version for op in proto.opset_import}
     # inference reads the weights' types, not their bytes (it copies the model in and out)
@@ -48,23 +45,14 @@ def model_from_proto(proto: onnx.ModelProto, custom_ops: dict | None = None,
     g = inferred.graph
     omit_unused_outputs(nodes, values, {o.name for o in g.output})
     constants = {}
-    known = known or {}
     for init in proto.graph.initializer:
-        a = known.get(init.name)
-        if a is None or a.shape != tuple(init.dims) or init.data_type not in _NP_TYPES or \
-                a.dtype != _NP_TYPES[init.data_type]:
-            a = _read_initializer(init)
-        constants[init.name] = a
+        constants[init.name] = _read_initializer(init)
     inputs = [values.get(i.name) or value_info(i) for i in g.input if i.name not in constants]
     outputs = [values.get(o.name) or value_info(o) for o in g.output]
     producers = {o: n for n in nodes for o in n.outputs if o}
     return Model(nodes, inputs, outputs, constants, values, opsets,
                  name=g.name or "model", producers=producers, proto=proto,
                  warnings=list(warned or ()), ir_version=proto.ir_version or onnx.IR_VERSION)
-
-
-_NP_TYPES = {t: onnx.helper.tensor_dtype_to_np_dtype(t)
-             for t in onnx.TensorProto.DataType.values() if t != onnx.TensorProto.UNDEFINED}
 
 
 def _read_initializer(init: onnx.TensorProto) -> np.ndarray:

@@ -14,9 +14,7 @@ import numpy as np
 from .errors import InvalidArgumentError, ModelError
 
 if TYPE_CHECKING:
-    import onnx  # noqa: F401 - the annotations name it
-
-    from .stages.loader import ParsedModel
+    import onnx
 
 CONFIG_FROM_MODEL_ENV = "ORT_LOAD_CONFIG_FROM_MODEL"
 """Set to 1: a model's ``ort_config`` metadata entry sets session options (onnxruntime's)."""
@@ -29,25 +27,22 @@ def as_array(value) -> np.ndarray:
     return np.asarray(value)
 
 
-def read_with_overrides(source, so, folder=None) -> ParsedModel:
-    """The model ``source`` (path, bytes or ModelProto) with what ``so`` changes applied,
-    with the bytes it was parsed from while its weights are still theirs (a ParsedModel,
-    which Runtime.load takes as it is); ``folder``: where external data files are for bytes
-    or a ModelProto."""
-    from .stages.loader import ParsedModel, read, read_model
+def read_with_overrides(source, so, folder=None) -> onnx.ModelProto:
+    """The model ``source`` (path, bytes or ModelProto) with what ``so`` changes applied;
+    ``folder``: where external data files are for bytes or a ModelProto."""
+    from .stages.loader import read_model
 
     if so._external_initializers or so._external_files:
         proto, home = _without_external_data(source)
         _fill_external(proto, so)
-        parsed = ParsedModel(read_model(proto, folder or home), None)  # the rest from the folder
+        proto = read_model(proto, folder or home)  # the rest from the folder, as usual
     else:
-        parsed = read(source, folder)
-    if so._initializers:  # other weights than the bytes hold: read from the proto
-        parsed = ParsedModel(_replace_initializers(parsed.proto, so._initializers), None)
-    if so._free_dims_by_name or so._free_dims_by_denotation:  # the inputs only
-        parsed = parsed._replace(proto=_override_free_dims(
-            parsed.proto, so._free_dims_by_name, so._free_dims_by_denotation))
-    return parsed
+        proto = read_model(source, folder)
+    if so._initializers:
+        proto = _replace_initializers(proto, so._initializers)
+    if so._free_dims_by_name or so._free_dims_by_denotation:
+        proto = _override_free_dims(proto, so._free_dims_by_name, so._free_dims_by_denotation)
+    return proto
 
 
 def _without_external_data(source) -> tuple[onnx.ModelProto, str | None]:

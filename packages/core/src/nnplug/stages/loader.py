@@ -4,7 +4,6 @@ the later stages of :mod:`nnplug.pipeline` work on (built by :mod:`nnplug.from_o
 from __future__ import annotations
 
 import os
-from typing import NamedTuple
 
 import onnx
 
@@ -13,21 +12,6 @@ from ..errors import ModelError
 from ..from_onnx import model_from_proto
 from ..graph import Model
 from ..inference import skeleton
-from ..raw_weights import initializer_views
-
-
-class ParsedModel(NamedTuple):
-    """A ModelProto and the serialized bytes it was parsed from, as :func:`read` gives them:
-    loading it again parses nothing, and its weights are views of ``data`` (None: the
-    proto was changed after parsing, so its own tensors are read)."""
-
-    proto: onnx.ModelProto
-    data: bytes | None
-
-
-def read(model, external_data_dir: str | os.PathLike | None = None) -> ParsedModel:
-    """read_model's ModelProto with the bytes it was parsed from."""
-    return ParsedModel(*_read(model, external_data_dir))
 
 
 def read_model(model, external_data_dir: str | os.PathLike | None = None) -> onnx.ModelProto:
@@ -36,23 +20,14 @@ def read_model(model, external_data_dir: str | os.PathLike | None = None) -> onn
     Tensors stored outside the model (external data) are read from the model file's folder
     for a path, and from ``external_data_dir`` for bytes or a ModelProto (which know no
     folder of their own)."""
-    return _read(model, external_data_dir)[0]
-
-
-def _read(model, external_data_dir) -> tuple[onnx.ModelProto, bytes | None]:
-    """read_model's ModelProto, and the serialized bytes it was parsed from (None for a
-    ModelProto given as one), over which the weights are read without a copy."""
-    if isinstance(model, ParsedModel):
-        return model.proto, model.data
     if isinstance(model, onnx.ModelProto):
-        return _with_external_data(model, external_data_dir, "the ModelProto"), None
+        return _with_external_data(model, external_data_dir, "the ModelProto")
     if isinstance(model, (bytes, bytearray, memoryview)):
-        data = bytes(model)
         try:
-            proto = onnx.load_from_string(data)
+            proto = onnx.load_from_string(bytes(model))
         except Exception as e:
             raise ModelError(f"the model bytes are not a valid ONNX model: {e}") from None
-        return _with_external_data(proto, external_data_dir, "the model bytes"), data
+        return _with_external_data(proto, external_data_dir, "the model bytes")
     if isinstance(model, (str, os.PathLike)):
         path = os.fspath(model)
         if not os.path.exists(path):
@@ -60,16 +35,9 @@ def _read(model, external_data_dir) -> tuple[onnx.ModelProto, bytes | None]:
         if os.path.isdir(path):
             raise ModelError(f"model path {path!r} is a directory; give the .onnx file")
         try:
-            with open(path, "rb") as f:
-                data = f.read()
-            proto = onnx.load_from_string(data)
-            if _external_tensors(proto):  # onnx.load's own way, from the file's folder
-                from onnx.external_data_helper import load_external_data_for_model
-
-                load_external_data_for_model(proto, os.path.dirname(os.path.abspath(path)))
+            return onnx.load(path)
         except Exception as e:
             raise ModelError(f"model file {path!r} is not a valid ONNX model: {e}") from None
-        return proto, data
     raise ModelError(
         f"a model is a path, bytes or onnx.ModelProto, not {type(model).__name__}"
     )
@@ -114,11 +82,10 @@ def load(model, custom_ops: dict | None = None, external_data_dir=None,
     ``shape_infer`` for the nodes ONNX cannot infer; ``external_data_dir``: see read_model;
     ``functions``: the (domain, op type) pairs plugins register bodies for (see
     nnplug.functions), which the checker lets through."""
-    proto, data = _read(model, external_data_dir)
+    proto = read_model(model, external_data_dir)
     custom_ops = custom_ops or {}
     # ListFields first: ByteSize walks every weight's bytes (seconds on a 400 MB model)
     if not proto.graph.ListFields() and proto.graph.ByteSize() == 0:
         raise ModelError("the model has an empty graph")
     warned = check_model(skeleton(proto), functions)  # the weights' types, not their bytes
-    return model_from_proto(proto, custom_ops, warned,
-                            known=initializer_views(data) if data is not None else None)
+    return model_from_proto(proto, custom_ops, warned)
