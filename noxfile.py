@@ -324,14 +324,17 @@ def run_pytest(session: nox.Session, pkg: Package, *args: str, env: dict | None 
         session.log(f"{pkg.folder}: no test_*.py under {os.path.relpath(pkg.tests, ROOT)}")
         raise nox.command.CommandFailed(f"{pkg.folder} has no tests")
     os.makedirs(REPORTS, exist_ok=True)
-    report = os.path.join(REPORTS, re.sub(r"[^\w.-]+", "_", f"{session.name}-{pkg.folder}") + ".xml")
+    stem = os.path.join(REPORTS, re.sub(r"[^\w.-]+", "_", f"{session.name}-{pkg.folder}"))
     with session.chdir(ROOT):
-        session.run("pytest", os.path.relpath(pkg.tests, ROOT), f"--timeout={TEST_TIMEOUT_S}",
-                    f"--junitxml={report}", *args, *session.posargs, env=env)
+        # through run_logged: a pytest that dies before writing its report leaves its output
+        session.run("python", os.path.join(ROOT, "tools", "run_logged.py"), stem + ".log",
+                    "pytest", os.path.relpath(pkg.tests, ROOT), f"--timeout={TEST_TIMEOUT_S}",
+                    f"--junitxml={stem}.xml", *args, *session.posargs, env=env)
 
 
 REPORTS = os.path.join(ROOT, ".nox", "_reports")
-"""Each pytest run's JUnit XML, read back by the ``failures`` session at the end of ``ci``."""
+"""Each pytest run's JUnit XML and its output (``.log``), read back by the ``failures``
+session at the end of ``ci``."""
 
 
 # -- sessions ----------------------------------------------------------------------------
@@ -671,15 +674,30 @@ def failures(session: nox.Session) -> None:
     ``ci`` queues it last, where a log cut to its tail still shows why a run went red."""
     import xml.etree.ElementTree as ET
 
-    found = 0
-    for path in sorted(glob.glob(os.path.join(REPORTS, "*.xml"))):
-        for case in ET.parse(path).getroot().iter("testcase"):
-            for bad in [*case.iter("failure"), *case.iter("error")]:
-                found += 1
-                text = (bad.text or bad.get("message") or "").strip().splitlines()
-                session.log(f"{os.path.basename(path)[:-4]}: {case.get('classname')}::"
-                            f"{case.get('name')} {bad.tag}:\n" + "\n".join(text[-40:]))
-    session.log(f"{found} failed test(s) in {REPORTS}")
+    found = died = 0
+    logs = sorted(glob.glob(os.path.join(REPORTS, "*.log")))
+    for log in logs:
+        name, xml = os.path.basename(log)[:-4], log[:-4] + ".xml"
+        with open(log, errors="replace") as f:
+            lines = f.read().splitlines()
+        named = 0
+        if os.path.exists(xml):
+            for case in ET.parse(xml).getroot().iter("testcase"):
+                for bad in [*case.iter("failure"), *case.iter("error")]:
+                    named += 1
+                    text = (bad.text or bad.get("message") or "").strip().splitlines()
+                    session.log(f"{name}: {case.get('classname')}::{case.get('name')} "
+                                f"{bad.tag}:\n" + "\n".join(text[-40:]))
+        found += named
+        if not os.path.exists(xml) or (lines and lines[-1] != "[exit status 0]"
+                                       and not named):
+            # pytest ended without a report, or failed with no failed test in it (a signal,
+            # the OOM killer, os._exit, an error at exit): its own last lines say where
+            died += 1
+            session.log(f"{name}: pytest ended without a report of a failed test; its "
+                        f"last lines:\n" + "\n".join(lines[-60:]))
+    session.log(f"{found} failed test(s), {died} pytest run(s) that died, "
+                f"in {len(logs)} run(s) recorded in {REPORTS}")
 
 
 if __name__ == "__main__":  # `python noxfile.py` prints the package table
