@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 import zipfile
 
 import nox
@@ -294,7 +295,14 @@ def install_wheels(session: nox.Session, pkgs: list[Package], extras: dict[str, 
         wheel = build(session, p, flags).wheel
         extra = extras.get(folder)
         args.append(f"{wheel}[{extra}]" if extra and extra in p.extras else wheel)
-    session.install(*args, *also)
+    try:
+        session.install(*args, *also)
+    except nox.command.CommandFailed:
+        # pip's own retries cover a dropped connection, not a registry that answers errors
+        # for a minute: one more try after a pause, so a network hiccup is not a red run
+        session.log("pip install failed; trying once more in 30 s")
+        time.sleep(30)
+        session.install(*args, *also)
 
 
 @contextlib.contextmanager
