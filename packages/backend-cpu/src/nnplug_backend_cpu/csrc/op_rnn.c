@@ -1,13 +1,18 @@
 /* RNN, GRU and LSTM (float32): forward, reverse and bidirectional, sequence_lens, initial
  * states, peepholes, clip, input_forget, linear_before_reset, layout 0 and 1, and the ONNX
  * activation functions with their alpha/beta. The input projection of every time step is one
- * sgemm; each step then multiplies the hidden state by R. Directions run in parallel. */
+ * sgemm; each step then multiplies the hidden state by R (rnn_product for a few batch rows).
+ * Directions run in parallel. */
 #include "nnc.h"
 #include "ops.h"
 
 #include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_RNN_AVX512 1
+#endif
 
 enum { K_RNN, K_GRU, K_LSTM };
 enum {
@@ -29,17 +34,148 @@ typedef struct {
     float a, b;
 } rnn_act;
 
+/* R transposed for the step product (see rnn_product): row kk holds R[g][kk] for the gates'
+ * rows g in [0, m), ld floats apart (m rounded up to RNN_COLS, the padding zero). */
+typedef struct {
+    float *rt;
+    int64_t m, k, ld;
+} rnn_packed;
+
 typedef struct {
     int kind, ndir, reverse_only, layout, lbr, input_forget, gates, nact;
     int64_t hidden;
     float clip; /* 0: none */
     rnn_act act[6]; /* per direction: nact of them (RNN 1, GRU 2, LSTM 3) */
+    /* a constant R, packed at load: per direction, the rows multiplied by h, and a GRU's
+     * (linear_before_reset = 0) last H rows, multiplied by r . h */
+    rnn_packed rp[2], rph[2];
 } rnn_state;
 
 static void rnn_destroy(nnc_node *n)
 {
+    rnn_state *s = n->state;
+    if (s)
+        for (int d = 0; d < 2; d++) {
+            nnc_free(s->rp[d].rt);
+            nnc_free(s->rph[d].rt);
+        }
     free(n->state);
     n->state = NULL;
+}
+
+/* ---- the step product: y[r] = R h[r] for a few batch rows r ------------------------------
+ * nnc_sgemm would repack the whole of R (4H x H for an LSTM) on every step and pad one row to
+ * a tile of six. Here R is transposed once (at load when it is a constant, else once per run)
+ * and each step streams it once for all rows, 64 gate outputs per task on the pool's threads.
+ * Every output sums its H products in order with fused multiply-adds at every ISA level
+ * (fmaf in the portable loop), so the bits do not depend on the CPU or the thread count. */
+#define RNN_ROWS 4  /* batches of at most this many rows take the step product */
+#define RNN_COLS 64 /* gate outputs per task */
+
+static int rnn_pack(rnn_packed *p, const float *R, int64_t m, int64_t k)
+{
+    p->m = m;
+    p->k = k;
+    p->ld = (m + RNN_COLS - 1) / RNN_COLS * RNN_COLS;
+    p->rt = nnc_alloc((size_t)(k * p->ld) * sizeof(float));
+    if (!p->rt) return 0;
+    for (int64_t g0 = 0; g0 < p->ld; g0 += 16) /* 16 x 16 tiles: both sides stay in cache */
+        for (int64_t k0 = 0; k0 < k; k0 += 16)
+            for (int64_t kk = k0; kk < k0 + 16 && kk < k; kk++)
+                for (int64_t g = g0; g < g0 + 16; g++)
+                    p->rt[kk * p->ld + g] = g < m ? R[g * k + kk] : 0.f;
+    return 1;
+}
+
+typedef struct {
+    const rnn_packed *p;
+    const float *h;
+    float *y;
+    int64_t ldh, ldy, rows, parts;
+} rnn_product_job;
+
+static void rnn_cols_portable(const rnn_product_job *j, int64_t j0)
+{
+    const rnn_packed *p = j->p;
+    float acc[RNN_ROWS][RNN_COLS];
+    memset(acc, 0, sizeof acc);
+    for (int64_t kk = 0; kk < p->k; kk++) {
+        const float *r = p->rt + kk * p->ld + j0;
+        for (int64_t row = 0; row < j->rows; row++) {
+            float hv = j->h[row * j->ldh + kk];
+            for (int c = 0; c < RNN_COLS; c++) acc[row][c] = fmaf(hv, r[c], acc[row][c]);
+        }
+    }
+    int64_t w = p->m - j0 < RNN_COLS ? p->m - j0 : RNN_COLS;
+    for (int64_t row = 0; row < j->rows; row++)
+        memcpy(j->y + row * j->ldy + j0, acc[row], (size_t)w * sizeof(float));
+}
+
+#ifdef HAVE_RNN_AVX512
+/* ROWS rows at once: each 64-float row segment of R^T is loaded once for all of them */
+#define RNN_COLS_AVX512(ROWS)                                                                  \
+    __attribute__((target("avx512f"))) static void rnn_cols_avx512_##ROWS(                     \
+        const rnn_product_job *j, int64_t j0)                                                  \
+    {                                                                                          \
+        const rnn_packed *p = j->p;                                                            \
+        __m512 acc[ROWS][4];                                                                   \
+        for (int r = 0; r < ROWS; r++)                                                         \
+            for (int q = 0; q < 4; q++) acc[r][q] = _mm512_setzero_ps();                       \
+        for (int64_t kk = 0; kk < p->k; kk++) {                                                \
+            const float *rt = p->rt + kk * p->ld + j0;                                         \
+            __m512 v[4];                                                                       \
+            for (int q = 0; q < 4; q++) v[q] = _mm512_loadu_ps(rt + 16 * q);                   \
+            for (int r = 0; r < ROWS; r++) {                                                   \
+                __m512 hv = _mm512_set1_ps(j->h[r * j->ldh + kk]);                             \
+                for (int q = 0; q < 4; q++) acc[r][q] = _mm512_fmadd_ps(hv, v[q], acc[r][q]);  \
+            }                                                                                  \
+        }                                                                                      \
+        int64_t w = p->m - j0 < RNN_COLS ? p->m - j0 : RNN_COLS;                               \
+        for (int r = 0; r < ROWS; r++)                                                         \
+            for (int q = 0; q < 4 && 16 * q < w; q++) {                                        \
+                int64_t left = w - 16 * q;                                                     \
+                __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u); \
+                _mm512_mask_storeu_ps(j->y + r * j->ldy + j0 + 16 * q, m, acc[r][q]);          \
+            }                                                                                  \
+    }
+RNN_COLS_AVX512(1)
+RNN_COLS_AVX512(2)
+RNN_COLS_AVX512(3)
+RNN_COLS_AVX512(4)
+#endif
+
+static void rnn_product_block(void *arg, int64_t p0, int64_t p1, int tid)
+{
+    (void)tid;
+    const rnn_product_job *j = arg;
+    int64_t nb = j->p->ld / RNN_COLS, b0 = p0 * nb / j->parts, b1 = p1 * nb / j->parts;
+#ifdef HAVE_RNN_AVX512
+    static void (*const fns[RNN_ROWS])(const rnn_product_job *, int64_t) = {
+        rnn_cols_avx512_1, rnn_cols_avx512_2, rnn_cols_avx512_3, rnn_cols_avx512_4};
+    int wide = nnc_isa_level() >= 2;
+#endif
+    for (int64_t b = b0; b < b1; b++) {
+#ifdef HAVE_RNN_AVX512
+        if (wide) {
+            fns[j->rows - 1](j, b * RNN_COLS);
+            continue;
+        }
+#endif
+        rnn_cols_portable(j, b * RNN_COLS);
+    }
+}
+
+/* y[r * ldy + g] = sum over kk of R[g][kk] * h[r * ldh + kk], for rows r < rows <= RNN_ROWS */
+static void rnn_product(const rnn_packed *p, const float *h, int64_t ldh, float *y, int64_t ldy,
+                        int64_t rows)
+{
+    /* one contiguous share of R per thread, the same share every step: a thread's part of R
+     * (R is 1 MB for an LSTM of 256) stays in its core's cache between steps */
+    int64_t nb = p->ld / RNN_COLS, parts = nnc_num_threads();
+    if (parts > nb) parts = nb;
+    if (parts < 1) parts = 1;
+    rnn_product_job j = {p, h, y, ldh, ldy, rows, parts};
+    nnc_parallel_for(parts, 1, rnn_product_block, &j);
 }
 
 static int act_parse(const char *name, int *kind, int *na, int *nb, float *da, float *db)
@@ -161,6 +297,19 @@ static int rnn_create(nnc_node *n, nnc_err *e)
         if (acts->count != want) /* one set given for both directions */
             for (int i = s->nact; i < want; i++) s->act[i] = s->act[i - s->nact];
     }
+    /* a constant R of the expected shape is transposed once here for the step product */
+    const nnc_valinfo *rv = n->nin > 2 ? n->vin[2] : NULL;
+    if (!n->probing && nnc_in_const(n, 2) && nnc_in_static(n, 2) && rv->ndim == 3 &&
+        rv->dims[0] == s->ndir && rv->dims[1] == s->gates * rv->dims[2]) {
+        int64_t H = rv->dims[2], GH = s->gates * H, split = s->kind == K_GRU && !s->lbr;
+        const float *R = rv->const_data;
+        for (int d = 0; d < s->ndir; d++) {
+            const float *Rd = R + d * GH * H;
+            if (!rnn_pack(&s->rp[d], Rd, split ? GH - H : GH, H) ||
+                (split && !rnn_pack(&s->rph[d], Rd + (GH - H) * H, H, H)))
+                return nnc_node_fail(e, n, "out of memory");
+        }
+    }
     return NNC_OK;
 }
 
@@ -257,6 +406,17 @@ static inline float clipv(float v, float c)
     return c > 0.f ? (v < -c ? -c : v > c ? c : v) : v;
 }
 
+/* v = act(clip(v)) over n values */
+static void act_vec(const rnn_act *a, float clip, float *v, int64_t n)
+{
+    if (clip > 0.f)
+        for (int64_t i = 0; i < n; i++) v[i] = clipv(v[i], clip);
+    if (a->kind == A_SIGMOID) nnc_vsigmoid(v, v, n);
+    else if (a->kind == A_TANH) nnc_vtanh(v, v, n);
+    else
+        for (int64_t i = 0; i < n; i++) v[i] = act_apply(a, v[i]);
+}
+
 static void rnn_dir(void *arg, int64_t b0, int64_t b1, int tid)
 {
     (void)tid;
@@ -271,12 +431,25 @@ static void rnn_dir(void *arg, int64_t b0, int64_t b1, int tid)
         const float *Wb = j->b ? j->b + d * 2 * GH : NULL, *Rb = Wb ? Wb + GH : NULL;
         const float *P = j->p ? j->p + d * 3 * H : NULL;
         size_t nxw = (size_t)(T * B * GH), nst = (size_t)(B * H);
-        float *xw = nnc_alloc((nxw + (size_t)(B * GH) + 4 * nst + 1) * sizeof(float));
+        float *xw = nnc_alloc((nxw + (size_t)(B * GH) + 4 * nst + (size_t)GH + 1) * sizeof(float));
         if (!xw) {
             j->fail = 1;
             return;
         }
         float *hr = xw + nxw, *h = hr + B * GH, *c = h + nst, *rh = c + nst, *hnew = rh + nst;
+        float *z = hnew + nst; /* one row's gates */
+        /* a GRU without linear_before_reset multiplies (r . h) by R's last H rows apart */
+        int split = s->kind == K_GRU && !s->lbr;
+        const rnn_packed *pr = NULL, *prh = NULL;
+        rnn_packed own = {0}, ownh = {0}; /* R packed for this run when it is no constant */
+        if (B <= RNN_ROWS && s->rp[d].rt && s->rp[d].k == H) {
+            pr = &s->rp[d];
+            prh = split ? &s->rph[d] : NULL;
+        } else if (B <= RNN_ROWS && T > 1 && rnn_pack(&own, R, split ? GH - H : GH, H) &&
+                   (!split || rnn_pack(&ownh, R + (GH - H) * H, H, H))) {
+            pr = &own;
+            prh = split ? &ownh : NULL;
+        }
         /* input projection of all steps: rows in X order */
         if (T * B > 0) nnc_sgemm(0, 1, T * B, GH, I, 1.f, j->x, I, W, I, 0.f, xw, GH);
         for (int64_t bi = 0; bi < B; bi++)
@@ -286,7 +459,8 @@ static void rnn_dir(void *arg, int64_t b0, int64_t b1, int tid)
                 c[bi * H + k] = j->c0 ? j->c0[so] : 0.f;
             }
         for (int64_t step = 0; step < T; step++) {
-            nnc_sgemm(0, 1, B, GH, H, 1.f, h, H, R, H, 0.f, hr, GH);
+            if (pr) rnn_product(pr, h, H, hr, GH, B);
+            else nnc_sgemm(0, 1, B, GH, H, 1.f, h, H, R, H, 0.f, hr, GH);
             if (s->kind == K_GRU && !s->lbr) { /* (r . h) R_h^T needs r first */
                 for (int64_t bi = 0; bi < B; bi++) {
                     int64_t L = j->lens ? j->lens[bi] : T;
@@ -294,13 +468,14 @@ static void rnn_dir(void *arg, int64_t b0, int64_t b1, int tid)
                     int64_t t = rev ? L - 1 - step : step;
                     const float *xr = xw + (s->layout ? bi * T + t : t * B + bi) * GH;
                     for (int64_t k = 0; k < H; k++) {
-                        float v = xr[H + k] + hr[bi * GH + H + k];
-                        if (Wb) v += Wb[H + k] + Rb[H + k];
-                        float rg = act_apply(&act[0], clipv(v, s->clip));
-                        rh[bi * H + k] = rg * h[bi * H + k];
+                        z[k] = xr[H + k] + hr[bi * GH + H + k];
+                        if (Wb) z[k] += Wb[H + k] + Rb[H + k];
                     }
+                    act_vec(&act[0], s->clip, z, H);
+                    for (int64_t k = 0; k < H; k++) rh[bi * H + k] = z[k] * h[bi * H + k];
                 }
-                nnc_sgemm(0, 1, B, H, H, 1.f, rh, H, R + 2 * H * H, H, 0.f, hnew, H);
+                if (prh) rnn_product(prh, rh, H, hnew, H, B);
+                else nnc_sgemm(0, 1, B, H, H, 1.f, rh, H, R + 2 * H * H, H, 0.f, hnew, H);
             }
             for (int64_t bi = 0; bi < B; bi++) {
                 int64_t L = j->lens ? j->lens[bi] : T;
@@ -308,59 +483,63 @@ static void rnn_dir(void *arg, int64_t b0, int64_t b1, int tid)
                 int64_t t = rev ? L - 1 - step : step;
                 const float *xr = xw + (s->layout ? bi * T + t : t * B + bi) * GH;
                 const float *hh = hr + bi * GH;
-                float *hb = h + bi * H, *cb = c + bi * H;
+                float *hb = h + bi * H, *cb = c + bi * H, *out = hnew + bi * H;
                 float *yrow = j->y ? j->y + (s->layout ? ((bi * T + t) * D + d) * H
                                                        : ((t * D + d) * B + bi) * H)
                                    : NULL;
-                for (int64_t k = 0; k < H; k++) {
-                    float out;
-                    if (s->kind == K_RNN) {
-                        float v = xr[k] + hh[k] + (Wb ? Wb[k] + Rb[k] : 0.f);
-                        out = act_apply(&act[0], clipv(v, s->clip));
-                    } else if (s->kind == K_GRU) {
-                        float vz = xr[k] + hh[k] + (Wb ? Wb[k] + Rb[k] : 0.f);
-                        float z = act_apply(&act[0], clipv(vz, s->clip));
-                        float vh;
-                        if (s->lbr) {
-                            float vr = xr[H + k] + hh[H + k] + (Wb ? Wb[H + k] + Rb[H + k] : 0.f);
-                            float rg = act_apply(&act[0], clipv(vr, s->clip));
-                            vh = xr[2 * H + k] + (Wb ? Wb[2 * H + k] : 0.f) +
-                                 rg * (hh[2 * H + k] + (Rb ? Rb[2 * H + k] : 0.f));
-                        } else {
-                            vh = xr[2 * H + k] + hnew[bi * H + k] +
-                                 (Wb ? Wb[2 * H + k] + Rb[2 * H + k] : 0.f);
-                        }
-                        float ht = act_apply(&act[1], clipv(vh, s->clip));
-                        out = (1.f - z) * ht + z * hb[k];
-                    } else { /* LSTM gates i, o, f, c */
-                        float vi = xr[k] + hh[k], vo = xr[H + k] + hh[H + k];
-                        float vf = xr[2 * H + k] + hh[2 * H + k],
-                              vc = xr[3 * H + k] + hh[3 * H + k];
-                        if (Wb) {
-                            vi += Wb[k] + Rb[k];
-                            vo += Wb[H + k] + Rb[H + k];
-                            vf += Wb[2 * H + k] + Rb[2 * H + k];
-                            vc += Wb[3 * H + k] + Rb[3 * H + k];
-                        }
-                        float cp = cb[k];
-                        if (P) {
-                            vi += P[k] * cp;
-                            vf += P[2 * H + k] * cp;
-                        }
-                        float ig = act_apply(&act[0], clipv(vi, s->clip));
-                        float fg =
-                            s->input_forget ? 1.f - ig : act_apply(&act[0], clipv(vf, s->clip));
-                        float cg = act_apply(&act[1], clipv(vc, s->clip));
-                        float cn = fg * cp + ig * cg;
-                        if (P) vo += P[H + k] * cn;
-                        float og = act_apply(&act[0], clipv(vo, s->clip));
-                        rh[bi * H + k] = cn; /* new cell, committed after the row */
-                        out = og * act_apply(&act[2], cn);
+                /* each gate's pre-activations for the whole row, then its activation over the
+                 * row (nnc_vsigmoid / nnc_vtanh for the usual ones) */
+                if (s->kind == K_RNN) {
+                    for (int64_t k = 0; k < H; k++)
+                        out[k] = xr[k] + hh[k] + (Wb ? Wb[k] + Rb[k] : 0.f);
+                    act_vec(&act[0], s->clip, out, H);
+                } else if (s->kind == K_GRU) {
+                    float *zg = z, *vh = z + H;
+                    for (int64_t k = 0; k < H; k++)
+                        zg[k] = xr[k] + hh[k] + (Wb ? Wb[k] + Rb[k] : 0.f);
+                    act_vec(&act[0], s->clip, zg, H);
+                    if (s->lbr) {
+                        float *rg = z + 2 * H;
+                        for (int64_t k = 0; k < H; k++)
+                            rg[k] = xr[H + k] + hh[H + k] + (Wb ? Wb[H + k] + Rb[H + k] : 0.f);
+                        act_vec(&act[0], s->clip, rg, H);
+                        for (int64_t k = 0; k < H; k++)
+                            vh[k] = xr[2 * H + k] + (Wb ? Wb[2 * H + k] : 0.f) +
+                                    rg[k] * (hh[2 * H + k] + (Rb ? Rb[2 * H + k] : 0.f));
+                    } else {
+                        for (int64_t k = 0; k < H; k++)
+                            vh[k] = xr[2 * H + k] + out[k] + /* out holds (r . h) R_h^T */
+                                    (Wb ? Wb[2 * H + k] + Rb[2 * H + k] : 0.f);
                     }
-                    if (yrow) yrow[k] = out;
-                    hnew[bi * H + k] = out; /* GRU (lbr=0) read hnew[k] above before this write */
+                    act_vec(&act[1], s->clip, vh, H);
+                    for (int64_t k = 0; k < H; k++) out[k] = (1.f - zg[k]) * vh[k] + zg[k] * hb[k];
+                } else { /* LSTM gates i, o, f, c */
+                    float *ig = z, *og = z + H, *fg = z + 2 * H, *cg = z + 3 * H, *cn = rh + bi * H;
+                    for (int64_t k = 0; k < GH; k++) {
+                        z[k] = xr[k] + hh[k];
+                        if (Wb) z[k] += Wb[k] + Rb[k];
+                    }
+                    if (P)
+                        for (int64_t k = 0; k < H; k++) {
+                            ig[k] += P[k] * cb[k];
+                            fg[k] += P[2 * H + k] * cb[k];
+                        }
+                    act_vec(&act[0], s->clip, ig, H);
+                    if (s->input_forget)
+                        for (int64_t k = 0; k < H; k++) fg[k] = 1.f - ig[k];
+                    else act_vec(&act[0], s->clip, fg, H);
+                    act_vec(&act[1], s->clip, cg, H);
+                    for (int64_t k = 0; k < H; k++) cn[k] = fg[k] * cb[k] + ig[k] * cg[k];
+                    if (P)
+                        for (int64_t k = 0; k < H; k++) og[k] += P[H + k] * cn[k];
+                    act_vec(&act[0], s->clip, og, H);
+                    memcpy(out, cn,
+                           (size_t)H * sizeof(float)); /* the cell's activation, unclipped */
+                    act_vec(&act[2], 0.f, out, H);
+                    for (int64_t k = 0; k < H; k++) out[k] *= og[k];
                 }
-                memcpy(hb, hnew + bi * H, (size_t)H * sizeof(float));
+                if (yrow) memcpy(yrow, out, (size_t)H * sizeof(float));
+                memcpy(hb, out, (size_t)H * sizeof(float));
                 if (s->kind == K_LSTM) memcpy(cb, rh + bi * H, (size_t)H * sizeof(float));
             }
         }
@@ -377,6 +556,8 @@ static void rnn_dir(void *arg, int64_t b0, int64_t b1, int tid)
                 else memcpy(j->yc + so, c + bi * H, (size_t)H * sizeof(float));
             }
         }
+        nnc_free(own.rt);
+        nnc_free(ownh.rt);
         nnc_free(xw);
     }
 }
