@@ -1,14 +1,19 @@
 """Exports the full-size models that benchmarks/real_models.py times (random weights, batch 1).
 
     python -m venv /work/venv-export
-    /work/venv-export/bin/pip install torch==2.13.0 torchvision==0.28.0 transformers onnx onnxscript
+    /work/venv-export/bin/pip install torch==2.13.0 torchvision==0.28.0 transformers onnx onnxscript pillow
     /work/venv-export/bin/python benchmarks/export_real_models.py [FOLDER] [--models resnet18,bert_base]
                                                                   [--dynamo]
 
-FOLDER defaults to ~/.cache/nnplug-bench. The models are hundreds of MB each and are not
-committed: torchvision's ResNet-18/50, MobileNetV2, MobileNetV3-Large, EfficientNet-B0,
-DenseNet-121 and ConvNeXt-T at 224x224, and transformers' BERT-base at sequence length 128 and
-ViT-B/16 at 224x224 (and bert_l4, BERT-base's widths with 4 layers), all built from their
+FOLDER defaults to ~/.cache/nnplug-bench. The models are up to hundreds of MB each and are not
+committed. One or more of each family users run (FAMILIES): torchvision's ResNet-18/50,
+DenseNet-121, GoogLeNet, Inception v3 (299x299), RegNetY-400MF, ConvNeXt-T, MobileNetV2,
+MobileNetV3-Large, EfficientNet-B0, SqueezeNet 1.1 and ShuffleNetV2 at 224x224; its FCN-ResNet50,
+LRASPP and DeepLabV3 MobileNetV3 segmentation at 320x320; a ConvTranspose U-Net and a
+GroupNorm/InstanceNorm net at 256x256 and 2-layer GRU and LSTM over 100 steps (defined here);
+transformers' BERT-base, bert_l4 (BERT-base's widths, 4 layers), DistilBERT, GPT-2 (2 layers,
+no cache) and the T5-small encoder at sequence length 128, ViT-B/16 at 224x224, Whisper-tiny's
+encoder (30 s of 80 mel bins) and wav2vec2-base (1 s at 16 kHz). All are built from their
 constructors or config objects with seeded random weights (nothing is downloaded), exported with
 the TorchScript exporter at opset 17. ``--dynamo`` exports the same models with torch's dynamo
 exporter (``dynamo=True``) at opset 18 into FOLDER/dynamo instead, so the two exports of a model
@@ -29,8 +34,27 @@ OPSET = 17
 DYNAMO_OPSET = 18  # the dynamo exporter's lowest
 DEFAULT_DIR = os.path.join(os.path.expanduser("~"), ".cache", "nnplug-bench")
 VISION = ["resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_large", "efficientnet_b0",
-          "densenet121", "convnext_tiny"]
-MODELS = VISION + ["bert_base", "vit_b_16", "bert_l4"]
+          "densenet121", "convnext_tiny", "googlenet", "inception_v3", "regnet_y_400mf",
+          "squeezenet1_1", "shufflenet_v2_x1_0"]
+SEGMENTATION = ["fcn_resnet50", "lraspp_mobilenet_v3_large", "deeplabv3_mobilenet_v3_large"]
+OWN = ["unet_convtranspose", "norm_net", "gru", "lstm"]
+TEXT_AUDIO = ["bert_base", "vit_b_16", "bert_l4", "distilbert", "gpt2_l2", "t5_small_encoder",
+              "whisper_tiny_encoder", "wav2vec2_base"]
+MODELS = VISION + SEGMENTATION + OWN + TEXT_AUDIO
+FAMILIES = {
+    "cnn": ["resnet18", "resnet50", "densenet121", "googlenet", "inception_v3", "regnet_y_400mf",
+            "convnext_tiny"],
+    "mobile cnn": ["mobilenet_v2", "mobilenet_v3_large", "efficientnet_b0", "squeezenet1_1",
+                   "shufflenet_v2_x1_0"],
+    "segmentation": SEGMENTATION,
+    "convtranspose / norm": ["unet_convtranspose", "norm_net"],
+    "rnn": ["gru", "lstm"],
+    "text encoder": ["bert_base", "bert_l4", "distilbert", "vit_b_16"],
+    "decoder": ["gpt2_l2"],
+    "audio / seq2seq encoder": ["t5_small_encoder", "whisper_tiny_encoder", "wav2vec2_base"],
+}
+"""The model families users run (issue 29's table); real_models.py reports each family's worst
+ratio as well as the geometric mean."""
 
 
 def import_torchvision():
@@ -56,9 +80,27 @@ def build(name):
     torch.manual_seed(0)
     if name in VISION:
         tv = import_torchvision()
-        model = getattr(tv.models, name)(weights=None)
-        spec = [{"name": "input", "dtype": "float32", "shape": [1, 3, 224, 224], "kind": "normal"}]
-        return model, (torch.randn(1, 3, 224, 224),), spec
+        kw = {"aux_logits": False, "init_weights": True} if name in ("googlenet", "inception_v3") else {}
+        model = getattr(tv.models, name)(weights=None, **kw)
+        side = 299 if name == "inception_v3" else 224
+        spec = [{"name": "input", "dtype": "float32", "shape": [1, 3, side, side], "kind": "normal"}]
+        return model, (torch.randn(1, 3, side, side),), spec
+    if name in SEGMENTATION:  # torchvision's segmentation heads at 320x320, the 'out' map
+        tv = import_torchvision()
+        seg = getattr(tv.models.segmentation, name)(weights=None, weights_backbone=None)
+
+        class Out(torch.nn.Module):
+            def __init__(self, m):
+                super().__init__()
+                self.m = m
+
+            def forward(self, x):
+                return self.m(x)["out"]
+
+        spec = [{"name": "input", "dtype": "float32", "shape": [1, 3, 320, 320], "kind": "normal"}]
+        return Out(seg), (torch.randn(1, 3, 320, 320),), spec
+    if name in OWN:
+        return own_model(name)
     import transformers as tf
 
     class Wrap(torch.nn.Module):
@@ -80,7 +122,92 @@ def build(name):
         model = Wrap(tf.ViTModel(tf.ViTConfig()), ["pixel_values"])
         spec = [{"name": "pixel_values", "dtype": "float32", "shape": [1, 3, 224, 224], "kind": "normal"}]
         return model, (torch.randn(1, 3, 224, 224),), spec
+    seq = 128
+    ids = [{"name": "input_ids", "dtype": "int64", "shape": [1, seq], "kind": "ids:30000"},
+           {"name": "attention_mask", "dtype": "int64", "shape": [1, seq], "kind": "ones"}]
+    id_example = (torch.randint(0, 30000, (1, seq)), torch.ones(1, seq, dtype=torch.long))
+    if name == "distilbert":  # DistilBertConfig(): 6 layers, hidden 768
+        return Wrap(tf.DistilBertModel(tf.DistilBertConfig()), ["input_ids", "attention_mask"]), \
+            id_example, ids
+    if name == "gpt2_l2":  # GPT-2's widths (768, 12 heads) with 2 layers, no cache
+        model = Wrap(tf.GPT2Model(tf.GPT2Config(n_layer=2, use_cache=False)),
+                     ["input_ids", "attention_mask"])
+        return model, id_example, ids
+    if name == "t5_small_encoder":  # T5Config() is t5-small: 6 layers, d_model 512
+        return Wrap(tf.T5EncoderModel(tf.T5Config()), ["input_ids", "attention_mask"]), \
+            id_example, ids
+    if name == "whisper_tiny_encoder":  # whisper-tiny's encoder: 4 layers, d_model 384, 30 s
+        config = tf.WhisperConfig(d_model=384, encoder_layers=4, encoder_attention_heads=6,
+                                  decoder_layers=4, decoder_attention_heads=6,
+                                  encoder_ffn_dim=1536, decoder_ffn_dim=1536, num_mel_bins=80)
+        model = Wrap(tf.WhisperModel(config).get_encoder(), ["input_features"])
+        spec = [{"name": "input_features", "dtype": "float32", "shape": [1, 80, 3000], "kind": "normal"}]
+        return model, (torch.randn(1, 80, 3000),), spec
+    if name == "wav2vec2_base":  # Wav2Vec2Config() is wav2vec2-base: 12 layers; 1 s at 16 kHz
+        model = Wrap(tf.Wav2Vec2Model(tf.Wav2Vec2Config()), ["input_values"])
+        spec = [{"name": "input_values", "dtype": "float32", "shape": [1, 16000], "kind": "normal"}]
+        return model, (torch.randn(1, 16000),), spec
     raise ValueError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
+
+
+def own_model(name):
+    """Families torchvision and transformers do not build: a U-Net that upsamples with
+    ConvTranspose, a style-transfer-like net of GroupNorm and InstanceNorm, and 2-layer GRU and
+    LSTM over 100 steps of 80 features (a speech front-end's shape)."""
+    import torch
+    from torch import nn
+
+    def block(i, o):
+        return nn.Sequential(nn.Conv2d(i, o, 3, padding=1), nn.BatchNorm2d(o), nn.ReLU(),
+                             nn.Conv2d(o, o, 3, padding=1), nn.BatchNorm2d(o), nn.ReLU())
+
+    class UNet(nn.Module):
+        def __init__(self, c=(32, 64, 128, 256)):
+            super().__init__()
+            self.down = nn.ModuleList([block(3 if i == 0 else c[i - 1], c[i]) for i in range(len(c))])
+            self.up = nn.ModuleList([nn.ConvTranspose2d(c[i], c[i - 1], 2, stride=2)
+                                     for i in range(len(c) - 1, 0, -1)])
+            self.merge = nn.ModuleList([block(2 * c[i - 1], c[i - 1]) for i in range(len(c) - 1, 0, -1)])
+            self.head = nn.Conv2d(c[0], 2, 1)
+
+        def forward(self, x):
+            skips = []
+            for i, d in enumerate(self.down):
+                x = d(x if i == 0 else nn.functional.max_pool2d(x, 2))
+                skips.append(x)
+            for up, merge, skip in zip(self.up, self.merge, reversed(skips[:-1])):
+                x = merge(torch.cat([up(x), skip], 1))
+            return self.head(x)
+
+    class NormNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            layers, c = [], 3
+            for o, stride, norm in [(32, 1, "g"), (64, 2, "i"), (128, 2, "g"), (128, 1, "i"),
+                                    (128, 1, "g"), (64, 1, "i"), (32, 1, "g")]:
+                layers += [nn.Conv2d(c, o, 3, stride, 1),
+                           nn.GroupNorm(8, o) if norm == "g" else nn.InstanceNorm2d(o, affine=True),
+                           nn.ReLU()]
+                c = o
+            layers += [nn.Upsample(scale_factor=4, mode="nearest"), nn.Conv2d(c, 3, 3, 1, 1)]
+            self.body = nn.Sequential(*layers)
+
+        def forward(self, x):
+            return self.body(x)
+
+    class Recurrent(nn.Module):
+        def __init__(self, kind):
+            super().__init__()
+            self.rnn = getattr(nn, kind)(80, 256, num_layers=2, batch_first=True)
+
+        def forward(self, x):
+            return self.rnn(x)[0]
+
+    if name in ("gru", "lstm"):
+        spec = [{"name": "input", "dtype": "float32", "shape": [1, 100, 80], "kind": "normal"}]
+        return Recurrent(name.upper()), (torch.randn(1, 100, 80),), spec
+    spec = [{"name": "input", "dtype": "float32", "shape": [1, 3, 256, 256], "kind": "normal"}]
+    return (UNet() if name == "unet_convtranspose" else NormNet()), (torch.randn(1, 3, 256, 256),), spec
 
 
 def main(argv=None) -> int:
@@ -117,7 +244,8 @@ def main(argv=None) -> int:
             print(f"{name}: export failed: {type(e).__name__}: {e}", file=sys.stderr)
             failed += 1
             continue
-        manifest[name] = {"file": f"{name}.onnx", "inputs": spec}
+        family = next((f for f, names in FAMILIES.items() if name in names), "other")
+        manifest[name] = {"file": f"{name}.onnx", "inputs": spec, "family": family}
         with open(mpath, "w") as f:
             json.dump(manifest, f, indent=1, sort_keys=True)
         print(f"{name}: {os.path.getsize(path) / 2**20:.0f} MB -> {path}", flush=True)

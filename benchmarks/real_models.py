@@ -1,10 +1,10 @@
-"""Latency of full-size real models (batch 1) on nnplug's cpu backend beside onnxruntime (CPU,
-same thread count), in one process.
+"""Latency of full-size real models (batch 1) on nnplug's cpu backend beside onnxruntime and
+OpenVINO (CPU, same thread count), in one process.
 
     python benchmarks/export_real_models.py [FOLDER]      # once, in an environment with torch
     python benchmarks/real_models.py [FOLDER] [--threads 2] [--runs 10]
                                      [--models resnet18,bert_base] [--backends onednn]
-                                     [--busy 1]
+                                     [--busy 1] [--no-openvino]
 
 FOLDER (default ~/.cache/nnplug-bench) holds the exported models and their manifest.json.
 Before any timing, every engine's outputs on the same seeded inputs are checked against
@@ -13,7 +13,12 @@ not match, or cannot run a model, is reported and not timed on it. Then the runs
 are interleaved as in benchmarks/zoo.py, and the script prints per-model medians (ms), the ratio
 nnplug-cpu / onnxruntime (and of each --backends entry), the geometric means of the ratios,
 and the load average beside every figure. --busy N keeps N cores busy meanwhile, as in
-benchmarks/zoo.py. Needs nnplug, nnplug-backend-cpu and onnxruntime.
+benchmarks/zoo.py. OpenVINO's CPU plugin (when installed: pip install openvino) is timed in
+float32 (openvino-f32, checked like nnplug) and at its default precision (openvino: bfloat16
+on CPUs with AVX512-BF16 or AMX, so its distance from onnxruntime is printed, not checked).
+The manifest gives each model its family (export_real_models.FAMILIES); the script ends with
+each engine's worst ratio per family beside the geometric means. Needs nnplug,
+nnplug-backend-cpu and onnxruntime.
 """
 
 from __future__ import annotations
@@ -70,6 +75,7 @@ def main(argv=None) -> int:
     ap.add_argument("--models", default="", help="comma-separated names (default: all in the manifest)")
     ap.add_argument("--backends", default="", help="other nnplug backends to time, e.g. onednn")
     ap.add_argument("--busy", type=int, default=0, help="processes keeping a core busy meanwhile")
+    ap.add_argument("--no-openvino", action="store_true", help="leave OpenVINO's columns out")
     args = ap.parse_args(argv)
 
     mpath = os.path.join(args.folder, "manifest.json")
@@ -99,14 +105,28 @@ def main(argv=None) -> int:
         print(f"backend {b!r} is not available; skipping it", file=sys.stderr)
     extra = [b for b in extra if all(one in rt.backends for one in b.split("+"))]
     engines = ["cpu"] + extra
-    ratios = {b: [] for b in engines}
+    vino, core = {}, None
+    if not args.no_openvino:
+        try:
+            import openvino as ov
+            core = ov.Core()
+            # its CPU plugin in float32, and at its default precision (bf16 where the CPU has it)
+            vino = {"openvino-f32": {"INFERENCE_PRECISION_HINT": "f32"}, "openvino": {}}
+        except ImportError:
+            print("openvino is not installed (pip install openvino): its columns are left out",
+                  file=sys.stderr)
+    ratios = {b: [] for b in engines + list(vino)}
+    families = {}  # engine -> family -> ratios
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = args.threads
     so.inter_op_num_threads = 1
     so.log_severity_level = 3
 
-    cols = ["nnplug-cpu", "onnxruntime", "ratio"] + [f"nnplug-{b}" for b in extra] + [f"ratio-{b}" for b in extra]
+    others = extra + list(vino)
+    label = {b: b if b in vino else f"nnplug-{b}" for b in others}
+    cols = ["nnplug-cpu", "onnxruntime", "ratio"] + [label[b] for b in others] + \
+        [f"ratio-{b}" for b in others]
     widths = [max(13, len(c) + 2) for c in cols]
     print(f"threads={args.threads} runs={args.runs} busy={args.busy} folder={args.folder}")
     print(f"{'model':<20}" + "".join(f"{c:>{w}}" for c, w in zip(cols, widths)) + f"{'load':>8}")
@@ -130,6 +150,24 @@ def main(argv=None) -> int:
                 print(f"  {name}: nnplug-{b} does not match onnxruntime ({bad}); not timed", file=sys.stderr)
                 continue
             runners[f"nnplug-{b}"] = lambda net=net, feeds=feeds: net.run(feeds)
+        for v, config in vino.items():
+            try:
+                request = core.compile_model(core.read_model(path), "CPU", {
+                    **config, "INFERENCE_NUM_THREADS": args.threads}).create_infer_request()
+                got = request.infer(feeds)
+            except Exception as e:  # noqa: BLE001 - an engine that cannot run it is reported
+                print(f"  {name}: {v} cannot run it: {type(e).__name__}: {e}", file=sys.stderr)
+                continue
+            # float32 is checked like nnplug; the default precision (bf16 here) is reported,
+            # not checked: it is not meant to agree to 1e-4
+            # by position: OpenVINO may name an output by another of its tensor's names
+            bad = mismatch(dict(zip(want, (np.asarray(t) for t in got.values()))), want)
+            if bad and v == "openvino-f32":
+                print(f"  {name}: {v} does not match onnxruntime ({bad}); not timed", file=sys.stderr)
+                continue
+            if bad:
+                print(f"  {name}: {v} differs from onnxruntime's float32: {bad}", file=sys.stderr)
+            runners[v] = lambda r=request, feeds=feeds: r.infer(feeds)
         for fn in runners.values():  # warm up (first-run allocations, lazy init)
             fn()
         per_round = 2
@@ -137,20 +175,27 @@ def main(argv=None) -> int:
             med = time_rounds(runners, max(1, args.runs // per_round), per_round)
         row = [f"{med['nnplug-cpu']:.2f}" if "nnplug-cpu" in med else "-", f"{med['onnxruntime']:.2f}"]
         rs = {}
-        for b in engines:
-            if f"nnplug-{b}" in med:
-                rs[b] = med[f"nnplug-{b}"] / med["onnxruntime"]
+        label["cpu"] = "nnplug-cpu"
+        for b in ratios:
+            if label[b] in med:
+                rs[b] = med[label[b]] / med["onnxruntime"]
                 ratios[b].append(rs[b])
+                families.setdefault(b, {}).setdefault(entry.get("family", "other"), []).append(
+                    (rs[b], name))
         row.append(f"{rs['cpu']:.2f}" if "cpu" in rs else "-")
-        row += [f"{med[f'nnplug-{b}']:.2f}" if f"nnplug-{b}" in med else "-" for b in extra]
-        row += [f"{rs[b]:.2f}" if b in rs else "-" for b in extra]
+        row += [f"{med[label[b]]:.2f}" if label[b] in med else "-" for b in others]
+        row += [f"{rs[b]:.2f}" if b in rs else "-" for b in others]
         # the 1-minute load average beside every figure: a ratio taken under load is no result
         print(f"{name:<20}" + "".join(f"{c:>{w}}" for c, w in zip(row, widths)) + f"{os.getloadavg()[0]:>8.2f}",
               flush=True)
         for net in nets:
             net.close()
         del sess
-    print_summary({f"nnplug-{b}": rs for b, rs in ratios.items()})
+    # the done-when of a broad set: no family far above onnxruntime, not only a good mean
+    for b, fams in families.items():
+        worst = ", ".join(f"{f} {max(rs)[0]:.2f} ({max(rs)[1]})" for f, rs in sorted(fams.items()))
+        print(f"worst ratio per family, {label[b]}: {worst}")
+    print_summary({label[b]: rs for b, rs in ratios.items()})
     return 0
 
 
