@@ -81,6 +81,12 @@ CASES = [
     ("upsample_9_linear", "Upsample", [f32(1, 2, 3, 4), fl(1, 1, 2, 2)], dict(mode="linear"), 9, (1,), 1, 1e-5),
     ("upsample_7_attr_scales", "Upsample", [f32(1, 2, 3, 4)], dict(mode="nearest", scales=[1.0, 1.0, 2.0, 2.0]), 7, (), 1, 0),
     ("resize_nearest_big_2threads", "Resize", [f32(2, 8, 40, 40), NONE, fl(1, 1, 2, 2)], dict(mode="nearest"), 19, (2,), 1, 0),
+    # nearest over height and width at once: extrapolated rows and columns, 2-byte
+    # elements, and the 2x row doubling over whole vectors and a tail
+    ("resize_nearest_tf_crop_extrapolation", "Resize", [f32(1, 2, 6, 6), fl(0, 0, -0.2, 0.3, 1, 1, 0.8, 1.4), NONE, i64(1, 2, 5, 7)], dict(mode="nearest", coordinate_transformation_mode="tf_crop_and_resize", extrapolation_value=-3.0), 19, (1, 3), 1, 0),
+    ("resize_nearest_float16_sizes", "Resize", [f32(1, 3, 5, 6).astype(np.float16), NONE, NONE, i64(1, 3, 11, 4)], dict(mode="nearest"), 19, (3,), 1, 0),
+    ("resize_nearest_2x_wide_2threads", "Resize", [f32(1, 16, 24, 48), NONE, fl(1, 1, 2, 2)], dict(mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor"), 19, (2,), 1, 0),
+    ("resize_nearest_rank3_4x", "Resize", [f32(3, 5, 21), NONE, fl(1, 4, 4)], dict(mode="nearest"), 19, (2,), 1, 0),
     ("resize_linear_big_2threads", "Resize", [f32(2, 8, 40, 40), NONE, fl(1, 1, 2, 2)], dict(mode="linear", coordinate_transformation_mode="pytorch_half_pixel"), 19, (2,), 1, 1e-5),
     # --- ConvTranspose -------------------------------------------------------------------------
     ("convtranspose_3x3_s1", "ConvTranspose", [f32(1, 3, 5, 6), f32(3, 4, 3, 3), f32(4)], {}, 18, (1, 2), 1, 1e-5),

@@ -10,6 +10,10 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_RESIZE_AVX512 1
+#endif
 
 enum { RM_NEAREST, RM_LINEAR, RM_CUBIC };
 enum {
@@ -465,6 +469,30 @@ static void rs_rows(void *arg, int64_t b, int64_t e, int tid)
     }
 }
 
+/* Inner-axis linear or cubic: whole rows of the last axis, so the output index needs no
+ * division per element (the same sums, in the same order, as rs_rows with inner == 1). */
+static void rs_rows_last(void *arg, int64_t b, int64_t e, int tid)
+{
+    (void)tid;
+    const rs_pass *p = arg;
+    int nt = p->nt;
+    for (int64_t r = b; r < e; r++) {
+        const float *src = (const float *)p->x + r * p->in_len;
+        float *dst = (float *)p->y + r * p->out_len;
+        for (int64_t o = 0; o < p->out_len; o++) {
+            if (p->ext[o]) {
+                dst[o] = p->extrap;
+                continue;
+            }
+            const int64_t *ix = p->idx + o * nt;
+            const float *wt = p->w + o * nt;
+            float acc = 0.f;
+            for (int k = 0; k < nt; k++) acc += wt[k] * src[ix[k]];
+            dst[o] = acc;
+        }
+    }
+}
+
 /* Inner-axis nearest: gather elements one by one (rows of the last axis). */
 static void rs_gather_last(void *arg, int64_t b, int64_t e, int tid)
 {
@@ -481,6 +509,80 @@ static void rs_gather_last(void *arg, int64_t b, int64_t e, int tid)
             case 8: ((uint64_t *)dst)[o] = *(const uint64_t *)v; break;
             case 2: ((uint16_t *)dst)[o] = *(const uint16_t *)v; break;
             default: dst[o] = *v; break;
+            }
+        }
+    }
+}
+
+/* Nearest over the last two axes at once (an image's height and width: the 2x and 4x
+ * upsamplings of U-Nets, FPNs and YOLO heads; elements of 1, 2 or 4 bytes): each output row
+ * gathers from its input row straight, with no intermediate tensor, and repeats the row before
+ * it when both take the same input row. The same elements as the two passes. */
+typedef struct {
+    const char *x;
+    char *y;
+    size_t sz;
+    int64_t in_h, in_w, out_h, out_w;
+    const int64_t *ih, *iw;
+    const char *eh, *ew, *extrap;
+    int any_ew; /* some output column is extrapolated */
+    int twice;  /* column ow takes input column ow / 2, for every one of 2 * in_w */
+} rs_nearest2d;
+
+MULTIVERSION static void gather_u32(const uint32_t *src, const int64_t *idx, uint32_t *dst,
+                                    int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) dst[i] = src[idx[i]];
+}
+
+#ifdef HAVE_RESIZE_AVX512
+/* dst[2i] = dst[2i + 1] = src[i] for i < n: a 2x nearest upsampling of a row, 16 inputs to
+ * 32 outputs per two permutes */
+__attribute__((target("avx512f"))) static void twice_u32(const uint32_t *src, uint32_t *dst,
+                                                         int64_t n)
+{
+    const __m512i lo = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7),
+                  hi =
+                      _mm512_setr_epi32(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512i v = _mm512_loadu_si512(src + i);
+        _mm512_storeu_si512(dst + 2 * i, _mm512_permutexvar_epi32(lo, v));
+        _mm512_storeu_si512(dst + 2 * i + 16, _mm512_permutexvar_epi32(hi, v));
+    }
+    for (; i < n; i++) dst[2 * i] = dst[2 * i + 1] = src[i];
+}
+#endif
+
+static void rs_nearest_rows(void *arg, int64_t b, int64_t e, int tid)
+{
+    (void)tid;
+    const rs_nearest2d *p = arg;
+    size_t sz = p->sz, row = (size_t)p->out_w * sz;
+    for (int64_t r = b; r < e; r++) {
+        int64_t outer = r / p->out_h, oh = r % p->out_h;
+        char *dst = p->y + (size_t)r * row;
+        if (r > b && oh > 0 && !p->eh[oh] && !p->eh[oh - 1] && p->ih[oh] == p->ih[oh - 1]) {
+            memcpy(dst, dst - row, row);
+            continue;
+        }
+        const char *src = p->x + (size_t)(outer * p->in_h + p->ih[oh]) * (size_t)p->in_w * sz;
+        if (!p->eh[oh] && !p->any_ew && sz == 4) { /* the usual case: float32, no extrapolation */
+#ifdef HAVE_RESIZE_AVX512
+            if (p->twice && nnc_isa_level() >= 2) {
+                twice_u32((const uint32_t *)src, (uint32_t *)dst, p->in_w);
+                continue;
+            }
+#endif
+            gather_u32((const uint32_t *)src, p->iw, (uint32_t *)dst, p->out_w);
+            continue;
+        }
+        for (int64_t ow = 0; ow < p->out_w; ow++) {
+            const char *v = p->eh[oh] || p->ew[ow] ? p->extrap : src + (size_t)p->iw[ow] * sz;
+            switch (sz) {
+            case 4: ((uint32_t *)dst)[ow] = *(const uint32_t *)v; break;
+            case 2: ((uint16_t *)dst)[ow] = *(const uint16_t *)v; break;
+            default: dst[ow] = *v; break;
             }
         }
     }
@@ -576,6 +678,41 @@ static int rs_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
         if (total_in) memcpy(out->data, x->data, (size_t)total_in * sz);
         goto done;
     }
+    int only_hw = g.rank >= 2 && need[g.rank - 1] && need[g.rank - 2];
+    for (int d = 0; d < g.rank - 2; d++) only_hw = only_hw && !need[d];
+    if (s->mode == RM_NEAREST && only_hw && sz <= 4) {
+        int h = g.rank - 2, wd = g.rank - 1;
+        int64_t *ih = malloc((size_t)g.out[h] * sizeof(int64_t));
+        float *wh = malloc((size_t)g.out[h] * sizeof(float));
+        char *eh = malloc((size_t)g.out[h]);
+        if (!ih || !wh || !eh) {
+            free(ih);
+            free(wh);
+            free(eh);
+            rc = nnc_node_fail(e, n, "out of memory");
+            goto done;
+        }
+        rs_table(s, &g, h, 1, ih, wh, eh);
+        rs_table(s, &g, wd, 1, idx, w, ext);
+        int64_t outer = 1;
+        for (int d = 0; d < h; d++) outer *= g.in[d];
+        char xb[8] = {0};
+        extrap_bytes(x->dtype, s->extrapolation, xb);
+        int any_ew = 0, twice = g.out[wd] == 2 * g.in[wd];
+        for (int64_t o = 0; o < g.out[wd]; o++) {
+            any_ew |= ext[o];
+            twice = twice && idx[o] == o / 2;
+        }
+        rs_nearest2d p = {x->data, out->data, sz, g.in[h], g.in[wd], g.out[h], g.out[wd],
+                          ih,      idx,       eh, ext,     xb,       any_ew,   twice};
+        if (outer * g.out[h] * g.out[wd] > 0)
+            nnc_parallel_for(outer * g.out[h], 1 + 4096 / (g.out[wd] ? g.out[wd] : 1),
+                             rs_nearest_rows, &p);
+        free(ih);
+        free(wh);
+        free(eh);
+        goto done;
+    }
     int64_t cur[NNC_MAXDIM];
     memcpy(cur, g.in, sizeof cur);
     const char *src = x->data;
@@ -607,6 +744,9 @@ static int rs_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
         if (outer * g.out[d] * inner > 0) {
             if (p.nearest && inner == 1)
                 nnc_parallel_for(outer, 1 + 4096 / (g.out[d] ? g.out[d] : 1), rs_gather_last, &p);
+            else if (inner == 1)
+                nnc_parallel_for(outer, 1 + 4096 / (g.out[d] * nts[d] ? g.out[d] * nts[d] : 1),
+                                 rs_rows_last, &p);
             else nnc_parallel_for(outer * g.out[d], 1 + 4096 / (inner * nts[d]), rs_rows, &p);
         }
         src = dst;
