@@ -34,8 +34,9 @@ typedef struct {
     float a, b;
 } rnn_act;
 
-/* R transposed for the step product (see rnn_product): row kk holds R[g][kk] for the gates'
- * rows g in [0, m), ld floats apart (m rounded up to RNN_COLS, the padding zero). */
+/* R transposed for the step product (see rnn_product), in panels of RNN_COLS gate rows: panel
+ * b holds, for kk in [0, k), R[g][kk] for g in [b * RNN_COLS, (b + 1) * RNN_COLS), so a task
+ * streams one contiguous panel (rows past m and up to ld, a multiple of RNN_COLS, are zero). */
 typedef struct {
     float *rt;
     int64_t m, k, ld;
@@ -83,7 +84,8 @@ static int rnn_pack(rnn_packed *p, const float *R, int64_t m, int64_t k)
         for (int64_t k0 = 0; k0 < k; k0 += 16)
             for (int64_t kk = k0; kk < k0 + 16 && kk < k; kk++)
                 for (int64_t g = g0; g < g0 + 16; g++)
-                    p->rt[kk * p->ld + g] = g < m ? R[g * k + kk] : 0.f;
+                    p->rt[(g / RNN_COLS * k + kk) * RNN_COLS + g % RNN_COLS] =
+                        g < m ? R[g * k + kk] : 0.f;
     return 1;
 }
 
@@ -100,7 +102,7 @@ static void rnn_cols_portable(const rnn_product_job *j, int64_t j0)
     float acc[RNN_ROWS][RNN_COLS];
     memset(acc, 0, sizeof acc);
     for (int64_t kk = 0; kk < p->k; kk++) {
-        const float *r = p->rt + kk * p->ld + j0;
+        const float *r = p->rt + (j0 * p->k + kk * RNN_COLS);
         for (int64_t row = 0; row < j->rows; row++) {
             float hv = j->h[row * j->ldh + kk];
             for (int c = 0; c < RNN_COLS; c++) acc[row][c] = fmaf(hv, r[c], acc[row][c]);
@@ -122,7 +124,7 @@ static void rnn_cols_portable(const rnn_product_job *j, int64_t j0)
         for (int r = 0; r < ROWS; r++)                                                         \
             for (int q = 0; q < 4; q++) acc[r][q] = _mm512_setzero_ps();                       \
         for (int64_t kk = 0; kk < p->k; kk++) {                                                \
-            const float *rt = p->rt + kk * p->ld + j0;                                         \
+            const float *rt = p->rt + (j0 * p->k + kk * RNN_COLS);                             \
             __m512 v[4];                                                                       \
             for (int q = 0; q < 4; q++) v[q] = _mm512_loadu_ps(rt + 16 * q);                   \
             for (int r = 0; r < ROWS; r++) {                                                   \
