@@ -32,7 +32,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from zoo import QUIET_S, SETTLE_S, print_summary  # noqa: E402 - the zoo benchmark's pacing
+from zoo import QUIET_S, SETTLE_S, openvino_engines, print_summary  # noqa: E402 - the zoo benchmark's pacing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DIR = os.path.join(os.path.expanduser("~"), ".cache", "nnplug-bench", "decoders")
@@ -75,21 +75,6 @@ class OpenVinoSession:
         res = self._request.infer(feeds).to_tuple()
         by_name = dict(zip(self._names, res))
         return [by_name[n] for n in names]
-
-
-def openvino_engines(threads: int) -> tuple[object, dict]:
-    """(OpenVINO's Core, {engine name: compile config}), or (None, {}) when it is not
-    installed: in f32 (INFERENCE_PRECISION_HINT), and at its default precision (bf16 on CPUs
-    with AMX: its tokens may then differ, and it is reported and left out)."""
-    try:
-        import openvino as ov
-    except ImportError:
-        print("openvino is not installed (pip install openvino): its rows are left out",
-              file=sys.stderr)
-        return None, {}
-    return ov.Core(), {"openvino-f32": {"INFERENCE_PRECISION_HINT": "f32",
-                                        "INFERENCE_NUM_THREADS": threads},
-                       "openvino": {"INFERENCE_NUM_THREADS": threads}}
 
 
 def time_engines(decoders: dict, prompt, new_tokens: int, rounds: int, want: list[int]) -> dict:

@@ -31,7 +31,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from zoo import busy_processes, print_summary, time_rounds  # noqa: E402 - the zoo benchmark's timing and summary
+from zoo import busy_processes, openvino_engines, print_summary, time_rounds  # noqa: E402 - the zoo benchmark's timing and summary
 
 DEFAULT_DIR = os.path.join(os.path.expanduser("~"), ".cache", "nnplug-bench")
 RTOL = 1e-4
@@ -105,16 +105,7 @@ def main(argv=None) -> int:
         print(f"backend {b!r} is not available; skipping it", file=sys.stderr)
     extra = [b for b in extra if all(one in rt.backends for one in b.split("+"))]
     engines = ["cpu"] + extra
-    vino, core = {}, None
-    if not args.no_openvino:
-        try:
-            import openvino as ov
-            core = ov.Core()
-            # its CPU plugin in float32, and at its default precision (bf16 where the CPU has it)
-            vino = {"openvino-f32": {"INFERENCE_PRECISION_HINT": "f32"}, "openvino": {}}
-        except ImportError:
-            print("openvino is not installed (pip install openvino): its columns are left out",
-                  file=sys.stderr)
+    core, vino = (None, {}) if args.no_openvino else openvino_engines(args.threads)
     ratios = {b: [] for b in engines + list(vino)}
     families = {}  # engine -> family -> ratios
 
@@ -152,8 +143,8 @@ def main(argv=None) -> int:
             runners[f"nnplug-{b}"] = lambda net=net, feeds=feeds: net.run(feeds)
         for v, config in vino.items():
             try:
-                request = core.compile_model(core.read_model(path), "CPU", {
-                    **config, "INFERENCE_NUM_THREADS": args.threads}).create_infer_request()
+                request = core.compile_model(core.read_model(path), "CPU",
+                                             config).create_infer_request()
                 got = request.infer(feeds)
             except Exception as e:  # noqa: BLE001 - an engine that cannot run it is reported
                 print(f"  {name}: {v} cannot run it: {type(e).__name__}: {e}", file=sys.stderr)

@@ -115,6 +115,22 @@ def hinted_run(rt, engine: str):
     return run
 
 
+def openvino_engines(threads: int) -> tuple[object, dict]:
+    """(OpenVINO's Core, {engine name: compile config}), or (None, {}) when it is not
+    installed: its CPU plugin in f32 (INFERENCE_PRECISION_HINT) and at its default precision
+    (bf16 on CPUs with AVX512-BF16 or AMX, whose answers may then differ from onnxruntime's:
+    each benchmark says how it treats that), both on ``threads`` threads."""
+    try:
+        import openvino as ov
+    except ImportError:
+        print("openvino is not installed (pip install openvino): its columns or rows are left out",
+              file=sys.stderr)
+        return None, {}
+    return ov.Core(), {"openvino-f32": {"INFERENCE_PRECISION_HINT": "f32",
+                                        "INFERENCE_NUM_THREADS": threads},
+                       "openvino": {"INFERENCE_NUM_THREADS": threads}}
+
+
 def openvino_run(core):
     """run(path, feeds) -> first output, on OpenVINO's CPU plugin at its default precision."""
     def run(path, feeds):
@@ -245,14 +261,7 @@ def main(argv=None) -> int:
     if args.precision and all(b in rt.backends for b in ("onednn", "cpu")):
         extra.append(f"onednn+cpu@{args.precision}")  # the hint, as a session gives it
     extra_ratios = {b: [] for b in extra}
-    try:
-        import openvino as ov
-        core = ov.Core()
-        vino = {"openvino-f32": {"INFERENCE_PRECISION_HINT": "f32"}, "openvino": {}}
-    except ImportError:
-        print("openvino is not installed (pip install openvino): its columns are left out",
-              file=sys.stderr)
-        vino = {}
+    core, vino = openvino_engines(args.threads)
     extra += list(vino)
     extra_ratios.update({v: [] for v in vino})
     nso = nnplug.SessionOptions()
