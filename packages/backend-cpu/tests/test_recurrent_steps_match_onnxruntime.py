@@ -1,6 +1,7 @@
 """RNN, GRU and LSTM at the sizes of real recurrent models match onnxruntime: the step product
 (R transposed once, at load for a constant R or per run for a fed one, streamed for up to four
-batch rows; nnc_sgemm for more) and the gates' activations computed a row at a time.
+batch rows; nnc_sgemm for more), the input projection shared between threads, and the gates'
+activations computed a row at a time.
 
 The step product sums each output in the same order with fused multiply-adds at every ISA
 level, so with a zero input projection (W = 0: only the recurrence computes) the outputs are
@@ -111,6 +112,32 @@ for path in sorted(glob.glob(os.path.join(folder, "*.onnx"))):
 HAS_AVX512 = os.path.exists("/proc/cpuinfo") and " avx512f" in open("/proc/cpuinfo").read()
 
 
+def _run_in_subprocesses(folder, runs):
+    for isa, threads in runs:
+        env = dict(os.environ)
+        env.pop("NNPLUG_CPU_ISA", None)
+        if isa != "best":
+            env["NNPLUG_CPU_ISA"] = isa
+        subprocess.run([sys.executable, "-c", RUN, str(folder), str(threads)], env=env,
+                       check=True, timeout=600)
+
+
+def test_one_and_two_threads_give_the_same_bits(tmp_path):
+    """The input projection's columns and the step product's rows are shared between threads;
+    neither changes how an element is summed."""
+    import onnx
+
+    for i, (op, T, B, F, H, opts) in enumerate(CASES):
+        model, feeds = recurrent(op, T, B, F, H, seed=i, **opts)
+        onnx.save(model, tmp_path / f"{i:02d}_{op}.onnx")
+        np.savez(tmp_path / f"{i:02d}_{op}.in.npz", **feeds)
+    _run_in_subprocesses(tmp_path, [("best", 2), ("best", 1)])
+    for path in sorted(tmp_path.glob("*.onnx")):
+        two, one = (np.load(str(path)[:-5] + f".best.{t}.npz") for t in (2, 1))
+        for name in two.files:
+            assert np.array_equal(two[name], one[name]), f"{path.name} {name}: 1 thread differs"
+
+
 @pytest.mark.skipif(not HAS_AVX512, reason="the AVX-512 step product needs avx512f")
 def test_the_step_product_gives_the_same_bits_on_every_kernel_and_thread_count(tmp_path):
     import onnx
@@ -122,13 +149,7 @@ def test_the_step_product_gives_the_same_bits_on_every_kernel_and_thread_count(t
         onnx.save(model, tmp_path / f"{i:02d}_{op}.onnx")
         np.savez(tmp_path / f"{i:02d}_{op}.in.npz", **feeds)
     runs = [("best", 2), ("best", 1), ("portable", 1)]
-    for isa, threads in runs:
-        env = dict(os.environ)
-        env.pop("NNPLUG_CPU_ISA", None)
-        if isa != "best":
-            env["NNPLUG_CPU_ISA"] = isa
-        subprocess.run([sys.executable, "-c", RUN, str(tmp_path), str(threads)], env=env,
-                       check=True, timeout=600)
+    _run_in_subprocesses(tmp_path, runs)
     for path in sorted(tmp_path.glob("*.onnx")):
         outs = [np.load(str(path)[:-5] + f".{isa}.{threads}.npz") for isa, threads in runs]
         for name in outs[0].files:

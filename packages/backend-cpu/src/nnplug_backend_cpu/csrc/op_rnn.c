@@ -167,6 +167,38 @@ static void rnn_product_block(void *arg, int64_t p0, int64_t p1, int tid)
     }
 }
 
+/* The input projection of every step, xw = X W^T ([rows, m]), its columns shared between the
+ * pool's threads: one nnc_sgemm per share (nnc_sgemm sums each element alike wherever the
+ * element sits, so the bits do not depend on the split). */
+typedef struct {
+    const float *x, *w;
+    float *xw;
+    int64_t rows, k, m, parts;
+} rnn_projection_job;
+
+static void rnn_projection_share(void *arg, int64_t p0, int64_t p1, int tid)
+{
+    (void)tid;
+    const rnn_projection_job *j = arg;
+    for (int64_t p = p0; p < p1; p++) {
+        int64_t c0 = p * j->m / j->parts / 16 * 16,
+                c1 = p + 1 == j->parts ? j->m : (p + 1) * j->m / j->parts / 16 * 16;
+        if (c1 > c0)
+            nnc_sgemm(0, 1, j->rows, c1 - c0, j->k, 1.f, j->x, j->k, j->w + c0 * j->k, j->k, 0.f,
+                      j->xw + c0, j->m);
+    }
+}
+
+static void rnn_projection(const float *x, int64_t rows, int64_t k, const float *w, int64_t m,
+                           float *xw)
+{
+    int64_t parts = nnc_num_threads();
+    if (parts > m / 16) parts = m / 16;
+    if (parts < 1) parts = 1;
+    rnn_projection_job j = {x, w, xw, rows, k, m, parts};
+    nnc_parallel_for(parts, 1, rnn_projection_share, &j);
+}
+
 /* y[r * ldy + g] = sum over kk of R[g][kk] * h[r * ldh + kk], for rows r < rows <= RNN_ROWS */
 static void rnn_product(const rnn_packed *p, const float *h, int64_t ldh, float *y, int64_t ldy,
                         int64_t rows)
@@ -453,7 +485,7 @@ static void rnn_dir(void *arg, int64_t b0, int64_t b1, int tid)
             prh = split ? &ownh : NULL;
         }
         /* input projection of all steps: rows in X order */
-        if (T * B > 0) nnc_sgemm(0, 1, T * B, GH, I, 1.f, j->x, I, W, I, 0.f, xw, GH);
+        if (T * B > 0) rnn_projection(j->x, T * B, I, W, GH, xw);
         for (int64_t bi = 0; bi < B; bi++)
             for (int64_t k = 0; k < H; k++) {
                 int64_t so = s->layout ? (bi * D + d) * H + k : (d * B + bi) * H + k;
