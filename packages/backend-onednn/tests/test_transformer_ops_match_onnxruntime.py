@@ -358,3 +358,22 @@ def test_softmax_of_non_finite_rows(rt, row, threads, op, then, axis):
     assignment, outs, want = run_both(rt, model, {"x": x, "m": m}, threads)
     assert set(assignment.values()) == {"onednn"}, assignment
     np.testing.assert_allclose(outs[0], want[0], rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_softmax_of_attention_sized_rows_with_a_nan(rt, threads, op):
+    """Rows of 1,000 (the NaN check runs on whole vectors and a tail) in a result large enough
+    to be shared between threads: a NaN in the first, a middle and the last row, at the row's
+    start, middle and end, makes exactly those rows NaN."""
+    g = Graph()
+    g.op(op, [g.op("Add", ["x", "m"])], axis=-1)
+    x = rand(2, 40, 1000)
+    m = np.zeros(x.shape, np.float32)
+    for b, r, i in [(0, 0, 0), (0, 23, 517), (1, 39, 999), (1, 7, 992)]:
+        m[b, r, i] = np.nan
+    model = g.model({"x": x, "m": m})
+    assignment, outs, want = run_both(rt, model, {"x": x, "m": m}, threads)
+    assert set(assignment.values()) == {"onednn"}, assignment
+    assert np.isnan(want[0]).any(axis=-1).sum() == 4
+    np.testing.assert_allclose(outs[0], want[0], rtol=1e-5, atol=1e-5, equal_nan=True)

@@ -17,13 +17,31 @@ typedef struct {
     ox_loop loop;
     int64_t n, row, inner;
     float c, d;
+    int threads;
 } ox_loop_cfg;
+
+typedef struct {
+    const ox_loop_cfg *l;
+    const float *x;
+    float *y;
+} loop_job;
+
+/* The loops are element-wise: each thread takes one contiguous share of the elements */
+static void loop_part(void *arg)
+{
+    const loop_job *j = arg;
+    const ox_loop_cfg *l = j->l;
+    int64_t t0, t1;
+    dl_share(l->n, &t0, &t1);
+    if (t1 > t0) l->loop(j->x + t0, j->y + t0, t1 - t0, l->row, l->inner, l->c, l->d);
+}
 
 static int loop_fn(const void *cfg, void *const *ptrs, int nptrs)
 {
     (void)nptrs;
     const ox_loop_cfg *l = cfg;
-    l->loop(ptrs[0], ptrs[1], l->n, l->row, l->inner, l->c, l->d);
+    loop_job j = {l, ptrs[0], ptrs[1]};
+    dl_parallel(loop_part, &j, l->n >= 32768 ? l->threads : 1); /* small: not worth a wake */
     return -1;
 }
 
@@ -33,7 +51,7 @@ static int loop_step(pb *b, ox_loop loop, int64_t n, int64_t row, int64_t inner,
 {
     ox_loop_cfg *l = owned_cfg(b, sizeof *l);
     if (!l) return -1;
-    *l = (ox_loop_cfg){loop, n, row, inner, c, d};
+    *l = (ox_loop_cfg){loop, n, row, inner, c, d, b->p->threads};
     return fn_step(b, loop_fn, l, RUN_ALWAYS, what);
 }
 
@@ -100,19 +118,53 @@ static void nan_replace_loop(const float *x, float *y, int64_t n, int64_t row, i
 
 /* oneDNN's (Log)Softmax gives NaN only where a row holds NaN or +inf (0 elsewhere); onnxruntime
  * and the ONNX reference give the whole row NaN (max - max is NaN, and so is every sum). In place,
- * on the plain result (x == y): a row with a NaN becomes all NaN. */
-static void softmax_nan_rows(const float *x, float *y, int64_t n, int64_t row, int64_t inner,
-                             float c, float d)
+ * on the plain result: a row with a NaN becomes all NaN. The result is read once more whole
+ * (attention's scores: 54 MB a layer in Whisper's encoder), so the rows are shared between
+ * the pool's threads and a contiguous row is checked on its bits, which vectorises. */
+typedef struct {
+    float *y;
+    int64_t n, row, inner;
+} nan_rows_job;
+
+QUANT_LOOP static int row_has_nan(const float *r, int64_t len)
 {
-    (void)x, (void)c, (void)d;
-    for (int64_t o = 0; o + row * inner <= n; o += row * inner)
-        for (int64_t j = 0; j < inner; j++) {
-            float *r = y + o + j;
-            int nan = 0;
-            for (int64_t i = 0; i < row; i++) nan |= r[i * inner] != r[i * inner];
-            if (nan)
-                for (int64_t i = 0; i < row; i++) r[i * inner] = NAN;
-        }
+    const uint32_t *bits = (const uint32_t *)r;
+    uint32_t worst = 0; /* the largest magnitude's bits: above +inf's only for a NaN */
+    for (int64_t i = 0; i < len; i++) {
+        uint32_t m = bits[i] & 0x7fffffffu;
+        worst = m > worst ? m : worst;
+    }
+    return worst > 0x7f800000u;
+}
+
+static void nan_rows_part(void *arg)
+{
+    const nan_rows_job *j = arg;
+    int64_t rows = j->n / (j->row * j->inner) * j->inner, t0, t1; /* (outer, inner) pairs */
+    dl_share(rows, &t0, &t1);
+    for (int64_t q = t0; q < t1; q++) {
+        float *r = j->y + q / j->inner * j->row * j->inner + q % j->inner;
+        int nan = 0;
+        if (j->inner == 1) nan = row_has_nan(r, j->row);
+        else
+            for (int64_t i = 0; i < j->row; i++) nan |= r[i * j->inner] != r[i * j->inner];
+        if (nan)
+            for (int64_t i = 0; i < j->row; i++) r[i * j->inner] = NAN;
+    }
+}
+
+typedef struct {
+    int64_t n, row, inner;
+    int threads;
+} nan_rows_cfg;
+
+static int nan_rows_fn(const void *cfg, void *const *ptrs, int nptrs)
+{
+    (void)nptrs;
+    const nan_rows_cfg *c = cfg;
+    nan_rows_job j = {ptrs[1], c->n, c->row, c->inner};
+    dl_parallel(nan_rows_part, &j, c->n >= 32768 ? c->threads : 1); /* small: not worth a wake */
+    return -1;
 }
 
 /* The NaN rule above as a step after op's (Log)Softmax, on its plain row-major result (rows along
@@ -130,9 +182,11 @@ int add_softmax_nan_rows(pb *b, const ox_op *op)
         if (d == op->axis) row = DIMS(v)[d];
         else if (d > op->axis) inner *= DIMS(v)[d];
     }
-    int s = loop_step(b, softmax_nan_rows,
-                      (int64_t)(D(dnnl_memory_desc_get_size)(vw->md) / sizeof(float)),
-                      row > 0 ? row : 1, inner > 0 ? inner : 1, 0.f, 0.f, "softmax nan rows");
+    nan_rows_cfg *c = owned_cfg(b, sizeof *c);
+    if (!c) return 1;
+    *c = (nan_rows_cfg){(int64_t)(D(dnnl_memory_desc_get_size)(vw->md) / sizeof(float)),
+                        row > 0 ? row : 1, inner > 0 ? inner : 1, b->p->threads};
+    int s = fn_step(b, nan_rows_fn, c, RUN_ALWAYS, "softmax nan rows");
     if (s < 0) return 1;
     return add_arg(b, s, DNNL_ARG_SRC, vw->buf, vw->md) ||
            add_arg(b, s, DNNL_ARG_DST, vw->buf, vw->md);

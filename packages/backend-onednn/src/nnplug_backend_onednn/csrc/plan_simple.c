@@ -166,7 +166,7 @@ int build_simple(pb *b, const ox_op *op)
     if (nhwc_lrn_fits(b, op)) return build_nhwc_lrn(b, op);
     for (int attempt = 0; attempt < 3; attempt++) {
         if (attempt == 1 && !picky) continue;
-        if (op->kind == OP_SOFTMAX && attempt < 2) continue; /* plain: see softmax_nan_rows */
+        if (op->kind == OP_SOFTMAX && attempt < 2) continue; /* plain: see add_softmax_nan_rows */
         dnnl_memory_desc_t src = layout(b, x, r, attempt), dst = NULL;
         dnnl_memory_desc_t src1 = NULL, srcs[MAXIN] = {0};
         dnnl_primitive_attr_t a = op_attr(b, op);
