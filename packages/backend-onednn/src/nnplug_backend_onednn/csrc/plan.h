@@ -179,6 +179,7 @@ int build_matmul(pb *b, const ox_op *op);
 /* ---- the backend's own element-wise loops (plan_loops.c) ------------------------------------- */
 
 int add_softmax_nan_rows(pb *b, const ox_op *op);
+int build_own_softmax(pb *b, const ox_op *op);
 int build_loop(pb *b, const ox_op *op);
 int build_own_eltwise(pb *b, const ox_op *op);
 int build_qdq(pb *b, const ox_op *op);

@@ -2,7 +2,13 @@
  * and the NaN rows of a Softmax): exact where oneDNN's eltwise is not. */
 #define _GNU_SOURCE
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_SM_AVX512 1
+#endif
 
 #include "plan.h"
 
@@ -190,6 +196,203 @@ int add_softmax_nan_rows(pb *b, const ox_op *op)
     if (s < 0) return 1;
     return add_arg(b, s, DNNL_ARG_SRC, vw->buf, vw->md) ||
            add_arg(b, s, DNNL_ARG_DST, vw->buf, vw->md);
+}
+
+/* ---- Softmax along the last axis of a plain value, the backend's own ---------------------
+ * oneDNN's softmax kept to one thread here (7.7 ms for attention's [1, 6, 1500, 1500] scores at
+ * 1 thread, 9.8 at 2), then needed the NaN-row pass above. Here rows are shared between the
+ * pool's threads; a row is read for its max, exp(x - max) written with its sum, then scaled by
+ * 1 / sum, as onnxruntime computes it. A row holding a NaN or +inf, or all -inf, comes out all
+ * NaN with no pass of its own (x - max or the sum is NaN). exp is Cephes' expf polynomial
+ * (within 2 ulp; 0 below -87.3), every multiply-add fused, and each row's max and sum are kept
+ * in 16 lanes reduced in one fixed order, so the AVX-512 and portable loops give the same
+ * bits. */
+#define SM_LANES 16
+
+typedef struct {
+    int64_t rows, len;
+    int threads;
+} softmax_cfg;
+
+typedef struct {
+    const softmax_cfg *c;
+    const float *x;
+    float *y;
+} softmax_job;
+
+static const float SM_LO = -87.33654475f, SM_HI = 88.72283905f, SM_LOG2E = 1.44269504088896341f,
+                   SM_C1 = 0.693359375f, SM_C2 = -2.12194440e-4f;
+static const float SM_P[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                              4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+
+static float sm_lanes_sum(const float *l)
+{
+    float t[SM_LANES];
+    memcpy(t, l, sizeof t);
+    for (int w = SM_LANES / 2; w > 0; w /= 2)
+        for (int i = 0; i < w; i++) t[i] = t[i] + t[i + w];
+    return t[0];
+}
+
+static float sm_lanes_max(const float *l)
+{
+    float m = l[0];
+    for (int i = 1; i < SM_LANES; i++) m = l[i] > m ? l[i] : m;
+    return m;
+}
+
+static float sm_exp(float x)
+{
+    if (x != x) return x;
+    if (x < SM_LO) return 0.f; /* -inf and what underflows */
+    float v = x > SM_HI ? SM_HI : x;
+    float fx = floorf(fmaf(v, SM_LOG2E, 0.5f));
+    float r = fmaf(-fx, SM_C2, fmaf(-fx, SM_C1, v));
+    float p = SM_P[0];
+    for (int i = 1; i < 6; i++) p = fmaf(p, r, SM_P[i]);
+    float y = fmaf(p, r * r, r) + 1.f;
+    uint32_t e = (uint32_t)((int32_t)fx + 127) << 23;
+    float scale;
+    memcpy(&scale, &e, 4);
+    return y * scale;
+}
+
+static void softmax_rows_portable(const float *x, float *y, int64_t r0, int64_t r1, int64_t len)
+{
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = x + r * len;
+        float *yr = y + r * len, lane[SM_LANES];
+        for (int i = 0; i < SM_LANES; i++) lane[i] = -INFINITY;
+        for (int64_t i = 0; i < len; i++) /* as max_ps(lane, x): a NaN x is not taken */
+            lane[i % SM_LANES] = lane[i % SM_LANES] > xr[i] ? lane[i % SM_LANES] : xr[i];
+        float m = sm_lanes_max(lane);
+        for (int i = 0; i < SM_LANES; i++) lane[i] = 0.f;
+        for (int64_t i = 0; i < len; i++) {
+            yr[i] = sm_exp(xr[i] - m);
+            lane[i % SM_LANES] += yr[i];
+        }
+        float inv = 1.f / sm_lanes_sum(lane);
+        for (int64_t i = 0; i < len; i++) yr[i] *= inv;
+    }
+}
+
+#ifdef HAVE_SM_AVX512
+__attribute__((target("avx512f"))) static __m512 sm_exp16(__m512 x)
+{
+    __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(SM_LO), _CMP_LT_OQ);
+    __m512 v = _mm512_min_ps(_mm512_set1_ps(SM_HI), x); /* a NaN x stays NaN */
+    __m512 fx = _mm512_roundscale_ps(
+        _mm512_fmadd_ps(v, _mm512_set1_ps(SM_LOG2E), _mm512_set1_ps(0.5f)), _MM_FROUND_TO_NEG_INF);
+    __m512 r =
+        _mm512_fnmadd_ps(fx, _mm512_set1_ps(SM_C2), _mm512_fnmadd_ps(fx, _mm512_set1_ps(SM_C1), v));
+    __m512 p = _mm512_set1_ps(SM_P[0]);
+    for (int i = 1; i < 6; i++) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(SM_P[i]));
+    __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.f));
+    __m512i e =
+        _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(fx), _mm512_set1_epi32(127)), 23);
+    return _mm512_maskz_mul_ps((__mmask16)~under, y, _mm512_castsi512_ps(e));
+}
+
+__attribute__((target("avx512f"))) static void
+softmax_rows_avx512(const float *x, float *y, int64_t r0, int64_t r1, int64_t len)
+{
+    int64_t full = len / SM_LANES * SM_LANES;
+    __mmask16 tail = (__mmask16)((1u << (len - full)) - 1u);
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = x + r * len;
+        float *yr = y + r * len, lane[SM_LANES];
+        __m512 m = _mm512_set1_ps(-INFINITY);
+        for (int64_t i = 0; i < full; i += SM_LANES) m = _mm512_max_ps(m, _mm512_loadu_ps(xr + i));
+        if (tail) m = _mm512_mask_max_ps(m, tail, m, _mm512_maskz_loadu_ps(tail, xr + full));
+        _mm512_storeu_ps(lane, m);
+        __m512 mv = _mm512_set1_ps(sm_lanes_max(lane)), sum = _mm512_setzero_ps();
+        for (int64_t i = 0; i < full; i += SM_LANES) {
+            __m512 e = sm_exp16(_mm512_sub_ps(_mm512_loadu_ps(xr + i), mv));
+            _mm512_storeu_ps(yr + i, e);
+            sum = _mm512_add_ps(sum, e);
+        }
+        if (tail) {
+            __m512 e = sm_exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, xr + full), mv));
+            _mm512_mask_storeu_ps(yr + full, tail, e);
+            sum = _mm512_mask_add_ps(sum, tail, sum, e);
+        }
+        _mm512_storeu_ps(lane, sum);
+        __m512 inv = _mm512_set1_ps(1.f / sm_lanes_sum(lane));
+        for (int64_t i = 0; i < full; i += SM_LANES)
+            _mm512_storeu_ps(yr + i, _mm512_mul_ps(_mm512_loadu_ps(yr + i), inv));
+        if (tail)
+            _mm512_mask_storeu_ps(yr + full, tail,
+                                  _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, yr + full), inv));
+    }
+}
+#endif
+
+#ifdef HAVE_SM_AVX512
+/* The AVX-512 loop where the CPU has it and oneDNN's own ISA cap (ONEDNN_MAX_CPU_ISA, read as
+ * oneDNN reads it, once) allows AVX-512: a cap below it runs the portable loop, the same bits. */
+static int sm_wide(void)
+{
+    static int wide = -1; /* a race writes the same value */
+    if (wide < 0) {
+        const char *cap = getenv("ONEDNN_MAX_CPU_ISA");
+        wide = __builtin_cpu_supports("avx512f") &&
+               (!cap || !*cap || !strncasecmp(cap, "AVX512", 6) || !strcasecmp(cap, "ALL"));
+    }
+    return wide;
+}
+#endif
+
+static void softmax_part(void *arg)
+{
+    const softmax_job *j = arg;
+    int64_t t0, t1;
+    dl_share(j->c->rows, &t0, &t1);
+#ifdef HAVE_SM_AVX512
+    if (sm_wide()) {
+        softmax_rows_avx512(j->x, j->y, t0, t1, j->c->len);
+        return;
+    }
+#endif
+    softmax_rows_portable(j->x, j->y, t0, t1, j->c->len);
+}
+
+static int softmax_fn(const void *cfg, void *const *ptrs, int nptrs)
+{
+    (void)nptrs;
+    const softmax_cfg *c = cfg;
+    softmax_job j = {c, ptrs[0], ptrs[1]};
+    dl_parallel(softmax_part, &j, c->rows * c->len >= 32768 ? c->threads : 1);
+    return -1;
+}
+
+/* Softmax (not LogSoftmax) along the last axis, with nothing fused after it: the loop above
+ * over the plain values. */
+int build_own_softmax(pb *b, const ox_op *op)
+{
+    int x = op->in[0], xbuf, reorder_out, r = VAL(op->out)->ndim;
+    dnnl_memory_desc_t md = value_plain(b, op->out, r);
+    int rc = 1;
+    if (!md) {
+        ox_fail(b->e, "oneDNN could not create a memory descriptor");
+        goto done;
+    }
+    if (b->dry) {
+        rc = add_view(b, op->out, md, 0);
+        goto done;
+    }
+    if (plain_buf(b, x, &xbuf)) goto done;
+    int dbuf = dst_buf(b, op, md, &reorder_out), s = -1;
+    softmax_cfg *c = dbuf < 0 ? NULL : owned_cfg(b, sizeof *c);
+    if (!c) goto done;
+    int64_t len = DIMS(op->out)[r - 1], n = 1;
+    for (int d = 0; d < r; d++) n *= DIMS(op->out)[d];
+    *c = (softmax_cfg){len > 0 ? n / len : 0, len, b->p->threads};
+    if ((s = fn_step(b, softmax_fn, c, RUN_ALWAYS, "softmax")) < 0) goto done;
+    rc = add_arg(b, s, DNNL_ARG_SRC, xbuf, md) || add_arg(b, s, DNNL_ARG_DST, dbuf, md) ||
+         set_result(b, op, dbuf, md, reorder_out);
+done:
+    md_free(md);
+    return rc;
 }
 
 /* Erf outside a GELU: the C library's erff over the plain values (oneDNN has no erf of its own);

@@ -164,6 +164,8 @@ int build_simple(pb *b, const ox_op *op)
     const int64_t *yd = DIMS(op->out);
     int picky = (op->kind == OP_POOL || op->kind == OP_LRN) && r == 4;
     if (nhwc_lrn_fits(b, op)) return build_nhwc_lrn(b, op);
+    if (op->kind == OP_SOFTMAX && !op->logsm && op->axis == r - 1 && op->npost == 0)
+        return build_own_softmax(b, op);
     for (int attempt = 0; attempt < 3; attempt++) {
         if (attempt == 1 && !picky) continue;
         if (op->kind == OP_SOFTMAX && attempt < 2) continue; /* plain: see add_softmax_nan_rows */
