@@ -365,39 +365,11 @@ static int softmax_fn(const void *cfg, void *const *ptrs, int nptrs)
     return -1;
 }
 
-/* Softmax (not LogSoftmax) along the last axis, with nothing fused after it: the loop above
- * over the plain values. */
-int build_own_softmax(pb *b, const ox_op *op)
-{
-    int x = op->in[0], xbuf, reorder_out, r = VAL(op->out)->ndim;
-    dnnl_memory_desc_t md = value_plain(b, op->out, r);
-    int rc = 1;
-    if (!md) {
-        ox_fail(b->e, "oneDNN could not create a memory descriptor");
-        goto done;
-    }
-    if (b->dry) {
-        rc = add_view(b, op->out, md, 0);
-        goto done;
-    }
-    if (plain_buf(b, x, &xbuf)) goto done;
-    int dbuf = dst_buf(b, op, md, &reorder_out), s = -1;
-    softmax_cfg *c = dbuf < 0 ? NULL : owned_cfg(b, sizeof *c);
-    if (!c) goto done;
-    int64_t len = DIMS(op->out)[r - 1], n = 1;
-    for (int d = 0; d < r; d++) n *= DIMS(op->out)[d];
-    *c = (softmax_cfg){len > 0 ? n / len : 0, len, b->p->threads};
-    if ((s = fn_step(b, softmax_fn, c, RUN_ALWAYS, "softmax")) < 0) goto done;
-    rc = add_arg(b, s, DNNL_ARG_SRC, xbuf, md) || add_arg(b, s, DNNL_ARG_DST, dbuf, md) ||
-         set_result(b, op, dbuf, md, reorder_out);
-done:
-    md_free(md);
-    return rc;
-}
 
-/* Erf outside a GELU: the C library's erff over the plain values (oneDNN has no erf of its own);
- * Where(IsNaN(x), C, x) (OP_NANREP): nan_replace_loop over them. */
-int build_loop(pb *b, const ox_op *op)
+/* op's result from its input, both plain, by a step of the backend's own: fn on cfg (size
+ * bytes, copied into memory the plan owns), with the input as src and the result as dst. */
+static int build_plain_step(pb *b, const ox_op *op, ox_fn fn, const void *cfg, size_t size,
+                            const char *what)
 {
     int x = op->in[0], xbuf, reorder_out;
     dnnl_memory_desc_t md = value_plain(b, op->out, VAL(op->out)->ndim);
@@ -412,16 +384,41 @@ int build_loop(pb *b, const ox_op *op)
     }
     if (plain_buf(b, x, &xbuf)) goto done;
     int dbuf = dst_buf(b, op, md, &reorder_out), s;
-    if (dbuf < 0 ||
-        (s = loop_step(b, op->kind == OP_NANREP ? nan_replace_loop : erf_loop,
-                       (int64_t)(D(dnnl_memory_desc_get_size)(md) / sizeof(float)), 1, 1, op->alpha,
-                       0.f, op->kind == OP_NANREP ? "nan replacement" : "erf")) < 0)
-        goto done;
+    void *owned = dbuf < 0 ? NULL : owned_cfg(b, size);
+    if (!owned) goto done;
+    memcpy(owned, cfg, size);
+    if ((s = fn_step(b, fn, owned, RUN_ALWAYS, what)) < 0) goto done;
     rc = add_arg(b, s, DNNL_ARG_SRC, xbuf, md) || add_arg(b, s, DNNL_ARG_DST, dbuf, md) ||
          set_result(b, op, dbuf, md, reorder_out);
 done:
     md_free(md);
     return rc;
+}
+
+static int64_t numel(pb *b, int v)
+{
+    int64_t n = 1;
+    for (int d = 0; d < VAL(v)->ndim; d++) n *= DIMS(v)[d];
+    return n;
+}
+
+/* Softmax (not LogSoftmax) along the last axis, with nothing fused after it: the loop above
+ * over the plain values. */
+int build_own_softmax(pb *b, const ox_op *op)
+{
+    int64_t len = DIMS(op->out)[VAL(op->out)->ndim - 1], n = numel(b, op->out);
+    softmax_cfg c = {len > 0 ? n / len : 0, len, b->p->threads};
+    return build_plain_step(b, op, softmax_fn, &c, sizeof c, "softmax");
+}
+
+/* Erf outside a GELU: the C library's erff over the plain values (oneDNN has no erf of its own);
+ * Where(IsNaN(x), C, x) (OP_NANREP): nan_replace_loop over them. */
+int build_loop(pb *b, const ox_op *op)
+{
+    int nan = op->kind == OP_NANREP;
+    ox_loop_cfg l = {
+        nan ? nan_replace_loop : erf_loop, numel(b, op->out), 1, 1, op->alpha, 0.f, b->p->threads};
+    return build_plain_step(b, op, loop_fn, &l, sizeof l, nan ? "nan replacement" : "erf");
 }
 
 /* The layout an element-for-element loop reads value x in: the one x has when it is dense, else
