@@ -886,6 +886,11 @@ class DynamicRunner(_Runner):
         made = self.native.run(arrays)
         if self._symbols is not None and shapes not in self._fixed:
             self._fix(shapes, arrays, made, {v: a.shape for v, a in made.items()})
+        return self._outputs(made, arrays)
+
+    def _outputs(self, made: dict, arrays) -> list:
+        """The partition's outputs in order: what it made, else an input or a constant passed
+        through."""
         if len(made) == len(self.outputs):  # the common case: the partition made every output
             return [made[n] for n in self.outputs]
         by_name = dict(zip(self.inputs, arrays))
@@ -905,9 +910,7 @@ class DynamicRunner(_Runner):
             seen.update((v, env[v][1]) for v in k.outputs if v and v in env)
         made = {n: env[n][3] for n in self.outputs if n in env and n not in self.inputs}
         self._fix(shapes, arrays, made, seen)
-        by_name = dict(zip(self.inputs, arrays))
-        return [made[n] if n in made else by_name[n] if n in by_name else self.consts[n].copy()
-                for n in self.outputs]
+        return self._outputs(made, arrays)
 
     def _run_native(self, env):
         made = self.native.run([env[n][3] for n in self.inputs])
