@@ -115,7 +115,7 @@ def main(argv=None) -> int:
     so.log_severity_level = 3
 
     others = extra + list(vino)
-    label = {b: b if b in vino else f"nnplug-{b}" for b in others}
+    label = {b: b if b in vino else f"nnplug-{b}" for b in ["cpu", *others]}
     cols = ["nnplug-cpu", "onnxruntime", "ratio"] + [label[b] for b in others] + \
         [f"ratio-{b}" for b in others]
     widths = [max(13, len(c) + 2) for c in cols]
@@ -166,7 +166,6 @@ def main(argv=None) -> int:
             med = time_rounds(runners, max(1, args.runs // per_round), per_round)
         row = [f"{med['nnplug-cpu']:.2f}" if "nnplug-cpu" in med else "-", f"{med['onnxruntime']:.2f}"]
         rs = {}
-        label["cpu"] = "nnplug-cpu"
         for b in ratios:
             if label[b] in med:
                 rs[b] = med[label[b]] / med["onnxruntime"]
