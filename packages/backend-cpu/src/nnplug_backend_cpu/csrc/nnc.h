@@ -215,6 +215,11 @@ void nnc_pool_release(void);
 void nnc_sgemm(int transa, int transb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 const char *nnc_gemm_info(void); /* which micro-kernel runs */
+/* The same product (beta 0) on the pool's threads (op_gemm.c): rows or columns split by the
+ * product's shape, each block through nnc_sgemm, one row as a matrix-vector product; the bits
+ * do not depend on the thread count. */
+void nnc_sgemm_mt(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                  int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc);
 /* The widest hand-vectorised kernels to run: 2 AVX-512 (avx512f), 1 AVX2+FMA, 0 portable C;
  * what the CPU has, capped by NNPLUG_CPU_ISA ("avx2" or "portable") so that every path can be
  * tested on one machine. Kernels of different levels give the same bits wherever both use FMA. */

@@ -118,6 +118,26 @@ static void gemm_mt(gemm_job *j)
     else nnc_parallel_for(j->nblk, 1, gemm_block, j);
 }
 
+void nnc_sgemm_mt(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                  int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc)
+{
+    gemm_job j;
+    memset(&j, 0, sizeof j);
+    j.ta = ta;
+    j.tb = tb;
+    j.M = m;
+    j.N = n;
+    j.K = k;
+    j.alpha = alpha;
+    j.A = a;
+    j.lda = lda;
+    j.B = b;
+    j.ldb = ldb;
+    j.C = c;
+    j.ldc = ldc;
+    gemm_mt(&j);
+}
+
 /* ---- products with a constant weight, packed once ------------------------------------ */
 
 /* A float32 MatMul whose B is a constant 2-D weight [K, N] (a transformer's projections), or a

@@ -89,6 +89,17 @@ static int rnn_pack(rnn_packed *p, const float *R, int64_t m, int64_t k)
     return 1;
 }
 
+/* Direction d's R (gates * H rows of H) packed for the step product: the rows multiplied by h
+ * into *p, and, for a GRU without linear_before_reset (split), its last H rows into *ph. 0 when
+ * out of memory (what was packed is freed with the state or the run). */
+static int rnn_pack_dir(rnn_packed *p, rnn_packed *ph, const float *Rd, int64_t gates, int64_t H,
+                        int split)
+{
+    int64_t GH = gates * H;
+    return rnn_pack(p, Rd, split ? GH - H : GH, H) &&
+           (!split || rnn_pack(ph, Rd + (GH - H) * H, H, H));
+}
+
 typedef struct {
     const rnn_packed *p;
     const float *h;
@@ -165,38 +176,6 @@ static void rnn_product_block(void *arg, int64_t p0, int64_t p1, int tid)
 #endif
         rnn_cols_portable(j, b * RNN_COLS);
     }
-}
-
-/* The input projection of every step, xw = X W^T ([rows, m]), its columns shared between the
- * pool's threads: one nnc_sgemm per share (nnc_sgemm sums each element alike wherever the
- * element sits, so the bits do not depend on the split). */
-typedef struct {
-    const float *x, *w;
-    float *xw;
-    int64_t rows, k, m, parts;
-} rnn_projection_job;
-
-static void rnn_projection_share(void *arg, int64_t p0, int64_t p1, int tid)
-{
-    (void)tid;
-    const rnn_projection_job *j = arg;
-    for (int64_t p = p0; p < p1; p++) {
-        int64_t c0 = p * j->m / j->parts / 16 * 16,
-                c1 = p + 1 == j->parts ? j->m : (p + 1) * j->m / j->parts / 16 * 16;
-        if (c1 > c0)
-            nnc_sgemm(0, 1, j->rows, c1 - c0, j->k, 1.f, j->x, j->k, j->w + c0 * j->k, j->k, 0.f,
-                      j->xw + c0, j->m);
-    }
-}
-
-static void rnn_projection(const float *x, int64_t rows, int64_t k, const float *w, int64_t m,
-                           float *xw)
-{
-    int64_t parts = nnc_num_threads();
-    if (parts > m / 16) parts = m / 16;
-    if (parts < 1) parts = 1;
-    rnn_projection_job j = {x, w, xw, rows, k, m, parts};
-    nnc_parallel_for(parts, 1, rnn_projection_share, &j);
 }
 
 /* y[r * ldy + g] = sum over kk of R[g][kk] * h[r * ldh + kk], for rows r < rows <= RNN_ROWS */
@@ -335,14 +314,12 @@ static int rnn_create(nnc_node *n, nnc_err *e)
     const nnc_valinfo *rv = n->nin > 2 ? n->vin[2] : NULL;
     if (!n->probing && nnc_in_const(n, 2) && nnc_in_static(n, 2) && rv->ndim == 3 &&
         rv->dims[0] == s->ndir && rv->dims[1] == s->gates * rv->dims[2]) {
-        int64_t H = rv->dims[2], GH = s->gates * H, split = s->kind == K_GRU && !s->lbr;
+        int64_t H = rv->dims[2];
         const float *R = rv->const_data;
-        for (int d = 0; d < s->ndir; d++) {
-            const float *Rd = R + d * GH * H;
-            if (!rnn_pack(&s->rp[d], Rd, split ? GH - H : GH, H) ||
-                (split && !rnn_pack(&s->rph[d], Rd + (GH - H) * H, H, H)))
+        for (int d = 0; d < s->ndir; d++)
+            if (!rnn_pack_dir(&s->rp[d], &s->rph[d], R + d * s->gates * H * H, s->gates, H,
+                              s->kind == K_GRU && !s->lbr))
                 return nnc_node_fail(e, n, "out of memory");
-        }
     }
     return NNC_OK;
 }
@@ -479,13 +456,12 @@ static void rnn_dir(void *arg, int64_t b0, int64_t b1, int tid)
         if (B <= RNN_ROWS && s->rp[d].rt && s->rp[d].k == H) {
             pr = &s->rp[d];
             prh = split ? &s->rph[d] : NULL;
-        } else if (B <= RNN_ROWS && T > 1 && rnn_pack(&own, R, split ? GH - H : GH, H) &&
-                   (!split || rnn_pack(&ownh, R + (GH - H) * H, H, H))) {
+        } else if (B <= RNN_ROWS && T > 1 && rnn_pack_dir(&own, &ownh, R, G, H, split)) {
             pr = &own;
             prh = split ? &ownh : NULL;
         }
         /* input projection of all steps: rows in X order */
-        if (T * B > 0) rnn_projection(j->x, T * B, I, W, GH, xw);
+        if (T * B > 0) nnc_sgemm_mt(0, 1, T * B, GH, I, 1.f, j->x, I, W, I, xw, GH);
         for (int64_t bi = 0; bi < B; bi++)
             for (int64_t k = 0; k < H; k++) {
                 int64_t so = s->layout ? (bi * D + d) * H + k : (d * B + bi) * H + k;
