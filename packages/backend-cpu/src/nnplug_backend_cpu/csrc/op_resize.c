@@ -429,6 +429,27 @@ typedef struct {
     char extrap_bytes[8];
 } rs_pass;
 
+/* n elements of sz bytes, each the extrapolation value's bytes */
+static void fill_elems(char *dst, const char *value, size_t sz, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) memcpy(dst + (size_t)i * sz, value, sz);
+}
+
+/* dst[o] = src[idx[o]], or the extrapolation value where ext[o]: elements of sz bytes */
+static void gather_elems(const char *src, char *dst, const int64_t *idx, const char *ext,
+                         const char *value, size_t sz, int64_t n)
+{
+    for (int64_t o = 0; o < n; o++) {
+        const char *v = ext[o] ? value : src + (size_t)idx[o] * sz;
+        switch (sz) {
+        case 4: ((uint32_t *)dst)[o] = *(const uint32_t *)v; break;
+        case 8: ((uint64_t *)dst)[o] = *(const uint64_t *)v; break;
+        case 2: ((uint16_t *)dst)[o] = *(const uint16_t *)v; break;
+        default: dst[o] = *v; break;
+        }
+    }
+}
+
 static void rs_rows(void *arg, int64_t b, int64_t e, int tid)
 {
     (void)tid;
@@ -442,8 +463,7 @@ static void rs_rows(void *arg, int64_t b, int64_t e, int tid)
             size_t row = (size_t)inner * p->sz;
             char *dst = p->y + (size_t)r * row;
             if (p->ext[o]) {
-                for (int64_t i = 0; i < inner; i++)
-                    memcpy(dst + (size_t)i * p->sz, p->extrap_bytes, p->sz);
+                fill_elems(dst, p->extrap_bytes, p->sz, inner);
             } else {
                 memcpy(dst, p->x + (size_t)(outer * p->in_len + ix[0]) * row, row);
             }
@@ -453,11 +473,7 @@ static void rs_rows(void *arg, int64_t b, int64_t e, int tid)
         const float *src = (const float *)p->x + outer * p->in_len * inner;
         if (p->ext[o]) {
             for (int64_t i = 0; i < inner; i++) dst[i] = p->extrap;
-        } else if (inner == 1) {
-            float acc = 0.f;
-            for (int k = 0; k < p->nt; k++) acc += wt[k] * src[ix[k]];
-            dst[0] = acc;
-        } else {
+        } else { /* inner > 1: rs_run gives rows of one element to rs_rows_last */
             const float *s0 = src + ix[0] * inner;
             for (int64_t i = 0; i < inner; i++) dst[i] = wt[0] * s0[i];
             for (int k = 1; k < p->nt; k++) {
@@ -499,19 +515,9 @@ static void rs_gather_last(void *arg, int64_t b, int64_t e, int tid)
     (void)tid;
     const rs_pass *p = arg;
     size_t sz = p->sz;
-    for (int64_t r = b; r < e; r++) {
-        const char *src = p->x + (size_t)(r * p->in_len) * sz;
-        char *dst = p->y + (size_t)(r * p->out_len) * sz;
-        for (int64_t o = 0; o < p->out_len; o++) {
-            const char *v = p->ext[o] ? p->extrap_bytes : src + (size_t)p->idx[o] * sz;
-            switch (sz) {
-            case 4: ((uint32_t *)dst)[o] = *(const uint32_t *)v; break;
-            case 8: ((uint64_t *)dst)[o] = *(const uint64_t *)v; break;
-            case 2: ((uint16_t *)dst)[o] = *(const uint16_t *)v; break;
-            default: dst[o] = *v; break;
-            }
-        }
-    }
+    for (int64_t r = b; r < e; r++)
+        gather_elems(p->x + (size_t)(r * p->in_len) * sz, p->y + (size_t)(r * p->out_len) * sz,
+                     p->idx, p->ext, p->extrap_bytes, sz, p->out_len);
 }
 
 /* Nearest over the last two axes at once (an image's height and width: the 2x and 4x
@@ -566,8 +572,12 @@ static void rs_nearest_rows(void *arg, int64_t b, int64_t e, int tid)
             memcpy(dst, dst - row, row);
             continue;
         }
+        if (p->eh[oh]) {
+            fill_elems(dst, p->extrap, sz, p->out_w);
+            continue;
+        }
         const char *src = p->x + (size_t)(outer * p->in_h + p->ih[oh]) * (size_t)p->in_w * sz;
-        if (!p->eh[oh] && !p->any_ew && sz == 4) { /* the usual case: float32, no extrapolation */
+        if (!p->any_ew && sz == 4) { /* the usual case: float32, no extrapolation */
 #ifdef HAVE_RESIZE_AVX512
             if (p->twice && nnc_isa_level() >= 2) {
                 twice_u32((const uint32_t *)src, (uint32_t *)dst, p->in_w);
@@ -577,14 +587,7 @@ static void rs_nearest_rows(void *arg, int64_t b, int64_t e, int tid)
             gather_u32((const uint32_t *)src, p->iw, (uint32_t *)dst, p->out_w);
             continue;
         }
-        for (int64_t ow = 0; ow < p->out_w; ow++) {
-            const char *v = p->eh[oh] || p->ew[ow] ? p->extrap : src + (size_t)p->iw[ow] * sz;
-            switch (sz) {
-            case 4: ((uint32_t *)dst)[ow] = *(const uint32_t *)v; break;
-            case 2: ((uint16_t *)dst)[ow] = *(const uint16_t *)v; break;
-            default: dst[ow] = *v; break;
-            }
-        }
+        gather_elems(src, dst, p->iw, p->ew, p->extrap, sz, p->out_w);
     }
 }
 
