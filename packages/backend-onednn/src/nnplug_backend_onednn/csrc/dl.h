@@ -71,6 +71,13 @@ void dl_omp_set_num_threads(int n);
  * and the team's size, which is what work must be split by: libgomp gives fewer threads than
  * asked when the caller is itself inside a parallel region. */
 void dl_parallel(void (*fn)(void *), void *arg, int n);
+/* The threads worth waking for `items` of the backend's own loop work: all `threads` from
+ * DL_MIN_PARALLEL items on, else 1 (waking the pool costs more than a small loop). */
+#define DL_MIN_PARALLEL 32768
+static inline int dl_threads_for(int64_t items, int threads)
+{
+    return items >= DL_MIN_PARALLEL ? threads : 1;
+}
 void dl_team(int *me, int *n);
 /* The calling team member's share [*t0, *t1) of `total` items (dl_team's split). */
 void dl_share(int64_t total, int64_t *t0, int64_t *t1);

@@ -614,7 +614,7 @@ static int run_cast(const ox_qmm *q, const nnp_tensor *in, int nin, const nnp_te
                        "input's shape",
                        q->name);
     cast_job j = {nnp_tensor_ptr(&in[q->kin0]), nnp_tensor_ptr(out), n};
-    dl_parallel(cast_part, &j, n >= 32768 ? ox_num_threads() : 1); /* small: not worth a wake */
+    dl_parallel(cast_part, &j, dl_threads_for(n, ox_num_threads()));
     return 0;
 }
 
@@ -697,7 +697,7 @@ int ox_qmm_run(const ox_qmm *qc, const nnp_tensor *in, int nin, const nnp_tensor
     if (execute(p, a, p->bpacked ? p->bpacked : b, y, scratch, e)) goto done;
     if (za || q->bzp_nonzero || q->f32out) {
         epilogue_job j = {q, y, M, N, K, nb * M, r, ad, bd, yd, za, csum, rs};
-        dl_parallel(epilogue_part, &j, ny >= 32768 ? p->threads : 1);
+        dl_parallel(epilogue_part, &j, dl_threads_for(ny, p->threads));
     }
     if (q->mult) requantize(q, y, ny, N, nnp_tensor_ptr(out));
     rc = 0;

@@ -170,7 +170,7 @@ static int quantize_fn(const void *cfg, void *const *ptrs, int nptrs)
     (void)nptrs;
     const q8cfg *q = cfg;
     q8job j = {q, ptrs[0], ptrs[1]};
-    dl_parallel(quantize_part, &j, q->n >= 32768 ? q->threads : 1);
+    dl_parallel(quantize_part, &j, dl_threads_for(q->n, q->threads));
     return -1;
 }
 
@@ -179,7 +179,7 @@ static int dequantize_fn(const void *cfg, void *const *ptrs, int nptrs)
     (void)nptrs;
     const q8cfg *q = cfg;
     q8job j = {q, ptrs[0], ptrs[1]};
-    dl_parallel(dequantize_part, &j, q->n >= 32768 ? q->threads : 1);
+    dl_parallel(dequantize_part, &j, dl_threads_for(q->n, q->threads));
     return -1;
 }
 
@@ -188,7 +188,7 @@ static int fake_fn(const void *cfg, void *const *ptrs, int nptrs)
     (void)nptrs;
     const q8cfg *q = cfg;
     q8job j = {q, ptrs[0], ptrs[0]};
-    dl_parallel(fake_part, &j, q->n >= 32768 ? q->threads : 1);
+    dl_parallel(fake_part, &j, dl_threads_for(q->n, q->threads));
     return -1;
 }
 

@@ -47,7 +47,7 @@ static int loop_fn(const void *cfg, void *const *ptrs, int nptrs)
     (void)nptrs;
     const ox_loop_cfg *l = cfg;
     loop_job j = {l, ptrs[0], ptrs[1]};
-    dl_parallel(loop_part, &j, l->n >= 32768 ? l->threads : 1); /* small: not worth a wake */
+    dl_parallel(loop_part, &j, dl_threads_for(l->n, l->threads));
     return -1;
 }
 
@@ -169,7 +169,7 @@ static int nan_rows_fn(const void *cfg, void *const *ptrs, int nptrs)
     (void)nptrs;
     const nan_rows_cfg *c = cfg;
     nan_rows_job j = {ptrs[1], c->n, c->row, c->inner};
-    dl_parallel(nan_rows_part, &j, c->n >= 32768 ? c->threads : 1); /* small: not worth a wake */
+    dl_parallel(nan_rows_part, &j, dl_threads_for(c->n, c->threads));
     return -1;
 }
 
@@ -361,7 +361,7 @@ static int softmax_fn(const void *cfg, void *const *ptrs, int nptrs)
     (void)nptrs;
     const softmax_cfg *c = cfg;
     softmax_job j = {c, ptrs[0], ptrs[1]};
-    dl_parallel(softmax_part, &j, c->rows * c->len >= 32768 ? c->threads : 1);
+    dl_parallel(softmax_part, &j, dl_threads_for(c->rows * c->len, c->threads));
     return -1;
 }
 
@@ -507,7 +507,7 @@ static int qdq_fn(const void *cfg, void *const *ptrs, int nptrs)
     (void)nptrs;
     const ox_qdq *q = cfg;
     qdq_job j = {q, ptrs[0], ptrs[1]};
-    dl_parallel(qdq_part, &j, q->n >= 32768 ? q->threads : 1); /* small ones: not worth a wake */
+    dl_parallel(qdq_part, &j, dl_threads_for(q->n, q->threads));
     return -1;
 }
 
