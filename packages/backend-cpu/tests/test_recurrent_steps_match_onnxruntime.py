@@ -123,7 +123,7 @@ def _run_in_subprocesses(folder, runs):
 
 
 def test_one_and_two_threads_give_the_same_bits(tmp_path):
-    """The input projection's columns and the step product's rows are shared between threads;
+    """The input projection and the step product are split between threads;
     neither changes how an element is summed."""
     import onnx
 
