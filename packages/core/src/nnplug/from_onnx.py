@@ -24,13 +24,16 @@ from .graph import (
     value_info,
 )
 from .inference import collect_values, infer, skeleton
+from .model_file import weight_of
 
 
 def model_from_proto(proto: onnx.ModelProto, custom_ops: dict | None = None,
-                     warned: list[str] | None = None) -> Model:
+                     warned: list[str] | None = None,
+                     weights: dict[str, np.ndarray] | None = None) -> Model:
     """The Model of ``proto`` (checked already): shapes inferred (custom ops'
     ``shape_infer`` for their nodes), outputs nothing reads omitted. ``warned``: what the
-    checker found."""
+    checker found; ``weights``: the arrays of initializers read without their bytes in
+    ``proto`` (:mod:`nnplug.model_file`), or known already (a model built again)."""
     custom_ops = custom_ops or {}
     opsets = {op.domain or "": op.version for op in proto.opset_import}
     # inference reads the weights' types, not their bytes (it copies the model in and out)
@@ -46,7 +49,8 @@ def model_from_proto(proto: onnx.ModelProto, custom_ops: dict | None = None,
     omit_unused_outputs(nodes, values, {o.name for o in g.output})
     constants = {}
     for init in proto.graph.initializer:
-        constants[init.name] = _read_initializer(init)
+        known = weight_of(init, weights) if weights else None
+        constants[init.name] = known if known is not None else _read_initializer(init)
     inputs = [values.get(i.name) or value_info(i) for i in g.input if i.name not in constants]
     outputs = [values.get(o.name) or value_info(o) for o in g.output]
     producers = {o: n for n in nodes for o in n.outputs if o}

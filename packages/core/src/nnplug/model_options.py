@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .errors import InvalidArgumentError, ModelError
+from .model_file import ModelFile
 
 if TYPE_CHECKING:
     import onnx
@@ -27,7 +28,7 @@ def as_array(value) -> np.ndarray:
     return np.asarray(value)
 
 
-def read_with_overrides(source, so, folder=None) -> onnx.ModelProto:
+def read_with_overrides(source, so, folder=None) -> ModelFile:
     """The model ``source`` (path, bytes or ModelProto) with what ``so`` changes applied;
     ``folder``: where external data files are for bytes or a ModelProto."""
     from .stages.loader import read_model
@@ -35,14 +36,16 @@ def read_with_overrides(source, so, folder=None) -> onnx.ModelProto:
     if so._external_initializers or so._external_files:
         proto, home = _without_external_data(source)
         _fill_external(proto, so)
-        proto = read_model(proto, folder or home)  # the rest from the folder, as usual
+        read = read_model(proto, folder or home)  # the rest from the folder, as usual
     else:
-        proto = read_model(source, folder)
+        read = read_model(source, folder)
+    proto = read.proto
     if so._initializers:
         proto = _replace_initializers(proto, so._initializers)
     if so._free_dims_by_name or so._free_dims_by_denotation:
         proto = _override_free_dims(proto, so._free_dims_by_name, so._free_dims_by_denotation)
-    return proto
+    # a replaced initializer has its own bytes again: model_file.weight_of passes over it
+    return ModelFile(proto, read.weights)
 
 
 def _without_external_data(source) -> tuple[onnx.ModelProto, str | None]:

@@ -516,8 +516,9 @@ class InferenceSession:
         if so.enable_profiling:
             self._profiler = Profiler()
         # onnxruntime's config entry for the folder of external data when the model is bytes
-        self._proto = read_with_overrides(path_or_bytes, so,
+        self._model = read_with_overrides(path_or_bytes, so,
                                           so._config_entries().get(EXTERNAL_DATA_FOLDER))
+        self._proto = self._model.proto  # large weights without their bytes: see model_file
         self._options = so = config_from_model(self._proto, so)
         if so.enable_profiling and self._profiler is None:
             self._profiler = Profiler()
@@ -548,7 +549,7 @@ class InferenceSession:
         targets = hinted_targets(chosen, targets, self._options._config_entries().get(
             PRECISION_CONFIG_KEY))  # nnplug.precision: bf16 where a backend can
         t0 = time.perf_counter_ns()
-        net = self._runtime.load(self._proto, backends=ids, targets=targets or None,
+        net = self._runtime.load(self._model, backends=ids, targets=targets or None,
                                  optimization=optimization_of(
                                      self._options.graph_optimization_level))
         if self._profiler is not None:

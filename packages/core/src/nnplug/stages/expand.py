@@ -91,7 +91,8 @@ def _spliced(model: Model, bodies: dict[int, tuple[list[onnx.NodeProto], list]],
         nodes.extend(pieces)
     if any(p.op_type in custom_ops for i in bodies for p in bodies[i][0]):
         # a custom op's shape_infer types the body's piece: the model is built again, as read
-        built = model_from_proto(_rebuilt(model, bodies, proto), custom_ops, model.warnings)
+        built = model_from_proto(_rebuilt(model, bodies, proto), custom_ops, model.warnings,
+                                 model.constants)
         attach_outer_inputs(built.nodes)
         return built
     out = Model(nodes, list(model.inputs), list(model.outputs), model.constants,

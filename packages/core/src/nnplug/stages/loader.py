@@ -1,5 +1,6 @@
 """The read stage: a path, bytes or ModelProto -> the checked, shape-inferred :class:`Model`
-the later stages of :mod:`nnplug.pipeline` work on (built by :mod:`nnplug.from_onnx`)."""
+the later stages of :mod:`nnplug.pipeline` work on (built by :mod:`nnplug.from_onnx`). Files
+and bytes are read by :mod:`nnplug.model_file`: each weight copied once."""
 
 from __future__ import annotations
 
@@ -12,30 +13,36 @@ from ..errors import ModelError
 from ..from_onnx import model_from_proto
 from ..graph import Model
 from ..inference import skeleton
+from ..model_file import ModelFile, read_bytes, read_file
 
 
-def read_model(model, external_data_dir: str | os.PathLike | None = None) -> onnx.ModelProto:
-    """A ModelProto from a path, bytes or ModelProto, with clear errors.
+def read_model(model, external_data_dir: str | os.PathLike | None = None) -> ModelFile:
+    """The model read from a path, bytes, a ModelProto or a ModelFile, with clear errors.
 
     Tensors stored outside the model (external data) are read from the model file's folder
     for a path, and from ``external_data_dir`` for bytes or a ModelProto (which know no
     folder of their own)."""
+    if isinstance(model, ModelFile):
+        return model
     if isinstance(model, onnx.ModelProto):
-        return _with_external_data(model, external_data_dir, "the ModelProto")
+        return ModelFile(_with_external_data(model, external_data_dir, "the ModelProto"))
     if isinstance(model, (bytes, bytearray, memoryview)):
         try:
-            proto = onnx.load_from_string(bytes(model))
+            read = read_bytes(model)
         except Exception as e:
             raise ModelError(f"the model bytes are not a valid ONNX model: {e}") from None
-        return _with_external_data(proto, external_data_dir, "the model bytes")
+        return ModelFile(_with_external_data(read.proto, external_data_dir, "the model bytes"),
+                         read.weights)
     if isinstance(model, (str, os.PathLike)):
         path = os.fspath(model)
         if not os.path.exists(path):
             raise ModelError(f"model file {path!r} does not exist")
         if os.path.isdir(path):
             raise ModelError(f"model path {path!r} is a directory; give the .onnx file")
+        if os.path.getsize(path) == 0:
+            raise ModelError(f"model file {path!r} is empty (0 bytes): export or copy it again")
         try:
-            return onnx.load(path)
+            return read_file(path)
         except Exception as e:
             raise ModelError(f"model file {path!r} is not a valid ONNX model: {e}") from None
     raise ModelError(
@@ -82,10 +89,11 @@ def load(model, custom_ops: dict | None = None, external_data_dir=None,
     ``shape_infer`` for the nodes ONNX cannot infer; ``external_data_dir``: see read_model;
     ``functions``: the (domain, op type) pairs plugins register bodies for (see
     nnplug.functions), which the checker lets through."""
-    proto = read_model(model, external_data_dir)
+    read = read_model(model, external_data_dir)
+    proto = read.proto
     custom_ops = custom_ops or {}
     # ListFields first: ByteSize walks every weight's bytes (seconds on a 400 MB model)
     if not proto.graph.ListFields() and proto.graph.ByteSize() == 0:
         raise ModelError("the model has an empty graph")
     warned = check_model(skeleton(proto), functions)  # the weights' types, not their bytes
-    return model_from_proto(proto, custom_ops, warned)
+    return model_from_proto(proto, custom_ops, warned, read.weights)

@@ -99,7 +99,8 @@ def widen_reduced_precision(model: Model, backends: list, custom_ops: dict) -> M
               len(widened))
     with warnings.catch_warnings():  # the model's own findings were reported already
         warnings.simplefilter("ignore", ModelWarning)
-        return model_from_proto(_rewritten(model, widened), custom_ops)
+        return model_from_proto(_rewritten(model, widened), custom_ops,
+                                weights=model.constants)
 
 
 def _widenable(node: Node, graph: SubGraph, custom_ops: dict) -> str | None:

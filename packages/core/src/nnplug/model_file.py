@@ -1,0 +1,255 @@
+"""An ONNX model's bytes read once: the protobuf parsed without its large weights, and each of
+those weights copied once, straight from the file, into its own array.
+
+``onnx.load`` reads the whole file into memory, the protobuf parser copies every initializer's
+``raw_data`` into the message, and ``numpy_helper.to_array`` copies it again: three copies of
+every weight, half a second on a 400 MB transformer. Here the file is mapped, the wire format
+of the model's top-level graph is walked (a few thousand fields: its nodes and initializers
+are skipped or cut, never parsed), and the message is parsed from the model *without* the
+``raw_data`` of its large plain-typed initializers, whose bytes go directly from the mapping
+into aligned numpy arrays. The tensors so cut stay in the proto with their name, type and
+dims and no data; :func:`weight_of` says which those are.
+
+Anything unexpected (a malformed file, a graph field given twice, a big-endian host) falls
+back to ``onnx.load``, which then reports what is wrong in its own words.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import onnx
+
+CUT_MIN_ELEMENTS = 4096
+"""Initializers with more elements than this lose their bytes in the proto (as shape inference's
+skeleton drops them); smaller ones stay inline, where shape inference reads their values."""
+
+_GRAPH = 7  # ModelProto.graph
+_INITIALIZER = 5  # GraphProto.initializer
+# TensorProto fields
+_DIMS, _DATA_TYPE, _SEGMENT, _NAME, _RAW_DATA, _DATA_LOCATION = 1, 2, 3, 8, 9, 14
+_TYPED_DATA = {4, 5, 6, 7, 10, 11}  # float_data .. uint64_data: the values are not raw bytes
+
+_EXTERNAL = 1  # TensorProto.DataLocation.EXTERNAL
+# TensorProto.DataType numbers (onnx.proto; stable): nnplug imports onnx on the first load only
+_PLAIN = {1: np.float32, 11: np.float64, 10: np.float16, 3: np.int8, 5: np.int16, 6: np.int32,
+          7: np.int64, 2: np.uint8, 4: np.uint16, 12: np.uint32, 13: np.uint64, 9: np.bool_}
+"""Element types whose raw_data is the array's own little-endian bytes (the others, such as
+bfloat16, float8 and 4-bit types, go through onnx's own conversion)."""
+
+
+@dataclass
+class ModelFile:
+    """A model as read: ``proto`` (the cut initializers without bytes) and ``weights``, the
+    arrays of the cut initializers by name (read-only; the stages make new arrays)."""
+
+    proto: onnx.ModelProto
+    weights: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+class _Unexpected(Exception):
+    """The bytes are not what this reader walks; onnx.load reads them instead."""
+
+
+def weight_of(tensor: onnx.TensorProto, weights: dict[str, np.ndarray]) -> np.ndarray | None:
+    """The array of ``tensor`` when it is one of ``weights`` cut from its proto (no data of
+    its own left), else None (its own data is what it holds)."""
+    w = weights.get(tensor.name)
+    if w is None or tensor.HasField("raw_data") or tensor.data_location == _EXTERNAL:
+        return None
+    if any(len(getattr(tensor, f.name)) for f in tensor.DESCRIPTOR.fields
+           if f.number in _TYPED_DATA):
+        return None
+    return w
+
+
+def read_file(path: str) -> ModelFile:
+    """The model file at ``path`` (its external data read from the file's folder, as
+    ``onnx.load`` does)."""
+    import onnx
+
+    try:
+        with open(path, "rb") as f:
+            mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError):  # an empty file, a file that cannot be mapped
+        return ModelFile(onnx.load(path))
+    try:
+        read = _split(mapping)
+    finally:
+        try:
+            mapping.close()
+        except BufferError:  # a view still held (by a traceback): freed with it
+            pass
+    if read is None:
+        return ModelFile(onnx.load(path))
+    if _uses_external_data(read.proto):
+        from onnx.external_data_helper import load_external_data_for_model
+
+        load_external_data_for_model(read.proto, os.path.dirname(os.path.abspath(path)))
+    return read
+
+
+def read_bytes(data) -> ModelFile:
+    """The model serialized in ``data`` (bytes, bytearray or memoryview)."""
+    import onnx
+
+    read = _split(data)
+    return read if read is not None else ModelFile(onnx.load_from_string(bytes(data)))
+
+
+def _uses_external_data(proto) -> bool:
+    return any(t.data_location == _EXTERNAL for t in proto.graph.initializer)
+
+
+def _split(data) -> ModelFile | None:
+    """``data`` parsed with its large weights cut out and copied to arrays; None where this
+    reader does not walk it (onnx.load then reads it)."""
+    import onnx
+
+    if sys.byteorder != "little":
+        return None
+    view = memoryview(data).cast("B")
+    try:
+        try:
+            pieces, cut = _cut_model(view)
+        except (_Unexpected, IndexError):
+            return None
+        if not cut:
+            return None  # nothing gained: the plain reader
+        skeleton = b"".join(pieces)
+        del pieces
+        weights = {}
+        for name, dtype, dims, start, end in cut:
+            arr = np.empty(dims, dtype)
+            with view[start:end] as raw:
+                arr.reshape(-1).view(np.uint8)[:] = raw
+            arr.flags.writeable = False
+            weights[name] = arr
+    finally:
+        view.release()
+    return ModelFile(onnx.load_from_string(skeleton), weights)
+
+
+def _varint(buf, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        b = buf[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, i
+        shift += 7
+        if shift > 63:
+            raise _Unexpected("varint too long")
+
+
+def _encode(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _fields(buf, start: int, end: int):
+    """(field number, wire type, field start, value start, value end) of each field."""
+    i = start
+    while i < end:
+        key, j = _varint(buf, i)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            _, k = _varint(buf, j)
+        elif wire == 2:
+            n, j = _varint(buf, j)
+            k = j + n
+        elif wire == 1:
+            k = j + 8
+        elif wire == 5:
+            k = j + 4
+        else:  # groups: not in ONNX's messages
+            raise _Unexpected(f"wire type {wire}")
+        if k > end:
+            raise _Unexpected("a field runs past its message")
+        yield number, wire, i, j, k
+        i = k
+
+
+def _cut_model(buf) -> tuple[list, list]:
+    """The model's bytes as pieces to join, with its graph's large raw initializers left out,
+    and what was left out: (name, dtype, dims, start, end of the bytes)."""
+    pieces, cut, graphs = [], [], 0
+    for number, wire, at, start, end in _fields(buf, 0, len(buf)):
+        if number != _GRAPH or wire != 2:
+            pieces.append(buf[at:end])
+            continue
+        graphs += 1
+        if graphs > 1:  # a message split in two is merged by protobuf: leave that to it
+            raise _Unexpected("the graph field appears twice")
+        graph, cut = _cut_graph(buf, start, end)
+        pieces.append(bytes([(_GRAPH << 3) | 2]) + _encode(sum(len(p) for p in graph)))
+        pieces.extend(graph)
+    return pieces, cut
+
+
+def _cut_graph(buf, start: int, end: int) -> tuple[list, list]:
+    pieces, cut, names = [], [], set()
+    for number, wire, at, s, e in _fields(buf, start, end):
+        if number == _INITIALIZER and wire == 2:
+            kept = _cut_tensor(buf, s, e, cut, names)
+            if kept is not None:
+                pieces.append(bytes([(_INITIALIZER << 3) | 2]) + _encode(
+                    sum(len(p) for p in kept)))
+                pieces.extend(kept)
+                continue
+        pieces.append(buf[at:e])
+    return pieces, cut
+
+
+def _cut_tensor(buf, start: int, end: int, cut: list, names: set) -> list | None:
+    """The tensor's fields but raw_data when its bytes are cut out (recorded in ``cut``);
+    None when it stays whole."""
+    dims, dtype, name, raw, plain = [], 0, None, None, True
+    kept = []
+    for number, wire, at, s, e in _fields(buf, start, end):
+        if number == _RAW_DATA and wire == 2:
+            raw = (s, e)
+            continue
+        kept.append(buf[at:e])
+        if number == _DIMS:
+            if wire == 0:
+                dims.append(_varint(buf, s)[0])
+            elif wire == 2:  # packed
+                i = s
+                while i < e:
+                    d, i = _varint(buf, i)
+                    dims.append(d)
+        elif number == _DATA_TYPE and wire == 0:
+            dtype = _varint(buf, s)[0]
+        elif number == _NAME and wire == 2:
+            name = bytes(buf[s:e]).decode("utf-8", "replace")
+        elif number in _TYPED_DATA or number == _SEGMENT or (
+                number == _DATA_LOCATION and _varint(buf, s)[0] != 0):
+            plain = False
+    if raw is None or not plain or not name or name in names or dtype not in _PLAIN:
+        return None
+    dims = [d - (1 << 64) if d >= 1 << 63 else d for d in dims]  # int64 on the wire
+    if any(d < 0 for d in dims):
+        return None
+    numel = int(np.prod(dims, dtype=np.int64)) if dims else 1
+    np_type = np.dtype(_PLAIN[dtype])
+    if numel <= CUT_MIN_ELEMENTS or raw[1] - raw[0] != numel * np_type.itemsize:
+        return None  # small, or its size is wrong: to_array says so in its words
+    names.add(name)
+    cut.append((name, np_type, tuple(dims), raw[0], raw[1]))
+    return kept
+
+
+__all__ = ["CUT_MIN_ELEMENTS", "ModelFile", "read_bytes", "read_file", "weight_of"]
