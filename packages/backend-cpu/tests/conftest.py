@@ -86,8 +86,8 @@ def reference(model, feeds):
     return ReferenceEvaluator(model).run(None, feeds)
 
 
-def run_cpu(rt, model, feeds):
-    with rt.load(model, backends=["cpu"]) as net:
+def run_cpu(rt, model, feeds, optimization="all"):
+    with rt.load(model, backends=["cpu"], optimization=optimization) as net:
         out = net.run(feeds)
         return [out[o.name] for o in net.outputs], dict(net.assignment)
 

@@ -109,3 +109,27 @@ def test_folding_never_changes_results(seed):
         with make_runtime(NumpyBackend(ops=OPS)) as rt:
             got = rt.load(model, optimization=level).run({"x": x})["y"]
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6, err_msg=level)
+
+
+def test_shape_of_a_static_value_is_folded_when_every_shape_is_known():
+    # GroupNorm as torch exports it: Reshape back to Shape(x). x's shape is static from the
+    # start, so the Shape node is a constant: no run-time node (and no partition of its own
+    # between a backend's nodes)
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Shape", ["r"], ["r_shape"], name="shape"),
+             helper.make_node("ConstantOfShape", ["r_shape"], ["half"], name="half",
+                              value=numpy_helper.from_array(np.array([0.5], np.float32))),
+             helper.make_node("Mul", ["r", "half"], ["y"], name="scale")]
+    graph = helper.make_graph(nodes, "static_shape",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.random.default_rng(3).standard_normal((2, 3)).astype(np.float32)
+    backend = NumpyBackend(ops=OPS)
+    with make_runtime(backend) as rt, rt.load(model) as net:
+        got = net.run({"x": x})["y"]
+        assert net.assignment["shape"].endswith("(folded)")
+        assert net.assignment["half"].endswith("(folded)")
+        ran = [n.name for sg, _ in backend.builds for n in sg.nodes]
+    assert "shape" not in ran, ran  # computed from the shape (half ran once, at load)
+    np.testing.assert_array_equal(got, onnxruntime_result(model, x))

@@ -10,8 +10,9 @@ outputs have unknown dims, shape inference is run again with the folded values k
 outputs it now finds fully static take those shapes, and ``Shape``/``Size`` of a value whose
 shape is static is folded too, which may make more nodes constant: rounds go on until
 nothing changes (at most :data:`MAX_ROUNDS`). A model whose shapes are all known is folded
-in one round, its constant nodes only. Dims that depend on a symbolic input dim (a dynamic
-batch) stay symbolic."""
+in one round: its constant nodes, and its Shape/Size nodes (torch's GroupNorm reshapes back
+to ``Shape(x)``: a run-time node, and a partition of its own, otherwise). Dims that depend
+on a symbolic input dim (a dynamic batch) stay symbolic."""
 
 from __future__ import annotations
 
@@ -110,12 +111,11 @@ def fold_constants(model: Model, evaluator: Evaluator, custom_ops: dict,
         return done
     model, rest = done.model, done.nodes
     fuses = optimization == "all"  # a backend may take a DequantizeLinear with its reader
-    # a model whose shapes are all known folds as it always did: only its constant nodes
+    # a model whose shapes are all known folds in one round: nothing new becomes static
     lost = any(o and not _static(model.values.get(o)) for n in rest for o in n.outputs)
     for _ in range(MAX_ROUNDS):
         before = len(rest)
-        if lost:
-            rest = _fold_shapes(done, rest, evaluator, custom_ops)
+        rest = _fold_shapes(done, rest, evaluator, custom_ops)
         rest = _fold_constant_nodes(done, rest, evaluator, custom_ops, fuses)
         if not lost or len(rest) == before or not _refine_shapes(model, rest, done.constants):
             break
