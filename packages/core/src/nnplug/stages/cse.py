@@ -9,7 +9,12 @@ elimination does at its basic level.
 
 Left alone: random ops and Dropout, custom ops (they may keep state), non-standard domains,
 nodes with subgraphs or whose outputs a subgraph node reads (a body names outer values
-itself), and nodes with a graph output (its name must stay)."""
+itself), and nodes with a graph output (its name must stay).
+
+An ``Identity`` computes what it reads: it is dropped as well, its readers reading its input,
+or, when its output is a graph output, its input's producer writing that output directly (as
+onnxruntime's identity elimination does). A run then makes no copy, and a string or sequence
+value passes no partition boundary of its own for it."""
 
 from __future__ import annotations
 
@@ -68,7 +73,50 @@ def merge_common_subexpressions(nodes: list[Node], constants: dict[str, np.ndarr
         for o in n.outputs:  # not merged after all
             renamed.pop(o, None)
         out.append(n)
+    out, dropped = _without_identities(out, graph_outputs, read_by_subgraph)
+    merged.update(dropped)
     return out, merged
+
+
+def _without_identities(nodes: list[Node], graph_outputs: set[str], read_by_subgraph: set[str]
+                        ) -> tuple[list[Node], dict[str, str]]:
+    """``nodes`` without the Identity nodes whose input another of ``nodes`` makes, and {dropped
+    Identity: the node making its input}. Kept: an Identity of a graph input or a constant,
+    one whose output a subgraph reads, and one writing a graph output from a value that is a
+    graph output too or has other readers."""
+    readers: dict[str, int] = {}
+    for n in nodes:
+        for x in n.inputs:
+            if x:
+                readers[x] = readers.get(x, 0) + 1
+    producer: dict[str, int] = {}  # value -> index in out of the node making it
+    renamed: dict[str, str] = {}
+    dropped: dict[str, str] = {}
+    out: list[Node] = []
+    for n in nodes:
+        if any(x in renamed for x in n.inputs):
+            n = _reading(n, [renamed.get(x, x) for x in n.inputs])
+        if n.op_type == "Identity" and n.domain in ("", "ai.onnx") and len(n.inputs) == 1 \
+                and len(n.outputs) == 1 and n.inputs[0] in producer and n.outputs[0] \
+                and n.outputs[0] not in read_by_subgraph:
+            x, y = n.inputs[0], n.outputs[0]
+            p = producer[x]
+            if y not in graph_outputs:  # its readers read x
+                renamed[y] = x
+                readers[x] = readers.get(x, 0) - 1 + readers.get(y, 0)
+                dropped[n.name] = out[p].name
+                continue
+            if x not in graph_outputs and x not in read_by_subgraph and readers.get(x) == 1:
+                maker = out[p]  # writes y itself
+                out[p] = _writing(maker, [y if o == x else o for o in maker.outputs])
+                producer[y] = p
+                dropped[n.name] = maker.name
+                continue
+        for o in n.outputs:
+            if o:
+                producer[o] = len(out)
+        out.append(n)
+    return out, dropped
 
 
 def _key(n: Node, constants: dict, const_keys: dict, custom_ops: dict) -> tuple | None:
@@ -181,6 +229,17 @@ def _has_subgraph(n: Node) -> bool:
     return n.op_type in CONTROL_FLOW or any(
         isinstance(v, onnx.GraphProto) or (isinstance(v, list) and v and isinstance(v[0], onnx.GraphProto))
         for v in n.attrs.values())
+
+
+def _writing(n: Node, outputs: list[str]) -> Node:
+    """``n`` writing ``outputs`` instead (its proto too)."""
+    proto = None
+    if n.proto is not None:
+        proto = onnx.NodeProto()
+        proto.CopyFrom(n.proto)
+        del proto.output[:]
+        proto.output.extend(outputs)
+    return dataclasses.replace(n, outputs=list(outputs), proto=proto)
 
 
 def _reading(n: Node, inputs: list[str]) -> Node:
