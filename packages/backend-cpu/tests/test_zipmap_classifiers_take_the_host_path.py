@@ -61,3 +61,24 @@ def test_zipmap_runs_on_the_host_path_with_onnxruntime_answers(rt, labels):
         sess = nnplug.InferenceSession(model.SerializeToString(), providers=["cpu"], runtime=rt)
         x = np.ones((2, 4), np.float32)
         assert_same_maps(sess.run(["maps"], {"x": x})[0], ref.run(["maps"], {"x": x})[0])
+
+
+def test_maps_given_as_two_outputs_are_separate_dicts(rt):
+    # ZipMap's dicts are handed out without a copy the first time; a second output of the same
+    # value (an Identity to another graph output) gets copies: changing one changes not the other
+    model = classifier([3, 7, 11])
+    x = np.random.default_rng(4).standard_normal((3, 4)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(),  # its Identity takes no maps
+                                providers=["CPUExecutionProvider"]).run(["maps"], {"x": x})[0]
+    model.graph.node.append(helper.make_node("Identity", ["maps"], ["maps_too"]))
+    twin = helper.make_tensor_sequence_value_info("maps_too", 0, None)
+    twin.type.CopyFrom(model.graph.output[0].type)
+    model.graph.output.append(twin)
+    with rt.load(model, backends=["cpu"]) as net:
+        for run in (net.run, lambda f: {k: v.numpy() for k, v in net.run_tensors(f).items()}):
+            got = run({"x": x})
+            assert_same_maps(got["maps"], want)
+            assert_same_maps(got["maps_too"], want)
+            got["maps"][0][3] = 42.0
+            assert got["maps_too"][0][3] != 42.0
+            assert all(a is not b for a, b in zip(got["maps"], got["maps_too"]))

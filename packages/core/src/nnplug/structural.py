@@ -122,32 +122,51 @@ def _optional_get_element(node, ins):
     return [ins[0]]
 
 
+class _ZipMap:
+    """ai.onnx.ml ZipMap: row i of X [N, C] (or X [C], one row) becomes {label_j: X[i, j]}.
+    The labels, checked and in the order of onnxruntime's maps (sorted keys, std::map), are
+    read from the node once."""
+
+    def __init__(self, node):
+        self.node = node
+        ints, strings = node.attr("classlabels_int64s", None), node.attr("classlabels_strings", None)
+        self.problem = None
+        if bool(ints) == bool(strings):
+            self.problem = (f"{node.describe()}: exactly one of the attributes "
+                            f"'classlabels_int64s' and 'classlabels_strings' must be given")
+            ints = []
+        labels = [int(v) for v in ints] if ints else [
+            v.decode() if isinstance(v, bytes) else str(v) for v in strings or ()]
+        order = sorted(range(len(labels)), key=labels.__getitem__)
+        self.order = None if order == list(range(len(labels))) else order
+        self.labels = [labels[j] for j in order]
+
+    def __call__(self, node, ins):
+        return [self.maps(ins[0].numpy(), list(ins[0].shape))]
+
+    def maps(self, x: np.ndarray, shape) -> MapSequence:
+        if self.problem:
+            raise BackendError(self.problem)
+        labels = self.labels
+        if x.dtype != np.float32:
+            raise BackendError(f"{self.node.describe()}: input X must be float32, got {x.dtype}")
+        if x.ndim == 1:
+            x = x.reshape(1, -1)
+        if x.ndim != 2 or x.shape[1] != len(labels):
+            raise BackendError(f"{self.node.describe()}: input X of shape {shape} must be "
+                               f"[N, {len(labels)}] or [{len(labels)}], one column per class "
+                               f"label")
+        if self.order is not None:
+            x = x[:, self.order]
+        rows = x.tolist()  # Python floats, as onnxruntime gives
+        if len(labels) == 2:  # binary classifiers: a dict display builds in half dict(zip())'s time
+            a, b = labels
+            return MapSequence([{a: p, b: q} for p, q in rows], fresh=True)
+        return MapSequence([dict(zip(labels, row)) for row in rows], fresh=True)
+
+
 def _zip_map(node, ins):
-    """ai.onnx.ml ZipMap: row i of X [N, C] (or X [C], one row) becomes {label_j: X[i, j]}."""
-    ints, strings = node.attr("classlabels_int64s", None), node.attr("classlabels_strings", None)
-    if bool(ints) == bool(strings):
-        raise BackendError(f"{node.describe()}: exactly one of the attributes "
-                           f"'classlabels_int64s' and 'classlabels_strings' must be given")
-    labels = [int(v) for v in ints] if ints else [
-        v.decode() if isinstance(v, bytes) else str(v) for v in strings]
-    x = ins[0].numpy()
-    if x.dtype != np.float32:
-        raise BackendError(f"{node.describe()}: input X must be float32, got {x.dtype}")
-    if x.ndim == 1:
-        x = x.reshape(1, -1)
-    if x.ndim != 2 or x.shape[1] != len(labels):
-        raise BackendError(f"{node.describe()}: input X of shape {list(ins[0].shape)} must be "
-                           f"[N, {len(labels)}] or [{len(labels)}], one column per class label")
-    # the keys in sorted order, as onnxruntime's maps (std::map) list them
-    order = sorted(range(len(labels)), key=labels.__getitem__)
-    if order != list(range(len(labels))):
-        labels = [labels[j] for j in order]
-        x = x[:, order]
-    rows = x.tolist()  # Python floats, as onnxruntime gives
-    if len(labels) == 2:  # binary classifiers: a dict display builds in half dict(zip())'s time
-        a, b = labels
-        return [MapSequence([{a: p, b: q} for p, q in rows])]
-    return [MapSequence([dict(zip(labels, row)) for row in rows])]
+    return _ZipMap(node)(node, ins)
 
 
 def _identity(node, ins):
@@ -177,6 +196,9 @@ class StructuralOp:
 
     def step(self, sg: SubGraph) -> Step:
         node, fn = self.node, self.fn
+        zip_map = _ZipMap(node) if fn is _zip_map else None  # its labels read once
+        if zip_map is not None:
+            fn = zip_map
         consts = {x: Tensor.from_numpy(a) for x, a in sg.constants.items()}
         slots = [None if not x else (consts[x] if x in consts else sg.inputs.index(x))
                  for x in node.inputs]
@@ -192,9 +214,9 @@ class StructuralOp:
         # ZipMap takes an array and makes a host value: it also runs on the host path (a
         # classifier exported by skl2onnx ends in one), from arrays
         run_arrays = None
-        if fn is _zip_map and len(sg.inputs) == 1 and not consts:
+        if zip_map is not None and len(sg.inputs) == 1 and not consts:
             def run_arrays(arrays):
-                return fn(node, [Tensor.from_numpy(arrays[0])])
+                return [zip_map.maps(arrays[0], list(arrays[0].shape))]
 
         return Step("core", [node.name], sg.inputs, sg.outputs, CPU, HOST_API, run,
                     run_arrays=run_arrays)

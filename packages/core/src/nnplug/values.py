@@ -41,16 +41,22 @@ class MapSequence:
     """An ONNX ``seq(map(K, V))`` as ``ai.onnx.ml.ZipMap`` makes it: a tuple of dicts from a
     class label (int or str) to a Python float, the form onnxruntime returns."""
 
-    __slots__ = ("items",)
+    __slots__ = ("items", "_fresh")
     device = CPU
 
-    def __init__(self, items):
+    def __init__(self, items, fresh: bool = False):
         self.items = tuple(items)
+        self._fresh = fresh
+        """Its dicts were made for this value alone (ZipMap's, in one run): the first
+        :meth:`numpy` hands them out instead of copying them."""
 
     def to(self, device, api=None) -> MapSequence:
         return self  # host-only, like every non-tensor value
 
     def numpy(self) -> list[dict]:
+        if self._fresh:  # once: later calls copy (another output of the same value)
+            self._fresh = False
+            return list(self.items)
         return [dict(m) for m in self.items]
 
     def __len__(self) -> int:
