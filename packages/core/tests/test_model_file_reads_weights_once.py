@@ -10,11 +10,20 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from numpy_backend import NumpyBackend, make_runtime
+
 import nnplug
 from nnplug import model_file
 from nnplug.errors import ModelError
 
 RNG = np.random.default_rng(7)
+OPS = ["MatMul", "Add", "Reshape", "Identity", "Cast"]
+
+
+@pytest.fixture
+def rt():
+    with make_runtime(NumpyBackend(ops=OPS)) as runtime:
+        yield runtime
 
 
 def _weights_model(float_data_weight: bool = False) -> onnx.ModelProto:
@@ -91,7 +100,7 @@ def test_every_element_type_reads_as_onnx_reads_it(tmp_path, source):
     assert proto.ByteSize() - read.proto.ByteSize() >= cut
 
 
-def test_a_session_on_the_file_and_on_its_bytes_matches_onnxruntime(tmp_path):
+def test_a_session_on_the_file_and_on_its_bytes_matches_onnxruntime(tmp_path, rt):
     ort = pytest.importorskip("onnxruntime")
     proto = _weights_model()
     path = tmp_path / "m.onnx"
@@ -99,18 +108,18 @@ def test_a_session_on_the_file_and_on_its_bytes_matches_onnxruntime(tmp_path):
     x = RNG.standard_normal((2, 64)).astype(np.float32)
     ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})
     for source in (str(path), path.read_bytes()):
-        got = nnplug.InferenceSession(source).run(None, {"x": x})
+        got = nnplug.InferenceSession(source, runtime=rt).run(None, {"x": x})
         for g, r in zip(got, ref):
             assert g.dtype == r.dtype and g.shape == r.shape
             np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-5)
 
 
-def test_a_session_keeps_its_weights_when_the_file_is_written_again(tmp_path):
+def test_a_session_keeps_its_weights_when_the_file_is_written_again(tmp_path, rt):
     proto = _weights_model()
     path = tmp_path / "m.onnx"
     onnx.save(proto, path)
     x = RNG.standard_normal((2, 64)).astype(np.float32)
-    session = nnplug.InferenceSession(str(path))
+    session = nnplug.InferenceSession(str(path), runtime=rt)
     before = session.run(["y"], {"x": x})[0]
     other = _weights_model()  # new random weights, same names
     path.write_bytes(b"")  # truncated first, as an export rewriting the file does
@@ -118,7 +127,7 @@ def test_a_session_keeps_its_weights_when_the_file_is_written_again(tmp_path):
     np.testing.assert_array_equal(session.run(["y"], {"x": x})[0], before)
 
 
-def test_an_initializer_given_in_the_session_options_replaces_a_cut_one(tmp_path):
+def test_an_initializer_given_in_the_session_options_replaces_a_cut_one(tmp_path, rt):
     proto = _weights_model()
     path = tmp_path / "m.onnx"
     onnx.save(proto, path)
@@ -127,7 +136,7 @@ def test_an_initializer_given_in_the_session_options_replaces_a_cut_one(tmp_path
     so.add_initializer("W", w)
     x = RNG.standard_normal((2, 64)).astype(np.float32)
     b = numpy_helper.to_array(next(t for t in proto.graph.initializer if t.name == "b"))
-    got = nnplug.InferenceSession(str(path), so).run(["y"], {"x": x})[0]
+    got = nnplug.InferenceSession(str(path), so, runtime=rt).run(["y"], {"x": x})[0]
     np.testing.assert_allclose(got, x @ w + b, rtol=1e-5, atol=1e-5)
 
 
@@ -171,26 +180,26 @@ def _varint(n: int) -> bytes:
 
 
 @pytest.mark.parametrize("cut", [10, 1000, -7])
-def test_a_truncated_file_is_an_error_naming_it(tmp_path, cut):
+def test_a_truncated_file_is_an_error_naming_it(tmp_path, cut, rt):
     data = _weights_model().SerializeToString()
     path = tmp_path / "broken.onnx"
     path.write_bytes(data[:cut])
     with pytest.raises(ModelError, match="broken.onnx"):
-        nnplug.InferenceSession(str(path))
+        nnplug.InferenceSession(str(path), runtime=rt)
 
 
-def test_an_empty_file_is_an_error_naming_it(tmp_path):
+def test_an_empty_file_is_an_error_naming_it(tmp_path, rt):
     path = tmp_path / "empty.onnx"
     path.write_bytes(b"")
     with pytest.raises(ModelError, match="empty.onnx"):
-        nnplug.InferenceSession(str(path))
+        nnplug.InferenceSession(str(path), runtime=rt)
 
 
-def test_a_weight_whose_bytes_do_not_match_its_dims_is_named(tmp_path):
+def test_a_weight_whose_bytes_do_not_match_its_dims_is_named(tmp_path, rt):
     proto = _weights_model()
     w = next(t for t in proto.graph.initializer if t.name == "W")
     w.raw_data = w.raw_data[:-4]  # one float short
     path = tmp_path / "short.onnx"
     onnx.save(proto, path)
     with pytest.raises(ModelError, match="'W'"):
-        nnplug.InferenceSession(str(path))
+        nnplug.InferenceSession(str(path), runtime=rt)
