@@ -97,6 +97,7 @@ typedef struct {
 struct nnp_kernel {
     ox_graph *g, *strict;
     ox_qmm *q;
+    int nout; /* the last node's outputs: the first made, the others omitted (data NULL) */
     pthread_mutex_t mu;
     int nplans;
     cached plans[MAXPLANS];
@@ -245,6 +246,7 @@ int ox_build(const nnp_node_desc *nodes, int n, int bf16, nnp_kernel **out, int 
         return ox_fail(e, "out of memory");
     }
     k->g = g;
+    k->nout = nodes[n - 1].num_outputs > 1 ? nodes[n - 1].num_outputs : 1;
     pthread_mutex_init(&k->mu, NULL);
     if (g->guarded && !(k->strict = ox_graph_parse(nodes, n, 1, unsupported, e))) {
         ox_destroy(k);
@@ -270,9 +272,11 @@ int ox_build(const nnp_node_desc *nodes, int n, int bf16, nnp_kernel **out, int 
 int ox_output_shapes(const nnp_kernel *k, const nnp_tensor *in, int nin, int nout, int32_t *ndims,
                      int64_t *shapes, ox_err *e)
 {
-    if (!k || nout != 1)
-        return ox_fail(e, "kernel_output_shapes: the kernel has 1 output; asked for %d", nout);
+    if (!k || nout != (k->q ? 1 : k->nout))
+        return ox_fail(e, "kernel_output_shapes: the kernel has %d output(s); asked for %d",
+                       k ? (k->q ? 1 : k->nout) : 1, nout);
     if (k->q) return ox_qmm_output_shape(k->q, in, nin, ndims, shapes, e);
+    for (int i = 1; i < nout; i++) ndims[i] = 0; /* omitted outputs */
     int64_t *dims = malloc(dims_bytes(k->g));
     if (!dims) return ox_fail(e, "out of memory");
     int rc = ox_graph_shapes(k->g, in, nin, dims, e);
@@ -371,9 +375,11 @@ int ox_run(const nnp_kernel *kc, const nnp_tensor *in, int nin, const nnp_tensor
         return ox_qmm_run(k->q, in, nin, out, ws, wsn, e);
     }
     const ox_graph *g = k->g;
-    if (nin != g->nkin || nout != 1 || (nin && !in) || !out)
-        return ox_fail(e, "the kernel has %d inputs and 1 output; called with %d and %d", g->nkin,
-                       nin, nout);
+    if (nin != g->nkin || nout != k->nout || (nin && !in) || !out)
+        return ox_fail(e, "the kernel has %d inputs and %d output(s); called with %d and %d",
+                       g->nkin, k->nout, nin, nout);
+    for (int i = 1; i < nout; i++) /* a node's omitted optional outputs: nothing to write */
+        if (out[i].data) return ox_fail(e, "output %d is omitted, yet has data", i);
     int64_t *dims = malloc(dims_bytes(g));
     if (!dims) return ox_fail(e, "out of memory");
     int rc = ox_graph_shapes(g, in, nin, dims, e);
