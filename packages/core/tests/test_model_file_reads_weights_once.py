@@ -8,9 +8,8 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
-
 from numpy_backend import NumpyBackend, make_runtime
+from onnx import TensorProto, helper, numpy_helper
 
 import nnplug
 from nnplug import model_file
