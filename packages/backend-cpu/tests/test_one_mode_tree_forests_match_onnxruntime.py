@@ -1,7 +1,8 @@
 """Forests whose branches all share one ordered mode (BRANCH_LEQ, LT, GTE or GT: every
 scikit-learn, XGBoost and LightGBM export) run on the cpu kernel's packed layout, walking four
-rows at a time over blocks of 64 rows. Against onnxruntime, at 1 and 2 threads, on 203 rows
-(three full blocks, a partial one, and a remainder of the four-row walk): missing-value tracks
+rows at a time over blocks of 64 rows, and a batch of fewer rows walking several trees at a
+time. Against onnxruntime, at 1 and 2 threads, on 203 rows (three full blocks, a partial one,
+and a remainder of the row walk) and on 1, 3 and 7 of them: missing-value tracks
 with NaN inputs, inputs equal to thresholds, one-leaf trees, base values, every post_transform,
 int64 and double inputs (double takes the general walk and must agree with it), binary and
 multi-class classifiers, regressors with every aggregate, and TreeEnsemble (ai.onnx.ml 5).
@@ -27,6 +28,9 @@ import nnplug_backend_cpu
 
 SEED = 20261205
 ROWS, SLICE, F = 203, 40, 5
+PIECES = [(0, ROWS), (0, 1), (5, 3), (17, 7)]
+"""(first row, rows) run: all of them, and batches too small to walk rows together (their
+trees step together instead)."""
 ORDERED = ["BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT"]
 POSTS = ["NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO", "PROBIT"]
 ELEM = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE, np.int64: TensorProto.INT64}
@@ -116,12 +120,12 @@ def mismatches(runtime, case, model, x, probit=False, score_cols=None):
     found = []
     with runtime.load(model, backends=["cpu"]) as net:
         assert set(net.assignment.values()) == {"cpu"}, net.assignment
-        for threads in (1, 2):
+        for threads, (start, n) in [(t, p) for t in (1, 2) for p in PIECES]:
             lib.set_num_threads(threads)
-            out = net.run({"X": x})
+            out = net.run({"X": x[start:start + n]})
             for k, (o, w) in enumerate(zip(net.outputs, want)):
-                g = out[o.name]
-                where = f"{case}, {threads} thread(s), output {k}"
+                g, w = out[o.name], w[start:start + n]
+                where = f"{case}, {threads} thread(s), rows {start}:{start + n}, output {k}"
                 if g.shape != w.shape or g.dtype != w.dtype:
                     found.append(f"{where}: {g.dtype}{g.shape}, onnxruntime {w.dtype}{w.shape}")
                 elif w.dtype.kind in "iu":

@@ -885,6 +885,33 @@ static inline void add_leaf(const tree_model *m, int64_t leaf, double *acc, unsi
         int c = (CMP(v, nd->thr)) | ((int)(fm >> 31) & (v != v)); \
         i = nd->child[c];                                         \
     } while (0)
+/* Leaves of nt trees (their roots) for one row xr: WALK_ROWS trees step together, as rows do
+ * in FAST_WALK, so that a row alone (batch 1) overlaps the loads of several walks instead of
+ * waiting on one tree's chain of nodes at a time. A root that is a leaf loops in place. */
+#define FAST_WALK_TREES(NAME, CMP)                                                           \
+    static void NAME(const fast_node *fn, const int32_t *roots, int64_t nt, const float *xr, \
+                     int32_t *leaf)                                                          \
+    {                                                                                        \
+        int64_t t = 0;                                                                       \
+        for (; t + WALK_ROWS <= nt; t += WALK_ROWS) {                                        \
+            int32_t i[WALK_ROWS];                                                            \
+            for (int q = 0; q < WALK_ROWS; q++) i[q] = roots[t + q];                         \
+            for (;;) {                                                                       \
+                int32_t all = -1;                                                            \
+                for (int q = 0; q < WALK_ROWS; q++) {                                        \
+                    FAST_STEP(CMP, i[q], xr);                                                \
+                    all &= i[q];                                                             \
+                }                                                                            \
+                if (all < 0) break;                                                          \
+            }                                                                                \
+            for (int q = 0; q < WALK_ROWS; q++) leaf[t + q] = ~i[q];                         \
+        }                                                                                    \
+        for (; t < nt; t++) {                                                                \
+            int32_t i = roots[t];                                                            \
+            while (i >= 0) FAST_STEP(CMP, i, xr);                                            \
+            leaf[t] = ~i;                                                                    \
+        }                                                                                    \
+    }
 #define CMP_LEQ(v, t) ((v) <= (t))
 #define CMP_LT(v, t) ((v) < (t))
 #define CMP_GTE(v, t) ((v) >= (t))
@@ -893,6 +920,10 @@ FAST_WALK(walk_leq, CMP_LEQ)
 FAST_WALK(walk_lt, CMP_LT)
 FAST_WALK(walk_gte, CMP_GTE)
 FAST_WALK(walk_gt, CMP_GT)
+FAST_WALK_TREES(walk_trees_leq, CMP_LEQ)
+FAST_WALK_TREES(walk_trees_lt, CMP_LT)
+FAST_WALK_TREES(walk_trees_gte, CMP_GTE)
+FAST_WALK_TREES(walk_trees_gt, CMP_GT)
 
 /* Rows are taken ROW_BLOCK at a time and every tree runs over the block before the next tree,
  * so a tree's nodes stay in cache across rows; each row still adds its trees in tree order. */
@@ -933,18 +964,35 @@ static void tree_rows(void *arg, int64_t b, int64_t end, int tid)
                 for (int64_t k = 0; k < nr * F; k++) xf[k] = ml_at_f(j->x, r0 * F + k);
                 xs = xf;
             }
-            for (int64_t t = 0; t < m->ntrees; t++) {
-                int32_t root = m->froots[t];
-                switch (m->fast_mode) {
-                case M_LEQ: walk_leq(m->fnodes, root, xs, F, nr, leaf); break;
-                case M_LT: walk_lt(m->fnodes, root, xs, F, nr, leaf); break;
-                case M_GTE: walk_gte(m->fnodes, root, xs, F, nr, leaf); break;
-                default: walk_gt(m->fnodes, root, xs, F, nr, leaf); break;
-                }
-                if (root < 0)
-                    for (int64_t r = 0; r < nr; r++) leaf[r] = ~root;
+            if (nr < WALK_ROWS) { /* too few rows to step together: their trees do */
                 for (int64_t r = 0; r < nr; r++)
-                    add_leaf(m, m->fleaf[leaf[r]], accs + r * T, hass + r * T, 1, single);
+                    for (int64_t t0 = 0; t0 < m->ntrees; t0 += ROW_BLOCK) {
+                        int64_t nt = m->ntrees - t0 < ROW_BLOCK ? m->ntrees - t0 : ROW_BLOCK;
+                        const int32_t *roots = m->froots + t0;
+                        const float *xr = xs + r * F;
+                        switch (m->fast_mode) {
+                        case M_LEQ: walk_trees_leq(m->fnodes, roots, nt, xr, leaf); break;
+                        case M_LT: walk_trees_lt(m->fnodes, roots, nt, xr, leaf); break;
+                        case M_GTE: walk_trees_gte(m->fnodes, roots, nt, xr, leaf); break;
+                        default: walk_trees_gt(m->fnodes, roots, nt, xr, leaf); break;
+                        }
+                        for (int64_t q = 0; q < nt; q++) /* in tree order: the same sums */
+                            add_leaf(m, m->fleaf[leaf[q]], accs + r * T, hass + r * T, 1, single);
+                    }
+            } else {
+                for (int64_t t = 0; t < m->ntrees; t++) {
+                    int32_t root = m->froots[t];
+                    switch (m->fast_mode) {
+                    case M_LEQ: walk_leq(m->fnodes, root, xs, F, nr, leaf); break;
+                    case M_LT: walk_lt(m->fnodes, root, xs, F, nr, leaf); break;
+                    case M_GTE: walk_gte(m->fnodes, root, xs, F, nr, leaf); break;
+                    default: walk_gt(m->fnodes, root, xs, F, nr, leaf); break;
+                    }
+                    if (root < 0)
+                        for (int64_t r = 0; r < nr; r++) leaf[r] = ~root;
+                    for (int64_t r = 0; r < nr; r++)
+                        add_leaf(m, m->fleaf[leaf[r]], accs + r * T, hass + r * T, 1, single);
+                }
             }
         } else {
             for (int64_t f = 0; f < F; f++)
