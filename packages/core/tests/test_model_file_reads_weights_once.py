@@ -159,23 +159,13 @@ def test_a_graph_given_in_two_pieces_is_merged_as_protobuf_merges_it(tmp_path):
     del first.graph.node[4:]
     second = onnx.GraphProto()
     second.node.extend(proto.graph.node[4:])
-    tail = second.SerializeToString()
-    data = first.SerializeToString() + bytes([0x3A]) + _varint(len(tail)) + tail
+    data = first.SerializeToString() + onnx.ModelProto(graph=second).SerializeToString()
     assert onnx.load_from_string(data).graph.node == proto.graph.node
     read = model_file.read_bytes(data)
     assert list(read.proto.graph.node) == list(proto.graph.node)
     for name, a in _arrays(read).items():
         want = numpy_helper.to_array(next(t for t in proto.graph.initializer if t.name == name))
         np.testing.assert_array_equal(a, want)
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 @pytest.mark.parametrize("cut", [10, 1000, -7])

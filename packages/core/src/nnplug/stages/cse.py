@@ -231,23 +231,22 @@ def _has_subgraph(n: Node) -> bool:
         for v in n.attrs.values())
 
 
-def _writing(n: Node, outputs: list[str]) -> Node:
-    """``n`` writing ``outputs`` instead (its proto too)."""
-    proto = None
-    if n.proto is not None:
-        proto = onnx.NodeProto()
-        proto.CopyFrom(n.proto)
-        del proto.output[:]
-        proto.output.extend(outputs)
-    return dataclasses.replace(n, outputs=list(outputs), proto=proto)
-
-
 def _reading(n: Node, inputs: list[str]) -> Node:
     """``n`` reading ``inputs`` instead (its proto too, which later stages may rebuild from)."""
+    return _rewired(n, "input", inputs)
+
+
+def _writing(n: Node, outputs: list[str]) -> Node:
+    """``n`` writing ``outputs`` instead (its proto too)."""
+    return _rewired(n, "output", outputs)
+
+
+def _rewired(n: Node, side: str, names: list[str]) -> Node:
     proto = None
     if n.proto is not None:
         proto = onnx.NodeProto()
         proto.CopyFrom(n.proto)
-        del proto.input[:]
-        proto.input.extend(inputs)
-    return dataclasses.replace(n, inputs=list(inputs), proto=proto)
+        field = getattr(proto, side)
+        del field[:]
+        field.extend(names)
+    return dataclasses.replace(n, **{f"{side}s": list(names)}, proto=proto)
