@@ -16,7 +16,7 @@ from nnplug import model_file
 from nnplug.errors import ModelError
 
 RNG = np.random.default_rng(7)
-OPS = ["MatMul", "Add", "Reshape", "Identity", "Cast"]
+OPS = ["MatMul", "Add", "Reshape", "Identity", "Cast", "Constant"]
 
 
 @pytest.fixture
@@ -192,3 +192,29 @@ def test_a_weight_whose_bytes_do_not_match_its_dims_is_named(tmp_path, rt):
     onnx.save(proto, path)
     with pytest.raises(ModelError, match="'W'"):
         nnplug.InferenceSession(str(path), runtime=rt)
+
+
+def test_external_data_of_a_constant_node_is_read_beside_a_cut_weight(tmp_path, rt):
+    # W stays in the file (and is cut by the reader); the Constant node's value is in an
+    # external file, as onnx.save(convert_attribute=True) writes it: both are read
+    w = RNG.standard_normal((64, 96)).astype(np.float32)
+    c = RNG.standard_normal((2, 96)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["xw"]),
+             helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(c, "c")),
+             helper.make_node("Add", ["xw", "c"], ["y"])]
+    graph = helper.make_graph(nodes, "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 96])],
+                              [numpy_helper.from_array(w, "W")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
+              location="m.data", size_threshold=256, convert_attribute=True)
+    mixed = onnx.load(str(path), load_external_data=False)  # W back inline, c external
+    mixed.graph.initializer[0].CopyFrom(numpy_helper.from_array(w, "W"))
+    onnx.save(mixed, path)
+    read = model_file.read_file(str(path))
+    assert set(read.weights) == {"W"}
+    x = RNG.standard_normal((2, 64)).astype(np.float32)
+    got = nnplug.InferenceSession(str(path), runtime=rt).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, x @ w + c, rtol=1e-5, atol=1e-5)

@@ -10,6 +10,7 @@ from onnx import numpy_helper
 from . import ml_types
 from .errors import ModelError, ValidationError, spec_link
 from .graph import Model, Node, ValueInfo, value_info
+from .model_file import CUT_MIN_ELEMENTS
 
 # Attributes naming axes. ONNX's own inference reads some as 32-bit ints and dies on larger
 # values (onnx 1.23: LayerNormalization axis=2**31 segfaults), so they are checked first.
@@ -38,7 +39,8 @@ def check_before_inference(proto: onnx.ModelProto) -> None:
 
 # Constants up to this many elements go into a re-inferred model with their data (shape
 # inputs are small); larger ones only with their type and shape, so weights are not copied.
-_REINFER_DATA_LIMIT = 4096
+# The model reader cuts the bytes of exactly these out of the proto: one limit for both.
+_REINFER_DATA_LIMIT = CUT_MIN_ELEMENTS
 
 
 def infer(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -28,8 +28,9 @@ if TYPE_CHECKING:
     import onnx
 
 CUT_MIN_ELEMENTS = 4096
-"""Initializers with more elements than this lose their bytes in the proto (as shape inference's
-skeleton drops them); smaller ones stay inline, where shape inference reads their values."""
+"""Initializers with more elements than this lose their bytes in the proto; smaller ones stay
+inline, where shape inference reads their values (nnplug.inference's skeleton drops exactly
+the larger ones, by this same limit)."""
 
 _GRAPH = 7  # ModelProto.graph
 _INITIALIZER = 5  # GraphProto.initializer
@@ -89,10 +90,11 @@ def read_file(path: str) -> ModelFile:
             pass
     if read is None:
         return ModelFile(onnx.load(path))
-    if _uses_external_data(read.proto):
-        from onnx.external_data_helper import load_external_data_for_model
+    from onnx.external_data_helper import load_external_data_for_model
 
-        load_external_data_for_model(read.proto, os.path.dirname(os.path.abspath(path)))
+    # every tensor onnx.load would fill (subgraphs' and attributes' too); the cut ones have no
+    # external data, so they are left alone
+    load_external_data_for_model(read.proto, os.path.dirname(os.path.abspath(path)))
     return read
 
 
@@ -102,10 +104,6 @@ def read_bytes(data) -> ModelFile:
 
     read = _split(data)
     return read if read is not None else ModelFile(onnx.load_from_string(bytes(data)))
-
-
-def _uses_external_data(proto) -> bool:
-    return any(t.data_location == _EXTERNAL for t in proto.graph.initializer)
 
 
 def _split(data) -> ModelFile | None:
