@@ -141,19 +141,20 @@ class _ZipMap:
         self.order = None if order == list(range(len(labels))) else order
         self.labels = [labels[j] for j in order]
 
-    def __call__(self, node, ins):
-        return [self.maps(ins[0].numpy(), list(ins[0].shape))]
+    def __call__(self, node, ins):  # a StructuralOp's fn(node, inputs)
+        return [self.maps(ins[0].numpy())]
 
-    def maps(self, x: np.ndarray, shape) -> MapSequence:
+    def maps(self, x: np.ndarray) -> MapSequence:
         if self.problem:
             raise BackendError(self.problem)
         labels = self.labels
         if x.dtype != np.float32:
             raise BackendError(f"{self.node.describe()}: input X must be float32, got {x.dtype}")
+        shape = x.shape  # as given, for the message
         if x.ndim == 1:
             x = x.reshape(1, -1)
         if x.ndim != 2 or x.shape[1] != len(labels):
-            raise BackendError(f"{self.node.describe()}: input X of shape {shape} must be "
+            raise BackendError(f"{self.node.describe()}: input X of shape {list(shape)} must be "
                                f"[N, {len(labels)}] or [{len(labels)}], one column per class "
                                f"label")
         if self.order is not None:
@@ -163,10 +164,6 @@ class _ZipMap:
             a, b = labels
             return MapSequence([{a: p, b: q} for p, q in rows], fresh=True)
         return MapSequence([dict(zip(labels, row)) for row in rows], fresh=True)
-
-
-def _zip_map(node, ins):
-    return _ZipMap(node)(node, ins)
 
 
 def _identity(node, ins):
@@ -181,7 +178,8 @@ OPS = {
     "Optional": _optional, "OptionalHasElement": _optional_has_element,
     "OptionalGetElement": _optional_get_element,
 }
-ML_OPS = {"ZipMap": _zip_map}
+ML_OPS = {"ZipMap": _ZipMap}
+"""Ops of ai.onnx.ml: ZipMap is made per node (its labels read once), then run as the others."""
 
 
 class StructuralOp:
@@ -196,9 +194,8 @@ class StructuralOp:
 
     def step(self, sg: SubGraph) -> Step:
         node, fn = self.node, self.fn
-        zip_map = _ZipMap(node) if fn is _zip_map else None  # its labels read once
-        if zip_map is not None:
-            fn = zip_map
+        zip_map = _ZipMap(node) if fn is _ZipMap else None
+        fn = zip_map if zip_map is not None else fn
         consts = {x: Tensor.from_numpy(a) for x, a in sg.constants.items()}
         slots = [None if not x else (consts[x] if x in consts else sg.inputs.index(x))
                  for x in node.inputs]
@@ -216,7 +213,7 @@ class StructuralOp:
         run_arrays = None
         if zip_map is not None and len(sg.inputs) == 1 and not consts:
             def run_arrays(arrays):
-                return [zip_map.maps(arrays[0], list(arrays[0].shape))]
+                return [zip_map.maps(arrays[0])]
 
         return Step("core", [node.name], sg.inputs, sg.outputs, CPU, HOST_API, run,
                     run_arrays=run_arrays)
