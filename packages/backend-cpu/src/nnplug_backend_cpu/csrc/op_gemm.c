@@ -121,20 +121,18 @@ static void gemm_mt(gemm_job *j)
 void nnc_sgemm_mt(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                   int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc)
 {
-    gemm_job j;
-    memset(&j, 0, sizeof j);
-    j.ta = ta;
-    j.tb = tb;
-    j.M = m;
-    j.N = n;
-    j.K = k;
-    j.alpha = alpha;
-    j.A = a;
-    j.lda = lda;
-    j.B = b;
-    j.ldb = ldb;
-    j.C = c;
-    j.ldc = ldc;
+    gemm_job j = {.ta = ta,
+                  .tb = tb,
+                  .M = m,
+                  .N = n,
+                  .K = k,
+                  .alpha = alpha,
+                  .A = a,
+                  .lda = lda,
+                  .B = b,
+                  .ldb = ldb,
+                  .C = c,
+                  .ldc = ldc};
     gemm_mt(&j);
 }
 
@@ -765,11 +763,7 @@ static int matmul_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_e
     if (bb.ndim == 0 || nnc_numel(&bb) == 1) { /* one B for all: fold the batch into M */
         int64_t abatch = nnc_numel(&ba);
         if (abatch == nbatch) {
-            j.M = M * nbatch;
-            j.A = A;
-            j.B = B;
-            j.C = C;
-            gemm_mt(&j);
+            nnc_sgemm_mt(0, 0, M * nbatch, N, K, 1.f, A, K, B, N, C, N);
             return NNC_OK;
         }
     }

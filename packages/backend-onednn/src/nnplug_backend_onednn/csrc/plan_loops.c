@@ -365,7 +365,6 @@ static int softmax_fn(const void *cfg, void *const *ptrs, int nptrs)
     return -1;
 }
 
-
 /* op's result from its input, both plain, by a step of the backend's own: fn on cfg (size
  * bytes, copied into memory the plan owns), with the input as src and the result as dst. */
 static int build_plain_step(pb *b, const ox_op *op, ox_fn fn, const void *cfg, size_t size,
