@@ -86,6 +86,12 @@ def reference(model, feeds):
     return ReferenceEvaluator(model).run(None, feeds)
 
 
+def kernel_level(model) -> str:
+    """The optimization level that lets a one-node model's kernel run: Shape and Size of a
+    static input are computed at load unless folding is off."""
+    return "disable" if {n.op_type for n in model.graph.node} & {"Shape", "Size"} else "all"
+
+
 def run_cpu(rt, model, feeds, optimization="all"):
     with rt.load(model, backends=["cpu"], optimization=optimization) as net:
         out = net.run(feeds)

@@ -8,7 +8,7 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
-from conftest import assert_close, one_node_model, reference, run_cpu
+from conftest import assert_close, kernel_level, one_node_model, reference, run_cpu
 from onnx import TensorProto, helper
 
 R = np.random.default_rng(20261201)
@@ -98,10 +98,7 @@ def check(rt, op, inputs, attrs=None, *, opset=18, outputs=1, tol=1e-5, const_in
                                   const_inputs=const_inputs)
     first = next(np.asarray(i).dtype for i in inputs if i is not None)
     assert allowed(op, opset, first), f"test error: ONNX's {op}-{opset} does not take {first}"
-    # Shape and Size of a static input are computed at load unless folding is off: the
-    # kernel is what is checked here
-    got, assignment = run_cpu(rt, model, feeds,
-                              "disable" if op in ("Shape", "Size") else "all")
+    got, assignment = run_cpu(rt, model, feeds, kernel_level(model))
     assert set(assignment.values()) == {"cpu"}, f"{op} not run on the cpu backend: {assignment}"
     want = expected(model, feeds)
     what = f"{op} {[np.asarray(i).dtype.name for i in inputs if i is not None]} {attrs or ''}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import assert_close, for_onnxruntime, one_node_model, reference, run_cpu
+from conftest import assert_close, for_onnxruntime, kernel_level, one_node_model, reference, run_cpu
 
 R = np.random.default_rng(1234)
 
@@ -208,10 +208,7 @@ def onnxruntime_reference(model, feeds):
 def test_op_matches_onnx_reference(rt, case):
     name, op, inputs, attrs, opset, consts, nout, tol = case
     model, feeds = one_node_model(op, inputs, attrs, outputs=nout, opset=opset, const_inputs=consts)
-    # Shape/Size of a static input are computed at load unless folding is off: the kernel is
-    # what is checked here
-    got, assignment = run_cpu(rt, model, feeds,
-                              "disable" if op in ("Shape", "Size") else "all")
+    got, assignment = run_cpu(rt, model, feeds, kernel_level(model))
     assert set(assignment.values()) == {"cpu"}, f"{name}: not run on the cpu backend: {assignment}"
     want = (onnxruntime_reference if name in ORT_IS_REFERENCE else reference)(model, feeds)
     assert len(got) == len(want)

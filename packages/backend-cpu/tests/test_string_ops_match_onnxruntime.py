@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import onnxruntime_run, run_from_threads
+from conftest import kernel_level, onnxruntime_run, run_from_threads
 from onnx import TensorProto, helper, numpy_helper
 
 import nnplug
@@ -39,10 +39,7 @@ def model_of(op, inputs, outputs, attrs=None, domain="", opset=20):
 
 def check(rt, model, feeds):
     want = onnxruntime_run(model, feeds)
-    # Shape/Size of a static input are computed at load unless folding is off: the kernel is
-    # what is checked here
-    kernel = "disable" if {n.op_type for n in model.graph.node} & {"Shape", "Size"} else "all"
-    with rt.load(model, backends=["cpu"], optimization=kernel) as net:
+    with rt.load(model, backends=["cpu"], optimization=kernel_level(model)) as net:
         assert all(v == "cpu" for v in net.assignment.values()), net.assignment
         out = net.run(feeds)
         got = [out[o.name] for o in net.outputs]
