@@ -19,6 +19,8 @@ from __future__ import annotations
 import mmap
 import os
 import sys
+import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -49,10 +51,95 @@ bfloat16, float8 and 4-bit types, go through onnx's own conversion)."""
 @dataclass
 class ModelFile:
     """A model as read: ``proto`` (the cut initializers without bytes) and ``weights``, the
-    arrays of the cut initializers by name (read-only; the stages make new arrays)."""
+    arrays of the cut initializers by name (read-only; the stages make new arrays).
+
+    ``weights_identity``: a string that changes whenever the cut weights' bytes may have
+    (the file's identity and times for a file, a hash for bytes); the plan cache keys on it
+    with the proto (:mod:`nnplug.plan_cache`)."""
 
     proto: onnx.ModelProto
-    weights: dict[str, np.ndarray] = field(default_factory=dict)
+    weights: Mapping[str, np.ndarray] = field(default_factory=dict)
+    source: str | None = None
+    """The file read, if any (for messages)."""
+
+    def weights_identity(self) -> str:
+        if isinstance(self.weights, FileWeights):
+            return self.weights.identity
+        if not self.weights:
+            return "none"
+        import hashlib
+
+        h = hashlib.sha256()
+        for name in sorted(self.weights):
+            w = self.weights[name]
+            h.update(f"{name}:{w.dtype.str}:{w.shape};".encode())
+            h.update(memoryview(np.ascontiguousarray(w)).cast("B"))
+        return "sha256:" + h.hexdigest()
+
+
+class FileWeights(Mapping):
+    """The cut weights of a model file, copied out of the file when one is first asked for
+    (all at once, in one mapping): a load that never reads them, such as one a plan cache
+    answers, never copies them. The file must still be what it was when its skeleton was
+    read (same size, times and inode), else reading them is an error that names it."""
+
+    def __init__(self, path: str, stat: os.stat_result, cut: list):
+        self.path = path
+        self._stat = _file_stamp(stat)
+        self._cut = cut
+        self._names = [c[0] for c in cut]
+        self._arrays: dict[str, np.ndarray] | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def identity(self) -> str:
+        return f"file:{os.path.realpath(self.path)}:{self._stat}"
+
+    def _read(self) -> dict[str, np.ndarray]:
+        with self._lock:
+            if self._arrays is None:
+                self._arrays = self._copy()
+            return self._arrays
+
+    def _copy(self) -> dict[str, np.ndarray]:
+        from .errors import ModelError
+
+        changed = ModelError(
+            f"model file {self.path!r} changed while it was being loaded (its weights are read "
+            f"after its graph): load it again once it is written")
+        try:
+            with open(self.path, "rb") as f:
+                if _file_stamp(os.fstat(f.fileno())) != self._stat:
+                    raise changed
+                mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except OSError as e:
+            raise ModelError(f"model file {self.path!r} cannot be read again for its "
+                             f"weights: {e}") from None
+        try:
+            view = memoryview(mapping)
+            try:
+                return _copy_weights(view, self._cut)
+            finally:
+                view.release()
+        finally:
+            mapping.close()
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self._read()[name]
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __contains__(self, name) -> bool:
+        return name in self._names if self._arrays is None else name in self._arrays
+
+
+def _file_stamp(st: os.stat_result) -> str:
+    """What changes when a file is written again or replaced (ctime cannot be set back)."""
+    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
 
 
 class _Unexpected(Exception):
@@ -78,18 +165,20 @@ def read_file(path: str) -> ModelFile:
 
     try:
         with open(path, "rb") as f:
+            stat = os.fstat(f.fileno())
             mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     except (OSError, ValueError):  # an empty file, a file that cannot be mapped
-        return ModelFile(onnx.load(path))
+        return ModelFile(onnx.load(path), source=path)
     try:
-        read = _split(mapping)
+        read = _split(mapping, lambda cut: FileWeights(path, stat, cut))
     finally:
         try:
             mapping.close()
         except BufferError:  # a view still held (by a traceback): freed with it
             pass
     if read is None:
-        return ModelFile(onnx.load(path))
+        return ModelFile(onnx.load(path), source=path)
+    read.source = path
     from onnx.external_data_helper import load_external_data_for_model
 
     # every tensor onnx.load would fill (subgraphs' and attributes' too); the cut ones have no
@@ -106,9 +195,10 @@ def read_bytes(data) -> ModelFile:
     return read if read is not None else ModelFile(onnx.load_from_string(bytes(data)))
 
 
-def _split(data) -> ModelFile | None:
-    """``data`` parsed with its large weights cut out and copied to arrays; None where this
-    reader does not walk it (onnx.load then reads it)."""
+def _split(data, lazy=None) -> ModelFile | None:
+    """``data`` parsed with its large weights cut out and copied to arrays (or, with
+    ``lazy``, handed to ``lazy(cut)`` to copy when asked); None where this reader does not
+    walk it (onnx.load then reads it)."""
     import onnx
 
     if sys.byteorder != "little":
@@ -123,16 +213,22 @@ def _split(data) -> ModelFile | None:
             return None  # nothing gained: the plain reader
         skeleton = b"".join(pieces)
         del pieces
-        weights = {}
-        for name, dtype, dims, start, end in cut:
-            arr = np.empty(dims, dtype)
-            with view[start:end] as raw:
-                arr.reshape(-1).view(np.uint8)[:] = raw
-            arr.flags.writeable = False
-            weights[name] = arr
+        weights = lazy(cut) if lazy is not None else _copy_weights(view, cut)
     finally:
         view.release()
     return ModelFile(onnx.load_from_string(skeleton), weights)
+
+
+def _copy_weights(view: memoryview, cut: list) -> dict[str, np.ndarray]:
+    """Each cut weight's bytes copied once into its own read-only array."""
+    weights = {}
+    for name, dtype, dims, start, end in cut:
+        arr = np.empty(dims, dtype)
+        with view[start:end] as raw:
+            arr.reshape(-1).view(np.uint8)[:] = raw
+        arr.flags.writeable = False
+        weights[name] = arr
+    return weights
 
 
 def _varint(buf, i: int) -> tuple[int, int]:
@@ -250,4 +346,4 @@ def _cut_tensor(buf, start: int, end: int, cut: list, names: set) -> list | None
     return kept
 
 
-__all__ = ["CUT_MIN_ELEMENTS", "ModelFile", "read_bytes", "read_file", "weight_of"]
+__all__ = ["CUT_MIN_ELEMENTS", "FileWeights", "ModelFile", "read_bytes", "read_file", "weight_of"]

@@ -45,7 +45,7 @@ def read_with_overrides(source, so, folder=None) -> ModelFile:
     if so._free_dims_by_name or so._free_dims_by_denotation:
         proto = _override_free_dims(proto, so._free_dims_by_name, so._free_dims_by_denotation)
     # a replaced initializer has its own bytes again: model_file.weight_of passes over it
-    return ModelFile(proto, read.weights)
+    return ModelFile(proto, read.weights, read.source)
 
 
 def _without_external_data(source) -> tuple[onnx.ModelProto, str | None]:
