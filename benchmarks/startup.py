@@ -12,7 +12,8 @@ are results.
 
 With ``--models``, session creation alone on those model files, in this one process: after a
 warm-up session each (so one-time costs, ``import onnx`` and the plugins' first load, are left
-out), nnplug's default session, nnplug on ``providers=["cpu"]`` and onnxruntime's take turns
+out), nnplug's default session, nnplug on ``providers=["cpu"]``, the same two with the plan cache (``cached``: the
+warm-up writes its entries, so these are second creations) and onnxruntime's take turns
 ``--runs`` times, and the figure is the fastest run (the machine's load only adds time).
 """
 
@@ -20,12 +21,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import nnplug.demo
+import nnplug.plan_cache
 
 MODEL = nnplug.demo.MODEL
 
@@ -64,9 +68,21 @@ def run_once(case: str) -> float:
     return float(done.stdout.split()[-1])
 
 
+PLAN_CACHE = tempfile.mkdtemp(prefix="nnplug-plans-")
+"""The plan cache of the "cached" engines: its entries are written by the warm-up."""
+
+
+def _cached(providers=None):
+    so = nnplug.SessionOptions()
+    so.add_session_config_entry(nnplug.plan_cache.CONFIG_KEY, PLAN_CACHE)
+    return lambda path: nnplug.InferenceSession(path, so, providers=providers)
+
+
 SESSIONS = {
     "nnplug": lambda path: nnplug.InferenceSession(path),
     "nnplug cpu": lambda path: nnplug.InferenceSession(path, providers=["cpu"]),
+    "cached": _cached(),
+    "cpu cached": _cached(["cpu"]),
     "onnxruntime": lambda path: _ort_session(path),
 }
 """name -> how that engine makes a session of a model file (timed in this process)."""
@@ -83,8 +99,10 @@ def _ort_session(path):
 def time_sessions(paths: list[str], runs: int) -> int:
     print(f"session creation, fastest of {runs} in one process after a warm-up "
           f"(import onnx and the plugins' first load excluded)")
-    print(f"{'model':<28}" + "".join(f"{e:>14}" for e in SESSIONS)
-          + f"{'ratio':>8}{'cpu ratio':>11}   load average")
+    print("'cached': with the plan cache (its entry written by the warm-up); ratios are "
+          "to onnxruntime: default, cpu, cached, cpu cached")
+    print(f"{'model':<20}" + "".join(f"{e:>13}" for e in SESSIONS)
+          + f"{'ratios':>26}   load average")
     for path in paths:
         best = {}
         for make in SESSIONS.values():  # warm-up: file cache, imports, plugins
@@ -96,9 +114,9 @@ def time_sessions(paths: list[str], runs: int) -> int:
                 t = time.perf_counter() - t0
                 best[engine] = min(best.get(engine, t), t)
         ort = best["onnxruntime"]
-        print(f"{os.path.basename(path):<28}" + "".join(f"{best[e]:>13.3f}s" for e in SESSIONS)
-              + f"{best['nnplug'] / ort:>8.2f}{best['nnplug cpu'] / ort:>11.2f}   "
-              f"{os.getloadavg()[0]:.2f}")
+        ratios = " ".join(f"{best[e] / ort:.2f}" for e in SESSIONS if e != "onnxruntime")
+        print(f"{os.path.basename(path):<20}" + "".join(f"{best[e]:>12.3f}s" for e in SESSIONS)
+              + f"{ratios:>26}   {os.getloadavg()[0]:.2f}")
     return 0
 
 
@@ -111,7 +129,10 @@ def main(argv=None) -> int:
     if args.runs < 1:
         ap.error("--runs must be at least 1")
     if args.models:
-        return time_sessions(args.models, args.runs)
+        try:
+            return time_sessions(args.models, args.runs)
+        finally:
+            shutil.rmtree(PLAN_CACHE, ignore_errors=True)
     times: dict[str, list[float]] = {c: [] for c in CASES}
     loads: dict[str, list[float]] = {c: [] for c in CASES}
     for c in CASES:  # warm the file and bytecode caches: a first start reads and compiles

@@ -30,17 +30,19 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING
 
+from . import errors
 from .errors import ModelWarning, NnplugError
 from .from_onnx import model_from_proto
 from .graph import Model, node_has_strings, whole_graph
 from .network import Network, release_plan
 from .plan import Plan
+from .plan_cache import Decided, PlanCache, Recorded, plan_key
 from .stages.compiler import build_plan, build_steps, targets_for
 from .stages.cse import merge_common_subexpressions
 from .stages.executor import run_steps
 from .stages.expand import expand_unclaimed
 from .stages.folding import Ran, fold_constants
-from .stages.loader import load
+from .stages.loader import load, read_model
 from .stages.measure import measure_placement, placement_mode
 from .stages.planner import Placer, sole_readers_next
 from .stages.precision import widen_reduced_precision
@@ -55,18 +57,55 @@ if TYPE_CHECKING:
 
 
 def load_network(runtime: Runtime, model, backends: list[BackendInfo], ops: dict[str, CustomOp],
-                 targets: dict, *, optimization: str = "all", external_data_dir=None) -> Network:
+                 targets: dict, *, optimization: str = "all", external_data_dir=None,
+                 cache: PlanCache | None = None) -> Network:
     """``model`` (path, bytes or onnx.ModelProto) loaded, validated and compiled for
-    ``backends`` (in preference order); see :meth:`nnplug.Runtime.load`."""
-    m = load(model, ops, external_data_dir, functions=tuple(runtime.functions))
+    ``backends`` (in preference order); see :meth:`nnplug.Runtime.load`. With ``cache``, what
+    the stages up to placement decide is kept there, and a load it has an entry for goes
+    straight to the compile stage (:mod:`nnplug.plan_cache`)."""
+    read = read_model(model, external_data_dir)  # a file's weights are not copied yet
+    key = None
+    if cache is not None:
+        key = plan_key(read, backends, ops, runtime.functions, targets_for(
+            [i.backend for i in backends], targets), optimization=optimization,
+            placement=placement_mode(runtime.options.placement),
+            use_overrides=not runtime.options.disable_op_overrides)
+        hit = cache.read(key)
+        if hit is not None:
+            return compile_recorded(runtime, hit, backends, ops, targets,
+                                    optimization=optimization)
+    if key is None:
+        return _read_to_compile(runtime, read, backends, ops, targets, optimization)
+    kept: list[Decided] = []
+    said: list = []
+    try:
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            net = _read_to_compile(runtime, read, backends, ops, targets, optimization,
+                                   keep=kept.append)
+    finally:
+        for w in said:  # said as they would have been, and kept with the entry
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    if kept:
+        kept[0].warnings = [(w.category.__name__, str(w.message)) for w in said
+                            if issubclass(w.category, UserWarning)]
+        cache.write(key, kept[0])
+    return net
+
+
+def _read_to_compile(runtime, read, backends, ops, targets, optimization, keep=None):
+    m = load(read, ops, functions=tuple(runtime.functions))
     validate(m, ops)  # before any backend sees a node
-    return compile_network(runtime, m, backends, ops, targets, optimization=optimization)
+    return compile_network(runtime, m, backends, ops, targets, optimization=optimization,
+                           keep=keep)
 
 
 def compile_network(runtime: Runtime, model: Model, infos: list[BackendInfo],
                     ops: dict[str, CustomOp], targets: dict, *,
-                    optimization: str = "all") -> Network:
-    """A loaded model expanded, folded, placed and compiled into a Network."""
+                    optimization: str = "all", keep=None) -> Network:
+    """A loaded model expanded, folded, placed and compiled into a Network. ``keep``: given
+    what the stages up to placement decided (a :class:`~nnplug.plan_cache.Decided`), before
+    the compile stage."""
     backends = [info.backend for info in infos]
     target_of = targets_for(backends, targets)
     answers = SupportsCache()  # supports() asked once per node and backend, by every stage
@@ -74,16 +113,7 @@ def compile_network(runtime: Runtime, model: Model, infos: list[BackendInfo],
     model = widen_reduced_precision(model, backends, ops)  # fp16 -> fp32
     declines = ShapeDeclines(backends, answers.ask)  # declined only for unknown shapes: said
     expanded = expand_unclaimed(model, declines.claimed, ops, runtime.functions)
-
-    def compile_sub(proto, name):
-        with warnings.catch_warnings():  # findings were reported for the whole model
-            warnings.simplefilter("ignore", ModelWarning)
-            return compile_network(runtime, model_from_proto(proto, ops), infos, ops, targets)
-
-    def placer_for(m: Model) -> Placer:
-        return Placer(m, backends, ops, use_overrides=not runtime.options.disable_op_overrides,
-                      installed=list(runtime.backends), compile_sub=compile_sub,
-                      why_declined=declines.note, ask=declines.supports)
+    placer_for = _placers(runtime, infos, ops, targets, declines)
 
     leases = runtime.hold_backends(infos)  # for as long as the plan's kernels live
     plan = Plan({})
@@ -103,13 +133,63 @@ def compile_network(runtime: Runtime, model: Model, infos: list[BackendInfo],
                 folded.model, rest, placed, backends, graph, plan.constants, target_of,
                 alone=lambda n: node_has_strings(n, folded.model.values, plan.constants))
         declines.warn(placed)
-        build_plan(plan, folded.model, rest, placed, target_of, optimization)
-        for dropped, kept in merged.items():  # it ran where the node it is the same as ran
-            plan.assignment[dropped] = plan.assignment[kept]
+        if keep is not None:
+            keep(Decided(model, folded.model, rest, placed, dict(plan.constants),
+                         dict(plan.assignment), dict(plan.declined), dict(merged)))
+        _build(plan, folded.model, rest, placed, target_of, optimization, merged)
     except BaseException:
         release_plan(plan.steps, leases)  # the kernels built so far, then the backends
         raise
     return Network(model, plan, leases, nodes=rest, optimization=optimization)
+
+
+def compile_recorded(runtime: Runtime, rec: Recorded, infos: list[BackendInfo],
+                     ops: dict[str, CustomOp], targets: dict, *,
+                     optimization: str = "all") -> Network:
+    """A Network from a plan cache entry: each node placed where the entry says (custom ops
+    and the core's own nodes bound again), then compiled."""
+    backends = [info.backend for info in infos]
+    target_of = targets_for(backends, targets)
+    for category, message in rec.warnings:  # what the stages said when the entry was made
+        kind = getattr(errors, category, None)
+        warnings.warn(message, kind if isinstance(kind, type) and issubclass(kind, Warning)
+                      else UserWarning, stacklevel=4)
+    placer = _placers(runtime, infos, ops, targets, None)(rec.folded)
+    leases = runtime.hold_backends(infos)
+    plan = Plan(rec.constants, assignment=dict(rec.assignment), declined=dict(rec.declined))
+    try:
+        placed = placer.replay(rec.nodes, whole_graph(rec.folded, rec.nodes, plan.constants),
+                               rec.placed)
+        _build(plan, rec.folded, rec.nodes, placed, target_of, optimization, rec.merged)
+    except BaseException:
+        release_plan(plan.steps, leases)
+        raise
+    return Network(rec.model, plan, leases, nodes=rec.nodes, optimization=optimization)
+
+
+def _placers(runtime: Runtime, infos: list[BackendInfo], ops: dict[str, CustomOp],
+             targets: dict, declines: ShapeDeclines | None):
+    """model -> the Placer for it (control-flow subgraphs compiled on the same backends)."""
+    backends = [info.backend for info in infos]
+
+    def compile_sub(proto, name):
+        with warnings.catch_warnings():  # findings were reported for the whole model
+            warnings.simplefilter("ignore", ModelWarning)
+            return compile_network(runtime, model_from_proto(proto, ops), infos, ops, targets)
+
+    def placer_for(m: Model) -> Placer:
+        return Placer(m, backends, ops, use_overrides=not runtime.options.disable_op_overrides,
+                      installed=list(runtime.backends), compile_sub=compile_sub,
+                      why_declined=declines.note if declines else None,
+                      ask=declines.supports if declines else None)
+
+    return placer_for
+
+
+def _build(plan: Plan, model: Model, nodes, placed, target_of, optimization, merged) -> None:
+    build_plan(plan, model, nodes, placed, target_of, optimization)
+    for dropped, kept in merged.items():  # it ran where the node it is the same as ran
+        plan.assignment[dropped] = plan.assignment[kept]
 
 
 class Evaluator:
@@ -148,4 +228,4 @@ class Evaluator:
                    scratch.assignment)
 
 
-__all__ = ["Evaluator", "load_network", "compile_network"]
+__all__ = ["Evaluator", "compile_network", "compile_recorded", "load_network"]

@@ -359,7 +359,7 @@ class Runtime:
     # -- loading networks -----------------------------------------------------------------
     def load(self, model, backends: list[str] | None = None,
              targets: dict[str, str | dict | Target] | None = None, *,
-             optimization: str = "all", external_data_dir=None) -> Network:
+             optimization: str = "all", external_data_dir=None, plan_cache=None) -> Network:
         """Load, check, assign and compile ``model`` (path, bytes or onnx.ModelProto).
 
         ``backends``: preference order (default: the creation options' order, else all
@@ -369,6 +369,9 @@ class Runtime:
         kernel) or ``"disable"`` (none of them).
         ``external_data_dir``: the folder of the model's external data files when ``model``
         is bytes or a ModelProto (a path finds them beside the model file).
+        ``plan_cache``: keep what the stages decide on disk and reuse it on the next load of
+        the same model with the same plugins and options (:mod:`nnplug.plan_cache`): True
+        (the default folder), a folder, False (off); None: as ``NNPLUG_PLAN_CACHE`` says.
         """
         if optimization not in OPTIMIZATION_LEVELS:
             raise InvalidArgumentError(
@@ -381,8 +384,12 @@ class Runtime:
         from .pipeline import load_network  # the stages import onnx: on the first load
 
         targets = hinted_targets(chosen, targets or {})  # NNPLUG_PRECISION, see there
+        from .plan_cache import PlanCache, cache_folder
+
+        folder = cache_folder(plan_cache)
         return load_network(self, model, chosen, ops, targets, optimization=optimization,
-                            external_data_dir=external_data_dir)
+                            external_data_dir=external_data_dir,
+                            cache=PlanCache(folder) if folder else None)
 
     def default_backends(self, policy: str = "default") -> list[str]:
         """The backend order used when none is given: ``CreationOptions.backend_preference``,

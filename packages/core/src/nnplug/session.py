@@ -34,6 +34,7 @@ from .errors import (
     OptionError,
 )
 from .model_options import as_array, config_from_model, read_with_overrides
+from .plan_cache import CONFIG_KEY as PLAN_CACHE_CONFIG_KEY
 from .precision_hint import CONFIG_KEY as PRECISION_CONFIG_KEY
 from .precision_hint import hinted_targets
 from .profiling import Profiler
@@ -549,9 +550,11 @@ class InferenceSession:
         targets = hinted_targets(chosen, targets, self._options._config_entries().get(
             PRECISION_CONFIG_KEY))  # nnplug.precision: bf16 where a backend can
         t0 = time.perf_counter_ns()
+        cache = self._options._config_entries().get(PLAN_CACHE_CONFIG_KEY)  # else the env's
         net = self._runtime.load(self._model, backends=ids, targets=targets or None,
                                  optimization=optimization_of(
-                                     self._options.graph_optimization_level))
+                                     self._options.graph_optimization_level),
+                                 plan_cache=(cache or False) if cache is not None else None)
         if self._profiler is not None:
             self._profiler.op_types.update(net.op_types)
             self._profiler.add("model_loading", "session", t0, time.perf_counter_ns(),

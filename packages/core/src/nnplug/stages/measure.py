@@ -36,6 +36,7 @@ import numpy as np
 
 from .._version import __version__
 from ..device import CPU
+from ..plan_cache import cache_root
 from ..tensor import Tensor
 from .planner import Placement, partitions, subgraph_for
 
@@ -45,7 +46,6 @@ if TYPE_CHECKING:
     from ..target import Target
 
 ENV_VAR = "NNPLUG_PLACEMENT"
-CACHE_ENV_VAR = "NNPLUG_CACHE_DIR"
 MODES = ("order", "measure")
 RUNS = 5
 BUDGET_S = 0.2
@@ -183,8 +183,7 @@ class _Cache:
     """The decisions file: read once per load, written back when something was measured."""
 
     def __init__(self):
-        folder = os.environ.get(CACHE_ENV_VAR) or os.path.join(
-            os.path.expanduser("~"), ".cache", "nnplug")
+        folder = cache_root()
         self.path = os.path.join(folder, "placement.json")
         self.entries: dict = {}
         self.changed = False

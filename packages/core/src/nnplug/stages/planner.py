@@ -148,6 +148,22 @@ class Placer:
             msg = f"{why} (placing it failed: {e})" if why else str(e)
             raise UnsupportedNodeError(f"{msg} (installed backends: {installed})") from None
 
+    def replay(self, nodes: list[Node], graph: SubGraph,
+               recorded: dict[str, tuple[str, bool, dict]]) -> dict[str, Placement]:
+        """Placements as a plan cache entry recorded them ((label, with_next, declined) per
+        node): a node on one of these backends goes there again without asking it; custom
+        ops and the core's own nodes are placed (bound) again."""
+        by_id = {b.id: b for b in self.backends}
+        placed: dict[str, Placement] = {}
+        for n in nodes:
+            label, with_next, declined = recorded[n.name]
+            b = by_id.get(label)
+            if b is not None and custom_op_for(n.op_type, self.ops, self.use_overrides) is None:
+                placed[n.name] = Placement(b, with_next=with_next, declined=dict(declined))
+            else:
+                placed[n.name] = self.place_one(n, graph)
+        return placed
+
     def place_one(self, n: Node, graph: SubGraph, next_node: Node | None = None) -> Placement:
         try:
             return place(n, graph, self.backends, self.ops, self.use_overrides, self.bind,
