@@ -21,27 +21,33 @@ int64_t nnc_wino_packed_floats(int64_t oc, int64_t ic)
 
 int nnc_wino_pack(const float *w, int64_t oc, int64_t ic, float *pu)
 {
-    float *u = malloc((size_t)(16 * oc * ic) * sizeof(float)); /* [xi][o][c] */
-    if (!u) return NNC_ERR;
-    for (int64_t o = 0; o < oc; o++)
+    /* Straight into the packed layout of nnc_sgemm_pack_a (panels of MR output channels from
+     * pu + o0 * ic, each input channel's MR values side by side), so each of the 16 matrices
+     * is written in order once, with no [xi][o][c] array in between. */
+    const int64_t mr = NNC_GEMM_MR, per = nnc_sgemm_packed_a_floats(oc, ic);
+    for (int64_t o0 = 0; o0 < oc; o0 += mr)
         for (int64_t c = 0; c < ic; c++) {
-            const float *g = w + (o * ic + c) * 9;
-            float t[4][3]; /* G g: rows g0, (g0 + g1 + g2) / 2, (g0 - g1 + g2) / 2, g2 */
-            for (int k = 0; k < 3; k++) {
-                t[0][k] = g[k];
-                t[1][k] = 0.5f * (g[k] + g[3 + k] + g[6 + k]);
-                t[2][k] = 0.5f * (g[k] - g[3 + k] + g[6 + k]);
-                t[3][k] = g[6 + k];
-            }
-            for (int r = 0; r < 4; r++) { /* (G g) G^T: the same on each row */
-                float v[4] = {t[r][0], 0.5f * (t[r][0] + t[r][1] + t[r][2]),
-                              0.5f * (t[r][0] - t[r][1] + t[r][2]), t[r][2]};
-                for (int k = 0; k < 4; k++) u[((r * 4 + k) * oc + o) * ic + c] = v[k];
+            float *dst = pu + o0 * ic + c * mr;
+            for (int64_t i = 0; i < mr; i++) {
+                if (o0 + i >= oc) { /* the last panel's padding rows */
+                    for (int xi = 0; xi < 16; xi++) dst[xi * per + i] = 0.f;
+                    continue;
+                }
+                const float *g = w + ((o0 + i) * ic + c) * 9;
+                float t[4][3]; /* G g: rows g0, (g0 + g1 + g2) / 2, (g0 - g1 + g2) / 2, g2 */
+                for (int k = 0; k < 3; k++) {
+                    t[0][k] = g[k];
+                    t[1][k] = 0.5f * (g[k] + g[3 + k] + g[6 + k]);
+                    t[2][k] = 0.5f * (g[k] - g[3 + k] + g[6 + k]);
+                    t[3][k] = g[6 + k];
+                }
+                for (int r = 0; r < 4; r++) { /* (G g) G^T: the same on each row */
+                    float v[4] = {t[r][0], 0.5f * (t[r][0] + t[r][1] + t[r][2]),
+                                  0.5f * (t[r][0] - t[r][1] + t[r][2]), t[r][2]};
+                    for (int k = 0; k < 4; k++) dst[(r * 4 + k) * per + i] = v[k];
+                }
             }
         }
-    int64_t per = nnc_sgemm_packed_a_floats(oc, ic);
-    for (int xi = 0; xi < 16; xi++) nnc_sgemm_pack_a(oc, ic, u + xi * oc * ic, ic, pu + xi * per);
-    free(u);
     return NNC_OK;
 }
 
