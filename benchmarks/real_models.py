@@ -4,7 +4,7 @@ OpenVINO (CPU, same thread count), in one process.
     python benchmarks/export_real_models.py [FOLDER]      # once, in an environment with torch
     python benchmarks/real_models.py [FOLDER] [--threads 2] [--runs 10]
                                      [--models resnet18,bert_base] [--backends onednn]
-                                     [--busy 1] [--no-openvino]
+                                     [--busy 1] [--no-openvino] [--measure]
 
 FOLDER (default ~/.cache/nnplug-bench) holds the exported models and their manifest.json.
 Before any timing, every engine's outputs on the same seeded inputs are checked against
@@ -17,7 +17,10 @@ benchmarks/zoo.py. OpenVINO's CPU plugin (when installed: pip install openvino) 
 float32 (openvino-f32, checked like nnplug) and at its default precision (openvino: bfloat16
 on CPUs with AVX512-BF16 or AMX, so its distance from onnxruntime is printed, not checked).
 The manifest gives each model its family (export_real_models.FAMILIES); the script ends with
-each engine's worst ratio per family beside the geometric means. Needs nnplug,
+each engine's worst ratio per family beside the geometric means. --measure adds
+``nnplug-measure``: onednn+cpu (cpu alone where oneDNN is not installed) from a Runtime with
+``placement="measure"`` (partitions and then the whole network timed at load on the host
+backends that run them, kept on the faster; decisions in $NNPLUG_CACHE_DIR). Needs nnplug,
 nnplug-backend-cpu and onnxruntime.
 """
 
@@ -76,6 +79,8 @@ def main(argv=None) -> int:
     ap.add_argument("--backends", default="", help="other nnplug backends to time, e.g. onednn")
     ap.add_argument("--busy", type=int, default=0, help="processes keeping a core busy meanwhile")
     ap.add_argument("--no-openvino", action="store_true", help="leave OpenVINO's columns out")
+    ap.add_argument("--measure", action="store_true",
+                    help="also time onednn+cpu with placement=\"measure\"")
     args = ap.parse_args(argv)
 
     mpath = os.path.join(args.folder, "manifest.json")
@@ -104,6 +109,10 @@ def main(argv=None) -> int:
     for b in [b for b in extra if not all(one in rt.backends for one in b.split("+"))]:
         print(f"backend {b!r} is not available; skipping it", file=sys.stderr)
     extra = [b for b in extra if all(one in rt.backends for one in b.split("+"))]
+    measured_rt = None
+    if args.measure:  # partitions, then the whole network, timed at load: the faster kept
+        measured_rt = nnplug.Runtime(nnplug.CreationOptions(placement="measure"))
+        extra.append("measure")
     engines = ["cpu"] + extra
     core, vino = (None, {}) if args.no_openvino else openvino_engines(args.threads)
     ratios = {b: [] for b in engines + list(vino)}
@@ -131,7 +140,11 @@ def main(argv=None) -> int:
         nets = []
         for b in engines:
             try:
-                net = rt.load(path, backends=b.split("+"))
+                if b == "measure":
+                    net = measured_rt.load(path, backends=[
+                        x for x in ("onednn", "cpu") if x in measured_rt.backends])
+                else:
+                    net = rt.load(path, backends=b.split("+"))
             except nnplug.NnplugError as e:
                 print(f"  {name}: nnplug-{b} cannot load it: {e}", file=sys.stderr)
                 continue

@@ -137,3 +137,69 @@ def test_tensor_inputs_to_the_timing_are_host_arrays():
     a, i = _inputs(sg)
     assert isinstance(a, Tensor) and a.numpy().shape == (2, 3) and a.numpy().dtype == np.float32
     assert (i.numpy() == 0).all()
+
+
+class Entry(NumpyBackend):
+    """Right answers, ``entry`` seconds late on every partition run (a layout change on the
+    way in and out), and ``matmul`` seconds more where the partition holds a MatMul."""
+
+    def __init__(self, entry, matmul=0.0, **kw):
+        super().__init__(**kw)
+        self.entry, self.matmul = entry, matmul
+
+    def build(self, subgraph, target):
+        run = super().build(subgraph, target)["run"]
+        late = self.entry + (self.matmul if any(n.op_type == "MatMul" for n in subgraph.nodes)
+                             else 0.0)
+
+        def slow(inputs):
+            time.sleep(late)
+            return run(inputs)
+
+        return Module({"run": slow})
+
+
+def two_layers():
+    """MatMul -> Relu -> MatMul -> Relu on [2, 4]: four partitions when only the first backend
+    runs MatMul."""
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["m1"], name="mm1"),
+         helper.make_node("Relu", ["m1"], ["r1"], name="relu1"),
+         helper.make_node("MatMul", ["r1", "w2"], ["m2"], name="mm2"),
+         helper.make_node("Relu", ["m2"], ["y"], name="relu2")], "two",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        [numpy_helper.from_array(W, "w"), numpy_helper.from_array(W[:3] * 2, "w2")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def two_layers_expected():
+    return np.maximum(np.maximum(X @ W, 0) @ (W[:3] * 2), 0)
+
+
+def test_a_split_that_loses_as_a_whole_runs_on_one_backend(cache):
+    # each MatMul partition is faster where the order put it (10 ms against 30), so the
+    # per-partition check keeps it; but four partitions cost 80 ms where the second backend
+    # runs the whole network in one partition of 30 ms
+    split = Entry(0.010, ops={"MatMul"}, id="split")
+    whole = Entry(0.030, id="whole")
+    with make_runtime(split, whole, placement="measure") as rt:
+        net = rt.load(two_layers(), backends=["split", "whole"])
+        assert set(net.assignment.values()) == {"whole"}
+        text = net.explain_placement()
+        assert "declined by split: measured slower as a whole" in text
+        assert "split over split and whole" in text
+        np.testing.assert_allclose(net.run({"x": X})["y"], two_layers_expected(), rtol=1e-6)
+    assert any(k.startswith("whole:") for k in json.loads(cache.read_text())["entries"])
+
+
+def test_a_split_that_wins_as_a_whole_is_kept(cache):
+    # the second backend runs everything, but its MatMul partitions are 40 ms late: the
+    # split (10 + 1 + 10 + 1 ms) stays
+    split = Entry(0.010, ops={"MatMul"}, id="split")
+    whole = Entry(0.001, matmul=0.040, id="whole")
+    with make_runtime(split, whole, placement="measure") as rt:
+        net = rt.load(two_layers(), backends=["split", "whole"])
+        assert net.assignment == {"mm1": "split", "relu1": "whole", "mm2": "split",
+                                  "relu2": "whole"}
+        np.testing.assert_allclose(net.run({"x": X})["y"], two_layers_expected(), rtol=1e-6)

@@ -12,7 +12,11 @@ portable CPU backend on some models). Measuring settles it where both can run th
   node claimed only together with the next one stays where it is;
 - each build runs once untimed, then up to :data:`RUNS` times within :data:`BUDGET_S`; the
   fastest run counts, and a candidate wins only below :data:`MARGIN` of the current time;
-- a build or run that fails leaves the partition where it was.
+- a build or run that fails leaves the partition where it was;
+- then the network as a whole: where every node is on a host backend and every shape is
+  static, the sum of the partitions' times is compared with the whole network on each host
+  backend that runs every node, and everything moves to that backend when it is below
+  :data:`MARGIN` of the split (near ties kept per partition add up).
 
 Decisions are remembered on disk (``NNPLUG_CACHE_DIR``, default ``~/.cache/nnplug``, file
 ``placement.json``) per partition: its nodes, shapes and types, the candidates' ids and
@@ -100,7 +104,58 @@ def measure_placement(model: Model, nodes: list[Node], placed: dict[str, Placeme
             declined = dict(placed[n.name].declined or {})
             declined[current.backend.id] = why
             out[n.name] = Placement(backend=best, declined=declined)
+    out = _whole_network(model, nodes, out, hosts, graph, constants, target_of, alone, cache)
     cache.save()
+    return out
+
+
+def _whole_network(model: Model, nodes: list[Node], placed: dict[str, Placement],
+                   hosts: list[Backend], graph: SubGraph, constants: dict,
+                   target_of: dict[str, Target], alone, cache: _Cache) -> dict[str, Placement]:
+    """``placed``, or every node on one host backend when that runs the whole network faster
+    than the split: each partition kept its backend within the margin, and near ties add up
+    (a oneDNN convolution between two CPU partitions pays its layout changes)."""
+    parts = partitions(nodes, placed, alone=alone)
+    used = {placed[p[0].name].backend for p in parts}
+    if len(parts) < 2 or len(used) < 2 or any(
+            p.backend not in hosts or p.op is not None or p.core is not None or p.with_next
+            for p in placed.values()):
+        return placed
+    whole = subgraph_for(nodes, model, constants, {o.name for o in model.outputs}, 0)
+    if not _static(whole):
+        return placed
+    alone_on = [b for b in hosts if all(_claims(b, n, graph) for n in nodes)]
+    if not alone_on:
+        return placed
+    key = "whole:" + _key(whole, hosts) + ":" + ",".join(
+        f"{n.name}={placed[n.name].backend.id}" for n in nodes)
+    times = cache.get(key)
+    if times is None:
+        split = 0.0
+        for i, part in enumerate(parts):
+            b = placed[part[0].name].backend
+            t = _time(b, subgraph_for(part, model, constants, _all_outputs(part), i),
+                      target_of[b.id])
+            if t is None:
+                return placed
+            split += t
+        times = {"split": split, **{b.id: _time(b, whole, target_of[b.id]) for b in alone_on}}
+        cache.put(key, times)
+    split = times.get("split")
+    best = min((b for b in alone_on if times.get(b.id) is not None),
+               key=lambda b: times[b.id], default=None)
+    if split is None or best is None or times[best.id] >= MARGIN * split:
+        return placed
+    names = sorted({b.id for b in used})
+    why = (f"measured slower as a whole: {split * 1e3:.3g} ms split over "
+           f"{' and '.join(names)} against {times[best.id] * 1e3:.3g} ms on {best.id} alone")
+    out = {}
+    for n in nodes:
+        p = placed[n.name]
+        declined = dict(p.declined or {})
+        if p.backend is not best:
+            declined[p.backend.id] = why
+        out[n.name] = Placement(backend=best, declined=declined)
     return out
 
 
