@@ -158,6 +158,24 @@ def test_model_bytes_are_cached_by_their_contents(tmp_path):
         assert len(_entries(folder)) == 2
 
 
+def test_an_entry_others_may_write_is_not_read(tmp_path, caplog):
+    path = tmp_path / "m.onnx"
+    folder = tmp_path / "cache"
+    w = _weights()
+    onnx.save(_model(w), path)
+    backend = _backend()
+    with make_runtime(backend) as rt:
+        rt.load(str(path), plan_cache=str(folder)).close()
+        entry = folder / _entries(folder)[0]
+        assert entry.stat().st_mode & 0o077 == 0  # written for this user alone
+        os.chmod(entry, 0o666)
+        backend.asked.clear()
+        with caplog.at_level(logging.WARNING, logger="nnplug"):
+            _check(rt.load(str(path), plan_cache=str(folder)), w)
+        assert "others may write it" in caplog.text and "mm" in backend.asked
+        assert entry.stat().st_mode & 0o077 == 0  # written again, for this user
+
+
 @pytest.mark.parametrize("damage", ["truncated", "garbage", "header only", "flipped meta",
                                     "empty"])
 def test_a_damaged_entry_is_said_and_rebuilt(tmp_path, damage, caplog):

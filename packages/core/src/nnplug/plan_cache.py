@@ -16,6 +16,9 @@ rewritten: a process that maps one keeps its bytes even when another replaces it
 that cannot be read (cut short, another format, not what its key says) is reported in the
 log and rebuilt.
 
+Entries are pickles: the cache folder must be writable only by the user who reads it (the
+default, under the home folder, is).
+
 Turn it on with ``Runtime.load(..., plan_cache=True | folder)``, the session config entry
 ``nnplug.plan_cache_dir``, or ``NNPLUG_PLAN_CACHE`` (``1`` for the default folder
 ``$NNPLUG_CACHE_DIR/plans``, else a folder). See docs/performance.md.
@@ -193,7 +196,7 @@ class PlanCache:
         """Store ``decided`` under ``key``; a cache that cannot be written is said in the log
         and the load goes on."""
         try:
-            os.makedirs(self.folder, exist_ok=True)
+            os.makedirs(self.folder, mode=0o700, exist_ok=True)
             _write_entry(self.path(key), key, decided)
         except Exception as e:
             log.warning("nnplug: cannot write the plan cache entry in %s: %s", self.folder, e)
@@ -254,6 +257,10 @@ def _read_entry(path: str, key: str) -> Recorded:
     import mmap
 
     with open(path, "rb") as f:
+        st = os.fstat(f.fileno())
+        if hasattr(os, "geteuid") and (st.st_uid != os.geteuid() or st.st_mode & 0o022):
+            raise ValueError("another user owns it or others may write it (its description "
+                             "is a pickle: only entries this user wrote are read)")
         head = f.read(_HEADER.size)
         if len(head) < _HEADER.size:
             raise ValueError("shorter than its header")
