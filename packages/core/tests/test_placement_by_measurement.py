@@ -203,3 +203,22 @@ def test_a_split_that_wins_as_a_whole_is_kept(cache):
         assert net.assignment == {"mm1": "split", "relu1": "whole", "mm2": "split",
                                   "relu2": "whole"}
         np.testing.assert_allclose(net.run({"x": X})["y"], two_layers_expected(), rtol=1e-6)
+
+
+def test_a_partition_is_timed_writing_only_what_the_network_reads_after_it(cache):
+    # mm1 -> relu1 on the first backend, mm2 -> relu2 likewise: the first partition hands on
+    # only r1 (m1 stays inside it), as it does when the network runs
+    class Recording(NumpyBackend):
+        def __init__(self, **kw):
+            super().__init__(**kw)
+            self.outputs = []
+
+        def build(self, subgraph, target):
+            self.outputs.append(list(subgraph.outputs))
+            return super().build(subgraph, target)
+
+    first, second = Recording(id="first"), Recording(id="second")
+    with make_runtime(first, second, placement="measure") as rt:
+        net = rt.load(two_layers(), backends=["first", "second"])
+        np.testing.assert_allclose(net.run({"x": X})["y"], two_layers_expected(), rtol=1e-6)
+    assert first.outputs and all(outs == ["y"] for outs in first.outputs), first.outputs

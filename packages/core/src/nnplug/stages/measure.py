@@ -13,10 +13,12 @@ portable CPU backend on some models). Measuring settles it where both can run th
 - each build runs once untimed, then up to :data:`RUNS` times within :data:`BUDGET_S`; the
   fastest run counts, and a candidate wins only below :data:`MARGIN` of the current time;
 - a build or run that fails leaves the partition where it was;
+- a partition is timed writing what the network reads after it, as it runs in the network;
 - then the network as a whole: where every node is on a host backend and every shape is
-  static, the sum of the partitions' times is compared with the whole network on each host
-  backend that runs every node, and everything moves to that backend when it is below
-  :data:`MARGIN` of the split (near ties kept per partition add up).
+  static, the split (its partitions run one after another, each fed what the ones before it
+  made) is timed against the whole network on each host backend that runs every node, and
+  everything moves to that backend when it is below :data:`MARGIN` of the split (near ties
+  kept per partition add up, and so does switching backends between them).
 
 Decisions are remembered on disk (``NNPLUG_CACHE_DIR``, default ``~/.cache/nnplug``, file
 ``placement.json``) per partition: its nodes, shapes and types, the candidates' ids and
@@ -76,6 +78,7 @@ def measure_placement(model: Model, nodes: list[Node], placed: dict[str, Placeme
     hosts = [b for b in backends if target_of[b.id].device == CPU]
     out = dict(placed)
     cache = _Cache()
+    used_after = _used_after(nodes, model)
     for i, part in enumerate(partitions(nodes, placed, alone=alone)):
         current = placed[part[0].name]
         if current.backend not in hosts or current.op is not None or current.core is not None \
@@ -85,7 +88,7 @@ def measure_placement(model: Model, nodes: list[Node], placed: dict[str, Placeme
                   and all(_claims(b, n, graph) for n in part)]
         if not others:
             continue
-        sg = subgraph_for(part, model, constants, _all_outputs(part), i)
+        sg = subgraph_for(part, model, constants, used_after(part), i)
         if not _static(sg):
             continue
         key = _key(sg, [current.backend, *others])
@@ -104,17 +107,21 @@ def measure_placement(model: Model, nodes: list[Node], placed: dict[str, Placeme
             declined = dict(placed[n.name].declined or {})
             declined[current.backend.id] = why
             out[n.name] = Placement(backend=best, declined=declined)
-    out = _whole_network(model, nodes, out, hosts, graph, constants, target_of, alone, cache)
+    out = _whole_network(model, nodes, out, hosts, graph, constants, target_of, alone, cache,
+                         used_after)
     cache.save()
     return out
 
 
 def _whole_network(model: Model, nodes: list[Node], placed: dict[str, Placement],
                    hosts: list[Backend], graph: SubGraph, constants: dict,
-                   target_of: dict[str, Target], alone, cache: _Cache) -> dict[str, Placement]:
+                   target_of: dict[str, Target], alone, cache: _Cache,
+                   used_after) -> dict[str, Placement]:
     """``placed``, or every node on one host backend when that runs the whole network faster
-    than the split: each partition kept its backend within the margin, and near ties add up
-    (a oneDNN convolution between two CPU partitions pays its layout changes)."""
+    than the split: each partition kept its backend within the margin, and near ties add up,
+    as does what switching backends costs between partitions (a oneDNN convolution between
+    two CPU partitions pays its layout changes, and each backend's threads wake in turn).
+    The split is timed as it runs: its partitions one after another, on what each made."""
     parts = partitions(nodes, placed, alone=alone)
     used = {placed[p[0].name].backend for p in parts}
     if len(parts) < 2 or len(used) < 2 or any(
@@ -131,15 +138,13 @@ def _whole_network(model: Model, nodes: list[Node], placed: dict[str, Placement]
         f"{n.name}={placed[n.name].backend.id}" for n in nodes)
     times = cache.get(key)
     if times is None:
-        split = 0.0
+        chain = []
         for i, part in enumerate(parts):
             b = placed[part[0].name].backend
-            t = _time(b, subgraph_for(part, model, constants, _all_outputs(part), i),
-                      target_of[b.id])
-            if t is None:
-                return placed
-            split += t
-        times = {"split": split, **{b.id: _time(b, whole, target_of[b.id]) for b in alone_on}}
+            chain.append((b, subgraph_for(part, model, constants, used_after(part), i),
+                          target_of[b.id]))
+        times = {"split": _time_chain(chain, whole),
+                 **{b.id: _time(b, whole, target_of[b.id]) for b in alone_on}}
         cache.put(key, times)
     split = times.get("split")
     best = min((b for b in alone_on if times.get(b.id) is not None),
@@ -166,8 +171,24 @@ def _claims(backend: Backend, node: Node, graph: SubGraph) -> bool:
         return False
 
 
-def _all_outputs(part: list[Node]) -> set[str]:
-    return {o for n in part for o in n.outputs if o}
+def _used_after(nodes: list[Node], model: Model):
+    """part -> the values it makes that the network needs after it (read by a node outside
+    it, or a graph output): what it hands on when it runs in the network. Timing a partition
+    that also writes out every value made inside it would time what its run never does (a
+    oneDNN partition would reorder each one back to a plain layout)."""
+    readers: dict[str, set[str]] = {}
+    for n in nodes:
+        for x in n.inputs:
+            if x:
+                readers.setdefault(x, set()).add(n.name)
+    results = {o.name for o in model.outputs}
+
+    def needed(part: list[Node]) -> set[str]:
+        inside = {n.name for n in part}
+        return {o for n in part for o in n.outputs
+                if o and (o in results or readers.get(o, set()) - inside)}
+
+    return needed
 
 
 def _static(sg: SubGraph) -> bool:
@@ -195,17 +216,33 @@ def _inputs(sg: SubGraph) -> list[Tensor]:
 
 def _time(backend: Backend, sg: SubGraph, target: Target) -> float | None:
     """Seconds of the fastest of a few runs of ``sg`` on ``backend``, or None if it fails."""
+    return _time_chain([(backend, sg, target)], sg)
+
+
+def _time_chain(chain: list[tuple[Backend, SubGraph, Target]], whole: SubGraph) -> float | None:
+    """Seconds of the fastest of a few runs of the partitions of ``chain`` one after another,
+    each fed what the ones before it made (as a run of the network feeds them: what switching
+    backends costs is timed too), from random inputs of ``whole``'s; None if one fails."""
+    modules = []
     try:
-        module = backend.build(sg, target)
+        for backend, sg, target in chain:
+            modules.append(backend.build(sg, target))
     except Exception:
+        _close(modules)
         return None
+
+    def run(feeds: dict) -> None:
+        env = dict(feeds)
+        for (_, sg, _), module in zip(chain, modules):
+            env.update(zip(sg.outputs, module["run"]([env[x] for x in sg.inputs])))
+
     try:
-        inputs = _inputs(sg)
-        module["run"](inputs)  # untimed: first-run allocations, caches
+        feeds = dict(zip(whole.inputs, _inputs(whole)))
+        run(feeds)  # untimed: first-run allocations, caches
         best, start = float("inf"), time.perf_counter()
         for _ in range(RUNS):
             t0 = time.perf_counter()
-            module["run"](inputs)
+            run(feeds)
             best = min(best, time.perf_counter() - t0)
             if time.perf_counter() - start > BUDGET_S:
                 break
@@ -213,6 +250,11 @@ def _time(backend: Backend, sg: SubGraph, target: Target) -> float | None:
     except Exception:
         return None
     finally:
+        _close(modules)
+
+
+def _close(modules) -> None:
+    for module in modules:
         with contextlib.suppress(Exception):
             module.close()
 
