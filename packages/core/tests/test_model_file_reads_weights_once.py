@@ -218,3 +218,17 @@ def test_external_data_of_a_constant_node_is_read_beside_a_cut_weight(tmp_path, 
     x = RNG.standard_normal((2, 64)).astype(np.float32)
     got = nnplug.InferenceSession(str(path), runtime=rt).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, x @ w + c, rtol=1e-5, atol=1e-5)
+
+
+def test_weights_left_in_a_file_that_changes_before_they_are_read_are_an_error(tmp_path):
+    # a plan cache reads the graph first and the weights only on a miss: the file must still
+    # be the one whose graph was read
+    path = tmp_path / "m.onnx"
+    onnx.save(_weights_model(), path)
+    read = model_file.read_file(str(path), lazy=True)
+    assert read.weights._arrays is None  # nothing copied yet
+    onnx.save(_weights_model(), path)  # written again: same graph, new weights
+    with pytest.raises(ModelError, match="m.onnx.*changed while it was being loaded"):
+        read.weights["W"]
+    eager = model_file.read_file(str(path))
+    assert eager.weights._arrays is not None  # copied at once without a cache

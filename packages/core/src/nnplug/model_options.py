@@ -28,9 +28,10 @@ def as_array(value) -> np.ndarray:
     return np.asarray(value)
 
 
-def read_with_overrides(source, so, folder=None) -> ModelFile:
+def read_with_overrides(source, so, folder=None, lazy: bool = False) -> ModelFile:
     """The model ``source`` (path, bytes or ModelProto) with what ``so`` changes applied;
-    ``folder``: where external data files are for bytes or a ModelProto."""
+    ``folder``: where external data files are for bytes or a ModelProto; ``lazy``: see
+    ``nnplug.model_file.read_file``."""
     from .stages.loader import read_model
 
     if so._external_initializers or so._external_files:
@@ -38,7 +39,7 @@ def read_with_overrides(source, so, folder=None) -> ModelFile:
         _fill_external(proto, so)
         read = read_model(proto, folder or home)  # the rest from the folder, as usual
     else:
-        read = read_model(source, folder)
+        read = read_model(source, folder, lazy)
     proto = read.proto
     if so._initializers:
         proto = _replace_initializers(proto, so._initializers)

@@ -63,7 +63,8 @@ def load_network(runtime: Runtime, model, backends: list[BackendInfo], ops: dict
     ``backends`` (in preference order); see :meth:`nnplug.Runtime.load`. With ``cache``, what
     the stages up to placement decide is kept there, and a load it has an entry for goes
     straight to the compile stage (:mod:`nnplug.plan_cache`)."""
-    read = read_model(model, external_data_dir)  # a file's weights are not copied yet
+    # with a cache, a file's weights are copied only if a stage asks (a hit never does)
+    read = read_model(model, external_data_dir, lazy=cache is not None)
     key = None
     if cache is not None:
         key = plan_key(read, backends, ops, runtime.functions, targets_for(

@@ -35,6 +35,7 @@ from .errors import (
 )
 from .model_options import as_array, config_from_model, read_with_overrides
 from .plan_cache import CONFIG_KEY as PLAN_CACHE_CONFIG_KEY
+from .plan_cache import cache_folder
 from .precision_hint import CONFIG_KEY as PRECISION_CONFIG_KEY
 from .precision_hint import hinted_targets
 from .profiling import Profiler
@@ -517,8 +518,12 @@ class InferenceSession:
         if so.enable_profiling:
             self._profiler = Profiler()
         # onnxruntime's config entry for the folder of external data when the model is bytes
-        self._model = read_with_overrides(path_or_bytes, so,
-                                          so._config_entries().get(EXTERNAL_DATA_FOLDER))
+        entries = so._config_entries()
+        # the session entry ("" turns it off), else as NNPLUG_PLAN_CACHE says (None)
+        cache = entries.get(PLAN_CACHE_CONFIG_KEY)
+        self._plan_cache = None if cache is None else (cache or False)
+        self._model = read_with_overrides(path_or_bytes, so, entries.get(EXTERNAL_DATA_FOLDER),
+                                          lazy=cache_folder(self._plan_cache) is not None)
         self._proto = self._model.proto  # large weights without their bytes: see model_file
         self._options = so = config_from_model(self._proto, so)
         if so.enable_profiling and self._profiler is None:
@@ -550,11 +555,10 @@ class InferenceSession:
         targets = hinted_targets(chosen, targets, self._options._config_entries().get(
             PRECISION_CONFIG_KEY))  # nnplug.precision: bf16 where a backend can
         t0 = time.perf_counter_ns()
-        cache = self._options._config_entries().get(PLAN_CACHE_CONFIG_KEY)  # else the env's
         net = self._runtime.load(self._model, backends=ids, targets=targets or None,
                                  optimization=optimization_of(
                                      self._options.graph_optimization_level),
-                                 plan_cache=(cache or False) if cache is not None else None)
+                                 plan_cache=self._plan_cache)
         if self._profiler is not None:
             self._profiler.op_types.update(net.op_types)
             self._profiler.add("model_loading", "session", t0, time.perf_counter_ns(),

@@ -16,8 +16,10 @@ from ..inference import skeleton
 from ..model_file import ModelFile, read_bytes, read_file
 
 
-def read_model(model, external_data_dir: str | os.PathLike | None = None) -> ModelFile:
+def read_model(model, external_data_dir: str | os.PathLike | None = None,
+               lazy: bool = False) -> ModelFile:
     """The model read from a path, bytes, a ModelProto or a ModelFile, with clear errors.
+    ``lazy``: a file's weights stay in it until a stage asks (see model_file.read_file).
 
     Tensors stored outside the model (external data) are read from the model file's folder
     for a path, and from ``external_data_dir`` for bytes or a ModelProto (which know no
@@ -42,7 +44,7 @@ def read_model(model, external_data_dir: str | os.PathLike | None = None) -> Mod
         if os.path.getsize(path) == 0:
             raise ModelError(f"model file {path!r} is empty (0 bytes): export or copy it again")
         try:
-            return read_file(path)
+            return read_file(path, lazy)
         except Exception as e:
             raise ModelError(f"model file {path!r} is not a valid ONNX model: {e}") from None
     raise ModelError(
