@@ -123,6 +123,20 @@ class NumpyBackend(Backend):
         return Module({"run": run})
 
 
+class CountingBackend(NumpyBackend):
+    """The numpy backend, counting what it is asked (``asked``: node name -> supports calls)."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        from collections import Counter
+
+        self.asked: Counter[str] = Counter()
+
+    def supports(self, node, graph):
+        self.asked[node.name] += 1
+        return super().supports(node, graph)
+
+
 def make_runtime(*backends, **options):
     """A Runtime that loads nothing installed, with ``backends`` registered."""
     rt = nnplug.Runtime(nnplug.CreationOptions.isolated(**options))

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import logging
 import os
-from collections import Counter
 
 import numpy as np
 import onnx
 import pytest
-from numpy_backend import KERNELS, NumpyBackend, make_runtime
+from numpy_backend import KERNELS, CountingBackend, NumpyBackend, make_runtime
 from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
@@ -22,16 +21,6 @@ from nnplug import plan_cache
 from nnplug.plan_cache import SUFFIX
 
 RNG = np.random.default_rng(7)
-
-
-class CountingBackend(NumpyBackend):
-    def __init__(self, **kw):
-        super().__init__(**kw)
-        self.asked: Counter[str] = Counter()
-
-    def supports(self, node, graph):
-        self.asked[node.name] += 1
-        return super().supports(node, graph)
 
 
 def _model(w: np.ndarray) -> onnx.ModelProto:
@@ -80,11 +69,17 @@ def _entries(folder) -> list[str]:
     return sorted(f for f in os.listdir(folder) if f.endswith(SUFFIX))
 
 
-def test_a_second_load_asks_no_backend_and_copies_no_weight(tmp_path, monkeypatch):
+@pytest.fixture
+def saved(tmp_path):
+    """(model path, cache folder, weights): the model saved with fresh random weights."""
     w = _weights()
     path = tmp_path / "m.onnx"
     onnx.save(_model(w), path)
-    folder = tmp_path / "cache"
+    return path, tmp_path / "cache", w
+
+
+def test_a_second_load_asks_no_backend_and_copies_no_weight(saved, monkeypatch):
+    path, folder, w = saved
     backend = _backend()
     with make_runtime(backend) as rt:
         first = rt.load(str(path), plan_cache=str(folder))
@@ -113,11 +108,8 @@ def test_a_second_load_asks_no_backend_and_copies_no_weight(tmp_path, monkeypatc
         assert _entries(folder) == _entries(folder)  # nothing more was written
 
 
-def test_a_model_file_written_again_is_loaded_again(tmp_path):
-    path = tmp_path / "m.onnx"
-    folder = tmp_path / "cache"
-    w = _weights()
-    onnx.save(_model(w), path)
+def test_a_model_file_written_again_is_loaded_again(saved):
+    path, folder, w = saved
     with make_runtime(_backend()) as rt:
         _check(rt.load(str(path), plan_cache=str(folder)), w)
         new = _weights()  # same graph, same size, new weights: a new entry, new answers
@@ -126,11 +118,8 @@ def test_a_model_file_written_again_is_loaded_again(tmp_path):
         assert len(_entries(folder)) == 2
 
 
-def test_other_backends_or_options_get_entries_of_their_own(tmp_path):
-    path = tmp_path / "m.onnx"
-    folder = tmp_path / "cache"
-    w = _weights()
-    onnx.save(_model(w), path)
+def test_other_backends_or_options_get_entries_of_their_own(saved):
+    path, folder, w = saved
     with make_runtime(_backend(), NumpyBackend(id="other")) as rt:
         for backends, optimization in [(["numpy"], "all"), (["other", "numpy"], "all"),
                                        (["numpy"], "disable")]:
@@ -158,11 +147,8 @@ def test_model_bytes_are_cached_by_their_contents(tmp_path):
         assert len(_entries(folder)) == 2
 
 
-def test_an_entry_others_may_write_is_not_read(tmp_path, caplog):
-    path = tmp_path / "m.onnx"
-    folder = tmp_path / "cache"
-    w = _weights()
-    onnx.save(_model(w), path)
+def test_an_entry_others_may_write_is_not_read(saved, caplog):
+    path, folder, w = saved
     backend = _backend()
     with make_runtime(backend) as rt:
         rt.load(str(path), plan_cache=str(folder)).close()
@@ -178,11 +164,8 @@ def test_an_entry_others_may_write_is_not_read(tmp_path, caplog):
 
 @pytest.mark.parametrize("damage", ["truncated", "garbage", "header only", "flipped meta",
                                     "empty"])
-def test_a_damaged_entry_is_said_and_rebuilt(tmp_path, damage, caplog):
-    path = tmp_path / "m.onnx"
-    folder = tmp_path / "cache"
-    w = _weights()
-    onnx.save(_model(w), path)
+def test_a_damaged_entry_is_said_and_rebuilt(saved, damage, caplog):
+    path, folder, w = saved
     backend = _backend()
     with make_runtime(backend) as rt:
         rt.load(str(path), plan_cache=str(folder)).close()
@@ -204,11 +187,8 @@ def test_a_damaged_entry_is_said_and_rebuilt(tmp_path, damage, caplog):
         assert "mm" not in backend.asked
 
 
-def test_an_entry_replaced_under_a_live_network_leaves_it_as_it_was(tmp_path):
-    path = tmp_path / "m.onnx"
-    folder = tmp_path / "cache"
-    w = _weights()
-    onnx.save(_model(w), path)
+def test_an_entry_replaced_under_a_live_network_leaves_it_as_it_was(saved):
+    path, folder, w = saved
     with make_runtime(_backend()) as rt:
         rt.load(str(path), plan_cache=str(folder)).close()
         live = rt.load(str(path), plan_cache=str(folder))  # maps the entry
@@ -219,10 +199,8 @@ def test_an_entry_replaced_under_a_live_network_leaves_it_as_it_was(tmp_path):
         _check(live, w)
 
 
-def test_a_folder_that_cannot_be_written_is_said_and_the_load_goes_on(tmp_path, caplog):
-    path = tmp_path / "m.onnx"
-    w = _weights()
-    onnx.save(_model(w), path)
+def test_a_folder_that_cannot_be_written_is_said_and_the_load_goes_on(tmp_path, saved, caplog):
+    path, _, w = saved
     blocker = tmp_path / "a file"
     blocker.write_text("not a folder")
     with make_runtime(_backend()) as rt, caplog.at_level(logging.WARNING, logger="nnplug"):
@@ -257,10 +235,8 @@ def test_custom_ops_are_bound_again_on_a_hit(tmp_path):
     assert len(_entries(tmp_path / "cache")) == 1
 
 
-def test_the_session_config_entry_and_the_environment_turn_it_on(tmp_path, monkeypatch):
-    path = tmp_path / "m.onnx"
-    w = _weights()
-    onnx.save(_model(w), path)
+def test_the_session_config_entry_and_the_environment_turn_it_on(tmp_path, saved, monkeypatch):
+    path, _, w = saved
     x = RNG.standard_normal((2, 64)).astype(np.float32)
     with make_runtime(_backend()) as rt:
         monkeypatch.delenv(plan_cache.ENV_VAR, raising=False)

@@ -7,28 +7,15 @@ asked)."""
 from __future__ import annotations
 
 import sys
-from collections import Counter
 
 import numpy as np
 import onnxruntime as ort
-from numpy_backend import KERNELS, NumpyBackend, make_runtime
+from numpy_backend import KERNELS, CountingBackend, make_runtime
 from onnx import TensorProto as T
 from onnx import helper as h
 
 import nnplug
 from nnplug.stages import loader
-
-
-class CountingBackend(NumpyBackend):
-    """The numpy backend, counting what it is asked."""
-
-    def __init__(self, **kw):
-        super().__init__(**kw)
-        self.asked: Counter[str] = Counter()
-
-    def supports(self, node, graph):
-        self.asked[node.name] += 1
-        return super().supports(node, graph)
 
 
 def _model():
