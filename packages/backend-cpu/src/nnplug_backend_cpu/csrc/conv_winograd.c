@@ -19,21 +19,27 @@ int64_t nnc_wino_packed_floats(int64_t oc, int64_t ic)
     return 16 * nnc_sgemm_packed_a_floats(oc, ic);
 }
 
-int nnc_wino_pack(const float *w, int64_t oc, int64_t ic, float *pu)
+typedef struct {
+    const float *w;
+    int64_t oc, ic;
+    float *pu;
+} wino_pack_job;
+
+static void wino_pack_panels(void *arg, int64_t p0, int64_t p1, int tid)
 {
-    /* Straight into the packed layout of nnc_sgemm_pack_a (panels of MR output channels from
-     * pu + o0 * ic, each input channel's MR values side by side), so each of the 16 matrices
-     * is written in order once, with no [xi][o][c] array in between. */
-    const int64_t mr = NNC_GEMM_MR, per = nnc_sgemm_packed_a_floats(oc, ic);
-    for (int64_t o0 = 0; o0 < oc; o0 += mr)
+    (void)tid;
+    const wino_pack_job *j = arg;
+    const int64_t mr = NNC_GEMM_MR, oc = j->oc, ic = j->ic;
+    const int64_t per = nnc_sgemm_packed_a_floats(oc, ic);
+    for (int64_t o0 = p0 * mr; o0 < oc && o0 < p1 * mr; o0 += mr)
         for (int64_t c = 0; c < ic; c++) {
-            float *dst = pu + o0 * ic + c * mr;
+            float *dst = j->pu + o0 * ic + c * mr;
             for (int64_t i = 0; i < mr; i++) {
                 if (o0 + i >= oc) { /* the last panel's padding rows */
                     for (int xi = 0; xi < 16; xi++) dst[xi * per + i] = 0.f;
                     continue;
                 }
-                const float *g = w + ((o0 + i) * ic + c) * 9;
+                const float *g = j->w + ((o0 + i) * ic + c) * 9;
                 float t[4][3]; /* G g: rows g0, (g0 + g1 + g2) / 2, (g0 - g1 + g2) / 2, g2 */
                 for (int k = 0; k < 3; k++) {
                     t[0][k] = g[k];
@@ -48,6 +54,18 @@ int nnc_wino_pack(const float *w, int64_t oc, int64_t ic, float *pu)
                 }
             }
         }
+}
+
+int nnc_wino_pack(const float *w, int64_t oc, int64_t ic, float *pu)
+{
+    /* Straight into the packed layout of nnc_sgemm_pack_a (panels of MR output channels from
+     * pu + o0 * ic, each input channel's MR values side by side), so each of the 16 matrices
+     * is written in order once, with no [xi][o][c] array in between; panels on the pool's
+     * threads (each writes its own). */
+    wino_pack_job j = {w, oc, ic, pu};
+    int64_t panels = (oc + NNC_GEMM_MR - 1) / NNC_GEMM_MR, per_panel = 16 * NNC_GEMM_MR * ic;
+    nnc_parallel_for(panels, per_panel >= (1 << 16) ? 1 : (1 << 16) / per_panel, wino_pack_panels,
+                     &j);
     return NNC_OK;
 }
 

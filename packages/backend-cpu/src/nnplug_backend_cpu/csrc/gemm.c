@@ -21,6 +21,7 @@
 #define NR NNC_GEMM_NR
 #define KC 256
 #define MC 96  /* multiple of MR */
+#define PACK_GRAIN_FLOATS (1 << 16) /* packing split into pieces of at least this much */
 #define NC 1024 /* multiple of NR */
 
 typedef void (*ukernel_fn)(int64_t kc, const float *a, const float *b, float *c);
@@ -661,16 +662,35 @@ int64_t nnc_sgemm_packed_a_floats(int64_t m, int64_t k)
     return (m + MR - 1) / MR * MR * k;
 }
 
-void nnc_sgemm_pack_a(int64_t m, int64_t k, const float *a, int64_t lda, float *pa)
+typedef struct {
+    int64_t m, k, lda;
+    const float *a;
+    float *pa;
+} pack_a_job;
+
+static void pack_a_panels(void *arg, int64_t p0, int64_t p1, int tid)
 {
-    for (int64_t ip = 0; ip < m; ip += MR) {
-        int64_t h = m - ip < MR ? m - ip : MR;
-        for (int64_t kk = 0; kk < k; kk++, pa += MR) {
+    (void)tid;
+    const pack_a_job *j = arg;
+    for (int64_t ip = p0 * MR; ip < j->m && ip < p1 * MR; ip += MR) {
+        int64_t h = j->m - ip < MR ? j->m - ip : MR;
+        float *pa = j->pa + ip * j->k;
+        for (int64_t kk = 0; kk < j->k; kk++, pa += MR) {
             int64_t i = 0;
-            for (; i < h; i++) pa[i] = a[(ip + i) * lda + kk];
+            for (; i < h; i++) pa[i] = j->a[(ip + i) * j->lda + kk];
             for (; i < MR; i++) pa[i] = 0.f;
         }
     }
+}
+
+/* Panels on the pool's threads (each writes its own): a session's weights are packed at
+ * create, so packing is part of how long a model takes to load. */
+void nnc_sgemm_pack_a(int64_t m, int64_t k, const float *a, int64_t lda, float *pa)
+{
+    pack_a_job j = {m, k, lda, a, pa};
+    int64_t panels = (m + MR - 1) / MR, floats = MR * (k > 0 ? k : 1);
+    nnc_parallel_for(panels, floats >= PACK_GRAIN_FLOATS ? 1 : PACK_GRAIN_FLOATS / floats,
+                     pack_a_panels, &j);
 }
 
 void nnc_sgemm_packed_a_scale_row(float *pa, int64_t k, int64_t row, float s)
