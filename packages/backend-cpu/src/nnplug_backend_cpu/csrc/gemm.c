@@ -721,6 +721,28 @@ void nnc_sgemm_pack_b_row(int64_t k, int64_t kk, int64_t n, const float *row, fl
     }
 }
 
+typedef struct {
+    int64_t k, n, ldb;
+    const float *b;
+    float *pb;
+} pack_b_job;
+
+static void pack_b_rows(void *arg, int64_t r0, int64_t r1, int tid)
+{
+    (void)tid;
+    const pack_b_job *j = arg;
+    for (int64_t kk = r0; kk < r1; kk++)
+        nnc_sgemm_pack_b_row(j->k, kk, j->n, j->b + kk * j->ldb, j->pb);
+}
+
+void nnc_sgemm_pack_b(int64_t k, int64_t n, const float *b, int64_t ldb, float *pb)
+{
+    pack_b_job j = {k, n, ldb, b, pb};
+    int64_t per_row = n > 0 ? n : 1;
+    nnc_parallel_for(k, per_row >= PACK_GRAIN_FLOATS ? 1 : PACK_GRAIN_FLOATS / per_row, pack_b_rows,
+                     &j);
+}
+
 float *nnc_sgemm_packed_b_row_at(int64_t k, int64_t kk, int64_t n, float *pb, int64_t *panel)
 {
     int64_t npad = (n + NR - 1) / NR * NR, p0 = kk / KC * KC;

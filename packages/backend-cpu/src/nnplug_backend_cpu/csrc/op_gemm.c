@@ -507,8 +507,7 @@ static int matmul_create(nnc_node *n, nnc_err *e)
         s->N = b->dims[1];
         s->pb = nnc_alloc((size_t)nnc_sgemm_packed_b_floats(s->K, s->N) * sizeof(float));
         if (!s->pb) return nnc_node_fail(e, n, "out of memory packing B");
-        for (int64_t k = 0; k < s->K; k++)
-            nnc_sgemm_pack_b_row(s->K, k, s->N, (const float *)b->const_data + k * s->N, s->pb);
+        nnc_sgemm_pack_b(s->K, s->N, (const float *)b->const_data, s->N, s->pb);
     }
     return NNC_OK;
 }
