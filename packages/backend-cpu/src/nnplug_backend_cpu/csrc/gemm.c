@@ -662,32 +662,33 @@ int64_t nnc_sgemm_packed_a_floats(int64_t m, int64_t k)
     return (m + MR - 1) / MR * MR * k;
 }
 
+/* A row-major matrix (rows x cols, row stride ld) being packed on the pool's threads (each
+ * writes its own panels or rows): a session's weights are packed at create, so packing is
+ * part of how long a model takes to load. */
 typedef struct {
-    int64_t m, k, lda;
-    const float *a;
-    float *pa;
-} pack_a_job;
+    int64_t rows, cols, ld;
+    const float *src;
+    float *dst;
+} pack_job;
 
 static void pack_a_panels(void *arg, int64_t p0, int64_t p1, int tid)
 {
     (void)tid;
-    const pack_a_job *j = arg;
-    for (int64_t ip = p0 * MR; ip < j->m && ip < p1 * MR; ip += MR) {
-        int64_t h = j->m - ip < MR ? j->m - ip : MR;
-        float *pa = j->pa + ip * j->k;
-        for (int64_t kk = 0; kk < j->k; kk++, pa += MR) {
+    const pack_job *j = arg;
+    for (int64_t ip = p0 * MR; ip < j->rows && ip < p1 * MR; ip += MR) {
+        int64_t h = j->rows - ip < MR ? j->rows - ip : MR;
+        float *pa = j->dst + ip * j->cols;
+        for (int64_t kk = 0; kk < j->cols; kk++, pa += MR) {
             int64_t i = 0;
-            for (; i < h; i++) pa[i] = j->a[(ip + i) * j->lda + kk];
+            for (; i < h; i++) pa[i] = j->src[(ip + i) * j->ld + kk];
             for (; i < MR; i++) pa[i] = 0.f;
         }
     }
 }
 
-/* Panels on the pool's threads (each writes its own): a session's weights are packed at
- * create, so packing is part of how long a model takes to load. */
 void nnc_sgemm_pack_a(int64_t m, int64_t k, const float *a, int64_t lda, float *pa)
 {
-    pack_a_job j = {m, k, lda, a, pa};
+    pack_job j = {m, k, lda, a, pa};
     int64_t panels = (m + MR - 1) / MR, floats = MR * (k > 0 ? k : 1);
     nnc_parallel_for(panels, floats >= PACK_GRAIN_FLOATS ? 1 : PACK_GRAIN_FLOATS / floats,
                      pack_a_panels, &j);
@@ -721,23 +722,17 @@ void nnc_sgemm_pack_b_row(int64_t k, int64_t kk, int64_t n, const float *row, fl
     }
 }
 
-typedef struct {
-    int64_t k, n, ldb;
-    const float *b;
-    float *pb;
-} pack_b_job;
-
 static void pack_b_rows(void *arg, int64_t r0, int64_t r1, int tid)
 {
     (void)tid;
-    const pack_b_job *j = arg;
+    const pack_job *j = arg;
     for (int64_t kk = r0; kk < r1; kk++)
-        nnc_sgemm_pack_b_row(j->k, kk, j->n, j->b + kk * j->ldb, j->pb);
+        nnc_sgemm_pack_b_row(j->rows, kk, j->cols, j->src + kk * j->ld, j->dst);
 }
 
 void nnc_sgemm_pack_b(int64_t k, int64_t n, const float *b, int64_t ldb, float *pb)
 {
-    pack_b_job j = {k, n, ldb, b, pb};
+    pack_job j = {k, n, ldb, b, pb};
     int64_t per_row = n > 0 ? n : 1;
     nnc_parallel_for(k, per_row >= PACK_GRAIN_FLOATS ? 1 : PACK_GRAIN_FLOATS / per_row, pack_b_rows,
                      &j);
