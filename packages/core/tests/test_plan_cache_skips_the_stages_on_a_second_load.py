@@ -276,3 +276,33 @@ def test_what_the_stages_warned_about_is_said_again_on_a_hit(tmp_path):
             _check(rt.load(str(path), plan_cache=str(tmp_path / "cache")), w)
     said = sorted((type(w.message).__name__, str(w.message)) for w in first)
     assert said and sorted((type(w.message).__name__, str(w.message)) for w in second) == said
+
+
+def test_constants_of_every_kind_read_back_as_they_were(tmp_path):
+    # large plain arrays are mapped back; strings, ml_dtypes' types and small arrays are
+    # pickled (a bfloat16 array's dtype.str is "<V2": mapped back it would be raw bytes)
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    from nnplug.from_onnx import model_from_proto
+    from nnplug.plan_cache import Decided, _read_entry, _write_entry
+
+    model = model_from_proto(_model(_weights()))
+    rng = np.random.default_rng(3)
+    constants = {
+        "f32": rng.standard_normal((64, 96)).astype(np.float32),
+        "i64": np.arange(5000, dtype=np.int64).reshape(50, 100),
+        "bool": rng.random((70, 70)) > 0.5,
+        "bf16": rng.standard_normal((64, 96)).astype(ml_dtypes.bfloat16),
+        "f8": rng.standard_normal(300).astype(ml_dtypes.float8_e4m3fn),
+        "strings": np.array(["a", "bb", ""], dtype=object),
+        "scalar": np.array(2.0, np.float32),
+        "empty": np.zeros((0, 3), np.float32),
+    }
+    decided = Decided(model, model, [], {}, constants, {}, {}, {})
+    path = str(tmp_path / "entry.nnplan")
+    _write_entry(path, "k", decided)
+    got = _read_entry(path, "k").constants
+    assert set(got) == set(constants)
+    for name, want in constants.items():
+        assert got[name].dtype == want.dtype and got[name].shape == want.shape, name
+        np.testing.assert_array_equal(got[name], want, err_msg=name)
+        assert not got[name].flags.writeable, name

@@ -220,8 +220,10 @@ def _write_entry(path: str, key: str, d: Decided) -> None:
     arrays = []
     for name, a in d.constants.items():
         a = np.asarray(a)
-        if a.dtype.hasobject or a.nbytes < _ALIGN * 4:
-            small[name] = a  # strings, and arrays smaller than their padding: pickled
+        if a.dtype.hasobject or a.dtype.isbuiltin != 1 or a.nbytes < _ALIGN * 4:
+            # pickled: strings, ml_dtypes' types (bfloat16, float8, int4: their dtype.str
+            # reads back as raw bytes), and arrays smaller than their padding
+            small[name] = a
             continue
         a = np.ascontiguousarray(a)
         table[name] = (a.dtype.str, a.shape, offset, a.nbytes)
