@@ -26,13 +26,9 @@ Turn it on with ``Runtime.load(..., plan_cache=True | folder)``, the session con
 
 from __future__ import annotations
 
-import hashlib
-import inspect
 import os
-import pickle
 import struct
 import sys
-import tempfile
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -117,6 +113,8 @@ class Recorded:
 def plan_key(read: ModelFile, infos, ops: dict, functions, targets: dict, *,
              optimization: str, placement: str, use_overrides: bool) -> str:
     """The hex key of a load: changes with anything that changes what the stages decide."""
+    import hashlib
+
     h = hashlib.sha256()
 
     def put(*parts):
@@ -145,6 +143,8 @@ def _code_stamp(obj) -> str:
     """The identity of the files ``obj``'s code comes from (a native backend's library, else
     every module of the package its class is defined in): an editable install changes code,
     not versions."""
+    import inspect
+
     path = getattr(obj, "path", None)
     if not isinstance(path, str):
         path = getattr(getattr(obj, "library", None), "path", None)
@@ -216,6 +216,10 @@ def _shell(model: Model) -> Model:
 
 
 def _write_entry(path: str, key: str, d: Decided) -> None:
+    import hashlib
+    import pickle
+    import tempfile
+
     table, offset, small = {}, 0, {}
     arrays = []
     for name, a in d.constants.items():
@@ -256,7 +260,9 @@ def _write_entry(path: str, key: str, d: Decided) -> None:
 
 
 def _read_entry(path: str, key: str) -> Recorded:
+    import hashlib
     import mmap
+    import pickle
 
     with open(path, "rb") as f:
         st = os.fstat(f.fileno())

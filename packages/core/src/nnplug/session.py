@@ -34,8 +34,6 @@ from .errors import (
     OptionError,
 )
 from .model_options import as_array, config_from_model, read_with_overrides
-from .plan_cache import CONFIG_KEY as PLAN_CACHE_CONFIG_KEY
-from .plan_cache import cache_folder
 from .precision_hint import CONFIG_KEY as PRECISION_CONFIG_KEY
 from .precision_hint import hinted_targets
 from .profiling import Profiler
@@ -518,9 +516,11 @@ class InferenceSession:
         if so.enable_profiling:
             self._profiler = Profiler()
         # onnxruntime's config entry for the folder of external data when the model is bytes
+        from .plan_cache import CONFIG_KEY, cache_folder  # on the first session: its import
+
         entries = so._config_entries()
         # the session entry ("" turns it off), else as NNPLUG_PLAN_CACHE says (None)
-        cache = entries.get(PLAN_CACHE_CONFIG_KEY)
+        cache = entries.get(CONFIG_KEY)
         self._plan_cache = None if cache is None else (cache or False)
         self._model = read_with_overrides(path_or_bytes, so, entries.get(EXTERNAL_DATA_FOLDER),
                                           lazy=cache_folder(self._plan_cache) is not None)
