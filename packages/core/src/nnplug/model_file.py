@@ -59,8 +59,6 @@ class ModelFile:
 
     proto: onnx.ModelProto
     weights: Mapping[str, np.ndarray] = field(default_factory=dict)
-    source: str | None = None
-    """The file read, if any (for messages)."""
 
     def weights_identity(self) -> str:
         if isinstance(self.weights, FileWeights):
@@ -97,9 +95,6 @@ class FileWeights(Mapping):
 
     def arrays(self) -> dict[str, np.ndarray]:
         """Every weight, copied out of the file now if it was not yet."""
-        return self._read()
-
-    def _read(self) -> dict[str, np.ndarray]:
         with self._lock:
             if self._arrays is None:
                 self._arrays = self._copy()
@@ -129,7 +124,7 @@ class FileWeights(Mapping):
             mapping.close()
 
     def __getitem__(self, name: str) -> np.ndarray:
-        return self._read()[name]
+        return self.arrays()[name]
 
     def __iter__(self):
         return iter(self._names)
@@ -175,7 +170,7 @@ def read_file(path: str, lazy: bool = False) -> ModelFile:
             stat = os.fstat(f.fileno())
             mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     except (OSError, ValueError):  # an empty file, a file that cannot be mapped
-        return ModelFile(onnx.load(path), source=path)
+        return ModelFile(onnx.load(path))
     try:
         read = _split(mapping, lambda cut: FileWeights(path, stat, cut))
     finally:
@@ -184,8 +179,7 @@ def read_file(path: str, lazy: bool = False) -> ModelFile:
         except BufferError:  # a view still held (by a traceback): freed with it
             pass
     if read is None:
-        return ModelFile(onnx.load(path), source=path)
-    read.source = path
+        return ModelFile(onnx.load(path))
     if not lazy:
         read.weights.arrays()
     from onnx.external_data_helper import load_external_data_for_model

@@ -46,7 +46,7 @@ def read_with_overrides(source, so, folder=None, lazy: bool = False) -> ModelFil
     if so._free_dims_by_name or so._free_dims_by_denotation:
         proto = _override_free_dims(proto, so._free_dims_by_name, so._free_dims_by_denotation)
     # a replaced initializer has its own bytes again: model_file.weight_of passes over it
-    return ModelFile(proto, read.weights, read.source)
+    return ModelFile(proto, read.weights)
 
 
 def _without_external_data(source) -> tuple[onnx.ModelProto, str | None]:

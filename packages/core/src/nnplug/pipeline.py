@@ -36,7 +36,7 @@ from .from_onnx import model_from_proto
 from .graph import Model, node_has_strings, whole_graph
 from .network import Network, release_plan
 from .plan import Plan
-from .plan_cache import Decided, PlanCache, Recorded, plan_key
+from .plan_cache import Decided, PlanCache, plan_key
 from .stages.compiler import build_plan, build_steps, targets_for
 from .stages.cse import merge_common_subexpressions
 from .stages.executor import run_steps
@@ -65,18 +65,15 @@ def load_network(runtime: Runtime, model, backends: list[BackendInfo], ops: dict
     straight to the compile stage (:mod:`nnplug.plan_cache`)."""
     # with a cache, a file's weights are copied only if a stage asks (a hit never does)
     read = read_model(model, external_data_dir, lazy=cache is not None)
-    key = None
-    if cache is not None:
-        key = plan_key(read, backends, ops, runtime.functions, targets_for(
-            [i.backend for i in backends], targets), optimization=optimization,
-            placement=placement_mode(runtime.options.placement),
-            use_overrides=not runtime.options.disable_op_overrides)
-        hit = cache.read(key)
-        if hit is not None:
-            return compile_recorded(runtime, hit, backends, ops, targets,
-                                    optimization=optimization)
-    if key is None:
+    if cache is None:
         return _read_to_compile(runtime, read, backends, ops, targets, optimization)
+    key = plan_key(read, backends, ops, runtime.functions, targets_for(
+        [i.backend for i in backends], targets), optimization=optimization,
+        placement=placement_mode(runtime.options.placement),
+        use_overrides=not runtime.options.disable_op_overrides)
+    hit = cache.read(key)
+    if hit is not None:
+        return compile_recorded(runtime, hit, backends, ops, targets, optimization=optimization)
     kept: list[Decided] = []
     said: list = []
     try:
@@ -135,8 +132,11 @@ def compile_network(runtime: Runtime, model: Model, infos: list[BackendInfo],
                 alone=lambda n: node_has_strings(n, folded.model.values, plan.constants))
         declines.warn(placed)
         if keep is not None:
-            keep(Decided(model, folded.model, rest, placed, dict(plan.constants),
-                         dict(plan.assignment), dict(plan.declined), dict(merged)))
+            keep(Decided(model, folded.model, rest,
+                         {n: (p.label, p.with_next, dict(p.declined or {}))
+                          for n, p in placed.items()},
+                         dict(plan.constants), dict(plan.assignment), dict(plan.declined),
+                         dict(merged)))
         _build(plan, folded.model, rest, placed, target_of, optimization, merged)
     except BaseException:
         release_plan(plan.steps, leases)  # the kernels built so far, then the backends
@@ -144,7 +144,7 @@ def compile_network(runtime: Runtime, model: Model, infos: list[BackendInfo],
     return Network(model, plan, leases, nodes=rest, optimization=optimization)
 
 
-def compile_recorded(runtime: Runtime, rec: Recorded, infos: list[BackendInfo],
+def compile_recorded(runtime: Runtime, rec: Decided, infos: list[BackendInfo],
                      ops: dict[str, CustomOp], targets: dict, *,
                      optimization: str = "all") -> Network:
     """A Network from a plan cache entry: each node placed where the entry says (custom ops

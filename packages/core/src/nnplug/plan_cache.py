@@ -40,7 +40,6 @@ from .plugins import log
 if TYPE_CHECKING:
     from .graph import Model, Node
     from .model_file import ModelFile
-    from .stages.planner import Placement
 
 ENV_VAR = "NNPLUG_PLAN_CACHE"
 CACHE_ENV_VAR = "NNPLUG_CACHE_DIR"
@@ -75,8 +74,8 @@ def cache_folder(option=None) -> str | None:
 
 @dataclass
 class Decided:
-    """What the stages from read to place decided for one load: what compile builds, and
-    what an entry keeps."""
+    """What the stages from read to place decided for one load: what an entry keeps, and what
+    a load from it compiles."""
 
     model: Model
     """The model as read and checked (the Network's inputs, outputs and op types)."""
@@ -84,7 +83,8 @@ class Decided:
     """The model after expansion and folding (the values the nodes make)."""
     nodes: list[Node]
     """The nodes left to run, in order."""
-    placed: dict[str, Placement]
+    placed: dict[str, tuple[str, bool, dict[str, str]]]
+    """Node name -> (where it runs, claimed with the next node, who declined it and why)."""
     constants: dict[str, np.ndarray]
     assignment: dict[str, str]
     """Where the nodes folded at load ran."""
@@ -93,21 +93,6 @@ class Decided:
     """Node merged away -> the node it is the same as."""
     warnings: list[tuple[str, str]] = field(default_factory=list)
     """(category name, message) of the warnings the stages gave, said again on a cache hit."""
-
-
-@dataclass
-class Recorded:
-    """An entry read back: a Decided whose placements are (label, with_next, declined)."""
-
-    model: Model
-    folded: Model
-    nodes: list[Node]
-    placed: dict[str, tuple[str, bool, dict]]
-    constants: dict[str, np.ndarray]
-    assignment: dict[str, str]
-    declined: dict[str, dict[str, str]]
-    merged: dict[str, str]
-    warnings: list[tuple[str, str]]
 
 
 def plan_key(read: ModelFile, infos, ops: dict, functions, targets: dict, *,
@@ -179,7 +164,7 @@ class PlanCache:
     def path(self, key: str) -> str:
         return os.path.join(self.folder, key + SUFFIX)
 
-    def read(self, key: str) -> Recorded | None:
+    def read(self, key: str) -> Decided | None:
         """The entry of ``key``; None when there is none or it cannot be used (said in the
         log: it is written again after this load)."""
         path = self.path(key)
@@ -215,6 +200,10 @@ def _shell(model: Model) -> Model:
     return replace(model, constants={}, proto=proto, producers={})
 
 
+def _aligned(n: int) -> int:
+    return -(-n // _ALIGN) * _ALIGN
+
+
 def _write_entry(path: str, key: str, d: Decided) -> None:
     import hashlib
     import pickle
@@ -232,15 +221,11 @@ def _write_entry(path: str, key: str, d: Decided) -> None:
         a = np.ascontiguousarray(a)
         table[name] = (a.dtype.str, a.shape, offset, a.nbytes)
         arrays.append(a)
-        offset += -(-a.nbytes // _ALIGN) * _ALIGN
-    placed = {n: (p.label, p.with_next, dict(p.declined or {})) for n, p in d.placed.items()}
-    meta = pickle.dumps({
-        "key": key, "model": _shell(d.model), "folded": _shell(d.folded), "nodes": d.nodes,
-        "placed": placed, "table": table, "small": small, "assignment": d.assignment,
-        "declined": d.declined, "merged": d.merged, "warnings": d.warnings,
-    }, protocol=5)
+        offset += _aligned(a.nbytes)
+    described = replace(d, model=_shell(d.model), folded=_shell(d.folded), constants=small)
+    meta = pickle.dumps({"key": key, "decided": described, "table": table}, protocol=5)
     head = _HEADER.pack(MAGIC, len(meta), offset, hashlib.sha256(meta).digest())
-    start = -(-(len(head) + len(meta)) // _ALIGN) * _ALIGN
+    start = _aligned(len(head) + len(meta))
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=SUFFIX, dir=os.path.dirname(path))
     try:
         with os.fdopen(fd, "wb") as f:
@@ -259,7 +244,7 @@ def _write_entry(path: str, key: str, d: Decided) -> None:
         raise
 
 
-def _read_entry(path: str, key: str) -> Recorded:
+def _read_entry(path: str, key: str) -> Decided:
     import hashlib
     import mmap
     import pickle
@@ -278,27 +263,25 @@ def _read_entry(path: str, key: str) -> Recorded:
         meta_bytes = f.read(meta_len)
         if len(meta_bytes) != meta_len or hashlib.sha256(meta_bytes).digest() != digest:
             raise ValueError("its description is cut short or damaged")
-        start = -(-(_HEADER.size + meta_len) // _ALIGN) * _ALIGN
-        size = os.fstat(f.fileno()).st_size
-        if size != start + data_len:
-            raise ValueError(f"{size} bytes where its header says {start + data_len}")
+        start = _aligned(_HEADER.size + meta_len)
+        if st.st_size != start + data_len:
+            raise ValueError(f"{st.st_size} bytes where its header says {start + data_len}")
         meta = pickle.loads(meta_bytes)
         if meta["key"] != key:
             raise ValueError("it was written for another key")
         mapping = (mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if data_len else None)
-    constants = dict(meta["small"])
+    decided = meta["decided"]
+    constants = decided.constants  # the pickled ones, then the mapped ones
     for name, (dtype, shape, offset, nbytes) in meta["table"].items():
         # read-only views of the mapping: the entry is never written in place (replaced
         # whole), so its pages stay what they were for as long as a session maps them
-        a = np.frombuffer(mapping, dtype=np.dtype(dtype), count=nbytes // np.dtype(dtype).itemsize,
-                          offset=start + offset).reshape(shape)
-        constants[name] = a
+        dt = np.dtype(dtype)
+        constants[name] = np.frombuffer(mapping, dtype=dt, count=nbytes // dt.itemsize,
+                                        offset=start + offset).reshape(shape)
     for a in constants.values():
         if isinstance(a, np.ndarray) and a.flags.writeable:
             a.flags.writeable = False
-    return Recorded(meta["model"], meta["folded"], meta["nodes"], meta["placed"], constants,
-                    meta["assignment"], meta["declined"], meta["merged"], meta["warnings"])
+    return decided
 
 
-__all__ = ["CONFIG_KEY", "ENV_VAR", "Decided", "PlanCache", "Recorded", "cache_folder",
-           "plan_key"]
+__all__ = ["CONFIG_KEY", "ENV_VAR", "Decided", "PlanCache", "cache_folder", "plan_key"]
