@@ -13,7 +13,7 @@ from ..graph import node_has_strings
 from ..plan import Plan, Step, plan_frees
 from ..target import Target
 from ..tensor import Tensor
-from .planner import partitions, subgraph_for
+from .planner import partitions, subgraph_for, wanted_after
 
 if TYPE_CHECKING:
     from ..backend import Backend
@@ -63,15 +63,10 @@ def build_steps(plan: Plan, model: Model, nodes: list[Node], placed: dict[str, P
             else:
                 split.append([n])
         parts = split
-    wanted_after: list[set[str]] = []  # per partition: values read after it, or kept
-    later = set(keep)
-    for part in reversed(parts):
-        wanted_after.append(set(later))
-        later.update(x for n in part for x in n.inputs if x)
-    wanted_after.reverse()
+    after = wanted_after(parts, keep)
     for i, part in enumerate(parts):
         p = placed[part[0].name]
-        sg = subgraph_for(part, model, plan.constants, wanted_after[i], i)
+        sg = subgraph_for(part, model, plan.constants, after[i], i)
         if p.op is not None:
             steps.append(_custom_step(p, sg))
             continue

@@ -44,7 +44,7 @@ from .._version import __version__
 from ..device import CPU
 from ..plan_cache import cache_root
 from ..tensor import Tensor
-from .planner import Placement, partitions, subgraph_for
+from .planner import Placement, partitions, subgraph_for, wanted_after
 
 if TYPE_CHECKING:
     from ..backend import Backend
@@ -78,8 +78,12 @@ def measure_placement(model: Model, nodes: list[Node], placed: dict[str, Placeme
     hosts = [b for b in backends if target_of[b.id].device == CPU]
     out = dict(placed)
     cache = _Cache()
-    used_after = _used_after(nodes, model)
-    for i, part in enumerate(partitions(nodes, placed, alone=alone)):
+    results = {o.name for o in model.outputs}
+    parts = partitions(nodes, placed, alone=alone)
+    # timed writing what the network reads after it, as it runs there (every value made
+    # inside would make a oneDNN partition reorder each back to a plain layout)
+    after = wanted_after(parts, results)
+    for i, part in enumerate(parts):
         current = placed[part[0].name]
         if current.backend not in hosts or current.op is not None or current.core is not None \
                 or any(placed[n.name].with_next for n in part):
@@ -88,7 +92,7 @@ def measure_placement(model: Model, nodes: list[Node], placed: dict[str, Placeme
                   and all(_claims(b, n, graph) for n in part)]
         if not others:
             continue
-        sg = subgraph_for(part, model, constants, used_after(part), i)
+        sg = subgraph_for(part, model, constants, after[i], i)
         if not _static(sg):
             continue
         key = _key(sg, [current.backend, *others])
@@ -107,16 +111,14 @@ def measure_placement(model: Model, nodes: list[Node], placed: dict[str, Placeme
             declined = dict(placed[n.name].declined or {})
             declined[current.backend.id] = why
             out[n.name] = Placement(backend=best, declined=declined)
-    out = _whole_network(model, nodes, out, hosts, graph, constants, target_of, alone, cache,
-                         used_after)
+    out = _whole_network(model, nodes, out, hosts, graph, constants, target_of, alone, cache)
     cache.save()
     return out
 
 
 def _whole_network(model: Model, nodes: list[Node], placed: dict[str, Placement],
                    hosts: list[Backend], graph: SubGraph, constants: dict,
-                   target_of: dict[str, Target], alone, cache: _Cache,
-                   used_after) -> dict[str, Placement]:
+                   target_of: dict[str, Target], alone, cache: _Cache) -> dict[str, Placement]:
     """``placed``, or every node on one host backend when that runs the whole network faster
     than the split: each partition kept its backend within the margin, and near ties add up,
     as does what switching backends costs between partitions (a oneDNN convolution between
@@ -128,7 +130,8 @@ def _whole_network(model: Model, nodes: list[Node], placed: dict[str, Placement]
             p.backend not in hosts or p.op is not None or p.core is not None or p.with_next
             for p in placed.values()):
         return placed
-    whole = subgraph_for(nodes, model, constants, {o.name for o in model.outputs}, 0)
+    results = {o.name for o in model.outputs}
+    whole = subgraph_for(nodes, model, constants, results, 0)
     if not _static(whole):
         return placed
     alone_on = [b for b in hosts if all(_claims(b, n, graph) for n in nodes)]
@@ -139,10 +142,9 @@ def _whole_network(model: Model, nodes: list[Node], placed: dict[str, Placement]
     times = cache.get(key)
     if times is None:
         chain = []
-        for i, part in enumerate(parts):
+        for i, (part, wanted) in enumerate(zip(parts, wanted_after(parts, results))):
             b = placed[part[0].name].backend
-            chain.append((b, subgraph_for(part, model, constants, used_after(part), i),
-                          target_of[b.id]))
+            chain.append((b, subgraph_for(part, model, constants, wanted, i), target_of[b.id]))
         times = {"split": _time_chain(chain, whole),
                  **{b.id: _time(b, whole, target_of[b.id]) for b in alone_on}}
         cache.put(key, times)
@@ -169,26 +171,6 @@ def _claims(backend: Backend, node: Node, graph: SubGraph) -> bool:
         return bool(backend.supports(node, graph))
     except Exception:  # a plugin that cannot answer does not take the partition
         return False
-
-
-def _used_after(nodes: list[Node], model: Model):
-    """part -> the values it makes that the network needs after it (read by a node outside
-    it, or a graph output): what it hands on when it runs in the network. Timing a partition
-    that also writes out every value made inside it would time what its run never does (a
-    oneDNN partition would reorder each one back to a plain layout)."""
-    readers: dict[str, set[str]] = {}
-    for n in nodes:
-        for x in n.inputs:
-            if x:
-                readers.setdefault(x, set()).add(n.name)
-    results = {o.name for o in model.outputs}
-
-    def needed(part: list[Node]) -> set[str]:
-        inside = {n.name for n in part}
-        return {o for n in part for o in n.outputs
-                if o and (o in results or readers.get(o, set()) - inside)}
-
-    return needed
 
 
 def _static(sg: SubGraph) -> bool:

@@ -271,6 +271,18 @@ def partitions(nodes: list[Node], placements: dict[str, Placement],
     return parts
 
 
+def wanted_after(parts: list[list[Node]], keep: set[str]) -> list[set[str]]:
+    """Per partition: the values read after it (by a later partition) or kept (``keep``):
+    what it hands on when it runs in the network."""
+    out: list[set[str]] = []
+    later = set(keep)
+    for part in reversed(parts):
+        out.append(set(later))
+        later.update(x for n in part for x in n.inputs if x)
+    out.reverse()
+    return out
+
+
 def subgraph_for(part: list[Node], model: Model, constants: dict[str, np.ndarray],
                  needed_after: set[str], index: int) -> SubGraph:
     produced = {o for n in part for o in n.outputs if o}
