@@ -9,7 +9,6 @@
 #include "conv_winograd.h"
 
 #include <float.h>
-#include <stdlib.h>
 #include <string.h>
 
 /* U_xi = (G g G^T)_xi of each output channel's 3x3 kernel for input channel c, packed as 16
@@ -56,17 +55,15 @@ static void wino_pack_panels(void *arg, int64_t p0, int64_t p1, int tid)
         }
 }
 
-int nnc_wino_pack(const float *w, int64_t oc, int64_t ic, float *pu)
+void nnc_wino_pack(const float *w, int64_t oc, int64_t ic, float *pu)
 {
     /* Straight into the packed layout of nnc_sgemm_pack_a (panels of MR output channels from
      * pu + o0 * ic, each input channel's MR values side by side), so each of the 16 matrices
      * is written in order once, with no [xi][o][c] array in between; panels on the pool's
      * threads (each writes its own). */
     wino_pack_job j = {w, oc, ic, pu};
-    int64_t panels = (oc + NNC_GEMM_MR - 1) / NNC_GEMM_MR, per_panel = 16 * NNC_GEMM_MR * ic;
-    nnc_parallel_for(panels, per_panel >= (1 << 16) ? 1 : (1 << 16) / per_panel, wino_pack_panels,
-                     &j);
-    return NNC_OK;
+    nnc_parallel_for((oc + NNC_GEMM_MR - 1) / NNC_GEMM_MR, nnc_pack_grain(16 * NNC_GEMM_MR * ic),
+                     wino_pack_panels, &j);
 }
 
 void nnc_wino_scale_row(float *pu, int64_t oc, int64_t ic, int64_t row, float s)

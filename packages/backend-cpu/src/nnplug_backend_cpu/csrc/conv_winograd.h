@@ -14,7 +14,7 @@ typedef struct {
  * pu; nnc_wino_scale_row multiplies output channel `row` of them by s (a folded
  * BatchNormalization). */
 int64_t nnc_wino_packed_floats(int64_t oc, int64_t ic);
-int nnc_wino_pack(const float *w, int64_t oc, int64_t ic, float *pu);
+void nnc_wino_pack(const float *w, int64_t oc, int64_t ic, float *pu);
 void nnc_wino_scale_row(float *pu, int64_t oc, int64_t ic, int64_t row, float s);
 
 /* Whether any of x[0, n) is a NaN or an infinity. */

@@ -21,7 +21,6 @@
 #define NR NNC_GEMM_NR
 #define KC 256
 #define MC 96  /* multiple of MR */
-#define PACK_GRAIN_FLOATS (1 << 16) /* packing split into pieces of at least this much */
 #define NC 1024 /* multiple of NR */
 
 typedef void (*ukernel_fn)(int64_t kc, const float *a, const float *b, float *c);
@@ -662,6 +661,12 @@ int64_t nnc_sgemm_packed_a_floats(int64_t m, int64_t k)
     return (m + MR - 1) / MR * MR * k;
 }
 
+int64_t nnc_pack_grain(int64_t floats_per_item)
+{
+    const int64_t piece = 1 << 16; /* floats: smaller pieces cost more to hand out than to do */
+    return floats_per_item >= piece ? 1 : piece / (floats_per_item > 0 ? floats_per_item : 1);
+}
+
 /* A row-major matrix (rows x cols, row stride ld) being packed on the pool's threads (each
  * writes its own panels or rows): a session's weights are packed at create, so packing is
  * part of how long a model takes to load. */
@@ -689,9 +694,7 @@ static void pack_a_panels(void *arg, int64_t p0, int64_t p1, int tid)
 void nnc_sgemm_pack_a(int64_t m, int64_t k, const float *a, int64_t lda, float *pa)
 {
     pack_job j = {m, k, lda, a, pa};
-    int64_t panels = (m + MR - 1) / MR, floats = MR * (k > 0 ? k : 1);
-    nnc_parallel_for(panels, floats >= PACK_GRAIN_FLOATS ? 1 : PACK_GRAIN_FLOATS / floats,
-                     pack_a_panels, &j);
+    nnc_parallel_for((m + MR - 1) / MR, nnc_pack_grain(MR * k), pack_a_panels, &j);
 }
 
 void nnc_sgemm_packed_a_scale_row(float *pa, int64_t k, int64_t row, float s)
@@ -733,9 +736,7 @@ static void pack_b_rows(void *arg, int64_t r0, int64_t r1, int tid)
 void nnc_sgemm_pack_b(int64_t k, int64_t n, const float *b, int64_t ldb, float *pb)
 {
     pack_job j = {k, n, ldb, b, pb};
-    int64_t per_row = n > 0 ? n : 1;
-    nnc_parallel_for(k, per_row >= PACK_GRAIN_FLOATS ? 1 : PACK_GRAIN_FLOATS / per_row, pack_b_rows,
-                     &j);
+    nnc_parallel_for(k, nnc_pack_grain(n), pack_b_rows, &j);
 }
 
 float *nnc_sgemm_packed_b_row_at(int64_t k, int64_t kk, int64_t n, float *pb, int64_t *panel)

@@ -236,6 +236,8 @@ int nnc_isa_level(void);
 void nnc_gemm_row_blocks(int64_t m, int64_t tasks, int threads, int64_t *blk, int64_t *nblk);
 int64_t nnc_sgemm_packed_a_floats(int64_t m, int64_t k);
 void nnc_sgemm_pack_a(int64_t m, int64_t k, const float *a, int64_t lda, float *pa);
+/* The grain for nnc_parallel_for over items of floats_per_item floats each when packing. */
+int64_t nnc_pack_grain(int64_t floats_per_item);
 /* All k rows of row-major B (row stride ldb) packed at once, rows on the pool's threads. */
 void nnc_sgemm_pack_b(int64_t k, int64_t n, const float *b, int64_t ldb, float *pb);
 void nnc_sgemm_packed_a_scale_row(float *pa, int64_t k, int64_t row, float s); /* row *= s */
