@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -68,24 +67,18 @@ def run_once(case: str) -> float:
     return float(done.stdout.split()[-1])
 
 
-PLAN_CACHE = tempfile.mkdtemp(prefix="nnplug-plans-")
-"""The plan cache of the "cached" engines: its entries are written by the warm-up."""
-
-
-def _cached(providers=None):
+def sessions(plan_cache: str) -> dict:
+    """name -> how that engine makes a session of a model file (timed in this process);
+    the "cached" engines keep their plan cache in ``plan_cache`` (written by the warm-up)."""
     so = nnplug.SessionOptions()
-    so.add_session_config_entry(nnplug.plan_cache.CONFIG_KEY, PLAN_CACHE)
-    return lambda path: nnplug.InferenceSession(path, so, providers=providers)
-
-
-SESSIONS = {
-    "nnplug": lambda path: nnplug.InferenceSession(path),
-    "nnplug cpu": lambda path: nnplug.InferenceSession(path, providers=["cpu"]),
-    "cached": _cached(),
-    "cpu cached": _cached(["cpu"]),
-    "onnxruntime": lambda path: _ort_session(path),
-}
-"""name -> how that engine makes a session of a model file (timed in this process)."""
+    so.add_session_config_entry(nnplug.plan_cache.CONFIG_KEY, plan_cache)
+    return {
+        "nnplug": lambda path: nnplug.InferenceSession(path),
+        "nnplug cpu": lambda path: nnplug.InferenceSession(path, providers=["cpu"]),
+        "cached": lambda path: nnplug.InferenceSession(path, so),
+        "cpu cached": lambda path: nnplug.InferenceSession(path, so, providers=["cpu"]),
+        "onnxruntime": lambda path: _ort_session(path),
+    }
 
 
 def _ort_session(path):
@@ -97,25 +90,30 @@ def _ort_session(path):
 
 
 def time_sessions(paths: list[str], runs: int) -> int:
+    with tempfile.TemporaryDirectory(prefix="nnplug-plans-") as plans:
+        return _time_sessions(paths, runs, sessions(plans))
+
+
+def _time_sessions(paths: list[str], runs: int, engines: dict) -> int:
     print(f"session creation, fastest of {runs} in one process after a warm-up "
           f"(import onnx and the plugins' first load excluded)")
     print("'cached': with the plan cache (its entry written by the warm-up); ratios are "
           "to onnxruntime: default, cpu, cached, cpu cached")
-    print(f"{'model':<20}" + "".join(f"{e:>13}" for e in SESSIONS)
+    print(f"{'model':<20}" + "".join(f"{e:>13}" for e in engines)
           + f"{'ratios':>26}   load average")
     for path in paths:
         best = {}
-        for make in SESSIONS.values():  # warm-up: file cache, imports, plugins
+        for make in engines.values():  # warm-up: file cache, imports, plugins
             make(path)
         for _ in range(runs):
-            for engine, make in SESSIONS.items():
+            for engine, make in engines.items():
                 t0 = time.perf_counter()
                 make(path)
                 t = time.perf_counter() - t0
                 best[engine] = min(best.get(engine, t), t)
         ort = best["onnxruntime"]
-        ratios = " ".join(f"{best[e] / ort:.2f}" for e in SESSIONS if e != "onnxruntime")
-        print(f"{os.path.basename(path):<20}" + "".join(f"{best[e]:>12.3f}s" for e in SESSIONS)
+        ratios = " ".join(f"{best[e] / ort:.2f}" for e in engines if e != "onnxruntime")
+        print(f"{os.path.basename(path):<20}" + "".join(f"{best[e]:>12.3f}s" for e in engines)
               + f"{ratios:>26}   {os.getloadavg()[0]:.2f}")
     return 0
 
@@ -129,10 +127,7 @@ def main(argv=None) -> int:
     if args.runs < 1:
         ap.error("--runs must be at least 1")
     if args.models:
-        try:
-            return time_sessions(args.models, args.runs)
-        finally:
-            shutil.rmtree(PLAN_CACHE, ignore_errors=True)
+        return time_sessions(args.models, args.runs)
     times: dict[str, list[float]] = {c: [] for c in CASES}
     loads: dict[str, list[float]] = {c: [] for c in CASES}
     for c in CASES:  # warm the file and bytecode caches: a first start reads and compiles
