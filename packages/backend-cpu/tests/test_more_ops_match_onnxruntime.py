@@ -109,6 +109,7 @@ CASES = [
     ("instancenorm_4d", "InstanceNormalization", [f32(2, 3, 5, 6, hi=4), f32(3), f32(3)], dict(epsilon=1e-3), 6, (1, 2), 1, 1e-5),
     ("instancenorm_3d_input_params", "InstanceNormalization", [f32(3, 4, 7), f32(4), f32(4)], {}, 6, (), 1, 1e-5),
     ("instancenorm_big_2threads", "InstanceNormalization", [f32(2, 16, 32, 32), f32(16), f32(16)], {}, 6, (1, 2), 1, 1e-5),
+    ("instancenorm_long_rows_with_a_tail", "InstanceNormalization", [f32(1, 3, 20003), f32(3), f32(3)], {}, 6, (1, 2), 1, 1e-5),
     ("groupnorm_21_one_channel_per_group", "GroupNormalization", [f32(2, 6, 4, 3), f32(6), f32(6)], dict(num_groups=6, epsilon=1e-4), 21, (), 1, 1e-5),
     ("groupnorm_21_per_channel", "GroupNormalization", [f32(2, 6, 4, 3), f32(6), f32(6)], dict(num_groups=2), 21, (1, 2), 1, 1e-5),
     ("lpnorm_l2_last", "LpNormalization", [f32(3, 4, 5)], {}, 1, (), 1, 1e-6),

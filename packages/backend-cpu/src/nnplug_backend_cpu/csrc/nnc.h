@@ -294,6 +294,10 @@ void nnc_sgemv_packed(int64_t m, int64_t k, const float *pa, const float *x, flo
 
 /* Vectorised elementwise math (vmath.c), within 2 ulp of libm; y may alias x. */
 void nnc_vexp(const float *x, float *y, int64_t n);
+/* Sums in double over 8 lanes, in a fixed order for a given n (vmath.c): of x[0..n), and of
+ * (x - mu)^2. The statistics of the normalisations. */
+double nnc_row_sum(const float *x, int64_t n);
+double nnc_row_sq_dev(const float *x, int64_t n, double mu);
 void nnc_vsigmoid(const float *x, float *y, int64_t n);
 void nnc_vtanh(const float *x, float *y, int64_t n);
 void nnc_verf(const float *x, float *y, int64_t n);

@@ -322,38 +322,6 @@ static float row_max(const float *x, int64_t n)
     return m;
 }
 
-/* Sum of x[0..n) in double, over 8 lanes (a fixed order for a given n). */
-MULTIVERSION
-static double row_sum(const float *x, int64_t n)
-{
-    double acc[8] = {0};
-    int64_t k = 0;
-    for (; k + 8 <= n; k += 8)
-        for (int l = 0; l < 8; l++) acc[l] += x[k + l];
-    double s = 0;
-    for (; k < n; k++) s += x[k];
-    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + s;
-}
-
-/* Sum of (x - mu)^2 over x[0..n) in double, over 8 lanes. */
-MULTIVERSION
-static double row_sq_dev(const float *x, int64_t n, double mu)
-{
-    double acc[8] = {0};
-    int64_t k = 0;
-    for (; k + 8 <= n; k += 8)
-        for (int l = 0; l < 8; l++) {
-            double d = x[k + l] - mu;
-            acc[l] += d * d;
-        }
-    double s = 0;
-    for (; k < n; k++) {
-        double d = x[k] - mu;
-        s += d * d;
-    }
-    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + s;
-}
-
 MULTIVERSION
 static void sub_scalar(const float *x, float m, float *y, int64_t n)
 {
@@ -383,7 +351,7 @@ static void sm_rows(void *arg, int64_t b, int64_t e, int tid)
         if (st == 1) { /* contiguous rows (the usual last-axis softmax): vectorised exp */
             sub_scalar(x, m, y, j->len);
             nnc_vexp(y, y, j->len);
-            sum = row_sum(y, j->len);
+            sum = nnc_row_sum(y, j->len);
             if (j->log) {
                 float ls = (float)log(sum);
                 for (int64_t k = 0; k < j->len; k++) y[k] = x[k] - m - ls;
@@ -525,8 +493,8 @@ static void ln_rows(void *arg, int64_t b, int64_t e, int tid)
     for (int64_t r = b; r < e; r++) {
         const float *x = j->x + r * j->len;
         float *y = j->y + r * j->len;
-        double mu = row_sum(x, j->len) / (double)j->len;
-        double sq = row_sq_dev(x, j->len, mu);
+        double mu = nnc_row_sum(x, j->len) / (double)j->len;
+        double sq = nnc_row_sq_dev(x, j->len, mu);
         /* stash_type 1 makes stage one float32: its sum of squared deviations overflows to
          * inf past FLT_MAX, and InvStdDev is then 0 (as in onnxruntime and the reference) */
         float inv = sq > FLT_MAX ? 0.f : (float)(1.0 / sqrt(sq / (double)j->len + j->eps));

@@ -78,6 +78,15 @@ typedef struct {
     float eps;
 } in_job;
 
+/* (x - mean) first, then the scale: folded into x * a + (bias - mean * a), a large mean cancels
+ * in float32 (a constant channel of 1e4 gave 0, not the bias). x - mean is exact where x is
+ * near the mean (Sterbenz). */
+MULTIVERSION
+static void in_affine(const float *x, float m, float a, float b, float *y, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) y[i] = (x[i] - m) * a + b;
+}
+
 static void in_groups(void *arg, int64_t b, int64_t e, int tid)
 {
     (void)tid;
@@ -87,24 +96,14 @@ static void in_groups(void *arg, int64_t b, int64_t e, int tid)
         int64_t g = t % G;
         const float *x = j->x + t * len;
         float *y = j->y + t * len;
-        double sum = 0, sq = 0;
-        for (int64_t i = 0; i < len; i++) sum += x[i];
-        double mu = len ? sum / (double)len : 0;
-        for (int64_t i = 0; i < len; i++) {
-            double d = x[i] - mu;
-            sq += d * d;
-        }
+        double mu = len ? nnc_row_sum(x, len) / (double)len : 0;
+        double sq = nnc_row_sq_dev(x, len, mu);
         double inv = 1.0 / sqrt((len ? sq / (double)len : 0) + (double)j->eps);
-        /* (x - mean) first, then the scale: folded into x * a + (bias - mean * a), a large mean
-         * cancels in float32 (a constant channel of 1e4 gave 0, not the bias). x - mean is
-         * exact where x is near the mean (Sterbenz). */
         float muf = (float)mu;
         for (int64_t c = 0; c < j->cpg; c++) {
             int64_t pi = j->per_channel ? g * j->cpg + c : g;
-            float a = (float)(inv * j->scale[pi]), b = j->bias[pi];
-            const float *xc = x + c * j->sp;
-            float *yc = y + c * j->sp;
-            for (int64_t i = 0; i < j->sp; i++) yc[i] = (xc[i] - muf) * a + b;
+            in_affine(x + c * j->sp, muf, (float)(inv * j->scale[pi]), j->bias[pi], y + c * j->sp,
+                      j->sp);
         }
     }
 }
