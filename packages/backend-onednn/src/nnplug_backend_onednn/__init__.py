@@ -24,7 +24,7 @@ ONEDNN_SONAME = "libdnnl.so.3"
 OPS = (
     "Abs", "Add", "AveragePool", "BatchNormalization", "Clip", "Concat", "Conv", "Div", "Elu",
     "Erf", "Exp", "Flatten", "Gemm", "GlobalAveragePool", "GlobalMaxPool", "HardSigmoid",
-    "HardSwish", "LRN", "LayerNormalization", "LeakyRelu", "Log", "LogSoftmax", "MatMul", "Max",
+    "HardSwish", "InstanceNormalization", "LRN", "LayerNormalization", "LeakyRelu", "Log", "LogSoftmax", "MatMul", "Max",
     "MaxPool", "Min", "Mul", "Neg", "Relu", "Reshape", "Sigmoid", "Softmax", "Sqrt", "Sub", "Sum",
     "Tanh", "Transpose",
 )

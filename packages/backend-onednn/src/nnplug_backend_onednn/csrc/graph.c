@@ -491,6 +491,21 @@ static int parse_bn(parser *p, ox_op *op)
     return 0;
 }
 
+/* InstanceNormalization (plan_norm.c build_in): each image's and channel's own statistics. */
+static int parse_in(parser *p, ox_op *op)
+{
+    const nnp_node_desc *n = p->n;
+    if (op->nin != 3 || n->num_outputs != 1 || op->in[0] < 0 || op->in[1] < 0 || op->in[2] < 0)
+        return decline(p, "arity");
+    const ox_value *x = V(0);
+    if (x->ndim < 3 || x->ndim > 5 || !same_dims(x, Y) || x->dims[1] < 0)
+        return decline(p, "shapes");
+    for (int i = 1; i < 3; i++)
+        if (V(i)->ndim != 1 || V(i)->dims[0] != x->dims[1]) return decline(p, "parameters");
+    op->eps = attr_float(n, "epsilon", 1e-5f);
+    return 0;
+}
+
 /* LayerNormalization over the axes from `axis` on: oneDNN's layer_normalization over the input
  * seen as (outer, inner) rows; Scale and B must have exactly the normalised shape. */
 static int parse_ln(parser *p, ox_op *op)
@@ -639,6 +654,10 @@ static int parse_node(parser *p, ox_op *op)
     if (!strcmp(t, "BatchNormalization")) {
         op->kind = OP_BN;
         return parse_bn(p, op);
+    }
+    if (!strcmp(t, "InstanceNormalization")) {
+        op->kind = OP_IN;
+        return parse_in(p, op);
     }
     if (!strcmp(t, "LayerNormalization")) {
         op->kind = OP_LN;

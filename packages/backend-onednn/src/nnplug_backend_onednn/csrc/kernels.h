@@ -51,6 +51,7 @@ enum {
     OP_CONCAT,
     OP_LRN,
     OP_BN,
+    OP_IN, /* InstanceNormalization of a batch of one (graph.c parse_in) */
     OP_LN,
     OP_ERF,
     OP_RESHAPE,

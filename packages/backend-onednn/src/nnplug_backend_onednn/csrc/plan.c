@@ -131,6 +131,7 @@ static ox_plan *build_ex(const ox_graph *g, const int64_t *dims, int threads, in
         int r = op->kind == OP_CONV                                  ? build_conv(&b, op)
                 : op->kind == OP_MATMUL                              ? build_matmul(&b, op)
                 : op->kind == OP_LN                                  ? build_ln(&b, op)
+                : op->kind == OP_IN                                  ? build_in(&b, op)
                 : op->kind == OP_ERF || op->kind == OP_NANREP        ? build_loop(&b, op)
                 : op->kind == OP_ELTWISE && ox_own_eltwise(op->alg)  ? build_own_eltwise(&b, op)
                 : op->kind == OP_QDQ                                 ? build_qdq(&b, op)

@@ -89,14 +89,14 @@ typedef struct {
     int cur;
 } pb;
 
-/* The backend's own 8-bit grid loops (quantize, dequantize, QDQ), built twice: for AVX-512 and
- * the baseline, the one to run picked when the library loads (an ifunc). The same IEEE
+/* The backend's own loops over many values (the 8-bit grid's quantize, dequantize and QDQ; an
+ * InstanceNormalization's), built twice: for AVX-512 and the baseline, the one to run picked when the library loads (an ifunc). The same IEEE
  * operations in the same order at every width (the build contracts nothing: -std=c11), so
  * the same bits. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define QUANT_LOOP __attribute__((target_clones("avx512f", "default")))
+#define WIDE_LOOP __attribute__((target_clones("avx512f", "default")))
 #else
-#define QUANT_LOOP
+#define WIDE_LOOP
 #endif
 
 #define DIMS(v) (b->dims + (size_t)(v) * MAXR)
@@ -193,9 +193,12 @@ int build_strict_lrn(pb *b, const ox_op *op);
 
 int build_view(pb *b, const ox_op *op);
 
-/* ---- LayerNormalization (plan_norm.c) -------------------------------------------------------- */
+/* ---- Layer- and InstanceNormalization (plan_norm.c) -------------------------------------------------------- */
 
 int build_ln(pb *b, const ox_op *op);
+/* InstanceNormalization: oneDNN's batch normalization of one image in a blocked layout, else
+ * (plain values, or a batch other than one) a loop of the backend's own. */
+int build_in(pb *b, const ox_op *op);
 
 /* ---- layout-keeping ops (plan_simple.c) ------------------------------------------------------ */
 

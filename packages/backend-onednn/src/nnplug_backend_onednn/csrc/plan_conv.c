@@ -101,7 +101,7 @@ typedef struct {
 
 /* x on the grid (an OP_QDQ's result, or a grid value's float view) back to its integers: x / s
  * is within 2^-15 of an integer, so multiplying by 1 / s finds the same one. */
-QUANT_LOOP static void quantize_part(void *arg)
+WIDE_LOOP static void quantize_part(void *arg)
 {
     const q8job *j = arg;
     const q8cfg *q = j->q;
@@ -129,7 +129,7 @@ QUANT_LOOP static void quantize_part(void *arg)
     }
 }
 
-QUANT_LOOP static void dequantize_part(void *arg)
+WIDE_LOOP static void dequantize_part(void *arg)
 {
     const q8job *j = arg;
     const q8cfg *q = j->q;
@@ -148,7 +148,7 @@ QUANT_LOOP static void dequantize_part(void *arg)
 
 /* y = (saturate(round(x / s) + z) - z) * s in place: a Conv that writes its QuantizeLinear's
  * grid run in float (a blocked layout's padding stays 0). */
-QUANT_LOOP static void fake_part(void *arg)
+WIDE_LOOP static void fake_part(void *arg)
 {
     const q8job *j = arg;
     const q8cfg *q = j->q;

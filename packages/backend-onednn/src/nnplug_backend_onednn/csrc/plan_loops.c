@@ -132,7 +132,7 @@ typedef struct {
     int64_t n, row, inner;
 } nan_rows_job;
 
-QUANT_LOOP static int row_has_nan(const float *r, int64_t len)
+WIDE_LOOP static int row_has_nan(const float *r, int64_t len)
 {
     const uint32_t *bits = (const uint32_t *)r;
     uint32_t worst = 0; /* the largest magnitude's bits: above +inf's only for a NaN */
@@ -482,7 +482,7 @@ typedef struct {
     float *y;
 } qdq_job;
 
-QUANT_LOOP static void qdq_part(void *arg)
+WIDE_LOOP static void qdq_part(void *arg)
 {
     const qdq_job *j = arg;
     const ox_qdq *q = j->q;

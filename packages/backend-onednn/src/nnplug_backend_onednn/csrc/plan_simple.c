@@ -1,5 +1,5 @@
 /* The layout-keeping ops run as one oneDNN primitive each: pools, element-wise, Softmax, LRN,
- * BatchNormalization, binary ops and Concat; and LRN over nhwc values of the backend's own. */
+ * Batch- and InstanceNormalization, binary ops and Concat; and LRN over nhwc values of the backend's own. */
 #define _GNU_SOURCE
 #include <string.h>
 
@@ -17,6 +17,25 @@ static int bn_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, int
     if (src_inputs(b, op, pd, s)) return 1;
     for (int i = 0; i < 4; i++)
         if (plain_arg(b, s, args[i], op->in[i + 1], plain_md(1, DIMS(op->in[i + 1]), 1))) return 1;
+    return 0;
+}
+
+/* InstanceNormalization: x, the scales and shifts, and the statistics the primitive computes
+ * where this oneDNN wants them as outputs (scratch in the arena). */
+static int in_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, int s)
+{
+    if (src_inputs(b, op, pd, s)) return 1;
+    if (plain_arg(b, s, DNNL_ARG_SCALE, op->in[1], plain_md(1, DIMS(op->in[1]), 1)) ||
+        plain_arg(b, s, DNNL_ARG_SHIFT, op->in[2], plain_md(1, DIMS(op->in[2]), 1)))
+        return 1;
+    if (s < 0) return 0;
+    static const int stats[2] = {DNNL_ARG_MEAN, DNNL_ARG_VARIANCE};
+    for (int i = 0; i < 2; i++) {
+        const_dnnl_memory_desc_t md = query(pd, dnnl_query_dst_md, 1 + i);
+        if (!md || !D(dnnl_memory_desc_get_size)(md)) continue;
+        int sb = arena_buf(b, md);
+        if (sb < 0 || add_arg(b, s, stats[i], sb, md)) return 1;
+    }
     return 0;
 }
 
@@ -241,6 +260,12 @@ int build_simple(pb *b, const ox_op *op)
             fn = bn_inputs;
             break;
         }
+        case OP_IN:
+            st = D(dnnl_batch_normalization_forward_primitive_desc_create)(
+                &pd, ox_engine(), dnnl_forward_inference, src, src, op->eps,
+                dnnl_use_scale | dnnl_use_shift, a);
+            fn = in_inputs;
+            break;
         case OP_BINARY: {
             int i0, ofull, o = binary_operands(b, op, &i0, &ofull);
             md_free(src);
