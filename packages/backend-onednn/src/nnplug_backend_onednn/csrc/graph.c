@@ -138,9 +138,8 @@ static int add_value(parser *p, const nnp_value_desc *d, int *out)
             return ox_fail(p->e, "constant '%s' has %llu bytes; its shape needs %lld", nm,
                            (unsigned long long)d->const_nbytes, (long long)k * 4);
         }
-        v->cdata = malloc((size_t)k * 4 + 4);
-        if (!v->cdata) return ox_fail(p->e, "out of memory");
-        memcpy(v->cdata, d->const_data, (size_t)k * 4);
+        v->konst = v->borrowed = 1;
+        v->cdata = (float *)d->const_data; /* never written */
     }
     *out = g->nval - 1;
     return 0;
@@ -769,7 +768,7 @@ void ox_graph_free(ox_graph *g)
     if (!g) return;
     for (int i = 0; i < g->nval; i++) {
         free(g->vals[i].name);
-        free(g->vals[i].cdata);
+        if (!g->vals[i].borrowed) free(g->vals[i].cdata);
         free(g->vals[i].i8);
         free(g->vals[i].i8scale);
     }
@@ -1253,6 +1252,7 @@ static int const_dequant(parser *p, ox_op *op)
     const int8_t *q = x->const_data;
     const float *s = sc->const_data;
     int64_t per = count / (ns == 1 ? 1 : ns);
+    y->konst = 1;
     y->cdata = malloc((size_t)count * 4 + 4);
     y->i8 = malloc((size_t)count);
     y->i8scale = malloc((size_t)ns * 4);
@@ -1318,6 +1318,42 @@ static void requantize(ox_graph *g)
         v->gzp = q->qzp[0];
         v->gs8 = q->qs8;
     }
+}
+
+/* The constants a plan reads, copied (the host's const_data lives only as long as the call
+ * that parses); the others dropped. A convolution holds its weights and bias in op->w and op->b
+ * (a BatchNormalization folded in), so what only convolutions read there is dropped: ResNet-50's
+ * 100 MB of weights were copied twice before they were reordered. */
+static int keep_constants(ox_graph *g, ox_err *e)
+{
+    char *read = calloc((size_t)g->nval + 1, 1);
+    if (!read) return ox_fail(e, "out of memory");
+    for (int i = 0; i < g->nop; i++) {
+        const ox_op *op = &g->ops[i];
+        if (op->dead) continue;
+        for (int j = 0; j < op->nin; j++)
+            if (op->in[j] >= 0 && !(op->kind == OP_CONV && (j == 1 || (j == 2 && op->b))))
+                read[op->in[j]] = 1;
+        for (int j = 0; j < op->npost; j++)
+            if (op->post[j].kind == POST_SUM && op->post[j].val >= 0) read[op->post[j].val] = 1;
+    }
+    int rc = 0;
+    for (int v = 0; v < g->nval; v++) {
+        ox_value *val = &g->vals[v];
+        if (!val->borrowed) continue;
+        const float *from = val->cdata;
+        val->cdata = NULL;
+        val->borrowed = 0;
+        if (!read[v]) continue;
+        size_t n = (size_t)vnumel(val);
+        if (!(val->cdata = malloc(n * 4 + 4))) {
+            rc = ox_fail(e, "out of memory");
+            break;
+        }
+        memcpy(val->cdata, from, n * 4);
+    }
+    free(read);
+    return rc;
 }
 
 static int by_pos(const void *a, const void *b, void *ops)
@@ -1426,7 +1462,7 @@ ox_graph *ox_graph_parse(const nnp_node_desc *nodes, int n, int strict, int *uns
                 if (g->ops[k].out == v) inside = 1;
             if (!inside) { /* a kernel input (duplicates keep their own index) */
                 if (v < 0 && add_value(&p, vd, &v)) goto bad;
-                if (g->vals[v].kin < 0 && !g->vals[v].cdata) g->vals[v].kin = g->nkin;
+                if (g->vals[v].kin < 0 && !g->vals[v].konst) g->vals[v].kin = g->nkin;
                 g->kin_val[g->nkin++] = v;
             }
             op->in[j] = v;
@@ -1445,6 +1481,7 @@ ox_graph *ox_graph_parse(const nnp_node_desc *nodes, int n, int strict, int *uns
     if (nan_replace(&p, nodes) || fake_quant(&p, nodes) || const_dequant_read(&p, nodes)) goto bad;
     fuse(g, strict);
     requantize(g);
+    if (keep_constants(g, e)) goto bad;
     g->strict = strict;
     for (int i = 0; i < g->nop; i++)
         if (!g->ops[i].dead) {
@@ -1469,7 +1506,7 @@ int ox_graph_shapes(const ox_graph *g, const nnp_tensor *in, int nin, int64_t *d
     for (int v = 0; v < g->nval; v++) memcpy(DIMS(v), g->vals[v].dims, sizeof g->vals[v].dims);
     for (int k = 0; in && k < nin; k++) {
         int v = g->kin_val[k];
-        if (v < 0 || g->vals[v].cdata) continue;
+        if (v < 0 || g->vals[v].konst) continue;
         const ox_value *val = &g->vals[v];
         const nnp_tensor *t = &in[k];
         if (t->dtype.code != NNP_DTYPE_FLOAT || t->dtype.bits != 32 || t->ndim != val->ndim ||

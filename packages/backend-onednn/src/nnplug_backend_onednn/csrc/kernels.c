@@ -320,7 +320,7 @@ static int inputs_finite(const ox_graph *g, const nnp_tensor *in, int nin, const
 {
     for (int i = 0; i < nin; i++) {
         int v = g->kin_val[i];
-        if (v < 0 || g->vals[v].cdata) continue;
+        if (v < 0 || g->vals[v].konst) continue;
         size_t n = 1;
         for (int d = 0; d < g->vals[v].ndim; d++) n *= (size_t)dims[(size_t)v * MAXR + d];
         const uint32_t *x = in[i].data;
@@ -385,7 +385,7 @@ int ox_run(const nnp_kernel *kc, const nnp_tensor *in, int nin, const nnp_tensor
     int rc = ox_graph_shapes(g, in, nin, dims, e);
     for (int i = 0; !rc && i < nin; i++) {
         int v = g->kin_val[i];
-        if (v < 0 || g->vals[v].cdata) continue;
+        if (v < 0 || g->vals[v].konst) continue;
         if (!in[i].data && !ox_value_empty(g, dims, v))
             rc = ox_fail(e, "input %d ('%s') has no data", i, g->vals[v].name);
         else if (in[i].strides)

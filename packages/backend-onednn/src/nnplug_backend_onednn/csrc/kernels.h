@@ -70,7 +70,12 @@ typedef struct {
     char *name;
     int ndim;
     int64_t dims[MAXR]; /* -1: known at run time only */
-    float *cdata;       /* owned copy of a constant, or NULL */
+    int konst;          /* a constant (its floats in cdata while the graph is parsed) */
+    /* a constant's floats: while parsing, the host's const_data (borrowed: valid during
+     * kernel_create only); after, an owned copy where a plan reads them, else NULL (graph.c
+     * keep_constants) */
+    float *cdata;
+    int borrowed;
     int kin;            /* first kernel input index holding it, or -1 */
     int consumers;      /* live ops reading it */
     int boolean;        /* an IsNaN's bool result: never leaves the parse (see nan_replace) */
