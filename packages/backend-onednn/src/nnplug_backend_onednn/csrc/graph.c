@@ -29,6 +29,7 @@ typedef struct {
     int cap_val;
     int allow_bool; /* the value being added may be bool (an IsNaN's result) */
     int allow_q8;   /* ... or uint8 / int8 (a QuantizeLinear's result) */
+    const ox_graph *from; /* constants kept there are borrowed (ox_graph_parse_kept) */
 } parser;
 
 static int decline(parser *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -138,8 +139,15 @@ static int add_value(parser *p, const nnp_value_desc *d, int *out)
             return ox_fail(p->e, "constant '%s' has %llu bytes; its shape needs %lld", nm,
                            (unsigned long long)d->const_nbytes, (long long)k * 4);
         }
-        v->konst = v->borrowed = 1;
+        v->konst = 1;
+        v->borrowed = BORROW_CALL;
         v->cdata = (float *)d->const_data; /* never written */
+        int f = p->from ? find_value(p->from, nm) : -1;
+        if (f >= 0 && p->from->vals[f].konst && !p->from->vals[f].borrowed &&
+            p->from->vals[f].cdata && vnumel(&p->from->vals[f]) == k) {
+            v->borrowed = BORROW_GRAPH;
+            v->cdata = p->from->vals[f].cdata;
+        }
     }
     *out = g->nval - 1;
     return 0;
@@ -307,6 +315,19 @@ static int parse_window(parser *p, ox_op *op, int dilations)
     return 0;
 }
 
+/* Whether no float of x[0..n) is an infinity or a NaN: a loop that vectorises (the exponent
+ * bits all ones), where isfinite's early exit did not. */
+static int all_finite(const float *x, int64_t n)
+{
+    uint32_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, x + i, sizeof u);
+        bad |= (u & 0x7f800000u) == 0x7f800000u;
+    }
+    return !bad;
+}
+
 static int parse_conv(parser *p, ox_op *op)
 {
     const nnp_node_desc *n = p->n;
@@ -317,8 +338,7 @@ static int parse_conv(parser *p, ox_op *op)
     /* ONNX pads with zeros, so a weight that is not finite makes 0 * inf = NaN on the padding;
      * oneDNN's kernels skip padded taps and this backend's Winograd spreads such a weight over
      * whole tiles, so the cpu backend, which follows the definition, runs these */
-    for (int64_t i = 0, nw = vnumel(w); i < nw; i++)
-        if (!isfinite(w->cdata[i])) return decline(p, "a weight is infinite or NaN");
+    if (!all_finite(w->cdata, vnumel(w))) return decline(p, "a weight is infinite or NaN");
     int64_t C = x->dims[1], OC = w->dims[0];
     op->group = attr_int(n, "group", 1);
     if (C < 0) return decline(p, "channel count unknown at load");
@@ -340,9 +360,8 @@ static int parse_conv(parser *p, ox_op *op)
     op->oc = OC;
     memcpy(op->wdims, w->dims, sizeof op->wdims);
     size_t nw = (size_t)vnumel(w);
-    op->w = malloc(nw * sizeof(float));
-    if (!op->w) return ox_fail(p->e, "out of memory");
-    memcpy(op->w, w->cdata, nw * sizeof(float));
+    op->w = w->cdata; /* shared until a fold writes to it (own_weights) */
+    op->wshared = 1;
     if (w->i8) {
         op->w8 = malloc(nw);
         op->wscale = malloc((size_t)w->ni8scale * sizeof(float));
@@ -775,7 +794,7 @@ void ox_graph_free(ox_graph *g)
     for (int i = 0; i < g->nop; i++) {
         free(g->ops[i].name);
         free(g->ops[i].op_type);
-        free(g->ops[i].w);
+        if (!g->ops[i].wshared) free(g->ops[i].w);
         free(g->ops[i].b);
         free(g->ops[i].w8);
         free(g->ops[i].wscale);
@@ -824,9 +843,23 @@ static void drop_int8(ox_op *conv)
     conv->wscale = NULL;
 }
 
+/* A Conv's weights copied for a fold to write: 0 when they could not be. */
+static int own_weights(ox_graph *g, ox_op *conv)
+{
+    if (!conv->wshared) return 1;
+    size_t n = (size_t)vnumel(&g->vals[conv->in[1]]);
+    float *w = malloc(n * sizeof(float));
+    if (!w) return 0;
+    memcpy(w, conv->w, n * sizeof(float));
+    conv->w = w;
+    conv->wshared = 0;
+    return 1;
+}
+
 static int fold_bn(ox_graph *g, ox_op *conv, const ox_op *bn)
 {
-    if (conv->npost || (conv->nin == 3 && conv->in[2] >= 0 && !conv->b) || !bn_params_const(g, bn))
+    if (conv->npost || (conv->nin == 3 && conv->in[2] >= 0 && !conv->b) ||
+        !bn_params_const(g, bn) || !own_weights(g, conv))
         return 0;
     int64_t OC = conv->oc, per = conv->wdims[1] * conv->wdims[2] * conv->wdims[3];
     if (!conv->b) {
@@ -888,6 +921,7 @@ static int fold_channel(ox_graph *g, ox_op *conv, const ox_op *nx)
         if (c->dims[i] != 1 && !(axis == 1 && c->dims[i] == OC)) return 0;
     }
     int perc = vnumel(c) == OC && OC > 1;
+    if (nx->alg == dnnl_binary_mul && !own_weights(g, conv)) return 0;
     if (!conv->b) {
         conv->b = calloc((size_t)OC, sizeof(float));
         if (!conv->b) return 0;
@@ -1321,9 +1355,10 @@ static void requantize(ox_graph *g)
 }
 
 /* The constants a plan reads, copied (the host's const_data lives only as long as the call
- * that parses); the others dropped. A convolution holds its weights and bias in op->w and op->b
- * (a BatchNormalization folded in), so what only convolutions read there is dropped: ResNet-50's
- * 100 MB of weights were copied twice before they were reordered. */
+ * that parses); the others dropped. A Conv reads its weights through op->w (shared with its
+ * weight value until a fold wrote to them: then its own) and its bias through op->b, so a folded
+ * Conv's weight value is dropped: ResNet-50's 100 MB of weights were copied twice, and a third
+ * time for the strict graph, which now borrows the first graph's. */
 static int keep_constants(ox_graph *g, ox_err *e)
 {
     char *read = calloc((size_t)g->nval + 1, 1);
@@ -1332,25 +1367,29 @@ static int keep_constants(ox_graph *g, ox_err *e)
         const ox_op *op = &g->ops[i];
         if (op->dead) continue;
         for (int j = 0; j < op->nin; j++)
-            if (op->in[j] >= 0 && !(op->kind == OP_CONV && (j == 1 || (j == 2 && op->b))))
+            if (op->in[j] >= 0 &&
+                !(op->kind == OP_CONV && ((j == 1 && !op->wshared) || (j == 2 && op->b))))
                 read[op->in[j]] = 1;
         for (int j = 0; j < op->npost; j++)
             if (op->post[j].kind == POST_SUM && op->post[j].val >= 0) read[op->post[j].val] = 1;
     }
     int rc = 0;
-    for (int v = 0; v < g->nval; v++) {
+    for (int v = 0; v < g->nval && !rc; v++) {
         ox_value *val = &g->vals[v];
-        if (!val->borrowed) continue;
-        const float *from = val->cdata;
+        if (val->borrowed != BORROW_CALL) continue;
+        float *from = val->cdata;
         val->cdata = NULL;
-        val->borrowed = 0;
+        val->borrowed = BORROW_NONE;
         if (!read[v]) continue;
         size_t n = (size_t)vnumel(val);
         if (!(val->cdata = malloc(n * 4 + 4))) {
             rc = ox_fail(e, "out of memory");
-            break;
+            continue;
         }
         memcpy(val->cdata, from, n * 4);
+        for (int i = 0; i < g->nop; i++) /* the Convs sharing them read the copy */
+            if (g->ops[i].kind == OP_CONV && g->ops[i].wshared && g->ops[i].w == from)
+                g->ops[i].w = val->cdata;
     }
     free(read);
     return rc;
@@ -1362,7 +1401,22 @@ static int by_pos(const void *a, const void *b, void *ops)
     return o[*(const int *)a].pos - o[*(const int *)b].pos;
 }
 
+static ox_graph *parse(const nnp_node_desc *nodes, int n, int strict, int keep,
+                       const ox_graph *from, int *unsupported, ox_err *e);
+
 ox_graph *ox_graph_parse(const nnp_node_desc *nodes, int n, int strict, int *unsupported, ox_err *e)
+{
+    return parse(nodes, n, strict, 0, NULL, unsupported, e);
+}
+
+ox_graph *ox_graph_parse_kept(const nnp_node_desc *nodes, int n, int strict, const ox_graph *from,
+                              int *unsupported, ox_err *e)
+{
+    return parse(nodes, n, strict, 1, from, unsupported, e);
+}
+
+static ox_graph *parse(const nnp_node_desc *nodes, int n, int strict, int keep,
+                       const ox_graph *from, int *unsupported, ox_err *e)
 {
     *unsupported = 0;
     if (!nodes || n < 1) {
@@ -1408,7 +1462,7 @@ ox_graph *ox_graph_parse(const nnp_node_desc *nodes, int n, int strict, int *uns
     g->ops = calloc((size_t)n, sizeof *g->ops);
     g->kin_val = calloc((size_t)nkin + 1, sizeof *g->kin_val);
     g->order = calloc((size_t)n, sizeof *g->order);
-    parser p = {g, NULL, unsupported, e, 0};
+    parser p = {g, NULL, unsupported, e, 0, 0, 0, from};
     if (!g->ops || !g->kin_val || !g->order) {
         ox_fail(e, "out of memory");
         goto bad;
@@ -1481,7 +1535,7 @@ ox_graph *ox_graph_parse(const nnp_node_desc *nodes, int n, int strict, int *uns
     if (nan_replace(&p, nodes) || fake_quant(&p, nodes) || const_dequant_read(&p, nodes)) goto bad;
     fuse(g, strict);
     requantize(g);
-    if (keep_constants(g, e)) goto bad;
+    if (keep && keep_constants(g, e)) goto bad;
     g->strict = strict;
     for (int i = 0; i < g->nop; i++)
         if (!g->ops[i].dead) {

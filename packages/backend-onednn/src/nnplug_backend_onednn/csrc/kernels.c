@@ -175,8 +175,8 @@ void ox_destroy(nnp_kernel *k)
         ox_plan_free(k->plans[i].plan);
         free(k->plans[i].dims);
     }
+    ox_graph_free(k->strict); /* before the graph whose constants it borrows */
     ox_graph_free(k->g);
-    ox_graph_free(k->strict);
     pthread_mutex_destroy(&k->mu);
     free(k);
 }
@@ -237,7 +237,7 @@ int ox_build(const nnp_node_desc *nodes, int n, int bf16, nnp_kernel **out, int 
     if (!nodes || n < 1) return ox_fail(e, "kernel_create: no nodes (NULL or a count below 1)");
     for (int i = 0; i < n; i++)
         if (ox_int8_op(nodes[i].op_type)) return build_int8(nodes, n, out, unsupported, e);
-    ox_graph *g = ox_graph_parse(nodes, n, 0, unsupported, e);
+    ox_graph *g = ox_graph_parse_kept(nodes, n, 0, NULL, unsupported, e);
     if (!g) return 1;
     g->bf16 = bf16;
     nnp_kernel *k = calloc(1, sizeof *k);
@@ -248,7 +248,7 @@ int ox_build(const nnp_node_desc *nodes, int n, int bf16, nnp_kernel **out, int 
     k->g = g;
     k->nout = nodes[n - 1].num_outputs > 1 ? nodes[n - 1].num_outputs : 1;
     pthread_mutex_init(&k->mu, NULL);
-    if (g->guarded && !(k->strict = ox_graph_parse(nodes, n, 1, unsupported, e))) {
+    if (g->guarded && !(k->strict = ox_graph_parse_kept(nodes, n, 1, g, unsupported, e))) {
         ox_destroy(k);
         return 1;
     }

@@ -63,6 +63,7 @@ enum {
     OP_DEQUANT, /* (graph.c fake_quant) */
     OP_QDQ
 };
+enum { BORROW_NONE, BORROW_CALL, BORROW_GRAPH };
 enum { PAD_NOTSET, PAD_VALID, PAD_SAME_UPPER, PAD_SAME_LOWER };
 enum { POST_ELTWISE, POST_SUM };
 
@@ -71,9 +72,10 @@ typedef struct {
     int ndim;
     int64_t dims[MAXR]; /* -1: known at run time only */
     int konst;          /* a constant (its floats in cdata while the graph is parsed) */
-    /* a constant's floats: while parsing, the host's const_data (borrowed: valid during
-     * kernel_create only); after, an owned copy where a plan reads them, else NULL (graph.c
-     * keep_constants) */
+    /* a constant's floats: borrowed (BORROW_CALL) from the host's const_data, which lives as
+     * long as the call that parses; or (BORROW_GRAPH) from the graph parsed before (a kernel's
+     * strict graph borrows its first graph's); after a parse that keeps them (graph.c
+     * keep_constants), a copy of its own where a plan reads them, else NULL */
     float *cdata;
     int borrowed;
     int kin;            /* first kernel input index holding it, or -1 */
@@ -114,8 +116,10 @@ typedef struct {
     float alpha, beta, eps, lrn_bias;
     int64_t size, axis;
     int ta, tb, gemm, logsm, commutes;
-    float *w,
-        *b; /* Conv: owned weights and bias (BatchNormalization folded in); MatMul: a folded bias */
+    /* Conv: its weights and bias (BatchNormalization folded in; w is its weight value's cdata,
+     * not owned, until a fold writes to it, wshared); MatMul: a folded bias */
+    float *w, *b;
+    int wshared;
     int64_t wdims[4], oc;
     int npost;
     ox_post post[MAXPOST];
@@ -173,12 +177,18 @@ typedef struct {
                  bf16 with f32 accumulation, f32 in and out (plan_steps.c precision_attr) */
 } ox_graph;
 
-/* Parse and check nodes[0..n). Returns NULL with a message; *unsupported when the nodes are
+/* Parse and check nodes[0..n), for use within the call that has them (supports: constants stay
+ * the host's). Returns NULL with a message; *unsupported when the nodes are
  * valid ONNX the backend does not run (then it declines them). strict: no Clip or GELU fused,
  * and its plans run Relu, max pooling and LRN in forms that keep NaN and convolutions direct
  * (see ox_graph.guarded). */
 ox_graph *ox_graph_parse(const nnp_node_desc *nodes, int n, int strict, int *unsupported,
                          ox_err *e);
+/* The same for a kernel: the constants its plans read are kept past the call (keep_constants);
+ * `from` (or NULL): a graph of the same nodes, parsed before and freed after this one, whose
+ * kept constants this one borrows. */
+ox_graph *ox_graph_parse_kept(const nnp_node_desc *nodes, int n, int strict, const ox_graph *from,
+                              int *unsupported, ox_err *e);
 void ox_graph_free(ox_graph *g);
 /* Value dims for concrete kernel input shapes (dims[v * MAXR ...]; in NULL: the declared,
  * static ones); 0, or 1 with a message. */
