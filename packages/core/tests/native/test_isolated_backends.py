@@ -154,6 +154,33 @@ def test_runs_from_many_threads_share_one_worker(libs):
         rt.close()
 
 
+def test_a_close_on_another_thread_never_waits_for_the_workers_lock(libs):
+    """Modules are closed by finalizers, which a garbage collection runs on whatever thread
+    allocates. One ran while a thread was starting and waited for the worker's lock, whose
+    holder was waiting for that thread to start: both waited for ever (a CI run hung so). A
+    close that finds the lock taken is left to its holder, who runs it when it lets go."""
+    rt = bare_runtime(isolate_plugins=True)
+    try:
+        rt.register_backend(libs["misbehave"])
+        worker = rt.backends["testmisbehave"].backend.worker
+        net = rt.load(ADD, backends=["testmisbehave"])
+        np.testing.assert_array_equal(net.run({"in0": X, "in1": X})["out"], X + X)
+        with worker.lock:  # this thread holds it, and waits for the one that closes
+            closer = threading.Thread(target=net.close)
+            closer.start()
+            closer.join(30)
+            assert not closer.is_alive(), "the close waited for the worker's lock"
+            assert worker.lock.deferred  # left to this holder
+        assert not worker.lock.deferred  # run when the holder let go
+        with pytest.raises(Exception, match="closed"):
+            net.run({"in0": X, "in1": X})
+        # the worker goes on serving the Runtime's other networks
+        other = rt.load(ADD, backends=["testmisbehave"])
+        np.testing.assert_array_equal(other.run({"in0": X, "in1": X})["out"], X + X)
+    finally:
+        rt.close()
+
+
 def test_the_environment_variable_names_backends_by_id_or_file_name(libs, monkeypatch):
     for value in ("testmisbehave", os.path.basename(libs["misbehave"]), "*"):
         monkeypatch.setenv("NNPLUG_ISOLATE_PLUGINS", value)

@@ -37,6 +37,8 @@ from ..tensor import Tensor, as_contiguous
 from . import strings, wire
 from .loader import LibraryLoadError, register_library_device_type
 
+log = logging.getLogger("nnplug")
+
 ENV_VAR = "NNPLUG_ISOLATE_PLUGINS"
 TIMEOUT_ENV_VAR = "NNPLUG_ISOLATE_TIMEOUT"
 LOAD_TIMEOUT_S = 60.0  # loading takes milliseconds (and a Python start): a minute means it hangs
@@ -119,6 +121,50 @@ class PluginCrashed(BackendError):
 
 
 # -- the worker process --------------------------------------------------------------------------
+class _WorkerLock:
+    """A worker's channel lock (reentrant) that runs, when its holder lets it go, the closes
+    left to the holder (:meth:`WorkerProcess.close_soon`)."""
+
+    def __init__(self):
+        self._lock = threading.RLock()
+        self._owner: int | None = None
+        self._depth = 0  # changed only by the owner
+        self.deferred: collections.deque = collections.deque()
+
+    def __enter__(self):
+        self._lock.acquire()
+        self._owner = threading.get_ident()
+        self._depth += 1
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            while self._depth == 1 and self.deferred:
+                try:
+                    close = self.deferred.popleft()
+                except IndexError:  # taken meanwhile
+                    break
+                try:
+                    close()
+                except Exception as e:  # noqa: BLE001 - a close must not fail the holder's call
+                    log.debug("nnplug: a deferred close failed: %s", e)
+        finally:
+            self._depth -= 1
+            if not self._depth:
+                self._owner = None
+            self._lock.release()
+
+    def owned_here(self) -> bool:
+        return self._owner == threading.get_ident()
+
+    def try_enter(self) -> bool:
+        if not self._lock.acquire(blocking=False):
+            return False
+        self._owner = threading.get_ident()
+        self._depth += 1
+        return True
+
+
 class WorkerProcess:
     """One worker process for one library, started on demand and again after it died.
 
@@ -129,7 +175,7 @@ class WorkerProcess:
         self.path = path
         self.timeout = timeout
         self.kind = kind  # "backend" or "op library"
-        self.lock = threading.RLock()
+        self.lock = _WorkerLock()
         self.generation = 0
         self.info: dict | None = None
         self.label = f"native {'backend' if kind == 'backend' else 'custom-op'} library ({path})"
@@ -149,7 +195,7 @@ class WorkerProcess:
     def _forget(self) -> None:
         """In a forked child: the parent's worker and channel are not ours to use (our
         requests would interleave with the parent's); the next call starts our own."""
-        self.lock = threading.RLock()
+        self.lock = _WorkerLock()
         if self._sock is not None:
             self._sock.close()  # our copy of the descriptor only
         self._proc = self._sock = None
@@ -157,6 +203,20 @@ class WorkerProcess:
             if r is not None:
                 r.close()
         self._status = self._inputs = self._outputs = None
+
+    def close_soon(self, close) -> None:
+        """Run ``close()`` (which may send requests) under the lock: now where the lock is free,
+        else when its holder lets it go. Closes come from finalizers, which a garbage collection
+        runs on whatever thread allocates: waiting for the lock there deadlocked a thread that
+        was starting while the holder waited for it to start, and a close sent from inside the
+        holder's own exchange would come between its request and what it reads after."""
+        if not self.lock.owned_here() and self.lock.try_enter():
+            try:
+                close()
+            finally:
+                self.lock.__exit__(None, None, None)
+            return
+        self.lock.deferred.append(close)
 
     # -- starting and stopping -------------------------------------------------------------
     def _spawn(self):
@@ -541,6 +601,9 @@ class _Plan:
         return [Tensor.from_numpy(a) for a in arrays]
 
     def close(self):
+        self.worker.close_soon(self._close)
+
+    def _close(self):
         w = self.worker
         with w.lock:
             if self.closed:
@@ -630,7 +693,7 @@ class IsolatedCustomOp(CustomOp):
         self._declines[(node.name, target)] = why
         if target == "gpu" and backend is not None and backend.id not in self._warned:
             self._warned.add(backend.id)
-            logging.getLogger("nnplug").warning(
+            log.warning(
                 "nnplug: custom op %r (%s) cannot run its OpenCL kernel for backend %r: %s",
                 self.op_type, self.source, backend.id, why)
 
@@ -710,13 +773,16 @@ class _IsolatedBound(BoundOp):
 
 
 def _close_bound(worker, key) -> None:
-    with worker.lock:
-        if worker._proc is None:
-            return
-        try:
-            worker._request(("op_close", key))
-        except BackendError:
-            pass  # the worker died: what it held went with it
+    def close():
+        with worker.lock:
+            if worker._proc is None:
+                return
+            try:
+                worker._request(("op_close", key))
+            except BackendError:
+                pass  # the worker died: what it held went with it
+
+    worker.close_soon(close)
 
 
 def load_isolated_ops(path: str, names, timeout: float | None):
