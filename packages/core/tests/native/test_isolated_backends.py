@@ -181,6 +181,34 @@ def test_a_close_on_another_thread_never_waits_for_the_workers_lock(libs):
         rt.close()
 
 
+_LEFT_OPEN = """
+import atexit, os, sys
+pids = []
+# registered first, so it runs last of the exit handlers: after nnplug's
+atexit.register(lambda: print("worker gone" if not os.path.exists(f"/proc/{pids[0]}")
+                              else "worker still running", flush=True))
+import numpy as np
+from models import single_op
+from nativelib import bare_runtime
+rt = bare_runtime(isolate_plugins=True)
+rt.register_backend(sys.argv[1])
+net = rt.load(single_op("Relu", [[2, 3]]), backends=["testmisbehave"])
+net.run({"in0": np.ones((2, 3), np.float32)})
+pids.append(rt.backends["testmisbehave"].backend.worker.pid)
+"""  # nothing closed: the Runtime, the network and the worker are alive at exit
+
+
+def test_a_worker_alive_at_exit_is_stopped_before_the_interpreter_finalizes(libs):
+    """Otherwise it ends only when finalization closes its socket, and its stderr forwarder (a
+    daemon thread) wakes while the interpreter is being torn down."""
+    path = [HERE, os.path.dirname(HERE), os.environ.get("PYTHONPATH", "")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))
+    r = subprocess.run([sys.executable, "-c", _LEFT_OPEN, libs["misbehave"]], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert r.stdout.strip() == "worker gone", r.stdout
+
+
 def test_the_environment_variable_names_backends_by_id_or_file_name(libs, monkeypatch):
     for value in ("testmisbehave", os.path.basename(libs["misbehave"]), "*"):
         monkeypatch.setenv("NNPLUG_ISOLATE_PLUGINS", value)

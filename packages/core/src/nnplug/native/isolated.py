@@ -16,6 +16,7 @@ again there before it runs. Calls from several threads take turns: one lock per 
 
 from __future__ import annotations
 
+import atexit
 import collections
 import itertools
 import logging
@@ -410,6 +411,26 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _stop_all_at_exit() -> None:
+    """Stop the workers still running, before the interpreter finalizes: otherwise each ends
+    when finalization closes its socket, and its stderr forwarder (a daemon thread) wakes up
+    to read the end while the interpreter is being torn down. A worker whose lock a thread
+    still holds (a run abandoned mid-flight) is left to end with the process."""
+    for w in list(_ALL):
+        if not w.lock.try_enter():
+            continue
+        try:
+            pid = w.pid
+            w.stop()
+        finally:
+            w.lock.__exit__(None, None, None)
+        if pid is not None:
+            _join_forwarder(pid)
+
+
+atexit.register(_stop_all_at_exit)
 
 
 def _forward_stderr(stream, words) -> None:
