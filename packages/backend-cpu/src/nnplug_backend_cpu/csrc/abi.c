@@ -220,8 +220,7 @@ static int conv_tensors(const nnp_tensor *src, int32_t n, nnc_tensor *dst, const
 
 static nnp_status cpu_init(const nnp_init_options *o)
 {
-    if (o && o->struct_size >= offsetof(nnp_init_options, num_threads) + sizeof(int32_t) &&
-        o->num_threads > 0)
+    if (o && NNP_INIT_HAS(o, num_threads) && o->num_threads > 0)
         nnc_set_num_threads(o->num_threads);
     return NNP_OK;
 }

@@ -34,8 +34,12 @@ static nnp_status kernel_failed(nnp_status st)
 static nnp_status ox_abi_init(const nnp_init_options *o)
 {
     int threads = 0;
-    if (o && o->struct_size >= offsetof(nnp_init_options, num_threads) + sizeof(int32_t))
-        threads = o->num_threads;
+    if (o && NNP_INIT_HAS(o, num_threads)) threads = o->num_threads;
+    /* NNPLUG_ONEDNN_COPY_CONSTANTS=1: copy them anyway, as for a host before ABI 1.8 (tests) */
+    const char *copy = getenv("NNPLUG_ONEDNN_COPY_CONSTANTS");
+    ox_graph_host_keeps_constants(o && NNP_INIT_HAS(o, host_flags) &&
+                                  (o->host_flags & NNP_HOST_KEEPS_CONSTANTS) &&
+                                  !(copy && !strcmp(copy, "1")));
     return ox_init(threads, &t_err) ? kernel_failed(NNP_STATUS_ERROR) : NNP_OK;
 }
 

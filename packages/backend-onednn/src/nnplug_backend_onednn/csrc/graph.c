@@ -143,9 +143,9 @@ static int add_value(parser *p, const nnp_value_desc *d, int *out)
         v->borrowed = BORROW_CALL;
         v->cdata = (float *)d->const_data; /* never written */
         int f = p->from ? find_value(p->from, nm) : -1;
-        if (f >= 0 && p->from->vals[f].konst && !p->from->vals[f].borrowed &&
+        if (f >= 0 && p->from->vals[f].konst && p->from->vals[f].borrowed != BORROW_CALL &&
             p->from->vals[f].cdata && vnumel(&p->from->vals[f]) == k) {
-            v->borrowed = BORROW_GRAPH;
+            v->borrowed = BORROW_KERNEL;
             v->cdata = p->from->vals[f].cdata;
         }
     }
@@ -1354,8 +1354,17 @@ static void requantize(ox_graph *g)
     }
 }
 
-/* The constants a plan reads, copied (the host's const_data lives only as long as the call
- * that parses); the others dropped. A Conv reads its weights through op->w (shared with its
+/* Whether the host keeps its constants for each kernel's life (NNP_HOST_KEEPS_CONSTANTS). */
+static int g_host_keeps;
+
+void ox_graph_host_keeps_constants(int keeps)
+{
+    g_host_keeps = keeps;
+}
+
+/* The constants a plan reads, kept: the host's const_data where the host keeps it for the
+ * kernel's life, else copied (it lives only as long as the call that parses); the others
+ * dropped. A Conv reads its weights through op->w (shared with its
  * weight value until a fold wrote to them: then its own) and its bias through op->b, so a folded
  * Conv's weight value is dropped: ResNet-50's 100 MB of weights were copied twice, and a third
  * time for the strict graph, which now borrows the first graph's. */
@@ -1378,6 +1387,10 @@ static int keep_constants(ox_graph *g, ox_err *e)
         ox_value *val = &g->vals[v];
         if (val->borrowed != BORROW_CALL) continue;
         float *from = val->cdata;
+        if (read[v] && g_host_keeps) {
+            val->borrowed = BORROW_KERNEL;
+            continue;
+        }
         val->cdata = NULL;
         val->borrowed = BORROW_NONE;
         if (!read[v]) continue;

@@ -63,7 +63,7 @@ enum {
     OP_DEQUANT, /* (graph.c fake_quant) */
     OP_QDQ
 };
-enum { BORROW_NONE, BORROW_CALL, BORROW_GRAPH };
+enum { BORROW_NONE, BORROW_CALL, BORROW_KERNEL };
 enum { PAD_NOTSET, PAD_VALID, PAD_SAME_UPPER, PAD_SAME_LOWER };
 enum { POST_ELTWISE, POST_SUM };
 
@@ -73,9 +73,11 @@ typedef struct {
     int64_t dims[MAXR]; /* -1: known at run time only */
     int konst;          /* a constant (its floats in cdata while the graph is parsed) */
     /* a constant's floats: borrowed (BORROW_CALL) from the host's const_data, which lives as
-     * long as the call that parses; or (BORROW_GRAPH) from the graph parsed before (a kernel's
-     * strict graph borrows its first graph's); after a parse that keeps them (graph.c
-     * keep_constants), a copy of its own where a plan reads them, else NULL */
+     * long as the call that parses; after a parse that keeps them (graph.c keep_constants),
+     * where a plan reads them: still the host's when it keeps its constants for the kernel's
+     * life (BORROW_KERNEL, NNP_HOST_KEEPS_CONSTANTS), else a copy of the graph's own; NULL
+     * where no plan reads them. A kernel's strict graph borrows (BORROW_KERNEL) what its first
+     * graph kept. */
     float *cdata;
     int borrowed;
     int kin;            /* first kernel input index holding it, or -1 */
@@ -190,6 +192,9 @@ ox_graph *ox_graph_parse(const nnp_node_desc *nodes, int n, int strict, int *uns
 ox_graph *ox_graph_parse_kept(const nnp_node_desc *nodes, int n, int strict, const ox_graph *from,
                               int *unsupported, ox_err *e);
 void ox_graph_free(ox_graph *g);
+/* Whether the host keeps its constants for each kernel's life (init options' host_flags): set
+ * at init, before any kernel. */
+void ox_graph_host_keeps_constants(int keeps);
 /* Value dims for concrete kernel input shapes (dims[v * MAXR ...]; in NULL: the declared,
  * static ones); 0, or 1 with a message. */
 int ox_graph_shapes(const ox_graph *g, const nnp_tensor *in, int nin, int64_t *dims, ox_err *e);

@@ -12,7 +12,7 @@ import numpy as np
 from ..plugins import RESERVED_IDS  # noqa: F401  (one set, for every kind of backend)
 
 ABI_MAJOR = 1
-ABI_MINOR = 7
+ABI_MINOR = 8
 ABI_PATCH = 0
 ABI_VERSION = (ABI_MAJOR, ABI_MINOR, ABI_PATCH)
 ENTRY_SYMBOL = "nnp_backend_entry"
@@ -151,7 +151,13 @@ class InitOptions(C.Structure):
         ("host_abi", Version),
         ("num_threads", C.c_int32),
         ("config", C.c_char_p),
+        ("host_flags", C.c_uint32),  # ABI 1.8
     ]
+
+
+# InitOptions.host_flags: what the host promises (nnplug/backend.h NNP_HOST_*). plan.py keeps
+# a module's constants until its kernels are destroyed (_State.constants).
+HOST_KEEPS_CONSTANTS = 1 << 0
 
 
 class AttrValue(C.Structure):

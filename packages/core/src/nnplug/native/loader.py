@@ -257,7 +257,7 @@ class NativeLibrary:
         if not self.table.init:
             return
         opts = abi.InitOptions(ctypes.sizeof(abi.InitOptions), abi.Version(*abi.ABI_VERSION),
-                               requested_threads(), None)
+                               requested_threads(), None, abi.HOST_KEEPS_CONSTANTS)
         rc = self.table.init(ctypes.byref(opts))
         if rc != 0:
             msg = self.last_error() or f"status {abi.STATUS_NAMES.get(rc, rc)} and no message"

@@ -99,6 +99,9 @@ class _State:
         self.key = key
         self.kernels: list[Kernel] = []
         self.buffers: list[NativeBuffer] = []
+        # the constants the kernels were created with, kept until they are destroyed: the
+        # host's promise to backends (abi.HOST_KEEPS_CONSTANTS), which may keep the pointers
+        self.constants: dict = {}
         self.closed = False
 
     def close(self):
@@ -113,6 +116,7 @@ class _State:
             for b in self.buffers:
                 b.free()
         finally:
+            self.constants = {}
             self.lib.drop()
 
 
@@ -142,6 +146,7 @@ def _build(lib, state, subgraph, dev, target=None):
     nodes = list(subgraph.nodes)
     if not nodes:
         raise BackendError(f"backend {lib.id!r}: asked to build an empty subgraph")
+    state.constants = consts  # the descriptors point into these arrays (not at copies)
     builder = DescBuilder(values, consts)
     groups = _group(lib, builder, nodes, subgraph.outputs)
     for group in groups:

@@ -153,6 +153,9 @@ enum {
     ST_GET_ATTR,
     ST_STRINGS_LIVE,
     ST_RUN_DYNAMIC,
+    ST_HOST_FLAGS,      /* the host_flags init() was given (ABI 1.8) */
+    ST_KEPT_CONSTANTS,  /* constants kernels read from the host's memory (TB_OWN_CONSTANTS) */
+    ST_CHANGED_AT_DESTROY, /* of those, ones whose bytes differed when the kernel was destroyed */
     ST_COUNT
 };
 static long long tb_counters[ST_COUNT];
@@ -473,9 +476,23 @@ typedef struct tb_kernel {
     int op;
     int relu_after; /* Add fused with Relu */
     int num_inputs, num_outputs;
-    void *consts[TB_MAX_IO]; /* copies of constant inputs (TB_OWN_CONSTANTS) */
+    void *consts[TB_MAX_IO]; /* copies of constant inputs (TB_OWN_CONSTANTS), or the host's
+                                own bytes where it keeps them (kept, their checksum in sum) */
+    int kept[TB_MAX_IO];
+    uint64_t sum[TB_MAX_IO], nbytes[TB_MAX_IO];
     char name[128];
 } tb_kernel;
+
+static uint32_t tb_host_flags;
+
+/* FNV-1a over n bytes: whether a kept constant changed under the kernel. */
+static uint64_t tb_checksum(const void *p, uint64_t n)
+{
+    const unsigned char *b = (const unsigned char *)p;
+    uint64_t h = 1469598103934665603ull;
+    for (uint64_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
 
 static nnp_status tb_kernel_create(const nnp_node_desc *nodes, int32_t num, nnp_device dev,
                                    nnp_kernel **out)
@@ -503,7 +520,14 @@ static nnp_status tb_kernel_create(const nnp_node_desc *nodes, int32_t num, nnp_
 #if TB_OWN_CONSTANTS
     for (int i = 0; i < k->num_inputs; ++i) {
         const nnp_value_desc *v = &nodes[0].inputs[i];
-        if (v->const_data) {
+        if (v->const_data && (tb_host_flags & NNP_HOST_KEEPS_CONSTANTS) &&
+            v->dtype.code != NNP_DTYPE_STRING) { /* the host keeps them: read them there */
+            k->consts[i] = (void *)v->const_data;
+            k->kept[i] = 1;
+            k->nbytes[i] = v->const_nbytes;
+            k->sum[i] = tb_checksum(v->const_data, v->const_nbytes);
+            BUMP(ST_KEPT_CONSTANTS, 1);
+        } else if (v->const_data) {
             k->consts[i] = malloc(v->const_nbytes ? v->const_nbytes : 1);
             if (!k->consts[i])
                 return fail(NNP_STATUS_OUT_OF_MEMORY, "kernel_create: out of memory");
@@ -537,7 +561,11 @@ static nnp_status tb_kernel_destroy(nnp_kernel *kernel)
 {
     tb_kernel *k = (tb_kernel *)kernel;
     if (!k) return NNP_OK;
-    for (int i = 0; i < TB_MAX_IO; ++i) free(k->consts[i]);
+    for (int i = 0; i < TB_MAX_IO; ++i) {
+        if (!k->kept[i]) free(k->consts[i]);
+        else if (tb_checksum(k->consts[i], k->nbytes[i]) != k->sum[i])
+            BUMP(ST_CHANGED_AT_DESTROY, 1);
+    }
     free(k);
     BUMP(ST_KERNELS_LIVE, -1);
     return NNP_OK;
@@ -794,6 +822,8 @@ static nnp_status tb_init(const nnp_init_options *opts)
         return fail(NNP_STATUS_INVALID_ARGUMENT, "init: options too small");
     BUMP(ST_INIT, 1);
     tb_counters[ST_THREADS] = opts->num_threads;
+    tb_host_flags = NNP_INIT_HAS(opts, host_flags) ? opts->host_flags : 0;
+    tb_counters[ST_HOST_FLAGS] = tb_host_flags;
     return NNP_OK;
 }
 

@@ -105,10 +105,11 @@ extern "C" {
 
 // clang-format off: one line per number (nnplug_conformance reads them)
 #define NNP_BACKEND_ABI_MAJOR 1
-#define NNP_BACKEND_ABI_MINOR 7 /* 1.1: set_profile_hook; 1.2: target_attrs, kernel_create_for_target;
+#define NNP_BACKEND_ABI_MINOR 8 /* 1.1: set_profile_hook; 1.2: target_attrs, kernel_create_for_target;
                                    1.3: string tensors, release_strings; 1.4: supports_fused;
                                    1.5: priority, provider_names; 1.6: run_dynamic;
-                                   1.7: run_dynamic also runs string partitions */
+                                   1.7: run_dynamic also runs string partitions;
+                                   1.8: init options' host_flags */
 #define NNP_BACKEND_ABI_PATCH 0
 // clang-format on
 
@@ -144,8 +145,19 @@ enum {
     NNP_BACKEND_KERNELS_OWN_CONSTANTS = 1u << 1
 };
 
+/* What the host promises (nnp_init_options.host_flags, ABI 1.8). */
+enum {
+    /* The const_data of each constant input that is not a string tensor, as given to
+     * kernel_create or kernel_create_for_target, stays valid and unchanged until that kernel
+     * is destroyed: a kernel may keep the pointer (to read at its first run, or to plan again
+     * for another shape or thread count) instead of copying the bytes. No alignment beyond the
+     * element's is promised. Descriptors given to supports(), supports_fused() and fuse() are
+     * still valid during the call only. */
+    NNP_HOST_KEEPS_CONSTANTS = 1u << 0
+};
+
 /* Options passed to init(). The host fills struct_size = sizeof as it compiled it; a backend
- * reads only members within struct_size. */
+ * reads only members within struct_size (NNP_INIT_HAS(o, member)). */
 typedef struct nnp_init_options {
     uint32_t struct_size;
     nnp_version host_abi;  /* the host's backend ABI version */
@@ -153,7 +165,12 @@ typedef struct nnp_init_options {
                               (typically the number of usable cores). Several runs may be in
                               flight at once from different host threads. */
     const char *config;    /* backend-specific settings as a JSON object text, or NULL */
+    uint32_t host_flags;   /* NNP_HOST_* (ABI 1.8); a host before it sets no such member */
 } nnp_init_options;
+
+/* Whether init options o (non-NULL) hold `member`: the host's struct reaches past it. */
+#define NNP_INIT_HAS(o, member) \
+    ((o)->struct_size >= offsetof(nnp_init_options, member) + sizeof((o)->member))
 
 /* Device attribute kinds for get_attr (TVM's DeviceAttrKind numbers). */
 enum {
