@@ -141,6 +141,72 @@ static int winograd_kernel(const conv_state *s)
     return 1;
 }
 
+/* The taps [*t0, *t1] of an axis (k taps, stride st, dilation d, begin pad pb, out outputs)
+ * that read inside an input of n for some output; *t1 < *t0 when none does. */
+static void live_taps(int64_t n, int64_t k, int64_t st, int64_t d, int64_t pb, int64_t out,
+                      int64_t *t0, int64_t *t1)
+{
+    *t0 = k;
+    *t1 = -1;
+    for (int64_t t = 0; t < k; t++) {
+        int64_t lo = t * d - pb;                           /* what output 0 reads */
+        int64_t y = lo >= 0 ? 0 : (-lo + st - 1) / st;     /* the first output reading >= 0 */
+        if (y < out && lo + y * st < n) {
+            if (t < *t0) *t0 = t;
+            *t1 = t;
+        }
+    }
+}
+
+/* A dilated convolution whose outer taps read only padding for every output (DeepLabV3's
+ * atrous convolutions of dilation 24 and 36 over a 20 x 20 map: only the centre tap reads the
+ * input) runs with the taps that read it: the same sums, since each dropped tap adds w * 0.
+ * Only with explicit pads, static spatial dims and finite weights (an infinite or NaN weight
+ * times a padded zero is NaN, which ONNX keeps). Returns the trimmed weights (the caller frees
+ * them) and updates s's window, or NULL when nothing is dropped. */
+static float *trim_dead_taps(conv_state *s, const nnc_valinfo *xi, const float *w)
+{
+    if (s->auto_pad != AP_NOTSET || !xi || xi->ndim != s->nsp + 2) return NULL;
+    int64_t in[2] = {s->nsp == 1 ? 1 : xi->dims[2], xi->dims[s->nsp == 1 ? 2 : 3]};
+    int64_t k[2] = {s->kh, s->kw}, st[2] = {s->sh, s->sw}, d[2] = {s->dh, s->dw};
+    int64_t pb[2] = {s->pads[0], s->pads[1]}, pe[2] = {s->pads[2], s->pads[3]};
+    int64_t t0[2], t1[2];
+    int drop = 0;
+    for (int a = 0; a < 2; a++) {
+        int64_t out, ub, ue;
+        if (in[a] < 1 ||
+            nnc_window_out(AP_NOTSET, 0, in[a], k[a], st[a], d[a], pb[a], pe[a], &out, &ub, &ue) ||
+            out < 1)
+            return NULL;
+        live_taps(in[a], k[a], st[a], d[a], pb[a], out, &t0[a], &t1[a]);
+        if (t1[a] < t0[a]) return NULL; /* no tap reads the input: left as it is */
+        /* the window then starts at tap t0 and ends at t1: pads shrink by what they covered */
+        if (pb[a] - t0[a] * d[a] < 0 || pe[a] - (k[a] - 1 - t1[a]) * d[a] < 0) {
+            t0[a] = 0;
+            t1[a] = k[a] - 1;
+        }
+        drop |= t0[a] > 0 || t1[a] < k[a] - 1;
+    }
+    int64_t K = s->Cg * k[0] * k[1];
+    if (!drop || nnc_any_nonfinite(w, s->M * K)) return NULL;
+    int64_t nk[2] = {t1[0] - t0[0] + 1, t1[1] - t0[1] + 1};
+    float *tw = malloc((size_t)(s->M * s->Cg * nk[0] * nk[1]) * sizeof(float));
+    if (!tw) return NULL; /* the full kernel runs: slower, the same sums */
+    float *o = tw;
+    for (int64_t mc = 0; mc < s->M * s->Cg; mc++)
+        for (int64_t y = t0[0]; y <= t1[0]; y++)
+            for (int64_t x = t0[1]; x <= t1[1]; x++) *o++ = w[(mc * k[0] + y) * k[1] + x];
+    s->kh = nk[0];
+    s->kw = nk[1];
+    s->pads[0] -= t0[0] * d[0];
+    s->pads[1] -= t0[1] * d[1];
+    s->pads[2] -= (k[0] - 1 - t1[0]) * d[0];
+    s->pads[3] -= (k[1] - 1 - t1[1]) * d[1];
+    if (nk[0] == 1) s->dh = 1; /* one tap: its dilation means nothing */
+    if (nk[1] == 1) s->dw = 1;
+    return tw;
+}
+
 static int conv_create(nnc_node *n, nnc_err *e)
 {
     static const int fl[] = {DT_F32, DT_F16, DT_BF16, DT_F64, 0};
@@ -222,8 +288,9 @@ static int conv_create(nnc_node *n, nnc_err *e)
     /* Pack constant weights (and bias) once. */
     if (dt == DT_F32 && !n->probing && nnc_in_const(n, 1) &&
         (!nnc_in_present(n, 2) || nnc_in_const(n, 2))) {
+        float *trimmed = trim_dead_taps(s, xi, wi->const_data);
         int64_t Mg = s->M / s->group, K = s->Cg * s->kh * s->kw;
-        const float *src = wi->const_data;
+        const float *src = trimmed ? trimmed : wi->const_data;
         s->bias = nnc_alloc((size_t)s->M * sizeof(float));
         if (s->Cg == 1 && Mg == 1) {
             s->w = nnc_alloc((size_t)(s->M * K) * sizeof(float));
@@ -234,14 +301,18 @@ static int conv_create(nnc_node *n, nnc_err *e)
             for (int64_t g = 0; s->pw && g < s->group; g++)
                 nnc_sgemm_pack_a(Mg, K, src + g * Mg * K, K, s->pw + g * s->pw_group);
         }
-        if ((!s->w && !s->pw) || !s->bias)
+        if ((!s->w && !s->pw) || !s->bias) {
+            free(trimmed);
             return nnc_node_fail(e, n, "out of memory packing weights");
-        if (winograd_kernel(s) && !nnc_any_nonfinite(src, s->M * K)) {
-            s->pu = nnc_alloc((size_t)nnc_wino_packed_floats(s->M, s->Cg) * sizeof(float));
-            if (!s->pu) return nnc_node_fail(e, n, "out of memory packing weights");
+        }
+        int wino = winograd_kernel(s) && !nnc_any_nonfinite(src, s->M * K);
+        if (wino &&
+            (s->pu = nnc_alloc((size_t)nnc_wino_packed_floats(s->M, s->Cg) * sizeof(float)))) {
             nnc_wino_pack(src, s->M, s->Cg, s->pu);
             s->wino_xmax = nnc_wino_input_limit(s->pu, s->M, s->Cg);
         }
+        free(trimmed);
+        if (wino && !s->pu) return nnc_node_fail(e, n, "out of memory packing weights");
         if (nnc_in_present(n, 2))
             memcpy(s->bias, n->vin[2]->const_data, (size_t)s->M * sizeof(float));
         else memset(s->bias, 0, (size_t)s->M * sizeof(float));
