@@ -222,16 +222,38 @@ def _split(data, lazy=None) -> ModelFile | None:
     return ModelFile(onnx.load_from_string(skeleton), weights)
 
 
+PARALLEL_COPY_BYTES = 64 << 20
+"""Weights of at least this many bytes in all are copied by several threads: the copy's cost is
+mostly the kernel handing out fresh pages, which the cores do side by side (BERT-base's
+415 MB: 0.09-0.40 s on one thread of this 2-core machine, 0.06 s on two)."""
+
+
 def _copy_weights(view: memoryview, cut: list) -> dict[str, np.ndarray]:
     """Each cut weight's bytes copied once into its own read-only array."""
-    weights = {}
-    for name, dtype, dims, start, end in cut:
+
+    def copy(item):
+        name, dtype, dims, start, end = item
         arr = np.empty(dims, dtype)
         with view[start:end] as raw:
-            arr.reshape(-1).view(np.uint8)[:] = raw
+            arr.reshape(-1).view(np.uint8)[:] = raw  # numpy lets go of the GIL for the copy
         arr.flags.writeable = False
-        weights[name] = arr
-    return weights
+        return name, arr
+
+    threads = min(4, _usable_cores())
+    if threads < 2 or sum(end - start for _, _, _, start, end in cut) < PARALLEL_COPY_BYTES:
+        return dict(map(copy, cut))
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(threads, thread_name_prefix="nnplug-read") as pool:
+        done = dict(pool.map(copy, sorted(cut, key=lambda c: c[3] - c[4])))  # largest first
+    return {c[0]: done[c[0]] for c in cut}  # in the file's order
+
+
+def _usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
 
 
 def _varint(buf, i: int) -> tuple[int, int]:
