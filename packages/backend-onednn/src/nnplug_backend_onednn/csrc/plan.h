@@ -158,6 +158,7 @@ int input_arg_any(pb *b, int s, int arg, int v, const_dnnl_primitive_desc_t pd, 
                   int i);
 int plain_arg(pb *b, int s, int arg, int v, dnnl_memory_desc_t md);
 int fn_step(pb *b, ox_fn fn, const void *cfg, int when, const char *what);
+int stats_args(pb *b, const_dnnl_primitive_desc_t pd, int s);
 void *owned_cfg(pb *b, size_t n);
 
 /* ---- Conv (plan_conv.c) ---------------------------------------------------------------------- */
@@ -180,6 +181,8 @@ int build_matmul(pb *b, const ox_op *op);
 
 int add_softmax_nan_rows(pb *b, const ox_op *op);
 int build_own_softmax(pb *b, const ox_op *op);
+int build_plain_step(pb *b, const ox_op *op, ox_fn fn, const void *cfg, size_t size,
+                     const char *what, int nparams);
 int build_loop(pb *b, const ox_op *op);
 int build_own_eltwise(pb *b, const ox_op *op);
 int build_qdq(pb *b, const ox_op *op);

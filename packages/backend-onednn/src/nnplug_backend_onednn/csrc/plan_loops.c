@@ -366,14 +366,15 @@ static int softmax_fn(const void *cfg, void *const *ptrs, int nptrs)
 }
 
 /* op's result from its input, both plain, by a step of the backend's own: fn on cfg (size
- * bytes, copied into memory the plan owns), with the input as src and the result as dst. */
-static int build_plain_step(pb *b, const ox_op *op, ox_fn fn, const void *cfg, size_t size,
-                            const char *what)
+ * bytes, copied into memory the plan owns), with the input as src, then op's inputs 1 to
+ * nparams (plain: a normalisation's scale and shift), then the result as dst. */
+int build_plain_step(pb *b, const ox_op *op, ox_fn fn, const void *cfg, size_t size,
+                     const char *what, int nparams)
 {
-    int x = op->in[0], xbuf, reorder_out;
+    int x = op->in[0], xbuf, reorder_out, pbuf[2];
     dnnl_memory_desc_t md = value_plain(b, op->out, VAL(op->out)->ndim);
     int rc = 1;
-    if (!md) {
+    if (!md || nparams > 2) {
         ox_fail(b->e, "oneDNN could not create a memory descriptor");
         goto done;
     }
@@ -382,13 +383,22 @@ static int build_plain_step(pb *b, const ox_op *op, ox_fn fn, const void *cfg, s
         goto done;
     }
     if (plain_buf(b, x, &xbuf)) goto done;
+    for (int i = 0; i < nparams; i++)
+        if (plain_buf(b, op->in[1 + i], &pbuf[i])) goto done;
     int dbuf = dst_buf(b, op, md, &reorder_out), s;
     void *owned = dbuf < 0 ? NULL : owned_cfg(b, size);
     if (!owned) goto done;
     memcpy(owned, cfg, size);
-    if ((s = fn_step(b, fn, owned, RUN_ALWAYS, what)) < 0) goto done;
-    rc = add_arg(b, s, DNNL_ARG_SRC, xbuf, md) || add_arg(b, s, DNNL_ARG_DST, dbuf, md) ||
-         set_result(b, op, dbuf, md, reorder_out);
+    if ((s = fn_step(b, fn, owned, RUN_ALWAYS, what)) < 0 || add_arg(b, s, DNNL_ARG_SRC, xbuf, md))
+        goto done;
+    for (int i = 0; i < nparams; i++) {
+        int v = op->in[1 + i];
+        dnnl_memory_desc_t pm = value_plain(b, v, VAL(v)->ndim);
+        int bad = !pm || add_arg(b, s, DNNL_ARG_SRC_1 + i, pbuf[i], pm);
+        md_free(pm);
+        if (bad) goto done;
+    }
+    rc = add_arg(b, s, DNNL_ARG_DST, dbuf, md) || set_result(b, op, dbuf, md, reorder_out);
 done:
     md_free(md);
     return rc;
@@ -407,7 +417,7 @@ int build_own_softmax(pb *b, const ox_op *op)
 {
     int64_t len = DIMS(op->out)[VAL(op->out)->ndim - 1], n = numel(b, op->out);
     softmax_cfg c = {len > 0 ? n / len : 0, len, b->p->threads};
-    return build_plain_step(b, op, softmax_fn, &c, sizeof c, "softmax");
+    return build_plain_step(b, op, softmax_fn, &c, sizeof c, "softmax", 0);
 }
 
 /* Erf outside a GELU: the C library's erff over the plain values (oneDNN has no erf of its own);
@@ -417,7 +427,7 @@ int build_loop(pb *b, const ox_op *op)
     int nan = op->kind == OP_NANREP;
     ox_loop_cfg l = {
         nan ? nan_replace_loop : erf_loop, numel(b, op->out), 1, 1, op->alpha, 0.f, b->p->threads};
-    return build_plain_step(b, op, loop_fn, &l, sizeof l, nan ? "nan replacement" : "erf");
+    return build_plain_step(b, op, loop_fn, &l, sizeof l, nan ? "nan replacement" : "erf", 0);
 }
 
 /* The layout an element-for-element loop reads value x in: the one x has when it is dense, else

@@ -24,16 +24,7 @@ static int ln_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, int
     if (op->nin == 3 && op->in[2] >= 0 &&
         plain_arg(b, s, DNNL_ARG_SHIFT, op->in[2], plain_md(1, &op->size, 1)))
         return 1;
-    if (s < 0) return 0;
-    /* the statistics, where this oneDNN wants them as outputs: scratch in the arena */
-    static const int stats[2] = {DNNL_ARG_MEAN, DNNL_ARG_VARIANCE};
-    for (int i = 0; i < 2; i++) {
-        const_dnnl_memory_desc_t md = query(pd, dnnl_query_dst_md, 1 + i);
-        if (!md || !D(dnnl_memory_desc_get_size)(md)) continue;
-        int sb = arena_buf(b, md);
-        if (sb < 0 || add_arg(b, s, stats[i], sb, md)) return 1;
-    }
-    return 0;
+    return s < 0 ? 0 : stats_args(b, pd, s);
 }
 
 int build_ln(pb *b, const ox_op *op)
@@ -137,33 +128,7 @@ int build_in(pb *b, const ox_op *op)
     int x = op->in[0], r = VAL(x)->ndim;
     const int64_t *xd = DIMS(x);
     if (!b->dry && xd[0] == 1 && !is_plain(b, x, home(b, x))) return build_simple(b, op);
-    dnnl_memory_desc_t md = value_plain(b, op->out, r);
     in_cfg c = {xd[0] * xd[1], 1, xd[1], op->eps, b->p->threads};
     for (int d = 2; d < r; d++) c.len *= xd[d];
-    int rc = 1, xbuf, dbuf, reorder_out, s;
-    if (!md) {
-        ox_fail(b->e, "oneDNN could not create a memory descriptor");
-        goto done;
-    }
-    if (b->dry) {
-        rc = add_view(b, op->out, md, 0);
-        goto done;
-    }
-    in_cfg *owned;
-    int sbuf, tbuf;
-    dnnl_memory_desc_t cm = plain_md(1, &c.channels, 1);
-    if (!cm || plain_buf(b, x, &xbuf) || plain_buf(b, op->in[1], &sbuf) ||
-        plain_buf(b, op->in[2], &tbuf) || (dbuf = dst_buf(b, op, md, &reorder_out)) < 0 ||
-        !(owned = owned_cfg(b, sizeof c)) ||
-        (*owned = c, s = fn_step(b, in_fn, owned, RUN_ALWAYS, "instance normalization")) < 0) {
-        md_free(cm);
-        goto done;
-    }
-    rc = add_arg(b, s, DNNL_ARG_SRC, xbuf, md) || add_arg(b, s, DNNL_ARG_SCALE, sbuf, cm) ||
-         add_arg(b, s, DNNL_ARG_SHIFT, tbuf, cm) || add_arg(b, s, DNNL_ARG_DST, dbuf, md) ||
-         set_result(b, op, dbuf, md, reorder_out);
-    md_free(cm);
-done:
-    md_free(md);
-    return rc;
+    return build_plain_step(b, op, in_fn, &c, sizeof c, "instance normalization", 2);
 }

@@ -28,15 +28,7 @@ static int in_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, int
     if (plain_arg(b, s, DNNL_ARG_SCALE, op->in[1], plain_md(1, DIMS(op->in[1]), 1)) ||
         plain_arg(b, s, DNNL_ARG_SHIFT, op->in[2], plain_md(1, DIMS(op->in[2]), 1)))
         return 1;
-    if (s < 0) return 0;
-    static const int stats[2] = {DNNL_ARG_MEAN, DNNL_ARG_VARIANCE};
-    for (int i = 0; i < 2; i++) {
-        const_dnnl_memory_desc_t md = query(pd, dnnl_query_dst_md, 1 + i);
-        if (!md || !D(dnnl_memory_desc_get_size)(md)) continue;
-        int sb = arena_buf(b, md);
-        if (sb < 0 || add_arg(b, s, stats[i], sb, md)) return 1;
-    }
-    return 0;
+    return s < 0 ? 0 : stats_args(b, pd, s);
 }
 
 /* A per-channel multiply-add: x, the scales (op->w) and, for the post-op, the shifts (op->b). */

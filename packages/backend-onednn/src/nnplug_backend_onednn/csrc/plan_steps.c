@@ -529,3 +529,17 @@ void *owned_cfg(pb *b, size_t n)
     p->owned[p->nowned++] = c;
     return c;
 }
+
+/* The statistics a normalisation primitive pd computes (mean, variance), where this oneDNN
+ * wants them as outputs of step s: scratch in the arena. */
+int stats_args(pb *b, const_dnnl_primitive_desc_t pd, int s)
+{
+    static const int stats[2] = {DNNL_ARG_MEAN, DNNL_ARG_VARIANCE};
+    for (int i = 0; i < 2; i++) {
+        const_dnnl_memory_desc_t md = query(pd, dnnl_query_dst_md, 1 + i);
+        if (!md || !D(dnnl_memory_desc_get_size)(md)) continue;
+        int sb = arena_buf(b, md);
+        if (sb < 0 || add_arg(b, s, stats[i], sb, md)) return 1;
+    }
+    return 0;
+}
