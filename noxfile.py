@@ -334,10 +334,16 @@ def run_pytest(session: nox.Session, pkg: Package, *args: str, env: dict | None 
     os.makedirs(REPORTS, exist_ok=True)
     stem = os.path.join(REPORTS, re.sub(r"[^\w.-]+", "_", f"{session.name}-{pkg.folder}"))
     with session.chdir(ROOT):
-        # through run_logged: a pytest that dies before writing its report leaves its output
+        # through run_logged: a pytest that dies before writing its report leaves its output;
+        # -X faulthandler: a crash after pytest has turned its own handler off (while the
+        # interpreter shuts down) still prints every thread's stack. Not PYTHONFAULTHANDLER:
+        # the processes the tests start would inherit it, and under AddressSanitizer a
+        # plugin's deliberate crash in one of them then ends in ASan's "nested bug", not in
+        # the signal the test expects.
         session.run("python", os.path.join(ROOT, "tools", "run_logged.py"), stem + ".log",
-                    "pytest", os.path.relpath(pkg.tests, ROOT), f"--timeout={TEST_TIMEOUT_S}",
-                    f"--junitxml={stem}.xml", *args, *session.posargs, env=env)
+                    "python", "-X", "faulthandler", "-m", "pytest", os.path.relpath(pkg.tests, ROOT),
+                    f"--timeout={TEST_TIMEOUT_S}", f"--junitxml={stem}.xml", *args,
+                    *session.posargs, env=env)
 
 
 REPORTS = os.path.join(ROOT, ".nox", "_reports")

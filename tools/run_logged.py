@@ -5,14 +5,11 @@
 nox runs pytest through it so that a run which dies without writing its JUnit report (a
 signal in native code, the kernel's OOM killer, ``os._exit``) still leaves its last lines on
 disk for the ``failures`` session to print. A command ended by signal N exits 128 + N, as a
-shell reports it, and the log's last line says which signal. Python's fault handler is on in
-the command (``PYTHONFAULTHANDLER``), so a crash after pytest has finished, while the
-interpreter shuts down, still prints every thread's Python stack.
+shell reports it, and the log's last line says which signal.
 """
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -24,8 +21,7 @@ def main(argv: list[str]) -> int:
         return 2
     log_path, cmd = argv[0], argv[1:]
     with open(log_path, "wb") as log:
-        env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         for chunk in iter(lambda: proc.stdout.read1(65536), b""):
             sys.stdout.buffer.write(chunk)
             sys.stdout.buffer.flush()
