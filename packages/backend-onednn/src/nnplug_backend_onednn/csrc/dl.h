@@ -12,6 +12,7 @@
     X(dnnl_stream_destroy)                                    \
     X(dnnl_stream_wait)                                       \
     X(dnnl_memory_desc_create_with_strides)                   \
+    X(dnnl_memory_desc_create_submemory)                      \
     X(dnnl_memory_desc_create_with_tag)                       \
     X(dnnl_memory_desc_destroy)                               \
     X(dnnl_memory_desc_clone)                                 \

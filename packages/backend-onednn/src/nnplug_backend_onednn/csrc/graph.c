@@ -509,6 +509,35 @@ static int parse_bn(parser *p, ox_op *op)
     return 0;
 }
 
+/* Slice along one axis with step 1, its starts, ends, axes and steps constants of one element
+ * (opset 10 and later): a view of its input (plan_view.c). ShuffleNet splits each block's
+ * channels so; on the CPU backend each split cost a reorder out of oneDNN's layout and back. */
+static int parse_slice(parser *p, ox_op *op)
+{
+    const nnp_node_desc *n = p->n;
+    if (n->opset > 0 && n->opset < 10) return decline(p, "opset < 10 (attributes)");
+    if (op->in[0] < 0 || n->num_inputs < 3 || n->num_inputs > 5) return decline(p, "arity");
+    const ox_value *x = V(0);
+    int64_t v[4] = {0, 0, 0, 1}; /* start, end, axis (omitted: 0), step (omitted: 1) */
+    for (int j = 1; j < n->num_inputs; j++) {
+        const nnp_value_desc *d = &n->inputs[j];
+        if (!d->name[0]) continue;
+        int b = d->dtype.bits;
+        if (!d->const_data || d->dtype.code != NNP_DTYPE_INT || (b != 64 && b != 32) ||
+            d->const_nbytes != (uint64_t)b / 8)
+            return decline(p, "starts, ends, axes and steps must be constants of one element");
+        v[j - 1] = b == 64 ? *(const int64_t *)d->const_data : *(const int32_t *)d->const_data;
+    }
+    if (v[2] < 0) v[2] += x->ndim;
+    if (v[2] < 0 || v[2] >= x->ndim) return decline(p, "axis");
+    if (v[3] != 1) return decline(p, "steps other than 1");
+    op->start = v[0];
+    op->end = v[1];
+    op->axis = v[2];
+    op->nin = 1;
+    return 0;
+}
+
 /* InstanceNormalization (plan_norm.c build_in): each image's and channel's own statistics. */
 static int parse_in(parser *p, ox_op *op)
 {
@@ -716,6 +745,10 @@ static int parse_node(parser *p, ox_op *op)
             return decline(p, "element counts differ");
         op->nin = 1;
         return 0;
+    }
+    if (!strcmp(t, "Slice")) {
+        op->kind = OP_SLICE;
+        return parse_slice(p, op);
     }
     if (!strcmp(t, "Transpose")) {
         const ox_value *x = &p->g->vals[op->in[0]], *y = &p->g->vals[op->out];
@@ -1517,9 +1550,9 @@ static ox_graph *parse(const nnp_node_desc *nodes, int n, int strict, int keep,
                 continue;
             }
             if ((j == 1 && !strcmp(d->op_type, "Reshape")) ||
-                (j >= 1 && !strcmp(d->op_type, "Dropout"))) {
+                (j >= 1 && (!strcmp(d->op_type, "Dropout") || !strcmp(d->op_type, "Slice")))) {
                 /* Reshape's shape: the declared output dims are used; Dropout's ratio and
-                 * training mode: see parse_node */
+                 * training mode, Slice's bounds: see parse_node */
                 g->kin_val[g->nkin++] = -1;
                 continue;
             }
@@ -1690,6 +1723,12 @@ int ox_graph_shapes(const ox_graph *g, const nnp_tensor *in, int nin, int64_t *d
         case OP_TRANSPOSE:
             for (int i = 0; i < r; i++) y[i] = x[op->perm[i]];
             break;
+        case OP_SLICE: {
+            int64_t dim = x[op->axis], a = ox_slice_bound(op->start, dim),
+                    z = ox_slice_bound(op->end, dim);
+            y[op->axis] = z > a ? z - a : 0;
+            break;
+        }
         default: /* element-wise, softmax, LRN, Batch- and LayerNormalization: the input's shape */
             break;
         }

@@ -56,6 +56,7 @@ enum {
     OP_ERF,
     OP_RESHAPE,
     OP_TRANSPOSE,
+    OP_SLICE, /* along one axis, step 1: a view (graph.c parse_slice, plan_view.c) */
     OP_ISNAN,
     OP_WHERE, /* only while parsing: Where(IsNaN(x), C, x) becomes one OP_NANREP */
     OP_NANREP,
@@ -64,6 +65,14 @@ enum {
     OP_QDQ
 };
 enum { BORROW_NONE, BORROW_CALL, BORROW_KERNEL };
+
+/* A Slice bound (start or end) as an index in [0, dim]: a negative one counts from the end,
+ * then it is clamped (ONNX's rule for step 1). */
+static inline int64_t ox_slice_bound(int64_t v, int64_t dim)
+{
+    if (v < 0) v += dim;
+    return v < 0 ? 0 : v > dim ? dim : v;
+}
 enum { PAD_NOTSET, PAD_VALID, PAD_SAME_UPPER, PAD_SAME_LOWER };
 enum { POST_ELTWISE, POST_SUM };
 
@@ -126,6 +135,7 @@ typedef struct {
     int npost;
     ox_post post[MAXPOST];
     int64_t perm[MAXR]; /* Transpose */
+    int64_t start, end; /* Slice along `axis`, as the model gives them (ox_slice_bound) */
     /* QuantizeLinear [0] and DequantizeLinear [1] (OP_QDQ: both): scale, zero point; qs8: the
      * integer type is int8, else uint8 */
     float qscale[2];

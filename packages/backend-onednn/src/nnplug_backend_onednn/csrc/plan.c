@@ -128,17 +128,18 @@ static ox_plan *build_ex(const ox_graph *g, const int64_t *dims, int threads, in
             if (empty_result(&b, op)) goto done;
             continue;
         }
-        int r = op->kind == OP_CONV                                  ? build_conv(&b, op)
-                : op->kind == OP_MATMUL                              ? build_matmul(&b, op)
-                : op->kind == OP_LN                                  ? build_ln(&b, op)
-                : op->kind == OP_IN                                  ? build_in(&b, op)
-                : op->kind == OP_ERF || op->kind == OP_NANREP        ? build_loop(&b, op)
-                : op->kind == OP_ELTWISE && ox_own_eltwise(op->alg)  ? build_own_eltwise(&b, op)
-                : op->kind == OP_QDQ                                 ? build_qdq(&b, op)
-                : op->kind == OP_POOL && op->maxpool && g->strict    ? build_strict_maxpool(&b, op)
-                : op->kind == OP_LRN && g->strict                    ? build_strict_lrn(&b, op)
-                : op->kind == OP_RESHAPE || op->kind == OP_TRANSPOSE ? build_view(&b, op)
-                                                                     : build_simple(&b, op);
+        int r = op->kind == OP_CONV                                 ? build_conv(&b, op)
+                : op->kind == OP_MATMUL                             ? build_matmul(&b, op)
+                : op->kind == OP_LN                                 ? build_ln(&b, op)
+                : op->kind == OP_IN                                 ? build_in(&b, op)
+                : op->kind == OP_ERF || op->kind == OP_NANREP       ? build_loop(&b, op)
+                : op->kind == OP_ELTWISE && ox_own_eltwise(op->alg) ? build_own_eltwise(&b, op)
+                : op->kind == OP_QDQ                                ? build_qdq(&b, op)
+                : op->kind == OP_POOL && op->maxpool && g->strict   ? build_strict_maxpool(&b, op)
+                : op->kind == OP_LRN && g->strict                   ? build_strict_lrn(&b, op)
+                : op->kind == OP_RESHAPE || op->kind == OP_TRANSPOSE || op->kind == OP_SLICE
+                    ? build_view(&b, op)
+                    : build_simple(&b, op);
         if (r) goto done;
     }
     rc = dry ? 0 : place_arena(p);

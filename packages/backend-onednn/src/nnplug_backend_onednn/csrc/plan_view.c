@@ -1,4 +1,5 @@
-/* Reshape and Transpose as views of their input's bytes, copying nothing where a layout allows. */
+/* Reshape, Transpose and Slice as views of their input's bytes, copying nothing where a layout
+ * allows. */
 #define _GNU_SOURCE
 
 #include "plan.h"
@@ -140,15 +141,46 @@ static int reshape_view(pb *b, int x, int r, const int64_t *yd, int is_out, dnnl
     return 0;
 }
 
-/* Reshape and Transpose copy nothing where they can: the result is a view of the input's bytes
- * (a Reshape through strides the input's layout allows, see reshape_view, else of its
- * row-major bytes; a Transpose of the layout it is in, axes permuted). A reader needing another
+/* A Slice (one axis, step 1) of value x as a view: oneDNN's submemory of the layout x is in
+ * (any cut of a plain or nhwc layout; of a blocked one only at its blocks' bounds), else of x's
+ * row-major bytes. A reader that needs the slice dense reorders it, as for any value. */
+static int slice_view(pb *b, const ox_op *op, dnnl_memory_desc_t *md, int *buf)
+{
+    int x = op->in[0], r = VAL(x)->ndim;
+    const int64_t *xd = DIMS(x), *yd = DIMS(op->out);
+    dnnl_dims_t d, off;
+    for (int i = 0; i < r; i++) {
+        d[i] = yd[i];
+        off[i] = i == op->axis ? ox_slice_bound(op->start, xd[i]) : 0;
+    }
+    if (D(dnnl_memory_desc_create_submemory)(md, home(b, x), d, off) == dnnl_success) {
+        *buf = b->views[x][0].buf;
+        return 0;
+    }
+    *md = NULL;
+    dnnl_memory_desc_t pm = value_plain(b, x, r);
+    int rc = !pm || D(dnnl_memory_desc_create_submemory)(md, pm, d, off) != dnnl_success ||
+             (!b->dry && plain_buf(b, x, buf));
+    md_free(pm);
+    if (rc) {
+        md_free(*md);
+        *md = NULL;
+    }
+    return rc;
+}
+
+/* Reshape, Transpose and Slice copy nothing where they can: the result is a view of the input's
+ * bytes (a Reshape through strides the input's layout allows, see reshape_view, else of its
+ * row-major bytes; a Transpose of the layout it is in, axes permuted; a Slice, see slice_view). A reader needing another
  * layout reorders it, as for any value; the kernel's output is reordered into place. */
 int build_view(pb *b, const ox_op *op)
 {
     int x = op->in[0], buf = 0, r = VAL(op->out)->ndim;
     dnnl_memory_desc_t md = NULL;
-    if (op->kind == OP_RESHAPE) {
+    if (op->kind == OP_SLICE) {
+        if (slice_view(b, op, &md, &buf))
+            return ox_fail(b->e, "node '%s' (Slice): no view of its input", op->name);
+    } else if (op->kind == OP_RESHAPE) {
         int got = reshape_view(b, x, r, DIMS(op->out), op->out == b->g->out, &md, &buf);
         if (got > 0) return 1;
         if (got < 0) {
