@@ -315,19 +315,6 @@ static int parse_window(parser *p, ox_op *op, int dilations)
     return 0;
 }
 
-/* Whether no float of x[0..n) is an infinity or a NaN: a loop that vectorises (the exponent
- * bits all ones), where isfinite's early exit did not. */
-static int all_finite(const float *x, int64_t n)
-{
-    uint32_t bad = 0;
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, x + i, sizeof u);
-        bad |= (u & 0x7f800000u) == 0x7f800000u;
-    }
-    return !bad;
-}
-
 static int parse_conv(parser *p, ox_op *op)
 {
     const nnp_node_desc *n = p->n;
@@ -338,7 +325,7 @@ static int parse_conv(parser *p, ox_op *op)
     /* ONNX pads with zeros, so a weight that is not finite makes 0 * inf = NaN on the padding;
      * oneDNN's kernels skip padded taps and this backend's Winograd spreads such a weight over
      * whole tiles, so the cpu backend, which follows the definition, runs these */
-    if (!all_finite(w->cdata, vnumel(w))) return decline(p, "a weight is infinite or NaN");
+    if (!ox_all_finite(w->cdata, vnumel(w))) return decline(p, "a weight is infinite or NaN");
     int64_t C = x->dims[1], OC = w->dims[0];
     op->group = attr_int(n, "group", 1);
     if (C < 0) return decline(p, "channel count unknown at load");
@@ -1448,20 +1435,6 @@ static int by_pos(const void *a, const void *b, void *ops)
 }
 
 static ox_graph *parse(const nnp_node_desc *nodes, int n, int strict, int keep,
-                       const ox_graph *from, int *unsupported, ox_err *e);
-
-ox_graph *ox_graph_parse(const nnp_node_desc *nodes, int n, int strict, int *unsupported, ox_err *e)
-{
-    return parse(nodes, n, strict, 0, NULL, unsupported, e);
-}
-
-ox_graph *ox_graph_parse_kept(const nnp_node_desc *nodes, int n, int strict, const ox_graph *from,
-                              int *unsupported, ox_err *e)
-{
-    return parse(nodes, n, strict, 1, from, unsupported, e);
-}
-
-static ox_graph *parse(const nnp_node_desc *nodes, int n, int strict, int keep,
                        const ox_graph *from, int *unsupported, ox_err *e)
 {
     *unsupported = 0;
@@ -1593,6 +1566,17 @@ static ox_graph *parse(const nnp_node_desc *nodes, int n, int strict, int keep,
 bad:
     ox_graph_free(g);
     return NULL;
+}
+
+ox_graph *ox_graph_parse(const nnp_node_desc *nodes, int n, int strict, int *unsupported, ox_err *e)
+{
+    return parse(nodes, n, strict, 0, NULL, unsupported, e);
+}
+
+ox_graph *ox_graph_parse_kept(const nnp_node_desc *nodes, int n, int strict, const ox_graph *from,
+                              int *unsupported, ox_err *e)
+{
+    return parse(nodes, n, strict, 1, from, unsupported, e);
 }
 
 /* ---- shapes for concrete inputs ------------------------------------------------------------ */

@@ -323,11 +323,7 @@ static int inputs_finite(const ox_graph *g, const nnp_tensor *in, int nin, const
         if (v < 0 || g->vals[v].konst) continue;
         size_t n = 1;
         for (int d = 0; d < g->vals[v].ndim; d++) n *= (size_t)dims[(size_t)v * MAXR + d];
-        const uint32_t *x = in[i].data;
-        uint32_t bad = 0;
-        for (size_t j = 0; j < n; j++)
-            bad |= (x[j] & 0x7f800000u) == 0x7f800000u; /* exponent all ones */
-        if (bad) return 0;
+        if (!ox_all_finite(in[i].data, (int64_t)n)) return 0;
     }
     return 1;
 }

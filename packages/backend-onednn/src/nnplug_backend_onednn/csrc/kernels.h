@@ -66,6 +66,19 @@ enum {
 };
 enum { BORROW_NONE, BORROW_CALL, BORROW_KERNEL };
 
+/* Whether no float of x[0..n) is an infinity or a NaN (its exponent bits all ones): a loop that
+ * vectorises, where isfinite's early exit did not. */
+static inline int ox_all_finite(const float *x, int64_t n)
+{
+    uint32_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, x + i, sizeof u);
+        bad |= (u & 0x7f800000u) == 0x7f800000u;
+    }
+    return !bad;
+}
+
 /* A Slice bound (start or end) as an index in [0, dim]: a negative one counts from the end,
  * then it is clamped (ONNX's rule for step 1). */
 static inline int64_t ox_slice_bound(int64_t v, int64_t dim)
