@@ -374,7 +374,12 @@ int build_plain_step(pb *b, const ox_op *op, ox_fn fn, const void *cfg, size_t s
     int x = op->in[0], xbuf, reorder_out, pbuf[2];
     dnnl_memory_desc_t md = value_plain(b, op->out, VAL(op->out)->ndim);
     int rc = 1;
-    if (!md || nparams > 2) {
+    if (nparams > 2) {
+        ox_fail(b->e, "node '%s': a step of the backend's own takes at most 2 parameters",
+                op->name);
+        goto done;
+    }
+    if (!md) {
         ox_fail(b->e, "oneDNN could not create a memory descriptor");
         goto done;
     }

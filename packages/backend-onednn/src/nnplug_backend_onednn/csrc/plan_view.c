@@ -171,8 +171,9 @@ static int slice_view(pb *b, const ox_op *op, dnnl_memory_desc_t *md, int *buf)
 
 /* Reshape, Transpose and Slice copy nothing where they can: the result is a view of the input's
  * bytes (a Reshape through strides the input's layout allows, see reshape_view, else of its
- * row-major bytes; a Transpose of the layout it is in, axes permuted; a Slice, see slice_view). A reader needing another
- * layout reorders it, as for any value; the kernel's output is reordered into place. */
+ * row-major bytes; a Transpose of the layout it is in, axes permuted; a Slice, see
+ * slice_view). A reader needing another layout reorders it, as for any value; the kernel's
+ * output is reordered into place. */
 int build_view(pb *b, const ox_op *op)
 {
     int x = op->in[0], buf = 0, r = VAL(op->out)->ndim;
