@@ -82,7 +82,7 @@ def test_every_element_type_reads_as_onnx_reads_it(tmp_path, source, copy, monke
     bound to 0, so these small ones are too.)"""
     if copy == "threads":
         monkeypatch.setattr(model_file, "PARALLEL_COPY_BYTES", 0)
-        monkeypatch.setattr(model_file, "_usable_cores", lambda: 2)
+        monkeypatch.setattr(model_file, "available_cores", lambda: 2)
     proto = _weights_model(float_data_weight=True)
     path = tmp_path / "m.onnx"
     onnx.save(proto, path)

@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .threads import available_cores
+
 if TYPE_CHECKING:
     import onnx
 
@@ -239,7 +241,7 @@ def _copy_weights(view: memoryview, cut: list) -> dict[str, np.ndarray]:
         arr.flags.writeable = False
         return name, arr
 
-    threads = min(4, _usable_cores())
+    threads = min(4, available_cores())
     if threads < 2 or sum(end - start for _, _, _, start, end in cut) < PARALLEL_COPY_BYTES:
         return dict(map(copy, cut))
     from concurrent.futures import ThreadPoolExecutor
@@ -248,12 +250,6 @@ def _copy_weights(view: memoryview, cut: list) -> dict[str, np.ndarray]:
         done = dict(pool.map(copy, sorted(cut, key=lambda c: c[3] - c[4])))  # largest first
     return {c[0]: done[c[0]] for c in cut}  # in the file's order
 
-
-def _usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        return os.cpu_count() or 1
 
 
 def _varint(buf, i: int) -> tuple[int, int]:
