@@ -139,6 +139,11 @@ class _WorkerLock:
         return self
 
     def __exit__(self, *exc):
+        self.leave()
+
+    def leave(self) -> None:
+        """Let the lock go (after ``with`` or a :meth:`try_enter` that returned True), running
+        first, if this is the outermost hold, the closes left to the holder."""
         try:
             while self._depth == 1 and self.deferred:
                 try:
@@ -215,7 +220,7 @@ class WorkerProcess:
             try:
                 close()
             finally:
-                self.lock.__exit__(None, None, None)
+                self.lock.leave()
             return
         self.lock.deferred.append(close)
 
@@ -425,7 +430,7 @@ def _stop_all_at_exit() -> None:
             pid = w.pid
             w.stop()
         finally:
-            w.lock.__exit__(None, None, None)
+            w.lock.leave()
         if pid is not None:
             _join_forwarder(pid)
 
