@@ -42,6 +42,8 @@ CASES = [
     # --- Gemm / MatMul --------------------------------------------------------------------
     ("gemm_transB_bias", "Gemm", [f32(3, 5), f32(4, 5), f32(4)], dict(transB=1), 13, (1, 2), 1, 1e-5),
     ("gemm_transA_alpha_beta", "Gemm", [f32(5, 3), f32(5, 4), f32(3, 4)], dict(transA=1, alpha=0.5, beta=2.0), 13, (), 1, 1e-5),
+    ("gemm_transA_constant_B", "Gemm", [f32(37, 3), f32(37, 45), f32(45)], dict(transA=1, alpha=0.5), 13, (1, 2), 1, 1e-5),
+    ("gemm_transA_constant_B_transB", "Gemm", [f32(37, 3), f32(45, 37)], dict(transA=1, transB=1, alpha=1.5), 13, (1,), 1, 1e-5),
     ("gemm_row_bias", "Gemm", [f32(1, 64), f32(64, 10), f32(1, 10)], {}, 13, (1, 2), 1, 1e-5),
     ("gemm_col_bias", "Gemm", [f32(4, 6), f32(6, 3), f32(4, 1)], dict(beta=0.5), 13, (), 1, 1e-5),
     ("gemm_scalar_bias", "Gemm", [f32(2, 3), f32(3, 4), np.array(1.5, np.float32)], {}, 13, (), 1, 1e-5),
