@@ -222,7 +222,7 @@ STEP = re.compile(r"^nnplug-onednn: step +\d+ \| (.+?) *\| (.+?) *\| (.+?) *\|")
 
 def test_each_convolution_runs_on_int8_sums(tmp):
     """The profile (NNPLUG_ONEDNN_PROFILE=1) of four QDQ convolutions in a row: each is one of
-    oneDNN's int8 convolutions (VNNI); the model's input is quantized to int8 once and the
+    oneDNN's int8 convolutions (VNNI, or AMX); the model's input is quantized to int8 once and the
     integers go from one convolution to the next as they are: the only float32
     quantize-dequantize steps left are the input's and the output's."""
     path = os.path.join(tmp, "chain-profiled.onnx")
@@ -236,7 +236,9 @@ def test_each_convolution_runs_on_int8_sums(tmp):
     convs = [(node, impl) for node, what, impl in steps if what == "convolution"]
     assert len(convs) == 4 and all(node.endswith("(Conv)") for node, _ in convs), steps
     for node, impl in convs:
-        assert impl.startswith(("jit", "brg", "brdgmm")) and "vnni" in impl, (node, impl)
+        # int8 products: VNNI's dot products, or AMX's tiles where the CPU has them
+        assert impl.startswith(("jit", "brg", "brdgmm")) and ("vnni" in impl or "amx" in impl), \
+            (node, impl)
     kinds = [what for _, what, _ in steps]
     assert kinds.count("quantize to int8") == 1, steps
     assert kinds.count("quantize-dequantize") == 2, steps

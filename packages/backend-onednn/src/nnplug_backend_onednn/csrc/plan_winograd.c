@@ -110,7 +110,7 @@ int build_winograd(pb *b, const ox_op *op, dnnl_primitive_desc_t direct, const i
         ox_fail(b->e, "out of memory");
         goto done;
     }
-    ox_wino_weights(op->w, w->oc, w->ic, u);
+    ox_wino_weights(op->w, w->oc, w->ic, u, w->threads);
     const_dnnl_memory_desc_t umd = query(mpd, dnnl_query_weights_md, 0);
     if (pack(b, u, plain_md(3, ud, 3), umd, &ubuf) || (s = new_step(b, mpd)) < 0) goto done;
     p->steps[s].when = RUN_FINITE;

@@ -41,8 +41,9 @@ static inline int64_t ox_wino_tiles(const ox_wino *w)
 {
     return w->n * w->th * w->tw;
 }
-/* U = G g G^T for weights oihw (oc x ic x 3 x 3) into u [16][ic][oc]. */
-void ox_wino_weights(const float *g, int64_t oc, int64_t ic, float *u);
+/* U = G g G^T for weights oihw (oc x ic x 3 x 3) into u [16][ic][oc], on up to `threads`
+ * threads of the pool. */
+void ox_wino_weights(const float *g, int64_t oc, int64_t ic, float *u, int threads);
 /* V from input x; 1 when x holds a NaN or an infinity (V is then not to be used). */
 int ox_wino_input(const ox_wino *w, const float *x, float *v);
 /* y from M, the bias (or NULL) and the post-ops (a sum adds what y holds). */
