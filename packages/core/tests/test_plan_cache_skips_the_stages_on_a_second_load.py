@@ -306,3 +306,23 @@ def test_constants_of_every_kind_read_back_as_they_were(tmp_path):
         assert got[name].dtype == want.dtype and got[name].shape == want.shape, name
         np.testing.assert_array_equal(got[name], want, err_msg=name)
         assert not got[name].flags.writeable, name
+
+
+def test_an_array_kept_under_two_names_is_written_once(tmp_path):
+    """Identity of a weight folds to that same array (a torch export has one per shared
+    weight): the entry holds its bytes once, and both names read them back."""
+    from nnplug.from_onnx import model_from_proto
+    from nnplug.plan_cache import Decided, _read_entry, _write_entry
+
+    model = model_from_proto(_model(_weights()))
+    w = np.random.default_rng(4).standard_normal((256, 256)).astype(np.float32)
+    other = w.copy()
+    path = str(tmp_path / "entry.nnplan")
+    _write_entry(path, "k", Decided(model, model, [], {}, {"w": w, "w_id": w}, {}, {}, {}))
+    shared = os.path.getsize(path)
+    _write_entry(path, "k", Decided(model, model, [], {}, {"w": w, "w_copy": other}, {}, {}, {}))
+    assert os.path.getsize(path) - shared >= w.nbytes  # equal bytes in two arrays: two copies
+    _write_entry(path, "k", Decided(model, model, [], {}, {"w": w, "w_id": w}, {}, {}, {}))
+    got = _read_entry(path, "k").constants
+    np.testing.assert_array_equal(got["w"], w)
+    np.testing.assert_array_equal(got["w_id"], w)

@@ -211,15 +211,19 @@ def _write_entry(path: str, key: str, d: Decided) -> None:
 
     table, offset, small = {}, 0, {}
     arrays = []
-    for name, a in d.constants.items():
-        a = np.asarray(a)
+    written: dict[int, tuple] = {}  # one copy of an array kept under several names (Identity)
+    for name, given in d.constants.items():
+        if id(given) in written:
+            table[name] = written[id(given)]
+            continue
+        a = np.asarray(given)
         if a.dtype.hasobject or a.dtype.isbuiltin != 1 or a.nbytes < _ALIGN * 4:
             # pickled: strings, ml_dtypes' types (bfloat16, float8, int4: their dtype.str
             # reads back as raw bytes), and arrays smaller than their padding
             small[name] = a
             continue
         a = np.ascontiguousarray(a)
-        table[name] = (a.dtype.str, a.shape, offset, a.nbytes)
+        table[name] = written[id(given)] = (a.dtype.str, a.shape, offset, a.nbytes)
         arrays.append(a)
         offset += _aligned(a.nbytes)
     described = replace(d, model=_shell(d.model), folded=_shell(d.folded), constants=small)

@@ -115,7 +115,7 @@ def fold_constants(model: Model, evaluator: Evaluator, custom_ops: dict,
     lost = any(o and not _static(model.values.get(o)) for n in rest for o in n.outputs)
     for _ in range(MAX_ROUNDS):
         before = len(rest)
-        rest = _fold_shapes(done, rest, evaluator, custom_ops)
+        rest = _fold_known(done, rest, evaluator, custom_ops)
         rest = _fold_constant_nodes(done, rest, evaluator, custom_ops, fuses)
         if not lost or len(rest) == before or not _refine_shapes(model, rest, done.constants):
             break
@@ -123,33 +123,52 @@ def fold_constants(model: Model, evaluator: Evaluator, custom_ops: dict,
     return done
 
 
-def _fold_shapes(done: Folded, nodes: list[Node], evaluator: Evaluator,
-                 custom_ops: dict) -> list[Node]:
-    """``Shape``/``Size`` of a value whose shape is static: its result, computed here from
-    that shape. The assignment names the backend the node is placed on, as for any folded
-    node."""
+def _fold_known(done: Folded, nodes: list[Node], evaluator: Evaluator,
+                custom_ops: dict) -> list[Node]:
+    """Nodes whose result is known without running them: ``Shape``/``Size`` of a value whose
+    shape is static (computed from that shape), ``Constant`` with a numeric value (the
+    value), and ``Identity`` of a constant (that constant). A torch export has one Constant
+    or Identity per weight it shares or reshapes (174 and 119 in a BERT-base), each of which
+    would otherwise be built and run on a backend. The assignment names the backend the node
+    is placed on, as for any folded node."""
     model = done.model
     rest = []
     for n in nodes:
-        v = model.values.get(n.inputs[0]) if n.inputs and n.inputs[0] else None
-        out = n.outputs[0] if n.outputs else ""
-        if (n.op_type not in ("Shape", "Size") or n.domain not in ("", "ai.onnx") or not out
-                or n.op_type in custom_ops or v is None or not v.is_static
-                or v.kind != "tensor"):
+        value = _known_value(n, model, done.constants, custom_ops)
+        if value is None:
             rest.append(n)
             continue
-        if n.op_type == "Shape":  # ONNX clamps start/end as Python slicing does
-            start, end = n.attr("start", 0), n.attr("end", None)
-            done.constants[out] = np.array(v.shape[start:end], dtype=np.int64)
-        else:
-            done.constants[out] = np.array(int(np.prod(v.shape, dtype=np.int64)),
-                                           dtype=np.int64)
+        done.constants[n.outputs[0]] = value
         try:
             label = evaluator.where(model, n, done.constants)
         except NnplugError:
             label = "core"  # no backend runs it, and none needs to
         done.assignment[n.name] = label + " (folded)"
     return rest
+
+
+def _known_value(n: Node, model: Model, constants: dict, custom_ops: dict):
+    """What :func:`_fold_known` folds ``n`` to, or None."""
+    out = n.outputs[0] if len(n.outputs) == 1 else ""
+    if (not out or n.domain not in ("", "ai.onnx") or n.op_type in custom_ops
+            or (model.values.get(out) is not None and model.values[out].kind != "tensor")):
+        return None
+    x = n.inputs[0] if n.inputs else ""
+    if n.op_type == "Identity":
+        return constants.get(x)  # the same array: constants are never written
+    if n.op_type == "Constant" and len(n.attrs) == 1:
+        (name, v), = n.attrs.items()
+        if name == "value" and isinstance(v, np.ndarray) and v.dtype != object:
+            return v
+        kinds = {"value_float": np.float32, "value_floats": np.float32,
+                 "value_int": np.int64, "value_ints": np.int64}
+        return np.array(v, dtype=kinds[name]) if name in kinds else None
+    v = model.values.get(x) if x else None
+    if n.op_type not in ("Shape", "Size") or v is None or not v.is_static or v.kind != "tensor":
+        return None
+    if n.op_type == "Shape":  # ONNX clamps start/end as Python slicing does
+        return np.array(v.shape[n.attr("start", 0):n.attr("end", None)], dtype=np.int64)
+    return np.array(int(np.prod(v.shape, dtype=np.int64)), dtype=np.int64)
 
 
 def _fold_constant_nodes(done: Folded, nodes: list[Node], evaluator: Evaluator,
