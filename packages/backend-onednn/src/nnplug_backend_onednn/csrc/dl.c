@@ -181,6 +181,12 @@ int dl_avx2_fma(void)
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 
+int dl_amx(void)
+{
+    dnnl_cpu_isa_t isa = D(dnnl_get_effective_cpu_isa)();
+    return (isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx;
+}
+
 int dl_cpu_amd(void)
 {
     __builtin_cpu_init();

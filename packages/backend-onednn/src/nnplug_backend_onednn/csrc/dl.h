@@ -7,6 +7,7 @@
 
 #define DNNL_FUNCS(X)                                         \
     X(dnnl_engine_create)                                     \
+    X(dnnl_get_effective_cpu_isa)                             \
     X(dnnl_engine_destroy)                                    \
     X(dnnl_stream_create)                                     \
     X(dnnl_stream_destroy)                                    \
@@ -94,5 +95,8 @@ int dl_fp_raised(int n);
 int dl_avx2_fma(void);
 /* Whether the CPU is AMD's (oneDNN's kernels rank differently there for some shapes). */
 int dl_cpu_amd(void);
+/* Whether oneDNN runs its AMX kernels here (the CPU has AMX and the kernel lets the process
+ * use it): where its bf16 products are fast enough to beat the backend's Winograd in f32. */
+int dl_amx(void);
 
 #endif

@@ -124,6 +124,7 @@ dnnl_memory_desc_t plain_md(int ndim, const int64_t *shape, int r);
 dnnl_memory_desc_t typed_md(int ndim, const int64_t *dims, dnnl_data_type_t dt,
                             dnnl_format_tag_t tag);
 dnnl_memory_desc_t any_md(int ndim, const int64_t *dims);
+int bf16_operands(const pb *b);
 dnnl_memory_desc_t tag_md(int ndim, const int64_t *dims, dnnl_format_tag_t tag);
 int fast_impl(const_dnnl_primitive_desc_t pd);
 int ref_impl(const_dnnl_primitive_desc_t pd);
@@ -156,6 +157,8 @@ int finish_as(pb *b, const ox_op *op, dnnl_primitive_desc_t pd, inputs_fn inputs
 int finish(pb *b, const ox_op *op, dnnl_primitive_desc_t pd, inputs_fn inputs);
 int input_arg_any(pb *b, int s, int arg, int v, const_dnnl_primitive_desc_t pd, dnnl_query_t what,
                   int i);
+int converted_arg(pb *b, int s, int arg, int v, dnnl_memory_desc_t fmd,
+                  const_dnnl_memory_desc_t md);
 int plain_arg(pb *b, int s, int arg, int v, dnnl_memory_desc_t md);
 int fn_step(pb *b, ox_fn fn, const void *cfg, int when, const char *what);
 int stats_args(pb *b, const_dnnl_primitive_desc_t pd, int s);

@@ -56,11 +56,17 @@ static dnnl_primitive_desc_t conv_pd(pb *b, const ox_op *op, int attempt, const 
     int has_bias = op->b || (op->nin == 3 && op->in[2] >= 0);
     dnnl_dims_t S = {op->st[0], op->st[1]}, DL = {op->dil[0] - 1, op->dil[1] - 1},
                 PL = {pl[0], pl[1]}, PR = {pr[0], pr[1]};
-    dnnl_memory_desc_t src = attempt == 2 ? tag_md(4, xd, dnnl_abcd)
-                             : attempt    ? any_md(4, xd)
-                                          : tag_md(4, xd, dnnl_acdb);
+    /* operands in bf16 (the input reordered to it, the weights packed in it once) where the
+     * products are bf16 anyway: f32 weights would be converted again on every run. Not for a
+     * plain input (a network's first convolution, 3 channels: no AMX kernel takes it) */
+    dnnl_data_type_t dt = bf16_operands(b) && attempt != 2 ? dnnl_bf16 : dnnl_f32;
+    dnnl_memory_desc_t src = typed_md(4, xd, dt,
+                                      attempt == 2 ? dnnl_abcd
+                                      : attempt    ? dnnl_format_tag_any
+                                                   : dnnl_acdb);
     dnnl_memory_desc_t dst = attempt ? any_md(4, yd) : tag_md(4, yd, dnnl_acdb);
-    dnnl_memory_desc_t w = g > 1 ? any_md(5, wd) : any_md(4, op->wdims);
+    dnnl_memory_desc_t w = g > 1 ? typed_md(5, wd, dt, dnnl_format_tag_any)
+                                 : typed_md(4, op->wdims, dt, dnnl_format_tag_any);
     dnnl_memory_desc_t bias = has_bias ? plain_md(1, &op->oc, 1) : NULL;
     dnnl_primitive_attr_t a = op_attr(b, op);
     dnnl_primitive_desc_t pd = NULL;

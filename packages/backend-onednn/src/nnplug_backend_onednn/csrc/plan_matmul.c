@@ -92,8 +92,10 @@ static int conv_matmul_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_
     int64_t xd[4] = {1, K, 1, M}, x2[2] = {M, K};
     int nd = t_ip ? 2 : 4;
     if (s == -1) return 0;
-    if (plain_arg(b, s, DNNL_ARG_SRC, op->in[0],
-                  t_ip ? plain_md(2, x2, 2) : tag_md(4, xd, dnnl_acdb)))
+    dnnl_memory_desc_t xmd = t_ip ? plain_md(2, x2, 2) : tag_md(4, xd, dnnl_acdb);
+    if (bf16_operands(b)
+            ? converted_arg(b, s, DNNL_ARG_SRC, op->in[0], xmd, query(pd, dnnl_query_src_md, 0))
+            : plain_arg(b, s, DNNL_ARG_SRC, op->in[0], xmd))
         return 1;
     if (s == -2) {
         /* the (K, N) matrix (transB: (N, K)) as oihw weights N x K x 1 x 1 (or N x K) */
@@ -123,9 +125,12 @@ static dnnl_primitive_desc_t packed_matmul_pd(const pb *b, const ox_op *op, int6
     int64_t xd[4] = {1, K, 1, M}, yd[4] = {1, N, 1, M}, wd[4] = {N, K, 1, 1}, x2[2] = {M, K},
             y2[2] = {M, N};
     dnnl_dims_t S = {1, 1}, DL = {0, 0}, P0 = {0, 0};
-    dnnl_memory_desc_t src = ip ? plain_md(2, x2, 2) : tag_md(4, xd, dnnl_acdb),
+    /* bf16 operands (the activations reordered to them, the weights packed in bf16 once)
+     * where the products are bf16 anyway; see plan_conv.c conv_pd */
+    dnnl_data_type_t dt = bf16_operands(b) ? dnnl_bf16 : dnnl_f32;
+    dnnl_memory_desc_t src = ip ? typed_md(2, x2, dt, dnnl_ab) : typed_md(4, xd, dt, dnnl_acdb),
                        dst = ip ? plain_md(2, y2, 2) : tag_md(4, yd, dnnl_acdb),
-                       w = any_md(ip ? 2 : 4, wd);
+                       w = typed_md(ip ? 2 : 4, wd, dt, dnnl_format_tag_any);
     dnnl_memory_desc_t bias = op->b ? plain_md(1, &N, 1) : NULL;
     dnnl_primitive_attr_t a = op_attr(b, op);
     dnnl_primitive_desc_t pd = NULL;

@@ -373,6 +373,14 @@ static int precision_attr(const pb *b, const ox_op *op, dnnl_primitive_attr_t a)
     return D(dnnl_primitive_attr_set_fpmath_mode)(a, dnnl_fpmath_mode_bf16) != dnnl_success;
 }
 
+/* Whether the Target's "bf16" makes oneDNN compute in bf16 here: on AMX (oneDNN 3.2 keeps
+ * its f32 kernels without it, so operands stay f32 there). Convolutions and matmuls then take
+ * bf16 operands (their weights packed in bf16 once) rather than f32 ones to be converted. */
+int bf16_operands(const pb *b)
+{
+    return b->g->bf16 && dl_amx();
+}
+
 /* The attribute of op: user scratchpad, its post-ops; first the add of a per-channel operand
  * of layout `add` when given (the shift of a BatchNormalization run as a multiply-add, see
  * bn_affine). A strict Relu's own primitive is an elu whose first post-op is the linear. */
@@ -485,6 +493,26 @@ int input_arg_any(pb *b, int s, int arg, int v, const_dnnl_primitive_desc_t pd, 
     if (!md) return ox_fail(b->e, "internal: oneDNN gave no layout");
     if (get_view(b, v, md, &buf)) return 1;
     return s >= 0 ? add_arg(b, s, arg, buf, md) : 0;
+}
+
+/* An argument in layout md (another data type, bf16) converted from the plain f32 bytes of v
+ * read with layout fmd (owned here, same dims as md): the conversion is a reorder before the
+ * step (s == -2), remembered as a view of v that other readers asking for md share. */
+int converted_arg(pb *b, int s, int arg, int v, dnnl_memory_desc_t fmd, const_dnnl_memory_desc_t md)
+{
+    int buf = -1, from, rc = 1;
+    if (!fmd) return ox_fail(b->e, "oneDNN could not create a memory descriptor");
+    if (s == -1) rc = 0;
+    else {
+        for (int i = 0; i < b->nviews[v] && buf < 0; i++)
+            if (D(dnnl_memory_desc_equal)(b->views[v][i].md, md)) buf = b->views[v][i].buf;
+        if (buf >= 0) rc = 0;
+        else if (!plain_buf(b, v, &from) && (buf = arena_buf(b, md)) >= 0)
+            rc = add_reorder(b, from, fmd, buf, md) || add_view(b, v, md, buf);
+        if (!rc && s >= 0) rc = add_arg(b, s, arg, buf, md);
+    }
+    md_free(fmd);
+    return rc;
 }
 
 /* An argument read from the plain bytes of v with layout md (owned here). */

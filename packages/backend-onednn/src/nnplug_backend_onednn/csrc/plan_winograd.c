@@ -20,6 +20,7 @@ int winograd_fits(pb *b, const ox_op *op)
     const char *env = getenv("NNPLUG_ONEDNN_WINOGRAD");
     if ((env && !strcmp(env, "0")) || !dl_avx2_fma() || b->g->strict)
         return 0; /* strict: see ox_winograd_shape */
+    if (bf16_operands(b)) return 0; /* oneDNN's bf16 convolution on AMX is faster */
     const int64_t *xd = DIMS(op->in[0]), *yd = DIMS(op->out);
     if (VAL(op->in[0])->ndim != 4 || !ox_winograd_shape(op)) return 0;
     if (xd[1] % 8 || op->oc % 8 || xd[1] < 64 || op->oc < 64 || yd[2] * yd[3] < 100 ||
