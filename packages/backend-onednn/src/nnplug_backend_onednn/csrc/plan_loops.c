@@ -280,7 +280,10 @@ static void softmax_rows_portable(const float *x, float *y, int64_t r0, int64_t 
 __attribute__((target("avx512f"))) static __m512 sm_exp16(__m512 x)
 {
     __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(SM_LO), _CMP_LT_OQ);
-    __m512 v = _mm512_min_ps(_mm512_set1_ps(SM_HI), x); /* a NaN x stays NaN */
+    /* clamped on both sides: a lane far below SM_LO (its result is 0 anyway) would overflow
+     * the polynomial and the integer conversion, raising the floating-point flags that make
+     * a guarded plan rerun strict (kernels.c run_plan); a NaN x stays NaN */
+    __m512 v = _mm512_min_ps(_mm512_set1_ps(SM_HI), _mm512_max_ps(_mm512_set1_ps(SM_LO), x));
     __m512 fx = _mm512_roundscale_ps(
         _mm512_fmadd_ps(v, _mm512_set1_ps(SM_LOG2E), _mm512_set1_ps(0.5f)), _MM_FROUND_TO_NEG_INF);
     __m512 r =
@@ -312,7 +315,8 @@ softmax_rows_avx512(const float *x, float *y, int64_t r0, int64_t r1, int64_t le
             sum = _mm512_add_ps(sum, e);
         }
         if (tail) {
-            __m512 e = sm_exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, xr + full), mv));
+            __m512 e =
+                sm_exp16(_mm512_maskz_sub_ps(tail, _mm512_maskz_loadu_ps(tail, xr + full), mv));
             _mm512_mask_storeu_ps(yr + full, tail, e);
             sum = _mm512_mask_add_ps(sum, tail, sum, e);
         }
