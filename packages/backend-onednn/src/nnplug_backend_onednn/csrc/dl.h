@@ -45,6 +45,7 @@
     X(dnnl_post_ops_append_binary)                            \
     X(dnnl_reorder_primitive_desc_create)                     \
     X(dnnl_convolution_forward_primitive_desc_create)         \
+    X(dnnl_deconvolution_forward_primitive_desc_create)       \
     X(dnnl_matmul_primitive_desc_create)                      \
     X(dnnl_pooling_forward_primitive_desc_create)             \
     X(dnnl_eltwise_forward_primitive_desc_create)             \

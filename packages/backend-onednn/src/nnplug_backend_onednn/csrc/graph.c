@@ -365,6 +365,66 @@ static int parse_conv(parser *p, ox_op *op)
     return 0;
 }
 
+/* ConvTranspose's output size along spatial axis i for input size in (ONNX's formula, with
+ * explicit pads). */
+static int64_t deconv_out(const ox_op *op, int i, int64_t in)
+{
+    return op->st[i] * (in - 1) + op->outpad[i] + (op->ker[i] - 1) * op->dil[i] + 1 - op->pads[i] -
+           op->pads[i + 2];
+}
+
+/* ConvTranspose: 2-D, constant finite weights (C, OC / group, kh, kw), explicit pads (or
+ * VALID), no output_shape; output_padding within the end pads, as oneDNN's deconvolution
+ * crops its result by the pads (its right padding is the end pad less the output padding). */
+static int parse_deconv(parser *p, ox_op *op)
+{
+    const nnp_node_desc *n = p->n;
+    if (op->nin < 2 || op->nin > 3 || op->in[0] < 0 || op->in[1] < 0) return decline(p, "arity");
+    const ox_value *x = V(0), *w = V(1), *y = Y;
+    if (x->ndim != 4 || w->ndim != 4 || y->ndim != 4) return decline(p, "only 2-D ConvTranspose");
+    if (!w->cdata || w->i8) return decline(p, "weights must be constant float32");
+    if (!ox_all_finite(w->cdata, vnumel(w))) return decline(p, "a weight is infinite or NaN");
+    int64_t C = x->dims[1];
+    op->group = attr_int(n, "group", 1);
+    if (C < 0) return decline(p, "channel count unknown at load");
+    if (op->group < 1 || C % op->group || w->dims[0] != C) return decline(p, "channels and group");
+    int64_t OC = w->dims[1] * op->group;
+    if ((y->dims[1] >= 0 && y->dims[1] != OC) ||
+        (y->dims[0] >= 0 && x->dims[0] >= 0 && y->dims[0] != x->dims[0]))
+        return decline(p, "output channels");
+    op->ker[0] = w->dims[2];
+    op->ker[1] = w->dims[3];
+    int64_t ks[2];
+    int nk = attr_ints(n, "kernel_shape", ks, 2);
+    if (nk < 0 || (nk && (nk != 2 || ks[0] != op->ker[0] || ks[1] != op->ker[1])))
+        return decline(p, "kernel_shape");
+    if (op->nin == 3 && op->in[2] >= 0 && (V(2)->ndim != 1 || V(2)->dims[0] != OC))
+        return decline(p, "bias shape");
+    int64_t shape[2];
+    if (attr_ints(n, "output_shape", shape, 2)) return decline(p, "output_shape");
+    const char *ap = attr_str(n, "auto_pad", "NOTSET");
+    int valid = !strcmp(ap, "VALID");
+    if (!valid && strcmp(ap, "NOTSET")) return decline(p, "auto_pad %s", ap);
+    op->st[0] = op->st[1] = op->dil[0] = op->dil[1] = 1;
+    int ns = attr_ints(n, "strides", op->st, 2), nd = attr_ints(n, "dilations", op->dil, 2);
+    int np = valid ? 0 : attr_ints(n, "pads", op->pads, 4);
+    int no = attr_ints(n, "output_padding", op->outpad, 2);
+    if ((ns && ns != 2) || (nd && nd != 2) || (np && np != 4) || (no && no != 2))
+        return decline(p, "strides, dilations, pads or output_padding");
+    for (int i = 0; i < 2; i++)
+        if (op->st[i] < 1 || op->dil[i] < 1 || op->pads[i] < 0 || op->pads[i + 2] < 0 ||
+            op->outpad[i] < 0 || op->outpad[i] > op->pads[i + 2] ||
+            (op->outpad[i] >= op->st[i] && op->outpad[i] >= op->dil[i]))
+            return decline(p, "strides, dilations, pads or output_padding out of range");
+    for (int i = 0; i < 2; i++)
+        if (x->dims[2 + i] > 0 && y->dims[2 + i] >= 0 &&
+            deconv_out(op, i, x->dims[2 + i]) != y->dims[2 + i])
+            return decline(p, "output size does not follow from the input's");
+    op->oc = OC;
+    memcpy(op->wdims, w->dims, sizeof op->wdims);
+    return 0;
+}
+
 static int parse_pool(parser *p, ox_op *op)
 {
     const nnp_node_desc *n = p->n;
@@ -663,6 +723,10 @@ static int parse_node(parser *p, ox_op *op)
     if (!strcmp(t, "Conv")) {
         op->kind = OP_CONV;
         return parse_conv(p, op);
+    }
+    if (!strcmp(t, "ConvTranspose")) {
+        op->kind = OP_DECONV;
+        return parse_deconv(p, op);
     }
     if (!strcmp(t, "Gemm") || !strcmp(t, "MatMul")) {
         op->kind = OP_MATMUL;
@@ -1116,7 +1180,7 @@ static void fuse(ox_graph *g, int strict)
     for (int i = 0; i < g->nop; i++) {
         ox_op *op = &g->ops[i];
         if (op->dead || (op->kind != OP_CONV && op->kind != OP_MATMUL && op->kind != OP_BINARY &&
-                         op->kind != OP_BN))
+                         op->kind != OP_BN && op->kind != OP_DECONV))
             continue;
         if (op->kind == OP_BN) bn_affine(g, op); /* not folded into a Conv before it */
         int has_sum = 0;
@@ -1631,6 +1695,14 @@ int ox_graph_shapes(const ox_graph *g, const nnp_tensor *in, int nin, int64_t *d
                 /* an empty plane with SAME padding gives an empty one */
                 if (y[2 + i] < 1 && !(y[2 + i] == 0 && x[2 + i] == 0))
                     return ox_fail(e, "node '%s': window larger than its input", op->name);
+            }
+            break;
+        case OP_DECONV:
+            y[1] = op->oc;
+            for (int i = 0; i < 2; i++) {
+                y[2 + i] = deconv_out(op, i, x[2 + i]);
+                if (y[2 + i] < 1)
+                    return ox_fail(e, "node '%s': its pads leave no output", op->name);
             }
             break;
         case OP_BINARY: {

@@ -62,7 +62,8 @@ enum {
     OP_NANREP,
     OP_QUANT,   /* only while parsing: QuantizeLinear -> DequantizeLinear becomes one OP_QDQ */
     OP_DEQUANT, /* (graph.c fake_quant) */
-    OP_QDQ
+    OP_QDQ,
+    OP_DECONV /* ConvTranspose (graph.c parse_deconv, plan_conv.c build_deconv) */
 };
 enum { BORROW_NONE, BORROW_CALL, BORROW_KERNEL };
 
@@ -161,6 +162,7 @@ typedef struct {
     int64_t nwscale;
     int qout; /* Conv: it writes the integers of the QuantizeLinear after it (graph.c requantize),
                  whose grid is its result's (ox_value.grid) */
+    int64_t outpad[2]; /* ConvTranspose's output_padding */
 } ox_op;
 
 /* Whether a Conv can run as an int8 convolution when its input is on an integer grid: int8

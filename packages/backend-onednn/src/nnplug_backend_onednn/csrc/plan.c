@@ -129,6 +129,7 @@ static ox_plan *build_ex(const ox_graph *g, const int64_t *dims, int threads, in
             continue;
         }
         int r = op->kind == OP_CONV                                 ? build_conv(&b, op)
+                : op->kind == OP_DECONV                             ? build_deconv(&b, op)
                 : op->kind == OP_MATMUL                             ? build_matmul(&b, op)
                 : op->kind == OP_LN                                 ? build_ln(&b, op)
                 : op->kind == OP_IN                                 ? build_in(&b, op)

@@ -168,6 +168,7 @@ void *owned_cfg(pb *b, size_t n);
 
 int conv_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, int s);
 int build_conv(pb *b, const ox_op *op);
+int build_deconv(pb *b, const ox_op *op);
 /* The float32 view of a value on a grid whose home view holds its integers (ox_value.grid). */
 int grid_float_view(pb *b, int v, int *buf, const_dnnl_memory_desc_t *md);
 

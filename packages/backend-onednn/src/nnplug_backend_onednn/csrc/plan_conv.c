@@ -497,3 +497,78 @@ int build_conv(pb *b, const ox_op *op)
     return ox_fail(b->e, "node '%s' (Conv): oneDNN has no convolution for it (status %d)", op->name,
                    (int)st);
 }
+
+/* ---- ConvTranspose ----------------------------------------------------------------------------
+ * oneDNN's deconvolution over nhwc data (else the layouts it picks), its weights packed once from
+ * ONNX's (C, OC / group, kh, kw), read through strides as oneDNN's (group,) OC, IC, kh, kw; the
+ * bias and element-wise post-ops fused. ONNX's pads crop the result as oneDNN's padding does;
+ * the output padding extends its end (graph.c parse_deconv). */
+
+static int deconv_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, int s)
+{
+    if (input_arg_any(b, s, DNNL_ARG_SRC, op->in[0], pd, dnnl_query_src_md, 0)) return 1;
+    if (s == -1) return 0;
+    const ox_value *wv = VAL(op->in[1]);
+    int bias = op->nin == 3 && op->in[2] >= 0;
+    if (s == -2) {
+        int64_t g = op->group, ic = op->wdims[0] / g, ocg = op->wdims[1], kh = op->wdims[2],
+                kw = op->wdims[3];
+        dnnl_dims_t d5 = {g, ocg, ic, kh, kw},
+                    s5 = {ic * ocg * kh * kw, kh * kw, ocg * kh * kw, kw, 1};
+        int nd = g > 1 ? 5 : 4;
+        dnnl_memory_desc_t src = NULL;
+        if (D(dnnl_memory_desc_create_with_strides)(&src, nd, g > 1 ? d5 : d5 + 1, dnnl_f32,
+                                                    g > 1 ? s5 : s5 + 1) != dnnl_success)
+            return ox_fail(b->e, "oneDNN could not create a memory descriptor");
+        return pack(b, wv->cdata, src, query(pd, dnnl_query_weights_md, 0), &t_packed.wbuf);
+    }
+    if (add_arg(b, s, DNNL_ARG_WEIGHTS, t_packed.wbuf, query(pd, dnnl_query_weights_md, 0)))
+        return 1;
+    return bias ? plain_arg(b, s, DNNL_ARG_BIAS, op->in[2],
+                            clone_md(query(pd, dnnl_query_weights_md, 1)))
+                : 0;
+}
+
+static dnnl_primitive_desc_t deconv_pd(pb *b, const ox_op *op, int nhwc)
+{
+    const int64_t *xd = DIMS(op->in[0]), *yd = DIMS(op->out);
+    int64_t g = op->group, ic = op->wdims[0] / g,
+            wd[5] = {g, op->oc / g, ic, op->ker[0], op->ker[1]};
+    dnnl_dims_t S = {op->st[0], op->st[1]}, DL = {op->dil[0] - 1, op->dil[1] - 1},
+                PL = {op->pads[0], op->pads[1]},
+                PR = {op->pads[2] - op->outpad[0], op->pads[3] - op->outpad[1]};
+    dnnl_data_type_t dt = bf16_operands(b) ? dnnl_bf16 : dnnl_f32;
+    dnnl_format_tag_t tag = nhwc ? dnnl_acdb : dnnl_format_tag_any;
+    dnnl_memory_desc_t src = typed_md(4, xd, dt, tag), dst = typed_md(4, yd, dnnl_f32, tag),
+                       w = g > 1 ? typed_md(5, wd, dt, dnnl_format_tag_any)
+                                 : typed_md(4, wd + 1, dt, dnnl_format_tag_any),
+                       bias = op->nin == 3 && op->in[2] >= 0 ? plain_md(1, &op->oc, 1) : NULL;
+    dnnl_primitive_attr_t a = op_attr(b, op);
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_status_t st = a && src && w && dst
+                           ? D(dnnl_deconvolution_forward_primitive_desc_create)(
+                                 &pd, ox_engine(), dnnl_forward_inference,
+                                 dnnl_deconvolution_direct, src, w, bias, dst, S, DL, PL, PR, a)
+                           : dnnl_out_of_memory;
+    md_free(src);
+    md_free(w);
+    md_free(dst);
+    md_free(bias);
+    if (a) D(dnnl_primitive_attr_destroy)(a);
+    if (st != dnnl_success) return NULL;
+    if (!fast_impl(pd)) { /* oneDNN's reference kernel: the cpu backend is faster */
+        D(dnnl_primitive_desc_destroy)(pd);
+        return NULL;
+    }
+    return pd;
+}
+
+int build_deconv(pb *b, const ox_op *op)
+{
+    dnnl_primitive_desc_t pd = deconv_pd(b, op, 1);
+    if (!pd) pd = deconv_pd(b, op, 0);
+    if (!pd)
+        return ox_fail(b->e, "node '%s' (ConvTranspose): oneDNN has no fast deconvolution for it",
+                       op->name);
+    return finish(b, op, pd, deconv_inputs);
+}

@@ -302,7 +302,8 @@ int set_result(pb *b, const ox_op *op, int buf, const_dnnl_memory_desc_t md, int
     return rc;
 }
 
-/* Constant data reordered into layout dst (owned by the plan): a B_CONST buffer. */
+/* Constant data (layout src, freed here) reordered into layout dst (owned by the plan): a
+ * B_CONST buffer. */
 int pack(pb *b, const float *data, dnnl_memory_desc_t src, const_dnnl_memory_desc_t dst, int *buf)
 {
     ox_plan *p = b->p;
@@ -369,7 +370,8 @@ static int append_eltwise(const pb *b, dnnl_post_ops_t po, dnnl_alg_kind_t alg, 
  * refuses. */
 static int precision_attr(const pb *b, const ox_op *op, dnnl_primitive_attr_t a)
 {
-    if (!b->g->bf16 || (op->kind != OP_CONV && op->kind != OP_MATMUL)) return 0;
+    if (!b->g->bf16 || (op->kind != OP_CONV && op->kind != OP_MATMUL && op->kind != OP_DECONV))
+        return 0;
     return D(dnnl_primitive_attr_set_fpmath_mode)(a, dnnl_fpmath_mode_bf16) != dnnl_success;
 }
 
