@@ -315,6 +315,19 @@ static int parse_window(parser *p, ox_op *op, int dilations)
     return 0;
 }
 
+/* A Conv's or ConvTranspose's kernel size: its weights' last two dims, which kernel_shape,
+ * when given, must repeat. */
+static int parse_kernel(parser *p, ox_op *op, const ox_value *w)
+{
+    op->ker[0] = w->dims[2];
+    op->ker[1] = w->dims[3];
+    int64_t ks[2];
+    int nk = attr_ints(p->n, "kernel_shape", ks, 2);
+    if (nk < 0 || (nk && (nk != 2 || ks[0] != op->ker[0] || ks[1] != op->ker[1])))
+        return decline(p, "kernel_shape");
+    return 0;
+}
+
 static int parse_conv(parser *p, ox_op *op)
 {
     const nnp_node_desc *n = p->n;
@@ -333,12 +346,7 @@ static int parse_conv(parser *p, ox_op *op)
         (y->dims[1] >= 0 && y->dims[1] != OC) ||
         (y->dims[0] >= 0 && x->dims[0] >= 0 && y->dims[0] != x->dims[0]))
         return decline(p, "channels and group do not match");
-    op->ker[0] = w->dims[2];
-    op->ker[1] = w->dims[3];
-    int64_t ks[2];
-    int nk = attr_ints(n, "kernel_shape", ks, 2);
-    if (nk < 0 || (nk && (nk != 2 || ks[0] != op->ker[0] || ks[1] != op->ker[1])))
-        return decline(p, "kernel_shape");
+    if (parse_kernel(p, op, w)) return 1;
     if (op->nin == 3 && op->in[2] >= 0) {
         const ox_value *b = V(2);
         if (b->ndim != 1 || b->dims[0] != OC) return decline(p, "bias shape");
@@ -392,12 +400,7 @@ static int parse_deconv(parser *p, ox_op *op)
     if ((y->dims[1] >= 0 && y->dims[1] != OC) ||
         (y->dims[0] >= 0 && x->dims[0] >= 0 && y->dims[0] != x->dims[0]))
         return decline(p, "output channels");
-    op->ker[0] = w->dims[2];
-    op->ker[1] = w->dims[3];
-    int64_t ks[2];
-    int nk = attr_ints(n, "kernel_shape", ks, 2);
-    if (nk < 0 || (nk && (nk != 2 || ks[0] != op->ker[0] || ks[1] != op->ker[1])))
-        return decline(p, "kernel_shape");
+    if (parse_kernel(p, op, w)) return 1;
     if (op->nin == 3 && op->in[2] >= 0 && (V(2)->ndim != 1 || V(2)->dims[0] != OC))
         return decline(p, "bias shape");
     int64_t shape[2];

@@ -62,6 +62,31 @@ static int bf16_result(pb *b, const ox_op *op)
     return 1;
 }
 
+/* op's convolution (deconv: its deconvolution) of these layouts (freed here) with op's
+ * attribute; NULL with *st set when oneDNN has none. */
+static dnnl_primitive_desc_t conv_like_pd(pb *b, const ox_op *op, int deconv,
+                                          dnnl_memory_desc_t src, dnnl_memory_desc_t w,
+                                          dnnl_memory_desc_t bias, dnnl_memory_desc_t dst,
+                                          const int64_t *S, const int64_t *DL, const int64_t *PL,
+                                          const int64_t *PR, dnnl_status_t *st)
+{
+    dnnl_primitive_attr_t a = op_attr(b, op);
+    dnnl_primitive_desc_t pd = NULL;
+    *st = !(a && src && w && dst) ? dnnl_out_of_memory
+          : deconv ? D(dnnl_deconvolution_forward_primitive_desc_create)(
+                         &pd, ox_engine(), dnnl_forward_inference, dnnl_deconvolution_direct, src,
+                         w, bias, dst, S, DL, PL, PR, a)
+                   : D(dnnl_convolution_forward_primitive_desc_create)(
+                         &pd, ox_engine(), dnnl_forward_inference, dnnl_convolution_direct, src, w,
+                         bias, dst, S, DL, PL, PR, a);
+    md_free(src);
+    md_free(w);
+    md_free(dst);
+    md_free(bias);
+    if (a) D(dnnl_primitive_attr_destroy)(a);
+    return *st == dnnl_success ? pd : NULL;
+}
+
 /* The convolution of op (padding pl, pr) with nhwc data (attempt 0), the layouts oneDNN
  * picks (1), or plain nchw input and the output layout oneDNN picks (2); NULL with *st set
  * when oneDNN has none. */
@@ -86,18 +111,7 @@ static dnnl_primitive_desc_t conv_pd(pb *b, const ox_op *op, int attempt, const 
     dnnl_memory_desc_t w = g > 1 ? typed_md(5, wd, dt, dnnl_format_tag_any)
                                  : typed_md(4, op->wdims, dt, dnnl_format_tag_any);
     dnnl_memory_desc_t bias = has_bias ? plain_md(1, &op->oc, 1) : NULL;
-    dnnl_primitive_attr_t a = op_attr(b, op);
-    dnnl_primitive_desc_t pd = NULL;
-    *st = a && src && w && dst ? D(dnnl_convolution_forward_primitive_desc_create)(
-                                     &pd, ox_engine(), dnnl_forward_inference,
-                                     dnnl_convolution_direct, src, w, bias, dst, S, DL, PL, PR, a)
-                               : dnnl_out_of_memory;
-    md_free(src);
-    md_free(w);
-    md_free(dst);
-    md_free(bias);
-    if (a) D(dnnl_primitive_attr_destroy)(a);
-    return *st == dnnl_success ? pd : NULL;
+    return conv_like_pd(b, op, 0, src, w, bias, dst, S, DL, PL, PR, st);
 }
 
 /* ---- int8 convolutions ------------------------------------------------------------------------
@@ -543,19 +557,9 @@ static dnnl_primitive_desc_t deconv_pd(pb *b, const ox_op *op, int nhwc)
                        w = g > 1 ? typed_md(5, wd, dt, dnnl_format_tag_any)
                                  : typed_md(4, wd + 1, dt, dnnl_format_tag_any),
                        bias = op->nin == 3 && op->in[2] >= 0 ? plain_md(1, &op->oc, 1) : NULL;
-    dnnl_primitive_attr_t a = op_attr(b, op);
-    dnnl_primitive_desc_t pd = NULL;
-    dnnl_status_t st = a && src && w && dst
-                           ? D(dnnl_deconvolution_forward_primitive_desc_create)(
-                                 &pd, ox_engine(), dnnl_forward_inference,
-                                 dnnl_deconvolution_direct, src, w, bias, dst, S, DL, PL, PR, a)
-                           : dnnl_out_of_memory;
-    md_free(src);
-    md_free(w);
-    md_free(dst);
-    md_free(bias);
-    if (a) D(dnnl_primitive_attr_destroy)(a);
-    if (st != dnnl_success) return NULL;
+    dnnl_status_t st;
+    dnnl_primitive_desc_t pd = conv_like_pd(b, op, 1, src, w, bias, dst, S, DL, PL, PR, &st);
+    if (!pd) return NULL;
     if (!fast_impl(pd)) { /* oneDNN's reference kernel: the cpu backend is faster */
         D(dnnl_primitive_desc_destroy)(pd);
         return NULL;
