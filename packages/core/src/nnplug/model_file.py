@@ -251,7 +251,6 @@ def _copy_weights(view: memoryview, cut: list) -> dict[str, np.ndarray]:
     return {c[0]: done[c[0]] for c in cut}  # in the file's order
 
 
-
 def _varint(buf, i: int) -> tuple[int, int]:
     value = shift = 0
     while True:

@@ -523,7 +523,6 @@ static int deconv_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd,
     if (input_arg_any(b, s, DNNL_ARG_SRC, op->in[0], pd, dnnl_query_src_md, 0)) return 1;
     if (s == -1) return 0;
     const ox_value *wv = VAL(op->in[1]);
-    int bias = op->nin == 3 && op->in[2] >= 0;
     if (s == -2) {
         int64_t g = op->group, ic = op->wdims[0] / g, ocg = op->wdims[1], kh = op->wdims[2],
                 kw = op->wdims[3];
@@ -538,9 +537,8 @@ static int deconv_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd,
     }
     if (add_arg(b, s, DNNL_ARG_WEIGHTS, t_packed.wbuf, query(pd, dnnl_query_weights_md, 0)))
         return 1;
-    return bias ? plain_arg(b, s, DNNL_ARG_BIAS, op->in[2],
-                            clone_md(query(pd, dnnl_query_weights_md, 1)))
-                : 0;
+    if (op->nin < 3 || op->in[2] < 0) return 0;
+    return plain_arg(b, s, DNNL_ARG_BIAS, op->in[2], clone_md(query(pd, dnnl_query_weights_md, 1)));
 }
 
 static dnnl_primitive_desc_t deconv_pd(pb *b, const ox_op *op, int nhwc)

@@ -224,13 +224,17 @@ int add_view(pb *b, int v, const_dnnl_memory_desc_t md, int buf)
 }
 
 /* The buffer holding value v in layout md: a view it has, else a reorder into a new one. */
-int get_view(pb *b, int v, const_dnnl_memory_desc_t md, int *buf)
+/* The buffer of v's view in layout md, or -1 when it has none. */
+static int find_view(const pb *b, int v, const_dnnl_memory_desc_t md)
 {
     for (int i = 0; i < b->nviews[v]; i++)
-        if (D(dnnl_memory_desc_equal)(b->views[v][i].md, md)) {
-            *buf = b->views[v][i].buf;
-            return 0;
-        }
+        if (D(dnnl_memory_desc_equal)(b->views[v][i].md, md)) return b->views[v][i].buf;
+    return -1;
+}
+
+int get_view(pb *b, int v, const_dnnl_memory_desc_t md, int *buf)
+{
+    if ((*buf = find_view(b, v, md)) >= 0) return 0;
     if (!b->nviews[v])
         return ox_fail(b->e, "internal: value '%s' read before it is computed", VAL(v)->name);
     if (b->dry) {
@@ -504,15 +508,10 @@ int converted_arg(pb *b, int s, int arg, int v, dnnl_memory_desc_t fmd, const_dn
 {
     int buf = -1, from, rc = 1;
     if (!fmd) return ox_fail(b->e, "oneDNN could not create a memory descriptor");
-    if (s == -1) rc = 0;
-    else {
-        for (int i = 0; i < b->nviews[v] && buf < 0; i++)
-            if (D(dnnl_memory_desc_equal)(b->views[v][i].md, md)) buf = b->views[v][i].buf;
-        if (buf >= 0) rc = 0;
-        else if (!plain_buf(b, v, &from) && (buf = arena_buf(b, md)) >= 0)
-            rc = add_reorder(b, from, fmd, buf, md) || add_view(b, v, md, buf);
-        if (!rc && s >= 0) rc = add_arg(b, s, arg, buf, md);
-    }
+    if (s == -1 || (buf = find_view(b, v, md)) >= 0) rc = 0;
+    else if (!plain_buf(b, v, &from) && (buf = arena_buf(b, md)) >= 0)
+        rc = add_reorder(b, from, fmd, buf, md) || add_view(b, v, md, buf);
+    if (!rc && s >= 0) rc = add_arg(b, s, arg, buf, md);
     md_free(fmd);
     return rc;
 }

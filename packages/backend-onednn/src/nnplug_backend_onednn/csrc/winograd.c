@@ -19,8 +19,9 @@ void ox_wino_init(ox_wino *w)
 
 /* G's rows are (1 0 0), (1/2 1/2 1/2), (1/2 -1/2 1/2), (0 0 1): every product is exact in
  * double (a float times 0, 1/2 or 1), so the sums below give the bits of G g G^T computed
- * term by term, rounded once to float (the "* 0." terms keep the sign a zero gets there). Eight output channels at a time, so that the 16 stores
- * of each are contiguous runs of u (the transform ran at a store per cache line before). */
+ * term by term, rounded once to float (the "* 0." terms keep the sign a zero gets there).
+ * Eight output channels at a time, so that the 16 stores of each are contiguous runs of u
+ * (the transform ran at a store per cache line before). */
 typedef double vd8 __attribute__((vector_size(64)));
 
 typedef struct {
