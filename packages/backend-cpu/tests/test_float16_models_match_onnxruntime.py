@@ -5,11 +5,12 @@ and two threads.
 The cpu backend declines float16 GlobalAveragePool and Gemm and runs float16 MatMul on a slow
 scalar path; the core computes such nodes in float32 between casts (nnplug.stages.precision), as
 onnxruntime's CPU provider does. Tolerance: two float16 ulps at the output's largest
-magnitude. nnplug rounds every widened op's result to float16, as the op is defined (the bits
-a float16 kernel that computes in float32 gives); onnxruntime rounds where its inserted casts
-are, which it merges between some of its float32 kernels. Each rounding moves a value by at
-most half an ulp, and the final float16 rounding of the output by another half: on these models
-the two differ by one ulp, two at most (seen over seeds), and nnplug's distance from the float32
+magnitude. Both engines compute these nodes in float32 and round to float16 where a value goes
+back to float16, but not at the same places: onnxruntime keeps Reshape, Transpose and
+LayerNormalization in float16 (it has float16 kernels for them) and so rounds their inputs,
+where nnplug keeps a chain of widened nodes in float32. Each rounding moves a value by at most
+half an ulp, and the final float16 rounding of the output by another half: on these models the
+two differ by one ulp, two at most (seen over seeds), and nnplug's distance from the float32
 model's answers is never more than 1.5 times onnxruntime's (checked).
 """
 
@@ -70,6 +71,8 @@ def test_float16_model_matches_onnxruntime(rt, name, threads):
         ulp = float(np.spacing(np.float16(np.abs(w).max())))
         np.testing.assert_allclose(g, w, rtol=0, atol=2 * ulp, err_msg=name)
         assert np.abs(g - w32).max() <= 1.5 * np.abs(w - w32).max() + ulp / 2, name
-    # nodes were computed in float32, and their results rounded to float16
-    assert any(n.endswith("/to_float32") for n in placed), "nothing was computed in float32"
-    assert any(n.endswith("/to_float16") for n in placed), "no result was rounded to float16"
+    # widened nodes share their casts: no value goes to float16 and straight back
+    to16 = {n.rsplit("/", 1)[0] for n in placed if n.endswith("/to_float16")}
+    to32 = {n.rsplit("/", 1)[0] for n in placed if n.endswith("/to_float32")}
+    assert not to16 & to32, sorted(to16 & to32)
+    assert to32, "nothing was computed in float32"

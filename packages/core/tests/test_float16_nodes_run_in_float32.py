@@ -72,14 +72,14 @@ def test_float16_nodes_load_on_a_float32_backend_and_match_onnxruntime(runtime):
     with runtime.load(model, backends=["float32only"]) as net:
         got = net.run({"x": x})["y"]
         placed = list(net.assignment)
-    # both compute each op in float32 and round its result to float16: equal to a float16 ulp
+    # both compute the chain in float32 and round its result to float16 once: equal to an ulp
     ulp = float(np.spacing(np.float16(np.abs(want).max())))
     np.testing.assert_allclose(got, want, rtol=0, atol=ulp)
-    # every widened node reads float32 and rounds its result to float16, as the op is defined
+    # one cast into float32 after the model's own, one back before its last: none between, so
+    # a backend's partition is not cut between every two nodes
     added = [n for n in placed if n not in {"in_cast", "matmul", "add", "relu", "reshape",
                                             "out_cast"}]
-    assert added == ["x16/to_float32", "mm/to_float16", "mm/to_float32", "add/to_float16",
-                     "add/to_float32", "relu/to_float16", "relu/to_float32", "r/to_float16"], placed
+    assert added == ["x16/to_float32", "r/to_float16"], placed
 
 
 def test_a_backend_that_runs_float16_natively_keeps_the_nodes(runtime):
