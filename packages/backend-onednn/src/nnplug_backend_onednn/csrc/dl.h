@@ -20,6 +20,7 @@
     X(dnnl_memory_desc_get_size)                              \
     X(dnnl_memory_desc_equal)                                 \
     X(dnnl_memory_desc_permute_axes)                          \
+    X(dnnl_memory_desc_reshape)                               \
     X(dnnl_memory_desc_query)                                 \
     X(dnnl_memory_create)                                     \
     X(dnnl_memory_destroy)                                    \

@@ -284,14 +284,23 @@ static int64_t window_out(const ox_op *op, int i, int64_t in)
 static int parse_window(parser *p, ox_op *op, int dilations)
 {
     const nnp_node_desc *n = p->n;
+    /* a 1-D window (op->line) is the W axis of a 2-D one whose H axis has size 1 */
+    int sp = op->line ? 1 : 2, at = 2 - sp;
     op->st[0] = op->st[1] = op->dil[0] = op->dil[1] = 1;
-    int ns = attr_ints(n, "strides", op->st, 2), nd = attr_ints(n, "dilations", op->dil, 2);
-    if ((ns && ns != 2) || (nd && nd != 2) || op->st[0] < 1 || op->st[1] < 1 || op->dil[0] < 1 ||
+    int ns = attr_ints(n, "strides", op->st + at, sp),
+        nd = attr_ints(n, "dilations", op->dil + at, sp);
+    if ((ns && ns != sp) || (nd && nd != sp) || op->st[0] < 1 || op->st[1] < 1 || op->dil[0] < 1 ||
         op->dil[1] < 1)
         return decline(p, "strides/dilations");
     if (!dilations && (op->dil[0] != 1 || op->dil[1] != 1)) return decline(p, "dilations");
-    int np = attr_ints(n, "pads", op->pads, 4);
-    if (np != 0 && np != 4) return decline(p, "pads");
+    int64_t pads[4] = {0, 0, 0, 0};
+    int np = attr_ints(n, "pads", pads, 2 * sp);
+    if (np != 0 && np != 2 * sp) return decline(p, "pads");
+    for (int i = 0; i < 4; i++) op->pads[i] = 0;
+    for (int i = 0; i < sp; i++) {
+        op->pads[at + i] = pads[i];
+        op->pads[2 + at + i] = pads[sp + i];
+    }
     for (int i = 0; i < 4; i++)
         if (op->pads[i] < 0) return decline(p, "negative pads");
     const char *ap = attr_str(n, "auto_pad", "NOTSET");
@@ -300,17 +309,19 @@ static int parse_window(parser *p, ox_op *op, int dilations)
     else if (!strcmp(ap, "SAME_UPPER")) op->autopad = PAD_SAME_UPPER;
     else if (!strcmp(ap, "SAME_LOWER")) op->autopad = PAD_SAME_LOWER;
     else return decline(p, "auto_pad %s", ap);
-    const ox_value *x = V(0), *y = Y;
-    int spatial_known = x->dims[2] > 0 && x->dims[3] > 0 && y->dims[2] > 0 && y->dims[3] > 0;
+    int64_t xd[4], yd[4];
+    ox_dims4(op, V(0)->dims, xd);
+    ox_dims4(op, Y->dims, yd);
+    int spatial_known = xd[2] > 0 && xd[3] > 0 && yd[2] > 0 && yd[3] > 0;
     if (op->ceil && (!spatial_known || op->autopad != PAD_NOTSET))
         return decline(p, "ceil_mode with dynamic spatial dims or auto_pad");
     if (spatial_known) {
         int64_t pl[2], pr[2];
         ox_err e2;
-        if (ox_window(op, x->dims + 2, y->dims + 2, pl, pr, &e2)) return decline(p, "%s", e2.msg);
+        if (ox_window(op, xd + 2, yd + 2, pl, pr, &e2)) return decline(p, "%s", e2.msg);
     } else
         for (int i = 0; i < 2; i++)
-            if (x->dims[2 + i] > 0 && window_out(op, i, x->dims[2 + i]) < 1)
+            if (xd[2 + i] > 0 && window_out(op, i, xd[2 + i]) < 1)
                 return decline(p, "window larger than input");
     return 0;
 }
@@ -319,11 +330,13 @@ static int parse_window(parser *p, ox_op *op, int dilations)
  * when given, must repeat. */
 static int parse_kernel(parser *p, ox_op *op, const ox_value *w)
 {
-    op->ker[0] = w->dims[2];
-    op->ker[1] = w->dims[3];
+    int sp = op->line ? 1 : 2;
+    op->ker[0] = op->line ? 1 : w->dims[2];
+    op->ker[1] = w->dims[1 + sp];
     int64_t ks[2];
-    int nk = attr_ints(p->n, "kernel_shape", ks, 2);
-    if (nk < 0 || (nk && (nk != 2 || ks[0] != op->ker[0] || ks[1] != op->ker[1])))
+    int nk = attr_ints(p->n, "kernel_shape", ks, sp);
+    if (nk < 0 ||
+        (nk && (nk != sp || ks[sp - 1] != op->ker[1] || (sp == 2 && ks[0] != op->ker[0]))))
         return decline(p, "kernel_shape");
     return 0;
 }
@@ -333,8 +346,12 @@ static int parse_conv(parser *p, ox_op *op)
     const nnp_node_desc *n = p->n;
     if (op->nin < 2 || op->nin > 3 || op->in[0] < 0 || op->in[1] < 0) return decline(p, "arity");
     const ox_value *x = V(0), *w = V(1), *y = Y;
-    if (x->ndim != 4 || w->ndim != 4 || y->ndim != 4) return decline(p, "only 2-D convolutions");
+    /* a 1-D convolution (audio front ends) runs as a 2-D one of height 1 (ox_dims4) */
+    op->line = x->ndim == 3 && w->ndim == 3 && y->ndim == 3;
+    if (!op->line && (x->ndim != 4 || w->ndim != 4 || y->ndim != 4))
+        return decline(p, "only 1-D and 2-D convolutions");
     if (!w->cdata) return decline(p, "weights must be constant");
+    if (op->line && w->i8) return decline(p, "int8 1-D convolutions");
     /* ONNX pads with zeros, so a weight that is not finite makes 0 * inf = NaN on the padding;
      * oneDNN's kernels skip padded taps and this backend's Winograd spreads such a weight over
      * whole tiles, so the cpu backend, which follows the definition, runs these */
@@ -353,7 +370,10 @@ static int parse_conv(parser *p, ox_op *op)
     }
     if (parse_window(p, op, 1)) return 1;
     op->oc = OC;
-    memcpy(op->wdims, w->dims, sizeof op->wdims);
+    if (op->line) { /* (OC, C / group, 1, kw): the same bytes */
+        int64_t wd[4] = {w->dims[0], w->dims[1], 1, w->dims[2]};
+        memcpy(op->wdims, wd, sizeof op->wdims);
+    } else memcpy(op->wdims, w->dims, sizeof op->wdims);
     size_t nw = (size_t)vnumel(w);
     op->w = w->cdata; /* shared until a fold writes to it (own_weights) */
     op->wshared = 1;
@@ -1003,8 +1023,10 @@ static int fold_channel(ox_graph *g, ox_op *conv, const ox_op *nx)
         !same_dims(&g->vals[nx->out], &g->vals[conv->out]))
         return 0;
     int64_t OC = conv->oc, per = conv->wdims[1] * conv->wdims[2] * conv->wdims[3];
-    for (int i = 0; i < c->ndim; i++) { /* right-aligned to (N, C, H, W): 1 everywhere but C */
-        int axis = 4 - c->ndim + i;
+    int r = g->vals[conv->out].ndim; /* 4, or 3 for a 1-D convolution */
+    if (c->ndim > r) return 0;
+    for (int i = 0; i < c->ndim; i++) { /* right-aligned to (N, C, ...): 1 everywhere but C */
+        int axis = r - c->ndim + i;
         if (c->dims[i] != 1 && !(axis == 1 && c->dims[i] == OC)) return 0;
     }
     int perc = vnumel(c) == OC && OC > 1;
@@ -1683,6 +1705,14 @@ int ox_graph_shapes(const ox_graph *g, const nnp_tensor *in, int nin, int64_t *d
         memcpy(y, x, sizeof y);
         switch (op->kind) {
         case OP_CONV:
+            if (op->line) { /* (N, C, W): the W axis is the window's second */
+                y[1] = op->oc;
+                y[2] = yv->dims[2] > 0 ? yv->dims[2] : window_out(op, 1, x[2]);
+                if (y[2] < 1 && !(y[2] == 0 && x[2] == 0))
+                    return ox_fail(e, "node '%s': window larger than its input", op->name);
+                break;
+            }
+            /* fall through */
         case OP_POOL:
             y[1] = op->kind == OP_CONV ? op->oc : x[1];
             /* as onnxruntime ("Only N can be zero"): an empty channel or plane has no pooled value */

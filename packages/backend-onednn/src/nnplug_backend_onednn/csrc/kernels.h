@@ -163,7 +163,21 @@ typedef struct {
     int qout; /* Conv: it writes the integers of the QuantizeLinear after it (graph.c requantize),
                  whose grid is its result's (ox_value.grid) */
     int64_t outpad[2]; /* ConvTranspose's output_padding */
+    int line; /* Conv: 1-D (3-D values), run as a 2-D convolution of height 1 (ox_dims4) */
 } ox_op;
+
+/* A Conv's value dims as the 2-D convolution runs them: a 1-D one's (N, C, W) as (N, C, 1, W),
+ * the same bytes in a plain or channels-last layout. */
+static inline void ox_dims4(const ox_op *op, const int64_t *dims, int64_t *d4)
+{
+    if (op->line) {
+        d4[0] = dims[0];
+        d4[1] = dims[1];
+        d4[2] = 1;
+        d4[3] = dims[2];
+    } else
+        for (int i = 0; i < 4; i++) d4[i] = dims[i];
+}
 
 /* Whether a Conv can run as an int8 convolution when its input is on an integer grid: int8
  * weights, a constant bias or none, element-wise post-ops only, on a CPU with VNNI (without it

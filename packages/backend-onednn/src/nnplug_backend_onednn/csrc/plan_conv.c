@@ -9,9 +9,35 @@
 #include "dl.h"
 #include "plan.h"
 
+/* md (4-D, of a 1-D convolution) as the same bytes under the 3-D dims of value v: a new
+ * descriptor, or NULL with a message. */
+static dnnl_memory_desc_t line_md(pb *b, int v, const_dnnl_memory_desc_t md)
+{
+    dnnl_memory_desc_t r = NULL;
+    if (D(dnnl_memory_desc_reshape)(&r, md, 3, DIMS(v)) != dnnl_success) {
+        ox_fail(b->e, "oneDNN cannot read the layout of '%s' as 3-D", VAL(v)->name);
+        return NULL;
+    }
+    return r;
+}
+
+/* A 1-D convolution's input: the value's view in the layout the primitive reads (its 4-D
+ * descriptor), found or made under the value's own 3-D dims. */
+static int line_input(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, int s)
+{
+    if (s == -1) return 0;
+    const_dnnl_memory_desc_t md = query(pd, dnnl_query_src_md, 0);
+    dnnl_memory_desc_t md3 = md ? line_md(b, op->in[0], md) : NULL;
+    int buf, rc = !md3 || get_view(b, op->in[0], md3, &buf);
+    md_free(md3);
+    return rc || (s >= 0 && add_arg(b, s, DNNL_ARG_SRC, buf, md));
+}
+
 int conv_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, int s)
 {
-    if (input_arg_any(b, s, DNNL_ARG_SRC, op->in[0], pd, dnnl_query_src_md, 0)) return 1;
+    if (op->line ? line_input(b, op, pd, s)
+                 : input_arg_any(b, s, DNNL_ARG_SRC, op->in[0], pd, dnnl_query_src_md, 0))
+        return 1;
     if (s == -1) return 0;
     if (s == -2) {
         int64_t g = op->group, wd[5] = {g, op->oc / g, op->wdims[1], op->wdims[2], op->wdims[3]};
@@ -93,7 +119,9 @@ static dnnl_primitive_desc_t conv_like_pd(pb *b, const ox_op *op, int deconv,
 static dnnl_primitive_desc_t conv_pd(pb *b, const ox_op *op, int attempt, const int64_t *pl,
                                      const int64_t *pr, dnnl_status_t *st)
 {
-    const int64_t *xd = DIMS(op->in[0]), *yd = DIMS(op->out);
+    int64_t xd[4], yd[4];
+    ox_dims4(op, DIMS(op->in[0]), xd);
+    ox_dims4(op, DIMS(op->out), yd);
     int64_t g = op->group, wd[5] = {g, op->oc / g, op->wdims[1], op->wdims[2], op->wdims[3]};
     int has_bias = op->b || (op->nin == 3 && op->in[2] >= 0);
     dnnl_dims_t S = {op->st[0], op->st[1]}, DL = {op->dil[0] - 1, op->dil[1] - 1},
@@ -480,8 +508,10 @@ static int conv_to_grid(pb *b, const ox_op *op, int rc)
 int build_conv(pb *b, const ox_op *op)
 {
     dnnl_status_t st = dnnl_unimplemented;
-    int64_t pl[2], pr[2];
-    if (ox_window(op, DIMS(op->in[0]) + 2, DIMS(op->out) + 2, pl, pr, b->e)) return 1;
+    int64_t pl[2], pr[2], xd[4], yd[4];
+    ox_dims4(op, DIMS(op->in[0]), xd);
+    ox_dims4(op, DIMS(op->out), yd);
+    if (ox_window(op, xd + 2, yd + 2, pl, pr, b->e)) return 1;
     dnnl_primitive_desc_t pd8 =
         int8_input(b, op, &t_q8.gr) ? conv8_pd(b, op, &t_q8.gr, pl, pr) : NULL;
     if (pd8) return op->qout ? conv8_finish(b, op, pd8) : finish(b, op, pd8, conv8_inputs);
@@ -506,6 +536,13 @@ int build_conv(pb *b, const ox_op *op)
         }
         if (attempt == 0 && !b->dry && !op->qout && winograd_fits(b, op))
             return build_winograd(b, op, pd, pl);
+        if (op->line) { /* the result recorded under its own 3-D dims */
+            dnnl_memory_desc_t as = line_md(b, op->out, query(pd, dnnl_query_dst_md, 0));
+            int rc = !as || finish_as(b, op, pd, conv_inputs, as);
+            if (!as) D(dnnl_primitive_desc_destroy)(pd);
+            md_free(as);
+            return conv_to_grid(b, op, rc);
+        }
         return conv_to_grid(b, op, finish(b, op, pd, conv_inputs));
     }
     return ox_fail(b->e, "node '%s' (Conv): oneDNN has no convolution for it (status %d)", op->name,
