@@ -22,9 +22,9 @@ DECLINED = {
     "ArgMax", "ArgMax-last", "ArgMin", "ArgMin-last", "Asinh", "Atan", "Ceil", "Celu", "Clip-min-above-max", "Cos",
     "Floor", "Hardmax", "LpNormalization", "LpPool", "Max", "Max-3",
     "Max-broadcast", "Mean-2", "MeanVarianceNormalization", "Min", "Min-broadcast", "Mish", "PRelu",
-    "Pow-0.5", "Pow-2", "Reciprocal", "ReduceL1", "ReduceL2", "ReduceLogSumExp", "ReduceMax",
+    "Pow-0.5", "Reciprocal", "ReduceL1", "ReduceL2", "ReduceLogSumExp", "ReduceMax",
     "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare", "Resize-linear", "Round",
-    "Selu", "Shrink", "Sign", "Sin", "Sinh", "Softplus", "Softsign", "Sum-3", "ThresholdedRelu",
+    "Selu", "Shrink", "Sign", "Sin", "Sinh", "Softsign", "Sum-3", "ThresholdedRelu",
 }
 
 

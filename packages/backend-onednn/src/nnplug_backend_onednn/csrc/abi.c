@@ -104,7 +104,7 @@ static nnp_status ox_fuse(const nnp_node_desc *nodes, int32_t n, int32_t *taken)
     /* an integer op is a group of its own (with the Cast of a MatMulInteger's sums after it):
      * it ends the float32 run before it */
     for (int32_t i = 0; i < n; i++)
-        if (ox_int8_op(nodes[i].op_type)) {
+        if (ox_int8_op(&nodes[i])) {
             *taken = i ? i : n > 1 && ox_int8_cast_of(&nodes[0], &nodes[1]) ? 2 : 1;
             return NNP_OK;
         }

@@ -188,7 +188,15 @@ static int parse_eltwise(parser *p, ox_op *op)
     else if (!strcmp(t, "Elu")) {
         op->alg = dnnl_eltwise_elu;
         op->alpha = attr_float(n, "alpha", 1.f);
-    } else if (!strcmp(t, "Abs")) op->alg = dnnl_eltwise_abs;
+    } else if (!strcmp(t, "Pow")) {
+        /* x ** 2 (an RMS normalization's square): oneDNN's square, x * x, the exact result */
+        maxin = 2;
+        if (op->nin != 2 || op->in[1] < 0 || !V(1)->cdata || vnumel(V(1)) != 1 ||
+            V(1)->cdata[0] != 2.f)
+            return decline(p, "Pow: only a constant exponent of 2");
+        op->alg = dnnl_eltwise_square;
+    } else if (!strcmp(t, "Softplus")) op->alg = dnnl_eltwise_soft_relu; /* a loop: kernels.h */
+    else if (!strcmp(t, "Abs")) op->alg = dnnl_eltwise_abs;
     else if (!strcmp(t, "Sqrt")) op->alg = dnnl_eltwise_sqrt;
     else if (!strcmp(t, "Exp")) op->alg = dnnl_eltwise_exp;
     else if (!strcmp(t, "Log")) op->alg = dnnl_eltwise_log;
@@ -608,6 +616,38 @@ static int parse_slice(parser *p, ox_op *op)
     return 0;
 }
 
+/* ReduceMean over the last axis only (axes an attribute before opset 18, a constant input
+ * from it; keepdims either way: the result's bytes are the same). */
+static int parse_reduce_mean(parser *p, ox_op *op)
+{
+    const nnp_node_desc *n = p->n;
+    if (op->in[0] < 0 || n->num_inputs > 2 || n->num_outputs != 1) return decline(p, "arity");
+    const ox_value *x = V(0);
+    int64_t axes[2];
+    int na = 0;
+    if (n->num_inputs == 2 && n->inputs[1].name[0]) {
+        const nnp_value_desc *d = &n->inputs[1];
+        if (!d->const_data || d->dtype.code != NNP_DTYPE_INT || d->dtype.bits != 64 ||
+            d->const_nbytes != 8)
+            return decline(p, "axes must be a constant of one element");
+        axes[0] = *(const int64_t *)d->const_data;
+        na = 1;
+    } else if ((na = attr_ints(n, "axes", axes, 1)) != 1)
+        return decline(p, "only a reduction over one axis, the last");
+    if (axes[0] < 0) axes[0] += x->ndim;
+    if (x->ndim < 1 || axes[0] != x->ndim - 1) return decline(p, "only the last axis");
+    if (x->dims[x->ndim - 1] < 1) return decline(p, "the reduced axis must be known and not empty");
+    const ox_value *y = Y;
+    int keep = y->ndim == x->ndim;
+    if (!keep && y->ndim != x->ndim - 1) return decline(p, "shapes");
+    for (int i = 0; i < x->ndim - 1; i++)
+        if (y->dims[i] != x->dims[i]) return decline(p, "shapes");
+    if (keep && y->dims[x->ndim - 1] != 1) return decline(p, "shapes");
+    op->axis = axes[0];
+    op->nin = 1;
+    return 0;
+}
+
 /* InstanceNormalization (plan_norm.c build_in): each image's and channel's own statistics. */
 static int parse_in(parser *p, ox_op *op)
 {
@@ -841,12 +881,14 @@ static int parse_node(parser *p, ox_op *op)
         }
         return 0;
     }
-    if (!strcmp(t, "Identity") || !strcmp(t, "Dropout")) {
-        /* inference Dropout passes its input through: a view of it, as a Transpose that moves
-         * no axis */
+    if (!strcmp(t, "Identity") || !strcmp(t, "Dropout") ||
+        (!strcmp(t, "Cast") && attr_int(p->n, "to", 0) == 1)) {
+        /* inference Dropout passes its input through, as does a Cast of a float32 value (every
+         * value here is) to float32 (T5's normalizations): a view of it, as a Transpose that
+         * moves no axis */
         const ox_value *x = &p->g->vals[op->in[0]], *y = &p->g->vals[op->out];
         op->kind = OP_TRANSPOSE;
-        if (op->in[0] < 0 || (t[0] == 'I' && op->nin != 1) || op->nin > 3 || !same_dims(x, y))
+        if (op->in[0] < 0 || (t[0] != 'D' && op->nin != 1) || op->nin > 3 || !same_dims(x, y))
             return decline(p, "arity");
         if (t[0] == 'D') {
             if (p->n->opset > 0 && p->n->opset < 7) return decline(p, "opset < 7 (is_test)");
@@ -879,6 +921,26 @@ static int parse_node(parser *p, ox_op *op)
         if (!same_dims(&p->g->vals[op->in[0]], &p->g->vals[op->out]))
             return decline(p, "output shape differs from the input's");
         return 0;
+    }
+    const ox_value *c = op->nin == 2 && op->in[0] >= 0 ? &p->g->vals[op->in[0]] : NULL;
+    if (!strcmp(t, "Div") && c && op->in[1] >= 0 && c->cdata && vnumel(c) == 1 &&
+        c->ndim <= p->g->vals[op->out].ndim &&
+        same_dims(&p->g->vals[op->in[1]], &p->g->vals[op->out])) {
+        /* a constant divided by the value (Div(1, Sqrt(...)) of an exported rsqrt): a loop of
+         * the backend's own (see ox_own_eltwise) */
+        op->kind = OP_ELTWISE;
+        op->alg = dnnl_eltwise_pow;
+        op->alpha = c->cdata[0];
+        op->beta = 0.f;
+        p->g->vals[op->in[0]].consumers--;
+        op->in[0] = op->in[1];
+        op->in[1] = -1;
+        op->nin = 1;
+        return 0;
+    }
+    if (!strcmp(t, "ReduceMean")) {
+        op->kind = OP_REDMEAN;
+        return parse_reduce_mean(p, op);
     }
     if (!strcmp(t, "Add") || !strcmp(t, "Mul") || !strcmp(t, "Sub") || !strcmp(t, "Div") ||
         !strcmp(t, "Max") || !strcmp(t, "Min") || !strcmp(t, "Sum")) {
@@ -1611,10 +1673,10 @@ static ox_graph *parse(const nnp_node_desc *nodes, int n, int strict, int keep,
                 g->kin_val[g->nkin++] = -1;
                 continue;
             }
-            if ((j == 1 && !strcmp(d->op_type, "Reshape")) ||
+            if ((j == 1 && (!strcmp(d->op_type, "Reshape") || !strcmp(d->op_type, "ReduceMean"))) ||
                 (j >= 1 && (!strcmp(d->op_type, "Dropout") || !strcmp(d->op_type, "Slice")))) {
                 /* Reshape's shape: the declared output dims are used; Dropout's ratio and
-                 * training mode, Slice's bounds: see parse_node */
+                 * training mode, Slice's bounds, ReduceMean's axes: see parse_node */
                 g->kin_val[g->nkin++] = -1;
                 continue;
             }
@@ -1737,6 +1799,9 @@ int ox_graph_shapes(const ox_graph *g, const nnp_tensor *in, int nin, int64_t *d
                 if (y[2 + i] < 1)
                     return ox_fail(e, "node '%s': its pads leave no output", op->name);
             }
+            break;
+        case OP_REDMEAN: /* the last axis: 1 with keepdims, else gone (x's first r dims) */
+            if (r == g->vals[op->in[0]].ndim) y[r - 1] = 1;
             break;
         case OP_BINARY: {
             const ox_value *a = &g->vals[op->in[0]], *b = &g->vals[op->in[1]];

@@ -62,10 +62,20 @@ struct ox_qmm {
 
 /* ---- what runs here ------------------------------------------------------------------------- */
 
-int ox_int8_op(const char *op_type)
+/* A Cast of float32 to float32 is not one: graph.c takes it as an Identity (T5 writes them). */
+static int float_cast(const nnp_node_desc *n)
 {
-    return op_type && (!strcmp(op_type, "MatMulInteger") || !strcmp(op_type, "QLinearMatMul") ||
-                       !strcmp(op_type, "Cast"));
+    return n->num_inputs == 1 && n->num_outputs == 1 &&
+           n->inputs[0].dtype.code == NNP_DTYPE_FLOAT && n->inputs[0].dtype.bits == 32 &&
+           n->inputs[0].dtype.lanes <= 1 && n->outputs[0].dtype.code == NNP_DTYPE_FLOAT &&
+           n->outputs[0].dtype.bits == 32 && n->outputs[0].dtype.lanes <= 1;
+}
+
+int ox_int8_op(const nnp_node_desc *n)
+{
+    const char *t = n->op_type;
+    return t && (!strcmp(t, "MatMulInteger") || !strcmp(t, "QLinearMatMul") ||
+                 (!strcmp(t, "Cast") && !float_cast(n)));
 }
 
 /* A Cast of int32 to float32: MatMulInteger's sums on their way to the float ops after them

@@ -11,9 +11,9 @@
 
 typedef struct ox_qmm ox_qmm;
 
-/* Whether op_type is an op this file runs (then the group's other nodes are float32 ones whose
+/* Whether node is an op this file runs (then the group's other nodes are float32 ones whose
  * results nothing reads, see ox_build). */
-int ox_int8_op(const char *op_type);
+int ox_int8_op(const nnp_node_desc *n);
 /* Whether node runs here: the types, ranks and zero points it takes, on a CPU with VNNI. */
 int ox_qmm_supported(const nnp_node_desc *node);
 /* The kernel of node, whose first input is the kernel's input kin0 of nkin; NULL with a message

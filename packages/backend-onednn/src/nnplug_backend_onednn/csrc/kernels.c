@@ -150,7 +150,7 @@ int ox_supported(const nnp_node_desc *nodes, int n)
 {
     ox_err e;
     int unsupported, ok = 0;
-    if (n == 1 && ox_int8_op(nodes[0].op_type)) return ox_qmm_supported(&nodes[0]);
+    if (n == 1 && ox_int8_op(&nodes[0])) return ox_qmm_supported(&nodes[0]);
     if (n == 2 && ox_int8_cast_of(&nodes[0], &nodes[1])) return ox_qmm_supported(&nodes[0]);
     for (int i = 0; i < n; i++)
         if (changing_shape_not_worth_a_plan(&nodes[i])) return 0;
@@ -236,7 +236,7 @@ int ox_build(const nnp_node_desc *nodes, int n, int bf16, nnp_kernel **out, int 
     *unsupported = 0;
     if (!nodes || n < 1) return ox_fail(e, "kernel_create: no nodes (NULL or a count below 1)");
     for (int i = 0; i < n; i++)
-        if (ox_int8_op(nodes[i].op_type)) return build_int8(nodes, n, out, unsupported, e);
+        if (ox_int8_op(&nodes[i])) return build_int8(nodes, n, out, unsupported, e);
     ox_graph *g = ox_graph_parse_kept(nodes, n, 0, NULL, unsupported, e);
     if (!g) return 1;
     g->bf16 = bf16;

@@ -26,12 +26,15 @@ int ox_fail(ox_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)
 /* The element-wise ops the backend runs as loops of its own, not as oneDNN's eltwise: oneDNN's
  * clip and hardsigmoid take max/min with the NaN as the operand that loses, its exp clamps its
  * input first (both turn a NaN into a number), and its log gives -87.3 for every denormal;
- * onnxruntime keeps the NaN and takes the denormal's log. None is fused as a post-op, except
- * Clip in a graph that is not strict (see ox_graph.guarded). */
+ * onnxruntime keeps the NaN and takes the denormal's log. pow stands for a division of a
+ * constant by the value, alpha / x (an exported rsqrt's Div(1, Sqrt(...))), divided exactly where
+ * oneDNN's pow would raise to -1; soft_relu is Softplus as onnxruntime computes it (ONNX's
+ * function body, log(exp(x) + 1), overflows to inf from x = 89). None is fused as a post-op, except Clip in a graph that is
+ * not strict (see ox_graph.guarded). */
 static inline int ox_own_eltwise(dnnl_alg_kind_t alg)
 {
     return alg == dnnl_eltwise_clip || alg == dnnl_eltwise_hardsigmoid || alg == dnnl_eltwise_exp ||
-           alg == dnnl_eltwise_log;
+           alg == dnnl_eltwise_log || alg == dnnl_eltwise_pow || alg == dnnl_eltwise_soft_relu;
 }
 
 /* Relu itself (LeakyRelu is relu with a slope): oneDNN's form, max(x, 0), drops a NaN, so a
@@ -63,7 +66,8 @@ enum {
     OP_QUANT,   /* only while parsing: QuantizeLinear -> DequantizeLinear becomes one OP_QDQ */
     OP_DEQUANT, /* (graph.c fake_quant) */
     OP_QDQ,
-    OP_DECONV /* ConvTranspose (graph.c parse_deconv, plan_conv.c build_deconv) */
+    OP_DECONV,  /* ConvTranspose (graph.c parse_deconv, plan_conv.c build_deconv) */
+    OP_REDMEAN /* ReduceMean over the last axis (an RMS normalization's; plan_loops.c) */
 };
 enum { BORROW_NONE, BORROW_CALL, BORROW_KERNEL };
 

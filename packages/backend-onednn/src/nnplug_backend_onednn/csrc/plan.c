@@ -134,6 +134,7 @@ static ox_plan *build_ex(const ox_graph *g, const int64_t *dims, int threads, in
                 : op->kind == OP_LN                                 ? build_ln(&b, op)
                 : op->kind == OP_IN                                 ? build_in(&b, op)
                 : op->kind == OP_ERF || op->kind == OP_NANREP       ? build_loop(&b, op)
+                : op->kind == OP_REDMEAN                            ? build_reduce_mean(&b, op)
                 : op->kind == OP_ELTWISE && ox_own_eltwise(op->alg) ? build_own_eltwise(&b, op)
                 : op->kind == OP_QDQ                                ? build_qdq(&b, op)
                 : op->kind == OP_POOL && op->maxpool && g->strict   ? build_strict_maxpool(&b, op)

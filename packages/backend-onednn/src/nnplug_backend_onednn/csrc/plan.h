@@ -188,6 +188,7 @@ int build_own_softmax(pb *b, const ox_op *op);
 int build_plain_step(pb *b, const ox_op *op, ox_fn fn, const void *cfg, size_t size,
                      const char *what, int nparams);
 int build_loop(pb *b, const ox_op *op);
+int build_reduce_mean(pb *b, const ox_op *op);
 int build_own_eltwise(pb *b, const ox_op *op);
 int build_qdq(pb *b, const ox_op *op);
 

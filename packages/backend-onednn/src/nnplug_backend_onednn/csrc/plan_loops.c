@@ -105,6 +105,26 @@ static void log_loop(const float *x, float *y, int64_t n, int64_t row, int64_t i
     for (int64_t i = 0; i < n; i++) y[i] = logf(x[i]);
 }
 
+/* alpha / x (ox_own_eltwise's pow): IEEE division, so 1 / 0 is inf and a NaN comes through */
+static void reciprocal_loop(const float *x, float *y, int64_t n, int64_t row, int64_t inner,
+                            float alpha, float d)
+{
+    (void)row, (void)inner, (void)d;
+    for (int64_t i = 0; i < n; i++) y[i] = alpha / x[i];
+}
+
+/* Softplus as onnxruntime computes it: x + log1p(exp(-x)) above 0 (x itself for large x), so
+ * only an infinite x gives an infinity; a NaN fails the compare and comes through */
+static void softplus_loop(const float *x, float *y, int64_t n, int64_t row, int64_t inner, float c,
+                          float d)
+{
+    (void)row, (void)inner, (void)c, (void)d;
+    for (int64_t i = 0; i < n; i++) {
+        float v = x[i];
+        y[i] = v > 0 ? v + log1pf(expf(-v)) : log1pf(expf(v));
+    }
+}
+
 /* Where(IsNaN(x), C, x): every NaN (any payload, either sign) becomes c; everything else
  * (infinities, -0.0, denormals) is copied bit for bit. On the bits, so that no float compare
  * or move can touch a value. */
@@ -429,6 +449,56 @@ int build_own_softmax(pb *b, const ox_op *op)
     return build_plain_step(b, op, softmax_fn, &c, sizeof c, "softmax", 0);
 }
 
+/* ReduceMean over the last axis (OP_REDMEAN): each row's mean, summed in double (within half
+ * an ulp of the exact mean; onnxruntime's float sums are within a few), the rows shared
+ * between the threads. */
+typedef struct {
+    int64_t rows, len;
+    int threads;
+} mean_cfg;
+
+typedef struct {
+    const mean_cfg *c;
+    const float *x;
+    float *y;
+} mean_job;
+
+static void mean_part(void *arg)
+{
+    const mean_job *j = arg;
+    int64_t t0, t1, len = j->c->len;
+    dl_share(j->c->rows, &t0, &t1);
+    for (int64_t r = t0; r < t1; r++) {
+        const float *x = j->x + r * len;
+        double s0 = 0, s1 = 0, s2 = 0, s3 = 0; /* four chains: the loop is not one add's latency */
+        int64_t i = 0;
+        for (; i + 4 <= len; i += 4) {
+            s0 += x[i];
+            s1 += x[i + 1];
+            s2 += x[i + 2];
+            s3 += x[i + 3];
+        }
+        for (; i < len; i++) s0 += x[i];
+        j->y[r] = (float)((s0 + s1 + s2 + s3) / (double)len);
+    }
+}
+
+static int mean_fn(const void *cfg, void *const *ptrs, int nptrs)
+{
+    (void)nptrs;
+    const mean_cfg *c = cfg;
+    mean_job j = {c, ptrs[0], ptrs[1]};
+    dl_parallel(mean_part, &j, dl_threads_for(c->rows * c->len, c->threads));
+    return -1;
+}
+
+int build_reduce_mean(pb *b, const ox_op *op)
+{
+    int64_t len = DIMS(op->in[0])[VAL(op->in[0])->ndim - 1], n = numel(b, op->in[0]);
+    mean_cfg c = {len > 0 ? n / len : 0, len, b->p->threads};
+    return build_plain_step(b, op, mean_fn, &c, sizeof c, "reduce mean", 0);
+}
+
 /* Erf outside a GELU: the C library's erff over the plain values (oneDNN has no erf of its own);
  * Where(IsNaN(x), C, x) (OP_NANREP): nan_replace_loop over them. */
 int build_loop(pb *b, const ox_op *op)
@@ -472,6 +542,8 @@ int build_own_eltwise(pb *b, const ox_op *op)
     ox_loop loop = op->alg == dnnl_eltwise_clip          ? clip_loop
                    : op->alg == dnnl_eltwise_hardsigmoid ? hardsigmoid_loop
                    : op->alg == dnnl_eltwise_exp         ? exp_loop
+                   : op->alg == dnnl_eltwise_pow         ? reciprocal_loop
+                   : op->alg == dnnl_eltwise_soft_relu   ? softplus_loop
                                                          : log_loop;
     int dbuf = dst_buf(b, op, md, &reorder_out), s;
     if (dbuf < 0 ||
