@@ -2,12 +2,14 @@
 nnplug's backend orders beside onnxruntime and OpenVINO (CPU, same thread count), in one process.
 
     python benchmarks/export_decoders.py [FOLDER]     # once, in an environment with torch
-    python benchmarks/decode.py [FOLDER] [--models gpt2,llama] [--orders cpu,onednn+cpu,opencl+cpu]
+    python benchmarks/decode.py [FOLDER] [--models gpt2,llama,...] [--orders cpu,onednn+cpu,opencl+cpu]
                                 [--threads 2] [--rounds 5] [--new-tokens 32] [--tiny]
                                 [--last-logits] [--no-openvino]
 
-FOLDER (default ~/.cache/nnplug-bench/decoders) holds gpt2_kv.onnx and llama_kv.onnx; --tiny
-takes the tiny test decoders shipped in nnplug.demo instead. Every engine decodes the same
+FOLDER (default ~/.cache/nnplug-bench/decoders) holds gpt2_kv.onnx, llama_kv.onnx and their
+larger sizes (gpt2_m_kv.onnx ... llama_l_kv.onnx: hidden 256 / 512 / 768, 2 / 4 / 6 layers);
+--models defaults to those found there. --tiny takes the tiny test decoders shipped in
+nnplug.demo instead. Every engine decodes the same
 16-token prompt (seeded) for --new-tokens tokens with nnplug.generation's loop: onnxruntime
 through plain runs, nnplug through its sessions (IO binding where a backend keeps the caches off
 the host), OpenVINO's CPU plugin (when installed) through one infer request, in f32
@@ -104,7 +106,8 @@ def time_engines(decoders: dict, prompt, new_tokens: int, rounds: int, want: lis
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("folder", nargs="?", help=f"exported decoders (default {DEFAULT_DIR})")
-    ap.add_argument("--models", default="gpt2,llama")
+    ap.add_argument("--models", help="default: gpt2,llama,gpt2_m,llama_m,gpt2_l,llama_l, "
+                                     "those exported (with --tiny: gpt2,llama)")
     ap.add_argument("--orders", default="cpu,onednn+cpu,opencl+cpu",
                     help="nnplug backend orders, '+'-joined (those not installed are skipped)")
     ap.add_argument("--threads", type=int, default=2, help="intra-op threads of every engine")
@@ -118,6 +121,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     folder = args.folder or (TINY_DIR if args.tiny else DEFAULT_DIR)
     suffix = "_kv_tiny.onnx" if args.tiny else "_kv.onnx"
+    models = args.models.split(",") if args.models else [
+        m for m in ("gpt2", "llama", "gpt2_m", "llama_m", "gpt2_l", "llama_l")
+        if m in ("gpt2", "llama") or os.path.isfile(os.path.join(folder, m + suffix))]
 
     import onnxruntime as ort
 
@@ -141,10 +147,10 @@ def main(argv=None) -> int:
 
     print(f"threads={args.threads} rounds={args.rounds} prompt={PROMPT_LENGTH} tokens "
           f"new={args.new_tokens} tokens folder={folder}")
-    print(f"{'model':<8}{'engine':<24}{'prompt ms':>11}{'ms/token':>10}{'ratio':>8}"
+    print(f"{'model':<10}{'engine':<24}{'prompt ms':>11}{'ms/token':>10}{'ratio':>8}"
           f"{'io_binding':>12}{'load':>8}")
     ratios: dict[str, list[float]] = {}
-    for name in [m for m in args.models.split(",") if m]:
+    for name in [m for m in models if m]:
         path = os.path.join(folder, name + suffix)
         if not os.path.isfile(path):
             print(f"no {path}: export it first (python benchmarks/export_decoders.py"
@@ -180,7 +186,7 @@ def main(argv=None) -> int:
             if engine != "onnxruntime":
                 ratios.setdefault(engine, []).append(ratio)
             # the 1-minute load average beside every figure: a figure taken under load is none
-            print(f"{name:<8}{engine:<24}{first:>11.2f}{per_token:>10.2f}{ratio:>8.2f}"
+            print(f"{name:<10}{engine:<24}{first:>11.2f}{per_token:>10.2f}{ratio:>8.2f}"
                   f"{'yes' if decoders[engine].io_binding else 'no':>12}"
                   f"{os.getloadavg()[0]:>8.2f}", flush=True)
         for s in sessions.values():

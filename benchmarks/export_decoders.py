@@ -2,14 +2,16 @@
 the generation tests (random weights, built from config objects: nothing is downloaded).
 
     python -m venv /work/venv-decoding-export
-    /work/venv-decoding-export/bin/pip install torch==2.13.0 transformers onnx onnxruntime
+    /work/venv-decoding-export/bin/pip install torch==2.14.1 transformers onnx onnxruntime
     /work/venv-decoding-export/bin/python benchmarks/export_decoders.py [FOLDER]
     /work/venv-decoding-export/bin/python benchmarks/export_decoders.py --tiny
     /work/venv-decoding-export/bin/python benchmarks/export_decoders.py --dynamo [FOLDER]
 
-Models: GPT-2 (2 layers, hidden 256, 4 heads, GPT-2's vocabulary of 50257) and a Llama-style
-decoder (2 layers, hidden 256, 8 query heads over 2 key/value heads (grouped-query attention),
-rotary embeddings, SwiGLU, RMSNorm, vocabulary 32000). FOLDER defaults to
+Models: GPT-2 (GPT-2's vocabulary of 50257) and a Llama-style decoder (grouped-query
+attention: four query heads per key/value head, rotary embeddings, SwiGLU, RMSNorm, vocabulary
+32000), each in three sizes: ``gpt2`` / ``llama`` (hidden 256, 2 layers, 4 GPT-2 heads, 8
+Llama query heads), ``gpt2_m`` / ``llama_m`` (hidden 512, 4 layers, 8 heads) and ``gpt2_l`` /
+``llama_l`` (hidden 768, 6 layers, 12 heads: distilgpt2's shape). FOLDER defaults to
 ~/.cache/nnplug-bench/decoders. ``--tiny`` writes hidden-64 versions with a 256-token vocabulary
 (about half a MB each) into the nnplug package (nnplug/demo/), where ``nnplug generate``'s
 examples, the tests of every package and the docs find them (``nnplug.demo.decoder_path``).
@@ -38,25 +40,36 @@ DYNAMO_OPSET = 18  # the dynamo exporter's lowest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DIR = os.path.join(os.path.expanduser("~"), ".cache", "nnplug-bench", "decoders")
 TINY_DIR = os.path.join(ROOT, "packages", "core", "src", "nnplug", "demo")
-MODELS = ("gpt2", "llama")
+FAMILIES = ("gpt2", "llama")
+SIZES = {"": (256, 2, 4), "_m": (512, 4, 8), "_l": (768, 6, 12)}
+"""model name suffix -> (hidden size, layers, GPT-2 heads); Llama has twice as many query heads
+at the smallest size (head size 32) and the same number above it (head size 64)."""
+MODELS = tuple(f + size for size in SIZES for f in FAMILIES)
 
 
-def configs(tiny: bool) -> dict:
-    """name -> (transformers config, whether the model takes position_ids)."""
+def config_of(name: str, tiny: bool):
+    """(transformers config, whether the model takes position_ids) of a model name."""
     import transformers as tf
 
-    hidden, vocab_gpt2, vocab_llama = (64, 256, 256) if tiny else (256, 50257, 32000)
+    family, _, size = name.partition("_")
+    hidden, layers, heads = SIZES["_" + size if size else ""]
+    vocab_gpt2, vocab_llama = (256, 256) if tiny else (50257, 32000)
+    if tiny:
+        hidden = 64
     positions = 128 if tiny else 256
-    gpt2 = tf.GPT2Config(vocab_size=vocab_gpt2, n_positions=positions, n_embd=hidden, n_layer=2,
-                         n_head=4, bos_token_id=0, eos_token_id=1)
-    llama = tf.LlamaConfig(vocab_size=vocab_llama, hidden_size=hidden,
-                           intermediate_size=-(-hidden * 8 // 3 // 16) * 16,  # Llama's 8/3
-                           num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2,
-                           max_position_embeddings=positions, rope_theta=10000.0, bos_token_id=0,
-                           eos_token_id=1, tie_word_embeddings=False)
-    for c in (gpt2, llama):
-        c._attn_implementation = "eager"  # plain ops; sdpa's masks trace into shape checks
-    return {"gpt2": (gpt2, False), "llama": (llama, True)}
+    if family == "gpt2":
+        config = tf.GPT2Config(vocab_size=vocab_gpt2, n_positions=positions, n_embd=hidden,
+                               n_layer=layers, n_head=heads, bos_token_id=0, eos_token_id=1)
+    else:
+        q_heads = 2 * heads if size == "" else heads
+        config = tf.LlamaConfig(vocab_size=vocab_llama, hidden_size=hidden,
+                                intermediate_size=-(-hidden * 8 // 3 // 16) * 16,  # Llama's 8/3
+                                num_hidden_layers=layers, num_attention_heads=q_heads,
+                                num_key_value_heads=q_heads // 4,
+                                max_position_embeddings=positions, rope_theta=10000.0,
+                                bos_token_id=0, eos_token_id=1, tie_word_embeddings=False)
+    config._attn_implementation = "eager"  # plain ops; sdpa's masks trace into shape checks
+    return config, family == "llama"
 
 
 def build(name: str, tiny: bool):
@@ -64,8 +77,8 @@ def build(name: str, tiny: bool):
     import transformers as tf
 
     torch.manual_seed(0)
-    config, with_positions = configs(tiny)[name]
-    model = (tf.GPT2LMHeadModel if name == "gpt2" else tf.LlamaForCausalLM)(config)
+    config, with_positions = config_of(name, tiny)
+    model = (tf.LlamaForCausalLM if with_positions else tf.GPT2LMHeadModel)(config)
     if tiny:  # random init is small; larger weights make the logits of close tokens differ
         with torch.no_grad():
             for p in model.parameters():
@@ -221,7 +234,8 @@ def main(argv=None) -> int:
     ap.add_argument("folder", nargs="?", help=f"where to write (default {DEFAULT_DIR}; "
                                               f"with --tiny {os.path.relpath(TINY_DIR, ROOT)})")
     ap.add_argument("--tiny", action="store_true", help="hidden 64, vocabulary 256: test models")
-    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--models", help=f"default: {','.join(MODELS)}; with --tiny "
+                                     f"{','.join(FAMILIES)}")
     ap.add_argument("--dynamo", action="store_true",
                     help=f"torch's dynamo exporter at opset {DYNAMO_OPSET}, into FOLDER/dynamo")
     args = ap.parse_args(argv)
@@ -229,7 +243,8 @@ def main(argv=None) -> int:
     if args.dynamo:
         folder = os.path.join(folder, "dynamo")
     os.makedirs(folder, exist_ok=True)
-    for name in [m for m in args.models.split(",") if m]:
+    models = args.models or ",".join(FAMILIES if args.tiny else MODELS)
+    for name in [m for m in models.split(",") if m]:
         if name not in MODELS:
             print(f"unknown model {name!r}; known: {', '.join(MODELS)}", file=sys.stderr)
             return 1
