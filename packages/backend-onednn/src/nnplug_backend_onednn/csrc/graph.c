@@ -623,16 +623,14 @@ static int parse_reduce_mean(parser *p, ox_op *op)
     const nnp_node_desc *n = p->n;
     if (op->in[0] < 0 || n->num_inputs > 2 || n->num_outputs != 1) return decline(p, "arity");
     const ox_value *x = V(0);
-    int64_t axes[2];
-    int na = 0;
+    int64_t axes[1];
     if (n->num_inputs == 2 && n->inputs[1].name[0]) {
         const nnp_value_desc *d = &n->inputs[1];
         if (!d->const_data || d->dtype.code != NNP_DTYPE_INT || d->dtype.bits != 64 ||
             d->const_nbytes != 8)
             return decline(p, "axes must be a constant of one element");
         axes[0] = *(const int64_t *)d->const_data;
-        na = 1;
-    } else if ((na = attr_ints(n, "axes", axes, 1)) != 1)
+    } else if (attr_ints(n, "axes", axes, 1) != 1)
         return decline(p, "only a reduction over one axis, the last");
     if (axes[0] < 0) axes[0] += x->ndim;
     if (x->ndim < 1 || axes[0] != x->ndim - 1) return decline(p, "only the last axis");
