@@ -226,6 +226,10 @@ tile_avx512(const int NA, const int NB, int64_t kc, const float *a, int64_t astr
     __m512 acc[2 * MR][2];
     for (int i = 0; i < NA * MR; i++)
         for (int q = 0; q < NB; q++) acc[i][q] = _mm512_setzero_ps();
+    /* C's lines asked for now, written after the kc steps: with a short depth (attention's
+     * Q K^T, 64) the stores' misses were half the tile's time */
+    for (int i = 0; i < NA * MR && i < h; i++)
+        for (int q = 0; q < NB; q++) __builtin_prefetch(c + i * ldc + 16 * q, 1, 3);
     const float *a1 = a + astride, *b1 = b + bstride;
     for (int64_t k = 0; k < kc; k++) {
         const __m512 bv0 = _mm512_loadu_ps(b + k * NR);
