@@ -20,6 +20,10 @@
 #define MR NNC_GEMM_MR
 #define NR NNC_GEMM_NR
 #define KC 256
+/* B rows the tiles ask for ahead of their loads: a panel's rows cross a 4 KB page every 64
+ * steps, where the hardware's prefetcher stops and starts again (a decoder's projection onto
+ * its vocabulary, 16 rows x 512 x 32000 on 2 threads: 2.16 -> 1.6 ms; one row 1.16 -> 1.01) */
+#define BPF 16
 #define MC 96  /* multiple of MR */
 #define NC 1024 /* multiple of NR */
 
@@ -232,6 +236,8 @@ tile_avx512(const int NA, const int NB, int64_t kc, const float *a, int64_t astr
         for (int q = 0; q < NB; q++) __builtin_prefetch(c + i * ldc + 16 * q, 1, 3);
     const float *a1 = a + astride, *b1 = b + bstride;
     for (int64_t k = 0; k < kc; k++) {
+        __builtin_prefetch(b + (k + BPF) * NR, 0, 3);
+        if (NB > 1) __builtin_prefetch(b1 + (k + BPF) * NR, 0, 3);
         const __m512 bv0 = _mm512_loadu_ps(b + k * NR);
         const __m512 bv1 = NB > 1 ? _mm512_loadu_ps(b1 + k * NR) : bv0;
         for (int i = 0; i < NA * MR; i++) {
@@ -270,6 +276,7 @@ tile_few_avx512(const int H, const int NB, int64_t kc, const float *a, const flo
         for (int q = 0; q < NB; q++) acc[i][q] = _mm512_setzero_ps();
     for (int64_t k = 0; k < kc; k++) {
         __m512 bv[4];
+        for (int q = 0; q < NB; q++) __builtin_prefetch(b + q * bstride + (k + BPF) * NR, 0, 3);
         for (int q = 0; q < NB; q++) bv[q] = _mm512_loadu_ps(b + q * bstride + k * NR);
         for (int i = 0; i < H; i++) {
             const __m512 av = _mm512_set1_ps(a[k * MR + i]);
