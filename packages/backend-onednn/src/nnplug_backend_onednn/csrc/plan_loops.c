@@ -229,16 +229,18 @@ int add_softmax_nan_rows(pb *b, const ox_op *op)
  * bits. */
 #define SM_LANES 16
 
+/* A loop over rows of `len` floats (Softmax's, ReduceMean's), the rows shared between the
+ * threads: its settings, and one thread's job. */
 typedef struct {
     int64_t rows, len;
     int threads;
-} softmax_cfg;
+} rows_cfg;
 
 typedef struct {
-    const softmax_cfg *c;
+    const rows_cfg *c;
     const float *x;
     float *y;
-} softmax_job;
+} rows_job;
 
 static const float SM_LO = -87.33654475f, SM_HI = 88.72283905f, SM_LOG2E = 1.44269504088896341f,
                    SM_C1 = 0.693359375f, SM_C2 = -2.12194440e-4f;
@@ -368,7 +370,7 @@ static int sm_wide(void)
 
 static void softmax_part(void *arg)
 {
-    const softmax_job *j = arg;
+    const rows_job *j = arg;
     int64_t t0, t1;
     dl_share(j->c->rows, &t0, &t1);
 #ifdef HAVE_SM_AVX512
@@ -380,13 +382,18 @@ static void softmax_part(void *arg)
     softmax_rows_portable(j->x, j->y, t0, t1, j->c->len);
 }
 
+/* part (softmax_part, mean_part) over the rows of a step's args src and dst, on the threads */
+static int rows_run(const rows_cfg *c, void *const *ptrs, void (*part)(void *))
+{
+    rows_job j = {c, ptrs[0], ptrs[1]};
+    dl_parallel(part, &j, dl_threads_for(c->rows * c->len, c->threads));
+    return -1;
+}
+
 static int softmax_fn(const void *cfg, void *const *ptrs, int nptrs)
 {
     (void)nptrs;
-    const softmax_cfg *c = cfg;
-    softmax_job j = {c, ptrs[0], ptrs[1]};
-    dl_parallel(softmax_part, &j, dl_threads_for(c->rows * c->len, c->threads));
-    return -1;
+    return rows_run(cfg, ptrs, softmax_part);
 }
 
 /* op's result from its input, both plain, by a step of the backend's own: fn on cfg (size
@@ -445,27 +452,16 @@ static int64_t numel(pb *b, int v)
 int build_own_softmax(pb *b, const ox_op *op)
 {
     int64_t len = DIMS(op->out)[VAL(op->out)->ndim - 1], n = numel(b, op->out);
-    softmax_cfg c = {len > 0 ? n / len : 0, len, b->p->threads};
+    rows_cfg c = {len > 0 ? n / len : 0, len, b->p->threads};
     return build_plain_step(b, op, softmax_fn, &c, sizeof c, "softmax", 0);
 }
 
 /* ReduceMean over the last axis (OP_REDMEAN): each row's mean, summed in double (within half
  * an ulp of the exact mean; onnxruntime's float sums are within a few), the rows shared
- * between the threads. */
-typedef struct {
-    int64_t rows, len;
-    int threads;
-} mean_cfg;
-
-typedef struct {
-    const mean_cfg *c;
-    const float *x;
-    float *y;
-} mean_job;
-
+ * between the threads as Softmax's are. */
 static void mean_part(void *arg)
 {
-    const mean_job *j = arg;
+    const rows_job *j = arg;
     int64_t t0, t1, len = j->c->len;
     dl_share(j->c->rows, &t0, &t1);
     for (int64_t r = t0; r < t1; r++) {
@@ -486,16 +482,13 @@ static void mean_part(void *arg)
 static int mean_fn(const void *cfg, void *const *ptrs, int nptrs)
 {
     (void)nptrs;
-    const mean_cfg *c = cfg;
-    mean_job j = {c, ptrs[0], ptrs[1]};
-    dl_parallel(mean_part, &j, dl_threads_for(c->rows * c->len, c->threads));
-    return -1;
+    return rows_run(cfg, ptrs, mean_part);
 }
 
 int build_reduce_mean(pb *b, const ox_op *op)
 {
     int64_t len = DIMS(op->in[0])[VAL(op->in[0])->ndim - 1], n = numel(b, op->in[0]);
-    mean_cfg c = {len > 0 ? n / len : 0, len, b->p->threads};
+    rows_cfg c = {len > 0 ? n / len : 0, len, b->p->threads};
     return build_plain_step(b, op, mean_fn, &c, sizeof c, "reduce mean", 0);
 }
 
