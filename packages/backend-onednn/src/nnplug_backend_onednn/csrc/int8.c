@@ -62,30 +62,28 @@ struct ox_qmm {
 
 /* ---- what runs here ------------------------------------------------------------------------- */
 
-/* A Cast of float32 to float32 is not one: graph.c takes it as an Identity (T5 writes them). */
-static int float_cast(const nnp_node_desc *n)
+/* Whether n is a Cast of a 32-bit value of type code (NNP_DTYPE_INT, _FLOAT) to float32. */
+static int cast_to_float(const nnp_node_desc *n, int code)
 {
-    return n->num_inputs == 1 && n->num_outputs == 1 &&
-           n->inputs[0].dtype.code == NNP_DTYPE_FLOAT && n->inputs[0].dtype.bits == 32 &&
+    return n->op_type && !strcmp(n->op_type, "Cast") && n->num_inputs == 1 && n->num_outputs == 1 &&
+           n->inputs[0].dtype.code == code && n->inputs[0].dtype.bits == 32 &&
            n->inputs[0].dtype.lanes <= 1 && n->outputs[0].dtype.code == NNP_DTYPE_FLOAT &&
            n->outputs[0].dtype.bits == 32 && n->outputs[0].dtype.lanes <= 1;
-}
-
-int ox_int8_op(const nnp_node_desc *n)
-{
-    const char *t = n->op_type;
-    return t && (!strcmp(t, "MatMulInteger") || !strcmp(t, "QLinearMatMul") ||
-                 (!strcmp(t, "Cast") && !float_cast(n)));
 }
 
 /* A Cast of int32 to float32: MatMulInteger's sums on their way to the float ops after them
  * (quantize_dynamic writes MatMulInteger -> Cast -> Mul by the scales). */
 static int int32_to_float(const nnp_node_desc *n)
 {
-    return n->op_type && !strcmp(n->op_type, "Cast") && n->num_inputs == 1 && n->num_outputs == 1 &&
-           n->inputs[0].dtype.code == NNP_DTYPE_INT && n->inputs[0].dtype.bits == 32 &&
-           n->inputs[0].dtype.lanes <= 1 && n->outputs[0].dtype.code == NNP_DTYPE_FLOAT &&
-           n->outputs[0].dtype.bits == 32 && n->outputs[0].dtype.lanes <= 1;
+    return cast_to_float(n, NNP_DTYPE_INT);
+}
+
+/* Any Cast but float32 to float32, which graph.c takes as an Identity (T5 writes them). */
+int ox_int8_op(const nnp_node_desc *n)
+{
+    const char *t = n->op_type;
+    return t && (!strcmp(t, "MatMulInteger") || !strcmp(t, "QLinearMatMul") ||
+                 (!strcmp(t, "Cast") && !cast_to_float(n, NNP_DTYPE_FLOAT)));
 }
 
 int ox_int8_cast_of(const nnp_node_desc *mm, const nnp_node_desc *cast)
