@@ -34,6 +34,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from export_decoders import FAMILIES, MODELS  # noqa: E402 - the decoders it writes
 from zoo import QUIET_S, SETTLE_S, openvino_engines, print_summary  # noqa: E402 - the zoo benchmark's pacing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -106,8 +107,8 @@ def time_engines(decoders: dict, prompt, new_tokens: int, rounds: int, want: lis
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("folder", nargs="?", help=f"exported decoders (default {DEFAULT_DIR})")
-    ap.add_argument("--models", help="default: gpt2,llama,gpt2_m,llama_m,gpt2_l,llama_l, "
-                                     "those exported (with --tiny: gpt2,llama)")
+    ap.add_argument("--models", help=f"default: those of {','.join(MODELS)} exported "
+                                     f"(with --tiny: {','.join(FAMILIES)})")
     ap.add_argument("--orders", default="cpu,onednn+cpu,opencl+cpu",
                     help="nnplug backend orders, '+'-joined (those not installed are skipped)")
     ap.add_argument("--threads", type=int, default=2, help="intra-op threads of every engine")
@@ -122,8 +123,7 @@ def main(argv=None) -> int:
     folder = args.folder or (TINY_DIR if args.tiny else DEFAULT_DIR)
     suffix = "_kv_tiny.onnx" if args.tiny else "_kv.onnx"
     models = args.models.split(",") if args.models else [
-        m for m in ("gpt2", "llama", "gpt2_m", "llama_m", "gpt2_l", "llama_l")
-        if m in ("gpt2", "llama") or os.path.isfile(os.path.join(folder, m + suffix))]
+        m for m in MODELS if m in FAMILIES or os.path.isfile(os.path.join(folder, m + suffix))]
 
     import onnxruntime as ort
 
