@@ -27,10 +27,10 @@ int ox_fail(ox_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)
  * clip and hardsigmoid take max/min with the NaN as the operand that loses, its exp clamps its
  * input first (both turn a NaN into a number), and its log gives -87.3 for every denormal;
  * onnxruntime keeps the NaN and takes the denormal's log. pow stands for a division of a
- * constant by the value, alpha / x (an exported rsqrt's Div(1, Sqrt(...))), divided exactly where
- * oneDNN's pow would raise to -1; soft_relu is Softplus as onnxruntime computes it (ONNX's
- * function body, log(exp(x) + 1), overflows to inf from x = 89). None is fused as a post-op, except Clip in a graph that is
- * not strict (see ox_graph.guarded). */
+ * constant by the value, alpha / x (an exported rsqrt's Div(1, Sqrt(...))), divided exactly
+ * where oneDNN's pow would raise to -1; soft_relu is Softplus as onnxruntime computes it (ONNX's
+ * function body, log(exp(x) + 1), overflows to inf from x = 89). None is fused as a post-op,
+ * except Clip in a graph that is not strict (see ox_graph.guarded). */
 static inline int ox_own_eltwise(dnnl_alg_kind_t alg)
 {
     return alg == dnnl_eltwise_clip || alg == dnnl_eltwise_hardsigmoid || alg == dnnl_eltwise_exp ||

@@ -27,8 +27,8 @@ or lower, with no float16 rounding between ops), so answers agree with theirs an
 the float32 model's than op-by-op float16 rounding. Rounding every result instead (tried)
 put a Cast pair between every two nodes, which cut the backends' partitions and fusions apart
 (float16 ResNet-50 on onednn+cpu: 8x slower than its float32 form). ONNX's node suite passes
-the same cases either way (1862 of 1884 on cpu, run both ways). Float16
-constants that widened nodes read become float32 constants (exact).
+the same cases either way (1862 of 1884 on cpu, run both ways). Float16 constants that
+widened nodes read become float32 constants (exact).
 
 Why a declaration and not "a backend claims it in float16": the portable backend claims
 float16 MatMul with a scalar loop of conversions, 100 times slower than float32; claiming says
