@@ -57,6 +57,7 @@
     X(dnnl_batch_normalization_forward_primitive_desc_create) \
     X(dnnl_layer_normalization_forward_primitive_desc_create) \
     X(dnnl_inner_product_forward_primitive_desc_create)       \
+    X(dnnl_sgemm)                                             \
     X(dnnl_version)
 
 #define DNNL_DECLARE_PTR(name) extern __typeof__(&name) dl_##name;

@@ -1369,6 +1369,74 @@ static int nan_replace(parser *p, const nnp_node_desc *nodes)
     return 0;
 }
 
+/* Whether op is a MatMul of two values as they are (no Gemm, no transposition, nothing folded
+ * into it): a product an attention may hold. */
+static int bare_matmul(const ox_op *op)
+{
+    return !op->dead && op->kind == OP_MATMUL && !op->gemm && !op->ta && !op->tb && !op->b &&
+           !op->npost && op->nin == 2;
+}
+
+/* Scaled dot-product attention as exported (the scale is applied to Q and K^T before it):
+ * MatMul(Q, K^T) -> [Add(mask)] -> Softmax(last axis) -> [Where(IsNaN(p), C, p)] ->
+ * MatMul(p, V), each result read by the next alone, becomes one OP_ATTENTION whose inputs are
+ * Q, K^T, V and the mask. plan_attention.c runs it a block of query rows at a time, so the
+ * scores never leave the cache (Whisper's encoder writes and reads 54 MB of them a layer
+ * otherwise); the ops stay whole in sub[] for a plan that runs them one by one. Run before
+ * fuse, which would take the Add as a residual sum. Room for the new ops was allocated with
+ * the graph (parse). */
+static void attention(ox_graph *g)
+{
+    int nop = g->nop;
+    for (int i = 0; i < nop; i++) {
+        if (!bare_matmul(&g->ops[i])) continue;
+        int r = g->vals[g->ops[i].out].ndim, v = g->ops[i].out, j = sole_consumer(g, v), mask;
+        int sub[ATT_NSUB] = {i, -1, -1, -1, -1};
+        if ((mask = binary_with(g, j, v, dnnl_binary_add, 0)) >= 0) {
+            /* the mask broadcasts to the scores (rank and dims as the model declares them) */
+            if (g->vals[mask].ndim > r || !same_dims(&g->vals[g->ops[j].out], &g->vals[v]))
+                continue;
+            sub[ATT_MASK] = j;
+            v = g->ops[j].out;
+            j = sole_consumer(g, v);
+        }
+        if (j < 0 || g->ops[j].kind != OP_SOFTMAX || g->ops[j].logsm || g->ops[j].axis != r - 1)
+            continue;
+        sub[ATT_SOFTMAX] = j;
+        v = g->ops[j].out;
+        j = sole_consumer(g, v);
+        if (j >= 0 && g->ops[j].kind == OP_NANREP) {
+            sub[ATT_NANREP] = j;
+            v = g->ops[j].out;
+            j = sole_consumer(g, v);
+        }
+        if (j < 0 || !bare_matmul(&g->ops[j]) || g->ops[j].in[0] != v ||
+            g->vals[g->ops[j].out].ndim != r)
+            continue;
+        sub[ATT_VALUES] = j;
+        ox_op *a = &g->ops[g->nop], *qk = &g->ops[i], *pv = &g->ops[j];
+        a->name = strdup(qk->name);
+        a->op_type = strdup("Attention");
+        g->nop++; /* freed with the graph from here on */
+        if (!a->name || !a->op_type) { /* not fused: the ops run as they are */
+            a->dead = 1;
+            continue;
+        }
+        a->kind = OP_ATTENTION;
+        a->in[0] = qk->in[0];
+        a->in[1] = qk->in[1];
+        a->in[2] = pv->in[1];
+        a->nin = 3;
+        if (mask >= 0) a->in[a->nin++] = mask;
+        a->out = pv->out;
+        a->pos = pv->pos;
+        memcpy(a->sub, sub, sizeof sub);
+        /* the inputs' reader counts stand: each was read by one of the ops it now holds */
+        for (int k = 0; k < ATT_NSUB; k++)
+            if (sub[k] >= 0) g->ops[sub[k]].dead = 1;
+    }
+}
+
 /* QDQ models (onnxruntime's quantize_static) round each activation to its integer grid and
  * back, QuantizeLinear -> DequantizeLinear: as one float32 -> float32 op, OP_QDQ,
  * y = (saturate(round(x / s0) + z0) - z1) * s1, so the 8-bit value never exists in the kernel
@@ -1627,7 +1695,8 @@ static ox_graph *parse(const nnp_node_desc *nodes, int n, int strict, int keep,
         ox_fail(e, "out of memory");
         return NULL;
     }
-    g->ops = calloc((size_t)n, sizeof *g->ops);
+    /* n ops for the nodes, and room for the attentions made of them (each holds 3 or more) */
+    g->ops = calloc((size_t)n + (size_t)n / 3 + 1, sizeof *g->ops);
     g->kin_val = calloc((size_t)nkin + 1, sizeof *g->kin_val);
     g->order = calloc((size_t)n, sizeof *g->order);
     parser p = {g, NULL, unsupported, e, 0, 0, 0, from};
@@ -1701,6 +1770,7 @@ static ox_graph *parse(const nnp_node_desc *nodes, int n, int strict, int keep,
     }
     g->out = g->ops[n - 1].out;
     if (nan_replace(&p, nodes) || fake_quant(&p, nodes) || const_dequant_read(&p, nodes)) goto bad;
+    attention(g);
     fuse(g, strict);
     requantize(g);
     if (keep && keep_constants(g, e)) goto bad;
@@ -1732,6 +1802,151 @@ ox_graph *ox_graph_parse_kept(const nnp_node_desc *nodes, int n, int strict, con
 
 #define DIMS(v) (dims + (size_t)(v) * MAXR)
 
+/* The dims of op's result (and, for an attention, of each op it holds) from its inputs'. */
+static int op_shape(const ox_graph *g, const ox_op *op, int64_t *dims, ox_err *e)
+{
+    const ox_value *yv = &g->vals[op->out];
+    int r = yv->ndim;
+    int64_t y[MAXR];
+    const int64_t *x = DIMS(op->in[0]);
+    memcpy(y, x, sizeof y);
+    switch (op->kind) {
+    case OP_CONV:
+        if (op->line) { /* (N, C, W): the W axis is the window's second */
+            y[1] = op->oc;
+            y[2] = yv->dims[2] > 0 ? yv->dims[2] : window_out(op, 1, x[2]);
+            if (y[2] < 1 && !(y[2] == 0 && x[2] == 0))
+                return ox_fail(e, "node '%s': window larger than its input", op->name);
+            break;
+        }
+        /* fall through */
+    case OP_POOL:
+        y[1] = op->kind == OP_CONV ? op->oc : x[1];
+        /* as onnxruntime ("Only N can be zero"): an empty channel or plane has no pooled value */
+        if (op->kind == OP_POOL && (x[1] == 0 || x[2] == 0 || x[3] == 0))
+            return ox_fail(
+                e,
+                "node '%s' (%s): an input dimension other than the batch has size 0; a pool of it has no value",
+                op->name, op->op_type);
+        for (int i = 0; i < 2; i++) {
+            y[2 + i] = op->global            ? 1
+                       : yv->dims[2 + i] > 0 ? yv->dims[2 + i]
+                                             : window_out(op, i, x[2 + i]);
+            /* an empty plane with SAME padding gives an empty one */
+            if (y[2 + i] < 1 && !(y[2 + i] == 0 && x[2 + i] == 0))
+                return ox_fail(e, "node '%s': window larger than its input", op->name);
+        }
+        break;
+    case OP_DECONV:
+        y[1] = op->oc;
+        for (int i = 0; i < 2; i++) {
+            y[2 + i] = deconv_out(op, i, x[2 + i]);
+            if (y[2 + i] < 1) return ox_fail(e, "node '%s': its pads leave no output", op->name);
+        }
+        break;
+    case OP_REDMEAN: /* the last axis: 1 with keepdims, else gone (x's first r dims) */
+        if (r == g->vals[op->in[0]].ndim) y[r - 1] = 1;
+        break;
+    case OP_BINARY: {
+        const ox_value *a = &g->vals[op->in[0]], *b = &g->vals[op->in[1]];
+        for (int i = 0; i < r; i++) {
+            int ia = i - (r - a->ndim), ib = i - (r - b->ndim);
+            int64_t da = ia >= 0 ? DIMS(op->in[0])[ia] : 1, db = ib >= 0 ? DIMS(op->in[1])[ib] : 1;
+            if (da != db && da != 1 && db != 1)
+                return ox_fail(e, "node '%s': dims %lld and %lld do not broadcast", op->name,
+                               (long long)da, (long long)db);
+            y[i] = da == 1 ? db : da; /* a 0 broadcast against a 1 stays 0 */
+        }
+        break;
+    }
+    case OP_CONCAT:
+        y[op->axis] = 0;
+        for (int j = 0; j < op->nin; j++) {
+            const int64_t *d = DIMS(op->in[j]);
+            for (int i = 0; i < r; i++)
+                if (i != op->axis && d[i] != x[i])
+                    return ox_fail(e, "node '%s': input shapes differ", op->name);
+            y[op->axis] += d[op->axis];
+        }
+        break;
+    case OP_MATMUL: {
+        const ox_value *a = &g->vals[op->in[0]], *w = &g->vals[op->in[1]];
+        const int64_t *da = DIMS(op->in[0]), *dw = DIMS(op->in[1]);
+        int64_t M = op->ta ? da[a->ndim - 1] : da[a->ndim - 2],
+                K = op->ta ? da[a->ndim - 2] : da[a->ndim - 1];
+        int64_t K2 = op->tb ? dw[w->ndim - 1] : dw[w->ndim - 2],
+                N = op->tb ? dw[w->ndim - 2] : dw[w->ndim - 1];
+        if (K != K2)
+            return ox_fail(e, "node '%s': inner dimensions %lld and %lld differ", op->name,
+                           (long long)K, (long long)K2);
+        for (int i = 0; i < r - 2; i++) {
+            int ia = i - (r - a->ndim), iw = i - (r - w->ndim);
+            int64_t p = ia >= 0 ? da[ia] : 1, q = iw >= 0 ? dw[iw] : 1;
+            if (p != q && p != 1 && q != 1)
+                return ox_fail(e, "node '%s': batch dims do not broadcast", op->name);
+            y[i] = p == 1 ? q : p;
+        }
+        y[r - 2] = M;
+        y[r - 1] = N;
+        break;
+    }
+    case OP_RESHAPE: {
+        const ox_value *xv = &g->vals[op->in[0]];
+        int64_t nx = 1, ny = 1, rest = -1;
+        for (int i = 0; i < xv->ndim; i++) nx *= x[i];
+        if (op->size == 2) { /* Flatten */
+            y[0] = y[1] = 1;
+            for (int i = 0; i < xv->ndim; i++) y[i < op->axis ? 0 : 1] *= x[i];
+        } else if (op->size == 1) {
+            for (int i = 0; i < r; i++) {
+                y[i] = op->perm[i] == 0 ? x[i] : op->perm[i];
+                if (y[i] == -1) rest = i;
+                else ny *= y[i];
+            }
+            if (rest >= 0) {
+                if (ny < 1 || nx % ny)
+                    return ox_fail(e, "node '%s': cannot reshape %lld elements", op->name,
+                                   (long long)nx);
+                y[rest] = nx / ny;
+            }
+        } else memcpy(y, yv->dims, sizeof y);
+        ny = 1;
+        for (int i = 0; i < r; i++) ny *= y[i];
+        if (ny != nx)
+            return ox_fail(e, "node '%s': cannot reshape %lld elements to %lld", op->name,
+                           (long long)nx, (long long)ny);
+        break;
+    }
+    case OP_TRANSPOSE:
+        for (int i = 0; i < r; i++) y[i] = x[op->perm[i]];
+        break;
+    case OP_ATTENTION: /* its ops' shapes in turn; the last one's result is its own */
+        for (int k = 0; k < ATT_NSUB; k++)
+            if (op->sub[k] >= 0 && op_shape(g, &g->ops[op->sub[k]], dims, e)) return 1;
+        memcpy(y, DIMS(op->out), sizeof y);
+        break;
+    case OP_SLICE: {
+        int64_t dim = x[op->axis], a = ox_slice_bound(op->start, dim),
+                z = ox_slice_bound(op->end, dim);
+        y[op->axis] = z > a ? z - a : 0;
+        break;
+    }
+    default: /* element-wise, softmax, LRN, Batch- and LayerNormalization: the input's shape */
+        break;
+    }
+    for (int i = 0; i < r; i++)
+        if (yv->dims[i] >= 0 && yv->dims[i] != y[i])
+            return ox_fail(e, "node '%s': output dimension %d is %lld; the model says %lld",
+                           op->name, i, (long long)y[i], (long long)yv->dims[i]);
+    memcpy(DIMS(op->out), y, sizeof y);
+    for (int j = 0; j < op->npost; j++)
+        if (op->post[j].kind == POST_SUM &&
+            memcmp(DIMS(op->post[j].val), y, (size_t)r * sizeof(int64_t)))
+            return ox_fail(e, "node '%s': the residual Add's operands have different shapes",
+                           op->name);
+    return 0;
+}
+
 int ox_graph_shapes(const ox_graph *g, const nnp_tensor *in, int nin, int64_t *dims, ox_err *e)
 {
     if (in && nin != g->nkin)
@@ -1756,144 +1971,7 @@ int ox_graph_shapes(const ox_graph *g, const nnp_tensor *in, int nin, int64_t *d
             DIMS(v)[i] = t->shape[i];
         }
     }
-    for (int oi = 0; oi < g->norder; oi++) {
-        const ox_op *op = &g->ops[g->order[oi]];
-        const ox_value *yv = &g->vals[op->out];
-        int r = yv->ndim;
-        int64_t y[MAXR];
-        const int64_t *x = DIMS(op->in[0]);
-        memcpy(y, x, sizeof y);
-        switch (op->kind) {
-        case OP_CONV:
-            if (op->line) { /* (N, C, W): the W axis is the window's second */
-                y[1] = op->oc;
-                y[2] = yv->dims[2] > 0 ? yv->dims[2] : window_out(op, 1, x[2]);
-                if (y[2] < 1 && !(y[2] == 0 && x[2] == 0))
-                    return ox_fail(e, "node '%s': window larger than its input", op->name);
-                break;
-            }
-            /* fall through */
-        case OP_POOL:
-            y[1] = op->kind == OP_CONV ? op->oc : x[1];
-            /* as onnxruntime ("Only N can be zero"): an empty channel or plane has no pooled value */
-            if (op->kind == OP_POOL && (x[1] == 0 || x[2] == 0 || x[3] == 0))
-                return ox_fail(
-                    e,
-                    "node '%s' (%s): an input dimension other than the batch has size 0; a pool of it has no value",
-                    op->name, op->op_type);
-            for (int i = 0; i < 2; i++) {
-                y[2 + i] = op->global            ? 1
-                           : yv->dims[2 + i] > 0 ? yv->dims[2 + i]
-                                                 : window_out(op, i, x[2 + i]);
-                /* an empty plane with SAME padding gives an empty one */
-                if (y[2 + i] < 1 && !(y[2 + i] == 0 && x[2 + i] == 0))
-                    return ox_fail(e, "node '%s': window larger than its input", op->name);
-            }
-            break;
-        case OP_DECONV:
-            y[1] = op->oc;
-            for (int i = 0; i < 2; i++) {
-                y[2 + i] = deconv_out(op, i, x[2 + i]);
-                if (y[2 + i] < 1)
-                    return ox_fail(e, "node '%s': its pads leave no output", op->name);
-            }
-            break;
-        case OP_REDMEAN: /* the last axis: 1 with keepdims, else gone (x's first r dims) */
-            if (r == g->vals[op->in[0]].ndim) y[r - 1] = 1;
-            break;
-        case OP_BINARY: {
-            const ox_value *a = &g->vals[op->in[0]], *b = &g->vals[op->in[1]];
-            for (int i = 0; i < r; i++) {
-                int ia = i - (r - a->ndim), ib = i - (r - b->ndim);
-                int64_t da = ia >= 0 ? DIMS(op->in[0])[ia] : 1,
-                        db = ib >= 0 ? DIMS(op->in[1])[ib] : 1;
-                if (da != db && da != 1 && db != 1)
-                    return ox_fail(e, "node '%s': dims %lld and %lld do not broadcast", op->name,
-                                   (long long)da, (long long)db);
-                y[i] = da == 1 ? db : da; /* a 0 broadcast against a 1 stays 0 */
-            }
-            break;
-        }
-        case OP_CONCAT:
-            y[op->axis] = 0;
-            for (int j = 0; j < op->nin; j++) {
-                const int64_t *d = DIMS(op->in[j]);
-                for (int i = 0; i < r; i++)
-                    if (i != op->axis && d[i] != x[i])
-                        return ox_fail(e, "node '%s': input shapes differ", op->name);
-                y[op->axis] += d[op->axis];
-            }
-            break;
-        case OP_MATMUL: {
-            const ox_value *a = &g->vals[op->in[0]], *w = &g->vals[op->in[1]];
-            const int64_t *da = DIMS(op->in[0]), *dw = DIMS(op->in[1]);
-            int64_t M = op->ta ? da[a->ndim - 1] : da[a->ndim - 2],
-                    K = op->ta ? da[a->ndim - 2] : da[a->ndim - 1];
-            int64_t K2 = op->tb ? dw[w->ndim - 1] : dw[w->ndim - 2],
-                    N = op->tb ? dw[w->ndim - 2] : dw[w->ndim - 1];
-            if (K != K2)
-                return ox_fail(e, "node '%s': inner dimensions %lld and %lld differ", op->name,
-                               (long long)K, (long long)K2);
-            for (int i = 0; i < r - 2; i++) {
-                int ia = i - (r - a->ndim), iw = i - (r - w->ndim);
-                int64_t p = ia >= 0 ? da[ia] : 1, q = iw >= 0 ? dw[iw] : 1;
-                if (p != q && p != 1 && q != 1)
-                    return ox_fail(e, "node '%s': batch dims do not broadcast", op->name);
-                y[i] = p == 1 ? q : p;
-            }
-            y[r - 2] = M;
-            y[r - 1] = N;
-            break;
-        }
-        case OP_RESHAPE: {
-            const ox_value *xv = &g->vals[op->in[0]];
-            int64_t nx = 1, ny = 1, rest = -1;
-            for (int i = 0; i < xv->ndim; i++) nx *= x[i];
-            if (op->size == 2) { /* Flatten */
-                y[0] = y[1] = 1;
-                for (int i = 0; i < xv->ndim; i++) y[i < op->axis ? 0 : 1] *= x[i];
-            } else if (op->size == 1) {
-                for (int i = 0; i < r; i++) {
-                    y[i] = op->perm[i] == 0 ? x[i] : op->perm[i];
-                    if (y[i] == -1) rest = i;
-                    else ny *= y[i];
-                }
-                if (rest >= 0) {
-                    if (ny < 1 || nx % ny)
-                        return ox_fail(e, "node '%s': cannot reshape %lld elements", op->name,
-                                       (long long)nx);
-                    y[rest] = nx / ny;
-                }
-            } else memcpy(y, yv->dims, sizeof y);
-            ny = 1;
-            for (int i = 0; i < r; i++) ny *= y[i];
-            if (ny != nx)
-                return ox_fail(e, "node '%s': cannot reshape %lld elements to %lld", op->name,
-                               (long long)nx, (long long)ny);
-            break;
-        }
-        case OP_TRANSPOSE:
-            for (int i = 0; i < r; i++) y[i] = x[op->perm[i]];
-            break;
-        case OP_SLICE: {
-            int64_t dim = x[op->axis], a = ox_slice_bound(op->start, dim),
-                    z = ox_slice_bound(op->end, dim);
-            y[op->axis] = z > a ? z - a : 0;
-            break;
-        }
-        default: /* element-wise, softmax, LRN, Batch- and LayerNormalization: the input's shape */
-            break;
-        }
-        for (int i = 0; i < r; i++)
-            if (yv->dims[i] >= 0 && yv->dims[i] != y[i])
-                return ox_fail(e, "node '%s': output dimension %d is %lld; the model says %lld",
-                               op->name, i, (long long)y[i], (long long)yv->dims[i]);
-        memcpy(DIMS(op->out), y, sizeof y);
-        for (int j = 0; j < op->npost; j++)
-            if (op->post[j].kind == POST_SUM &&
-                memcmp(DIMS(op->post[j].val), y, (size_t)r * sizeof(int64_t)))
-                return ox_fail(e, "node '%s': the residual Add's operands have different shapes",
-                               op->name);
-    }
+    for (int oi = 0; oi < g->norder; oi++)
+        if (op_shape(g, &g->ops[g->order[oi]], dims, e)) return 1;
     return 0;
 }

@@ -67,8 +67,11 @@ enum {
     OP_DEQUANT, /* (graph.c fake_quant) */
     OP_QDQ,
     OP_DECONV,  /* ConvTranspose (graph.c parse_deconv, plan_conv.c build_deconv) */
-    OP_REDMEAN /* ReduceMean over the last axis (an RMS normalization's; plan_loops.c) */
+    OP_REDMEAN, /* ReduceMean over the last axis (an RMS normalization's; plan_loops.c) */
+    OP_ATTENTION /* MatMul, [Add mask], Softmax, [NaN replacement], MatMul as one op (graph.c
+                    attention, plan_attention.c) */
 };
+enum { ATT_SCORES, ATT_MASK, ATT_SOFTMAX, ATT_NANREP, ATT_VALUES, ATT_NSUB };
 enum { BORROW_NONE, BORROW_CALL, BORROW_KERNEL };
 
 /* Whether no float of x[0..n) is an infinity or a NaN (its exponent bits all ones): a loop that
@@ -168,6 +171,10 @@ typedef struct {
                  whose grid is its result's (ox_value.grid) */
     int64_t outpad[2]; /* ConvTranspose's output_padding */
     int line; /* Conv: 1-D (3-D values), run as a 2-D convolution of height 1 (ox_dims4) */
+    /* OP_ATTENTION: the ops it stands for (ATT_*; -1 for an absent Add or NaN replacement),
+     * dead but whole, so a plan can also run them one by one; its inputs are Q, K^T, V and
+     * the mask, if any */
+    int sub[ATT_NSUB];
 } ox_op;
 
 /* A Conv's value dims as the 2-D convolution runs them: a 1-D one's (N, C, W) as (N, C, 1, W),

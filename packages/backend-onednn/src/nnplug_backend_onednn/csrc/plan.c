@@ -79,6 +79,27 @@ static int empty_result(pb *b, const ox_op *op)
     return rc ? ox_fail(b->e, "out of memory") : 0;
 }
 
+int build_op(pb *b, const ox_op *op)
+{
+    const ox_graph *g = b->g;
+    if (ox_value_empty(g, b->dims, op->out)) return empty_result(b, op); /* nothing to compute */
+    return op->kind == OP_CONV                                 ? build_conv(b, op)
+           : op->kind == OP_DECONV                             ? build_deconv(b, op)
+           : op->kind == OP_MATMUL                             ? build_matmul(b, op)
+           : op->kind == OP_ATTENTION                          ? build_attention(b, op)
+           : op->kind == OP_LN                                 ? build_ln(b, op)
+           : op->kind == OP_IN                                 ? build_in(b, op)
+           : op->kind == OP_ERF || op->kind == OP_NANREP       ? build_loop(b, op)
+           : op->kind == OP_REDMEAN                            ? build_reduce_mean(b, op)
+           : op->kind == OP_ELTWISE && ox_own_eltwise(op->alg) ? build_own_eltwise(b, op)
+           : op->kind == OP_QDQ                                ? build_qdq(b, op)
+           : op->kind == OP_POOL && op->maxpool && g->strict   ? build_strict_maxpool(b, op)
+           : op->kind == OP_LRN && g->strict                   ? build_strict_lrn(b, op)
+           : op->kind == OP_RESHAPE || op->kind == OP_TRANSPOSE || op->kind == OP_SLICE
+               ? build_view(b, op)
+               : build_simple(b, op);
+}
+
 static ox_plan *build_ex(const ox_graph *g, const int64_t *dims, int threads, int dry, ox_err *e)
 {
     ox_plan *p = calloc(1, sizeof *p);
@@ -124,25 +145,7 @@ static ox_plan *build_ex(const ox_graph *g, const int64_t *dims, int threads, in
     for (int oi = 0; oi < g->norder; oi++) {
         const ox_op *op = &g->ops[g->order[oi]];
         b.cur = oi;
-        if (ox_value_empty(g, dims, op->out)) { /* nothing to compute */
-            if (empty_result(&b, op)) goto done;
-            continue;
-        }
-        int r = op->kind == OP_CONV                                 ? build_conv(&b, op)
-                : op->kind == OP_DECONV                             ? build_deconv(&b, op)
-                : op->kind == OP_MATMUL                             ? build_matmul(&b, op)
-                : op->kind == OP_LN                                 ? build_ln(&b, op)
-                : op->kind == OP_IN                                 ? build_in(&b, op)
-                : op->kind == OP_ERF || op->kind == OP_NANREP       ? build_loop(&b, op)
-                : op->kind == OP_REDMEAN                            ? build_reduce_mean(&b, op)
-                : op->kind == OP_ELTWISE && ox_own_eltwise(op->alg) ? build_own_eltwise(&b, op)
-                : op->kind == OP_QDQ                                ? build_qdq(&b, op)
-                : op->kind == OP_POOL && op->maxpool && g->strict   ? build_strict_maxpool(&b, op)
-                : op->kind == OP_LRN && g->strict                   ? build_strict_lrn(&b, op)
-                : op->kind == OP_RESHAPE || op->kind == OP_TRANSPOSE || op->kind == OP_SLICE
-                    ? build_view(&b, op)
-                    : build_simple(&b, op);
-        if (r) goto done;
+        if (build_op(&b, op)) goto done;
     }
     rc = dry ? 0 : place_arena(p);
     const char *prof = getenv("NNPLUG_ONEDNN_PROFILE");

@@ -185,6 +185,11 @@ int build_matmul(pb *b, const ox_op *op);
 
 int add_softmax_nan_rows(pb *b, const ox_op *op);
 int build_own_softmax(pb *b, const ox_op *op);
+/* Softmax of rows r0..r1 of `len` contiguous floats, x into y (may be x): the loop
+ * build_own_softmax runs, AVX-512 or portable, the same bits. */
+void softmax_rows(const float *x, float *y, int64_t r0, int64_t r1, int64_t len);
+/* Where(IsNaN(x), c, x) in place over n floats (OP_NANREP's loop). */
+void nan_replace(float *x, int64_t n, float c);
 int build_plain_step(pb *b, const ox_op *op, ox_fn fn, const void *cfg, size_t size,
                      const char *what, int nparams);
 int build_loop(pb *b, const ox_op *op);
@@ -200,6 +205,8 @@ int build_strict_lrn(pb *b, const ox_op *op);
 /* ---- Reshape and Transpose views (plan_view.c) ----------------------------------------------- */
 
 int build_view(pb *b, const ox_op *op);
+/* md's dims and strides when it is a strided layout without blocking, offset 0: 0 if so. */
+int strided_of(const_dnnl_memory_desc_t md, int *nd, int64_t *dims, int64_t *strides);
 
 /* ---- Layer- and InstanceNormalization (plan_norm.c) -------------------------------------------------------- */
 
@@ -211,6 +218,14 @@ int build_in(pb *b, const ox_op *op);
 /* ---- layout-keeping ops (plan_simple.c) ------------------------------------------------------ */
 
 int build_simple(pb *b, const ox_op *op);
+
+/* ---- attention (plan_attention.c) ------------------------------------------------------------ */
+
+int build_attention(pb *b, const ox_op *op);
+
+/* ---- any op (plan.c): the builder of its kind ------------------------------------------------ */
+
+int build_op(pb *b, const ox_op *op);
 
 /* ---- running (plan_run.c) -------------------------------------------------------------------- */
 

@@ -142,6 +142,11 @@ static void nan_replace_loop(const float *x, float *y, int64_t n, int64_t row, i
     }
 }
 
+void nan_replace(float *x, int64_t n, float c)
+{
+    nan_replace_loop(x, x, n, 1, 1, c, 0.f);
+}
+
 /* oneDNN's (Log)Softmax gives NaN only where a row holds NaN or +inf (0 elsewhere); onnxruntime
  * and the ONNX reference give the whole row NaN (max - max is NaN, and so is every sum). In place,
  * on the plain result: a row with a NaN becomes all NaN. The result is read once more whole
@@ -368,18 +373,23 @@ static int sm_wide(void)
 }
 #endif
 
+void softmax_rows(const float *x, float *y, int64_t r0, int64_t r1, int64_t len)
+{
+#ifdef HAVE_SM_AVX512
+    if (sm_wide()) {
+        softmax_rows_avx512(x, y, r0, r1, len);
+        return;
+    }
+#endif
+    softmax_rows_portable(x, y, r0, r1, len);
+}
+
 static void softmax_part(void *arg)
 {
     const rows_job *j = arg;
     int64_t t0, t1;
     dl_share(j->c->rows, &t0, &t1);
-#ifdef HAVE_SM_AVX512
-    if (sm_wide()) {
-        softmax_rows_avx512(j->x, j->y, t0, t1, j->c->len);
-        return;
-    }
-#endif
-    softmax_rows_portable(j->x, j->y, t0, t1, j->c->len);
+    softmax_rows(j->x, j->y, t0, t1, j->c->len);
 }
 
 /* part (softmax_part, mean_part) over the rows of a step's args src and dst, on the threads */

@@ -61,8 +61,7 @@ static int reshape_strides(int or, const int64_t *od, const int64_t *os, int nr,
     return 0;
 }
 
-/* md (dims, strides) when it is a strided layout without blocking, offset 0; 0 if so. */
-static int strided_of(const_dnnl_memory_desc_t md, int *nd, int64_t *dims, int64_t *strides)
+int strided_of(const_dnnl_memory_desc_t md, int *nd, int64_t *dims, int64_t *strides)
 {
     dnnl_format_kind_t fk = dnnl_format_kind_undef;
     int nblks = -1;

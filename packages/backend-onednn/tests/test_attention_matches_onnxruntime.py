@@ -1,0 +1,227 @@
+"""Scaled dot-product attention as PyTorch exports it, MatMul(Q, K^T) -> [Add(mask)] ->
+Softmax(last axis) -> [Where(IsNaN(p), 0, p)] -> MatMul(p, V), runs on onednn as one step: a
+block of query rows at a time, its scores kept in the cache. Against onnxruntime at 1 and 2
+threads: with and without masks (padding, causal, a row masked whole), Q, K^T and V read
+through a Transpose or plain, batch axes broadcast, a mask that widens the scores (the ops then
+run one by one), a batch changing between runs, NaN and infinities, and bf16 products."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import BACKENDS, assert_matches, graph_model, onnxruntime_run, run_both
+from onnx import TensorProto, helper
+
+NEG = float(np.finfo(np.float32).min)
+
+
+def attention_nodes(mask: str | None, nanrep: bool, heads: int, depth: int) -> list:
+    """x (B, T, C) -> projections -> heads -> attention -> (B, T, C) -> projection, as
+    torch.onnx.export writes it (the scale applied to Q and K^T)."""
+    n = [helper.make_node("MatMul", ["x", f"w{p}"], [f"{p}p"], name=f"{p}_proj") for p in "qkv"]
+    for p, perm in (("q", [0, 2, 1, 3]), ("k", [0, 2, 3, 1]), ("v", [0, 2, 1, 3])):
+        n += [helper.make_node("Reshape", [f"{p}p", "split"], [f"{p}r"]),
+              helper.make_node("Transpose", [f"{p}r"], [f"{p}t"], perm=perm)]
+    n += [helper.make_node("Mul", ["qt", "scale"], ["qs"]),
+          helper.make_node("Mul", ["kt", "scale"], ["ks"]),
+          helper.make_node("MatMul", ["qs", "ks"], ["s"], name="scores")]
+    s = "s"
+    if mask:
+        n.append(helper.make_node("Add", ["s", mask], ["sm"]))
+        s = "sm"
+    n.append(helper.make_node("Softmax", [s], ["p"], axis=-1))
+    p = "p"
+    if nanrep:
+        n += [helper.make_node("IsNaN", ["p"], ["isnan"]),
+              helper.make_node("Where", ["isnan", "zero", "p"], ["pz"])]
+        p = "pz"
+    n += [helper.make_node("MatMul", [p, "vt"], ["o"], name="weighted"),
+          helper.make_node("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
+          helper.make_node("Reshape", ["ot", "merge"], ["om"]),
+          helper.make_node("MatMul", ["om", "wo"], ["y"], name="o_proj")]
+    return n
+
+
+def attention_model(batch, t, heads, depth, mask=None, nanrep=False, seed=0, mask_value=None):
+    rng = np.random.default_rng(seed)
+    c = heads * depth
+    x = rng.standard_normal((batch, t, c)).astype(np.float32)
+    inits = {f"w{p}": (rng.standard_normal((c, c)) / np.sqrt(c)).astype(np.float32)
+             for p in "qkvo"}
+    inits.update(split=np.array([0, -1, heads, depth], np.int64),
+                 merge=np.array([0, -1, c], np.int64),
+                 scale=np.float32(depth ** -0.25), zero=np.float32(0))
+    feeds = {"x": x}
+    if mask == "padding":  # (B, 1, 1, T): the last keys of each batch entry left out
+        m = np.zeros((batch, 1, 1, t), np.float32)
+        for b in range(batch):
+            m[b, ..., t - b * t // (batch + 1):] = -np.inf if mask_value is None else mask_value
+        feeds["mask"] = m
+    elif mask == "causal":  # (1, 1, T, T), a constant
+        inits["mask"] = np.triu(np.full((t, t), NEG, np.float32), 1)[None, None]
+    nodes = attention_nodes("mask" if mask else None, nanrep, heads, depth)
+    return graph_model(nodes, feeds, inits, opset=17), feeds
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("batch,t,heads,depth", [(1, 150, 6, 64), (2, 65, 3, 16), (1, 1, 2, 8),
+                                                 (1, 700, 2, 32)])
+def test_encoder_attention_matches_onnxruntime(rt, batch, t, heads, depth, threads):
+    model, feeds = attention_model(batch, t, heads, depth)
+    placed, got, want = run_both(rt, model, feeds, threads)
+    assert set(placed.values()) == {"onednn"}, placed
+    assert_matches(got[0], want[0], rtol=1e-5, what=f"{batch}x{t}x{heads}x{depth}")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("mask,mask_value", [("padding", None), ("padding", NEG),
+                                             ("causal", None)])
+def test_masked_attention_matches_onnxruntime(rt, mask, mask_value, threads):
+    # batch 3 of 40: entry 0 keeps every key, the others fewer; with -inf and the NaN
+    # replacement, an entry masked whole comes out of the softmax all NaN, then all 0
+    model, feeds = attention_model(3, 40, 4, 16, mask=mask, nanrep=True, mask_value=mask_value)
+    placed, got, want = run_both(rt, model, feeds, threads)
+    assert set(placed.values()) == {"onednn"}, placed
+    assert_matches(got[0], want[0], rtol=1e-5, what=f"{mask} {mask_value}")
+    if mask == "padding" and mask_value is None:
+        feeds = dict(feeds, mask=np.full_like(feeds["mask"], -np.inf))  # every key masked
+        placed, got, want = run_both(rt, model, feeds, threads)
+        assert not np.isnan(want[0]).any()
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-6, atol=0)
+
+
+def test_the_attention_runs_as_one_step_of_its_own():
+    """The profile of a run names one 'attention' step for the two MatMuls and the Softmax,
+    and no matmul or softmax primitive for them."""
+    child = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+from conftest import BACKENDS, make_runtime
+from test_attention_matches_onnxruntime import attention_model
+model, feeds = attention_model(1, 150, 6, 64, mask="padding", nanrep=True)
+with make_runtime().load(model, backends=BACKENDS) as net:
+    assert set(net.assignment.values()) == {"onednn"}, net.assignment
+    net.run(feeds)
+"""
+    env = dict(os.environ, NNPLUG_ONEDNN_PROFILE="1")
+    out = subprocess.run([sys.executable, "-c", child, os.path.dirname(__file__)], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    steps = [line for line in out.stderr.splitlines() if line.startswith("nnplug-onednn: step")]
+    mine = [s for s in steps if "scores" in s or "weighted" in s or "Softmax" in s]
+    assert len(mine) == 1 and "| attention " in mine[0], "\n".join(steps)
+
+
+def direct_model(shapes: dict, perms: dict, mask_shape=None, symbolic: dict | None = None):
+    """MatMul(Q, K^T) -> [Add(mask)] -> Softmax -> MatMul(., V) on graph inputs, each read
+    through a Transpose by perms[name] when given; symbolic: input name -> {axis: dim_param}."""
+    nodes, inputs = [], {}
+    for name in ("q", "k", "v"):
+        if name in perms:
+            nodes.append(helper.make_node("Transpose", [name], [f"{name}_"], perm=perms[name]))
+    src = {n: f"{n}_" if n in perms else n for n in "qkv"}
+    nodes.append(helper.make_node("MatMul", [src["q"], src["k"]], ["s"]))
+    if mask_shape is not None:
+        nodes.append(helper.make_node("Add", ["s", "m"], ["sm"]))
+    nodes += [helper.make_node("Softmax", ["sm" if mask_shape is not None else "s"], ["p"],
+                               axis=-1),
+              helper.make_node("MatMul", ["p", src["v"]], ["y"])]
+    for name, shape in shapes.items():
+        dims = list(shape)
+        for axis, param in (symbolic or {}).get(name, {}).items():
+            dims[axis] = param
+        inputs[name] = helper.make_tensor_value_info(name, TensorProto.FLOAT, dims)
+    graph = helper.make_graph(nodes, "g", list(inputs.values()),
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def feeds_for(shapes: dict, seed=0) -> dict:
+    rng = np.random.default_rng(seed)
+    return {k: rng.standard_normal(v).astype(np.float32) for k, v in shapes.items()}
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_operands_read_plain_transposed_and_broadcast(rt, threads):
+    cases = {
+        # Q (D, Tq) and V (Dv, Tk) transposed: sgemm reads them by columns
+        "columns": ({"q": (2, 3, 8, 5), "k": (2, 3, 8, 7), "v": (2, 3, 4, 7)},
+                    {"q": [0, 1, 3, 2], "v": [0, 1, 3, 2]}),
+        # plain operands, Q's and V's batch axes broadcast over K^T's
+        "broadcast": ({"q": (2, 3, 5, 8), "k": (1, 1, 8, 7), "v": (2, 1, 7, 4)}, {}),
+        # rank 3, K (Tk, D) read as K^T through a Transpose
+        "rank3": ({"q": (4, 9, 16), "k": (4, 11, 16), "v": (4, 11, 6)}, {"k": [0, 2, 1]}),
+    }
+    for name, (shapes, perms) in cases.items():
+        feeds = feeds_for(shapes)
+        model = direct_model(shapes, perms)
+        placed, got, want = run_both(rt, model, feeds, threads)
+        assert set(placed.values()) == {"onednn"}, (name, placed)
+        assert_matches(got[0], want[0], rtol=1e-5, what=name)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_mask_widening_the_scores_runs_op_by_op(rt, threads):
+    """Declared (B, 1, Tq, Tk) and (B2, 1, Tq, Tk), the scores come out (1, 1, 5, 6) and the
+    mask is (2, 1, 5, 6) at run time: the Add's result is wider than Q K^T, which the ops run
+    one by one to give."""
+    shapes = {"q": (1, 1, 5, 8), "k": (1, 1, 8, 6), "v": (1, 1, 6, 4), "m": (2, 1, 5, 6)}
+    sym = {"q": {0: "B"}, "k": {0: "B"}, "v": {0: "B"}, "m": {0: "B2"}}
+    model = direct_model(shapes, {}, mask_shape=shapes["m"], symbolic=sym)
+    feeds = feeds_for(shapes)
+    placed, got, want = run_both(rt, model, feeds, threads)
+    assert set(placed.values()) == {"onednn"}, placed
+    assert got[0].shape == (2, 1, 5, 4)
+    assert_matches(got[0], want[0], rtol=1e-5)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_batch_changing_from_run_to_run(rt, threads):
+    """A batch known at run time only (the one unknown dim onednn plans per shape): a plan
+    per batch size, each right, the mask's batch axis read per entry."""
+    shapes = {"q": (1, 2, 3, 8), "k": (1, 2, 8, 5), "v": (1, 2, 5, 4), "m": (1, 1, 1, 5)}
+    sym = {n: {0: "B"} for n in shapes}
+    model = direct_model(shapes, {}, mask_shape=shapes["m"], symbolic=sym)
+    lib = rt.backends["onednn"].backend
+    try:
+        lib.set_num_threads(threads)
+        with rt.load(model, backends=BACKENDS) as net:
+            assert set(net.assignment.values()) == {"onednn"}, net.assignment
+            for batch in (1, 3, 2, 3):
+                feeds = feeds_for({k: (batch, *v[1:]) for k, v in shapes.items()}, seed=batch)
+                got = net.run(feeds)["y"]
+                assert_matches(got, onnxruntime_run(model, feeds)[0], rtol=1e-5,
+                               what=f"batch {batch}")
+    finally:
+        lib.set_num_threads(0)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_nan_and_infinities_go_through_as_onnxruntime_sends_them(rt, threads):
+    shapes = {"q": (1, 2, 4, 8), "k": (1, 2, 8, 6), "v": (1, 2, 6, 4)}
+    feeds = feeds_for(shapes)
+    feeds["q"][0, 0, 1, 3] = np.nan  # a row of scores all NaN
+    feeds["k"][0, 1, 2, 4] = np.inf  # +inf and -inf scores
+    feeds["v"][0, 0, 5, 1] = -np.inf
+    placed, got, want = run_both(rt, direct_model(shapes, {}), feeds, threads)
+    assert set(placed.values()) == {"onednn"}, placed
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+@pytest.mark.parametrize("t", [96, 600])
+def test_bf16_products_stay_within_bf16_of_onnxruntime(rt, t):
+    """With the bf16 hint on a CPU with AMX, 96 positions run op by op as oneDNN's bf16
+    matmuls and 600 (a megabyte of scores a head) as the fused step in float32; without AMX
+    both run fused. Each is within bf16's rounding (8 bits of mantissa: 2**-8 of the inputs'
+    scale, summed over the depth) of onnxruntime's float32."""
+    model, feeds = attention_model(1, t, 4, 32, mask="causal", nanrep=True)
+    want = onnxruntime_run(model, feeds)[0]
+    targets = {"onednn": {"kind": "onednn", "precision": "bf16"}}
+    with rt.load(model, backends=BACKENDS, targets=targets) as net:
+        assert set(net.assignment.values()) == {"onednn"}, net.assignment
+        got = net.run(feeds)["y"]
+    assert_matches(got, want, rtol=3e-2)
