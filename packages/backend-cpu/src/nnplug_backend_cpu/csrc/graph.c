@@ -331,6 +331,86 @@ static void fuse_gelu_erf(nnc_plan *p)
     }
 }
 
+/* Whether n is a Cast of float32 to float32 (T5 and Llama write them around the RMS
+ * normalization): the value itself. */
+static int same_type_cast(const nnc_plan *p, const nnc_node *n)
+{
+    return is_op(n, "Cast") && n->in[0] >= 0 && n->out[0] >= 0 &&
+           p->vals[n->in[0]].info.dtype == DT_F32 && p->vals[n->out[0]].info.dtype == DT_F32;
+}
+
+static void fuse_into(nnc_plan *p, nnc_node *into, nnc_node *from)
+{
+    from->dead = 1;
+    from->fused_into = (int)(into - p->nodes);
+}
+
+/* An RMS normalization as T5 and Llama export it, [Cast] -> Pow(x, 2) -> ReduceMean(last axis)
+ * -> Add(eps) -> Sqrt -> Div(1, .) or Reciprocal -> Mul(x, .) [-> Cast -> Mul(weight, .)], with
+ * float32-to-float32 Casts, becomes one RMSNormChain node (op_norm.c) in the place of its last
+ * node: a decoding step's nine nodes per normalization are one. */
+static void fuse_rms_norm(nnc_plan *p)
+{
+    for (int i = 0; i < p->nnodes; i++) {
+        nnc_node *pw = &p->nodes[i];
+        if (pw->dead || !is_op(pw, "Pow") || pw->in[0] < 0 || pw->out[0] < 0) continue;
+        int x = pw->in[0], rank = p->vals[x].info.ndim;
+        if (p->vals[x].info.dtype != DT_F32 || rank < 1 ||
+            !const_scalar(const_other(p, pw, x), 2.f, rank))
+            continue;
+        nnc_node *rm = sole_consumer(p, pw->out[0]);
+        if (!is_op(rm, "ReduceMean") || rm->in[0] != pw->out[0] || !nnc_reduce_mean_last(rm, rank))
+            continue;
+        nnc_node *ad = sole_consumer(p, rm->out[0]);
+        const nnc_valinfo *eps = ad && is_op(ad, "Add") ? const_other(p, ad, rm->out[0]) : NULL;
+        if (!eps || nnc_info_numel(eps) != 1 || !bias_keeps_shape(eps, rank, -1)) continue;
+        nnc_node *sq = sole_consumer(p, ad->out[0]);
+        if (!is_op(sq, "Sqrt")) continue;
+        nnc_node *rc = sole_consumer(p, sq->out[0]);
+        if (!(is_op(rc, "Reciprocal") || (is_op(rc, "Div") && rc->in[1] == sq->out[0] &&
+                                          const_scalar(const_other(p, rc, sq->out[0]), 1.f, rank))))
+            continue;
+        nnc_node *mx = sole_consumer(p, rc->out[0]);
+        if (!is_op(mx, "Mul") || mx->nin != 2 || mx->in[mx->in[0] == rc->out[0] ? 1 : 0] != x ||
+            mx->out[0] < 0)
+            continue;
+        nnc_node *chain[9], *last = mx, *cast = NULL;
+        int n = 0, w = -1;
+        if (p->vals[x].producer >= 0 && same_type_cast(p, &p->nodes[p->vals[x].producer])) {
+            int only = -1;
+            nnc_node *c0 = &p->nodes[p->vals[x].producer];
+            if (p->vals[x].ext_out < 0 && consumers(p, x, &only) == 2) cast = c0;
+        }
+        nnc_node *after = sole_consumer(p, mx->out[0]), *c1 = NULL;
+        if (after && same_type_cast(p, after)) {
+            c1 = after;
+            after = sole_consumer(p, c1->out[0]);
+        }
+        int y = (c1 ? c1 : mx)->out[0];
+        const nnc_valinfo *wi = after && is_op(after, "Mul") ? const_other(p, after, y) : NULL;
+        if (wi && wi->ndim == 1 &&
+            (p->vals[x].info.dims[rank - 1] < 0 || wi->dims[0] == p->vals[x].info.dims[rank - 1])) {
+            w = after->in[after->in[0] == y ? 1 : 0];
+            last = after;
+        } else if (c1) {
+            last = c1;
+        }
+        if (last->out[0] < 0) continue;
+        nnc_node *all[] = {cast, pw, rm, ad, sq, rc, mx, c1, w >= 0 ? after : NULL};
+        for (int k = 0; k < 9; k++)
+            if (all[k] && all[k] != last) chain[n++] = all[k];
+        if (!nnc_rms_norm_init(last, *(const float *)eps->const_data)) continue;
+        last->in[0] = cast ? cast->in[0] : x;
+        last->vin[0] = &p->vals[last->in[0]].info;
+        last->in[1] = w;
+        last->vin[1] = w >= 0 ? &p->vals[w].info : NULL;
+        last->nin = w >= 0 ? 2 : 1;
+        last->act.kind = ACT_NONE;
+        last->residual = -1;
+        for (int k = 0; k < n; k++) fuse_into(p, last, chain[k]);
+    }
+}
+
 static int takes_act(const nnc_node *n)
 {
     if (nnc_matmul_packed(n)) return 1;
@@ -778,6 +858,7 @@ nnc_plan *nnc_plan_build(const nnc_desc_node *nodes, int nn, int probing, nnc_er
         fuse_matmul_bias(p);
         fuse_residuals(p);
         fuse_gelu_erf(p);
+        fuse_rms_norm(p);
         fuse_activations(p);
         fuse_conv_activations(p);
     }
@@ -1273,9 +1354,41 @@ static int matmul_chain(const nnc_desc_node *nodes, int n)
     return gelu ? 7 : 2;
 }
 
+/* Whether d has an input named v. */
+static int desc_reads(const nnc_desc_node *d, const char *v)
+{
+    for (int j = 0; j < d->nin; j++)
+        if (same_name(&d->in[j], v)) return 1;
+    return 0;
+}
+
+/* How many nodes from nodes[0] make an RMS normalization as fuse_rms_norm takes it whatever
+ * the shapes ([Cast] Pow ReduceMean Add Sqrt Div|Reciprocal Mul [Cast] [Mul], each reading the
+ * one before, the first Mul x too), else 1. The plan checks the rest. */
+static int rms_chain(const nnc_desc_node *nodes, int n)
+{
+    static const char *const ops[] = {"Pow", "ReduceMean", "Add", "Sqrt", "", "Mul"};
+    int i = n > 0 && desc_is(&nodes[0], "Cast") && nodes[0].nout == 1;
+    const char *x = i ? nodes[0].out[0].name : NULL;
+    for (int k = 0; k < 6; k++, i++) {
+        if (i >= n || nodes[i].nout != 1) return 1;
+        const nnc_desc_node *d = &nodes[i];
+        int op = *ops[k] ? desc_is(d, ops[k]) : desc_is(d, "Div") || desc_is(d, "Reciprocal");
+        if (!op || (i > 0 && !desc_reads(d, nodes[i - 1].out[0].name))) return 1;
+        if (k == 0 && !x) x = d->nin > 0 ? d->in[0].name : NULL;
+        if (k == 5 && (!x || !desc_reads(d, x))) return 1;
+    }
+    if (i < n && desc_is(&nodes[i], "Cast") && desc_reads(&nodes[i], nodes[i - 1].out[0].name)) i++;
+    if (i < n && desc_is(&nodes[i], "Mul") && nodes[i].nout == 1 &&
+        desc_const(desc_other(&nodes[i], nodes[i - 1].out[0].name)))
+        i++;
+    return i;
+}
+
 int nnc_fuse_count(const nnc_desc_node *nodes, int n)
 {
     int chain = matmul_chain(nodes, n);
+    if (chain == 1) chain = rms_chain(nodes, n);
     if (chain > 1 && !all_static(&nodes[chain - 1]))
         return chain; /* dynamic shapes: the chain alone */
     int take = 0;

@@ -259,6 +259,87 @@ const nnc_op nnc_op_batchnorm = {
 const nnc_op nnc_op_channel_affine = {"ChannelAffine", 1, 1, 1, 1, NULL, affine_infer, affine_run,
                                       affine_destroy,  0};
 
+/* ---- RMS normalization: the planner's replacement for the exported chain ---------------
+ * T5's and Llama's Pow(x, 2) -> ReduceMean(last axis) -> Add(eps) -> Sqrt -> Div(1, .) ->
+ * Mul(x, .) [-> Mul(weight, .)] (graph.c fuse_rms_norm) as one pass over each row: the mean of
+ * the squares summed in double, then eps added, the square root and the reciprocal taken in
+ * float32, x times it, then the weight times that, as the nodes compute them. Inputs: x, and
+ * the weight (1-D, the row's length) or none. */
+typedef struct {
+    float eps;
+} rms_state;
+
+static void rms_destroy(nnc_node *n)
+{
+    free(n->state);
+    n->state = NULL;
+}
+
+int nnc_rms_norm_init(nnc_node *n, float eps)
+{
+    rms_state *s = calloc(1, sizeof *s);
+    if (!s) return 0;
+    if (n->op && n->op->destroy) n->op->destroy(n);
+    n->state = s;
+    n->op = &nnc_op_rms_norm;
+    s->eps = eps;
+    return 1;
+}
+
+static int rms_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err *e)
+{
+    const nnc_tensor *x = in[0];
+    if (x->dtype != DT_F32 || x->ndim < 1)
+        return nnc_node_fail(e, n, "the normalized input must be float32 of rank 1 or more");
+    if (n->nin > 1 && in[1] && (in[1]->dtype != DT_F32 || nnc_numel(in[1]) != x->dims[x->ndim - 1]))
+        return nnc_node_fail(e, n,
+                             "the weight must be float32 with one value per element of a row");
+    *out = *x;
+    return NNC_OK;
+}
+
+typedef struct {
+    const float *x, *w;
+    float *y;
+    int64_t len;
+    float eps;
+} rms_job;
+
+MULTIVERSION
+static void scale_row(const float *x, const float *w, float inv, float *y, int64_t n)
+{
+    if (w)
+        for (int64_t k = 0; k < n; k++) y[k] = w[k] * (x[k] * inv);
+    else
+        for (int64_t k = 0; k < n; k++) y[k] = x[k] * inv;
+}
+
+static void rms_rows(void *arg, int64_t b, int64_t e, int tid)
+{
+    (void)tid;
+    const rms_job *j = arg;
+    for (int64_t r = b; r < e; r++) {
+        const float *x = j->x + r * j->len;
+        float ms = (float)(nnc_row_sq_dev(x, j->len, 0.0) / (double)j->len);
+        float inv = 1.f / sqrtf(ms + j->eps);
+        scale_row(x, j->w, inv, j->y + r * j->len, j->len);
+    }
+}
+
+static int rms_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec *xc, nnc_err *e)
+{
+    (void)xc;
+    (void)e;
+    const rms_state *s = n->state;
+    int64_t len = in[0]->dims[in[0]->ndim - 1], rows = len ? nnc_numel(in[0]) / len : 0;
+    rms_job j = {in[0]->data, n->nin > 1 && in[1] ? in[1]->data : NULL, out->data, len, s->eps};
+    nnc_parallel_for(rows, 1 + 4096 / (len ? len : 1), rms_rows, &j);
+    return NNC_OK;
+}
+
+const nnc_op nnc_op_rms_norm = {"RMSNormChain", 1,         2,       1,           1,
+                                NULL,           rms_infer, rms_run, rms_destroy, 0};
+
 /* ---- Softmax / LogSoftmax ------------------------------------------------------------ */
 
 typedef struct {

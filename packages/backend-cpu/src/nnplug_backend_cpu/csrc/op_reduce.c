@@ -112,6 +112,23 @@ static int red_mask(nnc_node *n, nnc_tensor *const *in, int *mask, int *noop, nn
     return NNC_OK;
 }
 
+int nnc_reduce_mean_last(const nnc_node *n, int rank)
+{
+    const red_state *s = n->state;
+    if (!s || s->kind != R_MEAN || !s->keepdims || rank < 1) return 0;
+    int64_t axis;
+    if (s->axes_input) {
+        const nnc_valinfo *a = n->nin > 1 ? n->vin[1] : NULL;
+        if (!a || !a->const_data || a->dtype != DT_I64 || nnc_info_numel(a) != 1) return 0;
+        axis = *(const int64_t *)a->const_data;
+    } else if (s->naxes == 1) {
+        axis = s->axes[0];
+    } else {
+        return 0;
+    }
+    return axis == rank - 1 || axis == -1;
+}
+
 static int red_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err *e)
 {
     const red_state *s = n->state;

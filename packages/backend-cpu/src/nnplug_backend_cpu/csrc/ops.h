@@ -35,6 +35,14 @@ extern const nnc_op nnc_op_channel_affine;
 int nnc_channel_affine_init(nnc_node *n, int64_t C, const float *scale, const float *shift);
 void nnc_channel_affine_fold(nnc_node *n, const float *scale, const float *shift);
 
+/* RMS normalization: the planner's replacement for an exported RMSNorm chain (T5, Llama):
+ * inputs x and an optional weight; init makes node n one (its old op's state destroyed), or
+ * returns 0, out of memory, with n as it was. */
+extern const nnc_op nnc_op_rms_norm;
+int nnc_rms_norm_init(nnc_node *n, float eps);
+/* Whether n is a ReduceMean over exactly the last axis of a rank-`rank` input, with keepdims. */
+int nnc_reduce_mean_last(const nnc_node *n, int rank);
+
 /* Per-channel affine of a BatchNormalization in inference mode, or NULL when it cannot be
  * computed at load time (non-constant statistics). */
 int nnc_bn_affine(const nnc_node *n, int64_t C, float *scale, float *shift);
