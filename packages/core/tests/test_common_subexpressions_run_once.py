@@ -259,3 +259,31 @@ def test_proto_of_rewritten_node_is_valid_onnx():
     g = helper.make_graph([n.proto for n in kept], "g", list(model.graph.input), list(model.graph.output),
                           list(model.graph.initializer))
     onnx.checker.check_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def test_casts_to_their_inputs_own_type_are_dropped():
+    """torch writes Cast(to=float) of float values around softmax and RMS normalizations: such a
+    Cast is an Identity and runs no kernel; a Cast that changes the type, and one writing a
+    graph output from a graph input, still run. Results match onnxruntime, NaN included."""
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"], name="sigmoid"),
+             helper.make_node("Cast", ["s"], ["c0"], name="same0", to=TensorProto.FLOAT),
+             helper.make_node("Cast", ["c0"], ["c1"], name="same1", to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["c1", "x"], ["y"], name="mul"),
+             helper.make_node("Cast", ["y"], ["h"], name="narrow", to=TensorProto.FLOAT16),
+             helper.make_node("Cast", ["h"], ["z"], name="wide", to=TensorProto.FLOAT),
+             helper.make_node("Cast", ["x"], ["x2"], name="of_input", to=TensorProto.FLOAT)]
+    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5])]
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5]),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 5]),
+            helper.make_tensor_value_info("x2", TensorProto.FLOAT, [2, 5])]
+    model = model_of(nodes, ins, outs)
+    feeds = {"x": f32(2, 5)}
+    feeds["x"][1, 2] = np.nan
+    backend = NumpyBackend(ops=OPS + ["Cast"])
+    with make_runtime(backend) as rt, rt.load(model) as net:
+        got = net.run(feeds)
+        ran = built_nodes(backend)
+    assert "same0" not in ran and "same1" not in ran, ran
+    assert {"narrow", "wide", "of_input"} <= set(ran), ran
+    for name, want in zip(["y", "z", "x2"], ort_run(model, feeds)):  # numpy's sigmoid: an ulp
+        np.testing.assert_allclose(got[name], want, rtol=1e-6, atol=0, equal_nan=True)

@@ -122,7 +122,8 @@ def compile_network(runtime: Runtime, model: Model, infos: list[BackendInfo],
         rest, merged = folded.nodes, {}
         if optimization != "disable":
             rest, merged = merge_common_subexpressions(
-                rest, plan.constants, {o.name for o in expanded.outputs}, ops)
+                rest, plan.constants, {o.name for o in expanded.outputs}, ops,
+                folded.model.values)
         rest = sole_readers_next(rest, {o.name for o in folded.model.outputs})
         graph = whole_graph(folded.model, rest, plan.constants)
         placed = placer_for(folded.model).place_all(rest, graph)

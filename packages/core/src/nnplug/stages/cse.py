@@ -14,7 +14,10 @@ itself), and nodes with a graph output (its name must stay).
 An ``Identity`` computes what it reads: it is dropped as well, its readers reading its input,
 or, when its output is a graph output, its input's producer writing that output directly (as
 onnxruntime's identity elimination does). A run then makes no copy, and a string or sequence
-value passes no partition boundary of its own for it."""
+value passes no partition boundary of its own for it. So is a ``Cast`` to the type its input
+already has (torch writes ``Cast(to=float)`` of float tensors around softmax and every RMS
+normalization of T5 and Llama: eight a layer of a Llama decoding step), where the value types
+are known (``values``)."""
 
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ from .folding import NONDETERMINISTIC
 
 if TYPE_CHECKING:
     from ..customop import CustomOp
-    from ..graph import Node
+    from ..graph import Node, ValueInfo
 
 RANDOM = NONDETERMINISTIC | {"Dropout"}
 """Ops whose outputs may differ between two nodes with equal inputs (Dropout: in training mode)."""
@@ -39,10 +42,12 @@ DOMAINS = ("", "ai.onnx", "ai.onnx.ml")
 
 
 def merge_common_subexpressions(nodes: list[Node], constants: dict[str, np.ndarray],
-                                graph_outputs: set[str], custom_ops: dict[str, CustomOp]
+                                graph_outputs: set[str], custom_ops: dict[str, CustomOp],
+                                values: dict[str, ValueInfo] | None = None
                                 ) -> tuple[list[Node], dict[str, str]]:
     """``nodes`` (topological order) with repeated computations dropped and their readers
-    reading the kept node's outputs; and {dropped node name: kept node name}."""
+    reading the kept node's outputs; and {dropped node name: kept node name}. ``values``: the
+    value types, by which a Cast to its input's own type is an Identity."""
     read_by_subgraph = {x for n in nodes if _has_subgraph(n) for x in n.inputs if x}
     renamed: dict[str, str] = {}  # dropped output -> the kept node's output
     seen: dict[tuple, Node] = {}
@@ -73,13 +78,26 @@ def merge_common_subexpressions(nodes: list[Node], constants: dict[str, np.ndarr
         for o in n.outputs:  # not merged after all
             renamed.pop(o, None)
         out.append(n)
-    out, dropped = _without_identities(out, graph_outputs, read_by_subgraph)
+    out, dropped = _without_identities(out, graph_outputs, read_by_subgraph, values or {})
     merged.update(dropped)
     return out, merged
 
 
-def _without_identities(nodes: list[Node], graph_outputs: set[str], read_by_subgraph: set[str]
-                        ) -> tuple[list[Node], dict[str, str]]:
+def _same_type_cast(n: Node, values: dict[str, ValueInfo]) -> bool:
+    """Whether ``n`` is a Cast of a tensor to the type it has."""
+    if n.op_type != "Cast" or n.domain not in ("", "ai.onnx") or len(n.inputs) != 1:
+        return False
+    info = values.get(n.inputs[0])
+    if info is None or info.dtype is None or info.kind != "tensor":
+        return False
+    try:
+        return onnx.helper.np_dtype_to_tensor_dtype(np.dtype(info.dtype)) == n.attrs.get("to")
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
+def _without_identities(nodes: list[Node], graph_outputs: set[str], read_by_subgraph: set[str],
+                        values: dict[str, ValueInfo]) -> tuple[list[Node], dict[str, str]]:
     """``nodes`` without the Identity nodes whose input another of ``nodes`` makes, and {dropped
     Identity: the node making its input}. Kept: an Identity of a graph input or a constant,
     one whose output a subgraph reads, and one writing a graph output from a value that is a
@@ -96,8 +114,9 @@ def _without_identities(nodes: list[Node], graph_outputs: set[str], read_by_subg
     for n in nodes:
         if any(x in renamed for x in n.inputs):
             n = _reading(n, [renamed.get(x, x) for x in n.inputs])
-        if n.op_type == "Identity" and n.domain in ("", "ai.onnx") and len(n.inputs) == 1 \
-                and len(n.outputs) == 1 and n.inputs[0] in producer and n.outputs[0] \
+        identity = (n.op_type == "Identity" and n.domain in ("", "ai.onnx")) or \
+            _same_type_cast(n, values)
+        if identity and len(n.inputs) == 1 and len(n.outputs) == 1 and n.inputs[0] in producer and n.outputs[0] \
                 and n.outputs[0] not in read_by_subgraph:
             x, y = n.inputs[0], n.outputs[0]
             p = producer[x]
