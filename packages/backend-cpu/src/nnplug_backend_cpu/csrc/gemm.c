@@ -589,18 +589,11 @@ static void pack_a(int transa, const float *a, int64_t lda, int64_t i0, int64_t 
 /* Packing memory of the calling thread, kept between calls (the backend's pool threads call
  * this for every tile). NULL when it cannot be had: the caller falls back to one-tile blocks
  * on the stack, which computes the same values (blocking in M and N does not change them). */
-static _Thread_local float *t_pack;
-static _Thread_local size_t t_pack_floats;
+static _Thread_local nnc_tbuf t_pack;
 
 static float *pack_memory(size_t floats)
 {
-    if (t_pack_floats >= floats) return t_pack;
-    float *p = nnc_alloc(floats * sizeof(float));
-    if (!p) return NULL;
-    nnc_free(t_pack);
-    t_pack = p;
-    t_pack_floats = floats;
-    return p;
+    return nnc_tbuf_get(&t_pack, floats * sizeof(float));
 }
 
 void nnc_sgemm(int transa, int transb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,

@@ -411,6 +411,104 @@ static void fuse_rms_norm(nnc_plan *p)
     }
 }
 
+/* A float32 value of known rank 2 or more. */
+static int f32_matrices(const nnc_plan *p, int v)
+{
+    return v >= 0 && p->vals[v].info.dtype == DT_F32 && p->vals[v].info.ndim >= 2;
+}
+
+/* Attention as exported: MatMul(Q, K^T) -> [Mul or Div by a constant scalar] -> [Add(mask)] ->
+ * Softmax(last axis) -> [Where(IsNaN(p), C, p)] -> MatMul(p, V), each result read by the next
+ * node alone, becomes one AttentionChain node (op_attention.c) in the place of the second
+ * MatMul (V is often made after the first); a Transpose making K^T from K that the first
+ * MatMul alone reads goes in too (a decoder's cache is then not copied every step). */
+static void fuse_attention(nnc_plan *p)
+{
+    for (int i = 0; i < p->nnodes; i++) {
+        nnc_node *qk = &p->nodes[i];
+        if (qk->dead || !is_op(qk, "MatMul") || nnc_matmul_packed(qk) || qk->nin != 2 ||
+            !f32_matrices(p, qk->in[0]) || !f32_matrices(p, qk->in[1]) || qk->out[0] < 0 ||
+            qk->act.kind != ACT_NONE || qk->residual >= 0)
+            continue;
+        int v = qk->out[0], rank = p->vals[v].info.ndim, kind = ATT_SCALE_NONE, mask = -1;
+        if (rank < 2) continue;
+        nnc_node *u = sole_consumer(p, v), *chain[8];
+        int n = 0;
+        float scale = 1.f;
+        const nnc_valinfo *c = u && (is_op(u, "Mul") || (is_op(u, "Div") && u->in[0] == v))
+                                   ? const_other(p, u, v)
+                                   : NULL;
+        if (c && nnc_info_numel(c) == 1 && bias_keeps_shape(c, rank, -1)) {
+            kind = is_op(u, "Mul") ? ATT_SCALE_MUL : ATT_SCALE_DIV;
+            scale = *(const float *)c->const_data;
+            chain[n++] = u;
+            v = u->out[0];
+            u = sole_consumer(p, v);
+        }
+        if (is_op(u, "Add") && u->nin == 2 && u->in[0] >= 0 && u->in[1] >= 0 &&
+            u->in[0] != u->in[1]) {
+            mask = u->in[u->in[0] == v ? 1 : 0];
+            if (p->vals[mask].info.dtype != DT_F32 || p->vals[mask].info.ndim < 0 ||
+                p->vals[mask].info.ndim > rank)
+                continue;
+            chain[n++] = u;
+            v = u->out[0];
+            u = sole_consumer(p, v);
+        }
+        if (!is_op(u, "Softmax") || !nnc_softmax_last_axis(u, rank) || u->out[0] < 0) continue;
+        chain[n++] = u;
+        v = u->out[0];
+        int nanrep = 0, only = -1;
+        float rep = 0.f;
+        u = sole_consumer(p, v);
+        if (!u && p->vals[v].ext_out < 0 && consumers(p, v, &only) == 2) {
+            /* Where(IsNaN(p), C, p): the two readers of p */
+            nnc_node *isn = NULL, *w = NULL;
+            for (int k = 0; k < p->nnodes; k++) {
+                nnc_node *x = &p->nodes[k];
+                if (x->dead || x->nin < 1) continue;
+                if (is_op(x, "IsNaN") && x->in[0] == v) isn = x;
+                else if (is_op(x, "Where") && x->nin == 3 && x->in[2] == v) w = x;
+            }
+            const nnc_value *cv = w && w->in[1] >= 0 ? &p->vals[w->in[1]] : NULL;
+            if (!isn || !w || isn->out[0] < 0 || w->in[0] != isn->out[0] ||
+                sole_consumer(p, isn->out[0]) != w || !cv || !cv->is_const ||
+                cv->info.dtype != DT_F32 || nnc_info_numel(&cv->info) != 1 ||
+                !cv->info.const_data || w->out[0] < 0)
+                continue;
+            nanrep = 1;
+            rep = *(const float *)cv->info.const_data;
+            chain[n++] = isn;
+            chain[n++] = w;
+            v = w->out[0];
+            u = sole_consumer(p, v);
+        }
+        if (!is_op(u, "MatMul") || u->in[0] != v || nnc_matmul_packed(u) || u->nin != 2 ||
+            !f32_matrices(p, u->in[1]) || u->out[0] < 0 || u->act.kind != ACT_NONE ||
+            u->residual >= 0)
+            continue;
+        nnc_node *pv = u;
+        int k = qk->in[1], k_rows = 0, kr = p->vals[k].info.ndim;
+        nnc_node *t = p->vals[k].producer >= 0 ? &p->nodes[p->vals[k].producer] : NULL;
+        if (t && !t->dead && is_op(t, "Transpose") && t->in[0] >= 0 &&
+            nnc_transpose_swaps_last_two(t, kr) && sole_consumer(p, k) == qk) {
+            chain[n++] = t;
+            k = t->in[0];
+            k_rows = 1;
+        }
+        int q = qk->in[0], vals = pv->in[1];
+        chain[n++] = qk;
+        if (!nnc_attention_init(pv, kind, scale, k_rows, nanrep, rep)) continue;
+        pv->in[0] = q;
+        pv->in[1] = k;
+        pv->in[2] = vals;
+        pv->in[3] = mask;
+        pv->nin = mask >= 0 ? 4 : 3;
+        for (int j = 0; j < pv->nin; j++) pv->vin[j] = &p->vals[pv->in[j]].info;
+        for (int j = 0; j < n; j++) fuse_into(p, pv, chain[j]);
+    }
+}
+
 static int takes_act(const nnc_node *n)
 {
     if (nnc_matmul_packed(n)) return 1;
@@ -859,6 +957,7 @@ nnc_plan *nnc_plan_build(const nnc_desc_node *nodes, int nn, int probing, nnc_er
         fuse_residuals(p);
         fuse_gelu_erf(p);
         fuse_rms_norm(p);
+        fuse_attention(p);
         fuse_activations(p);
         fuse_conv_activations(p);
     }
@@ -1385,12 +1484,48 @@ static int rms_chain(const nnc_desc_node *nodes, int n)
     return i;
 }
 
+/* How many nodes from nodes[0] make an attention as fuse_attention takes it whatever the
+ * shapes ([Transpose] MatMul [Mul|Div] [Add] Softmax [IsNaN Where] MatMul, each reading the one
+ * before, the products of two values), else 1. The plan checks the rest. */
+static int attention_chain(const nnc_desc_node *nodes, int n)
+{
+    int i = 0;
+    if (n > 1 && desc_is(&nodes[0], "Transpose") && nodes[0].nout == 1 && nodes[1].nin == 2 &&
+        same_name(&nodes[1].in[1], nodes[0].out[0].name))
+        i = 1;
+    const nnc_desc_node *d = &nodes[i];
+    if (i >= n || !desc_is(d, "MatMul") || d->nin != 2 || d->nout != 1 || desc_const(&d->in[1]))
+        return 1;
+    const char *prev = d->out[0].name, *sm;
+    i++;
+    if (i < n && (desc_is(&nodes[i], "Mul") || desc_is(&nodes[i], "Div")) &&
+        desc_const(desc_other(&nodes[i], prev)))
+        prev = nodes[i++].out[0].name;
+    if (i < n && desc_is(&nodes[i], "Add") && desc_other(&nodes[i], prev))
+        prev = nodes[i++].out[0].name;
+    if (i >= n || !desc_is(&nodes[i], "Softmax") || !desc_reads(&nodes[i], prev)) return 1;
+    prev = sm = nodes[i++].out[0].name;
+    if (i + 1 < n && desc_is(&nodes[i], "IsNaN") && desc_reads(&nodes[i], sm) &&
+        desc_is(&nodes[i + 1], "Where") && nodes[i + 1].nin == 3 &&
+        same_name(&nodes[i + 1].in[0], nodes[i].out[0].name) &&
+        same_name(&nodes[i + 1].in[2], sm)) {
+        prev = nodes[i + 1].out[0].name;
+        i += 2;
+    }
+    if (i >= n || !desc_is(&nodes[i], "MatMul") || nodes[i].nin != 2 ||
+        !same_name(&nodes[i].in[0], prev) || desc_const(&nodes[i].in[1]))
+        return 1;
+    return i + 1;
+}
+
 int nnc_fuse_count(const nnc_desc_node *nodes, int n)
 {
     int chain = matmul_chain(nodes, n);
     if (chain == 1) chain = rms_chain(nodes, n);
-    if (chain > 1 && !all_static(&nodes[chain - 1]))
-        return chain; /* dynamic shapes: the chain alone */
+    if (chain == 1) chain = attention_chain(nodes, n);
+    int chain_static = 1;
+    for (int i = 0; i < chain; i++) chain_static &= all_static(&nodes[i]);
+    if (chain > 1 && !chain_static) return chain; /* dynamic shapes: the chain alone */
     int take = 0;
     for (int i = 0; i < n; i++) {
         int ok = 1;
@@ -1411,6 +1546,9 @@ int nnc_fuse_count(const nnc_desc_node *nodes, int n)
         int gemm = !strcmp(nodes[j].op_type, "Conv") || !strcmp(nodes[j].op_type, "Gemm") ||
                    !strcmp(nodes[j].op_type, "MatMul");
         int head = gemm || !strcmp(nodes[j].op_type, "BatchNormalization");
+        /* an attention's second product is a chain's end, not a head: the chain stays whole */
+        for (int k = j - 3; k >= 0 && k >= j - 8 && head; k--)
+            if (attention_chain(nodes + k, j + 1 - k) == j + 1 - k) head = 0;
         if (head && j > 0 && LAST_OK(j) && (j < take - 1 || gemm)) take = j;
     }
     return take;

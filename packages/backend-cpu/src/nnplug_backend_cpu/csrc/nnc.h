@@ -311,6 +311,14 @@ static inline size_t nnc_align64(size_t n)
     return (n + 63) & ~(size_t)63;
 }
 void nnc_free(void *p);
+/* Memory a thread keeps between calls (a _Thread_local nnc_tbuf of the caller's: the pool's
+ * threads live as long as the library): at least nbytes, grown when asked for more; NULL when
+ * it cannot be had. */
+typedef struct {
+    void *p;
+    size_t nbytes;
+} nnc_tbuf;
+void *nnc_tbuf_get(nnc_tbuf *b, size_t nbytes);
 
 /* Epilogue helpers. */
 void nnc_apply_act(float *x, int64_t n, const nnc_act *a);

@@ -148,18 +148,11 @@ void nnc_sgemm_mt(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, 
 #define MM_SPLIT_B 32768 /* B floats from which a few-rows product is split across threads */
 
 /* Packing memory of the calling thread, kept between runs, for plans without planned scratch. */
-static _Thread_local float *t_pa;
-static _Thread_local size_t t_pa_bytes;
+static _Thread_local nnc_tbuf t_pa;
 
 static float *mm_pack_memory(size_t nbytes)
 {
-    if (t_pa_bytes >= nbytes) return t_pa;
-    float *p = nnc_alloc(nbytes);
-    if (!p) return NULL;
-    nnc_free(t_pa);
-    t_pa = p;
-    t_pa_bytes = nbytes;
-    return p;
+    return nnc_tbuf_get(&t_pa, nbytes);
 }
 
 typedef struct {

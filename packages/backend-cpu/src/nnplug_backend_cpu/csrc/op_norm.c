@@ -368,6 +368,14 @@ static int sm_create(nnc_node *n, nnc_err *e)
     return NNC_OK;
 }
 
+int nnc_softmax_last_axis(const nnc_node *n, int rank)
+{
+    const sm_state *s = n->state;
+    if (!s || s->log || rank < 1) return 0;
+    /* before opset 13 the axes from `axis` on are one: the last alone when it is the last */
+    return s->axis == -1 || s->axis == rank - 1;
+}
+
 static int sm_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err *e)
 {
     const sm_state *s = n->state;
@@ -415,6 +423,20 @@ static void mul_scalar(float *y, float s, int64_t n)
     for (int64_t k = 0; k < n; k++) y[k] *= s;
 }
 
+/* A contiguous row's softmax with its max m: exp(x - m) by the vectorised exp, the sum in
+ * double, times its reciprocal; y may be x. */
+static void softmax_row(const float *x, float m, float *y, int64_t len)
+{
+    sub_scalar(x, m, y, len);
+    nnc_vexp(y, y, len);
+    mul_scalar(y, (float)(1.0 / nnc_row_sum(y, len)), len);
+}
+
+void nnc_softmax_row(float *x, int64_t len)
+{
+    softmax_row(x, row_max(x, len), x, len);
+}
+
 static void sm_rows(void *arg, int64_t b, int64_t e, int tid)
 {
     (void)tid;
@@ -429,16 +451,14 @@ static void sm_rows(void *arg, int64_t b, int64_t e, int tid)
         else
             for (int64_t k = 0; k < j->len; k++) m = x[k * st] > m ? x[k * st] : m;
         double sum = 0;
-        if (st == 1) { /* contiguous rows (the usual last-axis softmax): vectorised exp */
+        if (st == 1 && !j->log) { /* contiguous rows (the usual last-axis softmax) */
+            softmax_row(x, m, y, j->len);
+        } else if (st == 1) { /* LogSoftmax of a contiguous row: vectorised exp */
             sub_scalar(x, m, y, j->len);
             nnc_vexp(y, y, j->len);
             sum = nnc_row_sum(y, j->len);
-            if (j->log) {
-                float ls = (float)log(sum);
-                for (int64_t k = 0; k < j->len; k++) y[k] = x[k] - m - ls;
-            } else {
-                mul_scalar(y, (float)(1.0 / sum), j->len);
-            }
+            float ls = (float)log(sum);
+            for (int64_t k = 0; k < j->len; k++) y[k] = x[k] - m - ls;
         } else if (j->log) {
             for (int64_t k = 0; k < j->len; k++) sum += expf(x[k * st] - m);
             float ls = (float)log(sum);

@@ -359,6 +359,18 @@ static void get_perm(const perm_state *s, int r, int64_t *perm)
     for (int i = 0; i < r; i++) perm[i] = s->nperm >= 0 ? s->perm[i] : r - 1 - i;
 }
 
+int nnc_transpose_swaps_last_two(const nnc_node *n, int rank)
+{
+    const perm_state *s = n->state;
+    if (!s || rank < 2) return 0;
+    int64_t perm[NNC_MAXDIM];
+    if (s->nperm >= 0 && s->nperm != rank) return 0;
+    get_perm(s, rank, perm);
+    for (int i = 0; i < rank - 2; i++)
+        if (perm[i] != i) return 0;
+    return perm[rank - 2] == rank - 1 && perm[rank - 1] == rank - 2;
+}
+
 static int transpose_infer(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_err *e)
 {
     const perm_state *s = n->state;

@@ -43,6 +43,21 @@ int nnc_rms_norm_init(nnc_node *n, float eps);
 /* Whether n is a ReduceMean over exactly the last axis of a rank-`rank` input, with keepdims. */
 int nnc_reduce_mean_last(const nnc_node *n, int rank);
 
+/* Attention: the planner's replacement for MatMul -> [scale] -> [Add mask] -> Softmax ->
+ * [Where(IsNaN)] -> MatMul (op_attention.c): inputs Q, K^T (k_rows: K), V and the mask or
+ * none; the scores times or divided by `scale` (ATT_SCALE_*), NaN probabilities made `c` when
+ * nanrep. Init makes node n one (its old op's state destroyed), or returns 0, out of memory,
+ * with n as it was. */
+enum { ATT_SCALE_NONE, ATT_SCALE_MUL, ATT_SCALE_DIV };
+extern const nnc_op nnc_op_attention;
+int nnc_attention_init(nnc_node *n, int scale_kind, float scale, int k_rows, int nanrep, float c);
+/* Whether n is a Softmax (not LogSoftmax) over the last axis of a rank-`rank` input. */
+int nnc_softmax_last_axis(const nnc_node *n, int rank);
+/* Whether n is a Transpose of a rank-`rank` input swapping its last two axes alone. */
+int nnc_transpose_swaps_last_two(const nnc_node *n, int rank);
+/* A contiguous row's softmax in place, as the Softmax node computes it. */
+void nnc_softmax_row(float *x, int64_t len);
+
 /* Per-channel affine of a BatchNormalization in inference mode, or NULL when it cannot be
  * computed at load time (non-constant statistics). */
 int nnc_bn_affine(const nnc_node *n, int64_t C, float *scale, float *shift);

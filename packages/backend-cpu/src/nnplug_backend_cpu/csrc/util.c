@@ -295,6 +295,17 @@ void nnc_free(void *p)
     free(p);
 }
 
+void *nnc_tbuf_get(nnc_tbuf *b, size_t nbytes)
+{
+    if (b->nbytes >= nbytes) return b->p;
+    void *p = nnc_alloc(nbytes);
+    if (!p) return NULL;
+    nnc_free(b->p);
+    b->p = p;
+    b->nbytes = nbytes;
+    return p;
+}
+
 void *nnc_scratch(nnc_exec *x, int tid, size_t nbytes)
 {
     if (!x || tid < 0 || tid >= x->nthreads || nbytes > x->per_thread || !x->scratch) return NULL;
