@@ -160,3 +160,17 @@ def first_inferred_shape(nodes, inputs, inits, opset: int = 18) -> list[int]:
                               opset_imports=[helper.make_opsetid("", opset)])
     return [d.dim_value for d in onnx.shape_inference.infer_shapes(probe).graph.value_info[0]
             .type.tensor_type.shape.dim]
+
+
+def profiled_ops(child: str, *args: str) -> list[str]:
+    """The op of each node the cpu backend ran, in order (NNPLUG_CPU_PROFILE=1 prints one line
+    per node), in a process of its own running the code ``child`` with this folder as
+    ``sys.argv[1]`` and ``args`` after it."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NNPLUG_CPU_PROFILE="1")
+    out = subprocess.run([sys.executable, "-c", child, os.path.dirname(__file__), *args],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return [line.split()[1] for line in out.stderr.splitlines() if line.startswith("nnplug-cpu:")]

@@ -8,13 +8,9 @@ lengths, NaN and infinities; near misses run as written."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
-from conftest import assert_close, onnxruntime_run, run_cpu
+from conftest import assert_close, onnxruntime_run, profiled_ops, run_cpu
 from onnx import TensorProto, helper, numpy_helper
 
 NEG = float(np.finfo(np.float32).min)
@@ -178,10 +174,5 @@ with rt.load(model, backends=["cpu"]) as net:
 def test_the_chain_runs_as_one_node(dynamic):
     """The backend's profile (NNPLUG_CPU_PROFILE=1, one line per node it runs) shows one
     AttentionChain node and none of the eight it stands for."""
-    env = dict(os.environ, NNPLUG_CPU_PROFILE="1")
-    out = subprocess.run([sys.executable, "-c", CHILD, os.path.dirname(__file__),
-                          "dynamic" if dynamic else "static"], env=env, capture_output=True,
-                         text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    ran = [line.split()[1] for line in out.stderr.splitlines() if line.startswith("nnplug-cpu:")]
+    ran = profiled_ops(CHILD, "dynamic" if dynamic else "static")
     assert ran == ["AttentionChain", "Mul"], ran

@@ -8,13 +8,9 @@ written."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
-from conftest import assert_close, onnxruntime_run, run_cpu
+from conftest import assert_close, onnxruntime_run, profiled_ops, run_cpu
 from onnx import TensorProto, helper, numpy_helper
 
 WIDTH = 48
@@ -135,11 +131,6 @@ with rt.load(rms_model(dynamic=sys.argv[2] == "dynamic"), backends=["cpu"]) as n
 def test_the_chain_runs_as_one_node(dynamic):
     """The backend's profile (NNPLUG_CPU_PROFILE=1, one line per node it runs) shows one
     RMSNormChain node and none of the nine it stands for."""
-    env = dict(os.environ, NNPLUG_CPU_PROFILE="1")
-    out = subprocess.run([sys.executable, "-c", CHILD, os.path.dirname(__file__),
-                          "dynamic" if dynamic else "static"], env=env, capture_output=True,
-                         text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    ran = [line.split()[1] for line in out.stderr.splitlines() if line.startswith("nnplug-cpu:")]
+    ran = profiled_ops(CHILD, "dynamic" if dynamic else "static")
     assert ran.count("RMSNormChain") == 1, ran
     assert not {"Pow", "ReduceMean", "Sqrt", "Div", "Cast"} & set(ran), ran
