@@ -79,19 +79,12 @@ static int operand(pb *b, int v, int r, int matrix, int64_t rows, int64_t cols, 
             return *md ? 0 : ox_fail(b->e, "oneDNN could not copy a memory descriptor");
         }
     }
-    nd = VAL(v)->ndim;
-    int64_t s = 1;
-    for (int i = nd - 1; i >= 0; i--) {
-        vd[i] = DIMS(v)[i];
-        vs[i] = s;
-        s *= vd[i];
-    }
+    if (!(*md = value_plain(b, v, VAL(v)->ndim)) || strided_of(*md, &nd, vd, vs))
+        return ox_fail(b->e, "oneDNN could not create a memory descriptor");
     operand_strides(o, nd, vd, vs, r);
     if (matrix && gemm_layout(o, rows, cols))
         return ox_fail(b->e, "internal: node '%s': a plain operand sgemm cannot read",
                        VAL(v)->name);
-    if (!(*md = value_plain(b, v, nd)))
-        return ox_fail(b->e, "oneDNN could not create a memory descriptor");
     return plain_buf(b, v, buf);
 }
 
