@@ -121,12 +121,18 @@ static int is_op(const nnc_node *n, const char *t)
     return n && n->op && !strcmp(n->op->type, t);
 }
 
+/* from is done by into from now on */
+static void fuse_into(nnc_plan *p, nnc_node *into, nnc_node *from)
+{
+    from->dead = 1;
+    from->fused_into = (int)(into - p->nodes);
+}
+
 static void take_output(nnc_plan *p, nnc_node *into, nnc_node *from)
 {
     into->out[0] = from->out[0];
     if (into->out[0] >= 0) p->vals[into->out[0]].producer = (int)(into - p->nodes);
-    from->dead = 1;
-    from->fused_into = (int)(into - p->nodes);
+    fuse_into(p, into, from);
 }
 
 static void fold_affines(nnc_plan *p)
@@ -339,12 +345,6 @@ static int same_type_cast(const nnc_plan *p, const nnc_node *n)
            p->vals[n->in[0]].info.dtype == DT_F32 && p->vals[n->out[0]].info.dtype == DT_F32;
 }
 
-static void fuse_into(nnc_plan *p, nnc_node *into, nnc_node *from)
-{
-    from->dead = 1;
-    from->fused_into = (int)(into - p->nodes);
-}
-
 /* An RMS normalization as T5 and Llama export it, [Cast] -> Pow(x, 2) -> ReduceMean(last axis)
  * -> Add(eps) -> Sqrt -> Div(1, .) or Reciprocal -> Mul(x, .) [-> Cast -> Mul(weight, .)], with
  * float32-to-float32 Casts, becomes one RMSNormChain node (op_norm.c) in the place of its last
@@ -374,8 +374,8 @@ static void fuse_rms_norm(nnc_plan *p)
         if (!is_op(mx, "Mul") || mx->nin != 2 || mx->in[mx->in[0] == rc->out[0] ? 1 : 0] != x ||
             mx->out[0] < 0)
             continue;
-        nnc_node *chain[9], *last = mx, *cast = NULL;
-        int n = 0, w = -1;
+        nnc_node *last = mx, *cast = NULL;
+        int w = -1;
         if (p->vals[x].producer >= 0 && same_type_cast(p, &p->nodes[p->vals[x].producer])) {
             int only = -1;
             nnc_node *c0 = &p->nodes[p->vals[x].producer];
@@ -396,9 +396,6 @@ static void fuse_rms_norm(nnc_plan *p)
             last = c1;
         }
         if (last->out[0] < 0) continue;
-        nnc_node *all[] = {cast, pw, rm, ad, sq, rc, mx, c1, w >= 0 ? after : NULL};
-        for (int k = 0; k < 9; k++)
-            if (all[k] && all[k] != last) chain[n++] = all[k];
         if (!nnc_rms_norm_init(last, *(const float *)eps->const_data)) continue;
         last->in[0] = cast ? cast->in[0] : x;
         last->vin[0] = &p->vals[last->in[0]].info;
@@ -407,7 +404,9 @@ static void fuse_rms_norm(nnc_plan *p)
         last->nin = w >= 0 ? 2 : 1;
         last->act.kind = ACT_NONE;
         last->residual = -1;
-        for (int k = 0; k < n; k++) fuse_into(p, last, chain[k]);
+        nnc_node *chain[] = {cast, pw, rm, ad, sq, rc, mx, c1, w >= 0 ? after : NULL};
+        for (int k = 0; k < 9; k++)
+            if (chain[k] && chain[k] != last) fuse_into(p, last, chain[k]);
     }
 }
 
