@@ -173,19 +173,22 @@ static float dot(const float *x, const float *y, int64_t n)
 }
 
 /* One query row's scores into s: dot products of its depth with K's rows, or sums of K^T's
- * rows scaled by it (a decoding step: one pass over the cache, nothing packed). */
-static int one_row_scores(const att_dims *a, const float *q, const float *k, float *s)
+ * rows scaled by it (a decoding step: one pass over the cache, nothing packed); a key or a
+ * depth of one broadcast, element by element. */
+static void one_row_scores(const att_dims *a, const float *q, const float *k, float *s)
 {
     if (a->krs == 1 && a->kcs != 0) { /* K's rows contiguous */
         for (int64_t j = 0; j < a->tk; j++) s[j] = dot(q, k + j * a->kcs, a->d);
-        return 1;
-    }
-    if (a->kcs == 1) { /* K^T's rows contiguous */
+    } else if (a->kcs == 1) { /* K^T's rows contiguous */
         memset(s, 0, sizeof(float) * (size_t)a->tk);
         for (int64_t i = 0; i < a->d; i++) axpy(q[i], k + i * a->krs, s, a->tk);
-        return 1;
+    } else {
+        for (int64_t j = 0; j < a->tk; j++) {
+            float acc = 0.f;
+            for (int64_t i = 0; i < a->d; i++) acc += q[i] * k[i * a->krs + j * a->kcs];
+            s[j] = acc;
+        }
     }
-    return 0;
 }
 
 /* K^T (d x tk) packed as the product's B: by rows when its keys are contiguous, else each
@@ -226,7 +229,7 @@ static void probabilities(const att_state *st, const att_dims *a, const float *m
 /* Thread-local memory of a head's job: packed K^T and V, a block's packed rows and scores. */
 static _Thread_local nnc_tbuf t_kt, t_v, t_pa, t_s;
 
-/* Batch entries (heads) [b, e): K^T and V packed once each (more than one block of rows),
+/* Batch entries (heads) [b, e): with more than one query row, K^T and V packed once each,
  * then each block of query rows through both products. */
 static void att_heads(void *arg, int64_t b, int64_t e, int tid)
 {
@@ -235,17 +238,15 @@ static void att_heads(void *arg, int64_t b, int64_t e, int tid)
     const att_dims *a = j->a;
     int64_t d = a->d, tk = a->tk, dv = a->dv, rows = j->rows;
     int packed = a->tq > 1;
-    float *s = nnc_tbuf_get(&t_s, sizeof(float) * (size_t)(rows * tk + tk + 16));
-    float *pk =
-        !packed ? s : nnc_tbuf_get(&t_kt, sizeof(float) * (size_t)nnc_sgemm_packed_b_floats(d, tk));
-    float *pvb =
-        !packed ? s : nnc_tbuf_get(&t_v, sizeof(float) * (size_t)nnc_sgemm_packed_b_floats(tk, dv));
-    int64_t widest = d > tk ? d : tk;
-    float *pa =
-        !packed
-            ? s
-            : nnc_tbuf_get(&t_pa, sizeof(float) * (size_t)nnc_sgemm_packed_a_floats(rows, widest));
-    if (!s || !pk || !pvb || !pa) {
+    float *s = nnc_tbuf_get(&t_s, sizeof(float) * (size_t)(rows * tk + tk + 16)), *pk = NULL,
+          *pvb = NULL, *pa = NULL;
+    if (packed) {
+        int64_t widest = d > tk ? d : tk;
+        pk = nnc_tbuf_get(&t_kt, sizeof(float) * (size_t)nnc_sgemm_packed_b_floats(d, tk));
+        pvb = nnc_tbuf_get(&t_v, sizeof(float) * (size_t)nnc_sgemm_packed_b_floats(tk, dv));
+        pa = nnc_tbuf_get(&t_pa, sizeof(float) * (size_t)nnc_sgemm_packed_a_floats(rows, widest));
+    }
+    if (!s || (packed && (!pk || !pvb || !pa))) {
         __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
         return;
     }
@@ -267,9 +268,7 @@ static void att_heads(void *arg, int64_t b, int64_t e, int tid)
             continue;
         }
         if (!packed) { /* one query row */
-            if (!one_row_scores(a, q, k, s))
-                nnc_sgemm(0, a->kcs == 1 ? 0 : 1, 1, tk, d, 1.f, q, d, k,
-                          a->kcs == 1 ? a->krs : a->kcs, 0.f, s, tk);
+            one_row_scores(a, q, k, s);
             probabilities(j->s, a, mask, 1, s);
             memset(y, 0, sizeof(float) * (size_t)dv);
             for (int64_t t = 0; t < tk; t++) axpy(s[t], v + t * a->vrs, y, dv);
