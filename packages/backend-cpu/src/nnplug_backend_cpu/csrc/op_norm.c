@@ -16,6 +16,13 @@ typedef struct {
     float momentum;
 } affine_state;
 
+/* The destroy of an op whose state is one allocation (RMS, Softmax, LayerNormalization). */
+static void free_state(nnc_node *n)
+{
+    free(n->state);
+    n->state = NULL;
+}
+
 static void affine_destroy(nnc_node *n)
 {
     affine_state *s = n->state;
@@ -269,12 +276,6 @@ typedef struct {
     float eps;
 } rms_state;
 
-static void rms_destroy(nnc_node *n)
-{
-    free(n->state);
-    n->state = NULL;
-}
-
 int nnc_rms_norm_init(nnc_node *n, float eps)
 {
     rms_state *s = calloc(1, sizeof *s);
@@ -337,8 +338,8 @@ static int rms_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec
     return NNC_OK;
 }
 
-const nnc_op nnc_op_rms_norm = {"RMSNormChain", 1,         2,       1,           1,
-                                NULL,           rms_infer, rms_run, rms_destroy, 0};
+const nnc_op nnc_op_rms_norm = {"RMSNormChain", 1,         2,       1,          1,
+                                NULL,           rms_infer, rms_run, free_state, 0};
 
 /* ---- Softmax / LogSoftmax ------------------------------------------------------------ */
 
@@ -494,14 +495,9 @@ static int sm_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
     return NNC_OK;
 }
 
-static void sm_destroy(nnc_node *n)
-{
-    free(n->state);
-    n->state = NULL;
-}
-const nnc_op nnc_op_softmax = {"Softmax", 1, 1, 1, 1, sm_create, sm_infer, sm_run, sm_destroy, 0};
+const nnc_op nnc_op_softmax = {"Softmax", 1, 1, 1, 1, sm_create, sm_infer, sm_run, free_state, 0};
 const nnc_op nnc_op_logsoftmax = {"LogSoftmax", 1,        1,      1,          1,
-                                  sm_create,    sm_infer, sm_run, sm_destroy, 0};
+                                  sm_create,    sm_infer, sm_run, free_state, 0};
 
 /* ---- LayerNormalization -------------------------------------------------------------- */
 
@@ -671,10 +667,5 @@ static int ln_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
     return NNC_OK;
 }
 
-static void ln_destroy(nnc_node *n)
-{
-    free(n->state);
-    n->state = NULL;
-}
 const nnc_op nnc_op_layernorm = {"LayerNormalization", 2, 3, 1, 3, ln_create, ln_infer, ln_run,
-                                 ln_destroy,           0};
+                                 free_state,           0};
