@@ -116,7 +116,8 @@ def _without_identities(nodes: list[Node], graph_outputs: set[str], read_by_subg
             n = _reading(n, [renamed.get(x, x) for x in n.inputs])
         identity = (n.op_type == "Identity" and n.domain in ("", "ai.onnx")) or \
             _same_type_cast(n, values)
-        if identity and len(n.inputs) == 1 and len(n.outputs) == 1 and n.inputs[0] in producer and n.outputs[0] \
+        if identity and len(n.inputs) == 1 and len(n.outputs) == 1 \
+                and n.inputs[0] in producer and n.outputs[0] \
                 and n.outputs[0] not in read_by_subgraph:
             x, y = n.inputs[0], n.outputs[0]
             p = producer[x]
