@@ -76,10 +76,14 @@ class DynamicSteps:
                 values[v].ndim = len(static)
                 for d, size in enumerate(static):
                     shapes[v * ROW + d] = size
-        # how this run's inputs bind the symbols: (argument of run(), axis, symbol number)
-        self._binds = tuple(
-            (j, d, -2 - dims[i * ROW + d]) for i, j in enumerate(self._first)
-            for d in range(max(ndims[i], 0)) if dims[i * ROW + d] <= -2)
+        # how this run's inputs bind the symbols: (argument of run(), axis, symbol number), the
+        # first input axis that has each symbol
+        binds = {}
+        for i, j in enumerate(self._first):
+            for d in range(max(ndims[i], 0)):
+                if dims[i * ROW + d] <= -2:
+                    binds.setdefault(-2 - dims[i * ROW + d], (j, d))
+        self._binds = tuple((j, d, sym) for sym, (j, d) in binds.items())
         # what each value must be, for the outputs the host allocates (checked in _allocate)
         self._expect = [tuple(dims[v * ROW:v * ROW + ndims[v]]) if ndims[v] >= 0 else None
                         for v in range(nv)]
@@ -87,6 +91,9 @@ class DynamicSteps:
         self._shapes_template = bytes(shapes)
         self._values_type, self._shapes_type = type(values), type(shapes)
         self._symbols_type = C.c_int64 * max(len(self.symbol_names), 1)
+        # every symbol unbound (-1): a run copies it, then binds the inputs' (an array of
+        # 179 symbols built from Python ints took 24 us of a decoder step)
+        self._unbound = bytes(self._symbols_type(*[-1] * max(len(self.symbol_names), 1)))
 
         # the steps: inputs by value index (constants and omitted ones as tensors), outputs,
         # and the TEMP values each step is the last to read
@@ -189,11 +196,9 @@ class DynamicSteps:
             if self.dtypes[i] is None:  # a type the model leaves open: the array's
                 t.dtype = abi.dtype_of(arr.dtype)
             shapes[i * ROW:i * ROW + n] = arr.shape
-        bound = [-1] * len(self.symbol_names)
+        syms = self._symbols_type.from_buffer_copy(self._unbound)
         for j, d, sym in self._binds:
-            if bound[sym] < 0:
-                bound[sym] = arrays[j].shape[d]
-        syms = self._symbols_type(*bound)
+            syms[sym] = arrays[j].shape[d]
         token = next(self._tokens)
         made: dict = {"symbols": syms, "strings": []}
         self._runs[token] = made
