@@ -681,36 +681,48 @@ typedef struct {
 } pack_job;
 
 #if defined(HAVE_AVX512_KERNEL) && MR == 6
-/* The first columns of one A panel (h <= 6 rows from src, row stride ld) in 16-column blocks:
- * each 6 x 16 block is transposed by three two-row permutes per output vector (element e of
- * the block's 96 is row e % 6, column e / 6), rows past h zero. The scalar loop took a tenth
- * of a 16-row prompt's products on 2 threads, alone on the calling thread. Returns the columns
- * packed. */
-__attribute__((target("avx512f"))) static int64_t
-pack_a_panel_avx512(const float *src, int64_t ld, int64_t h, int64_t cols, float *pa)
-{
+/* How a 6 x 16 block of A becomes 96 packed floats: output vector o, lane l is element
+ * e = 16 o + l, row e % 6, column e / 6, taken by one of three two-row permutes (rows 0-1, 2-3,
+ * 4-5) and kept by its mask. Built once per packing, not per panel. */
+typedef struct {
     _Alignas(64) int32_t ix[MR][3][16];
     __mmask16 pair[MR][3];
+} a_perm;
+
+static void a_perm_init(a_perm *pm)
+{
     for (int o = 0; o < MR; o++) {
-        pair[o][0] = pair[o][1] = pair[o][2] = 0;
+        pm->pair[o][0] = pm->pair[o][1] = pm->pair[o][2] = 0;
         for (int l = 0; l < 16; l++) {
             int e = 16 * o + l, i = e % MR;
-            ix[o][0][l] = ix[o][1][l] = ix[o][2][l] = 0;
-            ix[o][i / 2][l] = (i % 2 ? 16 : 0) + e / MR;
-            pair[o][i / 2] |= (__mmask16)(1u << l);
+            pm->ix[o][0][l] = pm->ix[o][1][l] = pm->ix[o][2][l] = 0;
+            pm->ix[o][i / 2][l] = (i % 2 ? 16 : 0) + e / MR;
+            pm->pair[o][i / 2] |= (__mmask16)(1u << l);
         }
     }
+}
+
+/* The first columns of one A panel (h <= 6 rows from src, row stride ld) in 16-column blocks,
+ * rows past h zero. The scalar loop took a tenth of a 16-row prompt's products on 2 threads,
+ * alone on the calling thread. Returns the columns packed. */
+__attribute__((target("avx512f"))) static int64_t pack_a_panel_avx512(const a_perm *pm,
+                                                                      const float *src, int64_t ld,
+                                                                      int64_t h, int64_t cols,
+                                                                      float *pa)
+{
     int64_t k = 0;
     for (; k + 16 <= cols; k += 16) {
         __m512 r[MR];
         for (int i = 0; i < MR; i++)
             r[i] = i < h ? _mm512_loadu_ps(src + i * ld + k) : _mm512_setzero_ps();
         for (int o = 0; o < MR; o++) {
-            __m512 x = _mm512_permutex2var_ps(r[0], _mm512_load_si512(ix[o][0]), r[1]);
+            __m512 x = _mm512_permutex2var_ps(r[0], _mm512_load_si512(pm->ix[o][0]), r[1]);
             x = _mm512_mask_blend_ps(
-                pair[o][1], x, _mm512_permutex2var_ps(r[2], _mm512_load_si512(ix[o][1]), r[3]));
+                pm->pair[o][1], x,
+                _mm512_permutex2var_ps(r[2], _mm512_load_si512(pm->ix[o][1]), r[3]));
             x = _mm512_mask_blend_ps(
-                pair[o][2], x, _mm512_permutex2var_ps(r[4], _mm512_load_si512(ix[o][2]), r[5]));
+                pm->pair[o][2], x,
+                _mm512_permutex2var_ps(r[4], _mm512_load_si512(pm->ix[o][2]), r[5]));
             _mm512_storeu_ps(pa + k * MR + 16 * o, x);
         }
     }
@@ -722,13 +734,18 @@ static void pack_a_panels(void *arg, int64_t p0, int64_t p1, int tid)
 {
     (void)tid;
     const pack_job *j = arg;
+#if defined(HAVE_AVX512_KERNEL) && MR == 6
+    a_perm pm;
+    int vec = nnc_isa_level() == 2;
+    if (vec) a_perm_init(&pm);
+#endif
     for (int64_t ip = p0 * MR; ip < j->rows && ip < p1 * MR; ip += MR) {
         int64_t h = j->rows - ip < MR ? j->rows - ip : MR;
         float *pa = j->dst + ip * j->cols;
         int64_t kk = 0;
 #if defined(HAVE_AVX512_KERNEL) && MR == 6
-        if (nnc_isa_level() == 2) {
-            kk = pack_a_panel_avx512(j->src + ip * j->ld, j->ld, h, j->cols, pa);
+        if (vec) {
+            kk = pack_a_panel_avx512(&pm, j->src + ip * j->ld, j->ld, h, j->cols, pa);
             pa += kk * MR;
         }
 #endif

@@ -198,11 +198,10 @@ static int run_packed(nnc_node *n, int64_t M, int64_t K, int64_t N, const float 
     double flops = (double)M * (double)N * (double)K, bfloats = (double)N * (double)K;
     int T = nnc_num_threads();
     int alone = (flops < 2e5 && !(M <= 4 && bfloats >= MM_SPLIT_B)) || blocks == 1 || T <= 1;
-    if (alone) { /* on this thread, A packed below */
-    } else if (M <= 4) { /* one contiguous share of B per thread: each reads one stream */
+    if (!alone && M <= 4) { /* one contiguous share of B per thread: each reads one stream */
         tasks = blocks;
         chunk = (blocks + T - 1) / T;
-    } else if (M <= MM_SHARE_ROWS) {
+    } else if (!alone && M <= MM_SHARE_ROWS) {
         /* a prompt's or a sequence's rows: one equal share of the columns per thread, so no
          * thread waits for another's last block (43 panels were 24 against 19 in blocks of
          * 128), and each packs A once */
