@@ -29,6 +29,8 @@ VARIANTS = {
     "unchecked_dynamic": ("testbackend.c", ["-DTB_HOST_VISIBLE=1", "-DTB_BAD_OUTPUT_SHAPES=1",
                                             "-DTB_UNCHECKED_RUN_DYNAMIC=1",
                                             '-DTB_ID="testunchecked"']),
+    "ask_every_output": ("testbackend.c", ["-DTB_HOST_VISIBLE=1", "-DTB_ASK_EVERY_OUTPUT=1",
+                                           '-DTB_ID="testaskall"']),
     "abi10": ("testbackend.c", ["-DTB_ABI_MINOR=0", '-DTB_ID="testabi10"', "-DTB_HOST_VISIBLE=1",
                                 "-DTB_STRUCT_SIZE=offsetof(nnp_backend_v1,set_profile_hook)"]),
     "strings": ("testbackend.c", ["-DTB_HOST_VISIBLE=1", "-DTB_STRINGS=1", '-DTB_ID="teststrings"']),

@@ -41,7 +41,7 @@ class Stats:
     NAMES = ["alloc", "free", "live", "ws_alloc", "ws_free", "h2d", "d2h", "d2d", "kernel_run",
              "run_steps", "streams", "stream_sync", "set_stream", "sync_from_to", "kernels_live",
              "init", "shutdown", "threads", "set_device", "get_attr", "strings_live", "run_dynamic",
-             "host_flags", "kept_constants", "changed_at_destroy"]
+             "host_flags", "kept_constants", "changed_at_destroy", "output_alloc"]
 
     def __init__(self, path):
         self.lib = ctypes.CDLL(path)  # keeps the library mapped: counters survive unloads

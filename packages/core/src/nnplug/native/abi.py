@@ -13,7 +13,7 @@ from ..plugins import RESERVED_IDS  # noqa: F401  (one set, for every kind of ba
 
 ABI_MAJOR = 1
 ABI_MINOR = 8
-ABI_PATCH = 0
+ABI_PATCH = 1
 ABI_VERSION = (ABI_MAJOR, ABI_MINOR, ABI_PATCH)
 ENTRY_SYMBOL = "nnp_backend_entry"
 MAX_NDIM = 16

@@ -14,6 +14,8 @@
  * TB_RUN_DYNAMIC=0 leaves out run_dynamic (default: as TB_RUN_STEPS), and
  * TB_BAD_OUTPUT_SHAPES=1 one whose kernel_output_shapes reports twice the real dims.
  * TB_UNCHECKED_RUN_DYNAMIC=1 a run_dynamic that does not check shapes against the plan.
+ * TB_ASK_EVERY_OUTPUT=1 a run_dynamic built before ABI 1.8.1: it drops the memory the host
+ * preset for its outputs and asks the host's alloc for every one.
  * TB_NULL_NODE_CRASH=1: supports() dereferences a NULL node (the conformance-report tests).
  * TB_RELU_LETS_THROUGH=v: Relu passes the value v (a negative float) unchanged, a wrong answer
  * only an input of exactly v shows (the edge-value conformance tests).
@@ -69,6 +71,9 @@
 #endif
 #ifndef TB_UNCHECKED_RUN_DYNAMIC
 #define TB_UNCHECKED_RUN_DYNAMIC 0
+#endif
+#ifndef TB_ASK_EVERY_OUTPUT
+#define TB_ASK_EVERY_OUTPUT 0
 #endif
 #ifndef TB_BAD_OUTPUT_SHAPES
 #define TB_BAD_OUTPUT_SHAPES 0
@@ -156,6 +161,7 @@ enum {
     ST_HOST_FLAGS,      /* the host_flags init() was given (ABI 1.8) */
     ST_KEPT_CONSTANTS,  /* constants kernels read from the host's memory (TB_OWN_CONSTANTS) */
     ST_CHANGED_AT_DESTROY, /* of those, ones whose bytes differed when the kernel was destroyed */
+    ST_OUTPUT_ALLOC,    /* run_dynamic's calls of the host's alloc (an OUTPUT not preset) */
     ST_COUNT
 };
 static long long tb_counters[ST_COUNT];
@@ -851,9 +857,42 @@ static void tb_release_strings(nnp_string *items, uint64_t count)
 }
 #endif
 
+/* The host's alloc, counted: tb_run_dynamic passes it with the host's own in `user`. */
+typedef struct tb_counted_alloc {
+    nnp_output_alloc alloc;
+    void *user;
+} tb_counted_alloc;
+
+static nnp_status tb_count_alloc(void *user, int32_t value, nnp_tensor *tensor)
+{
+    const tb_counted_alloc *host = (const tb_counted_alloc *)user;
+    BUMP(ST_OUTPUT_ALLOC, 1);
+    return host->alloc ? host->alloc(host->user, value, tensor) : NNP_STATUS_OUT_OF_MEMORY;
+}
+
+static nnp_status tb_run_dynamic_counted(const nnp_dynamic_plan *plan, nnp_dynamic_run *run);
+
 static nnp_status tb_run_dynamic(const nnp_dynamic_plan *plan, nnp_dynamic_run *run)
 {
+    /* every call of the host's alloc counted, the rest of the run as the host gave it */
+    tb_counted_alloc host = {run->alloc, run->user};
+    nnp_dynamic_run counted = *run;
+    counted.alloc = tb_count_alloc;
+    counted.user = &host;
+    nnp_status rc = tb_run_dynamic_counted(plan, &counted);
+    run->failed_step = counted.failed_step;
+    run->failed_value = counted.failed_value;
+    run->failure = counted.failure;
+    return rc;
+}
+
+static nnp_status tb_run_dynamic_counted(const nnp_dynamic_plan *plan, nnp_dynamic_run *run)
+{
     BUMP(ST_RUN_DYNAMIC, 1);
+#if TB_ASK_EVERY_OUTPUT
+    for (int32_t v = 0; v < plan->num_values; ++v)
+        if (plan->value_kinds[v] == NNP_VALUE_OUTPUT) run->values[v].data = NULL;
+#endif
 #if TB_UNCHECKED_RUN_DYNAMIC
     /* a run_dynamic that breaks its contract: the plan's expected shapes left out, so what the
      * kernels report goes unchecked to the host's allocator */

@@ -95,7 +95,7 @@
 #define NNPLUG_BACKEND_H_
 
 #include <stdlib.h> /* malloc, free: nnp_run_steps_default, nnp_run_dynamic_default */
-#include <string.h> /* memset: nnp_run_dynamic_default */
+#include <string.h> /* memset, memcmp: nnp_run_dynamic_default */
 
 #include "nnplug/common.h"
 
@@ -110,7 +110,7 @@ extern "C" {
                                    1.5: priority, provider_names; 1.6: run_dynamic;
                                    1.7: run_dynamic also runs string partitions;
                                    1.8: init options' host_flags */
-#define NNP_BACKEND_ABI_PATCH 0
+#define NNP_BACKEND_ABI_PATCH 1 /* 1.8.1: the host may preset an OUTPUT's memory (nnp_dynamic_run) */
 // clang-format on
 
 /* The one symbol the host looks up. */
@@ -255,7 +255,7 @@ enum {
     NNP_VALUE_INPUT = 0,  /* a partition input: the host sets it before the call */
     NNP_VALUE_TEMP = 1,   /* made and read inside the partition: run_dynamic allocates it (host
                              memory) and frees it after its last reader */
-    NNP_VALUE_OUTPUT = 2  /* a partition output: allocated by the host's callback, kept */
+    NNP_VALUE_OUTPUT = 2  /* a partition output: host memory (preset or from alloc), kept */
 };
 
 /* One kernel call of a dynamic sequence. Built once by the host at load time and reused by
@@ -288,7 +288,8 @@ typedef struct nnp_dynamic_plan {
 } nnp_dynamic_plan;
 
 /* Allocates an OUTPUT value: sets tensor->data (host memory) for the shape and dtype given.
- * Returns NNP_OK, or non-zero when it could not (the host knows why). */
+ * Returns NNP_OK, or non-zero when it could not (the host knows why). Asked for an OUTPUT the
+ * host preset too (its memory is given again when the shape is the preset one). */
 typedef nnp_status (*nnp_output_alloc)(void *user, int32_t value, nnp_tensor *tensor);
 
 /* One run of a dynamic sequence: its values and what went wrong. */
@@ -296,7 +297,12 @@ typedef struct nnp_dynamic_run {
     nnp_tensor *values;   /* [num_values]: dtype and device of every value; data, ndim and shape
                              row of each INPUT; ndim and row of values whose shape is known at
                              load. run_dynamic fills the rest, and points values[v].shape at
-                             row v of `shapes` */
+                             row v of `shapes`. An OUTPUT's data is NULL, or (since 1.8.1) host
+                             memory the host preset for the ndim and row it gave: run_dynamic
+                             writes there, without asking alloc, when the step's shape is that
+                             one (the host presets an output whose shape the inputs decide:
+                             a decoder's logits and caches); otherwise it asks alloc. A
+                             backend that always asks alloc is correct too */
     int64_t *shapes;      /* [num_values * NNP_MAX_NDIM] */
     int64_t *symbols;     /* the size of each symbolic dim in this run, -1 while not known */
     nnp_output_alloc alloc;
@@ -667,6 +673,10 @@ static inline nnp_status nnp_dynamic_step_(nnp_kernel_run_fn run_fn,
         if (st->ask_shapes) {
             const int64_t *row = dims + (int64_t)o * NNP_MAX_NDIM;
             int32_t n = nd[o] < 0 ? 0 : nd[o] > NNP_MAX_NDIM ? NNP_MAX_NDIM : nd[o];
+            /* memory the host preset holds the shape it was preset for, and no other */
+            if (val->data &&
+                (val->ndim != nd[o] || memcmp(val->shape, row, (size_t)n * sizeof *row)))
+                val->data = NULL;
             val->ndim = nd[o];
             for (int32_t d = 0; d < n; ++d) val->shape[d] = row[d];
             if (!nnp_dynamic_shape_fits_(plan, run->symbols, v, nd[o], row)) {
@@ -680,7 +690,9 @@ static inline nnp_status nnp_dynamic_step_(nnp_kernel_run_fn run_fn,
             (val->dtype.code == NNP_DTYPE_STRING && plan->value_kinds[v] != NNP_VALUE_OUTPUT))
             return nnp_dynamic_fail_(run, NNP_DYNAMIC_MALFORMED, NNP_STATUS_INVALID_ARGUMENT);
         if (plan->value_kinds[v] == NNP_VALUE_OUTPUT) {
-            if (!run->alloc || run->alloc(run->user, v, val) != NNP_STATUS_OK || !val->data) {
+            /* the memory the host preset for this shape (ABI 1.8.1), else the host's alloc */
+            if (!val->data &&
+                (!run->alloc || run->alloc(run->user, v, val) != NNP_STATUS_OK || !val->data)) {
                 run->failed_value = v;
                 return nnp_dynamic_fail_(run, NNP_DYNAMIC_ALLOC_FAILED, NNP_STATUS_OUT_OF_MEMORY);
             }
@@ -747,7 +759,7 @@ static inline nnp_status nnp_run_dynamic_default(nnp_kernel_run_fn run_fn,
     run->failure = NNP_DYNAMIC_OK;
     for (int32_t v = 0; v < plan->num_values; ++v) {
         run->values[v].shape = run->shapes + (int64_t)v * NNP_MAX_NDIM;
-        if (plan->value_kinds[v] != NNP_VALUE_INPUT) run->values[v].data = NULL;
+        if (plan->value_kinds[v] == NNP_VALUE_TEMP) run->values[v].data = NULL;
     }
     nnp_status rc = NNP_STATUS_OK;
     for (int32_t s = 0; s < plan->num_steps && rc == NNP_STATUS_OK; ++s) {
