@@ -64,6 +64,11 @@ CASES = [
     ("resize_linear_axes_sizes", "Resize", [f32(1, 3, 6, 8), NONE, NONE, i64(12, 5)], dict(mode="linear", axes=[2, 3]), 19, (3,), 1, 1e-5),
     ("resize_linear_keep_aspect_not_larger", "Resize", [f32(1, 1, 6, 8), NONE, NONE, i64(9, 9)], dict(mode="linear", axes=[2, 3], keep_aspect_ratio_policy="not_larger"), 19, (3,), 1, 1e-5),
     ("resize_linear_keep_aspect_not_smaller", "Resize", [f32(1, 1, 6, 8), NONE, NONE, i64(9, 9)], dict(mode="linear", axes=[2, 3], keep_aspect_ratio_policy="not_smaller"), 19, (3,), 1, 1e-5),
+    # an image upsampled (the width's pass first, then whole rows: the vector loops and their
+    # tails), a 1x1 map broadcast, and a wide cubic upsampling (four taps per row)
+    ("resize_linear_segmentation_head_16x", "Resize", [f32(1, 5, 20, 21), NONE, NONE, i64(1, 5, 320, 333)], dict(mode="linear"), 19, (3,), 1, 1e-5),
+    ("resize_linear_1x1_map_broadcast", "Resize", [f32(1, 40, 1, 1), NONE, NONE, i64(1, 40, 20, 19)], dict(mode="linear"), 19, (3,), 1, 1e-5),
+    ("resize_cubic_wide_upsampling", "Resize", [f32(1, 2, 9, 37), NONE, fl(1, 1, 3.5, 2)], dict(mode="cubic"), 19, (2,), 1, 1e-5),
     ("resize_cubic_half_pixel_up", "Resize", [f32(1, 2, 6, 7), NONE, fl(1, 1, 2, 1.5)], dict(mode="cubic"), 19, (2,), 1, 1e-5),
     ("resize_cubic_exclude_outside_a05", "Resize", [f32(1, 2, 8, 8), NONE, fl(1, 1, 0.6, 1.7)], dict(mode="cubic", cubic_coeff_a=-0.5, exclude_outside=1), 19, (2,), 1, 1e-5),
     ("resize_cubic_align_corners_sizes", "Resize", [f32(2, 1, 5, 5), NONE, NONE, i64(2, 1, 9, 3)], dict(mode="cubic", coordinate_transformation_mode="align_corners"), 19, (3,), 1, 1e-5),

@@ -427,6 +427,10 @@ typedef struct {
     const char *ext;
     float extrap;
     char extrap_bytes[8];
+    /* two taps along the last axis, no extrapolation (linear): the taps' input indices and
+     * weights as four arrays, so the loop gathers in vectors */
+    const int32_t *i0, *i1;
+    const float *w0, *w1;
 } rs_pass;
 
 /* n elements of sz bytes, each the extrapolation value's bytes */
@@ -447,6 +451,25 @@ static void gather_elems(const char *src, char *dst, const int64_t *idx, const c
         case 2: ((uint16_t *)dst)[o] = *(const uint16_t *)v; break;
         default: dst[o] = *v; break;
         }
+    }
+}
+
+/* dst[i] = the taps' weighted sum of their rows at i, for n elements, in tap order (two taps,
+ * linear's, in one pass over dst) */
+MULTIVERSION static void blend_rows(float *dst, const float *src, const int64_t *ix,
+                                    const float *wt, int nt, int64_t inner)
+{
+    const float *s0 = src + ix[0] * inner, w0 = wt[0];
+    if (nt == 2) {
+        const float *s1 = src + ix[1] * inner, w1 = wt[1];
+        for (int64_t i = 0; i < inner; i++) dst[i] = w0 * s0[i] + w1 * s1[i];
+        return;
+    }
+    for (int64_t i = 0; i < inner; i++) dst[i] = w0 * s0[i];
+    for (int k = 1; k < nt; k++) {
+        const float *sk = src + ix[k] * inner;
+        float wk = wt[k];
+        for (int64_t i = 0; i < inner; i++) dst[i] += wk * sk[i];
     }
 }
 
@@ -474,15 +497,17 @@ static void rs_rows(void *arg, int64_t b, int64_t e, int tid)
         if (p->ext[o]) {
             for (int64_t i = 0; i < inner; i++) dst[i] = p->extrap;
         } else { /* inner > 1: rs_run gives rows of one element to rs_rows_last */
-            const float *s0 = src + ix[0] * inner;
-            for (int64_t i = 0; i < inner; i++) dst[i] = wt[0] * s0[i];
-            for (int k = 1; k < p->nt; k++) {
-                const float *sk = src + ix[k] * inner;
-                float wk = wt[k];
-                for (int64_t i = 0; i < inner; i++) dst[i] += wk * sk[i];
-            }
+            blend_rows(dst, src, ix, wt, p->nt, inner);
         }
     }
+}
+
+/* One row of rs_rows_last's two-tap case: the same sums, in the same order. */
+MULTIVERSION static void gather_blend(float *dst, const float *src, const int32_t *i0,
+                                      const int32_t *i1, const float *w0, const float *w1,
+                                      int64_t n)
+{
+    for (int64_t o = 0; o < n; o++) dst[o] = (0.f + w0[o] * src[i0[o]]) + w1[o] * src[i1[o]];
 }
 
 /* Inner-axis linear or cubic: whole rows of the last axis, so the output index needs no
@@ -495,6 +520,10 @@ static void rs_rows_last(void *arg, int64_t b, int64_t e, int tid)
     for (int64_t r = b; r < e; r++) {
         const float *src = (const float *)p->x + r * p->in_len;
         float *dst = (float *)p->y + r * p->out_len;
+        if (p->i0) {
+            gather_blend(dst, src, p->i0, p->i1, p->w0, p->w1, p->out_len);
+            continue;
+        }
         for (int64_t o = 0; o < p->out_len; o++) {
             if (p->ext[o]) {
                 dst[o] = p->extrap;
@@ -671,12 +700,22 @@ static int rs_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
         rc = nnc_node_fail(e, n, "out of memory");
         goto done;
     }
-    /* Which axes need a pass; the last of them writes the output. */
-    int need[NNC_MAXDIM], last = -1;
+    /* Which axes need a pass, in the order they run; the last of them writes the output. */
+    int need[NNC_MAXDIM], order[NNC_MAXDIM], npass = 0, last = -1, grows = 0;
     for (int d = 0; d < g.rank; d++) {
         need[d] = !rs_table(s, &g, d, nts[d], idx, w, ext);
-        if (need[d]) last = d;
+        if (need[d]) order[npass++] = d;
+        if (need[d] && d < g.rank - 1 && g.out[d] > g.in[d]) grows = 1;
     }
+    /* Upsampling an image: the last axis first, on the small input, so the pass that writes
+     * the most elements is one over whole rows (vector loops) rather than the last axis's
+     * gather of taps per element (a segmentation head's 21 x 20 x 20 -> 21 x 320 x 320,
+     * linear, 2 threads: 4.3 -> 0.8 ms with blend_rows and gather_blend) */
+    if (npass > 1 && order[npass - 1] == g.rank - 1 && grows) {
+        memmove(order + 1, order, (size_t)(npass - 1) * sizeof order[0]);
+        order[0] = g.rank - 1;
+    }
+    if (npass) last = order[npass - 1];
     if (last < 0) {
         if (total_in) memcpy(out->data, x->data, (size_t)total_in * sz);
         goto done;
@@ -720,8 +759,8 @@ static int rs_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
     memcpy(cur, g.in, sizeof cur);
     const char *src = x->data;
     int which = 0;
-    for (int d = 0; d < g.rank; d++) {
-        if (!need[d]) continue;
+    for (int q = 0; q < npass; q++) {
+        int d = order[q];
         rs_table(s, &g, d, nts[d], idx, w, ext);
         int64_t outer = 1, inner = 1;
         for (int k = 0; k < d; k++) outer *= cur[k];
@@ -742,8 +781,27 @@ static int rs_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
         }
         rs_pass p = {
             src, dst, sz,  g.in[d],          g.out[d], inner, nts[d], s->mode == RM_NEAREST,
-            idx, w,   ext, s->extrapolation, {0}};
+            idx, w,   ext, s->extrapolation, {0},      NULL,  NULL,   NULL,
+            NULL};
         extrap_bytes(x->dtype, s->extrapolation, p.extrap_bytes);
+        int32_t *planes = NULL; /* i0, i1, w0, w1 of the two-tap last axis */
+        int planar = inner == 1 && !p.nearest && nts[d] == 2 && g.in[d] <= INT32_MAX;
+        for (int64_t o = 0; planar && o < g.out[d]; o++) planar = !ext[o];
+        if (planar && (planes = malloc((size_t)g.out[d] * 4 * sizeof(int32_t))) != NULL) {
+            int64_t O = g.out[d];
+            int32_t *i0 = planes, *i1 = planes + O;
+            float *w0 = (float *)(planes + 2 * O), *w1 = (float *)(planes + 3 * O);
+            for (int64_t o = 0; o < O; o++) {
+                i0[o] = (int32_t)idx[2 * o];
+                i1[o] = (int32_t)idx[2 * o + 1];
+                w0[o] = w[2 * o];
+                w1[o] = w[2 * o + 1];
+            }
+            p.i0 = i0;
+            p.i1 = i1;
+            p.w0 = w0;
+            p.w1 = w1;
+        }
         if (outer * g.out[d] * inner > 0) {
             if (p.nearest && inner == 1)
                 nnc_parallel_for(outer, 1 + 4096 / (g.out[d] ? g.out[d] : 1), rs_gather_last, &p);
@@ -752,6 +810,7 @@ static int rs_run(nnc_node *n, nnc_tensor *const *in, nnc_tensor *out, nnc_exec 
                                  rs_rows_last, &p);
             else nnc_parallel_for(outer * g.out[d], 1 + 4096 / (inner * nts[d]), rs_rows, &p);
         }
+        free(planes);
         src = dst;
         which ^= 1;
     }
