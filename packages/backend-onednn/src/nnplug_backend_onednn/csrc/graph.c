@@ -1437,6 +1437,105 @@ static void attention(ox_graph *g)
     }
 }
 
+/* Whether value c is a constant whose every one of its n floats is `want`. */
+static int const_all(const ox_graph *g, int c, int64_t n, float want)
+{
+    const ox_value *v = &g->vals[c];
+    if (!v->cdata || !known(v) || vnumel(v) != n) return 0;
+    for (int64_t i = 0; i < n; i++)
+        if (v->cdata[i] != want) return 0;
+    return 1;
+}
+
+/* Whether value c is a constant of one float per channel of a [N, C, ...] value of rank r,
+ * shaped to broadcast along the channels ([C, 1, ...] or [1, C, 1, ...]). */
+static int per_channel(const ox_graph *g, int c, int64_t channels, int r)
+{
+    const ox_value *v = &g->vals[c];
+    if (!v->cdata || !known(v) || vnumel(v) != channels || v->ndim > r || v->ndim < r - 1) return 0;
+    int at = v->ndim - (r - 1); /* the channel axis of v */
+    for (int i = 0; i < v->ndim; i++)
+        if (v->dims[i] != (i == at ? channels : 1)) return 0;
+    return 1;
+}
+
+/* PyTorch's export of GroupNorm on x [N, C, spatial...]: Reshape to [N, G, L], an
+ * InstanceNormalization with scale 1 and bias 0, a Reshape back to x's dims, then (affine) Mul
+ * by gamma and Add of beta, one per channel; each result read by the next alone. As one OP_GN
+ * (in: x, gamma or -1, beta or -1; size: G), which plan_norm.c runs on x's own layout: the
+ * normalisation otherwise needs x in the plain layout, a reorder there and one back around
+ * a loop and two binary primitives (a 32 x 256 x 256 GroupNorm took 4 ms of them at 2
+ * threads). The InstanceNormalization op becomes the OP_GN; the others die. */
+static void group_norm(ox_graph *g)
+{
+    for (int i = 0; i < g->nop; i++) {
+        ox_op *in = &g->ops[i];
+        if (in->dead || in->kind != OP_IN || in->nin != 3) continue;
+        /* the Reshape before it, from x of known dims, rank 3 to 5 */
+        int rs1 = -1;
+        for (int k = 0; k < g->nop; k++)
+            if (!g->ops[k].dead && g->ops[k].kind == OP_RESHAPE && g->ops[k].out == in->in[0])
+                rs1 = k;
+        if (rs1 < 0 || sole_consumer(g, in->in[0]) != i) continue;
+        int x = g->ops[rs1].in[0];
+        const ox_value *xv = &g->vals[x], *mid = &g->vals[in->in[0]];
+        int r = xv->ndim;
+        if (!known(xv) || r < 3 || r > 5 || !known(mid) || mid->ndim != 3 ||
+            mid->dims[0] != xv->dims[0])
+            continue;
+        int64_t groups = mid->dims[1], channels = xv->dims[1];
+        if (groups < 1 || channels % groups || xv->dims[0] * (channels + 15) > OX_GN_MAX_CHANNELS ||
+            !const_all(g, in->in[1], groups, 1.f) || !const_all(g, in->in[2], groups, 0.f))
+            continue;
+        /* the Reshape back */
+        int rs2 = sole_consumer(g, in->out);
+        if (rs2 < 0 || g->ops[rs2].kind != OP_RESHAPE || g->ops[rs2].in[0] != in->out ||
+            !same_dims(&g->vals[g->ops[rs2].out], xv))
+            continue;
+        int dead[5] = {rs1, i, rs2, -1, -1}, v = g->ops[rs2].out, gamma = -1, beta = -1, j;
+        j = sole_consumer(g, v);
+        if ((gamma = binary_with(g, j, v, dnnl_binary_mul, 0)) >= 0 &&
+            per_channel(g, gamma, channels, r) && same_dims(&g->vals[g->ops[j].out], xv)) {
+            dead[3] = j;
+            v = g->ops[j].out;
+            j = sole_consumer(g, v);
+        } else gamma = -1;
+        /* a shift without a scale stays an Add of its own (the step takes them in order) */
+        if (gamma >= 0 && (beta = binary_with(g, j, v, dnnl_binary_add, 0)) >= 0 &&
+            per_channel(g, beta, channels, r) && same_dims(&g->vals[g->ops[j].out], xv)) {
+            dead[4] = j;
+            v = g->ops[j].out;
+        } else beta = -1;
+        int pos = g->ops[dead[4] >= 0 ? dead[4] : dead[3] >= 0 ? dead[3] : rs2].pos;
+        for (int k = 0; k < 5; k++) {
+            if (dead[k] < 0) continue;
+            ox_op *o = &g->ops[dead[k]];
+            for (int q = 0; q < o->nin; q++)
+                if (o->in[q] >= 0) g->vals[o->in[q]].consumers--;
+            o->dead = 1;
+        }
+        /* the InstanceNormalization's op, whole again as the GroupNorm */
+        in->dead = 0;
+        in->kind = OP_GN;
+        in->nin = 3;
+        in->in[0] = x;
+        in->in[1] = gamma;
+        in->in[2] = beta;
+        for (int q = 0; q < 3; q++)
+            if (in->in[q] >= 0) g->vals[in->in[q]].consumers++;
+        in->size = groups;
+        in->out = v;
+        in->pos = pos;
+        /* a Relu after it: applied as the values are written (plan_norm.c gn_relu) */
+        j = sole_consumer(g, v);
+        if (j >= 0 && g->ops[j].kind == OP_ELTWISE && g->ops[j].in[0] == v &&
+            ox_is_relu(g->ops[j].alg, g->ops[j].alpha)) {
+            in->post[in->npost++] = (ox_post){POST_ELTWISE, dnnl_eltwise_relu, 0.f, 0.f, -1};
+            absorb(g, in, &g->ops[j]);
+        }
+    }
+}
+
 /* QDQ models (onnxruntime's quantize_static) round each activation to its integer grid and
  * back, QuantizeLinear -> DequantizeLinear: as one float32 -> float32 op, OP_QDQ,
  * y = (saturate(round(x / s0) + z0) - z1) * s1, so the 8-bit value never exists in the kernel
@@ -1771,6 +1870,7 @@ static ox_graph *parse(const nnp_node_desc *nodes, int n, int strict, int keep,
     g->out = g->ops[n - 1].out;
     if (nan_replace(&p, nodes) || fake_quant(&p, nodes) || const_dequant_read(&p, nodes)) goto bad;
     attention(g);
+    group_norm(g);
     fuse(g, strict);
     requantize(g);
     if (keep && keep_constants(g, e)) goto bad;

@@ -68,10 +68,15 @@ enum {
     OP_QDQ,
     OP_DECONV,  /* ConvTranspose (graph.c parse_deconv, plan_conv.c build_deconv) */
     OP_REDMEAN, /* ReduceMean over the last axis (an RMS normalization's; plan_loops.c) */
-    OP_ATTENTION /* MatMul, [Add mask], Softmax, [NaN replacement], MatMul as one op (graph.c
-                    attention, plan_attention.c) */
+    OP_ATTENTION, /* MatMul, [Add mask], Softmax, [NaN replacement], MatMul as one op (graph.c
+                     attention, plan_attention.c) */
+    OP_GN /* GroupNorm as exported: Reshape, InstanceNormalization, Reshape, [Mul], [Add] as one
+             op on the input's own layout (graph.c group_norm, plan_norm.c build_gn) */
 };
 enum { ATT_SCORES, ATT_MASK, ATT_SOFTMAX, ATT_NANREP, ATT_VALUES, ATT_NSUB };
+/* Images x channels (padded to a block of 16) an OP_GN takes: its statistics are on the stack
+ * of the thread that runs the kernel (64 KB) */
+#define OX_GN_MAX_CHANNELS 2048
 enum { BORROW_NONE, BORROW_CALL, BORROW_KERNEL };
 
 /* Whether no float of x[0..n) is an infinity or a NaN (its exponent bits all ones): a loop that

@@ -214,6 +214,7 @@ int build_ln(pb *b, const ox_op *op);
 /* InstanceNormalization: oneDNN's batch normalization of one image in a blocked layout, else
  * (plain values, or a batch other than one) a loop of the backend's own. */
 int build_in(pb *b, const ox_op *op);
+int build_gn(pb *b, const ox_op *op);
 
 /* ---- layout-keeping ops (plan_simple.c) ------------------------------------------------------ */
 
