@@ -126,6 +126,22 @@ with make_runtime().load(model, backends=["onednn", "cpu"]) as net:
 """
 
 
+def profiled_steps(setup: str) -> list[str]:
+    """The step lines the backend's profile (``NNPLUG_ONEDNN_PROFILE=1``) prints for one run of
+    the ``model`` on ``feeds`` that the code ``setup`` makes, in a process of its own (this
+    folder on its path), the model wholly on onednn."""
+    child = ("import sys\nsys.path.insert(0, sys.argv[1])\n"
+             "from conftest import BACKENDS, make_runtime\n" + setup +
+             "\nwith make_runtime().load(model, backends=BACKENDS) as net:\n"
+             "    assert set(net.assignment.values()) == {'onednn'}, net.assignment\n"
+             "    net.run(feeds)\n")
+    env = dict(os.environ, NNPLUG_ONEDNN_PROFILE="1")
+    out = subprocess.run([sys.executable, "-c", child, os.path.dirname(__file__)], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return [line for line in out.stderr.splitlines() if line.startswith("nnplug-onednn: step")]
+
+
 def onednn_log(setup: str, *args: str, env: dict | None = None) -> list[str]:
     """The lines oneDNN logs (``ONEDNN_VERBOSE=1``, one thread) for the primitives of one run of
     the ``model`` that the code ``setup`` makes, on ``feeds`` it makes too: run in a process of

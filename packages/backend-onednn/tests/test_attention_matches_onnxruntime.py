@@ -7,13 +7,16 @@ run one by one), a batch changing between runs, NaN and infinities, and bf16 pro
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
-from conftest import BACKENDS, assert_matches, graph_model, onnxruntime_run, run_both
+from conftest import (
+    BACKENDS,
+    assert_matches,
+    graph_model,
+    onnxruntime_run,
+    profiled_steps,
+    run_both,
+)
 from onnx import TensorProto, helper
 
 NEG = float(np.finfo(np.float32).min)
@@ -97,21 +100,9 @@ def test_masked_attention_matches_onnxruntime(rt, mask, mask_value, threads):
 def test_the_attention_runs_as_one_step_of_its_own():
     """The profile of a run names one 'attention' step for the two MatMuls and the Softmax,
     and no matmul or softmax primitive for them."""
-    child = r"""
-import sys
-sys.path.insert(0, sys.argv[1])
-from conftest import BACKENDS, make_runtime
-from test_attention_matches_onnxruntime import attention_model
-model, feeds = attention_model(1, 150, 6, 64, mask="padding", nanrep=True)
-with make_runtime().load(model, backends=BACKENDS) as net:
-    assert set(net.assignment.values()) == {"onednn"}, net.assignment
-    net.run(feeds)
-"""
-    env = dict(os.environ, NNPLUG_ONEDNN_PROFILE="1")
-    out = subprocess.run([sys.executable, "-c", child, os.path.dirname(__file__)], env=env,
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    steps = [line for line in out.stderr.splitlines() if line.startswith("nnplug-onednn: step")]
+    steps = profiled_steps(
+        "from test_attention_matches_onnxruntime import attention_model\n"
+        "model, feeds = attention_model(1, 150, 6, 64, mask='padding', nanrep=True)")
     mine = [s for s in steps if "scores" in s or "weighted" in s or "Softmax" in s]
     assert len(mine) == 1 and "| attention " in mine[0], "\n".join(steps)
 

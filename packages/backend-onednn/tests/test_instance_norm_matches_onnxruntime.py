@@ -9,14 +9,10 @@ CPU backend costs a reorder each way."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import onnx
 import pytest
-from conftest import assert_matches, graph_model, onednn_log, run_both
+from conftest import assert_matches, graph_model, onednn_log, profiled_steps, run_both
 from onnx import TensorProto, helper, numpy_helper
 
 R = np.random.default_rng(29)
@@ -139,22 +135,9 @@ def test_a_nonfinite_value_spoils_only_its_own_group(rt, bad):
 def test_a_group_norm_after_a_convolution_is_one_step_with_no_reorder():
     """The profile of a run names one 'group normalization' step right after the convolution
     (no reorder between them, no binary or eltwise primitive for its Mul, Add and Relu)."""
-    child = r"""
-import sys
-sys.path.insert(0, sys.argv[1])
-from conftest import BACKENDS, make_runtime
-from test_instance_norm_matches_onnxruntime import group_norm_model
-model, feeds = group_norm_model(1, 32, 40, 40, groups=8, conv_after=True)
-with make_runtime().load(model, backends=BACKENDS) as net:
-    assert set(net.assignment.values()) == {"onednn"}, net.assignment
-    net.run(feeds)
-"""
-    env = dict(os.environ, NNPLUG_ONEDNN_PROFILE="1")
-    out = subprocess.run([sys.executable, "-c", child, os.path.dirname(__file__)], env=env,
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    steps = [ln.split("|")[2].strip() for ln in out.stderr.splitlines()
-             if ln.startswith("nnplug-onednn: step")]
+    steps = [ln.split("|")[2].strip() for ln in profiled_steps(
+        "from test_instance_norm_matches_onnxruntime import group_norm_model\n"
+        "model, feeds = group_norm_model(1, 32, 40, 40, groups=8, conv_after=True)")]
     at = steps.index("group normalization")
     assert steps[at - 1] == "convolution" and steps.count("group normalization") == 1, steps
     assert "binary" not in steps and "eltwise" not in steps, steps

@@ -156,6 +156,7 @@ typedef struct {
     float *y;
     double *sum, *sq;       /* [n * cpad]: each channel's sums of (x - pivot) and its square */
     float *pivot, *mean, *a, *t; /* [n * cpad] */
+    int apply;                   /* gn_pass: 0 the sums, 1 the values */
 } gn_job;
 
 #define GN_LANES 16 /* lanes a task takes of a channel block */
@@ -266,26 +267,6 @@ static int gn_wide(void)
 }
 #endif
 
-static void gn_stats(void *arg)
-{
-    const gn_job *j = arg;
-    const gn_cfg *c = j->c;
-    int64_t t0, t1;
-    dl_share(gn_tasks(c), &t0, &t1);
-    for (int64_t t = t0; t < t1; t++) {
-        int64_t base, ch0, w;
-        gn_task(c, t, &base, &ch0, &w);
-        for (int64_t q = 0; q < w; q++) /* a value of each channel: sums of small deviations */
-            j->pivot[ch0 + q] = c->l ? j->x[base + q] : 0.f;
-        if (c->bw == 1) gn_sums_row(j->x + base, c->l, j->pivot[ch0], j->sum + ch0, j->sq + ch0);
-#ifdef HAVE_GN_AVX512
-        else if (w == GN_LANES && gn_wide())
-            gn_sums16(j->x + base, c->l, c->bw, j->pivot + ch0, j->sum + ch0, j->sq + ch0);
-#endif
-        else gn_sums_lanes(j->x + base, c->l, c->bw, w, j->pivot + ch0, j->sum + ch0, j->sq + ch0);
-    }
-}
-
 static inline float gn_relu(float v)
 {
     return v < 0.f ? 0.f : v; /* not v > 0 ? v : 0, which would make a NaN 0 */
@@ -307,7 +288,9 @@ WIDE_LOOP static void gn_relu_row(float *y, int64_t n)
     for (int64_t i = 0; i < n; i++) y[i] = gn_relu(y[i]);
 }
 
-static void gn_apply(void *arg)
+/* One of gn_fn's two passes over the tasks: each channel's sums (j->apply 0), then the values
+ * written (1). */
+static void gn_pass(void *arg)
 {
     const gn_job *j = arg;
     const gn_cfg *c = j->c;
@@ -316,18 +299,27 @@ static void gn_apply(void *arg)
     for (int64_t t = t0; t < t1; t++) {
         int64_t base, ch0, w;
         gn_task(c, t, &base, &ch0, &w);
-        if (c->bw == 1) {
-            in_affine(j->x + base, j->mean[ch0], j->a[ch0], j->t[ch0], j->y + base, c->l);
+        const float *x = j->x + base;
+        if (!j->apply) {
+            for (int64_t q = 0; q < w; q++) /* a value of each channel: sums of small deviations */
+                j->pivot[ch0 + q] = c->l ? x[q] : 0.f;
+            if (c->bw == 1) gn_sums_row(x, c->l, j->pivot[ch0], j->sum + ch0, j->sq + ch0);
+#ifdef HAVE_GN_AVX512
+            else if (w == GN_LANES && gn_wide())
+                gn_sums16(x, c->l, c->bw, j->pivot + ch0, j->sum + ch0, j->sq + ch0);
+#endif
+            else gn_sums_lanes(x, c->l, c->bw, w, j->pivot + ch0, j->sum + ch0, j->sq + ch0);
+        } else if (c->bw == 1) {
+            in_affine(x, j->mean[ch0], j->a[ch0], j->t[ch0], j->y + base, c->l);
             if (c->relu) gn_relu_row(j->y + base, c->l);
         }
 #ifdef HAVE_GN_AVX512
         else if (w == GN_LANES && gn_wide())
-            gn_apply16(j->x + base, j->y + base, c->l, c->bw, j->mean + ch0, j->a + ch0, j->t + ch0,
-                       c->relu);
+            gn_apply16(x, j->y + base, c->l, c->bw, j->mean + ch0, j->a + ch0, j->t + ch0, c->relu);
 #endif
         else
-            gn_apply_lanes(j->x + base, j->y + base, c->l, c->bw, w, j->mean + ch0, j->a + ch0,
-                           j->t + ch0, c->relu);
+            gn_apply_lanes(x, j->y + base, c->l, c->bw, w, j->mean + ch0, j->a + ch0, j->t + ch0,
+                           c->relu);
     }
 }
 
@@ -348,7 +340,7 @@ static int gn_fn(const void *cfg, void *const *ptrs, int nptrs)
     j.a = f + 2 * nc;
     j.t = f + 3 * nc;
     int threads = dl_threads_for(c->n * c->cpad * c->l, c->threads);
-    dl_parallel(gn_stats, &j, threads);
+    dl_parallel(gn_pass, &j, threads);
     /* each group's mean and variance from its channels' sums about their pivots */
     int64_t per = c->c / c->groups;
     for (int64_t i = 0; i < c->n; i++)
@@ -377,7 +369,8 @@ static int gn_fn(const void *cfg, void *const *ptrs, int nptrs)
             j.a[i * c->cpad + ch] = 0.f;
             j.t[i * c->cpad + ch] = 0.f;
         }
-    dl_parallel(gn_apply, &j, threads);
+    j.apply = 1;
+    dl_parallel(gn_pass, &j, threads);
     return -1;
 }
 
