@@ -379,12 +379,13 @@ static int64_t gn_block_width(pb *b, int x)
 {
     int r = VAL(x)->ndim;
     const int64_t *xd = DIMS(x);
-    static const dnnl_format_tag_t b16[] = {dnnl_aBc16b, dnnl_aBcd16b, dnnl_aBcde16b},
-                                   last[] = {dnnl_acb, dnnl_acdb, dnnl_acdeb};
+    /* per rank 3 to 5: blocked by 16 channels, channels last */
+    static const dnnl_format_tag_t tags[2][3] = {{dnnl_aBc16b, dnnl_aBcd16b, dnnl_aBcde16b},
+                                                 {dnnl_acb, dnnl_acdb, dnnl_acdeb}};
     if (r < 3 || r > 5 || !b->nviews[x]) return 0;
     if (is_plain(b, x, home(b, x))) return 1;
     for (int k = 0; k < 2; k++) {
-        dnnl_memory_desc_t md = tag_md(r, xd, (k ? last : b16)[r - 3]);
+        dnnl_memory_desc_t md = tag_md(r, xd, tags[k][r - 3]);
         int eq = md && D(dnnl_memory_desc_equal)(md, home(b, x));
         md_free(md);
         if (eq) return k ? xd[1] : 16;
