@@ -65,13 +65,14 @@ def onnxruntime_run(model, feeds):
     return sess.run(None, feeds)
 
 
-def run_both(rt, model, feeds, threads):
-    """The model on onednn+cpu at ``threads`` oneDNN threads: (assignment, outputs, onnxruntime's)."""
+def run_both(rt, model, feeds, threads, targets=None):
+    """The model on onednn+cpu at ``threads`` oneDNN threads (the backends' ``targets`` when
+    given): (assignment, outputs, onnxruntime's)."""
     lib = rt.backends["onednn"].backend
     want = onnxruntime_run(model, feeds)
     try:
         lib.set_num_threads(threads)
-        with rt.load(model, backends=BACKENDS) as net:
+        with rt.load(model, backends=BACKENDS, targets=targets) as net:
             assignment = dict(net.assignment)
             got = net.run(feeds)
             outs = [got[o.name] for o in net.outputs]

@@ -13,6 +13,7 @@ from conftest import (
     BACKENDS,
     assert_matches,
     graph_model,
+    onednn_log,
     onnxruntime_run,
     profiled_steps,
     run_both,
@@ -203,16 +204,59 @@ def test_nan_and_infinities_go_through_as_onnxruntime_sends_them(rt, threads):
     np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6, equal_nan=True)
 
 
-@pytest.mark.parametrize("t", [96, 600])
-def test_bf16_products_stay_within_bf16_of_onnxruntime(rt, t):
-    """With the bf16 hint on a CPU with AMX, 96 positions run op by op as oneDNN's bf16
-    matmuls and 600 (a megabyte of scores a head) as the fused step in float32; without AMX
-    both run fused. Each is within bf16's rounding (8 bits of mantissa: 2**-8 of the inputs'
-    scale, summed over the depth) of onnxruntime's float32."""
-    model, feeds = attention_model(1, t, 4, 32, mask="causal", nanrep=True)
-    want = onnxruntime_run(model, feeds)[0]
-    targets = {"onednn": {"kind": "onednn", "precision": "bf16"}}
-    with rt.load(model, backends=BACKENDS, targets=targets) as net:
-        assert set(net.assignment.values()) == {"onednn"}, net.assignment
-        got = net.run(feeds)["y"]
-    assert_matches(got, want, rtol=3e-2)
+BF16 = {"onednn": {"kind": "onednn", "precision": "bf16"}}
+with open("/proc/cpuinfo") as f:
+    AMX = "amx_bf16" in f.read().split()
+
+
+def bf16_cases() -> dict:
+    """Attention under the bf16 hint: short (op by op on AMX), and long enough to run fused
+    with bf16 products on AMX: keys in chunks with a shorter last one, a last block of fewer
+    query rows, masks, NaN replacement, Q and V read by columns."""
+    cases = {
+        "op by op": attention_model(1, 96, 4, 32, mask="causal", nanrep=True),
+        "causal, chunks of keys": attention_model(1, 600, 4, 32, mask="causal", nanrep=True),
+        "padding, batch 2": attention_model(2, 700, 2, 64, mask="padding"),
+    }
+    model, feeds = attention_model(2, 700, 2, 64, mask="padding", nanrep=True)
+    feeds["mask"][1] = -np.inf  # every key of the second entry masked: NaN rows, replaced by 0
+    cases["a batch entry masked whole"] = (model, feeds)
+    shapes = {"q": (1, 2, 32, 520), "k": (1, 2, 32, 530), "v": (1, 2, 16, 530)}
+    cases["Q and V by columns"] = (direct_model(shapes, {"q": [0, 1, 3, 2], "v": [0, 1, 3, 2]}),
+                                   feeds_for(shapes))
+    return cases
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case", list(bf16_cases()))
+def test_bf16_products_stay_within_bf16_of_onnxruntime(rt, case, threads):
+    """Each within bf16's rounding of onnxruntime's float32: 8 bits of mantissa (2**-8 of the
+    inputs' scale) in Q, K, the probabilities and V, summed over the depth and the keys in
+    float32; 3e-2 of the output's range is the bound the other bf16 products are held to."""
+    model, feeds = bf16_cases()[case]
+    placed, got, want = run_both(rt, model, feeds, threads, targets=BF16)
+    assert set(placed.values()) == {"onednn"}, placed
+    assert not np.isnan(want[0]).any()
+    assert_matches(got[0], want[0], rtol=3e-2, what=case)
+
+
+def test_long_bf16_attention_runs_its_products_on_amx():
+    """600 positions of depth 32 under the hint: on AMX each block's Q K^T runs as oneDNN's
+    AMX matmuls on chunks of 256 keys (a whole row of 600 would be taken as too small a
+    product for AMX and run five times slower) and its S V as one, nothing on sgemm; without
+    AMX the fused step's products are sgemm's in float32."""
+    lines = onednn_log(
+        "from test_attention_matches_onnxruntime import attention_model\n"
+        "model, feeds = attention_model(1, 600, 4, 32, mask='causal')",
+        env={"NNPLUG_PRECISION": "bf16"})
+    bf16 = [ln.split(",") for ln in lines if ",matmul," in ln and "src_bf16" in ln]
+    sgemm = [ln for ln in lines if ",gemm_api," in ln]
+    if not AMX:
+        assert sgemm and not bf16, "\n".join(lines)
+        return
+    shapes = {f[-2] for f in bf16}
+    # 96 query rows a block (6 of them, then 24), keys by 256, 256 and 88
+    assert {"96x32:32x256", "96x32:32x88", "96x600:600x32", "24x32:32x256", "24x32:32x88",
+            "24x600:600x32"} == shapes, shapes
+    assert all("avx512_core_amx" in f[4] for f in bf16), {f[4] for f in bf16}
+    assert not sgemm, sgemm[:3]

@@ -25,6 +25,8 @@ void ox_plan_free(ox_plan *p)
     }
     for (int i = 0; i < p->nowned; i++) free(p->owned[i]);
     free(p->owned);
+    for (int i = 0; i < p->nprim; i++) D(dnnl_primitive_destroy)(p->prims[i]);
+    free(p->prims);
     free(p->steps);
     free(p->bufs);
     free(p);

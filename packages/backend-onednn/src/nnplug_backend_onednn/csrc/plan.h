@@ -68,6 +68,8 @@ struct ox_plan {
     ox_step *steps;
     ox_buf *bufs;
     void **owned; /* packed weights */
+    int nprim, cap_prim;
+    dnnl_primitive_t *prims; /* primitives a step of the backend's own runs itself */
     uint64_t arena, scratch;
     pthread_mutex_t mu; /* guards the context lists */
     ox_ctx *idle, *all;
@@ -163,6 +165,9 @@ int plain_arg(pb *b, int s, int arg, int v, dnnl_memory_desc_t md);
 int fn_step(pb *b, ox_fn fn, const void *cfg, int when, const char *what);
 int stats_args(pb *b, const_dnnl_primitive_desc_t pd, int s);
 void *owned_cfg(pb *b, size_t n);
+/* A primitive of pd owned by the plan, for a step of the backend's own to run; NULL when
+ * oneDNN cannot make it. */
+dnnl_primitive_t owned_prim(pb *b, const_dnnl_primitive_desc_t pd);
 
 /* ---- Conv (plan_conv.c) ---------------------------------------------------------------------- */
 
@@ -188,6 +193,13 @@ int build_own_softmax(pb *b, const ox_op *op);
 /* Softmax of rows r0..r1 of `len` contiguous floats, x into y (may be x): the loop
  * build_own_softmax runs, AVX-512 or portable, the same bits. */
 void softmax_rows(const float *x, float *y, int64_t r0, int64_t r1, int64_t len);
+/* softmax_rows of x (x left holding scratch), then each result (a NaN
+ * replaced by c when nanrep) rounded to bf16 into y: x and y rows of `len`. */
+void softmax_rows_bf16(float *x, uint16_t *y, int64_t r0, int64_t r1, int64_t len, int nanrep,
+                       float c);
+/* x (rows x cols, rows rs and columns cs floats apart) rounded to bf16 (nearest, ties to even;
+ * a NaN stays a NaN) into y, rows x cols contiguous. */
+void round_bf16(const float *x, int64_t rs, int64_t cs, uint16_t *y, int64_t rows, int64_t cols);
 /* Where(IsNaN(x), c, x) in place over n floats (OP_NANREP's loop). */
 void nan_replace(float *x, int64_t n, float c);
 int build_plain_step(pb *b, const ox_op *op, ox_fn fn, const void *cfg, size_t size,

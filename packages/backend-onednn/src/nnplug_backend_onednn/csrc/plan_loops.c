@@ -384,6 +384,72 @@ void softmax_rows(const float *x, float *y, int64_t r0, int64_t r1, int64_t len)
     softmax_rows_portable(x, y, r0, r1, len);
 }
 
+/* y = x rounded to bf16, nearest with ties to even, a NaN kept a NaN. */
+static inline uint16_t bf16_bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)(u >> 16 | 0x40)
+                                           : (uint16_t)((u + 0x7fffu + (u >> 16 & 1)) >> 16);
+}
+
+void round_bf16(const float *x, int64_t rs, int64_t cs, uint16_t *y, int64_t rows, int64_t cols)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t i = 0; i < cols; i++) y[r * cols + i] = bf16_bits(x[r * rs + i * cs]);
+}
+
+#ifdef HAVE_SM_AVX512
+#define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+BF16_TARGET static void softmax_rows_bf16_avx512(float *x, uint16_t *y, int64_t r0, int64_t r1,
+                                                 int64_t len, int nanrep, float c)
+{
+    int64_t full = len / SM_LANES * SM_LANES;
+    __mmask16 tail = (__mmask16)((1u << (len - full)) - 1u);
+    __m512 cv = _mm512_set1_ps(c);
+    for (int64_t r = r0; r < r1; r++) { /* softmax_rows_avx512's passes, the last one rounding */
+        float *xr = x + r * len, lane[SM_LANES];
+        uint16_t *yr = y + r * len;
+        __m512 m = _mm512_set1_ps(-INFINITY);
+        for (int64_t i = 0; i < full; i += SM_LANES) m = _mm512_max_ps(m, _mm512_loadu_ps(xr + i));
+        if (tail) m = _mm512_mask_max_ps(m, tail, m, _mm512_maskz_loadu_ps(tail, xr + full));
+        _mm512_storeu_ps(lane, m);
+        __m512 mv = _mm512_set1_ps(sm_lanes_max(lane)), sum = _mm512_setzero_ps();
+        for (int64_t i = 0; i < len; i += SM_LANES) {
+            __mmask16 k = i < full ? (__mmask16)0xffff : tail;
+            __m512 e = sm_exp16(_mm512_maskz_sub_ps(k, _mm512_maskz_loadu_ps(k, xr + i), mv));
+            _mm512_mask_storeu_ps(xr + i, k, e);
+            sum = _mm512_mask_add_ps(sum, k, sum, e);
+        }
+        _mm512_storeu_ps(lane, sum);
+        __m512 inv = _mm512_set1_ps(1.f / sm_lanes_sum(lane));
+        for (int64_t i = 0; i < len; i += SM_LANES) {
+            __mmask16 k = i < full ? (__mmask16)0xffff : tail;
+            __m512 p = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, xr + i), inv);
+            if (nanrep) p = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(p, p, _CMP_UNORD_Q), p, cv);
+            _mm256_mask_storeu_epi16(yr + i, k, (__m256i)_mm512_cvtneps_pbh(p));
+        }
+    }
+}
+#endif
+
+void softmax_rows_bf16(float *x, uint16_t *y, int64_t r0, int64_t r1, int64_t len, int nanrep,
+                       float c)
+{
+#ifdef HAVE_SM_AVX512
+    static int bf16 = -1; /* a race writes the same value */
+    if (bf16 < 0) bf16 = sm_wide() && __builtin_cpu_supports("avx512bf16");
+    if (bf16) {
+        softmax_rows_bf16_avx512(x, y, r0, r1, len, nanrep, c);
+        return;
+    }
+#endif
+    softmax_rows(x, x, r0, r1, len);
+    if (nanrep) nan_replace(x + r0 * len, (r1 - r0) * len, c);
+    round_bf16(x + r0 * len, len, 1, y + r0 * len, r1 - r0, len);
+}
+
 static void softmax_part(void *arg)
 {
     const rows_job *j = arg;

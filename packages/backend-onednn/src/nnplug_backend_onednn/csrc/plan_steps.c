@@ -559,6 +559,19 @@ void *owned_cfg(pb *b, size_t n)
     return c;
 }
 
+dnnl_primitive_t owned_prim(pb *b, const_dnnl_primitive_desc_t pd)
+{
+    ox_plan *p = b->p;
+    dnnl_primitive_t prim = NULL;
+    if (grow((void **)&p->prims, &p->cap_prim, p->nprim, sizeof *p->prims) ||
+        D(dnnl_primitive_create)(&prim, pd) != dnnl_success) {
+        ox_fail(b->e, "oneDNN could not create a primitive");
+        return NULL;
+    }
+    p->prims[p->nprim++] = prim;
+    return prim;
+}
+
 /* The statistics a normalisation primitive pd computes (mean, variance), where this oneDNN
  * wants them as outputs of step s: scratch in the arena. */
 int stats_args(pb *b, const_dnnl_primitive_desc_t pd, int s)
