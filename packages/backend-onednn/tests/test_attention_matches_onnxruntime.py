@@ -260,3 +260,37 @@ def test_long_bf16_attention_runs_its_products_on_amx():
             "24x600:600x32"} == shapes, shapes
     assert all("avx512_core_amx" in f[4] for f in bf16), {f[4] for f in bf16}
     assert not sgemm, sgemm[:3]
+
+
+INFINITE_MASK = """
+import numpy as np
+from onnx import helper
+from test_attention_matches_onnxruntime import attention_model
+model, feeds = attention_model(2, 40, 2, 16, mask="padding")  # -inf on entry 1's last keys
+model.graph.node.append(helper.make_node("Relu", ["y"], ["r"]))
+model.graph.output[0].name = "r"
+if sys.argv[2] == "nan":
+    feeds["mask"][0, 0, 0, 3] = np.nan
+elif sys.argv[2] == "whole":
+    feeds["mask"][1] = -np.inf  # every key of entry 1 masked: inf - inf in its softmax, a NaN
+"""
+
+
+@pytest.mark.parametrize("mask,plans", [("inf", ["relu"]), ("nan", ["elu"]),
+                                        ("whole", ["relu", "elu"])])
+def test_an_infinite_mask_keeps_the_fast_plan(rt, mask, plans):
+    """A mask of -inf (Where(mask, 0, -inf) in newer exports) reaches nothing but the
+    attention's softmax, which makes 0 of it exactly, or a NaN for a row masked whole, with
+    FE_INVALID raised: the run keeps the fast plan (oneDNN's relu post-op on the output
+    projection) and runs again strict (an elu and a linear) only when a NaN was made; a NaN
+    in the mask takes the strict plan at once. Each answer is onnxruntime's."""
+    lines = onednn_log(INFINITE_MASK, mask)
+    relus = ["elu" if "eltwise_elu" in ln else "relu" for ln in lines if "eltwise_" in ln and "elu" in ln]
+    assert relus == plans, lines
+    scope: dict = {"sys": type("S", (), {"argv": ["", "", mask]})}
+    exec(INFINITE_MASK, scope)
+    for threads in (1, 2):
+        placed, got, want = run_both(rt, scope["model"], scope["feeds"], threads)
+        assert set(placed.values()) == {"onednn"}, placed
+        assert np.isnan(want[0]).any() == (mask != "inf")
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6, equal_nan=True)

@@ -53,6 +53,21 @@ class Graph:
             return self.op("Mul", [x, self.op("Mul", [self.const(np.float32(0.5)), a])])
         return self.op("Mul", [self.op("Mul", [x, a]), self.const(np.float32(0.5))])
 
+    def gelu_tanh(self, x):
+        """Hugging Face's gelu_new (GPT-2's) as PyTorch exports it:
+        0.5 x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * Pow(x, 3))))."""
+        half = self.op("Mul", [x, self.const(np.float32(0.5))])
+        cube = self.op("Mul", [self.op("Pow", [x, self.const(np.float32(3.0))]),
+                               self.const(np.float32(0.044715))])
+        inner = self.op("Mul", [self.op("Add", [x, cube]), self.const(np.float32(0.7978845608028654))])
+        return self.op("Mul", [half, self.op("Add", [self.op("Tanh", [inner]), self.const(np.float32(1.0))])])
+
+    def conv1d(self, x, t, k, n):
+        """GPT-2's Conv1D as exported: Reshape to (T, K), Gemm with weights and bias, Reshape back."""
+        flat = self.op("Reshape", [x, self.const([t, k], np.int64)])
+        y = self.op("Gemm", [flat, self.const(rand(k, n, scale=1 / np.sqrt(k))), self.const(rand(n))])
+        return self.op("Reshape", [y, self.const([1, t, n], np.int64)])
+
     def layernorm(self, x, c, axis=-1, bias=True, eps=1e-5):
         ins = [x, self.const(rand(c)), *([self.const(rand(c))] if bias else [])]
         return self.op("LayerNormalization", ins, axis=axis, epsilon=eps)
@@ -101,6 +116,40 @@ def test_gelu_halved_first_as_dynamo_exports_it(rt, lead, k, n, threads):
     g = Graph()
     g.op("Add", [g.dense(g.gelu(g.dense("x", k, n), halve_first=True), n, k), "x"])
     check(rt, g, {"x": rand(*lead, k)}, threads, f"dense {lead} {k}->{n}, gelu halved first")
+
+
+def tanh_gelu_graph(behind_reshape: bool, t=6, k=32, n=64) -> Graph:
+    """dense -> tanh GELU -> dense -> residual Add, the dense layers as MatMul + bias or, behind
+    a Reshape, as GPT-2's Conv1D."""
+    g = Graph()
+    dense = (lambda x, a, b: g.conv1d(x, t, a, b)) if behind_reshape else g.dense
+    g.op("Add", [dense(g.gelu_tanh(dense("x", k, n)), n, k), "x"])
+    return g
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("behind_reshape", [False, True])
+def test_tanh_gelu_after_a_dense_layer_or_its_reshape(rt, behind_reshape, threads):
+    """oneDNN's gelu_tanh post-op against onnxruntime's eight ops: within 1e-4 of the output's
+    range (oneDNN's tanh is its own approximation, a few ulp from libm's)."""
+    check(rt, tanh_gelu_graph(behind_reshape), {"x": rand(1, 6, 32)}, threads,
+          f"tanh gelu, behind a reshape: {behind_reshape}")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_cube_outside_a_gelu_is_onnxruntimes_to_the_bit(rt, threads):
+    """Pow(x, 3) alone: the backend's own loop, x * x * x as onnxruntime computes it (specials:
+    NaN, infinities, -0.0, denormals, values whose cube overflows)."""
+    g = Graph()
+    g.op("Pow", ["x", g.const(np.float32(3.0))])
+    x = rand(4, 50, scale=3.0)
+    x[0, :8] = [np.nan, np.inf, -np.inf, -0.0, 1e-40, -1e-40, 1e13, -1e13]
+    model = g.model({"x": x})
+    assignment, outs, want = run_both(rt, model, {"x": x}, threads)
+    assert set(assignment.values()) == {"onednn"}, assignment
+    got, nan = outs[0], np.isnan(want[0])
+    assert np.array_equal(np.isnan(got), nan)
+    assert np.array_equal(got[~nan].view(np.uint32), want[0][~nan].view(np.uint32))
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -315,6 +364,22 @@ def test_gelu_halved_first_is_a_gelu_erf_post_op():
     lines = onednn_log(SETUP.replace('g.dense("x", 32, 64)', 'g.dense("x", 32, 64), halve_first=True'))
     execs = [ln for ln in lines if ",reorder," not in ln]
     assert len(execs) == 2 and "eltwise_gelu_erf" in execs[0] and "sum" in execs[1], execs
+
+
+@pytest.mark.parametrize("behind_reshape", [False, True])
+def test_tanh_gelu_is_a_gelu_tanh_post_op(behind_reshape):
+    """The exported tanh GELU (eight ops) is one gelu_tanh post-op of the dense layer before
+    it, also when a Reshape stands between them (GPT-2's Conv1D); then only the second dense
+    layer, whose residual Add is a sum post-op, or a binary add behind its Reshape."""
+    lines = onednn_log("from test_transformer_ops_match_onnxruntime import rand, tanh_gelu_graph\n"
+                       f"g = tanh_gelu_graph({behind_reshape})\n"
+                       "feeds = {'x': rand(1, 6, 32)}\nmodel = g.model(feeds)")
+    execs = [ln for ln in lines if ",reorder," not in ln]
+    assert "eltwise_gelu_tanh" in execs[0] and ",eltwise," not in "".join(execs), execs
+    if behind_reshape:
+        assert len(execs) == 3 and "binary_add" in execs[2], execs
+    else:
+        assert len(execs) == 2 and "sum" in execs[1], execs
 
 
 @pytest.mark.parametrize("dense", ["convolution", "inner_product"])

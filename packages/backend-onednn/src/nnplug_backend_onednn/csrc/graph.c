@@ -189,12 +189,15 @@ static int parse_eltwise(parser *p, ox_op *op)
         op->alg = dnnl_eltwise_elu;
         op->alpha = attr_float(n, "alpha", 1.f);
     } else if (!strcmp(t, "Pow")) {
-        /* x ** 2 (an RMS normalization's square): oneDNN's square, x * x, the exact result */
+        /* x ** 2 (an RMS normalization's square): oneDNN's square, x * x, the exact result;
+         * x ** 3 (the tanh GELU's cube): a loop of the backend's own, x * x * x as
+         * onnxruntime computes it (see ox_own_eltwise) */
         maxin = 2;
         if (op->nin != 2 || op->in[1] < 0 || !V(1)->cdata || vnumel(V(1)) != 1 ||
-            V(1)->cdata[0] != 2.f)
-            return decline(p, "Pow: only a constant exponent of 2");
-        op->alg = dnnl_eltwise_square;
+            (V(1)->cdata[0] != 2.f && V(1)->cdata[0] != 3.f))
+            return decline(p, "Pow: only a constant exponent of 2 or 3");
+        op->alg = V(1)->cdata[0] == 2.f ? dnnl_eltwise_square : dnnl_eltwise_pow;
+        if (op->alg == dnnl_eltwise_pow) op->alpha = 1.f, op->beta = 3.f;
     } else if (!strcmp(t, "Softplus")) op->alg = dnnl_eltwise_soft_relu; /* a loop: kernels.h */
     else if (!strcmp(t, "Abs")) op->alg = dnnl_eltwise_abs;
     else if (!strcmp(t, "Sqrt")) op->alg = dnnl_eltwise_sqrt;
@@ -1130,11 +1133,17 @@ static int fold_matmul_bias(ox_graph *g, ox_op *mm, const ox_op *nx)
     return 1;
 }
 
+/* Op o gone: its inputs read once less. */
+static void drop(ox_graph *g, ox_op *o)
+{
+    for (int j = 0; j < o->nin; j++)
+        if (o->in[j] >= 0) g->vals[o->in[j]].consumers--;
+    o->dead = 1;
+}
+
 static void absorb(ox_graph *g, ox_op *op, ox_op *next)
 {
-    for (int j = 0; j < next->nin; j++)
-        if (next->in[j] >= 0) g->vals[next->in[j]].consumers--;
-    next->dead = 1;
+    drop(g, next);
     op->out = next->out;
     op->pos = next->pos;
 }
@@ -1208,6 +1217,50 @@ static int gelu_chain(const ox_graph *g, int x, int *chain)
     return 1;
 }
 
+/* The tanh GELU as exported from PyTorch (Hugging Face's gelu_new: GPT-2), on value x read by
+ * the chain alone: Mul(Mul(x, 0.5), Add(Tanh(Mul(Add(x, Mul(Pow(x, 3), 0.044715)),
+ * sqrt(2 / pi))), 1)), the operands of each either way round. Fills chain[8] with the ops in
+ * order; 1 when found. */
+static int gelu_tanh_chain(const ox_graph *g, int x, int *chain)
+{
+    if (x == g->out || g->vals[x].consumers != 3) return 0;
+    int h = -1, p = -1, a = -1, c;
+    for (int i = 0; i < g->nop; i++) {
+        const ox_op *o = &g->ops[i];
+        if (o->dead) continue;
+        if (o->kind == OP_ELTWISE && o->alg == dnnl_eltwise_pow && o->beta == 3.f && o->in[0] == x)
+            p = i;
+        else if ((c = binary_with(g, i, x, dnnl_binary_mul, 0)) >= 0 && const_is(g, c, 0.5, 0.0))
+            h = i;
+        else if (binary_with(g, i, x, dnnl_binary_add, 0) >= 0) a = i;
+    }
+    if (h < 0 || p < 0 || a < 0) return 0;
+    int p3 = sole_consumer(g, g->ops[p].out);
+    if ((c = binary_with(g, p3, g->ops[p].out, dnnl_binary_mul, 0)) < 0 ||
+        !const_is(g, c, 0.044715, 1e-6) ||
+        binary_with(g, a, x, dnnl_binary_add, 0) != g->ops[p3].out)
+        return 0;
+    int s = sole_consumer(g, g->ops[a].out);
+    if ((c = binary_with(g, s, g->ops[a].out, dnnl_binary_mul, 0)) < 0 ||
+        !const_is(g, c, 0.7978845608028654, 1e-6))
+        return 0;
+    int t = sole_consumer(g, g->ops[s].out);
+    if (t < 0 || g->ops[t].kind != OP_ELTWISE || g->ops[t].alg != dnnl_eltwise_tanh) return 0;
+    int t1 = sole_consumer(g, g->ops[t].out);
+    if ((c = binary_with(g, t1, g->ops[t].out, dnnl_binary_add, 0)) < 0 ||
+        !const_is(g, c, 1.0, 0.0))
+        return 0;
+    int m = sole_consumer(g, g->ops[t1].out);
+    if (binary_with(g, m, g->ops[t1].out, dnnl_binary_mul, 0) != g->ops[h].out ||
+        sole_consumer(g, g->ops[h].out) != m)
+        return 0;
+    int seq[8] = {h, p, p3, a, s, t, t1, m};
+    for (int i = 0; i < 8; i++) /* no broadcasting hides in the pattern */
+        if (!same_dims(&g->vals[g->ops[seq[i]].out], &g->vals[x])) return 0;
+    memcpy(chain, seq, sizeof seq);
+    return 1;
+}
+
 /* SiLU / swish as exported: Mul(x, Sigmoid(x)) (either order), x read by nothing else. Fills
  * chain[2]; 1 when found. */
 static int swish_chain(const ox_graph *g, int x, int *chain)
@@ -1228,9 +1281,27 @@ static int swish_chain(const ox_graph *g, int x, int *chain)
     return 1;
 }
 
+/* Each value read by attention ops alone, as their mask (an attention mask of -inf:
+ * Where(mask, 0, -inf) in newer PyTorch exports), marked (ox_value.masks_scores). */
+static void masks_only(ox_graph *g)
+{
+    int *uses = calloc((size_t)g->nval, sizeof *uses);
+    if (!uses) return; /* none marked: a strict plan for any infinity, as before */
+    for (int i = 0; i < g->nop; i++) {
+        const ox_op *o = &g->ops[i];
+        if (o->dead || o->kind != OP_ATTENTION || o->nin < 4) continue;
+        int other = 0;
+        for (int j = 0; j < 3; j++) other |= o->in[j] == o->in[3];
+        if (!other) uses[o->in[3]]++;
+    }
+    for (int v = 0; v < g->nval; v++)
+        g->vals[v].masks_scores = v != g->out && uses[v] && uses[v] == g->vals[v].consumers;
+    free(uses);
+}
+
 /* Post-op fusion: each op that takes post-ops absorbs the chain of ops that alone read its
- * output: element-wise ops, the exported exact GELU (Div, Erf, Add, Mul, Mul: one gelu_erf) and
- * SiLU (Sigmoid, Mul: one swish), a
+ * output: element-wise ops, the exported exact GELU (Div, Erf, Add, Mul, Mul: one gelu_erf), the
+ * tanh GELU (eight ops: one gelu_tanh) and SiLU (Sigmoid, Mul: one swish), a
  * BatchNormalization (into a Conv's weights), a bias Add (into a MatMul's bias), and for a Conv or MatMul the residual Add of a value of the same shape (a
  * `sum` post-op; the op then runs where the Add was, after both operands exist). */
 /* A BatchNormalization left to oneDNN's own primitive (a parameter given at run time): it
@@ -1245,7 +1316,7 @@ static int bn_primitive(const ox_op *op)
 /* Whether op runs otherwise in a strict graph, where a NaN or an infinity can reach it: a Relu
  * (oneDNN's relu is max(x, 0), which drops a NaN; see plan_steps.c strict_relu), a fused Clip (its
  * clip too), a fused GELU (oneDNN's gelu_erf gives NaN for +inf, where x * 0.5 * (1 + erf) is
- * +inf; the strict graph runs the exported ops one by one), a max pooling and an LRN (see
+ * +inf; the strict graph runs the exported ops one by one; the same for gelu_tanh), a max pooling and an LRN (see
  * strict.h), and a convolution that may run as Winograd (ox_winograd_shape). */
 static int strict_differs(const ox_op *op)
 {
@@ -1255,7 +1326,7 @@ static int strict_differs(const ox_op *op)
         const ox_post *q = &op->post[i];
         n |= q->kind == POST_ELTWISE &&
              (q->alg == dnnl_eltwise_clip || q->alg == dnnl_eltwise_gelu_erf ||
-              ox_is_relu(q->alg, q->alpha));
+              q->alg == dnnl_eltwise_gelu_tanh || ox_is_relu(q->alg, q->alpha));
     }
     return n;
 }
@@ -1270,7 +1341,7 @@ static void fuse(ox_graph *g, int strict)
         if (op->kind == OP_BN) bn_affine(g, op); /* not folded into a Conv before it */
         int has_sum = 0;
         for (;;) {
-            int chain[5];
+            int chain[8];
             if (!strict && !bn_primitive(op) && op->npost < MAXPOST &&
                 gelu_chain(g, op->out, chain)) {
                 op->post[op->npost++] =
@@ -1278,12 +1349,30 @@ static void fuse(ox_graph *g, int strict)
                 for (int k = 0; k < 5; k++) absorb(g, op, &g->ops[chain[k]]);
                 continue;
             }
+            if (!strict && !bn_primitive(op) && op->npost < MAXPOST &&
+                gelu_tanh_chain(g, op->out, chain)) {
+                op->post[op->npost++] =
+                    (ox_post){POST_ELTWISE, dnnl_eltwise_gelu_tanh, 0.f, 0.f, -1};
+                for (int k = 0; k < 8; k++) absorb(g, op, &g->ops[chain[k]]);
+                continue;
+            }
             if (!bn_primitive(op) && op->npost < MAXPOST && swish_chain(g, op->out, chain)) {
                 op->post[op->npost++] = (ox_post){POST_ELTWISE, dnnl_eltwise_swish, 1.f, 0.f, -1};
                 for (int k = 0; k < 2; k++) absorb(g, op, &g->ops[chain[k]]);
                 continue;
             }
+            /* the tanh GELU behind a Reshape (GPT-2's Conv1D: a Gemm, then a view): a post-op
+             * on the op's own shape, the Reshape giving the GELU's result */
             int j = sole_consumer(g, op->out);
+            if (!strict && !bn_primitive(op) && op->npost < MAXPOST && j >= 0 &&
+                g->ops[j].kind == OP_RESHAPE && g->ops[j].in[0] == op->out &&
+                gelu_tanh_chain(g, g->ops[j].out, chain)) {
+                op->post[op->npost++] =
+                    (ox_post){POST_ELTWISE, dnnl_eltwise_gelu_tanh, 0.f, 0.f, -1};
+                for (int k = 0; k < 8; k++) drop(g, &g->ops[chain[k]]);
+                g->ops[j].out = g->ops[chain[7]].out;
+                continue;
+            }
             if (j < 0) break;
             ox_op *nx = &g->ops[j];
             if (bn_primitive(op)) break;
@@ -1880,6 +1969,7 @@ static ox_graph *parse(const nnp_node_desc *nodes, int n, int strict, int keep,
             g->order[g->norder++] = i;
             g->guarded |= !strict && strict_differs(&g->ops[i]);
         }
+    if (!strict) masks_only(g);
     qsort_r(g->order, (size_t)g->norder, sizeof(int), by_pos, g->ops);
     return g;
 bad:

@@ -314,8 +314,9 @@ int ox_workspace_size(const nnp_kernel *kc, const nnp_tensor *in, int nin, uint6
     return 0;
 }
 
-/* Whether every float of the kernel's inputs given at run time is finite (constants are not
- * looked at: a Conv's weights are checked at load, see parse_conv). */
+/* Whether every float of the kernel's inputs given at run time is finite, an infinity in an
+ * attention's mask aside (ox_value.masks_scores); constants are not looked at: a Conv's
+ * weights are checked at load, see parse_conv. */
 static int inputs_finite(const ox_graph *g, const nnp_tensor *in, int nin, const int64_t *dims)
 {
     for (int i = 0; i < nin; i++) {
@@ -323,7 +324,9 @@ static int inputs_finite(const ox_graph *g, const nnp_tensor *in, int nin, const
         if (v < 0 || g->vals[v].konst) continue;
         size_t n = 1;
         for (int d = 0; d < g->vals[v].ndim; d++) n *= (size_t)dims[(size_t)v * MAXR + d];
-        if (!ox_all_finite(in[i].data, (int64_t)n)) return 0;
+        if (!ox_all_finite(in[i].data, (int64_t)n) &&
+            (!g->vals[v].masks_scores || ox_any_nan(in[i].data, (int64_t)n)))
+            return 0;
     }
     return 1;
 }

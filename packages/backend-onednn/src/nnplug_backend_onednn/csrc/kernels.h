@@ -28,7 +28,8 @@ int ox_fail(ox_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)
  * input first (both turn a NaN into a number), and its log gives -87.3 for every denormal;
  * onnxruntime keeps the NaN and takes the denormal's log. pow stands for a division of a
  * constant by the value, alpha / x (an exported rsqrt's Div(1, Sqrt(...))), divided exactly
- * where oneDNN's pow would raise to -1; soft_relu is Softplus as onnxruntime computes it (ONNX's
+ * where oneDNN's pow would raise to -1, and with beta 3 for Pow(x, 3), x * x * x as
+ * onnxruntime multiplies it; soft_relu is Softplus as onnxruntime computes it (ONNX's
  * function body, log(exp(x) + 1), overflows to inf from x = 89). None is fused as a post-op,
  * except Clip in a graph that is not strict (see ox_graph.guarded). */
 static inline int ox_own_eltwise(dnnl_alg_kind_t alg)
@@ -79,6 +80,18 @@ enum { ATT_SCORES, ATT_MASK, ATT_SOFTMAX, ATT_NANREP, ATT_VALUES, ATT_NSUB };
 #define OX_GN_MAX_CHANNELS 2048
 enum { BORROW_NONE, BORROW_CALL, BORROW_KERNEL };
 
+/* Whether a float of x[0..n) is a NaN. */
+static inline int ox_any_nan(const float *x, int64_t n)
+{
+    uint32_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, x + i, sizeof u);
+        bad |= (u & 0x7fffffffu) > 0x7f800000u;
+    }
+    return bad != 0;
+}
+
 /* Whether no float of x[0..n) is an infinity or a NaN (its exponent bits all ones): a loop that
  * vectorises, where isfinite's early exit did not. */
 static inline int ox_all_finite(const float *x, int64_t n)
@@ -117,6 +130,10 @@ typedef struct {
     int borrowed;
     int kin;            /* first kernel input index holding it, or -1 */
     int consumers;      /* live ops reading it */
+    /* read by attention ops alone, as their mask (graph.c masks_only): an infinity in it ends
+     * in their softmax, which turns it into a 0 exactly or a NaN it raises FE_INVALID for (the
+     * watch of a guarded plan then reruns strict), so it asks for no strict plan; a NaN does */
+    int masks_scores;
     int boolean;        /* an IsNaN's bool result: never leaves the parse (see nan_replace) */
     int q8; /* a QuantizeLinear's uint8 / int8 result: never leaves the parse (see fake_quant) */
     /* a DequantizeLinear of int8 weights (graph.c const_dequant): cdata holds the float32

@@ -113,6 +113,14 @@ static void reciprocal_loop(const float *x, float *y, int64_t n, int64_t row, in
     for (int64_t i = 0; i < n; i++) y[i] = alpha / x[i];
 }
 
+/* x ** 3 (ox_own_eltwise's pow of exponent 3) as onnxruntime computes it: x * x * x */
+static void cube_loop(const float *x, float *y, int64_t n, int64_t row, int64_t inner, float c,
+                      float d)
+{
+    (void)row, (void)inner, (void)c, (void)d;
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] * x[i] * x[i];
+}
+
 /* Softplus as onnxruntime computes it: x + log1p(exp(-x)) above 0 (x itself for large x), so
  * only an infinite x gives an infinity; a NaN fails the compare and comes through */
 static void softplus_loop(const float *x, float *y, int64_t n, int64_t row, int64_t inner, float c,
@@ -611,9 +619,9 @@ int build_own_eltwise(pb *b, const ox_op *op)
     ox_loop loop = op->alg == dnnl_eltwise_clip          ? clip_loop
                    : op->alg == dnnl_eltwise_hardsigmoid ? hardsigmoid_loop
                    : op->alg == dnnl_eltwise_exp         ? exp_loop
-                   : op->alg == dnnl_eltwise_pow         ? reciprocal_loop
-                   : op->alg == dnnl_eltwise_soft_relu   ? softplus_loop
-                                                         : log_loop;
+                   : op->alg == dnnl_eltwise_pow ? op->beta == 3.f ? cube_loop : reciprocal_loop
+                   : op->alg == dnnl_eltwise_soft_relu ? softplus_loop
+                                                       : log_loop;
     int dbuf = dst_buf(b, op, md, &reorder_out), s;
     if (dbuf < 0 ||
         (s = loop_step(b, loop, (int64_t)n, 1, 1, op->alpha, op->beta, op->op_type)) < 0)
