@@ -202,8 +202,13 @@ void softmax_rows_bf16(float *x, uint16_t *y, int64_t r0, int64_t r1, int64_t le
 void round_bf16(const float *x, int64_t rs, int64_t cs, uint16_t *y, int64_t rows, int64_t cols);
 /* Where(IsNaN(x), c, x) in place over n floats (OP_NANREP's loop). */
 void nan_replace(float *x, int64_t n, float c);
+/* op's result from its input, both plain (build_step_in with no layout). */
 int build_plain_step(pb *b, const ox_op *op, ox_fn fn, const void *cfg, size_t size,
                      const char *what, int nparams);
+/* op's result from its input by a step of the backend's own (fn on a copy of cfg), reading
+ * the input and writing the result in `layout` (the input's home view), else plain. */
+int build_step_in(pb *b, const ox_op *op, const_dnnl_memory_desc_t layout, ox_fn fn,
+                  const void *cfg, size_t size, const char *what, int nparams);
 int build_loop(pb *b, const ox_op *op);
 int build_reduce_mean(pb *b, const ox_op *op);
 int build_own_eltwise(pb *b, const ox_op *op);

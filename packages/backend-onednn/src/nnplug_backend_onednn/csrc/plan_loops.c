@@ -480,14 +480,15 @@ static int softmax_fn(const void *cfg, void *const *ptrs, int nptrs)
     return rows_run(cfg, ptrs, softmax_part);
 }
 
-/* op's result from its input, both plain, by a step of the backend's own: fn on cfg (size
- * bytes, copied into memory the plan owns), with the input as src, then op's inputs 1 to
- * nparams (plain: a normalisation's scale and shift), then the result as dst. */
-int build_plain_step(pb *b, const ox_op *op, ox_fn fn, const void *cfg, size_t size,
-                     const char *what, int nparams)
+/* op's result from its input by a step of the backend's own: fn on cfg (size bytes, copied
+ * into memory the plan owns), with the input as src, then op's inputs 1 to nparams (plain: a
+ * normalisation's scale and shift), then the result as dst. The input is read, and the result
+ * written, in `layout` (the input's home layout) when given, else plain. */
+int build_step_in(pb *b, const ox_op *op, const_dnnl_memory_desc_t layout, ox_fn fn,
+                  const void *cfg, size_t size, const char *what, int nparams)
 {
     int x = op->in[0], xbuf, reorder_out, pbuf[2];
-    dnnl_memory_desc_t md = value_plain(b, op->out, VAL(op->out)->ndim);
+    dnnl_memory_desc_t md = layout ? clone_md(layout) : value_plain(b, op->out, VAL(op->out)->ndim);
     int rc = 1;
     if (nparams > 2) {
         ox_fail(b->e, "node '%s': a step of the backend's own takes at most 2 parameters",
@@ -502,7 +503,7 @@ int build_plain_step(pb *b, const ox_op *op, ox_fn fn, const void *cfg, size_t s
         rc = add_view(b, op->out, md, 0);
         goto done;
     }
-    if (plain_buf(b, x, &xbuf)) goto done;
+    if (layout ? get_view(b, x, layout, &xbuf) : plain_buf(b, x, &xbuf)) goto done;
     for (int i = 0; i < nparams; i++)
         if (plain_buf(b, op->in[1 + i], &pbuf[i])) goto done;
     int dbuf = dst_buf(b, op, md, &reorder_out), s;
@@ -522,6 +523,12 @@ int build_plain_step(pb *b, const ox_op *op, ox_fn fn, const void *cfg, size_t s
 done:
     md_free(md);
     return rc;
+}
+
+int build_plain_step(pb *b, const ox_op *op, ox_fn fn, const void *cfg, size_t size,
+                     const char *what, int nparams)
+{
+    return build_step_in(b, op, NULL, fn, cfg, size, what, nparams);
 }
 
 static int64_t numel(pb *b, int v)

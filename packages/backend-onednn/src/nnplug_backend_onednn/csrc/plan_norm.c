@@ -401,27 +401,11 @@ int build_gn(pb *b, const ox_op *op)
     for (int d = 2; d < r; d++) c.l *= xd[d];
     int64_t bw = b->dry ? 0 : gn_block_width(b, x);
     int nparams = (op->in[1] >= 0) + (op->in[2] >= 0);
-    if (bw <= 1) /* plain: the input reordered there when it is in another layout */
-        return build_plain_step(b, op, gn_fn, &c, sizeof c, "group normalization", nparams);
-    c.bw = bw;
-    c.cpad = (c.c + bw - 1) / bw * bw;
-    int dbuf, reorder_out, s, pbuf[2];
-    const_dnnl_memory_desc_t md = home(b, x); /* the result's layout too */
-    gn_cfg *owned = owned_cfg(b, sizeof c);
-    if (!owned) return 1;
-    *owned = c;
-    for (int i = 0; i < nparams; i++)
-        if (plain_buf(b, op->in[1 + i], &pbuf[i])) return 1;
-    if ((dbuf = dst_buf(b, op, md, &reorder_out)) < 0 ||
-        (s = fn_step(b, gn_fn, owned, RUN_ALWAYS, "group normalization")) < 0 ||
-        add_arg(b, s, DNNL_ARG_SRC, b->views[x][0].buf, md))
-        return 1;
-    for (int i = 0; i < nparams; i++) {
-        int v = op->in[1 + i];
-        dnnl_memory_desc_t pm = value_plain(b, v, VAL(v)->ndim);
-        int bad = !pm || add_arg(b, s, DNNL_ARG_SRC_1 + i, pbuf[i], pm);
-        md_free(pm);
-        if (bad) return 1;
+    if (bw > 1) { /* on the input's own blocked or channels-last layout, the result's too */
+        c.bw = bw;
+        c.cpad = (c.c + bw - 1) / bw * bw;
     }
-    return add_arg(b, s, DNNL_ARG_DST, dbuf, md) || set_result(b, op, dbuf, md, reorder_out);
+    /* plain: the input reordered there when it is in another layout */
+    return build_step_in(b, op, bw > 1 ? home(b, x) : NULL, gn_fn, &c, sizeof c,
+                         "group normalization", nparams);
 }
