@@ -202,8 +202,8 @@ WIDE_LOOP static void gn_sums_row(const float *x, int64_t l, float p, double *s,
     *q = tq;
 }
 
-/* The same for w lanes at stride bw (blocked and channels-last layouts); the loop over a
- * full chunk's GN_LANES lanes has a constant trip count, so it vectorises. */
+/* The same for w lanes at stride bw (blocked and channels-last layouts): the scalar loop for a
+ * chunk of fewer than GN_LANES lanes, or a CPU without AVX-512 (gn_sums16 takes the others). */
 static void gn_sums_lanes(const float *x, int64_t l, int64_t bw, int64_t w, const float *p,
                           double *s, double *q)
 {

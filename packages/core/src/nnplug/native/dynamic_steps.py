@@ -89,7 +89,9 @@ class DynamicSteps:
         # argument of run(), start of its shape row)
         self._plain = tuple((i, j, i * ROW) for i, j in enumerate(self._first)
                             if not self._string[i] and self.dtypes[i] is not None)
-        self._plain_only = len(self._plain) == len(self._first)
+        # the others: string inputs (packed) and inputs of a type the model leaves open
+        self._other = tuple((i, j) for i, j in enumerate(self._first)
+                            if self._string[i] or self.dtypes[i] is None)
         # the OUTPUT values whose every dim is fixed or an input's symbol: their memory is
         # preset before the call (ABI 1.8.1), saving a callback per output (~4 us each in a
         # decoder step). Per value: (index, name, dtype, start of its shape row, a getter of
@@ -215,7 +217,7 @@ class DynamicSteps:
             t.ndim = n = arr.ndim
             shapes[row:row + n] = arr.shape
         packed = []  # string inputs' elements, alive during the call
-        for i, j in () if self._plain_only else enumerate(self._first):
+        for i, j in self._other:
             arr = arrays[j]
             t = values[i]
             if self._string[i]:
