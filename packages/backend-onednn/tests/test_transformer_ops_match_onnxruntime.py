@@ -136,6 +136,33 @@ def test_tanh_gelu_after_a_dense_layer_or_its_reshape(rt, behind_reshape, thread
           f"tanh gelu, behind a reshape: {behind_reshape}")
 
 
+def gelu_after_layernorm_graph(kind: str) -> Graph:
+    """LayerNormalization (which takes no post-ops here) -> an exported GELU."""
+    g = Graph()
+    y = g.layernorm("x", 24)
+    (g.gelu if kind == "erf" else g.gelu_tanh)(y)
+    return g
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("kind", ["erf", "tanh"])
+def test_a_gelu_after_an_op_without_post_ops(rt, kind, threads):
+    check(rt, gelu_after_layernorm_graph(kind), {"x": rand(2, 7, 24)}, threads, f"gelu {kind}")
+
+
+@pytest.mark.parametrize("kind", ["erf", "tanh"])
+def test_a_gelu_after_an_op_without_post_ops_is_one_eltwise_step(kind):
+    """Where the op before it takes no post-ops (a LayerNormalization here, wav2vec2's
+    GroupNorm), the exported GELU is one oneDNN eltwise primitive, not five or eight steps
+    with a scalar Erf loop."""
+    lines = onednn_log("from test_transformer_ops_match_onnxruntime import rand, gelu_after_layernorm_graph\n"
+                       f"g = gelu_after_layernorm_graph({kind!r})\n"
+                       "feeds = {'x': rand(2, 7, 24)}\nmodel = g.model(feeds)")
+    kinds = [ln.split(",")[3] for ln in lines if ",reorder," not in ln]
+    assert kinds == ["layer_normalization", "eltwise"], lines
+    assert f"eltwise_gelu_{kind}" in next(ln for ln in lines if ",eltwise," in ln), lines
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_a_cube_outside_a_gelu_is_onnxruntimes_to_the_bit(rt, threads):
     """Pow(x, 3) alone: the backend's own loop, x * x * x as onnxruntime computes it (specials:

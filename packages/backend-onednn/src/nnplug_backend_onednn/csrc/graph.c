@@ -1299,9 +1299,53 @@ static void masks_only(ox_graph *g)
     free(uses);
 }
 
+/* Each exported GELU (gelu_chain, gelu_tanh_chain) as one element-wise op of oneDNN's
+ * gelu_erf or gelu_tanh, which fuse makes a post-op where an op before it takes post-ops and
+ * which runs as oneDNN's eltwise primitive elsewhere (after a GroupNorm: wav2vec2's first
+ * convolution layer, whose five ops took 14 ms with the scalar Erf loop). Not in a strict
+ * graph (see strict_differs). */
+static void gelus(ox_graph *g)
+{
+    for (int x = 0; x < g->nval; x++) {
+        int chain[8], n = 0;
+        dnnl_alg_kind_t alg = dnnl_eltwise_gelu_erf;
+        if (gelu_chain(g, x, chain)) n = 5;
+        else if (gelu_tanh_chain(g, x, chain)) n = 8, alg = dnnl_eltwise_gelu_tanh;
+        if (!n) continue;
+        ox_op *e = &g->ops[chain[0]]; /* it reads x: the GELU's op */
+        for (int j = 0; j < e->nin; j++)
+            if (e->in[j] >= 0 && e->in[j] != x) g->vals[e->in[j]].consumers--;
+        e->kind = OP_ELTWISE;
+        e->alg = alg;
+        e->alpha = e->beta = 0.f;
+        e->nin = 1;
+        e->in[0] = x;
+        for (int k = 1; k < n; k++) absorb(g, e, &g->ops[chain[k]]);
+    }
+}
+
+/* Whether element-wise op e may be a post-op: oneDNN's eltwise, and Clip (MobileNet's ReLU6)
+ * outside a strict graph; the backend's other own loops are not. */
+static int fusable_eltwise(const ox_op *e, int strict)
+{
+    return (!strict && e->alg == dnnl_eltwise_clip) || !ox_own_eltwise(e->alg);
+}
+
+/* The element-wise op that alone reads the result of Reshape r (itself its input's sole
+ * reader), when it may be a post-op of the op before the Reshape; else -1. */
+static int reshaped_eltwise(const ox_graph *g, int r, int strict)
+{
+    if (g->ops[r].kind != OP_RESHAPE) return -1;
+    int e = sole_consumer(g, g->ops[r].out);
+    return e >= 0 && g->ops[e].kind == OP_ELTWISE && g->ops[e].in[0] == g->ops[r].out &&
+                   fusable_eltwise(&g->ops[e], strict)
+               ? e
+               : -1;
+}
+
 /* Post-op fusion: each op that takes post-ops absorbs the chain of ops that alone read its
- * output: element-wise ops, the exported exact GELU (Div, Erf, Add, Mul, Mul: one gelu_erf), the
- * tanh GELU (eight ops: one gelu_tanh) and SiLU (Sigmoid, Mul: one swish), a
+ * output: element-wise ops (an exported GELU among them: see gelus), also behind a Reshape, and
+ * SiLU (Sigmoid, Mul: one swish), a
  * BatchNormalization (into a Conv's weights), a bias Add (into a MatMul's bias), and for a Conv or MatMul the residual Add of a value of the same shape (a
  * `sum` post-op; the op then runs where the Add was, after both operands exist). */
 /* A BatchNormalization left to oneDNN's own primitive (a parameter given at run time): it
@@ -1320,7 +1364,9 @@ static int bn_primitive(const ox_op *op)
  * strict.h), and a convolution that may run as Winograd (ox_winograd_shape). */
 static int strict_differs(const ox_op *op)
 {
-    int n = (op->kind == OP_ELTWISE && ox_is_relu(op->alg, op->alpha)) ||
+    int n = (op->kind == OP_ELTWISE &&
+             (ox_is_relu(op->alg, op->alpha) || op->alg == dnnl_eltwise_gelu_erf ||
+              op->alg == dnnl_eltwise_gelu_tanh)) ||
             (op->kind == OP_POOL && op->maxpool) || op->kind == OP_LRN || ox_winograd_shape(op);
     for (int i = 0; i < op->npost; i++) {
         const ox_post *q = &op->post[i];
@@ -1341,36 +1387,20 @@ static void fuse(ox_graph *g, int strict)
         if (op->kind == OP_BN) bn_affine(g, op); /* not folded into a Conv before it */
         int has_sum = 0;
         for (;;) {
-            int chain[8];
-            if (!strict && !bn_primitive(op) && op->npost < MAXPOST &&
-                gelu_chain(g, op->out, chain)) {
-                op->post[op->npost++] =
-                    (ox_post){POST_ELTWISE, dnnl_eltwise_gelu_erf, 0.f, 0.f, -1};
-                for (int k = 0; k < 5; k++) absorb(g, op, &g->ops[chain[k]]);
-                continue;
-            }
-            if (!strict && !bn_primitive(op) && op->npost < MAXPOST &&
-                gelu_tanh_chain(g, op->out, chain)) {
-                op->post[op->npost++] =
-                    (ox_post){POST_ELTWISE, dnnl_eltwise_gelu_tanh, 0.f, 0.f, -1};
-                for (int k = 0; k < 8; k++) absorb(g, op, &g->ops[chain[k]]);
-                continue;
-            }
+            int chain[2];
             if (!bn_primitive(op) && op->npost < MAXPOST && swish_chain(g, op->out, chain)) {
                 op->post[op->npost++] = (ox_post){POST_ELTWISE, dnnl_eltwise_swish, 1.f, 0.f, -1};
                 for (int k = 0; k < 2; k++) absorb(g, op, &g->ops[chain[k]]);
                 continue;
             }
-            /* the tanh GELU behind a Reshape (GPT-2's Conv1D: a Gemm, then a view): a post-op
-             * on the op's own shape, the Reshape giving the GELU's result */
-            int j = sole_consumer(g, op->out);
-            if (!strict && !bn_primitive(op) && op->npost < MAXPOST && j >= 0 &&
-                g->ops[j].kind == OP_RESHAPE && g->ops[j].in[0] == op->out &&
-                gelu_tanh_chain(g, g->ops[j].out, chain)) {
-                op->post[op->npost++] =
-                    (ox_post){POST_ELTWISE, dnnl_eltwise_gelu_tanh, 0.f, 0.f, -1};
-                for (int k = 0; k < 8; k++) drop(g, &g->ops[chain[k]]);
-                g->ops[j].out = g->ops[chain[7]].out;
+            /* an element-wise op behind a Reshape (GPT-2's Conv1D: a Gemm, then a view, then
+             * its GELU): a post-op on the op's own shape, the Reshape giving its result */
+            int j = sole_consumer(g, op->out), e = j >= 0 ? reshaped_eltwise(g, j, strict) : -1;
+            if (e >= 0 && !bn_primitive(op) && op->npost < MAXPOST) {
+                ox_op *el = &g->ops[e];
+                op->post[op->npost++] = (ox_post){POST_ELTWISE, el->alg, el->alpha, el->beta, -1};
+                drop(g, el);
+                g->ops[j].out = el->out;
                 continue;
             }
             if (j < 0) break;
@@ -1387,10 +1417,7 @@ static void fuse(ox_graph *g, int strict)
                 continue;
             }
             if (op->npost >= MAXPOST) break;
-            int fused_clip = nx->kind == OP_ELTWISE && !strict &&
-                             nx->alg == dnnl_eltwise_clip; /* MobileNet's ReLU6 */
-            if (nx->kind == OP_ELTWISE && nx->in[0] == op->out &&
-                (fused_clip || !ox_own_eltwise(nx->alg))) {
+            if (nx->kind == OP_ELTWISE && nx->in[0] == op->out && fusable_eltwise(nx, strict)) {
                 op->post[op->npost++] = (ox_post){POST_ELTWISE, nx->alg, nx->alpha, nx->beta, -1};
                 absorb(g, op, nx);
                 continue;
@@ -1960,6 +1987,7 @@ static ox_graph *parse(const nnp_node_desc *nodes, int n, int strict, int keep,
     if (nan_replace(&p, nodes) || fake_quant(&p, nodes) || const_dequant_read(&p, nodes)) goto bad;
     attention(g);
     group_norm(g);
+    if (!strict) gelus(g);
     fuse(g, strict);
     requantize(g);
     if (keep && keep_constants(g, e)) goto bad;
