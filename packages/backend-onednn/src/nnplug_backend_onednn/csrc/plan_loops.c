@@ -331,32 +331,40 @@ __attribute__((target("avx512f"))) static __m512 sm_exp16(__m512 x)
     return _mm512_maskz_mul_ps((__mmask16)~under, y, _mm512_castsi512_ps(e));
 }
 
+/* A row's first two softmax passes: e = exp(x - max(x)) into er (may be xr); returns
+ * 1 / sum(e). */
+__attribute__((target("avx512f"))) static float sm_exp_row(const float *xr, float *er, int64_t len)
+{
+    int64_t full = len / SM_LANES * SM_LANES;
+    __mmask16 tail = (__mmask16)((1u << (len - full)) - 1u);
+    float lane[SM_LANES];
+    __m512 m = _mm512_set1_ps(-INFINITY);
+    for (int64_t i = 0; i < full; i += SM_LANES) m = _mm512_max_ps(m, _mm512_loadu_ps(xr + i));
+    if (tail) m = _mm512_mask_max_ps(m, tail, m, _mm512_maskz_loadu_ps(tail, xr + full));
+    _mm512_storeu_ps(lane, m);
+    __m512 mv = _mm512_set1_ps(sm_lanes_max(lane)), sum = _mm512_setzero_ps();
+    for (int64_t i = 0; i < full; i += SM_LANES) {
+        __m512 e = sm_exp16(_mm512_sub_ps(_mm512_loadu_ps(xr + i), mv));
+        _mm512_storeu_ps(er + i, e);
+        sum = _mm512_add_ps(sum, e);
+    }
+    if (tail) {
+        __m512 e = sm_exp16(_mm512_maskz_sub_ps(tail, _mm512_maskz_loadu_ps(tail, xr + full), mv));
+        _mm512_mask_storeu_ps(er + full, tail, e);
+        sum = _mm512_mask_add_ps(sum, tail, sum, e);
+    }
+    _mm512_storeu_ps(lane, sum);
+    return 1.f / sm_lanes_sum(lane);
+}
+
 __attribute__((target("avx512f"))) static void
 softmax_rows_avx512(const float *x, float *y, int64_t r0, int64_t r1, int64_t len)
 {
     int64_t full = len / SM_LANES * SM_LANES;
     __mmask16 tail = (__mmask16)((1u << (len - full)) - 1u);
     for (int64_t r = r0; r < r1; r++) {
-        const float *xr = x + r * len;
-        float *yr = y + r * len, lane[SM_LANES];
-        __m512 m = _mm512_set1_ps(-INFINITY);
-        for (int64_t i = 0; i < full; i += SM_LANES) m = _mm512_max_ps(m, _mm512_loadu_ps(xr + i));
-        if (tail) m = _mm512_mask_max_ps(m, tail, m, _mm512_maskz_loadu_ps(tail, xr + full));
-        _mm512_storeu_ps(lane, m);
-        __m512 mv = _mm512_set1_ps(sm_lanes_max(lane)), sum = _mm512_setzero_ps();
-        for (int64_t i = 0; i < full; i += SM_LANES) {
-            __m512 e = sm_exp16(_mm512_sub_ps(_mm512_loadu_ps(xr + i), mv));
-            _mm512_storeu_ps(yr + i, e);
-            sum = _mm512_add_ps(sum, e);
-        }
-        if (tail) {
-            __m512 e =
-                sm_exp16(_mm512_maskz_sub_ps(tail, _mm512_maskz_loadu_ps(tail, xr + full), mv));
-            _mm512_mask_storeu_ps(yr + full, tail, e);
-            sum = _mm512_mask_add_ps(sum, tail, sum, e);
-        }
-        _mm512_storeu_ps(lane, sum);
-        __m512 inv = _mm512_set1_ps(1.f / sm_lanes_sum(lane));
+        float *yr = y + r * len;
+        __m512 inv = _mm512_set1_ps(sm_exp_row(x + r * len, yr, len));
         for (int64_t i = 0; i < full; i += SM_LANES)
             _mm512_storeu_ps(yr + i, _mm512_mul_ps(_mm512_loadu_ps(yr + i), inv));
         if (tail)
@@ -417,21 +425,9 @@ BF16_TARGET static void softmax_rows_bf16_avx512(float *x, uint16_t *y, int64_t 
     __mmask16 tail = (__mmask16)((1u << (len - full)) - 1u);
     __m512 cv = _mm512_set1_ps(c);
     for (int64_t r = r0; r < r1; r++) { /* softmax_rows_avx512's passes, the last one rounding */
-        float *xr = x + r * len, lane[SM_LANES];
+        float *xr = x + r * len;
         uint16_t *yr = y + r * len;
-        __m512 m = _mm512_set1_ps(-INFINITY);
-        for (int64_t i = 0; i < full; i += SM_LANES) m = _mm512_max_ps(m, _mm512_loadu_ps(xr + i));
-        if (tail) m = _mm512_mask_max_ps(m, tail, m, _mm512_maskz_loadu_ps(tail, xr + full));
-        _mm512_storeu_ps(lane, m);
-        __m512 mv = _mm512_set1_ps(sm_lanes_max(lane)), sum = _mm512_setzero_ps();
-        for (int64_t i = 0; i < len; i += SM_LANES) {
-            __mmask16 k = i < full ? (__mmask16)0xffff : tail;
-            __m512 e = sm_exp16(_mm512_maskz_sub_ps(k, _mm512_maskz_loadu_ps(k, xr + i), mv));
-            _mm512_mask_storeu_ps(xr + i, k, e);
-            sum = _mm512_mask_add_ps(sum, k, sum, e);
-        }
-        _mm512_storeu_ps(lane, sum);
-        __m512 inv = _mm512_set1_ps(1.f / sm_lanes_sum(lane));
+        __m512 inv = _mm512_set1_ps(sm_exp_row(xr, xr, len));
         for (int64_t i = 0; i < len; i += SM_LANES) {
             __mmask16 k = i < full ? (__mmask16)0xffff : tail;
             __m512 p = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, xr + i), inv);
