@@ -1344,10 +1344,10 @@ static int reshaped_eltwise(const ox_graph *g, int r, int strict)
 }
 
 /* Post-op fusion: each op that takes post-ops absorbs the chain of ops that alone read its
- * output: element-wise ops (an exported GELU among them: see gelus), also behind a Reshape, and
- * SiLU (Sigmoid, Mul: one swish), a
- * BatchNormalization (into a Conv's weights), a bias Add (into a MatMul's bias), and for a Conv or MatMul the residual Add of a value of the same shape (a
- * `sum` post-op; the op then runs where the Add was, after both operands exist). */
+ * output: element-wise ops (an exported GELU among them: see gelus), also behind a Reshape,
+ * SiLU (Sigmoid, Mul: one swish), a BatchNormalization (into a Conv's weights), a bias Add
+ * (into a MatMul's bias), and for a Conv or MatMul the residual Add of a value of the same
+ * shape (a `sum` post-op; the op then runs where the Add was, after both operands exist). */
 /* A BatchNormalization left to oneDNN's own primitive (a parameter given at run time): it
  * takes no post-op, so a Relu after it is a step of its own (its fuse_norm_relu flag is
  * oneDNN's relu, which a strict graph must not use; see plan_steps.c strict_relu); bn_affine's
@@ -1359,9 +1359,9 @@ static int bn_primitive(const ox_op *op)
 
 /* Whether op runs otherwise in a strict graph, where a NaN or an infinity can reach it: a Relu
  * (oneDNN's relu is max(x, 0), which drops a NaN; see plan_steps.c strict_relu), a fused Clip (its
- * clip too), a fused GELU (oneDNN's gelu_erf gives NaN for +inf, where x * 0.5 * (1 + erf) is
- * +inf; the strict graph runs the exported ops one by one; the same for gelu_tanh), a max pooling and an LRN (see
- * strict.h), and a convolution that may run as Winograd (ox_winograd_shape). */
+ * clip too), a GELU (oneDNN's gelu_erf gives NaN for +inf, where x * 0.5 * (1 + erf) is +inf;
+ * the strict graph runs the exported ops one by one; the same for gelu_tanh), a max pooling and
+ * an LRN (see strict.h), and a convolution that may run as Winograd (ox_winograd_shape). */
 static int strict_differs(const ox_op *op)
 {
     int n = (op->kind == OP_ELTWISE &&
