@@ -123,6 +123,8 @@ static inline uint64_t align64(uint64_t n)
 /* ---- descriptors, buffers, steps, views, attributes (plan_steps.c) --------------------------- */
 
 dnnl_memory_desc_t plain_md(int ndim, const int64_t *shape, int r);
+/* shape row-major, of type dt (plain_md's layout in another data type) */
+dnnl_memory_desc_t plain_typed_md(int ndim, const int64_t *shape, dnnl_data_type_t dt);
 dnnl_memory_desc_t typed_md(int ndim, const int64_t *dims, dnnl_data_type_t dt,
                             dnnl_format_tag_t tag);
 dnnl_memory_desc_t any_md(int ndim, const int64_t *dims);
@@ -170,6 +172,12 @@ void *owned_cfg(pb *b, size_t n);
 dnnl_primitive_t owned_prim(pb *b, const_dnnl_primitive_desc_t pd);
 
 /* ---- Conv (plan_conv.c) ---------------------------------------------------------------------- */
+
+/* Whether op's result can be written in bf16: the bf16 hint on AMX (bf16_operands), and every
+ * op reading it one that reads it as its input and converts it to bf16 anyway (reads_bf16): a
+ * reorder that took more time than the products in a U-Net (17 of 31 ms). Not the kernel's
+ * output, not with a residual sum (its other operand is float32). */
+int bf16_result(pb *b, const ox_op *op, int (*reads_bf16)(pb *b, const ox_op *reader));
 
 int conv_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, int s);
 int build_conv(pb *b, const ox_op *op);

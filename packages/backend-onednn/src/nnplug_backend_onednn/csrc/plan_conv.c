@@ -71,11 +71,7 @@ static int pool_reads_only(pb *b, int v)
     return 0;
 }
 
-/* Whether op's result can be written in bf16: the bf16 hint on AMX (bf16_operands), and every
- * op reading it a float convolution, which would convert it to bf16 anyway (a reorder that
- * took more time than the products in a U-Net: 17 of 31 ms). Not the kernel's output, not
- * with a residual sum (its other operand is float32). */
-static int bf16_result(pb *b, const ox_op *op)
+int bf16_result(pb *b, const ox_op *op, int (*reads_bf16)(pb *b, const ox_op *reader))
 {
     if (!bf16_operands(b) || op->qout || op->out == b->g->out || !VAL(op->out)->consumers) return 0;
     for (int i = 0; i < op->npost; i++)
@@ -83,9 +79,16 @@ static int bf16_result(pb *b, const ox_op *op)
     for (int i = 0; i < b->g->norder; i++) {
         const ox_op *o = &b->g->ops[b->g->order[i]];
         for (int j = 0; j < o->nin; j++)
-            if (o->in[j] == op->out && (o->kind != OP_CONV || j != 0 || o->w8)) return 0;
+            if (o->in[j] == op->out && (j != 0 || !reads_bf16(b, o))) return 0;
     }
     return 1;
+}
+
+/* Whether op, reading a value as its input, converts it to bf16 first: a float convolution. */
+static int conv_reads_bf16(pb *b, const ox_op *op)
+{
+    (void)b;
+    return op->kind == OP_CONV && !op->w8;
 }
 
 /* op's convolution (deconv: its deconvolution) of these layouts (freed here) with op's
@@ -134,8 +137,9 @@ static dnnl_primitive_desc_t conv_pd(pb *b, const ox_op *op, int attempt, const 
                                       attempt == 2 ? dnnl_abcd
                                       : attempt    ? dnnl_format_tag_any
                                                    : dnnl_acdb);
-    dnnl_memory_desc_t dst = typed_md(4, yd, bf16_result(b, op) ? dnnl_bf16 : dnnl_f32,
-                                      attempt ? dnnl_format_tag_any : dnnl_acdb);
+    dnnl_memory_desc_t dst =
+        typed_md(4, yd, bf16_result(b, op, conv_reads_bf16) ? dnnl_bf16 : dnnl_f32,
+                 attempt ? dnnl_format_tag_any : dnnl_acdb);
     dnnl_memory_desc_t w = g > 1 ? typed_md(5, wd, dt, dnnl_format_tag_any)
                                  : typed_md(4, op->wdims, dt, dnnl_format_tag_any);
     dnnl_memory_desc_t bias = has_bias ? plain_md(1, &op->oc, 1) : NULL;

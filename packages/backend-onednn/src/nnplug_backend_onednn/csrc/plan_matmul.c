@@ -117,9 +117,20 @@ static int conv_matmul_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_
     return 0;
 }
 
+/* Whether op, reading a value as its input, converts it to bf16 first: a MatMul of constant
+ * weights (run packed; one that falls back to oneDNN's matmul gets a float32 view) or a float
+ * convolution. The FFN's second layer reads the first's result so. */
+static int dense_reads_bf16(pb *b, const ox_op *op)
+{
+    int64_t M, K, N;
+    return (op->kind == OP_CONV && !op->w8) ||
+           (op->kind == OP_MATMUL && conv_matmul_dims(b, op, &M, &K, &N));
+}
+
 /* One attempt: the inner product (ip) or the 1x1 convolution, when oneDNN has a jit / brgemm
- * kernel for it; NULL else. */
-static dnnl_primitive_desc_t packed_matmul_pd(const pb *b, const ox_op *op, int64_t M, int64_t K,
+ * kernel for it; NULL else. With bf16 operands the result is bf16 where every reader converts
+ * it to bf16 anyway (bf16_result). */
+static dnnl_primitive_desc_t packed_matmul_pd(pb *b, const ox_op *op, int64_t M, int64_t K,
                                               int64_t N, int ip)
 {
     int64_t xd[4] = {1, K, 1, M}, yd[4] = {1, N, 1, M}, wd[4] = {N, K, 1, 1}, x2[2] = {M, K},
@@ -128,8 +139,9 @@ static dnnl_primitive_desc_t packed_matmul_pd(const pb *b, const ox_op *op, int6
     /* bf16 operands (the activations reordered to them, the weights packed in bf16 once)
      * where the products are bf16 anyway; see plan_conv.c conv_pd */
     dnnl_data_type_t dt = bf16_operands(b) ? dnnl_bf16 : dnnl_f32;
+    dnnl_data_type_t yt = bf16_result(b, op, dense_reads_bf16) ? dnnl_bf16 : dnnl_f32;
     dnnl_memory_desc_t src = ip ? typed_md(2, x2, dt, dnnl_ab) : typed_md(4, xd, dt, dnnl_acdb),
-                       dst = ip ? plain_md(2, y2, 2) : tag_md(4, yd, dnnl_acdb),
+                       dst = ip ? typed_md(2, y2, yt, dnnl_ab) : typed_md(4, yd, yt, dnnl_acdb),
                        w = typed_md(ip ? 2 : 4, wd, dt, dnnl_format_tag_any);
     dnnl_memory_desc_t bias = op->b ? plain_md(1, &N, 1) : NULL;
     dnnl_primitive_attr_t a = op_attr(b, op);
@@ -174,14 +186,23 @@ static int build_conv_matmul(pb *b, const ox_op *op)
         pd = packed_matmul_pd(b, op, M, K, N, t_ip);
     }
     if (!pd) return 0;
-    dnnl_memory_desc_t as = value_plain(b, op->out, VAL(op->out)->ndim);
-    if (!as) {
+    /* the result's bytes read as the value's plain layout, in the primitive's data type; a
+     * bf16 result also as the primitive wrote it, the layout a packed reader asks for */
+    const_dnnl_memory_desc_t pmd = query(pd, dnnl_query_dst_md, 0);
+    dnnl_data_type_t yt = dnnl_f32;
+    D(dnnl_memory_desc_query)(pmd, dnnl_query_data_type, &yt);
+    dnnl_memory_desc_t as = plain_typed_md(VAL(op->out)->ndim, DIMS(op->out), yt),
+                       wrote = yt == dnnl_bf16 ? clone_md(pmd) : NULL;
+    int rc = !as || (yt == dnnl_bf16 && !wrote);
+    if (rc) {
         D(dnnl_primitive_desc_destroy)(pd);
         ox_fail(b->e, "oneDNN could not create a memory descriptor");
-        return -1;
+    } else {
+        rc = finish_as(b, op, pd, conv_matmul_inputs, as) ||
+             (wrote && add_view(b, op->out, wrote, b->dry ? 0 : b->views[op->out][0].buf));
     }
-    int rc = finish_as(b, op, pd, conv_matmul_inputs, as);
     md_free(as);
+    md_free(wrote);
     return rc ? -1 : 1;
 }
 

@@ -10,8 +10,8 @@
 
 __thread packed_t t_packed;
 
-/* Plain row-major (rank 0 becomes {1}); dims right-aligned to rank r when r > ndim. */
-dnnl_memory_desc_t plain_md(int ndim, const int64_t *shape, int r)
+/* Plain row-major of type dt (rank 0 becomes {1}); dims right-aligned to rank r when r > ndim. */
+static dnnl_memory_desc_t row_major_md(int ndim, const int64_t *shape, int r, dnnl_data_type_t dt)
 {
     dnnl_dims_t dims, strides;
     if (r < ndim) r = ndim;
@@ -26,9 +26,19 @@ dnnl_memory_desc_t plain_md(int ndim, const int64_t *shape, int r)
         s *= dims[i];
     }
     dnnl_memory_desc_t md = NULL;
-    return D(dnnl_memory_desc_create_with_strides)(&md, r, dims, dnnl_f32, strides) == dnnl_success
+    return D(dnnl_memory_desc_create_with_strides)(&md, r, dims, dt, strides) == dnnl_success
                ? md
                : NULL;
+}
+
+dnnl_memory_desc_t plain_md(int ndim, const int64_t *shape, int r)
+{
+    return row_major_md(ndim, shape, r, dnnl_f32);
+}
+
+dnnl_memory_desc_t plain_typed_md(int ndim, const int64_t *shape, dnnl_data_type_t dt)
+{
+    return row_major_md(ndim, shape, ndim, dt);
 }
 
 /* dims of type dt in layout tag (format_tag::any: the one a primitive picks). */
