@@ -116,7 +116,8 @@ static ox_plan *build_ex(const ox_graph *g, const int64_t *dims, int threads, in
             calloc((size_t)g->nval, sizeof(ox_view[MAXVIEWS])),
             0};
     int rc = 1;
-    if (!p || !b.nviews || !b.last_use || !b.views) {
+    b.bf16v = bf16_values(&b);
+    if (!p || !b.nviews || !b.last_use || !b.views || !b.bf16v) {
         ox_fail(e, "out of memory");
         goto done;
     }
@@ -161,6 +162,7 @@ done:
     free(b.views);
     free(b.nviews);
     free(b.last_use);
+    free(b.bf16v);
     if (rc || dry) {
         ox_plan_free(p);
         return dry && !rc ? (ox_plan *)1 : NULL;

@@ -89,6 +89,7 @@ typedef struct {
     int *nviews, *last_use;
     ox_view (*views)[MAXVIEWS];
     int cur;
+    char *bf16v; /* per value: stored in bf16 (plan_bf16.c bf16_values) */
 } pb;
 
 /* The backend's own loops over many values (the 8-bit grid's quantize, dequantize and QDQ; an
@@ -127,6 +128,8 @@ dnnl_memory_desc_t plain_md(int ndim, const int64_t *shape, int r);
 dnnl_memory_desc_t plain_typed_md(int ndim, const int64_t *shape, dnnl_data_type_t dt);
 dnnl_memory_desc_t typed_md(int ndim, const int64_t *dims, dnnl_data_type_t dt,
                             dnnl_format_tag_t tag);
+dnnl_memory_desc_t strided_typed_md(int ndim, const int64_t *dims, const int64_t *strides,
+                                    dnnl_data_type_t dt);
 dnnl_memory_desc_t any_md(int ndim, const int64_t *dims);
 int bf16_operands(const pb *b);
 dnnl_memory_desc_t tag_md(int ndim, const int64_t *dims, dnnl_format_tag_t tag);
@@ -171,14 +174,22 @@ void *owned_cfg(pb *b, size_t n);
  * oneDNN cannot make it. */
 dnnl_primitive_t owned_prim(pb *b, const_dnnl_primitive_desc_t pd);
 
+/* ---- values stored in bf16 (plan_bf16.c) ---------------------------------------------------- */
+
+/* Per value of b's graph, whether the plan stores it in bf16 (all 0 but under the bf16 hint on
+ * AMX); NULL when out of memory. */
+char *bf16_values(pb *b);
+/* Whether op writes its result in bf16 (bf16_values). */
+int bf16_result(const pb *b, const ox_op *op);
+dnnl_data_type_t md_type(const_dnnl_memory_desc_t md);
+/* md (a layout of value v) in data type dt: the same strides where it has plain ones, else
+ * nhwc (4-D) or row-major. */
+dnnl_memory_desc_t retyped_md(pb *b, int v, const_dnnl_memory_desc_t md, dnnl_data_type_t dt);
+
 /* ---- Conv (plan_conv.c) ---------------------------------------------------------------------- */
 
-/* Whether op's result can be written in bf16: the bf16 hint on AMX (bf16_operands), and every
- * op reading it one that reads it as its input and converts it to bf16 anyway (reads_bf16): a
- * reorder that took more time than the products in a U-Net (17 of 31 ms). Not the kernel's
- * output, not with a residual sum (its other operand is float32). */
-int bf16_result(pb *b, const ox_op *op, int (*reads_bf16)(pb *b, const ox_op *reader));
-
+/* Whether value v is read by one op only, a pool, and is not the kernel's output. */
+int pool_reads_only(pb *b, int v);
 int conv_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, int s);
 int build_conv(pb *b, const ox_op *op);
 int build_deconv(pb *b, const ox_op *op);
@@ -193,6 +204,8 @@ int build_winograd(pb *b, const ox_op *op, dnnl_primitive_desc_t direct, const i
 /* ---- MatMul and Gemm (plan_matmul.c) --------------------------------------------------------- */
 
 int build_matmul(pb *b, const ox_op *op);
+/* Whether op is a MatMul / Gemm run as a packed-weights dense layer (constant weights). */
+int packed_dense(pb *b, const ox_op *op);
 
 /* ---- the backend's own element-wise loops (plan_loops.c) ------------------------------------- */
 

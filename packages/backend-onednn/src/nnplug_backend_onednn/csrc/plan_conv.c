@@ -60,7 +60,7 @@ int conv_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, int s)
 
 /* Whether value v is read by one op only, a pool (which keeps a blocked layout, see
  * build_simple), and is not the kernel's output. */
-static int pool_reads_only(pb *b, int v)
+int pool_reads_only(pb *b, int v)
 {
     if (v == b->g->out || VAL(v)->consumers != 1) return 0;
     for (int i = 0; i < b->g->norder; i++) {
@@ -69,26 +69,6 @@ static int pool_reads_only(pb *b, int v)
             if (o->in[j] == v) return o->kind == OP_POOL && j == 0;
     }
     return 0;
-}
-
-int bf16_result(pb *b, const ox_op *op, int (*reads_bf16)(pb *b, const ox_op *reader))
-{
-    if (!bf16_operands(b) || op->qout || op->out == b->g->out || !VAL(op->out)->consumers) return 0;
-    for (int i = 0; i < op->npost; i++)
-        if (op->post[i].kind == POST_SUM) return 0;
-    for (int i = 0; i < b->g->norder; i++) {
-        const ox_op *o = &b->g->ops[b->g->order[i]];
-        for (int j = 0; j < o->nin; j++)
-            if (o->in[j] == op->out && (j != 0 || !reads_bf16(b, o))) return 0;
-    }
-    return 1;
-}
-
-/* Whether op, reading a value as its input, converts it to bf16 first: a float convolution. */
-static int conv_reads_bf16(pb *b, const ox_op *op)
-{
-    (void)b;
-    return op->kind == OP_CONV && !op->w8;
 }
 
 /* op's convolution (deconv: its deconvolution) of these layouts (freed here) with op's
@@ -131,14 +111,15 @@ static dnnl_primitive_desc_t conv_pd(pb *b, const ox_op *op, int attempt, const 
                 PL = {pl[0], pl[1]}, PR = {pr[0], pr[1]};
     /* operands in bf16 (the input reordered to it, the weights packed in it once) where the
      * products are bf16 anyway: f32 weights would be converted again on every run. Not for a
-     * plain input (a network's first convolution, 3 channels: no AMX kernel takes it) */
+     * plain input (a network's first convolution, 3 channels: no AMX kernel takes it), whose
+     * result is float32 then */
     dnnl_data_type_t dt = bf16_operands(b) && attempt != 2 ? dnnl_bf16 : dnnl_f32;
     dnnl_memory_desc_t src = typed_md(4, xd, dt,
                                       attempt == 2 ? dnnl_abcd
                                       : attempt    ? dnnl_format_tag_any
                                                    : dnnl_acdb);
     dnnl_memory_desc_t dst =
-        typed_md(4, yd, bf16_result(b, op, conv_reads_bf16) ? dnnl_bf16 : dnnl_f32,
+        typed_md(4, yd, dt == dnnl_bf16 && bf16_result(b, op) ? dnnl_bf16 : dnnl_f32,
                  attempt ? dnnl_format_tag_any : dnnl_acdb);
     dnnl_memory_desc_t w = g > 1 ? typed_md(5, wd, dt, dnnl_format_tag_any)
                                  : typed_md(4, op->wdims, dt, dnnl_format_tag_any);
@@ -281,13 +262,6 @@ static int grid_step(pb *b, ox_fn fn, const char *what, const grid *gr, uint64_t
     int s = fn_step(b, fn, q, RUN_ALWAYS, what);
     return s < 0 || add_arg(b, s, DNNL_ARG_SRC, from, fmd) ||
            (fn != fake_fn && add_arg(b, s, DNNL_ARG_DST, to, tmd));
-}
-
-static dnnl_data_type_t md_type(const_dnnl_memory_desc_t md)
-{
-    dnnl_data_type_t dt = dnnl_data_type_undef;
-    D(dnnl_memory_desc_query)(md, dnnl_query_data_type, &dt);
-    return dt;
 }
 
 /* The float32 nhwc view of v, a value whose home view holds its integers (a Conv's written by

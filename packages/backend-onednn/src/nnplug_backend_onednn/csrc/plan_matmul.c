@@ -117,19 +117,14 @@ static int conv_matmul_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_
     return 0;
 }
 
-/* Whether op, reading a value as its input, converts it to bf16 first: a MatMul of constant
- * weights (run packed; one that falls back to oneDNN's matmul gets a float32 view) or a float
- * convolution. The FFN's second layer reads the first's result so. */
-static int dense_reads_bf16(pb *b, const ox_op *op)
+int packed_dense(pb *b, const ox_op *op)
 {
     int64_t M, K, N;
-    return (op->kind == OP_CONV && !op->w8) ||
-           (op->kind == OP_MATMUL && conv_matmul_dims(b, op, &M, &K, &N));
+    return conv_matmul_dims(b, op, &M, &K, &N);
 }
 
 /* One attempt: the inner product (ip) or the 1x1 convolution, when oneDNN has a jit / brgemm
- * kernel for it; NULL else. With bf16 operands the result is bf16 where every reader converts
- * it to bf16 anyway (bf16_result). */
+ * kernel for it; NULL else. With bf16 operands the result is bf16 where plan_bf16.c says so. */
 static dnnl_primitive_desc_t packed_matmul_pd(pb *b, const ox_op *op, int64_t M, int64_t K,
                                               int64_t N, int ip)
 {
@@ -139,7 +134,7 @@ static dnnl_primitive_desc_t packed_matmul_pd(pb *b, const ox_op *op, int64_t M,
     /* bf16 operands (the activations reordered to them, the weights packed in bf16 once)
      * where the products are bf16 anyway; see plan_conv.c conv_pd */
     dnnl_data_type_t dt = bf16_operands(b) ? dnnl_bf16 : dnnl_f32;
-    dnnl_data_type_t yt = bf16_result(b, op, dense_reads_bf16) ? dnnl_bf16 : dnnl_f32;
+    dnnl_data_type_t yt = bf16_result(b, op) ? dnnl_bf16 : dnnl_f32;
     dnnl_memory_desc_t src = ip ? typed_md(2, x2, dt, dnnl_ab) : typed_md(4, xd, dt, dnnl_acdb),
                        dst = ip ? typed_md(2, y2, yt, dnnl_ab) : typed_md(4, yd, yt, dnnl_acdb),
                        w = typed_md(ip ? 2 : 4, wd, dt, dnnl_format_tag_any);

@@ -86,12 +86,21 @@ static int concat_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd,
 }
 
 
-/* The layout of value v an op is tried with: 0 where it is, 1 nhwc (4-D only), 2 plain. */
+/* The layout of value v an op is tried with: 0 where it is, 1 nhwc (4-D only) in v's data
+ * type, 2 plain float32 (a bf16 value converted: oneDNN has no jit binary op from bf16 to
+ * float32). */
 static dnnl_memory_desc_t layout(pb *b, int v, int r, int attempt)
 {
     if (attempt == 0) return clone_md(home(b, v));
-    if (attempt == 1) return tag_md(4, DIMS(v), dnnl_acdb);
+    if (attempt == 1) return typed_md(4, DIMS(v), md_type(home(b, v)), dnnl_acdb);
     return value_plain(b, v, r);
+}
+
+/* op's result in data type dt, in the layout its primitive picks (a binary op's: its first
+ * input's). */
+static dnnl_memory_desc_t result_md(pb *b, const ox_op *op, dnnl_data_type_t dt)
+{
+    return typed_md(VAL(op->out)->ndim, DIMS(op->out), dt, dnnl_format_tag_any);
 }
 
 static int blocked(const_dnnl_memory_desc_t md)
@@ -106,7 +115,7 @@ static int blocked(const_dnnl_memory_desc_t md)
  * layout, and the ops after it go back to the one layout of the rest. */
 static int home_nhwc(pb *b, int v)
 {
-    dnnl_memory_desc_t md = tag_md(4, DIMS(v), dnnl_acdb);
+    dnnl_memory_desc_t md = typed_md(4, DIMS(v), md_type(home(b, v)), dnnl_acdb);
     int buf, rc = !md || get_view(b, v, md, &buf);
     md_free(md);
     if (rc) return 1;
@@ -212,7 +221,7 @@ int build_simple(pb *b, const ox_op *op)
             dnnl_dims_t S = {tmp.st[0], tmp.st[1]}, K = {ker[0], ker[1]},
                         DL = {tmp.dil[0] - 1, tmp.dil[1] - 1}, PL = {pl[0], pl[1]},
                         PR = {pr[0], pr[1]};
-            dst = any_md(4, yd);
+            dst = result_md(b, op, md_type(src)); /* its input's type (plan_bf16.c) */
             if (dst)
                 st = D(dnnl_pooling_forward_primitive_desc_create)(
                     &pd, ox_engine(), dnnl_forward_inference, alg, src, dst, S, K, DL, PL, PR, a);
@@ -239,11 +248,12 @@ int build_simple(pb *b, const ox_op *op)
                 int64_t cd[MAXR];
                 for (int i = 0; i < r; i++) cd[i] = i == 1 ? op->oc : 1;
                 src1 = plain_md(r, cd, r);
+                dst = result_md(b, op, md_type(src)); /* its input's type (plan_bf16.c) */
                 D(dnnl_primitive_attr_destroy)(a);
                 a = src1 ? op_attr_adding(b, op, src1) : NULL;
-                if (a)
+                if (a && dst)
                     st = D(dnnl_binary_primitive_desc_create)(&pd, ox_engine(), dnnl_binary_mul,
-                                                              src, src1, src, a);
+                                                              src, src1, dst, a);
                 fn = affine_inputs;
                 break;
             }
@@ -271,9 +281,15 @@ int build_simple(pb *b, const ox_op *op)
             break;
         }
         case OP_CONCAT: {
+            /* its inputs converted to its result's type where they have another */
+            dnnl_data_type_t dt = bf16_result(b, op) ? dnnl_bf16 : dnnl_f32;
             int ok = 1, vals[MAXIN], n = concat_sources(b, op, vals);
-            for (int i = 0; i < n; i++) ok = ok && (srcs[i] = layout(b, vals[i], r, attempt));
-            dst = any_md(r, yd);
+            for (int i = 0; i < n && ok; i++) {
+                dnnl_memory_desc_t md = layout(b, vals[i], r, attempt);
+                ok = md && (srcs[i] = retyped_md(b, vals[i], md, dt));
+                md_free(md);
+            }
+            dst = result_md(b, op, dt);
             if (ok && dst)
                 st = D(dnnl_concat_primitive_desc_create)(&pd, ox_engine(), dst, n, (int)op->axis,
                                                           (const_dnnl_memory_desc_t *)srcs, a);

@@ -51,6 +51,19 @@ dnnl_memory_desc_t typed_md(int ndim, const int64_t *dims, dnnl_data_type_t dt,
     return D(dnnl_memory_desc_create_with_tag)(&md, ndim, d, dt, tag) == dnnl_success ? md : NULL;
 }
 
+dnnl_memory_desc_t strided_typed_md(int ndim, const int64_t *dims, const int64_t *strides,
+                                    dnnl_data_type_t dt)
+{
+    dnnl_dims_t d, st;
+    for (int i = 0; i < ndim; i++) {
+        d[i] = dims[i];
+        st[i] = strides[i];
+    }
+    dnnl_memory_desc_t md = NULL;
+    return D(dnnl_memory_desc_create_with_strides)(&md, ndim, d, dt, st) == dnnl_success ? md
+                                                                                         : NULL;
+}
+
 dnnl_memory_desc_t any_md(int ndim, const int64_t *dims)
 {
     return typed_md(ndim, dims, dnnl_f32, dnnl_format_tag_any);

@@ -83,18 +83,6 @@ int strided_of(const_dnnl_memory_desc_t md, int *nd, int64_t *dims, int64_t *str
     return 0;
 }
 
-static dnnl_memory_desc_t strided_md(int r, const int64_t *dims, const int64_t *strides)
-{
-    dnnl_dims_t d, st;
-    for (int i = 0; i < r; i++) {
-        d[i] = dims[i];
-        st[i] = strides[i];
-    }
-    dnnl_memory_desc_t md = NULL;
-    return D(dnnl_memory_desc_create_with_strides)(&md, r, d, dnnl_f32, st) == dnnl_success ? md
-                                                                                            : NULL;
-}
-
 /* A Reshape of value x (rank-r result dims yd) as a view of bytes x already has: one of its
  * strided layouts the new dims can be read through (a channel split of an nhwc conv output);
  * else, for a 4-D result of a value in a strided, non-plain layout (a channel shuffle's
@@ -105,22 +93,23 @@ static int reshape_view(pb *b, int x, int r, const int64_t *yd, int is_out, dnnl
 {
     int64_t xd[MAXR], xs[MAXR], ys[MAXR];
     int nd;
-    for (int i = 0; i < b->nviews[x]; i++) {
-        if (strided_of(b->views[x][i].md, &nd, xd, xs) || reshape_strides(nd, xd, xs, r, yd, ys))
+    for (int i = 0; i < b->nviews[x]; i++) { /* its float32 views (not a reader's bf16 copy) */
+        if (md_type(b->views[x][i].md) != dnnl_f32 || strided_of(b->views[x][i].md, &nd, xd, xs) ||
+            reshape_strides(nd, xd, xs, r, yd, ys))
             continue;
-        if (!(*md = strided_md(r, yd, ys))) return -1;
+        if (!(*md = strided_typed_md(r, yd, ys, dnnl_f32))) return -1;
         *buf = b->views[x][i].buf;
         return 0;
     }
     if (r != 4 || is_out || !b->nviews[x] || is_plain(b, x, home(b, x)) ||
-        strided_of(home(b, x), &nd, xd, xs))
+        md_type(home(b, x)) != dnnl_f32 || strided_of(home(b, x), &nd, xd, xs))
         return -1;
     const int64_t *xdims = DIMS(x);
     int xr = VAL(x)->ndim;
     int64_t nhwc[4] = {yd[1] * yd[2] * yd[3], 1, yd[3] * yd[1], yd[1]}; /* acdb strides of yd */
     if (reshape_strides(4, yd, nhwc, xr, xdims, xs)) return -1;
-    dnnl_memory_desc_t xmd = strided_md(xr, xdims, xs);
-    *md = strided_md(4, yd, nhwc);
+    dnnl_memory_desc_t xmd = strided_typed_md(xr, xdims, xs, dnnl_f32);
+    *md = strided_typed_md(4, yd, nhwc, dnnl_f32);
     if (!xmd || !*md) {
         md_free(xmd);
         md_free(*md);

@@ -1,0 +1,120 @@
+/* Which values a plan stores in bf16 under the "bf16" hint on AMX (bf16_operands). The
+ * products round their operands to bf16 there anyway; a value stored so costs half the bytes
+ * to write and to read and no reorder before them. A value is stored in bf16 when every op
+ * reading it either rounds it to bf16 itself (a float convolution or packed dense layer, as
+ * its input) or only moves or scales it on its way to such ops: a Concat, which converts an
+ * input of the other type, and a per-channel multiply-add (a BatchNormalization not folded
+ * into a convolution) or a pool of a bf16 value. DenseNet's blocks are all three between their convolutions (with them in
+ * float32 its concats, multiply-adds and reorders took as long as the convolutions).
+ * Not stored in bf16: the kernel's output, a value a residual `sum` adds (the sum is
+ * float32) and one any other op reads. A value stored so may still be float32 where its op
+ * ran otherwise (a network's first convolution, plan_conv.c build_conv): its readers take
+ * either type. */
+#define _GNU_SOURCE
+#include <stdlib.h>
+
+#include "plan.h"
+
+/* Whether op rounds its input to bf16 itself. */
+static int rounds_input(pb *b, const ox_op *op)
+{
+    return (op->kind == OP_CONV && !op->w8) || (op->kind == OP_MATMUL && packed_dense(b, op));
+}
+
+/* A pool or a per-channel multiply-add: oneDNN's jit kernels for them write the type they
+ * read (a binary op from float32 to bf16 ran on its reference kernel, 60 times slower). */
+static int keeps_type(const pb *b, const ox_op *op)
+{
+    return (op->kind == OP_POOL && !(op->maxpool && b->g->strict)) || /* strict: own max pool */
+           (op->kind == OP_BN && op->w);
+}
+
+static int has_sum(const ox_op *op)
+{
+    for (int i = 0; i < op->npost; i++)
+        if (op->post[i].kind == POST_SUM) return 1;
+    return 0;
+}
+
+/* Whether op's result may be bf16 by op alone. */
+static int may_write(pb *b, const ox_op *op)
+{
+    if (op->out == b->g->out || !VAL(op->out)->consumers || VAL(op->out)->grid || op->qout ||
+        has_sum(op))
+        return 0;
+    int x = op->in[0];
+    if (op->kind == OP_CONV) /* not a network's first, before a pool: float32 (build_conv) */
+        return !op->w8 && !op->line &&
+               !(DIMS(x)[1] <= 4 && VAL(x)->kin >= 0 && pool_reads_only(b, op->out));
+    return (op->kind == OP_MATMUL && packed_dense(b, op)) || op->kind == OP_CONCAT ||
+           keeps_type(b, op);
+}
+
+/* Whether reader o, reading v as its input j (j < 0: as the operand of its `sum`), keeps bf16
+ * out of every op but those that round it themselves, given the flags so far. */
+static int reads_ok(pb *b, const ox_op *o, int j, const char *flag)
+{
+    if (j < 0) return 0;
+    if (o->kind == OP_CONCAT) return 1; /* converts its inputs to its result's type */
+    if (j != 0) return 0;
+    return rounds_input(b, o) || (keeps_type(b, o) && flag[o->out]);
+}
+
+/* Drops the flag of w's result where a reader or, for an op that keeps its input's type, its
+ * input does not allow it; whether it did. */
+static int check(pb *b, const ox_op *w, char *flag)
+{
+    int v = w->out;
+    if (keeps_type(b, w) && !flag[w->in[0]]) return flag[v] = 0, 1;
+    for (int i = 0; i < b->g->norder; i++) {
+        const ox_op *o = &b->g->ops[b->g->order[i]];
+        for (int j = 0; j < o->nin; j++)
+            if (o->in[j] == v && !reads_ok(b, o, j, flag)) return flag[v] = 0, 1;
+        for (int j = 0; j < o->npost; j++)
+            if (o->post[j].kind == POST_SUM && o->post[j].val == v) return flag[v] = 0, 1;
+    }
+    return 0;
+}
+
+char *bf16_values(pb *b)
+{
+    const ox_graph *g = b->g;
+    char *flag = calloc((size_t)g->nval, 1);
+    if (!flag || !bf16_operands(b)) return flag;
+    for (int i = 0; i < g->norder; i++) {
+        const ox_op *op = &g->ops[g->order[i]];
+        flag[op->out] = (char)may_write(b, op);
+    }
+    /* the largest set the rules allow: drop flags until none is dropped (each pass drops at
+     * least one, so at most as many passes as values) */
+    for (int dropped = 1; dropped;) {
+        dropped = 0;
+        for (int i = g->norder - 1; i >= 0; i--) {
+            const ox_op *op = &g->ops[g->order[i]];
+            if (flag[op->out]) dropped |= check(b, op, flag);
+        }
+    }
+    return flag;
+}
+
+int bf16_result(const pb *b, const ox_op *op)
+{
+    return b->bf16v && b->bf16v[op->out];
+}
+
+dnnl_data_type_t md_type(const_dnnl_memory_desc_t md)
+{
+    dnnl_data_type_t dt = dnnl_data_type_undef;
+    D(dnnl_memory_desc_query)(md, dnnl_query_data_type, &dt);
+    return dt;
+}
+
+dnnl_memory_desc_t retyped_md(pb *b, int v, const_dnnl_memory_desc_t md, dnnl_data_type_t dt)
+{
+    if (md_type(md) == dt) return clone_md(md);
+    int nd;
+    int64_t dims[MAXR], strides[MAXR];
+    if (!strided_of(md, &nd, dims, strides)) return strided_typed_md(nd, dims, strides, dt);
+    return VAL(v)->ndim == 4 ? typed_md(4, DIMS(v), dt, dnnl_acdb)
+                             : plain_typed_md(VAL(v)->ndim, DIMS(v), dt);
+}

@@ -1,0 +1,119 @@
+"""Under the bf16 hint on AMX, values that only reach bf16 products are stored in bf16: a
+convolution's or dense layer's result read by convolutions, Concats, pools and per-channel
+multiply-adds (a BatchNormalization after a Concat, as in DenseNet), which keep it in bf16 on
+the way. A value any other op reads, a residual sum's operand and the kernel's output stay
+float32.
+
+Tolerance: 3e-2 of the output's range against onnxruntime's float32, the bound the attention's
+bf16 products are held to; storing a value in bf16 rounds it once where its reader would
+round it anyway, or once more before the multiply-add that the reader's rounding follows."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from conftest import assert_matches, onednn_log, run_both
+from onnx import TensorProto, helper, numpy_helper
+
+BF16 = {"onednn": {"kind": "onednn", "precision": "bf16"}}
+with open("/proc/cpuinfo") as f:
+    AMX = "amx_bf16" in f.read().split()
+
+
+def dense_block_model():
+    """A first convolution and max pool, two DenseNet layers (BatchNormalization, Relu, 1x1
+    and 3x3 convolutions, the Concat of every earlier result), a transition (multiply-add, 1x1
+    convolution, average pool) into a residual block, then a multiply-add, a global pool and
+    a dense layer."""
+    rng = np.random.default_rng(3)
+    inits = {}
+
+    def init(name, *shape, scale=1.0, offset=0.0):
+        inits[name] = (rng.standard_normal(shape) * scale + offset).astype(np.float32)
+        return name
+
+    def bn(x, c, y):
+        n = f"bn_{y}"
+        return helper.make_node("BatchNormalization", [
+            x, init(n + "_s", c, scale=0.2, offset=1.0), init(n + "_b", c, scale=0.2),
+            init(n + "_m", c, scale=0.2), init(n + "_v", c, scale=0.1, offset=1.0)], [y])
+
+    def conv(x, cin, cout, k, y):
+        return helper.make_node("Conv", [x, init(f"w_{y}", cout, cin, k, k,
+                                                 scale=(2.0 / (cin * k * k)) ** 0.5)], [y],
+                                pads=[k // 2] * 4)
+
+    relu = lambda x, y: helper.make_node("Relu", [x], [y])  # noqa: E731
+    nodes = [conv("x", 3, 16, 3, "stem"), relu("stem", "stem_r"),
+             helper.make_node("MaxPool", ["stem_r"], ["p"], kernel_shape=[2, 2], strides=[2, 2])]
+    feats, c = ["p"], 16
+    for i in range(2):  # DenseNet layers: growth 16
+        cat = feats[0] if len(feats) == 1 else f"cat{i}"
+        if len(feats) > 1:
+            nodes.append(helper.make_node("Concat", list(feats), [cat], axis=1))
+        nodes += [bn(cat, c, f"n{i}"), relu(f"n{i}", f"a{i}"), conv(f"a{i}", c, 32, 1, f"b{i}"),
+                  relu(f"b{i}", f"br{i}"), conv(f"br{i}", 32, 16, 3, f"g{i}")]
+        feats.append(f"g{i}")
+        c += 16
+    nodes += [helper.make_node("Concat", list(feats), ["cat_all"], axis=1),
+              bn("cat_all", c, "nt"), relu("nt", "at"), conv("at", c, 32, 1, "ct"),
+              helper.make_node("AveragePool", ["ct"], ["t"], kernel_shape=[2, 2], strides=[2, 2]),
+              conv("t", 32, 32, 3, "r1"), relu("r1", "r1r"), conv("r1r", 32, 32, 3, "r2"),
+              helper.make_node("Add", ["r2", "t"], ["res"]), relu("res", "resr"),
+              bn("resr", 32, "nf"), relu("nf", "af"),
+              helper.make_node("GlobalAveragePool", ["af"], ["gp"]),
+              helper.make_node("Flatten", ["gp"], ["fl"]),
+              helper.make_node("MatMul", ["fl", init("fc", 32, 10, scale=0.2)], ["y"])]
+    graph = helper.make_graph(
+        nodes, "dense_block",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+        [numpy_helper.from_array(a, n) for n, a in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"x": np.random.default_rng(4).standard_normal((1, 3, 32, 32)).astype(np.float32)}
+    return model, feeds
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_dense_block_in_bf16_stays_within_its_bound_of_onnxruntime(rt, threads):
+    model, feeds = dense_block_model()
+    placed, got, want = run_both(rt, model, feeds, threads, targets=BF16)
+    assert set(placed.values()) == {"onednn"}, placed
+    assert_matches(got[0], want[0], rtol=3e-2, what="dense block under the bf16 hint")
+
+
+def test_concats_and_multiply_adds_keep_bf16_between_products():
+    """oneDNN's log of one run: the Concats and the multiply-adds after them write bf16 and no
+    reorder comes between them and the convolutions. The first convolution (3 channels) and
+    its max pool stay float32, so does the multiply-add reading that pool (a multiply-add or
+    pool writes its input's type), the pool's result converted once for both Concats; the
+    transition's result, which the residual sum adds, the sum and the last multiply-add
+    (read by the global pool before a Flatten) stay float32."""
+    lines = onednn_log("from test_bf16_values_between_products import dense_block_model\n"
+                       "model, feeds = dense_block_model()", env={"NNPLUG_PRECISION": "bf16"})
+    if not AMX:
+        assert not any("dst_bf16" in ln for ln in lines), lines
+        return
+
+    def types(ln):  # (source type, destination type) of a log line
+        return re.search(r"src_(\w+?):", ln)[1], re.search(r"dst_(\w+?):", ln)[1]
+
+    def dst(kind):
+        return [types(ln)[1] for ln in lines if ln.split(",")[3] == kind]
+
+    assert dst("concat") == ["bf16"] * 2, dst("concat")
+    assert dst("binary") == ["f32", "bf16", "bf16", "f32"], dst("binary")
+    assert dst("pooling") == ["f32"] * 3, dst("pooling")
+    # the first; the layers' 1x1 and 3x3; the transition's 1x1 (its pool's result is the
+    # sum's operand); the residual block's two (the second adds the sum); the dense layer
+    assert dst("convolution") == ["f32"] + ["bf16"] * 4 + ["f32", "bf16", "f32", "f32"], \
+        dst("convolution")
+    reorders = [types(ln) + (ln.split(",")[-2],) for ln in lines if ",reorder," in ln
+                and ln.split(",")[-2].startswith("1x")]  # activations (weights packed at load)
+    # float32 into bf16 for products only: the first multiply-add's result, the max pool's
+    # (for both Concats), the transition's, the global pool's; no bf16 value reordered
+    assert [r for r in reorders if r[1] == "bf16"] == [("f32", "bf16", "1x16x16x16")] * 2 + [
+        ("f32", "bf16", "1x32x8x8"), ("f32", "bf16", "1x32x1x1")], reorders
+    assert not [r for r in reorders if r[0] == "bf16"], reorders
