@@ -284,26 +284,15 @@ static int att_fn(const void *cfg, void *const *ptrs, int nptrs)
     return -1;
 }
 
-/* A rows x cols float32 matrix with rows rs and columns cs floats apart (0: a broadcast axis
- * of size 1), as oneDNN describes it. */
-static dnnl_memory_desc_t strided_md(int64_t rows, int64_t cols, int64_t rs, int64_t cs)
-{
-    dnnl_memory_desc_t md = NULL;
-    dnnl_dims_t d = {rows, cols}, st = {rs ? rs : cols, cs ? cs : 1};
-    return D(dnnl_memory_desc_create_with_strides)(&md, 2, d, dnnl_f32, st) == dnnl_success ? md
-                                                                                            : NULL;
-}
-
 /* The bf16 matmul of an m x kk bf16 block by a kk x nn weight (layout wmd, or oneDNN's pick
- * when NULL) into m x nn floats (rows ldy apart), as primitive k of c->h; 0, or 1 when oneDNN
- * has no fast one. */
-static int bf16_matmul(pb *b, att_cfg *c, int k, int64_t m, int64_t kk, int64_t nn, int64_t ldy,
+ * when NULL) into m x nn floats, as primitive k of c->h; 0, or 1 when oneDNN has no fast one. */
+static int bf16_matmul(pb *b, att_cfg *c, int k, int64_t m, int64_t kk, int64_t nn,
                        const_dnnl_memory_desc_t wmd)
 {
-    dnnl_dims_t ad = {m, kk}, wd = {kk, nn};
+    int64_t ad[2] = {m, kk}, wd[2] = {kk, nn}, yd[2] = {m, nn};
     dnnl_memory_desc_t amd = typed_md(2, ad, dnnl_bf16, dnnl_ab),
                        anyw = wmd ? NULL : typed_md(2, wd, dnnl_bf16, dnnl_format_tag_any),
-                       ymd = strided_md(m, nn, ldy, 1);
+                       ymd = typed_md(2, yd, dnnl_f32, dnnl_ab);
     dnnl_primitive_attr_t a = plain_attr();
     dnnl_primitive_desc_t pd = NULL;
     int rc = 1;
@@ -326,7 +315,9 @@ static int bf16_matmul(pb *b, att_cfg *c, int k, int64_t m, int64_t kk, int64_t 
 static int bf16_packing(pb *b, att_cfg *c, int k, const att_operand *o, int64_t rows, int64_t cols,
                         const_dnnl_memory_desc_t to)
 {
-    dnnl_memory_desc_t from = strided_md(rows, cols, o->rs, o->cs);
+    /* rows rs and columns cs floats apart (0: a broadcast axis of size 1) */
+    int64_t d[2] = {rows, cols}, st[2] = {o->rs ? o->rs : cols, o->cs ? o->cs : 1};
+    dnnl_memory_desc_t from = strided_typed_md(2, d, st, dnnl_f32);
     dnnl_primitive_attr_t a = plain_attr();
     dnnl_primitive_desc_t pd = NULL;
     int rc = 1;
@@ -362,15 +353,14 @@ static int bf16_products(pb *b, att_cfg *c)
     h->nch = (c->tk + h->cw - 1) / h->cw;
     int64_t last = c->tk - (h->nch - 1) * h->cw;
     const_dnnl_memory_desc_t kmd = NULL, klmd = NULL, vmd = NULL;
-    int64_t ld = h->nch > 1 ? h->cw : c->tk;
-    int ok = !bf16_matmul(b, c, AB_QK, c->rows, c->d, h->cw, ld, NULL) &&
-             !bf16_matmul(b, c, AB_QK_LAST, c->rows, c->d, last, last, NULL) &&
-             !bf16_matmul(b, c, AB_SV, c->rows, c->tk, c->dv, c->dv, NULL);
+    int ok = !bf16_matmul(b, c, AB_QK, c->rows, c->d, h->cw, NULL) &&
+             !bf16_matmul(b, c, AB_QK_LAST, c->rows, c->d, last, NULL) &&
+             !bf16_matmul(b, c, AB_SV, c->rows, c->tk, c->dv, NULL);
     ok = ok && (kmd = weights_of(c, AB_QK)) && (klmd = weights_of(c, AB_QK_LAST)) &&
          (vmd = weights_of(c, AB_SV));
-    ok = ok && (!tail || (!bf16_matmul(b, c, AB_QK_TAIL, tail, c->d, h->cw, ld, kmd) &&
-                          !bf16_matmul(b, c, AB_QK_TAIL_LAST, tail, c->d, last, last, klmd) &&
-                          !bf16_matmul(b, c, AB_SV_TAIL, tail, c->tk, c->dv, c->dv, vmd)));
+    ok = ok && (!tail || (!bf16_matmul(b, c, AB_QK_TAIL, tail, c->d, h->cw, kmd) &&
+                          !bf16_matmul(b, c, AB_QK_TAIL_LAST, tail, c->d, last, klmd) &&
+                          !bf16_matmul(b, c, AB_SV_TAIL, tail, c->tk, c->dv, vmd)));
     ok = ok && !bf16_packing(b, c, AB_PACK_K, &c->k, c->d, h->cw, kmd) &&
          !bf16_packing(b, c, AB_PACK_K_LAST, &c->k, c->d, last, klmd) &&
          !bf16_packing(b, c, AB_PACK_V, &c->v, c->tk, c->dv, vmd);
