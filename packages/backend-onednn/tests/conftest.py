@@ -20,6 +20,8 @@ if platform.machine().lower() not in ("x86_64", "amd64"):
 
 ZOO = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 BACKENDS = ["onednn", "cpu"]
+with open("/proc/cpuinfo") as _f:
+    AMX = "amx_bf16" in _f.read().split()  # where oneDNN runs bf16 products on AMX kernels
 
 
 def make_runtime() -> nnplug.Runtime:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import (
+    AMX,
     BACKENDS,
     assert_matches,
     graph_model,
@@ -205,8 +206,6 @@ def test_nan_and_infinities_go_through_as_onnxruntime_sends_them(rt, threads):
 
 
 BF16 = {"onednn": {"kind": "onednn", "precision": "bf16"}}
-with open("/proc/cpuinfo") as f:
-    AMX = "amx_bf16" in f.read().split()
 
 
 def bf16_cases() -> dict:

@@ -14,12 +14,10 @@ import re
 
 import numpy as np
 import pytest
-from conftest import assert_matches, onednn_log, run_both
+from conftest import AMX, assert_matches, onednn_log, run_both
 from onnx import TensorProto, helper, numpy_helper
 
 BF16 = {"onednn": {"kind": "onednn", "precision": "bf16"}}
-with open("/proc/cpuinfo") as f:
-    AMX = "amx_bf16" in f.read().split()
 
 
 def dense_block_model():
