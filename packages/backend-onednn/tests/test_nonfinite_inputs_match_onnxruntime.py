@@ -23,7 +23,7 @@ DECLINED = {
     "Floor", "Hardmax", "LpNormalization", "LpPool", "Max", "Max-3",
     "Max-broadcast", "Mean-2", "MeanVarianceNormalization", "Min", "Min-broadcast", "Mish", "PRelu",
     "Pow-0.5", "Reciprocal", "ReduceL1", "ReduceL2", "ReduceLogSumExp", "ReduceMax",
-    "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare", "Resize-linear", "Round",
+    "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare", "Round",
     "Selu", "Shrink", "Sign", "Sin", "Sinh", "Softsign", "Sum-3", "ThresholdedRelu",
 }
 

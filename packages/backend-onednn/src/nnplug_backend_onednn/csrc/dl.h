@@ -49,6 +49,7 @@
     X(dnnl_deconvolution_forward_primitive_desc_create)       \
     X(dnnl_matmul_primitive_desc_create)                      \
     X(dnnl_pooling_forward_primitive_desc_create)             \
+    X(dnnl_resampling_forward_primitive_desc_create)          \
     X(dnnl_eltwise_forward_primitive_desc_create)             \
     X(dnnl_softmax_forward_primitive_desc_create)             \
     X(dnnl_binary_primitive_desc_create)                      \

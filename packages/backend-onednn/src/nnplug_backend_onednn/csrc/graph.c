@@ -561,6 +561,79 @@ static int parse_concat(parser *p, ox_op *op)
     return 0;
 }
 
+/* Resize of a 4-D value over its spatial axes, where oneDNN's resampling maps an output
+ * position to the same source coordinate as ONNX: linear with half_pixel (pytorch_half_pixel
+ * too, which differs only for an output axis of one element), to any size; nearest by
+ * integer factors, asymmetric with floor, or half_pixel or pytorch_half_pixel with either
+ * round_prefer mode (an integer upscale meets no tie there; oneDNN rounds half away from
+ * zero). The sizes, or the scales (then integers), are constants; roi is read by
+ * tf_crop_and_resize only, which is declined. */
+static int parse_resize(parser *p, ox_op *op)
+{
+    const nnp_node_desc *n = p->n;
+    if (n->opset > 0 && n->opset < 11) return decline(p, "opset < 11 (attributes)");
+    if (op->in[0] < 0 || n->num_inputs < 2 || n->num_inputs > 4) return decline(p, "arity");
+    const ox_value *x = V(0), *y = Y;
+    if (x->ndim != 4 || y->ndim != 4) return decline(p, "only 4-D values");
+    if (attr_int(n, "antialias", 0) || attr(n, "axes") ||
+        strcmp(attr_str(n, "keep_aspect_ratio_policy", "stretch"), "stretch"))
+        return decline(p, "antialias, axes and keep_aspect_ratio_policy");
+    const char *mode = attr_str(n, "mode", "nearest"),
+               *ct = attr_str(n, "coordinate_transformation_mode", "half_pixel"),
+               *nm = attr_str(n, "nearest_mode", "round_prefer_floor");
+    int half = !strcmp(ct, "half_pixel"), pyhalf = !strcmp(ct, "pytorch_half_pixel");
+    int nearest = !strcmp(mode, "nearest");
+    if (!strcmp(mode, "linear") && (half || pyhalf)) op->alg = dnnl_resampling_linear;
+    else if (nearest && ((!strcmp(ct, "asymmetric") && !strcmp(nm, "floor")) ||
+                         ((half || pyhalf) && !strncmp(nm, "round_prefer_", 13))))
+        op->alg = dnnl_resampling_nearest;
+    else
+        return decline(p, "mode '%s' with coordinate_transformation_mode '%s'%s%s", mode, ct,
+                       nearest ? " and nearest_mode " : "", nearest ? nm : "");
+    const nnp_value_desc *sc = NULL, *sz = NULL;
+    for (int j = 2; j < n->num_inputs; j++) {
+        const nnp_value_desc *d = &n->inputs[j];
+        if (!d->name[0] || (d->ndim == 1 && d->shape && d->shape[0] == 0)) continue; /* none */
+        if (!d->const_data) return decline(p, "its scales and sizes must be constants");
+        if (j == 2) sc = d;
+        else sz = d;
+    }
+    if (!sc == !sz) return decline(p, "scales or sizes, one of them");
+    for (int i = 0; i < 4 && sz; i++)
+        if (x->dims[i] < 0) return decline(p, "sizes for an input with dims known at run time");
+    if (sz) {
+        if (sz->dtype.code != NNP_DTYPE_INT || sz->dtype.bits != 64 || sz->const_nbytes != 32)
+            return decline(p, "sizes: 4 int64 values");
+        const int64_t *s = sz->const_data;
+        if (s[0] != x->dims[0] || s[1] != x->dims[1])
+            return decline(p, "a batch or channel resize");
+        for (int i = 0; i < 2; i++) {
+            if (s[2 + i] < 1) return decline(p, "sizes below 1");
+            if (nearest && s[2 + i] % x->dims[2 + i]) return decline(p, "nearest by a fraction");
+            if (pyhalf && s[2 + i] == 1 && x->dims[2 + i] > 1)
+                return decline(p, "pytorch_half_pixel to one element");
+            op->rsize[i] = s[2 + i];
+        }
+    } else {
+        if (sc->dtype.code != NNP_DTYPE_FLOAT || sc->dtype.bits != 32 || sc->const_nbytes != 16)
+            return decline(p, "scales: 4 float32 values");
+        const float *s = sc->const_data;
+        if (s[0] != 1.f || s[1] != 1.f) return decline(p, "a batch or channel resize");
+        for (int i = 0; i < 2; i++) {
+            if (!(s[2 + i] >= 1.f && s[2 + i] <= 1024.f && s[2 + i] == (float)(int)s[2 + i]))
+                return decline(p, "scales other than whole factors");
+            op->rscale[i] = (int64_t)s[2 + i];
+        }
+    }
+    for (int i = 0; i < 2; i++) {
+        int64_t want = op->rsize[i] ? op->rsize[i] : x->dims[2 + i] * op->rscale[i];
+        if (y->dims[2 + i] >= 0 && x->dims[2 + i] >= 0 && y->dims[2 + i] != want)
+            return decline(p, "its declared output size");
+    }
+    op->nin = 1;
+    return 0;
+}
+
 static int parse_lrn(parser *p, ox_op *op)
 {
     const nnp_node_desc *n = p->n;
@@ -808,6 +881,10 @@ static int parse_node(parser *p, ox_op *op)
     if (!strcmp(t, "Concat")) {
         op->kind = OP_CONCAT;
         return parse_concat(p, op);
+    }
+    if (!strcmp(t, "Resize")) {
+        op->kind = OP_RESIZE;
+        return parse_resize(p, op);
     }
     if (!strcmp(t, "LRN")) {
         op->kind = OP_LRN;
@@ -1360,14 +1437,16 @@ static int bn_primitive(const ox_op *op)
 /* Whether op runs otherwise in a strict graph, where a NaN or an infinity can reach it: a Relu
  * (oneDNN's relu is max(x, 0), which drops a NaN; see plan_steps.c strict_relu), a fused Clip (its
  * clip too), a GELU (oneDNN's gelu_erf gives NaN for +inf, where x * 0.5 * (1 + erf) is +inf;
- * the strict graph runs the exported ops one by one; the same for gelu_tanh), a max pooling and
- * an LRN (see strict.h), and a convolution that may run as Winograd (ox_winograd_shape). */
+ * the strict graph runs the exported ops one by one; the same for gelu_tanh), a max pooling, an
+ * LRN and a linear Resize (see strict.h), and a convolution that may run as Winograd
+ * (ox_winograd_shape). */
 static int strict_differs(const ox_op *op)
 {
     int n = (op->kind == OP_ELTWISE &&
              (ox_is_relu(op->alg, op->alpha) || op->alg == dnnl_eltwise_gelu_erf ||
               op->alg == dnnl_eltwise_gelu_tanh)) ||
-            (op->kind == OP_POOL && op->maxpool) || op->kind == OP_LRN || ox_winograd_shape(op);
+            (op->kind == OP_POOL && op->maxpool) || op->kind == OP_LRN || ox_winograd_shape(op) ||
+            (op->kind == OP_RESIZE && op->alg == dnnl_resampling_linear);
     for (int i = 0; i < op->npost; i++) {
         const ox_post *q = &op->post[i];
         n |= q->kind == POST_ELTWISE &&
@@ -1956,9 +2035,11 @@ static ox_graph *parse(const nnp_node_desc *nodes, int n, int strict, int keep,
                 continue;
             }
             if ((j == 1 && (!strcmp(d->op_type, "Reshape") || !strcmp(d->op_type, "ReduceMean"))) ||
-                (j >= 1 && (!strcmp(d->op_type, "Dropout") || !strcmp(d->op_type, "Slice")))) {
+                (j >= 1 && (!strcmp(d->op_type, "Dropout") || !strcmp(d->op_type, "Slice") ||
+                            !strcmp(d->op_type, "Resize")))) {
                 /* Reshape's shape: the declared output dims are used; Dropout's ratio and
-                 * training mode, Slice's bounds, ReduceMean's axes: see parse_node */
+                 * training mode, Slice's bounds, ReduceMean's axes, Resize's roi, scales and
+                 * sizes: see parse_node */
                 g->kin_val[g->nkin++] = -1;
                 continue;
             }
@@ -2054,6 +2135,10 @@ static int op_shape(const ox_graph *g, const ox_op *op, int64_t *dims, ox_err *e
             if (y[2 + i] < 1 && !(y[2 + i] == 0 && x[2 + i] == 0))
                 return ox_fail(e, "node '%s': window larger than its input", op->name);
         }
+        break;
+    case OP_RESIZE:
+        for (int i = 0; i < 2; i++)
+            y[2 + i] = op->rsize[i] ? op->rsize[i] : x[2 + i] * op->rscale[i];
         break;
     case OP_DECONV:
         y[1] = op->oc;

@@ -71,8 +71,10 @@ enum {
     OP_REDMEAN, /* ReduceMean over the last axis (an RMS normalization's; plan_loops.c) */
     OP_ATTENTION, /* MatMul, [Add mask], Softmax, [NaN replacement], MatMul as one op (graph.c
                      attention, plan_attention.c) */
-    OP_GN /* GroupNorm as exported: Reshape, InstanceNormalization, Reshape, [Mul], [Add] as one
-             op on the input's own layout (graph.c group_norm, plan_norm.c build_gn) */
+    OP_GN, /* GroupNorm as exported: Reshape, InstanceNormalization, Reshape, [Mul], [Add] as
+              one op on the input's own layout (graph.c group_norm, plan_norm.c build_gn) */
+    OP_RESIZE /* Resize over the spatial axes of a 4-D value as oneDNN's resampling (alg:
+                 nearest or linear; graph.c parse_resize) */
 };
 enum { ATT_SCORES, ATT_MASK, ATT_SOFTMAX, ATT_NANREP, ATT_VALUES, ATT_NSUB };
 /* Images x channels (padded to a block of 16) an OP_GN takes: its statistics are on the stack
@@ -192,6 +194,9 @@ typedef struct {
     int qout; /* Conv: it writes the integers of the QuantizeLinear after it (graph.c requantize),
                  whose grid is its result's (ox_value.grid) */
     int64_t outpad[2]; /* ConvTranspose's output_padding */
+    /* Resize: the output's spatial dims (from its sizes), else 0 and each one's integer factor
+     * (from its scales) */
+    int64_t rsize[2], rscale[2];
     int line; /* Conv: 1-D (3-D values), run as a 2-D convolution of height 1 (ox_dims4) */
     /* OP_ATTENTION: the ops it stands for (ATT_*; -1 for an absent Add or NaN replacement),
      * dead but whole, so a plan can also run them one by one; its inputs are Q, K^T, V and

@@ -98,6 +98,8 @@ int build_op(pb *b, const ox_op *op)
            : op->kind == OP_QDQ                                ? build_qdq(b, op)
            : op->kind == OP_POOL && op->maxpool && g->strict   ? build_strict_maxpool(b, op)
            : op->kind == OP_LRN && g->strict                   ? build_strict_lrn(b, op)
+           : op->kind == OP_RESIZE && op->alg == dnnl_resampling_linear && g->strict
+               ? build_strict_resize(b, op)
            : op->kind == OP_RESHAPE || op->kind == OP_TRANSPOSE || op->kind == OP_SLICE
                ? build_view(b, op)
                : build_simple(b, op);

@@ -235,10 +235,11 @@ int build_reduce_mean(pb *b, const ox_op *op);
 int build_own_eltwise(pb *b, const ox_op *op);
 int build_qdq(pb *b, const ox_op *op);
 
-/* ---- a strict plan's pooling and LRN (plan_strict.c) ----------------------------------------- */
+/* ---- a strict plan's pooling, LRN and linear Resize (plan_strict.c) ----------------------------------------- */
 
 int build_strict_maxpool(pb *b, const ox_op *op);
 int build_strict_lrn(pb *b, const ox_op *op);
+int build_strict_resize(pb *b, const ox_op *op);
 
 /* ---- Reshape and Transpose views (plan_view.c) ----------------------------------------------- */
 

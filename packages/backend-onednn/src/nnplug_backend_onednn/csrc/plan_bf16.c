@@ -4,8 +4,9 @@
  * reading it either rounds it to bf16 itself (a float convolution or packed dense layer, as
  * its input) or only moves or scales it on its way to such ops: a Concat, which converts an
  * input of the other type, and a per-channel multiply-add (a BatchNormalization not folded
- * into a convolution) or a pool of a bf16 value. DenseNet's blocks are all three between their convolutions (with them in
- * float32 its concats, multiply-adds and reorders took as long as the convolutions).
+ * into a convolution), a pool or a Resize of a bf16 value. DenseNet's blocks are Concats,
+ * multiply-adds and pools between their convolutions (with them in float32 its concats,
+ * multiply-adds and reorders took as long as the convolutions).
  * Not stored in bf16: the kernel's output, a value a residual `sum` adds (the sum is
  * float32) and one any other op reads. A value stored so may still be float32 where its op
  * ran otherwise (a network's first convolution, plan_conv.c build_conv): its readers take
@@ -21,12 +22,14 @@ static int rounds_input(pb *b, const ox_op *op)
     return (op->kind == OP_CONV && !op->w8) || (op->kind == OP_MATMUL && packed_dense(b, op));
 }
 
-/* A pool or a per-channel multiply-add: oneDNN's jit kernels for them write the type they
- * read (a binary op from float32 to bf16 ran on its reference kernel, 60 times slower). */
+/* A pool, a Resize or a per-channel multiply-add: oneDNN's jit kernels for them write the
+ * type they read (a binary op from float32 to bf16 ran on its reference kernel, 60 times
+ * slower). */
 static int keeps_type(const pb *b, const ox_op *op)
 {
-    return (op->kind == OP_POOL && !(op->maxpool && b->g->strict)) || /* strict: own max pool */
-           (op->kind == OP_BN && op->w);
+    int own = b->g->strict && (op->kind == OP_POOL ? op->maxpool /* plan_strict.c */
+                                                   : op->alg == dnnl_resampling_linear);
+    return (op->kind == OP_POOL || op->kind == OP_RESIZE || (op->kind == OP_BN && op->w)) && !own;
 }
 
 static int has_sum(const ox_op *op)

@@ -68,6 +68,7 @@ static const char *kind_name(dnnl_primitive_kind_t k)
     case dnnl_eltwise: return "eltwise";
     case dnnl_softmax: return "softmax";
     case dnnl_pooling: return "pooling";
+    case dnnl_resampling: return "resampling";
     case dnnl_lrn: return "lrn";
     case dnnl_batch_normalization: return "batch_normalization";
     case dnnl_layer_normalization: return "layer_normalization";

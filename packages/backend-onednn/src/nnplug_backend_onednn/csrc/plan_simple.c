@@ -1,6 +1,6 @@
-/* The layout-keeping ops run as one oneDNN primitive each: pools, element-wise, Softmax, LRN,
- * Batch- and InstanceNormalization, binary ops and Concat; and LRN over nhwc values of the
- * backend's own. */
+/* The layout-keeping ops run as one oneDNN primitive each: pools, Resize, element-wise,
+ * Softmax, LRN, Batch- and InstanceNormalization, binary ops and Concat; and LRN over nhwc
+ * values of the backend's own. */
 #define _GNU_SOURCE
 #include <string.h>
 
@@ -175,15 +175,15 @@ static int build_nhwc_lrn(pb *b, const ox_op *op)
            add_arg(b, s, DNNL_ARG_DST, dbuf, md) || set_result(b, op, dbuf, md, reorder_out);
 }
 
-/* A layout-keeping op: with its input's layout; for pools and LRN, whose plain-layout kernels
- * are slow, then nhwc unless a jit kernel takes the first; last plain (if oneDNN refuses the
- * others or has only its reference kernel for them). */
+/* A layout-keeping op: with its input's layout; for pools, LRN and Resize, whose plain-layout
+ * kernels are slow, then nhwc unless a jit kernel takes the first; last plain (if oneDNN
+ * refuses the others or has only its reference kernel for them). */
 int build_simple(pb *b, const ox_op *op)
 {
     int x = op->in[0];
     int r = VAL(op->out)->ndim;
     const int64_t *yd = DIMS(op->out);
-    int picky = (op->kind == OP_POOL || op->kind == OP_LRN) && r == 4;
+    int picky = (op->kind == OP_POOL || op->kind == OP_LRN || op->kind == OP_RESIZE) && r == 4;
     if (nhwc_lrn_fits(b, op)) return build_nhwc_lrn(b, op);
     if (op->kind == OP_SOFTMAX && !op->logsm && op->axis == r - 1 && op->npost == 0)
         return build_own_softmax(b, op);
@@ -227,6 +227,12 @@ int build_simple(pb *b, const ox_op *op)
                     &pd, ox_engine(), dnnl_forward_inference, alg, src, dst, S, K, DL, PL, PR, a);
             break;
         }
+        case OP_RESIZE:
+            dst = result_md(b, op, md_type(src));
+            if (dst)
+                st = D(dnnl_resampling_forward_primitive_desc_create)(
+                    &pd, ox_engine(), dnnl_forward_inference, op->alg, NULL, src, dst, a);
+            break;
         case OP_ELTWISE:
             st = D(dnnl_eltwise_forward_primitive_desc_create)(
                 &pd, ox_engine(), dnnl_forward_inference,

@@ -1,5 +1,5 @@
-/* A strict plan's max pooling and LRN: steps of the backend's own over plain NCHW that keep a
- * NaN (strict.h). */
+/* A strict plan's max pooling, LRN and linear Resize: steps of the backend's own over plain
+ * NCHW that keep a NaN where onnxruntime does (strict.h). */
 #define _GNU_SOURCE
 
 #include "plan.h"
@@ -20,7 +20,7 @@ static int strict_lrn_fn(const void *cfg, void *const *ptrs, int nptrs)
 }
 
 /* A step of the backend's own, fn on cfg, from op's 4-D input in plain NCHW to its result in
- * plain NCHW (a strict plan's max pooling and LRN). */
+ * plain NCHW (a strict plan's max pooling, LRN and linear Resize). */
 static int nchw_step(pb *b, const ox_op *op, ox_fn fn, const void *cfg, const char *what)
 {
     int x = op->in[0], xbuf, dbuf, reorder_out, s;
@@ -35,6 +35,13 @@ static int nchw_step(pb *b, const ox_op *op, ox_fn fn, const void *cfg, const ch
     md_free(md);
     md_free(xmd);
     return rc;
+}
+
+static int strict_resize_fn(const void *cfg, void *const *ptrs, int nptrs)
+{
+    (void)nptrs;
+    ox_resize_linear_run(cfg, ptrs[0], ptrs[1]);
+    return -1;
 }
 
 /* MaxPool or GlobalMaxPool in a strict graph: ox_maxpool_run (strict.h). */
@@ -75,4 +82,21 @@ int build_strict_lrn(pb *b, const ox_op *op)
                       .beta = op->beta,
                       .bias = op->lrn_bias};
     return nchw_step(b, op, strict_lrn_fn, l, "lrn keeping the formula");
+}
+
+/* A linear Resize in a strict graph: ox_resize_linear_run (strict.h), its scales those
+ * onnxruntime takes (the given whole factors, else output / input). */
+int build_strict_resize(pb *b, const ox_op *op)
+{
+    const int64_t *xd = DIMS(op->in[0]), *yd = DIMS(op->out);
+    ox_resize *r = owned_cfg(b, sizeof *r);
+    if (r)
+        *r = (ox_resize){.planes = xd[0] * xd[1],
+                         .h = xd[2],
+                         .w = xd[3],
+                         .oh = yd[2],
+                         .ow = yd[3],
+                         .sh = op->rscale[0] ? (float)op->rscale[0] : (float)yd[2] / (float)xd[2],
+                         .sw = op->rscale[1] ? (float)op->rscale[1] : (float)yd[3] / (float)xd[3]};
+    return nchw_step(b, op, strict_resize_fn, r, "linear resize keeping nan");
 }

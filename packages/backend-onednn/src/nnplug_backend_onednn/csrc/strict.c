@@ -47,3 +47,38 @@ void ox_lrn_run(const ox_lrn *p, const float *x, float *y)
             }
         }
 }
+
+/* Axis coordinate y of n outputs from n_in inputs (scale n / n_in): its neighbours and
+ * weights, as onnxruntime's SetupUpsampleBilinear. */
+static void linear_axis(int64_t y, float scale, int64_t n_in, int64_t *i1, int64_t *i2, float *d1,
+                        float *d2)
+{
+    float v = scale == 1.f ? (float)y : ((float)y + 0.5f) / scale - 0.5f;
+    v = fmaxf(0.f, fminf(v, (float)(n_in - 1)));
+    *i1 = (int64_t)v < n_in - 1 ? (int64_t)v : n_in - 1;
+    *i2 = *i1 + 1 < n_in - 1 ? *i1 + 1 : n_in - 1;
+    *d1 = fabsf(v - (float)*i1);
+    *d2 = fabsf(v - (float)*i2);
+    if (*i1 == *i2) *d1 = *d2 = 0.5f;
+}
+
+void ox_resize_linear_run(const ox_resize *p, const float *x, float *y)
+{
+    for (int64_t c = 0; c < p->planes; c++) {
+        const float *xp = x + c * p->h * p->w;
+        float *yp = y + c * p->oh * p->ow;
+        for (int64_t i = 0; i < p->oh; i++) {
+            int64_t y1, y2;
+            float dy1, dy2;
+            linear_axis(i, p->sh, p->h, &y1, &y2, &dy1, &dy2);
+            for (int64_t j = 0; j < p->ow; j++) {
+                int64_t x1, x2;
+                float dx1, dx2;
+                linear_axis(j, p->sw, p->w, &x1, &x2, &dx1, &dx2);
+                yp[i * p->ow + j] = dx2 * dy2 * xp[y1 * p->w + x1] +
+                                    dx1 * dy2 * xp[y1 * p->w + x2] +
+                                    dx2 * dy1 * xp[y2 * p->w + x1] + dx1 * dy1 * xp[y2 * p->w + x2];
+            }
+        }
+    }
+}
