@@ -249,12 +249,10 @@ def test_batched_matmul_reads_transposed_views(rt, a_shape, a_perm, b_shape, b_p
     check(rt, g, {"a": rand(*a_shape), "b": rand(*b_shape)}, threads, f"matmul {a_shape}{a_perm} x {b_shape}{b_perm}")
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-def test_attention_block_stays_in_onednn(rt, threads):
+def attention_block(s=10, h=4, d=8):
     """BERT's self-attention as PyTorch exports it: projections, Reshape to heads, Transpose,
-    scaled Q K^T, masked Softmax, times V, back to (tokens, hidden), output projection, residual
-    and LayerNormalization."""
-    s, h, d = 10, 4, 8
+    Q and K^T each scaled by d^-1/4, Q K^T, masked Softmax, times V, back to (tokens, hidden),
+    output projection, residual and LayerNormalization: (graph, feeds)."""
     hid = h * d
     g = Graph()
     heads = g.const(np.array([0, 0, h, d]), np.int64)
@@ -262,13 +260,31 @@ def test_attention_block_stays_in_onednn(rt, threads):
     k = g.op("Transpose", [g.op("Reshape", [g.dense("x", hid, hid), heads])], perm=[0, 2, 3, 1])
     v = g.op("Transpose", [g.op("Reshape", [g.dense("x", hid, hid), heads])], perm=[0, 2, 1, 3])
     scale = g.const(np.float32(d ** -0.25))
-    scores = g.op("MatMul", [g.op("Mul", [q, scale]), g.op("Mul", [k, scale])])
+    scores = g.op("MatMul", [g.op("Mul", [q, scale]), g.op("Mul", [scale, k])])
     p = g.op("Softmax", [g.op("Add", [scores, "mask"])], axis=-1)
     ctx = g.op("Transpose", [g.op("MatMul", [p, v])], perm=[0, 2, 1, 3])
     ctx = g.op("Reshape", [ctx, g.const(np.array([1, -1, hid]), np.int64)])
     g.layernorm(g.op("Add", [g.dense(ctx, hid, hid), "x"]), hid, eps=1e-12)
     feeds = {"x": rand(1, s, hid), "mask": np.where(R.random((1, 1, 1, s)) < 0.2, -1e4, 0).astype(np.float32)}
+    return g, feeds
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_attention_block_stays_in_onednn(rt, threads):
+    g, feeds = attention_block()
     check(rt, g, feeds, threads, "attention")
+
+
+def test_q_and_k_scales_behind_their_views_are_post_ops():
+    """The Muls scaling Q and K^T after their heads' Reshape and Transpose are linear post-ops
+    (c * x + -0, which keeps -0) of the Q and K projections: no binary step, and no reorder
+    of Q or K^T into a plain layout for one."""
+    lines = onednn_log("from test_transformer_ops_match_onnxruntime import attention_block\n"
+                       "g, feeds = attention_block()\nmodel = g.model(feeds)")
+    dense = [ln for ln in lines if ",convolution," in ln or ",inner_product," in ln]
+    scaled = [ln for ln in dense if "eltwise_linear:0.594604" in ln]  # 8 ** -0.25
+    assert len(dense) == 4 and len(scaled) == 2, dense
+    assert not [ln for ln in lines if ",binary," in ln and "binary_mul" in ln], lines
 
 
 @pytest.mark.parametrize("threads", [1, 2])

@@ -1408,16 +1408,37 @@ static int fusable_eltwise(const ox_op *e, int strict)
     return (!strict && e->alg == dnnl_eltwise_clip) || !ox_own_eltwise(e->alg);
 }
 
-/* The element-wise op that alone reads the result of Reshape r (itself its input's sole
- * reader), when it may be a post-op of the op before the Reshape; else -1. */
-static int reshaped_eltwise(const ox_graph *g, int r, int strict)
+/* The element-wise op that alone reads the end of a chain of Reshapes and Transposes starting
+ * at op r (each its input's sole reader), when it may be a post-op of the op before the chain
+ * (any element-wise op commutes with a view): its index, *last the chain's last view and *q
+ * the post-op; else -1. A Mul by a constant scalar is the post-op linear(c, -0), c * x + (-0),
+ * which is c * x for every x, -0 included (torch's attention export scales Q and K so, after
+ * their heads' Reshape and Transpose). */
+static int viewed_eltwise(const ox_graph *g, int r, int strict, int *last, ox_post *q)
 {
-    if (g->ops[r].kind != OP_RESHAPE) return -1;
+    if (g->ops[r].kind != OP_RESHAPE && g->ops[r].kind != OP_TRANSPOSE) return -1;
     int e = sole_consumer(g, g->ops[r].out);
-    return e >= 0 && g->ops[e].kind == OP_ELTWISE && g->ops[e].in[0] == g->ops[r].out &&
-                   fusable_eltwise(&g->ops[e], strict)
-               ? e
-               : -1;
+    while (e >= 0 && (g->ops[e].kind == OP_RESHAPE || g->ops[e].kind == OP_TRANSPOSE)) {
+        r = e;
+        e = sole_consumer(g, g->ops[r].out);
+    }
+    if (e < 0) return -1;
+    const ox_op *el = &g->ops[e];
+    int v = g->ops[r].out;
+    *last = r;
+    if (el->kind == OP_ELTWISE && el->in[0] == v && fusable_eltwise(el, strict)) {
+        *q = (ox_post){POST_ELTWISE, el->alg, el->alpha, el->beta, -1};
+        return e;
+    }
+    if (el->kind == OP_BINARY && el->alg == dnnl_binary_mul && el->nin == 2 &&
+        (el->in[0] == v) != (el->in[1] == v) && same_dims(&g->vals[el->out], &g->vals[v])) {
+        const ox_value *c = &g->vals[el->in[el->in[0] == v]];
+        if (c->cdata && known(c) && vnumel(c) == 1) {
+            *q = (ox_post){POST_ELTWISE, dnnl_eltwise_linear, c->cdata[0], -0.f, -1};
+            return e;
+        }
+    }
+    return -1;
 }
 
 /* Post-op fusion: each op that takes post-ops absorbs the chain of ops that alone read its
@@ -1472,14 +1493,16 @@ static void fuse(ox_graph *g, int strict)
                 for (int k = 0; k < 2; k++) absorb(g, op, &g->ops[chain[k]]);
                 continue;
             }
-            /* an element-wise op behind a Reshape (GPT-2's Conv1D: a Gemm, then a view, then
-             * its GELU): a post-op on the op's own shape, the Reshape giving its result */
-            int j = sole_consumer(g, op->out), e = j >= 0 ? reshaped_eltwise(g, j, strict) : -1;
-            if (e >= 0 && !bn_primitive(op) && op->npost < MAXPOST) {
-                ox_op *el = &g->ops[e];
-                op->post[op->npost++] = (ox_post){POST_ELTWISE, el->alg, el->alpha, el->beta, -1};
-                drop(g, el);
-                g->ops[j].out = el->out;
+            /* an element-wise op behind views (GPT-2's Conv1D: a Gemm, a Reshape, its GELU;
+             * BERT's scaled Q: a MatMul, Reshape, Transpose, Mul): a post-op on the op's own
+             * shape, the views giving its result */
+            int j = sole_consumer(g, op->out), last = -1;
+            ox_post q;
+            int e = j >= 0 && !bn_primitive(op) ? viewed_eltwise(g, j, strict, &last, &q) : -1;
+            if (e >= 0 && op->npost < MAXPOST) {
+                op->post[op->npost++] = q;
+                drop(g, &g->ops[e]);
+                g->ops[last].out = g->ops[e].out;
                 continue;
             }
             if (j < 0) break;
