@@ -115,3 +115,53 @@ def test_concats_and_multiply_adds_keep_bf16_between_products():
     assert [r for r in reorders if r[1] == "bf16"] == [("f32", "bf16", "1x16x16x16")] * 2 + [
         ("f32", "bf16", "1x32x8x8"), ("f32", "bf16", "1x32x1x1")], reorders
     assert not [r for r in reorders if r[0] == "bf16"], reorders
+
+
+def inverted_residual_model():
+    """MobileNetV2's block: a 1x1 expansion with Relu6, a depthwise 3x3 with its bias and
+    Relu6, a 1x1 projection, and a global pool."""
+    rng = np.random.default_rng(5)
+    c, e = 16, 64
+    inits = {"w1": rng.standard_normal((e, c, 1, 1)).astype(np.float32) * 0.25,
+             "b1": rng.standard_normal(e).astype(np.float32) * 0.1,
+             "wd": rng.standard_normal((e, 1, 3, 3)).astype(np.float32) * 0.3,
+             "bd": rng.standard_normal(e).astype(np.float32),
+             "w2": rng.standard_normal((c, e, 1, 1)).astype(np.float32) * 0.12,
+             "lo": np.float32(0), "hi": np.float32(6)}
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["a"]),
+             helper.make_node("Clip", ["a", "lo", "hi"], ["ar"]),
+             helper.make_node("Conv", ["ar", "wd", "bd"], ["d"], group=e, pads=[1, 1, 1, 1]),
+             helper.make_node("Clip", ["d", "lo", "hi"], ["dr"]),
+             helper.make_node("Conv", ["dr", "w2"], ["p"]),
+             helper.make_node("GlobalAveragePool", ["p"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "inverted_residual",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 28, 28])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, 1, 1])],
+        [numpy_helper.from_array(a, n) for n, a in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"x": np.random.default_rng(6).standard_normal((1, c, 28, 28)).astype(np.float32)}
+    return model, feeds
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_depthwise_block_in_bf16_stays_within_its_bound_of_onnxruntime(rt, threads):
+    model, feeds = inverted_residual_model()
+    placed, got, want = run_both(rt, model, feeds, threads, targets=BF16)
+    assert set(placed.values()) == {"onednn"}, placed
+    assert_matches(got[0], want[0], rtol=3e-2, what="inverted residual under the bf16 hint")
+
+
+def test_a_bf16_depthwise_convolution_takes_its_bias_as_a_post_op():
+    """On AMX, the depthwise convolution between two bf16 values runs on oneDNN's brgemm
+    depthwise kernel, which takes a bias of the data's type only: its float32 bias is the
+    first post-op (a per-channel add, the same float32 sum), then the Relu6."""
+    lines = onednn_log("from test_bf16_values_between_products import inverted_residual_model\n"
+                       "model, feeds = inverted_residual_model()", env={"NNPLUG_PRECISION": "bf16"})
+    dw = [ln for ln in lines if ",convolution," in ln and "g64" in ln]
+    assert len(dw) == 1, lines
+    if not AMX:
+        assert "bia_f32" in dw[0] and "attr-fpmath:bf16" in dw[0], dw
+        return
+    assert "brdgmm_dw" in dw[0] and "src_bf16" in dw[0] and "dst_bf16" in dw[0], dw
+    assert "bia_undef" in dw[0] and "attr-post-ops:binary_add:f32:2+eltwise_clip" in dw[0], dw

@@ -158,6 +158,10 @@ int pack(pb *b, const float *data, dnnl_memory_desc_t src, const_dnnl_memory_des
 int strict_relu(const pb *b, dnnl_alg_kind_t alg, float alpha);
 dnnl_primitive_attr_t op_attr_adding(const pb *b, const ox_op *op, const_dnnl_memory_desc_t add);
 dnnl_primitive_attr_t op_attr(const pb *b, const ox_op *op);
+/* op_attr_adding for a product whose operands are of type `operands` (bf16 ones take no
+ * fpmath mode) */
+dnnl_primitive_attr_t op_attr_for(const pb *b, const ox_op *op, const_dnnl_memory_desc_t add,
+                                  dnnl_data_type_t operands);
 int sum_dst(pb *b, const ox_op *op, const_dnnl_memory_desc_t dmd, int *dbuf, int *reorder_out);
 int finish_as(pb *b, const ox_op *op, dnnl_primitive_desc_t pd, inputs_fn inputs,
               const_dnnl_memory_desc_t as);

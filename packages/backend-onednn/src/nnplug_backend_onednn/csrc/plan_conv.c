@@ -50,8 +50,17 @@ int conv_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, int s)
     }
     if (add_arg(b, s, DNNL_ARG_WEIGHTS, t_packed.wbuf, query(pd, dnnl_query_weights_md, 0)))
         return 1;
-    if (t_packed.bbuf >= 0)
-        return add_arg(b, s, DNNL_ARG_BIAS, t_packed.bbuf, query(pd, dnnl_query_weights_md, 1));
+    const_dnnl_memory_desc_t bmd = query(pd, dnnl_query_weights_md, 1);
+    if (t_packed.bbuf >= 0 && D(dnnl_memory_desc_get_size)(bmd))
+        return add_arg(b, s, DNNL_ARG_BIAS, t_packed.bbuf, bmd);
+    if (t_packed.bbuf >= 0) { /* the bias as the first post-op (conv_pd) */
+        int64_t cd[4] = {1, op->oc, 1, 1};
+        dnnl_memory_desc_t pmd = plain_md(4, cd, 4);
+        int rc = !pmd || add_arg(b, s, DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
+                                 t_packed.bbuf, pmd);
+        md_free(pmd);
+        return rc;
+    }
     if (op->nin == 3 && op->in[2] >= 0)
         return plain_arg(b, s, DNNL_ARG_BIAS, op->in[2],
                          clone_md(query(pd, dnnl_query_weights_md, 1)));
@@ -73,13 +82,12 @@ int pool_reads_only(pb *b, int v)
 
 /* op's convolution (deconv: its deconvolution) of these layouts (freed here) with op's
  * attribute; NULL with *st set when oneDNN has none. */
-static dnnl_primitive_desc_t conv_like_pd(pb *b, const ox_op *op, int deconv,
-                                          dnnl_memory_desc_t src, dnnl_memory_desc_t w,
-                                          dnnl_memory_desc_t bias, dnnl_memory_desc_t dst,
-                                          const int64_t *S, const int64_t *DL, const int64_t *PL,
-                                          const int64_t *PR, dnnl_status_t *st)
+static dnnl_primitive_desc_t
+conv_like_pd(pb *b, const ox_op *op, int deconv, dnnl_memory_desc_t src, dnnl_memory_desc_t w,
+             dnnl_memory_desc_t bias, dnnl_memory_desc_t dst, const int64_t *S, const int64_t *DL,
+             const int64_t *PL, const int64_t *PR, dnnl_memory_desc_t add, dnnl_status_t *st)
 {
-    dnnl_primitive_attr_t a = op_attr(b, op);
+    dnnl_primitive_attr_t a = src ? op_attr_for(b, op, add, md_type(src)) : NULL;
     dnnl_primitive_desc_t pd = NULL;
     *st = !(a && src && w && dst) ? dnnl_out_of_memory
           : deconv ? D(dnnl_deconvolution_forward_primitive_desc_create)(
@@ -92,6 +100,7 @@ static dnnl_primitive_desc_t conv_like_pd(pb *b, const ox_op *op, int deconv,
     md_free(w);
     md_free(dst);
     md_free(bias);
+    md_free(add);
     if (a) D(dnnl_primitive_attr_destroy)(a);
     return *st == dnnl_success ? pd : NULL;
 }
@@ -123,8 +132,15 @@ static dnnl_primitive_desc_t conv_pd(pb *b, const ox_op *op, int attempt, const 
                  attempt ? dnnl_format_tag_any : dnnl_acdb);
     dnnl_memory_desc_t w = g > 1 ? typed_md(5, wd, dt, dnnl_format_tag_any)
                                  : typed_md(4, op->wdims, dt, dnnl_format_tag_any);
-    dnnl_memory_desc_t bias = has_bias ? plain_md(1, &op->oc, 1) : NULL;
-    return conv_like_pd(b, op, 0, src, w, bias, dst, S, DL, PL, PR, st);
+    /* a depthwise convolution from and to bf16 takes its constant float32 bias as its first
+     * post-op (the same f32 add): oneDNN's brgemm depthwise kernel takes only a bias of the
+     * data's type and, refused, leaves it to one a quarter slower (MobileNetV2) */
+    int64_t cd[4] = {1, op->oc, 1, 1};
+    int bias_post = op->b && g > 1 && g == op->oc && op->wdims[1] == 1 && dt == dnnl_bf16 &&
+                    md_type(dst) == dnnl_bf16;
+    dnnl_memory_desc_t bias = has_bias && !bias_post ? plain_md(1, &op->oc, 1) : NULL,
+                       add = bias_post ? plain_md(4, cd, 4) : NULL;
+    return conv_like_pd(b, op, 0, src, w, bias, dst, S, DL, PL, PR, add, st);
 }
 
 /* ---- int8 convolutions ------------------------------------------------------------------------
@@ -571,7 +587,7 @@ static dnnl_primitive_desc_t deconv_pd(pb *b, const ox_op *op, int nhwc)
                                  : typed_md(4, wd + 1, dt, dnnl_format_tag_any),
                        bias = op->nin == 3 && op->in[2] >= 0 ? plain_md(1, &op->oc, 1) : NULL;
     dnnl_status_t st;
-    dnnl_primitive_desc_t pd = conv_like_pd(b, op, 1, src, w, bias, dst, S, DL, PL, PR, &st);
+    dnnl_primitive_desc_t pd = conv_like_pd(b, op, 1, src, w, bias, dst, S, DL, PL, PR, NULL, &st);
     if (!pd) return NULL;
     if (!fast_impl(pd)) { /* oneDNN's reference kernel: the cpu backend is faster */
         D(dnnl_primitive_desc_destroy)(pd);

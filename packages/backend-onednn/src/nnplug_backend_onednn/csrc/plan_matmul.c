@@ -139,7 +139,7 @@ static dnnl_primitive_desc_t packed_matmul_pd(pb *b, const ox_op *op, int64_t M,
                        dst = ip ? typed_md(2, y2, yt, dnnl_ab) : typed_md(4, yd, yt, dnnl_acdb),
                        w = typed_md(ip ? 2 : 4, wd, dt, dnnl_format_tag_any);
     dnnl_memory_desc_t bias = op->b ? plain_md(1, &N, 1) : NULL;
-    dnnl_primitive_attr_t a = op_attr(b, op);
+    dnnl_primitive_attr_t a = op_attr_for(b, op, NULL, dt);
     dnnl_primitive_desc_t pd = NULL;
     dnnl_status_t st = !(a && src && dst && w && (bias || !op->b)) ? dnnl_out_of_memory
                        : ip ? D(dnnl_inner_product_forward_primitive_desc_create)(

@@ -392,12 +392,16 @@ static int append_eltwise(const pb *b, dnnl_post_ops_t po, dnnl_alg_kind_t alg, 
 }
 
 /* The precision the Target asks of op's products: with "bf16", convolutions, matmuls and
- * inner products take bf16 operands and accumulate in f32, their inputs and outputs f32
- * (oneDNN's fpmath mode; fast where the CPU has avx512_bf16 or AMX). 0, or 1 when oneDNN
- * refuses. */
-static int precision_attr(const pb *b, const ox_op *op, dnnl_primitive_attr_t a)
+ * inner products of float32 operands may compute in bf16, accumulating in f32 (oneDNN's
+ * fpmath mode; fast where the CPU has avx512_bf16 or AMX). Operands already bf16 need no such
+ * permission, and some kernels refuse it (oneDNN's brgemm depthwise convolution, which ran
+ * MobileNetV2's depthwise layers a third faster than the kernel left without it). 0, or 1 when
+ * oneDNN refuses. */
+static int precision_attr(const pb *b, const ox_op *op, dnnl_data_type_t operands,
+                          dnnl_primitive_attr_t a)
 {
-    if (!b->g->bf16 || (op->kind != OP_CONV && op->kind != OP_MATMUL && op->kind != OP_DECONV))
+    if (!b->g->bf16 || operands != dnnl_f32 ||
+        (op->kind != OP_CONV && op->kind != OP_MATMUL && op->kind != OP_DECONV))
         return 0;
     return D(dnnl_primitive_attr_set_fpmath_mode)(a, dnnl_fpmath_mode_bf16) != dnnl_success;
 }
@@ -413,10 +417,11 @@ int bf16_operands(const pb *b)
 /* The attribute of op: user scratchpad, its post-ops; first the add of a per-channel operand
  * of layout `add` when given (the shift of a BatchNormalization run as a multiply-add, see
  * bn_affine). A strict Relu's own primitive is an elu whose first post-op is the linear. */
-dnnl_primitive_attr_t op_attr_adding(const pb *b, const ox_op *op, const_dnnl_memory_desc_t add)
+static dnnl_primitive_attr_t attr_of(const pb *b, const ox_op *op, const_dnnl_memory_desc_t add,
+                                     dnnl_data_type_t operands)
 {
     dnnl_primitive_attr_t a = plain_attr();
-    if (a && precision_attr(b, op, a)) {
+    if (a && precision_attr(b, op, operands, a)) {
         D(dnnl_primitive_attr_destroy)(a);
         return NULL;
     }
@@ -445,9 +450,20 @@ dnnl_primitive_attr_t op_attr_adding(const pb *b, const ox_op *op, const_dnnl_me
     return a;
 }
 
+dnnl_primitive_attr_t op_attr_adding(const pb *b, const ox_op *op, const_dnnl_memory_desc_t add)
+{
+    return attr_of(b, op, add, dnnl_f32);
+}
+
 dnnl_primitive_attr_t op_attr(const pb *b, const ox_op *op)
 {
-    return op_attr_adding(b, op, NULL);
+    return attr_of(b, op, NULL, dnnl_f32);
+}
+
+dnnl_primitive_attr_t op_attr_for(const pb *b, const ox_op *op, const_dnnl_memory_desc_t add,
+                                  dnnl_data_type_t operands)
+{
+    return attr_of(b, op, add, operands);
 }
 /* ---- ops ------------------------------------------------------------------------------------ */
 
