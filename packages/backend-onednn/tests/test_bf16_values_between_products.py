@@ -118,8 +118,9 @@ def test_concats_and_multiply_adds_keep_bf16_between_products():
 
 
 def inverted_residual_model():
-    """MobileNetV2's block: a 1x1 expansion with Relu6, a depthwise 3x3 with its bias and
-    Relu6, a 1x1 projection, and a global pool."""
+    """MobileNetV2's block with EfficientNet's squeeze-and-excitation: a 1x1 expansion with
+    Relu6, a depthwise 3x3 with its bias and Relu6, its channels scaled by a global pool, two
+    1x1 convolutions and a Sigmoid, a 1x1 projection, and a global pool."""
     rng = np.random.default_rng(5)
     c, e = 16, 64
     inits = {"w1": rng.standard_normal((e, c, 1, 1)).astype(np.float32) * 0.25,
@@ -127,12 +128,20 @@ def inverted_residual_model():
              "wd": rng.standard_normal((e, 1, 3, 3)).astype(np.float32) * 0.3,
              "bd": rng.standard_normal(e).astype(np.float32),
              "w2": rng.standard_normal((c, e, 1, 1)).astype(np.float32) * 0.12,
+             "ws1": rng.standard_normal((8, e, 1, 1)).astype(np.float32) * 0.2,
+             "ws2": rng.standard_normal((e, 8, 1, 1)).astype(np.float32) * 0.3,
              "lo": np.float32(0), "hi": np.float32(6)}
     nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["a"]),
              helper.make_node("Clip", ["a", "lo", "hi"], ["ar"]),
              helper.make_node("Conv", ["ar", "wd", "bd"], ["d"], group=e, pads=[1, 1, 1, 1]),
              helper.make_node("Clip", ["d", "lo", "hi"], ["dr"]),
-             helper.make_node("Conv", ["dr", "w2"], ["p"]),
+             helper.make_node("GlobalAveragePool", ["dr"], ["sq"]),
+             helper.make_node("Conv", ["sq", "ws1"], ["s1"]),
+             helper.make_node("Relu", ["s1"], ["s1r"]),
+             helper.make_node("Conv", ["s1r", "ws2"], ["s2"]),
+             helper.make_node("Sigmoid", ["s2"], ["se"]),
+             helper.make_node("Mul", ["dr", "se"], ["scaled"]),
+             helper.make_node("Conv", ["scaled", "w2"], ["p"]),
              helper.make_node("GlobalAveragePool", ["p"], ["y"])]
     graph = helper.make_graph(
         nodes, "inverted_residual",
@@ -155,7 +164,9 @@ def test_a_depthwise_block_in_bf16_stays_within_its_bound_of_onnxruntime(rt, thr
 def test_a_bf16_depthwise_convolution_takes_its_bias_as_a_post_op():
     """On AMX, the depthwise convolution between two bf16 values runs on oneDNN's brgemm
     depthwise kernel, which takes a bias of the data's type only: its float32 bias is the
-    first post-op (a per-channel add, the same float32 sum), then the Relu6."""
+    first post-op (a per-channel add, the same float32 sum), then the Relu6. Its result stays
+    bf16 through the squeeze-and-excitation's pool and scale (a binary op of a broadcast
+    float32 operand), and no reorder converts it for the projection."""
     lines = onednn_log("from test_bf16_values_between_products import inverted_residual_model\n"
                        "model, feeds = inverted_residual_model()", env={"NNPLUG_PRECISION": "bf16"})
     dw = [ln for ln in lines if ",convolution," in ln and "g64" in ln]
@@ -165,3 +176,7 @@ def test_a_bf16_depthwise_convolution_takes_its_bias_as_a_post_op():
         return
     assert "brdgmm_dw" in dw[0] and "src_bf16" in dw[0] and "dst_bf16" in dw[0], dw
     assert "bia_undef" in dw[0] and "attr-post-ops:binary_add:f32:2+eltwise_clip" in dw[0], dw
+    scale = [ln for ln in lines if ",binary," in ln]
+    assert len(scale) == 1 and "src_bf16" in scale[0] and "dst_bf16" in scale[0], scale
+    assert "src_bf16" in next(ln for ln in lines if ",pooling," in ln), lines
+    assert not [ln for ln in lines if ",reorder," in ln and "1x64x28x28" in ln], lines

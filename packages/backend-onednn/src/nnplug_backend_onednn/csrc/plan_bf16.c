@@ -4,15 +4,16 @@
  * reading it either rounds it to bf16 itself (a float convolution or packed dense layer, as
  * its input) or only moves or scales it on its way to such ops: a Concat, which converts an
  * input of the other type, and a per-channel multiply-add (a BatchNormalization not folded
- * into a convolution), a pool or a Resize of a bf16 value. DenseNet's blocks are Concats,
- * multiply-adds and pools between their convolutions (with them in float32 its concats,
- * multiply-adds and reorders took as long as the convolutions).
+ * into a convolution), a pool, a Resize or a broadcast binary op of a bf16 value. DenseNet's
+ * blocks are Concats, multiply-adds and pools between their convolutions (with them in
+ * float32 its concats, multiply-adds and reorders took as long as the convolutions).
  * Not stored in bf16: the kernel's output, a value a residual `sum` adds (the sum is
  * float32) and one any other op reads. A value stored so may still be float32 where its op
  * ran otherwise (a network's first convolution, plan_conv.c build_conv): its readers take
  * either type. */
 #define _GNU_SOURCE
 #include <stdlib.h>
+#include <string.h>
 
 #include "plan.h"
 
@@ -22,14 +23,26 @@ static int rounds_input(pb *b, const ox_op *op)
     return (op->kind == OP_CONV && !op->w8) || (op->kind == OP_MATMUL && packed_dense(b, op));
 }
 
-/* A pool, a Resize or a per-channel multiply-add: oneDNN's jit kernels for them write the
- * type they read (a binary op from float32 to bf16 ran on its reference kernel, 60 times
- * slower). */
-static int keeps_type(const pb *b, const ox_op *op)
+static int full_shaped(pb *b, int v, int y)
 {
-    int own = b->g->strict && (op->kind == OP_POOL ? op->maxpool /* plan_strict.c */
-                                                   : op->alg == dnnl_resampling_linear);
-    return (op->kind == OP_POOL || op->kind == OP_RESIZE || (op->kind == OP_BN && op->w)) && !own;
+    return VAL(v)->ndim == VAL(y)->ndim &&
+           !memcmp(DIMS(v), DIMS(y), sizeof(int64_t) * (size_t)VAL(y)->ndim);
+}
+
+/* The input whose type op's result keeps, or -1: a pool's, a Resize's, a per-channel
+ * multiply-add's, and a binary op's full-shaped operand beside a broadcast one (EfficientNet's
+ * squeeze-and-excitation scale; not a residual Add of two full ones, whose sum stays float32).
+ * oneDNN's jit kernels for them write the type they read (a binary op from float32 to bf16
+ * ran on its reference kernel, 60 times slower); the other operand is read in float32. */
+static int kept_input(pb *b, const ox_op *op)
+{
+    if (b->g->strict && (op->kind == OP_POOL ? op->maxpool /* own loops: plan_strict.c */
+                                             : op->alg == dnnl_resampling_linear))
+        return -1;
+    if (op->kind == OP_POOL || op->kind == OP_RESIZE || (op->kind == OP_BN && op->w)) return 0;
+    if (op->kind != OP_BINARY || op->nin != 2 || op->in[1] < 0) return -1;
+    int f0 = full_shaped(b, op->in[0], op->out), f1 = full_shaped(b, op->in[1], op->out);
+    return f0 && !f1 ? 0 : f1 && !f0 && op->commutes ? 1 : -1; /* as plan_simple.c reads it */
 }
 
 static int has_sum(const ox_op *op)
@@ -50,7 +63,7 @@ static int may_write(pb *b, const ox_op *op)
         return !op->w8 && !op->line &&
                !(DIMS(x)[1] <= 4 && VAL(x)->kin >= 0 && pool_reads_only(b, op->out));
     return (op->kind == OP_MATMUL && packed_dense(b, op)) || op->kind == OP_CONCAT ||
-           keeps_type(b, op);
+           kept_input(b, op) >= 0;
 }
 
 /* Whether reader o, reading v as its input j (j < 0: as the operand of its `sum`), keeps bf16
@@ -59,8 +72,7 @@ static int reads_ok(pb *b, const ox_op *o, int j, const char *flag)
 {
     if (j < 0) return 0;
     if (o->kind == OP_CONCAT) return 1; /* converts its inputs to its result's type */
-    if (j != 0) return 0;
-    return rounds_input(b, o) || (keeps_type(b, o) && flag[o->out]);
+    return (j == 0 && rounds_input(b, o)) || (j == kept_input(b, o) && flag[o->out]);
 }
 
 /* Drops the flag of w's result where a reader or, for an op that keeps its input's type, its
@@ -68,7 +80,8 @@ static int reads_ok(pb *b, const ox_op *o, int j, const char *flag)
 static int check(pb *b, const ox_op *w, char *flag)
 {
     int v = w->out;
-    if (keeps_type(b, w) && !flag[w->in[0]]) return flag[v] = 0, 1;
+    int k = kept_input(b, w);
+    if (k >= 0 && !flag[w->in[k]]) return flag[v] = 0, 1;
     for (int i = 0; i < b->g->norder; i++) {
         const ox_op *o = &b->g->ops[b->g->order[i]];
         for (int j = 0; j < o->nin; j++)
