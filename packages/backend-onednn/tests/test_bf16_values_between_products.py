@@ -83,12 +83,11 @@ def test_a_dense_block_in_bf16_stays_within_its_bound_of_onnxruntime(rt, threads
 
 
 def test_concats_and_multiply_adds_keep_bf16_between_products():
-    """oneDNN's log of one run: the Concats and the multiply-adds after them write bf16 and no
-    reorder comes between them and the convolutions. The first convolution (3 channels) and
-    its max pool stay float32, so does the multiply-add reading that pool (a multiply-add or
-    pool writes its input's type), the pool's result converted once for both Concats; the
-    transition's result, which the residual sum adds, the sum and the last multiply-add
-    (read by the global pool before a Flatten) stay float32."""
+    """oneDNN's log of one run: the first convolution (3 channels, from the input converted to
+    nhwc bf16: AMX's kernel), its max pool, the Concats and the multiply-adds after them write
+    bf16 and no reorder comes between them and the convolutions; the transition's result,
+    which the residual sum adds, the sum and the last multiply-add (read by the global pool
+    before a Flatten) stay float32 (a multiply-add or pool writes its input's type)."""
     lines = onednn_log("from test_bf16_values_between_products import dense_block_model\n"
                        "model, feeds = dense_block_model()", env={"NNPLUG_PRECISION": "bf16"})
     if not AMX:
@@ -102,18 +101,19 @@ def test_concats_and_multiply_adds_keep_bf16_between_products():
         return [types(ln)[1] for ln in lines if ln.split(",")[3] == kind]
 
     assert dst("concat") == ["bf16"] * 2, dst("concat")
-    assert dst("binary") == ["f32", "bf16", "bf16", "f32"], dst("binary")
-    assert dst("pooling") == ["f32"] * 3, dst("pooling")
+    assert dst("binary") == ["bf16", "bf16", "bf16", "f32"], dst("binary")
+    assert dst("pooling") == ["bf16", "f32", "f32"], dst("pooling")
     # the first; the layers' 1x1 and 3x3; the transition's 1x1 (its pool's result is the
     # sum's operand); the residual block's two (the second adds the sum); the dense layer
-    assert dst("convolution") == ["f32"] + ["bf16"] * 4 + ["f32", "bf16", "f32", "f32"], \
+    assert dst("convolution") == ["bf16"] * 5 + ["f32", "bf16", "f32", "f32"], \
         dst("convolution")
     reorders = [types(ln) + (ln.split(",")[-2],) for ln in lines if ",reorder," in ln
                 and ln.split(",")[-2].startswith("1x")]  # activations (weights packed at load)
-    # float32 into bf16 for products only: the first multiply-add's result, the max pool's
-    # (for both Concats), the transition's, the global pool's; no bf16 value reordered
-    assert [r for r in reorders if r[1] == "bf16"] == [("f32", "bf16", "1x16x16x16")] * 2 + [
-        ("f32", "bf16", "1x32x8x8"), ("f32", "bf16", "1x32x1x1")], reorders
+    # float32 into bf16 for products only: the input, the transition's result, the global
+    # pool's; no bf16 value reordered
+    assert [r for r in reorders if r[1] == "bf16"] == [
+        ("f32", "bf16", "1x3x32x32"), ("f32", "bf16", "1x32x8x8"),
+        ("f32", "bf16", "1x32x1x1")], reorders
     assert not [r for r in reorders if r[0] == "bf16"], reorders
 
 

@@ -192,8 +192,6 @@ dnnl_memory_desc_t retyped_md(pb *b, int v, const_dnnl_memory_desc_t md, dnnl_da
 
 /* ---- Conv (plan_conv.c) ---------------------------------------------------------------------- */
 
-/* Whether value v is read by one op only, a pool, and is not the kernel's output. */
-int pool_reads_only(pb *b, int v);
 int conv_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, int s);
 int build_conv(pb *b, const ox_op *op);
 int build_deconv(pb *b, const ox_op *op);

@@ -9,8 +9,7 @@
  * float32 its concats, multiply-adds and reorders took as long as the convolutions).
  * Not stored in bf16: the kernel's output, a value a residual `sum` adds (the sum is
  * float32) and one any other op reads. A value stored so may still be float32 where its op
- * ran otherwise (a network's first convolution, plan_conv.c build_conv): its readers take
- * either type. */
+ * ran otherwise (oneDNN had no kernel for bf16): its readers take either type. */
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <string.h>
@@ -58,10 +57,7 @@ static int may_write(pb *b, const ox_op *op)
     if (op->out == b->g->out || !VAL(op->out)->consumers || VAL(op->out)->grid || op->qout ||
         has_sum(op))
         return 0;
-    int x = op->in[0];
-    if (op->kind == OP_CONV) /* not a network's first, before a pool: float32 (build_conv) */
-        return !op->w8 && !op->line &&
-               !(DIMS(x)[1] <= 4 && VAL(x)->kin >= 0 && pool_reads_only(b, op->out));
+    if (op->kind == OP_CONV) return !op->w8 && !op->line;
     return (op->kind == OP_MATMUL && packed_dense(b, op)) || op->kind == OP_CONCAT ||
            kept_input(b, op) >= 0;
 }

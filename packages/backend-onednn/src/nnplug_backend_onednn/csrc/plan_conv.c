@@ -69,7 +69,7 @@ int conv_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, int s)
 
 /* Whether value v is read by one op only, a pool (which keeps a blocked layout, see
  * build_simple), and is not the kernel's output. */
-int pool_reads_only(pb *b, int v)
+static int pool_reads_only(pb *b, int v)
 {
     if (v == b->g->out || VAL(v)->consumers != 1) return 0;
     for (int i = 0; i < b->g->norder; i++) {
@@ -512,14 +512,16 @@ int build_conv(pb *b, const ox_op *op)
     /* A network's first convolution (up to 4 input channels, an image) reads its plain nchw
      * input as it is, into a blocked layout: oneDNN's kernel for that splits its rows between
      * threads (SqueezeNet's 3 -> 64 at 224x224, 2 threads: 0.14 ms, against 0.35 from nhwc)
-     * and the input needs no reorder.
+     * and the input needs no reorder. Not with bf16 operands on AMX, where oneDNN's AMX kernel
+     * from nhwc bf16 is 2.3x faster (ResNet-50's 3 -> 64 7x7: 0.58 ms, 0.25 with the input's
+     * reorder).
      * Else nhwc: one layout for every convolution keeps the nodes between them (pools,
      * binary ops, concats) in it too; kept when oneDNN runs it on a jit or brgemm kernel.
      * Else the layouts oneDNN picks (format_tag::any). */
     static const int order[3] = {
         2, 0, 1}; /* conv_pd's attempts, the first one only for a first convolution */
     int x = op->in[0], first = DIMS(x)[1] <= 4 && b->nviews[x] && is_plain(b, x, home(b, x)) &&
-                               pool_reads_only(b, op->out);
+                               pool_reads_only(b, op->out) && !bf16_operands(b);
     for (int i = first ? 0 : 1; i < 3; i++) {
         int attempt = order[i];
         dnnl_primitive_desc_t pd = conv_pd(b, op, attempt, pl, pr, &st);
