@@ -20,6 +20,17 @@ from onnx import TensorProto, helper, numpy_helper
 BF16 = {"onednn": {"kind": "onednn", "precision": "bf16"}}
 
 
+def model_of(nodes, inits, x_shape, y_shape, seed):
+    """(model, feeds): nodes from input x to output y, inits as initializers, x random."""
+    graph = helper.make_graph(
+        nodes, "block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)],
+        [numpy_helper.from_array(a, n) for n, a in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.random.default_rng(seed).standard_normal(x_shape).astype(np.float32)
+    return model, {"x": x}
+
+
 def dense_block_model():
     """A first convolution and max pool, two DenseNet layers (BatchNormalization, Relu, 1x1
     and 3x3 convolutions, the Concat of every earlier result), a transition (multiply-add, 1x1
@@ -64,22 +75,7 @@ def dense_block_model():
               helper.make_node("GlobalAveragePool", ["af"], ["gp"]),
               helper.make_node("Flatten", ["gp"], ["fl"]),
               helper.make_node("MatMul", ["fl", init("fc", 32, 10, scale=0.2)], ["y"])]
-    graph = helper.make_graph(
-        nodes, "dense_block",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
-        [numpy_helper.from_array(a, n) for n, a in inits.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    feeds = {"x": np.random.default_rng(4).standard_normal((1, 3, 32, 32)).astype(np.float32)}
-    return model, feeds
-
-
-@pytest.mark.parametrize("threads", [1, 2])
-def test_a_dense_block_in_bf16_stays_within_its_bound_of_onnxruntime(rt, threads):
-    model, feeds = dense_block_model()
-    placed, got, want = run_both(rt, model, feeds, threads, targets=BF16)
-    assert set(placed.values()) == {"onednn"}, placed
-    assert_matches(got[0], want[0], rtol=3e-2, what="dense block under the bf16 hint")
+    return model_of(nodes, inits, [1, 3, 32, 32], [1, 10], seed=4)
 
 
 def test_concats_and_multiply_adds_keep_bf16_between_products():
@@ -143,22 +139,19 @@ def inverted_residual_model():
              helper.make_node("Mul", ["dr", "se"], ["scaled"]),
              helper.make_node("Conv", ["scaled", "w2"], ["p"]),
              helper.make_node("GlobalAveragePool", ["p"], ["y"])]
-    graph = helper.make_graph(
-        nodes, "inverted_residual",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 28, 28])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, 1, 1])],
-        [numpy_helper.from_array(a, n) for n, a in inits.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    feeds = {"x": np.random.default_rng(6).standard_normal((1, c, 28, 28)).astype(np.float32)}
-    return model, feeds
+    return model_of(nodes, inits, [1, c, 28, 28], [1, c, 1, 1], seed=6)
+
+
+MODELS = {"dense block": dense_block_model, "inverted residual": inverted_residual_model}
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_a_depthwise_block_in_bf16_stays_within_its_bound_of_onnxruntime(rt, threads):
-    model, feeds = inverted_residual_model()
+@pytest.mark.parametrize("name", list(MODELS))
+def test_blocks_in_bf16_stay_within_their_bound_of_onnxruntime(rt, name, threads):
+    model, feeds = MODELS[name]()
     placed, got, want = run_both(rt, model, feeds, threads, targets=BF16)
     assert set(placed.values()) == {"onednn"}, placed
-    assert_matches(got[0], want[0], rtol=3e-2, what="inverted residual under the bf16 hint")
+    assert_matches(got[0], want[0], rtol=3e-2, what=f"{name} under the bf16 hint")
 
 
 def test_a_bf16_depthwise_convolution_takes_its_bias_as_a_post_op():
