@@ -105,3 +105,34 @@ def test_norm_after_conv_is_one_binary_primitive_in_the_conv_layout():
 def test_norm_with_runtime_parameter_stays_batch_normalization():
     kinds = [ln[3] for ln in executed_primitives("runtime_scale")]
     assert "batch_normalization" in kinds and "binary" not in kinds, kinds
+
+
+def caffe2_norm_model(shape=(1, 24, 6, 6)):
+    """Caffe2's form (the light zoo's DenseNet-121): BatchNormalization, then a Mul and an Add
+    of one value per channel (the Add's constant first, of rank 3), then Relu."""
+    c = shape[1]
+    inits = {**bn_params(c), "k": rand(1, c, 1, 1), "a": rand(c, 1, 1)}
+    nodes = [node("BatchNormalization", ["x", "s", "sh", "m", "v"], ["n"], "bn"),
+             node("Mul", ["n", "k"], ["p"], "mul"), node("Add", ["a", "p"], ["q"], "add"),
+             node("Relu", ["q"], ["y"], "relu")]
+    feeds = {"x": rand(*shape)}
+    return graph_model(nodes, feeds, inits, opset=15), feeds
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_per_channel_mul_and_add_after_a_norm_match_onnxruntime(rt, threads):
+    model, feeds = caffe2_norm_model()
+    assignment, got, want = run_both(rt, model, feeds, threads)
+    assert set(assignment.values()) == {"onednn"}, assignment
+    assert_matches(got[0], want[0], what="norm, mul, add, relu")
+
+
+def test_per_channel_mul_and_add_fold_into_the_norms_multiply_add():
+    """The Mul and the Add fold into the norm's scales and shifts: one binary primitive (the
+    multiply, the shift's add and the Relu as post-ops), where there were three."""
+    lines = [ln.split(",") for ln in onednn_log(
+        "from test_batch_norm_matches_onnxruntime import caffe2_norm_model\n"
+        "model, feeds = caffe2_norm_model()")]
+    binary = [ln for ln in lines if ln[3] == "binary"]
+    assert len(binary) == 1, [ln[3:6] for ln in lines]
+    assert "binary_add" in ",".join(binary[0]) and "eltwise_relu" in ",".join(binary[0]), binary

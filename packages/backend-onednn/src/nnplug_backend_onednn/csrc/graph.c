@@ -1150,26 +1150,34 @@ static void bn_affine(ox_graph *g, ox_op *bn)
     bn->oc = C;
 }
 
+/* The constant that Mul or Add nx applies to value v when it is one value per channel of C
+ * (axis 1 of a rank-r value; or one value), else NULL; *perc: one value per channel. */
+static const float *channel_const(const ox_graph *g, const ox_op *nx, int v, int64_t C, int *perc)
+{
+    if (nx->kind != OP_BINARY || (nx->alg != dnnl_binary_mul && nx->alg != dnnl_binary_add))
+        return NULL;
+    int other = nx->in[0] == v ? nx->in[1] : nx->in[0];
+    const ox_value *c = &g->vals[other];
+    int r = g->vals[v].ndim;
+    if (other == v || !c->cdata || c->ndim > r || !same_dims(&g->vals[nx->out], &g->vals[v]))
+        return NULL;
+    for (int i = 0; i < c->ndim; i++) { /* right-aligned to (N, C, ...): 1 everywhere but C */
+        int axis = r - c->ndim + i;
+        if (c->dims[i] != 1 && !(axis == 1 && c->dims[i] == C)) return NULL;
+    }
+    *perc = vnumel(c) == C && C > 1;
+    return c->cdata;
+}
+
 /* Fold a Mul or Add of the Conv's output by a constant that is one value per output channel
  * (or one value) into its weights and bias: BatchNormalization exported as Mul+Add. */
 static int fold_channel(ox_graph *g, ox_op *conv, const ox_op *nx)
 {
     if (conv->npost || (conv->nin == 3 && conv->in[2] >= 0 && !conv->b)) return 0;
-    if (nx->kind != OP_BINARY || (nx->alg != dnnl_binary_mul && nx->alg != dnnl_binary_add))
-        return 0;
-    int other = nx->in[0] == conv->out ? nx->in[1] : nx->in[0];
-    const ox_value *c = &g->vals[other];
-    if (other == conv->out || !c->cdata || c->ndim > 4 ||
-        !same_dims(&g->vals[nx->out], &g->vals[conv->out]))
-        return 0;
     int64_t OC = conv->oc, per = conv->wdims[1] * conv->wdims[2] * conv->wdims[3];
-    int r = g->vals[conv->out].ndim; /* 4, or 3 for a 1-D convolution */
-    if (c->ndim > r) return 0;
-    for (int i = 0; i < c->ndim; i++) { /* right-aligned to (N, C, ...): 1 everywhere but C */
-        int axis = r - c->ndim + i;
-        if (c->dims[i] != 1 && !(axis == 1 && c->dims[i] == OC)) return 0;
-    }
-    int perc = vnumel(c) == OC && OC > 1;
+    int perc;
+    const float *c = channel_const(g, nx, conv->out, OC, &perc);
+    if (!c || g->vals[conv->out].ndim > 4) return 0;
     if (nx->alg == dnnl_binary_mul && !own_weights(g, conv)) return 0;
     if (!conv->b) {
         conv->b = calloc((size_t)OC, sizeof(float));
@@ -1177,13 +1185,29 @@ static int fold_channel(ox_graph *g, ox_op *conv, const ox_op *nx)
     }
     if (nx->alg == dnnl_binary_mul) drop_int8(conv);
     for (int64_t o = 0; o < OC; o++) {
-        float s = c->cdata[perc ? o : 0];
+        float s = c[perc ? o : 0];
         if (nx->alg == dnnl_binary_add) {
             conv->b[o] += s;
             continue;
         }
         for (int64_t i = 0; i < per; i++) conv->w[o * per + i] *= s;
         conv->b[o] *= s;
+    }
+    return 1;
+}
+
+/* Fold a Mul or Add by a constant of one value per channel into the per-channel multiply-add
+ * of a BatchNormalization (bn_affine; its own scales and shifts): Caffe2's DenseNet follows
+ * each BatchNormalization with a Mul and an Add so, three binary steps where one does. */
+static int fold_affine(ox_graph *g, ox_op *bn, const ox_op *nx)
+{
+    int perc;
+    const float *c = bn->npost ? NULL : channel_const(g, nx, bn->out, bn->oc, &perc);
+    if (!c) return 0;
+    for (int64_t o = 0; o < bn->oc; o++) {
+        float s = c[perc ? o : 0];
+        if (nx->alg == dnnl_binary_mul) bn->w[o] *= s;
+        bn->b[o] = nx->alg == dnnl_binary_mul ? bn->b[o] * s : bn->b[o] + s;
     }
     return 1;
 }
@@ -1511,6 +1535,10 @@ static void fuse(ox_graph *g, int strict)
             if (op->kind == OP_CONV &&
                 ((nx->kind == OP_BN && nx->in[0] == op->out && fold_bn(g, op, nx)) ||
                  fold_channel(g, op, nx))) {
+                absorb(g, op, nx);
+                continue;
+            }
+            if (op->kind == OP_BN && op->w && fold_affine(g, op, nx)) {
                 absorb(g, op, nx);
                 continue;
             }
