@@ -156,12 +156,11 @@ int dst_buf(pb *b, const ox_op *op, const_dnnl_memory_desc_t md, int *reorder_ou
 int set_result(pb *b, const ox_op *op, int buf, const_dnnl_memory_desc_t md, int reorder_out);
 int pack(pb *b, const float *data, dnnl_memory_desc_t src, const_dnnl_memory_desc_t dst, int *buf);
 int strict_relu(const pb *b, dnnl_alg_kind_t alg, float alpha);
-dnnl_primitive_attr_t op_attr_adding(const pb *b, const ox_op *op, const_dnnl_memory_desc_t add);
-dnnl_primitive_attr_t op_attr(const pb *b, const ox_op *op);
-/* op_attr_adding for a product whose operands are of type `operands` (bf16 ones take no
- * fpmath mode) */
+/* op's attribute, its post-ops first adding `add` (or none: NULL), for operands of type
+ * `operands` (a product's bf16 operands take no fpmath mode); op_attr: none added, float32 */
 dnnl_primitive_attr_t op_attr_for(const pb *b, const ox_op *op, const_dnnl_memory_desc_t add,
                                   dnnl_data_type_t operands);
+dnnl_primitive_attr_t op_attr(const pb *b, const ox_op *op);
 int sum_dst(pb *b, const ox_op *op, const_dnnl_memory_desc_t dmd, int *dbuf, int *reorder_out);
 int finish_as(pb *b, const ox_op *op, dnnl_primitive_desc_t pd, inputs_fn inputs,
               const_dnnl_memory_desc_t as);

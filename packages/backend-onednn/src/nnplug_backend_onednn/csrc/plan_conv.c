@@ -54,12 +54,8 @@ int conv_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, int s)
     if (t_packed.bbuf >= 0 && D(dnnl_memory_desc_get_size)(bmd))
         return add_arg(b, s, DNNL_ARG_BIAS, t_packed.bbuf, bmd);
     if (t_packed.bbuf >= 0) { /* the bias as the first post-op (conv_pd) */
-        int64_t cd[4] = {1, op->oc, 1, 1};
-        dnnl_memory_desc_t pmd = plain_md(4, cd, 4);
-        int rc = !pmd || add_arg(b, s, DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
-                                 t_packed.bbuf, pmd);
-        md_free(pmd);
-        return rc;
+        int arg = DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1;
+        return add_arg(b, s, arg, t_packed.bbuf, query(pd, dnnl_query_exec_arg_md, arg));
     }
     if (op->nin == 3 && op->in[2] >= 0)
         return plain_arg(b, s, DNNL_ARG_BIAS, op->in[2],

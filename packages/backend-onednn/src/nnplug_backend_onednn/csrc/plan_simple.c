@@ -256,7 +256,7 @@ int build_simple(pb *b, const ox_op *op)
                 src1 = plain_md(r, cd, r);
                 dst = result_md(b, op, md_type(src)); /* its input's type (plan_bf16.c) */
                 D(dnnl_primitive_attr_destroy)(a);
-                a = src1 ? op_attr_adding(b, op, src1) : NULL;
+                a = src1 ? op_attr_for(b, op, src1, dnnl_f32) : NULL;
                 if (a && dst)
                     st = D(dnnl_binary_primitive_desc_create)(&pd, ox_engine(), dnnl_binary_mul,
                                                               src, src1, dst, a);

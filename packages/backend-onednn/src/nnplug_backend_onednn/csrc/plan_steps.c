@@ -416,9 +416,10 @@ int bf16_operands(const pb *b)
 
 /* The attribute of op: user scratchpad, its post-ops; first the add of a per-channel operand
  * of layout `add` when given (the shift of a BatchNormalization run as a multiply-add, see
- * bn_affine). A strict Relu's own primitive is an elu whose first post-op is the linear. */
-static dnnl_primitive_attr_t attr_of(const pb *b, const ox_op *op, const_dnnl_memory_desc_t add,
-                                     dnnl_data_type_t operands)
+ * bn_affine; a bf16 depthwise convolution's bias, see plan_conv.c conv_pd). A strict Relu's
+ * own primitive is an elu whose first post-op is the linear. */
+dnnl_primitive_attr_t op_attr_for(const pb *b, const ox_op *op, const_dnnl_memory_desc_t add,
+                                  dnnl_data_type_t operands)
 {
     dnnl_primitive_attr_t a = plain_attr();
     if (a && precision_attr(b, op, operands, a)) {
@@ -450,20 +451,9 @@ static dnnl_primitive_attr_t attr_of(const pb *b, const ox_op *op, const_dnnl_me
     return a;
 }
 
-dnnl_primitive_attr_t op_attr_adding(const pb *b, const ox_op *op, const_dnnl_memory_desc_t add)
-{
-    return attr_of(b, op, add, dnnl_f32);
-}
-
 dnnl_primitive_attr_t op_attr(const pb *b, const ox_op *op)
 {
-    return attr_of(b, op, NULL, dnnl_f32);
-}
-
-dnnl_primitive_attr_t op_attr_for(const pb *b, const ox_op *op, const_dnnl_memory_desc_t add,
-                                  dnnl_data_type_t operands)
-{
-    return attr_of(b, op, add, operands);
+    return op_attr_for(b, op, NULL, dnnl_f32);
 }
 /* ---- ops ------------------------------------------------------------------------------------ */
 
