@@ -160,12 +160,18 @@ static dnnl_primitive_desc_t packed_matmul_pd(pb *b, const ox_op *op, int64_t M,
     return pd;
 }
 
+#define IP_MIN_ROWS 128 /* see build_conv_matmul */
+
 /* 1 when built as a packed-weights primitive, 0 when oneDNN has none fast for it (then its
- * matmul), -1 on error. The 1x1 convolution is the faster, except on AMD CPUs where the inner
- * dimension is much longer than the output rows: BERT's 3072 -> 768 ran at a third of the
- * speed as a convolution on a Zen CPU, not as an inner product. On an Intel Xeon the
+ * matmul), -1 on error. In float32 the 1x1 convolution is the faster, except on AMD CPUs where
+ * the inner dimension is much longer than the output rows: BERT's 3072 -> 768 ran at a third
+ * of the speed as a convolution on a Zen CPU, not as an inner product. On an Intel Xeon the
  * convolution was the faster there too (1 thread: BERT-base's 3072 -> 768 49 ms against 55,
- * ViT-B/16's 70 against 83; level at 2 threads). */
+ * ViT-B/16's 70 against 83; level at 2 threads). With bf16 operands on AMX the inner product
+ * is, from about 128 rows: 5-20% on the transformers' shapes (see docs/backends/onednn.md,
+ * Dense layers). With fewer rows a layer streams its weights more than it multiplies (AMX does
+ * ~2 TFLOP/s, memory ~20 GB/s: 2 flops per weight byte and row), and the convolution's weight
+ * layout streamed faster: wav2vec2-base's 49 rows 3072 -> 768 0.20 ms against 0.35. */
 static int build_conv_matmul(pb *b, const ox_op *op)
 {
     int64_t M, K, N;
@@ -173,8 +179,9 @@ static int build_conv_matmul(pb *b, const ox_op *op)
     /* NNPLUG_ONEDNN_DENSE=convolution / inner_product (read when a plan is made) picks one */
     const char *pick = getenv("NNPLUG_ONEDNN_DENSE");
     int first_ip = pick && !strcmp(pick, "inner_product") ? 1
-                   : pick && !strcmp(pick, "convolution") ? 0
-                                                          : K > 2 * N && dl_cpu_amd();
+                   : pick && !strcmp(pick, "convolution")
+                       ? 0
+                       : (bf16_operands(b) && M >= IP_MIN_ROWS) || (K > 2 * N && dl_cpu_amd());
     dnnl_primitive_desc_t pd = NULL;
     for (int attempt = 0; attempt < 2 && !pd; attempt++) {
         t_ip = attempt ? !first_ip : first_ip;
