@@ -1,8 +1,8 @@
 """Under the bf16 hint on AMX, values that only reach bf16 products are stored in bf16: a
 convolution's or dense layer's result read by convolutions, Concats, pools and per-channel
 multiply-adds (a BatchNormalization after a Concat, as in DenseNet), which keep it in bf16 on
-the way. A value any other op reads, a residual sum's operand and the kernel's output stay
-float32.
+the way; a residual sum and the value it adds, where the sum's readers allow it. A value any
+other op reads and the kernel's output stay float32.
 
 Tolerance: 3e-2 of the output's range against onnxruntime's float32, the bound the attention's
 bf16 products are held to; storing a value in bf16 rounds it once where its reader would
@@ -142,7 +142,52 @@ def inverted_residual_model():
     return model_of(nodes, inits, [1, c, 28, 28], [1, c, 1, 1], seed=6)
 
 
-MODELS = {"dense block": dense_block_model, "inverted residual": inverted_residual_model}
+def residual_blocks_model():
+    """ResNet's stem and two basic blocks (3x3, Relu, 3x3 whose residual Add and Relu are its
+    post-ops), then a 1x1 convolution: the stream between the blocks is read only by
+    convolutions and their sums."""
+    rng = np.random.default_rng(7)
+    c, inits, nodes = 32, {}, []
+
+    def conv(x, cin, k, y):
+        inits[f"w_{y}"] = (rng.standard_normal((c, cin, k, k)) * (2.0 / (cin * k * k)) ** 0.5
+                           ).astype(np.float32)
+        inits[f"b_{y}"] = (rng.standard_normal(c) * 0.1).astype(np.float32)
+        nodes.append(helper.make_node("Conv", [x, f"w_{y}", f"b_{y}"], [y], pads=[k // 2] * 4))
+
+    conv("x", 3, 3, "stem")
+    nodes.append(helper.make_node("Relu", ["stem"], ["s0"]))
+    for i in range(2):
+        conv(f"s{i}", c, 3, f"a{i}")
+        nodes.append(helper.make_node("Relu", [f"a{i}"], [f"ar{i}"]))
+        conv(f"ar{i}", c, 3, f"b{i}")
+        nodes += [helper.make_node("Add", [f"b{i}", f"s{i}"], [f"sum{i}"]),
+                  helper.make_node("Relu", [f"sum{i}"], [f"s{i + 1}"])]
+    conv("s2", c, 1, "y")
+    return model_of(nodes, inits, [1, 3, 24, 24], [1, c, 24, 24], seed=8)
+
+
+def test_a_residual_stream_read_by_convolutions_stays_bf16():
+    """oneDNN's log: each block's second convolution adds the block's input (its `sum`
+    post-op) and writes bf16, as every convolution but the last (the kernel's output) does;
+    nothing is reordered but the input, to bf16 for the first convolution (before, the
+    stream was float32 and each block's input was reordered to bf16 for its convolution)."""
+    lines = onednn_log("from test_bf16_values_between_products import residual_blocks_model\n"
+                       "model, feeds = residual_blocks_model()", env={"NNPLUG_PRECISION": "bf16"})
+    convs = [ln for ln in lines if ",convolution," in ln]
+    assert len(convs) == 6, lines
+    if not AMX:
+        assert not any("dst_bf16" in ln for ln in lines), lines
+        return
+    sums = [ln for ln in convs if "sum" in ln]
+    assert len(sums) == 2 and all("dst_bf16" in ln for ln in sums), sums
+    assert ["dst_bf16" in ln for ln in convs] == [True] * 5 + [False], convs
+    reorders = [ln for ln in lines if ",reorder," in ln and "bf16" in ln]
+    assert len(reorders) == 1 and "1x3x24x24" in reorders[0], reorders
+
+
+MODELS = {"dense block": dense_block_model, "inverted residual": inverted_residual_model,
+          "residual blocks": residual_blocks_model}
 
 
 @pytest.mark.parametrize("threads", [1, 2])

@@ -7,9 +7,11 @@
  * into a convolution), a pool, a Resize or a broadcast binary op of a bf16 value. DenseNet's
  * blocks are Concats, multiply-adds and pools between their convolutions (with them in
  * float32 its concats, multiply-adds and reorders took as long as the convolutions).
- * Not stored in bf16: the kernel's output, a value a residual `sum` adds (the sum is
- * float32) and one any other op reads. A value stored so may still be float32 where its op
- * ran otherwise (oneDNN had no kernel for bf16): its readers take either type. */
+ * A residual `sum` and the value it adds are both bf16 or both float32 (ResNet's stream
+ * between its blocks: each block's input was reordered to bf16 for its convolutions).
+ * Not stored in bf16: the kernel's output and a value any other op reads. A value stored so
+ * may still be float32 where its op ran otherwise (oneDNN had no kernel for bf16): its readers
+ * take either type. */
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <string.h>
@@ -44,18 +46,18 @@ static int kept_input(pb *b, const ox_op *op)
     return f0 && !f1 ? 0 : f1 && !f0 && op->commutes ? 1 : -1; /* as plan_simple.c reads it */
 }
 
-static int has_sum(const ox_op *op)
+/* The value op's `sum` post-op adds, or -1. */
+static int sum_operand(const ox_op *op)
 {
     for (int i = 0; i < op->npost; i++)
-        if (op->post[i].kind == POST_SUM) return 1;
-    return 0;
+        if (op->post[i].kind == POST_SUM) return op->post[i].val;
+    return -1;
 }
 
 /* Whether op's result may be bf16 by op alone. */
 static int may_write(pb *b, const ox_op *op)
 {
-    if (op->out == b->g->out || !VAL(op->out)->consumers || VAL(op->out)->grid || op->qout ||
-        has_sum(op))
+    if (op->out == b->g->out || !VAL(op->out)->consumers || VAL(op->out)->grid || op->qout)
         return 0;
     if (op->kind == OP_CONV) return !op->w8 && !op->line;
     return (op->kind == OP_MATMUL && packed_dense(b, op)) || op->kind == OP_CONCAT ||
@@ -63,10 +65,11 @@ static int may_write(pb *b, const ox_op *op)
 }
 
 /* Whether reader o, reading v as its input j (j < 0: as the operand of its `sum`), keeps bf16
- * out of every op but those that round it themselves, given the flags so far. */
+ * out of every op but those that round it themselves, given the flags so far. A `sum` adds a
+ * bf16 operand where it writes bf16 itself (in the operand's own buffer). */
 static int reads_ok(pb *b, const ox_op *o, int j, const char *flag)
 {
-    if (j < 0) return 0;
+    if (j < 0) return flag[o->out];
     if (o->kind == OP_CONCAT) return 1; /* converts its inputs to its result's type */
     return (j == 0 && rounds_input(b, o)) || (j == kept_input(b, o) && flag[o->out]);
 }
@@ -76,14 +79,13 @@ static int reads_ok(pb *b, const ox_op *o, int j, const char *flag)
 static int check(pb *b, const ox_op *w, char *flag)
 {
     int v = w->out;
-    int k = kept_input(b, w);
-    if (k >= 0 && !flag[w->in[k]]) return flag[v] = 0, 1;
+    int k = kept_input(b, w), sv = sum_operand(w);
+    if ((k >= 0 && !flag[w->in[k]]) || (sv >= 0 && !flag[sv])) return flag[v] = 0, 1;
     for (int i = 0; i < b->g->norder; i++) {
         const ox_op *o = &b->g->ops[b->g->order[i]];
         for (int j = 0; j < o->nin; j++)
             if (o->in[j] == v && !reads_ok(b, o, j, flag)) return flag[v] = 0, 1;
-        for (int j = 0; j < o->npost; j++)
-            if (o->post[j].kind == POST_SUM && o->post[j].val == v) return flag[v] = 0, 1;
+        if (sum_operand(o) == v && !reads_ok(b, o, -1, flag)) return flag[v] = 0, 1;
     }
     return 0;
 }
