@@ -1,18 +1,19 @@
-"""InstanceNormalization on the oneDNN backend against onnxruntime, random parameters: one image
-in a convolution's blocked layout runs as oneDNN's batch normalization (each channel's own
-statistics); plain values and batches other than one run as the backend's own loop. The
-GroupNorm pattern torch exports (Reshape to (N, groups, -1), InstanceNormalization with ones
-and zeros, Reshape back, [Mul, Add] per channel, [Relu]) runs as one group normalization of
-the backend's own on the layout the convolution before it wrote (blocked, channels-last or
-plain), with no reorder around it. Either way the nodes stay on oneDNN, where a switch to the
-CPU backend costs a reorder each way."""
+"""InstanceNormalization on the oneDNN backend against onnxruntime, random parameters: a group
+normalization of the backend's own with one channel a group, on the layout the convolution
+before it wrote (blocked, channels-last or plain), a Relu after it fused; more channels than
+its arrays hold run as a loop on the plain layout. The GroupNorm pattern torch exports
+(Reshape to (N, groups, -1), InstanceNormalization with ones and zeros, Reshape back, [Mul,
+Add] per channel, [Relu]) runs as one such step too, with no reorder around it. Under the
+bf16 hint on AMX both read and write bf16 where their producer and readers are convolutions.
+Either way the nodes stay on oneDNN, where a switch to the CPU backend costs a reorder each
+way."""
 
 from __future__ import annotations
 
 import numpy as np
 import onnx
 import pytest
-from conftest import assert_matches, graph_model, onednn_log, profiled_steps, run_both
+from conftest import AMX, assert_matches, graph_model, onednn_log, profiled_steps, run_both
 from onnx import TensorProto, helper, numpy_helper
 
 R = np.random.default_rng(29)
@@ -26,8 +27,8 @@ def node(op, ins, outs, name, **attrs):
     return helper.make_node(op, ins, outs, name=name, **attrs)
 
 
-def in_model(shape, conv_before=False, eps=1e-5, offset=0.0):
-    """x (shape) -> [Conv 3x3] -> InstanceNormalization -> Relu."""
+def in_model(shape, conv_before=False, eps=1e-5, offset=0.0, conv_after=False):
+    """x (shape) -> [Conv 3x3] -> InstanceNormalization -> Relu [-> Conv 3x3]."""
     c = shape[1]
     inits = {"s": rand(c), "b": rand(c)}
     feeds = {"x": rand(*shape, offset=offset)}
@@ -37,7 +38,10 @@ def in_model(shape, conv_before=False, eps=1e-5, offset=0.0):
         nodes.append(node("Conv", ["x", "w"], ["c"], "conv", pads=[1, 1, 1, 1]))
         x = "c"
     nodes += [node("InstanceNormalization", [x, "s", "b"], ["n"], "in", epsilon=eps),
-              node("Relu", ["n"], ["y"], "relu")]
+              node("Relu", ["n"], ["r" if conv_after else "y"], "relu")]
+    if conv_after:
+        inits["w2"] = rand(4, c, 3, 3, scale=0.2)
+        nodes.append(node("Conv", ["r", "w2"], ["y"], "conv_after", pads=[1, 1, 1, 1]))
     return graph_model(nodes, feeds, inits, opset=17), feeds
 
 
@@ -83,6 +87,8 @@ CASES = {
     "plain_rank5_three_images": dict(shape=(3, 4, 3, 4, 5)),
     "large_epsilon": dict(shape=(1, 16, 5, 5), conv_before=True, eps=0.5),
     "mean_far_from_zero": dict(shape=(1, 8, 16, 16), offset=300.0),
+    "more_channels_than_the_step_holds": dict(shape=(1, 2100, 3, 3)),
+    "conv_after": dict(shape=(1, 16, 8, 8), conv_before=True, conv_after=True),
 }
 
 
@@ -143,18 +149,55 @@ def test_a_group_norm_after_a_convolution_is_one_step_with_no_reorder():
     assert "binary" not in steps and "eltwise" not in steps, steps
 
 
-def test_a_group_norm_under_the_bf16_hint_stays_within_its_tolerance(rt):
-    """The convolutions around it in bfloat16 (channels-last on AMX), the normalisation in
-    float32: within the hint's 2e-2 of the output's largest magnitude."""
-    model, feeds = group_norm_model(1, 32, 24, 24, groups=8, conv_after=True)
-    want = run_both(rt, model, feeds, 2)[2][0]
-    import nnplug
+BF16_CASES = {
+    "group norm, batch 2": lambda: group_norm_model(2, 32, 12, 10, groups=8, conv_after=True),
+    "group norm, 24 channels": lambda: group_norm_model(1, 24, 9, 11, groups=6, conv_after=True),
+    "group norm, groups across blocks": lambda: group_norm_model(1, 48, 11, 10, groups=3,
+                                                                 conv_after=True),
+    "group norm, no Relu": lambda: group_norm_model(1, 32, 24, 24, groups=8, relu=False,
+                                                    conv_after=True),
+    "group norm, pixel ranges": lambda: group_norm_model(1, 40, 64, 40, groups=4,
+                                                         conv_after=True),
+    "instance norm": lambda: in_model((1, 32, 17, 13), conv_before=True, conv_after=True),
+    "instance norm, mean far from zero": lambda: in_model((1, 16, 9, 9), conv_before=True,
+                                                          conv_after=True, offset=300.0),
+}
 
-    so = nnplug.SessionOptions()
-    so.add_session_config_entry("nnplug.precision", "bf16")
-    sess = nnplug.InferenceSession(model, so, providers=["onednn", "cpu"], runtime=rt)
-    got = sess.run(None, feeds)[0]
-    assert np.abs(got - want).max() <= 2e-2 * np.abs(want).max()
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case", sorted(BF16_CASES))
+def test_norms_between_convolutions_under_the_bf16_hint_stay_within_its_tolerance(
+        rt, case, threads):
+    """Between two convolutions in bfloat16 (channels-last on AMX) the normalisation reads and
+    writes bfloat16, its statistics in double: within the hint's 2e-2 of the output's largest
+    magnitude (16 channels of a block and the 8 after them; a channel's mean 300 from 0, where
+    bf16's step is 2: the statistics see the rounded values the convolution wrote; 2,560
+    channels-last pixels of 40 channels, 16 + 16 + 8, whose sums add over 4 ranges of pixels)."""
+    model, feeds = BF16_CASES[case]()
+    _, got, want = run_both(rt, model, feeds, threads,
+                            targets={"onednn": {"kind": "onednn", "precision": "bf16"}})
+    assert np.abs(got[0] - want[0]).max() <= 2e-2 * np.abs(want[0]).max(), case
+
+
+@pytest.mark.parametrize("norm", ["group", "instance"])
+def test_under_the_bf16_hint_a_norm_between_convolutions_keeps_bf16(norm):
+    """oneDNN's log under the hint on AMX: the convolution before the norm writes bf16 and the
+    one after reads bf16, with no reorder of a bf16 value or into one but the input's (the
+    norm's result was float32, and reordered to bf16 for the convolution after it)."""
+    setup = ("from test_instance_norm_matches_onnxruntime import group_norm_model, in_model\n" +
+             ("model, feeds = group_norm_model(1, 32, 24, 24, groups=8, conv_after=True)\n"
+              if norm == "group" else
+              "model, feeds = in_model((1, 32, 24, 24), conv_before=True, conv_after=True)\n"))
+    lines = onednn_log(setup, env={"NNPLUG_PRECISION": "bf16"})
+    convs = [ln for ln in lines if ",convolution," in ln]
+    assert len(convs) == 2, lines
+    if not AMX:
+        assert not any("src_bf16" in ln or "dst_bf16" in ln for ln in lines), lines
+        return
+    assert "dst_bf16" in convs[0] and "src_bf16" in convs[1], convs
+    reorders = [ln for ln in lines if ",reorder," in ln and "bf16" in ln]
+    assert len(reorders) == 1 and "1x32x24x24" in reorders[0] and "src_f32" in reorders[0], \
+        reorders
 
 
 def test_a_symbolic_batch_is_claimed_and_each_batch_matches(rt):
@@ -202,17 +245,15 @@ def test_a_nonfinite_value_in_the_blocked_layout_matches_onnxruntime(rt, bad):
     assert_matches(got[0][ok], want[0][ok], what=str(bad))
 
 
-def test_one_image_after_a_convolution_runs_as_onednns_batch_normalization():
-    """The blocked layout the convolution wrote is normalised where it lies: oneDNN's batch
-    normalization primitive runs, and no reorder comes between it and the convolution."""
-    log = onednn_log(
-        "import numpy as np\n"
-        "import test_instance_norm_matches_onnxruntime as t\n"
-        "model, feeds = t.in_model((1, 32, 17, 13), conv_before=True)\n")
-    kinds = [ln.split(",")[3] for ln in log]
-    assert "batch_normalization" in kinds, log
-    at = kinds.index("batch_normalization")
-    assert kinds[at - 1] == "convolution", kinds
+def test_an_instance_norm_after_a_convolution_is_one_step_with_its_relu():
+    """The profile of a run names one 'instance normalization' step right after the
+    convolution: no reorder between them, no eltwise primitive for the Relu."""
+    steps = [ln.split("|")[2].strip() for ln in profiled_steps(
+        "from test_instance_norm_matches_onnxruntime import in_model\n"
+        "model, feeds = in_model((1, 32, 17, 13), conv_before=True, conv_after=True)")]
+    at = steps.index("instance normalization")
+    assert steps[at - 1] == "convolution" and steps[at + 1] == "convolution", steps
+    assert steps.count("instance normalization") == 1 and "eltwise" not in steps, steps
 
 
 def test_instance_normalization_is_among_the_declared_ops():

@@ -1772,12 +1772,21 @@ static void group_norm(ox_graph *g)
         in->size = groups;
         in->out = v;
         in->pos = pos;
-        /* a Relu after it: applied as the values are written (plan_norm.c gn_relu) */
-        j = sole_consumer(g, v);
-        if (j >= 0 && g->ops[j].kind == OP_ELTWISE && g->ops[j].in[0] == v &&
+    }
+}
+
+/* A Relu that alone reads an InstanceNormalization's or GroupNorm's result: applied as the
+ * values are written (plan_norm.c gn_relu), a NaN kept. */
+static void norm_relus(ox_graph *g)
+{
+    for (int i = 0; i < g->nop; i++) {
+        ox_op *op = &g->ops[i];
+        if (op->dead || (op->kind != OP_IN && op->kind != OP_GN) || op->npost) continue;
+        int j = sole_consumer(g, op->out);
+        if (j >= 0 && g->ops[j].kind == OP_ELTWISE && g->ops[j].in[0] == op->out &&
             ox_is_relu(g->ops[j].alg, g->ops[j].alpha)) {
-            in->post[in->npost++] = (ox_post){POST_ELTWISE, dnnl_eltwise_relu, 0.f, 0.f, -1};
-            absorb(g, in, &g->ops[j]);
+            op->post[op->npost++] = (ox_post){POST_ELTWISE, dnnl_eltwise_relu, 0.f, 0.f, -1};
+            absorb(g, op, &g->ops[j]);
         }
     }
 }
@@ -2119,6 +2128,7 @@ static ox_graph *parse(const nnp_node_desc *nodes, int n, int strict, int keep,
     if (nan_replace(&p, nodes) || fake_quant(&p, nodes) || const_dequant_read(&p, nodes)) goto bad;
     attention(g);
     group_norm(g);
+    norm_relus(g);
     if (!strict) gelus(g);
     fuse(g, strict);
     requantize(g);

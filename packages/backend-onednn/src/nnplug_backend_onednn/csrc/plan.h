@@ -12,6 +12,8 @@
 #ifndef NNPLUG_ONEDNN_PLAN_H_
 #define NNPLUG_ONEDNN_PLAN_H_
 
+#include <string.h>
+
 #include "kernels.h"
 
 #define MAXVIEWS 4
@@ -219,6 +221,22 @@ void softmax_rows(const float *x, float *y, int64_t r0, int64_t r1, int64_t len)
  * replaced by c when nanrep) rounded to bf16 into y: x and y rows of `len`. */
 void softmax_rows_bf16(float *x, uint16_t *y, int64_t r0, int64_t r1, int64_t len, int nanrep,
                        float c);
+/* x rounded to bf16: nearest, ties to even, a NaN kept a NaN. */
+static inline uint16_t bf16_bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)(u >> 16 | 0x40)
+                                           : (uint16_t)((u + 0x7fffu + (u >> 16 & 1)) >> 16);
+}
+/* The float32 a bf16 value is. */
+static inline float bf16_value(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
 /* x (rows x cols, rows rs and columns cs floats apart) rounded to bf16 (nearest, ties to even;
  * a NaN stays a NaN) into y, rows x cols contiguous. */
 void round_bf16(const float *x, int64_t rs, int64_t cs, uint16_t *y, int64_t rows, int64_t cols);

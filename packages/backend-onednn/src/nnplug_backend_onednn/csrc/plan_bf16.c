@@ -31,7 +31,9 @@ static int full_shaped(pb *b, int v, int y)
 }
 
 /* The input whose type op's result keeps, or -1: a pool's, a Resize's, a per-channel
- * multiply-add's, and a binary op's full-shaped operand beside a broadcast one (EfficientNet's
+ * multiply-add's, an InstanceNormalization's or GroupNorm's (plan_norm.c reads and writes
+ * bf16 on a blocked or channels-last layout), and a binary op's full-shaped operand beside a
+ * broadcast one (EfficientNet's
  * squeeze-and-excitation scale; not a residual Add of two full ones, whose sum stays float32).
  * oneDNN's jit kernels for them write the type they read (a binary op from float32 to bf16
  * ran on its reference kernel, 60 times slower); the other operand is read in float32. */
@@ -40,7 +42,9 @@ static int kept_input(pb *b, const ox_op *op)
     if (b->g->strict && (op->kind == OP_POOL ? op->maxpool /* own loops: plan_strict.c */
                                              : op->alg == dnnl_resampling_linear))
         return -1;
-    if (op->kind == OP_POOL || op->kind == OP_RESIZE || (op->kind == OP_BN && op->w)) return 0;
+    if (op->kind == OP_POOL || op->kind == OP_RESIZE || (op->kind == OP_BN && op->w) ||
+        op->kind == OP_GN || op->kind == OP_IN)
+        return 0;
     if (op->kind != OP_BINARY || op->nin != 2 || op->in[1] < 0) return -1;
     int f0 = full_shaped(b, op->in[0], op->out), f1 = full_shaped(b, op->in[1], op->out);
     return f0 && !f1 ? 0 : f1 && !f0 && op->commutes ? 1 : -1; /* as plan_simple.c reads it */

@@ -400,15 +400,6 @@ void softmax_rows(const float *x, float *y, int64_t r0, int64_t r1, int64_t len)
     softmax_rows_portable(x, y, r0, r1, len);
 }
 
-/* y = x rounded to bf16, nearest with ties to even, a NaN kept a NaN. */
-static inline uint16_t bf16_bits(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)(u >> 16 | 0x40)
-                                           : (uint16_t)((u + 0x7fffu + (u >> 16 & 1)) >> 16);
-}
-
 void round_bf16(const float *x, int64_t rs, int64_t cs, uint16_t *y, int64_t rows, int64_t cols)
 {
     for (int64_t r = 0; r < rows; r++)

@@ -1,7 +1,8 @@
 /* LayerNormalization: oneDNN's layer normalization over the input's plain bytes as rows.
- * InstanceNormalization: oneDNN's batch normalization, or a loop of the backend's own. */
+ * InstanceNormalization and GroupNorm: the backend's own loops, on the input's own layout. */
 #define _GNU_SOURCE
 #include <math.h>
+#include <stdlib.h>
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define HAVE_GN_AVX512 1
@@ -59,6 +60,7 @@ typedef struct {
     int64_t rows, len, channels; /* rows: images x channels, each of len values */
     float eps;
     int threads;
+    int relu; /* a Relu after it, fused (graph.c norm_relu) */
 } in_cfg;
 
 typedef struct {
@@ -101,6 +103,17 @@ WIDE_LOOP static void in_affine(const float *x, float m, float a, float t, float
     for (int64_t i = 0; i < n; i++) y[i] = (x[i] - m) * a + t;
 }
 
+/* A fused Relu: y < 0 gives 0, a NaN stays one. */
+static inline float gn_relu(float v)
+{
+    return v < 0.f ? 0.f : v; /* not v > 0 ? v : 0, which would make a NaN 0 */
+}
+
+WIDE_LOOP static void gn_relu_row(float *y, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) y[i] = gn_relu(y[i]);
+}
+
 static void in_part(void *arg)
 {
     const in_job *j = arg;
@@ -115,6 +128,7 @@ static void in_part(void *arg)
         double inv = 1.0 / sqrt(var + (double)c->eps);
         in_affine(x, (float)mu, (float)(inv * j->scale[ch]), j->shift[ch], j->y + r * c->len,
                   c->len);
+        if (c->relu) gn_relu_row(j->y + r * c->len, c->len);
     }
 }
 
@@ -127,12 +141,16 @@ static int in_fn(const void *cfg, void *const *ptrs, int nptrs)
     return -1;
 }
 
+static int gn_step(pb *b, const ox_op *op, int64_t groups);
+
+/* As a group normalization of one channel a group (on the input's own layout, a Relu fused)
+ * where its channels fit gn_fn's arrays, else the loop above on the plain layout. */
 int build_in(pb *b, const ox_op *op)
 {
     int x = op->in[0], r = VAL(x)->ndim;
     const int64_t *xd = DIMS(x);
-    if (!b->dry && xd[0] == 1 && !is_plain(b, x, home(b, x))) return build_simple(b, op);
-    in_cfg c = {xd[0] * xd[1], 1, xd[1], op->eps, b->p->threads};
+    if (xd[0] * (xd[1] + 15) <= OX_GN_MAX_CHANNELS) return gn_step(b, op, xd[1]);
+    in_cfg c = {xd[0] * xd[1], 1, xd[1], op->eps, b->p->threads, op->npost > 0};
     for (int d = 2; d < r; d++) c.len *= xd[d];
     return build_plain_step(b, op, in_fn, &c, sizeof c, "instance normalization", 2);
 }
@@ -142,42 +160,76 @@ int build_in(pb *b, const ox_op *op)
 /* x [n, c, l] (spatial dims flattened) in a layout of channel blocks of bw lanes: element
  * (i, ch, s) at i * cpad * l + (ch / bw) * l * bw + s * bw + ch % bw. bw = 1: plain (nchw);
  * 16: oneDNN's aBcd16b; c: channels last (nhwc). cpad: c rounded up to bw (padding lanes of a
- * blocked layout are written 0). */
+ * blocked layout are written 0). x and y are float32, or bf16 in a blocked or channels-last
+ * layout (a value stored so under the bf16 hint, plan_bf16.c): read as the float32 it is, the
+ * result rounded to bf16 as it is written. */
 typedef struct {
     int64_t n, c, l, groups, bw, cpad;
     float eps;
     int threads;
     int relu; /* a Relu after it, fused: y < 0 gives 0 (a NaN stays one) */
+    int bf16; /* x and y are bf16 */
+    int64_t ranges; /* pixel ranges a block is split into (gn_ranges) */
 } gn_cfg;
 
 typedef struct {
     const gn_cfg *c;
-    const float *x, *gamma, *beta;
-    float *y;
+    const void *x;
+    const float *gamma, *beta;
+    void *y;
     double *sum, *sq;       /* [n * cpad]: each channel's sums of (x - pivot) and its square */
+    double *psum, *psq;     /* [ranges][n * cpad]: those of each pixel range (ranges > 1) */
     float *pivot, *mean, *a, *t; /* [n * cpad] */
+    int64_t ranges;              /* c->ranges, or 1 where its partial sums found no memory */
     int apply;                   /* gn_pass: 0 the sums, 1 the values */
 } gn_job;
 
 #define GN_LANES 16 /* lanes a task takes of a channel block */
 
-/* Tasks: (image, block, chunk of up to GN_LANES lanes); each reads its lanes at every s. */
-static int64_t gn_tasks(const gn_cfg *c)
+static inline float gn_load(const void *x, int64_t i, int bf16)
 {
-    int64_t chunks = (c->bw + GN_LANES - 1) / GN_LANES;
-    return c->n * (c->cpad / c->bw) * chunks;
+    return bf16 ? bf16_value(((const uint16_t *)x)[i]) : ((const float *)x)[i];
 }
 
-static void gn_task(const gn_cfg *c, int64_t t, int64_t *base, int64_t *ch0, int64_t *w)
+static inline void gn_store(void *y, int64_t i, float v, int bf16)
 {
-    int64_t chunks = (c->bw + GN_LANES - 1) / GN_LANES, blocks = c->cpad / c->bw;
-    int64_t i = t / (blocks * chunks), blk = t / chunks % blocks, k = t % chunks;
-    *ch0 = i * c->cpad + blk * c->bw + k * GN_LANES;
-    *base = i * c->cpad * c->l + blk * c->l * c->bw + k * GN_LANES;
-    *w = c->bw - k * GN_LANES < GN_LANES ? c->bw - k * GN_LANES : GN_LANES;
+    if (bf16) ((uint16_t *)y)[i] = bf16_bits(v);
+    else ((float *)y)[i] = v;
 }
 
-/* Sums of a channel's run of l contiguous values less a pivot (the plain layout), in double. */
+/* Pixel ranges a block of a channels-last layout wider than GN_LANES is split into, so that a
+ * task reads contiguous bytes (a range of whole pixels, each chunk of lanes in turn while the
+ * range is in cache) rather than one chunk of lanes of every pixel: with 32 bf16 channels
+ * two such tasks each read every cache line. About 64 KiB a range, at most 64 a block;
+ * fixed by the shape, not the threads, so the sums add in one order at any thread count. */
+static int64_t gn_ranges(const gn_cfg *c)
+{
+    if (c->bw <= GN_LANES || c->l < 2) return 1;
+    int64_t bytes = c->l * c->bw * (c->bf16 ? 2 : 4), r = (bytes + 65535) / 65536;
+    return r < 1 ? 1 : r > 64 ? 64 : r > c->l ? c->l : r;
+}
+
+/* Tasks: (image, block, pixel range); each takes its chunks of up to GN_LANES lanes in turn. */
+static int64_t gn_tasks(const gn_job *j)
+{
+    return j->c->n * (j->c->cpad / j->c->bw) * j->ranges;
+}
+
+/* Task t's image i, first channel (of the image's cpad) and first pixel p0 and its count. */
+static void gn_task(const gn_job *j, int64_t t, int64_t *i, int64_t *ch, int64_t *p0, int64_t *np,
+                    int64_t *r)
+{
+    const gn_cfg *c = j->c;
+    int64_t blocks = c->cpad / c->bw;
+    *i = t / (blocks * j->ranges);
+    *ch = t / j->ranges % blocks * c->bw;
+    *r = t % j->ranges;
+    *p0 = c->l * *r / j->ranges;
+    *np = c->l * (*r + 1) / j->ranges - *p0;
+}
+
+/* Sums of a channel's run of l contiguous float32 values less a pivot (the plain layout), in
+ * double. */
 WIDE_LOOP static void gn_sums_row(const float *x, int64_t l, float p, double *s, double *q)
 {
     double as[8] = {0}, aq[8] = {0};
@@ -202,15 +254,16 @@ WIDE_LOOP static void gn_sums_row(const float *x, int64_t l, float p, double *s,
     *q = tq;
 }
 
-/* The same for w lanes at stride bw (blocked and channels-last layouts): the scalar loop for a
- * chunk of fewer than GN_LANES lanes, or a CPU without AVX-512 (gn_sums16 takes the others). */
-static void gn_sums_lanes(const float *x, int64_t l, int64_t bw, int64_t w, const float *p,
-                          double *s, double *q)
+/* The same for w lanes at stride bw (blocked and channels-last layouts) from element x0 of x:
+ * the scalar loop for a chunk of fewer than GN_LANES lanes, or a CPU without AVX-512
+ * (gn_sums16 takes the others). */
+static void gn_sums_lanes(const void *x, int64_t x0, int64_t l, int64_t bw, int64_t w,
+                          const float *p, double *s, double *q, int bf16)
 {
     double as[GN_LANES] = {0}, aq[GN_LANES] = {0};
     for (int64_t k = 0; k < l; k++)
         for (int64_t j = 0; j < w; j++) {
-            double d = (double)x[k * bw + j] - p[j];
+            double d = (double)gn_load(x, x0 + k * bw + j, bf16) - p[j];
             as[j] += d;
             aq[j] += d * d;
         }
@@ -221,18 +274,48 @@ static void gn_sums_lanes(const float *x, int64_t l, int64_t bw, int64_t w, cons
 }
 
 #ifdef HAVE_GN_AVX512
+#define GN_TARGET __attribute__((target("avx512f")))
+
+/* 16 lanes from x (float32, or bf16 widened: its bits are a float32's upper half) */
+GN_TARGET static inline __m512 gn_load16(const void *x, int bf16)
+{
+    if (!bf16) return _mm512_loadu_ps(x);
+    __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)x));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
+}
+
+/* 16 lanes into y, rounded to bf16 as bf16_bits does (nearest, ties to even, a NaN kept) */
+GN_TARGET static inline void gn_store16(void *y, __m512 v, int bf16)
+{
+    if (!bf16) {
+        _mm512_storeu_ps(y, v);
+        return;
+    }
+    __m512i u = _mm512_castps_si512(v), one = _mm512_set1_epi32(1);
+    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);
+    __m512i r = _mm512_srli_epi32(
+        _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd)), 16);
+    __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    r = _mm512_mask_mov_epi32(r, nan,
+                              _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
+    _mm256_storeu_si256((__m256i *)y, _mm512_cvtepi32_epi16(r));
+}
+
 /* A full chunk of 16 lanes in vectors along the lanes (the compiler vectorised the scalar
  * loops along the strided pixels instead: 3 ms for a 32 x 256 x 256 group norm) */
-__attribute__((target("avx512f"))) static void gn_sums16(const float *x, int64_t l, int64_t bw,
-                                                         const float *p, double *s, double *q)
+GN_TARGET static void gn_sums16(const void *x, int64_t x0, int64_t l, int64_t bw, const float *p,
+                                double *s, double *q, int bf16)
 {
     const __m512d p0 = _mm512_cvtps_pd(_mm256_loadu_ps(p)),
                   p1 = _mm512_cvtps_pd(_mm256_loadu_ps(p + 8));
     __m512d s0 = _mm512_setzero_pd(), s1 = s0, q0 = s0, q1 = s0;
-    for (int64_t k = 0; k < l; k++) {
-        const float *r = x + k * bw;
-        __m512d d0 = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(r)), p0);
-        __m512d d1 = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(r + 8)), p1);
+    size_t es = bf16 ? 2 : 4;
+    const char *r = (const char *)x + (size_t)x0 * es;
+    for (int64_t k = 0; k < l; k++, r += (size_t)bw * es) {
+        __m512 v = gn_load16(r, bf16);
+        __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+        __m512d d0 = _mm512_sub_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(v)), p0);
+        __m512d d1 = _mm512_sub_pd(_mm512_cvtps_pd(hi), p1);
         s0 = _mm512_add_pd(s0, d0);
         s1 = _mm512_add_pd(s1, d1);
         q0 = _mm512_fmadd_pd(d0, d0, q0);
@@ -246,16 +329,17 @@ __attribute__((target("avx512f"))) static void gn_sums16(const float *x, int64_t
 
 /* y = (x - m) * a + t, each rounded (the scalar loop's bits), then max(0, y) for a fused Relu
  * (a NaN y is kept: vmaxps returns its second operand when one is a NaN) */
-__attribute__((target("avx512f"))) static void gn_apply16(const float *x, float *y, int64_t l,
-                                                          int64_t bw, const float *m,
-                                                          const float *a, const float *t, int relu)
+GN_TARGET static void gn_apply16(const void *x, void *y, int64_t x0, int64_t l, int64_t bw,
+                                 const float *m, const float *a, const float *t, int relu, int bf16)
 {
     const __m512 mv = _mm512_loadu_ps(m), av = _mm512_loadu_ps(a), tv = _mm512_loadu_ps(t),
                  zero = _mm512_setzero_ps();
-    for (int64_t k = 0; k < l; k++) {
-        __m512 v =
-            _mm512_add_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + k * bw), mv), av), tv);
-        _mm512_storeu_ps(y + k * bw, relu ? _mm512_max_ps(zero, v) : v);
+    size_t es = bf16 ? 2 : 4, step = (size_t)bw * es;
+    const char *r = (const char *)x + (size_t)x0 * es;
+    char *o = (char *)y + (size_t)x0 * es;
+    for (int64_t k = 0; k < l; k++, r += step, o += step) {
+        __m512 v = _mm512_add_ps(_mm512_mul_ps(_mm512_sub_ps(gn_load16(r, bf16), mv), av), tv);
+        gn_store16(o, relu ? _mm512_max_ps(zero, v) : v, bf16);
     }
 }
 
@@ -267,25 +351,16 @@ static int gn_wide(void)
 }
 #endif
 
-static inline float gn_relu(float v)
-{
-    return v < 0.f ? 0.f : v; /* not v > 0 ? v : 0, which would make a NaN 0 */
-}
-
 /* y = (x - mean) * a + t per channel (lanes of padding: 0), then the fused Relu if any */
-static void gn_apply_lanes(const float *x, float *y, int64_t l, int64_t bw, int64_t w,
-                           const float *m, const float *a, const float *t, int relu)
+static void gn_apply_lanes(const void *x, void *y, int64_t x0, int64_t l, int64_t bw, int64_t w,
+                           const float *m, const float *a, const float *t, int relu, int bf16)
 {
     for (int64_t k = 0; k < l; k++)
         for (int64_t q = 0; q < w; q++) {
-            float v = (x[k * bw + q] - m[q]) * a[q] + t[q];
-            y[k * bw + q] = relu ? gn_relu(v) : v;
+            int64_t i = x0 + k * bw + q;
+            float v = (gn_load(x, i, bf16) - m[q]) * a[q] + t[q];
+            gn_store(y, i, relu ? gn_relu(v) : v, bf16);
         }
-}
-
-WIDE_LOOP static void gn_relu_row(float *y, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++) y[i] = gn_relu(y[i]);
 }
 
 /* One of gn_fn's two passes over the tasks: each channel's sums (j->apply 0), then the values
@@ -294,39 +369,47 @@ static void gn_pass(void *arg)
 {
     const gn_job *j = arg;
     const gn_cfg *c = j->c;
-    int64_t t0, t1;
-    dl_share(gn_tasks(c), &t0, &t1);
+    int64_t t0, t1, nc = c->n * c->cpad;
+    dl_share(gn_tasks(j), &t0, &t1);
     for (int64_t t = t0; t < t1; t++) {
-        int64_t base, ch0, w;
-        gn_task(c, t, &base, &ch0, &w);
-        const float *x = j->x + base;
-        if (!j->apply) {
-            for (int64_t q = 0; q < w; q++) /* a value of each channel: sums of small deviations */
-                j->pivot[ch0 + q] = c->l ? x[q] : 0.f;
-            if (c->bw == 1) gn_sums_row(x, c->l, j->pivot[ch0], j->sum + ch0, j->sq + ch0);
+        int64_t i, blk0, p0, np, r;
+        gn_task(j, t, &i, &blk0, &p0, &np, &r);
+        for (int64_t k = 0; k < c->bw; k += GN_LANES) {
+            int64_t w = c->bw - k < GN_LANES ? c->bw - k : GN_LANES, ch0 = i * c->cpad + blk0 + k;
+            int64_t base = i * c->cpad * c->l + blk0 * c->l + p0 * c->bw + k;
+            if (!j->apply) {
+                double *s = j->ranges > 1 ? j->psum + r * nc : j->sum,
+                       *q = j->ranges > 1 ? j->psq + r * nc : j->sq;
+                if (c->bw == 1)
+                    gn_sums_row((const float *)j->x + base, np, j->pivot[ch0], s + ch0, q + ch0);
+#ifdef HAVE_GN_AVX512
+                else if (w == GN_LANES && gn_wide())
+                    gn_sums16(j->x, base, np, c->bw, j->pivot + ch0, s + ch0, q + ch0, c->bf16);
+#endif
+                else
+                    gn_sums_lanes(j->x, base, np, c->bw, w, j->pivot + ch0, s + ch0, q + ch0,
+                                  c->bf16);
+            } else if (c->bw == 1) {
+                float *y = (float *)j->y + base;
+                in_affine((const float *)j->x + base, j->mean[ch0], j->a[ch0], j->t[ch0], y, np);
+                if (c->relu) gn_relu_row(y, np);
+            }
 #ifdef HAVE_GN_AVX512
             else if (w == GN_LANES && gn_wide())
-                gn_sums16(x, c->l, c->bw, j->pivot + ch0, j->sum + ch0, j->sq + ch0);
+                gn_apply16(j->x, j->y, base, np, c->bw, j->mean + ch0, j->a + ch0, j->t + ch0,
+                           c->relu, c->bf16);
 #endif
-            else gn_sums_lanes(x, c->l, c->bw, w, j->pivot + ch0, j->sum + ch0, j->sq + ch0);
-        } else if (c->bw == 1) {
-            in_affine(x, j->mean[ch0], j->a[ch0], j->t[ch0], j->y + base, c->l);
-            if (c->relu) gn_relu_row(j->y + base, c->l);
+            else
+                gn_apply_lanes(j->x, j->y, base, np, c->bw, w, j->mean + ch0, j->a + ch0,
+                               j->t + ch0, c->relu, c->bf16);
         }
-#ifdef HAVE_GN_AVX512
-        else if (w == GN_LANES && gn_wide())
-            gn_apply16(x, j->y + base, c->l, c->bw, j->mean + ch0, j->a + ch0, j->t + ch0, c->relu);
-#endif
-        else
-            gn_apply_lanes(x, j->y + base, c->l, c->bw, w, j->mean + ch0, j->a + ch0, j->t + ch0,
-                           c->relu);
     }
 }
 
 static int gn_fn(const void *cfg, void *const *ptrs, int nptrs)
 {
     const gn_cfg *c = cfg;
-    gn_job j = {c, ptrs[0], NULL, NULL, ptrs[nptrs - 1], NULL, NULL, NULL, NULL, NULL, NULL};
+    gn_job j = {c, ptrs[0], NULL, NULL, ptrs[nptrs - 1]};
     int k = 1;
     if (nptrs > 2) j.gamma = ptrs[k++];
     if (nptrs > 3) j.beta = ptrs[k++];
@@ -339,8 +422,26 @@ static int gn_fn(const void *cfg, void *const *ptrs, int nptrs)
     j.mean = f + nc;
     j.a = f + 2 * nc;
     j.t = f + 3 * nc;
+    /* a value of each channel, its first: sums of deviations from it are small */
+    for (size_t ch = 0; ch < nc; ch++) {
+        int64_t i = (int64_t)ch / c->cpad, cc = (int64_t)ch % c->cpad;
+        int64_t at = i * c->cpad * c->l + cc / c->bw * c->bw * c->l + cc % c->bw;
+        j.pivot[ch] = c->l ? gn_load(j.x, at, c->bf16) : 0.f;
+    }
+    j.ranges = c->ranges;
+    if (j.ranges > 1 && !(j.psum = malloc(sizeof(double) * 2 * (size_t)j.ranges * nc)))
+        j.ranges = 1; /* the tasks then read every pixel of their lanes */
+    j.psq = j.psum ? j.psum + (size_t)j.ranges * nc : NULL;
     int threads = dl_threads_for(c->n * c->cpad * c->l, c->threads);
     dl_parallel(gn_pass, &j, threads);
+    for (size_t ch = 0; ch < nc && j.ranges > 1; ch++) { /* the ranges' sums, in their order */
+        j.sum[ch] = j.sq[ch] = 0;
+        for (int64_t r = 0; r < j.ranges; r++) {
+            j.sum[ch] += j.psum[r * (int64_t)nc + (int64_t)ch];
+            j.sq[ch] += j.psq[r * (int64_t)nc + (int64_t)ch];
+        }
+    }
+    free(j.psum);
     /* each group's mean and variance from its channels' sums about their pivots */
     int64_t per = c->c / c->groups;
     for (int64_t i = 0; i < c->n; i++)
@@ -384,8 +485,8 @@ static int64_t gn_block_width(pb *b, int x)
                                                  {dnnl_acb, dnnl_acdb, dnnl_acdeb}};
     if (r < 3 || r > 5 || !b->nviews[x]) return 0;
     if (is_plain(b, x, home(b, x))) return 1;
-    for (int k = 0; k < 2; k++) {
-        dnnl_memory_desc_t md = tag_md(r, xd, tags[k][r - 3]);
+    for (int k = 0; k < 2; k++) { /* of either type: bf16 under the hint (gn_cfg) */
+        dnnl_memory_desc_t md = typed_md(r, xd, md_type(home(b, x)), tags[k][r - 3]);
         int eq = md && D(dnnl_memory_desc_equal)(md, home(b, x));
         md_free(md);
         if (eq) return k ? xd[1] : 16;
@@ -393,19 +494,29 @@ static int64_t gn_block_width(pb *b, int x)
     return 0;
 }
 
-int build_gn(pb *b, const ox_op *op)
+/* The group normalization of op's input in `groups` groups of channels; op->in[1] and [2] (or
+ * -1) the per-channel scale and shift. */
+static int gn_step(pb *b, const ox_op *op, int64_t groups)
 {
     int x = op->in[0], r = VAL(x)->ndim;
     const int64_t *xd = DIMS(x);
-    gn_cfg c = {xd[0], xd[1], 1, op->size, 1, xd[1], op->eps, b->p->threads, op->npost > 0};
+    gn_cfg c = {xd[0], xd[1], 1, groups, 1, xd[1], op->eps, b->p->threads, op->npost > 0, 0, 1};
     for (int d = 2; d < r; d++) c.l *= xd[d];
     int64_t bw = b->dry ? 0 : gn_block_width(b, x);
     int nparams = (op->in[1] >= 0) + (op->in[2] >= 0);
     if (bw > 1) { /* on the input's own blocked or channels-last layout, the result's too */
         c.bw = bw;
         c.cpad = (c.c + bw - 1) / bw * bw;
+        c.bf16 = md_type(home(b, x)) == dnnl_bf16;
+        c.ranges = gn_ranges(&c);
     }
     /* plain: the input reordered there when it is in another layout */
     return build_step_in(b, op, bw > 1 ? home(b, x) : NULL, gn_fn, &c, sizeof c,
-                         "group normalization", nparams);
+                         groups == xd[1] ? "instance normalization" : "group normalization",
+                         nparams);
+}
+
+int build_gn(pb *b, const ox_op *op)
+{
+    return gn_step(b, op, op->size);
 }

@@ -21,17 +21,6 @@ static int bn_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, int
     return 0;
 }
 
-/* InstanceNormalization: x, the scales and shifts, and the statistics the primitive computes
- * where this oneDNN wants them as outputs (scratch in the arena). */
-static int in_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, int s)
-{
-    if (src_inputs(b, op, pd, s)) return 1;
-    if (plain_arg(b, s, DNNL_ARG_SCALE, op->in[1], plain_md(1, DIMS(op->in[1]), 1)) ||
-        plain_arg(b, s, DNNL_ARG_SHIFT, op->in[2], plain_md(1, DIMS(op->in[2]), 1)))
-        return 1;
-    return s < 0 ? 0 : stats_args(b, pd, s);
-}
-
 /* A per-channel multiply-add: x, the scales (op->w) and, for the post-op, the shifts (op->b). */
 static int affine_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, int s)
 {
@@ -269,12 +258,6 @@ int build_simple(pb *b, const ox_op *op)
             fn = bn_inputs;
             break;
         }
-        case OP_IN:
-            st = D(dnnl_batch_normalization_forward_primitive_desc_create)(
-                &pd, ox_engine(), dnnl_forward_inference, src, src, op->eps,
-                dnnl_use_scale | dnnl_use_shift, a);
-            fn = in_inputs;
-            break;
         case OP_BINARY: {
             int i0, ofull, o = binary_operands(b, op, &i0, &ofull);
             md_free(src);
