@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dl.h"
@@ -495,9 +496,50 @@ static int conv_to_grid(pb *b, const ox_op *op, int rc)
                      D(dnnl_memory_desc_get_size)(h->md) / 4, h->buf, h->md, h->buf, h->md);
 }
 
+/* Under bf16 operands on AMX oneDNN 3.2 runs a grouped convolution on AMX only with 16 or more
+ * channels a group; with fewer (RegNetY's 8) it takes its avx512 bf16 kernel, 2-4x slower
+ * than AMX on k groups merged into one of block-diagonal weights, the zeros k times the
+ * products (RegNetY-400MF's 104 channels in 13 groups at 28 x 28: 135 us, 53 as one group).
+ * k: the fewest groups merged for which oneDNN's pick is an AMX kernel, at most 128 input
+ * channels a merged group; 1 where it needs none or none is. */
+static int64_t amx_merge(pb *b, const ox_op *op, const int64_t *pl, const int64_t *pr)
+{
+    int64_t g = op->group, icg = op->wdims[1];
+    if (!bf16_operands(b) || g < 2 || icg < 2 || !op->w || op->line) return 1;
+    for (int64_t k = 1; k <= g && k * icg <= 128; k++) {
+        if (g % k) continue;
+        ox_op m = *op;
+        m.group = g / k;
+        m.wdims[1] = k * icg;
+        dnnl_status_t st;
+        const char *impl = NULL;
+        dnnl_primitive_desc_t pd = conv_pd(b, &m, 0, pl, pr, &st);
+        int amx =
+            pd &&
+            D(dnnl_primitive_desc_query)(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success &&
+            impl && strstr(impl, "amx");
+        if (pd) D(dnnl_primitive_desc_destroy)(pd);
+        if (amx) return k;
+    }
+    return 1;
+}
+
+/* op's weights (oc, icg, kh, kw) with k groups merged: (oc, k * icg, kh, kw), each output
+ * channel's own group's icg inputs in place among zeros. The caller frees it. */
+static float *merged_weights(const ox_op *op, int64_t k)
+{
+    int64_t ocg = op->oc / op->group, icg = op->wdims[1], ks = op->wdims[2] * op->wdims[3];
+    float *w = calloc((size_t)(op->oc * k * icg * ks), sizeof(float));
+    for (int64_t o = 0; w && o < op->oc; o++)
+        memcpy(w + (o * k + o / ocg % k) * icg * ks, op->w + o * icg * ks,
+               sizeof(float) * (size_t)(icg * ks));
+    return w;
+}
+
+static int float_conv(pb *b, const ox_op *op, const int64_t *pl, const int64_t *pr);
+
 int build_conv(pb *b, const ox_op *op)
 {
-    dnnl_status_t st = dnnl_unimplemented;
     int64_t pl[2], pr[2], xd[4], yd[4];
     ox_dims4(op, DIMS(op->in[0]), xd);
     ox_dims4(op, DIMS(op->out), yd);
@@ -505,6 +547,23 @@ int build_conv(pb *b, const ox_op *op)
     dnnl_primitive_desc_t pd8 =
         int8_input(b, op, &t_q8.gr) ? conv8_pd(b, op, &t_q8.gr, pl, pr) : NULL;
     if (pd8) return op->qout ? conv8_finish(b, op, pd8) : finish(b, op, pd8, conv8_inputs);
+    int64_t k = amx_merge(b, op, pl, pr);
+    if (k == 1) return float_conv(b, op, pl, pr);
+    ox_op m = *op; /* the merged groups' convolution */
+    float *w = merged_weights(op, k);
+    if (!w) return ox_fail(b->e, "out of memory merging the groups of node '%s'", op->name);
+    m.group = op->group / k;
+    m.wdims[1] = k * op->wdims[1];
+    m.w = w;
+    int rc = float_conv(b, &m, pl, pr); /* packs the weights from w */
+    free(w);
+    return rc;
+}
+
+/* op's convolution in float32 or bf16 (pl, pr: its padding) */
+static int float_conv(pb *b, const ox_op *op, const int64_t *pl, const int64_t *pr)
+{
+    dnnl_status_t st = dnnl_unimplemented;
     /* A network's first convolution (up to 4 input channels, an image) reads its plain nchw
      * input as it is, into a blocked layout: oneDNN's kernel for that splits its rows between
      * threads (SqueezeNet's 3 -> 64 at 224x224, 2 threads: 0.14 ms, against 0.35 from nhwc)
