@@ -26,7 +26,7 @@ OPS = (
     "Erf", "Exp", "Flatten", "Gemm", "GlobalAveragePool", "GlobalMaxPool", "HardSigmoid",
     "HardSwish", "InstanceNormalization", "LRN", "LayerNormalization", "LeakyRelu", "Log",
     "LogSoftmax", "MatMul", "Max", "MaxPool", "Min", "Mul", "Neg", "Relu", "Reshape", "Sigmoid",
-    "Slice", "Softmax", "Sqrt", "Sub", "Sum", "Tanh", "Transpose",
+    "Slice", "Softmax", "Split", "Sqrt", "Sub", "Sum", "Tanh", "Transpose",
 )
 """The ONNX op types the backend may claim (float32; symbolic dimensions are planned per shape at
 run time; the attribute and shape combinations it handles are in docs/backends/onednn.md)."""

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "split.h"
 
 int ox_fail(ox_err *e, const char *fmt, ...)
 {
@@ -30,6 +31,7 @@ typedef struct {
     int allow_bool; /* the value being added may be bool (an IsNaN's result) */
     int allow_q8;   /* ... or uint8 / int8 (a QuantizeLinear's result) */
     const ox_graph *from; /* constants kept there are borrowed (ox_graph_parse_kept) */
+    int64_t split_at[MAXSPLIT + 1]; /* a Split's outputs: [split_at[j], split_at[j + 1]) */
 } parser;
 
 static int decline(parser *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -692,6 +694,41 @@ static int parse_slice(parser *p, ox_op *op)
     return 0;
 }
 
+/* Split along one axis into up to MAXSPLIT parts, their sizes a constant input (opset 13 and
+ * later), the attribute `split` (before) or equal (the axis known): each part a Slice, a view
+ * of the input (plan_view.c), made by split_outputs. GPT-2's attention splits its Q, K and V
+ * so; on the CPU backend the Split cut the layer's partition in two. A graph never ends at
+ * a Split (it has one output): a group's last Split runs after it (split.h, kernels.c). */
+static int parse_split(parser *p, ox_op *op)
+{
+    if (op->in[0] < 0) return decline(p, "arity");
+    const ox_value *x = V(0);
+    const char *why = ox_split_parts(p->n, x->ndim, x->dims, &op->axis, p->split_at);
+    if (why) return decline(p, "%s", why);
+    op->start = 0;
+    op->end = p->split_at[1];
+    op->nin = 1;
+    return 0;
+}
+
+/* A Split's outputs after its first (parse_split): a Slice op each, at ops[at], ... */
+static int split_outputs(parser *p, const ox_op *op, int at)
+{
+    ox_graph *g = p->g;
+    for (int j = 1; j < p->n->num_outputs; j++) {
+        ox_op *o = &g->ops[at + j - 1];
+        *o = *op;
+        o->name = strdup(op->name);
+        o->op_type = strdup(op->op_type);
+        if (!o->name || !o->op_type) return ox_fail(p->e, "out of memory");
+        o->start = p->split_at[j];
+        o->end = p->split_at[j + 1];
+        if (add_value(p, &p->n->outputs[j], &o->out)) return 1;
+        g->vals[o->in[0]].consumers++;
+    }
+    return 0;
+}
+
 /* ReduceMean over the last axis only (axes an attribute before opset 18, a constant input
  * from it; keepdims either way: the result's bytes are the same). */
 static int parse_reduce_mean(parser *p, ox_op *op)
@@ -941,6 +978,10 @@ static int parse_node(parser *p, ox_op *op)
     if (!strcmp(t, "Slice")) {
         op->kind = OP_SLICE;
         return parse_slice(p, op);
+    }
+    if (!strcmp(t, "Split")) {
+        op->kind = OP_SLICE;
+        return parse_split(p, op);
     }
     if (!strcmp(t, "Transpose")) {
         const ox_value *x = &p->g->vals[op->in[0]], *y = &p->g->vals[op->out];
@@ -2013,7 +2054,7 @@ static ox_graph *parse(const nnp_node_desc *nodes, int n, int strict, int keep,
         ox_fail(e, "no nodes given");
         return NULL;
     }
-    int nkin = 0;
+    int nkin = 0, nsplit = 0, extra_at = n; /* extra_at: where a Split's next op goes */
     for (int i = 0; i < n; i++) {
         const nnp_node_desc *d = &nodes[i];
         if (!d->op_type || d->num_inputs < 0 || d->num_outputs < 1 ||
@@ -2036,7 +2077,15 @@ static ox_graph *parse(const nnp_node_desc *nodes, int n, int strict, int keep,
         int extra = 0; /* outputs after the first the model wants (an omitted one is "") */
         for (int j = 1; j < d->num_outputs; j++)
             extra += d->outputs[j].name && d->outputs[j].name[0];
-        if (extra) {
+        int split = !strcmp(d->op_type, "Split");
+        if (split && i == n - 1 && extra) { /* the kernel would have several outputs */
+            *unsupported = 1;
+            ox_fail(e, "node '%s' (Split): a graph does not end at a Split (kernels.c runs it)",
+                    d->name ? d->name : "");
+            return NULL;
+        }
+        if (split) nsplit += d->num_outputs - 1;
+        else if (extra) {
             *unsupported = 1;
             ox_fail(e, "node '%s' (%s): only single-output nodes are handled by the onednn backend",
                     d->name ? d->name : "", d->op_type);
@@ -2049,10 +2098,11 @@ static ox_graph *parse(const nnp_node_desc *nodes, int n, int strict, int keep,
         ox_fail(e, "out of memory");
         return NULL;
     }
-    /* n ops for the nodes, and room for the attentions made of them (each holds 3 or more) */
-    g->ops = calloc((size_t)n + (size_t)n / 3 + 1, sizeof *g->ops);
+    /* n ops for the nodes, then a Split's outputs after its first (split_outputs), and room
+     * for the attentions made of them (each holds 3 or more) */
+    g->ops = calloc((size_t)(n + nsplit) + (size_t)(n + nsplit) / 3 + 1, sizeof *g->ops);
     g->kin_val = calloc((size_t)nkin + 1, sizeof *g->kin_val);
-    g->order = calloc((size_t)n, sizeof *g->order);
+    g->order = calloc((size_t)(n + nsplit), sizeof *g->order);
     parser p = {g, NULL, unsupported, e, 0, 0, 0, from};
     if (!g->ops || !g->kin_val || !g->order) {
         ox_fail(e, "out of memory");
@@ -2094,7 +2144,8 @@ static ox_graph *parse(const nnp_node_desc *nodes, int n, int strict, int keep,
                 g->kin_val[g->nkin++] = -1;
                 continue;
             }
-            if ((j == 1 && (!strcmp(d->op_type, "Reshape") || !strcmp(d->op_type, "ReduceMean"))) ||
+            if ((j == 1 && (!strcmp(d->op_type, "Reshape") || !strcmp(d->op_type, "ReduceMean") ||
+                            !strcmp(d->op_type, "Split"))) ||
                 (j >= 1 && (!strcmp(d->op_type, "Dropout") || !strcmp(d->op_type, "Slice") ||
                             !strcmp(d->op_type, "Resize")))) {
                 /* Reshape's shape: the declared output dims are used; Dropout's ratio and
@@ -2106,6 +2157,8 @@ static ox_graph *parse(const nnp_node_desc *nodes, int n, int strict, int keep,
             int v = find_value(g, vd->name);
             int inside = 0;
             for (int k = 0; k < i && v >= 0; k++)
+                if (g->ops[k].out == v) inside = 1;
+            for (int k = n; k < extra_at && v >= 0; k++)
                 if (g->ops[k].out == v) inside = 1;
             if (!inside) { /* a kernel input (duplicates keep their own index) */
                 if (v < 0 && add_value(&p, vd, &v)) goto bad;
@@ -2120,11 +2173,17 @@ static ox_graph *parse(const nnp_node_desc *nodes, int n, int strict, int keep,
         if (add_value(&p, &d->outputs[0], &op->out)) goto bad;
         p.allow_bool = p.allow_q8 = 0;
         if (parse_node(&p, op)) goto bad;
+        if (!strcmp(d->op_type, "Split")) {
+            int rc = split_outputs(&p, op, extra_at);
+            extra_at += d->num_outputs - 1; /* made, or zeroes: freed with the graph */
+            if (rc) goto bad;
+        }
         /* inputs parse_node dropped (Clip's bounds) are not read */
         for (int j = op->nin; j < d->num_inputs; j++)
             if (op->in[j] >= 0) g->vals[op->in[j]].consumers--;
     }
     g->out = g->ops[n - 1].out;
+    g->nop = extra_at;
     if (nan_replace(&p, nodes) || fake_quant(&p, nodes) || const_dequant_read(&p, nodes)) goto bad;
     attention(g);
     group_norm(g);
@@ -2143,6 +2202,7 @@ static ox_graph *parse(const nnp_node_desc *nodes, int n, int strict, int keep,
     qsort_r(g->order, (size_t)g->norder, sizeof(int), by_pos, g->ops);
     return g;
 bad:
+    if (g->nop > 0 && g->nop < extra_at) g->nop = extra_at; /* a Split's outputs' ops too */
     ox_graph_free(g);
     return NULL;
 }

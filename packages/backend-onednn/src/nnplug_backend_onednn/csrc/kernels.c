@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "kernels.h"
 #include "int8.h"
+#include "split.h"
 
 #include <sched.h>
 #include <stdio.h>
@@ -97,6 +98,9 @@ typedef struct {
 struct nnp_kernel {
     ox_graph *g, *strict;
     ox_qmm *q;
+    ox_split *split; /* a Split whose parts are the outputs (split.h): alone (no graph), or
+                      * the tail after g, reading g's result (kept at the workspace's end) */
+    int nkin;        /* with a tail Split: g's inputs, then the Split's after its first */
     int nout; /* the last node's outputs: the first made, the others omitted (data NULL) */
     pthread_mutex_t mu;
     int nplans;
@@ -146,16 +150,32 @@ static int changing_shape_not_worth_a_plan(const nnp_node_desc *node)
     return 1;
 }
 
+static int is_split(const nnp_node_desc *node)
+{
+    return node->op_type && !strcmp(node->op_type, "Split");
+}
+
 int ox_supported(const nnp_node_desc *nodes, int n)
 {
     ox_err e;
-    int unsupported, ok = 0;
+    int unsupported, ok = 0, nall = n;
     if (n == 1 && ox_int8_op(&nodes[0])) return ox_qmm_supported(&nodes[0]);
     if (n == 2 && ox_int8_cast_of(&nodes[0], &nodes[1])) return ox_qmm_supported(&nodes[0]);
     for (int i = 0; i < n; i++)
         if (changing_shape_not_worth_a_plan(&nodes[i])) return 0;
+    if (is_split(&nodes[n - 1])) { /* its parts the outputs: split.h */
+        ox_split *sp = ox_split_build(&nodes[n - 1], &unsupported, &e);
+        ox_split_free(sp);
+        if (!sp) return 0;
+        if (n == 1) return 1;
+        n--;
+    }
     ox_graph *g = ox_graph_parse(nodes, n, 0, &unsupported, &e);
     if (!g) return 0;
+    if (n < nall && strcmp(g->vals[g->out].name, nodes[n].inputs[0].name)) {
+        ox_graph_free(g); /* a tail Split reads the graph's result */
+        return 0;
+    }
     if (g->dynamic) ok = 1; /* primitives are made per shape at run time */
     else {
         int64_t *dims = malloc(dims_bytes(g));
@@ -171,6 +191,7 @@ void ox_destroy(nnp_kernel *k)
 {
     if (!k) return;
     ox_qmm_free(k->q);
+    ox_split_free(k->split);
     for (int i = 0; i < k->nplans; i++) {
         ox_plan_free(k->plans[i].plan);
         free(k->plans[i].dims);
@@ -237,17 +258,34 @@ int ox_build(const nnp_node_desc *nodes, int n, int bf16, nnp_kernel **out, int 
     if (!nodes || n < 1) return ox_fail(e, "kernel_create: no nodes (NULL or a count below 1)");
     for (int i = 0; i < n; i++)
         if (ox_int8_op(&nodes[i])) return build_int8(nodes, n, out, unsupported, e);
-    ox_graph *g = ox_graph_parse_kept(nodes, n, 0, NULL, unsupported, e);
-    if (!g) return 1;
-    g->bf16 = bf16;
     nnp_kernel *k = calloc(1, sizeof *k);
-    if (!k) {
-        ox_graph_free(g);
-        return ox_fail(e, "out of memory");
-    }
-    k->g = g;
-    k->nout = nodes[n - 1].num_outputs > 1 ? nodes[n - 1].num_outputs : 1;
+    if (!k) return ox_fail(e, "out of memory");
     pthread_mutex_init(&k->mu, NULL);
+    k->nout = nodes[n - 1].num_outputs > 1 ? nodes[n - 1].num_outputs : 1;
+    if (is_split(&nodes[n - 1])) { /* its parts the outputs: split.h */
+        if (!(k->split = ox_split_build(&nodes[n - 1], unsupported, e))) {
+            ox_destroy(k);
+            return 1;
+        }
+        if (n-- == 1) {
+            *out = k;
+            return 0;
+        }
+    }
+    ox_graph *g = k->g = ox_graph_parse_kept(nodes, n, 0, NULL, unsupported, e);
+    if (!g) {
+        ox_destroy(k);
+        return 1;
+    }
+    g->bf16 = bf16;
+    if (k->split && strcmp(g->vals[g->out].name, nodes[n].inputs[0].name)) {
+        *unsupported = 1;
+        ox_destroy(k);
+        return ox_fail(e,
+                       "node '%s' (Split): a group's last Split must read its other nodes' result",
+                       nodes[n].name ? nodes[n].name : "");
+    }
+    k->nkin = k->split ? g->nkin + nodes[n].num_inputs - 1 : g->nkin; /* the Split's data: g's */
     if (g->guarded && !(k->strict = ox_graph_parse_kept(nodes, n, 1, g, unsupported, e))) {
         ox_destroy(k);
         return 1;
@@ -276,11 +314,16 @@ int ox_output_shapes(const nnp_kernel *k, const nnp_tensor *in, int nin, int nou
         return ox_fail(e, "kernel_output_shapes: the kernel has %d output(s); asked for %d",
                        k ? (k->q ? 1 : k->nout) : 1, nout);
     if (k->q) return ox_qmm_output_shape(k->q, in, nin, ndims, shapes, e);
+    if (k->split && !k->g) return ox_split_output_shapes(k->split, in, nin, ndims, shapes, e);
+    if (nin != k->nkin)
+        return ox_fail(e, "kernel_output_shapes: the kernel has %d inputs; given %d", k->nkin, nin);
     for (int i = 1; i < nout; i++) ndims[i] = 0; /* omitted outputs */
     int64_t *dims = malloc(dims_bytes(k->g));
     if (!dims) return ox_fail(e, "out of memory");
-    int rc = ox_graph_shapes(k->g, in, nin, dims, e);
-    if (!rc) {
+    int rc = ox_graph_shapes(k->g, in, k->g->nkin, dims, e);
+    if (!rc && k->split)
+        rc = ox_split_shapes(k->split, dims + (size_t)k->g->out * MAXR, ndims, shapes, e);
+    else if (!rc) {
         const ox_value *y = &k->g->vals[k->g->out];
         ndims[0] = y->ndim;
         memcpy(shapes, dims + (size_t)k->g->out * MAXR, (size_t)y->ndim * sizeof(int64_t));
@@ -289,27 +332,38 @@ int ox_output_shapes(const nnp_kernel *k, const nnp_tensor *in, int nin, int nou
     return rc;
 }
 
+/* The bytes a tail Split's input (g's result) takes at the workspace's end, 64 to align it. */
+static uint64_t tail_bytes(const ox_graph *g, const int64_t *dims)
+{
+    uint64_t n = 1;
+    for (int d = 0; d < g->vals[g->out].ndim; d++) n *= (uint64_t)dims[(size_t)g->out * MAXR + d];
+    return n * sizeof(float) + 64;
+}
+
 int ox_workspace_size(const nnp_kernel *kc, const nnp_tensor *in, int nin, uint64_t *nbytes,
                       ox_err *e)
 {
     nnp_kernel *k = (nnp_kernel *)kc; /* the plan cache is the kernel's one mutable part, locked */
     if (k->q) return ox_qmm_workspace(k->q, in, nin, nbytes, e);
+    *nbytes = 0;
+    if (k->split && !k->g) return 0;
     int64_t *dims = malloc(dims_bytes(k->g));
     if (!dims) return ox_fail(e, "out of memory");
     int temp = 0;
-    if (ox_graph_shapes(k->g, in, nin, dims, e)) {
+    if (ox_graph_shapes(k->g, in, k->g->nkin, dims, e)) {
         free(dims);
         return 1;
     }
-    *nbytes = 0;
     if (ox_value_empty(k->g, dims, k->g->out)) { /* an empty output: the run computes nothing */
         free(dims);
         return 0;
     }
+    uint64_t mid = k->split ? tail_bytes(k->g, dims) : 0;
     ox_plan *p = get_plan(k, 0, dims, &temp, e);
     free(dims);
     if (!p) return 1;
-    *nbytes = ox_plan_workspace(p); /* a strict plan's, when larger, is allocated by its run */
+    /* a strict plan's, when larger, is allocated by its run; a tail Split's input after it */
+    *nbytes = ox_plan_workspace(p) + mid;
     if (temp) ox_plan_free(p);
     return 0;
 }
@@ -373,12 +427,14 @@ int ox_run(const nnp_kernel *kc, const nnp_tensor *in, int nin, const nnp_tensor
         if (nout != 1) return ox_fail(e, "the kernel has 1 output; called with %d", nout);
         return ox_qmm_run(k->q, in, nin, out, ws, wsn, e);
     }
+    if (k->split && !k->g) return ox_split_run(k->split, in, nin, out, nout, e);
     const ox_graph *g = k->g;
-    if (nin != g->nkin || nout != k->nout || (nin && !in) || !out)
+    if (nin != k->nkin || nout != k->nout || (nin && !in) || !out)
         return ox_fail(e, "the kernel has %d inputs and %d output(s); called with %d and %d",
-                       g->nkin, k->nout, nin, nout);
-    for (int i = 1; i < nout; i++) /* a node's omitted optional outputs: nothing to write */
+                       k->nkin, k->nout, nin, nout);
+    for (int i = 1; i < nout && !k->split; i++) /* a node's omitted optional outputs */
         if (out[i].data) return ox_fail(e, "output %d is omitted, yet has data", i);
+    nin = g->nkin; /* a tail Split's inputs after g's: its parts' sizes, read at load */
     int64_t *dims = malloc(dims_bytes(g));
     if (!dims) return ox_fail(e, "out of memory");
     int rc = ox_graph_shapes(g, in, nin, dims, e);
@@ -391,11 +447,30 @@ int ox_run(const nnp_kernel *kc, const nnp_tensor *in, int nin, const nnp_tensor
             rc = ox_fail(e, "input %d ('%s') is strided; compact tensors only", i, g->vals[v].name);
     }
     const ox_value *y = &g->vals[g->out];
-    const int64_t *yd = dims + (size_t)g->out * MAXR;
+    int64_t *yd = dims + (size_t)g->out * MAXR;
     /* An empty output: nothing to compute (the kernel has no other effect), whatever its
      * inputs hold; a run whose empty values are inside skips the ops making them (plan.c). */
     int empty = !rc && ox_value_empty(g, dims, g->out);
-    if (!rc) {
+    /* with a tail Split, g's result goes to the workspace's end (or memory of its own), and
+     * the Split copies its parts out of it */
+    nnp_tensor mid = {0};
+    const nnp_tensor *gout = out;
+    void *own = NULL;
+    if (!rc && k->split && !empty) {
+        uint64_t need = tail_bytes(g, dims); /* 64 more than it takes: room to align it */
+        if (ws && wsn >= need) {
+            uintptr_t at = ((uintptr_t)ws + (uintptr_t)(wsn - need) + 63) & ~(uintptr_t)63;
+            mid.data = (void *)at;
+            wsn -= need; /* the plan's part */
+        } else if (posix_memalign(&own, 64, (size_t)need)) {
+            rc = ox_fail(e, "cannot allocate %llu bytes", (unsigned long long)need);
+        } else mid.data = own;
+        mid.ndim = y->ndim;
+        mid.shape = yd;
+        mid.dtype = (nnp_dtype){NNP_DTYPE_FLOAT, 32, 1};
+        gout = &mid;
+    }
+    if (!rc && !k->split) {
         const nnp_tensor *t = &out[0];
         int ok = (t->data || empty) && !t->strides && t->dtype.code == NNP_DTYPE_FLOAT &&
                  t->dtype.bits == 32 && t->ndim == y->ndim && (!t->ndim || t->shape);
@@ -406,15 +481,16 @@ int ox_run(const nnp_kernel *kc, const nnp_tensor *in, int nin, const nnp_tensor
                 y->name);
     }
     if (!rc && empty) {
+        rc = k->split ? ox_split_copy(k->split, NULL, yd, out, nout, e) : 0;
         free(dims);
-        return 0;
+        return rc;
     }
     int strict = !rc && k->strict && !inputs_finite(g, in, nin, dims);
     /* A guarded graph's fast plan runs watched: when it made a NaN or an infinity from finite
      * inputs (an overflow, then inf - inf), the strict plan runs the same inputs again. The
      * kernel never writes its inputs, and the rerun writes the whole output. */
     int made = 0;
-    if (!rc) rc = run_plan(k, strict, in, nin, dims, out, ws, wsn, k->strict && !strict, &made, e);
+    if (!rc) rc = run_plan(k, strict, in, nin, dims, gout, ws, wsn, k->strict && !strict, &made, e);
     if (!rc && made) {
         const char *prof = getenv("NNPLUG_ONEDNN_PROFILE");
         if (prof && !strcmp(prof, "1"))
@@ -422,8 +498,10 @@ int ox_run(const nnp_kernel *kc, const nnp_tensor *in, int nin, const nnp_tensor
                 stderr,
                 "nnplug-onednn: rerun | %s | the fast plan made a NaN or an infinity: the strict plan runs\n",
                 g->vals[g->out].name);
-        rc = run_plan(k, 1, in, nin, dims, out, ws, wsn, 0, NULL, e);
+        rc = run_plan(k, 1, in, nin, dims, gout, ws, wsn, 0, NULL, e);
     }
+    if (!rc && k->split) rc = ox_split_copy(k->split, mid.data, yd, out, nout, e);
+    free(own);
     free(dims);
     return rc;
 }

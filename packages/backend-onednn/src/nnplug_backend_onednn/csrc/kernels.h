@@ -12,6 +12,7 @@
 
 #define MAXR 6      /* largest rank handled */
 #define MAXIN 64    /* inputs of one op (Concat: DenseNet concatenates up to 49) */
+#define MAXSPLIT 16 /* outputs of a Split (graph.c parse_split) */
 #define MAXPOST 8   /* post-ops of one op */
 #define MAXPLANS 8  /* plans (shape x thread count) a kernel keeps */
 

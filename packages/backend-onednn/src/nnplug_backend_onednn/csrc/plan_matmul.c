@@ -11,20 +11,16 @@
 static __thread int t_mm_strided[2];
 
 /* Value v's own layout when a matmul of rank r can read it: the same rank and plain strides
- * (no blocking; a permuted row-major tensor), else NULL. */
+ * (no blocking; a permuted row-major tensor) from its buffer's start, else NULL. A part of a
+ * Split or Slice (a submemory, its offset in the descriptor) is not read in place: oneDNN's
+ * gemm matmul read V's part of GPT-2-style Q, K, V from the buffer's start. */
 static dnnl_memory_desc_t strided_operand_md(pb *b, int v, int r)
 {
     if (VAL(v)->ndim != r || !b->nviews[v]) return NULL;
     const_dnnl_memory_desc_t md = home(b, v);
-    int nblks = -1;
-    dnnl_format_kind_t fk = dnnl_format_kind_undef;
-    if (D(dnnl_memory_desc_query)(md, dnnl_query_format_kind, &fk) != dnnl_success ||
-        fk != dnnl_blocked)
-        return NULL;
-    if (D(dnnl_memory_desc_query)(md, dnnl_query_inner_nblks_s32, &nblks) != dnnl_success ||
-        nblks != 0)
-        return NULL;
-    if (is_plain(b, v, md)) return NULL;
+    int nd;
+    int64_t dims[MAXR], strides[MAXR];
+    if (strided_of(md, &nd, dims, strides) || is_plain(b, v, md)) return NULL;
     return clone_md(md);
 }
 
