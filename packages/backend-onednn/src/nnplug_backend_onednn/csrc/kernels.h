@@ -74,8 +74,11 @@ enum {
                      attention, plan_attention.c) */
     OP_GN, /* GroupNorm as exported: Reshape, InstanceNormalization, Reshape, [Mul], [Add] as
               one op on the input's own layout (graph.c group_norm, plan_norm.c build_gn) */
-    OP_RESIZE /* Resize over the spatial axes of a 4-D value as oneDNN's resampling (alg:
-                 nearest or linear; graph.c parse_resize) */
+    OP_RESIZE, /* Resize over the spatial axes of a 4-D value as oneDNN's resampling (alg:
+                  nearest or linear; graph.c parse_resize) */
+    OP_RMS     /* an exported RMS normalization over the last axis as one op (in: x, the
+                  weight or -1; eps; alpha: the c of c / sqrt, beta 1: x / sqrt instead;
+                  graph.c rms_norms, plan_norm.c build_rms) */
 };
 enum { ATT_SCORES, ATT_MASK, ATT_SOFTMAX, ATT_NANREP, ATT_VALUES, ATT_NSUB };
 /* Images x channels (padded to a block of 16) an OP_GN takes: its statistics are on the stack

@@ -273,6 +273,7 @@ int build_ln(pb *b, const ox_op *op);
  * (plain values, or a batch other than one) a loop of the backend's own. */
 int build_in(pb *b, const ox_op *op);
 int build_gn(pb *b, const ox_op *op);
+int build_rms(pb *b, const ox_op *op);
 
 /* ---- layout-keeping ops (plan_simple.c) ------------------------------------------------------ */
 

@@ -1,5 +1,6 @@
 /* LayerNormalization: oneDNN's layer normalization over the input's plain bytes as rows.
- * InstanceNormalization and GroupNorm: the backend's own loops, on the input's own layout. */
+ * InstanceNormalization and GroupNorm: the backend's own loops, on the input's own layout.
+ * An exported RMS normalization (OP_RMS): a loop of the backend's own over plain rows. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdlib.h>
@@ -519,4 +520,74 @@ static int gn_step(pb *b, const ox_op *op, int64_t groups)
 int build_gn(pb *b, const ox_op *op)
 {
     return gn_step(b, op, op->size);
+}
+
+/* ---- RMS normalization (graph.c rms_norms) ------------------------------------------------- */
+
+typedef struct {
+    int64_t rows, len;
+    float eps, c;
+    int divide, weighted, threads;
+} rms_cfg;
+
+typedef struct {
+    const rms_cfg *c;
+    const float *x, *w;
+    float *y;
+} rms_job;
+
+/* y = x * f (or x / f), then * w when given: float32, element by element. */
+WIDE_LOOP static void rms_row(const float *x, float *y, int64_t n, float f, int divide,
+                              const float *w)
+{
+    if (divide)
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] / f;
+    else
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] * f;
+    if (w)
+        for (int64_t i = 0; i < n; i++) y[i] = w[i] * y[i];
+}
+
+/* Each row as the exported ops compute it, float32 step by step: the squares, their mean
+ * (summed in double in four chains, as the ReduceMean loop, plan_loops.c mean_part), + eps,
+ * sqrt, then x * (c / s) or x / s, then * w. */
+static void rms_part(void *arg)
+{
+    const rms_job *j = arg;
+    const rms_cfg *c = j->c;
+    int64_t t0, t1, len = c->len;
+    dl_share(c->rows, &t0, &t1);
+    for (int64_t r = t0; r < t1; r++) {
+        const float *x = j->x + r * len;
+        float *y = j->y + r * len;
+        double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        int64_t i = 0;
+        for (; i + 4 <= len; i += 4) {
+            s0 += x[i] * x[i];
+            s1 += x[i + 1] * x[i + 1];
+            s2 += x[i + 2] * x[i + 2];
+            s3 += x[i + 3] * x[i + 3];
+        }
+        for (; i < len; i++) s0 += x[i] * x[i];
+        float mean = (float)((s0 + s1 + s2 + s3) / (double)len), s = sqrtf(mean + c->eps);
+        rms_row(x, y, len, c->divide ? s : c->c / s, c->divide, j->w);
+    }
+}
+
+static int rms_fn(const void *cfg, void *const *ptrs, int nptrs)
+{
+    const rms_cfg *c = cfg;
+    rms_job j = {c, ptrs[0], c->weighted ? ptrs[1] : NULL, ptrs[nptrs - 1]};
+    dl_parallel(rms_part, &j, dl_threads_for(c->rows * c->len, c->threads));
+    return -1;
+}
+
+int build_rms(pb *b, const ox_op *op)
+{
+    int x = op->in[0], r = VAL(x)->ndim;
+    int64_t len = DIMS(x)[r - 1], n = 1;
+    for (int d = 0; d < r; d++) n *= DIMS(x)[d];
+    rms_cfg c = {len ? n / len : 0, len,          op->eps, op->alpha, op->beta != 0.f,
+                 op->in[1] >= 0,    b->p->threads};
+    return build_plain_step(b, op, rms_fn, &c, sizeof c, "rms normalization", c.weighted);
 }
