@@ -186,8 +186,42 @@ def test_a_residual_stream_read_by_convolutions_stays_bf16():
     assert len(reorders) == 1 and "1x3x24x24" in reorders[0], reorders
 
 
+def upsample_model():
+    """A U-Net's up path: a convolution, a stride-2 ConvTranspose, the Concat of its result and
+    a skip (an average pool's input), a 3x3 convolution."""
+    rng = np.random.default_rng(9)
+    inits = {"w0": rng.standard_normal((32, 3, 3, 3)) * 0.3,
+             "wt": rng.standard_normal((32, 16, 2, 2)) * 0.25,
+             "bt": rng.standard_normal(16) * 0.1,
+             "w1": rng.standard_normal((16, 48, 3, 3)) * 0.08}
+    inits = {k: v.astype(np.float32) for k, v in inits.items()}
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["skip"], pads=[1] * 4),
+             helper.make_node("AveragePool", ["skip"], ["down"], kernel_shape=[2, 2],
+                              strides=[2, 2]),
+             helper.make_node("ConvTranspose", ["down", "wt", "bt"], ["up"], strides=[2, 2]),
+             helper.make_node("Concat", ["up", "skip"], ["cat"], axis=1),
+             helper.make_node("Conv", ["cat", "w1"], ["y"], pads=[1] * 4)]
+    return model_of(nodes, inits, [1, 3, 16, 16], [1, 16, 16, 16], seed=10)
+
+
+def test_a_conv_transpose_between_products_reads_and_writes_bf16():
+    """oneDNN's log: the ConvTranspose reads the pool's bf16 result and writes bf16 for the
+    Concat, which the last convolution reads in bf16; nothing is reordered into or out of
+    bf16 but the input (its input and result were float32, each a reorder)."""
+    lines = onednn_log("from test_bf16_values_between_products import upsample_model\n"
+                       "model, feeds = upsample_model()", env={"NNPLUG_PRECISION": "bf16"})
+    deconv = [ln for ln in lines if ",deconvolution," in ln]
+    assert len(deconv) == 1, lines
+    if not AMX:
+        assert "src_f32" in deconv[0] and "dst_f32" in deconv[0], deconv
+        return
+    assert "src_bf16" in deconv[0] and "dst_bf16" in deconv[0], deconv
+    reorders = [ln for ln in lines if ",reorder," in ln and "bf16" in ln]
+    assert len(reorders) == 1 and "1x3x16x16" in reorders[0], reorders
+
+
 MODELS = {"dense block": dense_block_model, "inverted residual": inverted_residual_model,
-          "residual blocks": residual_blocks_model}
+          "residual blocks": residual_blocks_model, "upsampling": upsample_model}
 
 
 @pytest.mark.parametrize("threads", [1, 2])

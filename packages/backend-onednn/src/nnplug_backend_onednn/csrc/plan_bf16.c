@@ -1,8 +1,8 @@
 /* Which values a plan stores in bf16 under the "bf16" hint on AMX (bf16_operands). The
  * products round their operands to bf16 there anyway; a value stored so costs half the bytes
  * to write and to read and no reorder before them. A value is stored in bf16 when every op
- * reading it either rounds it to bf16 itself (a float convolution or packed dense layer, as
- * its input) or only moves or scales it on its way to such ops: a Concat, which converts an
+ * reading it either rounds it to bf16 itself (a float convolution, ConvTranspose or packed
+ * dense layer, as its input) or only moves or scales it on its way to such ops: a Concat, which converts an
  * input of the other type, and a per-channel multiply-add (a BatchNormalization not folded
  * into a convolution), a pool, a Resize or a broadcast binary op of a bf16 value. DenseNet's
  * blocks are Concats, multiply-adds and pools between their convolutions (with them in
@@ -21,7 +21,8 @@
 /* Whether op rounds its input to bf16 itself. */
 static int rounds_input(pb *b, const ox_op *op)
 {
-    return (op->kind == OP_CONV && !op->w8) || (op->kind == OP_MATMUL && packed_dense(b, op));
+    return (op->kind == OP_CONV && !op->w8) || op->kind == OP_DECONV ||
+           (op->kind == OP_MATMUL && packed_dense(b, op));
 }
 
 static int full_shaped(pb *b, int v, int y)
@@ -64,6 +65,7 @@ static int may_write(pb *b, const ox_op *op)
     if (op->out == b->g->out || !VAL(op->out)->consumers || VAL(op->out)->grid || op->qout)
         return 0;
     if (op->kind == OP_CONV) return !op->w8 && !op->line;
+    if (op->kind == OP_DECONV) return 1;
     return (op->kind == OP_MATMUL && packed_dense(b, op)) || op->kind == OP_CONCAT ||
            kept_input(b, op) >= 0;
 }

@@ -639,7 +639,8 @@ static dnnl_primitive_desc_t deconv_pd(pb *b, const ox_op *op, int nhwc)
                 PR = {op->pads[2] - op->outpad[0], op->pads[3] - op->outpad[1]};
     dnnl_data_type_t dt = bf16_operands(b) ? dnnl_bf16 : dnnl_f32;
     dnnl_format_tag_t tag = nhwc ? dnnl_acdb : dnnl_format_tag_any;
-    dnnl_memory_desc_t src = typed_md(4, xd, dt, tag), dst = typed_md(4, yd, dnnl_f32, tag),
+    dnnl_data_type_t yt = dt == dnnl_bf16 && bf16_result(b, op) ? dnnl_bf16 : dnnl_f32;
+    dnnl_memory_desc_t src = typed_md(4, xd, dt, tag), dst = typed_md(4, yd, yt, tag),
                        w = g > 1 ? typed_md(5, wd, dt, dnnl_format_tag_any)
                                  : typed_md(4, wd + 1, dt, dnnl_format_tag_any),
                        bias = op->nin == 3 && op->in[2] >= 0 ? plain_md(1, &op->oc, 1) : NULL;
