@@ -127,3 +127,20 @@ def test_a_split_of_sizes_known_only_at_run_time_is_left_to_another_backend(rt):
     assert assignment["split"] != "onednn", assignment
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_split_of_a_constant_is_folded_and_its_parts_used(rt, threads):
+    """A bias split in three (onnxruntime's contrib attention bodies do this): the backend
+    keeps no copy of a constant for a Split alone, so it declines it and the parts are folded
+    elsewhere; the Adds reading them run here (a crash in constant folding before)."""
+    inits = {"bias": R.standard_normal(12).astype(np.float32), "sizes": np.array([4, 4, 4])}
+    nodes = [helper.make_node("Split", ["bias", "sizes"], ["b0", "b1", "b2"], axis=0),
+             helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Add", ["r", "b0"], ["y0"]), helper.make_node("Add", ["r", "b2"],
+                                                                            ["y1"])]
+    model = model_of(nodes, inits, [3, 4], ["y0", "y1"], 13)
+    feeds = {"x": R.standard_normal((3, 4)).astype(np.float32)}
+    _, got, want = run_both(rt, model, feeds, threads)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)

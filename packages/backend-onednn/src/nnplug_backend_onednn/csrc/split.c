@@ -70,6 +70,10 @@ ox_split *ox_split_build(const nnp_node_desc *n, int *unsupported, ox_err *e)
                        "rank 1 to %d",
                        n->name ? n->name : "", MAXR),
                NULL;
+    if (x->const_data) /* kernels own their constants (abi.c): its data is NULL at run time */
+        return ox_fail(e, "node '%s' (Split): a constant's parts are folded elsewhere",
+                       n->name ? n->name : ""),
+               NULL;
     for (int j = 0; j < n->num_outputs; j++)
         if (!n->outputs[j].name || !n->outputs[j].name[0] || !f32(&n->outputs[j]))
             return ox_fail(e, "node '%s' (Split): output %d is omitted or not float32",
