@@ -155,6 +155,12 @@ static int is_split(const nnp_node_desc *node)
     return node->op_type && !strcmp(node->op_type, "Split");
 }
 
+/* Whether the Split after g's nodes (its parts a kernel's outputs) reads g's result. */
+static int tail_reads_result(const ox_graph *g, const nnp_node_desc *split)
+{
+    return !strcmp(g->vals[g->out].name, split->inputs[0].name);
+}
+
 int ox_supported(const nnp_node_desc *nodes, int n)
 {
     ox_err e;
@@ -172,7 +178,7 @@ int ox_supported(const nnp_node_desc *nodes, int n)
     }
     ox_graph *g = ox_graph_parse(nodes, n, 0, &unsupported, &e);
     if (!g) return 0;
-    if (n < nall && strcmp(g->vals[g->out].name, nodes[n].inputs[0].name)) {
+    if (n < nall && !tail_reads_result(g, &nodes[n])) {
         ox_graph_free(g); /* a tail Split reads the graph's result */
         return 0;
     }
@@ -278,7 +284,7 @@ int ox_build(const nnp_node_desc *nodes, int n, int bf16, nnp_kernel **out, int 
         return 1;
     }
     g->bf16 = bf16;
-    if (k->split && strcmp(g->vals[g->out].name, nodes[n].inputs[0].name)) {
+    if (k->split && !tail_reads_result(g, &nodes[n])) {
         *unsupported = 1;
         ox_destroy(k);
         return ox_fail(e,

@@ -56,7 +56,7 @@ enum {
     OP_CONCAT,
     OP_LRN,
     OP_BN,
-    OP_IN, /* InstanceNormalization of a batch of one (graph.c parse_in) */
+    OP_IN, /* InstanceNormalization (graph.c parse_in, plan_norm.c build_in) */
     OP_LN,
     OP_ERF,
     OP_RESHAPE,

@@ -240,6 +240,10 @@ static inline float bf16_value(uint16_t h)
 /* x (rows x cols, rows rs and columns cs floats apart) rounded to bf16 (nearest, ties to even;
  * a NaN stays a NaN) into y, rows x cols contiguous. */
 void round_bf16(const float *x, int64_t rs, int64_t cs, uint16_t *y, int64_t rows, int64_t cols);
+/* The mean of a row of len floats (of their squares, each rounded to float, when squares),
+ * summed in double in four chains: ReduceMean's loop, and the RMS normalization's
+ * (plan_norm.c), which must give its bits. */
+float row_mean(const float *x, int64_t len, int squares);
 /* Where(IsNaN(x), c, x) in place over n floats (OP_NANREP's loop). */
 void nan_replace(float *x, int64_t n, float c);
 /* op's result from its input, both plain (build_step_in with no layout). */
@@ -269,8 +273,8 @@ int strided_of(const_dnnl_memory_desc_t md, int *nd, int64_t *dims, int64_t *str
 /* ---- Layer- and InstanceNormalization (plan_norm.c) -------------------------------------------------------- */
 
 int build_ln(pb *b, const ox_op *op);
-/* InstanceNormalization: oneDNN's batch normalization of one image in a blocked layout, else
- * (plain values, or a batch other than one) a loop of the backend's own. */
+/* InstanceNormalization: build_gn's loop with one channel a group, else (more channels than its
+ * arrays hold) a loop of the backend's own on the plain layout. */
 int build_in(pb *b, const ox_op *op);
 int build_gn(pb *b, const ox_op *op);
 int build_rms(pb *b, const ox_op *op);

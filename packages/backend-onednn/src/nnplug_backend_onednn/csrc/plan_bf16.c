@@ -2,9 +2,10 @@
  * products round their operands to bf16 there anyway; a value stored so costs half the bytes
  * to write and to read and no reorder before them. A value is stored in bf16 when every op
  * reading it either rounds it to bf16 itself (a float convolution, ConvTranspose or packed
- * dense layer, as its input) or only moves or scales it on its way to such ops: a Concat, which converts an
- * input of the other type, and a per-channel multiply-add (a BatchNormalization not folded
- * into a convolution), a pool, a Resize or a broadcast binary op of a bf16 value. DenseNet's
+ * dense layer, as its input) or only moves or scales it on its way to such ops: a Concat,
+ * which converts an input of the other type, and a per-channel multiply-add (a
+ * BatchNormalization not folded into a convolution), a pool, a Resize, an
+ * InstanceNormalization or GroupNorm, or a broadcast binary op of a bf16 value. DenseNet's
  * blocks are Concats, multiply-adds and pools between their convolutions (with them in
  * float32 its concats, multiply-adds and reorders took as long as the convolutions).
  * A residual `sum` and the value it adds are both bf16 or both float32 (ResNet's stream

@@ -537,24 +537,28 @@ int build_own_softmax(pb *b, const ox_op *op)
 /* ReduceMean over the last axis (OP_REDMEAN): each row's mean, summed in double (within half
  * an ulp of the exact mean; onnxruntime's float sums are within a few), the rows shared
  * between the threads as Softmax's are. */
+float row_mean(const float *x, int64_t len, int squares)
+{
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0; /* four chains: the loop is not one add's latency */
+    int64_t i = 0;
+#define TERM(v) (squares ? (double)((v) * (v)) : (double)(v)) /* a square rounded to float */
+    for (; i + 4 <= len; i += 4) {
+        s0 += TERM(x[i]);
+        s1 += TERM(x[i + 1]);
+        s2 += TERM(x[i + 2]);
+        s3 += TERM(x[i + 3]);
+    }
+    for (; i < len; i++) s0 += TERM(x[i]);
+#undef TERM
+    return (float)((s0 + s1 + s2 + s3) / (double)len);
+}
+
 static void mean_part(void *arg)
 {
     const rows_job *j = arg;
     int64_t t0, t1, len = j->c->len;
     dl_share(j->c->rows, &t0, &t1);
-    for (int64_t r = t0; r < t1; r++) {
-        const float *x = j->x + r * len;
-        double s0 = 0, s1 = 0, s2 = 0, s3 = 0; /* four chains: the loop is not one add's latency */
-        int64_t i = 0;
-        for (; i + 4 <= len; i += 4) {
-            s0 += x[i];
-            s1 += x[i + 1];
-            s2 += x[i + 2];
-            s3 += x[i + 3];
-        }
-        for (; i < len; i++) s0 += x[i];
-        j->y[r] = (float)((s0 + s1 + s2 + s3) / (double)len);
-    }
+    for (int64_t r = t0; r < t1; r++) j->y[r] = row_mean(j->x + r * len, len, 0);
 }
 
 static int mean_fn(const void *cfg, void *const *ptrs, int nptrs)

@@ -548,9 +548,8 @@ WIDE_LOOP static void rms_row(const float *x, float *y, int64_t n, float f, int 
         for (int64_t i = 0; i < n; i++) y[i] = w[i] * y[i];
 }
 
-/* Each row as the exported ops compute it, float32 step by step: the squares, their mean
- * (summed in double in four chains, as the ReduceMean loop, plan_loops.c mean_part), + eps,
- * sqrt, then x * (c / s) or x / s, then * w. */
+/* Each row as the exported ops compute it, float32 step by step: the squares' mean (the
+ * ReduceMean loop's, row_mean), + eps, sqrt, then x * (c / s) or x / s, then * w. */
 static void rms_part(void *arg)
 {
     const rms_job *j = arg;
@@ -560,16 +559,7 @@ static void rms_part(void *arg)
     for (int64_t r = t0; r < t1; r++) {
         const float *x = j->x + r * len;
         float *y = j->y + r * len;
-        double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-        int64_t i = 0;
-        for (; i + 4 <= len; i += 4) {
-            s0 += x[i] * x[i];
-            s1 += x[i + 1] * x[i + 1];
-            s2 += x[i + 2] * x[i + 2];
-            s3 += x[i + 3] * x[i + 3];
-        }
-        for (; i < len; i++) s0 += x[i] * x[i];
-        float mean = (float)((s0 + s1 + s2 + s3) / (double)len), s = sqrtf(mean + c->eps);
+        float s = sqrtf(row_mean(x, len, 1) + c->eps);
         rms_row(x, y, len, c->divide ? s : c->c / s, c->divide, j->w);
     }
 }

@@ -1,5 +1,5 @@
 /* The layout-keeping ops run as one oneDNN primitive each: pools, Resize, element-wise,
- * Softmax, LRN, Batch- and InstanceNormalization, binary ops and Concat; and LRN over nhwc
+ * Softmax, LRN, BatchNormalization, binary ops and Concat; and LRN over nhwc
  * values of the backend's own. */
 #define _GNU_SOURCE
 #include <string.h>

@@ -1,4 +1,4 @@
-/* A Split alone as a kernel (split.h). */
+/* A Split whose parts are a kernel's outputs (split.h). */
 #define _GNU_SOURCE
 #include "split.h"
 
@@ -12,9 +12,7 @@ struct ox_split {
 
 static const nnp_attr *find_attr(const nnp_node_desc *n, const char *name)
 {
-    for (int i = 0; i < n->num_attrs; i++)
-        if (n->attrs[i].name && !strcmp(n->attrs[i].name, name)) return &n->attrs[i];
-    return NULL;
+    return n->attrs ? nnp_find_attr(n->attrs, n->num_attrs, name) : NULL;
 }
 
 const char *ox_split_parts(const nnp_node_desc *n, int rank, const int64_t *dims, int64_t *axis,
