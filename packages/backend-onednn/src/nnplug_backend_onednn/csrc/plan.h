@@ -217,10 +217,14 @@ int build_own_softmax(pb *b, const ox_op *op);
 /* Softmax of rows r0..r1 of `len` contiguous floats, x into y (may be x): the loop
  * build_own_softmax runs, AVX-512 or portable, the same bits. */
 void softmax_rows(const float *x, float *y, int64_t r0, int64_t r1, int64_t len);
-/* softmax_rows of x (x left holding scratch), then each result (a NaN
- * replaced by c when nanrep) rounded to bf16 into y: x and y rows of `len`. */
-void softmax_rows_bf16(float *x, uint16_t *y, int64_t r0, int64_t r1, int64_t len, int nanrep,
-                       float c);
+/* The softmax of m rows of tk scores held chunk by chunk as attention's bf16 products write
+ * them (keys [j cw, j cw + w) of the m rows at s + j m cw, rows w apart; cw a multiple of 64
+ * or tk), left unnormalized: each exp rounded to bf16 into y (m rows of tk), each row's
+ * 1 / sum into inv, for the caller to scale the rows of the product with V. A row whose sum
+ * is NaN (every probability NaN) gets, when nanrep, c for each and 1 in inv. exp within
+ * 2.7e-6 (plan_loops.c); the AVX-512 and portable loops give the same bits. */
+void softmax_chunks_bf16(float *s, int64_t m, int64_t tk, int64_t cw, uint16_t *y, float *inv,
+                         int nanrep, float c);
 /* x rounded to bf16: nearest, ties to even, a NaN kept a NaN. */
 static inline uint16_t bf16_bits(float x)
 {

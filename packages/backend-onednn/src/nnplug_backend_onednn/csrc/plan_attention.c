@@ -6,7 +6,7 @@
  * else in plain layout. The products are oneDNN's sgemm in float32; with bf16 products on AMX
  * they are oneDNN's bf16 matmuls on each thread (K^T and V of a head packed in bf16 once by the
  * thread that reads them, a block's Q and softmaxed scores rounded to bf16), the softmax still
- * in float32. */
+ * in float32, on the scores where the products wrote them, chunk by chunk. */
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +15,7 @@
 
 #define ATT_BF16_FUSED (1 << 18) /* scores of a head (floats) from which bf16 runs fused */
 #define ATT_BF16_ROWS 16          /* query rows from which the bf16 products run fused */
+#define ATT_BF16_MAX_ROWS 128     /* query rows of a block at most, with bf16 products */
 
 /* The primitives of the bf16 products: a block's Q K^T by chunks of keys (a full block's, the
  * last one's rows; a full chunk's, the last one's keys) and its S V, and the packing of K^T's
@@ -39,9 +40,9 @@ typedef struct {
     uint64_t pad[AB_NPRIM];          /* each one's scratchpad bytes */
     int64_t cw, nch;                 /* keys per chunk, chunks */
     uint64_t kch;                    /* bytes of a full chunk of K^T packed */
-    /* byte offsets in a thread's share (the block's scores first): the probabilities and
-     * the block's Q rounded, K^T's chunks and V packed, a chunk's scores, the scratchpad */
-    uint64_t at_sb, at_q, at_k, at_v, at_t, at_pad;
+    /* byte offsets in a thread's share (the block's scores first, chunk by chunk): the
+     * probabilities and the block's Q rounded, K^T's chunks and V packed, the scratchpad */
+    uint64_t at_sb, at_q, at_k, at_v, at_pad;
 } att_bf16;
 
 /* An operand right-aligned to the result's rank r: its element (batch..., i, j) lies at
@@ -154,24 +155,20 @@ static int run_bf16(const att_bf16 *h, att_mems *mm, int k, const void *src, con
     return !st || D(dnnl_primitive_execute)(h->prim[k], st, n, ea) != dnnl_success;
 }
 
-/* The scores of a block (m rows of Q at q) as bf16 products into s, chunk by chunk of keys:
- * 0, or 1 when oneDNN failed (nothing written that the float32 products would not write
- * again). */
+/* The scores of a block (m rows of Q at q) as bf16 products into s, chunk by chunk of keys
+ * (chunk j's m rows at s + j m cw: oneDNN 3.2's matmuls write dense rows): 0, or 1 when
+ * oneDNN failed (nothing written that the float32 products would not write again). */
 static int scores_bf16(const att_cfg *c, att_mems *mm, char *mine, const float *q, int64_t m,
                        float *s)
 {
     const att_bf16 *h = &c->h;
     uint16_t *qb = (uint16_t *)(mine + h->at_q);
     round_bf16(q, c->q.t == 'N' ? c->q.ld : 1, c->q.t == 'N' ? 1 : c->q.ld, qb, m, c->d);
-    float *t = h->nch > 1 ? (float *)(mine + h->at_t) : s;
     for (int64_t j = 0; j < h->nch; j++) {
         int k = (m == c->rows ? AB_QK : AB_QK_TAIL) + (j == h->nch - 1);
-        int64_t w = j == h->nch - 1 ? c->tk - j * h->cw : h->cw;
-        if (run_bf16(h, mm, k, qb, mine + h->at_k + (uint64_t)j * h->kch, t, mine + h->at_pad))
+        if (run_bf16(h, mm, k, qb, mine + h->at_k + (uint64_t)j * h->kch, s + j * m * h->cw,
+                     mine + h->at_pad))
             return 1;
-        if (t != s) /* oneDNN 3.2's matmuls write dense rows: a chunk apart, then into s */
-            for (int64_t r = 0; r < m; r++)
-                memcpy(s + r * c->tk + j * h->cw, t + r * w, sizeof(float) * (size_t)w);
     }
     return 0;
 }
@@ -192,17 +189,21 @@ typedef struct {
     int64_t m, q, k, v, mask, y;
 } att_at;
 
-/* The scores of block `at` plus the mask, in s. */
-static void add_mask(const att_cfg *c, const att_job *j, const att_at *at, float *s)
+/* The scores of block `at` plus the mask, in s, chunks of cw keys (tk: rows) as
+ * scores_bf16 writes them. */
+static void add_mask(const att_cfg *c, const att_job *j, const att_at *at, float *s, int64_t cw)
 {
     if (c->masked)
-        for (int64_t r = 0; r < at->m; r++) {
-            float *sr = s + r * c->tk;
-            const float *mr = j->m + at->mask + r * c->m.rs;
-            if (c->m.cs == 1)
-                for (int64_t i = 0; i < c->tk; i++) sr[i] += mr[i];
-            else
-                for (int64_t i = 0; i < c->tk; i++) sr[i] += mr[i * c->m.cs];
+        for (int64_t k0 = 0; k0 < c->tk; k0 += cw) {
+            int64_t w = c->tk - k0 < cw ? c->tk - k0 : cw;
+            for (int64_t r = 0; r < at->m; r++) {
+                float *sr = s + k0 * at->m + r * w;
+                const float *mr = j->m + at->mask + r * c->m.rs + k0 * c->m.cs;
+                if (c->m.cs == 1)
+                    for (int64_t i = 0; i < w; i++) sr[i] += mr[i];
+                else
+                    for (int64_t i = 0; i < w; i++) sr[i] += mr[i * c->m.cs];
+            }
         }
 }
 
@@ -211,7 +212,7 @@ static void block_f32(const att_cfg *c, const att_job *j, const att_at *at, floa
 {
     D(dnnl_sgemm)(c->q.t, c->k.t, at->m, c->tk, c->d, 1.f, j->q + at->q, c->q.ld, j->k + at->k,
                   c->k.ld, 0.f, s, c->tk);
-    add_mask(c, j, at, s);
+    add_mask(c, j, at, s, c->tk);
     softmax_rows(s, s, 0, at->m, c->tk);
     if (c->nanrep) nan_replace(s, at->m * c->tk, c->c);
     D(dnnl_sgemm)('N', c->v.t, at->m, c->dv, c->tk, 1.f, s, c->tk, j->v + at->v, c->v.ld, 0.f,
@@ -224,13 +225,17 @@ static int block_bf16(const att_cfg *c, const att_job *j, const att_at *at, att_
                       char *mine)
 {
     const att_bf16 *h = &c->h;
-    float *s = (float *)mine;
+    float *s = (float *)mine, inv[ATT_BF16_MAX_ROWS], *y = j->y + at->y;
     uint16_t *sb = (uint16_t *)(mine + h->at_sb);
     if (scores_bf16(c, mm, mine, j->q + at->q, at->m, s)) return 1;
-    add_mask(c, j, at, s);
-    softmax_rows_bf16(s, sb, 0, at->m, c->tk, c->nanrep, c->c);
-    return run_bf16(h, mm, at->m == c->rows ? AB_SV : AB_SV_TAIL, sb, mine + h->at_v, j->y + at->y,
-                    mine + h->at_pad);
+    add_mask(c, j, at, s, h->cw);
+    softmax_chunks_bf16(s, at->m, c->tk, h->cw, sb, inv, c->nanrep, c->c);
+    if (run_bf16(h, mm, at->m == c->rows ? AB_SV : AB_SV_TAIL, sb, mine + h->at_v, y,
+                 mine + h->at_pad))
+        return 1;
+    for (int64_t r = 0; r < at->m; r++) /* the softmax's 1 / sum, on dv columns, not tk */
+        for (int64_t i = 0; i < c->dv; i++) y[r * c->dv + i] *= inv[r];
+    return 0;
 }
 
 static void att_part(void *arg)
@@ -378,8 +383,6 @@ static int bf16_products(pb *b, att_cfg *c)
     at += h->kch * (uint64_t)(h->nch - 1) + align64(D(dnnl_memory_desc_get_size)(klmd));
     h->at_v = at;
     at += align64(D(dnnl_memory_desc_get_size)(vmd));
-    h->at_t = at;
-    at += align64((uint64_t)c->rows * (uint64_t)h->cw * sizeof(float));
     h->at_pad = at;
     for (int k = 0; k < AB_NPRIM; k++)
         if (h->pad[k] > pad) pad = h->pad[k];
@@ -422,9 +425,10 @@ int build_attention(pb *b, const ox_op *op)
     c.masked = op->nin > 3;
     c.nanrep = op->sub[ATT_NANREP] >= 0;
     if (c.nanrep) c.c = b->g->ops[op->sub[ATT_NANREP]].alpha;
-    if (bf16) { /* AMX's tiles are 16 rows; 256 kB of scores */
-        c.rows = c.tk > 0 ? 65536 / c.tk / 16 * 16 : 64;
-        c.rows = c.rows < 16 ? 16 : c.rows > 128 ? 128 : c.rows;
+    if (bf16) { /* AMX's tiles are 16 rows; 512 kB of scores (a block of 64 rows of Whisper's
+                 * 1500 keys ran its attention about a tenth faster than one of 32) */
+        c.rows = c.tk > 0 ? 131072 / c.tk / 16 * 16 : 64;
+        c.rows = c.rows < 16 ? 16 : c.rows > ATT_BF16_MAX_ROWS ? ATT_BF16_MAX_ROWS : c.rows;
     } else {
         c.rows = c.tk > 0 ? 65536 / c.tk : 64;
         c.rows = c.rows < 4 ? 4 : c.rows > 64 ? 64 : c.rows;

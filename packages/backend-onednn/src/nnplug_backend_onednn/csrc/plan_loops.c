@@ -400,49 +400,240 @@ void softmax_rows(const float *x, float *y, int64_t r0, int64_t r1, int64_t len)
     softmax_rows_portable(x, y, r0, r1, len);
 }
 
-void round_bf16(const float *x, int64_t rs, int64_t cs, uint16_t *y, int64_t rows, int64_t cols)
-{
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t i = 0; i < cols; i++) y[r * cols + i] = bf16_bits(x[r * rs + i * cs]);
-}
-
 #ifdef HAVE_SM_AVX512
 #define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
-BF16_TARGET static void softmax_rows_bf16_avx512(float *x, uint16_t *y, int64_t r0, int64_t r1,
-                                                 int64_t len, int nanrep, float c)
+/* Whether the loops below may take their AVX-512 BF16 forms (sm_wide's cap applies). */
+static int bf16_wide(void)
 {
-    int64_t full = len / SM_LANES * SM_LANES;
-    __mmask16 tail = (__mmask16)((1u << (len - full)) - 1u);
-    __m512 cv = _mm512_set1_ps(c);
-    for (int64_t r = r0; r < r1; r++) { /* softmax_rows_avx512's passes, the last one rounding */
-        float *xr = x + r * len;
-        uint16_t *yr = y + r * len;
-        __m512 inv = _mm512_set1_ps(sm_exp_row(xr, xr, len));
-        for (int64_t i = 0; i < len; i += SM_LANES) {
+    static int wide = -1; /* a race writes the same value */
+    if (wide < 0) wide = sm_wide() && __builtin_cpu_supports("avx512bf16");
+    return wide;
+}
+
+BF16_TARGET static void round_rows_avx512(const float *x, int64_t rs, uint16_t *y, int64_t rows,
+                                          int64_t cols)
+{
+    int64_t full = cols / SM_LANES * SM_LANES;
+    __mmask16 tail = (__mmask16)((1u << (cols - full)) - 1u);
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * rs;
+        uint16_t *yr = y + r * cols;
+        for (int64_t i = 0; i < cols; i += SM_LANES) {
             __mmask16 k = i < full ? (__mmask16)0xffff : tail;
-            __m512 p = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, xr + i), inv);
-            if (nanrep) p = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(p, p, _CMP_UNORD_Q), p, cv);
-            _mm256_mask_storeu_epi16(yr + i, k, (__m256i)_mm512_cvtneps_pbh(p));
+            _mm256_mask_storeu_epi16(yr + i, k,
+                                     (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, xr + i)));
         }
     }
 }
 #endif
 
-void softmax_rows_bf16(float *x, uint16_t *y, int64_t r0, int64_t r1, int64_t len, int nanrep,
-                       float c)
+void round_bf16(const float *x, int64_t rs, int64_t cs, uint16_t *y, int64_t rows, int64_t cols)
 {
 #ifdef HAVE_SM_AVX512
-    static int bf16 = -1; /* a race writes the same value */
-    if (bf16 < 0) bf16 = sm_wide() && __builtin_cpu_supports("avx512bf16");
-    if (bf16) {
-        softmax_rows_bf16_avx512(x, y, r0, r1, len, nanrep, c);
+    if (cs == 1 && bf16_wide()) { /* the same rounding as bf16_bits, 16 at a time */
+        round_rows_avx512(x, rs, y, rows, cols);
         return;
     }
 #endif
-    softmax_rows(x, x, r0, r1, len);
-    if (nanrep) nan_replace(x + r0 * len, (r1 - r0) * len, c);
-    round_bf16(x + r0 * len, len, 1, y + r0 * len, r1 - r0, len);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t i = 0; i < cols; i++) y[r * cols + i] = bf16_bits(x[r * rs + i * cs]);
+}
+
+/* ---- attention's softmax under the bf16 hint ------------------------------------------------
+ * Its results are rounded to bf16 for the product with V, so exp need not be Cephes' (2 ulp):
+ * here 2^f on [-1/2, 1/2] by a degree-4 polynomial (relative error 2.7e-6, a thousandth of
+ * bf16's rounding step) and the exponent applied by scalef: 0 below SM_LO, a NaN kept. The
+ * scores come chunk by chunk as the bf16 products write them (keys [j cw, j cw + w) of a
+ * block's m rows at s + j m cw, rows w apart), and two passes read them: the max, then exp
+ * with the sum, each exp rounded to bf16 straight into the product's operand; the caller
+ * scales the product's rows by 1 / sum (the rows of Y are dv wide, the scores tk), which
+ * spares a third pass and the float32 store of every exp. Max and sum are kept in four
+ * vectors (key g in vector g / 16 % 4, lane g % 16: the chains of dependent adds were the
+ * loop's bound), reduced in one fixed order. */
+#define SMB_ACC 4
+static const float SMB_LOG2E = 1.44269504088896341f;
+static const float SMB_P[5] = {0.9999992847442627f, 0.6931217908859253f, 0.240247443318367f,
+                               0.05591785907745361f, 0.009570101276040077f};
+
+static float smb_exp(float x)
+{
+    if (x != x) return x;
+    if (x < SM_LO) return 0.f;
+    float t = x * SMB_LOG2E, n = nearbyintf(t), f = t - n, p = SMB_P[4];
+    for (int i = 3; i >= 0; i--) p = fmaf(p, f, SMB_P[i]);
+    return scalbnf(p, (int)n);
+}
+
+/* Chunk j of row r: its first score, its width. */
+static float *chunk_row(float *s, int64_t m, int64_t r, int64_t tk, int64_t cw, int64_t j,
+                        int64_t *w)
+{
+    *w = tk - j * cw < cw ? tk - j * cw : cw;
+    return s + j * m * cw + r * *w;
+}
+
+/* The four vectors' lanes (v-th vector's lane i at l[v * 16 + i]) reduced: the vectors
+ * pairwise, then the lanes. */
+static float smb_sum(const float *l)
+{
+    float t[SM_LANES];
+    for (int i = 0; i < SM_LANES; i++)
+        t[i] = (l[i] + l[SM_LANES + i]) + (l[2 * SM_LANES + i] + l[3 * SM_LANES + i]);
+    return sm_lanes_sum(t);
+}
+
+/* A row's 1 / sum, or (its sum NaN: every probability NaN) 1 with the row's operand all c
+ * when nanrep. */
+static float smb_inv(float sum, uint16_t *yr, int64_t tk, int nanrep, float c)
+{
+    if (sum == sum || !nanrep) return 1.f / sum;
+    uint16_t cb = bf16_bits(c);
+    for (int64_t i = 0; i < tk; i++) yr[i] = cb;
+    return 1.f;
+}
+
+static void softmax_chunks_portable(float *s, int64_t m, int64_t tk, int64_t cw, uint16_t *y,
+                                    float *inv, int nanrep, float c)
+{
+    int64_t nch = (tk + cw - 1) / cw, w;
+    for (int64_t r = 0; r < m; r++) {
+        float lane[SMB_ACC * SM_LANES];
+        for (int i = 0; i < SMB_ACC * SM_LANES; i++) lane[i] = -INFINITY;
+        for (int64_t j = 0; j < nch; j++) { /* chunks start at multiples of 64 keys */
+            float *x = chunk_row(s, m, r, tk, cw, j, &w);
+            for (int64_t i = 0; i < w; i++) {
+                float *l = &lane[i % (SMB_ACC * SM_LANES)];
+                *l = *l > x[i] ? *l : x[i]; /* as max_ps(lane, x) */
+            }
+        }
+        float mx = sm_lanes_max(lane);
+        for (int v = 1; v < SMB_ACC; v++) {
+            float t = sm_lanes_max(lane + v * SM_LANES);
+            mx = mx > t ? mx : t;
+        }
+        for (int i = 0; i < SMB_ACC * SM_LANES; i++) lane[i] = 0.f;
+        for (int64_t j = 0; j < nch; j++) {
+            float *x = chunk_row(s, m, r, tk, cw, j, &w);
+            for (int64_t i = 0; i < w; i++) {
+                float e = smb_exp(x[i] - mx);
+                lane[i % (SMB_ACC * SM_LANES)] += e;
+                y[r * tk + j * cw + i] = bf16_bits(e);
+            }
+        }
+        inv[r] = smb_inv(smb_sum(lane), y + r * tk, tk, nanrep, c);
+    }
+}
+
+#ifdef HAVE_SM_AVX512
+BF16_TARGET static __m512 smb_exp16(__m512 x)
+{
+    __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(SM_LO), _CMP_LT_OQ);
+    /* clamped below, as sm_exp16 is (no flag raised for a lane whose result is 0 anyway) */
+    __m512 t = _mm512_mul_ps(_mm512_max_ps(_mm512_set1_ps(SM_LO), x), _mm512_set1_ps(SMB_LOG2E));
+    __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 f = _mm512_sub_ps(t, n), p = _mm512_set1_ps(SMB_P[4]);
+    for (int i = 3; i >= 0; i--) p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(SMB_P[i]));
+    return _mm512_maskz_scalef_ps((__mmask16)~under, p, n);
+}
+
+static __mmask16 smb_mask(int64_t left)
+{
+    return left >= SM_LANES ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
+}
+
+/* One vector of keys [i, i + 16) of a chunk's row (k: those in it) into the accumulator of
+ * its lane group, by name so that the four stay in registers. */
+#define SMB_TO_ACC(i, op)                   \
+    do {                                    \
+        switch ((i) / SM_LANES % SMB_ACC) { \
+        case 0: a0 = op(a0); break;         \
+        case 1: a1 = op(a1); break;         \
+        case 2: a2 = op(a2); break;         \
+        default: a3 = op(a3);               \
+        }                                   \
+    } while (0)
+
+BF16_TARGET static void softmax_chunks_avx512(float *s, int64_t m, int64_t tk, int64_t cw,
+                                              uint16_t *y, float *inv, int nanrep, float c)
+{
+    int64_t nch = (tk + cw - 1) / cw, w;
+    for (int64_t r = 0; r < m; r++) {
+        float lane[SMB_ACC * SM_LANES];
+        __m512 a0 = _mm512_set1_ps(-INFINITY), a1 = a0, a2 = a0, a3 = a0, x0, e;
+        __mmask16 k;
+        for (int64_t j = 0; j < nch; j++) {
+            const float *x = chunk_row(s, m, r, tk, cw, j, &w);
+            int64_t i = 0;
+            for (; i + SMB_ACC * SM_LANES <= w; i += SMB_ACC * SM_LANES) {
+                a0 = _mm512_max_ps(a0, _mm512_loadu_ps(x + i));
+                a1 = _mm512_max_ps(a1, _mm512_loadu_ps(x + i + 16));
+                a2 = _mm512_max_ps(a2, _mm512_loadu_ps(x + i + 32));
+                a3 = _mm512_max_ps(a3, _mm512_loadu_ps(x + i + 48));
+            }
+            for (; i < w; i += SM_LANES) {
+                k = smb_mask(w - i);
+                x0 = _mm512_maskz_loadu_ps(k, x + i);
+#define SMB_MAX(a) _mm512_mask_max_ps(a, k, a, x0)
+                SMB_TO_ACC(i, SMB_MAX);
+            }
+        }
+        _mm512_storeu_ps(lane, a0);
+        _mm512_storeu_ps(lane + 16, a1);
+        _mm512_storeu_ps(lane + 32, a2);
+        _mm512_storeu_ps(lane + 48, a3);
+        float mx = sm_lanes_max(lane);
+        for (int v = 1; v < SMB_ACC; v++) {
+            float t = sm_lanes_max(lane + v * SM_LANES);
+            mx = mx > t ? mx : t;
+        }
+        __m512 mv = _mm512_set1_ps(mx);
+        a0 = a1 = a2 = a3 = _mm512_setzero_ps();
+        for (int64_t j = 0; j < nch; j++) {
+            const float *x = chunk_row(s, m, r, tk, cw, j, &w);
+            uint16_t *yr = y + r * tk + j * cw;
+            int64_t i = 0;
+#define SMB_EXP_TO(a, o)                                          \
+    e = smb_exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i + o), mv)); \
+    a = _mm512_add_ps(a, e);                                      \
+    _mm256_storeu_si256((__m256i *)(yr + i + o), (__m256i)_mm512_cvtneps_pbh(e))
+            for (; i + SMB_ACC * SM_LANES <= w; i += SMB_ACC * SM_LANES) {
+                SMB_EXP_TO(a0, 0);
+                SMB_EXP_TO(a1, 16);
+                SMB_EXP_TO(a2, 32);
+                SMB_EXP_TO(a3, 48);
+            }
+            for (; i < w; i += SM_LANES) {
+                k = smb_mask(w - i);
+                e = smb_exp16(_mm512_maskz_sub_ps(k, _mm512_maskz_loadu_ps(k, x + i), mv));
+                _mm256_mask_storeu_epi16(yr + i, k, (__m256i)_mm512_cvtneps_pbh(e));
+#define SMB_ADD(a) _mm512_mask_add_ps(a, k, a, e)
+                SMB_TO_ACC(i, SMB_ADD);
+            }
+        }
+        _mm512_storeu_ps(lane, a0);
+        _mm512_storeu_ps(lane + 16, a1);
+        _mm512_storeu_ps(lane + 32, a2);
+        _mm512_storeu_ps(lane + 48, a3);
+        inv[r] = smb_inv(smb_sum(lane), y + r * tk, tk, nanrep, c);
+    }
+}
+#undef SMB_TO_ACC
+#undef SMB_MAX
+#undef SMB_EXP_TO
+#undef SMB_ADD
+#endif
+
+void softmax_chunks_bf16(float *s, int64_t m, int64_t tk, int64_t cw, uint16_t *y, float *inv,
+                         int nanrep, float c)
+{
+#ifdef HAVE_SM_AVX512
+    if (bf16_wide()) {
+        softmax_chunks_avx512(s, m, tk, cw, y, inv, nanrep, c);
+        return;
+    }
+#endif
+    softmax_chunks_portable(s, m, tk, cw, y, inv, nanrep, c);
 }
 
 static void softmax_part(void *arg)
