@@ -157,6 +157,19 @@ static dnnl_primitive_desc_t packed_matmul_pd(pb *b, const ox_op *op, int64_t M,
 }
 
 #define IP_MIN_ROWS 128 /* see build_conv_matmul */
+#define IP_ROW_BLOCK 64 /* the rows of oneDNN 3.2's AMX inner product's blocks */
+
+/* Whether the inner product is the faster under the bf16 hint for M rows: 128 or more, in
+ * blocks of 64 rows of which the last is not mostly empty. A partial last block costs a
+ * whole one (197 x 768 -> 3072 at 2 threads: 6.4-7.2 ms for eight layers, 256 rows 5.8), and
+ * the convolution does not pay it (ViT-B/16's 197 rows: the whole model 17% faster as
+ * convolutions); up to a sixteenth more rows than M (Whisper's 1500 in 1536) is still the
+ * faster as an inner product. */
+static int ip_rows(int64_t M)
+{
+    int64_t blocked = (M + IP_ROW_BLOCK - 1) / IP_ROW_BLOCK * IP_ROW_BLOCK;
+    return M >= IP_MIN_ROWS && blocked * 16 <= M * 17;
+}
 
 /* 1 when built as a packed-weights primitive, 0 when oneDNN has none fast for it (then its
  * matmul), -1 on error. In float32 the 1x1 convolution is the faster, except on AMD CPUs where
@@ -165,7 +178,7 @@ static dnnl_primitive_desc_t packed_matmul_pd(pb *b, const ox_op *op, int64_t M,
  * convolution was the faster there too (1 thread: BERT-base's 3072 -> 768 49 ms against 55,
  * ViT-B/16's 70 against 83; level at 2 threads). With bf16 operands on AMX the inner product
  * is, from about 128 rows: 5-20% on the transformers' shapes (see docs/backends/onednn.md,
- * Dense layers). With fewer rows a layer streams its weights more than it multiplies (AMX does
+ * Dense layers), unless the rows leave its last block of 64 mostly empty (ip_rows). With fewer rows a layer streams its weights more than it multiplies (AMX does
  * ~2 TFLOP/s, memory ~20 GB/s: 2 flops per weight byte and row), and the convolution's weight
  * layout streamed faster: wav2vec2-base's 49 rows 3072 -> 768 0.20 ms against 0.35. */
 static int build_conv_matmul(pb *b, const ox_op *op)
@@ -177,7 +190,7 @@ static int build_conv_matmul(pb *b, const ox_op *op)
     int first_ip = pick && !strcmp(pick, "inner_product") ? 1
                    : pick && !strcmp(pick, "convolution")
                        ? 0
-                       : (bf16_operands(b) && M >= IP_MIN_ROWS) || (K > 2 * N && dl_cpu_amd());
+                       : (bf16_operands(b) && ip_rows(M)) || (K > 2 * N && dl_cpu_amd());
     dnnl_primitive_desc_t pd = NULL;
     for (int attempt = 0; attempt < 2 && !pd; attempt++) {
         t_ip = attempt ? !first_ip : first_ip;
