@@ -56,7 +56,6 @@
     X(dnnl_concat_primitive_desc_create)                      \
     X(dnnl_lrn_forward_primitive_desc_create)                 \
     X(dnnl_batch_normalization_forward_primitive_desc_create) \
-    X(dnnl_layer_normalization_forward_primitive_desc_create) \
     X(dnnl_inner_product_forward_primitive_desc_create)       \
     X(dnnl_sgemm)                                             \
     X(dnnl_version)

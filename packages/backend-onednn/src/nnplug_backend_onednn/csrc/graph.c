@@ -774,8 +774,8 @@ static int parse_in(parser *p, ox_op *op)
     return 0;
 }
 
-/* LayerNormalization over the axes from `axis` on: oneDNN's layer_normalization over the input
- * seen as (outer, inner) rows; Scale and B must have exactly the normalised shape. */
+/* LayerNormalization over the axes from `axis` on: the backend's own loop over the input seen
+ * as (outer, inner) rows (plan_norm.c); Scale and B must have exactly the normalised shape. */
 static int parse_ln(parser *p, ox_op *op)
 {
     const nnp_node_desc *n = p->n;

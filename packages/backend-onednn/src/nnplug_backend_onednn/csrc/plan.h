@@ -173,7 +173,6 @@ int converted_arg(pb *b, int s, int arg, int v, dnnl_memory_desc_t fmd,
                   const_dnnl_memory_desc_t md);
 int plain_arg(pb *b, int s, int arg, int v, dnnl_memory_desc_t md);
 int fn_step(pb *b, ox_fn fn, const void *cfg, int when, const char *what);
-int stats_args(pb *b, const_dnnl_primitive_desc_t pd, int s);
 void *owned_cfg(pb *b, size_t n);
 /* A primitive of pd owned by the plan, for a step of the backend's own to run; NULL when
  * oneDNN cannot make it. */
@@ -257,6 +256,9 @@ int build_plain_step(pb *b, const ox_op *op, ox_fn fn, const void *cfg, size_t s
  * the input and writing the result in `layout` (the input's home view), else plain. */
 int build_step_in(pb *b, const ox_op *op, const_dnnl_memory_desc_t layout, ox_fn fn,
                   const void *cfg, size_t size, const char *what, int nparams);
+/* build_step_in with the result in type yt (dnnl_data_type_undef: the input's). */
+int build_step_to(pb *b, const ox_op *op, const_dnnl_memory_desc_t layout, dnnl_data_type_t yt,
+                  ox_fn fn, const void *cfg, size_t size, const char *what, int nparams);
 int build_loop(pb *b, const ox_op *op);
 int build_reduce_mean(pb *b, const ox_op *op);
 int build_own_eltwise(pb *b, const ox_op *op);

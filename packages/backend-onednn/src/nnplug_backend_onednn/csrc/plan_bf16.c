@@ -10,6 +10,8 @@
  * float32 its concats, multiply-adds and reorders took as long as the convolutions).
  * A residual `sum` and the value it adds are both bf16 or both float32 (ResNet's stream
  * between its blocks: each block's input was reordered to bf16 for its convolutions).
+ * A LayerNormalization writes bf16 from its float32 input where its readers allow (a pre-norm
+ * transformer's projections: the reorder after it is gone).
  * Not stored in bf16: the kernel's output and a value any other op reads. A value stored so
  * may still be float32 where its op ran otherwise (oneDNN had no kernel for bf16): its readers
  * take either type. */
@@ -66,7 +68,7 @@ static int may_write(pb *b, const ox_op *op)
     if (op->out == b->g->out || !VAL(op->out)->consumers || VAL(op->out)->grid || op->qout)
         return 0;
     if (op->kind == OP_CONV) return !op->w8 && !op->line;
-    if (op->kind == OP_DECONV) return 1;
+    if (op->kind == OP_DECONV || op->kind == OP_LN) return 1;
     return (op->kind == OP_MATMUL && packed_dense(b, op)) || op->kind == OP_CONCAT ||
            kept_input(b, op) >= 0;
 }

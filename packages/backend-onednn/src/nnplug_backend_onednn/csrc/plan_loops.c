@@ -665,26 +665,36 @@ static int softmax_fn(const void *cfg, void *const *ptrs, int nptrs)
 int build_step_in(pb *b, const ox_op *op, const_dnnl_memory_desc_t layout, ox_fn fn,
                   const void *cfg, size_t size, const char *what, int nparams)
 {
+    return build_step_to(b, op, layout, dnnl_data_type_undef, fn, cfg, size, what, nparams);
+}
+
+int build_step_to(pb *b, const ox_op *op, const_dnnl_memory_desc_t layout, dnnl_data_type_t yt,
+                  ox_fn fn, const void *cfg, size_t size, const char *what, int nparams)
+{
     int x = op->in[0], xbuf, reorder_out, pbuf[2];
     dnnl_memory_desc_t md = layout ? clone_md(layout) : value_plain(b, op->out, VAL(op->out)->ndim);
+    /* the result's layout in type yt, where it is not the input's */
+    dnnl_memory_desc_t ymd = yt == dnnl_data_type_undef || !md || md_type(md) == yt
+                                 ? clone_md(md)
+                                 : retyped_md(b, op->out, md, yt);
     int rc = 1;
     if (nparams > 2) {
         ox_fail(b->e, "node '%s': a step of the backend's own takes at most 2 parameters",
                 op->name);
         goto done;
     }
-    if (!md) {
+    if (!md || !ymd) {
         ox_fail(b->e, "oneDNN could not create a memory descriptor");
         goto done;
     }
     if (b->dry) {
-        rc = add_view(b, op->out, md, 0);
+        rc = add_view(b, op->out, ymd, 0);
         goto done;
     }
     if (layout ? get_view(b, x, layout, &xbuf) : plain_buf(b, x, &xbuf)) goto done;
     for (int i = 0; i < nparams; i++)
         if (plain_buf(b, op->in[1 + i], &pbuf[i])) goto done;
-    int dbuf = dst_buf(b, op, md, &reorder_out), s;
+    int dbuf = dst_buf(b, op, ymd, &reorder_out), s;
     void *owned = dbuf < 0 ? NULL : owned_cfg(b, size);
     if (!owned) goto done;
     memcpy(owned, cfg, size);
@@ -697,9 +707,10 @@ int build_step_in(pb *b, const ox_op *op, const_dnnl_memory_desc_t layout, ox_fn
         md_free(pm);
         if (bad) goto done;
     }
-    rc = add_arg(b, s, DNNL_ARG_DST, dbuf, md) || set_result(b, op, dbuf, md, reorder_out);
+    rc = add_arg(b, s, DNNL_ARG_DST, dbuf, ymd) || set_result(b, op, dbuf, ymd, reorder_out);
 done:
     md_free(md);
+    md_free(ymd);
     return rc;
 }
 

@@ -1,4 +1,4 @@
-/* LayerNormalization: oneDNN's layer normalization over the input's plain bytes as rows.
+/* LayerNormalization: the backend's own loop over the input's plain bytes as rows.
  * InstanceNormalization and GroupNorm: the backend's own loops, on the input's own layout.
  * An exported RMS normalization (OP_RMS): a loop of the backend's own over plain rows. */
 #define _GNU_SOURCE
@@ -18,41 +18,6 @@ static void ln_rows(pb *b, const ox_op *op, int64_t *rows)
     rows[0] = 1;
     for (int i = 0; i < op->axis; i++) rows[0] *= xd[i];
     rows[1] = op->size;
-}
-
-static int ln_inputs(pb *b, const ox_op *op, const_dnnl_primitive_desc_t pd, int s)
-{
-    int64_t rows[2];
-    ln_rows(b, op, rows);
-    if (s == -1) return 0;
-    if (plain_arg(b, s, DNNL_ARG_SRC, op->in[0], plain_md(2, rows, 2))) return 1;
-    if (plain_arg(b, s, DNNL_ARG_SCALE, op->in[1], plain_md(1, &op->size, 1))) return 1;
-    if (op->nin == 3 && op->in[2] >= 0 &&
-        plain_arg(b, s, DNNL_ARG_SHIFT, op->in[2], plain_md(1, &op->size, 1)))
-        return 1;
-    return s < 0 ? 0 : stats_args(b, pd, s);
-}
-
-int build_ln(pb *b, const ox_op *op)
-{
-    int64_t rows[2];
-    ln_rows(b, op, rows);
-    unsigned flags = dnnl_use_scale | (op->nin == 3 && op->in[2] >= 0 ? dnnl_use_shift : 0);
-    dnnl_memory_desc_t md = plain_md(2, rows, 2), as = value_plain(b, op->out, VAL(op->out)->ndim);
-    dnnl_primitive_attr_t a = op_attr(b, op);
-    dnnl_primitive_desc_t pd = NULL;
-    dnnl_status_t st = a && md && as ? D(dnnl_layer_normalization_forward_primitive_desc_create)(
-                                           &pd, ox_engine(), dnnl_forward_inference, md, md, NULL,
-                                           op->eps, flags, a)
-                                     : dnnl_out_of_memory;
-    md_free(md);
-    if (a) D(dnnl_primitive_attr_destroy)(a);
-    int rc = st == dnnl_success
-                 ? finish_as(b, op, pd, ln_inputs, as)
-                 : ox_fail(b->e, "node '%s' (LayerNormalization): oneDNN has no primitive for it",
-                           op->name);
-    md_free(as);
-    return rc;
 }
 
 /* ---- InstanceNormalization ------------------------------------------------------------------- */
@@ -520,6 +485,174 @@ static int gn_step(pb *b, const ox_op *op, int64_t groups)
 int build_gn(pb *b, const ox_op *op)
 {
     return gn_step(b, op, op->size);
+}
+
+/* ---- LayerNormalization: a loop of the backend's own over plain rows ------------------------
+ * (oneDNN's layer normalization took 35-150 us a call on ViT-B/16's 197 x 768 at 2 threads,
+ * and a reorder after it made the bf16 its dense layers read.) Here each row's mean, then the mean
+ * of (x - mean)^2 (two passes: no cancellation), are summed in float in 64 lanes (four AVX-512
+ * vectors) over pieces of 512 values, each piece's lanes reduced in one fixed order and the
+ * pieces added in double: a lane adds at most 8 terms, and the double sums the InstanceNorm
+ * loop keeps cost twice this loop's time. Then (x - mean) * (1 / sqrt(var + eps)) * scale +
+ * shift in float32, written as float32 or, where every reader rounds it to bf16 anyway
+ * (plan_bf16.c), rounded to bf16 straight away. The AVX-512 and portable loops give the same
+ * bits. */
+typedef struct {
+    int64_t rows, len;
+    float eps;
+    int shifted, bf16, threads;
+} ln_cfg;
+
+typedef struct {
+    const ln_cfg *c;
+    const float *x, *g, *sh;
+    void *y;
+} ln_job;
+
+#define LN_PIECE 512
+#define LN_LANES 64
+
+/* The 64 lanes reduced: the vectors pairwise (l + 32, then l + 16), then 16 lanes halving. */
+static float ln_lanes(float *acc)
+{
+    for (int w = LN_LANES / 2; w > 0; w /= 2)
+        for (int l = 0; l < w; l++) acc[l] += acc[l + w];
+    return acc[0];
+}
+
+/* Sum of x over n (of (x - mu)^2 when dev). */
+static double ln_sum_portable(const float *x, int64_t n, float mu, int dev)
+{
+    double total = 0;
+    for (int64_t p = 0; p < n; p += LN_PIECE) {
+        int64_t m = n - p < LN_PIECE ? n - p : LN_PIECE, k = 0;
+        const float *xp = x + p;
+        float acc[LN_LANES] = {0}, s = 0;
+        for (; k + LN_LANES <= m; k += LN_LANES)
+            for (int l = 0; l < LN_LANES; l++) {
+                float d = xp[k + l] - mu;
+                acc[l] = dev ? fmaf(d, d, acc[l]) : acc[l] + xp[k + l];
+            }
+        for (; k < m; k++) {
+            float d = xp[k] - mu;
+            s = dev ? fmaf(d, d, s) : s + xp[k];
+        }
+        total += (double)ln_lanes(acc) + (double)s;
+    }
+    return total;
+}
+
+static void ln_row_portable(const float *x, float m, float rs, const float *g, const float *sh,
+                            void *y, int64_t n, int bf16)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float v = (x[i] - m) * rs;
+        v = sh ? fmaf(v, g[i], sh[i]) : v * g[i];
+        if (bf16) ((uint16_t *)y)[i] = bf16_bits(v);
+        else ((float *)y)[i] = v;
+    }
+}
+
+#ifdef HAVE_GN_AVX512
+GN_TARGET static double ln_sum_avx512(const float *x, int64_t n, float mu, int dev)
+{
+    double total = 0;
+    __m512 mv = _mm512_set1_ps(mu);
+    for (int64_t p = 0; p < n; p += LN_PIECE) {
+        int64_t m = n - p < LN_PIECE ? n - p : LN_PIECE, k = 0;
+        const float *xp = x + p;
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        float s = 0, acc[LN_LANES];
+#define LN_ADD(a, o)                            \
+    {                                           \
+        __m512 v = _mm512_loadu_ps(xp + k + o); \
+        if (dev) {                              \
+            v = _mm512_sub_ps(v, mv);           \
+            a = _mm512_fmadd_ps(v, v, a);       \
+        } else {                                \
+            a = _mm512_add_ps(a, v);            \
+        }                                       \
+    }
+        for (; k + LN_LANES <= m; k += LN_LANES) {
+            LN_ADD(a0, 0)
+            LN_ADD(a1, 16)
+            LN_ADD(a2, 32)
+            LN_ADD(a3, 48)
+        }
+#undef LN_ADD
+        for (; k < m; k++) {
+            float d = xp[k] - mu;
+            s = dev ? fmaf(d, d, s) : s + xp[k];
+        }
+        _mm512_storeu_ps(acc, a0);
+        _mm512_storeu_ps(acc + 16, a1);
+        _mm512_storeu_ps(acc + 32, a2);
+        _mm512_storeu_ps(acc + 48, a3);
+        total += (double)ln_lanes(acc) + (double)s;
+    }
+    return total;
+}
+
+GN_TARGET static void ln_row_avx512(const float *x, float m, float rs, const float *g,
+                                    const float *sh, void *y, int64_t n, int bf16)
+{
+    __m512 mv = _mm512_set1_ps(m), rv = _mm512_set1_ps(rs);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i), mv), rv);
+        v = sh ? _mm512_fmadd_ps(v, _mm512_loadu_ps(g + i), _mm512_loadu_ps(sh + i))
+               : _mm512_mul_ps(v, _mm512_loadu_ps(g + i));
+        gn_store16(bf16 ? (void *)((uint16_t *)y + i) : (void *)((float *)y + i), v, bf16);
+    }
+    if (i < n)
+        ln_row_portable(x + i, m, rs, g + i, sh ? sh + i : NULL,
+                        bf16 ? (void *)((uint16_t *)y + i) : (void *)((float *)y + i), n - i, bf16);
+}
+#endif
+
+static void ln_part(void *arg)
+{
+    const ln_job *j = arg;
+    const ln_cfg *c = j->c;
+    int64_t t0, t1, len = c->len;
+    dl_share(c->rows, &t0, &t1);
+#ifdef HAVE_GN_AVX512
+    int wide = gn_wide();
+#endif
+    for (int64_t r = t0; r < t1; r++) {
+        const float *x = j->x + r * len;
+        void *y =
+            c->bf16 ? (void *)((uint16_t *)j->y + r * len) : (void *)((float *)j->y + r * len);
+#ifdef HAVE_GN_AVX512
+        if (wide) {
+            float m = (float)(ln_sum_avx512(x, len, 0.f, 0) / (double)len);
+            float rs = 1.f / sqrtf((float)(ln_sum_avx512(x, len, m, 1) / (double)len) + c->eps);
+            ln_row_avx512(x, m, rs, j->g, j->sh, y, len, c->bf16);
+            continue;
+        }
+#endif
+        float m = (float)(ln_sum_portable(x, len, 0.f, 0) / (double)len);
+        float rs = 1.f / sqrtf((float)(ln_sum_portable(x, len, m, 1) / (double)len) + c->eps);
+        ln_row_portable(x, m, rs, j->g, j->sh, y, len, c->bf16);
+    }
+}
+
+static int ln_fn(const void *cfg, void *const *ptrs, int nptrs)
+{
+    const ln_cfg *c = cfg;
+    ln_job j = {c, ptrs[0], ptrs[1], c->shifted ? ptrs[2] : NULL, ptrs[nptrs - 1]};
+    dl_parallel(ln_part, &j, dl_threads_for(c->rows * c->len, c->threads));
+    return -1;
+}
+
+int build_ln(pb *b, const ox_op *op)
+{
+    int64_t rows[2];
+    ln_rows(b, op, rows);
+    int shifted = op->nin == 3 && op->in[2] >= 0;
+    ln_cfg c = {rows[0], rows[1], op->eps, shifted, bf16_result(b, op), b->p->threads};
+    return build_step_to(b, op, NULL, c.bf16 ? dnnl_bf16 : dnnl_f32, ln_fn, &c, sizeof c,
+                         "layer normalization", 1 + shifted);
 }
 
 /* ---- RMS normalization (graph.c rms_norms) ------------------------------------------------- */

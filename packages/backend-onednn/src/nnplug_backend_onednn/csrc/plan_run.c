@@ -71,7 +71,6 @@ static const char *kind_name(dnnl_primitive_kind_t k)
     case dnnl_resampling: return "resampling";
     case dnnl_lrn: return "lrn";
     case dnnl_batch_normalization: return "batch_normalization";
-    case dnnl_layer_normalization: return "layer_normalization";
     case dnnl_inner_product: return "inner_product";
     case dnnl_binary: return "binary";
     case dnnl_matmul: return "matmul";

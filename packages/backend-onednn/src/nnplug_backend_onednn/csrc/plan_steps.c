@@ -530,18 +530,50 @@ int input_arg_any(pb *b, int s, int arg, int v, const_dnnl_primitive_desc_t pd, 
     return s >= 0 ? add_arg(b, s, arg, buf, md) : 0;
 }
 
+/* Whether md (no blocks, no offset) reads v's plain row-major bytes: its axes of more than one
+ * element, outermost first, are v's, each dense inside the next (a dense layer's rows read as
+ * the nhwc image 1 x K x 1 x M). */
+static int reads_plain_bytes(pb *b, int v, const_dnnl_memory_desc_t md)
+{
+    int nd, n = 0, m = 0;
+    int64_t d[MAXR], st[MAXR], ad[MAXR], as[MAXR];
+    if (strided_of(md, &nd, d, st)) return 0;
+    for (int i = 0; i < nd; i++)
+        if (d[i] != 1) ad[n] = d[i], as[n++] = st[i];
+    for (int i = 1; i < n; i++) /* by stride, outermost first (a few axes: insertion) */
+        for (int k = i; k > 0 && as[k] > as[k - 1]; k--) {
+            int64_t t = as[k];
+            as[k] = as[k - 1], as[k - 1] = t;
+            t = ad[k], ad[k] = ad[k - 1], ad[k - 1] = t;
+        }
+    int64_t dense = 1;
+    for (int i = n - 1; i >= 0; i--) {
+        if (as[i] != dense) return 0;
+        dense *= ad[i];
+    }
+    for (int i = 0; i < VAL(v)->ndim; i++)
+        if (DIMS(v)[i] != 1 && (m >= n || DIMS(v)[i] != ad[m++])) return 0;
+    return m == n;
+}
+
 /* An argument in layout md (another data type, bf16) converted from the plain f32 bytes of v
  * read with layout fmd (owned here, same dims as md): the conversion is a reorder before the
- * step (s == -2), remembered as a view of v that other readers asking for md share. */
+ * step (s == -2), remembered as a view of v that other readers asking for md share. Where v
+ * is already plain in md's type (a LayerNormalization writing bf16 for dense layers) and md
+ * reads those bytes, they are read as they are. */
 int converted_arg(pb *b, int s, int arg, int v, dnnl_memory_desc_t fmd, const_dnnl_memory_desc_t md)
 {
     int buf = -1, from, rc = 1;
     if (!fmd) return ox_fail(b->e, "oneDNN could not create a memory descriptor");
+    dnnl_memory_desc_t typed = plain_typed_md(VAL(v)->ndim, DIMS(v), md_type(md));
     if (s == -1 || (buf = find_view(b, v, md)) >= 0) rc = 0;
+    else if (typed && (buf = find_view(b, v, typed)) >= 0 && reads_plain_bytes(b, v, md))
+        rc = add_view(b, v, md, buf);
     else if (!plain_buf(b, v, &from) && (buf = arena_buf(b, md)) >= 0)
         rc = add_reorder(b, from, fmd, buf, md) || add_view(b, v, md, buf);
     if (!rc && s >= 0) rc = add_arg(b, s, arg, buf, md);
     md_free(fmd);
+    md_free(typed);
     return rc;
 }
 
@@ -599,18 +631,4 @@ dnnl_primitive_t owned_prim(pb *b, const_dnnl_primitive_desc_t pd)
     }
     p->prims[p->nprim++] = prim;
     return prim;
-}
-
-/* The statistics a normalisation primitive pd computes (mean, variance), where this oneDNN
- * wants them as outputs of step s: scratch in the arena. */
-int stats_args(pb *b, const_dnnl_primitive_desc_t pd, int s)
-{
-    static const int stats[2] = {DNNL_ARG_MEAN, DNNL_ARG_VARIANCE};
-    for (int i = 0; i < 2; i++) {
-        const_dnnl_memory_desc_t md = query(pd, dnnl_query_dst_md, 1 + i);
-        if (!md || !D(dnnl_memory_desc_get_size)(md)) continue;
-        int sb = arena_buf(b, md);
-        if (sb < 0 || add_arg(b, s, stats[i], sb, md)) return 1;
-    }
-    return 0;
 }
