@@ -171,6 +171,32 @@ def test_a_gelu_after_an_op_without_post_ops_is_one_eltwise_step(kind):
     assert f"eltwise_gelu_{kind}" in next(ln for ln in lines if ",eltwise," in ln), lines
 
 
+SCALED_DENSE = """
+from test_transformer_ops_match_onnxruntime import Graph, rand
+import numpy as np
+g = Graph()
+g.op("Mul", [g.dense("x", 32, 48), g.const(np.float32(0.125))])  # Whisper's scaled q_proj
+feeds = {"x": rand(1, 6, 32)}
+model = g.model(feeds)
+"""
+
+
+def test_a_scale_right_after_a_dense_layer_is_its_post_op(rt):
+    """MatMul, bias Add, then a Mul by a constant scalar (Whisper's and BART's query
+    projection): one primitive with a linear post-op (c * x + -0, which is c * x for every x,
+    -0 included), no binary step; the same bits as onnxruntime's three ops (one rounding
+    each: the bias add, then the scale)."""
+    lines = onednn_log(SCALED_DENSE)
+    execs = [ln for ln in lines if ",reorder," not in ln]
+    assert len(execs) == 1 and "eltwise_linear:0.125" in execs[0], lines
+    scope: dict = {}
+    exec(SCALED_DENSE, scope)
+    for threads in (1, 2):
+        placed, got, want = run_both(rt, scope["model"], scope["feeds"], threads)
+        assert set(placed.values()) == {"onednn"}, placed
+        assert_matches(got[0], want[0], rtol=1e-5, what=f"scaled dense, {threads} thread(s)")
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_a_cube_outside_a_gelu_is_onnxruntimes_to_the_bit(rt, threads):
     """Pow(x, 3) alone: the backend's own loop, x * x * x as onnxruntime computes it (specials:

@@ -1545,6 +1545,19 @@ static int fusable_eltwise(const ox_op *e, int strict)
  * the post-op; else -1. A Mul by a constant scalar is the post-op linear(c, -0), c * x + (-0),
  * which is c * x for every x, -0 included (torch's attention export scales Q and K so, after
  * their heads' Reshape and Transpose). */
+/* Whether el multiplies v (and nothing else of v's size) by a constant scalar c: then it is the
+ * post-op linear(c, -0), c * x + -0 = c * x for every x, -0 included. */
+static int scalar_mul(const ox_graph *g, const ox_op *el, int v, ox_post *q)
+{
+    if (el->kind != OP_BINARY || el->alg != dnnl_binary_mul || el->nin != 2 ||
+        (el->in[0] == v) == (el->in[1] == v) || !same_dims(&g->vals[el->out], &g->vals[v]))
+        return 0;
+    const ox_value *c = &g->vals[el->in[el->in[0] == v]];
+    if (!c->cdata || !known(c) || vnumel(c) != 1) return 0;
+    *q = (ox_post){POST_ELTWISE, dnnl_eltwise_linear, c->cdata[0], -0.f, -1};
+    return 1;
+}
+
 static int viewed_eltwise(const ox_graph *g, int r, int strict, int *last, ox_post *q)
 {
     if (g->ops[r].kind != OP_RESHAPE && g->ops[r].kind != OP_TRANSPOSE) return -1;
@@ -1561,15 +1574,7 @@ static int viewed_eltwise(const ox_graph *g, int r, int strict, int *last, ox_po
         *q = (ox_post){POST_ELTWISE, el->alg, el->alpha, el->beta, -1};
         return e;
     }
-    if (el->kind == OP_BINARY && el->alg == dnnl_binary_mul && el->nin == 2 &&
-        (el->in[0] == v) != (el->in[1] == v) && same_dims(&g->vals[el->out], &g->vals[v])) {
-        const ox_value *c = &g->vals[el->in[el->in[0] == v]];
-        if (c->cdata && known(c) && vnumel(c) == 1) {
-            *q = (ox_post){POST_ELTWISE, dnnl_eltwise_linear, c->cdata[0], -0.f, -1};
-            return e;
-        }
-    }
-    return -1;
+    return scalar_mul(g, el, v, q) ? e : -1;
 }
 
 /* Post-op fusion: each op that takes post-ops absorbs the chain of ops that alone read its
@@ -1656,6 +1661,12 @@ static void fuse(ox_graph *g, int strict)
             if (op->npost >= MAXPOST) break;
             if (nx->kind == OP_ELTWISE && nx->in[0] == op->out && fusable_eltwise(nx, strict)) {
                 op->post[op->npost++] = (ox_post){POST_ELTWISE, nx->alg, nx->alpha, nx->beta, -1};
+                absorb(g, op, nx);
+                continue;
+            }
+            /* a scale right after it (Whisper's and BART's q_proj, after its bias) */
+            if (scalar_mul(g, nx, op->out, &q)) {
+                op->post[op->npost++] = q;
                 absorb(g, op, nx);
                 continue;
             }
