@@ -254,6 +254,35 @@ def test_bf16_rows_of_nan_probabilities_stay_nan(rt, threads):
     assert_matches(got[0][0], want[0][0], rtol=3e-2, what="the unmasked entry")
 
 
+def test_short_attention_under_the_bf16_hint_takes_the_softmax_read_as_bf16(monkeypatch):
+    """Attention short enough to run op by op under the hint: its probabilities are read only
+    by the product with V, which rounds them to bf16, so the softmax takes the cheaper exp
+    of the fused step's (2.7e-6 relative); with a reader that does not round (the NaN
+    replacement) the exact one, as in float32 (where the attention is one step)."""
+    setup = ("from test_attention_matches_onnxruntime import attention_model\n"
+             "model, feeds = attention_model(1, 96, 4, 32, nanrep={})")
+    monkeypatch.setenv("NNPLUG_PRECISION", "bf16")
+    kinds = [ln.split("|")[2].strip() for ln in profiled_steps(setup.format(False))]
+    assert ("softmax, read as bf16" if AMX else "softmax") in kinds, kinds
+    assert "softmax" in [ln.split("|")[2].strip() for ln in profiled_steps(setup.format(True))]
+    monkeypatch.delenv("NNPLUG_PRECISION")  # float32: the fused step, its exact softmax
+    assert [k for k in (ln.split("|")[2].strip() for ln in profiled_steps(setup.format(False)))
+            if "softmax" in k or "attention" in k] == ["attention"]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_short_bf16_attention_of_rows_masked_whole_is_nan_as_onnxruntimes(rt, threads):
+    """Op by op under the hint, a batch entry whose keys are all -inf has NaN probabilities
+    and no NaN replacement: its rows NaN, as onnxruntime's; the other entry within bf16's
+    rounding."""
+    model, feeds = attention_model(2, 96, 2, 32, mask="padding")
+    feeds["mask"][1] = -np.inf
+    placed, got, want = run_both(rt, model, feeds, threads, targets=BF16)
+    assert set(placed.values()) == {"onednn"}, placed
+    assert np.isnan(want[0][1]).all() and np.isnan(got[0][1]).all()
+    assert_matches(got[0][0], want[0][0], rtol=3e-2, what="the unmasked entry")
+
+
 def test_long_bf16_attention_runs_its_products_on_amx():
     """600 positions of depth 32 under the hint: on AMX each block's Q K^T runs as oneDNN's
     AMX matmuls on chunks of 256 keys (a whole row of 600 would be taken as too small a

@@ -221,8 +221,8 @@ void softmax_rows(const float *x, float *y, int64_t r0, int64_t r1, int64_t len)
  * or tk), left unnormalized: each exp rounded to bf16 into y (m rows of tk), each row's
  * 1 / sum into inv, for the caller to scale the rows of the product with V. A row whose sum
  * is NaN (every probability NaN) gets, when nanrep, c for each and 1 in inv. exp within
- * 2.7e-6 (plan_loops.c); the AVX-512 and portable loops give the same bits. */
-void softmax_chunks_bf16(float *s, int64_t m, int64_t tk, int64_t cw, uint16_t *y, float *inv,
+ * 2.7e-6 (plan_loops.c); the AVX-512 and portable loops give the same bits. s is only read. */
+void softmax_chunks_bf16(const float *s, int64_t m, int64_t tk, int64_t cw, uint16_t *y, float *inv,
                          int nanrep, float c);
 /* x rounded to bf16: nearest, ties to even, a NaN kept a NaN. */
 static inline uint16_t bf16_bits(float x)

@@ -247,6 +247,7 @@ int add_softmax_nan_rows(pb *b, const ox_op *op)
 typedef struct {
     int64_t rows, len;
     int threads;
+    int rounded; /* Softmax: every reader rounds its results to bf16 (softmax_rows_rounded) */
 } rows_cfg;
 
 typedef struct {
@@ -443,7 +444,7 @@ void round_bf16(const float *x, int64_t rs, int64_t cs, uint16_t *y, int64_t row
 /* ---- attention's softmax under the bf16 hint ------------------------------------------------
  * Its results are rounded to bf16 for the product with V, so exp need not be Cephes' (2 ulp):
  * here 2^f on [-1/2, 1/2] by a degree-4 polynomial (relative error 2.7e-6, a thousandth of
- * bf16's rounding step) and the exponent applied by scalef: 0 below SM_LO, a NaN kept. The
+ * bf16's rounding step) and the exponent applied by scalef: 0 below SMB_LO, a NaN kept. The
  * scores come chunk by chunk as the bf16 products write them (keys [j cw, j cw + w) of a
  * block's m rows at s + j m cw, rows w apart), and two passes read them: the max, then exp
  * with the sum, each exp rounded to bf16 straight into the product's operand; the caller
@@ -453,21 +454,26 @@ void round_bf16(const float *x, int64_t rs, int64_t cs, uint16_t *y, int64_t row
  * loop's bound), reduced in one fixed order. */
 #define SMB_ACC 4
 static const float SMB_LOG2E = 1.44269504088896341f;
+/* Below -125 ln 2 the result is 0: p times 2^-126 could be a denormal, and a denormal costs
+ * the loops that write and read it a microcode assist each (ViT's scores, whose rows spread
+ * far, ran this softmax at half the speed of Cephes'); the values dropped are under 2e-38,
+ * beside a row's largest, which is 1. */
+static const float SMB_LO = -86.643397569993164f;
 static const float SMB_P[5] = {0.9999992847442627f, 0.6931217908859253f, 0.240247443318367f,
                                0.05591785907745361f, 0.009570101276040077f};
 
 static float smb_exp(float x)
 {
     if (x != x) return x;
-    if (x < SM_LO) return 0.f;
+    if (x < SMB_LO) return 0.f;
     float t = x * SMB_LOG2E, n = nearbyintf(t), f = t - n, p = SMB_P[4];
     for (int i = 3; i >= 0; i--) p = fmaf(p, f, SMB_P[i]);
     return scalbnf(p, (int)n);
 }
 
 /* Chunk j of row r: its first score, its width. */
-static float *chunk_row(float *s, int64_t m, int64_t r, int64_t tk, int64_t cw, int64_t j,
-                        int64_t *w)
+static const float *chunk_row(const float *s, int64_t m, int64_t r, int64_t tk, int64_t cw,
+                              int64_t j, int64_t *w)
 {
     *w = tk - j * cw < cw ? tk - j * cw : cw;
     return s + j * m * cw + r * *w;
@@ -493,15 +499,15 @@ static float smb_inv(float sum, uint16_t *yr, int64_t tk, int nanrep, float c)
     return 1.f;
 }
 
-static void softmax_chunks_portable(float *s, int64_t m, int64_t tk, int64_t cw, uint16_t *y,
-                                    float *inv, int nanrep, float c)
+static void softmax_chunks_portable(const float *s, int64_t m, int64_t tk, int64_t cw, uint16_t *y,
+                                    float *inv, float *yf, int nanrep, float c)
 {
     int64_t nch = (tk + cw - 1) / cw, w;
     for (int64_t r = 0; r < m; r++) {
         float lane[SMB_ACC * SM_LANES];
         for (int i = 0; i < SMB_ACC * SM_LANES; i++) lane[i] = -INFINITY;
         for (int64_t j = 0; j < nch; j++) { /* chunks start at multiples of 64 keys */
-            float *x = chunk_row(s, m, r, tk, cw, j, &w);
+            const float *x = chunk_row(s, m, r, tk, cw, j, &w);
             for (int64_t i = 0; i < w; i++) {
                 float *l = &lane[i % (SMB_ACC * SM_LANES)];
                 *l = *l > x[i] ? *l : x[i]; /* as max_ps(lane, x) */
@@ -514,27 +520,60 @@ static void softmax_chunks_portable(float *s, int64_t m, int64_t tk, int64_t cw,
         }
         for (int i = 0; i < SMB_ACC * SM_LANES; i++) lane[i] = 0.f;
         for (int64_t j = 0; j < nch; j++) {
-            float *x = chunk_row(s, m, r, tk, cw, j, &w);
+            const float *x = chunk_row(s, m, r, tk, cw, j, &w);
             for (int64_t i = 0; i < w; i++) {
                 float e = smb_exp(x[i] - mx);
                 lane[i % (SMB_ACC * SM_LANES)] += e;
-                y[r * tk + j * cw + i] = bf16_bits(e);
+                if (yf) yf[r * tk + j * cw + i] = e;
+                else y[r * tk + j * cw + i] = bf16_bits(e);
             }
         }
-        inv[r] = smb_inv(smb_sum(lane), y + r * tk, tk, nanrep, c);
+        if (yf) { /* normalized in place */
+            float v = 1.f / smb_sum(lane);
+            for (int64_t i = 0; i < tk; i++) yf[r * tk + i] *= v;
+        } else {
+            inv[r] = smb_inv(smb_sum(lane), y + r * tk, tk, nanrep, c);
+        }
     }
 }
 
 #ifdef HAVE_SM_AVX512
 BF16_TARGET static __m512 smb_exp16(__m512 x)
 {
-    __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(SM_LO), _CMP_LT_OQ);
+    __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(SMB_LO), _CMP_LT_OQ);
     /* clamped below, as sm_exp16 is (no flag raised for a lane whose result is 0 anyway) */
-    __m512 t = _mm512_mul_ps(_mm512_max_ps(_mm512_set1_ps(SM_LO), x), _mm512_set1_ps(SMB_LOG2E));
+    __m512 t = _mm512_mul_ps(_mm512_max_ps(_mm512_set1_ps(SMB_LO), x), _mm512_set1_ps(SMB_LOG2E));
     __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 f = _mm512_sub_ps(t, n), p = _mm512_set1_ps(SMB_P[4]);
     for (int i = 3; i >= 0; i--) p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(SMB_P[i]));
     return _mm512_maskz_scalef_ps((__mmask16)~under, p, n);
+}
+
+/* The four vectors' sum as smb_sum gives it, in registers (a row's 64 scalar loads of what
+ * four vector stores had just written cost a store-forwarding stall each: on ViT's rows of
+ * 197 scores the reductions took longer than the row). */
+BF16_TARGET static float smb_sum16(__m512 a0, __m512 a1, __m512 a2, __m512 a3)
+{
+    __m512 v = _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3));
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v),
+                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    q = _mm_add_ps(q, _mm_movehl_ps(q, q));  /* lanes 0 + 2, 1 + 3 */
+    q = _mm_add_ss(q, _mm_movehdup_ps(q));   /* 0 + 1 */
+    return _mm_cvtss_f32(q);
+}
+
+/* Their largest lane (a NaN lane's place in the order only decides which NaN a row of NaN
+ * results carries). */
+BF16_TARGET static float smb_max16(__m512 a0, __m512 a1, __m512 a2, __m512 a3)
+{
+    __m512 v = _mm512_max_ps(_mm512_max_ps(a0, a1), _mm512_max_ps(a2, a3));
+    __m256 h = _mm256_max_ps(_mm512_castps512_ps256(v),
+                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    __m128 q = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    q = _mm_max_ps(q, _mm_movehl_ps(q, q));
+    q = _mm_max_ss(q, _mm_movehdup_ps(q));
+    return _mm_cvtss_f32(q);
 }
 
 static __mmask16 smb_mask(int64_t left)
@@ -554,12 +593,12 @@ static __mmask16 smb_mask(int64_t left)
         }                                   \
     } while (0)
 
-BF16_TARGET static void softmax_chunks_avx512(float *s, int64_t m, int64_t tk, int64_t cw,
-                                              uint16_t *y, float *inv, int nanrep, float c)
+BF16_TARGET static void softmax_chunks_avx512(const float *s, int64_t m, int64_t tk, int64_t cw,
+                                              uint16_t *y, float *inv, float *yf, int nanrep,
+                                              float c)
 {
     int64_t nch = (tk + cw - 1) / cw, w;
     for (int64_t r = 0; r < m; r++) {
-        float lane[SMB_ACC * SM_LANES];
         __m512 a0 = _mm512_set1_ps(-INFINITY), a1 = a0, a2 = a0, a3 = a0, x0, e;
         __mmask16 k;
         for (int64_t j = 0; j < nch; j++) {
@@ -578,25 +617,18 @@ BF16_TARGET static void softmax_chunks_avx512(float *s, int64_t m, int64_t tk, i
                 SMB_TO_ACC(i, SMB_MAX);
             }
         }
-        _mm512_storeu_ps(lane, a0);
-        _mm512_storeu_ps(lane + 16, a1);
-        _mm512_storeu_ps(lane + 32, a2);
-        _mm512_storeu_ps(lane + 48, a3);
-        float mx = sm_lanes_max(lane);
-        for (int v = 1; v < SMB_ACC; v++) {
-            float t = sm_lanes_max(lane + v * SM_LANES);
-            mx = mx > t ? mx : t;
-        }
-        __m512 mv = _mm512_set1_ps(mx);
+        __m512 mv = _mm512_set1_ps(smb_max16(a0, a1, a2, a3));
         a0 = a1 = a2 = a3 = _mm512_setzero_ps();
         for (int64_t j = 0; j < nch; j++) {
             const float *x = chunk_row(s, m, r, tk, cw, j, &w);
-            uint16_t *yr = y + r * tk + j * cw;
+            uint16_t *yr = yf ? NULL : y + r * tk + j * cw;
+            float *fr = yf ? yf + r * tk + j * cw : NULL;
             int64_t i = 0;
 #define SMB_EXP_TO(a, o)                                          \
     e = smb_exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i + o), mv)); \
     a = _mm512_add_ps(a, e);                                      \
-    _mm256_storeu_si256((__m256i *)(yr + i + o), (__m256i)_mm512_cvtneps_pbh(e))
+    if (fr) _mm512_storeu_ps(fr + i + o, e);                      \
+    else _mm256_storeu_si256((__m256i *)(yr + i + o), (__m256i)_mm512_cvtneps_pbh(e))
             for (; i + SMB_ACC * SM_LANES <= w; i += SMB_ACC * SM_LANES) {
                 SMB_EXP_TO(a0, 0);
                 SMB_EXP_TO(a1, 16);
@@ -606,16 +638,23 @@ BF16_TARGET static void softmax_chunks_avx512(float *s, int64_t m, int64_t tk, i
             for (; i < w; i += SM_LANES) {
                 k = smb_mask(w - i);
                 e = smb_exp16(_mm512_maskz_sub_ps(k, _mm512_maskz_loadu_ps(k, x + i), mv));
-                _mm256_mask_storeu_epi16(yr + i, k, (__m256i)_mm512_cvtneps_pbh(e));
+                if (fr) _mm512_mask_storeu_ps(fr + i, k, e);
+                else _mm256_mask_storeu_epi16(yr + i, k, (__m256i)_mm512_cvtneps_pbh(e));
 #define SMB_ADD(a) _mm512_mask_add_ps(a, k, a, e)
                 SMB_TO_ACC(i, SMB_ADD);
             }
         }
-        _mm512_storeu_ps(lane, a0);
-        _mm512_storeu_ps(lane + 16, a1);
-        _mm512_storeu_ps(lane + 32, a2);
-        _mm512_storeu_ps(lane + 48, a3);
-        inv[r] = smb_inv(smb_sum(lane), y + r * tk, tk, nanrep, c);
+        float sum = smb_sum16(a0, a1, a2, a3);
+        if (!yf) {
+            inv[r] = smb_inv(sum, y + r * tk, tk, nanrep, c);
+            continue;
+        }
+        __m512 v = _mm512_set1_ps(1.f / sum); /* normalized in place */
+        float *fr = yf + r * tk;
+        for (int64_t i = 0; i < tk; i += SM_LANES) {
+            __mmask16 k = smb_mask(tk - i);
+            _mm512_mask_storeu_ps(fr + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, fr + i), v));
+        }
     }
 }
 #undef SMB_TO_ACC
@@ -624,16 +663,32 @@ BF16_TARGET static void softmax_chunks_avx512(float *s, int64_t m, int64_t tk, i
 #undef SMB_ADD
 #endif
 
-void softmax_chunks_bf16(float *s, int64_t m, int64_t tk, int64_t cw, uint16_t *y, float *inv,
+void softmax_chunks_bf16(const float *s, int64_t m, int64_t tk, int64_t cw, uint16_t *y, float *inv,
                          int nanrep, float c)
 {
 #ifdef HAVE_SM_AVX512
     if (bf16_wide()) {
-        softmax_chunks_avx512(s, m, tk, cw, y, inv, nanrep, c);
+        softmax_chunks_avx512(s, m, tk, cw, y, inv, NULL, nanrep, c);
         return;
     }
 #endif
-    softmax_chunks_portable(s, m, tk, cw, y, inv, nanrep, c);
+    softmax_chunks_portable(s, m, tk, cw, y, inv, NULL, nanrep, c);
+}
+
+/* Softmax rows r0..r1 of len floats whose results every reader rounds to bf16 (the
+ * probabilities of attention run op by op under the hint, read by a product of two
+ * activations): the passes above on one chunk, float32 results, normalized in place. */
+static void softmax_rows_rounded(const float *x, float *y, int64_t r0, int64_t r1, int64_t len)
+{
+    const float *s = x + r0 * len;
+    float *yf = y + r0 * len;
+#ifdef HAVE_SM_AVX512
+    if (bf16_wide()) {
+        softmax_chunks_avx512(s, r1 - r0, len, len, NULL, NULL, yf, 0, 0.f);
+        return;
+    }
+#endif
+    softmax_chunks_portable(s, r1 - r0, len, len, NULL, NULL, yf, 0, 0.f);
 }
 
 static void softmax_part(void *arg)
@@ -641,7 +696,8 @@ static void softmax_part(void *arg)
     const rows_job *j = arg;
     int64_t t0, t1;
     dl_share(j->c->rows, &t0, &t1);
-    softmax_rows(j->x, j->y, t0, t1, j->c->len);
+    if (j->c->rounded) softmax_rows_rounded(j->x, j->y, t0, t1, j->c->len);
+    else softmax_rows(j->x, j->y, t0, t1, j->c->len);
 }
 
 /* part (softmax_part, mean_part) over the rows of a step's args src and dst, on the threads */
@@ -727,13 +783,48 @@ static int64_t numel(pb *b, int v)
     return n;
 }
 
+/* How op o reads v: 0 not at all, 1 only as a MatMul's operand (which rounds it to bf16 under
+ * the hint on AMX: oneDNN's bf16 fpmath mode, or the packed layer's bf16 input), -1 else. */
+static int reads_to_round(const ox_op *o, int v)
+{
+    int r = 0;
+    for (int k = 0; k < o->npost; k++)
+        if (o->post[k].kind == POST_SUM && o->post[k].val == v) return -1;
+    for (int k = 0; k < o->nin; k++)
+        if (o->in[k] == v) {
+            if (o->kind != OP_MATMUL || k > 1) return -1;
+            r = 1;
+        }
+    return r;
+}
+
+/* Whether every reader of v rounds it to bf16 (the ops an attention op holds, which run one
+ * by one when it is short, included), v not the kernel's output. */
+static int read_rounded(pb *b, int v)
+{
+    if (!bf16_operands(b) || v == b->g->out) return 0;
+    int readers = 0;
+    for (int i = 0; i < b->g->norder; i++) {
+        const ox_op *o = &b->g->ops[b->g->order[i]];
+        int r = reads_to_round(o, v);
+        for (int k = 0; o->kind == OP_ATTENTION && k < ATT_NSUB && r >= 0; k++) {
+            int h = o->sub[k] >= 0 ? reads_to_round(&b->g->ops[o->sub[k]], v) : 0;
+            r = h < 0 ? -1 : r + h;
+        }
+        if (r < 0) return 0;
+        readers += r;
+    }
+    return readers > 0;
+}
+
 /* Softmax (not LogSoftmax) along the last axis, with nothing fused after it: the loop above
- * over the plain values. */
+ * over the plain values, or with the cheaper exp where its results are rounded to bf16. */
 int build_own_softmax(pb *b, const ox_op *op)
 {
     int64_t len = DIMS(op->out)[VAL(op->out)->ndim - 1], n = numel(b, op->out);
-    rows_cfg c = {len > 0 ? n / len : 0, len, b->p->threads};
-    return build_plain_step(b, op, softmax_fn, &c, sizeof c, "softmax", 0);
+    rows_cfg c = {len > 0 ? n / len : 0, len, b->p->threads, read_rounded(b, op->out)};
+    return build_plain_step(b, op, softmax_fn, &c, sizeof c,
+                            c.rounded ? "softmax, read as bf16" : "softmax", 0);
 }
 
 /* ReduceMean over the last axis (OP_REDMEAN): each row's mean, summed in double (within half
