@@ -344,6 +344,32 @@ print("ok")
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
 
 
+def test_a_library_released_after_python_finalized_finds_the_api_table(extensions):
+    """onnxruntime-extensions' static destructors release its op domains through the API
+    table (ReleaseCustomOpDomain, slot 101) when the process exits, after Python has
+    finalized and freed its own objects. The table and the allocator live in memory nothing
+    frees: with glibc's MALLOC_PERTURB_ every freed block is overwritten, so a table freed
+    with Python's objects made this exit a segmentation fault every time (and, without it,
+    whenever the memory had been reused: the core suite's rare crash after all its tests had
+    passed)."""
+    code = f"""
+import numpy as np, nnplug, sys
+sys.path.insert(0, {HERE!r})
+from test_onnxruntime_custom_op_libraries import TEXT, model, tensor, runtime, CONTRIB
+from onnx import TensorProto as T, helper
+m = model([helper.make_node("StringUpper", ["x"], ["y"], domain=CONTRIB)],
+          [tensor("x", T.STRING, [None])], [tensor("y", T.STRING, [None])])
+rt = runtime()
+rt.register_custom_ops_library({extensions!r})
+print(rt.load(m).run({{"x": TEXT}})["y"][0])
+"""
+    env = dict(os.environ, MALLOC_PERTURB_="165")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert done.stdout.strip() == "HELLO WORLD"
+
+
 def test_the_api_table_has_onnxruntimes_layout():
     """Slot positions onnxruntime's own source asserts (onnxruntime_c_api.cc)."""
     assert SLOTS.index("ReleaseCustomOpDomain") == 101

@@ -213,11 +213,28 @@ OrtAllocator._fields_ = [("version", C.c_uint32), ("Alloc", _ALLOC), ("Free", _F
 _libc = C.CDLL(None)
 _libc.malloc.restype, _libc.malloc.argtypes = C.c_void_p, [C.c_size_t]
 _libc.free.restype, _libc.free.argtypes = None, [C.c_void_p]
+
+
+def _never_freed(ctype):
+    """A ctypes object of ctype in memory of its own that nothing frees. A library keeps the
+    addresses of the API table and the allocator and reads them in its static destructors,
+    after Python has finalized and freed every ctypes object's own buffer (onnxruntime-
+    extensions' domain deleters read the freed table at exit: a crash whenever that memory
+    had been reused); _quiet_at_exit leaves them harmless, and they must still be there."""
+    p = _libc.malloc(C.sizeof(ctype))
+    if not p:
+        raise MemoryError("nnplug: no memory for onnxruntime's custom-op API table")
+    C.memset(p, 0, C.sizeof(ctype))
+    return ctype.from_address(p)
+
+
 _CPU_INFO = new_handle(MemoryInfo())
 _alloc_cb = _ALLOC(lambda this, size: _libc.malloc(max(int(size), 1)))
 _free_cb = _FREE(lambda this, p: _libc.free(p))
 _info_cb = _INFO(lambda this: _CPU_INFO)
-ALLOCATOR = OrtAllocator(API_VERSION, _alloc_cb, _free_cb, _info_cb)
+ALLOCATOR = _never_freed(OrtAllocator)
+ALLOCATOR.version, ALLOCATOR.Alloc, ALLOCATOR.Free, ALLOCATOR.Info = (
+    API_VERSION, _alloc_cb, _free_cb, _info_cb)
 ALLOCATOR_ADDRESS = C.addressof(ALLOCATOR)
 
 
@@ -835,7 +852,7 @@ called_unimplemented: list[str] = []
 """Names of unimplemented slots called so far (newest last)."""
 
 _callbacks = []
-_table = (C.c_void_p * len(SLOTS))()
+_table = _never_freed(C.c_void_p * len(SLOTS))
 for _i, _name in enumerate(SLOTS):
     if _name in _impls:
         _restype, _argtypes, _fn = _impls[_name]
@@ -856,8 +873,8 @@ def _quiet_at_exit() -> None:
     nothing = C.cast(_libc.sched_yield, C.c_void_p).value
     for i in range(len(SLOTS)):
         _table[i] = nothing
-    C.c_void_p.from_address(ALLOCATOR_ADDRESS + OrtAllocator.Free.offset).value = nothing
-    C.c_void_p.from_address(ALLOCATOR_ADDRESS + OrtAllocator.Alloc.offset).value = nothing
+    for member in (OrtAllocator.Free, OrtAllocator.Alloc, OrtAllocator.Info):
+        C.c_void_p.from_address(ALLOCATOR_ADDRESS + member.offset).value = nothing
 
 
 atexit.register(_quiet_at_exit)
