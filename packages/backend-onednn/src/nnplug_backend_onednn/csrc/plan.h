@@ -16,6 +16,33 @@
 
 #include "kernels.h"
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+/* The 16 lanes of v added by halves (lane i and i + 8, then i + 4, i + 2, i + 1: the order of
+ * the portable loops' lane sums), in registers: read back from memory a float at a time they
+ * cost a store-forwarding stall each. */
+__attribute__((target("avx512f"))) static inline float ox_lanes_sum16(__m512 v)
+{
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v),
+                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    q = _mm_add_ps(q, _mm_movehl_ps(q, q)); /* lanes 0 + 2, 1 + 3 */
+    q = _mm_add_ss(q, _mm_movehdup_ps(q));  /* 0 + 1 */
+    return _mm_cvtss_f32(q);
+}
+
+/* The largest of v's 16 lanes, by the same halves. */
+__attribute__((target("avx512f"))) static inline float ox_lanes_max16(__m512 v)
+{
+    __m256 h = _mm256_max_ps(_mm512_castps512_ps256(v),
+                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    __m128 q = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    q = _mm_max_ps(q, _mm_movehl_ps(q, q));
+    q = _mm_max_ss(q, _mm_movehdup_ps(q));
+    return _mm_cvtss_f32(q);
+}
+#endif
+
 #define MAXVIEWS 4
 #define MAXARGS (MAXIN + 8)
 

@@ -549,33 +549,6 @@ BF16_TARGET static __m512 smb_exp16(__m512 x)
     return _mm512_maskz_scalef_ps((__mmask16)~under, p, n);
 }
 
-/* The four vectors' sum as smb_sum gives it, in registers (a row's 64 scalar loads of what
- * four vector stores had just written cost a store-forwarding stall each: on ViT's rows of
- * 197 scores the reductions took longer than the row). */
-BF16_TARGET static float smb_sum16(__m512 a0, __m512 a1, __m512 a2, __m512 a3)
-{
-    __m512 v = _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3));
-    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v),
-                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-    __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-    q = _mm_add_ps(q, _mm_movehl_ps(q, q));  /* lanes 0 + 2, 1 + 3 */
-    q = _mm_add_ss(q, _mm_movehdup_ps(q));   /* 0 + 1 */
-    return _mm_cvtss_f32(q);
-}
-
-/* Their largest lane (a NaN lane's place in the order only decides which NaN a row of NaN
- * results carries). */
-BF16_TARGET static float smb_max16(__m512 a0, __m512 a1, __m512 a2, __m512 a3)
-{
-    __m512 v = _mm512_max_ps(_mm512_max_ps(a0, a1), _mm512_max_ps(a2, a3));
-    __m256 h = _mm256_max_ps(_mm512_castps512_ps256(v),
-                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-    __m128 q = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-    q = _mm_max_ps(q, _mm_movehl_ps(q, q));
-    q = _mm_max_ss(q, _mm_movehdup_ps(q));
-    return _mm_cvtss_f32(q);
-}
-
 static __mmask16 smb_mask(int64_t left)
 {
     return left >= SM_LANES ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
@@ -617,7 +590,9 @@ BF16_TARGET static void softmax_chunks_avx512(const float *s, int64_t m, int64_t
                 SMB_TO_ACC(i, SMB_MAX);
             }
         }
-        __m512 mv = _mm512_set1_ps(smb_max16(a0, a1, a2, a3));
+        /* which NaN a row of NaN results carries is all the order could change here */
+        __m512 mv = _mm512_set1_ps(
+            ox_lanes_max16(_mm512_max_ps(_mm512_max_ps(a0, a1), _mm512_max_ps(a2, a3))));
         a0 = a1 = a2 = a3 = _mm512_setzero_ps();
         for (int64_t j = 0; j < nch; j++) {
             const float *x = chunk_row(s, m, r, tk, cw, j, &w);
@@ -644,7 +619,8 @@ BF16_TARGET static void softmax_chunks_avx512(const float *s, int64_t m, int64_t
                 SMB_TO_ACC(i, SMB_ADD);
             }
         }
-        float sum = smb_sum16(a0, a1, a2, a3);
+        /* smb_sum's order, in registers */
+        float sum = ox_lanes_sum16(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
         if (!yf) {
             inv[r] = smb_inv(sum, y + r * tk, tk, nanrep, c);
             continue;

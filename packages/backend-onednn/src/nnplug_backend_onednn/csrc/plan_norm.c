@@ -554,19 +554,6 @@ static void ln_row_portable(const float *x, float m, float rs, const float *g, c
 }
 
 #ifdef HAVE_GN_AVX512
-/* ln_lanes of the four vectors, in registers (reading them back from memory a float at a time
- * cost a store-forwarding stall each: 256 a row of 768). */
-GN_TARGET static float ln_lanes16(__m512 a0, __m512 a1, __m512 a2, __m512 a3)
-{
-    __m512 v = _mm512_add_ps(_mm512_add_ps(a0, a2), _mm512_add_ps(a1, a3));
-    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v),
-                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-    __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-    q = _mm_add_ps(q, _mm_movehl_ps(q, q)); /* lanes 0 + 2, 1 + 3 */
-    q = _mm_add_ss(q, _mm_movehdup_ps(q)); /* 0 + 1 */
-    return _mm_cvtss_f32(q);
-}
-
 GN_TARGET static double ln_sum_avx512(const float *x, int64_t n, float mu, int dev)
 {
     double total = 0;
@@ -574,7 +561,7 @@ GN_TARGET static double ln_sum_avx512(const float *x, int64_t n, float mu, int d
     for (int64_t p = 0; p < n; p += LN_PIECE) {
         int64_t m = n - p < LN_PIECE ? n - p : LN_PIECE, k = 0;
         const float *xp = x + p;
-        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, v0;
         float s = 0;
 #define LN_ADD(a, o)                            \
     {                                           \
@@ -597,7 +584,9 @@ GN_TARGET static double ln_sum_avx512(const float *x, int64_t n, float mu, int d
             float d = xp[k] - mu;
             s = dev ? fmaf(d, d, s) : s + xp[k];
         }
-        total += (double)ln_lanes16(a0, a1, a2, a3) + (double)s;
+        /* ln_lanes' order, in registers */
+        v0 = _mm512_add_ps(_mm512_add_ps(a0, a2), _mm512_add_ps(a1, a3));
+        total += (double)ox_lanes_sum16(v0) + (double)s;
     }
     return total;
 }

@@ -556,6 +556,15 @@ static int reads_plain_bytes(pb *b, int v, const_dnnl_memory_desc_t md)
     return m == n;
 }
 
+/* The buffer of v's plain view in md's data type when md reads those bytes, else -1. */
+static int plain_typed_view(pb *b, int v, const_dnnl_memory_desc_t md)
+{
+    dnnl_memory_desc_t typed = plain_typed_md(VAL(v)->ndim, DIMS(v), md_type(md));
+    int buf = typed ? find_view(b, v, typed) : -1;
+    md_free(typed);
+    return buf >= 0 && reads_plain_bytes(b, v, md) ? buf : -1;
+}
+
 /* An argument in layout md (another data type, bf16) converted from the plain f32 bytes of v
  * read with layout fmd (owned here, same dims as md): the conversion is a reorder before the
  * step (s == -2), remembered as a view of v that other readers asking for md share. Where v
@@ -565,15 +574,12 @@ int converted_arg(pb *b, int s, int arg, int v, dnnl_memory_desc_t fmd, const_dn
 {
     int buf = -1, from, rc = 1;
     if (!fmd) return ox_fail(b->e, "oneDNN could not create a memory descriptor");
-    dnnl_memory_desc_t typed = plain_typed_md(VAL(v)->ndim, DIMS(v), md_type(md));
     if (s == -1 || (buf = find_view(b, v, md)) >= 0) rc = 0;
-    else if (typed && (buf = find_view(b, v, typed)) >= 0 && reads_plain_bytes(b, v, md))
-        rc = add_view(b, v, md, buf);
+    else if ((buf = plain_typed_view(b, v, md)) >= 0) rc = add_view(b, v, md, buf);
     else if (!plain_buf(b, v, &from) && (buf = arena_buf(b, md)) >= 0)
         rc = add_reorder(b, from, fmd, buf, md) || add_view(b, v, md, buf);
     if (!rc && s >= 0) rc = add_arg(b, s, arg, buf, md);
     md_free(fmd);
-    md_free(typed);
     return rc;
 }
 
