@@ -4,8 +4,10 @@
 
 #include <dlfcn.h>
 #include <fenv.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #define DNNL_DEFINE_PTR(name) __typeof__(&name) dl_##name;
@@ -143,6 +145,79 @@ void dl_share(int64_t total, int64_t *t0, int64_t *t1)
     dl_team(&me, &n);
     *t0 = total * me / n;
     *t1 = total * (me + 1) / n;
+}
+
+/* ---- the team kept apart during a run --------------------------------------------------- */
+
+#define APART_MAX 16 /* members kept apart; a larger team's others run where the kernel puts them */
+
+typedef struct {
+    unsigned long long claimed[CPU_SETSIZE / 64]; /* one bit a CPU some member runs on */
+    pid_t tid[APART_MAX]; /* 0: this member is left alone */
+    int cpu[APART_MAX];
+    cpu_set_t mask[APART_MAX]; /* each member's own affinity, given back by dl_together */
+    int n;
+} apart_team;
+
+static __thread apart_team t_apart; /* the calling thread's team while it is kept apart */
+static __thread int t_apart_held;
+
+/* Claim cpu for one member: 1 if no other member had it. */
+static int claim_cpu(apart_team *t, int cpu)
+{
+    if (cpu < 0 || cpu >= CPU_SETSIZE) return 0;
+    unsigned long long bit = 1ull << (cpu % 64);
+    return !(__atomic_fetch_or(&t->claimed[cpu / 64], bit, __ATOMIC_RELAXED) & bit);
+}
+
+/* Each member: its thread id, its affinity, and a CPU of its own within it (the one it runs on
+ * unless another member has that one, else the first no member has). */
+static void apart_part(void *arg)
+{
+    apart_team *t = arg;
+    int me, n;
+    dl_team(&me, &n);
+    if (me >= APART_MAX) return;
+    t->tid[me] = 0;
+    if (sched_getaffinity(0, sizeof t->mask[me], &t->mask[me])) return;
+    int cpu = sched_getcpu();
+    if (!claim_cpu(t, cpu))
+        for (cpu = 0; cpu < CPU_SETSIZE; cpu++)
+            if (CPU_ISSET(cpu, &t->mask[me]) && claim_cpu(t, cpu)) break;
+    if (cpu >= CPU_SETSIZE) return; /* more members than CPUs: this one is left alone */
+    t->cpu[me] = cpu;
+    t->tid[me] = gettid();
+}
+
+int dl_apart(int n)
+{
+    if (n < 2 || !g_gomp_parallel || t_apart_held) return 0;
+    apart_team *t = &t_apart;
+    memset(t->claimed, 0, sizeof t->claimed);
+    t->n = n < APART_MAX ? n : APART_MAX;
+    for (int i = 0; i < t->n; i++) t->tid[i] = 0;
+    dl_parallel(apart_part, t, n);
+    /* each member may run anywhere its affinity allows but on the others' CPUs */
+    for (int i = 0; i < t->n; i++) {
+        if (!t->tid[i]) continue;
+        cpu_set_t away = t->mask[i];
+        for (int j = 0; j < t->n; j++)
+            if (j != i && t->tid[j]) CPU_CLR(t->cpu[j], &away);
+        if (!CPU_COUNT(&away) || CPU_EQUAL(&away, &t->mask[i]) ||
+            sched_setaffinity(t->tid[i], sizeof away, &away))
+            t->tid[i] = 0; /* nothing to give back */
+    }
+    t_apart_held = 1;
+    return 1;
+}
+
+void dl_together(void)
+{
+    if (!t_apart_held) return;
+    apart_team *t = &t_apart;
+    for (int i = 0; i < t->n; i++)
+        if (t->tid[i]) sched_setaffinity(t->tid[i], sizeof t->mask[i], &t->mask[i]);
+    t_apart_held = 0;
 }
 
 #define MADE_NONFINITE (FE_INVALID | FE_OVERFLOW | FE_DIVBYZERO)

@@ -86,6 +86,14 @@ static inline int dl_threads_for(int64_t items, int threads)
 void dl_team(int *me, int *n);
 /* The calling team member's share [*t0, *t1) of `total` items (dl_team's split). */
 void dl_share(int64_t total, int64_t *t0, int64_t *t1);
+/* dl_apart(n): the n threads of the pool (the caller among them) kept off each other's CPUs,
+ * each within its own affinity, until dl_together gives every one its affinity back. On a
+ * virtual machine the kernel can wake a sleeping pool thread onto its waker's CPU and leave
+ * both there for tens of milliseconds, each waiting for the other at every barrier: the runs
+ * in the first 50 ms after a pause took three times as long. 1 when the caller must call
+ * dl_together; 0 (nothing done) for one thread, without GOMP_parallel, or when already apart. */
+int dl_apart(int n);
+void dl_together(void);
 /* The floating-point flags that say a NaN or an infinity was made from finite operands
  * (FE_INVALID: inf - inf, 0 * inf, sqrt(-1)...; FE_OVERFLOW, FE_DIVBYZERO: an infinity), on the
  * caller and the n threads of the pool oneDNN runs on: each thread keeps its own.

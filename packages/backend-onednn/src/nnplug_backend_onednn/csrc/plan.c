@@ -109,6 +109,7 @@ int build_op(pb *b, const ox_op *op)
 static ox_plan *build_ex(const ox_graph *g, const int64_t *dims, int threads, int dry, ox_err *e)
 {
     ox_plan *p = calloc(1, sizeof *p);
+    if (p) p->last_run_us = INT64_MAX;
     pb b = {g,
             dims,
             p,

@@ -94,6 +94,7 @@ typedef struct ox_ctx {
 struct ox_plan {
     int nstep, cap_step, nbuf, cap_buf, nowned, cap_owned, threads, nmem;
     int profile; /* NNPLUG_ONEDNN_PROFILE=1 when it was made: each step's time to stderr */
+    int64_t last_run_us; /* how long the latest run took (INT64_MAX before the first) */
     ox_step *steps;
     ox_buf *bufs;
     void **owned; /* packed weights */
