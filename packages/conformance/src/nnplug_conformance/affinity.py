@@ -1,0 +1,96 @@
+"""Thread affinity around runs. A backend may keep its pool's threads off each other's CPUs
+during a run (the kernel of a virtual machine can otherwise wake a sleeping pool thread onto
+its waker's CPU and leave both there); it must give every thread its own affinity back when
+the run ends, and leave a process bound to one CPU as it is. :func:`affinities_during_runs`
+watches a backend do that, in a child process, since affinity is process state."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+CHILD = r"""
+import json, os, sys, threading, time
+
+provider, bind = sys.argv[1], json.loads(sys.argv[2])
+if bind:  # before any import starts a thread: every thread inherits it
+    os.sched_setaffinity(0, bind)
+import numpy as np, onnx, nnplug
+from onnx import helper, numpy_helper, TensorProto
+rng = np.random.default_rng(0)
+nodes, inits, x = [], [], "x"
+for i in range(6):  # a few ms a run at 2 threads: long enough to be kept apart
+    w = numpy_helper.from_array(rng.standard_normal((64, 64, 3, 3)).astype(np.float32) * 0.05,
+                                f"w{i}")
+    inits.append(w)
+    nodes += [helper.make_node("Conv", [x, w.name], [f"c{i}"], pads=[1, 1, 1, 1]),
+              helper.make_node("Relu", [f"c{i}"], [f"r{i}"])]
+    x = f"r{i}"
+graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                     [1, 64, 56, 56])],
+                          [helper.make_tensor_value_info(x, TensorProto.FLOAT, None)], inits)
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+feed = {"x": rng.standard_normal((1, 64, 56, 56)).astype(np.float32)}
+
+process = os.sched_getaffinity(0)
+before = {int(t): os.sched_getaffinity(int(t)) for t in os.listdir("/proc/self/task")}
+so = nnplug.SessionOptions()
+so.intra_op_num_threads = 2
+sess = nnplug.InferenceSession(model.SerializeToString(), so, providers=[provider])
+placed = set(sess._net.assignment.values())
+
+narrowed, done = [], threading.Event()
+def sample():
+    while not done.is_set():
+        for t in os.listdir("/proc/self/task"):
+            try:
+                mask = os.sched_getaffinity(int(t))
+            except OSError:  # a thread that ended
+                continue
+            if mask < process:
+                narrowed.append(sorted(mask))
+        time.sleep(0.0002)
+
+sampler = threading.Thread(target=sample)
+sampler.start()
+outs = []
+for i in range(12):
+    time.sleep(0.05)  # the pool's threads go to sleep between runs
+    outs.append(sess.run(None, feed)[0])
+done.set()
+sampler.join()
+after = {int(t): os.sched_getaffinity(int(t)) for t in os.listdir("/proc/self/task")}
+try:
+    import onnxruntime as ort
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, feed)[0]
+except ImportError:  # onnx's reference evaluator, when onnxruntime is not installed
+    from onnx.reference import ReferenceEvaluator
+    want = ReferenceEvaluator(model).run(None, feed)[0]
+print(json.dumps({
+    "placed": sorted(placed),
+    "cpus": sorted(process),
+    "narrowed": narrowed[:5],
+    "threads": len(after),
+    "all_given_back": all(m == process for m in after.values()),
+    "callers_kept": before[os.getpid()] == after[os.getpid()],
+    "max_diff": max(float(np.abs(o - want).max()) for o in outs),
+    "scale": float(np.abs(want).max()),
+}))
+"""
+
+
+def affinities_during_runs(provider: str, bind: list[int] | None = None) -> dict:
+    """Run a chain of six 64-channel 3x3 convolutions (a few milliseconds a run) at two
+    threads on ``provider`` alone, 12 times with 50 ms pauses between, in a child process
+    (bound to the CPUs ``bind`` before any thread starts, when given), while a thread reads
+    every thread's affinity. Returns: ``placed`` (where the nodes ran), ``cpus`` (the
+    process's), ``narrowed`` (up to 5 affinities seen narrower than the process's),
+    ``threads``, ``all_given_back`` (every thread's affinity is the process's after the
+    runs), ``callers_kept`` (the calling thread's is as before), ``max_diff`` from
+    onnxruntime's answer and its ``scale``."""
+    out = subprocess.run([sys.executable, "-c", CHILD, provider, json.dumps(bind or [])],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
