@@ -5,7 +5,7 @@ OpenVINO (CPU, same thread count), in one process.
     python benchmarks/real_models.py [FOLDER] [--threads 2] [--runs 10]
                                      [--models resnet18,bert_base] [--backends onednn]
                                      [--busy 1] [--no-openvino] [--measure]
-                                     [--precision bf16]
+                                     [--precision bf16] [--isolated 0.1]
 
 FOLDER (default ~/.cache/nnplug-bench) holds the exported models and their manifest.json.
 Before any timing, every engine's outputs on the same seeded inputs are checked against
@@ -24,7 +24,9 @@ each engine's worst ratio per family beside the geometric means. --measure adds
 backends that run them, kept on the faster; decisions in $NNPLUG_CACHE_DIR). --precision bf16
 adds ``nnplug-onednn+cpu@bf16``, a session with the precision hint (config entry
 ``nnplug.precision``): like OpenVINO's default, its distance from onnxruntime's float32 is
-printed, not checked. Needs nnplug, nnplug-backend-cpu and onnxruntime.
+printed, not checked. --isolated SECONDS times requests one at a time instead, as a server
+sees them: before each timed run every engine waits that long (its threads go to sleep) and
+runs no untimed run. Needs nnplug, nnplug-backend-cpu and onnxruntime.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from zoo import busy_processes, openvino_engines, print_summary, time_rounds  # noqa: E402 - the zoo benchmark's timing and summary
+from zoo import busy_processes, openvino_engines, print_summary, time_isolated, time_rounds  # noqa: E402 - the zoo benchmark's timing and summary
 
 DEFAULT_DIR = os.path.join(os.path.expanduser("~"), ".cache", "nnplug-bench")
 RTOL = 1e-4
@@ -83,6 +85,8 @@ def main(argv=None) -> int:
     ap.add_argument("--busy", type=int, default=0, help="processes keeping a core busy meanwhile")
     ap.add_argument("--no-openvino", action="store_true", help="leave OpenVINO's columns out")
     ap.add_argument("--precision", default="", help="also time onednn+cpu with this hint (bf16)")
+    ap.add_argument("--isolated", type=float, default=0.0, metavar="SECONDS",
+                    help="time single requests, each after this pause (no untimed runs)")
     ap.add_argument("--measure", action="store_true",
                     help="also time onednn+cpu with placement=\"measure\"")
     args = ap.parse_args(argv)
@@ -134,7 +138,8 @@ def main(argv=None) -> int:
     cols = ["nnplug-cpu", "onnxruntime", "ratio"] + [label[b] for b in others] + \
         [f"ratio-{b}" for b in others]
     widths = [max(13, len(c) + 2) for c in cols]
-    print(f"threads={args.threads} runs={args.runs} busy={args.busy} folder={args.folder}")
+    print(f"threads={args.threads} runs={args.runs} busy={args.busy} "
+          f"{f'isolated={args.isolated}s ' if args.isolated else ''}folder={args.folder}")
     print(f"{'model':<20}" + "".join(f"{c:>{w}}" for c, w in zip(cols, widths)) + f"{'load':>8}")
     for name in names:
         entry = manifest[name]
@@ -189,7 +194,8 @@ def main(argv=None) -> int:
             fn()
         per_round = 2
         with busy_processes(args.busy):
-            med = time_rounds(runners, max(1, args.runs // per_round), per_round)
+            med = (time_isolated(runners, args.runs, args.isolated) if args.isolated else
+                   time_rounds(runners, max(1, args.runs // per_round), per_round))
         row = [f"{med['nnplug-cpu']:.2f}" if "nnplug-cpu" in med else "-", f"{med['onnxruntime']:.2f}"]
         rs = {}
         for b in ratios:

@@ -222,6 +222,20 @@ def time_rounds(runners: dict, rounds: int, per_round: int) -> dict:
     return {name: statistics.median(ts) * 1e3 for name, ts in times.items()}
 
 
+def time_isolated(runners: dict, rounds: int, pause: float) -> dict:
+    """One request at a time, as a server sees them: per round, each engine waits `pause`
+    seconds (long enough for every engine's threads to go to sleep) and then runs once, timed,
+    with no untimed run before it. Medians (ms) over the rounds."""
+    times = {name: [] for name in runners}
+    for _ in range(rounds):
+        for name, fn in runners.items():
+            time.sleep(pause)
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
+    return {name: statistics.median(ts) * 1e3 for name, ts in times.items()}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2, help="threads for nnplug-cpu and onnxruntime")
