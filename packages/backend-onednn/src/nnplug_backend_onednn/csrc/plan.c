@@ -106,6 +106,19 @@ int build_op(pb *b, const ox_op *op)
                : build_simple(b, op);
 }
 
+/* Whether every value of the graph, constants included, holds fewer than DL_MIN_PARALLEL
+ * elements: a partition of small data movement or arithmetic (a transpose between two LSTMs
+ * the CPU backend runs), which one thread runs sooner than it can wake a second. */
+static int all_values_small(const ox_graph *g, const int64_t *dims)
+{
+    for (int v = 0; v < g->nval; v++) {
+        int64_t n = 1;
+        for (int d = 0; d < g->vals[v].ndim; d++) n *= dims[(size_t)v * MAXR + d];
+        if (n >= DL_MIN_PARALLEL) return 0;
+    }
+    return 1;
+}
+
 static ox_plan *build_ex(const ox_graph *g, const int64_t *dims, int threads, int dry, ox_err *e)
 {
     ox_plan *p = calloc(1, sizeof *p);
@@ -125,7 +138,8 @@ static ox_plan *build_ex(const ox_graph *g, const int64_t *dims, int threads, in
         ox_fail(e, "out of memory");
         goto done;
     }
-    p->threads = threads;
+    p->threads = all_values_small(g, dims) ? 1 : threads;
+    threads = p->threads;
     pthread_mutex_init(&p->mu, NULL);
     dl_omp_set_num_threads(
         threads); /* oneDNN sizes its kernels for the threads of the creating thread */
