@@ -7,6 +7,7 @@ watches a backend do that, in a child process, since affinity is process state."
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -94,3 +95,28 @@ def affinities_during_runs(provider: str, bind: list[int] | None = None) -> dict
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def assert_kept_apart_and_given_back(backend_id: str) -> dict:
+    """The checks of a backend that keeps its pool's threads apart: every node on it, some
+    thread seen with fewer CPUs than the process during the runs (where the process has two
+    or more), every thread's affinity the process's again after them, the caller's as before,
+    and the answer onnxruntime's; then the same in a process bound to one CPU, where no
+    affinity may change. Returns what :func:`affinities_during_runs` saw in the first."""
+    got = affinities_during_runs(backend_id)
+    assert got["placed"] == [backend_id], got
+    if len(got["cpus"]) > 1:
+        assert got["narrowed"], got
+        assert all(len(m) < len(got["cpus"]) for m in got["narrowed"]), got
+    _given_back(got)
+    cpu = min(os.sched_getaffinity(0))
+    bound = affinities_during_runs(backend_id, [cpu])
+    assert bound["cpus"] == [cpu] and bound["placed"] == [backend_id], bound
+    assert not bound["narrowed"], bound  # no other CPU to keep a thread on: nothing changed
+    _given_back(bound)
+    return got
+
+
+def _given_back(got: dict) -> None:
+    assert got["all_given_back"] and got["callers_kept"], got
+    assert got["max_diff"] <= 1e-4 * got["scale"], got
