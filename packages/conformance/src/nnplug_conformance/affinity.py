@@ -30,12 +30,22 @@ for i in range(6):  # a few ms a run at 2 threads: long enough to be kept apart
     x = f"r{i}"
 graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
                                                                      [1, 64, 56, 56])],
-                          [helper.make_tensor_value_info(x, TensorProto.FLOAT, None)], inits)
+                          [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, 64, 56, 56])],
+                          inits)
 model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 feed = {"x": rng.standard_normal((1, 64, 56, 56)).astype(np.float32)}
 
 process = os.sched_getaffinity(0)
-before = {int(t): os.sched_getaffinity(int(t)) for t in os.listdir("/proc/self/task")}
+def masks():  # every live thread's affinity (a thread may end while they are read)
+    got = {}
+    for t in os.listdir("/proc/self/task"):
+        try:
+            got[int(t)] = os.sched_getaffinity(int(t))
+        except OSError:
+            pass
+    return got
+
+before = masks()
 so = nnplug.SessionOptions()
 so.intra_op_num_threads = 2
 sess = nnplug.InferenceSession(model.SerializeToString(), so, providers=[provider])
@@ -44,13 +54,7 @@ placed = set(sess._net.assignment.values())
 narrowed, done = [], threading.Event()
 def sample():
     while not done.is_set():
-        for t in os.listdir("/proc/self/task"):
-            try:
-                mask = os.sched_getaffinity(int(t))
-            except OSError:  # a thread that ended
-                continue
-            if mask < process:
-                narrowed.append(sorted(mask))
+        narrowed.extend(sorted(m) for m in masks().values() if m < process)
         time.sleep(0.0002)
 
 sampler = threading.Thread(target=sample)
@@ -61,7 +65,7 @@ for i in range(12):
     outs.append(sess.run(None, feed)[0])
 done.set()
 sampler.join()
-after = {int(t): os.sched_getaffinity(int(t)) for t in os.listdir("/proc/self/task")}
+after = masks()
 try:
     import onnxruntime as ort
     want = ort.InferenceSession(model.SerializeToString(),
