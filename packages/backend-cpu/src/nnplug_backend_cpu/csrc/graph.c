@@ -1035,13 +1035,6 @@ void nnc_set_node_hook(nnc_node_hook fn, void *user)
     t_hook_user = fn ? user : NULL;
 }
 
-static int64_t now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
-
 /* NNPLUG_CPU_PROFILE=1 prints every node's time to stderr (for tuning, not for tests). */
 static int profiling(void)
 {
@@ -1340,7 +1333,7 @@ int nnc_plan_run(const nnc_plan *p, const nnc_tensor *kin, int nkin, const nnc_t
             size_t nb = nnc_nbytes(&outs[0]);
             if (nb) memmove(outs[0].data, in[0]->data, nb);
         }
-        int64_t hook_t0 = t_hook ? now_ns() : 0;
+        int64_t hook_t0 = t_hook ? nnc_now_ns() : 0;
         if (!empty || n->nout == 0) {
             double t0 = profiling() ? now_ms() : 0;
             if ((rc = n->op->run(n, in, outs, &x, e))) break;
@@ -1357,7 +1350,7 @@ int nnc_plan_run(const nnc_plan *p, const nnc_tensor *kin, int nkin, const nnc_t
                         n->residual >= 0 ? " +res" : "", sum);
             }
         }
-        if (t_hook) t_hook(t_hook_user, n, in, outs, hook_t0, now_ns());
+        if (t_hook) t_hook(t_hook_user, n, in, outs, hook_t0, nnc_now_ns());
         for (int j = 0; j < n->nout; j++)
             if (n->out[j] >= 0) {
                 r.vt[n->out[j]] = outs[j];

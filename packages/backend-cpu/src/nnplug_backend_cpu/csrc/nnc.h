@@ -50,6 +50,8 @@ typedef struct nnc_tensor {
 } nnc_tensor;
 
 int64_t nnc_numel(const nnc_tensor *t);
+/* The monotonic clock in nanoseconds. */
+int64_t nnc_now_ns(void);
 static inline size_t nnc_nbytes(const nnc_tensor *t)
 {
     return (size_t)nnc_numel(t) * nnc_dtsize(t->dtype);

@@ -14,7 +14,6 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 #include <unistd.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -175,13 +174,6 @@ void nnc_set_num_threads(int n)
     }
 }
 
-static int64_t now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
-
 /* A run at least this long keeps the workers off the CPU of the thread that runs it. */
 #define APART_MIN_NS 200000
 
@@ -213,7 +205,7 @@ void nnc_pool_hold(void)
 {
     pthread_mutex_lock(&g_hold_lock);
     if (atomic_load(&g_held) == 0) {
-        g_apart.start_ns = now_ns();
+        g_apart.start_ns = nnc_now_ns();
         if (g_apart.last_ns >= APART_MIN_NS) keep_apart(sched_getcpu());
     }
     atomic_fetch_add(&g_held, 1); /* seq_cst: must not pass the sleepers check below */
@@ -235,7 +227,7 @@ void nnc_pool_release(void)
                                   &g_apart.mask[i]);
                 g_apart.moved[i] = 0;
             }
-        g_apart.last_ns = now_ns() - g_apart.start_ns;
+        g_apart.last_ns = nnc_now_ns() - g_apart.start_ns;
     }
     atomic_fetch_sub(&g_held, 1);
     pthread_mutex_unlock(&g_hold_lock);

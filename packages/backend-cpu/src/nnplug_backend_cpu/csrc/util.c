@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 size_t nnc_dtsize(int dt)
 {
@@ -49,6 +50,13 @@ const char *nnc_dtname(int dt)
         "uint2",          "int2"};
     if (dt >= 0 && dt < (int)(sizeof names / sizeof names[0])) return names[dt];
     return "unsupported type";
+}
+
+int64_t nnc_now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
 int64_t nnc_numel(const nnc_tensor *t)
