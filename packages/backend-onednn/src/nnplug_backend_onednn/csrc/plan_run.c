@@ -99,10 +99,10 @@ static void profile_line(int i, const ox_step *st, double ms)
             st->node ? st->node : "", kind, impl, ms);
 }
 
-/* The plan's one mutable part is its pool of contexts, under its mutex. */
 /* A run at least this long keeps its threads apart (dl_apart). */
 #define APART_MIN_US 200
 
+/* The plan's one mutable part is its pool of contexts, under its mutex. */
 int ox_plan_run(const ox_plan *cp, const nnp_tensor *in, const nnp_tensor *out, void *ws, ox_err *e)
 {
     ox_plan *p = (ox_plan *)cp;
@@ -112,10 +112,12 @@ int ox_plan_run(const ox_plan *cp, const nnp_tensor *in, const nnp_tensor *out, 
     if (!c) return ox_fail(e, "out of memory");
     dl_omp_set_num_threads(p->threads);
     /* Kept apart (dl_apart) where that costs little beside the run: about 5 us against the
-     * last run's time (the first run is always long enough, it makes oneDNN's kernels). */
-    double start = now_ms();
-    int apart =
-        __atomic_load_n(&p->last_run_us, __ATOMIC_RELAXED) >= APART_MIN_US && dl_apart(p->threads);
+     * last run's time (the first run is always long enough, it makes oneDNN's kernels). A plan
+     * of one thread has no team to keep apart and is not timed. */
+    int team = p->threads > 1;
+    double start = team ? now_ms() : 0;
+    int apart = team && __atomic_load_n(&p->last_run_us, __ATOMIC_RELAXED) >= APART_MIN_US &&
+                dl_apart(p->threads);
     char *arena = ws, *scratch = (char *)ws + align64(p->arena);
     int rc = 0;
     int nonfinite = 0; /* what the last Winograd input transform found */
@@ -178,7 +180,8 @@ int ox_plan_run(const ox_plan *cp, const nnp_tensor *in, const nnp_tensor *out, 
     if (!rc && D(dnnl_stream_wait)(s) != dnnl_success)
         rc = ox_fail(e, "oneDNN failed to finish a run");
     if (apart) dl_together();
-    __atomic_store_n(&p->last_run_us, (int64_t)((now_ms() - start) * 1e3), __ATOMIC_RELAXED);
+    if (team)
+        __atomic_store_n(&p->last_run_us, (int64_t)((now_ms() - start) * 1e3), __ATOMIC_RELAXED);
     ctx_give(p, c);
     return rc;
 }
