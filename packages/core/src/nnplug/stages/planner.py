@@ -173,9 +173,8 @@ class Placer:
             near = {maker[x] for n in part for x in n.inputs if x in maker} | {
                 r for n in part for o in n.outputs if o for r in readers.get(o, ())}
             near -= inside
-            sides = {placed[m].label for m in near if m in placed}
-            if len(sides) != 1 or len(near) != sum(m in placed for m in near):
-                continue  # no neighbour placed here, or neighbours on several sides
+            if len({placed[m].label for m in near}) != 1:
+                continue  # no neighbour (the graph's input to its output), or several sides
             side = placed[next(iter(near))]
             other = side.backend
             if other is None or side.op is not None or side.core is not None or \
