@@ -39,7 +39,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from zoo import busy_processes, openvino_engines, print_summary, time_isolated, time_rounds  # noqa: E402 - the zoo benchmark's timing and summary
+from zoo import busy_processes, openvino_engines, print_summary, time_rounds  # noqa: E402 - the zoo benchmark's timing and summary
 
 DEFAULT_DIR = os.path.join(os.path.expanduser("~"), ".cache", "nnplug-bench")
 RTOL = 1e-4
@@ -194,7 +194,8 @@ def main(argv=None) -> int:
             fn()
         per_round = 2
         with busy_processes(args.busy):
-            med = (time_isolated(runners, args.runs, args.isolated) if args.isolated else
+            med = (time_rounds(runners, args.runs, 1, pause=args.isolated, settle=0)
+                   if args.isolated else
                    time_rounds(runners, max(1, args.runs // per_round), per_round))
         row = [f"{med['nnplug-cpu']:.2f}" if "nnplug-cpu" in med else "-", f"{med['onnxruntime']:.2f}"]
         rs = {}

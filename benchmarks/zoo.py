@@ -198,7 +198,8 @@ SETTLE_S = 0.3
 """Untimed runs, for at least this long, after the pause."""
 
 
-def time_rounds(runners: dict, rounds: int, per_round: int) -> dict:
+def time_rounds(runners: dict, rounds: int, per_round: int, *, pause: float = QUIET_S,
+                settle: float = SETTLE_S) -> dict:
     """Interleaved timing: each round gives every engine a turn of `per_round` timed runs,
     after a pause and untimed runs. onnxruntime's worker threads spin for tens of milliseconds
     after a run; on a machine with as many cores as threads they take a core from the engine
@@ -206,33 +207,20 @@ def time_rounds(runners: dict, rounds: int, per_round: int) -> dict:
     onnxruntime, 14-15 ms after a 0.1 s pause), so each turn starts once the engine before has
     gone quiet. After an idle spell these virtual machines run slower for about 0.1 s (every
     engine, onnxruntime at 1 thread included: 15-16 ms, then 12-13), so the untimed runs go on
-    for SETTLE_S before the timed ones."""
+    for SETTLE_S before the timed ones. With ``settle=0`` and one run a round, what is timed
+    is one request at a time, as a server sees them: each the first run after ``pause`` (long
+    enough for every engine's threads to go to sleep)."""
     times = {name: [] for name in runners}
     for _ in range(rounds):
         for name, fn in runners.items():
-            time.sleep(QUIET_S)
+            time.sleep(pause)
             start = time.perf_counter()
-            fn()
-            while time.perf_counter() - start < SETTLE_S:
+            while time.perf_counter() - start < settle:  # at least one run when settling
                 fn()
             for _ in range(per_round):
                 t = time.perf_counter()
                 fn()
                 times[name].append(time.perf_counter() - t)
-    return {name: statistics.median(ts) * 1e3 for name, ts in times.items()}
-
-
-def time_isolated(runners: dict, rounds: int, pause: float) -> dict:
-    """One request at a time, as a server sees them: per round, each engine waits `pause`
-    seconds (long enough for every engine's threads to go to sleep) and then runs once, timed,
-    with no untimed run before it. Medians (ms) over the rounds."""
-    times = {name: [] for name in runners}
-    for _ in range(rounds):
-        for name, fn in runners.items():
-            time.sleep(pause)
-            t = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t)
     return {name: statistics.median(ts) * 1e3 for name, ts in times.items()}
 
 
