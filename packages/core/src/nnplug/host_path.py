@@ -23,14 +23,17 @@ from .stages.executor import Step, step_failed
 ndarray = np.ndarray
 HOST_VALUES = "host values"
 """A step's expected outputs when it is the core's own op making host values (ZipMap)."""
+FRESH = "fresh arrays"
+"""A step's expected outputs when its results need no check (``Step.fresh_arrays``)."""
 
 
 class HostPath:
     """Built once per Network; ``run`` is thread-safe (it keeps no state of its own)."""
 
-    __slots__ = ("feeds", "steps", "output_names", "known_outputs", "constants", "symbols")
+    __slots__ = ("feeds", "steps", "output_names", "known_outputs", "constants", "symbols",
+                 "all_fresh")
 
-    def __init__(self, feeds, steps, output_names, constants):
+    def __init__(self, feeds, steps, output_names, constants, all_fresh=False):
         self.feeds = tuple(_feed_check(*f) for f in feeds)
         """(name, dtype, the static shape or None, rank, a getter of the fixed dims or None,
         their sizes) of every model input, in order: a feed is checked with a few comparisons
@@ -52,6 +55,9 @@ class HostPath:
         self.output_names = output_names
         self.known_outputs = frozenset(output_names)
         self.constants = constants
+        self.all_fresh = all_fresh
+        """Whether every model output is a fresh array of a step (no feed passed through, no
+        constant): results then need no aliasing check."""
 
     @classmethod
     def of(cls, inputs: list[ValueInfo], steps: list[Step], output_names: list[str],
@@ -63,6 +69,7 @@ class HostPath:
                 return None
             feeds.append((v.name, tuple(v.shape), np.dtype(v.dtype), None if v.is_static else v))
         plan = []
+        fresh = set()  # outputs of steps whose results are fresh arrays
         for s in steps:
             if s.run_arrays is None:
                 return None
@@ -72,14 +79,18 @@ class HostPath:
                     v.dtype is not None for o in s.outputs):
                 return None
             expected = None if s.static_outputs is None else tuple(s.static_outputs)
+            if s.fresh_arrays:
+                expected = FRESH
+                fresh.update(s.outputs)
             plan.append((s, s.run_arrays, tuple(s.inputs), tuple(s.outputs), tuple(s.frees),
                          HOST_VALUES if host_values else expected))
-        return cls(tuple(feeds), tuple(plan), tuple(output_names), constants)
+        return cls(tuple(feeds), tuple(plan), tuple(output_names), constants,
+                   fresh.issuperset(output_names))
 
-    def run(self, feeds, names) -> dict | None:
-        """``{name: array}`` for ``names`` (None: every output), or None when this run is not
-        the common case (the caller then takes the general path, which also reports what is
-        wrong with the feeds)."""
+    def run(self, feeds, names) -> list | None:
+        """The arrays of ``names`` (None: every output), in that order, or None when this run
+        is not the common case (the caller then takes the general path, which also reports
+        what is wrong with the feeds)."""
         if type(feeds) is not dict or len(feeds) != len(self.feeds) or current() is not None:
             return None
         if names is None:
@@ -106,11 +117,12 @@ class HostPath:
             sizes = sym(dims)
             if sizes.count(sizes[0]) != len(sizes):
                 return None
-        fed = tuple(env.values())
-        fed_ids = {id(f) for f in fed}
-        for name in self.output_names:  # as the general path: constant outputs are copies
-            if name in self.constants and name not in env:
-                env[name] = self.constants[name].copy()
+        if not self.all_fresh:
+            fed = tuple(env.values())
+            fed_ids = {id(f) for f in fed}
+            for name in self.output_names:  # as the general path: constant outputs are copies
+                if name in self.constants and name not in env:
+                    env[name] = self.constants[name].copy()
         for step, run, ins, outs, frees, expected in self.steps:
             try:
                 results = run(list(map(env.__getitem__, ins)))
@@ -118,9 +130,11 @@ class HostPath:
                 raise
             except Exception as e:  # as the general path words it
                 raise step_failed(step, e) from e
-            if len(results) != len(outs):
+            if expected is FRESH:
+                pass
+            elif len(results) != len(outs):
                 raise _unexpected(outs)
-            if expected is None:  # a dynamic step: run_arrays checked the shapes it made
+            elif expected is None:  # a dynamic step: run_arrays checked the shapes it made
                 for r in results:  # a loop, not any(): a generator costs Python calls
                     if type(r) is not ndarray:
                         raise _unexpected(outs)
@@ -133,11 +147,13 @@ class HostPath:
             env.update(zip(outs, results))
             for name in frees:
                 env.pop(name, None)
-        out = {}
+        if self.all_fresh:
+            return list(map(env.__getitem__, names))
+        out = []
         for n in names:
             v = env[n]
             if type(v) is not ndarray:  # a host value (ZipMap's maps): the caller's form
-                out[n] = v.numpy()
+                out.append(v.numpy())
                 continue
             if v.base is None:  # an input passed through: outputs never alias a caller's array
                 if id(v) in fed_ids:
@@ -147,7 +163,7 @@ class HostPath:
                     if np.may_share_memory(v, f):
                         v = v.copy()
                         break
-            out[n] = v
+            out.append(v)
         return out
 
 

@@ -66,11 +66,19 @@ class Network:
 
     def run(self, feeds: dict, output_names: list[str] | None = None) -> dict:
         """Run the network: ``{input name: array}`` -> ``{output name: numpy array}``."""
+        names = self._output_names if output_names is None else list(output_names)
+        return dict(zip(names, self.run_list(feeds, names)))
+
+    def run_list(self, feeds: dict, output_names: list[str] | None = None) -> list:
+        """Like :meth:`run`, the arrays in a list in the order of ``output_names`` (None: the
+        model's outputs, in order)."""
         if self._host_path is not None:  # None once closed: the general path says so
             out = self._host_path.run(feeds, output_names)
             if out is not None:
                 return out
-        return {n: t.numpy() for n, t in self.run_tensors(feeds, output_names).items()}
+        names = self._output_names if output_names is None else list(output_names)
+        tensors = self.run_tensors(feeds, names)
+        return [tensors[n].numpy() for n in names]
 
     def run_tensors(self, feeds: dict, output_names: list[str] | None = None) -> dict:
         """Like :meth:`run`, but outputs stay where their backend made them: ``{name:
@@ -83,7 +91,7 @@ class Network:
             out = fast.run(feeds, output_names)
             if out is not None:
                 return {n: Tensor.from_numpy(a) if type(a) is np.ndarray else MapSequence(a)
-                        for n, a in out.items()}
+                        for n, a in zip(output_names or self._output_names, out)}
         names = self._output_names if output_names is None else list(output_names)
         bad = [n for n in names if n not in self._output_names]
         if bad:

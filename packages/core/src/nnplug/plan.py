@@ -38,6 +38,10 @@ class Step:
     inputs' dtypes and shapes (their symbolic dims bound alike), C-contiguous, with no run
     context (see :mod:`nnplug.host_path`). Where some output shape is not static, the arrays
     it returns have been checked against the model's shapes."""
+    fresh_arrays: bool = False
+    """Whether ``run_arrays`` returns, in every run, new arrays that the core itself allocated
+    with the model's shape and dtype of each output (never an input or a constant): the
+    host path then checks neither their shapes nor whether they alias a feed."""
     static_outputs: list[tuple[tuple[int, ...], np.dtype]] | None = field(init=False)
     """(shape, dtype) of every output when all are static and typed: the per-run check is
     then one comparison each (found once, here)."""

@@ -663,13 +663,10 @@ class InferenceSession:
         """Run the model: a list of numpy arrays, one per name in ``output_names`` (None or
         []: every output, in the model's order)."""
         if run_options is None and self._profiler is None:  # no run context: the short way
-            names = None if output_names is None else self._output_names(output_names)
-            result = self._net.run(input_feed, names)
-        else:
-            ctx = self._context(run_options)
-            names = self._output_names(output_names)
-            result = self._run(self._net.run, ctx, input_feed, names)
-        return list(map(result.__getitem__, names or self._net._output_names))
+            return self._net.run_list(
+                input_feed, None if output_names is None else self._output_names(output_names))
+        ctx = self._context(run_options)
+        return self._run(self._net.run_list, ctx, input_feed, self._output_names(output_names))
 
     def run_async(self, output_names, input_feed: dict, callback=None, user_data=None,
                   run_options: RunOptions | None = None):

@@ -135,6 +135,8 @@ def build_module(backend, subgraph: SubGraph, dev: Device, target=None) -> Modul
             isinstance(runner, DynamicRunner) and runner.native is not None:
         functions["run_arrays"] = runner.run_arrays
     module = Module(functions, close=state.close)
+    # the core's own promise (Step.fresh_arrays), not a function a plugin's module offers
+    module.fresh_arrays = "run_arrays" in functions and runner.fresh_arrays()
     weakref.finalize(module, state.close)
     return module
 
@@ -447,6 +449,8 @@ class StaticRunner(_Runner):
         self._free_arenas: list = []
         self._free_runs: list = []  # run_arrays' per-run state, one per concurrent run
         self.run_steps = lib.table.run_steps
+        self._run_steps_raw = abi.unprototyped(self.run_steps) if self.run_steps else None
+        self._ws_nbytes = C.c_uint64(ws)
         # where each result comes from, found once: (0, output slot) / (1, input) / (2, const)
         at = {n: j for j, n in enumerate(self.out_slot_names)}
         self._picks = [(0, at[n]) if n in at else
@@ -456,6 +460,11 @@ class StaticRunner(_Runner):
         self._outs_in_order = self._picks == [(0, j) for j in range(len(self.out_slot_names))]
 
     # -- host arrays in, host arrays out: the fixed cost of a run kept low ------------------
+    def fresh_arrays(self) -> bool:
+        """Whether run_arrays returns only arrays it allocated for this run, in the model's
+        shapes and dtypes (arrays_ok checked them)."""
+        return self._outs_in_order and _made_outputs(self)
+
     def arrays_ok(self, values) -> bool:
         """Whether :meth:`run_arrays` may stand in for :meth:`run`: host memory, one native
         call, and every result's shape and dtype the model's (what the executor would check)."""
@@ -501,8 +510,8 @@ class StaticRunner(_Runner):
                 j += 1
             kernels = self.state.kernels
             failed.value = -1
-            rc = self.run_steps(self.steps, len(kernels), slots, self.num_slots, ws,
-                                self.ws_nbytes, None, failed_ref)
+            rc = self._run_steps_raw(self.steps, len(kernels), slots, self.num_slots, ws,
+                                     self._ws_nbytes, None, failed_ref)
             if rc != 0:
                 idx = failed.value if 0 <= failed.value < len(kernels) else 0
                 raise self._fail(rc, kernels[idx])
@@ -521,7 +530,7 @@ class StaticRunner(_Runner):
         slots[0] = ptr
         failed = C.c_int32(-1)
         return (raw, slots, failed, C.byref(failed),
-                ptr + self.ws_offset if self.ws_nbytes else None)
+                C.c_void_p(ptr + self.ws_offset) if self.ws_nbytes else None)
 
     # -- arenas (host path): reused across runs, one per concurrent run ---------------------
     def _host_arena(self):
@@ -677,6 +686,14 @@ def _resolve(tensors, slot_ids, n, slots):
     return out
 
 
+def _made_outputs(runner) -> bool:
+    """Whether every output of the partition is made by one of its kernels, each named once
+    (none is an input or a constant passed through)."""
+    made = {o for k in runner.state.kernels for o in k.outputs if o}
+    return len(set(runner.outputs)) == len(runner.outputs) and all(
+        n in made and n not in runner.inputs and n not in runner.consts for n in runner.outputs)
+
+
 class DynamicRunner(_Runner):
     """Some shape unknown at load: output shapes asked at run time, kernel by kernel. A backend
     with ``run_dynamic`` (ABI 1.6) runs the whole partition in one call
@@ -750,6 +767,11 @@ class DynamicRunner(_Runner):
         self._learn_inside = bool(learned - set(self.outputs)) or any(
             v in learned for k in self.state.kernels for v in k.inputs)
         return dims
+
+    def fresh_arrays(self) -> bool:
+        """Whether run_arrays returns only arrays the host allocated for this run (every
+        path: run_dynamic, a fixed shape's static plan, the first run kernel by kernel)."""
+        return _made_outputs(self)
 
     def _fix(self, shapes: tuple, arrays, made: dict, seen: dict) -> None:
         """Make the static plan for these input shapes, after a run on them went through

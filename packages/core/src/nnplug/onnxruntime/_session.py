@@ -17,6 +17,7 @@ from ._errors import Fail, NoSuchFile, OrtRuntimeError, ort_errors, translate
 from ._providers import backend_ids, provider_name
 from ._values import OrtValue, OrtValueVector
 
+ndarray = np.ndarray
 GraphOptimizationLevel = base.GraphOptimizationLevel
 ExecutionMode = base.ExecutionMode
 NodeArg = base.NodeArg
@@ -193,13 +194,18 @@ class InferenceSession(base.InferenceSession):
 
     # -- running --------------------------------------------------------------------------
     def _feeds(self, input_feed: dict) -> dict:
-        for name in self._net._input_table:
-            if name not in input_feed:  # onnxruntime's check and words
-                missing = [i.name for i in self._net.inputs if i.name not in input_feed]
-                raise ValueError(f"Required inputs ({missing}) are missing from input feed "
-                                 f"({list(input_feed)}).")
+        try:
+            complete = input_feed.keys() >= self._net._input_table.keys()
+        except AttributeError:
+            complete = False  # not a dict: the run says what it takes
+        if not complete:
+            for name in self._net._input_table:
+                if name not in input_feed:  # onnxruntime's check and words
+                    missing = [i.name for i in self._net.inputs if i.name not in input_feed]
+                    raise ValueError(f"Required inputs ({missing}) are missing from input "
+                                     f"feed ({list(input_feed)}).")
         for v in input_feed.values():
-            if isinstance(v, OrtValue):
+            if type(v) is not ndarray and isinstance(v, OrtValue):
                 return {k: v.feed() if isinstance(v, OrtValue) else v
                         for k, v in input_feed.items()}
         return input_feed  # arrays as they are (the run reads the dict, never writes it)

@@ -88,7 +88,8 @@ def build_steps(plan: Plan, model: Model, nodes: list[Node], placed: dict[str, P
         steps.append(Step(b.id, [n.name for n in part], sg.inputs, sg.outputs,
                           target_of[b.id].device, api, module["run"], module.close,
                           values=sg.values,
-                          run_arrays=module["run_arrays"] if "run_arrays" in module else None))
+                          run_arrays=module["run_arrays"] if "run_arrays" in module else None,
+                          fresh_arrays=getattr(module, "fresh_arrays", False)))
     return steps
 
 
