@@ -66,8 +66,12 @@ class Network:
 
     def run(self, feeds: dict, output_names: list[str] | None = None) -> dict:
         """Run the network: ``{input name: array}`` -> ``{output name: numpy array}``."""
-        names = self._output_names if output_names is None else list(output_names)
-        return dict(zip(names, self.run_list(feeds, names)))
+        if self._host_path is not None:  # None once closed: the general path says so
+            out = self._host_path.run(feeds, output_names)
+            if out is not None:
+                return dict(zip(self._output_names if output_names is None else output_names,
+                                out))
+        return {n: t.numpy() for n, t in self.run_tensors(feeds, output_names).items()}
 
     def run_list(self, feeds: dict, output_names: list[str] | None = None) -> list:
         """Like :meth:`run`, the arrays in a list in the order of ``output_names`` (None: the
