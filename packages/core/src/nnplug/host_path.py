@@ -31,9 +31,9 @@ class HostPath:
     """Built once per Network; ``run`` is thread-safe (it keeps no state of its own)."""
 
     __slots__ = ("feeds", "steps", "output_names", "known_outputs", "constants", "symbols",
-                 "all_fresh")
+                 "fresh", "all_fresh", "constant_outputs")
 
-    def __init__(self, feeds, steps, output_names, constants, all_fresh=False):
+    def __init__(self, feeds, steps, output_names, constants, fresh=frozenset()):
         self.feeds = tuple(_feed_check(*f) for f in feeds)
         """(name, dtype, the static shape or None, rank, a getter of the fixed dims or None,
         their sizes) of every model input, in order: a feed is checked with a few comparisons
@@ -55,9 +55,12 @@ class HostPath:
         self.output_names = output_names
         self.known_outputs = frozenset(output_names)
         self.constants = constants
-        self.all_fresh = all_fresh
-        """Whether every model output is a fresh array of a step (no feed passed through, no
-        constant): results then need no aliasing check."""
+        self.fresh = fresh
+        """The model outputs that steps make as fresh arrays (``Step.fresh_arrays``): they
+        need no aliasing check."""
+        self.all_fresh = fresh.issuperset(output_names)
+        self.constant_outputs = tuple(n for n in output_names if n in constants)
+        """Model outputs that are constants (each run hands out a copy)."""
 
     @classmethod
     def of(cls, inputs: list[ValueInfo], steps: list[Step], output_names: list[str],
@@ -85,7 +88,7 @@ class HostPath:
             plan.append((s, s.run_arrays, tuple(s.inputs), tuple(s.outputs), tuple(s.frees),
                          HOST_VALUES if host_values else expected))
         return cls(tuple(feeds), tuple(plan), tuple(output_names), constants,
-                   fresh.issuperset(output_names))
+                   frozenset(fresh))
 
     def run(self, feeds, names) -> list | None:
         """The arrays of ``names`` (None: every output), in that order, or None when this run
@@ -117,12 +120,10 @@ class HostPath:
             sizes = sym(dims)
             if sizes.count(sizes[0]) != len(sizes):
                 return None
-        if not self.all_fresh:
-            fed = tuple(env.values())
-            fed_ids = {id(f) for f in fed}
-            for name in self.output_names:  # as the general path: constant outputs are copies
-                if name in self.constants and name not in env:
-                    env[name] = self.constants[name].copy()
+        fed = None  # the feeds, found when some output is to be compared with them
+        for name in self.constant_outputs:  # as the general path: constant outputs are copies
+            if name not in env:
+                env[name] = self.constants[name].copy()
         for step, run, ins, outs, frees, expected in self.steps:
             try:
                 results = run(list(map(env.__getitem__, ins)))
@@ -150,11 +151,18 @@ class HostPath:
         if self.all_fresh:
             return list(map(env.__getitem__, names))
         out = []
+        fresh = self.fresh
         for n in names:
             v = env[n]
+            if n in fresh:
+                out.append(v)
+                continue
             if type(v) is not ndarray:  # a host value (ZipMap's maps): the caller's form
                 out.append(v.numpy())
                 continue
+            if fed is None:
+                fed = tuple(feeds[f[0]] for f in self.feeds)
+                fed_ids = {id(f) for f in fed}
             if v.base is None:  # an input passed through: outputs never alias a caller's array
                 if id(v) in fed_ids:
                     v = v.copy()
