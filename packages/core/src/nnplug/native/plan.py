@@ -399,8 +399,10 @@ class StaticRunner(_Runner):
         if probe is not None:  # where the slots point while workspace sizes are asked
             scratch = np.empty(max(total, 1) + ALIGN, np.uint8)
             base = scratch.ctypes.data + (-scratch.ctypes.data) % ALIGN
+            held = [string_tensors.output_items(spec.shape(n)) if string_tensors.is_string(
+                spec.dtype(n)) else probe[n] for n in out_slots]  # string outputs: elements
             at = [base] + [probe[n].ctypes.data for n in self.inputs] + \
-                [probe[n].ctypes.data for n in out_slots]
+                [a.ctypes.data for a in held]
         for s, k in enumerate(kernels):
             step = steps[s]
             step.kernel = k.ptr
@@ -456,7 +458,12 @@ class StaticRunner(_Runner):
         self._picks = [(0, at[n]) if n in at else
                        (1, self.inputs.index(n)) if n in self.inputs else (2, n)
                        for n in self.outputs]
-        self._out_allocs = [(shape, dtype, _nbytes(shape, dtype)) for shape, dtype in self.out_specs]
+        self._out_allocs = [(shape, dtype, None if string_tensors.is_string(dtype) else
+                             _nbytes(shape, dtype)) for shape, dtype in self.out_specs]
+        self._string_outs = [(j, n) for j, n in enumerate(out_slots)
+                             if string_tensors.is_string(spec.dtype(n))]
+        """Output slots of strings (only in a plan DynamicRunner fixed, run by run_arrays):
+        the backend points zeroed nnp_string elements at its bytes, read back after the run."""
         self._outs_in_order = self._picks == [(0, j) for j in range(len(self.out_slot_names))]
 
     # -- host arrays in, host arrays out: the fixed cost of a run kept low ------------------
@@ -501,6 +508,12 @@ class StaticRunner(_Runner):
                 j += 1
             outs = []
             for shape, dtype, nbytes in self._out_allocs:
+                if nbytes is None:  # a string output: the elements the backend fills
+                    o = string_tensors.output_items(shape)
+                    slots[j] = o.ctypes.data
+                    outs.append(o)
+                    j += 1
+                    continue
                 o = np_empty(shape, dtype)
                 try:
                     slots[j] = addressof(_from_buffer(o)) if nbytes else o.ctypes.data
@@ -512,6 +525,12 @@ class StaticRunner(_Runner):
             failed.value = -1
             rc = self._run_steps_raw(self.steps, len(kernels), slots, self.num_slots, ws,
                                      self._ws_nbytes, None, failed_ref)
+            if self._string_outs:  # read back and released, also after a failed run
+                texts = string_tensors.unpack_outputs(
+                    [(n, outs[j], self._out_allocs[j][0]) for j, n in self._string_outs],
+                    self.lib.table.release_strings, f"backend {self.lib.id!r}", rc_ok=rc == 0)
+                for j, n in self._string_outs:
+                    outs[j] = texts.get(n)
             if rc != 0:
                 idx = failed.value if 0 <= failed.value < len(kernels) else 0
                 raise self._fail(rc, kernels[idx])
@@ -732,7 +751,8 @@ class DynamicRunner(_Runner):
     def _input_symbols(self):
         """Per input, its dims (ints, and symbols: a dim the model leaves unnamed is one of
         its own), when every value the partition's kernels read or make has a shape of ints
-        and of those symbols only, its dtype known and no strings; a partition output may
+        and of those symbols only, its dtype known and no strings but in partition outputs
+        that no kernel reads (a classifier's string labels); a partition output may
         have other dims where its kernel's ops make shapes from shapes alone (data_shaped: a
         tree ensemble's [N, 1] where the model names no N), the sizes then taken from the
         shape's first run. Else None. Then one run's input shapes give every shape, and a
@@ -748,12 +768,18 @@ class DynamicRunner(_Runner):
             dims.append(tuple(f"\0{i}.{j}" if d is None else d for j, d in enumerate(info.shape)))
         known = {d for shape in dims for d in shape if isinstance(d, str)}
         learned = set()
+        # string values a static plan takes: partition outputs no kernel reads (the host
+        # hands zeroed elements and reads the backend's bytes back, as run_dynamic does)
+        read = {v for k in self.state.kernels for v in k.inputs if v}
+        strings_out = {v for v in self.outputs if v not in read and v not in self.inputs} \
+            if self.native is not None else set()
         for k in self.state.kernels:
             for v in (*k.inputs, *k.outputs):
                 if not v or v in self.consts:
                     continue
                 info, dtype = self.spec.values.get(v), self.spec.dtype(v)
-                if info is None or dtype is None or string_tensors.is_string(dtype):
+                if info is None or dtype is None or string_tensors.is_string(dtype) and \
+                        v not in strings_out:
                     return None
                 if v in self.inputs or info.shape is not None and all(
                         isinstance(d, int) or d in known for d in info.shape):
