@@ -510,7 +510,7 @@ class StaticRunner(_Runner):
             for shape, dtype, nbytes in self._out_allocs:
                 if nbytes is None:  # a string output: the elements the backend fills
                     o = string_tensors.output_items(shape)
-                    slots[j] = o.ctypes.data
+                    slots[j] = addressof(_from_buffer(o))
                     outs.append(o)
                     j += 1
                     continue

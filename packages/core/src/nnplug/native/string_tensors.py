@@ -19,6 +19,7 @@ import numpy as np
 from ..errors import BackendError, InputError
 from ..graph import is_string, node_has_strings  # noqa: F401  (used as string_tensors.*)
 from . import abi, strings
+from .buffer import address_of
 
 MAX_STRING_BYTES = 1 << 30  # NNP_MAX_STRING_BYTES (backend.h)
 _ITEM = np.dtype([("data", np.uint64), ("size", np.uint64)])  # == nnp_string, 16 bytes
@@ -71,6 +72,7 @@ def unpack(items: np.ndarray, shape, release, who: str) -> np.ndarray:
     """The object array of str a backend wrote into ``items`` (from :func:`output_items`);
     ``release(address, count)`` frees the backend's bytes, whatever happens here."""
     n = math.prod(shape)
+    address = address_of(items)
     try:
         out = np.empty(n, object)
         ptrs, sizes = items["data"][:n].tolist(), items["size"][:n].tolist()
@@ -81,7 +83,7 @@ def unpack(items: np.ndarray, shape, release, who: str) -> np.ndarray:
             if sizes[i] and not ptrs[i]:
                 raise BackendError(f"{who}: string output element {i} has {sizes[i]} bytes at "
                                    f"NULL")
-        blob = strings.read_gathered(items.ctypes.data, sizes)
+        blob = strings.read_gathered(address, sizes)
         at = 0
         for i in range(n):
             if blob is None:  # some element is unreadable: read one by one to name it
@@ -100,7 +102,7 @@ def unpack(items: np.ndarray, shape, release, who: str) -> np.ndarray:
         return out.reshape(shape)
     finally:
         if n and release:
-            release(items.ctypes.data, n)
+            release(address, n)
 
 
 def unpack_outputs(outputs, release, where: str, rc_ok: bool) -> dict:

@@ -39,8 +39,8 @@ def _vm_readv():
     except (OSError, AttributeError):  # pragma: no cover - not Linux
         return None
     fn.restype = C.c_ssize_t
-    fn.argtypes = [C.c_int, C.POINTER(_IOVec), C.c_ulong, C.POINTER(_IOVec), C.c_ulong,
-                   C.c_ulong]
+    # the remote iovecs as an address: read_gathered passes where a backend's elements are
+    fn.argtypes = [C.c_int, C.POINTER(_IOVec), C.c_ulong, C.c_void_p, C.c_ulong, C.c_ulong]
     # A sandbox may forbid the call (seccomp: EPERM, ENOSYS): then reads are bounded only.
     probe, out = C.create_string_buffer(b"ok"), C.create_string_buffer(2)
     src, dst = _IOVec(C.cast(probe, C.c_void_p), 2), _IOVec(C.cast(out, C.c_void_p), 2)
@@ -70,6 +70,7 @@ def _read_memory(address: int, n: int) -> bytes:
 
 
 _IOV_MAX = 1024  # iovecs one process_vm_readv call takes (Linux UIO_MAXIOV)
+_IOVEC_BYTES = C.sizeof(_IOVec)
 
 
 def read_gathered(iovecs: int, sizes: list[int]) -> bytes | None:
@@ -86,7 +87,7 @@ def read_gathered(iovecs: int, sizes: list[int]) -> bytes | None:
         if want:
             local = _IOVec(base + at, want)
             count = min(_IOV_MAX, len(sizes) - k)
-            remote = C.cast(C.c_void_p(iovecs + k * C.sizeof(_IOVec)), C.POINTER(_IOVec))
+            remote = iovecs + k * _IOVEC_BYTES
             if _READV(os.getpid(), C.byref(local), 1, remote, count, 0) != want:
                 return None
         at += want
