@@ -485,6 +485,8 @@ def test_tree_ensemble_v5_swapped_transforms_are_declined(runtime, post):
 
 # (classes by intercepts, labels): one score with no labels, with two labels; 2, 3 and 5 classes
 LINEAR_CLASSIFIER_VARIANTS = [(1, 0), (1, 2), (2, 2), (3, 3), (5, 5)]
+# fewer features than one 8-lane block of the float32 dot, a whole block, blocks and a rest
+LINEAR_FEATURES = [1, 3, 6, 8, 13, 20, 37]
 
 
 def linear_inputs(rng, n_features, post, dtype):
@@ -505,7 +507,7 @@ def test_linear_classifier(runtime, post):
     for v, (C, n_labels) in enumerate(LINEAR_CLASSIFIER_VARIANTS):
         for d, dtype in enumerate((np.float32, np.float64, np.int64, np.int32)):
             rng = case_rng(5, POSTS.index(post), v, d)
-            n_features = int(rng.integers(1, 7))
+            n_features = int(rng.choice(LINEAR_FEATURES))
             icpt = (0.5 + rng.uniform(-0.1, 0.1, C)) if post == "PROBIT" else rng.uniform(-1, 1, C)
             attrs = dict(coefficients=linear_weights(rng, C * n_features, post, n_features).tolist(),
                          intercepts=icpt.tolist(), post_transform=post)
@@ -529,7 +531,7 @@ def test_linear_regressor(runtime, post):
         for with_icpt in (False, True):
             for d, dtype in enumerate((np.float32,)):  # onnxruntime's LinearRegressor takes float only
                 rng = case_rng(6, POSTS.index(post), T, with_icpt, d)
-                n_features = int(rng.integers(1, 7))
+                n_features = int(rng.choice(LINEAR_FEATURES))
                 attrs = dict(coefficients=linear_weights(rng, T * n_features, post, n_features).tolist(),
                              targets=T, post_transform=post)
                 if with_icpt:
