@@ -1,10 +1,13 @@
-"""scikit-learn tree ensembles exported by skl2onnx: nnplug beside onnxruntime, batch 1 and 1,000.
+"""scikit-learn tree ensembles (and linear and SVM models) exported by skl2onnx: nnplug beside
+onnxruntime, batch 1 and 1,000.
 
     python benchmarks/trees.py [--threads 1] [--rounds 7] [--only GBC] [--no-zipmap]
 
 Models (trained on a seeded synthetic problem with 20 features): GradientBoostingClassifier
 (binary, 4 classes, string labels), GradientBoostingRegressor, HistGradientBoostingClassifier,
-RandomForestClassifier / Regressor, at several sizes (trees x depth). Classifiers are exported
+RandomForestClassifier / Regressor, at several sizes (trees x depth); then LogisticRegression
+(binary, 4 classes, behind a StandardScaler), LinearRegression, SVC and SVR (RBF kernel, fitted
+on 500 rows: a few hundred support vectors). Classifiers are exported
 as skl2onnx writes them by default (TreeEnsembleClassifier, Cast, ZipMap), or without ZipMap
 with --no-zipmap. Per model and batch, ``nnplug.InferenceSession.run`` and onnxruntime's
 ``InferenceSession.run`` (both with ``--threads`` intra-op threads) are timed interleaved in one
@@ -78,6 +81,18 @@ def models():
     for t, d in ((10, 4), (100, 8)):
         out.append((f"RFR {t}x{d}", E.RandomForestRegressor(n_estimators=t, max_depth=d,
                                                            random_state=0), s))
+    from sklearn.linear_model import LinearRegression, LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+    from sklearn.svm import SVC, SVR
+
+    out += [("LogReg binary", LogisticRegression(max_iter=500), y2),
+            ("LogReg 4 classes", LogisticRegression(max_iter=500), y4),
+            ("Scaler + LogReg", make_pipeline(StandardScaler(), LogisticRegression(max_iter=500)),
+             y2),
+            ("LinearRegression", LinearRegression(), s),
+            ("SVC rbf (500 rows)", SVC(probability=True), y2),
+            ("SVR rbf (500 rows)", SVR(), s)]
     return X, out
 
 
@@ -121,7 +136,10 @@ def main(argv=None) -> int:
     for name, est, y in todo:
         if args.only and args.only not in name:
             continue
-        est.fit(X, y)
+        if "500 rows" in name:  # a kernel machine keeps a share of its rows as vectors
+            est.fit(X[:500], y[:500])
+        else:
+            est.fit(X, y)
         opts = {id(est): {"zipmap": False}} if args.no_zipmap and hasattr(est, "classes_") else None
         data_ = to_onnx(est, X[:1], options=opts).SerializeToString()
         so = ort.SessionOptions()
