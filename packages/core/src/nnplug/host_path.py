@@ -120,7 +120,6 @@ class HostPath:
             sizes = sym(dims)
             if sizes.count(sizes[0]) != len(sizes):
                 return None
-        fed = None  # the feeds, found when some output is to be compared with them
         for name in self.constant_outputs:  # as the general path: constant outputs are copies
             if name not in env:
                 env[name] = self.constants[name].copy()
@@ -152,6 +151,7 @@ class HostPath:
             return list(map(env.__getitem__, names))
         out = []
         fresh = self.fresh
+        fed = None  # the feeds, found when some output is to be compared with them
         for n in names:
             v = env[n]
             if n in fresh:

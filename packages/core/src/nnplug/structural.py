@@ -160,8 +160,8 @@ class _ZipMap:
                                f"label")
         if self.order is not None:
             x = x[:, self.order]
-        return MapSequence(self.rows_to_maps(x.tolist()), fresh=True)  # Python floats, as
-        # onnxruntime gives
+        rows = x.tolist()  # Python floats, as onnxruntime gives
+        return MapSequence(self.rows_to_maps(rows), fresh=True)
 
 
 def _rows_to_maps(labels: list):

@@ -240,6 +240,7 @@ KERNEL_WORKSPACE_SIZE = _F(status, _p, _TP, _i32, _TP, _i32, C.POINTER(_u64))
 KERNEL_RUN = _F(status, _p, _TP, _i32, _TP, _i32, _p, _u64, _p)
 RUN_STEPS = _F(status, C.POINTER(Step), _i32, C.POINTER(_p), _i32, _p, _u64, _p, C.POINTER(_i32))
 RELEASE_STRINGS = _F(None, _p, _u64)
+OUTPUT_ALLOC = _F(status, _p, _i32, _TP)
 
 
 def unprototyped(fn):
@@ -248,7 +249,6 @@ def unprototyped(fn):
     A prototyped call converts each argument on every call (about 1 us for run_steps' eight);
     run_arrays makes this call once per run. The GIL is released as through ``fn``."""
     return _F(status)(C.cast(fn, _p).value)
-OUTPUT_ALLOC = _F(status, _p, _i32, _TP)
 
 
 class DynamicRun(C.Structure):

@@ -460,8 +460,8 @@ class StaticRunner(_Runner):
                        for n in self.outputs]
         self._out_allocs = [(shape, dtype, None if string_tensors.is_string(dtype) else
                              _nbytes(shape, dtype)) for shape, dtype in self.out_specs]
-        self._string_outs = [(j, n) for j, n in enumerate(out_slots)
-                             if string_tensors.is_string(spec.dtype(n))]
+        self._string_outs = [(j, n) for j, (n, (_, _, nbytes)) in
+                             enumerate(zip(out_slots, self._out_allocs)) if nbytes is None]
         """Output slots of strings (only in a plan DynamicRunner fixed, run by run_arrays):
         the backend points zeroed nnp_string elements at its bytes, read back after the run."""
         self._outs_in_order = self._picks == [(0, j) for j in range(len(self.out_slot_names))]
@@ -469,8 +469,8 @@ class StaticRunner(_Runner):
     # -- host arrays in, host arrays out: the fixed cost of a run kept low ------------------
     def fresh_arrays(self) -> bool:
         """Whether run_arrays returns only arrays it allocated for this run, in the model's
-        shapes and dtypes (arrays_ok checked them)."""
-        return self._outs_in_order and _made_outputs(self)
+        shapes and dtypes (arrays_ok checked them): every output is an output slot, in order."""
+        return self._outs_in_order
 
     def arrays_ok(self, values) -> bool:
         """Whether :meth:`run_arrays` may stand in for :meth:`run`: host memory, one native
