@@ -77,3 +77,23 @@ def test_light_squeezenet_softmax_stays_uniform_like_onnxruntime(rt):
     (out,) = got.values()
     assert np.ptp(want[0]) == 0.0  # onnxruntime: every class equally likely
     assert np.ptp(out) == 0.0, f"nnplug-cpu softmax is not uniform: max {out.max()}"
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_row_has_the_same_bits_in_products_of_any_row_count(rt, threads):
+    """A row of A gives the same product alone, in a prompt's 13 to 18 rows (one pass of
+    three A panels over B), in 12 + a few rows, or in many: every tile sums in one order."""
+    a = RNG.standard_normal((40, 260), dtype=np.float32)
+    w = RNG.standard_normal((260, 75), dtype=np.float32)  # columns off the 16-column panels
+    lib = rt.backends["cpu"].backend
+    lib.set_num_threads(threads)
+    try:
+        products = {}
+        for rows in (1, 4, 5, 12, 13, 14, 16, 18, 19, 40):
+            model, feeds = one_node_model("MatMul", [a[:rows], w], {}, const_inputs=(1,))
+            products[rows] = run_cpu(rt, model, feeds)[0][0]
+    finally:
+        lib.set_num_threads(0)
+    for rows, got in products.items():
+        np.testing.assert_array_equal(got, products[40][:rows], err_msg=f"{rows} rows vs 40")
+    np.testing.assert_allclose(products[40], a @ w, rtol=1e-4, atol=1e-3)

@@ -24,6 +24,7 @@
  * steps, where the hardware's prefetcher stops and starts again (a decoder's projection onto
  * its vocabulary, 16 rows x 512 x 32000 on 2 threads: 2.16 -> 1.6 ms; one row 1.16 -> 1.01) */
 #define BPF 16
+#define TPF 48 /* the same for tile_tall_avx512 */
 #define MC 96  /* multiple of MR */
 #define NC 1024 /* multiple of NR */
 
@@ -220,6 +221,27 @@ store_row_avx512(const __m512 *acc, const int NB, float *row, int64_t w, int fir
     }
 }
 
+/* A whole row of NB 16-column slots into C (row) from column c0, with store_row_avx512's
+ * arithmetic unmasked: the common tile, unrolled so that its accumulators stay in registers
+ * (store_row_avx512's loops kept them on the stack, an eighth of a 256-deep tile's time). */
+__attribute__((target("avx512f"), always_inline)) static inline void
+store_full_row_avx512(const __m512 *acc, const int NB, float *row, int first,
+                      const nnc_gemm_epi *ep, int kind, __m512 lo, __m512 hi, int64_t r0,
+                      int64_t c0)
+{
+    const float bias = ep && ep->bias ? ep->bias[r0] : 0.f;
+#pragma GCC unroll 4
+    for (int q = 0; q < NB; q++) {
+        const __m512 prev = first ? acc[q] : _mm512_loadu_ps(row + 16 * q);
+        const __m512 r =
+            ep && ep->res ? _mm512_loadu_ps(ep->res + r0 * ep->ldr + c0 + 16 * q) : prev;
+        const __m512 cb = ep && ep->col_bias ? _mm512_loadu_ps(ep->col_bias + c0 + 16 * q) : prev;
+        _mm512_storeu_ps(row + 16 * q,
+                         epi_values(acc[q], first, prev, ep, kind, lo, hi, bias,
+                                    ep && ep->col_bias ? &cb : NULL, ep && ep->res ? &r : NULL));
+    }
+}
+
 /* The product of NA (1 or 2) A panels and NB (1 or 2) B panels over kc steps, into the h x w
  * corner of C at (r0, c0) (h <= 6 NA, w <= 16 NB), with store_tile's arithmetic. */
 __attribute__((target("avx512f"), always_inline)) static inline void
@@ -235,6 +257,7 @@ tile_avx512(const int NA, const int NB, int64_t kc, const float *a, int64_t astr
     for (int i = 0; i < NA * MR && i < h; i++)
         for (int q = 0; q < NB; q++) __builtin_prefetch(c + i * ldc + 16 * q, 1, 3);
     const float *a1 = a + astride, *b1 = b + bstride;
+#pragma GCC unroll 4
     for (int64_t k = 0; k < kc; k++) {
         __builtin_prefetch(b + (k + BPF) * NR, 0, 3);
         if (NB > 1) __builtin_prefetch(b1 + (k + BPF) * NR, 0, 3);
@@ -245,6 +268,15 @@ tile_avx512(const int NA, const int NB, int64_t kc, const float *a, int64_t astr
             acc[i][0] = _mm512_fmadd_ps(av, bv0, acc[i][0]);
             if (NB > 1) acc[i][1] = _mm512_fmadd_ps(av, bv1, acc[i][1]);
         }
+    }
+    const int kind = ep && ep->act ? ep->act->kind : ACT_NONE;
+    if (h == NA * MR && w == 16 * NB && kind != ACT_GELU_ERF) {
+        const __m512 lo = _mm512_set1_ps(ep && ep->act ? ep->act->a : 0.f);
+        const __m512 hi = _mm512_set1_ps(ep && ep->act ? ep->act->b : 0.f);
+#pragma GCC unroll 12
+        for (int i = 0; i < NA * MR; i++)
+            store_full_row_avx512(acc[i], NB, c + i * ldc, first, ep, kind, lo, hi, r0 + i, c0);
+        return;
     }
     for (int i = 0; i < NA * MR && i < h; i++)
         store_row_avx512(acc[i], NB, c + i * ldc, w, first, ep, r0 + i, c0);
@@ -283,6 +315,15 @@ tile_few_avx512(const int H, const int NB, int64_t kc, const float *a, const flo
             for (int q = 0; q < NB; q++) acc[i][q] = _mm512_fmadd_ps(av, bv[q], acc[i][q]);
         }
     }
+    const int kind = ep && ep->act ? ep->act->kind : ACT_NONE;
+    if (w == 16 * NB && kind != ACT_GELU_ERF) {
+        const __m512 lo = _mm512_set1_ps(ep && ep->act ? ep->act->a : 0.f);
+        const __m512 hi = _mm512_set1_ps(ep && ep->act ? ep->act->b : 0.f);
+#pragma GCC unroll 4
+        for (int i = 0; i < H; i++)
+            store_full_row_avx512(acc[i], NB, c + i * ldc, first, ep, kind, lo, hi, r0 + i, c0);
+        return;
+    }
     for (int i = 0; i < H; i++) store_row_avx512(acc[i], NB, c + i * ldc, w, first, ep, r0 + i, c0);
 }
 
@@ -307,6 +348,45 @@ static const tile_few_fn TILES_FEW[4][4] = {
     {tile_few_avx512_31, tile_few_avx512_32, tile_few_avx512_33, tile_few_avx512_34},
     {tile_few_avx512_41, tile_few_avx512_42, tile_few_avx512_43, tile_few_avx512_44}};
 #define FEW_ROWS 4 /* at most this many rows take tile_few_avx512 */
+
+/* Three A panels (h rows, 13 < h <= 18) times one B panel, into the h x w corner of C at
+ * (r0, c0): a product of 13 to 18 rows (a short prompt's) in one pass over B. The 12 + 4 row
+ * tiles read B twice and the 12-row tile's two B streams, at two threads, asked for more bytes
+ * per cycle than memory gives; here one B load feeds 18 FMAs. The same fma chain per element
+ * as tile_avx512: the same bits. */
+__attribute__((target("avx512f"), noinline)) static void
+tile_tall_avx512(int64_t kc, const float *a, int64_t astride, const float *b, float *c, int64_t ldc,
+                 int64_t h, int64_t w, int first, const nnc_gemm_epi *ep, int64_t r0, int64_t c0)
+{
+    __m512 acc[3 * MR];
+#pragma GCC unroll 18
+    for (int i = 0; i < 3 * MR; i++) acc[i] = _mm512_setzero_ps();
+    for (int i = 0; i < h; i++) __builtin_prefetch(c + i * ldc, 1, 3);
+    const float *a1 = a + astride, *a2 = a + 2 * astride;
+#pragma GCC unroll 2
+    for (int64_t k = 0; k < kc; k++) {
+        /* further ahead than BPF: a step here is 9 cycles where the 12-row tile's is 12
+         * (past the panel's end is the next panel's start; 16 x 256 x 50257: ~5% faster) */
+        __builtin_prefetch(b + (k + TPF) * NR, 0, 3);
+        const __m512 bv = _mm512_loadu_ps(b + k * NR);
+#pragma GCC unroll 18
+        for (int i = 0; i < 3 * MR; i++) {
+            const float *ai = i < MR ? a : i < 2 * MR ? a1 : a2;
+            acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(ai[k * MR + i % MR]), bv, acc[i]);
+        }
+    }
+    const int kind = ep && ep->act ? ep->act->kind : ACT_NONE;
+    if (w == 16 && kind != ACT_GELU_ERF) {
+        const __m512 lo = _mm512_set1_ps(ep && ep->act ? ep->act->a : 0.f);
+        const __m512 hi = _mm512_set1_ps(ep && ep->act ? ep->act->b : 0.f);
+#pragma GCC unroll 18
+        for (int i = 0; i < 3 * MR; i++)
+            if (i < h)
+                store_full_row_avx512(&acc[i], 1, c + i * ldc, first, ep, kind, lo, hi, r0 + i, c0);
+        return;
+    }
+    for (int i = 0; i < h; i++) store_row_avx512(&acc[i], 1, c + i * ldc, w, first, ep, r0 + i, c0);
+}
 
 /* The AVX-512 tile with B read in place: row k of slot q at brow[k] + boff[q], its valid lanes
  * in mask[q] (any set: a slot may cross the padding between two output rows), stored in order
@@ -452,6 +532,16 @@ static void packed_cols_avx512(int64_t m, int64_t n, int64_t k, const float *pa,
                 int64_t w = j1 - jr < 4 * NR ? j1 - jr : 4 * NR;
                 TILES_FEW[m - 1][(w + NR - 1) / NR - 1](kc, pa + p0 * MR, bp + jr * kc, NR * kc,
                                                         c + jr, ldc, w, first, e, 0, jr);
+            }
+            continue;
+        }
+        /* three A panels, B streams through once (from 14 rows: at 13 the 12-row tile and a
+         * one-row tile measured faster than 18 rows' FMAs for 13) */
+        if (m >= 2 * MR + 2 && m <= 3 * MR) {
+            for (int64_t jr = j0; jr < j1; jr += NR) {
+                int64_t w = j1 - jr < NR ? j1 - jr : NR;
+                tile_tall_avx512(kc, pa + p0 * MR, MR * k, bp + jr * kc, c + jr, ldc, m, w, first,
+                                 e, 0, jr);
             }
             continue;
         }
