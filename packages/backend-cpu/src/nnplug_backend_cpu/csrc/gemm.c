@@ -349,19 +349,19 @@ static const tile_few_fn TILES_FEW[4][4] = {
     {tile_few_avx512_41, tile_few_avx512_42, tile_few_avx512_43, tile_few_avx512_44}};
 #define FEW_ROWS 4 /* at most this many rows take tile_few_avx512 */
 
-/* Three A panels (h rows, 13 < h <= 18) times one B panel, into the h x w corner of C at
- * (r0, c0): a product of 13 to 18 rows (a short prompt's) in one pass over B. The 12 + 4 row
- * tiles read B twice and the 12-row tile's two B streams, at two threads, asked for more bytes
- * per cycle than memory gives; here one B load feeds 18 FMAs. The same fma chain per element
- * as tile_avx512: the same bits. */
-__attribute__((target("avx512f"), noinline)) static void
-tile_tall_avx512(int64_t kc, const float *a, int64_t astride, const float *b, float *c, int64_t ldc,
-                 int64_t h, int64_t w, int first, const nnc_gemm_epi *ep, int64_t r0, int64_t c0)
+/* The first H (14..18) rows of three A panels times one B panel, into the H x w corner of C
+ * at (r0, c0): a product of 14 to 18 rows (a short prompt's) in one pass over B. The 12 + 4
+ * row tiles read B twice and the 12-row tile's two B streams, at two threads, asked for more
+ * bytes per cycle than memory gives; here one B load feeds H FMAs (H fixed per instance: 16
+ * rows summing 18 cost 7%). The same fma chain per element as tile_avx512: the same bits. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+tile_tall_avx512(const int H, int64_t kc, const float *a, int64_t astride, const float *b, float *c,
+                 int64_t ldc, int64_t w, int first, const nnc_gemm_epi *ep, int64_t r0, int64_t c0)
 {
     __m512 acc[3 * MR];
 #pragma GCC unroll 18
     for (int i = 0; i < 3 * MR; i++) acc[i] = _mm512_setzero_ps();
-    for (int i = 0; i < h; i++) __builtin_prefetch(c + i * ldc, 1, 3);
+    for (int i = 0; i < H; i++) __builtin_prefetch(c + i * ldc, 1, 3);
     const float *a1 = a + astride, *a2 = a + 2 * astride;
 #pragma GCC unroll 2
     for (int64_t k = 0; k < kc; k++) {
@@ -370,7 +370,7 @@ tile_tall_avx512(int64_t kc, const float *a, int64_t astride, const float *b, fl
         __builtin_prefetch(b + (k + TPF) * NR, 0, 3);
         const __m512 bv = _mm512_loadu_ps(b + k * NR);
 #pragma GCC unroll 18
-        for (int i = 0; i < 3 * MR; i++) {
+        for (int i = 0; i < H; i++) {
             const float *ai = i < MR ? a : i < 2 * MR ? a1 : a2;
             acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(ai[k * MR + i % MR]), bv, acc[i]);
         }
@@ -380,13 +380,30 @@ tile_tall_avx512(int64_t kc, const float *a, int64_t astride, const float *b, fl
         const __m512 lo = _mm512_set1_ps(ep && ep->act ? ep->act->a : 0.f);
         const __m512 hi = _mm512_set1_ps(ep && ep->act ? ep->act->b : 0.f);
 #pragma GCC unroll 18
-        for (int i = 0; i < 3 * MR; i++)
-            if (i < h)
-                store_full_row_avx512(&acc[i], 1, c + i * ldc, first, ep, kind, lo, hi, r0 + i, c0);
+        for (int i = 0; i < H; i++)
+            store_full_row_avx512(&acc[i], 1, c + i * ldc, first, ep, kind, lo, hi, r0 + i, c0);
         return;
     }
-    for (int i = 0; i < h; i++) store_row_avx512(&acc[i], 1, c + i * ldc, w, first, ep, r0 + i, c0);
+    for (int i = 0; i < H; i++) store_row_avx512(&acc[i], 1, c + i * ldc, w, first, ep, r0 + i, c0);
 }
+
+#define TILE_TALL(H)                                                                              \
+    __attribute__((target("avx512f"), noinline)) static void tile_tall_avx512_##H(                \
+        int64_t kc, const float *a, int64_t as, const float *b, float *c, int64_t ldc, int64_t w, \
+        int first, const nnc_gemm_epi *ep, int64_t r0, int64_t c0)                                \
+    {                                                                                             \
+        tile_tall_avx512(H, kc, a, as, b, c, ldc, w, first, ep, r0, c0);                          \
+    }
+TILE_TALL(14)
+TILE_TALL(15)
+TILE_TALL(16)
+TILE_TALL(17)
+TILE_TALL(18)
+typedef void (*tile_tall_fn)(int64_t, const float *, int64_t, const float *, float *, int64_t,
+                             int64_t, int, const nnc_gemm_epi *, int64_t, int64_t);
+static const tile_tall_fn TILES_TALL[5] = {tile_tall_avx512_14, tile_tall_avx512_15,
+                                           tile_tall_avx512_16, tile_tall_avx512_17,
+                                           tile_tall_avx512_18};
 
 /* The AVX-512 tile with B read in place: row k of slot q at brow[k] + boff[q], its valid lanes
  * in mask[q] (any set: a slot may cross the padding between two output rows), stored in order
@@ -540,8 +557,8 @@ static void packed_cols_avx512(int64_t m, int64_t n, int64_t k, const float *pa,
         if (m >= 2 * MR + 2 && m <= 3 * MR) {
             for (int64_t jr = j0; jr < j1; jr += NR) {
                 int64_t w = j1 - jr < NR ? j1 - jr : NR;
-                tile_tall_avx512(kc, pa + p0 * MR, MR * k, bp + jr * kc, c + jr, ldc, m, w, first,
-                                 e, 0, jr);
+                TILES_TALL[m - 2 * MR - 2](kc, pa + p0 * MR, MR * k, bp + jr * kc, c + jr, ldc, w,
+                                           first, e, 0, jr);
             }
             continue;
         }
