@@ -24,7 +24,7 @@
  * steps, where the hardware's prefetcher stops and starts again (a decoder's projection onto
  * its vocabulary, 16 rows x 512 x 32000 on 2 threads: 2.16 -> 1.6 ms; one row 1.16 -> 1.01) */
 #define BPF 16
-#define TPF 48 /* the same for tile_tall_avx512 */
+#define TPF 48 /* B rows ahead for tile_tall_avx512 */
 #define MC 96  /* multiple of MR */
 #define NC 1024 /* multiple of NR */
 
@@ -349,11 +349,13 @@ static const tile_few_fn TILES_FEW[4][4] = {
     {tile_few_avx512_41, tile_few_avx512_42, tile_few_avx512_43, tile_few_avx512_44}};
 #define FEW_ROWS 4 /* at most this many rows take tile_few_avx512 */
 
-/* The first H (14..18) rows of three A panels times one B panel, into the H x w corner of C
- * at (r0, c0): a product of 14 to 18 rows (a short prompt's) in one pass over B. The 12 + 4
- * row tiles read B twice and the 12-row tile's two B streams, at two threads, asked for more
- * bytes per cycle than memory gives; here one B load feeds H FMAs (H fixed per instance: 16
- * rows summing 18 cost 7%). The same fma chain per element as tile_avx512: the same bits. */
+/* The first H (7..18) rows of two or three A panels times one B panel, into the H x w corner
+ * of C at (r0, c0): a product of 7 to 18 rows (a short prompt's) in one pass over B. The 12 + 4
+ * row tiles read B twice, the 12-row tile summed its padding rows for 7 to 11, and its two B
+ * streams, at two threads, asked for more bytes per cycle than memory gives; here one B load
+ * feeds H FMAs (H fixed per instance: 16 rows summing 18 cost 7%). 16 x 256 x 50257 on two
+ * threads: 1.8 -> 1.65 ms; 8 rows 1.38 -> 1.11. The same fma chain per element as
+ * tile_avx512: the same bits. */
 __attribute__((target("avx512f"), always_inline)) static inline void
 tile_tall_avx512(const int H, int64_t kc, const float *a, int64_t astride, const float *b, float *c,
                  int64_t ldc, int64_t w, int first, const nnc_gemm_epi *ep, int64_t r0, int64_t c0)
@@ -394,6 +396,13 @@ tile_tall_avx512(const int H, int64_t kc, const float *a, int64_t astride, const
     {                                                                                             \
         tile_tall_avx512(H, kc, a, as, b, c, ldc, w, first, ep, r0, c0);                          \
     }
+TILE_TALL(7)
+TILE_TALL(8)
+TILE_TALL(9)
+TILE_TALL(10)
+TILE_TALL(11)
+TILE_TALL(12)
+TILE_TALL(13)
 TILE_TALL(14)
 TILE_TALL(15)
 TILE_TALL(16)
@@ -401,9 +410,10 @@ TILE_TALL(17)
 TILE_TALL(18)
 typedef void (*tile_tall_fn)(int64_t, const float *, int64_t, const float *, float *, int64_t,
                              int64_t, int, const nnc_gemm_epi *, int64_t, int64_t);
-static const tile_tall_fn TILES_TALL[5] = {tile_tall_avx512_14, tile_tall_avx512_15,
-                                           tile_tall_avx512_16, tile_tall_avx512_17,
-                                           tile_tall_avx512_18};
+static const tile_tall_fn TILES_TALL[3 * MR - MR] = {
+    tile_tall_avx512_7,  tile_tall_avx512_8,  tile_tall_avx512_9,  tile_tall_avx512_10,
+    tile_tall_avx512_11, tile_tall_avx512_12, tile_tall_avx512_13, tile_tall_avx512_14,
+    tile_tall_avx512_15, tile_tall_avx512_16, tile_tall_avx512_17, tile_tall_avx512_18};
 
 /* The AVX-512 tile with B read in place: row k of slot q at brow[k] + boff[q], its valid lanes
  * in mask[q] (any set: a slot may cross the padding between two output rows), stored in order
@@ -552,13 +562,12 @@ static void packed_cols_avx512(int64_t m, int64_t n, int64_t k, const float *pa,
             }
             continue;
         }
-        /* three A panels, B streams through once (from 14 rows: at 13 the 12-row tile and a
-         * one-row tile measured faster than 18 rows' FMAs for 13) */
-        if (m >= 2 * MR + 2 && m <= 3 * MR) {
+        /* up to three A panels, B streams through once */
+        if (m > MR && m <= 3 * MR) {
             for (int64_t jr = j0; jr < j1; jr += NR) {
                 int64_t w = j1 - jr < NR ? j1 - jr : NR;
-                TILES_TALL[m - 2 * MR - 2](kc, pa + p0 * MR, MR * k, bp + jr * kc, c + jr, ldc, w,
-                                           first, e, 0, jr);
+                TILES_TALL[m - MR - 1](kc, pa + p0 * MR, MR * k, bp + jr * kc, c + jr, ldc, w,
+                                       first, e, 0, jr);
             }
             continue;
         }
