@@ -242,6 +242,27 @@ store_full_row_avx512(const __m512 *acc, const int NB, float *row, int first,
     }
 }
 
+/* Rows [0, h) of a tile's sums (row i's NB slots at acc + i * ld) into C from (r0, c0), the
+ * tile H rows tall: unmasked and unrolled where the tile is whole (H rows, 16 NB columns),
+ * store_row_avx512 otherwise (an edge, or GELU's erf over a row's valid columns). */
+__attribute__((target("avx512f"), always_inline)) static inline void
+store_tile_avx512(const __m512 *acc, const int ld, const int NB, const int H, int64_t h, float *c,
+                  int64_t ldc, int64_t w, int first, const nnc_gemm_epi *ep, int64_t r0, int64_t c0)
+{
+    const int kind = ep && ep->act ? ep->act->kind : ACT_NONE;
+    if (h == H && w == 16 * NB && kind != ACT_GELU_ERF) {
+        const __m512 lo = _mm512_set1_ps(ep && ep->act ? ep->act->a : 0.f);
+        const __m512 hi = _mm512_set1_ps(ep && ep->act ? ep->act->b : 0.f);
+#pragma GCC unroll 18
+        for (int i = 0; i < H; i++)
+            store_full_row_avx512(acc + i * ld, NB, c + i * ldc, first, ep, kind, lo, hi, r0 + i,
+                                  c0);
+        return;
+    }
+    for (int i = 0; i < H && i < h; i++)
+        store_row_avx512(acc + i * ld, NB, c + i * ldc, w, first, ep, r0 + i, c0);
+}
+
 /* The product of NA (1 or 2) A panels and NB (1 or 2) B panels over kc steps, into the h x w
  * corner of C at (r0, c0) (h <= 6 NA, w <= 16 NB), with store_tile's arithmetic. */
 __attribute__((target("avx512f"), always_inline)) static inline void
@@ -269,17 +290,7 @@ tile_avx512(const int NA, const int NB, int64_t kc, const float *a, int64_t astr
             if (NB > 1) acc[i][1] = _mm512_fmadd_ps(av, bv1, acc[i][1]);
         }
     }
-    const int kind = ep && ep->act ? ep->act->kind : ACT_NONE;
-    if (h == NA * MR && w == 16 * NB && kind != ACT_GELU_ERF) {
-        const __m512 lo = _mm512_set1_ps(ep && ep->act ? ep->act->a : 0.f);
-        const __m512 hi = _mm512_set1_ps(ep && ep->act ? ep->act->b : 0.f);
-#pragma GCC unroll 12
-        for (int i = 0; i < NA * MR; i++)
-            store_full_row_avx512(acc[i], NB, c + i * ldc, first, ep, kind, lo, hi, r0 + i, c0);
-        return;
-    }
-    for (int i = 0; i < NA * MR && i < h; i++)
-        store_row_avx512(acc[i], NB, c + i * ldc, w, first, ep, r0 + i, c0);
+    store_tile_avx512((const __m512 *)acc, 2, NB, NA * MR, h, c, ldc, w, first, ep, r0, c0);
 }
 
 #define TILE_PACKED(NA, NB)                                                                        \
@@ -315,16 +326,7 @@ tile_few_avx512(const int H, const int NB, int64_t kc, const float *a, const flo
             for (int q = 0; q < NB; q++) acc[i][q] = _mm512_fmadd_ps(av, bv[q], acc[i][q]);
         }
     }
-    const int kind = ep && ep->act ? ep->act->kind : ACT_NONE;
-    if (w == 16 * NB && kind != ACT_GELU_ERF) {
-        const __m512 lo = _mm512_set1_ps(ep && ep->act ? ep->act->a : 0.f);
-        const __m512 hi = _mm512_set1_ps(ep && ep->act ? ep->act->b : 0.f);
-#pragma GCC unroll 4
-        for (int i = 0; i < H; i++)
-            store_full_row_avx512(acc[i], NB, c + i * ldc, first, ep, kind, lo, hi, r0 + i, c0);
-        return;
-    }
-    for (int i = 0; i < H; i++) store_row_avx512(acc[i], NB, c + i * ldc, w, first, ep, r0 + i, c0);
+    store_tile_avx512((const __m512 *)acc, 4, NB, H, H, c, ldc, w, first, ep, r0, c0);
 }
 
 #define TILE_FEW(H, NB)                                                                           \
@@ -377,16 +379,7 @@ tile_tall_avx512(const int H, int64_t kc, const float *a, int64_t astride, const
             acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(ai[k * MR + i % MR]), bv, acc[i]);
         }
     }
-    const int kind = ep && ep->act ? ep->act->kind : ACT_NONE;
-    if (w == 16 && kind != ACT_GELU_ERF) {
-        const __m512 lo = _mm512_set1_ps(ep && ep->act ? ep->act->a : 0.f);
-        const __m512 hi = _mm512_set1_ps(ep && ep->act ? ep->act->b : 0.f);
-#pragma GCC unroll 18
-        for (int i = 0; i < H; i++)
-            store_full_row_avx512(&acc[i], 1, c + i * ldc, first, ep, kind, lo, hi, r0 + i, c0);
-        return;
-    }
-    for (int i = 0; i < H; i++) store_row_avx512(&acc[i], 1, c + i * ldc, w, first, ep, r0 + i, c0);
+    store_tile_avx512(acc, 1, 1, H, H, c, ldc, w, first, ep, r0, c0);
 }
 
 #define TILE_TALL(H)                                                                              \
@@ -410,7 +403,8 @@ TILE_TALL(17)
 TILE_TALL(18)
 typedef void (*tile_tall_fn)(int64_t, const float *, int64_t, const float *, float *, int64_t,
                              int64_t, int, const nnc_gemm_epi *, int64_t, int64_t);
-static const tile_tall_fn TILES_TALL[3 * MR - MR] = {
+static const tile_tall_fn TILES_TALL[2 * MR] = {
+    /* 7 .. 18 rows */
     tile_tall_avx512_7,  tile_tall_avx512_8,  tile_tall_avx512_9,  tile_tall_avx512_10,
     tile_tall_avx512_11, tile_tall_avx512_12, tile_tall_avx512_13, tile_tall_avx512_14,
     tile_tall_avx512_15, tile_tall_avx512_16, tile_tall_avx512_17, tile_tall_avx512_18};
