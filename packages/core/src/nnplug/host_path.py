@@ -7,11 +7,15 @@ wherever the symbol appears; a step whose shapes are not all static checks what 
 itself (``Step.run_arrays``). Anything else (other feed types, a wrong
 dtype or shape, device backends, a profiler) takes the general path, which checks and reports
 as before.
+
+The run is one Python function written for the plan when the network is made: each feed's
+checks, each step's call and each result's check are straight-line code on local variables
+(a loop over per-feed and per-step tuples and a dict of values cost a one-node run about
+1.5 us of its 4). Its source holds indexes and integer sizes only; every name, dtype, shape
+and step is bound as a global of the function.
 """
 
 from __future__ import annotations
-
-from operator import itemgetter
 
 import numpy as np
 
@@ -28,39 +32,27 @@ FRESH = "fresh arrays"
 
 
 class HostPath:
-    """Built once per Network; ``run`` is thread-safe (it keeps no state of its own)."""
+    """Built once per Network; ``run(feeds, names)`` is thread-safe (it keeps no state)."""
 
-    __slots__ = ("feeds", "steps", "output_names", "known_outputs", "constants", "symbols",
-                 "fresh", "all_fresh", "constant_outputs")
+    __slots__ = ("run", "all_fresh", "source")
 
-    def __init__(self, feeds, steps, output_names, constants, fresh=frozenset()):
-        self.feeds = tuple(_feed_check(*f) for f in feeds)
-        """(name, dtype, the static shape or None, rank, a getter of the fixed dims or None,
-        their sizes) of every model input, in order: a feed is checked with a few comparisons
-        made in C (a generator per feed cost a decoder step 10 us)."""
-        self.steps = steps
-        """(step, its run_arrays, input names, output names, names freed after it,
-        expected (shape, dtype) of each output, or None when some output shape is not static)
-        per step."""
-        where: dict[str, list[int]] = {}  # symbol -> its places among the feeds' dims, end to end
-        at = 0
-        for _, shape, _, info in feeds:
-            for d in shape:
-                if info is not None and type(d) is str:
-                    where.setdefault(d, []).append(at)
-                at += 1
-        self.symbols = tuple(itemgetter(*p) for p in where.values() if len(p) > 1)
-        """Per symbol that appears twice or more among the inputs' dims: a getter of its sizes
-        from all feeds' dims end to end (the sizes must agree)."""
-        self.output_names = output_names
-        self.known_outputs = frozenset(output_names)
-        self.constants = constants
-        self.fresh = fresh
-        """The model outputs that steps make as fresh arrays (``Step.fresh_arrays``): they
-        need no aliasing check."""
+    def __init__(self, feeds, steps, output_names, constants):
+        """``feeds``: (name, shape, dtype, ValueInfo or None when static) per model input;
+        ``steps``: (step, its run_arrays, input names, output names, names freed after it,
+        expected outputs: FRESH, HOST_VALUES, None (a dynamic step) or (shape, dtype) each)."""
+        fresh = {o for s in steps if s[5] is FRESH for o in s[3]}
+        fed = {f[0] for f in feeds}
+        copied = [n for n in output_names if n in constants and n not in fed]
         self.all_fresh = fresh.issuperset(output_names)
-        self.constant_outputs = tuple(n for n in output_names if n in constants)
-        """Model outputs that are constants (each run hands out a copy)."""
+        """Whether every model output is an array a step made for this run (no aliasing
+        check, no conversion)."""
+        self.source, scope = _write(feeds, steps, output_names, constants, fresh, copied)
+        """The run's source, for a reader (``print(net._host_path.source)``)."""
+        exec(compile(self.source, "<nnplug host path>", "exec"), scope)  # noqa: S102
+        self.run = scope["run"]
+        """``run(feeds, names)``: the arrays of ``names`` (None: every output), in that order,
+        or None when this run is not the common case (the caller then takes the general path,
+        which also reports what is wrong with the feeds)."""
 
     @classmethod
     def of(cls, inputs: list[ValueInfo], steps: list[Step], output_names: list[str],
@@ -72,7 +64,6 @@ class HostPath:
                 return None
             feeds.append((v.name, tuple(v.shape), np.dtype(v.dtype), None if v.is_static else v))
         plan = []
-        fresh = set()  # outputs of steps whose results are fresh arrays
         for s in steps:
             if s.run_arrays is None:
                 return None
@@ -84,106 +75,115 @@ class HostPath:
             expected = None if s.static_outputs is None else tuple(s.static_outputs)
             if s.fresh_arrays:
                 expected = FRESH
-                fresh.update(s.outputs)
             plan.append((s, s.run_arrays, tuple(s.inputs), tuple(s.outputs), tuple(s.frees),
                          HOST_VALUES if host_values else expected))
-        return cls(tuple(feeds), tuple(plan), tuple(output_names), constants,
-                   frozenset(fresh))
-
-    def run(self, feeds, names) -> list | None:
-        """The arrays of ``names`` (None: every output), in that order, or None when this run
-        is not the common case (the caller then takes the general path, which also reports
-        what is wrong with the feeds)."""
-        if type(feeds) is not dict or len(feeds) != len(self.feeds) or current() is not None:
-            return None
-        if names is None:
-            names = self.output_names
-        elif type(names) is not list and type(names) is not tuple or \
-                not self.known_outputs.issuperset(names):
-            return None  # an iterator is read once, by the general path
-        env = {}
-        dims = []  # every feed's dims, end to end (self.symbols' getters read them)
-        for name, dtype, static, rank, fixed, sizes in self.feeds:
-            a = feeds.get(name)
-            if type(a) is not ndarray or a.dtype is not dtype and a.dtype != dtype or \
-                    not a.flags.c_contiguous:
-                return None
-            got = a.shape
-            if static is not None:
-                if got != static:
-                    return None
-            elif len(got) != rank or fixed is not None and fixed(got) != sizes:
-                return None
-            env[name] = a
-            dims += got
-        for sym in self.symbols:
-            sizes = sym(dims)
-            if sizes.count(sizes[0]) != len(sizes):
-                return None
-        for name in self.constant_outputs:  # as the general path: constant outputs are copies
-            if name not in env:
-                env[name] = self.constants[name].copy()
-        for step, run, ins, outs, frees, expected in self.steps:
-            try:
-                results = run(list(map(env.__getitem__, ins)))
-            except NnplugError:
-                raise
-            except Exception as e:  # as the general path words it
-                raise step_failed(step, e) from e
-            if expected is FRESH:
-                pass
-            elif len(results) != len(outs):
-                raise _unexpected(outs)
-            elif expected is None:  # a dynamic step: run_arrays checked the shapes it made
-                for r in results:  # a loop, not any(): a generator costs Python calls
-                    if type(r) is not ndarray:
-                        raise _unexpected(outs)
-            elif expected is HOST_VALUES:
-                pass
-            else:
-                for name, r, (shape, dtype) in zip(outs, results, expected):
-                    if type(r) is not ndarray or r.shape != shape or r.dtype != dtype:
-                        raise _unexpected([name])
-            env.update(zip(outs, results))
-            for name in frees:
-                env.pop(name, None)
-        if self.all_fresh:
-            return list(map(env.__getitem__, names))
-        out = []
-        fresh = self.fresh
-        fed = None  # the feeds, found when some output is to be compared with them
-        for n in names:
-            v = env[n]
-            if n in fresh:
-                out.append(v)
-                continue
-            if type(v) is not ndarray:  # a host value (ZipMap's maps): the caller's form
-                out.append(v.numpy())
-                continue
-            if fed is None:
-                fed = tuple(feeds[f[0]] for f in self.feeds)
-                fed_ids = {id(f) for f in fed}
-            if v.base is None:  # an input passed through: outputs never alias a caller's array
-                if id(v) in fed_ids:
-                    v = v.copy()
-            else:
-                for f in fed:
-                    if np.may_share_memory(v, f):
-                        v = v.copy()
-                        break
-            out.append(v)
-        return out
+        return cls(tuple(feeds), tuple(plan), tuple(output_names), constants)
 
 
-def _feed_check(name, shape, dtype, info):
-    """(name, dtype, static shape or None, rank, getter of the fixed dims or None, their
-    sizes) of a feed declared ``shape`` (``info`` None: static)."""
-    if info is None:
-        return name, dtype, shape, len(shape), None, None
-    fixed = [i for i, d in enumerate(shape) if type(d) is int]
-    getter = itemgetter(*fixed, *fixed[:1]) if fixed else None  # always a tuple: 2+ items
-    return (name, dtype, None, len(shape), getter,
-            getter(shape) if getter is not None else None)
+def _write(feeds, steps, output_names, constants, fresh, copied):
+    """The source of ``run`` and the globals it reads."""
+    fed = {f[0] for f in feeds}
+    own, pick = _owner(tuple(f[0] for f in feeds), frozenset(fresh) | frozenset(copied))
+    scope = {"ndarray": ndarray, "current": current, "NnplugError": NnplugError,
+             "step_failed": step_failed, "unexpected": _unexpected, "own": own, "pick": pick,
+             "known": frozenset(output_names)}
+    var: dict[str, str] = {}  # value name -> its local variable
+
+    def local(name):
+        if name not in var:
+            var[name] = f"v{len(var)}"
+            scope[f"n{var[name][1:]}"] = name
+        return var[name]
+
+    lines = ["def run(feeds, names):",
+             f"    if type(feeds) is not dict or len(feeds) != {len(feeds)} or "
+             f"current() is not None:",
+             "        return None",
+             "    if names is not None and (type(names) is not list and type(names) is not "
+             "tuple or not known.issuperset(names)):",
+             "        return None  # an iterator is read once, by the general path"]
+    where: dict[str, list[str]] = {}  # symbol -> its places among the feeds' dims
+    for i, (name, shape, dtype, info) in enumerate(feeds):
+        v = local(name)
+        scope[f"d{i}"] = dtype
+        lines += [f"    {v} = feeds.get(n{v[1:]})",
+                  f"    if type({v}) is not ndarray or {v}.dtype is not d{i} and "
+                  f"{v}.dtype != d{i} or not {v}.flags.c_contiguous:",
+                  "        return None"]
+        if info is None:
+            scope[f"s{i}"] = shape
+            lines += [f"    if {v}.shape != s{i}:", "        return None"]
+            continue
+        tests = [f"len(g{i}) != {len(shape)}"]
+        for k, d in enumerate(shape):
+            if type(d) is int:
+                tests.append(f"g{i}[{k}] != {int(d)}")
+            elif type(d) is str:
+                where.setdefault(d, []).append(f"g{i}[{k}]")
+        lines += [f"    g{i} = {v}.shape", f"    if {' or '.join(tests)}:", "        return None"]
+    for places in where.values():  # a symbol's sizes must agree across the feeds
+        for p in places[1:]:
+            lines += [f"    if {p} != {places[0]}:", "        return None"]
+    for name in copied:  # as the general path: constant outputs are copies
+        v = local(name)
+        scope[f"c{v[1:]}"] = constants[name]
+        lines.append(f"    {v} = c{v[1:]}.copy()")
+    for j, (step, run, ins, outs, frees, expected) in enumerate(steps):
+        scope[f"step{j}"], scope[f"run{j}"], scope[f"outs{j}"] = step, run, outs
+        args = ", ".join(local(n) for n in ins)
+        lines += ["    try:",
+                  f"        r = run{j}([{args}])",
+                  "    except NnplugError:",
+                  "        raise",
+                  "    except Exception as e:  # as the general path words it",
+                  f"        raise step_failed(step{j}, e) from e"]
+        if expected is not FRESH:
+            lines += [f"    if len(r) != {len(outs)}:", f"        raise unexpected(outs{j})"]
+        if expected is None:  # a dynamic step: run_arrays checked the shapes it made
+            lines += [f"    if type(r[{k}]) is not ndarray:\n        raise unexpected(outs{j})"
+                      for k in range(len(outs))]
+        elif expected is not FRESH and expected is not HOST_VALUES:
+            scope[f"want{j}"] = expected
+            for k in range(len(outs)):
+                lines += [f"    if type(r[{k}]) is not ndarray or r[{k}].shape != "
+                          f"want{j}[{k}][0] or r[{k}].dtype != want{j}[{k}][1]:",
+                          f"        raise unexpected(outs{j}[{k}:{k + 1}])"]
+        lines.append(f"    {''.join(local(o) + ', ' for o in outs)}= r")
+        # a value no later step reads is let go (a feed stays the caller's; after the last
+        # step the function returns)
+        gone = [var[n] for n in frees if n in var and n not in output_names and n not in fed]
+        if gone and j < len(steps) - 1:
+            lines.append(f"    del {', '.join(gone)}")
+    outputs = [var[n] if n in fresh or n in copied else f"own({var[n]}, feeds)"
+               for n in output_names]
+    lines += ["    if names is None:",
+              f"        return [{', '.join(outputs)}]",
+              f"    return pick({{{', '.join(f'n{var[n][1:]}: {var[n]}' for n in output_names)}}}"
+              f", names, feeds)"]
+    return "\n".join(lines) + "\n", scope
+
+
+def _owner(feed_names: tuple, fresh: frozenset):
+    """``own(v, feeds)`` and ``pick(values, names, feeds)`` of a plan with these feeds and these
+    outputs that need no check."""
+    def own(v, feeds):
+        """A model output as the caller gets it: a host value in the caller's form, never an
+        array sharing memory with a feed (an input passed through, or a view of one)."""
+        if type(v) is not ndarray:  # a host value (ZipMap's maps)
+            return v.numpy()
+        fed = [feeds[n] for n in feed_names]
+        if v.base is None:
+            return v.copy() if any(v is f for f in fed) else v
+        for f in fed:
+            if np.may_share_memory(v, f):
+                return v.copy()
+        return v
+
+    def pick(values, names, feeds):
+        """The outputs of ``names``, in that order (a name may come twice)."""
+        return [values[n] if n in fresh else own(values[n], feeds) for n in names]
+
+    return own, pick
 
 
 def _unexpected(names):

@@ -226,3 +226,50 @@ def test_eight_threads_on_one_network_get_their_own_answers(libs):
             for t in threads:
                 t.join()
     assert not errors, errors
+
+
+def test_any_value_name_runs_and_never_enters_the_runs_source(libs):
+    """The host path's run is Python written for the plan; the model's names (here quotes,
+    newlines, braces and code) are bound to it as values, never written into it."""
+    names = ['x"\n', "y'); import os  #", "{c}", "a\\n"]
+    x_name, y_name, c_name, a_name = names
+    c = numpy_helper.from_array(np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4), c_name)
+    g = helper.make_graph(
+        [helper.make_node("Add", [x_name, c_name], [a_name], name="add"),
+         helper.make_node("Relu", [a_name], [y_name], name="relu")], "odd names",
+        [helper.make_tensor_value_info(x_name, TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info(y_name, TensorProto.FLOAT, ["N", 4]),
+         helper.make_tensor_value_info(x_name, TensorProto.FLOAT, ["N", 4])], [c])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.random.default_rng(1).standard_normal((2, 4)).astype(np.float32)
+    with bare_runtime() as rt:
+        rt.register_backend(libs["testcpu"])
+        with rt.load(model) as net:
+            source = net._host_path.source
+            assert not [n for n in names if n in source]
+            got = net.run({x_name: x})
+            np.testing.assert_array_equal(got[y_name], reference(model, {x_name: x})[0])
+            np.testing.assert_array_equal(got[x_name], x)
+            assert not np.shares_memory(got[x_name], x)
+            assert list(net.run({x_name: x}, [x_name, y_name])) == [x_name, y_name]
+
+
+def test_a_symbol_shared_by_two_feeds_must_have_one_size(libs, stats):
+    g = helper.make_graph([helper.make_node("Add", ["x", "z"], ["y"], name="add")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 4]),
+                           helper.make_tensor_value_info("z", TensorProto.FLOAT, ["B", 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", 4])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with bare_runtime() as rt:
+        rt.register_backend(libs["testcpu"])
+        with rt.load(model) as net:
+            for b in (1, 3):
+                x = np.full((b, 4), 2, np.float32)
+                before = stats("testcpu")["run_steps"]
+                np.testing.assert_array_equal(net.run({"x": x, "z": x})["y"], x + x)
+                np.testing.assert_array_equal(net.run({"x": x, "z": x})["y"], x + x)
+                assert stats("testcpu")["run_steps"] - before >= 1  # the host path ran it
+            with pytest.raises(nnplug.InputError, match="'B'.*is 2.*is 1 in input 'x'"):
+                net.run({"x": np.ones((1, 4), np.float32), "z": np.ones((2, 4), np.float32)})
+            with pytest.raises(nnplug.InputError, match="input 'z'"):
+                net.run({"x": np.ones((1, 4), np.float32), "z": np.ones((1, 5), np.float32)})
