@@ -465,6 +465,7 @@ class StaticRunner(_Runner):
         """Output slots of strings (only in a plan DynamicRunner fixed, run by run_arrays):
         the backend points zeroed nnp_string elements at its bytes, read back after the run."""
         self._outs_in_order = self._picks == [(0, j) for j in range(len(self.out_slot_names))]
+        self._first_out_slot = 1 + len(self.inputs)
 
     # -- host arrays in, host arrays out: the fixed cost of a run kept low ------------------
     def fresh_arrays(self) -> bool:
@@ -497,34 +498,28 @@ class StaticRunner(_Runner):
             run = self._free_runs.pop()
         except IndexError:
             run = self._new_run()
-        slots, failed, failed_ref, ws = run[1:]
+        slots, failed, args = run[1:]
         try:
-            j = 1
-            for a in arrays:
+            for j, a in enumerate(arrays, 1):
                 try:
                     slots[j] = addressof(_from_buffer(a))
                 except (TypeError, ValueError, BufferError):  # read-only, empty, or a
                     slots[j] = a.ctypes.data  # dtype the buffer protocol lacks (bfloat16)
-                j += 1
             outs = []
+            j = self._first_out_slot
             for shape, dtype, nbytes in self._out_allocs:
                 if nbytes is None:  # a string output: the elements the backend fills
                     o = string_tensors.output_items(shape)
-                    slots[j] = addressof(_from_buffer(o))
-                    outs.append(o)
-                    j += 1
-                    continue
-                o = np_empty(shape, dtype)
+                else:
+                    o = np_empty(shape, dtype)
                 try:
-                    slots[j] = addressof(_from_buffer(o)) if nbytes else o.ctypes.data
-                except (TypeError, ValueError, BufferError):  # a dtype the buffer protocol
-                    slots[j] = o.ctypes.data  # lacks (bfloat16, float8 from ml_dtypes)
+                    slots[j] = addressof(_from_buffer(o))
+                except (TypeError, ValueError, BufferError):  # empty, or a dtype the buffer
+                    slots[j] = o.ctypes.data  # protocol lacks (bfloat16, float8)
                 outs.append(o)
                 j += 1
-            kernels = self.state.kernels
             failed.value = -1
-            rc = self._run_steps_raw(self.steps, len(kernels), slots, self.num_slots, ws,
-                                     self._ws_nbytes, None, failed_ref)
+            rc = self._run_steps_raw(*args)
             if self._string_outs:  # read back and released, also after a failed run
                 texts = string_tensors.unpack_outputs(
                     [(n, outs[j], self._out_allocs[j][0]) for j, n in self._string_outs],
@@ -532,6 +527,7 @@ class StaticRunner(_Runner):
                 for j, n in self._string_outs:
                     outs[j] = texts.get(n)
             if rc != 0:
+                kernels = self.state.kernels
                 idx = failed.value if 0 <= failed.value < len(kernels) else 0
                 raise self._fail(rc, kernels[idx])
         finally:
@@ -543,13 +539,14 @@ class StaticRunner(_Runner):
 
     def _new_run(self):
         """What one run of :meth:`run_arrays` needs besides its arrays: (arena, slots with the
-        arena's address set, failed-step index, a reference to it, workspace address)."""
+        arena's address set, failed-step index, the arguments of ``run_steps``)."""
         raw, ptr = self._host_arena()
         slots = (C.c_void_p * self.num_slots)()
         slots[0] = ptr
         failed = C.c_int32(-1)
-        return (raw, slots, failed, C.byref(failed),
-                C.c_void_p(ptr + self.ws_offset) if self.ws_nbytes else None)
+        ws = C.c_void_p(ptr + self.ws_offset) if self.ws_nbytes else None
+        return (raw, slots, failed, (self.steps, len(self.state.kernels), slots, self.num_slots,
+                                     ws, self._ws_nbytes, None, C.byref(failed)))
 
     # -- arenas (host path): reused across runs, one per concurrent run ---------------------
     def _host_arena(self):
