@@ -213,6 +213,11 @@ class InferenceSession(base.InferenceSession):
 
     def run(self, output_names, input_feed: dict, run_options=None) -> list:
         try:  # what @ort_errors does, without a frame more on every run
+            if run_options is None and self._profiler is None:  # the host path, as _run's
+                fast = self._net._host_path  # ([]: every output; a str is refused by _run)
+                out = None if fast is None else fast.run(input_feed, output_names or None)
+                if out is not None:
+                    return out
             return _run(self, output_names, self._feeds(input_feed), run_options)
         except NnplugError as e:
             t = translate(e)
