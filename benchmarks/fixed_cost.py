@@ -79,7 +79,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=9)
-    ap.add_argument("--backend", default="cpu")
+    ap.add_argument("--backend", default="cpu",
+                    help="a backend id, or 'default': no providers (the installed backends in "
+                         "their declared order; CPUExecutionProvider for nnplug.onnxruntime)")
     args = ap.parse_args(argv)
     os.environ.setdefault("NNPLUG_CPU_THREADS", "1")
     import onnxruntime as ort
@@ -88,7 +90,8 @@ def main(argv=None) -> int:
     import nnplug.onnxruntime as nort
 
     rt = nnplug.Runtime()
-    if args.backend not in rt.backends:
+    default = args.backend == "default"
+    if not default and args.backend not in rt.backends:
         print(f"backend {args.backend!r} is not installed", file=sys.stderr)
         return 1
     print(f"load average {os.getloadavg()[0]:.2f} at the start; backend {args.backend}, "
@@ -102,11 +105,14 @@ def main(argv=None) -> int:
         so.intra_op_num_threads = 1
         so.log_severity_level = 3
         ref = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
-        net = rt.load(model, backends=[args.backend])
-        sess = nnplug.InferenceSession(data, providers=[args.backend], runtime=rt)
+        net = rt.load(model, backends=None if default else [args.backend])
+        sess = nnplug.InferenceSession(data, providers=None if default else [args.backend],
+                                       runtime=rt)
         nso = nort.SessionOptions()
         nso.intra_op_num_threads = 1
-        osess = nort.InferenceSession(data, nso, providers=[args.backend], runtime=rt)
+        osess = nort.InferenceSession(
+            data, nso, providers=["CPUExecutionProvider"] if default else [args.backend],
+            runtime=rt)
         want = ref.run(None, feeds)[0]
         for got in (net.run(feeds)["y"], sess.run(None, feeds)[0], osess.run(None, feeds)[0]):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
@@ -121,7 +127,8 @@ def main(argv=None) -> int:
             for k, fn in engines.items():
                 times[k].append(per_run_us(fn, args.runs))
         base = statistics.median(times["onnxruntime"])
-        print(f"\n{title}  (load average {os.getloadavg()[0]:.2f})")
+        print(f"\n{title}  (load average {os.getloadavg()[0]:.2f}; on "
+              f"{', '.join(sorted(set(net.assignment.values())))})")
         print(f"  {'engine':<30}{'us/run':>10}{'/ ort':>8}")
         for k, ts in times.items():
             t = statistics.median(ts)
