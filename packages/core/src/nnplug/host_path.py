@@ -26,7 +26,8 @@ from .stages.executor import Step, step_failed
 
 ndarray = np.ndarray
 HOST_VALUES = "host values"
-"""A step's expected outputs when it is the core's own op making host values (ZipMap)."""
+"""A step's expected outputs when it is the core's own op making host values (ZipMap): in the
+caller's form already (a list of dicts), made for this run."""
 FRESH = "fresh arrays"
 """A step's expected outputs when its results need no check (``Step.fresh_arrays``)."""
 
@@ -40,11 +41,11 @@ class HostPath:
         """``feeds``: (name, shape, dtype, ValueInfo or None when static) per model input;
         ``steps``: (step, its run_arrays, input names, output names, names freed after it,
         expected outputs: FRESH, HOST_VALUES, None (a dynamic step) or (shape, dtype) each)."""
-        fresh = {o for s in steps if s[5] is FRESH for o in s[3]}
+        fresh = {o for s in steps if s[5] is FRESH or s[5] is HOST_VALUES for o in s[3]}
         fed = {f[0] for f in feeds}
         copied = [n for n in output_names if n in constants and n not in fed]
         self.all_fresh = fresh.issuperset(output_names)
-        """Whether every model output is an array a step made for this run (no aliasing
+        """Whether every model output is a value a step made for this run (no aliasing
         check, no conversion)."""
         self.source, scope = _write(feeds, steps, output_names, constants, fresh, copied)
         """The run's source, for a reader (``print(net._host_path.source)``)."""
@@ -167,10 +168,8 @@ def _owner(feed_names: tuple, fresh: frozenset):
     """``own(v, feeds)`` and ``pick(values, names, feeds)`` of a plan with these feeds and these
     outputs that need no check."""
     def own(v, feeds):
-        """A model output as the caller gets it: a host value in the caller's form, never an
-        array sharing memory with a feed (an input passed through, or a view of one)."""
-        if type(v) is not ndarray:  # a host value (ZipMap's maps)
-            return v.numpy()
+        """A model output as the caller gets it: never an array sharing memory with a feed
+        (an input passed through, or a view of one)."""
         fed = [feeds[n] for n in feed_names]
         if v.base is None:
             return v.copy() if any(v is f for f in fed) else v

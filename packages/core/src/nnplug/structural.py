@@ -146,6 +146,10 @@ class _ZipMap:
         return [self.maps(ins[0].numpy())]
 
     def maps(self, x: np.ndarray) -> MapSequence:
+        return MapSequence(self.dicts(x), fresh=True)
+
+    def dicts(self, x: np.ndarray) -> list[dict]:
+        """The maps as the caller gets them: a list of dicts."""
         if self.problem:
             raise BackendError(self.problem)
         labels = self.labels
@@ -160,8 +164,7 @@ class _ZipMap:
                                f"label")
         if self.order is not None:
             x = x[:, self.order]
-        rows = x.tolist()  # Python floats, as onnxruntime gives
-        return MapSequence(self.rows_to_maps(rows), fresh=True)
+        return self.rows_to_maps(x.tolist())  # Python floats, as onnxruntime gives
 
 
 def _rows_to_maps(labels: list):
@@ -221,11 +224,11 @@ class StructuralOp:
             return [outs[p] for p in positions]
 
         # ZipMap takes an array and makes a host value: it also runs on the host path (a
-        # classifier exported by skl2onnx ends in one), from arrays
+        # classifier exported by skl2onnx ends in one), from arrays to the caller's dicts
         run_arrays = None
         if zip_map is not None and len(sg.inputs) == 1 and not consts:
             def run_arrays(arrays):
-                return [zip_map.maps(arrays[0])]
+                return [zip_map.dicts(arrays[0])]
 
         return Step("core", [node.name], sg.inputs, sg.outputs, CPU, HOST_API, run,
                     run_arrays=run_arrays)
