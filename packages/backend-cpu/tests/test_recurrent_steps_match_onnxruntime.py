@@ -1,6 +1,6 @@
 """RNN, GRU and LSTM at the sizes of real recurrent models match onnxruntime: the step product
 (R transposed once, at load for a constant R or per run for a fed one, streamed for up to four
-batch rows; nnc_sgemm for more), the input projection shared between threads, and the gates'
+batch rows; for more, R^T packed once for the packed product MatMul runs), the input projection shared between threads, and the gates'
 activations computed a row at a time.
 
 The step product sums each output in the same order with fused multiply-adds at every ISA
@@ -74,7 +74,14 @@ CASES = [  # (op, T, B, F, H, options): gate rows off the 64-column blocks, 1-4 
     ("GRU", 12, 3, 16, 40, {"fed_r": True}),
     ("GRU", 12, 4, 16, 40, {"direction": "bidirectional", "lbr": 1}),
     ("LSTM", 12, 3, 16, 40, {"direction": "bidirectional", "lens": [12, 5, 1]}),
-    ("LSTM", 12, 5, 16, 40, {}),  # more rows than the step product takes: nnc_sgemm
+    # more rows than the step product takes: R^T packed once for MatMul's packed product,
+    # shared across runs when constant, per run when fed; the rows' gates on the threads
+    ("LSTM", 12, 5, 16, 40, {}),
+    ("LSTM", 12, 8, 16, 40, {"fed_r": True, "lens": [12, 5, 1, 12, 0, 7, 12, 3]}),
+    ("GRU", 12, 6, 16, 40, {}),
+    ("GRU", 12, 6, 16, 40, {"fed_r": True, "direction": "reverse"}),
+    ("GRU", 12, 7, 16, 40, {"direction": "bidirectional", "lbr": 1}),
+    ("RNN", 12, 9, 16, 40, {}),
     ("GRU", 12, 4, 16, 24, {"direction": "reverse", "fed_r": True, "lens": [3, 12, 0, 7]}),
 ]
 
@@ -143,7 +150,7 @@ def test_the_step_product_gives_the_same_bits_on_every_kernel_and_thread_count(t
     import onnx
 
     for i, (op, T, B, F, H, opts) in enumerate(CASES):
-        if B > 4:  # nnc_sgemm's portable kernel multiplies, then adds: other bits by design
+        if B > 4:  # the packed product's portable kernel multiplies, then adds: other bits
             continue
         model, feeds = recurrent(op, T, B, F, H, zero_w=True, seed=i, **opts)
         onnx.save(model, tmp_path / f"{i:02d}_{op}.onnx")
@@ -156,3 +163,31 @@ def test_the_step_product_gives_the_same_bits_on_every_kernel_and_thread_count(t
             for other, (isa, threads) in zip(outs[1:], runs[1:]):
                 assert np.array_equal(outs[0][name], other[name]), \
                     f"{path.name} {name}: {isa} at {threads} thread(s) differs from avx512 at 2"
+
+
+def test_threads_sharing_a_batched_network_get_their_own_answers(rt):
+    """The first runs of a batch of more rows than the step product takes pack the constant R
+    for all later runs: threads that make those first runs at once get right answers."""
+    import threading
+
+    model, feeds = recurrent("GRU", 12, 6, 16, 40, seed=3)
+    want = onnxruntime_run(model, feeds)
+    barrier = threading.Barrier(6)
+    errors = []
+    with rt.load(model, backends=["cpu"]) as net:
+        def work():
+            try:
+                barrier.wait()
+                for _ in range(3):
+                    got = net.run(feeds)
+                    for name, w in zip(["y", "yh"], want):
+                        np.testing.assert_allclose(got[name], w, rtol=2e-5, atol=2e-6)
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=work) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not errors, errors

@@ -265,6 +265,11 @@ void nnc_sgemm_packed(int64_t m, int64_t n, int64_t k, const float *pa, const fl
 #define NNC_GEMM_NR 16
 void nnc_sgemm_packed_cols(int64_t m, int64_t n, int64_t k, const float *pa, const float *pb,
                            float *c, int64_t ldc, const nnc_gemm_epi *ep, int64_t j0, int64_t j1);
+/* C[m x n] (row stride n) = A[m x k] (row-major, row stride k) * B packed ahead (nnc_sgemm_pack_b
+ * or nnc_sgemm_pack_b_row), on the pool's threads, the way MatMul and Gemm run a constant
+ * weight (op_gemm.c). 0 when out of memory for packing A. */
+int nnc_sgemm_packed_b_product(int64_t m, int64_t k, int64_t n, const float *a, const float *pb,
+                               float *c);
 /* The same product with B read in place, on CPUs with AVX-512 (NNC_ERR elsewhere, computing
  * nothing): row kk of B is brow[kk] (k pointers), its columns given as slots of 16 lanes, slot s
  * at brow[kk] + slots[s].boff with its valid lanes in slots[s].mask, which are stored in order

@@ -189,8 +189,8 @@ static void mm_packed_cols(void *arg, int64_t b, int64_t e, int tid)
  * product with a constant weight runs (MatMul's and Gemm's). Few rows read each packed B element
  * once: their time is B's bytes from memory, which two threads fetch faster than one well
  * before the arithmetic is worth splitting. */
-static int run_packed(nnc_node *n, int64_t M, int64_t K, int64_t N, const float *A, const float *pb,
-                      const nnc_gemm_epi *ep, float *C, nnc_exec *x, nnc_err *e)
+static int packed_product(int64_t M, int64_t K, int64_t N, const float *A, const float *pb,
+                          const nnc_gemm_epi *ep, float *C, nnc_exec *x)
 {
     size_t pan = (size_t)nnc_sgemm_packed_a_floats(M, K) * sizeof(float);
     mm_packed_job j = {M, N, K, NULL, pb, C, *ep, MM_COLS, NULL, 0};
@@ -216,18 +216,32 @@ static int run_packed(nnc_node *n, int64_t M, int64_t K, int64_t N, const float 
          * 58 -> 43 us; 128 x 512 x 1376: 530 -> 460 us). */
         j.A = A;
         nnc_parallel_for(tasks, chunk, mm_packed_cols, &j);
-        if (atomic_load(&j.failed))
-            return nnc_node_fail(e, n, "out of memory packing A (%zu bytes)", pan);
-        return NNC_OK;
+        return !atomic_load(&j.failed);
     }
     float *pa = nnc_scratch(x, 0, pan);
     if (!pa) pa = mm_pack_memory(pan); /* A's shape known only at run time: no planned scratch */
-    if (!pa) return nnc_node_fail(e, n, "out of memory packing A (%zu bytes)", pan);
+    if (!pa) return 0;
     nnc_sgemm_pack_a(M, K, A, K, pa);
     j.pa = pa;
     if (alone) mm_packed_cols(&j, 0, blocks, 0);
     else nnc_parallel_for(blocks, 1, mm_packed_cols, &j);
+    return 1;
+}
+
+static int run_packed(nnc_node *n, int64_t M, int64_t K, int64_t N, const float *A, const float *pb,
+                      const nnc_gemm_epi *ep, float *C, nnc_exec *x, nnc_err *e)
+{
+    if (!packed_product(M, K, N, A, pb, ep, C, x))
+        return nnc_node_fail(e, n, "out of memory packing A (%zu bytes)",
+                             (size_t)nnc_sgemm_packed_a_floats(M, K) * sizeof(float));
     return NNC_OK;
+}
+
+int nnc_sgemm_packed_b_product(int64_t m, int64_t k, int64_t n, const float *a, const float *pb,
+                               float *c)
+{
+    nnc_gemm_epi ep = {NULL, NULL, 0, NULL, NULL};
+    return packed_product(m, k, n, a, pb, &ep, c, NULL);
 }
 
 /* ---- Gemm ----------------------------------------------------------------------------- */

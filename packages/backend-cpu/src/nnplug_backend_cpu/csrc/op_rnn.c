@@ -8,6 +8,7 @@
 
 #include <ctype.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -50,6 +51,15 @@ typedef struct {
     /* a constant R, packed at load: per direction, the rows multiplied by h, and a GRU's
      * (linear_before_reset = 0) last H rows, multiplied by r . h */
     rnn_packed rp[2], rph[2];
+    /* a constant W, packed at load as the B of the input projection (W^T, in[ I x gates*H ])
+     * per direction: the product MatMul runs for a constant weight */
+    float *pw[2];
+    int64_t pw_in, pw_cols;
+    /* a constant R packed the same way (R^T, [H x rows]) for batches of more than RNN_ROWS
+     * rows: made by the first such run (racing first runs each pack; one copy is kept), as
+     * rp's panels serve the usual few rows */
+    float *_Atomic pr_b[2];
+    float *_Atomic pr_bh[2]; /* a GRU's last H rows (split, as rph) */
 } rnn_state;
 
 static void rnn_destroy(nnc_node *n)
@@ -59,6 +69,9 @@ static void rnn_destroy(nnc_node *n)
         for (int d = 0; d < 2; d++) {
             nnc_free(s->rp[d].rt);
             nnc_free(s->rph[d].rt);
+            nnc_free(s->pw[d]);
+            nnc_free(atomic_load(&s->pr_b[d]));
+            nnc_free(atomic_load(&s->pr_bh[d]));
         }
     free(n->state);
     n->state = NULL;
@@ -87,6 +100,38 @@ static int rnn_pack(rnn_packed *p, const float *R, int64_t m, int64_t k)
                     p->rt[(g / RNN_COLS * k + kk) * RNN_COLS + g % RNN_COLS] =
                         g < m ? R[g * k + kk] : 0.f;
     return 1;
+}
+
+/* W (rows of `in` floats, `cols` of them) transposed into the packed B of a product by rows of
+ * `in` inputs. 0 when out of memory. */
+static int rnn_pack_w(float **pb, const float *W, int64_t cols, int64_t in)
+{
+    float *row = malloc((size_t)(cols ? cols : 1) * sizeof(float));
+    *pb = nnc_alloc((size_t)nnc_sgemm_packed_b_floats(in, cols) * sizeof(float));
+    if (!row || !*pb) {
+        free(row);
+        return 0;
+    }
+    for (int64_t kk = 0; kk < in; kk++) {
+        for (int64_t g = 0; g < cols; g++) row[g] = W[g * in + kk];
+        nnc_sgemm_pack_b_row(in, kk, cols, row, *pb);
+    }
+    free(row);
+    return 1;
+}
+
+/* The constant R's packed copy in *slot (rows x H of R from Rrows), packed on first use. NULL
+ * when out of memory. */
+static const float *rnn_shared_pack(float *_Atomic *slot, const float *Rrows, int64_t rows,
+                                    int64_t H)
+{
+    float *have = atomic_load(slot);
+    if (have) return have;
+    float *mine;
+    if (!rnn_pack_w(&mine, Rrows, rows, H)) return NULL;
+    if (atomic_compare_exchange_strong(slot, &have, mine)) return mine;
+    nnc_free(mine); /* another run packed it first */
+    return have;
 }
 
 /* Direction d's R (gates * H rows of H) packed for the step product: the rows multiplied by h
@@ -321,6 +366,18 @@ static int rnn_create(nnc_node *n, nnc_err *e)
                               s->kind == K_GRU && !s->lbr))
                 return nnc_node_fail(e, n, "out of memory");
     }
+    /* and a constant W as the input projection's packed weight */
+    const nnc_valinfo *wv = n->nin > 1 ? n->vin[1] : NULL;
+    if (!n->probing && nnc_in_const(n, 1) && nnc_in_static(n, 1) && wv->ndim == 3 &&
+        wv->dims[0] == s->ndir && wv->dims[1] % s->gates == 0 && wv->dims[1] > 0 &&
+        wv->dims[2] > 0) {
+        s->pw_cols = wv->dims[1];
+        s->pw_in = wv->dims[2];
+        for (int d = 0; d < s->ndir; d++)
+            if (!rnn_pack_w(&s->pw[d], (const float *)wv->const_data + d * s->pw_cols * s->pw_in,
+                            s->pw_cols, s->pw_in))
+                return nnc_node_fail(e, n, "out of memory");
+    }
     return NNC_OK;
 }
 
@@ -428,6 +485,93 @@ static void act_vec(const rnn_act *a, float clip, float *v, int64_t n)
         for (int64_t i = 0; i < n; i++) v[i] = act_apply(a, v[i]);
 }
 
+/* One step's gates, new hidden state (and cell) of batch row bi: rows are independent, so a
+ * batch's rows run on the pool's threads. */
+typedef struct {
+    const rnn_job *j;
+    const rnn_act *act;
+    const float *xw, *hr, *Wb, *Rb, *P;
+    float *h, *c, *hnew, *rh, *z;
+    int64_t step, T, B, H, GH, D, d;
+    int rev;
+} rnn_rows_job;
+
+static void rnn_row(const rnn_rows_job *q, int64_t bi)
+{
+    const rnn_job *j = q->j;
+    const rnn_state *s = j->s;
+    const rnn_act *act = q->act;
+    const float *xw = q->xw, *hr = q->hr, *Wb = q->Wb, *Rb = q->Rb, *P = q->P;
+    float *h = q->h, *c = q->c, *hnew = q->hnew, *rh = q->rh, *z = q->z + bi * q->GH;
+    int64_t step = q->step, T = q->T, B = q->B, H = q->H, GH = q->GH, D = q->D, d = q->d;
+    int rev = q->rev;
+    int64_t L = j->lens ? j->lens[bi] : T;
+    if (step >= L) return;
+    int64_t t = rev ? L - 1 - step : step;
+    const float *xr = xw + (s->layout ? bi * T + t : t * B + bi) * GH;
+    const float *hh = hr + bi * GH;
+    float *hb = h + bi * H, *cb = c + bi * H, *out = hnew + bi * H;
+    float *yrow =
+        j->y ? j->y + (s->layout ? ((bi * T + t) * D + d) * H : ((t * D + d) * B + bi) * H) : NULL;
+    /* each gate's pre-activations for the whole row, then its activation over the
+     * row (nnc_vsigmoid / nnc_vtanh for the usual ones) */
+    if (s->kind == K_RNN) {
+        for (int64_t k = 0; k < H; k++) out[k] = xr[k] + hh[k] + (Wb ? Wb[k] + Rb[k] : 0.f);
+        act_vec(&act[0], s->clip, out, H);
+    } else if (s->kind == K_GRU) {
+        float *zg = z, *vh = z + H;
+        for (int64_t k = 0; k < H; k++) zg[k] = xr[k] + hh[k] + (Wb ? Wb[k] + Rb[k] : 0.f);
+        act_vec(&act[0], s->clip, zg, H);
+        if (s->lbr) {
+            float *rg = z + 2 * H;
+            for (int64_t k = 0; k < H; k++)
+                rg[k] = xr[H + k] + hh[H + k] + (Wb ? Wb[H + k] + Rb[H + k] : 0.f);
+            act_vec(&act[0], s->clip, rg, H);
+            for (int64_t k = 0; k < H; k++)
+                vh[k] = xr[2 * H + k] + (Wb ? Wb[2 * H + k] : 0.f) +
+                        rg[k] * (hh[2 * H + k] + (Rb ? Rb[2 * H + k] : 0.f));
+        } else {
+            for (int64_t k = 0; k < H; k++)
+                vh[k] = xr[2 * H + k] + out[k] + /* out holds (r . h) R_h^T */
+                        (Wb ? Wb[2 * H + k] + Rb[2 * H + k] : 0.f);
+        }
+        act_vec(&act[1], s->clip, vh, H);
+        for (int64_t k = 0; k < H; k++) out[k] = (1.f - zg[k]) * vh[k] + zg[k] * hb[k];
+    } else { /* LSTM gates i, o, f, c */
+        float *ig = z, *og = z + H, *fg = z + 2 * H, *cg = z + 3 * H, *cn = rh + bi * H;
+        for (int64_t k = 0; k < GH; k++) {
+            z[k] = xr[k] + hh[k];
+            if (Wb) z[k] += Wb[k] + Rb[k];
+        }
+        if (P)
+            for (int64_t k = 0; k < H; k++) {
+                ig[k] += P[k] * cb[k];
+                fg[k] += P[2 * H + k] * cb[k];
+            }
+        act_vec(&act[0], s->clip, ig, H);
+        if (s->input_forget)
+            for (int64_t k = 0; k < H; k++) fg[k] = 1.f - ig[k];
+        else act_vec(&act[0], s->clip, fg, H);
+        act_vec(&act[1], s->clip, cg, H);
+        for (int64_t k = 0; k < H; k++) cn[k] = fg[k] * cb[k] + ig[k] * cg[k];
+        if (P)
+            for (int64_t k = 0; k < H; k++) og[k] += P[H + k] * cn[k];
+        act_vec(&act[0], s->clip, og, H);
+        memcpy(out, cn, (size_t)H * sizeof(float)); /* the cell's activation, unclipped */
+        act_vec(&act[2], 0.f, out, H);
+        for (int64_t k = 0; k < H; k++) out[k] *= og[k];
+    }
+    if (yrow) memcpy(yrow, out, (size_t)H * sizeof(float));
+    memcpy(hb, out, (size_t)H * sizeof(float));
+    if (s->kind == K_LSTM) memcpy(cb, rh + bi * H, (size_t)H * sizeof(float));
+}
+
+static void rnn_rows(void *arg, int64_t b0, int64_t b1, int tid)
+{
+    (void)tid;
+    for (int64_t bi = b0; bi < b1; bi++) rnn_row(arg, bi);
+}
+
 static void rnn_dir(void *arg, int64_t b0, int64_t b1, int tid)
 {
     (void)tid;
@@ -442,13 +586,14 @@ static void rnn_dir(void *arg, int64_t b0, int64_t b1, int tid)
         const float *Wb = j->b ? j->b + d * 2 * GH : NULL, *Rb = Wb ? Wb + GH : NULL;
         const float *P = j->p ? j->p + d * 3 * H : NULL;
         size_t nxw = (size_t)(T * B * GH), nst = (size_t)(B * H);
-        float *xw = nnc_alloc((nxw + (size_t)(B * GH) + 4 * nst + (size_t)GH + 1) * sizeof(float));
+        float *xw =
+            nnc_alloc((nxw + (size_t)(B * GH) + 4 * nst + (size_t)(B * GH) + 1) * sizeof(float));
         if (!xw) {
             j->fail = 1;
             return;
         }
         float *hr = xw + nxw, *h = hr + B * GH, *c = h + nst, *rh = c + nst, *hnew = rh + nst;
-        float *z = hnew + nst; /* one row's gates */
+        float *z = hnew + nst; /* each row's gates (B rows of GH) */
         /* a GRU without linear_before_reset multiplies (r . h) by R's last H rows apart */
         int split = s->kind == K_GRU && !s->lbr;
         const rnn_packed *pr = NULL, *prh = NULL;
@@ -460,8 +605,29 @@ static void rnn_dir(void *arg, int64_t b0, int64_t b1, int tid)
             pr = &own;
             prh = split ? &ownh : NULL;
         }
+        /* more rows: R^T packed once as the B of the packed product (MatMul's way), never
+         * repacked per step as nnc_sgemm would (a batch of 5 ran 5x onnxruntime's time) */
+        const float *pbr = NULL, *pbrh = NULL;
+        float *ownb = NULL, *ownbh = NULL;
+        if (B > RNN_ROWS && s->rp[d].rt && s->rp[d].k == H) { /* a constant R */
+            rnn_state *ms = (rnn_state *)s;
+            pbr = rnn_shared_pack(&ms->pr_b[d], R, GH, H);
+            pbrh = split ? rnn_shared_pack(&ms->pr_bh[d], R + (GH - H) * H, H, H) : NULL;
+        } else if (B > RNN_ROWS && T > 1 && rnn_pack_w(&ownb, R, GH, H) &&
+                   (!split || rnn_pack_w(&ownbh, R + (GH - H) * H, H, H))) {
+            pbr = ownb;
+            pbrh = ownbh;
+        }
+        if (pbr && split && !pbrh) pbr = NULL; /* out of memory: nnc_sgemm for both */
         /* input projection of all steps: rows in X order */
-        if (T * B > 0) nnc_sgemm_mt(0, 1, T * B, GH, I, 1.f, j->x, I, W, I, xw, GH);
+        if (T * B > 0) {
+            if (s->pw[d] && s->pw_in == I && s->pw_cols == GH) {
+                if (!nnc_sgemm_packed_b_product(T * B, I, GH, j->x, s->pw[d], xw)) {
+                    j->fail = 1;
+                    goto done;
+                }
+            } else nnc_sgemm_mt(0, 1, T * B, GH, I, 1.f, j->x, I, W, I, xw, GH);
+        }
         for (int64_t bi = 0; bi < B; bi++)
             for (int64_t k = 0; k < H; k++) {
                 int64_t so = s->layout ? (bi * D + d) * H + k : (d * B + bi) * H + k;
@@ -470,7 +636,12 @@ static void rnn_dir(void *arg, int64_t b0, int64_t b1, int tid)
             }
         for (int64_t step = 0; step < T; step++) {
             if (pr) rnn_product(pr, h, H, hr, GH, B);
-            else nnc_sgemm(0, 1, B, GH, H, 1.f, h, H, R, H, 0.f, hr, GH);
+            else if (pbr) {
+                if (!nnc_sgemm_packed_b_product(B, H, GH, h, pbr, hr)) {
+                    j->fail = 1;
+                    goto done;
+                }
+            } else nnc_sgemm(0, 1, B, GH, H, 1.f, h, H, R, H, 0.f, hr, GH);
             if (s->kind == K_GRU && !s->lbr) { /* (r . h) R_h^T needs r first */
                 for (int64_t bi = 0; bi < B; bi++) {
                     int64_t L = j->lens ? j->lens[bi] : T;
@@ -485,73 +656,19 @@ static void rnn_dir(void *arg, int64_t b0, int64_t b1, int tid)
                     for (int64_t k = 0; k < H; k++) rh[bi * H + k] = z[k] * h[bi * H + k];
                 }
                 if (prh) rnn_product(prh, rh, H, hnew, H, B);
-                else nnc_sgemm(0, 1, B, H, H, 1.f, rh, H, R + 2 * H * H, H, 0.f, hnew, H);
-            }
-            for (int64_t bi = 0; bi < B; bi++) {
-                int64_t L = j->lens ? j->lens[bi] : T;
-                if (step >= L) continue;
-                int64_t t = rev ? L - 1 - step : step;
-                const float *xr = xw + (s->layout ? bi * T + t : t * B + bi) * GH;
-                const float *hh = hr + bi * GH;
-                float *hb = h + bi * H, *cb = c + bi * H, *out = hnew + bi * H;
-                float *yrow = j->y ? j->y + (s->layout ? ((bi * T + t) * D + d) * H
-                                                       : ((t * D + d) * B + bi) * H)
-                                   : NULL;
-                /* each gate's pre-activations for the whole row, then its activation over the
-                 * row (nnc_vsigmoid / nnc_vtanh for the usual ones) */
-                if (s->kind == K_RNN) {
-                    for (int64_t k = 0; k < H; k++)
-                        out[k] = xr[k] + hh[k] + (Wb ? Wb[k] + Rb[k] : 0.f);
-                    act_vec(&act[0], s->clip, out, H);
-                } else if (s->kind == K_GRU) {
-                    float *zg = z, *vh = z + H;
-                    for (int64_t k = 0; k < H; k++)
-                        zg[k] = xr[k] + hh[k] + (Wb ? Wb[k] + Rb[k] : 0.f);
-                    act_vec(&act[0], s->clip, zg, H);
-                    if (s->lbr) {
-                        float *rg = z + 2 * H;
-                        for (int64_t k = 0; k < H; k++)
-                            rg[k] = xr[H + k] + hh[H + k] + (Wb ? Wb[H + k] + Rb[H + k] : 0.f);
-                        act_vec(&act[0], s->clip, rg, H);
-                        for (int64_t k = 0; k < H; k++)
-                            vh[k] = xr[2 * H + k] + (Wb ? Wb[2 * H + k] : 0.f) +
-                                    rg[k] * (hh[2 * H + k] + (Rb ? Rb[2 * H + k] : 0.f));
-                    } else {
-                        for (int64_t k = 0; k < H; k++)
-                            vh[k] = xr[2 * H + k] + out[k] + /* out holds (r . h) R_h^T */
-                                    (Wb ? Wb[2 * H + k] + Rb[2 * H + k] : 0.f);
+                else if (pbrh) {
+                    if (!nnc_sgemm_packed_b_product(B, H, H, rh, pbrh, hnew)) {
+                        j->fail = 1;
+                        goto done;
                     }
-                    act_vec(&act[1], s->clip, vh, H);
-                    for (int64_t k = 0; k < H; k++) out[k] = (1.f - zg[k]) * vh[k] + zg[k] * hb[k];
-                } else { /* LSTM gates i, o, f, c */
-                    float *ig = z, *og = z + H, *fg = z + 2 * H, *cg = z + 3 * H, *cn = rh + bi * H;
-                    for (int64_t k = 0; k < GH; k++) {
-                        z[k] = xr[k] + hh[k];
-                        if (Wb) z[k] += Wb[k] + Rb[k];
-                    }
-                    if (P)
-                        for (int64_t k = 0; k < H; k++) {
-                            ig[k] += P[k] * cb[k];
-                            fg[k] += P[2 * H + k] * cb[k];
-                        }
-                    act_vec(&act[0], s->clip, ig, H);
-                    if (s->input_forget)
-                        for (int64_t k = 0; k < H; k++) fg[k] = 1.f - ig[k];
-                    else act_vec(&act[0], s->clip, fg, H);
-                    act_vec(&act[1], s->clip, cg, H);
-                    for (int64_t k = 0; k < H; k++) cn[k] = fg[k] * cb[k] + ig[k] * cg[k];
-                    if (P)
-                        for (int64_t k = 0; k < H; k++) og[k] += P[H + k] * cn[k];
-                    act_vec(&act[0], s->clip, og, H);
-                    memcpy(out, cn,
-                           (size_t)H * sizeof(float)); /* the cell's activation, unclipped */
-                    act_vec(&act[2], 0.f, out, H);
-                    for (int64_t k = 0; k < H; k++) out[k] *= og[k];
-                }
-                if (yrow) memcpy(yrow, out, (size_t)H * sizeof(float));
-                memcpy(hb, out, (size_t)H * sizeof(float));
-                if (s->kind == K_LSTM) memcpy(cb, rh + bi * H, (size_t)H * sizeof(float));
+                } else nnc_sgemm(0, 1, B, H, H, 1.f, rh, H, R + 2 * H * H, H, 0.f, hnew, H);
             }
+            rnn_rows_job rows = {j,  act, xw,   hr, Wb, Rb, P,  h, c, hnew,
+                                 rh, z,   step, T,  B,  H,  GH, D, d, rev};
+            /* a row's gates cost about as much as its share of the step product: a batch
+             * spreads them over the threads */
+            if (B >= 4) nnc_parallel_for(B, 1, rnn_rows, &rows);
+            else rnn_rows(&rows, 0, B, 0);
         }
         for (int64_t bi = 0; bi < B; bi++) {
             int64_t so = s->layout ? (bi * D + d) * H : (d * B + bi) * H;
@@ -566,9 +683,13 @@ static void rnn_dir(void *arg, int64_t b0, int64_t b1, int tid)
                 else memcpy(j->yc + so, c + bi * H, (size_t)H * sizeof(float));
             }
         }
+    done:
         nnc_free(own.rt);
         nnc_free(ownh.rt);
+        nnc_free(ownb);
+        nnc_free(ownbh);
         nnc_free(xw);
+        if (j->fail) return;
     }
 }
 
