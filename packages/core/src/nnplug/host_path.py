@@ -78,6 +78,13 @@ class HostPath:
                 expected = FRESH
             plan.append((s, s.run_arrays, tuple(s.inputs), tuple(s.outputs), tuple(s.frees),
                          HOST_VALUES if host_values else expected))
+        made = {f[0] for f in feeds}  # each step reads what the feeds and earlier steps made
+        for p in plan:
+            if not made.issuperset(p[2]):
+                return None
+            made.update(p[3])
+        if not made.union(constants).issuperset(output_names):  # the general path says why
+            return None
         return cls(tuple(feeds), tuple(plan), tuple(output_names), constants)
 
 
