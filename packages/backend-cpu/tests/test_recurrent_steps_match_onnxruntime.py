@@ -82,6 +82,10 @@ CASES = [  # (op, T, B, F, H, options): gate rows off the 64-column blocks, 1-4 
     ("GRU", 12, 6, 16, 40, {"fed_r": True, "direction": "reverse"}),
     ("GRU", 12, 7, 16, 40, {"direction": "bidirectional", "lbr": 1}),
     ("RNN", 12, 9, 16, 40, {}),
+    # rows enough for their gates to be split between threads (at least ~2,000 gate values
+    # per chunk)
+    ("LSTM", 6, 12, 16, 128, {"lens": [6, 1, 0, 6, 3, 6, 2, 6, 5, 6, 4, 6]}),
+    ("GRU", 6, 10, 16, 128, {}),
     ("GRU", 12, 4, 16, 24, {"direction": "reverse", "fed_r": True, "lens": [3, 12, 0, 7]}),
 ]
 
