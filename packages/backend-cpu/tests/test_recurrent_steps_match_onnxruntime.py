@@ -195,3 +195,21 @@ def test_threads_sharing_a_batched_network_get_their_own_answers(rt):
         for t in threads:
             t.join()
     assert not errors, errors
+
+
+@pytest.mark.parametrize("op", sorted(GATES))
+@pytest.mark.parametrize("batch", [2, 6])
+def test_a_hidden_size_of_zero_gives_empty_outputs(rt, op, batch):
+    """R [1, 0, 0]: nothing to compute, a batch below and above the step product's rows
+    (onnxruntime refuses the node at load; nnplug runs it to empty outputs)."""
+    w = numpy_helper.from_array(np.zeros((1, 0, 8), np.float32), "w")
+    r = numpy_helper.from_array(np.zeros((1, 0, 0), np.float32), "r")
+    graph = helper.make_graph(
+        [helper.make_node(op, ["x", "w", "r"], ["y", "yh"], hidden_size=0)], "empty",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, batch, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [5, 1, batch, 0]),
+         helper.make_tensor_value_info("yh", TensorProto.FLOAT, [1, batch, 0])], [w, r])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    with rt.load(model, backends=["cpu"]) as net:
+        got = net.run({"x": np.ones((5, batch, 8), np.float32)})
+    assert got["y"].shape == (5, 1, batch, 0) and got["yh"].shape == (1, batch, 0)

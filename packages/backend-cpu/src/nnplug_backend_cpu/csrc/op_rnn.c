@@ -668,7 +668,7 @@ static void rnn_dir(void *arg, int64_t b0, int64_t b1, int tid)
             /* a row's gates cost about as much as its share of the step product: a batch
              * spreads them over the threads, in chunks of at least ~2,000 gate values (a few
              * microseconds: the pool's hand-off costs about one) */
-            nnc_parallel_for(B, 1 + 2048 / GH, rnn_rows, &rows);
+            nnc_parallel_for(B, GH > 0 ? 1 + 2048 / GH : B, rnn_rows, &rows);
         }
         for (int64_t bi = 0; bi < B; bi++) {
             int64_t so = s->layout ? (bi * D + d) * H : (d * B + bi) * H;
