@@ -91,7 +91,7 @@ class HostPath:
 def _write(feeds, steps, output_names, constants, fresh, copied):
     """The source of ``run`` and the globals it reads."""
     fed = {f[0] for f in feeds}
-    own, pick = _owner(tuple(f[0] for f in feeds), frozenset(fresh) | frozenset(copied))
+    own, pick = _owner(frozenset(fresh) | frozenset(copied))
     scope = {"ndarray": ndarray, "current": current, "NnplugError": NnplugError,
              "step_failed": step_failed, "unexpected": _unexpected, "own": own, "pick": pick,
              "known": frozenset(output_names)}
@@ -162,22 +162,23 @@ def _write(feeds, steps, output_names, constants, fresh, copied):
         gone = [var[n] for n in frees if n in var and n not in output_names and n not in fed]
         if gone and j < len(steps) - 1:
             lines.append(f"    del {', '.join(gone)}")
-    outputs = [var[n] if n in fresh or n in copied else f"own({var[n]}, feeds)"
-               for n in output_names]
+    checked = [n for n in output_names if n not in fresh and n not in copied]
+    if checked:  # the feeds as the run holds them, once for every output compared with them
+        lines.append(f"    fed = ({''.join(var[f[0]] + ', ' for f in feeds)})")
+    outputs = [f"own({var[n]}, fed)" if n in checked else var[n] for n in output_names]
     lines += ["    if names is None:",
               f"        return [{', '.join(outputs)}]",
               f"    return pick({{{', '.join(f'n{var[n][1:]}: {var[n]}' for n in output_names)}}}"
-              f", names, feeds)"]
+              f", names, {'fed' if checked else '()'})"]
     return "\n".join(lines) + "\n", scope
 
 
-def _owner(feed_names: tuple, fresh: frozenset):
-    """``own(v, feeds)`` and ``pick(values, names, feeds)`` of a plan with these feeds and these
-    outputs that need no check."""
-    def own(v, feeds):
+def _owner(fresh: frozenset):
+    """``own(v, fed)`` and ``pick(values, names, fed)`` of a plan whose outputs in ``fresh``
+    need no check; ``fed``: the run's feed arrays."""
+    def own(v, fed):
         """A model output as the caller gets it: never an array sharing memory with a feed
         (an input passed through, or a view of one)."""
-        fed = [feeds[n] for n in feed_names]
         if v.base is None:
             return v.copy() if any(v is f for f in fed) else v
         for f in fed:
@@ -185,9 +186,9 @@ def _owner(feed_names: tuple, fresh: frozenset):
                 return v.copy()
         return v
 
-    def pick(values, names, feeds):
+    def pick(values, names, fed):
         """The outputs of ``names``, in that order (a name may come twice)."""
-        return [values[n] if n in fresh else own(values[n], feeds) for n in names]
+        return [values[n] if n in fresh else own(values[n], fed) for n in names]
 
     return own, pick
 
