@@ -456,6 +456,12 @@ static nnp_status cpu_workspace_size(const nnp_kernel *k, const nnp_tensor *inpu
     size_t n = 0;
     if (!p || !nbytes || nin < 0)
         return nnp_host_fail(NNP_STATUS_INVALID_ARGUMENT, "kernel_workspace_size: bad arguments");
+    if (!nnc_plan_workspace_reads_inputs(p)) { /* most kernels: a size known at creation */
+        if (nnc_plan_workspace(p, NULL, 0, &n, &e))
+            return from_err(&e, NNP_STATUS_INVALID_ARGUMENT);
+        *nbytes = n;
+        return NNP_OK;
+    }
     if (tlist_init(&in, nin, &e)) return from_err(&e, NNP_STATUS_OUT_OF_MEMORY);
     int rc =
         conv_tensors(inputs, nin, in.t, "input", &e) || nnc_plan_workspace(p, in.t, nin, &n, &e);

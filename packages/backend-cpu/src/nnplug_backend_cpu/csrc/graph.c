@@ -1189,10 +1189,15 @@ int nnc_plan_output_shapes(const nnc_plan *p, const nnc_tensor *kin, int nkin, n
     return NNC_OK;
 }
 
+int nnc_plan_workspace_reads_inputs(const nnc_plan *p)
+{
+    return !p->static_scratch && p->nnodes == 1 && p->nodes[0].op->scratch;
+}
+
 int nnc_plan_workspace(const nnc_plan *p, const nnc_tensor *kin, int nkin, size_t *out, nnc_err *e)
 {
     size_t per = p->scratch_static;
-    if (!p->static_scratch && p->nnodes == 1 && p->nodes[0].op->scratch) {
+    if (nnc_plan_workspace_reads_inputs(p)) {
         nnc_tensor vt[2 * NNC_MAXIO + 2];
         char set[2 * NNC_MAXIO + 2] = {0};
         run_env r = {vt, set, NULL, 0};

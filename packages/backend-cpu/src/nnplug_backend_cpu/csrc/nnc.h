@@ -208,7 +208,8 @@ void nnc_set_thread_limit(int limit);
 int nnc_num_threads(void);
 void nnc_set_num_threads(int n);
 void nnc_threads_shutdown(void);
-/* Around one run (nested and concurrent runs counted): idle workers wait awake meanwhile. */
+/* Around one run (concurrent runs counted; a thread's nested holds count once): idle workers
+ * wait awake meanwhile. */
 void nnc_pool_hold(void);
 void nnc_pool_release(void);
 

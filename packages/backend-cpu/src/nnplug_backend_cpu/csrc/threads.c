@@ -23,7 +23,11 @@
 #endif
 
 #define MAX_THREADS 64
-#define SPIN_ROUNDS 4000 /* polls (~20-50 us) before an idle worker sleeps */
+#define SPIN_ROUNDS 4000 /* polls (~20-50 us) before an idle worker yields or sleeps */
+/* How long an idle worker keeps polling, outside a run, before it sleeps: a caller's next run
+ * often starts within a few tens of microseconds (a decoding loop's step, a serving loop),
+ * and waking a sleeper costs it a futex system call and the worker's wake-up latency. */
+#define IDLE_SPIN_NS 200000
 
 static pthread_mutex_t g_init_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t g_submit = PTHREAD_MUTEX_INITIALIZER;
@@ -59,6 +63,7 @@ static struct {
 
 static _Thread_local int t_in_pool;
 static _Thread_local int t_limit;
+static _Thread_local int t_holds; /* this thread's holds: only its outermost one counts */
 
 void nnc_set_thread_limit(int limit)
 {
@@ -83,6 +88,7 @@ static void *worker(void *p)
     atomic_store(&g_tids[tid], (int)gettid());
     for (;;) {
         int spins = 0;
+        int64_t idle_since = 0;
         while (atomic_load(&g_gen) == seen && !atomic_load(&g_stop)) {
             if (++spins < SPIN_ROUNDS) {
                 CPU_RELAX();
@@ -91,6 +97,11 @@ static void *worker(void *p)
             if (atomic_load(&g_held) >
                 0) { /* inside a run: the next job is near; yield, not sleep */
                 sched_yield();
+                continue;
+            }
+            if (!idle_since) idle_since = nnc_now_ns();
+            if (nnc_now_ns() - idle_since < IDLE_SPIN_NS) {
+                spins = SPIN_ROUNDS - 256; /* look at the clock again after 256 polls */
                 continue;
             }
             pthread_mutex_lock(&g_sleep_lock);
@@ -200,13 +211,17 @@ static void keep_apart(int cpu)
  * 2x, its 1-thread speed). While a run holds the pool, an idle worker polls, then yields the
  * CPU between polls (so other processes still get it), and sleeps once no run holds it. The
  * outermost hold also keeps the workers off the caller's CPU (keep_apart) when the last run
- * was long enough to be worth the two system calls a worker. */
+ * was long enough to be worth the three system calls a worker, and only when a worker sleeps:
+ * a worker still polling (a decoding loop's next step, within IDLE_SPIN_NS) is on a CPU of
+ * its own already, and the calls cost a small decoder's step 4-5 %. */
 void nnc_pool_hold(void)
 {
+    if (t_holds++) return; /* a kernel inside this thread's run_dynamic or run_steps */
     pthread_mutex_lock(&g_hold_lock);
     if (atomic_load(&g_held) == 0) {
         g_apart.start_ns = nnc_now_ns();
-        if (g_apart.last_ns >= APART_MIN_NS) keep_apart(sched_getcpu());
+        if (g_apart.last_ns >= APART_MIN_NS && atomic_load(&g_sleepers) > 0)
+            keep_apart(sched_getcpu());
     }
     atomic_fetch_add(&g_held, 1); /* seq_cst: must not pass the sleepers check below */
     pthread_mutex_unlock(&g_hold_lock);
@@ -219,6 +234,7 @@ void nnc_pool_hold(void)
 
 void nnc_pool_release(void)
 {
+    if (--t_holds) return;
     pthread_mutex_lock(&g_hold_lock);
     if (atomic_load(&g_held) == 1) { /* the outermost: the workers get their affinity back */
         for (int i = 1; i <= g_nworkers; i++)
