@@ -213,3 +213,26 @@ def test_a_hidden_size_of_zero_gives_empty_outputs(rt, op, batch):
     with rt.load(model, backends=["cpu"]) as net:
         got = net.run({"x": np.ones((5, batch, 8), np.float32)})
     assert got["y"].shape == (5, 1, batch, 0) and got["yh"].shape == (1, batch, 0)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("B,H", [(1, 40), (3, 70), (6, 128)])
+def test_the_one_pass_lstm_cell_gives_the_passes_bits(rt, B, H, bias):
+    """An LSTM with the default activations and no clip, peepholes or coupled gates computes
+    each row's gates in one pass a chunk at a time (nnc_lstm_cell); any of those options
+    takes the gate-by-gate passes. A clip no value reaches changes no value, so the two paths
+    must give the same bits (H across the 64-value chunks, rows on and off the threads)."""
+    model, feeds = recurrent("LSTM", 9, B, 16, H, seed=B)
+    node = model.graph.node[0]
+    if not bias:
+        node.input[3] = ""
+    outs = []
+    for clip in (None, 1e30):
+        if clip is not None:
+            node.attribute.append(helper.make_attribute("clip", clip))
+        with rt.load(model, backends=["cpu"]) as net:
+            outs.append(net.run(feeds))
+    for name in ("y", "yh", "yc"):
+        assert np.array_equal(outs[0][name].view(np.uint32), outs[1][name].view(np.uint32)), name
+    want = onnxruntime_run(model, feeds)
+    np.testing.assert_allclose(outs[0]["yc"], want[2], rtol=2e-5, atol=2e-6)

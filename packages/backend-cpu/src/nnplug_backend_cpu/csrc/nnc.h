@@ -308,6 +308,10 @@ double nnc_row_sum(const float *x, int64_t n);
 double nnc_row_sq_dev(const float *x, int64_t n, double mu);
 void nnc_vsigmoid(const float *x, float *y, int64_t n);
 void nnc_vtanh(const float *x, float *y, int64_t n);
+/* One LSTM row (gates i, o, f, c of H each; default activations, no clip or peepholes): the
+ * pre-activations xr + hh (+ wb + rb when wb) -> c_new = f * c + i * g, h = o * tanh(c_new). */
+void nnc_lstm_cell(const float *xr, const float *hh, const float *wb, const float *rb,
+                   const float *c, float *c_new, float *h, int64_t H);
 void nnc_verf(const float *x, float *y, int64_t n);
 /* (x * (erf(x / d) + 1)) * 0.5: the exact Gelu as ONNX exports decompose it */
 void nnc_vgelu_erf(const float *x, float *y, int64_t n, float d, int halve_first);

@@ -537,6 +537,9 @@ static void rnn_row(const rnn_rows_job *q, int64_t bi)
         }
         act_vec(&act[1], s->clip, vh, H);
         for (int64_t k = 0; k < H; k++) out[k] = (1.f - zg[k]) * vh[k] + zg[k] * hb[k];
+    } else if (!P && !(s->clip > 0.f) && !s->input_forget && act[0].kind == A_SIGMOID &&
+               act[1].kind == A_TANH && act[2].kind == A_TANH) { /* the usual LSTM: one pass */
+        nnc_lstm_cell(xr, hh, Wb, Rb, cb, rh + bi * H, out, H);
     } else { /* LSTM gates i, o, f, c */
         float *ig = z, *og = z + H, *fg = z + 2 * H, *cg = z + 3 * H, *cn = rh + bi * H;
         for (int64_t k = 0; k < GH; k++) {
