@@ -59,7 +59,8 @@ def sample():
         narrowed.extend(seen)
         samples[0] += 1
         samples[1] += bool(seen)
-        time.sleep(0.0002)
+        # back to back, a reading's own Python (it takes the GIL) would delay the next run
+        time.sleep(0.0002 if pause else 0.001)
 
 sampler = threading.Thread(target=sample)
 sampler.start()
@@ -130,15 +131,15 @@ def assert_kept_apart_and_given_back(backend_id: str) -> dict:
 def assert_left_in_place_back_to_back(backend_id: str) -> dict:
     """The checks of a backend that keeps its pool's threads apart only when they slept
     between runs: runs back to back (no pause) find the threads awake where they are, so
-    (nearly) no reading sees an affinity narrowed, each narrowing being three system calls a
+    most readings see no affinity narrowed, each narrowing being three system calls a
     thread that a short run pays; affinities given back and the answer onnxruntime's as in
     :func:`assert_kept_apart_and_given_back`."""
     got = affinities_during_runs(backend_id, pause=0.0)
     assert got["placed"] == [backend_id], got
-    # back-to-back runs that narrow are seen narrowed by nearly every reading (0.99 here);
-    # a run the reading thread itself delays (it takes the GIL between runs) past the
-    # threads' polling may narrow: 0.08-0.18 of the readings here
-    assert got["narrowed_share"] < 0.5, got
+    # back-to-back runs that narrow are seen narrowed by nearly every reading (0.97-0.99
+    # here); a thread that waited for the CPU past its polling (three threads on two CPUs: the
+    # reading thread's own) slept, and its next run may narrow: 0.06-0.43 of readings here
+    assert got["narrowed_share"] < 0.75, got
     _given_back(got)
     return got
 
