@@ -51,10 +51,10 @@ typedef struct nnc_plan {
 
 nnc_plan *nnc_plan_build(const nnc_desc_node *nodes, int n, int probing, nnc_err *e);
 void nnc_plan_free(nnc_plan *p);
-/* Bytes of workspace a run needs for these kernel inputs (shapes only). */
 /* Whether nnc_plan_workspace reads the inputs' shapes (a single node's scratch that depends
  * on them); otherwise it may be called with none. */
 int nnc_plan_workspace_reads_inputs(const nnc_plan *p);
+/* Bytes of workspace a run needs for these kernel inputs (shapes only). */
 int nnc_plan_workspace(const nnc_plan *p, const nnc_tensor *kin, int nkin, size_t *out, nnc_err *e);
 /* Output shapes from actual inputs. */
 int nnc_plan_output_shapes(const nnc_plan *p, const nnc_tensor *kin, int nkin, nnc_tensor *outs,
