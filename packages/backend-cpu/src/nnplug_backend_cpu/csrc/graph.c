@@ -1242,7 +1242,7 @@ int nnc_plan_run(const nnc_plan *p, const nnc_tensor *kin, int nkin, const nnc_t
     nnc_exec x = {NULL, 0, 0};
     /* Scratch per thread after the arena. */
     size_t per = p->scratch_static;
-    if (rc == NNC_OK && !p->static_scratch && p->nnodes == 1 && p->nodes[0].op->scratch) {
+    if (rc == NNC_OK && nnc_plan_workspace_reads_inputs(p)) {
         nnc_tensor *in[NNC_MAXIO];
         gather_inputs(&p->nodes[0], &r, in);
         rc = check_inputs_present(&p->nodes[0], in, e);

@@ -113,10 +113,9 @@ void nnc_vtanh(const float *x, float *y, int64_t n)
  * sigmoid_core and tanh_core as nnc_vsigmoid and nnc_vtanh): the same bits. Each loop is
  * one simple step, so each vectorises (one loop of all of it does not, with GCC 12). */
 #define LSTM_CHUNK 64
-__attribute__((always_inline)) static inline void lstm_cell_row(const float *xr, const float *hh,
-                                                                const float *wb, const float *rb,
-                                                                const float *c, float *c_new,
-                                                                float *h, int64_t H)
+MULTIVERSION
+void nnc_lstm_cell(const float *xr, const float *hh, const float *wb, const float *rb,
+                   const float *c, float *c_new, float *h, int64_t H)
 {
     float zi[LSTM_CHUNK], zo[LSTM_CHUNK], zf[LSTM_CHUNK], zc[LSTM_CHUNK];
     for (int64_t k0 = 0; k0 < H; k0 += LSTM_CHUNK) {
@@ -128,14 +127,15 @@ __attribute__((always_inline)) static inline void lstm_cell_row(const float *xr,
             zf[t] = x[2 * H + t] + r[2 * H + t];
             zc[t] = x[3 * H + t] + r[3 * H + t];
         }
-        if (wb)
+        if (wb) {
+            const float *w = wb + k0, *b = rb + k0;
             for (int64_t t = 0; t < n; t++) {
-                const float *w = wb + k0, *b = rb + k0;
                 zi[t] += w[t] + b[t];
                 zo[t] += w[H + t] + b[H + t];
                 zf[t] += w[2 * H + t] + b[2 * H + t];
                 zc[t] += w[3 * H + t] + b[3 * H + t];
             }
+        }
         for (int64_t t = 0; t < n; t++) zi[t] = sigmoid_core(zi[t]);
         for (int64_t t = 0; t < n; t++) zf[t] = sigmoid_core(zf[t]);
         for (int64_t t = 0; t < n; t++) zo[t] = sigmoid_core(zo[t]);
@@ -144,13 +144,6 @@ __attribute__((always_inline)) static inline void lstm_cell_row(const float *xr,
         for (int64_t t = 0; t < n; t++) c_new[k0 + t] = zc[t];
         for (int64_t t = 0; t < n; t++) h[k0 + t] = tanh_core(zc[t]) * zo[t];
     }
-}
-
-MULTIVERSION
-void nnc_lstm_cell(const float *xr, const float *hh, const float *wb, const float *rb,
-                   const float *c, float *c_new, float *h, int64_t H)
-{
-    lstm_cell_row(xr, hh, wb, rb, c, c_new, h, H);
 }
 
 /* erf(v), branch-free: below 0.921875 in magnitude v * P(v^2); above, 1 - e^Q(|v|) with Q a
